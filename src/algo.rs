@@ -1,0 +1,122 @@
+//! The algorithms, as pure state machines: `(old state, now, cost) -> (new state, Decision)`.
+//!
+//! Nothing here touches an atomic or a lock. The lock-free store runs [`Algorithm::step`] in a
+//! CAS loop over the state word, the mutex twin runs [`Algorithm::step_locked`] under a lock,
+//! and tests call both directly.
+
+mod earrrl;
+mod exponential;
+mod gcra;
+
+pub use earrrl::{Earrrl, EarrrlPair};
+pub use exponential::Exponential;
+pub use gcra::{Gcra, Reservation};
+
+use crate::decision::{Decision, Policy};
+use std::fmt::Debug;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u64 {}
+    impl Sealed for u128 {}
+}
+
+/// A plain integer state word that the lock-free store can compare-and-swap: `u64` or `u128`.
+///
+/// Floats are stored as their bits (`f64::to_bits`).
+pub trait Word: Copy + Eq + Debug + Send + Sync + 'static + sealed::Sealed {}
+impl Word for u64 {}
+impl Word for u128 {}
+
+/// The result of one step: the decision, and the new state word (`None` when the state is
+/// unchanged, so the store can skip the write).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Step<S> {
+    /// The answer to the request.
+    pub decision: Decision,
+    /// The state to store, if it changed.
+    pub state: Option<S>,
+}
+
+/// A rate-limiting algorithm as a pure state machine.
+///
+/// `step` must be a pure function of its arguments: the lock-free store may call it several
+/// times for one request (once per CAS attempt) and keeps only the last result.
+///
+/// Callers (the limiters) reject a cost of 0 or above [`capacity`](Algorithm::capacity)
+/// before calling `step`; `step` must still not panic on any input.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::Gcra, Algorithm};
+///
+/// let gcra: Gcra = "10/s burst 5".parse()?;
+/// let mut state = gcra.fresh();
+/// let mut allowed = 0;
+/// for _ in 0..10 {
+///     let step = gcra.step(state, 0, 1);
+///     allowed += step.decision.is_allowed() as u32;
+///     state = step.state.unwrap_or(state);
+/// }
+/// assert_eq!(allowed, 5);
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+pub trait Algorithm: Send + Sync + 'static {
+    /// The state word the lock-free store keeps per key.
+    type State: Word;
+    /// The state the mutex twin keeps per key (for most algorithms the same word; EARRRL keeps
+    /// its textbook two-field form there).
+    type Locked: Send + Debug;
+
+    /// The state of a key never seen before.
+    fn fresh(&self) -> Self::State;
+
+    /// The largest cost this algorithm can ever admit at once.
+    fn capacity(&self) -> u64;
+
+    /// What a denied request does to the state.
+    fn policy(&self) -> Policy;
+
+    /// Decides one request of `cost` at `now` (nanoseconds since the clock's origin).
+    fn step(&self, state: Self::State, now: u64, cost: u64) -> Step<Self::State>;
+
+    /// The mutex twin's fresh state.
+    fn fresh_locked(&self) -> Self::Locked;
+
+    /// The mutex twin's step: decides and updates `state` in place.
+    fn step_locked(&self, state: &mut Self::Locked, now: u64, cost: u64) -> Decision;
+}
+
+/// `step_locked` for algorithms whose locked state is their word.
+#[inline]
+pub(crate) fn step_word_in_place<A: Algorithm>(
+    algo: &A,
+    state: &mut A::State,
+    now: u64,
+    cost: u64,
+) -> Decision {
+    let step = algo.step(*state, now, cost);
+    if let Some(s) = step.state {
+        *state = s;
+    }
+    step.decision
+}
+
+/// The smallest wait, starting from the float estimate `guess_ns`, after which `allowed_at`
+/// holds. Float algorithms compute an estimate, then check it with the very arithmetic the next
+/// request will run, so a `retry_after` is never early by a rounding error. Steps double, so
+/// this ends within 64 probes whatever the estimate.
+pub(crate) fn honest_wait(guess_ns: f64, allowed_at: impl Fn(u64) -> bool) -> u64 {
+    // `as` saturates (NaN becomes 0); a denied request always waits at least 1 ns.
+    let mut wait = (guess_ns.ceil() as u64).max(1);
+    let mut step = 1u64;
+    for _ in 0..64 {
+        if allowed_at(wait) {
+            break;
+        }
+        wait = wait.saturating_add(step);
+        step = step.saturating_mul(2);
+    }
+    wait
+}

@@ -1,0 +1,210 @@
+//! EARRRL: the estimated average recent request rate, an exponentially decaying rate that keeps
+//! a client locked out while it keeps abusing.
+
+use super::{honest_wait, Algorithm, Step};
+use crate::config::{Rate, NANOS_PER_SEC};
+use crate::decision::{Decision, Policy};
+use crate::error::{ConfigError, Field};
+use std::time::Duration;
+
+/// EARRRL with half-life `h` and maximum rate `R`; `λ = ln 2 / h`.
+///
+/// The textbook state is `N` requests assumed to have arrived together at `T`: the rate at
+/// `now` is `N·λ·e^{λ(T−now)}`, and a request of cost `c` makes `N ← c + N·e^{λ(T−now)}`,
+/// `T ← now`. A request is denied iff the rate just before it is greater than `R`; the state
+/// is updated always under [`Policy::Strict`] (the default) and only when allowed under
+/// [`Policy::Leaky`].
+///
+/// The lock-free store keeps ONE word: the virtual time `S = T + ln(N)/λ` (seconds, as `f64`
+/// bits; a fresh key has `S = −∞`). Then the rate is `λ·e^{λ(S−now)}` and the update is
+/// `S ← now + ln(c + e^{λ(S−now)})/λ`. The mutex twin keeps the two-field form
+/// ([`EarrrlPair`]); both give the same decisions.
+///
+/// `retry_after` is the time until the rate decays to `R`, `(S − now) + ln(λ/R)/λ`, rounded up
+/// to a nanosecond at which the next step really allows. [`Decision::rate`] is the rate just
+/// before the request (cost units per second).
+///
+/// A clock read earlier than the last update cannot be seen in the one-word form (it stores
+/// `S`, not `T`); it is evaluated as is, which makes the rate slightly higher (errs strict) and
+/// never produces NaN.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::Earrrl, Algorithm, Rate};
+/// use std::time::Duration;
+///
+/// let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0)?)?;
+/// let s = e.step(e.fresh(), 0, 1).state.unwrap();
+/// let d = e.step(s, 250_000_000, 1).decision;
+/// assert!((d.rate().unwrap() - 0.317809383554).abs() < 1e-12);
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Earrrl {
+    /// λ, per second.
+    lambda: f64,
+    /// R, cost units per second.
+    max_rate: f64,
+    /// ln(λ/R)/λ, seconds: the retry-after offset, computed once.
+    retry_offset: f64,
+    half_life: Duration,
+    policy: Policy,
+}
+
+impl Earrrl {
+    /// EARRRL with the given half-life and maximum rate; policy strict.
+    pub fn new(half_life: Duration, limit: Rate) -> Result<Self, ConfigError> {
+        if half_life.is_zero() {
+            return Err(ConfigError::Zero {
+                field: Field::HalfLife,
+                value: "0s".into(),
+            });
+        }
+        let lambda = std::f64::consts::LN_2 / half_life.as_secs_f64();
+        let max_rate = limit.per_second();
+        if !(max_rate.is_finite() && max_rate > 0.0) {
+            // Reachable only by a count so small its per-second value underflows to 0.
+            return Err(ConfigError::TooSmall {
+                field: Field::Limit,
+                value: limit.to_string(),
+                min: "a per-second rate representable as a positive f64",
+            });
+        }
+        Ok(Self {
+            lambda,
+            max_rate,
+            retry_offset: (lambda / max_rate).ln() / lambda,
+            half_life,
+            policy: Policy::Strict,
+        })
+    }
+
+    /// Sets the policy.
+    pub fn with_policy(self, policy: Policy) -> Self {
+        Self { policy, ..self }
+    }
+
+    /// The half-life.
+    pub fn half_life(&self) -> Duration {
+        self.half_life
+    }
+
+    /// The maximum rate `R`, cost units per second.
+    pub fn max_rate(&self) -> f64 {
+        self.max_rate
+    }
+
+    /// The rate (cost units per second) a key in state `s` shows at `now`.
+    #[inline]
+    pub fn rate(&self, s: u64, now: u64) -> f64 {
+        self.rate_at(f64::from_bits(s), secs(now))
+    }
+
+    #[inline]
+    fn rate_at(&self, s: f64, now: f64) -> f64 {
+        // S = −∞ (fresh) gives e^{−∞} = 0: no special case needed.
+        self.lambda * (self.lambda * (s - now)).exp()
+    }
+
+    /// `now + ln(cost + e^{λ(S−now)})/λ`, via log-sum-exp: `e^{λ(S−now)}` overflows once a
+    /// client has sent about 700·h worth of requests at one instant, `ln_1p` of the smaller
+    /// term does not.
+    #[inline]
+    fn update(&self, s: f64, now: f64, cost: u64) -> f64 {
+        let x = self.lambda * (s - now);
+        let c = (cost as f64).ln();
+        let (hi, lo) = if x > c { (x, c) } else { (c, x) };
+        now + (hi + (lo - hi).exp().ln_1p()) / self.lambda
+    }
+
+    /// The honest wait for a key in state `s` at `now` (seconds) to see a rate ≤ R.
+    fn retry_after(&self, s: f64, now_ns: u64) -> u64 {
+        let guess = (s - secs(now_ns) + self.retry_offset) * NANOS_PER_SEC;
+        honest_wait(guess, |w| {
+            self.rate_at(s, secs(now_ns.saturating_add(w))) <= self.max_rate
+        })
+    }
+}
+
+#[inline]
+fn secs(ns: u64) -> f64 {
+    ns as f64 / NANOS_PER_SEC
+}
+
+impl Algorithm for Earrrl {
+    type State = u64;
+    type Locked = EarrrlPair;
+
+    #[inline]
+    fn fresh(&self) -> u64 {
+        f64::NEG_INFINITY.to_bits()
+    }
+
+    /// Any cost is admitted while the rate is at most `R`.
+    #[inline]
+    fn capacity(&self) -> u64 {
+        u64::MAX
+    }
+
+    #[inline]
+    fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    fn step(&self, word: u64, now_ns: u64, cost: u64) -> Step<u64> {
+        let s = f64::from_bits(word);
+        let now = secs(now_ns);
+        let rate = self.rate_at(s, now);
+        if rate <= self.max_rate {
+            return Step {
+                decision: Decision::allowed().with_rate(rate),
+                state: Some(self.update(s, now, cost).to_bits()),
+            };
+        }
+        let after = match self.policy {
+            Policy::Leaky => s,
+            Policy::Strict => self.update(s, now, cost),
+        };
+        Step {
+            decision: Decision::denied(self.retry_after(after, now_ns)).with_rate(rate),
+            state: (self.policy == Policy::Strict).then_some(after.to_bits()),
+        }
+    }
+
+    fn fresh_locked(&self) -> EarrrlPair {
+        EarrrlPair { n: 0.0, t: 0.0 }
+    }
+
+    fn step_locked(&self, st: &mut EarrrlPair, now_ns: u64, cost: u64) -> Decision {
+        // The two-field form knows T, so it can clamp a clock read that went backwards.
+        let now = secs(now_ns).max(st.t);
+        let decay = (self.lambda * (st.t - now)).exp();
+        let rate = st.n * self.lambda * decay;
+        let allowed = rate <= self.max_rate;
+        if allowed || self.policy == Policy::Strict {
+            st.n = cost as f64 + st.n * decay;
+            st.t = now;
+        }
+        if allowed {
+            return Decision::allowed().with_rate(rate);
+        }
+        let (n, t) = (st.n, st.t);
+        let guess = (t - now + (n * self.lambda / self.max_rate).ln() / self.lambda) * NANOS_PER_SEC;
+        let wait = honest_wait(guess, |w| {
+            let later = secs(now_ns.saturating_add(w)).max(t);
+            n * self.lambda * (self.lambda * (t - later)).exp() <= self.max_rate
+        });
+        Decision::denied(wait).with_rate(rate)
+    }
+}
+
+/// EARRRL's textbook two-field state: `n` requests assumed to have arrived together at `t`
+/// (seconds since the clock's origin). The mutex twin keeps this form.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EarrrlPair {
+    /// N, cost units.
+    pub n: f64,
+    /// T, seconds since the clock's origin.
+    pub t: f64,
+}

@@ -1,0 +1,251 @@
+//! Exim-style exponential rate limiting (Exim's `ratelimit` ACL condition).
+
+use super::{honest_wait, step_word_in_place, Algorithm, Step};
+use crate::config::{parse_count, NANOS_PER_SEC};
+use crate::decision::{Decision, Policy};
+use crate::error::{ConfigError, Field};
+use std::time::Duration;
+
+/// The smallest interval, in periods, Exim lets a request see: two requests at one instant
+/// still decay by `e^{−1e-10}` rather than dividing by zero.
+const MIN_INTERVAL: f64 = 1e-10;
+
+/// Exponential rate limiting: `limit` L (cost units, also the largest burst) per `period` P.
+///
+/// State: the last update time and the average rate `r` (cost per period). For a request of
+/// cost `c` at `now`:
+/// * `i = max((now − t_prev)/P, 1e-10)`, `α = e^{−i}`, `r_inst = c / i`
+/// * `r_now = max((1 − α)·r_inst + α·r_prev, c)`
+/// * denied iff `r_now > L`; otherwise `(now, r_now)` is stored (under [`Policy::Strict`]
+///   also when denied). Default policy: leaky.
+///
+/// A burst at one instant is allowed exactly `⌊L / c⌋` times.
+///
+/// **Packing.** The state is two full-precision numbers, `t_prev` (u64 ns) and `r` (f64),
+/// in one `u128` word (`t_prev` high, `r` bits low) that the lock-free store updates with a
+/// 128-bit CAS (`cmpxchg16b` on x86-64, `CASP`/`LDXP` on AArch64, via `portable-atomic`).
+/// Packing both into 64 bits would cost either time range (a 32-bit timestamp wraps in days)
+/// or rate precision, and so would change decisions; the double-word CAS changes none.
+///
+/// **retry_after** is honest: Exim's closed form `P·ln(r_now/L)` ignores the retried request's
+/// own contribution and comes out early, so it is only the starting point of a Newton solve of
+/// `(1 − e^{−i})·c/i + e^{−i}·r = L` (the left side is convex and decreasing in `i`, so Newton
+/// from the left never overshoots), and the result is checked against the real step.
+///
+/// [`Decision::rate`] is `r_now` in cost units per second.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::Exponential, Algorithm};
+/// use std::time::Duration;
+///
+/// let e = Exponential::new(10.0, Duration::from_secs(60))?;
+/// let mut s = e.fresh();
+/// let mut allowed = 0;
+/// for _ in 0..20 {
+///     let step = e.step(s, 0, 3);
+///     allowed += step.decision.is_allowed() as u32;
+///     s = step.state.unwrap_or(s);
+/// }
+/// assert_eq!(allowed, 3); // ⌊10 / 3⌋
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Exponential {
+    limit: f64,
+    period_ns: u64,
+    policy: Policy,
+}
+
+impl Exponential {
+    /// `limit` cost units per `period`; the limit must be finite and at least 1 (a smaller one
+    /// could never admit a request of cost 1).
+    pub fn new(limit: f64, period: Duration) -> Result<Self, ConfigError> {
+        let value = || format!("{limit}");
+        if limit.is_nan() || limit.is_infinite() {
+            return Err(ConfigError::NotFinite {
+                field: Field::Limit,
+                value: value(),
+            });
+        }
+        if limit < 0.0 {
+            return Err(ConfigError::Negative {
+                field: Field::Limit,
+                value: value(),
+            });
+        }
+        if limit == 0.0 {
+            return Err(ConfigError::Zero {
+                field: Field::Limit,
+                value: value(),
+            });
+        }
+        if limit < 1.0 {
+            return Err(ConfigError::TooSmall {
+                field: Field::Limit,
+                value: value(),
+                min: "1 (a request costs at least 1)",
+            });
+        }
+        let period_ns = match u64::try_from(period.as_nanos()) {
+            Ok(0) => {
+                return Err(ConfigError::Zero {
+                    field: Field::Period,
+                    value: "0s".into(),
+                })
+            }
+            Ok(ns) => ns,
+            Err(_) => {
+                return Err(ConfigError::TooLarge {
+                    field: Field::Period,
+                    value: format!("{period:?}"),
+                    max: "u64::MAX nanoseconds (about 584 years)",
+                })
+            }
+        };
+        Ok(Self {
+            limit,
+            period_ns,
+            policy: Policy::Leaky,
+        })
+    }
+
+    /// Parses the limit from a string (a positive whole number) and builds the limiter.
+    pub fn parse(limit: &str, period: Duration) -> Result<Self, ConfigError> {
+        Self::new(parse_count(limit, Field::Limit)? as f64, period)
+    }
+
+    /// Sets the policy.
+    pub fn with_policy(self, policy: Policy) -> Self {
+        Self { policy, ..self }
+    }
+
+    /// The limit L, cost units per period.
+    pub fn limit(&self) -> f64 {
+        self.limit
+    }
+
+    /// The period P.
+    pub fn period(&self) -> Duration {
+        Duration::from_nanos(self.period_ns)
+    }
+
+    /// Packs `(t_prev, r)` into the state word.
+    #[inline]
+    pub fn pack(t_prev: u64, rate: f64) -> u128 {
+        ((t_prev as u128) << 64) | rate.to_bits() as u128
+    }
+
+    /// Unpacks the state word into `(t_prev, r)`.
+    #[inline]
+    pub fn unpack(word: u128) -> (u64, f64) {
+        ((word >> 64) as u64, f64::from_bits(word as u64))
+    }
+
+    /// `(1 − e^{−i})·c/i + e^{−i}·r`, the smoothed rate after an interval of `i` periods.
+    #[inline]
+    fn smoothed(i: f64, cost: f64, r_prev: f64) -> f64 {
+        // −expm1(−i) keeps 1 − e^{−i} exact for the tiny intervals of a burst, where 1 − α
+        // would cancel to a few digits. No mul_add: without FMA hardware it is a slow libm call
+        // and the sum has no cancellation to protect.
+        let one_minus_alpha = -(-i).exp_m1();
+        one_minus_alpha * cost / i + (-i).exp() * r_prev
+    }
+
+    #[inline]
+    fn r_now(&self, t_prev: u64, r_prev: f64, now: u64, cost: f64) -> f64 {
+        let i = (now.saturating_sub(t_prev) as f64 / self.period_ns as f64).max(MIN_INTERVAL);
+        Self::smoothed(i, cost, r_prev).max(cost)
+    }
+
+    /// The honest wait before a request of `cost` is allowed for a key in state
+    /// `(t_prev, r_prev)` that just saw `r_now > L` at `now`.
+    fn retry_after(&self, t_prev: u64, r_prev: f64, now: u64, cost: f64, r_now: f64) -> u64 {
+        let p = self.period_ns as f64;
+        let i0 = (now.saturating_sub(t_prev) as f64 / p).max(MIN_INTERVAL);
+        let g = |i: f64| Self::smoothed(i, cost, r_prev) - self.limit;
+        // Exim's estimate ignores the retried request itself, so it is early (g > 0) and a
+        // valid left starting point; if rounding made it late, start from i0 instead.
+        let exim = i0 + (r_now / self.limit).ln();
+        let mut i = if exim.is_finite() && exim > i0 && g(exim) > 0.0 {
+            exim
+        } else {
+            i0
+        };
+        for _ in 0..64 {
+            let e = (-i).exp();
+            let slope = cost * (i * e + (-i).exp_m1()) / (i * i) - e * r_prev;
+            let next = i - g(i) / slope;
+            if !(next.is_finite() && next > i) {
+                break;
+            }
+            let done = next - i <= i * 1e-15;
+            i = next;
+            if done {
+                break;
+            }
+        }
+        let guess = i * p - now.saturating_sub(t_prev) as f64;
+        honest_wait(guess, |w| {
+            self.r_now(t_prev, r_prev, now.saturating_add(w), cost) <= self.limit
+        })
+    }
+}
+
+impl Algorithm for Exponential {
+    type State = u128;
+    type Locked = u128;
+
+    #[inline]
+    fn fresh(&self) -> u128 {
+        // t = 0, r = 0.0: the first request sees r_now = max(≤ c, c) = c, as Exim's new key.
+        0
+    }
+
+    #[inline]
+    fn capacity(&self) -> u64 {
+        // r_now ≥ cost, so a cost above L is never allowed. `as` saturates.
+        self.limit.floor() as u64
+    }
+
+    #[inline]
+    fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    fn step(&self, word: u128, now: u64, cost: u64) -> Step<u128> {
+        let (t_prev, r_prev) = Self::unpack(word);
+        let c = cost as f64;
+        let r_now = self.r_now(t_prev, r_prev, now, c);
+        let per_sec = r_now * NANOS_PER_SEC / self.period_ns as f64;
+        // Never move the stored time backwards on a clock read that went backwards.
+        let stored = Self::pack(now.max(t_prev), r_now);
+        if r_now <= self.limit {
+            return Step {
+                decision: Decision::allowed().with_rate(per_sec),
+                state: Some(stored),
+            };
+        }
+        let wait = match self.policy {
+            Policy::Leaky => self.retry_after(t_prev, r_prev, now, c, r_now),
+            Policy::Strict => {
+                let t = now.max(t_prev);
+                let r_next = self.r_now(t, r_now, now, c);
+                self.retry_after(t, r_now, now, c, r_next)
+            }
+        };
+        Step {
+            decision: Decision::denied(wait).with_rate(per_sec),
+            state: (self.policy == Policy::Strict).then_some(stored),
+        }
+    }
+
+    fn fresh_locked(&self) -> u128 {
+        self.fresh()
+    }
+
+    fn step_locked(&self, state: &mut u128, now: u64, cost: u64) -> Decision {
+        step_word_in_place(self, state, now, cost)
+    }
+}

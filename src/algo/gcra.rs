@@ -1,0 +1,264 @@
+//! GCRA, the generic cell rate algorithm, with its token-bucket and leaky-bucket views.
+
+use super::{step_word_in_place, Algorithm, Step};
+use crate::config::{parse_quota, Rate};
+use crate::decision::{Decision, Policy};
+use crate::error::{ConfigError, Field};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// GCRA: `rate` = `n` per `period`, burst `B` (default `n`); emission interval `T = period / n`.
+///
+/// State: one `u64`, the theoretical arrival time `tat` in nanoseconds (fresh key: 0).
+/// * `tat' = max(tat, now) + cost·T`
+/// * allowed iff `tat' − now ≤ B·T`; then `tat'` is stored and
+///   `remaining = ⌊(B·T − (tat' − now)) / T⌋`, `reset_after = tat' − now`.
+/// * denied: `retry_after = tat' − B·T − now`; under [`Policy::Strict`] `tat'` is stored
+///   anyway, so the honest wait is one `cost·T` longer.
+///
+/// A token bucket of capacity `B` refilled at `rate` is the same state seen as
+/// `tokens = (B·T − (tat − now)) / T` ([`Gcra::tokens`]); so is a leaky bucket used as a
+/// meter. Default policy: leaky. All arithmetic is in integer nanoseconds and saturates.
+///
+/// `T` is rounded to the nearest nanosecond (`3/s` gives `T` = 333,333,333 ns).
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::Gcra, Algorithm, Policy, Rate};
+/// use std::time::Duration;
+///
+/// let gcra = Gcra::new(Rate::per_second_of(10.0)?)?.with_burst(5)?;
+/// assert_eq!(gcra.emission_interval(), Duration::from_millis(100));
+/// assert_eq!(gcra, "10/s burst 5".parse()?);
+/// assert_eq!(gcra.policy(), Policy::Leaky);
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    /// Emission interval T, ns.
+    t: u64,
+    /// Burst tolerance B·T, ns.
+    tau: u64,
+    burst: u64,
+    policy: Policy,
+}
+
+/// The outcome of [`Gcra::reserve`]: admit now with a delay (pacing) or deny.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reservation {
+    /// Admitted and counted: the caller should wait `delay` before acting.
+    Admitted {
+        /// How long to wait before acting (zero if the request conforms now).
+        delay: Duration,
+    },
+    /// The delay would exceed the maximum wait; nothing was counted.
+    Denied {
+        /// How long until the same reservation would be admitted within the maximum wait.
+        retry_after: Duration,
+    },
+}
+
+impl Gcra {
+    /// GCRA at `rate`, with the burst defaulting to the rate's count (at least 1) and the
+    /// leaky policy.
+    ///
+    /// Fails if the emission interval rounds to 0 ns (more than one event per nanosecond).
+    pub fn new(rate: Rate) -> Result<Self, ConfigError> {
+        let t = (rate.period_nanos() as f64 / rate.count()).round();
+        if t < 1.0 {
+            return Err(ConfigError::TooLarge {
+                field: Field::Rate,
+                value: rate.to_string(),
+                max: "one event per nanosecond",
+            });
+        }
+        // `as` saturates: a rate slower than one event per u64::MAX ns keeps T = u64::MAX.
+        let t = t as u64;
+        // `as` saturates huge counts; with_burst then rejects the overflowing B·T.
+        let burst = (rate.count().floor() as u64).max(1);
+        Self {
+            t,
+            tau: t,
+            burst: 1,
+            policy: Policy::Leaky,
+        }
+        .with_burst(burst)
+    }
+
+    /// A token bucket holding at most `capacity` tokens, refilled at `refill`, one token per
+    /// unit of cost. Same state and decisions as GCRA with burst `capacity`.
+    pub fn token_bucket(capacity: u64, refill: Rate) -> Result<Self, ConfigError> {
+        Self::new(refill)?.with_burst(capacity)
+    }
+
+    /// A leaky bucket used as a meter: holds at most `capacity`, drains at `leak`; a request
+    /// that would overflow it is denied. Same state and decisions as GCRA with burst
+    /// `capacity`.
+    pub fn leaky_bucket(capacity: u64, leak: Rate) -> Result<Self, ConfigError> {
+        Self::new(leak)?.with_burst(capacity)
+    }
+
+    /// Sets the burst: the largest cost admitted at one instant by a fresh key.
+    pub fn with_burst(self, burst: u64) -> Result<Self, ConfigError> {
+        if burst == 0 {
+            return Err(ConfigError::Zero {
+                field: Field::Burst,
+                value: "0".into(),
+            });
+        }
+        let tau = burst
+            .checked_mul(self.t)
+            .ok_or_else(|| ConfigError::TooLarge {
+                field: Field::Burst,
+                value: burst.to_string(),
+                max: "burst × emission interval within u64::MAX nanoseconds (584 years)",
+            })?;
+        Ok(Self { tau, burst, ..self })
+    }
+
+    /// Sets the policy.
+    pub fn with_policy(self, policy: Policy) -> Self {
+        Self { policy, ..self }
+    }
+
+    /// The emission interval `T`.
+    pub fn emission_interval(&self) -> Duration {
+        Duration::from_nanos(self.t)
+    }
+
+    /// The burst `B`.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// The token-bucket view of a state: whole tokens available at `now`.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, Algorithm};
+    ///
+    /// let g: Gcra = "10/s burst 5".parse()?;
+    /// let tat = g.step(g.fresh(), 0, 3).state.unwrap();
+    /// assert_eq!(g.tokens(tat, 0), 2);
+    /// assert_eq!(g.tokens(tat, 100_000_000), 3); // one token refilled after T = 100 ms
+    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// ```
+    pub fn tokens(&self, tat: u64, now: u64) -> u64 {
+        self.tau.saturating_sub(tat.saturating_sub(now)) / self.t
+    }
+
+    /// Pacing: admits a request of `cost` now if it would conform within `max_wait_ns`,
+    /// returning the delay the caller should wait; otherwise counts nothing.
+    ///
+    /// Returns the outcome and the new state (`None`: unchanged).
+    ///
+    /// ```
+    /// use hotlimit::{algo::{Gcra, Reservation}, Algorithm};
+    /// use std::time::Duration;
+    ///
+    /// let g: Gcra = "10/s burst 1".parse()?;
+    /// let (r, tat) = g.reserve(g.fresh(), 0, 1, 0);
+    /// assert_eq!(r, Reservation::Admitted { delay: Duration::ZERO });
+    /// let (r, tat) = g.reserve(tat.unwrap(), 0, 1, 150_000_000);
+    /// assert_eq!(r, Reservation::Admitted { delay: Duration::from_millis(100) });
+    /// let (r, _) = g.reserve(tat.unwrap(), 0, 1, 150_000_000);
+    /// assert_eq!(r, Reservation::Denied { retry_after: Duration::from_millis(50) });
+    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// ```
+    pub fn reserve(
+        &self,
+        tat: u64,
+        now: u64,
+        cost: u64,
+        max_wait_ns: u64,
+    ) -> (Reservation, Option<u64>) {
+        let new_tat = tat.max(now).saturating_add(cost.saturating_mul(self.t));
+        let delay = (new_tat - now).saturating_sub(self.tau);
+        if delay <= max_wait_ns {
+            let delay = Duration::from_nanos(delay);
+            (Reservation::Admitted { delay }, Some(new_tat))
+        } else {
+            let retry_after = Duration::from_nanos(delay - max_wait_ns);
+            (Reservation::Denied { retry_after }, None)
+        }
+    }
+}
+
+impl FromStr for Gcra {
+    type Err = ConfigError;
+
+    /// Parses `<rate> [burst <n>]`: `10/s`, `600/h`, `10/min burst 20`.
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        let (rate, burst) = parse_quota(s)?;
+        let gcra = Self::new(rate)?;
+        match burst {
+            Some(b) => gcra.with_burst(b),
+            None => Ok(gcra),
+        }
+    }
+}
+
+impl Algorithm for Gcra {
+    type State = u64;
+    type Locked = u64;
+
+    #[inline]
+    fn fresh(&self) -> u64 {
+        0
+    }
+
+    #[inline]
+    fn capacity(&self) -> u64 {
+        self.burst
+    }
+
+    #[inline]
+    fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    #[inline]
+    fn step(&self, tat: u64, now: u64, cost: u64) -> Step<u64> {
+        let increment = cost.saturating_mul(self.t);
+        // A stored tat ahead of `now` also covers a clock read that went backwards.
+        let base = tat.max(now);
+        let new_tat = base.saturating_add(increment);
+        let ahead = new_tat - now;
+        if ahead <= self.tau {
+            return Step {
+                decision: Decision::allowed()
+                    .with_remaining((self.tau - ahead) / self.t)
+                    .with_reset_after(ahead),
+                state: Some(new_tat),
+            };
+        }
+        match self.policy {
+            Policy::Leaky => {
+                let ahead = base - now;
+                Step {
+                    decision: Decision::denied(new_tat - self.tau - now)
+                        .with_remaining(self.tau.saturating_sub(ahead) / self.t)
+                        .with_reset_after(ahead),
+                    state: None,
+                }
+            }
+            // The denied request is counted, so the retry must wait for it too.
+            Policy::Strict => Step {
+                decision: Decision::denied((ahead - self.tau).saturating_add(increment))
+                    .with_remaining(0)
+                    .with_reset_after(ahead),
+                state: Some(new_tat),
+            },
+        }
+    }
+
+    #[inline]
+    fn fresh_locked(&self) -> u64 {
+        0
+    }
+
+    #[inline]
+    fn step_locked(&self, tat: &mut u64, now: u64, cost: u64) -> Decision {
+        step_word_in_place(self, tat, now, cost)
+    }
+}

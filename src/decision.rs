@@ -1,0 +1,206 @@
+//! The answer to a request ([`Decision`]) and what a denied request does to the state
+//! ([`Policy`]).
+
+use std::fmt;
+use std::time::Duration;
+
+/// What a denied request does to a key's state.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::Policy;
+///
+/// assert_eq!("strict".parse::<Policy>(), Ok(Policy::Strict));
+/// assert_eq!(Policy::Leaky.to_string(), "leaky");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Only allowed requests change the state: a client that retries after a denial is not
+    /// punished further.
+    Leaky,
+    /// Every request, allowed or denied, is counted: a client that keeps hammering stays locked
+    /// out until it slows down.
+    Strict,
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Policy::Leaky => "leaky",
+            Policy::Strict => "strict",
+        })
+    }
+}
+
+impl std::str::FromStr for Policy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "leaky" => Ok(Policy::Leaky),
+            "strict" => Ok(Policy::Strict),
+            other => Err(format!("unknown policy `{other}` (expected leaky or strict)")),
+        }
+    }
+}
+
+/// Sentinel for "not known by this algorithm" in the integer fields.
+const NONE: u64 = u64::MAX;
+
+/// The answer to one request.
+///
+/// * [`is_allowed`](Decision::is_allowed): admitted or not.
+/// * [`retry_after`](Decision::retry_after): when denied, how long until the same request
+///   would be allowed with no other traffic. It is honest: never rounded down, and under
+///   [`Policy::Strict`] it accounts for this denied request having been counted. Zero when
+///   allowed.
+/// * [`remaining`](Decision::remaining), [`reset_after`](Decision::reset_after): where the
+///   algorithm knows them, the capacity left after this request and the time until the key is
+///   back to fresh.
+/// * [`rate`](Decision::rate): for the averaging algorithms (EARRRL, exponential), the measured
+///   rate in requests (cost units) per second, so callers can run in dry-run/shadow mode.
+///
+/// It is 40 bytes and `Copy`; the optional fields use sentinels internally.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::Gcra, Algorithm, Rate};
+/// use std::time::Duration;
+///
+/// let gcra = Gcra::new("10/s".parse()?)?.with_burst(1)?;
+/// let first = gcra.step(gcra.fresh(), 0, 1);
+/// assert!(first.decision.is_allowed());
+/// let second = gcra.step(first.state.unwrap(), 0, 1);
+/// assert!(!second.decision.is_allowed());
+/// assert_eq!(second.decision.retry_after(), Duration::from_millis(100));
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+#[derive(Clone, Copy)]
+pub struct Decision {
+    allowed: bool,
+    retry_after: u64,
+    remaining: u64,
+    reset_after: u64,
+    rate: f64,
+}
+
+impl Decision {
+    /// An allowed decision with nothing else known.
+    #[inline]
+    pub(crate) const fn allowed() -> Self {
+        Self {
+            allowed: true,
+            retry_after: 0,
+            remaining: NONE,
+            reset_after: NONE,
+            rate: f64::NAN,
+        }
+    }
+
+    /// A denied decision: retry after `retry_after_ns`.
+    #[inline]
+    pub(crate) const fn denied(retry_after_ns: u64) -> Self {
+        Self {
+            allowed: false,
+            retry_after: retry_after_ns,
+            remaining: NONE,
+            reset_after: NONE,
+            rate: f64::NAN,
+        }
+    }
+
+    #[inline]
+    pub(crate) const fn with_remaining(mut self, remaining: u64) -> Self {
+        // u64::MAX remaining is indistinguishable from "unknown"; one less changes nothing real.
+        self.remaining = if remaining == NONE { NONE - 1 } else { remaining };
+        self
+    }
+
+    #[inline]
+    pub(crate) const fn with_reset_after(mut self, ns: u64) -> Self {
+        self.reset_after = if ns == NONE { NONE - 1 } else { ns };
+        self
+    }
+
+    #[inline]
+    pub(crate) const fn with_rate(mut self, per_second: f64) -> Self {
+        self.rate = per_second;
+        self
+    }
+
+    /// Whether the request is admitted.
+    #[inline]
+    pub fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// Whether the request is denied.
+    #[inline]
+    pub fn is_denied(&self) -> bool {
+        !self.allowed
+    }
+
+    /// How long until the same request would be allowed, with no other traffic; zero when
+    /// allowed.
+    #[inline]
+    pub fn retry_after(&self) -> Duration {
+        Duration::from_nanos(self.retry_after)
+    }
+
+    /// [`retry_after`](Decision::retry_after) in nanoseconds.
+    #[inline]
+    pub fn retry_after_nanos(&self) -> u64 {
+        self.retry_after
+    }
+
+    /// The cost that could still be admitted right after this request, where the algorithm
+    /// knows it.
+    #[inline]
+    pub fn remaining(&self) -> Option<u64> {
+        (self.remaining != NONE).then_some(self.remaining)
+    }
+
+    /// How long until the key's state is back to that of a fresh key, where known.
+    #[inline]
+    pub fn reset_after(&self) -> Option<Duration> {
+        (self.reset_after != NONE).then(|| Duration::from_nanos(self.reset_after))
+    }
+
+    /// The measured rate in cost units per second (EARRRL: just before this request;
+    /// exponential: including it), where the algorithm measures one.
+    #[inline]
+    pub fn rate(&self) -> Option<f64> {
+        (!self.rate.is_nan()).then_some(self.rate)
+    }
+}
+
+impl PartialEq for Decision {
+    /// Exact equality, the rate compared bit for bit (so two "no rate" decisions are equal).
+    fn eq(&self, other: &Self) -> bool {
+        self.allowed == other.allowed
+            && self.retry_after == other.retry_after
+            && self.remaining == other.remaining
+            && self.reset_after == other.reset_after
+            && self.rate.to_bits() == other.rate.to_bits()
+    }
+}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Decision");
+        d.field("allowed", &self.allowed)
+            .field("retry_after", &self.retry_after());
+        if let Some(r) = self.remaining() {
+            d.field("remaining", &r);
+        }
+        if let Some(r) = self.reset_after() {
+            d.field("reset_after", &r);
+        }
+        if let Some(r) = self.rate() {
+            d.field("rate", &r);
+        }
+        d.finish()
+    }
+}

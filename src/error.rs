@@ -1,0 +1,198 @@
+//! Typed errors: [`ConfigError`] for bad configuration, [`CostError`] for a request cost that
+//! can never be admitted.
+
+use std::fmt;
+
+/// The configuration field an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Field {
+    /// A rate such as `10/s`.
+    Rate,
+    /// The period of a rate or quota.
+    Period,
+    /// The burst (largest cost admitted at one instant).
+    Burst,
+    /// EARRRL's half-life.
+    HalfLife,
+    /// A limit (largest count or cost per period or window).
+    Limit,
+    /// A window length.
+    Window,
+    /// A duration given on its own (for example a maximum wait).
+    Duration,
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Field::Rate => "rate",
+            Field::Period => "period",
+            Field::Burst => "burst",
+            Field::HalfLife => "half-life",
+            Field::Limit => "limit",
+            Field::Window => "window",
+            Field::Duration => "duration",
+        })
+    }
+}
+
+/// A configuration value that hotlimit refuses, with the field and the value that caused it.
+///
+/// Every constructor and parser of the crate returns this instead of panicking.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{ConfigError, Field, Rate};
+///
+/// let err = "0/s".parse::<Rate>().unwrap_err();
+/// assert_eq!(err, ConfigError::Zero { field: Field::Rate, value: "0/s".into() });
+/// assert_eq!(err.to_string(), "rate must be positive, got `0/s`");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Zero where a positive value is required.
+    Zero {
+        /// The field.
+        field: Field,
+        /// The value as given.
+        value: String,
+    },
+    /// A negative value.
+    Negative {
+        /// The field.
+        field: Field,
+        /// The value as given.
+        value: String,
+    },
+    /// NaN or infinite.
+    NotFinite {
+        /// The field.
+        field: Field,
+        /// The value as given.
+        value: String,
+    },
+    /// Larger than the state packing or the nanosecond arithmetic can represent.
+    TooLarge {
+        /// The field.
+        field: Field,
+        /// The value as given.
+        value: String,
+        /// The largest accepted value, in words.
+        max: &'static str,
+    },
+    /// Smaller than the algorithm can work with.
+    TooSmall {
+        /// The field.
+        field: Field,
+        /// The value as given.
+        value: String,
+        /// The smallest accepted value, in words.
+        min: &'static str,
+    },
+    /// A human-readable string (`10/s`, `250ms`, `10/min burst 20`) that does not parse.
+    Parse {
+        /// The field being parsed.
+        field: Field,
+        /// The input string.
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+impl ConfigError {
+    /// The field this error is about.
+    pub fn field(&self) -> Field {
+        match self {
+            ConfigError::Zero { field, .. }
+            | ConfigError::Negative { field, .. }
+            | ConfigError::NotFinite { field, .. }
+            | ConfigError::TooLarge { field, .. }
+            | ConfigError::TooSmall { field, .. }
+            | ConfigError::Parse { field, .. } => *field,
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Zero { field, value } => {
+                write!(f, "{field} must be positive, got `{value}`")
+            }
+            ConfigError::Negative { field, value } => {
+                write!(f, "{field} must be positive, got negative `{value}`")
+            }
+            ConfigError::NotFinite { field, value } => {
+                write!(f, "{field} must be a finite number, got `{value}`")
+            }
+            ConfigError::TooLarge { field, value, max } => {
+                write!(f, "{field} `{value}` is too large: at most {max}")
+            }
+            ConfigError::TooSmall { field, value, min } => {
+                write!(f, "{field} `{value}` is too small: at least {min}")
+            }
+            ConfigError::Parse {
+                field,
+                input,
+                reason,
+            } => write!(f, "cannot parse {field} `{input}`: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A request cost that can never be admitted.
+///
+/// Returned by `check_n` instead of a denial that would never end.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::CostError;
+///
+/// let err = CostError::ExceedsCapacity { cost: 7, capacity: 5 };
+/// assert_eq!(err.to_string(), "cost 7 exceeds the capacity 5: it can never be allowed");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CostError {
+    /// A cost of zero: every request costs at least 1.
+    Zero,
+    /// More than the algorithm can ever admit at once (the burst, limit or window limit).
+    ExceedsCapacity {
+        /// The cost asked for.
+        cost: u64,
+        /// The largest cost the limiter can ever admit.
+        capacity: u64,
+    },
+}
+
+impl fmt::Display for CostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CostError::Zero => f.write_str("a request cost must be at least 1, got 0"),
+            CostError::ExceedsCapacity { cost, capacity } => write!(
+                f,
+                "cost {cost} exceeds the capacity {capacity}: it can never be allowed"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CostError {}
+
+/// Checks `cost` against the largest admissible cost.
+#[inline]
+pub(crate) fn check_cost(cost: u64, capacity: u64) -> Result<(), CostError> {
+    if cost == 0 {
+        Err(CostError::Zero)
+    } else if cost > capacity {
+        Err(CostError::ExceedsCapacity { cost, capacity })
+    } else {
+        Ok(())
+    }
+}
