@@ -15,16 +15,11 @@ pub use gcra::{Gcra, Reservation};
 use crate::decision::{Decision, Policy};
 use std::fmt::Debug;
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for u64 {}
-    impl Sealed for u128 {}
-}
-
 /// A plain integer state word that the lock-free store can compare-and-swap: `u64` or `u128`.
 ///
-/// Floats are stored as their bits (`f64::to_bits`).
-pub trait Word: Copy + Eq + Debug + Send + Sync + 'static + sealed::Sealed {}
+/// Floats are stored as their bits (`f64::to_bits`). Sealed: the atomic operations live in a
+/// crate-private supertrait.
+pub trait Word: crate::cell::AtomicWord {}
 impl Word for u64 {}
 impl Word for u128 {}
 
@@ -72,7 +67,8 @@ pub trait Algorithm: Send + Sync + 'static {
     /// The state of a key never seen before.
     fn fresh(&self) -> Self::State;
 
-    /// The largest cost this algorithm can ever admit at once.
+    /// The largest cost this algorithm can ever admit at once; at least 1, so a request of
+    /// cost 1 is always valid.
     fn capacity(&self) -> u64;
 
     /// What a denied request does to the state.

@@ -109,7 +109,7 @@ impl FromStr for Rate {
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/", self.count)?;
-        match UNITS.iter().rev().find(|(_, ns)| *ns == self.period_ns) {
+        match UNITS.iter().find(|(_, ns)| *ns == self.period_ns) {
             Some((name, _)) => f.write_str(name),
             None => write!(f, "{}", DisplayNanos(self.period_ns.into())),
         }
@@ -254,7 +254,12 @@ fn scaled_nanos(count: f64, unit: u64, field: Field, input: &str) -> Result<u64,
 
 pub(crate) fn parse_duration_nanos(s: &str, field: Field) -> Result<u64, ConfigError> {
     let (num, unit) = split_number(s);
-    let v = parse_positive(num, field, s, "expected a number followed by a unit, like `250ms`")?;
+    let v = parse_positive(
+        num,
+        field,
+        s,
+        "expected a number followed by a unit, like `250ms`",
+    )?;
     if unit.is_empty() {
         return Err(parse_error(field, s, MISSING_UNIT));
     }
@@ -420,7 +425,10 @@ mod tests {
         let huge = format!("{}s", "9".repeat(400));
         assert!(matches!(
             nanos(&huge),
-            Err(ConfigError::NotFinite { field: Field::Duration, .. })
+            Err(ConfigError::NotFinite {
+                field: Field::Duration,
+                ..
+            })
         ));
     }
 
@@ -456,9 +464,18 @@ mod tests {
         );
         assert_eq!("/s".parse::<Rate>(), p("/s", "missing count before `/`"));
         assert_eq!("10/".parse::<Rate>(), p("10/", MISSING_UNIT));
-        assert_eq!("10/fortnight".parse::<Rate>(), p("10/fortnight", "unknown unit"));
-        assert_eq!("ten/s".parse::<Rate>(), p("ten/s", "missing count before `/`"));
-        assert_eq!("nan/s".parse::<Rate>(), p("nan/s", "missing count before `/`"));
+        assert_eq!(
+            "10/fortnight".parse::<Rate>(),
+            p("10/fortnight", "unknown unit")
+        );
+        assert_eq!(
+            "ten/s".parse::<Rate>(),
+            p("ten/s", "missing count before `/`")
+        );
+        assert_eq!(
+            "nan/s".parse::<Rate>(),
+            p("nan/s", "missing count before `/`")
+        );
         assert_eq!("1x/s".parse::<Rate>(), p("1x/s", "not a decimal number"));
         assert_eq!("10/5".parse::<Rate>(), p("10/5", MISSING_UNIT));
         assert_eq!(
@@ -498,14 +515,20 @@ mod tests {
         );
         assert!(matches!(
             Rate::new(1.0, Duration::MAX),
-            Err(ConfigError::TooLarge { field: Field::Period, .. })
+            Err(ConfigError::TooLarge {
+                field: Field::Period,
+                ..
+            })
         ));
     }
 
     #[test]
     fn quotas_and_counts() {
         let (r, b) = parse_quota("10/min burst 20").unwrap();
-        assert_eq!((r.count(), r.period_nanos(), b), (10.0, 60_000_000_000, Some(20)));
+        assert_eq!(
+            (r.count(), r.period_nanos(), b),
+            (10.0, 60_000_000_000, Some(20))
+        );
         assert_eq!(parse_quota("10/s").unwrap().1, None);
         assert_eq!(
             parse_quota("10/s burst 0"),
@@ -531,7 +554,10 @@ mod tests {
         );
         assert!(matches!(
             parse_count("99999999999999999999999", Field::Limit),
-            Err(ConfigError::TooLarge { field: Field::Limit, .. })
+            Err(ConfigError::TooLarge {
+                field: Field::Limit,
+                ..
+            })
         ));
     }
 

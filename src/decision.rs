@@ -40,7 +40,9 @@ impl std::str::FromStr for Policy {
         match s {
             "leaky" => Ok(Policy::Leaky),
             "strict" => Ok(Policy::Strict),
-            other => Err(format!("unknown policy `{other}` (expected leaky or strict)")),
+            other => Err(format!(
+                "unknown policy `{other}` (expected leaky or strict)"
+            )),
         }
     }
 }
@@ -114,7 +116,11 @@ impl Decision {
     #[inline]
     pub(crate) const fn with_remaining(mut self, remaining: u64) -> Self {
         // u64::MAX remaining is indistinguishable from "unknown"; one less changes nothing real.
-        self.remaining = if remaining == NONE { NONE - 1 } else { remaining };
+        self.remaining = if remaining == NONE {
+            NONE - 1
+        } else {
+            remaining
+        };
         self
     }
 

@@ -14,3 +14,13 @@ pub use clock::{Clock, ManualClock, QuantaClock};
 pub use config::{parse_duration, Rate};
 pub use decision::{Decision, Policy};
 pub use error::{ConfigError, CostError, Field};
+
+mod cell;
+mod limiter;
+mod stats;
+
+pub use limiter::{
+    Cas, CasLimiter, DirectLimiter, KeyedLimiter, Locked, MutexLimiter, RateLimiter,
+    ShardedLimiter, Variant,
+};
+pub use stats::CasStats;

@@ -105,7 +105,10 @@ fn earrrl_spec_vector() {
         (18, 3.024221906765),
     ] {
         let got = ds[k].rate().unwrap();
-        assert!(rel(got, want) < 1e-11, "request {k}: rate {got}, want {want}");
+        assert!(
+            rel(got, want) < 1e-11,
+            "request {k}: rate {got}, want {want}"
+        );
     }
     let first_denied = ds.iter().position(|d| d.is_denied());
     assert_eq!(first_denied, Some(18));

@@ -190,7 +190,8 @@ impl Algorithm for Earrrl {
             return Decision::allowed().with_rate(rate);
         }
         let (n, t) = (st.n, st.t);
-        let guess = (t - now + (n * self.lambda / self.max_rate).ln() / self.lambda) * NANOS_PER_SEC;
+        let guess =
+            (t - now + (n * self.lambda / self.max_rate).ln() / self.lambda) * NANOS_PER_SEC;
         let wait = honest_wait(guess, |w| {
             let later = secs(now_ns.saturating_add(w)).max(t);
             n * self.lambda * (self.lambda * (t - later)).exp() <= self.max_rate
