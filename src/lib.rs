@@ -1,4 +1,90 @@
-//! hotlimit: a lock-free, high-throughput, concurrent in-memory rate limiter.
+//! hotlimit: a lock-free, high-throughput, concurrent in-memory rate limiter for the hot path
+//! of proxies and API servers.
+//!
+//! ```
+//! use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+//! use std::time::Duration;
+//!
+//! // 10 requests per second per client, bursts of up to 5.
+//! let clock = ManualClock::new(); // tests and replays; `CasLimiter::new` uses the TSC clock
+//! let limiter = CasLimiter::<String, _, _>::with_clock("10/s burst 5".parse::<Gcra>()?, clock.clone());
+//!
+//! for _ in 0..5 {
+//!     assert!(limiter.check("203.0.113.7").is_allowed());
+//! }
+//! let denied = limiter.check("203.0.113.7");
+//! assert!(denied.is_denied());
+//! assert_eq!(denied.retry_after(), Duration::from_millis(100)); // honest: retry then and pass
+//!
+//! clock.advance(denied.retry_after());
+//! assert!(limiter.check("203.0.113.7").is_allowed());
+//! assert!(limiter.check("198.51.100.1").is_allowed()); // keys are independent
+//! # Ok::<(), hotlimit::ConfigError>(())
+//! ```
+//!
+//! # Usage
+//!
+//! Pick an algorithm from [`algo`], configure it (constructors validate and return
+//! [`ConfigError`]; [`Rate`] and [`algo::Gcra`] also parse strings such as `"100/s"`,
+//! `"600/h"`, `"10/min burst 20"`), and put it in a limiter:
+//!
+//! * [`CasLimiter`]: keyed, lock-free (the default choice).
+//! * [`MutexLimiter`]: keyed, the same map with each key's state behind a mutex (the
+//!   pessimistic twin, to compare on your workload).
+//! * [`DirectLimiter`]: one unkeyed limit (a global cap).
+//! * [`ShardedLimiter`]: a sharded `Mutex<HashMap>`, kept as a benchmark baseline.
+//!
+//! [`KeyedLimiter::check`] decides a request of cost 1, [`KeyedLimiter::check_n`] one of any
+//! cost (bytes, tokens); a cost that could never be admitted is a [`CostError`], not an
+//! endless denial. The [`Decision`] says whether the request is allowed, and when denied how
+//! long until the same request would pass (`retry_after`, honest: never rounded down). It also
+//! carries `remaining` and `reset_after` where the algorithm knows them, and the measured
+//! `rate` for the averaging algorithms, so you can run them in dry-run or shadow mode.
+//!
+//! Time comes from a [`Clock`]: [`QuantaClock`] (TSC-backed) by default, [`ManualClock`] for
+//! tests, simulations and trace replay.
+//!
+//! # Algorithms
+//!
+//! | algorithm | state | default policy | use it when |
+//! |---|---|---|---|
+//! | [`algo::Gcra`] | 1 × u64 | leaky | you want a rate with a burst: the default; also the token bucket ([`algo::Gcra::token_bucket`]) and leaky bucket ([`algo::Gcra::leaky_bucket`]), and pacing ([`CasLimiter::reserve`](KeyedLimiter::reserve)) |
+//! | [`algo::Earrrl`] | 1 × u64 (f64 bits) | strict | abusers must stay locked out while they keep abusing; the measured rate decays with a half-life |
+//! | [`algo::Exponential`] | 1 × u128 | leaky | you want Exim's `ratelimit` semantics: a smoothed rate over a period, bursts up to the limit |
+//!
+//! [`Policy::Leaky`]: only allowed requests change the state (a retrying client is not punished
+//! further). [`Policy::Strict`]: every request counts, so a client that keeps hammering stays
+//! locked out until it slows down.
+//!
+//! Every algorithm is a pure function `(state, now, cost) -> (new state, Decision)`
+//! ([`Algorithm::step`]), usable on its own.
+//!
+//! # Consistency
+//!
+//! Decisions are linearizable per key: whatever the threads and interleavings, they equal those
+//! of some sequential order of the same requests; at one fixed `now`, N threads firing at one
+//! key get exactly as many allowed as one thread would. No update is ever lost. This is tested
+//! with real threads (`tests/stress.rs`) and model-checked with loom (`tests/loom.rs`).
+//! A clock read that goes backwards (TSC skew between cores) is treated as equal to the stored
+//! time, never as an error.
+//!
+//! # Performance
+//!
+//! For a key already present, [`CasLimiter::check`](KeyedLimiter::check) takes no lock and
+//! allocates nothing: one hash, one lock-free `papaya` lookup, one clock read, the pure step
+//! and one `compare_exchange_weak`. A leaky denial writes nothing. `cargo bench --bench keyed`
+//! compares it with the mutex twin, the sharded baseline and a bare papaya `get` +
+//! `fetch_add`; the README keeps the numbers.
+//!
+//! # Implementation
+//!
+//! * `algo/`: the pure state machines. Floats are stored as bits; numerically delicate steps
+//!   use `exp_m1`, `ln_1p` and log-sum-exp, each with a comment saying why.
+//! * `cell.rs`: the crate's one CAS loop ([`Algorithm::step`] re-run on the word that won a
+//!   race, with `crossbeam_utils::Backoff`), and the mutex cell.
+//! * `limiter.rs`: the map and the public limiters.
+//! * `sync.rs`: every atomic and lock used by the protocol, swapped for loom's under
+//!   `--cfg hotlimit_loom`.
 #![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]
 

@@ -460,11 +460,14 @@ impl<A: Algorithm + fmt::Debug, C: fmt::Debug, V: Variant<A>> fmt::Debug
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 pub struct ShardedLimiter<K, A: Algorithm, C = QuantaClock> {
-    shards: Box<[CachePadded<Mutex<HashMap<K, A::Locked, ahash::RandomState>>>]>,
+    shards: Box<[Shard<K, A::Locked>]>,
     hasher: ahash::RandomState,
     algo: A,
     clock: C,
 }
+
+/// One lock-guarded shard, padded so neighbouring locks do not share a cache line.
+type Shard<K, S> = CachePadded<Mutex<HashMap<K, S, ahash::RandomState>>>;
 
 impl<K: Hash + Eq + Send, A: Algorithm> ShardedLimiter<K, A, QuantaClock> {
     /// A sharded baseline running `algo` on the default clock.

@@ -1,0 +1,81 @@
+//! Shared test harness: every algorithm (both policies) in every limiter variant.
+
+#![allow(dead_code)]
+
+use hotlimit::algo::{Earrrl, Exponential, Gcra};
+use hotlimit::{
+    Algorithm, CasLimiter, ManualClock, MutexLimiter, Policy, Rate, RateLimiter, ShardedLimiter,
+};
+use std::time::Duration;
+
+/// A limiter under test, built on a given manual clock.
+pub type Make = Box<dyn Fn(ManualClock) -> Box<dyn RateLimiter<u64>> + Sync>;
+
+/// A named algorithm configuration, with a limiter factory per store variant.
+pub struct Case {
+    pub name: String,
+    pub variants: Vec<(&'static str, Make)>,
+}
+
+fn variants<A: Algorithm + Clone>(algo: A) -> Vec<(&'static str, Make)> {
+    let (a, b, c) = (algo.clone(), algo.clone(), algo);
+    vec![
+        (
+            "cas",
+            Box::new(move |clock| {
+                Box::new(CasLimiter::<u64, A, ManualClock>::with_clock(
+                    a.clone(),
+                    clock,
+                ))
+            }),
+        ),
+        (
+            "mutex",
+            Box::new(move |clock| {
+                Box::new(MutexLimiter::<u64, A, ManualClock>::with_clock(
+                    b.clone(),
+                    clock,
+                ))
+            }),
+        ),
+        (
+            "sharded",
+            Box::new(move |clock| {
+                Box::new(ShardedLimiter::<u64, A, ManualClock>::with_clock(
+                    c.clone(),
+                    clock,
+                ))
+            }),
+        ),
+    ]
+}
+
+/// Every algorithm, in both policies.
+pub fn cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for policy in [Policy::Leaky, Policy::Strict] {
+        let gcra = "100/s burst 20"
+            .parse::<Gcra>()
+            .unwrap()
+            .with_policy(policy);
+        let earrrl = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(5.0).unwrap())
+            .unwrap()
+            .with_policy(policy);
+        let exp = Exponential::new(25.0, Duration::from_secs(1))
+            .unwrap()
+            .with_policy(policy);
+        out.push(Case {
+            name: format!("gcra/{policy}"),
+            variants: variants(gcra),
+        });
+        out.push(Case {
+            name: format!("earrrl/{policy}"),
+            variants: variants(earrrl),
+        });
+        out.push(Case {
+            name: format!("exponential/{policy}"),
+            variants: variants(exp),
+        });
+    }
+    out
+}

@@ -1,0 +1,106 @@
+//! loom models of the CAS cell (SPEC 4): every interleaving of 2–3 threads updating one state
+//! word gives the totals and final state of some sequential order.
+//!
+//! Run with: `RUSTFLAGS="--cfg hotlimit_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release --test loom`
+//! Under that cfg the crate's atomics and locks are loom's (see `src/sync.rs`). The models use
+//! the direct limiter (one cell) rather than the papaya map, which loom does not model.
+#![cfg(hotlimit_loom)]
+
+use hotlimit::algo::{Earrrl, Gcra};
+use hotlimit::{Algorithm, DirectLimiter, Locked, ManualClock, Policy, Rate, Variant};
+use loom::sync::Arc;
+use loom::thread;
+use std::time::Duration;
+
+const T: u64 = 10_000_000; // 100/s
+
+/// `threads` threads each send `per_thread` requests at a frozen clock; returns the number
+/// allowed and the `retry_after` (ns) a further request then sees, which pins the final state.
+fn run<A, V>(algo: A, threads: usize, per_thread: usize) -> (usize, u64)
+where
+    A: Algorithm,
+    V: Variant<A>,
+{
+    let limiter = Arc::new(DirectLimiter::<A, ManualClock, V>::with_clock(
+        algo,
+        ManualClock::new(),
+    ));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let l = limiter.clone();
+            thread::spawn(move || (0..per_thread).filter(|_| l.check().is_allowed()).count())
+        })
+        .collect();
+    let allowed = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    let after = limiter.check();
+    assert!(after.is_denied());
+    (allowed, after.retry_after_nanos())
+}
+
+fn gcra(burst: u64, policy: Policy) -> Gcra {
+    "100/s"
+        .parse::<Gcra>()
+        .unwrap()
+        .with_burst(burst)
+        .unwrap()
+        .with_policy(policy)
+}
+
+#[test]
+fn gcra_leaky_two_threads_two_requests_each() {
+    loom::model(|| {
+        // Burst 3 of 4 requests: exactly 3 admitted, tat = 3T, next retry after T.
+        assert_eq!(
+            run::<_, hotlimit::Cas>(gcra(3, Policy::Leaky), 2, 2),
+            (3, T)
+        );
+    });
+}
+
+#[test]
+fn gcra_leaky_three_threads() {
+    loom::model(|| {
+        assert_eq!(
+            run::<_, hotlimit::Cas>(gcra(2, Policy::Leaky), 3, 1),
+            (2, T)
+        );
+    });
+}
+
+#[test]
+fn gcra_strict_counts_every_request_once() {
+    loom::model(|| {
+        // Burst 1, 4 requests: 1 admitted; strict stores all 4 (tat = 4T). The fifth, probing
+        // request is stored too (tat' = 5T), so its honest wait is tat' + T − B·T = 5T.
+        assert_eq!(
+            run::<_, hotlimit::Cas>(gcra(1, Policy::Strict), 2, 2),
+            (1, 5 * T)
+        );
+    });
+}
+
+#[test]
+fn earrrl_strict_two_threads() {
+    let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+    // Sequential reference (outside the model: plain arithmetic, no atomics).
+    let mut s = e.fresh();
+    let mut allowed = 0;
+    for _ in 0..4 {
+        let step = e.step(s, 0, 1);
+        allowed += step.decision.is_allowed() as usize;
+        s = step.state.unwrap_or(s);
+    }
+    let retry = e.step(s, 0, 1).decision.retry_after_nanos();
+    assert_eq!(allowed, 2);
+    loom::model(move || {
+        // The retry-after of the probe pins the final word: bit-identical float arithmetic.
+        assert_eq!(run::<_, hotlimit::Cas>(e, 2, 2), (allowed, retry));
+    });
+}
+
+#[test]
+fn mutex_twin_same_totals() {
+    loom::model(|| {
+        assert_eq!(run::<_, Locked>(gcra(3, Policy::Leaky), 2, 2), (3, T));
+    });
+}
