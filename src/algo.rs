@@ -60,8 +60,9 @@ pub struct Step<S> {
 pub trait Algorithm: Send + Sync + 'static {
     /// The state word the lock-free store keeps per key.
     type State: Word;
-    /// The state the mutex twin keeps per key (for most algorithms the same word; EARRRL keeps
-    /// its textbook two-field form there).
+    /// The state the mutex twin keeps per key. For the algorithms of this crate it is the
+    /// same word, so the twin runs the very same step and differs from the lock-free store
+    /// only in how it synchronizes; the type stays open for states no word can hold.
     type Locked: Send + Debug;
 
     /// The state of a key never seen before.
@@ -99,20 +100,45 @@ pub(crate) fn step_word_in_place<A: Algorithm>(
     step.decision
 }
 
-/// The smallest wait, starting from the float estimate `guess_ns`, after which `allowed_at`
-/// holds. Float algorithms compute an estimate, then check it with the very arithmetic the next
-/// request will run, so a `retry_after` is never early by a rounding error. Steps double, so
-/// this ends within 64 probes whatever the estimate.
+/// The smallest wait after which `allowed_at` holds, found from the float estimate `guess_ns`.
+///
+/// Float algorithms estimate the wait in closed form (or by Newton), then settle it with the
+/// very arithmetic the next request will run, so a `retry_after` is neither early by a rounding
+/// error (dishonest) nor late by one (not the earliest): gallop up to an allowed wait, gallop
+/// down to a denied one, bisect between. With a good estimate that is two probes; whatever the
+/// estimate, each phase ends within 64 probes. `allowed_at` is monotone in the wait (rates
+/// only decay while idle), which the bisection relies on.
 pub(crate) fn honest_wait(guess_ns: f64, allowed_at: impl Fn(u64) -> bool) -> u64 {
-    // `as` saturates (NaN becomes 0); a denied request always waits at least 1 ns.
-    let mut wait = (guess_ns.ceil() as u64).max(1);
+    // A wait of 0 repeats the request that was just denied.
+    let mut denied = 0u64;
+    // `as` saturates (NaN becomes 0).
+    let mut allowed = (guess_ns.ceil() as u64).max(1);
     let mut step = 1u64;
-    for _ in 0..64 {
-        if allowed_at(wait) {
-            break;
+    while !allowed_at(allowed) {
+        if allowed == u64::MAX {
+            return allowed;
         }
-        wait = wait.saturating_add(step);
+        denied = allowed;
+        allowed = allowed.saturating_add(step);
         step = step.saturating_mul(2);
     }
-    wait
+    step = 1;
+    while allowed - denied > 1 {
+        let probe = allowed - step.min(allowed - denied - 1);
+        if !allowed_at(probe) {
+            denied = probe;
+            break;
+        }
+        allowed = probe;
+        step = step.saturating_mul(2);
+    }
+    while allowed - denied > 1 {
+        let mid = denied + (allowed - denied) / 2;
+        if allowed_at(mid) {
+            allowed = mid;
+        } else {
+            denied = mid;
+        }
+    }
+    allowed
 }

@@ -110,3 +110,8 @@ pub use limiter::{
     ShardedLimiter, Variant,
 };
 pub use stats::CasStats;
+
+/// The README's examples, compiled and run as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

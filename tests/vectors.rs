@@ -1,6 +1,6 @@
 //! The vectors of SPEC 3.1–3.3, reproduced exactly.
 
-use hotlimit::algo::{Earrrl, Exponential, Gcra};
+use hotlimit::algo::{Earrrl, EarrrlPair, Exponential, Gcra};
 use hotlimit::{Algorithm, Decision, Policy, Rate};
 use std::time::Duration;
 
@@ -113,10 +113,10 @@ fn earrrl_spec_vector() {
     let first_denied = ds.iter().position(|d| d.is_denied());
     assert_eq!(first_denied, Some(18));
     // The same vector through the two-field form.
-    let mut pair = e.fresh_locked();
+    let mut pair = EarrrlPair::FRESH;
     let locked: Vec<Decision> = reqs
         .iter()
-        .map(|&(now, cost)| e.step_locked(&mut pair, now, cost))
+        .map(|&(now, cost)| e.step_pair(&mut pair, now, cost))
         .collect();
     for (a, b) in ds.iter().zip(&locked) {
         assert_eq!(a.is_allowed(), b.is_allowed());

@@ -1,7 +1,7 @@
 //! EARRRL: the estimated average recent request rate, an exponentially decaying rate that keeps
 //! a client locked out while it keeps abusing.
 
-use super::{honest_wait, Algorithm, Step};
+use super::{honest_wait, step_word_in_place, Algorithm, Step};
 use crate::config::{Rate, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -17,8 +17,13 @@ use std::time::Duration;
 ///
 /// The lock-free store keeps ONE word: the virtual time `S = T + ln(N)/λ` (seconds, as `f64`
 /// bits; a fresh key has `S = −∞`). Then the rate is `λ·e^{λ(S−now)}` and the update is
-/// `S ← now + ln(c + e^{λ(S−now)})/λ`. The mutex twin keeps the two-field form
-/// ([`EarrrlPair`]); both give the same decisions.
+/// `S ← now + ln(c + e^{λ(S−now)})/λ`. [`Earrrl::step_pair`] runs the textbook two-field form
+/// ([`EarrrlPair`]); property tests check both give the same decisions and rates (to 1e-9
+/// relative; measured differences stay below 1e-12) over long random traces.
+///
+/// The mutex twin runs the one-word step under its lock, like every other algorithm: two float
+/// forms agree in decisions but not in the last bits of the rate, and the twins must print
+/// byte-identical decisions so that they differ only in how they synchronize.
 ///
 /// `retry_after` is the time until the rate decays to `R`, `(S − now) + ln(λ/R)/λ`, rounded up
 /// to a nanosecond at which the next step really allows. [`Decision::rate`] is the rate just
@@ -125,6 +130,45 @@ impl Earrrl {
             self.rate_at(s, secs(now_ns.saturating_add(w))) <= self.max_rate
         })
     }
+
+    /// The textbook two-field form of [`Algorithm::step`]: decides a request of `cost` at
+    /// `now_ns` for a key in state `st`, updating it in place. A reference implementation,
+    /// kept to check the one-word form against.
+    ///
+    /// ```
+    /// use hotlimit::{algo::{Earrrl, EarrrlPair}, Algorithm, Rate};
+    /// use std::time::Duration;
+    ///
+    /// let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0)?)?;
+    /// let mut pair = EarrrlPair::FRESH;
+    /// e.step_pair(&mut pair, 0, 1);
+    /// let d = e.step_pair(&mut pair, 250_000_000, 1);
+    /// let word = e.step(e.step(e.fresh(), 0, 1).state.unwrap(), 250_000_000, 1).decision;
+    /// assert!((d.rate().unwrap() / word.rate().unwrap() - 1.0).abs() < 1e-12);
+    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// ```
+    pub fn step_pair(&self, st: &mut EarrrlPair, now_ns: u64, cost: u64) -> Decision {
+        // The two-field form knows T, so it can clamp a clock read that went backwards.
+        let now = secs(now_ns).max(st.t);
+        let decay = (self.lambda * (st.t - now)).exp();
+        let rate = st.n * self.lambda * decay;
+        let allowed = rate <= self.max_rate;
+        if allowed || self.policy == Policy::Strict {
+            st.n = cost as f64 + st.n * decay;
+            st.t = now;
+        }
+        if allowed {
+            return Decision::allowed().with_rate(rate);
+        }
+        let (n, t) = (st.n, st.t);
+        let guess =
+            (t - now + (n * self.lambda / self.max_rate).ln() / self.lambda) * NANOS_PER_SEC;
+        let wait = honest_wait(guess, |w| {
+            let later = secs(now_ns.saturating_add(w)).max(t);
+            n * self.lambda * (self.lambda * (t - later)).exp() <= self.max_rate
+        });
+        Decision::denied(wait).with_rate(rate)
+    }
 }
 
 #[inline]
@@ -134,7 +178,7 @@ fn secs(ns: u64) -> f64 {
 
 impl Algorithm for Earrrl {
     type State = u64;
-    type Locked = EarrrlPair;
+    type Locked = u64;
 
     #[inline]
     fn fresh(&self) -> u64 {
@@ -172,40 +216,26 @@ impl Algorithm for Earrrl {
         }
     }
 
-    fn fresh_locked(&self) -> EarrrlPair {
-        EarrrlPair { n: 0.0, t: 0.0 }
+    fn fresh_locked(&self) -> u64 {
+        self.fresh()
     }
 
-    fn step_locked(&self, st: &mut EarrrlPair, now_ns: u64, cost: u64) -> Decision {
-        // The two-field form knows T, so it can clamp a clock read that went backwards.
-        let now = secs(now_ns).max(st.t);
-        let decay = (self.lambda * (st.t - now)).exp();
-        let rate = st.n * self.lambda * decay;
-        let allowed = rate <= self.max_rate;
-        if allowed || self.policy == Policy::Strict {
-            st.n = cost as f64 + st.n * decay;
-            st.t = now;
-        }
-        if allowed {
-            return Decision::allowed().with_rate(rate);
-        }
-        let (n, t) = (st.n, st.t);
-        let guess =
-            (t - now + (n * self.lambda / self.max_rate).ln() / self.lambda) * NANOS_PER_SEC;
-        let wait = honest_wait(guess, |w| {
-            let later = secs(now_ns.saturating_add(w)).max(t);
-            n * self.lambda * (self.lambda * (t - later)).exp() <= self.max_rate
-        });
-        Decision::denied(wait).with_rate(rate)
+    fn step_locked(&self, state: &mut u64, now: u64, cost: u64) -> Decision {
+        step_word_in_place(self, state, now, cost)
     }
 }
 
 /// EARRRL's textbook two-field state: `n` requests assumed to have arrived together at `t`
-/// (seconds since the clock's origin). The mutex twin keeps this form.
+/// (seconds since the clock's origin), for [`Earrrl::step_pair`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EarrrlPair {
     /// N, cost units.
     pub n: f64,
     /// T, seconds since the clock's origin.
     pub t: f64,
+}
+
+impl EarrrlPair {
+    /// The state of a key never seen: no requests.
+    pub const FRESH: EarrrlPair = EarrrlPair { n: 0.0, t: 0.0 };
 }
