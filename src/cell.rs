@@ -96,12 +96,9 @@ impl<W: Word> CasCell<W> {
             let (out, new) = f(current);
             let Some(new) = new else { return out };
             match W::cas_weak(&self.word, current, new) {
-                Ok(_) => {
-                    stats.record(0);
-                    return out;
-                }
+                Ok(_) => return out,
                 Err(actual) => {
-                    stats.record(1);
+                    stats.retry();
                     current = actual;
                     backoff.spin();
                 }

@@ -1,5 +1,5 @@
-//! CAS retry statistics, striped so that counting never becomes the contended hot spot it
-//! measures.
+//! CAS retry statistics, counted only where a retry happens so that counting never becomes
+//! the hot spot it measures.
 
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
@@ -8,10 +8,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// Stripes: enough that a few dozen threads rarely share one.
 const STRIPES: usize = 32;
 
-/// Counts of compare-and-swap attempts and failures in a lock-free limiter.
+/// Compare-and-swap retries in a lock-free limiter.
 ///
-/// `failures / attempts` is the share of CAS attempts that lost a race and re-ran the
-/// algorithm; a leaky denial makes no attempt at all.
+/// A retry is a CAS that lost a race: another thread changed the word between this request's
+/// load and its CAS, so the algorithm re-ran on the winner's word. Retries are counted on the
+/// slow path only. Counting every attempt would cost a shared-line `fetch_add` per request:
+/// measured on the 2-core box, that added 5.4 ns (22%) to a one-key check and ~34 ns to a
+/// 1M-key one. The CAS attempts of `n` requests are therefore `writes + retries`, where writes
+/// are the allowed requests plus, under the strict policy, the denied ones (a leaky denial
+/// writes nothing).
 ///
 /// # Examples
 ///
@@ -20,25 +25,21 @@ const STRIPES: usize = 32;
 ///
 /// let limiter = CasLimiter::<u64, _, _>::with_clock("10/s".parse::<Gcra>()?, ManualClock::new());
 /// limiter.check(&1);
-/// let stats = limiter.cas_stats();
-/// assert_eq!((stats.attempts, stats.failures), (1, 0));
+/// assert_eq!(limiter.cas_stats().retries, 0); // one thread never loses a race
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CasStats {
-    /// Compare-and-swap attempts.
-    pub attempts: u64,
-    /// Attempts that failed because another thread changed the word first.
-    pub failures: u64,
+    /// CAS attempts that failed because another thread changed the word first.
+    pub retries: u64,
 }
 
 #[derive(Default)]
 struct Stripe {
-    attempts: AtomicU64,
-    failures: AtomicU64,
+    retries: AtomicU64,
 }
 
-/// Striped counters; each thread writes the stripe its id maps to.
+/// Striped retry counters; each thread writes the stripe its id maps to.
 #[doc(hidden)]
 pub struct Stats {
     stripes: Box<[CachePadded<Stripe>]>,
@@ -72,22 +73,22 @@ fn stripe_index() -> usize {
 }
 
 impl Stats {
-    /// Records one CAS attempt, `failed` (0 or 1) of which failed.
-    #[inline]
-    pub(crate) fn record(&self, failed: u64) {
-        let s = &self.stripes[stripe_index()];
-        s.attempts.fetch_add(1, Ordering::Relaxed);
-        if failed != 0 {
-            s.failures.fetch_add(1, Ordering::Relaxed);
-        }
+    /// Records one failed CAS. Striped by thread, so contended keys do not also contend on
+    /// the counter.
+    #[cold]
+    pub(crate) fn retry(&self) {
+        self.stripes[stripe_index()]
+            .retries
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> CasStats {
-        self.stripes
-            .iter()
-            .fold(CasStats::default(), |acc, s| CasStats {
-                attempts: acc.attempts + s.attempts.load(Ordering::Relaxed),
-                failures: acc.failures + s.failures.load(Ordering::Relaxed),
-            })
+        CasStats {
+            retries: self
+                .stripes
+                .iter()
+                .map(|s| s.retries.load(Ordering::Relaxed))
+                .sum(),
+        }
     }
 }

@@ -117,7 +117,4 @@ fn direct_limiter_totals_under_threads() {
             .fold((0, 0), |acc, x| (acc.0 + x.0, acc.1 + x.1))
     });
     assert_eq!((a, b), (20, 20));
-    // Every successful CAS admitted one request (leaky denials make no attempt).
-    let stats = cas.cas_stats();
-    assert_eq!(stats.attempts - stats.failures, 20);
 }
