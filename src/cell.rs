@@ -88,7 +88,7 @@ impl<W: Word> CasCell<W> {
     /// The crate's one CAS loop: runs the pure `f` on the current word; if it returns a new
     /// word, installs it with `compare_exchange_weak`, and on failure re-runs `f` on the word
     /// that won. An unchanged word (a leaky denial) needs no CAS at all.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn update<T>(&self, stats: &Stats, mut f: impl FnMut(W) -> (T, Option<W>)) -> T {
         let mut current = self.load();
         let backoff = Backoff::new();
@@ -107,7 +107,7 @@ impl<W: Word> CasCell<W> {
     }
 
     /// Runs one algorithm step.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn step<A: Algorithm<State = W>>(
         &self,
         algo: &A,

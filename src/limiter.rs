@@ -84,7 +84,7 @@ impl<A: Algorithm> Variant<A> for Cas {
         CasCell::new(algo.fresh())
     }
 
-    #[inline]
+    #[inline(always)]
     fn step(cell: &Self::Cell, algo: &A, now: u64, cost: u64, stats: &Stats) -> Decision {
         cell.step(algo, now, cost, stats)
     }
@@ -222,7 +222,7 @@ where
     }
 
     /// The cell for `key`, inserted fresh on first sight.
-    #[inline]
+    #[inline(always)]
     fn cell<'g, Q>(&self, key: &Q, guard: &'g impl papaya::Guard) -> &'g V::Cell
     where
         K: Borrow<Q> + 'g,
