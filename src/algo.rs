@@ -8,7 +8,7 @@ mod earrrl;
 mod exponential;
 mod gcra;
 
-pub use earrrl::{Earrrl, EarrrlPair};
+pub use earrrl::{Earrrl, EarrrlPair, IDLE_EPSILON};
 pub use exponential::Exponential;
 pub use gcra::{Gcra, Reservation};
 
@@ -17,7 +17,9 @@ use std::fmt::Debug;
 
 /// A plain integer state word that the lock-free store can compare-and-swap: `u64` or `u128`.
 ///
-/// Floats are stored as their bits (`f64::to_bits`). Sealed: the atomic operations live in a
+/// Floats are stored as their bits (`f64::to_bits`). All ones (`u64::MAX`, `u128::MAX`) is
+/// reserved as the eviction tombstone; no algorithm stores it (a NaN in float words, a time of
+/// 584 years in GCRA's, which saturates one below). Sealed: the atomic operations live in a
 /// crate-private supertrait.
 pub trait Word: crate::cell::AtomicWord {}
 impl Word for u64 {}
@@ -58,12 +60,9 @@ pub struct Step<S> {
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 pub trait Algorithm: Send + Sync + 'static {
-    /// The state word the lock-free store keeps per key.
+    /// The state word kept per key. It must never be all ones (`Word::TOMBSTONE`): the stores
+    /// reserve that value to mark a cell being evicted.
     type State: Word;
-    /// The state the mutex twin keeps per key. For the algorithms of this crate it is the
-    /// same word, so the twin runs the very same step and differs from the lock-free store
-    /// only in how it synchronizes; the type stays open for states no word can hold.
-    type Locked: Send + Debug;
 
     /// The state of a key never seen before.
     fn fresh(&self) -> Self::State;
@@ -78,26 +77,11 @@ pub trait Algorithm: Send + Sync + 'static {
     /// Decides one request of `cost` at `now` (nanoseconds since the clock's origin).
     fn step(&self, state: Self::State, now: u64, cost: u64) -> Step<Self::State>;
 
-    /// The mutex twin's fresh state.
-    fn fresh_locked(&self) -> Self::Locked;
-
-    /// The mutex twin's step: decides and updates `state` in place.
-    fn step_locked(&self, state: &mut Self::Locked, now: u64, cost: u64) -> Decision;
-}
-
-/// `step_locked` for algorithms whose locked state is their word.
-#[inline]
-pub(crate) fn step_word_in_place<A: Algorithm>(
-    algo: &A,
-    state: &mut A::State,
-    now: u64,
-    cost: u64,
-) -> Decision {
-    let step = algo.step(*state, now, cost);
-    if let Some(s) = step.state {
-        *state = s;
-    }
-    step.decision
+    /// The earliest time (ns) from which `state` is equivalent to [`fresh`](Algorithm::fresh):
+    /// every request from then on gets the same decision and the same next state from either,
+    /// so dropping the key then loses nothing. Idle eviction is built on it, and capacity
+    /// eviction forgets first the keys with the earliest `idle_at` (the least live state).
+    fn idle_at(&self, state: Self::State) -> u64;
 }
 
 /// The smallest wait after which `allowed_at` holds, found from the float estimate `guess_ns`.

@@ -1,13 +1,24 @@
-//! The per-key cells: [`CasCell`] (the crate's one CAS loop) and [`LockCell`] (the mutex twin).
+//! The per-key cells: [`CasCell`] (the crate's one CAS loop) and [`LockCell`] (the mutex twin),
+//! and the eviction tombstone they share.
+//!
+//! **Eviction protocol.** The sweeper never removes a live cell. It first replaces the cell's
+//! word with `TOMBSTONE` (all ones, a value no algorithm stores), by CAS or under the lock, and
+//! only if the word it saw is idle; then it removes that exact cell from the map. A request
+//! that finds the tombstone (at its load, or as the value that beat its CAS) has not been
+//! counted anywhere: it removes the dead cell itself if the sweeper has not yet, and looks the
+//! key up again. So an update lands either before the tombstone (and the sweeper's CAS fails,
+//! keeping the key) or on a fresh cell, never on an orphan. `tests/loom.rs` model-checks it.
 
-use crate::algo::{Algorithm, Word};
-use crate::decision::Decision;
+use crate::algo::Word;
 use crate::stats::Stats;
 use crate::sync::{AtomicU64, Backoff, Mutex, Ordering};
 use std::fmt;
 
 /// Atomic operations over a state word. Sealed: implemented for `u64` and `u128` only.
 pub trait AtomicWord: Copy + Eq + fmt::Debug + Send + Sync + 'static {
+    /// All ones: marks a cell being evicted. No algorithm stores it.
+    #[doc(hidden)]
+    const TOMBSTONE: Self;
     #[doc(hidden)]
     type Atomic: Send + Sync;
     #[doc(hidden)]
@@ -21,6 +32,7 @@ pub trait AtomicWord: Copy + Eq + fmt::Debug + Send + Sync + 'static {
 // Acquire/AcqRel: a request that sees a word also sees everything its writer saw (the
 // eviction protocol relies on this); on x86 they cost nothing over Relaxed.
 impl AtomicWord for u64 {
+    const TOMBSTONE: u64 = u64::MAX;
     type Atomic = AtomicU64;
 
     #[inline]
@@ -42,6 +54,7 @@ impl AtomicWord for u64 {
 /// 128-bit words go through `portable-atomic` (lock-free `cmpxchg16b`/`CASP`, detected at
 /// run time). loom has no 128-bit atomic, so loom models cover the u64 cell only.
 impl AtomicWord for u128 {
+    const TOMBSTONE: u128 = u128::MAX;
     type Atomic = portable_atomic::AtomicU128;
 
     #[inline]
@@ -87,16 +100,26 @@ impl<W: Word> CasCell<W> {
 
     /// The crate's one CAS loop: runs the pure `f` on the current word; if it returns a new
     /// word, installs it with `compare_exchange_weak`, and on failure re-runs `f` on the word
-    /// that won. An unchanged word (a leaky denial) needs no CAS at all.
+    /// that won. An unchanged word (a leaky denial) needs no CAS at all. `None`: the cell is
+    /// dead (evicted) and nothing was counted; look the key up again.
     #[inline(always)]
-    pub(crate) fn update<T>(&self, stats: &Stats, mut f: impl FnMut(W) -> (T, Option<W>)) -> T {
+    pub(crate) fn update<T>(
+        &self,
+        stats: &Stats,
+        mut f: impl FnMut(W) -> (T, Option<W>),
+    ) -> Option<T> {
         let mut current = self.load();
         let backoff = Backoff::new();
         loop {
+            if current == W::TOMBSTONE {
+                return None;
+            }
             let (out, new) = f(current);
-            let Some(new) = new else { return out };
+            let Some(new) = new else {
+                return Some(out);
+            };
             match W::cas_weak(&self.word, current, new) {
-                Ok(_) => return out,
+                Ok(_) => return Some(out),
                 Err(actual) => {
                     stats.retry();
                     current = actual;
@@ -106,19 +129,20 @@ impl<W: Word> CasCell<W> {
         }
     }
 
-    /// Runs one algorithm step.
-    #[inline(always)]
-    pub(crate) fn step<A: Algorithm<State = W>>(
-        &self,
-        algo: &A,
-        now: u64,
-        cost: u64,
-        stats: &Stats,
-    ) -> Decision {
-        self.update(stats, |w| {
-            let step = algo.step(w, now, cost);
-            (step.decision, step.state)
-        })
+    /// Replaces the word with the tombstone if `doomed` holds for it; `true` if this call
+    /// killed the cell. A concurrent update makes the CAS fail, and `doomed` is asked again
+    /// about the word that won.
+    pub(crate) fn kill_if(&self, doomed: impl Fn(W) -> bool) -> bool {
+        let mut current = self.load();
+        loop {
+            if current == W::TOMBSTONE || !doomed(current) {
+                return false;
+            }
+            match W::cas_weak(&self.word, current, W::TOMBSTONE) {
+                Ok(_) => return true,
+                Err(actual) => current = actual,
+            }
+        }
     }
 }
 
@@ -128,30 +152,54 @@ impl<W: Word> fmt::Debug for CasCell<W> {
     }
 }
 
-/// A key's state behind a `parking_lot` mutex: the pessimistic twin of [`CasCell`].
-pub struct LockCell<S> {
-    state: Mutex<S>,
+/// A key's state behind a `parking_lot` mutex: the pessimistic twin of [`CasCell`], running the
+/// same pure step under the lock.
+pub struct LockCell<W> {
+    state: Mutex<W>,
 }
 
-impl<S> LockCell<S> {
+impl<W: Word> LockCell<W> {
     #[inline]
-    pub(crate) fn new(state: S) -> Self {
+    pub(crate) fn new(state: W) -> Self {
         Self {
             state: Mutex::new(state),
         }
     }
 
-    /// Runs `f` on the state under the lock.
+    /// The current word.
     #[inline]
-    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut S) -> T) -> T {
-        f(&mut self.state.lock())
+    pub(crate) fn load(&self) -> W {
+        *self.state.lock()
+    }
+
+    /// Runs `f` on the word under the lock and stores its new word; `None` if dead.
+    #[inline(always)]
+    pub(crate) fn update<T>(&self, f: impl FnOnce(W) -> (T, Option<W>)) -> Option<T> {
+        let mut state = self.state.lock();
+        if *state == W::TOMBSTONE {
+            return None;
+        }
+        let (out, new) = f(*state);
+        if let Some(new) = new {
+            *state = new;
+        }
+        Some(out)
+    }
+
+    /// Replaces the word with the tombstone if `doomed` holds for it; `true` if this call
+    /// killed the cell.
+    pub(crate) fn kill_if(&self, doomed: impl Fn(W) -> bool) -> bool {
+        let mut state = self.state.lock();
+        if *state == W::TOMBSTONE || !doomed(*state) {
+            return false;
+        }
+        *state = W::TOMBSTONE;
+        true
     }
 }
 
-impl<S: fmt::Debug> fmt::Debug for LockCell<S> {
+impl<W: fmt::Debug> fmt::Debug for LockCell<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("LockCell")
-            .field(&*self.state.lock())
-            .finish()
+        f.debug_tuple("LockCell").field(&*self.state.lock()).finish()
     }
 }

@@ -102,14 +102,19 @@ pub use decision::{Decision, Policy};
 pub use error::{ConfigError, CostError, Field};
 
 mod cell;
+mod direct;
+mod keyed;
 mod limiter;
+mod sharded;
 mod stats;
+mod sweeper;
 
-pub use limiter::{
-    Cas, CasLimiter, DirectLimiter, KeyedLimiter, Locked, MutexLimiter, RateLimiter,
-    ShardedLimiter, Variant,
-};
+pub use direct::DirectLimiter;
+pub use keyed::{Builder, CasLimiter, KeyedLimiter, MutexLimiter, DEFAULT_SWEEP_GRACE};
+pub use limiter::{Cas, Locked, RateLimiter, Variant};
+pub use sharded::ShardedLimiter;
 pub use stats::CasStats;
+pub use sweeper::{SweepReport, SweepTotals};
 
 /// The README's examples, compiled and run as doc tests so they stay true.
 #[cfg(doctest)]

@@ -1,11 +1,17 @@
 //! EARRRL: the estimated average recent request rate, an exponentially decaying rate that keeps
 //! a client locked out while it keeps abusing.
 
-use super::{honest_wait, step_word_in_place, Algorithm, Step};
+use super::{honest_wait, Algorithm, Step};
 use crate::config::{Rate, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
+
+/// A key whose rate has decayed below this fraction of the limit `R` is treated as fresh (its
+/// residual forgotten), which makes idle eviction exactly lossless: an evicted key and a kept
+/// one step identically. 1e-9 of `R` is reached about 30 + log2(λ/R) half-lives after the last
+/// request.
+pub const IDLE_EPSILON: f64 = 1e-9;
 
 /// EARRRL with half-life `h` and maximum rate `R`; `λ = ln 2 / h`.
 ///
@@ -28,6 +34,9 @@ use std::time::Duration;
 /// `retry_after` is the time until the rate decays to `R`, `(S − now) + ln(λ/R)/λ`, rounded up
 /// to a nanosecond at which the next step really allows. [`Decision::rate`] is the rate just
 /// before the request (cost units per second).
+///
+/// A key whose rate has decayed below [`IDLE_EPSILON`]`·R` is treated as fresh, so idle eviction
+/// is exactly lossless.
 ///
 /// A clock read earlier than the last update cannot be seen in the one-word form (it stores
 /// `S`, not `T`); it is evaluated as is, which makes the rate slightly higher (errs strict) and
@@ -53,6 +62,8 @@ pub struct Earrrl {
     max_rate: f64,
     /// ln(λ/R)/λ, seconds: the retry-after offset, computed once.
     retry_offset: f64,
+    /// ln(λ/(εR))/λ, seconds: from `S` to the time the rate falls to `IDLE_EPSILON·R`.
+    idle_offset: f64,
     half_life: Duration,
     policy: Policy,
 }
@@ -80,6 +91,7 @@ impl Earrrl {
             lambda,
             max_rate,
             retry_offset: (lambda / max_rate).ln() / lambda,
+            idle_offset: (lambda / (IDLE_EPSILON * max_rate)).ln() / lambda,
             half_life,
             policy: Policy::Strict,
         })
@@ -148,6 +160,10 @@ impl Earrrl {
     /// # Ok::<(), hotlimit::ConfigError>(())
     /// ```
     pub fn step_pair(&self, st: &mut EarrrlPair, now_ns: u64, cost: u64) -> Decision {
+        // Forget a residual below ε·R by the one-word form's own test, on S = T + ln(N)/λ.
+        if st.n > 0.0 && self.idle_at((st.t + st.n.ln() / self.lambda).to_bits()) <= now_ns {
+            st.n = 0.0;
+        }
         // The two-field form knows T, so it can clamp a clock read that went backwards.
         let now = secs(now_ns).max(st.t);
         let decay = (self.lambda * (st.t - now)).exp();
@@ -178,7 +194,6 @@ fn secs(ns: u64) -> f64 {
 
 impl Algorithm for Earrrl {
     type State = u64;
-    type Locked = u64;
 
     #[inline]
     fn fresh(&self) -> u64 {
@@ -197,7 +212,12 @@ impl Algorithm for Earrrl {
     }
 
     fn step(&self, word: u64, now_ns: u64, cost: u64) -> Step<u64> {
-        let s = f64::from_bits(word);
+        // A residual below ε·R is forgotten: the same test the sweeper evicts on.
+        let s = if self.idle_at(word) <= now_ns {
+            f64::NEG_INFINITY
+        } else {
+            f64::from_bits(word)
+        };
         let now = secs(now_ns);
         let rate = self.rate_at(s, now);
         if rate <= self.max_rate {
@@ -216,12 +236,10 @@ impl Algorithm for Earrrl {
         }
     }
 
-    fn fresh_locked(&self) -> u64 {
-        self.fresh()
-    }
-
-    fn step_locked(&self, state: &mut u64, now: u64, cost: u64) -> Decision {
-        step_word_in_place(self, state, now, cost)
+    fn idle_at(&self, word: u64) -> u64 {
+        let idle_s = f64::from_bits(word) + self.idle_offset;
+        // −∞ (fresh) becomes 0; `as` saturates a far future to u64::MAX.
+        (idle_s * NANOS_PER_SEC).ceil().max(0.0) as u64
     }
 }
 

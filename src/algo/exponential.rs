@@ -1,6 +1,6 @@
 //! Exim-style exponential rate limiting (Exim's `ratelimit` ACL condition).
 
-use super::{honest_wait, step_word_in_place, Algorithm, Step};
+use super::{honest_wait, Algorithm, Step};
 use crate::config::{parse_count, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -195,7 +195,6 @@ impl Exponential {
 
 impl Algorithm for Exponential {
     type State = u128;
-    type Locked = u128;
 
     #[inline]
     fn fresh(&self) -> u128 {
@@ -241,11 +240,15 @@ impl Algorithm for Exponential {
         }
     }
 
-    fn fresh_locked(&self) -> u128 {
-        self.fresh()
-    }
-
-    fn step_locked(&self, state: &mut u128, now: u64, cost: u64) -> Decision {
-        step_word_in_place(self, state, now, cost)
+    /// Idle once the next request of any cost sees `r_now = cost`, exactly as a fresh key
+    /// does: with `i ≥ 2` periods elapsed, `(1 − e^{−i})/i ≤ 0.44`, so `e^{−i}·r ≤ 0.5` keeps
+    /// the smoothed rate below `0.94·cost` (a wide margin over rounding) and `max(·, cost)`
+    /// returns `cost`. Both terms only shrink as time goes on, so it stays idle. Exact: no
+    /// epsilon, no decision changes.
+    fn idle_at(&self, word: u128) -> u64 {
+        let (t_prev, r) = Self::unpack(word);
+        let periods = (2.0 * r).ln().max(2.0);
+        // `as` saturates: a rate too large to decay within u64 nanoseconds is never idle.
+        t_prev.saturating_add((periods * self.period_ns as f64).ceil() as u64)
     }
 }

@@ -1,6 +1,6 @@
 //! GCRA, the generic cell rate algorithm, with its token-bucket and leaky-bucket views.
 
-use super::{step_word_in_place, Algorithm, Step};
+use super::{Algorithm, Step};
 use crate::config::{parse_quota, Rate};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -172,7 +172,10 @@ impl Gcra {
         cost: u64,
         max_wait_ns: u64,
     ) -> (Reservation, Option<u64>) {
-        let new_tat = tat.max(now).saturating_add(cost.saturating_mul(self.t));
+        let new_tat = tat
+            .max(now)
+            .saturating_add(cost.saturating_mul(self.t))
+            .min(u64::MAX - 1);
         let delay = (new_tat - now).saturating_sub(self.tau);
         if delay <= max_wait_ns {
             let delay = Duration::from_nanos(delay);
@@ -200,7 +203,6 @@ impl FromStr for Gcra {
 
 impl Algorithm for Gcra {
     type State = u64;
-    type Locked = u64;
 
     #[inline]
     fn fresh(&self) -> u64 {
@@ -222,7 +224,8 @@ impl Algorithm for Gcra {
         let increment = cost.saturating_mul(self.t);
         // A stored tat ahead of `now` also covers a clock read that went backwards.
         let base = tat.max(now);
-        let new_tat = base.saturating_add(increment);
+        // Saturate one below u64::MAX, the tombstone.
+        let new_tat = base.saturating_add(increment).min(u64::MAX - 1);
         let ahead = new_tat - now;
         if ahead <= self.tau {
             return Step {
@@ -252,13 +255,10 @@ impl Algorithm for Gcra {
         }
     }
 
+    /// A key is fresh again once its theoretical arrival time has passed: `max(tat, now)` is
+    /// then `now`, as for `tat = 0`.
     #[inline]
-    fn fresh_locked(&self) -> u64 {
-        0
-    }
-
-    #[inline]
-    fn step_locked(&self, tat: &mut u64, now: u64, cost: u64) -> Decision {
-        step_word_in_place(self, tat, now, cost)
+    fn idle_at(&self, tat: u64) -> u64 {
+        tat
     }
 }

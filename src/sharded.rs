@@ -1,0 +1,167 @@
+//! [`ShardedLimiter`]: the sharded `Mutex<HashMap>` baseline.
+
+use crate::algo::Algorithm;
+use crate::clock::{Clock, QuantaClock};
+use crate::decision::Decision;
+use crate::error::{check_cost, CostError};
+use crate::limiter::RateLimiter;
+use crate::sweeper::SweepReport;
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::time::Instant;
+
+/// A benchmark baseline: a plain `HashMap` split into mutex-guarded shards, the way many
+/// hand-rolled limiters are written. Same algorithms, same decisions.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::Gcra, ShardedLimiter, ManualClock};
+///
+/// let l = ShardedLimiter::<u64, _, _>::with_clock("1/s".parse::<Gcra>()?, ManualClock::new());
+/// assert!(l.check(&1).is_allowed());
+/// assert!(l.check(&1).is_denied());
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+pub struct ShardedLimiter<K, A: Algorithm, C = QuantaClock> {
+    shards: Box<[Shard<K, A::State>]>,
+    hasher: ahash::RandomState,
+    algo: A,
+    clock: C,
+}
+
+/// One lock-guarded shard, padded so neighbouring locks do not share a cache line.
+type Shard<K, S> = CachePadded<Mutex<HashMap<K, S, ahash::RandomState>>>;
+
+impl<K: Hash + Eq + Send, A: Algorithm> ShardedLimiter<K, A, QuantaClock> {
+    /// A sharded baseline running `algo` on the default clock.
+    pub fn new(algo: A) -> Self {
+        Self::with_clock(algo, QuantaClock::new())
+    }
+}
+
+impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
+    /// A sharded baseline running `algo` on `clock`, with 4 shards per available core
+    /// (rounded up to a power of two).
+    pub fn with_clock(algo: A, clock: C) -> Self {
+        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+        let shards = (cores * 4).next_power_of_two();
+        Self {
+            shards: (0..shards)
+                .map(|_| CachePadded::new(Mutex::new(HashMap::default())))
+                .collect(),
+            hasher: ahash::RandomState::new(),
+            algo,
+            clock,
+        }
+    }
+
+    /// Decides a request of cost 1 for `key`.
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.decide(key, 1)
+    }
+
+    /// Decides a request of `cost` for `key`.
+    pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        check_cost(cost, self.algo.capacity())?;
+        Ok(self.decide(key, cost))
+    }
+
+    fn decide<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // High bits pick the shard; the shard's own map rehashes (a baseline, kept plain).
+        let hash = self.hasher.hash_one(key);
+        let shard = (hash as usize) & (self.shards.len() - 1);
+        let mut map = self.shards[shard].lock();
+        let now = self.clock.now();
+        let state = map.get_mut(key);
+        let step = self.algo.step(
+            state.as_deref().copied().unwrap_or(self.algo.fresh()),
+            now,
+            cost,
+        );
+        match (state, step.state) {
+            (Some(state), Some(new)) => *state = new,
+            (None, Some(new)) => {
+                map.insert(key.to_owned(), new);
+            }
+            (_, None) => {}
+        }
+        step.decision
+    }
+
+    /// The number of keys held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Drops idle keys, shard by shard (each shard locked while it is swept).
+    pub fn sweep(&self) -> SweepReport {
+        let started = Instant::now();
+        let now = self.clock.now();
+        let mut report = SweepReport::default();
+        for shard in self.shards.iter() {
+            let mut map = shard.lock();
+            let before = map.len();
+            map.retain(|_, state| self.algo.idle_at(*state) > now);
+            report.scanned += before as u64;
+            report.evicted_idle += (before - map.len()) as u64;
+        }
+        report.elapsed = started.elapsed();
+        report
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<K, Q, A, C> RateLimiter<Q> for ShardedLimiter<K, A, C>
+where
+    K: Hash + Eq + Send + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    A: Algorithm,
+    C: Clock,
+{
+    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+        ShardedLimiter::check_n(self, key, cost)
+    }
+
+    fn check(&self, key: &Q) -> Decision {
+        ShardedLimiter::check(self, key)
+    }
+
+    fn len(&self) -> usize {
+        ShardedLimiter::len(self)
+    }
+
+    fn sweep(&self) -> SweepReport {
+        ShardedLimiter::sweep(self)
+    }
+}
+
+impl<K, A: Algorithm + fmt::Debug, C: fmt::Debug> fmt::Debug for ShardedLimiter<K, A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardedLimiter")
+            .field("algo", &self.algo)
+            .field("clock", &self.clock)
+            .field("shards", &self.shards.len())
+            .finish()
+    }
+}
