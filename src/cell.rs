@@ -200,6 +200,8 @@ impl<W: Word> LockCell<W> {
 
 impl<W: fmt::Debug> fmt::Debug for LockCell<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("LockCell").field(&*self.state.lock()).finish()
+        f.debug_tuple("LockCell")
+            .field(&*self.state.lock())
+            .finish()
     }
 }
