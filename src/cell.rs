@@ -205,3 +205,111 @@ impl<W: fmt::Debug> fmt::Debug for LockCell<W> {
             .finish()
     }
 }
+
+/// loom models of the eviction protocol: a sweep racing requests for the same key.
+///
+/// `RUSTFLAGS="--cfg hotlimit_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release --lib loom`.
+/// loom cannot model papaya, so a one-slot map (a loom mutex around the key's current cell)
+/// stands in for it; the cells and their CAS protocol are the real ones, and `check` and
+/// `sweep` below follow `Shared::decide` and `Shared::sweep` step by step.
+#[cfg(all(test, hotlimit_loom))]
+mod loom_tests {
+    use super::*;
+    use crate::algo::{Algorithm, Gcra};
+    use crate::decision::Policy;
+    use loom::sync::{Arc, Mutex};
+    use loom::thread;
+
+    type Cell = Arc<CasCell<u64>>;
+
+    /// The key's entry in the map: its current cell, if any.
+    struct Slot(Mutex<Option<Cell>>);
+
+    impl Slot {
+        fn get_or_insert(&self, fresh: u64) -> Cell {
+            let mut slot = self.0.lock().unwrap();
+            slot.get_or_insert_with(|| Arc::new(CasCell::new(fresh)))
+                .clone()
+        }
+
+        fn get(&self) -> Option<Cell> {
+            self.0.lock().unwrap().clone()
+        }
+
+        /// papaya's `remove_if(key, |_, c| ptr::eq(c, cell))`.
+        fn remove_if_same(&self, cell: &Cell) {
+            let mut slot = self.0.lock().unwrap();
+            if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, cell)) {
+                *slot = None;
+            }
+        }
+    }
+
+    /// A request: `Shared::decide`. Returns whether it was allowed.
+    fn check(slot: &Slot, g: &Gcra, now: u64, stats: &Stats) -> bool {
+        loop {
+            let cell = slot.get_or_insert(g.fresh());
+            let allowed = cell.update(stats, |w| {
+                let step = g.step(w, now, 1);
+                (step.decision.is_allowed(), step.state)
+            });
+            match allowed {
+                Some(allowed) => return allowed,
+                None => slot.remove_if_same(&cell),
+            }
+        }
+    }
+
+    /// One key's share of a sweep: `Shared::sweep`.
+    fn sweep(slot: &Slot, g: &Gcra, now: u64) {
+        if let Some(cell) = slot.get() {
+            if cell.kill_if(|w| g.idle_at(w) <= now) {
+                slot.remove_if_same(&cell);
+            }
+        }
+    }
+
+    /// Two requests at `now` race a sweep of a key that was idle when they started. Whatever
+    /// the interleaving, the totals and the surviving state are those of the two requests run
+    /// alone: the sweep loses no update and counts nothing twice.
+    fn model(policy: Policy, want_allowed: usize, want_tat: u64) {
+        loom::model(move || {
+            let g = "100/s burst 1".parse::<Gcra>().unwrap().with_policy(policy);
+            let now = 1_000_000_000;
+            // Last request long ago: tat in the past, so the key is idle.
+            let slot = Arc::new(Slot(Mutex::new(Some(Arc::new(CasCell::new(5))))));
+            let stats = Arc::new(Stats::default());
+            let requests: Vec<_> = (0..2)
+                .map(|_| {
+                    let (slot, stats) = (slot.clone(), stats.clone());
+                    thread::spawn(move || check(&slot, &g, now, &stats))
+                })
+                .collect();
+            let sweeper = {
+                let slot = slot.clone();
+                thread::spawn(move || sweep(&slot, &g, now))
+            };
+            let allowed = requests
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .filter(|&a| a)
+                .count();
+            sweeper.join().unwrap();
+            assert_eq!(allowed, want_allowed);
+            let tat = slot.get().map(|c| c.load());
+            assert_eq!(tat, Some(want_tat));
+        });
+    }
+
+    #[test]
+    fn loom_sweep_vs_checks_leaky() {
+        // One admitted (tat = now + T); the denial writes nothing.
+        model(Policy::Leaky, 1, 1_000_000_000 + 10_000_000);
+    }
+
+    #[test]
+    fn loom_sweep_vs_checks_strict() {
+        // One admitted, both counted: tat = now + 2T.
+        model(Policy::Strict, 1, 1_000_000_000 + 20_000_000);
+    }
+}

@@ -1,0 +1,71 @@
+//! The background sweeper's lifecycle: it runs when asked to, and dropping the limiter stops
+//! and joins it (no leaked thread). Its own test binary, so no other test's sweeper threads
+//! are counted.
+
+use hotlimit::{algo::Gcra, CasLimiter, ManualClock, MutexLimiter};
+use std::time::{Duration, Instant};
+
+/// Threads of this process named like the sweeper (Linux: `/proc/self/task/*/comm`, names
+/// truncated to 15 bytes).
+#[cfg(target_os = "linux")]
+fn sweeper_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "hotlimit-sweepe")
+        .count()
+}
+
+/// Waits (yielding, bounded) until `cond` holds; false if it never did.
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
+#[test]
+fn sweeper_runs_and_is_joined_on_drop() {
+    let gcra: Gcra = "10/s burst 5".parse().unwrap();
+    let clock = ManualClock::new();
+    // An interval of an hour: the sweeps below can only come from wake-ups, and dropping
+    // must not wait for the interval either.
+    let cas = CasLimiter::<u64, Gcra>::builder(gcra)
+        .clock(clock.clone())
+        .sweep_every(Duration::from_secs(3600))
+        .max_keys(1_000)
+        .build()
+        .unwrap();
+    let mutex = MutexLimiter::<u64, Gcra>::builder(gcra)
+        .clock(clock.clone())
+        .sweep_every(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    // A thread names itself once it runs, which may be after `build` returns.
+    #[cfg(target_os = "linux")]
+    assert!(eventually(|| sweeper_threads() == 2));
+
+    // 1,100 keys: past max_keys the inserting requests wake the sweeper, which brings the
+    // map down to 7/8 of the bound (875) without any request paying for it.
+    for key in 0..1_100u64 {
+        cas.check(&key);
+    }
+    // Totals are recorded when a sweep ends; keys disappear while it runs.
+    assert!(eventually(|| cas.sweep_totals().sweeps >= 1));
+    assert!(cas.len() <= 1_000, "len {}", cas.len());
+    let totals = cas.sweep_totals();
+    assert!(totals.evicted_capacity >= 100, "{totals:?}");
+
+    drop(cas);
+    drop(mutex);
+    #[cfg(target_os = "linux")]
+    assert_eq!(
+        sweeper_threads(),
+        0,
+        "a sweeper thread outlived its limiter"
+    );
+}
