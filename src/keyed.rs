@@ -475,20 +475,25 @@ where
         let now = self.clock.now().saturating_sub(self.grace_ns);
         let guard = self.map.guard();
         let mut report = SweepReport::default();
-        for (key, cell) in self.map.iter(&guard) {
-            if report.scanned % 4096 == 0 && self.signal.stopping() {
-                break;
-            }
-            report.scanned += 1;
-            let dead = V::load(cell) == <A::State as crate::cell::AtomicWord>::TOMBSTONE;
-            if V::kill_if(cell, |w| self.algo.idle_at(w) <= now) {
-                report.evicted_idle += 1;
-                self.remove_dead(key, cell, &guard);
-            } else if dead {
-                // Killed earlier (a sweep stopped half-way, or a lost removal race).
-                self.remove_dead(key, cell, &guard);
-            }
-        }
+        // `retain` removes in place as it walks the table: no second hash and probe per
+        // evicted key, as `remove_if` would cost. It may ask about one key twice if the key
+        // changed meanwhile; a cell killed the first time is dead the second, so it is
+        // removed, not counted again.
+        self.map.retain(
+            |_, cell| {
+                report.scanned += 1;
+                if self.signal.stopping() {
+                    return true;
+                }
+                if V::load(cell) == tombstone::<A>() {
+                    return false;
+                }
+                let killed = V::kill_if(cell, |w| self.algo.idle_at(w) <= now);
+                report.evicted_idle += killed as u64;
+                !killed
+            },
+            &guard,
+        );
         if let Some(max) = self.max_keys {
             let len = self.map.len();
             if len > max {
@@ -508,12 +513,11 @@ where
     fn evict_capacity(&self, len: usize, max: usize, guard: &impl papaya::Guard) -> u64 {
         let target = max - max / 8;
         let excess = (len - target) as u64;
-        let tomb = <A::State as crate::cell::AtomicWord>::TOMBSTONE;
         let mut sample: Vec<u64> = self
             .map
             .iter(guard)
             .map(|(_, cell)| V::load(cell))
-            .filter(|w| *w != tomb)
+            .filter(|w| *w != tombstone::<A>())
             .take(CAPACITY_SAMPLE)
             .map(|w| self.algo.idle_at(w))
             .collect();
@@ -524,17 +528,24 @@ where
         let rank = (sample.len() as u128 * excess as u128).div_ceil(len as u128) as usize;
         let threshold = sample[rank.min(sample.len() - 1)];
         let mut evicted = 0;
-        for (key, cell) in self.map.iter(guard) {
-            if evicted >= excess || self.signal.stopping() {
-                break;
-            }
-            if V::kill_if(cell, |w| self.algo.idle_at(w) <= threshold) {
-                evicted += 1;
-                self.remove_dead(key, cell, guard);
-            }
-        }
+        self.map.retain(
+            |_, cell| {
+                if evicted >= excess || self.signal.stopping() {
+                    return true;
+                }
+                let killed = V::kill_if(cell, |w| self.algo.idle_at(w) <= threshold);
+                evicted += killed as u64;
+                !killed
+            },
+            guard,
+        );
         evicted
     }
+}
+
+/// The tombstone word of `A`'s state.
+fn tombstone<A: Algorithm>() -> A::State {
+    <A::State as crate::cell::AtomicWord>::TOMBSTONE
 }
 
 impl<K, Q, A, C, V> RateLimiter<Q> for KeyedLimiter<K, A, C, V>

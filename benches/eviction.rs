@@ -1,0 +1,147 @@
+//! Eviction costs: bytes per key, the time to sweep 1M keys, and `check` latency while a sweep
+//! runs. `cargo bench --bench eviction` prints a table (no criterion: these are one-shot
+//! measurements of memory and of latency distributions, not of a repeated operation).
+//!
+//! Bytes per key are measured in a child process per variant (this binary re-run with
+//! `--rss <variant>`), so one variant's freed memory cannot flatter the next.
+
+use hdrhistogram::Histogram;
+use hotlimit::{algo::Gcra, Cas, KeyedLimiter, Locked, ManualClock, QuantaClock, Variant};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const KEYS: u64 = 1_000_000;
+
+fn gcra() -> Gcra {
+    "10/s burst 5".parse().unwrap()
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// Child process: RSS growth for 1M keys in one variant.
+fn measure_rss<V: Variant<Gcra>>() -> f64 {
+    let before = rss_bytes();
+    let limiter = KeyedLimiter::<u64, Gcra, ManualClock, V>::with_clock(gcra(), ManualClock::new());
+    for key in 0..KEYS {
+        limiter.check(&key);
+    }
+    let after = rss_bytes();
+    black_box(&limiter);
+    (after - before) as f64 / KEYS as f64
+}
+
+fn child_rss(variant: &str) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--rss", variant])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Time to sweep 1M keys all live (scanned only): the first sweep after the fill (which also
+/// finishes papaya's pending incremental resize) and the next one; then all idle (all
+/// evicted).
+fn sweep_times<V: Variant<Gcra>>() -> (Duration, Duration, Duration) {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::<u64, Gcra, QuantaClock, V>::builder(gcra())
+        .clock(clock.clone())
+        .sweep_grace(Duration::ZERO)
+        .build()
+        .unwrap();
+    for key in 0..KEYS {
+        limiter.check(&key);
+    }
+    let first = limiter.sweep();
+    let live = limiter.sweep();
+    assert_eq!((live.scanned, live.evicted_idle), (KEYS, 0));
+    clock.advance(Duration::from_secs(1));
+    let idle = limiter.sweep();
+    assert_eq!(idle.evicted_idle, KEYS);
+    (first.elapsed, live.elapsed, idle.elapsed)
+}
+
+/// `check` latency over 1M live keys, with or without another thread sweeping in a loop.
+fn latency<V: Variant<Gcra>>(with_sweeps: bool) -> Histogram<u64> {
+    let limiter = KeyedLimiter::<u64, Gcra, QuantaClock, V>::new("1000000000/s".parse().unwrap());
+    for key in 0..KEYS {
+        limiter.check(&key);
+    }
+    let mut hist = Histogram::<u64>::new(3).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        if with_sweeps {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    black_box(limiter.sweep());
+                }
+            });
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2_000_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = x % KEYS;
+            let t = Instant::now();
+            black_box(limiter.check(&key));
+            hist.saturating_record(t.elapsed().as_nanos() as u64);
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    hist
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--rss") {
+        let bytes = match args.get(i + 1).map(String::as_str) {
+            Some("mutex") => measure_rss::<Locked>(),
+            _ => measure_rss::<Cas>(),
+        };
+        println!("{bytes:.1}");
+        return;
+    }
+    if args.iter().any(|a| a == "--list") {
+        return; // `cargo bench -- --list` asks harness=false benches to list; nothing to list.
+    }
+    println!("eviction benchmark, {KEYS} u64 keys, GCRA");
+    println!();
+    println!("| variant | bytes/key (RSS) | sweep, all live: first / next | sweep, all idle | check p50 / p99 / p99.9, no sweep | same, sweeping |");
+    println!("|---|---|---|---|---|---|");
+    for variant in ["cas", "mutex"] {
+        let rss = child_rss(variant);
+        let (first, live, idle) = match variant {
+            "cas" => sweep_times::<Cas>(),
+            _ => sweep_times::<Locked>(),
+        };
+        let (quiet, busy) = match variant {
+            "cas" => (latency::<Cas>(false), latency::<Cas>(true)),
+            _ => (latency::<Locked>(false), latency::<Locked>(true)),
+        };
+        let q = |h: &Histogram<u64>| {
+            format!(
+                "{} / {} / {} ns",
+                h.value_at_quantile(0.5),
+                h.value_at_quantile(0.99),
+                h.value_at_quantile(0.999)
+            )
+        };
+        println!(
+            "| {variant} | {rss} | {:.1} / {:.1} ms | {:.1} ms | {} | {} |",
+            first.as_secs_f64() * 1e3,
+            live.as_secs_f64() * 1e3,
+            idle.as_secs_f64() * 1e3,
+            q(&quiet),
+            q(&busy)
+        );
+    }
+}
