@@ -1,8 +1,9 @@
 //! The algorithms, as pure state machines: `(old state, now, cost) -> (new state, Decision)`.
 //!
-//! Nothing here touches an atomic or a lock. The lock-free store runs [`Algorithm::step`] in a
-//! CAS loop over the state word, the mutex twin runs [`Algorithm::step_locked`] under a lock,
-//! and tests call both directly.
+//! Nothing here touches an atomic or a lock. [`Algorithm::update`] decides a request and
+//! updates a state in place; for word states the lock-free store runs it on a local copy of
+//! the word inside its CAS loop, the mutex twin runs it under a lock, and [`WordStep::step`] is
+//! the same function by value, for tests and tools.
 
 mod earrrl;
 mod exponential;
@@ -15,18 +16,23 @@ pub use gcra::{Gcra, Reservation};
 use crate::decision::{Decision, Policy};
 use std::fmt::Debug;
 
+/// A per-key state the stores can hold: a word (`u64`, `u128`) or, for the window algorithms
+/// whose state cannot fit one, a small owned value kept behind a per-key lock. Sealed.
+pub trait State: crate::cell::StateCells + Send + Sync + Debug + 'static {}
+impl State for u64 {}
+impl State for u128 {}
+
 /// A plain integer state word that the lock-free store can compare-and-swap: `u64` or `u128`.
 ///
 /// Floats are stored as their bits (`f64::to_bits`). All ones (`u64::MAX`, `u128::MAX`) is
 /// reserved as the eviction tombstone; no algorithm stores it (a NaN in float words, a time of
-/// 584 years in GCRA's, which saturates one below). Sealed: the atomic operations live in a
-/// crate-private supertrait.
-pub trait Word: crate::cell::AtomicWord {}
+/// 584 years in GCRA's, which saturates one below). Sealed.
+pub trait Word: State + crate::cell::AtomicWord {}
 impl Word for u64 {}
 impl Word for u128 {}
 
-/// The result of one step: the decision, and the new state word (`None` when the state is
-/// unchanged, so the store can skip the write).
+/// The result of one step by value: the decision, and the new state word (`None` when the
+/// state is unchanged, so a store can skip the write).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Step<S> {
     /// The answer to the request.
@@ -37,11 +43,12 @@ pub struct Step<S> {
 
 /// A rate-limiting algorithm as a pure state machine.
 ///
-/// `step` must be a pure function of its arguments: the lock-free store may call it several
-/// times for one request (once per CAS attempt) and keeps only the last result.
+/// [`update`](Algorithm::update) must depend only on its arguments: the lock-free store may
+/// run it several times for one request (once per CAS attempt, each time on a fresh copy of
+/// the word) and keeps only the last result.
 ///
 /// Callers (the limiters) reject a cost of 0 or above [`capacity`](Algorithm::capacity)
-/// before calling `step`; `step` must still not panic on any input.
+/// before calling it; it must still not panic on any input.
 ///
 /// # Examples
 ///
@@ -50,19 +57,14 @@ pub struct Step<S> {
 ///
 /// let gcra: Gcra = "10/s burst 5".parse()?;
 /// let mut state = gcra.fresh();
-/// let mut allowed = 0;
-/// for _ in 0..10 {
-///     let step = gcra.step(state, 0, 1);
-///     allowed += step.decision.is_allowed() as u32;
-///     state = step.state.unwrap_or(state);
-/// }
+/// let allowed = (0..10).filter(|_| gcra.update(&mut state, 0, 1).is_allowed()).count();
 /// assert_eq!(allowed, 5);
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 pub trait Algorithm: Send + Sync + 'static {
-    /// The state word kept per key. It must never be all ones (`Word::TOMBSTONE`): the stores
+    /// The state kept per key. A word must never be all ones (`Word::TOMBSTONE`): the stores
     /// reserve that value to mark a cell being evicted.
-    type State: Word;
+    type State: State;
 
     /// The state of a key never seen before.
     fn fresh(&self) -> Self::State;
@@ -74,14 +76,47 @@ pub trait Algorithm: Send + Sync + 'static {
     /// What a denied request does to the state.
     fn policy(&self) -> Policy;
 
-    /// Decides one request of `cost` at `now` (nanoseconds since the clock's origin).
-    fn step(&self, state: Self::State, now: u64, cost: u64) -> Step<Self::State>;
+    /// Decides one request of `cost` at `now` (nanoseconds since the clock's origin) and
+    /// updates `state` accordingly.
+    fn update(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision;
 
     /// The earliest time (ns) from which `state` is equivalent to [`fresh`](Algorithm::fresh):
     /// every request from then on gets the same decision and the same next state from either,
     /// so dropping the key then loses nothing. Idle eviction is built on it, and capacity
     /// eviction forgets first the keys with the earliest `idle_at` (the least live state).
-    fn idle_at(&self, state: Self::State) -> u64;
+    fn idle_at(&self, state: &Self::State) -> u64;
+}
+
+/// [`Algorithm::update`] by value, for algorithms whose state is a [`Word`]: the pure
+/// `(old state, now, cost) -> (new state, Decision)` form.
+///
+/// ```
+/// use hotlimit::{algo::Gcra, Algorithm, WordStep};
+///
+/// let gcra: Gcra = "10/s burst 1".parse()?;
+/// let first = gcra.step(gcra.fresh(), 0, 1);
+/// assert_eq!(first.state, Some(100_000_000)); // tat = one emission interval
+/// assert!(gcra.step(first.state.unwrap(), 0, 1).decision.is_denied());
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+pub trait WordStep: Algorithm {
+    /// Decides one request for a key in `state`, returning the decision and the new word.
+    fn step(&self, state: Self::State, now: u64, cost: u64) -> Step<Self::State>;
+}
+
+impl<A: Algorithm> WordStep for A
+where
+    A::State: Word,
+{
+    #[inline]
+    fn step(&self, state: A::State, now: u64, cost: u64) -> Step<A::State> {
+        let mut new = state;
+        let decision = self.update(&mut new, now, cost);
+        Step {
+            decision,
+            state: (new != state).then_some(new),
+        }
+    }
 }
 
 /// The smallest wait after which `allowed_at` holds, found from the float estimate `guess_ns`.

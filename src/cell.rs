@@ -9,7 +9,7 @@
 //! key up again. So an update lands either before the tombstone (and the sweeper's CAS fails,
 //! keeping the key) or on a fresh cell, never on an orphan. `tests/loom.rs` model-checks it.
 
-use crate::algo::Word;
+use crate::algo::{State, Word};
 use crate::stats::Stats;
 use crate::sync::{AtomicU64, Backoff, Mutex, Ordering};
 use std::fmt;
@@ -28,6 +28,55 @@ pub trait AtomicWord: Copy + Eq + fmt::Debug + Send + Sync + 'static {
     #[doc(hidden)]
     fn cas_weak(atomic: &Self::Atomic, current: Self, new: Self) -> Result<Self, Self>;
 }
+
+/// How a state is kept: which cell the lock-free store uses for it, and its tombstone.
+/// Sealed (lives in a private module).
+pub trait StateCells: Sized {
+    /// The cell of the lock-free store: a CAS cell for words, a lock cell for the rest.
+    #[doc(hidden)]
+    type CasCell: StateCell<Self>;
+    /// The value that marks a cell being evicted.
+    #[doc(hidden)]
+    fn tombstone() -> Self;
+    #[doc(hidden)]
+    fn is_tombstone(&self) -> bool;
+}
+
+/// The operations every cell offers the stores.
+pub trait StateCell<S>: Send + Sync + fmt::Debug {
+    /// A cell holding `state`.
+    #[doc(hidden)]
+    fn new(state: S) -> Self;
+    /// Runs `f` on the state (a copy of the word, or the state under the lock) and keeps what
+    /// it leaves; `None` if the cell is dead (evicted) and nothing ran. `f` may run more than
+    /// once (a lost CAS race re-runs it on the word that won), so it must be pure.
+    #[doc(hidden)]
+    fn update<T>(&self, stats: &Stats, f: impl FnMut(&mut S) -> T) -> Option<T>;
+    /// Replaces the state with the tombstone if `doomed` holds for it; `true` if this call
+    /// killed the cell.
+    #[doc(hidden)]
+    fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool;
+    /// Looks at the state; `None` if dead.
+    #[doc(hidden)]
+    fn inspect<T>(&self, f: impl FnOnce(&S) -> T) -> Option<T>;
+}
+
+macro_rules! word_cells {
+    ($($t:ty),*) => {$(
+        impl StateCells for $t {
+            type CasCell = CasCell<$t>;
+            #[inline]
+            fn tombstone() -> Self {
+                <$t as AtomicWord>::TOMBSTONE
+            }
+            #[inline]
+            fn is_tombstone(&self) -> bool {
+                *self == <$t as AtomicWord>::TOMBSTONE
+            }
+        }
+    )*};
+}
+word_cells!(u64, u128);
 
 // Acquire/AcqRel: a request that sees a word also sees everything its writer saw (the
 // eviction protocol relies on this); on x86 they cost nothing over Relaxed.
@@ -84,40 +133,37 @@ pub struct CasCell<W: Word> {
 }
 
 impl<W: Word> CasCell<W> {
-    /// A cell holding `value`.
-    #[inline]
-    pub(crate) fn new(value: W) -> Self {
-        Self {
-            word: W::new_atomic(value),
-        }
-    }
-
     /// The current word.
     #[inline]
     pub(crate) fn load(&self) -> W {
         W::load(&self.word)
     }
+}
 
-    /// The crate's one CAS loop: runs the pure `f` on the current word; if it returns a new
-    /// word, installs it with `compare_exchange_weak`, and on failure re-runs `f` on the word
-    /// that won. An unchanged word (a leaky denial) needs no CAS at all. `None`: the cell is
-    /// dead (evicted) and nothing was counted; look the key up again.
+impl<W: Word> StateCell<W> for CasCell<W> {
+    #[inline]
+    fn new(value: W) -> Self {
+        Self {
+            word: W::new_atomic(value),
+        }
+    }
+
+    /// The crate's one CAS loop: runs the pure `f` on a copy of the current word; if it
+    /// changed the copy, installs it with `compare_exchange_weak`, and on failure re-runs `f`
+    /// on the word that won. An unchanged word (a leaky denial) needs no CAS at all.
     #[inline(always)]
-    pub(crate) fn update<T>(
-        &self,
-        stats: &Stats,
-        mut f: impl FnMut(W) -> (T, Option<W>),
-    ) -> Option<T> {
+    fn update<T>(&self, stats: &Stats, mut f: impl FnMut(&mut W) -> T) -> Option<T> {
         let mut current = self.load();
         let backoff = Backoff::new();
         loop {
             if current == W::TOMBSTONE {
                 return None;
             }
-            let (out, new) = f(current);
-            let Some(new) = new else {
+            let mut new = current;
+            let out = f(&mut new);
+            if new == current {
                 return Some(out);
-            };
+            }
             match W::cas_weak(&self.word, current, new) {
                 Ok(_) => return Some(out),
                 Err(actual) => {
@@ -129,13 +175,12 @@ impl<W: Word> CasCell<W> {
         }
     }
 
-    /// Replaces the word with the tombstone if `doomed` holds for it; `true` if this call
-    /// killed the cell. A concurrent update makes the CAS fail, and `doomed` is asked again
-    /// about the word that won.
-    pub(crate) fn kill_if(&self, doomed: impl Fn(W) -> bool) -> bool {
+    /// A concurrent update makes the CAS fail, and `doomed` is asked again about the word
+    /// that won.
+    fn kill_if(&self, doomed: impl Fn(&W) -> bool) -> bool {
         let mut current = self.load();
         loop {
-            if current == W::TOMBSTONE || !doomed(current) {
+            if current == W::TOMBSTONE || !doomed(&current) {
                 return false;
             }
             match W::cas_weak(&self.word, current, W::TOMBSTONE) {
@@ -143,6 +188,12 @@ impl<W: Word> CasCell<W> {
                 Err(actual) => current = actual,
             }
         }
+    }
+
+    #[inline]
+    fn inspect<T>(&self, f: impl FnOnce(&W) -> T) -> Option<T> {
+        let word = self.load();
+        (word != W::TOMBSTONE).then(|| f(&word))
     }
 }
 
@@ -153,48 +204,42 @@ impl<W: Word> fmt::Debug for CasCell<W> {
 }
 
 /// A key's state behind a `parking_lot` mutex: the pessimistic twin of [`CasCell`], running the
-/// same pure step under the lock.
-pub struct LockCell<W> {
-    state: Mutex<W>,
+/// same pure step under the lock. Also the lock-free store's cell for states that are not
+/// words (the sliding log, the sub-window counters).
+pub struct LockCell<S> {
+    state: Mutex<S>,
 }
 
-impl<W: Word> LockCell<W> {
+impl<S: State> StateCell<S> for LockCell<S> {
     #[inline]
-    pub(crate) fn new(state: W) -> Self {
+    fn new(state: S) -> Self {
         Self {
             state: Mutex::new(state),
         }
     }
 
-    /// The current word.
-    #[inline]
-    pub(crate) fn load(&self) -> W {
-        *self.state.lock()
-    }
-
-    /// Runs `f` on the word under the lock and stores its new word; `None` if dead.
     #[inline(always)]
-    pub(crate) fn update<T>(&self, f: impl FnOnce(W) -> (T, Option<W>)) -> Option<T> {
+    fn update<T>(&self, _: &Stats, mut f: impl FnMut(&mut S) -> T) -> Option<T> {
         let mut state = self.state.lock();
-        if *state == W::TOMBSTONE {
+        if state.is_tombstone() {
             return None;
         }
-        let (out, new) = f(*state);
-        if let Some(new) = new {
-            *state = new;
-        }
-        Some(out)
+        Some(f(&mut state))
     }
 
-    /// Replaces the word with the tombstone if `doomed` holds for it; `true` if this call
-    /// killed the cell.
-    pub(crate) fn kill_if(&self, doomed: impl Fn(W) -> bool) -> bool {
+    fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool {
         let mut state = self.state.lock();
-        if *state == W::TOMBSTONE || !doomed(*state) {
+        if state.is_tombstone() || !doomed(&state) {
             return false;
         }
-        *state = W::TOMBSTONE;
+        *state = S::tombstone();
         true
+    }
+
+    #[inline]
+    fn inspect<T>(&self, f: impl FnOnce(&S) -> T) -> Option<T> {
+        let state = self.state.lock();
+        (!state.is_tombstone()).then(|| f(&state))
     }
 }
 
@@ -228,7 +273,7 @@ mod loom_tests {
     impl Slot {
         fn get_or_insert(&self, fresh: u64) -> Cell {
             let mut slot = self.0.lock().unwrap();
-            slot.get_or_insert_with(|| Arc::new(CasCell::new(fresh)))
+            slot.get_or_insert_with(|| Arc::new(StateCell::new(fresh)))
                 .clone()
         }
 
@@ -249,10 +294,7 @@ mod loom_tests {
     fn check(slot: &Slot, g: &Gcra, now: u64, stats: &Stats) -> bool {
         loop {
             let cell = slot.get_or_insert(g.fresh());
-            let allowed = cell.update(stats, |w| {
-                let step = g.step(w, now, 1);
-                (step.decision.is_allowed(), step.state)
-            });
+            let allowed = cell.update(stats, |w| g.update(w, now, 1).is_allowed());
             match allowed {
                 Some(allowed) => return allowed,
                 None => slot.remove_if_same(&cell),
@@ -277,7 +319,7 @@ mod loom_tests {
             let g = "100/s burst 1".parse::<Gcra>().unwrap().with_policy(policy);
             let now = 1_000_000_000;
             // Last request long ago: tat in the past, so the key is idle.
-            let slot = Arc::new(Slot(Mutex::new(Some(Arc::new(CasCell::new(5))))));
+            let slot = Arc::new(Slot(Mutex::new(Some(Arc::new(StateCell::new(5u64))))));
             let stats = Arc::new(Stats::default());
             let requests: Vec<_> = (0..2)
                 .map(|_| {

@@ -1,6 +1,7 @@
 //! [`DirectLimiter`]: one unkeyed cell.
 
 use crate::algo::Algorithm;
+use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{check_cost, CostError};
@@ -41,7 +42,7 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
     /// A direct limiter running `algo` on `clock`.
     pub fn with_clock(algo: A, clock: C) -> Self {
         Self {
-            cell: CachePadded::new(V::new_cell(&algo)),
+            cell: CachePadded::new(V::Cell::new(algo.fresh())),
             algo,
             clock,
             stats: Stats::default(),
@@ -67,7 +68,7 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         // The one cell is never swept, so it is never dead; were it ever, the request would
         // be decided as a fresh key's (what the sweeper guarantees a dead cell was).
         step::<A, V>(&self.cell, &self.algo, now, cost, &self.stats)
-            .unwrap_or_else(|| self.algo.step(self.algo.fresh(), now, cost).decision)
+            .unwrap_or_else(|| self.algo.update(&mut self.algo.fresh(), now, cost))
     }
 
     /// The algorithm.

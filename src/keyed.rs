@@ -2,6 +2,7 @@
 //! eviction.
 
 use crate::algo::{Algorithm, Gcra, Reservation};
+use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{check_cost, CostError};
@@ -357,7 +358,11 @@ where
         check_cost(cost, sh.algo.capacity())?;
         let max_wait = duration_to_nanos(max_wait);
         let now = sh.clock.now();
-        Ok(sh.apply(key, |tat| sh.algo.reserve(tat, now, cost, max_wait)))
+        Ok(sh.apply(key, |tat| {
+            let (reservation, new) = sh.algo.reserve(*tat, now, cost, max_wait);
+            *tat = new.unwrap_or(*tat);
+            reservation
+        }))
     }
 }
 
@@ -402,7 +407,7 @@ where
     }
 
     /// Runs `f` on `key`'s word, retrying on a fresh cell if the sweeper killed the one found.
-    fn apply<Q, T>(&self, key: &Q, mut f: impl FnMut(A::State) -> (T, Option<A::State>)) -> T
+    fn apply<Q, T>(&self, key: &Q, mut f: impl FnMut(&mut A::State) -> T) -> T
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -410,7 +415,7 @@ where
         let guard = self.map.guard();
         loop {
             let cell = self.cell(key, &guard);
-            match V::update(cell, &self.stats, &mut f) {
+            match cell.update(&self.stats, &mut f) {
                 Some(out) => return out,
                 None => self.remove_dead(key, cell, &guard),
             }
@@ -435,7 +440,7 @@ where
         // (1.35 us vs 0.10 us per get at 1M keys, measured); `try_insert` does not.
         match self
             .map
-            .try_insert(key.to_owned(), V::new_cell(&self.algo), guard)
+            .try_insert(key.to_owned(), V::Cell::new(self.algo.fresh()), guard)
         {
             Ok(cell) => cell,
             Err(occupied) => occupied.current,
@@ -485,10 +490,10 @@ where
                 if self.signal.stopping() {
                     return true;
                 }
-                if V::load(cell) == tombstone::<A>() {
+                if cell.inspect(|_| ()).is_none() {
                     return false;
                 }
-                let killed = V::kill_if(cell, |w| self.algo.idle_at(w) <= now);
+                let killed = cell.kill_if(|state| self.algo.idle_at(state) <= now);
                 report.evicted_idle += killed as u64;
                 !killed
             },
@@ -516,10 +521,8 @@ where
         let mut sample: Vec<u64> = self
             .map
             .iter(guard)
-            .map(|(_, cell)| V::load(cell))
-            .filter(|w| *w != tombstone::<A>())
+            .filter_map(|(_, cell)| cell.inspect(|state| self.algo.idle_at(state)))
             .take(CAPACITY_SAMPLE)
-            .map(|w| self.algo.idle_at(w))
             .collect();
         if sample.is_empty() {
             return 0;
@@ -533,7 +536,7 @@ where
                 if evicted >= excess || self.signal.stopping() {
                     return true;
                 }
-                let killed = V::kill_if(cell, |w| self.algo.idle_at(w) <= threshold);
+                let killed = cell.kill_if(|state| self.algo.idle_at(state) <= threshold);
                 evicted += killed as u64;
                 !killed
             },
@@ -541,11 +544,6 @@ where
         );
         evicted
     }
-}
-
-/// The tombstone word of `A`'s state.
-fn tombstone<A: Algorithm>() -> A::State {
-    <A::State as crate::cell::AtomicWord>::TOMBSTONE
 }
 
 impl<K, Q, A, C, V> RateLimiter<Q> for KeyedLimiter<K, A, C, V>

@@ -95,7 +95,7 @@ mod decision;
 mod error;
 mod sync;
 
-pub use algo::{Algorithm, Step, Word};
+pub use algo::{Algorithm, State, Step, Word, WordStep};
 pub use clock::{Clock, ManualClock, QuantaClock};
 pub use config::{parse_duration, Rate};
 pub use decision::{Decision, Policy};

@@ -2,12 +2,11 @@
 //! state ([`Cas`] and [`Locked`]).
 
 use crate::algo::Algorithm;
-use crate::cell::{CasCell, LockCell};
+use crate::cell::{LockCell, StateCell, StateCells};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::stats::Stats;
 use crate::sweeper::SweepReport;
-use std::fmt;
 
 /// Anything that decides requests for keys of type `Q`: every keyed limiter of the crate.
 /// Tests, benches and tools are written against this trait.
@@ -55,29 +54,15 @@ mod sealed {
 pub trait Variant<A: Algorithm>: sealed::Sealed + Send + Sync + 'static {
     /// The per-key cell.
     #[doc(hidden)]
-    type Cell: Send + Sync + fmt::Debug;
-    #[doc(hidden)]
-    fn new_cell(algo: &A) -> Self::Cell;
-    /// Runs the pure `f` on the cell's word and stores its result; `None` if the cell is dead.
-    #[doc(hidden)]
-    fn update<T>(
-        cell: &Self::Cell,
-        stats: &Stats,
-        f: impl FnMut(A::State) -> (T, Option<A::State>),
-    ) -> Option<T>;
-    /// Kills the cell if `doomed` holds for its word; `true` if this call killed it.
-    #[doc(hidden)]
-    fn kill_if(cell: &Self::Cell, doomed: impl Fn(A::State) -> bool) -> bool;
-    /// The cell's word (the tombstone if dead).
-    #[doc(hidden)]
-    fn load(cell: &Self::Cell) -> A::State;
+    type Cell: StateCell<A::State>;
 }
 
-/// Optimistic: the state word is updated by compare-and-swap, no lock.
+/// Optimistic: a word state is updated by compare-and-swap, no lock. (States that are not
+/// words, the sliding log and the sub-window counters, take a per-key lock even here.)
 #[derive(Debug, Clone, Copy)]
 pub enum Cas {}
 
-/// Pessimistic: the state word sits behind a `parking_lot::Mutex` and the same step runs under
+/// Pessimistic: the state sits behind a `parking_lot::Mutex` and the same step runs under
 /// the lock.
 #[derive(Debug, Clone, Copy)]
 pub enum Locked {}
@@ -86,55 +71,11 @@ impl sealed::Sealed for Cas {}
 impl sealed::Sealed for Locked {}
 
 impl<A: Algorithm> Variant<A> for Cas {
-    type Cell = CasCell<A::State>;
-
-    #[inline]
-    fn new_cell(algo: &A) -> Self::Cell {
-        CasCell::new(algo.fresh())
-    }
-
-    #[inline(always)]
-    fn update<T>(
-        cell: &Self::Cell,
-        stats: &Stats,
-        f: impl FnMut(A::State) -> (T, Option<A::State>),
-    ) -> Option<T> {
-        cell.update(stats, f)
-    }
-
-    fn kill_if(cell: &Self::Cell, doomed: impl Fn(A::State) -> bool) -> bool {
-        cell.kill_if(doomed)
-    }
-
-    fn load(cell: &Self::Cell) -> A::State {
-        cell.load()
-    }
+    type Cell = <A::State as StateCells>::CasCell;
 }
 
 impl<A: Algorithm> Variant<A> for Locked {
     type Cell = LockCell<A::State>;
-
-    #[inline]
-    fn new_cell(algo: &A) -> Self::Cell {
-        LockCell::new(algo.fresh())
-    }
-
-    #[inline(always)]
-    fn update<T>(
-        cell: &Self::Cell,
-        _: &Stats,
-        f: impl FnMut(A::State) -> (T, Option<A::State>),
-    ) -> Option<T> {
-        cell.update(f)
-    }
-
-    fn kill_if(cell: &Self::Cell, doomed: impl Fn(A::State) -> bool) -> bool {
-        cell.kill_if(doomed)
-    }
-
-    fn load(cell: &Self::Cell) -> A::State {
-        cell.load()
-    }
 }
 
 /// One algorithm step on a cell; `None` if the cell is dead.
@@ -146,8 +87,5 @@ pub(crate) fn step<A: Algorithm, V: Variant<A>>(
     cost: u64,
     stats: &Stats,
 ) -> Option<Decision> {
-    V::update(cell, stats, |word| {
-        let step = algo.step(word, now, cost);
-        (step.decision, step.state)
-    })
+    cell.update(stats, |state| algo.update(state, now, cost))
 }

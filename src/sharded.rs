@@ -89,20 +89,13 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         let shard = (hash as usize) & (self.shards.len() - 1);
         let mut map = self.shards[shard].lock();
         let now = self.clock.now();
-        let state = map.get_mut(key);
-        let step = self.algo.step(
-            state.as_deref().copied().unwrap_or(self.algo.fresh()),
-            now,
-            cost,
-        );
-        match (state, step.state) {
-            (Some(state), Some(new)) => *state = new,
-            (None, Some(new)) => {
-                map.insert(key.to_owned(), new);
-            }
-            (_, None) => {}
+        if let Some(state) = map.get_mut(key) {
+            return self.algo.update(state, now, cost);
         }
-        step.decision
+        let mut state = self.algo.fresh();
+        let decision = self.algo.update(&mut state, now, cost);
+        map.insert(key.to_owned(), state);
+        decision
     }
 
     /// The number of keys held.
@@ -118,7 +111,7 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         for shard in self.shards.iter() {
             let mut map = shard.lock();
             let before = map.len();
-            map.retain(|_, state| self.algo.idle_at(*state) > now);
+            map.retain(|_, state| self.algo.idle_at(state) > now);
             report.scanned += before as u64;
             report.evicted_idle += (before - map.len()) as u64;
         }

@@ -7,7 +7,7 @@
 #![cfg(hotlimit_loom)]
 
 use hotlimit::algo::{Earrrl, Gcra};
-use hotlimit::{Algorithm, DirectLimiter, Locked, ManualClock, Policy, Rate, Variant};
+use hotlimit::{Algorithm, DirectLimiter, Locked, ManualClock, Policy, Rate, Variant, WordStep};
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! sleeps, every check is exact (or to a stated float tolerance).
 
 use hotlimit::algo::{Earrrl, EarrrlPair, Exponential, Gcra};
-use hotlimit::{parse_duration, Algorithm, ConfigError, Decision, Policy, Rate};
+use hotlimit::{parse_duration, Algorithm, ConfigError, Decision, Policy, Rate, WordStep};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use std::f64::consts::LN_2;
@@ -289,7 +289,11 @@ struct RetryCase<A> {
 /// Runs a [`RetryCase`] and checks every denial's retry_after: honest (the same request on the
 /// resulting state is allowed after that wait) and, if `tight`, the earliest such wait (1 ns
 /// earlier it is denied).
-fn check_retry_after<A: Algorithm>(case: &RetryCase<A>, tight: bool) -> Result<(), TestCaseError> {
+fn check_retry_after<A>(case: &RetryCase<A>, tight: bool) -> Result<(), TestCaseError>
+where
+    A: Algorithm,
+    A::State: hotlimit::Word,
+{
     let RetryCase {
         algo,
         reqs,

@@ -1,7 +1,7 @@
 //! The vectors of SPEC 3.1–3.3, reproduced exactly.
 
 use hotlimit::algo::{Earrrl, EarrrlPair, Exponential, Gcra};
-use hotlimit::{Algorithm, Decision, Policy, Rate};
+use hotlimit::{Algorithm, Decision, Policy, Rate, WordStep};
 use std::time::Duration;
 
 const MS: u64 = 1_000_000;
@@ -11,11 +11,7 @@ fn run<A: Algorithm>(algo: &A, requests: &[(u64, u64)]) -> Vec<Decision> {
     let mut state = algo.fresh();
     requests
         .iter()
-        .map(|&(now, cost)| {
-            let step = algo.step(state, now, cost);
-            state = step.state.unwrap_or(state);
-            step.decision
-        })
+        .map(|&(now, cost)| algo.update(&mut state, now, cost))
         .collect()
 }
 

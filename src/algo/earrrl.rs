@@ -45,7 +45,7 @@ pub const IDLE_EPSILON: f64 = 1e-9;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Earrrl, Algorithm, Rate};
+/// use hotlimit::{algo::Earrrl, Algorithm, Rate, WordStep};
 /// use std::time::Duration;
 ///
 /// let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0)?)?;
@@ -148,7 +148,7 @@ impl Earrrl {
     /// kept to check the one-word form against.
     ///
     /// ```
-    /// use hotlimit::{algo::{Earrrl, EarrrlPair}, Algorithm, Rate};
+    /// use hotlimit::{algo::{Earrrl, EarrrlPair}, Algorithm, Rate, WordStep};
     /// use std::time::Duration;
     ///
     /// let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0)?)?;
@@ -161,7 +161,7 @@ impl Earrrl {
     /// ```
     pub fn step_pair(&self, st: &mut EarrrlPair, now_ns: u64, cost: u64) -> Decision {
         // Forget a residual below ε·R by the one-word form's own test, on S = T + ln(N)/λ.
-        if st.n > 0.0 && self.idle_at((st.t + st.n.ln() / self.lambda).to_bits()) <= now_ns {
+        if st.n > 0.0 && self.idle_at(&(st.t + st.n.ln() / self.lambda).to_bits()) <= now_ns {
             st.n = 0.0;
         }
         // The two-field form knows T, so it can clamp a clock read that went backwards.
@@ -192,28 +192,11 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / NANOS_PER_SEC
 }
 
-impl Algorithm for Earrrl {
-    type State = u64;
-
-    #[inline]
-    fn fresh(&self) -> u64 {
-        f64::NEG_INFINITY.to_bits()
-    }
-
-    /// Any cost is admitted while the rate is at most `R`.
-    #[inline]
-    fn capacity(&self) -> u64 {
-        u64::MAX
-    }
-
-    #[inline]
-    fn policy(&self) -> Policy {
-        self.policy
-    }
-
-    fn step(&self, word: u64, now_ns: u64, cost: u64) -> Step<u64> {
+impl Earrrl {
+    /// The step by value: the decision and the new word (`None`: unchanged).
+    pub(crate) fn decide(&self, word: u64, now_ns: u64, cost: u64) -> Step<u64> {
         // A residual below ε·R is forgotten: the same test the sweeper evicts on.
-        let s = if self.idle_at(word) <= now_ns {
+        let s = if self.idle_at(&word) <= now_ns {
             f64::NEG_INFINITY
         } else {
             f64::from_bits(word)
@@ -235,8 +218,38 @@ impl Algorithm for Earrrl {
             state: (self.policy == Policy::Strict).then_some(after.to_bits()),
         }
     }
+}
 
-    fn idle_at(&self, word: u64) -> u64 {
+impl Algorithm for Earrrl {
+    type State = u64;
+
+    #[inline]
+    fn fresh(&self) -> u64 {
+        f64::NEG_INFINITY.to_bits()
+    }
+
+    /// Any cost is admitted while the rate is at most `R`.
+    #[inline]
+    fn capacity(&self) -> u64 {
+        u64::MAX
+    }
+
+    #[inline]
+    fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    #[inline]
+    fn update(&self, state: &mut u64, now: u64, cost: u64) -> Decision {
+        let step = self.decide(*state, now, cost);
+        if let Some(new) = step.state {
+            *state = new;
+        }
+        step.decision
+    }
+
+    fn idle_at(&self, word: &u64) -> u64 {
+        let word = *word;
         let idle_s = f64::from_bits(word) + self.idle_offset;
         // −∞ (fresh) becomes 0; `as` saturates a far future to u64::MAX.
         (idle_s * NANOS_PER_SEC).ceil().max(0.0) as u64

@@ -37,7 +37,7 @@ const MIN_INTERVAL: f64 = 1e-10;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Exponential, Algorithm};
+/// use hotlimit::{algo::Exponential, Algorithm, WordStep};
 /// use std::time::Duration;
 ///
 /// let e = Exponential::new(10.0, Duration::from_secs(60))?;
@@ -193,27 +193,9 @@ impl Exponential {
     }
 }
 
-impl Algorithm for Exponential {
-    type State = u128;
-
-    #[inline]
-    fn fresh(&self) -> u128 {
-        // t = 0, r = 0.0: the first request sees r_now = max(≤ c, c) = c, as Exim's new key.
-        0
-    }
-
-    #[inline]
-    fn capacity(&self) -> u64 {
-        // r_now ≥ cost, so a cost above L is never allowed. `as` saturates.
-        self.limit.floor() as u64
-    }
-
-    #[inline]
-    fn policy(&self) -> Policy {
-        self.policy
-    }
-
-    fn step(&self, word: u128, now: u64, cost: u64) -> Step<u128> {
+impl Exponential {
+    /// The step by value: the decision and the new word (`None`: unchanged).
+    pub(crate) fn decide(&self, word: u128, now: u64, cost: u64) -> Step<u128> {
         let (t_prev, r_prev) = Self::unpack(word);
         let c = cost as f64;
         let r_now = self.r_now(t_prev, r_prev, now, c);
@@ -239,13 +221,44 @@ impl Algorithm for Exponential {
             state: (self.policy == Policy::Strict).then_some(stored),
         }
     }
+}
+
+impl Algorithm for Exponential {
+    type State = u128;
+
+    #[inline]
+    fn fresh(&self) -> u128 {
+        // t = 0, r = 0.0: the first request sees r_now = max(≤ c, c) = c, as Exim's new key.
+        0
+    }
+
+    #[inline]
+    fn capacity(&self) -> u64 {
+        // r_now ≥ cost, so a cost above L is never allowed. `as` saturates.
+        self.limit.floor() as u64
+    }
+
+    #[inline]
+    fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    #[inline]
+    fn update(&self, state: &mut u128, now: u64, cost: u64) -> Decision {
+        let step = self.decide(*state, now, cost);
+        if let Some(new) = step.state {
+            *state = new;
+        }
+        step.decision
+    }
 
     /// Idle once the next request of any cost sees `r_now = cost`, exactly as a fresh key
     /// does: with `i ≥ 2` periods elapsed, `(1 − e^{−i})/i ≤ 0.44`, so `e^{−i}·r ≤ 0.5` keeps
     /// the smoothed rate below `0.94·cost` (a wide margin over rounding) and `max(·, cost)`
     /// returns `cost`. Both terms only shrink as time goes on, so it stays idle. Exact: no
     /// epsilon, no decision changes.
-    fn idle_at(&self, word: u128) -> u64 {
+    fn idle_at(&self, word: &u128) -> u64 {
+        let word = *word;
         let (t_prev, r) = Self::unpack(word);
         let periods = (2.0 * r).ln().max(2.0);
         // `as` saturates: a rate too large to decay within u64 nanoseconds is never idle.

@@ -25,7 +25,7 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, Algorithm, Policy, Rate};
+/// use hotlimit::{algo::Gcra, Algorithm, Policy, Rate, WordStep};
 /// use std::time::Duration;
 ///
 /// let gcra = Gcra::new(Rate::per_second_of(10.0)?)?.with_burst(5)?;
@@ -135,7 +135,7 @@ impl Gcra {
     /// The token-bucket view of a state: whole tokens available at `now`.
     ///
     /// ```
-    /// use hotlimit::{algo::Gcra, Algorithm};
+    /// use hotlimit::{algo::Gcra, Algorithm, WordStep};
     ///
     /// let g: Gcra = "10/s burst 5".parse()?;
     /// let tat = g.step(g.fresh(), 0, 3).state.unwrap();
@@ -201,26 +201,10 @@ impl FromStr for Gcra {
     }
 }
 
-impl Algorithm for Gcra {
-    type State = u64;
-
+impl Gcra {
     #[inline]
-    fn fresh(&self) -> u64 {
-        0
-    }
-
-    #[inline]
-    fn capacity(&self) -> u64 {
-        self.burst
-    }
-
-    #[inline]
-    fn policy(&self) -> Policy {
-        self.policy
-    }
-
-    #[inline]
-    fn step(&self, tat: u64, now: u64, cost: u64) -> Step<u64> {
+    /// The step by value: the decision and the new word (`None`: unchanged).
+    pub(crate) fn decide(&self, tat: u64, now: u64, cost: u64) -> Step<u64> {
         let increment = cost.saturating_mul(self.t);
         // A stored tat ahead of `now` also covers a clock read that went backwards.
         let base = tat.max(now);
@@ -254,11 +238,39 @@ impl Algorithm for Gcra {
             },
         }
     }
+}
+
+impl Algorithm for Gcra {
+    type State = u64;
+
+    #[inline]
+    fn fresh(&self) -> u64 {
+        0
+    }
+
+    #[inline]
+    fn capacity(&self) -> u64 {
+        self.burst
+    }
+
+    #[inline]
+    fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    #[inline]
+    fn update(&self, state: &mut u64, now: u64, cost: u64) -> Decision {
+        let step = self.decide(*state, now, cost);
+        if let Some(new) = step.state {
+            *state = new;
+        }
+        step.decision
+    }
 
     /// A key is fresh again once its theoretical arrival time has passed: `max(tat, now)` is
     /// then `now`, as for `tat = 0`.
     #[inline]
-    fn idle_at(&self, tat: u64) -> u64 {
-        tat
+    fn idle_at(&self, tat: &u64) -> u64 {
+        *tat
     }
 }
