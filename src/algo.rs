@@ -7,11 +7,20 @@
 
 mod earrrl;
 mod exponential;
+mod fixed_window;
 mod gcra;
+mod sliding_log;
+mod sliding_window;
+mod sub_window;
+mod window;
 
 pub use earrrl::{Earrrl, EarrrlPair, IDLE_EPSILON};
 pub use exponential::Exponential;
+pub use fixed_window::FixedWindow;
 pub use gcra::{Gcra, Reservation};
+pub use sliding_log::{LogState, SlidingLog};
+pub use sliding_window::{Rounding, SlidingWindow};
+pub use sub_window::{Bias, BucketState, SubWindow, DEFAULT_BUCKETS};
 
 use crate::decision::{Decision, Policy};
 use std::fmt::Debug;

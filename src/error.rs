@@ -19,6 +19,8 @@ pub enum Field {
     Limit,
     /// A window length.
     Window,
+    /// The number of sub-window buckets.
+    Buckets,
     /// A duration given on its own (for example a maximum wait).
     Duration,
 }
@@ -32,6 +34,7 @@ impl fmt::Display for Field {
             Field::HalfLife => "half-life",
             Field::Limit => "limit",
             Field::Window => "window",
+            Field::Buckets => "buckets",
             Field::Duration => "duration",
         })
     }

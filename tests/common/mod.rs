@@ -2,7 +2,9 @@
 
 #![allow(dead_code)]
 
-use hotlimit::algo::{Earrrl, Exponential, Gcra};
+use hotlimit::algo::{
+    Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
+};
 use hotlimit::{
     Algorithm, CasLimiter, ManualClock, MutexLimiter, Policy, Rate, RateLimiter, ShardedLimiter,
 };
@@ -76,6 +78,37 @@ pub fn cases() -> Vec<Case> {
             name: format!("exponential/{policy}"),
             variants: variants(exp),
         });
+        let second = Duration::from_secs(1);
+        let fixed = FixedWindow::new(20, second).unwrap().with_policy(policy);
+        out.push(Case {
+            name: format!("fixed-window/{policy}"),
+            variants: variants(fixed),
+        });
+        for rounding in [Rounding::Exact, Rounding::Floor] {
+            let sliding = SlidingWindow::new(20, second)
+                .unwrap()
+                .with_policy(policy)
+                .with_rounding(rounding);
+            out.push(Case {
+                name: format!("sliding-window/{rounding:?}/{policy}"),
+                variants: variants(sliding),
+            });
+        }
+        let log = SlidingLog::new(20, second).unwrap().with_policy(policy);
+        out.push(Case {
+            name: format!("sliding-log/{policy}"),
+            variants: variants(log),
+        });
+        for bias in [Bias::Strict, Bias::Lenient] {
+            let sub = SubWindow::new(20, second, 10)
+                .unwrap()
+                .with_policy(policy)
+                .with_bias(bias);
+            out.push(Case {
+                name: format!("sub-window/{bias:?}/{policy}"),
+                variants: variants(sub),
+            });
+        }
     }
     out
 }

@@ -1,0 +1,145 @@
+//! Fixed window: at most `limit` per window, windows aligned to the clock's origin.
+
+use super::window::{validate, WindowConfig};
+use super::Algorithm;
+use crate::decision::{Decision, Policy};
+use crate::error::{ConfigError, Field};
+use std::time::Duration;
+
+/// Fixed window: at most `limit` (cost units) per `window`; window `i` covers
+/// `[i·window, (i+1)·window)` from the clock's origin. Default policy: leaky.
+///
+/// **State**: one `u64`, the window index in the high bits and the count in the low bits. The
+/// count field is just wide enough for `limit + 1` (a strict count saturates there: any count
+/// above the limit denies alike), and the index gets the rest. The config is accepted only if
+/// every window index of the whole u64 nanosecond range fits, so the index never wraps:
+/// roughly, `2·(limit + 1) ≤ window in ns` (`limit` up to 2^29 at a 1 s window, up to ~524k
+/// at 1 ms). Larger limits are a [`ConfigError::TooLarge`].
+///
+/// `retry_after` is the time to the end of the window; `remaining` and `reset_after` are
+/// exact.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::FixedWindow, Algorithm};
+/// use std::time::Duration;
+///
+/// // 3 per 60 s: requests at 100 s and 110 s fall in window [60 s, 120 s) with two before.
+/// let w = FixedWindow::new(3, Duration::from_secs(60))?;
+/// let mut state = w.fresh();
+/// for t in [61, 70, 100] {
+///     assert!(w.update(&mut state, t * 1_000_000_000, 1).is_allowed());
+/// }
+/// let denied = w.update(&mut state, 110_000_000_000, 1);
+/// assert_eq!(denied.retry_after(), Duration::from_secs(10));
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedWindow {
+    config: WindowConfig,
+    /// Bits of the count field.
+    count_bits: u32,
+}
+
+impl FixedWindow {
+    /// At most `limit` per `window`; policy leaky.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        let config = validate(limit, window)?;
+        // Counts go up to limit + 1.
+        let count_bits = 64 - (limit + 1).leading_zeros();
+        // Largest window index the clock can reach; it must stay below the all-ones index
+        // (all ones everywhere is the tombstone).
+        let max_index = u64::MAX / config.window_ns;
+        let index_bits = 64 - count_bits;
+        if index_bits == 0 || max_index >= (1u64 << index_bits) - 1 {
+            return Err(ConfigError::TooLarge {
+                field: Field::Limit,
+                value: limit.to_string(),
+                max: "what a 64-bit state of window index and count can hold: about (window in ns) / 2",
+            });
+        }
+        Ok(Self { config, count_bits })
+    }
+
+    /// Sets the policy.
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.config.policy = policy;
+        self
+    }
+
+    /// The limit per window.
+    pub fn limit(&self) -> u64 {
+        self.config.limit
+    }
+
+    /// The window.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.config.window_ns)
+    }
+
+    #[inline]
+    fn pack(&self, index: u64, count: u64) -> u64 {
+        (index << self.count_bits) | count
+    }
+
+    #[inline]
+    fn unpack(&self, word: u64) -> (u64, u64) {
+        (word >> self.count_bits, word & ((1 << self.count_bits) - 1))
+    }
+}
+
+impl Algorithm for FixedWindow {
+    type State = u64;
+
+    fn fresh(&self) -> u64 {
+        0
+    }
+
+    fn capacity(&self) -> u64 {
+        self.config.limit
+    }
+
+    fn policy(&self) -> Policy {
+        self.config.policy
+    }
+
+    #[inline]
+    fn update(&self, state: &mut u64, now: u64, cost: u64) -> Decision {
+        let (limit, w) = (self.config.limit, self.config.window_ns);
+        let (stored, count) = self.unpack(*state);
+        // A clock read behind the stored window counts as in it.
+        let index = (now / w).max(stored);
+        let count = if index == stored { count } else { 0 };
+        let reset_after = index
+            .saturating_add(1)
+            .saturating_mul(w)
+            .saturating_sub(now);
+        let new = count.saturating_add(cost);
+        if new <= limit {
+            *state = self.pack(index, new);
+            return Decision::allowed()
+                .with_remaining(limit - new)
+                .with_reset_after(reset_after);
+        }
+        if self.config.policy == Policy::Strict {
+            *state = self.pack(index, new.min(limit + 1));
+        }
+        // Cost ≤ limit, so the request fits the next window.
+        Decision::denied(reset_after.max(1))
+            .with_remaining(limit.saturating_sub(count))
+            .with_reset_after(reset_after)
+    }
+
+    /// Fresh once its window has ended (or if it never counted anything).
+    fn idle_at(&self, state: &u64) -> u64 {
+        let (index, count) = self.unpack(*state);
+        if count == 0 {
+            0
+        } else {
+            index
+                .saturating_add(1)
+                .saturating_mul(self.config.window_ns)
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Sliding window log: the timestamps of the counted requests of the last window.
+
+use super::window::{validate, WindowConfig};
+use super::{Algorithm, State};
+use crate::cell::{LockCell, StateCells};
+use crate::decision::{Decision, Policy};
+use crate::error::ConfigError;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// Sliding window log: at most `limit` (cost units) in any `window`: a request at `now` is
+/// allowed iff the cost counted in `(now − window, now]` plus its own is at most `limit`.
+/// Exact, at the price of memory: O(`limit`) per key. Default policy: leaky.
+///
+/// **Per-key lock.** The state is a log, not a word, so even the lock-free store
+/// ([`CasLimiter`](crate::CasLimiter)) keeps it behind a per-key mutex (held for the step
+/// only); [`MutexLimiter`](crate::MutexLimiter) does the same.
+///
+/// **Memory**: one 16-byte entry (time, cost) per admitted request still in the window, so at
+/// most `limit` entries, plus one under [`Policy::Strict`]: a denied request's cost is merged
+/// into the newest entry, which takes the denied request's time. That errs strict (the merged
+/// cost leaves the window with the latest of them) and keeps the log bounded however hard a
+/// client hammers. Requests at one instant share an entry.
+///
+/// `retry_after` is exact: the time until enough of the oldest entries leave the window.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::SlidingLog, Algorithm};
+/// use std::time::Duration;
+///
+/// let log = SlidingLog::new(2, Duration::from_secs(10))?;
+/// let mut state = log.fresh();
+/// assert!(log.update(&mut state, 1_000_000_000, 1).is_allowed());
+/// assert!(log.update(&mut state, 4_000_000_000, 1).is_allowed());
+/// let denied = log.update(&mut state, 9_000_000_000, 1);
+/// assert_eq!(denied.retry_after(), Duration::from_secs(2)); // the 1 s entry leaves at 11 s
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingLog {
+    config: WindowConfig,
+}
+
+/// The log of one key: `(time, cost)` entries, oldest first, and their total cost.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogState {
+    entries: VecDeque<(u64, u64)>,
+    total: u64,
+    /// Set when the key is evicted (the tombstone).
+    dead: bool,
+}
+
+impl LogState {
+    /// The counted cost still in the log.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The number of entries (a measure of the memory held).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the log is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Drops the entries that left the window `(now − window, now]`.
+    fn expire(&mut self, now: u64, window: u64) {
+        while let Some(&(t, cost)) = self.entries.front() {
+            if t.saturating_add(window) > now {
+                break;
+            }
+            self.total -= cost;
+            self.entries.pop_front();
+        }
+    }
+
+    /// Appends `cost` at `now`, sharing the newest entry if it is at the same instant.
+    fn push(&mut self, now: u64, cost: u64) {
+        match self.entries.back_mut() {
+            Some((t, c)) if *t == now => *c = c.saturating_add(cost),
+            _ => self.entries.push_back((now, cost)),
+        }
+        self.total = self.total.saturating_add(cost);
+    }
+}
+
+impl State for LogState {}
+
+impl StateCells for LogState {
+    type CasCell = LockCell<LogState>;
+
+    fn tombstone() -> Self {
+        LogState {
+            dead: true,
+            ..LogState::default()
+        }
+    }
+
+    fn is_tombstone(&self) -> bool {
+        self.dead
+    }
+}
+
+impl SlidingLog {
+    /// At most `limit` in any `window`; policy leaky.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        Ok(Self {
+            config: validate(limit, window)?,
+        })
+    }
+
+    /// Sets the policy.
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.config.policy = policy;
+        self
+    }
+
+    /// The limit per window.
+    pub fn limit(&self) -> u64 {
+        self.config.limit
+    }
+
+    /// The window.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.config.window_ns)
+    }
+
+    /// When enough of the oldest entries leave the window for `cost` to fit.
+    fn retry_at(&self, log: &LogState, cost: u64) -> u64 {
+        let excess = (log.total + cost).saturating_sub(self.config.limit);
+        let mut dropped = 0;
+        for &(t, c) in &log.entries {
+            dropped += c;
+            if dropped >= excess {
+                return t.saturating_add(self.config.window_ns);
+            }
+        }
+        // Unreachable for cost ≤ limit: dropping every entry leaves cost ≤ limit.
+        log.entries
+            .back()
+            .map_or(0, |&(t, _)| t.saturating_add(self.config.window_ns))
+    }
+}
+
+impl Algorithm for SlidingLog {
+    type State = LogState;
+
+    fn fresh(&self) -> LogState {
+        LogState::default()
+    }
+
+    fn capacity(&self) -> u64 {
+        self.config.limit
+    }
+
+    fn policy(&self) -> Policy {
+        self.config.policy
+    }
+
+    fn update(&self, log: &mut LogState, now: u64, cost: u64) -> Decision {
+        let (limit, w) = (self.config.limit, self.config.window_ns);
+        // A clock read behind the newest entry counts as at it.
+        let now = log.entries.back().map_or(now, |&(t, _)| now.max(t));
+        log.expire(now, w);
+        if log.total + cost <= limit {
+            log.push(now, cost);
+            return Decision::allowed()
+                .with_remaining(limit - log.total)
+                .with_reset_after(self.idle_at(log) - now);
+        }
+        let remaining = limit.saturating_sub(log.total);
+        if self.config.policy == Policy::Strict {
+            match log.entries.back_mut() {
+                Some(newest) => {
+                    *newest = (now, newest.1.saturating_add(cost));
+                    log.total = log.total.saturating_add(cost);
+                }
+                None => log.push(now, cost),
+            }
+        }
+        Decision::denied(self.retry_at(log, cost).saturating_sub(now).max(1))
+            .with_remaining(remaining)
+            .with_reset_after(self.idle_at(log).saturating_sub(now))
+    }
+
+    /// Fresh once the newest entry has left the window.
+    fn idle_at(&self, log: &LogState) -> u64 {
+        log.entries
+            .back()
+            .map_or(0, |&(t, _)| t.saturating_add(self.config.window_ns))
+    }
+}

@@ -1,0 +1,272 @@
+//! Sliding window counter: the current window's count plus the previous one's, weighted by
+//! how much of it still overlaps the sliding window.
+
+use super::window::{check_u32_limit, validate, WindowConfig};
+use super::{honest_wait, Algorithm};
+use crate::decision::{Decision, Policy};
+use crate::error::ConfigError;
+use std::time::Duration;
+
+/// How the weighted count is compared with the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rounding {
+    /// Compared as is: denied iff `weighted > limit` (the default; errs strict).
+    Exact,
+    /// Floored first: denied iff `⌊weighted⌋ > limit` (a fractional excess is forgiven).
+    Floor,
+}
+
+impl std::str::FromStr for Rounding {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "exact" => Ok(Rounding::Exact),
+            "floor" => Ok(Rounding::Floor),
+            other => Err(format!(
+                "unknown rounding `{other}` (expected floor or exact)"
+            )),
+        }
+    }
+}
+
+/// Sliding window counter ("sliding tail"): at most `limit` per `window`, estimated as
+/// `weighted = prev·(1 − elapsed/window) + current + cost`, where `prev` and `current` are the
+/// counts of the previous and current fixed windows and `elapsed` the time into the current
+/// one. Denied iff `weighted > limit` ([`Rounding::Exact`], default) or
+/// `⌊weighted⌋ > limit` ([`Rounding::Floor`]). Default policy: leaky.
+///
+/// The comparison is exact integer arithmetic: `weighted·window` is computed in `u128`.
+///
+/// **State**: one `u128`: the window index (64 bits) and the two counts (32 bits each). Three
+/// fields do not fit 64 bits without limiting both the count and the time range, so this one
+/// takes the lock-free double-word CAS. Limits up to 2^32 − 3.
+///
+/// `retry_after` is the earliest wait after which the same request is allowed with no other
+/// traffic (the weighted count only falls as time passes), found in closed form and settled to
+/// the nanosecond against the real step.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::SlidingWindow, Algorithm};
+/// use std::time::Duration;
+///
+/// let s = SlidingWindow::new(4, Duration::from_secs(10))?;
+/// let mut state = s.fresh();
+/// for _ in 0..4 {
+///     assert!(s.update(&mut state, 5_000_000_000, 1).is_allowed()); // window [0 s, 10 s)
+/// }
+/// // At 12.5 s the previous window's 4 still weigh 4·(1 − 2.5/10) = 3: one more fits.
+/// assert!(s.update(&mut state, 12_500_000_000, 1).is_allowed());
+/// let denied = s.update(&mut state, 12_500_000_000, 1);
+/// // 4·(1 − e/10) + 1 + 1 ≤ 4 once e ≥ 5 s: retry at 15 s.
+/// assert_eq!(denied.retry_after(), Duration::from_millis(2_500));
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindow {
+    config: WindowConfig,
+    rounding: Rounding,
+}
+
+/// The counts of the previous and current window, as seen from `now`.
+#[derive(Debug, Clone, Copy)]
+struct View {
+    index: u64,
+    prev: u64,
+    cur: u64,
+    /// Time into the current window, ns.
+    elapsed: u64,
+}
+
+impl SlidingWindow {
+    /// At most `limit` per sliding `window`; rounding exact, policy leaky.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        let config = validate(limit, window)?;
+        check_u32_limit(limit)?;
+        Ok(Self {
+            config,
+            rounding: Rounding::Exact,
+        })
+    }
+
+    /// Sets the policy.
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.config.policy = policy;
+        self
+    }
+
+    /// Sets the rounding mode.
+    pub fn with_rounding(self, rounding: Rounding) -> Self {
+        Self { rounding, ..self }
+    }
+
+    /// The limit per window.
+    pub fn limit(&self) -> u64 {
+        self.config.limit
+    }
+
+    /// The window.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.config.window_ns)
+    }
+
+    #[inline]
+    fn pack(index: u64, prev: u64, cur: u64) -> u128 {
+        ((index as u128) << 64) | ((prev as u128) << 32) | cur as u128
+    }
+
+    #[inline]
+    fn unpack(word: u128) -> (u64, u64, u64) {
+        (
+            (word >> 64) as u64,
+            ((word >> 32) as u32) as u64,
+            (word as u32) as u64,
+        )
+    }
+
+    /// The state as seen from `now`: windows that ended shift the counts.
+    #[inline]
+    fn view(&self, word: u128, now: u64) -> View {
+        let w = self.config.window_ns;
+        let (stored, prev, cur) = Self::unpack(word);
+        let now_index = now / w;
+        // A clock read behind the stored window is taken as the start of it.
+        let index = now_index.max(stored);
+        let elapsed = if now_index >= index {
+            now - index * w
+        } else {
+            0
+        };
+        let (prev, cur) = match index - stored {
+            0 => (prev, cur),
+            1 => (cur, 0),
+            _ => (0, 0),
+        };
+        View {
+            index,
+            prev,
+            cur,
+            elapsed,
+        }
+    }
+
+    /// `weighted·window` must not exceed this for a request to be allowed.
+    #[inline]
+    fn bound(&self) -> u128 {
+        let (limit, w) = (self.config.limit as u128, self.config.window_ns as u128);
+        match self.rounding {
+            Rounding::Exact => limit * w,
+            // ⌊x⌋ ≤ limit ⇔ x < limit + 1 ⇔ x·w ≤ (limit + 1)·w − 1.
+            Rounding::Floor => (limit + 1) * w - 1,
+        }
+    }
+
+    /// `prev·(window − elapsed)`: the previous window's weight, times the window.
+    #[inline]
+    fn carried(&self, v: &View) -> u128 {
+        v.prev as u128 * (self.config.window_ns - v.elapsed) as u128
+    }
+
+    fn allowed_at(&self, word: u128, now: u64, cost: u64) -> bool {
+        let v = self.view(word, now);
+        let w = self.config.window_ns as u128;
+        self.carried(&v) + (v.cur + cost) as u128 * w <= self.bound()
+    }
+
+    /// A closed-form estimate of the wait, settled exactly by `honest_wait`.
+    fn retry_after(&self, word: u128, now: u64, cost: u64) -> u64 {
+        let v = self.view(word, now);
+        let (w, b) = (self.config.window_ns as f64, self.bound() as f64);
+        let need_cur = (v.cur + cost) as f64 * w;
+        // Within this window the previous count's weight falls to (b − need_cur) / prev.
+        let guess = if v.prev > 0 && b >= need_cur {
+            let e = w - (b - need_cur) / v.prev as f64;
+            e - v.elapsed as f64
+        } else {
+            // Next window: the current count becomes the previous one.
+            let need = cost as f64 * w;
+            let e = if v.cur > 0 {
+                (w - (b - need) / v.cur as f64).max(0.0)
+            } else {
+                0.0
+            };
+            (w - v.elapsed as f64) + e
+        };
+        honest_wait(guess, |wait| {
+            self.allowed_at(word, now.saturating_add(wait), cost)
+        })
+    }
+}
+
+impl Algorithm for SlidingWindow {
+    type State = u128;
+
+    fn fresh(&self) -> u128 {
+        0
+    }
+
+    fn capacity(&self) -> u64 {
+        self.config.limit
+    }
+
+    fn policy(&self) -> Policy {
+        self.config.policy
+    }
+
+    #[inline]
+    fn update(&self, state: &mut u128, now: u64, cost: u64) -> Decision {
+        let (limit, w) = (self.config.limit, self.config.window_ns as u128);
+        let v = self.view(*state, now);
+        let carried = self.carried(&v);
+        let taken = carried + (v.cur + cost) as u128 * w;
+        if taken <= self.bound() {
+            *state = Self::pack(v.index, v.prev, v.cur + cost);
+            // The largest further cost that would still fit now.
+            let room = ((self.bound() - carried) / w) as u64 - (v.cur + cost);
+            let reset = self
+                .idle_at_view(&View {
+                    cur: v.cur + cost,
+                    ..v
+                })
+                .saturating_sub(now);
+            return Decision::allowed()
+                .with_remaining(room.min(limit))
+                .with_reset_after(reset);
+        }
+        if self.config.policy == Policy::Strict {
+            *state = Self::pack(v.index, v.prev, (v.cur + cost).min(limit + 1));
+        }
+        let room = ((self.bound().saturating_sub(carried)) / w) as u64;
+        Decision::denied(self.retry_after(*state, now, cost))
+            .with_remaining(room.saturating_sub(v.cur).min(limit))
+            .with_reset_after(self.idle_at(state).saturating_sub(now))
+    }
+
+    /// Fresh once both counts have left the sliding window: one window after the current one
+    /// ends if it counted anything, else when the current one ends.
+    fn idle_at(&self, state: &u128) -> u64 {
+        let (index, prev, cur) = Self::unpack(*state);
+        self.idle_at_view(&View {
+            index,
+            prev,
+            cur,
+            elapsed: 0,
+        })
+    }
+}
+
+impl SlidingWindow {
+    fn idle_at_view(&self, v: &View) -> u64 {
+        let w = self.config.window_ns;
+        let windows = if v.cur > 0 {
+            2
+        } else if v.prev > 0 {
+            1
+        } else {
+            return 0;
+        };
+        v.index.saturating_add(windows).saturating_mul(w)
+    }
+}

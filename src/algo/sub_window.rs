@@ -1,0 +1,255 @@
+//! Sub-window counters: the window split into buckets, the last window's buckets summed.
+
+use super::window::{check_u32_limit, validate, WindowConfig};
+use super::{Algorithm, State};
+use crate::cell::{LockCell, StateCells};
+use crate::decision::{Decision, Policy};
+use crate::error::{ConfigError, Field};
+use std::time::Duration;
+
+/// The default number of buckets per window.
+pub const DEFAULT_BUCKETS: u32 = 60;
+
+/// Which way the bucketed approximation errs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Bias {
+    /// Sum the current bucket and the `k` before it: the counted span is at least the window,
+    /// so the limiter never admits more than `limit` in any window (the default).
+    Strict,
+    /// Sum the current bucket and the `k − 1` before it: the counted span is shorter than the
+    /// window by up to one bucket, so it can admit slightly more.
+    Lenient,
+}
+
+impl std::str::FromStr for Bias {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "strict" => Ok(Bias::Strict),
+            "lenient" => Ok(Bias::Lenient),
+            other => Err(format!(
+                "unknown err mode `{other}` (expected strict or lenient)"
+            )),
+        }
+    }
+}
+
+/// Sub-window counters (the hybrid of fixed windows and the log): `window` split into `k`
+/// buckets of `window / k` (default 60); a request is allowed iff the cost counted in the last
+/// window's buckets plus its own is at most `limit`. With [`Bias::Strict`] (the default) one
+/// extra bucket is summed so the limiter errs strict, not lenient. Default policy: leaky.
+///
+/// **Per-key lock.** The state is `k` (+1) counters, not a word, so even the lock-free store
+/// keeps it behind a per-key mutex (held for the step only).
+///
+/// **Memory**: 4 bytes per bucket (61 buckets: 244 bytes) plus 24 bytes of header per key.
+/// Limits up to 2^32 − 3.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::SubWindow, Algorithm};
+/// use std::time::Duration;
+///
+/// // 2 per 10 s in 10 buckets of 1 s, erring strict (11 buckets summed).
+/// let s = SubWindow::new(2, Duration::from_secs(10), 10)?;
+/// let mut state = s.fresh();
+/// assert!(s.update(&mut state, 500_000_000, 1).is_allowed()); // bucket 0
+/// assert!(s.update(&mut state, 3_200_000_000, 1).is_allowed()); // bucket 3
+/// let denied = s.update(&mut state, 9_000_000_000, 1);
+/// // Bucket 0 leaves the sum when bucket 11 starts, at 11 s.
+/// assert_eq!(denied.retry_after(), Duration::from_secs(2));
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubWindow {
+    config: WindowConfig,
+    /// Bucket width, ns.
+    bucket_ns: u64,
+    buckets: u32,
+    bias: Bias,
+}
+
+/// One key's buckets: a ring indexed by absolute bucket number.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BucketState {
+    counts: Box<[u32]>,
+    /// Absolute number of the newest bucket.
+    head: u64,
+    total: u64,
+    /// Set when the key is evicted (the tombstone).
+    dead: bool,
+}
+
+impl BucketState {
+    /// The cost counted in the buckets.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+}
+
+impl State for BucketState {}
+
+impl StateCells for BucketState {
+    type CasCell = LockCell<BucketState>;
+
+    fn tombstone() -> Self {
+        BucketState {
+            dead: true,
+            ..BucketState::default()
+        }
+    }
+
+    fn is_tombstone(&self) -> bool {
+        self.dead
+    }
+}
+
+impl SubWindow {
+    /// At most `limit` per `window`, counted in `buckets` buckets; erring strict, policy leaky.
+    pub fn new(limit: u64, window: Duration, buckets: u32) -> Result<Self, ConfigError> {
+        let config = validate(limit, window)?;
+        check_u32_limit(limit)?;
+        if buckets == 0 {
+            return Err(ConfigError::Zero {
+                field: Field::Buckets,
+                value: "0".into(),
+            });
+        }
+        let bucket_ns = config.window_ns / buckets as u64;
+        if bucket_ns == 0 {
+            return Err(ConfigError::TooLarge {
+                field: Field::Buckets,
+                value: buckets.to_string(),
+                max: "the window in nanoseconds (a bucket is at least 1 ns)",
+            });
+        }
+        Ok(Self {
+            config,
+            bucket_ns,
+            buckets,
+            bias: Bias::Strict,
+        })
+    }
+
+    /// Sets the policy.
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.config.policy = policy;
+        self
+    }
+
+    /// Sets which way the approximation errs.
+    pub fn with_bias(self, bias: Bias) -> Self {
+        Self { bias, ..self }
+    }
+
+    /// The limit per window.
+    pub fn limit(&self) -> u64 {
+        self.config.limit
+    }
+
+    /// The bucket width.
+    pub fn bucket(&self) -> Duration {
+        Duration::from_nanos(self.bucket_ns)
+    }
+
+    /// Buckets summed: the current one and the `k` (strict) or `k − 1` (lenient) before it.
+    fn span(&self) -> u64 {
+        match self.bias {
+            Bias::Strict => self.buckets as u64 + 1,
+            Bias::Lenient => self.buckets as u64,
+        }
+    }
+
+    /// Moves the ring forward to bucket `now_bucket`, dropping the buckets that left the span.
+    fn advance(&self, st: &mut BucketState, now_bucket: u64) {
+        let n = self.span();
+        if st.counts.is_empty() {
+            st.counts = vec![0; n as usize].into_boxed_slice();
+        }
+        if now_bucket <= st.head {
+            return;
+        }
+        if now_bucket - st.head >= n {
+            st.counts.iter_mut().for_each(|c| *c = 0);
+            st.total = 0;
+        } else {
+            for b in st.head + 1..=now_bucket {
+                let slot = &mut st.counts[(b % n) as usize];
+                st.total -= *slot as u64;
+                *slot = 0;
+            }
+        }
+        st.head = now_bucket;
+    }
+
+    /// The start of the bucket after which the oldest counted cost has left enough for `cost`
+    /// to fit.
+    fn retry_at(&self, st: &BucketState, cost: u64) -> u64 {
+        let n = self.span();
+        let excess = (st.total + cost).saturating_sub(self.config.limit);
+        let oldest = st.head.saturating_sub(n - 1);
+        let mut dropped = 0;
+        for b in oldest..=st.head {
+            dropped += st.counts[(b % n) as usize] as u64;
+            if dropped >= excess {
+                // Bucket b leaves the span when bucket b + n starts.
+                return (b + n).saturating_mul(self.bucket_ns);
+            }
+        }
+        (st.head + n).saturating_mul(self.bucket_ns)
+    }
+}
+
+impl Algorithm for SubWindow {
+    type State = BucketState;
+
+    fn fresh(&self) -> BucketState {
+        BucketState::default()
+    }
+
+    fn capacity(&self) -> u64 {
+        self.config.limit
+    }
+
+    fn policy(&self) -> Policy {
+        self.config.policy
+    }
+
+    fn update(&self, st: &mut BucketState, now: u64, cost: u64) -> Decision {
+        let limit = self.config.limit;
+        // A clock read behind the newest bucket counts as in it.
+        let bucket = (now / self.bucket_ns).max(st.head);
+        self.advance(st, bucket);
+        let slot = (bucket % self.span()) as usize;
+        if st.total + cost <= limit {
+            // ≤ limit < u32::MAX.
+            st.counts[slot] += cost as u32;
+            st.total += cost;
+            return Decision::allowed()
+                .with_remaining(limit - st.total)
+                .with_reset_after(self.idle_at(st).saturating_sub(now));
+        }
+        let remaining = limit.saturating_sub(st.total);
+        if self.config.policy == Policy::Strict {
+            // Saturate the bucket at limit + 1: beyond, every request is denied alike.
+            let room = (limit + 1).saturating_sub(st.total);
+            let add = cost.min(room);
+            st.counts[slot] += add as u32;
+            st.total += add;
+        }
+        Decision::denied(self.retry_at(st, cost).saturating_sub(now).max(1))
+            .with_remaining(remaining)
+            .with_reset_after(self.idle_at(st).saturating_sub(now))
+    }
+
+    /// Fresh once the newest non-empty bucket has left the span.
+    fn idle_at(&self, st: &BucketState) -> u64 {
+        let n = self.span();
+        (0..n.min(st.head + 1))
+            .map(|back| st.head - back)
+            .find(|&b| st.counts.get((b % n) as usize).is_some_and(|&c| c > 0))
+            .map_or(0, |b| (b + n).saturating_mul(self.bucket_ns))
+    }
+}

@@ -1,0 +1,61 @@
+//! What the window algorithms share: the validated `limit` per `window`.
+
+use crate::decision::Policy;
+use crate::error::{ConfigError, Field};
+use std::time::Duration;
+
+/// A validated limit and window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WindowConfig {
+    pub(crate) limit: u64,
+    pub(crate) window_ns: u64,
+    pub(crate) policy: Policy,
+}
+
+/// Largest limit of the windows that keep 32-bit counts (saturating at `limit + 1`, which
+/// must stay below the all-ones tombstone).
+pub(crate) const MAX_LIMIT_U32: u64 = u32::MAX as u64 - 2;
+
+/// Checks `limit ≥ 1` and `1 ns ≤ window ≤ u64::MAX ns`; policy leaky.
+pub(crate) fn validate(limit: u64, window: Duration) -> Result<WindowConfig, ConfigError> {
+    if limit == 0 {
+        return Err(ConfigError::Zero {
+            field: Field::Limit,
+            value: "0".into(),
+        });
+    }
+    let window_ns = match u64::try_from(window.as_nanos()) {
+        Ok(0) => {
+            return Err(ConfigError::Zero {
+                field: Field::Window,
+                value: "0s".into(),
+            })
+        }
+        Ok(ns) => ns,
+        Err(_) => {
+            return Err(ConfigError::TooLarge {
+                field: Field::Window,
+                value: format!("{window:?}"),
+                max: "u64::MAX nanoseconds (about 584 years)",
+            })
+        }
+    };
+    Ok(WindowConfig {
+        limit,
+        window_ns,
+        policy: Policy::Leaky,
+    })
+}
+
+/// Rejects limits above [`MAX_LIMIT_U32`].
+pub(crate) fn check_u32_limit(limit: u64) -> Result<(), ConfigError> {
+    if limit > MAX_LIMIT_U32 {
+        Err(ConfigError::TooLarge {
+            field: Field::Limit,
+            value: limit.to_string(),
+            max: "2^32 - 3 (counts are 32-bit)",
+        })
+    } else {
+        Ok(())
+    }
+}
