@@ -6,7 +6,7 @@
 //! the direct limiter (one cell) rather than the papaya map, which loom does not model.
 #![cfg(hotlimit_loom)]
 
-use hotlimit::algo::{Earrrl, Gcra};
+use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingLog};
 use hotlimit::{Algorithm, DirectLimiter, Locked, ManualClock, Policy, Rate, Variant, WordStep};
 use loom::sync::Arc;
 use loom::thread;
@@ -102,5 +102,24 @@ fn earrrl_strict_two_threads() {
 fn mutex_twin_same_totals() {
     loom::model(|| {
         assert_eq!(run::<_, Locked>(gcra(3, Policy::Leaky), 2, 2), (3, T));
+    });
+}
+
+#[test]
+fn fixed_window_packed_word() {
+    loom::model(|| {
+        // 3 per 60 s at t = 0: 3 of 4 admitted; the probe waits for the window's end.
+        let w = FixedWindow::new(3, Duration::from_secs(60)).unwrap();
+        assert_eq!(run::<_, hotlimit::Cas>(w, 2, 2), (3, 60_000_000_000));
+    });
+}
+
+#[test]
+fn sliding_log_behind_its_per_key_lock() {
+    loom::model(|| {
+        // The log is no word: even the lock-free store keeps it behind a lock. 2 of 3 admitted;
+        // the probe waits until the t = 0 entries leave the 10 s window.
+        let log = SlidingLog::new(2, Duration::from_secs(10)).unwrap();
+        assert_eq!(run::<_, hotlimit::Cas>(log, 3, 1), (2, 10_000_000_000));
     });
 }
