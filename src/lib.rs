@@ -44,20 +44,28 @@
 //! Time comes from a [`Clock`]: [`QuantaClock`] (TSC-backed) by default, [`ManualClock`] for
 //! tests, simulations and trace replay.
 //!
+//! Keys whose state is back to fresh are dropped by [`KeyedLimiter::sweep`], by hand or by a
+//! background sweeper ([`Builder::sweep_every`]), without changing any decision; a capacity
+//! bound ([`Builder::max_keys`]) keeps memory bounded under floods of new keys.
+//!
 //! # Algorithms
 //!
-//! | algorithm | state | default policy | use it when |
+//! | algorithm | state per key | default policy | use it when |
 //! |---|---|---|---|
 //! | [`algo::Gcra`] | 1 × u64 | leaky | you want a rate with a burst: the default; also the token bucket ([`algo::Gcra::token_bucket`]) and leaky bucket ([`algo::Gcra::leaky_bucket`]), and pacing ([`CasLimiter::reserve`](KeyedLimiter::reserve)) |
 //! | [`algo::Earrrl`] | 1 × u64 (f64 bits) | strict | abusers must stay locked out while they keep abusing; the measured rate decays with a half-life |
 //! | [`algo::Exponential`] | 1 × u128 | leaky | you want Exim's `ratelimit` semantics: a smoothed rate over a period, bursts up to the limit |
+//! | [`algo::FixedWindow`] | 1 × u64 | leaky | "N per minute" as most APIs document it; cheapest, but allows 2N across a window boundary |
+//! | [`algo::SlidingWindow`] | 1 × u128 | leaky | a fixed window's cost with most of a sliding window's smoothness (weighted previous window) |
+//! | [`algo::SlidingLog`] | O(limit) entries, per-key lock | leaky | exactness in every window matters more than memory |
+//! | [`algo::SubWindow`] | k (+1) counters, per-key lock | leaky | near-exact sliding windows in bounded memory (default 60 buckets) |
 //!
 //! [`Policy::Leaky`]: only allowed requests change the state (a retrying client is not punished
 //! further). [`Policy::Strict`]: every request counts, so a client that keeps hammering stays
 //! locked out until it slows down.
 //!
-//! Every algorithm is a pure function `(state, now, cost) -> (new state, Decision)`
-//! ([`Algorithm::step`]), usable on its own.
+//! Every algorithm is a pure state machine, [`Algorithm::update`] (in place) or
+//! [`WordStep::step`] (by value, for word states), usable on its own.
 //!
 //! # Consistency
 //!
@@ -79,10 +87,15 @@
 //! # Implementation
 //!
 //! * `algo/`: the pure state machines. Floats are stored as bits; numerically delicate steps
-//!   use `exp_m1`, `ln_1p` and log-sum-exp, each with a comment saying why.
-//! * `cell.rs`: the crate's one CAS loop ([`Algorithm::step`] re-run on the word that won a
-//!   race, with `crossbeam_utils::Backoff`), and the mutex cell.
-//! * `limiter.rs`: the map and the public limiters.
+//!   use `exp_m1`, `ln_1p` and log-sum-exp, each with a comment saying why. A float
+//!   `retry_after` is settled against the real step (`honest_wait`), so it is never early and
+//!   never late by a rounding error.
+//! * `cell.rs`: the crate's one CAS loop ([`Algorithm::update`] re-run on a copy of the word
+//!   that won a race, with `crossbeam_utils::Backoff`), the lock cell, and the eviction
+//!   tombstone protocol both share.
+//! * `limiter.rs`: the [`RateLimiter`] trait and the [`Cas`] / [`Locked`] variants;
+//!   `keyed.rs`, `direct.rs`, `sharded.rs`: the limiters; `sweeper.rs`: the background
+//!   sweeper thread.
 //! * `sync.rs`: every atomic and lock used by the protocol, swapped for loom's under
 //!   `--cfg hotlimit_loom`.
 #![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]

@@ -143,7 +143,7 @@ impl Earrrl {
         })
     }
 
-    /// The textbook two-field form of [`Algorithm::step`]: decides a request of `cost` at
+    /// The textbook two-field form of [`Algorithm::update`]: decides a request of `cost` at
     /// `now_ns` for a key in state `st`, updating it in place. A reference implementation,
     /// kept to check the one-word form against.
     ///
