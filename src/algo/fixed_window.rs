@@ -126,8 +126,13 @@ impl Algorithm for FixedWindow {
             *state = self.pack(index, new.min(limit + 1));
         }
         // Cost ≤ limit, so the request fits the next window.
+        // A strict denial was counted: what remains is what remains after it, nothing.
+        let remaining = match self.config.policy {
+            Policy::Leaky => limit.saturating_sub(count),
+            Policy::Strict => 0,
+        };
         Decision::denied(reset_after.max(1))
-            .with_remaining(limit.saturating_sub(count))
+            .with_remaining(remaining)
             .with_reset_after(reset_after)
     }
 

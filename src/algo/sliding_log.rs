@@ -173,7 +173,11 @@ impl Algorithm for SlidingLog {
                 .with_remaining(limit - log.total)
                 .with_reset_after(self.idle_at(log) - now);
         }
-        let remaining = limit.saturating_sub(log.total);
+        // A strict denial is counted: what remains after it is nothing.
+        let remaining = match self.config.policy {
+            Policy::Leaky => limit.saturating_sub(log.total),
+            Policy::Strict => 0,
+        };
         if self.config.policy == Policy::Strict {
             match log.entries.back_mut() {
                 Some(newest) => {

@@ -238,9 +238,15 @@ impl Algorithm for SlidingWindow {
         if self.config.policy == Policy::Strict {
             *state = Self::pack(v.index, v.prev, (v.cur + cost).min(limit + 1));
         }
-        let room = ((self.bound().saturating_sub(carried)) / w) as u64;
+        // A strict denial was counted: what remains is what remains after it, nothing.
+        let remaining = match self.config.policy {
+            Policy::Leaky => (((self.bound().saturating_sub(carried)) / w) as u64)
+                .saturating_sub(v.cur)
+                .min(limit),
+            Policy::Strict => 0,
+        };
         Decision::denied(self.retry_after(*state, now, cost))
-            .with_remaining(room.saturating_sub(v.cur).min(limit))
+            .with_remaining(remaining)
             .with_reset_after(self.idle_at(state).saturating_sub(now))
     }
 

@@ -231,7 +231,11 @@ impl Algorithm for SubWindow {
                 .with_remaining(limit - st.total)
                 .with_reset_after(self.idle_at(st).saturating_sub(now));
         }
-        let remaining = limit.saturating_sub(st.total);
+        // A strict denial is counted: what remains after it is nothing.
+        let remaining = match self.config.policy {
+            Policy::Leaky => limit.saturating_sub(st.total),
+            Policy::Strict => 0,
+        };
         if self.config.policy == Policy::Strict {
             // Saturate the bucket at limit + 1: beyond, every request is denied alike.
             let room = (limit + 1).saturating_sub(st.total);
