@@ -7,10 +7,19 @@
 //! cargo run --release --example replay -- --algo <ALGO> [ALGORITHM OPTIONS]
 //!     [--policy leaky|strict] [--variant cas|mutex] < trace
 //!
-//! --algo gcra         --rate 10/s [--burst 5]
-//! --algo earrrl       --half-life 10s --limit 0.5/s
-//! --algo exponential  --limit 10 --period 60s
+//! --algo gcra            --rate 10/s [--burst 5]
+//! --algo earrrl          --half-life 10s --limit 0.5/s
+//! --algo exponential     --limit 10 --period 60s
+//! --algo fixed-window    --limit 3 --window 60s
+//! --algo sliding-window  --limit 3 --window 60s [--round exact|floor]
+//! --algo sliding-log     --limit 3 --window 60s
+//! --algo sub-window      --limit 3 --window 60s [--buckets 60] [--err strict|lenient]
 //! ```
+//!
+//! For the window family `--limit` is a positive whole number (cost units per window) and
+//! `--window` a duration. `--round` is the sliding window counter's rounding of the weighted
+//! count (default `exact`); `--buckets` and `--err` are the sub-window's bucket count (default
+//! 60) and which way it errs (default `strict`: one extra bucket is summed).
 //!
 //! `--policy` overrides the algorithm's default policy; `--variant` picks the lock-free
 //! `CasLimiter` (the default) or its `MutexLimiter` twin. Options take their value as the next
@@ -18,6 +27,7 @@
 //!
 //! ```text
 //! cargo run --release --example replay -- --algo gcra --rate 10/s --burst 5 < examples/traces/burst.trace
+//! cargo run --release --example replay -- --algo fixed-window --limit 3 --window 60s < examples/traces/fixed-window.trace
 //! ```
 //!
 //! # Input (stdin)
@@ -41,10 +51,13 @@
 //! # Errors
 //!
 //! A bad command line, or a malformed input line (or a cost the limiter rejects), stops the
-//! replay with a message on stderr (`--rate: ...`, `line 7: ...`) and exit status 2; the
-//! decisions for the lines before it are still printed. An I/O error exits with status 1.
+//! replay with a message on stderr (`--rate: ...`, `--window: ...`, `line 7: ...`) and exit
+//! status 2; the decisions for the lines before it are still printed. An I/O error exits with status 1.
 
-use hotlimit::algo::{Earrrl, Exponential, Gcra};
+use hotlimit::algo::{
+    Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
+    DEFAULT_BUCKETS,
+};
 use hotlimit::{
     parse_duration, Algorithm, CasLimiter, ConfigError, Decision, Field, ManualClock, MutexLimiter,
     Policy, Rate, RateLimiter,
@@ -52,6 +65,7 @@ use hotlimit::{
 use std::fmt::Display;
 use std::io::{self, BufRead, BufWriter, Write};
 use std::process::ExitCode;
+use std::time::Duration;
 
 const USAGE: &str = "\
 Replays a trace of requests through a hotlimit limiter and prints each decision.
@@ -59,9 +73,21 @@ Replays a trace of requests through a hotlimit limiter and prints each decision.
 Usage: replay --algo <ALGO> [ALGORITHM OPTIONS] [--policy leaky|strict] [--variant cas|mutex] < trace
 
 Algorithms:
-  --algo gcra         --rate <RATE> [--burst <N>]         e.g. --rate 10/s --burst 5
-  --algo earrrl       --half-life <DURATION> --limit <RATE>  e.g. --half-life 10s --limit 0.5/s
-  --algo exponential  --limit <N> --period <DURATION>      e.g. --limit 10 --period 60s
+  --algo gcra            --rate <RATE> [--burst <N>]
+                         e.g. --rate 10/s --burst 5
+  --algo earrrl          --half-life <DURATION> --limit <RATE>
+                         e.g. --half-life 10s --limit 0.5/s
+  --algo exponential     --limit <N> --period <DURATION>
+                         e.g. --limit 10 --period 60s
+  --algo fixed-window    --limit <N> --window <DURATION>
+                         e.g. --limit 3 --window 60s
+  --algo sliding-window  --limit <N> --window <DURATION> [--round exact|floor]
+                         e.g. --limit 3 --window 60s --round floor   (default: exact)
+  --algo sliding-log     --limit <N> --window <DURATION>
+                         e.g. --limit 3 --window 60s
+  --algo sub-window      --limit <N> --window <DURATION> [--buckets <K>] [--err strict|lenient]
+                         e.g. --limit 3 --window 60s --buckets 60 --err strict
+                         (default: 60 buckets, strict: one extra bucket summed)
 
 Options:
   --policy leaky|strict  what a denied request does (default: the algorithm's own)
@@ -135,8 +161,15 @@ fn run(args: Vec<String>) -> Result<(), Fatal> {
         "gcra" => setup.replay(gcra(&mut opts)?, Gcra::with_policy, opts),
         "earrrl" => setup.replay(earrrl(&mut opts)?, Earrrl::with_policy, opts),
         "exponential" => setup.replay(exponential(&mut opts)?, Exponential::with_policy, opts),
+        "fixed-window" => setup.replay(fixed_window(&mut opts)?, FixedWindow::with_policy, opts),
+        "sliding-window" => {
+            setup.replay(sliding_window(&mut opts)?, SlidingWindow::with_policy, opts)
+        }
+        "sliding-log" => setup.replay(sliding_log(&mut opts)?, SlidingLog::with_policy, opts),
+        "sub-window" => setup.replay(sub_window(&mut opts)?, SubWindow::with_policy, opts),
         other => Err(Fatal::usage(format!(
-            "--algo: unknown algorithm `{other}` (expected gcra, earrrl or exponential)"
+            "--algo: unknown algorithm `{other}` (expected gcra, earrrl, exponential, \
+             fixed-window, sliding-window, sliding-log or sub-window)"
         ))),
     }
 }
@@ -166,6 +199,53 @@ fn exponential(opts: &mut Options) -> Result<Exponential, Fatal> {
     Exponential::parse(&limit, period).map_err(config_error)
 }
 
+/// `--limit <N> --window <DURATION>`, shared by the window family.
+fn limit_and_window(opts: &mut Options) -> Result<(u64, Duration), Fatal> {
+    let limit = opts.required_parsed("--limit", parse_whole)?;
+    let window = opts.required_parsed("--window", parse_duration)?;
+    Ok((limit, window))
+}
+
+/// `--algo fixed-window --limit <N> --window <DURATION>`.
+fn fixed_window(opts: &mut Options) -> Result<FixedWindow, Fatal> {
+    let (limit, window) = limit_and_window(opts)?;
+    FixedWindow::new(limit, window).map_err(config_error)
+}
+
+/// `--algo sliding-window --limit <N> --window <DURATION> [--round exact|floor]`.
+fn sliding_window(opts: &mut Options) -> Result<SlidingWindow, Fatal> {
+    let (limit, window) = limit_and_window(opts)?;
+    let rounding = opts
+        .parsed("--round", str::parse::<Rounding>)?
+        .unwrap_or(Rounding::Exact);
+    SlidingWindow::new(limit, window)
+        .map(|w| w.with_rounding(rounding))
+        .map_err(config_error)
+}
+
+/// `--algo sliding-log --limit <N> --window <DURATION>`.
+fn sliding_log(opts: &mut Options) -> Result<SlidingLog, Fatal> {
+    let (limit, window) = limit_and_window(opts)?;
+    SlidingLog::new(limit, window).map_err(config_error)
+}
+
+/// `--algo sub-window --limit <N> --window <DURATION> [--buckets <K>] [--err strict|lenient]`.
+fn sub_window(opts: &mut Options) -> Result<SubWindow, Fatal> {
+    let (limit, window) = limit_and_window(opts)?;
+    let buckets = opts
+        .parsed("--buckets", |s: &str| {
+            s.parse::<u32>()
+                .map_err(|_| format!("expected a positive whole number, got `{s}`"))
+        })?
+        .unwrap_or(DEFAULT_BUCKETS);
+    let bias = opts
+        .parsed("--err", str::parse::<Bias>)?
+        .unwrap_or(Bias::Strict);
+    SubWindow::new(limit, window, buckets)
+        .map(|w| w.with_bias(bias))
+        .map_err(config_error)
+}
+
 /// A `ConfigError` from an algorithm's constructor, reported against the option it came from.
 fn config_error(err: ConfigError) -> Fatal {
     let option = match err.field() {
@@ -175,6 +255,7 @@ fn config_error(err: ConfigError) -> Fatal {
         Field::Limit => "--limit",
         Field::Period => "--period",
         Field::Window => "--window",
+        Field::Buckets => "--buckets",
         _ => "--algo",
     };
     Fatal::usage(format!("{option}: {err}"))

@@ -145,14 +145,181 @@ fn generated_trace(n: usize) -> String {
 }
 
 #[test]
+fn fixed_window_trace_reproduces_the_spec_vector() {
+    let trace = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/traces/fixed-window.trace"
+    ))
+    .unwrap();
+    let requests: Vec<&str> = trace
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(
+        requests,
+        ["5 k", "15 k", "61 k", "70 k", "100 k", "110 k", "140 k"]
+    );
+    let run = replay_ok(
+        &["--algo", "fixed-window", "--limit", "3", "--window", "60s"],
+        &trace,
+    );
+    let expected = [
+        "allow retry_after=0 remaining=2", // [0, 60) holds 5: 3 − 1
+        "allow retry_after=0 remaining=1", // [0, 60) holds 5, 15: 3 − 2
+        "allow retry_after=0 remaining=2", // new window [60, 120) holds 61: 3 − 1
+        "allow retry_after=0 remaining=1", // 61, 70: 3 − 2
+        "allow retry_after=0 remaining=0", // 61, 70, 100: 3 − 3
+        "deny retry_after=10 remaining=0", // a 4th in [60, 120): wait 120 − 110 = 10 s
+        "allow retry_after=0 remaining=2", // new window [120, 180) holds 140: 3 − 1
+    ];
+    assert_eq!(run.lines(), expected);
+    assert_eq!(run.stderr, "");
+    // The lock-free and the mutex limiter agree; leaky is the window family's default.
+    for extra in [&["--variant", "mutex"][..], &["--policy", "leaky"]] {
+        let mut args = vec!["--algo", "fixed-window", "--limit", "3", "--window", "60s"];
+        args.extend(extra);
+        assert_eq!(replay_ok(&args, &trace).lines(), expected, "{extra:?}");
+    }
+}
+
+#[test]
+fn window_options_are_applied() {
+    // Sliding window counter, 4 per 10 s: four at 8 s, then at 13 s (window [10, 20), e = 3 s)
+    // the previous 4 weigh 4·(1 − 3/10) = 2.8: a first request makes 3.8 ≤ 4; a second 4.8,
+    // which exact rounding denies (until 4·(1 − e/10) + 2 ≤ 4, e ≥ 5 s: wait 2 s) and floor
+    // rounding allows (⌊4.8⌋ = 4).
+    let trace = "8 k 4\n13 k\n13 k\n";
+    let sliding = [
+        "--algo",
+        "sliding-window",
+        "--limit",
+        "4",
+        "--window",
+        "10s",
+    ];
+    let exact = [
+        "allow retry_after=0 remaining=0",
+        "allow retry_after=0 remaining=0", // ⌊4 − 2.8⌋ − 1 = 0
+        "deny retry_after=2 remaining=0",
+    ];
+    assert_eq!(replay_ok(&sliding, trace).lines(), exact);
+    let mut args = sliding.to_vec();
+    args.extend(["--round", "exact"]);
+    assert_eq!(replay_ok(&args, trace).lines(), exact);
+    let mut args = sliding.to_vec();
+    args.extend(["--round", "floor"]);
+    assert_eq!(
+        replay_ok(&args, trace).lines(),
+        [
+            "allow retry_after=0 remaining=0",
+            "allow retry_after=0 remaining=1", // ⌊2.8 + 1 + c⌋ ≤ 4 for c ≤ 1 (⌊4.8⌋ = 4)
+            "allow retry_after=0 remaining=0", // ⌊4.8⌋ = 4 ≤ 4; ⌊4.8 + 1⌋ = 5 > 4
+        ]
+    );
+
+    // Sub-window, 3 per 10 s in 5 buckets of 2 s: requests at 1.5, 3, 5 s fill buckets 0–2;
+    // at 10.5 s (bucket 5) the strict bias still sums buckets 0–5 (3 + 1 > 3: denied until
+    // bucket 0 leaves at bucket 6, 12 s: wait 1.5 s), the lenient bias only 1–5 (allowed).
+    let trace = "1.5 k\n3 k\n5 k\n10.5 k\n";
+    let sub = [
+        "--algo",
+        "sub-window",
+        "--limit",
+        "3",
+        "--window",
+        "10s",
+        "--buckets",
+        "5",
+    ];
+    let first_three = [
+        "allow retry_after=0 remaining=2",
+        "allow retry_after=0 remaining=1",
+        "allow retry_after=0 remaining=0",
+    ];
+    for (err, last) in [
+        (None, "deny retry_after=1.5 remaining=0"),
+        (Some("strict"), "deny retry_after=1.5 remaining=0"),
+        (Some("lenient"), "allow retry_after=0 remaining=0"),
+    ] {
+        let mut args = sub.to_vec();
+        if let Some(err) = err {
+            args.extend(["--err", err]);
+        }
+        let run = replay_ok(&args, trace);
+        assert_eq!(run.lines()[..3], first_three, "{err:?}");
+        assert_eq!(run.lines()[3], last, "{err:?}");
+    }
+
+    // Sliding log, 2 per 10 s: entries at 1 and 4 s; at 9 s the 1 s entry must leave first,
+    // at 11 s: wait 2 s.
+    let run = replay_ok(
+        &["--algo", "sliding-log", "--limit", "2", "--window", "10s"],
+        "1 k\n4 k\n9 k\n",
+    );
+    assert_eq!(
+        run.lines(),
+        [
+            "allow retry_after=0 remaining=1",
+            "allow retry_after=0 remaining=0",
+            "deny retry_after=2 remaining=0",
+        ]
+    );
+}
+
+#[test]
 fn cas_and_mutex_variants_print_the_same_decisions() {
     let trace = generated_trace(3000);
     // The twins run the same step code and differ only in how they synchronize, so their
     // output is byte-identical, floats included.
-    let algos: [&[&str]; 3] = [
+    let algos: [&[&str]; 10] = [
         GCRA_10_BURST_5,
         &["--algo", "earrrl", "--half-life", "2s", "--limit", "3/s"],
         &["--algo", "exponential", "--limit", "10", "--period", "5s"],
+        &["--algo", "fixed-window", "--limit", "10", "--window", "5s"],
+        &[
+            "--algo",
+            "sliding-window",
+            "--limit",
+            "10",
+            "--window",
+            "5s",
+        ],
+        &[
+            "--algo",
+            "sliding-window",
+            "--limit",
+            "10",
+            "--window",
+            "5s",
+            "--round",
+            "floor",
+        ],
+        &["--algo", "sliding-log", "--limit", "10", "--window", "5s"],
+        &["--algo", "sub-window", "--limit", "10", "--window", "5s"],
+        &[
+            "--algo",
+            "sub-window",
+            "--limit",
+            "10",
+            "--window",
+            "5s",
+            "--buckets",
+            "10",
+            "--err",
+            "lenient",
+        ],
+        &[
+            "--algo",
+            "sub-window",
+            "--limit",
+            "10",
+            "--window",
+            "5s",
+            "--buckets",
+            "7",
+            "--err",
+            "strict",
+        ],
     ];
     for algo in algos {
         for policy in ["leaky", "strict"] {
@@ -288,6 +455,102 @@ fn bad_options_exit_2_and_name_the_option() {
         (
             &["--algo", "gcra", "--rate", "10/s", "--variant", "rwlock"],
             "--variant",
+        ),
+        (
+            &["--algo", "fixed-window", "--limit", "3", "--window", "0s"],
+            "--window",
+        ),
+        (&["--algo", "fixed-window", "--limit", "3"], "--window"),
+        (
+            &["--algo", "sliding-log", "--limit", "0", "--window", "1s"],
+            "--limit",
+        ),
+        (
+            &[
+                "--algo",
+                "sliding-window",
+                "--limit",
+                "2.5",
+                "--window",
+                "1s",
+            ],
+            "--limit",
+        ),
+        (
+            &[
+                "--algo",
+                "fixed-window",
+                "--limit",
+                "1000000",
+                "--window",
+                "1ms",
+            ],
+            "--limit",
+        ),
+        (
+            &[
+                "--algo",
+                "sliding-window",
+                "--limit",
+                "3",
+                "--window",
+                "1s",
+                "--round",
+                "up",
+            ],
+            "--round",
+        ),
+        (
+            &[
+                "--algo",
+                "sub-window",
+                "--limit",
+                "3",
+                "--window",
+                "60s",
+                "--buckets",
+                "0",
+            ],
+            "--buckets",
+        ),
+        (
+            &[
+                "--algo",
+                "sub-window",
+                "--limit",
+                "3",
+                "--window",
+                "10ns",
+                "--buckets",
+                "11",
+            ],
+            "--buckets",
+        ),
+        (
+            &[
+                "--algo",
+                "sub-window",
+                "--limit",
+                "3",
+                "--window",
+                "60s",
+                "--err",
+                "lax",
+            ],
+            "--err",
+        ),
+        (
+            &[
+                "--algo",
+                "fixed-window",
+                "--limit",
+                "3",
+                "--window",
+                "60s",
+                "--buckets",
+                "6",
+            ],
+            "--buckets",
         ),
     ] {
         let run = replay(args, "0 a\n");
