@@ -333,7 +333,7 @@ fn sliding_window_exact_strict() {
             ok(2 * S, 2, 2), // 2 ≤ 4, remaining 2
             ok(5 * S, 1, 1), // 3, remaining 1
             ok(8 * S, 1, 0), // 4, remaining 0
-            // 9: 4 + 1 = 5 > 4, counted: cur = min(5, limit + 1 = 5) = 5; remaining 0.
+            // 9: 4 + 1 = 5 > 4, counted: cur = 5; remaining 0.
             // Retry: window 1, prev 5: 5·(1 − e/10) + 1 ≤ 4 ⇔ e ≥ 4 → t = 14, wait 5 s
             // (leaky: 3.5 s)
             no(9 * S, 1, 5 * S, 0),
@@ -343,13 +343,13 @@ fn sliding_window_exact_strict() {
             no(12_500 * MS, 1, 3_500 * MS, 0),
             // 16: e = 6: 5·0.4 + 1 + 1 = 4 ≤ 4; remaining: 2 + 2 + c ≤ 4 → 0
             ok(16 * S, 1, 0),
-            // 18: e = 8: 5·0.2 + 2 + 2 = 5 > 4; counted: cur = min(2 + 2, 5) = 4, so
+            // 18: e = 8: 5·0.2 + 2 + 2 = 5 > 4; counted: cur = 2 + 2 = 4, so
             // remaining 0 (1 + 4 + c ≤ 4 has no c ≥ 1; before counting it would be 1).
             // Retry: window 1 never fits again (cur 4 + 2 > 4); window 2, prev 4, cur 0:
             // 4·(1 − e/10) + 2 ≤ 4 ⇔ e ≥ 5 → t = 25, wait 7 s
             no(18 * S, 2, 7 * S, 0),
             // The denied cost counts now: 1 + 4 + 1 = 6 > 4 (uncounted: 1 + 2 + 1 = 4, allowed);
-            // remaining 0; cur = min(5, 5) = 5. Retry: window 2, prev 5:
+            // remaining 0; cur = 4 + 1 = 5. Retry: window 2, prev 5:
             // 5·(1 − e/10) + 1 ≤ 4 ⇔ e ≥ 4 → t = 24, wait 6 s
             no(18 * S, 1, 6 * S, 0),
         ],
@@ -462,7 +462,7 @@ fn sliding_log_strict() {
 // strict sums the current bucket and the 5 before it (6 buckets, 10–12 s ≥ the window); bias
 // lenient the current one and the 4 before it (5 buckets, 8–10 s ≤ the window). Bucket b
 // leaves the sum when bucket b + 6 (strict) or b + 5 (lenient) starts. Strict policy adds a
-// denied cost to the current bucket, the total saturating at limit + 1 = 4.
+// denied cost to the current bucket (every denied unit counts).
 
 fn sub_3_per_10s(bias: Bias, policy: Policy) -> SubWindow {
     SubWindow::new(3, Duration::from_secs(10), 5)
@@ -532,20 +532,24 @@ fn sub_window_strict_bias_strict() {
         &[
             ok(1_500 * MS, 1, 2), // b0 = 1: sum 1, remaining 2
             ok(3 * S, 1, 1),      // b1 = 1: sum 2, remaining 1
-            // 5 (b2): 2 + 2 > 3. Counted: b2 += min(2, 4 − 2) = 2, total 4, so remaining 0
-            // (before counting it would be 1). Retry: excess 4 + 2 − 3 = 3: b0 → 1, b1 → 2,
-            // b2 → 4 ≥ 3 → b2 leaves when b8 starts, at 16 s: wait 11 s (leaky: 7 s)
+            // 5 (b2): 2 + 2 > 3. Counted: b2 = 2, total 4, so remaining 0 (before counting
+            // it would be 1). Retry: excess 4 + 2 − 3 = 3: b0 → 1, b1 → 2, b2 → 4 ≥ 3 → b2
+            // leaves when b8 starts, at 16 s: wait 11 s (leaky: 7 s)
             no(5 * S, 2, 11 * S, 0),
-            // 5 again: 4 + 1 > 3, denied (leaky allowed it); remaining 0; nothing added
-            // (saturated at 4). Retry: excess 4 + 1 − 3 = 2: b0 → 1, b1 → 2 ≥ 2 → b1 leaves
-            // when b7 starts, at 14 s: wait 9 s
-            no(5 * S, 1, 9 * S, 0),
-            // 14 (b7): sums b2..b7: 2, + 1 = 3 ≤ 3; remaining 0
-            ok(14 * S, 1, 0),
+            // 5 again: 4 + 1 > 3, denied (leaky allowed it) and counted too: b2 = 3, total 5;
+            // remaining 0. Retry: excess 5 + 1 − 3 = 3: b0 → 1, b1 → 2, b2 → 5 ≥ 3 → b2
+            // leaves when b8 starts, at 16 s: wait 11 s
+            no(5 * S, 1, 11 * S, 0),
+            // 14 (b7): sums b2..b7 = 3 (the hammered bucket is still in the span), + 1 = 4 > 3:
+            // denied and counted, b7 = 1, total 4. Retry: excess 2: b2 → 3 ≥ 2 → b2 leaves at
+            // 16 s: wait 2 s
+            no(14 * S, 1, 2 * S, 0),
+            // 16 (b8): sums b3..b8 = 1, + 1 = 2 ≤ 3; remaining 1
+            ok(16 * S, 1, 1),
         ],
     );
-    // Newest non-empty bucket b7 leaves when b13 starts: 26 s.
-    check_idle("sub strict-bias strict", &w, &state, 26 * S, 3);
+    // Newest non-empty bucket b8 leaves when b14 starts: 28 s.
+    check_idle("sub strict-bias strict", &w, &state, 28 * S, 3);
 }
 
 #[test]
@@ -561,11 +565,15 @@ fn sub_window_lenient_bias_strict() {
             // b0 → 1, b1 → 2, b2 → 4 ≥ 3 → b2 leaves when b7 starts, at 14 s: wait 9 s
             // (leaky: 5 s)
             no(5 * S, 2, 9 * S, 0),
-            // 5 again: 4 + 1 > 3, denied (leaky allowed it); remaining 0. Retry: excess 2:
-            // b0 → 1, b1 → 2 → b1 leaves when b6 starts, at 12 s: wait 7 s
-            no(5 * S, 1, 7 * S, 0),
-            // 12 (b6): sums b2..b6: 2, + 1 = 3 ≤ 3; remaining 0
-            ok(12 * S, 1, 0),
+            // 5 again: 4 + 1 > 3, denied (leaky allowed it) and counted: b2 = 3, total 5;
+            // remaining 0. Retry: excess 3: b0 → 1, b1 → 2, b2 → 5 ≥ 3 → b2 leaves when b7
+            // starts, at 14 s: wait 9 s
+            no(5 * S, 1, 9 * S, 0),
+            // 12 (b6): sums b2..b6 = 3, + 1 = 4 > 3: denied and counted (b6 = 1, total 4).
+            // Retry: excess 2: b2 → 3 ≥ 2 → b2 leaves at 14 s: wait 2 s
+            no(12 * S, 1, 2 * S, 0),
+            // 14 (b7): sums b3..b7 = 1, + 1 = 2 ≤ 3; remaining 1
+            ok(14 * S, 1, 1),
         ],
     );
 }

@@ -40,7 +40,9 @@ impl std::str::FromStr for Rounding {
 ///
 /// **State**: one `u128`: the window index (64 bits) and the two counts (32 bits each). Three
 /// fields do not fit 64 bits without limiting both the count and the time range, so this one
-/// takes the lock-free double-word CAS. Limits up to 2^32 − 3.
+/// takes the lock-free double-word CAS. Limits up to 2^32 − 3. Under [`Policy::Strict`] every
+/// denied unit is counted (saturating at 2^32 − 2), also once its window becomes the previous
+/// one, so a client that keeps hammering stays out until its weighted count falls.
 ///
 /// `retry_after` is the earliest wait after which the same request is allowed with no other
 /// traffic (the weighted count only falls as time passes), found in closed form and settled to
@@ -69,6 +71,9 @@ pub struct SlidingWindow {
     config: WindowConfig,
     rounding: Rounding,
 }
+
+/// A count's largest value (strict counts saturate there, one below the all-ones tombstone).
+const COUNT_MAX: u64 = u32::MAX as u64 - 1;
 
 /// The counts of the previous and current window, as seen from `now`.
 #[derive(Debug, Clone, Copy)]
@@ -236,7 +241,9 @@ impl Algorithm for SlidingWindow {
                 .with_reset_after(reset);
         }
         if self.config.policy == Policy::Strict {
-            *state = Self::pack(v.index, v.prev, (v.cur + cost).min(limit + 1));
+            // Every denied unit counts, also once this window becomes the previous one, so a
+            // hammering client stays out until its weighted count falls; 32-bit saturation.
+            *state = Self::pack(v.index, v.prev, (v.cur + cost).min(COUNT_MAX));
         }
         // A strict denial was counted: what remains is what remains after it, nothing.
         let remaining = match self.config.policy {

@@ -10,6 +10,9 @@ use std::time::Duration;
 /// The default number of buckets per window.
 pub const DEFAULT_BUCKETS: u32 = 60;
 
+/// A bucket's largest count (strict counts saturate there).
+const COUNT_MAX: u32 = u32::MAX - 1;
+
 /// Which way the bucketed approximation errs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Bias {
@@ -44,7 +47,9 @@ impl std::str::FromStr for Bias {
 /// keeps it behind a per-key mutex (held for the step only).
 ///
 /// **Memory**: 4 bytes per bucket (61 buckets: 244 bytes) plus 24 bytes of header per key.
-/// Limits up to 2^32 − 3.
+/// Limits up to 2^32 − 3. Under [`Policy::Strict`] every denied unit is counted in its bucket
+/// (saturating at 2^32 − 2), so a client that keeps hammering stays out until the buckets it
+/// hammered leave the span.
 ///
 /// # Examples
 ///
@@ -237,11 +242,12 @@ impl Algorithm for SubWindow {
             Policy::Strict => 0,
         };
         if self.config.policy == Policy::Strict {
-            // Saturate the bucket at limit + 1: beyond, every request is denied alike.
-            let room = (limit + 1).saturating_sub(st.total);
-            let add = cost.min(room);
-            st.counts[slot] += add as u32;
-            st.total += add;
+            // Every denied unit counts, so a hammering client stays out until the bucket it
+            // hammered leaves the span; the 32-bit bucket saturates one below all ones.
+            let before = st.counts[slot];
+            let after = (before as u64 + cost).min(COUNT_MAX as u64) as u32;
+            st.counts[slot] = after;
+            st.total += (after - before) as u64;
         }
         Decision::denied(self.retry_at(st, cost).saturating_sub(now).max(1))
             .with_remaining(remaining)
