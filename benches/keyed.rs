@@ -1,43 +1,72 @@
-//! Keyed GCRA `check`: hotlimit CAS vs its mutex twin vs a sharded `Mutex<HashMap>`, beside the
-//! floor of any papaya-based design, a bare papaya `get` + `fetch_add` — all in one group, so the
-//! report compares them in one run.
+//! Keyed GCRA `check`: hotlimit CAS (pinned per request, and pinned per batch of 64), its mutex
+//! twin, a sharded `Mutex<HashMap>`, governor's keyed limiter, and the floor of any
+//! papaya-based design (a bare papaya `get` + CAS on the value, pinned per op and per batch)
+//! — all in one group per scenario, so the report compares them in one run.
 //!
-//! `cargo bench --bench keyed`. Rows: 1 key and 1M keys (uniform), 1 and 2 threads. The quota
-//! admits everything, so every request takes the write path (a CAS or a locked store).
+//! `cargo bench --bench keyed`. Scenarios: 1 key; 10k and 1M keys, uniform and zipf(1.0); 1
+//! and 2 threads. Every variant reads the same pre-generated key sequence. The quota admits
+//! everything, so every request takes the write path (a CAS or a locked store).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use governor::{Quota, RateLimiter as Governor};
 use hotlimit::{algo::Gcra, CasLimiter, MutexLimiter, QuantaClock, ShardedLimiter};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use rand_distr::Zipf;
 use std::hint::black_box;
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
+
+/// Requests per pinned batch in the `*-pinned-batch` rows.
+const BATCH: u64 = 64;
+/// Pre-generated keys per thread, read in a cycle.
+const SEQ: usize = 1 << 20;
 
 /// A quota no benchmark exhausts: 1 event per ns with a burst of 2^40.
 fn gcra() -> Gcra {
     "1000000000/s burst 1099511627776".parse().unwrap()
 }
 
-/// xorshift64*: a cheap key sequence, the same cost for every variant.
-#[inline]
-fn next_key(state: &mut u64, keys: u64) -> u64 {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    state.wrapping_mul(0x2545_f491_4f6c_dd1d) % keys
+#[derive(Clone, Copy)]
+enum Dist {
+    Uniform,
+    Zipf,
 }
 
-/// Runs `iters` calls of `op` on each of `threads` threads; returns the wall time.
-fn run_threads(threads: usize, iters: u64, keys: u64, op: &(impl Fn(u64) + Sync)) -> Duration {
-    let start = std::sync::Barrier::new(threads);
+fn key_sequence(keys: u64, dist: Dist, seed: u64) -> Vec<u64> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    match dist {
+        Dist::Uniform => (0..SEQ).map(|_| rng.random_range(0..keys)).collect(),
+        Dist::Zipf => {
+            let zipf = Zipf::new(keys as f64, 1.0).unwrap();
+            (0..SEQ).map(|_| rng.sample(zipf) as u64 - 1).collect()
+        }
+    }
+}
+
+/// Runs `iters` requests on each of `threads` threads, each thread walking its own key
+/// sequence; `batch(keys, from, n)` runs `n` requests starting at `from`. Returns the wall
+/// time from the common start to the last thread's end.
+fn run_threads(
+    threads: usize,
+    iters: u64,
+    seqs: &[Vec<u64>],
+    batch: &(dyn Fn(&[u64], usize, u64) + Sync),
+) -> Duration {
+    let start = Barrier::new(threads);
     let t0 = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
-                let start = &start;
+                let (start, seq) = (&start, &seqs[t]);
                 s.spawn(move || {
-                    let mut rng = 0x9e37_79b9_7f4a_7c15 ^ (t as u64 + 1);
                     start.wait();
                     let t0 = Instant::now();
-                    for _ in 0..iters {
-                        op(next_key(&mut rng, keys));
+                    let mut done = 0;
+                    while done < iters {
+                        let n = BATCH.min(iters - done);
+                        batch(seq, (done as usize) % SEQ, n);
+                        done += n;
                     }
                     t0
                 })
@@ -48,53 +77,99 @@ fn run_threads(threads: usize, iters: u64, keys: u64, op: &(impl Fn(u64) + Sync)
     t0.elapsed()
 }
 
-fn keyed(c: &mut Criterion) {
-    for keys in [1u64, 1_000_000] {
-        let cas = CasLimiter::<u64, Gcra, QuantaClock>::new(gcra());
-        let mutex = MutexLimiter::<u64, Gcra, QuantaClock>::new(gcra());
-        let sharded = ShardedLimiter::<u64, Gcra, QuantaClock>::new(gcra());
-        let papaya = papaya::HashMap::builder()
-            .hasher(ahash::RandomState::new())
-            .build();
-        for k in 0..keys {
-            cas.check(&k);
-            mutex.check(&k);
-            sharded.check(&k);
-            papaya.pin().insert(k, AtomicU64::new(0));
-        }
-        for threads in [1usize, 2] {
-            let mut g = c.benchmark_group(format!("keyed/{keys}keys/{threads}t"));
-            g.throughput(Throughput::Elements(threads as u64));
-            let mut bench = |name: &str, op: &(dyn Fn(u64) + Sync)| {
-                g.bench_function(BenchmarkId::from_parameter(name), |b| {
-                    b.iter_custom(|iters| run_threads(threads, iters, keys, &op))
-                });
-            };
-            bench("cas", &|k| {
-                black_box(cas.check(&k));
+/// `n` keys of `seq` from `from`, cycling (`SEQ` is a power of two).
+fn keys(seq: &[u64], from: usize, n: u64) -> impl Iterator<Item = &u64> {
+    (from..from + n as usize).map(move |i| &seq[i & (SEQ - 1)])
+}
+
+fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str) {
+    let cas = CasLimiter::<u64, Gcra, QuantaClock>::new(gcra());
+    let mutex = MutexLimiter::<u64, Gcra, QuantaClock>::new(gcra());
+    let sharded = ShardedLimiter::<u64, Gcra, QuantaClock>::new(gcra());
+    let max = NonZeroU32::MAX;
+    let governor = Governor::keyed(Quota::per_second(max).allow_burst(max));
+    let papaya = papaya::HashMap::builder()
+        .hasher(ahash::RandomState::new())
+        .build();
+    for k in 0..keys_n {
+        cas.check(&k);
+        mutex.check(&k);
+        sharded.check(&k);
+        let _ = governor.check_key(&k);
+        papaya.pin().insert(k, AtomicU64::new(0));
+    }
+    let seqs: Vec<Vec<u64>> = (0..2).map(|t| key_sequence(keys_n, dist, t + 1)).collect();
+    // A GCRA-like CAS on the value: load, compute, compare_exchange.
+    let bare_cas = |v: &AtomicU64| {
+        let cur = v.load(Ordering::Acquire);
+        let _ = v.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire);
+    };
+    for threads in [1usize, 2] {
+        let mut g = c.benchmark_group(format!("keyed/{keys_n}keys-{dist_name}/{threads}t"));
+        g.throughput(Throughput::Elements(threads as u64));
+        let mut bench = |name: &str, batch: &(dyn Fn(&[u64], usize, u64) + Sync)| {
+            g.bench_function(BenchmarkId::from_parameter(name), |b| {
+                b.iter_custom(|iters| run_threads(threads, iters, &seqs, batch))
             });
-            bench("mutex", &|k| {
-                black_box(mutex.check(&k));
-            });
-            bench("sharded-mutex", &|k| {
-                black_box(sharded.check(&k));
-            });
-            bench("papaya-get-fetch_add", &|k| {
-                let guard = papaya.guard();
-                if let Some(v) = papaya.get(&k, &guard) {
-                    black_box(v.fetch_add(1, Ordering::AcqRel));
+        };
+        bench("cas", &|s, from, n| {
+            keys(s, from, n).for_each(|k| {
+                black_box(cas.check(k));
+            })
+        });
+        bench("cas-pinned-batch", &|s, from, n| {
+            let pinned = cas.pin();
+            keys(s, from, n).for_each(|k| {
+                black_box(pinned.check(k));
+            })
+        });
+        bench("mutex", &|s, from, n| {
+            keys(s, from, n).for_each(|k| {
+                black_box(mutex.check(k));
+            })
+        });
+        bench("sharded-mutex", &|s, from, n| {
+            keys(s, from, n).for_each(|k| {
+                black_box(sharded.check(k));
+            })
+        });
+        bench("governor", &|s, from, n| {
+            keys(s, from, n).for_each(|k| {
+                let _ = black_box(governor.check_key(k));
+            })
+        });
+        bench("papaya-get-cas", &|s, from, n| {
+            keys(s, from, n).for_each(|k| {
+                if let Some(v) = papaya.pin().get(k) {
+                    bare_cas(v);
                 }
-            });
-            g.finish();
-        }
+            })
+        });
+        bench("papaya-get-cas-pinned-batch", &|s, from, n| {
+            let guard = papaya.guard();
+            keys(s, from, n).for_each(|k| {
+                if let Some(v) = papaya.get(k, &guard) {
+                    bare_cas(v);
+                }
+            })
+        });
+        g.finish();
+    }
+}
+
+fn keyed(c: &mut Criterion) {
+    scenario(c, 1, Dist::Uniform, "uniform");
+    for keys_n in [10_000, 1_000_000] {
+        scenario(c, keys_n, Dist::Uniform, "uniform");
+        scenario(c, keys_n, Dist::Zipf, "zipf1");
     }
 }
 
 criterion_group! {
     name = benches;
     config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
         .sample_size(20);
     targets = keyed
 }

@@ -123,7 +123,7 @@ mod stats;
 mod sweeper;
 
 pub use direct::DirectLimiter;
-pub use keyed::{Builder, CasLimiter, KeyedLimiter, MutexLimiter, DEFAULT_SWEEP_GRACE};
+pub use keyed::{Builder, CasLimiter, KeyedLimiter, MutexLimiter, Pinned, DEFAULT_SWEEP_GRACE};
 pub use limiter::{Cas, Locked, RateLimiter, Variant};
 pub use sharded::ShardedLimiter;
 pub use stats::CasStats;
