@@ -128,6 +128,16 @@ where
     }
 }
 
+/// Stores a by-value step's new word in `state` and returns its decision: `update` for the
+/// algorithms written as `decide(word) -> Step`.
+#[inline(always)]
+pub(crate) fn store<W: Word>(state: &mut W, step: Step<W>) -> Decision {
+    if let Some(new) = step.state {
+        *state = new;
+    }
+    step.decision
+}
+
 /// The smallest wait after which `allowed_at` holds, found from the float estimate `guess_ns`.
 ///
 /// Float algorithms estimate the wait in closed form (or by Newton), then settle it with the

@@ -1,7 +1,7 @@
 //! EARRRL: the estimated average recent request rate, an exponentially decaying rate that keeps
 //! a client locked out while it keeps abusing.
 
-use super::{honest_wait, Algorithm, Step};
+use super::{honest_wait, store, Algorithm, Step};
 use crate::config::{Rate, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -241,11 +241,7 @@ impl Algorithm for Earrrl {
 
     #[inline]
     fn update(&self, state: &mut u64, now: u64, cost: u64) -> Decision {
-        let step = self.decide(*state, now, cost);
-        if let Some(new) = step.state {
-            *state = new;
-        }
-        step.decision
+        store(state, self.decide(*state, now, cost))
     }
 
     fn idle_at(&self, word: &u64) -> u64 {

@@ -1,6 +1,6 @@
 //! Exim-style exponential rate limiting (Exim's `ratelimit` ACL condition).
 
-use super::{honest_wait, Algorithm, Step};
+use super::{honest_wait, store, Algorithm, Step};
 use crate::config::{parse_count, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -245,11 +245,7 @@ impl Algorithm for Exponential {
 
     #[inline]
     fn update(&self, state: &mut u128, now: u64, cost: u64) -> Decision {
-        let step = self.decide(*state, now, cost);
-        if let Some(new) = step.state {
-            *state = new;
-        }
-        step.decision
+        store(state, self.decide(*state, now, cost))
     }
 
     /// Idle once the next request of any cost sees `r_now = cost`, exactly as a fresh key

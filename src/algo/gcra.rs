@@ -1,6 +1,6 @@
 //! GCRA, the generic cell rate algorithm, with its token-bucket and leaky-bucket views.
 
-use super::{Algorithm, Step};
+use super::{store, Algorithm, Step};
 use crate::config::{parse_quota, Rate};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -260,11 +260,7 @@ impl Algorithm for Gcra {
 
     #[inline]
     fn update(&self, state: &mut u64, now: u64, cost: u64) -> Decision {
-        let step = self.decide(*state, now, cost);
-        if let Some(new) = step.state {
-            *state = new;
-        }
-        step.decision
+        store(state, self.decide(*state, now, cost))
     }
 
     /// A key is fresh again once its theoretical arrival time has passed: `max(tat, now)` is
