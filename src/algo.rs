@@ -128,6 +128,17 @@ where
     }
 }
 
+/// The latest time the algorithms work with: `u64::MAX − 1` ns (584 years after the clock's
+/// origin). A later reading is taken as this one, so saturated times (`idle_at`, a
+/// `tat + cost·T`) never collide with `now` itself and the tombstone stays unreachable.
+pub const CLOCK_MAX: u64 = u64::MAX - 1;
+
+/// `now`, capped at [`CLOCK_MAX`].
+#[inline(always)]
+pub(crate) fn clamp(now: u64) -> u64 {
+    now.min(CLOCK_MAX)
+}
+
 /// Stores a by-value step's new word in `state` and returns its decision: `update` for the
 /// algorithms written as `decide(word) -> Step`.
 #[inline(always)]

@@ -1,7 +1,7 @@
 //! [`KeyedLimiter`]: a `papaya` map from key to a cell of state, with idle and capacity
 //! eviction.
 
-use crate::algo::{Algorithm, Gcra, Reservation};
+use crate::algo::{clamp, Algorithm, Gcra, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::Decision;
@@ -477,14 +477,21 @@ where
             .map
             .try_insert(key.to_owned(), V::Cell::new(self.algo.fresh()), guard)
         {
-            Ok(cell) => cell,
+            Ok(cell) => {
+                // Woken after the insert, so the sweep it triggers sees this key: a wake
+                // consumed by a sweep that started before the insert would be lost.
+                if self.max_keys.is_some_and(|max| self.map.len() > max) {
+                    self.signal.wake();
+                }
+                cell
+            }
             Err(occupied) => occupied.current,
         }
     }
 
-    /// Before a new key goes in: past `max_keys` wake the sweeper; past the hard limit
-    /// (`max_keys + max_keys/4`) evict here and now, so a flood of new keys that outruns the
-    /// sweeper pays for its own eviction instead of growing the map.
+    /// Before a new key goes in: past the hard limit (`max_keys + max_keys/4`) evict here
+    /// and now, so a flood of new keys that outruns the sweeper pays for its own eviction
+    /// instead of growing the map.
     #[cold]
     fn make_room(&self, max: usize, guard: &impl papaya::Guard) {
         let len = self.map.len();
@@ -494,8 +501,6 @@ where
                 evicted_capacity: evicted,
                 ..SweepReport::default()
             });
-        } else if len >= max {
-            self.signal.wake();
         }
     }
 
@@ -512,7 +517,8 @@ where
 
     fn sweep(&self) -> SweepReport {
         let started = Instant::now();
-        let now = self.clock.now().saturating_sub(self.grace_ns);
+        // Capped like the algorithms' own `now`: a saturated `idle_at` is never reached.
+        let now = clamp(self.clock.now()).saturating_sub(self.grace_ns);
         let guard = self.map.guard();
         let mut report = SweepReport::default();
         // `retain` removes in place as it walks the table: no second hash and probe per

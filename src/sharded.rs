@@ -1,6 +1,6 @@
 //! [`ShardedLimiter`]: the sharded `Mutex<HashMap>` baseline.
 
-use crate::algo::Algorithm;
+use crate::algo::{clamp, Algorithm};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{check_cost, CostError};
@@ -106,7 +106,7 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
     /// Drops idle keys, shard by shard (each shard locked while it is swept).
     pub fn sweep(&self) -> SweepReport {
         let started = Instant::now();
-        let now = self.clock.now();
+        let now = clamp(self.clock.now());
         let mut report = SweepReport::default();
         for shard in self.shards.iter() {
             let mut map = shard.lock();

@@ -137,9 +137,11 @@ impl Sweeper {
             .spawn(move || {
                 let mut guard = s.lock.lock();
                 loop {
+                    // Consume a pending wake, or sleep until one (or the interval). A wake
+                    // that arrives during the sweep below stays set for the next round.
                     if !s.wake.swap(false, Ordering::AcqRel) && !s.stopping() {
                         s.cv.wait_for(&mut guard, interval);
-                        s.wake.store(false, Ordering::Release);
+                        s.wake.swap(false, Ordering::AcqRel);
                     }
                     if s.stopping() {
                         return;

@@ -1,7 +1,7 @@
 //! EARRRL: the estimated average recent request rate, an exponentially decaying rate that keeps
 //! a client locked out while it keeps abusing.
 
-use super::{honest_wait, store, Algorithm, Step};
+use super::{clamp, honest_wait, store, Algorithm, Step};
 use crate::config::{Rate, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -160,6 +160,7 @@ impl Earrrl {
     /// # Ok::<(), hotlimit::ConfigError>(())
     /// ```
     pub fn step_pair(&self, st: &mut EarrrlPair, now_ns: u64, cost: u64) -> Decision {
+        let now_ns = clamp(now_ns);
         // Forget a residual below ε·R by the one-word form's own test, on S = T + ln(N)/λ.
         if st.n > 0.0 && self.idle_at(&(st.t + st.n.ln() / self.lambda).to_bits()) <= now_ns {
             st.n = 0.0;
@@ -195,6 +196,7 @@ fn secs(ns: u64) -> f64 {
 impl Earrrl {
     /// The step by value: the decision and the new word (`None`: unchanged).
     pub(crate) fn decide(&self, word: u64, now_ns: u64, cost: u64) -> Step<u64> {
+        let now_ns = clamp(now_ns);
         // A residual below ε·R is forgotten: the same test the sweeper evicts on.
         let s = if self.idle_at(&word) <= now_ns {
             f64::NEG_INFINITY

@@ -1,6 +1,6 @@
 //! Exim-style exponential rate limiting (Exim's `ratelimit` ACL condition).
 
-use super::{honest_wait, store, Algorithm, Step};
+use super::{clamp, honest_wait, store, Algorithm, Step};
 use crate::config::{parse_count, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -196,6 +196,7 @@ impl Exponential {
 impl Exponential {
     /// The step by value: the decision and the new word (`None`: unchanged).
     pub(crate) fn decide(&self, word: u128, now: u64, cost: u64) -> Step<u128> {
+        let now = clamp(now);
         let (t_prev, r_prev) = Self::unpack(word);
         let c = cost as f64;
         let r_now = self.r_now(t_prev, r_prev, now, c);

@@ -1,7 +1,7 @@
 //! Fixed window: at most `limit` per window, windows aligned to the clock's origin.
 
 use super::window::{validate, WindowConfig};
-use super::Algorithm;
+use super::{clamp, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
@@ -46,12 +46,12 @@ impl FixedWindow {
     /// At most `limit` per `window`; policy leaky.
     pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
         let config = validate(limit, window)?;
-        // Counts go up to limit + 1.
-        let count_bits = 64 - (limit + 1).leading_zeros();
+        // Counts go up to limit + 1 (in u128: a limit of u64::MAX must not overflow here).
+        let count_bits = 128 - (limit as u128 + 1).leading_zeros();
         // Largest window index the clock can reach; it must stay below the all-ones index
         // (all ones everywhere is the tombstone).
         let max_index = u64::MAX / config.window_ns;
-        let index_bits = 64 - count_bits;
+        let index_bits = 64u32.saturating_sub(count_bits);
         if index_bits == 0 || max_index >= (1u64 << index_bits) - 1 {
             return Err(ConfigError::TooLarge {
                 field: Field::Limit,
@@ -106,6 +106,7 @@ impl Algorithm for FixedWindow {
 
     #[inline]
     fn update(&self, state: &mut u64, now: u64, cost: u64) -> Decision {
+        let now = clamp(now);
         let (limit, w) = (self.config.limit, self.config.window_ns);
         let (stored, count) = self.unpack(*state);
         // A clock read behind the stored window counts as in it.

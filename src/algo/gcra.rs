@@ -1,6 +1,6 @@
 //! GCRA, the generic cell rate algorithm, with its token-bucket and leaky-bucket views.
 
-use super::{store, Algorithm, Step};
+use super::{clamp, store, Algorithm, Step};
 use crate::config::{parse_quota, Rate};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -172,6 +172,7 @@ impl Gcra {
         cost: u64,
         max_wait_ns: u64,
     ) -> (Reservation, Option<u64>) {
+        let now = clamp(now);
         let new_tat = tat
             .max(now)
             .saturating_add(cost.saturating_mul(self.t))
@@ -205,6 +206,7 @@ impl Gcra {
     #[inline]
     /// The step by value: the decision and the new word (`None`: unchanged).
     pub(crate) fn decide(&self, tat: u64, now: u64, cost: u64) -> Step<u64> {
+        let now = clamp(now);
         let increment = cost.saturating_mul(self.t);
         // A stored tat ahead of `now` also covers a clock read that went backwards.
         let base = tat.max(now);

@@ -1,7 +1,7 @@
 //! Sliding window log: the timestamps of the counted requests of the last window.
 
 use super::window::{validate, WindowConfig};
-use super::{Algorithm, State};
+use super::{clamp, Algorithm, State};
 use crate::cell::{LockCell, StateCells};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
@@ -47,15 +47,16 @@ pub struct SlidingLog {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogState {
     entries: VecDeque<(u64, u64)>,
-    total: u64,
+    /// The sum of the entries' costs; u128 so that no cost, however large, overflows it.
+    total: u128,
     /// Set when the key is evicted (the tombstone).
     dead: bool,
 }
 
 impl LogState {
-    /// The counted cost still in the log.
+    /// The counted cost still in the log (saturating at `u64::MAX`).
     pub fn total(&self) -> u64 {
-        self.total
+        u64::try_from(self.total).unwrap_or(u64::MAX)
     }
 
     /// The number of entries (a measure of the memory held).
@@ -74,18 +75,31 @@ impl LogState {
             if t.saturating_add(window) > now {
                 break;
             }
-            self.total -= cost;
+            self.total -= cost as u128;
             self.entries.pop_front();
         }
     }
 
     /// Appends `cost` at `now`, sharing the newest entry if it is at the same instant.
     fn push(&mut self, now: u64, cost: u64) {
-        match self.entries.back_mut() {
-            Some((t, c)) if *t == now => *c = c.saturating_add(cost),
-            _ => self.entries.push_back((now, cost)),
+        match self.entries.back() {
+            Some(&(t, _)) if t == now => self.merge(now, cost),
+            _ => {
+                self.entries.push_back((now, cost));
+                self.total += cost as u128;
+            }
         }
-        self.total = self.total.saturating_add(cost);
+    }
+
+    /// Adds `cost` to the newest entry and moves it to `now`. The entry's cost saturates;
+    /// `total` grows by what the entry really grew, so it stays their exact sum.
+    fn merge(&mut self, now: u64, cost: u64) {
+        if let Some((t, c)) = self.entries.back_mut() {
+            let grown = c.saturating_add(cost);
+            self.total += (grown - *c) as u128;
+            *t = now;
+            *c = grown;
+        }
     }
 }
 
@@ -132,10 +146,10 @@ impl SlidingLog {
 
     /// When enough of the oldest entries leave the window for `cost` to fit.
     fn retry_at(&self, log: &LogState, cost: u64) -> u64 {
-        let excess = (log.total + cost).saturating_sub(self.config.limit);
-        let mut dropped = 0;
+        let excess = (log.total + cost as u128).saturating_sub(self.config.limit as u128);
+        let mut dropped = 0u128;
         for &(t, c) in &log.entries {
-            dropped += c;
+            dropped += c as u128;
             if dropped >= excess {
                 return t.saturating_add(self.config.window_ns);
             }
@@ -165,26 +179,28 @@ impl Algorithm for SlidingLog {
     fn update(&self, log: &mut LogState, now: u64, cost: u64) -> Decision {
         let (limit, w) = (self.config.limit, self.config.window_ns);
         // A clock read behind the newest entry counts as at it.
-        let now = log.entries.back().map_or(now, |&(t, _)| now.max(t));
+        let now = log
+            .entries
+            .back()
+            .map_or(clamp(now), |&(t, _)| clamp(now).max(t));
         log.expire(now, w);
-        if log.total + cost <= limit {
+        if log.total + cost as u128 <= limit as u128 {
             log.push(now, cost);
+            // total ≤ limit here.
             return Decision::allowed()
-                .with_remaining(limit - log.total)
+                .with_remaining(limit - log.total())
                 .with_reset_after(self.idle_at(log) - now);
         }
         // A strict denial is counted: what remains after it is nothing.
         let remaining = match self.config.policy {
-            Policy::Leaky => limit.saturating_sub(log.total),
+            Policy::Leaky => limit.saturating_sub(log.total()),
             Policy::Strict => 0,
         };
         if self.config.policy == Policy::Strict {
-            match log.entries.back_mut() {
-                Some(newest) => {
-                    *newest = (now, newest.1.saturating_add(cost));
-                    log.total = log.total.saturating_add(cost);
-                }
-                None => log.push(now, cost),
+            if log.entries.is_empty() {
+                log.push(now, cost);
+            } else {
+                log.merge(now, cost);
             }
         }
         Decision::denied(self.retry_at(log, cost).saturating_sub(now).max(1))

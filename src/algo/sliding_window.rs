@@ -2,7 +2,7 @@
 //! how much of it still overlaps the sliding window.
 
 use super::window::{check_u32_limit, validate, WindowConfig};
-use super::{honest_wait, Algorithm};
+use super::{clamp, honest_wait, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::time::Duration;
@@ -175,16 +175,21 @@ impl SlidingWindow {
     }
 
     fn allowed_at(&self, word: u128, now: u64, cost: u64) -> bool {
-        let v = self.view(word, now);
-        let w = self.config.window_ns as u128;
-        self.carried(&v) + (v.cur + cost) as u128 * w <= self.bound()
+        let v = self.view(word, clamp(now));
+        self.weighted(&v, cost) <= self.bound()
+    }
+
+    /// `weighted·window` for a request of `cost`; u128 throughout, so no cost overflows it.
+    #[inline]
+    fn weighted(&self, v: &View, cost: u64) -> u128 {
+        self.carried(v) + (v.cur as u128 + cost as u128) * self.config.window_ns as u128
     }
 
     /// A closed-form estimate of the wait, settled exactly by `honest_wait`.
     fn retry_after(&self, word: u128, now: u64, cost: u64) -> u64 {
         let v = self.view(word, now);
         let (w, b) = (self.config.window_ns as f64, self.bound() as f64);
-        let need_cur = (v.cur + cost) as f64 * w;
+        let need_cur = (v.cur as f64 + cost as f64) * w;
         // Within this window the previous count's weight falls to (b − need_cur) / prev.
         let guess = if v.prev > 0 && b >= need_cur {
             let e = w - (b - need_cur) / v.prev as f64;
@@ -222,11 +227,11 @@ impl Algorithm for SlidingWindow {
 
     #[inline]
     fn update(&self, state: &mut u128, now: u64, cost: u64) -> Decision {
+        let now = clamp(now);
         let (limit, w) = (self.config.limit, self.config.window_ns as u128);
         let v = self.view(*state, now);
         let carried = self.carried(&v);
-        let taken = carried + (v.cur + cost) as u128 * w;
-        if taken <= self.bound() {
+        if self.weighted(&v, cost) <= self.bound() {
             *state = Self::pack(v.index, v.prev, v.cur + cost);
             // The largest further cost that would still fit now.
             let room = ((self.bound() - carried) / w) as u64 - (v.cur + cost);
@@ -243,7 +248,7 @@ impl Algorithm for SlidingWindow {
         if self.config.policy == Policy::Strict {
             // Every denied unit counts, also once this window becomes the previous one, so a
             // hammering client stays out until its weighted count falls; 32-bit saturation.
-            *state = Self::pack(v.index, v.prev, (v.cur + cost).min(COUNT_MAX));
+            *state = Self::pack(v.index, v.prev, v.cur.saturating_add(cost).min(COUNT_MAX));
         }
         // A strict denial was counted: what remains is what remains after it, nothing.
         let remaining = match self.config.policy {

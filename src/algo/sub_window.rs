@@ -1,7 +1,7 @@
 //! Sub-window counters: the window split into buckets, the last window's buckets summed.
 
 use super::window::{check_u32_limit, validate, WindowConfig};
-use super::{Algorithm, State};
+use super::{clamp, Algorithm, State};
 use crate::cell::{LockCell, StateCells};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -193,17 +193,20 @@ impl SubWindow {
     /// to fit.
     fn retry_at(&self, st: &BucketState, cost: u64) -> u64 {
         let n = self.span();
-        let excess = (st.total + cost).saturating_sub(self.config.limit);
+        let excess = st
+            .total
+            .saturating_add(cost)
+            .saturating_sub(self.config.limit);
         let oldest = st.head.saturating_sub(n - 1);
         let mut dropped = 0;
         for b in oldest..=st.head {
             dropped += st.counts[(b % n) as usize] as u64;
             if dropped >= excess {
                 // Bucket b leaves the span when bucket b + n starts.
-                return (b + n).saturating_mul(self.bucket_ns);
+                return b.saturating_add(n).saturating_mul(self.bucket_ns);
             }
         }
-        (st.head + n).saturating_mul(self.bucket_ns)
+        st.head.saturating_add(n).saturating_mul(self.bucket_ns)
     }
 }
 
@@ -224,11 +227,12 @@ impl Algorithm for SubWindow {
 
     fn update(&self, st: &mut BucketState, now: u64, cost: u64) -> Decision {
         let limit = self.config.limit;
+        let now = clamp(now);
         // A clock read behind the newest bucket counts as in it.
         let bucket = (now / self.bucket_ns).max(st.head);
         self.advance(st, bucket);
         let slot = (bucket % self.span()) as usize;
-        if st.total + cost <= limit {
+        if st.total.saturating_add(cost) <= limit {
             // ≤ limit < u32::MAX.
             st.counts[slot] += cost as u32;
             st.total += cost;
@@ -260,6 +264,6 @@ impl Algorithm for SubWindow {
         (0..n.min(st.head + 1))
             .map(|back| st.head - back)
             .find(|&b| st.counts.get((b % n) as usize).is_some_and(|&c| c > 0))
-            .map_or(0, |b| (b + n).saturating_mul(self.bucket_ns))
+            .map_or(0, |b| b.saturating_add(n).saturating_mul(self.bucket_ns))
     }
 }
