@@ -84,11 +84,13 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        // High bits pick the shard; the shard's own map rehashes (a baseline, kept plain).
+        // The clock is read before the lock, as the keyed limiter reads it before its lookup:
+        // a TSC read inside the critical section would handicap the baseline.
+        let now = self.clock.now();
+        // Low bits pick the shard; the shard's own map rehashes (a baseline, kept plain).
         let hash = self.hasher.hash_one(key);
         let shard = (hash as usize) & (self.shards.len() - 1);
         let mut map = self.shards[shard].lock();
-        let now = self.clock.now();
         if let Some(state) = map.get_mut(key) {
             return self.algo.update(state, now, cost);
         }

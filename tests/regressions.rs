@@ -79,6 +79,9 @@ fn out_of_contract_costs_do_not_panic() {
     assert!(sw.update(&mut s, 0, u64::MAX).is_denied());
     let strict = sw.with_policy(Policy::Strict);
     assert!(strict.update(&mut s, 0, u64::MAX).is_denied());
+    // A cost near 2^64 times a window near 2^64 exceeds even u128: it saturates, denied.
+    let wide = SlidingWindow::new(10, Duration::from_nanos(u64::MAX)).unwrap();
+    assert!(wide.update(&mut wide.fresh(), 0, u64::MAX).is_denied());
     let log = SlidingLog::new(10, Duration::from_secs(1))
         .unwrap()
         .with_policy(Policy::Strict);
@@ -87,6 +90,9 @@ fn out_of_contract_costs_do_not_panic() {
     let sub = SubWindow::new(10, Duration::from_secs(1), 10).unwrap();
     let mut b = sub.fresh();
     assert!(sub.update(&mut b, 0, u64::MAX).is_denied());
+    let strict_sub = sub.with_policy(Policy::Strict);
+    assert!(strict_sub.update(&mut b, 0, 5).is_allowed());
+    assert!(strict_sub.update(&mut b, 0, u64::MAX).is_denied());
     let fixed = FixedWindow::new(10, Duration::from_secs(1)).unwrap();
     assert!(fixed.update(&mut fixed.fresh(), 0, u64::MAX).is_denied());
     assert!(fixed.update(&mut fixed.fresh(), 0, 0).is_allowed());

@@ -179,10 +179,13 @@ impl SlidingWindow {
         self.weighted(&v, cost) <= self.bound()
     }
 
-    /// `weighted·window` for a request of `cost`; u128 throughout, so no cost overflows it.
+    /// `weighted·window` for a request of `cost`, in u128. Within the contract (cost ≤ limit
+    /// < 2^32) it is below 2^97; a cost near 2^64 with a window near 2^64 saturates, which is
+    /// still above any bound.
     #[inline]
     fn weighted(&self, v: &View, cost: u64) -> u128 {
-        self.carried(v) + (v.cur as u128 + cost as u128) * self.config.window_ns as u128
+        let counted = (v.cur as u128 + cost as u128).saturating_mul(self.config.window_ns as u128);
+        self.carried(v).saturating_add(counted)
     }
 
     /// A closed-form estimate of the wait, settled exactly by `honest_wait`.

@@ -249,7 +249,7 @@ impl Algorithm for SubWindow {
             // Every denied unit counts, so a hammering client stays out until the bucket it
             // hammered leaves the span; the 32-bit bucket saturates one below all ones.
             let before = st.counts[slot];
-            let after = (before as u64 + cost).min(COUNT_MAX as u64) as u32;
+            let after = (before as u64).saturating_add(cost).min(COUNT_MAX as u64) as u32;
             st.counts[slot] = after;
             st.total += (after - before) as u64;
         }
