@@ -1,0 +1,93 @@
+//! One hot key under 1..4 threads: hotlimit CAS vs its mutex twin (keyed, and the unkeyed
+//! direct limiter), GCRA admitting everything so every request writes. After each group the
+//! CAS rows' retries per request are printed (criterion has no column for them).
+//!
+//! `cargo bench --bench contention`. On a 2-core machine 3 and 4 threads oversubscribe the
+//! cores: that is where a lock holder preempted mid-section hurts the mutex most.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use hotlimit::{algo::Gcra, CasLimiter, DirectLimiter, Locked, MutexLimiter, QuantaClock};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+fn gcra() -> Gcra {
+    "1000000000/s burst 1099511627776".parse().unwrap()
+}
+
+/// `iters` calls of `op` on each of `threads` threads; wall time from the common start.
+fn run(threads: usize, iters: u64, op: &(dyn Fn() + Sync)) -> Duration {
+    let start = Barrier::new(threads);
+    let t0 = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    let t0 = Instant::now();
+                    for _ in 0..iters {
+                        op();
+                    }
+                    t0
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).min().unwrap()
+    });
+    t0.elapsed()
+}
+
+fn contention(c: &mut Criterion) {
+    for threads in 1..=4usize {
+        let keyed_cas = CasLimiter::<u64, Gcra, QuantaClock>::new(gcra());
+        let keyed_mutex = MutexLimiter::<u64, Gcra, QuantaClock>::new(gcra());
+        let direct_cas = DirectLimiter::<Gcra, QuantaClock>::new(gcra());
+        let direct_mutex = DirectLimiter::<Gcra, QuantaClock, Locked>::new(gcra());
+        let (keyed_ops, direct_ops) = (AtomicU64::new(0), AtomicU64::new(0));
+        let mut g = c.benchmark_group(format!("contention/{threads}t"));
+        g.throughput(Throughput::Elements(threads as u64));
+        let mut bench = |name: &str, ops: Option<&AtomicU64>, op: &(dyn Fn() + Sync)| {
+            g.bench_function(BenchmarkId::from_parameter(name), |b| {
+                b.iter_custom(|iters| {
+                    if let Some(ops) = ops {
+                        ops.fetch_add(iters * threads as u64, Ordering::Relaxed);
+                    }
+                    run(threads, iters, op)
+                })
+            });
+        };
+        bench("keyed-cas", Some(&keyed_ops), &|| {
+            black_box(keyed_cas.check(&7));
+        });
+        bench("keyed-mutex", None, &|| {
+            black_box(keyed_mutex.check(&7));
+        });
+        bench("direct-cas", Some(&direct_ops), &|| {
+            black_box(direct_cas.check());
+        });
+        bench("direct-mutex", None, &|| {
+            black_box(direct_mutex.check());
+        });
+        g.finish();
+        // Warm-up and measurement together: every request the CAS rows made.
+        let per_op = |retries: u64, ops: &AtomicU64| {
+            retries as f64 / ops.load(Ordering::Relaxed).max(1) as f64
+        };
+        eprintln!(
+            "contention/{threads}t retries per request: keyed-cas {:.3}, direct-cas {:.3}",
+            per_op(keyed_cas.cas_stats().retries, &keyed_ops),
+            per_op(direct_cas.cas_stats().retries, &direct_ops),
+        );
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(20);
+    targets = contention
+}
+criterion_main!(benches);
