@@ -1,0 +1,115 @@
+//! The pure state machines (SPEC 1-3): one GCRA, one EARRRL and one exponential
+//! configuration, each stepped through the same trace of `(time delta, cost)` requests from a
+//! fresh state with non-decreasing `now`.
+//!
+//! Asserts, through `Algorithm::update` (the checks shared by every algorithm are in
+//! `hotlimit_fuzz::drive`):
+//! * no panic (also for costs 0 and above the capacity, which are stepped and discarded), and
+//!   the new state is never the all-ones eviction tombstone;
+//! * `rate()` is present (EARRRL, exponential), finite and >= 0;
+//! * allowed: `retry_after` is 0; denied: `retry_after` > 0, and (honest retry) stepping the
+//!   state left by the denial at `now + retry_after` with the same cost is allowed, unless
+//!   that sum reaches u64::MAX (a wait that saturates the clock) (leaky and strict);
+//! * lossless eviction (SPEC 5): once `now >= idle_at(state)` (`idle_at` of u64::MAX taken as
+//!   never), the request gets the same decision and the same new state from `state` as from a
+//!   fresh state;
+//! * GCRA: `remaining` <= burst, and the allowed cost never exceeds
+//!   `burst + floor(elapsed / T)` (elapsed = last now - first now), when neither the clock
+//!   nor `tat` saturated;
+//! * EARRRL: with no request, the rate a state shows never increases as time goes on.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use hotlimit::algo::Earrrl;
+use hotlimit_fuzz::{
+    drive, earrrl_unit, exponential_unit, gcra_unit, EarrrlCfg, ExpCfg, GcraCfg, RateKind, Req,
+};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    gcra: GcraCfg,
+    earrrl: EarrrlCfg,
+    exponential: ExpCfg,
+    trace: Vec<Req>,
+}
+
+fuzz_target!(|input: Input| {
+    if let Some(g) = input.gcra.build() {
+        let t = g.emission_interval().as_nanos();
+        let burst = g.burst();
+        let mut first: Option<u64> = None;
+        let mut last = 0u64;
+        let mut allowed: u128 = 0;
+        let mut tat_saturated = false;
+        let clock_saturated = drive(
+            &g,
+            gcra_unit(&g),
+            &input.trace,
+            RateKind::Any,
+            |&w| w == u64::MAX,
+            |_, _, _| {},
+            |&tat, now, cost, d| {
+                if let Some(r) = d.remaining() {
+                    assert!(r <= burst, "remaining {r} > burst {burst}: {d:?}");
+                }
+                if cost
+                    .checked_mul(t as u64)
+                    .and_then(|inc| tat.max(now).checked_add(inc))
+                    .is_none()
+                {
+                    tat_saturated = true;
+                }
+                first.get_or_insert(now);
+                last = now;
+                if d.is_allowed() {
+                    allowed += u128::from(cost);
+                }
+            },
+        );
+        if let (Some(first), false, false) = (first, clock_saturated, tat_saturated) {
+            let bound = u128::from(burst) + u128::from(last - first) / t;
+            assert!(
+                allowed <= bound,
+                "GCRA allowed {allowed} > burst {burst} + elapsed {} / T {t}",
+                last - first
+            );
+        }
+    }
+
+    if let Some(e) = input.earrrl.build() {
+        drive(
+            &e,
+            earrrl_unit(&e),
+            &input.trace,
+            RateKind::Always,
+            |&w| w == u64::MAX,
+            |&s, t1, t2| check_decay(&e, s, t1, t2),
+            |_, _, _, _| {},
+        );
+    }
+
+    if let Some(x) = input.exponential.build() {
+        drive(
+            &x,
+            exponential_unit(&x),
+            &input.trace,
+            RateKind::Always,
+            |&w| w == u128::MAX,
+            |_, _, _| {},
+            |_, _, _, _| {},
+        );
+    }
+});
+
+/// With no request between `t1 <= t2`, the rate of state `s` does not increase (also checked
+/// up to the end of time).
+fn check_decay(e: &Earrrl, s: u64, t1: u64, t2: u64) {
+    let (r1, r2, r_end) = (e.rate(s, t1), e.rate(s, t2), e.rate(s, u64::MAX));
+    assert!(
+        r1 >= r2 && r2 >= r_end,
+        "EARRRL rate of state {s:#x} ({}) rose while idle: {r1} at {t1} ns, {r2} at {t2} ns, \
+         {r_end} at u64::MAX",
+        f64::from_bits(s)
+    );
+}

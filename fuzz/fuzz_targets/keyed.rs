@@ -1,0 +1,235 @@
+//! The keyed limiters: the lock-free `CasLimiter<Vec<u8>, _, ManualClock>` and the mutex twin
+//! `MutexLimiter` with the same algorithm (GCRA, and also EARRRL and exponential, the latter
+//! through the 128-bit CAS cell) on one shared manual clock, driven by the same arbitrary
+//! operations: requests for byte-string keys (up to 64 bytes; often a key seen before), clock
+//! steps forward (saturating) and backwards, and (GCRA) `reserve`.
+//!
+//! Asserts: both give identical `check_n` results (`Decision` compared with `==`, `CostError`
+//! too) and identical `reserve` results; both equal a reference model, a `HashMap` of states
+//! updated with the pure `Algorithm::update`; and both hold as many keys as the model.
+//! Single-threaded: this checks the map, the keying and the cells, not the concurrency
+//! (that is `tests/stress.rs` and `tests/loom.rs`).
+//!
+//! TODO (fuzz/README.md): interleave `sweep()` calls (a separate target).
+#![no_main]
+
+use arbitrary::Arbitrary;
+use hotlimit::algo::Gcra;
+use hotlimit::{Algorithm, CasLimiter, Clock, CostError, ManualClock, MutexLimiter};
+use hotlimit_fuzz::{
+    earrrl_unit, exponential_unit, gcra_unit, Count, Delta, EarrrlCfg, ExpCfg, GcraCfg, Span,
+};
+use libfuzzer_sys::fuzz_target;
+use std::collections::HashMap;
+
+const MAX_KEY: usize = 64;
+
+#[derive(Arbitrary, Debug)]
+enum Key {
+    /// A key given in full (truncated to 64 bytes).
+    New(Vec<u8>),
+    /// The n-th key used so far (mod their number); the empty key if none yet.
+    Again(u8),
+}
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    /// Advance the clock, then `check_n(key, cost)`.
+    Check { key: Key, delta: Delta, cost: Count },
+    /// Advance the clock, then `check(key)` (cost 1).
+    CheckOne { key: Key, delta: Delta },
+    /// Move the clock backwards (a TSC read from another core, a manual clock set back).
+    Back(u64),
+    /// Advance the clock, then `reserve(key, cost, max_wait)` (GCRA only; a check elsewhere).
+    Reserve {
+        key: Key,
+        delta: Delta,
+        cost: Count,
+        max_wait: Span,
+    },
+}
+
+#[derive(Arbitrary, Debug)]
+enum Config {
+    Gcra(GcraCfg),
+    Earrrl(EarrrlCfg),
+    Exponential(ExpCfg),
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    config: Config,
+    ops: Vec<Op>,
+}
+
+struct Twins<A: Algorithm> {
+    algo: A,
+    clock: ManualClock,
+    cas: CasLimiter<Vec<u8>, A, ManualClock>,
+    mutex: MutexLimiter<Vec<u8>, A, ManualClock>,
+    model: HashMap<Vec<u8>, A::State>,
+    keys: Vec<Vec<u8>>,
+}
+
+impl<A: Algorithm + Clone> Twins<A> {
+    fn new(algo: A) -> Self {
+        let clock = ManualClock::new();
+        Self {
+            cas: CasLimiter::with_clock(algo.clone(), clock.clone()),
+            mutex: MutexLimiter::with_clock(algo.clone(), clock.clone()),
+            algo,
+            clock,
+            model: HashMap::new(),
+            keys: Vec::new(),
+        }
+    }
+
+    fn key(&mut self, key: &Key) -> Vec<u8> {
+        match key {
+            Key::New(bytes) => {
+                let k = bytes[..bytes.len().min(MAX_KEY)].to_vec();
+                self.keys.push(k.clone());
+                k
+            }
+            Key::Again(i) if !self.keys.is_empty() => {
+                self.keys[usize::from(*i) % self.keys.len()].clone()
+            }
+            Key::Again(_) => Vec::new(),
+        }
+    }
+
+    /// `check_n` on both limiters and the model.
+    fn check(&mut self, key: &[u8], cost: u64) {
+        let now = self.clock.now();
+        let cas = self.cas.check_n(key, cost);
+        let mutex = self.mutex.check_n(key, cost);
+        assert_eq!(
+            cas, mutex,
+            "key {key:?} cost {cost} at {now} ns: cas vs mutex"
+        );
+        let capacity = self.algo.capacity();
+        let expected = if cost == 0 {
+            Err(CostError::Zero)
+        } else if cost > capacity {
+            Err(CostError::ExceedsCapacity { cost, capacity })
+        } else {
+            let algo = &self.algo;
+            let state = self
+                .model
+                .entry(key.to_vec())
+                .or_insert_with(|| algo.fresh());
+            Ok(algo.update(state, now, cost))
+        };
+        assert_eq!(
+            cas, expected,
+            "key {key:?} cost {cost} at {now} ns: cas vs model"
+        );
+        self.check_len();
+    }
+
+    fn check_len(&self) {
+        assert_eq!(
+            self.cas.len(),
+            self.model.len(),
+            "cas holds a wrong number of keys"
+        );
+        assert_eq!(
+            self.mutex.len(),
+            self.model.len(),
+            "mutex holds a wrong number of keys"
+        );
+    }
+
+    /// Runs `ops`; `reserve` handles `Op::Reserve` (its arguments: the twins, the key, cost
+    /// and maximum wait).
+    fn run(&mut self, unit_ns: f64, ops: &[Op], reserve: impl Fn(&mut Self, &[u8], u64, Span)) {
+        for op in ops {
+            match op {
+                Op::Check { key, delta, cost } => {
+                    let key = self.key(key);
+                    self.clock.advance_nanos(delta.nanos(unit_ns));
+                    self.check(&key, cost.value());
+                }
+                Op::CheckOne { key, delta } => {
+                    let key = self.key(key);
+                    self.clock.advance_nanos(delta.nanos(unit_ns));
+                    let now = self.clock.now();
+                    let (cas, mutex) = (self.cas.check(&key[..]), self.mutex.check(&key[..]));
+                    assert_eq!(cas, mutex, "check({key:?}) at {now} ns: cas vs mutex");
+                    let algo = &self.algo;
+                    let state = self
+                        .model
+                        .entry(key.clone())
+                        .or_insert_with(|| algo.fresh());
+                    let expected = algo.update(state, now, 1);
+                    assert_eq!(cas, expected, "check({key:?}) at {now} ns: cas vs model");
+                    self.check_len();
+                }
+                Op::Back(by) => {
+                    let now = self.clock.now();
+                    self.clock.set_nanos(now.saturating_sub(*by));
+                }
+                Op::Reserve {
+                    key,
+                    delta,
+                    cost,
+                    max_wait,
+                } => {
+                    let key = self.key(key);
+                    self.clock.advance_nanos(delta.nanos(unit_ns));
+                    reserve(self, &key, cost.value(), *max_wait);
+                }
+            }
+        }
+    }
+}
+
+fuzz_target!(|input: Input| {
+    match input.config {
+        Config::Gcra(cfg) => {
+            let Some(g) = cfg.build() else { return };
+            Twins::new(g).run(gcra_unit(&g), &input.ops, reserve_gcra);
+        }
+        Config::Earrrl(cfg) => {
+            let Some(e) = cfg.build() else { return };
+            Twins::new(e).run(earrrl_unit(&e), &input.ops, |t, key, cost, _| {
+                t.check(key, cost)
+            });
+        }
+        Config::Exponential(cfg) => {
+            let Some(x) = cfg.build() else { return };
+            Twins::new(x).run(exponential_unit(&x), &input.ops, |t, key, cost, _| {
+                t.check(key, cost)
+            });
+        }
+    }
+});
+
+/// `reserve` on both GCRA limiters and the model (`Gcra::reserve` on the pure state).
+fn reserve_gcra(t: &mut Twins<Gcra>, key: &[u8], cost: u64, max_wait: Span) {
+    let now = t.clock.now();
+    let max_wait = max_wait.duration();
+    let cas = t.cas.reserve(key, cost, max_wait);
+    let mutex = t.mutex.reserve(key, cost, max_wait);
+    assert_eq!(
+        cas, mutex,
+        "reserve({key:?}, {cost}, {max_wait:?}) at {now} ns: cas vs mutex"
+    );
+    let capacity = t.algo.capacity();
+    let expected = if cost == 0 {
+        Err(CostError::Zero)
+    } else if cost > capacity {
+        Err(CostError::ExceedsCapacity { cost, capacity })
+    } else {
+        let state = t.model.entry(key.to_vec()).or_insert(0);
+        let wait_ns = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let (outcome, new_state) = t.algo.reserve(*state, now, cost, wait_ns);
+        *state = new_state.unwrap_or(*state);
+        Ok(outcome)
+    };
+    assert_eq!(
+        cas, expected,
+        "reserve({key:?}, {cost}, {max_wait:?}) at {now} ns: cas vs model"
+    );
+    t.check_len();
+}

@@ -1,0 +1,63 @@
+//! The human-string parsers (SPEC 6) on arbitrary bytes: `Rate`, `parse_duration`, `Gcra`
+//! (`<rate> [burst <n>]`), `Exponential::parse` (a limit) and `Policy`.
+//!
+//! Asserts: no panic; an accepted rate has a finite positive count and a period of at least
+//! 1 ns, and prints to a string that parses back to the same rate; an accepted duration is at
+//! least 1 ns; an accepted GCRA has a non-zero emission interval and a burst of at least 1;
+//! every refusal has a non-empty message (and a `ConfigError` names its field).
+#![no_main]
+
+use hotlimit::algo::{Exponential, Gcra};
+use hotlimit::{parse_duration, ConfigError, Policy, Rate};
+use libfuzzer_sys::fuzz_target;
+use std::time::Duration;
+
+fn check_error(s: &str, e: &ConfigError) {
+    assert!(!e.to_string().is_empty(), "{s:?} -> {e:?}: empty message");
+    assert!(
+        !e.field().to_string().is_empty(),
+        "{s:?} -> {e:?}: no field"
+    );
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+
+    match s.parse::<Rate>() {
+        Ok(r) => {
+            assert!(r.count().is_finite() && r.count() > 0.0, "{s:?} -> {r:?}");
+            assert!(r.period_nanos() >= 1, "{s:?} -> {r:?}");
+            let printed = r.to_string();
+            assert_eq!(
+                printed.parse::<Rate>(),
+                Ok(r),
+                "{s:?} -> {r:?} prints as {printed:?}, which does not parse back"
+            );
+        }
+        Err(e) => check_error(s, &e),
+    }
+
+    match parse_duration(s) {
+        Ok(d) => assert!(d >= Duration::from_nanos(1), "{s:?} -> {d:?}"),
+        Err(e) => check_error(s, &e),
+    }
+
+    match s.parse::<Gcra>() {
+        Ok(g) => {
+            assert!(!g.emission_interval().is_zero(), "{s:?} -> {g:?}");
+            assert!(g.burst() >= 1, "{s:?} -> {g:?}");
+        }
+        Err(e) => check_error(s, &e),
+    }
+
+    match Exponential::parse(s, Duration::from_secs(1)) {
+        Ok(x) => assert!(x.limit().is_finite() && x.limit() >= 1.0, "{s:?} -> {x:?}"),
+        Err(e) => check_error(s, &e),
+    }
+
+    if let Err(e) = s.parse::<Policy>() {
+        assert!(!e.is_empty(), "{s:?}: empty policy error");
+    }
+});
