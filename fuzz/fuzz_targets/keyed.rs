@@ -2,25 +2,27 @@
 //! `MutexLimiter` with the same algorithm (GCRA, and also EARRRL and exponential, the latter
 //! through the 128-bit CAS cell) on one shared manual clock, driven by the same arbitrary
 //! operations: requests for byte-string keys (up to 64 bytes; often a key seen before), clock
-//! steps forward (saturating) and backwards, and (GCRA) `reserve`.
+//! steps forward (saturating) and backwards, (GCRA) `reserve`, and idle sweeps (no grace).
 //!
 //! Asserts: both give identical `check_n` results (`Decision` compared with `==`, `CostError`
 //! too) and identical `reserve` results; both equal a reference model, a `HashMap` of states
 //! updated with the pure `Algorithm::update`; and both hold as many keys as the model.
-//! Single-threaded: this checks the map, the keying and the cells, not the concurrency
-//! (that is `tests/stress.rs` and `tests/loom.rs`).
-//!
-//! TODO (fuzz/README.md): interleave `sweep()` calls (a separate target).
+//! A sweep must evict from both limiters exactly the keys whose model state is idle
+//! (`idle_at ≤ now`), and the model drops them too, so every later request is checked against
+//! a model that went through the same evictions.
+//! Single-threaded: this checks the map, the keying, the cells and the sweep, not the
+//! concurrency (that is `tests/stress.rs`, `tests/eviction.rs` and the loom models).
 #![no_main]
 
 use arbitrary::Arbitrary;
-use hotlimit::algo::Gcra;
+use hotlimit::algo::{Gcra, CLOCK_MAX};
 use hotlimit::{Algorithm, CasLimiter, Clock, CostError, ManualClock, MutexLimiter};
 use hotlimit_fuzz::{
     earrrl_unit, exponential_unit, gcra_unit, Count, Delta, EarrrlCfg, ExpCfg, GcraCfg, Span,
 };
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
+use std::time::Duration;
 
 const MAX_KEY: usize = 64;
 
@@ -47,6 +49,8 @@ enum Op {
         cost: Count,
         max_wait: Span,
     },
+    /// Advance the clock, then sweep both limiters.
+    Sweep { delta: Delta },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -75,8 +79,16 @@ impl<A: Algorithm + Clone> Twins<A> {
     fn new(algo: A) -> Self {
         let clock = ManualClock::new();
         Self {
-            cas: CasLimiter::with_clock(algo.clone(), clock.clone()),
-            mutex: MutexLimiter::with_clock(algo.clone(), clock.clone()),
+            cas: CasLimiter::<Vec<u8>, A>::builder(algo.clone())
+                .clock(clock.clone())
+                .sweep_grace(Duration::ZERO)
+                .build()
+                .expect("no sweeper thread to spawn"),
+            mutex: MutexLimiter::<Vec<u8>, A>::builder(algo.clone())
+                .clock(clock.clone())
+                .sweep_grace(Duration::ZERO)
+                .build()
+                .expect("no sweeper thread to spawn"),
             algo,
             clock,
             model: HashMap::new(),
@@ -178,6 +190,19 @@ impl<A: Algorithm + Clone> Twins<A> {
                     let key = self.key(key);
                     self.clock.advance_nanos(delta.nanos(unit_ns));
                     reserve(self, &key, cost.value(), *max_wait);
+                }
+                Op::Sweep { delta } => {
+                    self.clock.advance_nanos(delta.nanos(unit_ns));
+                    let now = self.clock.now().min(CLOCK_MAX);
+                    let before = self.model.len();
+                    let algo = &self.algo;
+                    self.model.retain(|_, state| algo.idle_at(state) > now);
+                    let idle = (before - self.model.len()) as u64;
+                    let (cas, mutex) = (self.cas.sweep(), self.mutex.sweep());
+                    assert_eq!(cas.evicted_idle, idle, "cas swept {cas:?} at {now} ns");
+                    assert_eq!(mutex.evicted_idle, idle, "mutex swept {mutex:?} at {now} ns");
+                    assert_eq!(cas.scanned, before as u64);
+                    self.check_len();
                 }
             }
         }
