@@ -124,15 +124,21 @@ impl Earrrl {
         self.lambda * (self.lambda * (s - now)).exp()
     }
 
-    /// `now + ln(cost + e^{λ(S−now)})/λ`, via log-sum-exp: `e^{λ(S−now)}` overflows once a
-    /// client has sent about 700·h worth of requests at one instant, `ln_1p` of the smaller
-    /// term does not.
+    /// `now + ln(cost + e^x)/λ` for `x = λ(S−now)`, given `e^x` (already computed for the
+    /// rate). Log-sum-exp: `ln(c + e^x) = max(x, ln c) + ln_1p(min/max)`, because `e^x`
+    /// overflows once a client has sent about 700·h worth of requests at one instant while the
+    /// ratio of the smaller term to the larger never does; reusing `e^x` for the ratio saves
+    /// the second `exp` of the textbook form.
     #[inline]
-    fn update(&self, s: f64, now: f64, cost: u64) -> f64 {
-        let x = self.lambda * (s - now);
-        let c = (cost as f64).ln();
-        let (hi, lo) = if x > c { (x, c) } else { (c, x) };
-        now + (hi + (lo - hi).exp().ln_1p()) / self.lambda
+    fn update(&self, now: f64, x: f64, ex: f64, cost: u64) -> f64 {
+        let c = cost as f64;
+        let (hi, ratio) = if ex > c {
+            (x, c / ex)
+        } else {
+            // ln(1) = 0: skip the `ln` for the common cost.
+            (if cost == 1 { 0.0 } else { c.ln() }, ex / c)
+        };
+        now + (hi + ratio.ln_1p()) / self.lambda
     }
 
     /// The honest wait for a key in state `s` at `now` (seconds) to see a rate ≤ R.
@@ -204,16 +210,19 @@ impl Earrrl {
             f64::from_bits(word)
         };
         let now = secs(now_ns);
-        let rate = self.rate_at(s, now);
+        // One `exp` serves the rate and the update. S = −∞ (fresh) gives e^x = 0.
+        let x = self.lambda * (s - now);
+        let ex = x.exp();
+        let rate = self.lambda * ex;
         if rate <= self.max_rate {
             return Step {
                 decision: Decision::allowed().with_rate(rate),
-                state: Some(self.update(s, now, cost).to_bits()),
+                state: Some(self.update(now, x, ex, cost).to_bits()),
             };
         }
         let after = match self.policy {
             Policy::Leaky => s,
-            Policy::Strict => self.update(s, now, cost),
+            Policy::Strict => self.update(now, x, ex, cost),
         };
         Step {
             decision: Decision::denied(self.retry_after(after, now_ns)).with_rate(rate),
