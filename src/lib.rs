@@ -71,18 +71,22 @@
 //!
 //! Decisions are linearizable per key: whatever the threads and interleavings, they equal those
 //! of some sequential order of the same requests; at one fixed `now`, N threads firing at one
-//! key get exactly as many allowed as one thread would. No update is ever lost. This is tested
-//! with real threads (`tests/stress.rs`) and model-checked with loom (`tests/loom.rs`).
-//! A clock read that goes backwards (TSC skew between cores) is treated as equal to the stored
-//! time, never as an error.
+//! key get exactly as many allowed as one thread would. No update is ever lost, also while a
+//! sweep evicts keys. This is tested with real threads (`tests/stress.rs`,
+//! `tests/eviction.rs`) and model-checked with loom (`tests/loom.rs` for the cells, the
+//! eviction protocol in `src/cell.rs`). A clock read that goes backwards (TSC skew between
+//! cores) is treated as equal to the stored time, never as an error; time is capped at
+//! [`algo::CLOCK_MAX`] (584 years).
 //!
 //! # Performance
 //!
 //! For a key already present, [`CasLimiter::check`](KeyedLimiter::check) takes no lock and
 //! allocates nothing: one hash, one lock-free `papaya` lookup, one clock read, the pure step
-//! and one `compare_exchange_weak`. A leaky denial writes nothing. `cargo bench --bench keyed`
-//! compares it with the mutex twin, the sharded baseline and a bare papaya `get` +
-//! `fetch_add`; the README keeps the numbers.
+//! and one `compare_exchange_weak`. A leaky denial writes nothing. [`KeyedLimiter::pin`] holds
+//! the map's epoch guard across a batch of requests, saving its cost per request.
+//! `cargo bench --bench keyed` compares the CAS limiter with the mutex twin, a sharded
+//! `Mutex<HashMap>`, governor and a bare papaya `get` + CAS; `BENCHMARKS.md` keeps the numbers
+//! and what they say.
 //!
 //! # Implementation
 //!
