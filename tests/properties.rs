@@ -568,3 +568,45 @@ proptest! {
         check_parsers(&s)?;
     }
 }
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    /// SPEC 3.2–3.3, issue "fuzzing and property tests": after any trace, the measured rate
+    /// of EARRRL and of the exponential limiter is finite, non-negative, and never rises while
+    /// the key stays idle. Probes are evaluated on copies of the state, so the key stays idle.
+    #[test]
+    fn averaging_rates_decay_monotonically_when_idle(
+        half_life_ns in 1_000_000u64..100_000_000_000,
+        n_max in 0.5f64..50.0,
+        limit in 1.0f64..1000.0,
+        period_ns in 1_000_000u64..100_000_000_000,
+        policy in policy(),
+        trace in prop::collection::vec((gap(), 1u64..4), 1..300),
+        probes in prop::collection::vec(0u64..1_000_000_000_000, 1..40),
+    ) {
+        let e = earrrl(half_life_ns, n_max, policy);
+        let x = Exponential::new(limit, Duration::from_nanos(period_ns))
+            .unwrap()
+            .with_policy(policy);
+        let reqs = absolute(&trace, half_life_ns as f64 / 4.0, half_life_ns as f64 * 20.0);
+        let (mut se, mut sx) = (e.fresh(), x.fresh());
+        for &(now, cost) in &reqs {
+            e.update(&mut se, now, cost);
+            x.update(&mut sx, now, cost.min(x.capacity()));
+        }
+        let last = reqs.last().map_or(0, |r| r.0);
+        let mut times: Vec<u64> = probes.iter().map(|p| last + p).collect();
+        times.sort_unstable();
+        let (mut prev_e, mut prev_x) = (f64::INFINITY, f64::INFINITY);
+        for t in times {
+            let re = e.rate(se, t);
+            let rx = x.step(sx, t, 1).decision.rate().unwrap();
+            for (name, r, prev) in [("earrrl", re, prev_e), ("exponential", rx, prev_x)] {
+                prop_assert!(r.is_finite() && r >= 0.0, "{name}: rate {r} at {t}");
+                prop_assert!(r <= prev, "{name}: rate rose from {prev} to {r} at {t}");
+            }
+            (prev_e, prev_x) = (re, rx);
+        }
+    }
+}
