@@ -5,7 +5,7 @@ use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{check_cost, CostError};
-use crate::limiter::{step, Cas, Variant};
+use crate::limiter::{Cas, Variant};
 use crate::stats::{CasStats, Stats};
 use crossbeam_utils::CachePadded;
 use std::fmt;
@@ -67,7 +67,8 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         let now = self.clock.now();
         // The one cell is never swept, so it is never dead; were it ever, the request would
         // be decided as a fresh key's (what the sweeper guarantees a dead cell was).
-        step::<A, V>(&self.cell, &self.algo, now, cost, &self.stats)
+        self.cell
+            .update(&self.stats, |state| self.algo.update(state, now, cost))
             .unwrap_or_else(|| self.algo.update(&mut self.algo.fresh(), now, cost))
     }
 

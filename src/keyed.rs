@@ -6,7 +6,7 @@ use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{check_cost, CostError};
-use crate::limiter::{step, Cas, Locked, RateLimiter, Variant};
+use crate::limiter::{Cas, Locked, RateLimiter, Variant};
 use crate::stats::{CasStats, Stats};
 use crate::sweeper::{Signal, SweepReport, SweepTotals, Sweeper, Totals};
 use std::borrow::Borrow;
@@ -384,7 +384,7 @@ where
         check_cost(cost, sh.algo.capacity())?;
         let max_wait = duration_to_nanos(max_wait);
         let now = sh.clock.now();
-        Ok(sh.apply(key, |tat| {
+        Ok(sh.apply(key, &sh.map.guard(), |tat| {
             let (reservation, new) = sh.algo.reserve(*tat, now, cost, max_wait);
             *tat = new.unwrap_or(*tat);
             reservation
@@ -432,27 +432,27 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        loop {
-            let cell = self.cell(key, guard);
-            match step::<A, V>(cell, &self.algo, now, cost, &self.stats) {
-                Some(decision) => return decision,
-                None => self.remove_dead(key, cell, guard),
-            }
-        }
+        self.apply(key, guard, |state| self.algo.update(state, now, cost))
     }
 
-    /// Runs `f` on `key`'s word, retrying on a fresh cell if the sweeper killed the one found.
-    fn apply<Q, T>(&self, key: &Q, mut f: impl FnMut(&mut A::State) -> T) -> T
+    /// Runs `f` on `key`'s state in its cell, retrying on a fresh cell if the sweeper killed
+    /// the one found. Every request path goes through here.
+    #[inline(always)]
+    fn apply<Q, T>(
+        &self,
+        key: &Q,
+        guard: &impl papaya::Guard,
+        mut f: impl FnMut(&mut A::State) -> T,
+    ) -> T
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let guard = self.map.guard();
         loop {
-            let cell = self.cell(key, &guard);
+            let cell = self.cell(key, guard);
             match cell.update(&self.stats, &mut f) {
                 Some(out) => return out,
-                None => self.remove_dead(key, cell, &guard),
+                None => self.remove_dead(key, cell, guard),
             }
         }
     }

@@ -5,7 +5,6 @@ use crate::algo::Algorithm;
 use crate::cell::{LockCell, StateCell, StateCells};
 use crate::decision::Decision;
 use crate::error::CostError;
-use crate::stats::Stats;
 use crate::sweeper::SweepReport;
 
 /// Anything that decides requests for keys of type `Q`: every keyed limiter of the crate.
@@ -76,16 +75,4 @@ impl<A: Algorithm> Variant<A> for Cas {
 
 impl<A: Algorithm> Variant<A> for Locked {
     type Cell = LockCell<A::State>;
-}
-
-/// One algorithm step on a cell; `None` if the cell is dead.
-#[inline(always)]
-pub(crate) fn step<A: Algorithm, V: Variant<A>>(
-    cell: &V::Cell,
-    algo: &A,
-    now: u64,
-    cost: u64,
-    stats: &Stats,
-) -> Option<Decision> {
-    cell.update(stats, |state| algo.update(state, now, cost))
 }
