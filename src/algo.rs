@@ -5,6 +5,7 @@
 //! the word inside its CAS loop, the mutex twin runs it under a lock, and [`WordStep::step`] is
 //! the same function by value, for tests and tools.
 
+mod all_of;
 mod earrrl;
 mod exponential;
 mod fixed_window;
@@ -14,6 +15,7 @@ mod sliding_window;
 mod sub_window;
 mod window;
 
+pub use all_of::{AllOf, Pair, PairState};
 pub use earrrl::{Earrrl, EarrrlPair, IDLE_EPSILON};
 pub use exponential::Exponential;
 pub use fixed_window::FixedWindow;
@@ -27,7 +29,9 @@ use std::fmt::Debug;
 
 /// A per-key state the stores can hold: a word (`u64`, `u128`) or, for the window algorithms
 /// whose state cannot fit one, a small owned value kept behind a per-key lock. Sealed.
-pub trait State: crate::cell::StateCells + Send + Sync + Debug + 'static {}
+///
+/// `Clone` so that [`peek`](crate::KeyedLimiter::peek) can run a step on a copy.
+pub trait State: crate::cell::StateCells + Clone + Send + Sync + Debug + 'static {}
 impl State for u64 {}
 impl State for u128 {}
 
@@ -94,6 +98,13 @@ pub trait Algorithm: Send + Sync + 'static {
     /// so dropping the key then loses nothing. Idle eviction is built on it, and capacity
     /// eviction forgets first the keys with the earliest `idle_at` (the least live state).
     fn idle_at(&self, state: &Self::State) -> u64;
+
+    /// The decision [`update`](Algorithm::update) would return, leaving `state` untouched:
+    /// what `peek` answers.
+    #[inline]
+    fn peek(&self, state: &Self::State, now: u64, cost: u64) -> Decision {
+        self.update(&mut state.clone(), now, cost)
+    }
 }
 
 /// [`Algorithm::update`] by value, for algorithms whose state is a [`Word`]: the pure

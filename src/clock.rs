@@ -27,6 +27,14 @@ use std::time::Duration;
 pub trait Clock: Send + Sync + 'static {
     /// Nanoseconds elapsed since this clock's origin.
     fn now(&self) -> u64;
+
+    /// Blocks the calling thread for `duration` of this clock's time: what
+    /// `until_ready_blocking` sleeps with. A real clock sleeps the thread (the default); a
+    /// [`ManualClock`] moves itself forward instead, so waiting code runs instantly and
+    /// deterministically in tests.
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
 }
 
 /// The default clock: `quanta`'s TSC-backed monotonic clock, read as nanoseconds since the
@@ -131,6 +139,11 @@ impl Clock for ManualClock {
     #[inline]
     fn now(&self) -> u64 {
         self.nanos.load(Ordering::Acquire)
+    }
+
+    /// Advances the clock by `duration` instead of blocking.
+    fn sleep(&self, duration: Duration) {
+        self.advance(duration);
     }
 }
 

@@ -136,6 +136,38 @@ impl Decision {
         self
     }
 
+    /// Two quotas' decisions as one (see [`AllOf`](crate::algo::AllOf)).
+    #[inline]
+    pub(crate) fn all_of(a: Self, b: Self) -> Self {
+        let allowed = a.allowed && b.allowed;
+        // Only the quotas that denied hold the request back: one that allows now still
+        // allows later, so the longest of their waits is honest and tight.
+        let wait = |d: &Self| if d.allowed { 0 } else { d.retry_after };
+        let remaining = if allowed {
+            a.remaining.min(b.remaining)
+        } else {
+            // A quota that allowed has at least the cost left; one that denied, less.
+            [a, b]
+                .iter()
+                .filter(|d| !d.allowed)
+                .map(|d| d.remaining)
+                .min()
+                .unwrap_or(NONE)
+        };
+        Self {
+            allowed,
+            retry_after: wait(&a).max(wait(&b)),
+            remaining,
+            // Unknown (NONE) if either is unknown: fresh needs both fresh.
+            reset_after: if a.reset_after == NONE || b.reset_after == NONE {
+                NONE
+            } else {
+                a.reset_after.max(b.reset_after)
+            },
+            rate: if a.rate.is_nan() { b.rate } else { a.rate },
+        }
+    }
+
     /// Whether the request is admitted.
     #[inline]
     pub fn is_allowed(&self) -> bool {

@@ -95,6 +95,16 @@ pub enum ConfigError {
         /// The smallest accepted value, in words.
         min: &'static str,
     },
+    /// A live reconfiguration that would change what the kept per-key state means (an
+    /// EARRRL half-life, an exponential period); see [`Reconfigure`](crate::Reconfigure).
+    Unchangeable {
+        /// The field.
+        field: Field,
+        /// The current value.
+        from: String,
+        /// The value asked for.
+        to: String,
+    },
     /// A human-readable string (`10/s`, `250ms`, `10/min burst 20`) that does not parse.
     Parse {
         /// The field being parsed.
@@ -115,6 +125,7 @@ impl ConfigError {
             | ConfigError::NotFinite { field, .. }
             | ConfigError::TooLarge { field, .. }
             | ConfigError::TooSmall { field, .. }
+            | ConfigError::Unchangeable { field, .. }
             | ConfigError::Parse { field, .. } => *field,
         }
     }
@@ -138,6 +149,10 @@ impl fmt::Display for ConfigError {
             ConfigError::TooSmall { field, value, min } => {
                 write!(f, "{field} `{value}` is too small: at least {min}")
             }
+            ConfigError::Unchangeable { field, from, to } => write!(
+                f,
+                "{field} cannot change on a live limiter ({from} to {to}): the kept state is measured in it"
+            ),
             ConfigError::Parse {
                 field,
                 input,

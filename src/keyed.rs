@@ -5,11 +5,14 @@ use crate::algo::{clamp, Algorithm, Gcra, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::Decision;
-use crate::error::{check_cost, CostError};
+use crate::error::{check_cost, ConfigError, CostError};
+use crate::live::{Live, Reconfigure};
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
-use crate::stats::{CasStats, Stats};
+use crate::stats::{CasStats, Metrics, Stats};
 use crate::sweeper::{Signal, SweepReport, SweepTotals, Sweeper, Totals};
+use crate::wait::{self, Jitter};
 use std::borrow::Borrow;
+use std::future::Future;
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
@@ -87,6 +90,8 @@ struct Shared<K, A: Algorithm, C, V: Variant<A>> {
     stats: Stats,
     grace_ns: u64,
     max_keys: Option<usize>,
+    /// Whether allowed/denied decisions are counted (see [`Builder::metrics`]).
+    counting: bool,
     signal: Arc<Signal>,
     totals: Totals,
 }
@@ -113,6 +118,7 @@ pub struct Builder<K, A, C, V> {
     sweep_every: Option<Duration>,
     max_keys: Option<usize>,
     grace: Duration,
+    metrics: bool,
     _marker: PhantomData<fn() -> (K, V)>,
 }
 
@@ -123,6 +129,7 @@ impl<K, A, C: fmt::Debug, V> fmt::Debug for Builder<K, A, C, V> {
             .field("sweep_every", &self.sweep_every)
             .field("max_keys", &self.max_keys)
             .field("grace", &self.grace)
+            .field("metrics", &self.metrics)
             .finish()
     }
 }
@@ -137,6 +144,7 @@ impl<K, A, C, V> Builder<K, A, C, V> {
             sweep_every: self.sweep_every,
             max_keys: self.max_keys,
             grace: self.grace,
+            metrics: self.metrics,
             _marker: PhantomData,
         }
     }
@@ -176,6 +184,14 @@ impl<K, A, C, V> Builder<K, A, C, V> {
         self.grace = grace;
         self
     }
+
+    /// Counts allowed and denied decisions for [`KeyedLimiter::metrics`] (off by default:
+    /// it costs a `fetch_add` on a per-thread stripe per request). Retries, evictions and
+    /// keys are counted either way.
+    pub fn metrics(mut self, enabled: bool) -> Self {
+        self.metrics = enabled;
+        self
+    }
 }
 
 impl<K, A, C, V> Builder<K, A, C, V>
@@ -189,12 +205,9 @@ where
     ///
     /// Fails only if the sweeper thread cannot be spawned.
     pub fn build(self) -> std::io::Result<KeyedLimiter<K, A, C, V>> {
-        let shared = Arc::new(Shared::new(
-            self.algo,
-            self.clock,
-            self.grace,
-            self.max_keys,
-        ));
+        let mut shared = Shared::new(self.algo, self.clock, self.grace, self.max_keys);
+        shared.counting = self.metrics;
+        let shared = Arc::new(shared);
         let sweeper = match self.sweep_every {
             None => None,
             Some(interval) => {
@@ -228,6 +241,7 @@ where
             sweep_every: None,
             max_keys: None,
             grace: DEFAULT_SWEEP_GRACE,
+            metrics: false,
             _marker: PhantomData,
         }
     }
@@ -283,6 +297,153 @@ where
     {
         check_cost(cost, self.shared.algo.capacity())?;
         Ok(self.shared.decide(key, cost))
+    }
+
+    /// The decision [`check`](KeyedLimiter::check) would return now, without counting the
+    /// request: the key's state is left untouched and an unknown key is not inserted.
+    ///
+    /// Use it to compute a `Retry-After` across several limits, or for dashboards. Under
+    /// concurrency it is a snapshot: another request may change the state right after.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+    ///
+    /// let limiter = CasLimiter::<String, _, _>::with_clock("10/s burst 1".parse::<Gcra>()?, ManualClock::new());
+    /// assert!(limiter.peek("k").is_allowed());
+    /// assert!(limiter.peek("k").is_allowed()); // nothing was counted
+    /// assert_eq!(limiter.len(), 0);
+    /// assert!(limiter.check("k").is_allowed());
+    /// assert!(limiter.peek("k").is_denied());
+    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let now = self.shared.clock.now();
+        self.shared.peek(key, 1, now, &self.shared.map.guard())
+    }
+
+    /// The decision [`check_n`](KeyedLimiter::check_n) would return now, without counting
+    /// it; errors as `check_n` does.
+    #[inline]
+    pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        check_cost(cost, self.shared.algo.capacity())?;
+        let now = self.shared.clock.now();
+        Ok(self.shared.peek(key, cost, now, &self.shared.map.guard()))
+    }
+
+    /// Waits until a request of cost 1 for `key` is allowed and returns that decision (the
+    /// request is counted): client-side self-limiting. `sleep` is the runtime's timer, e.g.
+    /// `tokio::time::sleep`, so this works on any runtime.
+    ///
+    /// It peeks while it waits and sleeps each honest `retry_after`, so it returns at the
+    /// earliest time the limiter allows (plus any [`Jitter`] of
+    /// [`until_ready_with`](KeyedLimiter::until_ready_with)) and is not counted as denied
+    /// meanwhile. Other callers may take the budget first; it then waits again.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     let waker = std::task::Waker::noop();
+    /// #     loop {
+    /// #         if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut std::task::Context::from_waker(&waker)) {
+    /// #             return out;
+    /// #         }
+    /// #     }
+    /// # }
+    /// let clock = ManualClock::new();
+    /// let limiter = CasLimiter::<u32, _, _>::with_clock("4/s burst 1".parse::<Gcra>()?, clock.clone());
+    /// limiter.check(&1);
+    /// // With tokio: `limiter.until_ready(&1, tokio::time::sleep).await`.
+    /// let fake_sleep = |d| {
+    ///     clock.advance(d);
+    ///     std::future::ready(())
+    /// };
+    /// assert!(block_on(limiter.until_ready(&1, fake_sleep)).is_allowed());
+    /// assert_eq!(clock.now(), 250_000_000);
+    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// ```
+    pub async fn until_ready<Q, F, Fut>(&self, key: &Q, sleep: F) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        wait::until_ready(|| self.peek(key), || self.check(key), Jitter::NONE, sleep).await
+    }
+
+    /// [`until_ready`](KeyedLimiter::until_ready) for a request of `cost`, adding `jitter` to
+    /// each wait; errors at once if the cost can never be admitted.
+    pub async fn until_ready_with<Q, F, Fut>(
+        &self,
+        key: &Q,
+        cost: u64,
+        jitter: Jitter,
+        sleep: F,
+    ) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        self.peek_n(key, cost)?;
+        let sh = &*self.shared;
+        let peek = || sh.peek(key, cost, sh.clock.now(), &sh.map.guard());
+        Ok(wait::until_ready(peek, || sh.decide(key, cost), jitter, sleep).await)
+    }
+
+    /// [`until_ready`](KeyedLimiter::until_ready) on the calling thread, sleeping with the
+    /// limiter's clock ([`Clock::sleep`]: a real sleep, or a [`ManualClock`](crate::ManualClock)
+    /// moving itself forward).
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = CasLimiter::<u32, _, _>::with_clock("4/s burst 1".parse::<Gcra>()?, clock.clone());
+    /// limiter.check(&1);
+    /// assert!(limiter.until_ready_blocking(&1).is_allowed());
+    /// assert_eq!(clock.now(), 250_000_000);
+    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// ```
+    pub fn until_ready_blocking<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let sleep = |d| self.shared.clock.sleep(d);
+        wait::until_ready_blocking(|| self.peek(key), || self.check(key), Jitter::NONE, sleep)
+    }
+
+    /// [`until_ready_blocking`](KeyedLimiter::until_ready_blocking) for a request of `cost`,
+    /// adding `jitter` to each wait; errors at once if the cost can never be admitted.
+    pub fn until_ready_blocking_with<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        jitter: Jitter,
+    ) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.peek_n(key, cost)?;
+        let sh = &*self.shared;
+        let peek = || sh.peek(key, cost, sh.clock.now(), &sh.map.guard());
+        let sleep = |d| sh.clock.sleep(d);
+        Ok(wait::until_ready_blocking(peek, || sh.decide(key, cost), jitter, sleep))
     }
 
     /// Pins the map for a batch of checks from this thread, saving the pin each
@@ -348,6 +509,40 @@ where
     pub fn cas_stats(&self) -> CasStats {
         self.shared.stats.snapshot()
     }
+
+    /// A snapshot of the counters: decisions (if [counted](Builder::metrics)), retries,
+    /// sweeps, evictions, keys.
+    pub fn metrics(&self) -> Metrics {
+        let sh = &*self.shared;
+        Metrics::new(&sh.stats, sh.totals.snapshot(), sh.map.len())
+    }
+}
+
+impl<K, A, C, V> KeyedLimiter<K, Live<A>, C, V>
+where
+    K: Hash + Eq + Send + Sync,
+    A: Reconfigure,
+    C: Clock,
+    V: Variant<Live<A>>,
+{
+    /// Switches to the configuration `new` while traffic flows, keeping every key: each
+    /// request runs entirely under the old or the new configuration, then every kept state is
+    /// [fitted](Reconfigure::fit) to the new quota (clamped, never reset to fresh). Returns the
+    /// configuration replaced; errors, changing nothing, if `new` would change what the kept
+    /// states mean (see [`Reconfigure`]). See [`Live`] for the guarantees.
+    pub fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
+        let sh = &*self.shared;
+        sh.algo.switch(new, |new| {
+            // Fitted as of the switch: a request after it sees the fitted state plus what
+            // the new rate has paid back since.
+            let now = sh.clock.now();
+            let guard = sh.map.guard();
+            for (_, cell) in sh.map.iter(&guard) {
+                // A dead cell is being evicted: nothing to fit.
+                let _ = cell.update(&sh.stats, |state| new.fit(state, now));
+            }
+        })
+    }
 }
 
 impl<K, C, V> KeyedLimiter<K, Gcra, C, V>
@@ -384,11 +579,15 @@ where
         check_cost(cost, sh.algo.capacity())?;
         let max_wait = duration_to_nanos(max_wait);
         let now = sh.clock.now();
-        Ok(sh.apply(key, &sh.map.guard(), |tat| {
+        let reservation = sh.apply(key, &sh.map.guard(), |tat| {
             let (reservation, new) = sh.algo.reserve(*tat, now, cost, max_wait);
             *tat = new.unwrap_or(*tat);
             reservation
-        }))
+        });
+        if sh.counting {
+            sh.stats.decided(matches!(reservation, Reservation::Admitted { .. }));
+        }
+        Ok(reservation)
     }
 }
 
@@ -409,6 +608,7 @@ where
             stats: Stats::default(),
             grace_ns: duration_to_nanos(grace),
             max_keys,
+            counting: false,
             signal: Arc::default(),
             totals: Totals::default(),
         }
@@ -432,7 +632,25 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.apply(key, guard, |state| self.algo.update(state, now, cost))
+        let decision = self.apply(key, guard, |state| self.algo.update(state, now, cost));
+        if self.counting {
+            self.stats.decided(decision.is_allowed());
+        }
+        decision
+    }
+
+    /// A step on a copy of `key`'s state (a fresh one if the key is absent or being
+    /// evicted, which is what a dead cell's state was equivalent to).
+    #[inline]
+    fn peek<Q>(&self, key: &Q, cost: u64, now: u64, guard: &impl papaya::Guard) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map
+            .get(key, guard)
+            .and_then(|cell| cell.inspect(|state| self.algo.peek(state, now, cost)))
+            .unwrap_or_else(|| self.algo.peek(&self.algo.fresh(), now, cost))
     }
 
     /// Runs `f` on `key`'s state in its cell, retrying on a fresh cell if the sweeper killed
@@ -622,6 +840,17 @@ where
         let now = self.shared.clock.now();
         Ok(self.shared.decide_pinned(key, cost, now, &self.guard))
     }
+
+    /// As [`KeyedLimiter::peek`].
+    #[inline]
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let now = self.shared.clock.now();
+        self.shared.peek(key, 1, now, &self.guard)
+    }
 }
 
 impl<K, A: Algorithm, C, V: Variant<A>> fmt::Debug for Pinned<'_, K, A, C, V> {
@@ -646,6 +875,16 @@ where
     #[inline]
     fn check(&self, key: &Q) -> Decision {
         KeyedLimiter::check(self, key)
+    }
+
+    #[inline]
+    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+        KeyedLimiter::peek_n(self, key, cost)
+    }
+
+    #[inline]
+    fn peek(&self, key: &Q) -> Decision {
+        KeyedLimiter::peek(self, key)
     }
 
     fn len(&self) -> usize {

@@ -122,16 +122,20 @@ mod cell;
 mod direct;
 mod keyed;
 mod limiter;
+mod live;
 mod sharded;
 mod stats;
 mod sweeper;
+mod wait;
 
 pub use direct::DirectLimiter;
 pub use keyed::{Builder, CasLimiter, KeyedLimiter, MutexLimiter, Pinned, DEFAULT_SWEEP_GRACE};
 pub use limiter::{Cas, Locked, RateLimiter, Variant};
+pub use live::{Live, Reconfigure};
 pub use sharded::ShardedLimiter;
-pub use stats::CasStats;
+pub use stats::{CasStats, Metrics};
 pub use sweeper::{SweepReport, SweepTotals};
+pub use wait::Jitter;
 
 /// The README's examples, compiled and run as doc tests so they stay true.
 #[cfg(doctest)]

@@ -31,6 +31,13 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// Decides a request of cost 1 for `key`.
     fn check(&self, key: &Q) -> Decision;
 
+    /// The decision [`check_n`](RateLimiter::check_n) would return now, without counting
+    /// the request (state untouched, no key inserted).
+    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError>;
+
+    /// The decision [`check`](RateLimiter::check) would return now, without counting it.
+    fn peek(&self, key: &Q) -> Decision;
+
     /// The number of keys currently held.
     fn len(&self) -> usize;
 

@@ -100,6 +100,32 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         decision
     }
 
+    /// The decision [`check_n`](ShardedLimiter::check_n) would return now, without counting
+    /// it.
+    pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        check_cost(cost, self.algo.capacity())?;
+        Ok(self.peek_at(key, cost))
+    }
+
+    fn peek_at<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let now = self.clock.now();
+        let hash = self.hasher.hash_one(key);
+        let shard = (hash as usize) & (self.shards.len() - 1);
+        let map = self.shards[shard].lock();
+        match map.get(key) {
+            Some(state) => self.algo.peek(state, now, cost),
+            None => self.algo.peek(&self.algo.fresh(), now, cost),
+        }
+    }
+
     /// The number of keys held.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
@@ -140,6 +166,14 @@ where
 
     fn check(&self, key: &Q) -> Decision {
         ShardedLimiter::check(self, key)
+    }
+
+    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+        ShardedLimiter::peek_n(self, key, cost)
+    }
+
+    fn peek(&self, key: &Q) -> Decision {
+        self.peek_at(key, 1)
     }
 
     fn len(&self) -> usize {

@@ -37,6 +37,8 @@ pub struct CasStats {
 #[derive(Default)]
 struct Stripe {
     retries: AtomicU64,
+    allowed: AtomicU64,
+    denied: AtomicU64,
 }
 
 /// Striped retry counters; each thread writes the stripe its id maps to.
@@ -82,6 +84,28 @@ impl Stats {
             .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts one decision, on this thread's stripe.
+    #[inline]
+    pub(crate) fn decided(&self, allowed: bool) {
+        let stripe = &self.stripes[stripe_index()];
+        let counter = if allowed {
+            &stripe.allowed
+        } else {
+            &stripe.denied
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Allowed and denied decisions counted so far.
+    pub(crate) fn decisions(&self) -> (u64, u64) {
+        self.stripes.iter().fold((0, 0), |(a, d), s| {
+            (
+                a + s.allowed.load(Ordering::Relaxed),
+                d + s.denied.load(Ordering::Relaxed),
+            )
+        })
+    }
+
     pub(crate) fn snapshot(&self) -> CasStats {
         CasStats {
             retries: self
@@ -90,5 +114,84 @@ impl Stats {
                 .map(|s| s.retries.load(Ordering::Relaxed))
                 .sum(),
         }
+    }
+}
+
+/// What a limiter has done so far: a snapshot of its counters, cheap to take (a few dozen
+/// loads), for dashboards and exporters.
+///
+/// `allowed` and `denied` are counted only when asked for (`Builder::metrics(true)`,
+/// `DirectLimiter::with_metrics`), because counting costs a `fetch_add` per request (on a
+/// per-thread stripe, so threads do not contend on it); otherwise they stay 0. Every other
+/// field is always kept. Counts are exact: with counting on, `allowed + denied` is the number
+/// of decisions returned (checks and reservations; peeks are not counted).
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+///
+/// let limiter = CasLimiter::<u64, Gcra, _>::builder("10/s burst 2".parse()?)
+///     .clock(ManualClock::new())
+///     .metrics(true)
+///     .build()?;
+/// for key in [1, 1, 1, 2] {
+///     limiter.check(&key);
+/// }
+/// let m = limiter.metrics();
+/// assert_eq!((m.allowed, m.denied, m.keys), (3, 1, 2));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Requests allowed (when counting is on).
+    pub allowed: u64,
+    /// Requests denied (when counting is on).
+    pub denied: u64,
+    /// CAS attempts that lost a race and were retried (see [`CasStats`]).
+    pub cas_retries: u64,
+    /// Sweeps run.
+    pub sweeps: u64,
+    /// Keys dropped as idle.
+    pub evicted_idle: u64,
+    /// Keys dropped to enforce the capacity bound.
+    pub evicted_capacity: u64,
+    /// Keys held now.
+    pub keys: u64,
+}
+
+impl Metrics {
+    pub(crate) fn new(stats: &Stats, sweeps: crate::sweeper::SweepTotals, keys: usize) -> Self {
+        let (allowed, denied) = stats.decisions();
+        Self {
+            allowed,
+            denied,
+            cas_retries: stats.snapshot().retries,
+            sweeps: sweeps.sweeps,
+            evicted_idle: sweeps.evicted_idle,
+            evicted_capacity: sweeps.evicted_capacity,
+            keys: keys as u64,
+        }
+    }
+
+    /// Publishes this snapshot through the [`metrics`](https://docs.rs/metrics) facade, each
+    /// value labelled `limiter = name`: counters `hotlimit_allowed_total`,
+    /// `hotlimit_denied_total`, `hotlimit_cas_retries_total`, `hotlimit_sweeps_total`,
+    /// `hotlimit_evicted_total` (label `reason = idle|capacity`), and the gauge `hotlimit_keys`.
+    /// Counters are set to their absolute values, so call it as often as the exporter scrapes
+    /// (from the sweeper's schedule, say); the hot path never touches the facade.
+    #[cfg(feature = "metrics")]
+    pub fn publish(&self, name: &'static str) {
+        use metrics::{counter, gauge};
+        counter!("hotlimit_allowed_total", "limiter" => name).absolute(self.allowed);
+        counter!("hotlimit_denied_total", "limiter" => name).absolute(self.denied);
+        counter!("hotlimit_cas_retries_total", "limiter" => name).absolute(self.cas_retries);
+        counter!("hotlimit_sweeps_total", "limiter" => name).absolute(self.sweeps);
+        counter!("hotlimit_evicted_total", "limiter" => name, "reason" => "idle")
+            .absolute(self.evicted_idle);
+        counter!("hotlimit_evicted_total", "limiter" => name, "reason" => "capacity")
+            .absolute(self.evicted_capacity);
+        gauge!("hotlimit_keys", "limiter" => name).set(self.keys as f64);
     }
 }

@@ -132,6 +132,12 @@ impl Gcra {
         self.burst
     }
 
+    /// The burst tolerance `B·T`, ns.
+    #[inline]
+    pub(crate) fn tolerance(&self) -> u64 {
+        self.tau
+    }
+
     /// The token-bucket view of a state: whole tokens available at `now`.
     ///
     /// ```

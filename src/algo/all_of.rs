@@ -1,0 +1,286 @@
+//! [`AllOf`]: several quotas on one key, all-or-nothing.
+
+use super::{Algorithm, BucketState, LogState, State};
+use crate::cell::{LockCell, StateCells};
+use crate::decision::{Decision, Policy};
+
+/// Two quotas on one key (say `10/s` and `1000/h`): a request is allowed only if both allow
+/// it, and a request that either denies consumes nothing from the other.
+///
+/// Both states live in one cell and one step decides both, so a multi-quota check is exactly
+/// as consistent as a single one: linearizable per key, with no window in which another
+/// thread sees one quota charged and the other not, and no quota ever over-admits. When both
+/// states are `u64` words (GCRA, EARRRL, fixed window) they are packed into one `u128` word,
+/// still updated by a single compare-and-swap; other pairs sit behind the key's lock
+/// ([`PairState`]). Nest for more quotas: `AllOf<AllOf<A, B>, C>` (a state that no longer
+/// fits a word, behind a lock).
+///
+/// A denied request applies each denying quota's own [`Policy`] to that quota (a strict
+/// EARRRL counts it) and leaves the quotas that allowed it untouched.
+///
+/// The decision: allowed iff both are; [`retry_after`](Decision::retry_after) is the longest
+/// among the denying quotas (honest and tight, since a quota that allows now still allows
+/// later); [`remaining`](Decision::remaining) the smallest; [`reset_after`](Decision::reset_after)
+/// the longest (when denied, an upper bound: a quota that allowed reports it as if charged);
+/// [`rate`](Decision::rate) the first quota's if it measures one, else the second's.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::{AllOf, Gcra}, CasLimiter, ManualClock};
+/// use std::time::Duration;
+///
+/// // 2 per second, but no more than 3 per minute.
+/// let quotas = AllOf::new("2/s".parse::<Gcra>()?, "3/min".parse::<Gcra>()?);
+/// let clock = ManualClock::new();
+/// let limiter = CasLimiter::<u32, _, _>::with_clock(quotas, clock.clone());
+/// assert!(limiter.check(&1).is_allowed());
+/// assert!(limiter.check(&1).is_allowed());
+/// assert!(limiter.check(&1).is_denied()); // the per-second quota
+/// clock.advance(Duration::from_secs(1));
+/// assert!(limiter.check(&1).is_allowed());
+/// let denied = limiter.check(&1); // the per-minute quota is spent...
+/// assert_eq!(denied.retry_after(), Duration::from_secs(19)); // ...until 20 s in
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AllOf<A, B> {
+    first: A,
+    second: B,
+}
+
+impl<A, B> AllOf<A, B> {
+    /// Both quotas, `first` and `second`.
+    pub fn new(first: A, second: B) -> Self {
+        Self { first, second }
+    }
+
+    /// The first quota.
+    pub fn first(&self) -> &A {
+        &self.first
+    }
+
+    /// The second quota.
+    pub fn second(&self) -> &B {
+        &self.second
+    }
+}
+
+/// How two states are kept as one: packed into a `u128` word when both are `u64` words, a
+/// [`PairState`] otherwise. Implemented for every pair of the crate's states. Sealed in
+/// practice: its methods are hidden and the state types are the crate's.
+pub trait Pair<B>: Sized {
+    /// The combined state.
+    type Both: State;
+    #[doc(hidden)]
+    fn join(a: Self, b: B) -> Self::Both;
+    #[doc(hidden)]
+    fn parts(both: &Self::Both) -> (Self, B);
+}
+
+/// Two `u64` words packed as `first << 64 | second`. Neither half is ever `u64::MAX` (no
+/// algorithm stores it), so the pair never equals the `u128` tombstone.
+impl Pair<u64> for u64 {
+    type Both = u128;
+
+    #[inline]
+    fn join(a: u64, b: u64) -> u128 {
+        (a as u128) << 64 | b as u128
+    }
+
+    #[inline]
+    fn parts(both: &u128) -> (u64, u64) {
+        ((*both >> 64) as u64, *both as u64)
+    }
+}
+
+/// Two states that do not fit one word together, kept behind the key's lock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairState<A, B>(A, B);
+
+impl<A: State, B: State> State for PairState<A, B> {}
+
+impl<A: State, B: State> StateCells for PairState<A, B> {
+    type CasCell = LockCell<Self>;
+
+    fn tombstone() -> Self {
+        PairState(A::tombstone(), B::tombstone())
+    }
+
+    fn is_tombstone(&self) -> bool {
+        self.0.is_tombstone()
+    }
+}
+
+macro_rules! locked_pairs {
+    // `u64` first: every second state but `u64` (packed above).
+    (u64 with $($b:ty),*) => {$(
+        impl Pair<$b> for u64 {
+            type Both = PairState<u64, $b>;
+            fn join(a: u64, b: $b) -> Self::Both {
+                PairState(a, b)
+            }
+            fn parts(both: &Self::Both) -> (u64, $b) {
+                (both.0, both.1.clone())
+            }
+        }
+    )*};
+    // Any other first state: every second state.
+    ($($a:ty),*) => {$(
+        impl<B: State> Pair<B> for $a {
+            type Both = PairState<$a, B>;
+            fn join(a: $a, b: B) -> Self::Both {
+                PairState(a, b)
+            }
+            fn parts(both: &Self::Both) -> ($a, B) {
+                (both.0.clone(), both.1.clone())
+            }
+        }
+    )*};
+}
+locked_pairs!(u64 with u128, LogState, BucketState);
+locked_pairs!(u128, LogState, BucketState);
+
+impl<X: State, Y: State> Pair<PairState<X, Y>> for u64 {
+    type Both = PairState<u64, PairState<X, Y>>;
+    fn join(a: u64, b: PairState<X, Y>) -> Self::Both {
+        PairState(a, b)
+    }
+    fn parts(both: &Self::Both) -> (u64, PairState<X, Y>) {
+        (both.0, both.1.clone())
+    }
+}
+
+impl<X: State, Y: State, B: State> Pair<B> for PairState<X, Y> {
+    type Both = PairState<PairState<X, Y>, B>;
+    fn join(a: Self, b: B) -> Self::Both {
+        PairState(a, b)
+    }
+    fn parts(both: &Self::Both) -> (Self, B) {
+        (both.0.clone(), both.1.clone())
+    }
+}
+
+impl<A, B> Algorithm for AllOf<A, B>
+where
+    A: Algorithm,
+    B: Algorithm,
+    A::State: Pair<B::State>,
+{
+    type State = <A::State as Pair<B::State>>::Both;
+
+    #[inline]
+    fn fresh(&self) -> Self::State {
+        Pair::join(self.first.fresh(), self.second.fresh())
+    }
+
+    #[inline]
+    fn capacity(&self) -> u64 {
+        self.first.capacity().min(self.second.capacity())
+    }
+
+    /// Strict if either quota is: a denial may then change the state.
+    fn policy(&self) -> Policy {
+        match (self.first.policy(), self.second.policy()) {
+            (Policy::Leaky, Policy::Leaky) => Policy::Leaky,
+            _ => Policy::Strict,
+        }
+    }
+
+    #[inline]
+    fn update(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
+        let (a, b) = <A::State as Pair<B::State>>::parts(state);
+        let (mut a2, mut b2) = (a.clone(), b.clone());
+        let da = self.first.update(&mut a2, now, cost);
+        let db = self.second.update(&mut b2, now, cost);
+        if da.is_allowed() && db.is_allowed() {
+            *state = Pair::join(a2, b2);
+        } else {
+            // All-or-nothing: a quota that allowed keeps its old state; one that denied keeps
+            // what its own policy made of the denial.
+            let a = if da.is_allowed() { a } else { a2 };
+            let b = if db.is_allowed() { b } else { b2 };
+            *state = Pair::join(a, b);
+        }
+        Decision::all_of(da, db)
+    }
+
+    /// Fresh once both are: the later of the two.
+    #[inline]
+    fn idle_at(&self, state: &Self::State) -> u64 {
+        let (a, b) = <A::State as Pair<B::State>>::parts(state);
+        self.first.idle_at(&a).max(self.second.idle_at(&b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::{Earrrl, Gcra, SlidingLog, WordStep};
+    use crate::Rate;
+    use std::time::Duration;
+
+    #[test]
+    fn two_u64_words_pack_into_one_u128() {
+        let q = AllOf::new("10/s".parse::<Gcra>().unwrap(), "1/s".parse::<Gcra>().unwrap());
+        let step = q.step(q.fresh(), 0, 1);
+        assert!(step.decision.is_allowed());
+        // tat 100 ms in the high half, 1 s in the low half.
+        assert_eq!(
+            step.state,
+            Some((100_000_000u128 << 64) | 1_000_000_000u128)
+        );
+        assert_eq!(
+            <u64 as Pair<u64>>::parts(&step.state.unwrap()),
+            (100_000_000, 1_000_000_000)
+        );
+    }
+
+    #[test]
+    fn a_denial_charges_only_the_quotas_that_denied() {
+        let loose: Gcra = "10/s burst 10".parse().unwrap();
+        let tight: Gcra = "1/s burst 1".parse().unwrap();
+        let q = AllOf::new(loose, tight);
+        let s = q.step(q.fresh(), 0, 1).state.unwrap();
+        let denied = q.step(s, 0, 1);
+        assert!(denied.decision.is_denied());
+        // Leaky both: nothing changes, so no write.
+        assert_eq!(denied.state, None);
+        assert_eq!(denied.decision.retry_after(), Duration::from_secs(1));
+        assert_eq!(denied.decision.remaining(), Some(0));
+    }
+
+    #[test]
+    fn strict_earrrl_counts_its_denial_while_gcra_keeps_its_budget() {
+        let gcra: Gcra = "100/s burst 100".parse().unwrap();
+        let earrrl = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+        let q = AllOf::new(gcra, earrrl);
+        let mut s = q.fresh();
+        let mut allowed = 0;
+        for _ in 0..10 {
+            allowed += q.update(&mut s, 0, 1).is_allowed() as u64;
+        }
+        let (tat, e) = <u64 as Pair<u64>>::parts(&s);
+        // GCRA charged only for the allowed ones, EARRRL for all ten.
+        assert_eq!(tat, allowed * 10_000_000);
+        let mut alone = earrrl.fresh();
+        for _ in 0..10 {
+            earrrl.update(&mut alone, 0, 1);
+        }
+        assert_eq!(e, alone);
+        assert_eq!(q.idle_at(&s), gcra.idle_at(&tat).max(earrrl.idle_at(&e)));
+    }
+
+    #[test]
+    fn other_pairs_go_behind_the_lock_and_nest() {
+        let log = SlidingLog::new(2, Duration::from_secs(1)).unwrap();
+        let gcra: Gcra = "3/s burst 3".parse().unwrap();
+        let q = AllOf::new(AllOf::new(gcra, gcra), log);
+        let mut s = q.fresh();
+        let allowed = (0..5).filter(|_| q.update(&mut s, 0, 1).is_allowed()).count();
+        assert_eq!(allowed, 2);
+        assert!(!s.is_tombstone());
+        assert!(PairState::<u128, LogState>::tombstone().is_tombstone());
+        assert_eq!(q.capacity(), 2);
+    }
+}

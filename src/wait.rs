@@ -1,0 +1,104 @@
+//! Waiting for a limiter: the loops behind `until_ready` (async, any runtime) and
+//! `until_ready_blocking`, and their [`Jitter`].
+
+use crate::decision::Decision;
+use std::future::Future;
+use std::time::Duration;
+
+/// A random extra delay added to each wait of `until_ready`, so that clients denied together
+/// do not all retry at the same instant (a thundering herd).
+///
+/// Each wait is the limiter's honest `retry_after` plus a uniform random duration in
+/// `[0, max]`: never earlier than the limiter allows.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::Jitter;
+/// use std::time::Duration;
+///
+/// let j = Jitter::up_to(Duration::from_millis(50));
+/// assert!(j.sample() <= Duration::from_millis(50));
+/// assert_eq!(Jitter::NONE.sample(), Duration::ZERO);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Jitter {
+    max: Duration,
+}
+
+impl Jitter {
+    /// No jitter: wake exactly when the limiter allows.
+    pub const NONE: Jitter = Jitter {
+        max: Duration::ZERO,
+    };
+
+    /// Up to `max` of extra delay, uniformly distributed.
+    pub const fn up_to(max: Duration) -> Self {
+        Self { max }
+    }
+
+    /// One random extra delay in `[0, max]`.
+    pub fn sample(&self) -> Duration {
+        if self.max.is_zero() {
+            return Duration::ZERO;
+        }
+        let max = u64::try_from(self.max.as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(fastrand::u64(0..=max))
+    }
+}
+
+/// Waits until `check` allows, sleeping through `sleep` for as long as the limiter says.
+///
+/// It peeks before it checks, so a waiting caller is not counted while it waits (under a
+/// strict policy each counted denial would push its own wait further); a check that loses a
+/// race to another caller after an allowing peek sleeps what that check's denial says.
+pub(crate) async fn until_ready<F, Fut>(
+    mut peek: impl FnMut() -> Decision,
+    mut check: impl FnMut() -> Decision,
+    jitter: Jitter,
+    mut sleep: F,
+) -> Decision
+where
+    F: FnMut(Duration) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    loop {
+        let wait = match next(&mut peek, &mut check) {
+            Ok(allowed) => return allowed,
+            Err(denied) => denied.retry_after(),
+        };
+        sleep(wait.saturating_add(jitter.sample())).await;
+    }
+}
+
+/// [`until_ready`], sleeping on the calling thread.
+pub(crate) fn until_ready_blocking(
+    mut peek: impl FnMut() -> Decision,
+    mut check: impl FnMut() -> Decision,
+    jitter: Jitter,
+    mut sleep: impl FnMut(Duration),
+) -> Decision {
+    loop {
+        match next(&mut peek, &mut check) {
+            Ok(allowed) => return allowed,
+            Err(denied) => sleep(denied.retry_after().saturating_add(jitter.sample())),
+        }
+    }
+}
+
+/// One round: the allowing check, or the denial to wait out.
+fn next(
+    peek: &mut impl FnMut() -> Decision,
+    check: &mut impl FnMut() -> Decision,
+) -> Result<Decision, Decision> {
+    let peeked = peek();
+    if peeked.is_denied() {
+        return Err(peeked);
+    }
+    let decided = check();
+    if decided.is_allowed() {
+        Ok(decided)
+    } else {
+        Err(decided)
+    }
+}
