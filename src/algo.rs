@@ -99,6 +99,21 @@ pub trait Algorithm: Send + Sync + 'static {
     /// eviction forgets first the keys with the earliest `idle_at` (the least live state).
     fn idle_at(&self, state: &Self::State) -> u64;
 
+    /// A number that changes whenever the configuration does ([`Live`](crate::Live)); 0
+    /// for fixed algorithms. A request that sees it change across its update re-fits the
+    /// state it wrote.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn generation(&self) -> u64 {
+        0
+    }
+
+    /// Fits `state` to the configuration now in force ([`Live`](crate::Live)); nothing for
+    /// fixed algorithms.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn refit(&self, _state: &mut Self::State, _now: u64) {}
+
     /// The decision [`update`](Algorithm::update) would return, leaving `state` untouched:
     /// what `peek` answers.
     #[inline]

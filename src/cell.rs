@@ -52,6 +52,11 @@ pub trait StateCell<S>: Send + Sync + fmt::Debug {
     /// once (a lost CAS race re-runs it on the word that won), so it must be pure.
     #[doc(hidden)]
     fn update<T>(&self, stats: &Stats, f: impl FnMut(&mut S) -> T) -> Option<T>;
+    /// Runs `f` on the state and writes the result back even if unchanged: a
+    /// read-modify-write, so that any later update of the cell synchronizes with it (a live
+    /// reconfiguration relies on it). `false` if the cell is dead.
+    #[doc(hidden)]
+    fn rewrite(&self, f: impl FnMut(&mut S)) -> bool;
     /// Replaces the state with the tombstone if `doomed` holds for it; `true` if this call
     /// killed the cell.
     #[doc(hidden)]
@@ -175,6 +180,22 @@ impl<W: Word> StateCell<W> for CasCell<W> {
         }
     }
 
+    fn rewrite(&self, mut f: impl FnMut(&mut W)) -> bool {
+        let mut current = self.load();
+        loop {
+            if current == W::TOMBSTONE {
+                return false;
+            }
+            let mut new = current;
+            f(&mut new);
+            // Even when `new == current`: the CAS is the write that later updates read from.
+            match W::cas_weak(&self.word, current, new) {
+                Ok(_) => return true,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
     /// A concurrent update makes the CAS fail, and `doomed` is asked again about the word
     /// that won.
     fn kill_if(&self, doomed: impl Fn(&W) -> bool) -> bool {
@@ -225,6 +246,16 @@ impl<S: State> StateCell<S> for LockCell<S> {
             return None;
         }
         Some(f(&mut state))
+    }
+
+    fn rewrite(&self, mut f: impl FnMut(&mut S)) -> bool {
+        // The lock orders it with every later update.
+        let mut state = self.state.lock();
+        if state.is_tombstone() {
+            return false;
+        }
+        f(&mut state);
+        true
     }
 
     fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool {

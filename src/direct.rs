@@ -5,15 +5,15 @@ use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{check_cost, ConfigError, CostError};
-use crate::live::{Live, Reconfigure};
 use crate::limiter::{Cas, Variant};
+use crate::live::{Live, Reconfigure};
 use crate::stats::{CasStats, Metrics, Stats};
 use crate::sweeper::SweepTotals;
 use crate::wait::{self, Jitter};
 use crossbeam_utils::CachePadded;
+use std::fmt;
 use std::future::Future;
 use std::time::Duration;
-use std::fmt;
 
 /// An unkeyed limiter: one cache-padded cell shared by every caller (a global limit).
 ///
@@ -134,10 +134,16 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         let now = self.clock.now();
         // The one cell is never swept, so it is never dead; were it ever, the request would
         // be decided as a fresh key's (what the sweeper guarantees a dead cell was).
+        let generation = self.algo.generation();
         let decision = self
             .cell
             .update(&self.stats, |state| self.algo.update(state, now, cost))
             .unwrap_or_else(|| self.algo.update(&mut self.algo.fresh(), now, cost));
+        if self.algo.generation() != generation {
+            // As `KeyedLimiter` does: a step under the old configuration fits what it wrote.
+            let now = self.clock.now();
+            self.cell.rewrite(|state| self.algo.refit(state, now));
+        }
         if self.counting {
             self.stats.decided(decision.is_allowed());
         }
@@ -161,7 +167,7 @@ impl<A: Reconfigure, C: Clock, V: Variant<Live<A>>> DirectLimiter<Live<A>, C, V>
     pub fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
         self.algo.switch(new, |new| {
             let now = self.clock.now();
-            let _ = self.cell.update(&self.stats, |state| new.fit(state, now));
+            self.cell.rewrite(|state| new.fit(state, now));
         })
     }
 }

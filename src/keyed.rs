@@ -6,14 +6,14 @@ use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{check_cost, ConfigError, CostError};
-use crate::live::{Live, Reconfigure};
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
+use crate::live::{Live, Reconfigure};
 use crate::stats::{CasStats, Metrics, Stats};
 use crate::sweeper::{Signal, SweepReport, SweepTotals, Sweeper, Totals};
 use crate::wait::{self, Jitter};
 use std::borrow::Borrow;
-use std::future::Future;
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -343,18 +343,22 @@ where
     /// request is counted): client-side self-limiting. `sleep` is the runtime's timer, e.g.
     /// `tokio::time::sleep`, so this works on any runtime.
     ///
-    /// It peeks while it waits and sleeps each honest `retry_after`, so it returns at the
-    /// earliest time the limiter allows (plus any [`Jitter`] of
-    /// [`until_ready_with`](KeyedLimiter::until_ready_with)) and is not counted as denied
-    /// meanwhile. Other callers may take the budget first; it then waits again.
+    /// It peeks while it waits and sleeps each honest `retry_after`, so it is never counted as
+    /// denied while it waits and returns at the earliest time the limiter allows (plus any
+    /// [`Jitter`] of [`until_ready_with`](KeyedLimiter::until_ready_with)). Under a strict
+    /// policy a peek's `retry_after` also covers the denial it would have counted, so the
+    /// wait can be longer than the least one, never shorter. Other callers may take the
+    /// budget first; it then waits again.
     ///
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
     /// use std::time::Duration;
     ///
     /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     struct Noop;
+    /// #     impl std::task::Wake for Noop { fn wake(self: std::sync::Arc<Self>) {} }
+    /// #     let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
     /// #     let mut f = std::pin::pin!(f);
-    /// #     let waker = std::task::Waker::noop();
     /// #     loop {
     /// #         if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut std::task::Context::from_waker(&waker)) {
     /// #             return out;
@@ -443,7 +447,12 @@ where
         let sh = &*self.shared;
         let peek = || sh.peek(key, cost, sh.clock.now(), &sh.map.guard());
         let sleep = |d| sh.clock.sleep(d);
-        Ok(wait::until_ready_blocking(peek, || sh.decide(key, cost), jitter, sleep))
+        Ok(wait::until_ready_blocking(
+            peek,
+            || sh.decide(key, cost),
+            jitter,
+            sleep,
+        ))
     }
 
     /// Pins the map for a batch of checks from this thread, saving the pin each
@@ -538,8 +547,10 @@ where
             let now = sh.clock.now();
             let guard = sh.map.guard();
             for (_, cell) in sh.map.iter(&guard) {
-                // A dead cell is being evicted: nothing to fit.
-                let _ = cell.update(&sh.stats, |state| new.fit(state, now));
+                // A read-modify-write even when nothing changes: a request that stepped under
+                // the old configuration and writes after it reads from it, so sees the new
+                // generation and fits its own write. A dead cell is being evicted: skipped.
+                cell.rewrite(|state| new.fit(state, now));
             }
         })
     }
@@ -585,7 +596,8 @@ where
             reservation
         });
         if sh.counting {
-            sh.stats.decided(matches!(reservation, Reservation::Admitted { .. }));
+            sh.stats
+                .decided(matches!(reservation, Reservation::Admitted { .. }));
         }
         Ok(reservation)
     }
@@ -666,13 +678,28 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        let generation = self.algo.generation();
         loop {
             let cell = self.cell(key, guard);
             match cell.update(&self.stats, &mut f) {
-                Some(out) => return out,
+                Some(out) => {
+                    if self.algo.generation() != generation {
+                        self.refit(cell);
+                    }
+                    return out;
+                }
                 None => self.remove_dead(key, cell, guard),
             }
         }
+    }
+
+    /// The configuration changed while this request ran ([`Live`]): it may have written a
+    /// state stepped under the old one after the switch's walk fitted the cell, so it fits
+    /// the cell itself.
+    #[cold]
+    fn refit(&self, cell: &V::Cell) {
+        let now = self.clock.now();
+        cell.rewrite(|state| self.algo.refit(state, now));
     }
 
     /// The cell for `key`, inserted fresh on first sight.
@@ -885,6 +912,10 @@ where
     #[inline]
     fn peek(&self, key: &Q) -> Decision {
         KeyedLimiter::peek(self, key)
+    }
+
+    fn until_ready_blocking(&self, key: &Q) -> Decision {
+        KeyedLimiter::until_ready_blocking(self, key)
     }
 
     fn len(&self) -> usize {

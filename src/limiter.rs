@@ -38,6 +38,11 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// The decision [`check`](RateLimiter::check) would return now, without counting it.
     fn peek(&self, key: &Q) -> Decision;
 
+    /// Waits on the calling thread until a request of cost 1 for `key` is allowed, and
+    /// returns that decision; see
+    /// [`KeyedLimiter::until_ready_blocking`](crate::KeyedLimiter::until_ready_blocking).
+    fn until_ready_blocking(&self, key: &Q) -> Decision;
+
     /// The number of keys currently held.
     fn len(&self) -> usize;
 

@@ -1,11 +1,10 @@
 //! Live reconfiguration: [`Live`], an algorithm whose quota can be swapped while traffic flows,
 //! and [`Reconfigure`], what an algorithm must say about its state for that to be sound.
 
-use crate::algo::{clamp, AllOf, Algorithm, Earrrl, Exponential, Gcra, Pair};
+use crate::algo::{clamp, Algorithm, AllOf, Earrrl, Exponential, Gcra, Pair};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
-use crossbeam_utils::atomic::AtomicCell;
-use parking_lot::Mutex;
+use crate::sync::{AtomicCell, AtomicU64, Mutex, Ordering};
 use std::fmt;
 
 /// An algorithm whose configuration can change while a limiter runs, keeping every key's state.
@@ -42,7 +41,9 @@ impl Reconfigure for Gcra {
     }
 
     fn fit(&self, tat: &mut u64, now: u64) {
-        let full = clamp(now).saturating_add(self.tolerance()).min(u64::MAX - 1);
+        let full = clamp(now)
+            .saturating_add(self.tolerance())
+            .min(u64::MAX - 1);
         *tat = (*tat).min(full);
     }
 }
@@ -109,10 +110,13 @@ where
 /// The configuration sits in a `crossbeam` `AtomicCell` (a sequence lock: a read is two loads
 /// and a copy, no write), read once per step; limiters built on a plain `A` pay nothing.
 /// A switch is atomic for each request: every step runs entirely under the old or entirely
-/// under the new configuration, and the store then walks its keys, [fitting](Reconfigure::fit)
-/// each state to the new quota. Until the walk reaches a key, the key's old state is read under
-/// the new quota, which for these algorithms is never more lenient than the fitted one: no
-/// request is admitted that the new quota would deny. Traffic never stops and no key is lost.
+/// under the new configuration. The store then walks its keys, [fitting](Reconfigure::fit)
+/// each state to the new quota by a read-modify-write. Until the walk reaches a key, the key's
+/// old state is read under the new quota, which for these algorithms is never more lenient
+/// than the fitted one. A request that ran its step under the old configuration but wrote
+/// after the walk passed its key sees the generation change (its write synchronizes with the
+/// walk's) and fits its own state. So once the switch and the requests in flight during it
+/// have returned, every kept state fits the new quota; traffic never stops and no key is lost.
 ///
 /// # Examples
 ///
@@ -134,6 +138,8 @@ where
 /// ```
 pub struct Live<A> {
     current: AtomicCell<A>,
+    /// Bumped by every switch, after the new configuration is stored and before the walk.
+    generation: AtomicU64,
     /// Serializes reconfigurations (rare), so two switches never interleave their walks.
     switching: Mutex<()>,
 }
@@ -143,6 +149,7 @@ impl<A: Reconfigure> Live<A> {
     pub fn new(algo: A) -> Self {
         Self {
             current: AtomicCell::new(algo),
+            generation: AtomicU64::new(0),
             switching: Mutex::new(()),
         }
     }
@@ -160,6 +167,7 @@ impl<A: Reconfigure> Live<A> {
         let old = self.current.load();
         old.check_change(&new)?;
         self.current.store(new);
+        self.generation.fetch_add(1, Ordering::AcqRel);
         walk(&new);
         Ok(old)
     }
@@ -194,6 +202,23 @@ impl<A: Reconfigure> Algorithm for Live<A> {
     #[inline]
     fn idle_at(&self, state: &A::State) -> u64 {
         self.get().idle_at(state)
+    }
+
+    #[inline]
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn refit(&self, state: &mut A::State, now: u64) {
+        self.get().fit(state, now);
+    }
+}
+
+impl<A: Reconfigure> Clone for Live<A> {
+    /// A new, independent `Live` starting from this one's current configuration.
+    fn clone(&self) -> Self {
+        Self::new(self.get())
     }
 }
 
@@ -243,6 +268,9 @@ mod tests {
         let f = Exponential::new(10.0, Duration::from_secs(60)).unwrap();
         assert_eq!(e.check_change(&f).unwrap_err().field(), Field::Period);
         let pair = AllOf::new(a, e);
-        assert_eq!(pair.check_change(&AllOf::new(b, e)).unwrap_err().field(), Field::HalfLife);
+        assert_eq!(
+            pair.check_change(&AllOf::new(b, e)).unwrap_err().field(),
+            Field::HalfLife
+        );
     }
 }

@@ -6,6 +6,7 @@ use crate::decision::Decision;
 use crate::error::{check_cost, CostError};
 use crate::limiter::RateLimiter;
 use crate::sweeper::SweepReport;
+use crate::wait::{self, Jitter};
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::borrow::Borrow;
@@ -126,6 +127,18 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         }
     }
 
+    /// Waits on the calling thread (sleeping with the clock) until a request of cost 1 for
+    /// `key` is allowed; see
+    /// [`KeyedLimiter::until_ready_blocking`](crate::KeyedLimiter::until_ready_blocking).
+    pub fn until_ready_blocking<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let (peek, check) = (|| self.peek_at(key, 1), || self.decide(key, 1));
+        wait::until_ready_blocking(peek, check, Jitter::NONE, |d| self.clock.sleep(d))
+    }
+
     /// The number of keys held.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
@@ -174,6 +187,10 @@ where
 
     fn peek(&self, key: &Q) -> Decision {
         self.peek_at(key, 1)
+    }
+
+    fn until_ready_blocking(&self, key: &Q) -> Decision {
+        ShardedLimiter::until_ready_blocking(self, key)
     }
 
     fn len(&self) -> usize {

@@ -195,3 +195,93 @@ impl Metrics {
         gauge!("hotlimit_keys", "limiter" => name).set(self.keys as f64);
     }
 }
+
+#[cfg(all(test, feature = "metrics"))]
+mod metrics_tests {
+    use super::Metrics;
+    use metrics::{
+        Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder,
+        SharedString, Unit,
+    };
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    /// Records the last value each key was set to, as `name{label=value,...}`.
+    #[derive(Default, Clone)]
+    struct Last(Arc<Mutex<BTreeMap<String, f64>>>);
+
+    struct Handle(Last, String);
+
+    impl CounterFn for Handle {
+        fn increment(&self, _: u64) {
+            unreachable!("publish sets absolute values")
+        }
+        fn absolute(&self, value: u64) {
+            self.0
+                 .0
+                .lock()
+                .unwrap()
+                .insert(self.1.clone(), value as f64);
+        }
+    }
+
+    impl GaugeFn for Handle {
+        fn increment(&self, _: f64) {}
+        fn decrement(&self, _: f64) {}
+        fn set(&self, value: f64) {
+            self.0 .0.lock().unwrap().insert(self.1.clone(), value);
+        }
+    }
+
+    fn name(key: &Key) -> String {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        format!("{}{{{}}}", key.name(), labels.join(","))
+    }
+
+    impl Recorder for Last {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::from_arc(Arc::new(Handle(self.clone(), name(key))))
+        }
+        fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::from_arc(Arc::new(Handle(self.clone(), name(key))))
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn publish_sets_every_value_under_the_limiter_label() {
+        let m = Metrics {
+            allowed: 7,
+            denied: 3,
+            cas_retries: 2,
+            sweeps: 1,
+            evicted_idle: 5,
+            evicted_capacity: 4,
+            keys: 9,
+        };
+        let recorder = Last::default();
+        metrics::with_local_recorder(&recorder, || m.publish("api"));
+        let got = recorder.0.lock().unwrap().clone();
+        let want: BTreeMap<String, f64> = [
+            ("hotlimit_allowed_total{limiter=api}", 7.0),
+            ("hotlimit_denied_total{limiter=api}", 3.0),
+            ("hotlimit_cas_retries_total{limiter=api}", 2.0),
+            ("hotlimit_sweeps_total{limiter=api}", 1.0),
+            ("hotlimit_evicted_total{limiter=api,reason=idle}", 5.0),
+            ("hotlimit_evicted_total{limiter=api,reason=capacity}", 4.0),
+            ("hotlimit_keys{limiter=api}", 9.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(got, want);
+    }
+}

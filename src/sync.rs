@@ -31,6 +31,30 @@ impl<T> Mutex<T> {
     }
 }
 
+/// A `Copy` value read by every request and replaced rarely: a live configuration. A
+/// sequence lock (`crossbeam`'s `AtomicCell`): reads never write shared memory.
+#[cfg(not(hotlimit_loom))]
+pub(crate) use crossbeam_utils::atomic::AtomicCell;
+
+/// Under loom, a model-checked lock with `AtomicCell`'s `load`/`store`.
+#[cfg(hotlimit_loom)]
+pub(crate) struct AtomicCell<T>(loom::sync::Mutex<T>);
+
+#[cfg(hotlimit_loom)]
+impl<T: Copy> AtomicCell<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self(loom::sync::Mutex::new(value))
+    }
+
+    pub(crate) fn load(&self) -> T {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn store(&self, value: T) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = value;
+    }
+}
+
 /// Spin-then-yield backoff after a failed CAS. loom needs an explicit yield to explore the
 /// other thread instead of spinning forever.
 #[cfg(not(hotlimit_loom))]

@@ -123,3 +123,35 @@ fn sliding_log_behind_its_per_key_lock() {
         assert_eq!(run::<_, hotlimit::Cas>(log, 3, 1), (2, 10_000_000_000));
     });
 }
+
+/// A live switch racing a request that steps under the old configuration (SPEC 4 for
+/// `Live`): whatever the interleaving, once both return the kept state fits the new quota.
+///
+/// The state is `tat` = 150 ms at `now` = 100 ms. Under the old quota (burst 10) the request is
+/// allowed and writes 250 ms; under the new one (burst 1, reach `now + 100 ms` = 200 ms) it is
+/// denied. The switch's fit leaves 150 ms as it is, so the request's CAS can succeed after the
+/// walk passed the cell, leaving 250 ms, more than the new quota can reach, unless the request
+/// notices the generation change and fits its own write. A fitted state lets a request
+/// through at 200 ms; 250 ms would not.
+#[test]
+fn live_switch_racing_an_old_config_request_leaves_a_fitted_state() {
+    use hotlimit::Live;
+    loom::model(|| {
+        let old: Gcra = "10/s burst 10".parse().unwrap();
+        let new: Gcra = "10/s burst 1".parse().unwrap();
+        let clock = ManualClock::new();
+        let limiter = Arc::new(DirectLimiter::<_, _>::with_clock(
+            Live::new(old),
+            clock.clone(),
+        ));
+        clock.set_nanos(50_000_000);
+        assert!(limiter.check().is_allowed()); // tat = 150 ms
+        clock.set_nanos(100_000_000);
+        let l = limiter.clone();
+        let request = thread::spawn(move || l.check().is_allowed());
+        limiter.reconfigure(new).unwrap();
+        request.join().unwrap();
+        clock.set_nanos(200_000_000);
+        assert!(limiter.check().is_allowed());
+    });
+}

@@ -39,8 +39,16 @@ fn concurrent(make: &common::Make, times: &[u64], per_thread: usize) -> u64 {
             s.spawn(|| {
                 for _ in times {
                     start.wait();
+                    // Peeks interleaved with the checks (of the hammered key and of one never
+                    // checked) change no total and insert no key.
                     let n = (0..per_thread)
-                        .filter(|_| limiter.check(&7).is_allowed())
+                        .filter(|i| {
+                            if i % 4 == 0 {
+                                limiter.peek(&7);
+                                limiter.peek(&8);
+                            }
+                            limiter.check(&7).is_allowed()
+                        })
                         .count();
                     allowed.fetch_add(n as u64, Ordering::Relaxed);
                     done.wait();
@@ -109,9 +117,17 @@ fn direct_limiter_totals_under_threads() {
         let hs: Vec<_> = (0..THREADS)
             .map(|_| {
                 s.spawn(|| {
-                    let a = (0..PER_THREAD).filter(|_| cas.check().is_allowed()).count();
+                    let a = (0..PER_THREAD)
+                        .filter(|_| {
+                            cas.peek();
+                            cas.check().is_allowed()
+                        })
+                        .count();
                     let b = (0..PER_THREAD)
-                        .filter(|_| mutex.check().is_allowed())
+                        .filter(|_| {
+                            mutex.peek();
+                            mutex.check().is_allowed()
+                        })
                         .count();
                     (a, b)
                 })

@@ -222,7 +222,10 @@ mod tests {
 
     #[test]
     fn two_u64_words_pack_into_one_u128() {
-        let q = AllOf::new("10/s".parse::<Gcra>().unwrap(), "1/s".parse::<Gcra>().unwrap());
+        let q = AllOf::new(
+            "10/s".parse::<Gcra>().unwrap(),
+            "1/s".parse::<Gcra>().unwrap(),
+        );
         let step = q.step(q.fresh(), 0, 1);
         assert!(step.decision.is_allowed());
         // tat 100 ms in the high half, 1 s in the low half.
@@ -253,7 +256,8 @@ mod tests {
     #[test]
     fn strict_earrrl_counts_its_denial_while_gcra_keeps_its_budget() {
         let gcra: Gcra = "100/s burst 100".parse().unwrap();
-        let earrrl = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+        let earrrl =
+            Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
         let q = AllOf::new(gcra, earrrl);
         let mut s = q.fresh();
         let mut allowed = 0;
@@ -277,7 +281,9 @@ mod tests {
         let gcra: Gcra = "3/s burst 3".parse().unwrap();
         let q = AllOf::new(AllOf::new(gcra, gcra), log);
         let mut s = q.fresh();
-        let allowed = (0..5).filter(|_| q.update(&mut s, 0, 1).is_allowed()).count();
+        let allowed = (0..5)
+            .filter(|_| q.update(&mut s, 0, 1).is_allowed())
+            .count();
         assert_eq!(allowed, 2);
         assert!(!s.is_tombstone());
         assert!(PairState::<u128, LogState>::tombstone().is_tombstone());

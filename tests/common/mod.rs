@@ -3,10 +3,12 @@
 #![allow(dead_code)]
 
 use hotlimit::algo::{
-    Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
+    AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow,
+    SubWindow,
 };
 use hotlimit::{
-    Algorithm, CasLimiter, ManualClock, MutexLimiter, Policy, Rate, RateLimiter, ShardedLimiter,
+    Algorithm, CasLimiter, Live, ManualClock, MutexLimiter, Policy, Rate, RateLimiter,
+    ShardedLimiter,
 };
 use std::time::Duration;
 
@@ -109,6 +111,26 @@ pub fn cases() -> Vec<Case> {
                 variants: variants(sub),
             });
         }
+        // Several quotas on one key: two words packed into one (CAS), and a pair behind the
+        // key's lock.
+        let per_minute = "600/min burst 30"
+            .parse::<Gcra>()
+            .unwrap()
+            .with_policy(policy);
+        out.push(Case {
+            name: format!("all-of/gcra+earrrl/{policy}"),
+            variants: variants(AllOf::new(per_minute, earrrl)),
+        });
+        out.push(Case {
+            name: format!("all-of/gcra+sliding-log/{policy}"),
+            variants: variants(AllOf::new(gcra, log)),
+        });
+        // A reconfigurable algorithm, never switched here: it must decide exactly as the
+        // plain one.
+        out.push(Case {
+            name: format!("live/all-of/gcra+exponential/{policy}"),
+            variants: variants(Live::new(AllOf::new(gcra, exp))),
+        });
     }
     out
 }

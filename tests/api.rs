@@ -1,0 +1,508 @@
+//! The API beyond `check`: peek, several quotas per key, live reconfiguration, metrics and
+//! waiting, each in both store variants, under threads where it matters.
+
+mod common;
+
+use hotlimit::algo::{AllOf, Earrrl, Gcra, SlidingLog};
+use hotlimit::{
+    Algorithm, CasLimiter, Clock, DirectLimiter, Jitter, KeyedLimiter, Live, Locked, ManualClock,
+    MutexLimiter, Policy, Rate, Variant, WordStep,
+};
+use proptest::prelude::*;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::Barrier;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread;
+use std::time::Duration;
+
+const THREADS: usize = 4;
+
+/// Polls a future to completion; the futures here never wait on a waker (their sleep moves a
+/// manual clock and is ready at once).
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    let waker = Waker::from(Arc::new(Noop));
+    let mut f = std::pin::pin!(f);
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// peek
+
+/// One step of a trace: advance the clock, maybe peek, then check.
+#[derive(Debug, Clone)]
+struct Op {
+    advance_ms: u64,
+    key: u64,
+    cost: u64,
+    peek: bool,
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(
+        (0u64..40, 0u64..3, 1u64..=3, any::<bool>()).prop_map(|(advance_ms, key, cost, peek)| Op {
+            advance_ms,
+            key,
+            cost,
+            peek,
+        }),
+        1..120,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Interleaving peeks into a trace changes none of its decisions, and each peek answers
+    /// exactly what the check right after it (same time, same cost) gets. Every algorithm,
+    /// every store.
+    #[test]
+    fn peek_never_changes_a_decision_sequence(trace in ops()) {
+        for case in common::cases() {
+            for (variant, make) in &case.variants {
+                let (clock, peeked_clock) = (ManualClock::new(), ManualClock::new());
+                let plain = make(clock.clone());
+                let peeked = make(peeked_clock.clone());
+                for op in &trace {
+                    clock.advance(Duration::from_millis(op.advance_ms));
+                    peeked_clock.advance(Duration::from_millis(op.advance_ms));
+                    let want = plain.check_n(&op.key, op.cost).unwrap();
+                    if op.peek {
+                        let p = peeked.peek_n(&op.key, op.cost).unwrap();
+                        prop_assert_eq!(p, want, "{} {}: peek", case.name, variant);
+                        // A peek of a key never checked inserts nothing.
+                        peeked.peek(&99);
+                    }
+                    let got = peeked.check_n(&op.key, op.cost).unwrap();
+                    prop_assert_eq!(got, want, "{} {}", case.name, variant);
+                }
+                prop_assert_eq!(plain.len(), peeked.len());
+            }
+        }
+    }
+
+    /// `AllOf` decides exactly as the model: step each quota on its own copy, keep both new
+    /// states if both allow, else keep only what the denying quotas' policies made of it.
+    #[test]
+    fn all_of_matches_the_all_or_nothing_model(trace in ops(), strict in any::<bool>()) {
+        let policy = if strict { Policy::Strict } else { Policy::Leaky };
+        let a = "20/s burst 5".parse::<Gcra>().unwrap().with_policy(policy);
+        let b = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(8.0).unwrap())
+            .unwrap()
+            .with_policy(policy);
+        let both = AllOf::new(a, b);
+        let (mut sa, mut sb, mut s) = (a.fresh(), b.fresh(), both.fresh());
+        let mut now = 0;
+        for op in &trace {
+            now += op.advance_ms * 1_000_000;
+            let (mut na, mut nb) = (sa, sb);
+            let da = a.update(&mut na, now, op.cost);
+            let db = b.update(&mut nb, now, op.cost);
+            let allowed = da.is_allowed() && db.is_allowed();
+            if allowed || !da.is_allowed() {
+                sa = na;
+            }
+            if allowed || !db.is_allowed() {
+                sb = nb;
+            }
+            let got = both.step(s, now, op.cost);
+            s = got.state.unwrap_or(s);
+            prop_assert_eq!(got.decision.is_allowed(), allowed);
+            prop_assert_eq!(s, (sa as u128) << 64 | sb as u128);
+            let wait = |d: hotlimit::Decision| if d.is_allowed() { 0 } else { d.retry_after_nanos() };
+            prop_assert_eq!(got.decision.retry_after_nanos(), wait(da).max(wait(db)));
+        }
+    }
+
+    /// `until_ready` returns at the first time the limiter allows: allowed then, and (under
+    /// the leaky policy, where waiting is not counted) a peek one nanosecond earlier, on a
+    /// replica with the same history, is denied. Every algorithm, every store.
+    #[test]
+    fn until_ready_returns_at_the_honest_time(trace in ops()) {
+        for case in common::cases() {
+            for (variant, make) in &case.variants {
+                let (clock, replica_clock) = (ManualClock::new(), ManualClock::new());
+                let limiter = make(clock.clone());
+                let replica = make(replica_clock.clone());
+                for op in &trace {
+                    clock.advance(Duration::from_millis(op.advance_ms));
+                    replica_clock.advance(Duration::from_millis(op.advance_ms));
+                    limiter.check_n(&op.key, op.cost).unwrap();
+                    replica.check_n(&op.key, op.cost).unwrap();
+                }
+                let start = clock.now();
+                let waited = limiter.until_ready_blocking(&0);
+                prop_assert!(waited.is_allowed(), "{} {}", case.name, variant);
+                let at = clock.now();
+                if at > start && case.name.ends_with("leaky") {
+                    replica_clock.set_nanos(at - 1);
+                    prop_assert!(replica.peek(&0).is_denied(), "{} {}: woke late", case.name, variant);
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// several quotas
+
+/// Four threads hammer one key through 200 phases 25 ms apart. After every phase the total
+/// admitted equals the sequential replay and stays within every quota's bound (`bound(now)`,
+/// the least of them); the bound is reached at the first phase (the first quota binds) and at
+/// the last (the second binds): a denial by one quota charged nothing to the other, or the
+/// second would have bound sooner.
+fn multi_quota_under_threads<A, V>(
+    make: impl Fn(ManualClock) -> KeyedLimiter<u64, A, ManualClock, V>,
+    bound: impl Fn(u64) -> u64,
+) where
+    A: Algorithm,
+    V: Variant<A>,
+{
+    let clock = ManualClock::new();
+    let limiter = make(clock.clone());
+    let sequential = make(ManualClock::new());
+    let allowed = AtomicU64::new(0);
+    let (start, done) = (Barrier::new(THREADS + 1), Barrier::new(THREADS + 1));
+    let phases = 200u64;
+    thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                for _ in 0..phases {
+                    start.wait();
+                    let n = (0..50).filter(|_| limiter.check(&7).is_allowed()).count();
+                    allowed.fetch_add(n as u64, Ordering::Relaxed);
+                    done.wait();
+                }
+            });
+        }
+        let mut want = 0u64;
+        for p in 0..phases {
+            let now = p * 25_000_000;
+            clock.set_nanos(now);
+            sequential.clock().set_nanos(now);
+            start.wait();
+            want += (0..THREADS * 50)
+                .filter(|_| sequential.check(&7).is_allowed())
+                .count() as u64;
+            done.wait();
+            let got = allowed.load(Ordering::Relaxed);
+            assert_eq!(got, want, "phase {p}");
+            assert!(got <= bound(now), "phase {p}: {got} > {}", bound(now));
+            if p == 0 || p == phases - 1 {
+                assert_eq!(got, bound(now), "phase {p}");
+            }
+        }
+    });
+}
+
+/// At most `burst + elapsed/T` by `now`.
+fn gcra_bound(g: &Gcra, now: u64) -> u64 {
+    g.burst() + now / g.emission_interval().as_nanos() as u64
+}
+
+#[test]
+fn multi_quota_never_exceeds_any_quota_under_threads() {
+    let per_second: Gcra = "40/s burst 10".parse().unwrap();
+    let per_minute: Gcra = "600/min burst 30".parse().unwrap();
+    // Two GCRA words packed into one CAS word, and the same under the mutex.
+    let quotas = AllOf::new(per_second, per_minute);
+    let bound = |now| gcra_bound(&per_second, now).min(gcra_bound(&per_minute, now));
+    multi_quota_under_threads(|c| CasLimiter::<u64, _, _>::with_clock(quotas, c), bound);
+    multi_quota_under_threads(|c| MutexLimiter::<u64, _, _>::with_clock(quotas, c), bound);
+    // A pair behind the key's lock: a sliding log allows at most 30 in any minute.
+    let log = SlidingLog::new(30, Duration::from_secs(60)).unwrap();
+    let pair = AllOf::new(per_second, log);
+    let bound = |now| gcra_bound(&per_second, now).min(30);
+    multi_quota_under_threads(|c| CasLimiter::<u64, _, _>::with_clock(pair, c), bound);
+    multi_quota_under_threads(|c| MutexLimiter::<u64, _, _>::with_clock(pair, c), bound);
+}
+
+// ---------------------------------------------------------------------------------------------
+// live reconfiguration
+
+/// 64 keys spend their budget under 100/s burst 100; then, while four threads hammer every
+/// key, the quota switches to 10/s burst 5; then back to 100/s burst 100 while they hammer
+/// again. Exact counts show that no key is lost or reset to fresh, that the stricter quota is
+/// never over-admitted, and that states are clamped to what the new quota can reach.
+fn reconfiguration_under_load<V: Variant<Live<Gcra>>>() {
+    let old: Gcra = "100/s burst 100".parse().unwrap();
+    let new: Gcra = "10/s burst 5".parse().unwrap();
+    let keys = 64u64;
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::<u64, _, _, V>::builder(Live::new(old))
+        .clock(clock.clone())
+        .metrics(true)
+        .build()
+        .unwrap();
+    for k in 0..keys {
+        let spent = (0..150).filter(|_| limiter.check(&k).is_allowed()).count();
+        assert_eq!(spent, 100);
+    }
+
+    // Hammer every key from four threads while `switch` runs; returns the admissions.
+    let hammer_during = |switch: &(dyn Fn() + Sync)| -> u64 {
+        let admitted = AtomicU64::new(0);
+        let go = Barrier::new(THREADS + 1);
+        thread::scope(|s| {
+            for t in 0..THREADS as u64 {
+                let (limiter, admitted, go) = (&limiter, &admitted, &go);
+                s.spawn(move || {
+                    go.wait();
+                    for round in 0..200 {
+                        let k = (round + t * 16) % keys;
+                        admitted
+                            .fetch_add(limiter.check(&k).is_allowed() as u64, Ordering::Relaxed);
+                    }
+                });
+            }
+            go.wait();
+            switch();
+        });
+        admitted.into_inner()
+    };
+
+    // Tighten at t = 0: every key is spent under both quotas, so nothing is admitted, before
+    // or after the switch (a reset would have admitted 5 per key).
+    let admitted = hammer_during(&|| {
+        assert_eq!(limiter.reconfigure(new).unwrap(), old);
+    });
+    assert_eq!(admitted, 0);
+    assert_eq!(limiter.len(), keys as usize);
+    assert_eq!(limiter.algorithm().get(), new);
+
+    // 300 ms later each key has exactly 3 new tokens: its debt (1 s under the old quota) was
+    // clamped to a spent new bucket (500 ms), not kept whole (which would admit nothing for
+    // 500 ms more) nor reset (which would admit 5).
+    clock.advance(Duration::from_millis(300));
+    for k in 0..keys {
+        let got = (0..10).filter(|_| limiter.check(&k).is_allowed()).count();
+        assert_eq!(got, 3, "key {k}");
+    }
+
+    // Loosen under load at t = 300 ms: each key's state (spent to 800 ms) fits the new quota
+    // and is kept, so each key gets exactly (300 ms + 1 s − 800 ms) / 10 ms = 50, not 100.
+    let admitted = hammer_during(&|| {
+        limiter.reconfigure(old).unwrap();
+    });
+    let rest: u64 = (0..keys)
+        .map(|k| (0..100).filter(|_| limiter.check(&k).is_allowed()).count() as u64)
+        .sum();
+    assert_eq!(admitted + rest, 50 * keys);
+    assert_eq!(limiter.len(), keys as usize);
+    let m = limiter.metrics();
+    assert_eq!(m.allowed, 100 * keys + 3 * keys + 50 * keys);
+
+    // Tighten while the hammering writes: fresh keys are being spent under the old quota as
+    // the switch happens, so some requests step under the old quota and write after the walk
+    // passed their key. They must fit what they wrote: 500 ms later (a whole new bucket) every
+    // key takes exactly the new burst, 5, which a state left with old debt (up to 1 s) would not.
+    let fresh_keys = || 1_000..1_000 + keys;
+    let admitted = AtomicU64::new(0);
+    let go = Barrier::new(THREADS + 1);
+    thread::scope(|s| {
+        for t in 0..THREADS as u64 {
+            let (limiter, admitted, go) = (&limiter, &admitted, &go);
+            s.spawn(move || {
+                go.wait();
+                for round in 0..2_000 {
+                    let k = 1_000 + (round + t * 16) % keys;
+                    admitted.fetch_add(limiter.check(&k).is_allowed() as u64, Ordering::Relaxed);
+                }
+            });
+        }
+        go.wait();
+        limiter.reconfigure(new).unwrap();
+    });
+    // Never more than the old quota's burst per key, whatever the interleaving.
+    assert!(admitted.into_inner() <= 100 * keys);
+    clock.advance(Duration::from_millis(500));
+    for k in fresh_keys() {
+        let got = (0..10).filter(|_| limiter.check(&k).is_allowed()).count();
+        assert_eq!(got, 5, "key {k}");
+    }
+    assert_eq!(limiter.len(), 2 * keys as usize);
+}
+
+#[test]
+fn reconfiguration_under_load_keeps_every_key_and_fits_its_state() {
+    reconfiguration_under_load::<hotlimit::Cas>();
+    reconfiguration_under_load::<Locked>();
+}
+
+#[test]
+fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
+    let r = |n| Rate::per_second_of(n).unwrap();
+    let e = Earrrl::new(Duration::from_secs(1), r(2.0)).unwrap();
+    let l = CasLimiter::<u64, _, _>::with_clock(Live::new(e), ManualClock::new());
+    l.check(&1);
+    let other = Earrrl::new(Duration::from_secs(9), r(2.0)).unwrap();
+    let err = l.reconfigure(other).unwrap_err();
+    assert_eq!(err.field(), hotlimit::Field::HalfLife);
+    assert_eq!(l.algorithm().get(), e);
+    // The limit can change; the measured rate is kept.
+    let before = l.peek(&1);
+    l.reconfigure(Earrrl::new(Duration::from_secs(1), r(0.5)).unwrap())
+        .unwrap();
+    assert_eq!(l.peek(&1).rate(), before.rate());
+    assert!(l.peek(&1).is_denied()); // rate 0.69/s > 0.5/s
+
+    let d = DirectLimiter::<_, _>::with_clock(
+        Live::new("10/s burst 10".parse::<Gcra>().unwrap()),
+        ManualClock::new(),
+    );
+    assert_eq!((0..20).filter(|_| d.check().is_allowed()).count(), 10);
+    d.reconfigure("1/s burst 2".parse().unwrap()).unwrap();
+    // The debt is kept as time: 1 s, half of the new 2 s bucket, so one more is allowed.
+    assert!(d.check().is_allowed());
+    assert_eq!(d.check().retry_after(), Duration::from_secs(1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// metrics
+
+fn metrics_equal_decisions<V: Variant<Gcra>>() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::<u64, Gcra, _, V>::builder("100/s burst 20".parse().unwrap())
+        .clock(clock.clone())
+        .sweep_grace(Duration::ZERO)
+        .metrics(true)
+        .build()
+        .unwrap();
+    let (allowed, denied) = (AtomicU64::new(0), AtomicU64::new(0));
+    thread::scope(|s| {
+        for t in 0..THREADS as u64 {
+            let (limiter, allowed, denied) = (&limiter, &allowed, &denied);
+            s.spawn(move || {
+                for i in 0..20_000u64 {
+                    let key = (i * 7 + t) % 500;
+                    let counter = if limiter.check(&key).is_allowed() {
+                        allowed
+                    } else {
+                        denied
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    if i % 5_000 == 0 {
+                        limiter.peek(&key); // not a decision: not counted
+                    }
+                }
+            });
+        }
+    });
+    let m = limiter.metrics();
+    assert_eq!(m.allowed, allowed.load(Ordering::Relaxed));
+    assert_eq!(m.denied, denied.load(Ordering::Relaxed));
+    assert_eq!(m.allowed + m.denied, THREADS as u64 * 20_000);
+    assert_eq!(m.keys, 500);
+    assert_eq!(m.cas_retries, limiter.cas_stats().retries);
+    clock.advance(Duration::from_secs(1));
+    let report = limiter.sweep();
+    let m = limiter.metrics();
+    assert_eq!(
+        (m.sweeps, m.evicted_idle, m.keys),
+        (1, report.evicted_idle, 0)
+    );
+    assert_eq!(report.evicted_idle, 500);
+}
+
+#[test]
+fn metrics_totals_equal_the_decisions_returned() {
+    metrics_equal_decisions::<hotlimit::Cas>();
+    metrics_equal_decisions::<Locked>();
+    // Off by default: decisions are not counted, the rest is.
+    let l = CasLimiter::<u64, _, _>::with_clock("1/s".parse::<Gcra>().unwrap(), ManualClock::new());
+    l.check(&1);
+    l.check(&1);
+    let m = l.metrics();
+    assert_eq!((m.allowed, m.denied, m.keys), (0, 0, 1));
+    let d = DirectLimiter::<_, _>::with_clock("1/s".parse::<Gcra>().unwrap(), ManualClock::new())
+        .with_metrics();
+    d.check();
+    d.check();
+    assert_eq!((d.metrics().allowed, d.metrics().denied), (1, 1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// waiting
+
+fn until_ready_on<V: Variant<Gcra>>() {
+    let clock = ManualClock::new();
+    let l = KeyedLimiter::<String, Gcra, _, V>::builder("4/s burst 2".parse().unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    // Blocking, on the manual clock: two immediate, then one every 250 ms exactly.
+    for want_ms in [0, 0, 250, 500, 750] {
+        assert!(l.until_ready_blocking("k").is_allowed());
+        assert_eq!(clock.now(), want_ms * 1_000_000);
+    }
+    // Async with a caller's sleep; a cost of 2 waits for two intervals.
+    let sleep = |d: Duration| {
+        clock.advance(d);
+        std::future::ready(())
+    };
+    let d = block_on(l.until_ready_with("k", 2, Jitter::NONE, sleep)).unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(clock.now(), 1_250_000_000);
+    // A cost that can never be admitted errors at once, without waiting.
+    let err = block_on(l.until_ready_with("k", 3, Jitter::NONE, sleep)).unwrap_err();
+    assert_eq!(
+        err,
+        hotlimit::CostError::ExceedsCapacity {
+            cost: 3,
+            capacity: 2
+        }
+    );
+    assert_eq!(clock.now(), 1_250_000_000);
+    // Jitter only ever delays, by at most its maximum.
+    let jitter = Jitter::up_to(Duration::from_millis(40));
+    for _ in 0..20 {
+        let before = clock.now();
+        let honest = before + l.peek("k").retry_after_nanos();
+        l.until_ready_blocking_with("k", 1, jitter).unwrap();
+        assert!((honest..=honest + 40_000_000).contains(&clock.now()));
+    }
+    assert!(block_on(l.until_ready("k", sleep)).is_allowed());
+}
+
+#[test]
+fn until_ready_waits_exactly_the_honest_time() {
+    until_ready_on::<hotlimit::Cas>();
+    until_ready_on::<Locked>();
+    let clock = ManualClock::new();
+    let d =
+        DirectLimiter::<_, _>::with_clock("2/s burst 1".parse::<Gcra>().unwrap(), clock.clone());
+    d.until_ready_blocking(1, Jitter::NONE).unwrap();
+    d.until_ready_blocking(1, Jitter::NONE).unwrap();
+    assert_eq!(clock.now(), 500_000_000);
+    let sleep = |t: Duration| {
+        clock.advance(t);
+        std::future::ready(())
+    };
+    block_on(d.until_ready(1, Jitter::NONE, sleep)).unwrap();
+    assert_eq!(clock.now(), 1_000_000_000);
+}
+
+/// A strict EARRRL client that waits is not punished for waiting: `until_ready` peeks, so its
+/// wait is what the rate's decay takes, while a client that retries by `check` pushes its own
+/// wait further each time.
+#[test]
+fn until_ready_under_a_strict_policy_is_not_counted_while_waiting() {
+    let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(2.0).unwrap()).unwrap();
+    let clock = ManualClock::new();
+    let l = MutexLimiter::<u64, _, _>::with_clock(e, clock.clone());
+    while l.check(&1).is_allowed() {}
+    let waiting = l.peek(&1).retry_after_nanos();
+    let start = clock.now();
+    assert!(l.until_ready_blocking(&1).is_allowed());
+    assert_eq!(clock.now() - start, waiting);
+}
