@@ -48,6 +48,13 @@
 //! background sweeper ([`Builder::sweep_every`]), without changing any decision; a capacity
 //! bound ([`Builder::max_keys`]) keeps memory bounded under floods of new keys.
 //!
+//! Beyond `check`: [`KeyedLimiter::peek`] evaluates without counting; [`algo::AllOf`] puts
+//! several quotas on one key, all-or-nothing, in one cell; [`Live`] with
+//! [`KeyedLimiter::reconfigure`] changes a quota while traffic flows, keeping every key's
+//! state; [`KeyedLimiter::metrics`] snapshots striped counters (and [`Metrics`] can feed the
+//! `metrics` crate, feature `metrics`); [`KeyedLimiter::until_ready`] (async, any runtime) and
+//! [`KeyedLimiter::until_ready_blocking`] wait for a client limiting itself, with [`Jitter`].
+//!
 //! # Algorithms
 //!
 //! | algorithm | state per key | default policy | use it when |

@@ -506,3 +506,33 @@ fn until_ready_under_a_strict_policy_is_not_counted_while_waiting() {
     assert!(l.until_ready_blocking(&1).is_allowed());
     assert_eq!(clock.now() - start, waiting);
 }
+
+/// Four threads wait on one key at once, each sleeping on the shared manual clock (which each
+/// sleep moves). Every wait ends allowed, and together they never get more than the quota
+/// allows by the time they are done: `burst + elapsed/T`.
+#[test]
+fn concurrent_waiters_never_over_admit() {
+    fn run<V: Variant<Gcra>>() {
+        let g: Gcra = "100/s burst 5".parse().unwrap();
+        let clock = ManualClock::new();
+        let l = KeyedLimiter::<u64, Gcra, _, V>::builder(g)
+            .clock(clock.clone())
+            .metrics(true)
+            .build()
+            .unwrap();
+        thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        assert!(l.until_ready_blocking(&1).is_allowed());
+                    }
+                });
+            }
+        });
+        let m = l.metrics();
+        assert_eq!(m.allowed, THREADS as u64 * 200);
+        assert!(m.allowed <= gcra_bound(&g, clock.now()));
+    }
+    run::<hotlimit::Cas>();
+    run::<Locked>();
+}

@@ -1,0 +1,61 @@
+//! What the API beyond `check` costs on the hot path, against a plain `check` in the same
+//! group: decision counting (`Builder::metrics`), a reconfigurable algorithm (`Live`), two
+//! quotas in one cell (`AllOf`), and `peek`.
+//!
+//! `cargo bench --bench api`. One thread; 1 key (the cell stays in L1) and 10k uniform keys
+//! (in L2). The quotas admit everything, so every check takes the write path (a CAS).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use hotlimit::{algo::AllOf, algo::Gcra, CasLimiter, Live};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use std::hint::black_box;
+
+/// A quota no benchmark exhausts: 1 event per ns with a burst of 2^40.
+fn gcra() -> Gcra {
+    "1000000000/s burst 1099511627776".parse().unwrap()
+}
+
+fn api(c: &mut Criterion) {
+    for keys in [1u64, 10_000] {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let seq: Vec<u64> = (0..1 << 16).map(|_| rng.random_range(0..keys)).collect();
+        let mut g = c.benchmark_group(format!("api/{keys}-keys"));
+        g.throughput(Throughput::Elements(1));
+        let mut bench = |name: &str, f: &dyn Fn(&u64) -> bool| {
+            let mut i = 0usize;
+            g.bench_function(BenchmarkId::from_parameter(name), |b| {
+                b.iter(|| {
+                    i = (i + 1) & (seq.len() - 1);
+                    black_box(f(&seq[i]))
+                })
+            });
+        };
+
+        let plain = CasLimiter::<u64, _>::new(gcra());
+        bench("check", &|k| plain.check(k).is_allowed());
+
+        let counted = CasLimiter::<u64, Gcra>::builder(gcra())
+            .metrics(true)
+            .build()
+            .unwrap();
+        bench("check+metrics", &|k| counted.check(k).is_allowed());
+
+        let live = CasLimiter::<u64, _>::new(Live::new(gcra()));
+        bench("check-live", &|k| live.check(k).is_allowed());
+
+        let both = CasLimiter::<u64, _>::new(AllOf::new(gcra(), gcra()));
+        bench("check-all-of-2", &|k| both.check(k).is_allowed());
+
+        bench("peek", &|k| plain.peek(k).is_allowed());
+        g.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(std::time::Duration::from_millis(500))
+        .measurement_time(std::time::Duration::from_secs(2));
+    targets = api
+}
+criterion_main!(benches);
