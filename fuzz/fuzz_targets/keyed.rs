@@ -2,7 +2,8 @@
 //! `MutexLimiter` with the same algorithm (GCRA, and also EARRRL and exponential, the latter
 //! through the 128-bit CAS cell) on one shared manual clock, driven by the same arbitrary
 //! operations: requests for byte-string keys (up to 64 bytes; often a key seen before), clock
-//! steps forward (saturating) and backwards, (GCRA) `reserve`, and idle sweeps (no grace).
+//! steps forward (saturating) and backwards, (GCRA) `reserve`, `peek`, and idle sweeps (no
+//! grace). `AllOf(GCRA, EARRRL)` runs as a fourth configuration.
 //!
 //! Asserts: both give identical `check_n` results (`Decision` compared with `==`, `CostError`
 //! too) and identical `reserve` results; both equal a reference model, a `HashMap` of states
@@ -15,7 +16,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use hotlimit::algo::{Gcra, CLOCK_MAX};
+use hotlimit::algo::{AllOf, Gcra, CLOCK_MAX};
 use hotlimit::{Algorithm, CasLimiter, Clock, CostError, ManualClock, MutexLimiter};
 use hotlimit_fuzz::{
     earrrl_unit, exponential_unit, gcra_unit, Count, Delta, EarrrlCfg, ExpCfg, GcraCfg, Span,
@@ -51,6 +52,9 @@ enum Op {
     },
     /// Advance the clock, then sweep both limiters.
     Sweep { delta: Delta },
+    /// Advance the clock, then `peek_n(key, cost)`: must equal the model's step on a copy,
+    /// and change nothing (no key inserted, no state changed).
+    Peek { key: Key, delta: Delta, cost: Count },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -58,6 +62,8 @@ enum Config {
     Gcra(GcraCfg),
     Earrrl(EarrrlCfg),
     Exponential(ExpCfg),
+    /// GCRA and EARRRL as two quotas on one key (one packed u128 word).
+    AllOf(GcraCfg, EarrrlCfg),
 }
 
 #[derive(Arbitrary, Debug)]
@@ -191,6 +197,31 @@ impl<A: Algorithm + Clone> Twins<A> {
                     self.clock.advance_nanos(delta.nanos(unit_ns));
                     reserve(self, &key, cost.value(), *max_wait);
                 }
+                Op::Peek { key, delta, cost } => {
+                    let key = self.key(key);
+                    self.clock.advance_nanos(delta.nanos(unit_ns));
+                    let (now, cost) = (self.clock.now(), cost.value());
+                    let (cas, mutex) = (self.cas.peek_n(&key, cost), self.mutex.peek_n(&key, cost));
+                    assert_eq!(
+                        cas, mutex,
+                        "peek({key:?}, {cost}) at {now} ns: cas vs mutex"
+                    );
+                    let capacity = self.algo.capacity();
+                    let expected = if cost == 0 {
+                        Err(CostError::Zero)
+                    } else if cost > capacity {
+                        Err(CostError::ExceedsCapacity { cost, capacity })
+                    } else {
+                        let fresh = self.algo.fresh();
+                        let state = self.model.get(&key).unwrap_or(&fresh);
+                        Ok(self.algo.peek(state, now, cost))
+                    };
+                    assert_eq!(
+                        cas, expected,
+                        "peek({key:?}, {cost}) at {now} ns: cas vs model"
+                    );
+                    self.check_len();
+                }
                 Op::Sweep { delta } => {
                     self.clock.advance_nanos(delta.nanos(unit_ns));
                     let now = self.clock.now().min(CLOCK_MAX);
@@ -200,7 +231,10 @@ impl<A: Algorithm + Clone> Twins<A> {
                     let idle = (before - self.model.len()) as u64;
                     let (cas, mutex) = (self.cas.sweep(), self.mutex.sweep());
                     assert_eq!(cas.evicted_idle, idle, "cas swept {cas:?} at {now} ns");
-                    assert_eq!(mutex.evicted_idle, idle, "mutex swept {mutex:?} at {now} ns");
+                    assert_eq!(
+                        mutex.evicted_idle, idle,
+                        "mutex swept {mutex:?} at {now} ns"
+                    );
                     assert_eq!(cas.scanned, before as u64);
                     self.check_len();
                 }
@@ -226,6 +260,14 @@ fuzz_target!(|input: Input| {
             Twins::new(x).run(exponential_unit(&x), &input.ops, |t, key, cost, _| {
                 t.check(key, cost)
             });
+        }
+        Config::AllOf(g, e) => {
+            let (Some(g), Some(e)) = (g.build(), e.build()) else {
+                return;
+            };
+            let unit = gcra_unit(&g).min(earrrl_unit(&e));
+            Twins::new(AllOf::new(g, e))
+                .run(unit, &input.ops, |t, key, cost, _| t.check(key, cost));
         }
     }
 });
