@@ -125,19 +125,11 @@ impl<A: Algorithm + Clone> Twins<A> {
             cas, mutex,
             "key {key:?} cost {cost} at {now} ns: cas vs mutex"
         );
-        let capacity = self.algo.capacity();
-        let expected = if cost == 0 {
-            Err(CostError::Zero)
-        } else if cost > capacity {
-            Err(CostError::ExceedsCapacity { cost, capacity })
-        } else {
-            let algo = &self.algo;
-            let state = self
-                .model
-                .entry(key.to_vec())
-                .or_insert_with(|| algo.fresh());
-            Ok(algo.update(state, now, cost))
-        };
+        let (algo, model) = (&self.algo, &mut self.model);
+        let expected = expected(algo.capacity(), cost, || {
+            let state = model.entry(key.to_vec()).or_insert_with(|| algo.fresh());
+            algo.update(state, now, cost)
+        });
         assert_eq!(
             cas, expected,
             "key {key:?} cost {cost} at {now} ns: cas vs model"
@@ -206,16 +198,11 @@ impl<A: Algorithm + Clone> Twins<A> {
                         cas, mutex,
                         "peek({key:?}, {cost}) at {now} ns: cas vs mutex"
                     );
-                    let capacity = self.algo.capacity();
-                    let expected = if cost == 0 {
-                        Err(CostError::Zero)
-                    } else if cost > capacity {
-                        Err(CostError::ExceedsCapacity { cost, capacity })
-                    } else {
+                    let expected = expected(self.algo.capacity(), cost, || {
                         let fresh = self.algo.fresh();
                         let state = self.model.get(&key).unwrap_or(&fresh);
-                        Ok(self.algo.peek(state, now, cost))
-                    };
+                        self.algo.peek(state, now, cost)
+                    });
                     assert_eq!(
                         cas, expected,
                         "peek({key:?}, {cost}) at {now} ns: cas vs model"
@@ -282,21 +269,28 @@ fn reserve_gcra(t: &mut Twins<Gcra>, key: &[u8], cost: u64, max_wait: Span) {
         cas, mutex,
         "reserve({key:?}, {cost}, {max_wait:?}) at {now} ns: cas vs mutex"
     );
-    let capacity = t.algo.capacity();
-    let expected = if cost == 0 {
-        Err(CostError::Zero)
-    } else if cost > capacity {
-        Err(CostError::ExceedsCapacity { cost, capacity })
-    } else {
+    let expected = expected(t.algo.capacity(), cost, || {
         let state = t.model.entry(key.to_vec()).or_insert(0);
         let wait_ns = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
         let (outcome, new_state) = t.algo.reserve(*state, now, cost, wait_ns);
         *state = new_state.unwrap_or(*state);
-        Ok(outcome)
-    };
+        outcome
+    });
     assert_eq!(
         cas, expected,
         "reserve({key:?}, {cost}, {max_wait:?}) at {now} ns: cas vs model"
     );
     t.check_len();
+}
+
+/// What a limiter must answer for a request of `cost`: the cost errors first (nothing counted),
+/// else what the model decides.
+fn expected<T>(capacity: u64, cost: u64, decide: impl FnOnce() -> T) -> Result<T, CostError> {
+    if cost == 0 {
+        Err(CostError::Zero)
+    } else if cost > capacity {
+        Err(CostError::ExceedsCapacity { cost, capacity })
+    } else {
+        Ok(decide())
+    }
 }
