@@ -133,6 +133,9 @@ pub use sharded::ShardedLimiter;
 pub use stats::CasStats;
 pub use sweeper::{SweepReport, SweepTotals};
 
+#[cfg(feature = "tower")]
+pub mod tower;
+
 /// The README's examples, compiled and run as doc tests so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
