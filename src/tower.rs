@@ -72,7 +72,9 @@
 //! know is left out (EARRRL and exponential know no `remaining`, so they send no `RateLimit`).
 //! All values come from the very [`Decision`] that decided the request. Denials always carry
 //! the headers; allowed responses carry them when [`Builder::headers_on_allowed`] is set;
-//! dry-run responses always carry them (that is how a dry run reports).
+//! dry-run responses always carry them (that is how a dry run reports). The two IETF fields
+//! are lists and are appended, so nested layers (per IP, then per API key) advertise both
+//! policies: give them distinct names ([`QuotaPolicy::named`]).
 //!
 //! # Responses the layer makes itself
 //!
@@ -134,6 +136,8 @@ pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-l
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 /// The legacy `X-RateLimit-Reset` (seconds from now, not a timestamp).
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `X-Forwarded-For`, which [`ForwardedIp`] reads.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 // ---------------------------------------------------------------------------------------------
 // Keys
@@ -470,8 +474,8 @@ impl ForwardedIp {
     /// from the right and stops there, so a huge client-written prefix costs nothing.
     fn nth_from_right<'a>(&self, headers: &'a HeaderMap, n: usize) -> Option<&'a [u8]> {
         let name = match self.header {
-            ForwardedHeader::XForwardedFor => "x-forwarded-for",
-            ForwardedHeader::Forwarded => http::header::FORWARDED.as_str(),
+            ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
+            ForwardedHeader::Forwarded => http::header::FORWARDED,
         };
         let mut seen = 0;
         // The right-most entries are in the last line.
@@ -1075,7 +1079,8 @@ where
 
     /// Sets [`Mode::Shadow`] and calls `hook` for every decided request, after the
     /// [`ShadowDecision`] is inserted, with the request's head to inspect or change (add a
-    /// header for the upstream, an extension for the handler).
+    /// header for the upstream, an extension for the handler). The hook runs in shadow mode
+    /// only: a later [`Builder::mode`] to another mode disables it.
     pub fn shadow_hook(
         mut self,
         hook: impl Fn(&Decision, &mut Parts) + Send + Sync + 'static,
@@ -1211,6 +1216,9 @@ impl<S, L: ?Sized, X, C> tower_layer::Layer<S> for RateLimitLayer<L, X, C> {
 }
 
 /// The rate-limiting service [`RateLimitLayer`] wraps around an inner service.
+///
+/// It is ready when the inner service is. A request the layer answers itself (429, 400, 413)
+/// never reaches the inner service, whose readiness then carries over to the next call.
 pub struct RateLimit<S, L: ?Sized, X, C = UnitCost> {
     inner: S,
     shared: Arc<Shared<L, X, C>>,
@@ -1266,8 +1274,10 @@ impl HeaderPlan {
             );
         }
         let reset = d.reset_after().map(ceil_secs);
+        // The two IETF fields are lists, so append: nested layers (per IP, then per API key)
+        // add their policies to one list, as the draft allows (give them distinct names).
         if let Some(q) = self.quota {
-            headers.insert(RATELIMIT_POLICY, header_value(q.to_string()));
+            headers.append(RATELIMIT_POLICY, header_value(q.to_string()));
         }
         if let Some(r) = d.remaining() {
             let name = self.quota.map_or("default", |q| q.name);
@@ -1275,7 +1285,7 @@ impl HeaderPlan {
                 Some(t) => format!("\"{name}\";r={r};t={t}"),
                 None => format!("\"{name}\";r={r}"),
             };
-            headers.insert(RATELIMIT, header_value(value));
+            headers.append(RATELIMIT, header_value(value));
         }
         if self.legacy {
             if let Some(q) = self.quota {

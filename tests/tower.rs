@@ -516,3 +516,50 @@ async fn any_algorithm_and_variant_behind_the_layer() {
     // The SPEC's vector: one request every 0.25 s, the first denial is request 18.
     assert_eq!(statuses.iter().position(|&s| s == 429), Some(18));
 }
+
+#[tokio::test]
+async fn nested_layers_advertise_both_policies() {
+    let clock = ManualClock::new();
+    let per_ip = RateLimitLayer::builder(gcra_limiter("10/s burst 10", &clock), peer_ip())
+        .quota(Some(
+            QuotaPolicy::new(10, Duration::from_secs(1))
+                .named("per-ip")
+                .unwrap(),
+        ))
+        .headers_on_allowed(true)
+        .build();
+    let per_key = RateLimitLayer::builder(
+        gcra_limiter("1/s burst 1", &clock),
+        HeaderKey::from_static("x-api-key"),
+    )
+    .quota(Some(
+        QuotaPolicy::new(1, Duration::from_secs(1))
+            .named("per-key")
+            .unwrap(),
+    ))
+    .headers_on_allowed(true)
+    .build();
+    // The last layer added runs first: per IP, then per key.
+    let (addr, client) = serve(hello().layer(per_key).layer(per_ip)).await;
+
+    let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "k1")]).await;
+    assert_eq!(status, StatusCode::OK);
+    let all = |name| {
+        h.get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        all("ratelimit-policy"),
+        [r#""per-key";q=1;w=1"#, r#""per-ip";q=10;w=1"#]
+    );
+    assert_eq!(
+        all("ratelimit"),
+        [r#""per-key";r=0;t=1"#, r#""per-ip";r=9;t=1"#]
+    );
+    // The per-key layer denies; the per-IP layer still adds its fields to the 429.
+    let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "k1")]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(h.get_all("ratelimit").iter().count(), 2);
+}
