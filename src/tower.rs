@@ -168,37 +168,70 @@ enum Repr<'a> {
 /// Room for the longest IPv6 text form with a prefix length (45 + 4) and for a hashed key.
 const INLINE: usize = 56;
 
-/// A short ASCII key kept on the stack.
+/// A short key kept on the stack.
+type Inline = Buf<INLINE>;
+
+/// Up to `N` (at most 255) bytes of text on the stack, written with `fmt::Write`.
 #[derive(Clone, Copy)]
-struct Inline {
+struct Buf<const N: usize> {
     len: u8,
-    buf: [u8; INLINE],
+    buf: [u8; N],
 }
 
-impl Inline {
+impl<const N: usize> Buf<N> {
     const fn new() -> Self {
         Self {
             len: 0,
-            buf: [0; INLINE],
+            buf: [0; N],
         }
     }
 
+    #[inline]
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+
+    #[inline]
     fn as_str(&self) -> &str {
-        // Only `fmt::Write` fills the buffer, with whole `str`s, so this never fails.
-        std::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
+        // Only whole `str`s and ASCII digits are written, so this never fails.
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+
+    /// Writes an IPv4 address as `Display` does, without the formatting machinery (which
+    /// costs more than the limiter's check).
+    fn write_v4(&mut self, ip: std::net::Ipv4Addr) -> fmt::Result {
+        for (i, o) in ip.octets().into_iter().enumerate() {
+            if i > 0 {
+                self.push(b".")?;
+            }
+            let digits = [b'0' + o / 100, b'0' + o / 10 % 10, b'0' + o % 10];
+            let skip = match o {
+                100.. => 0,
+                10..=99 => 1,
+                _ => 2,
+            };
+            self.push(&digits[skip..])?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn push(&mut self, bytes: &[u8]) -> fmt::Result {
+        let start = self.len as usize;
+        let end = start + bytes.len();
+        if end > N.min(u8::MAX as usize) {
+            return Err(fmt::Error);
+        }
+        self.buf[start..end].copy_from_slice(bytes);
+        self.len = end as u8;
+        Ok(())
     }
 }
 
-impl fmt::Write for Inline {
+impl<const N: usize> fmt::Write for Buf<N> {
+    #[inline]
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        let start = self.len as usize;
-        let end = start + s.len();
-        if end > INLINE {
-            return Err(fmt::Error);
-        }
-        self.buf[start..end].copy_from_slice(s.as_bytes());
-        self.len = end as u8;
-        Ok(())
+        self.push(s.as_bytes())
     }
 }
 
@@ -214,6 +247,7 @@ impl<'a> Key<'a> {
     }
 
     /// The key as a string slice.
+    #[inline]
     pub fn as_str(&self) -> &str {
         match &self.0 {
             Repr::Borrowed(s) => s,
@@ -229,8 +263,9 @@ impl<'a> Key<'a> {
         let mut inline = Inline::new();
         // IPv4-mapped IPv6 (`::ffff:203.0.113.7`) is the IPv4 client: one key, not two.
         let ip = ip.to_canonical();
-        // Neither form exceeds INLINE bytes, so the writes cannot fail.
+        // No form exceeds INLINE bytes, so the writes cannot fail.
         let _ = match ip {
+            IpAddr::V4(v4) => inline.write_v4(v4),
             IpAddr::V6(v6) if ipv6_prefix < 128 => {
                 let bits = u128::from(v6);
                 let mask = u128::MAX
@@ -392,6 +427,7 @@ impl fmt::Debug for PeerIp {
 }
 
 impl KeyExtractor for PeerIp {
+    #[inline]
     fn extract<'a>(&self, parts: &'a Parts) -> Option<Key<'a>> {
         (self.lookup)(&parts.extensions).map(|addr| Key::ip(addr.ip(), self.ipv6_prefix))
     }
@@ -576,6 +612,7 @@ impl HeaderKey {
 }
 
 impl KeyExtractor for HeaderKey {
+    #[inline]
     fn extract<'a>(&self, parts: &'a Parts) -> Option<Key<'a>> {
         parts
             .headers
@@ -630,6 +667,7 @@ impl<F> RequestCost for F
 where
     F: Fn(&Parts) -> u64 + Send + Sync + 'static,
 {
+    #[inline]
     fn cost(&self, parts: &Parts) -> u64 {
         self(parts)
     }
@@ -1277,15 +1315,15 @@ impl HeaderPlan {
         // The two IETF fields are lists, so append: nested layers (per IP, then per API key)
         // add their policies to one list, as the draft allows (give them distinct names).
         if let Some(q) = self.quota {
-            headers.append(RATELIMIT_POLICY, header_value(q.to_string()));
+            headers.append(RATELIMIT_POLICY, header_value(format_args!("{q}")));
         }
         if let Some(r) = d.remaining() {
             let name = self.quota.map_or("default", |q| q.name);
             let value = match reset {
-                Some(t) => format!("\"{name}\";r={r};t={t}"),
-                None => format!("\"{name}\";r={r}"),
+                Some(t) => header_value(format_args!("\"{name}\";r={r};t={t}")),
+                None => header_value(format_args!("\"{name}\";r={r}")),
             };
-            headers.append(RATELIMIT, header_value(value));
+            headers.append(RATELIMIT, value);
         }
         if self.legacy {
             if let Some(q) = self.quota {
@@ -1301,11 +1339,19 @@ impl HeaderPlan {
     }
 }
 
-/// A header value from text made of digits, ASCII names and punctuation.
-fn header_value(s: String) -> HeaderValue {
+/// A header value from text made of digits, ASCII names and punctuation: formatted on the
+/// stack, so the value's own buffer is the one allocation.
+fn header_value(text: fmt::Arguments<'_>) -> HeaderValue {
+    use fmt::Write;
+    let mut buf = Buf::<128>::new();
+    let value = match buf.write_fmt(text) {
+        Ok(()) => HeaderValue::from_bytes(buf.as_bytes()),
+        // A long policy name.
+        Err(_) => HeaderValue::try_from(fmt::format(text)),
+    };
     // The policy name is validated printable ASCII, the rest digits: this cannot fail, but an
     // empty value is better than a panic if it ever did.
-    HeaderValue::try_from(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+    value.unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// What the layer decided to do with one request.
@@ -1332,6 +1378,7 @@ where
         }
     }
 
+    #[inline]
     fn decide(&self, parts: &Parts) -> Outcome {
         let cost = self.cost.cost(parts);
         if cost == 0 {
@@ -1344,19 +1391,22 @@ where
                 MissingKey::Reject => return self.refuse(StatusCode::BAD_REQUEST),
             },
         };
-        let key = if key.as_str().len() <= self.max_key_len {
-            key
-        } else {
-            match self.oversized {
+        let hashed;
+        let key = match key.as_str() {
+            k if k.len() <= self.max_key_len => k,
+            k => match self.oversized {
                 OversizedKey::Reject => return self.refuse(StatusCode::BAD_REQUEST),
-                OversizedKey::Hash => self.hashed(key.as_str()),
-            }
+                OversizedKey::Hash => {
+                    hashed = self.hashed(k);
+                    hashed.as_str()
+                }
+            },
         };
         let decision = if cost == 1 {
             // Cost 1 is always valid: skip the cost check.
-            Ok(self.limiter.check(key.as_str()))
+            Ok(self.limiter.check(key))
         } else {
-            self.limiter.check_n(key.as_str(), cost)
+            self.limiter.check_n(key, cost)
         };
         let decision = match decision {
             Ok(d) => d,
@@ -1378,7 +1428,7 @@ where
         };
         if let Some(f) = &self.on_decision {
             f(&Report {
-                key: key.as_str(),
+                key,
                 cost,
                 decision,
                 mode: self.mode,
@@ -1404,6 +1454,7 @@ where
     }
 
     /// `#` and 32 hex digits of a keyed 128-bit hash.
+    #[cold]
     fn hashed(&self, key: &str) -> Key<'static> {
         use fmt::Write;
         let [a, b] = &self.hashers;
@@ -1431,6 +1482,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline]
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         // Extractors and hooks see the head only, whatever the body type.
         let (mut parts, body) = req.into_parts();
@@ -1498,6 +1550,7 @@ where
 {
     type Output = Result<Response<B>, E>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Inner { future, plan } => {
@@ -1588,6 +1641,43 @@ mod tests {
             k(longest, 127),
             format!("{}/127", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe")
         );
+    }
+
+    #[test]
+    fn ipv4_keys_match_display() {
+        for ip in [
+            [0, 0, 0, 0],
+            [255, 255, 255, 255],
+            [1, 22, 100, 9],
+            [10, 99, 101, 255],
+        ]
+        .into_iter()
+        .chain((0..=255).map(|o| [o, o, 7, o / 3]))
+        {
+            let ip = std::net::Ipv4Addr::from(ip);
+            assert_eq!(Key::from(IpAddr::V4(ip)).as_str(), ip.to_string());
+        }
+    }
+
+    #[test]
+    fn long_policy_names_still_format() {
+        let name = "a-policy-name-long-enough-to-overflow-the-stack-buffer-of-one-hundred-and-twenty-eight-bytes-used-for-header-values";
+        let q = QuotaPolicy::new(7, Duration::from_secs(3))
+            .named(name)
+            .unwrap();
+        let mut h = HeaderMap::new();
+        let plan = HeaderPlan {
+            decision: Decision::allowed().with_remaining(2).with_reset_after(1),
+            quota: Some(q),
+            legacy: true,
+            retry_after: false,
+        };
+        plan.apply(&mut h);
+        assert_eq!(h[RATELIMIT_POLICY], format!("\"{name}\";q=7;w=3"));
+        assert_eq!(h[RATELIMIT], format!("\"{name}\";r=2;t=1"));
+        assert_eq!(h[X_RATELIMIT_LIMIT], "7");
+        assert_eq!(h[X_RATELIMIT_REMAINING], "2");
+        assert_eq!(h[X_RATELIMIT_RESET], "1");
     }
 
     #[test]
