@@ -215,6 +215,21 @@ impl<const N: usize> Buf<N> {
         Ok(())
     }
 
+    /// Writes `n` in decimal, without the formatting machinery.
+    fn push_u64(&mut self, mut n: u64) -> fmt::Result {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[at..])
+    }
+
     #[inline]
     fn push(&mut self, bytes: &[u8]) -> fmt::Result {
         let start = self.len as usize;
@@ -1315,14 +1330,31 @@ impl HeaderPlan {
         // The two IETF fields are lists, so append: nested layers (per IP, then per API key)
         // add their policies to one list, as the draft allows (give them distinct names).
         if let Some(q) = self.quota {
-            headers.append(RATELIMIT_POLICY, header_value(format_args!("{q}")));
+            let value = header_value(|b| {
+                b.push(b"\"")?;
+                b.push(q.name.as_bytes())?;
+                b.push(b"\";q=")?;
+                b.push_u64(q.quota)?;
+                b.push(b";w=")?;
+                b.push_u64(q.window_secs)
+            });
+            headers.append(RATELIMIT_POLICY, value);
         }
         if let Some(r) = d.remaining() {
             let name = self.quota.map_or("default", |q| q.name);
-            let value = match reset {
-                Some(t) => header_value(format_args!("\"{name}\";r={r};t={t}")),
-                None => header_value(format_args!("\"{name}\";r={r}")),
-            };
+            let value = header_value(|b| {
+                b.push(b"\"")?;
+                b.push(name.as_bytes())?;
+                b.push(b"\";r=")?;
+                b.push_u64(r)?;
+                match reset {
+                    Some(t) => {
+                        b.push(b";t=")?;
+                        b.push_u64(t)
+                    }
+                    None => Ok(()),
+                }
+            });
             headers.append(RATELIMIT, value);
         }
         if self.legacy {
@@ -1339,19 +1371,52 @@ impl HeaderPlan {
     }
 }
 
-/// A header value from text made of digits, ASCII names and punctuation: formatted on the
-/// stack, so the value's own buffer is the one allocation.
-fn header_value(text: fmt::Arguments<'_>) -> HeaderValue {
-    use fmt::Write;
+/// A header value written by `write` (ASCII names, punctuation, digits): on the stack, so
+/// the value's own buffer is the one allocation, and on the heap if it does not fit.
+fn header_value(write: impl Fn(&mut dyn Sink) -> fmt::Result) -> HeaderValue {
     let mut buf = Buf::<128>::new();
-    let value = match buf.write_fmt(text) {
+    let value = match write(&mut buf) {
         Ok(()) => HeaderValue::from_bytes(buf.as_bytes()),
-        // A long policy name.
-        Err(_) => HeaderValue::try_from(fmt::format(text)),
+        Err(_) => {
+            // A long policy name.
+            let mut heap = Vec::new();
+            let _ = write(&mut heap);
+            HeaderValue::from_bytes(&heap)
+        }
     };
     // The policy name is validated printable ASCII, the rest digits: this cannot fail, but an
     // empty value is better than a panic if it ever did.
     value.unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// Where [`header_value`] writes: the stack buffer, or a `Vec` when that is too small.
+trait Sink {
+    fn push(&mut self, bytes: &[u8]) -> fmt::Result;
+    fn push_u64(&mut self, n: u64) -> fmt::Result;
+}
+
+impl<const N: usize> Sink for Buf<N> {
+    fn push(&mut self, bytes: &[u8]) -> fmt::Result {
+        Buf::push(self, bytes)
+    }
+
+    fn push_u64(&mut self, n: u64) -> fmt::Result {
+        Buf::push_u64(self, n)
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn push(&mut self, bytes: &[u8]) -> fmt::Result {
+        self.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn push_u64(&mut self, n: u64) -> fmt::Result {
+        let mut b = Buf::<20>::new();
+        b.push_u64(n)?;
+        self.extend_from_slice(b.as_bytes());
+        Ok(())
+    }
 }
 
 /// What the layer decided to do with one request.
@@ -1656,6 +1721,15 @@ mod tests {
         {
             let ip = std::net::Ipv4Addr::from(ip);
             assert_eq!(Key::from(IpAddr::V4(ip)).as_str(), ip.to_string());
+        }
+    }
+
+    #[test]
+    fn integers_match_display() {
+        for n in [0, 1, 9, 10, 99, 100, 12345, u64::MAX - 1, u64::MAX] {
+            let mut b = Buf::<20>::new();
+            b.push_u64(n).unwrap();
+            assert_eq!(b.as_str(), n.to_string());
         }
     }
 
