@@ -67,9 +67,11 @@
 //! | `X-RateLimit-Remaining` (legacy, opt-in) | remaining | [`Decision::remaining`] |
 //! | `X-RateLimit-Reset` (legacy, opt-in) | seconds until reset (a delay, not a timestamp) | [`Decision::reset_after`] |
 //!
-//! `t` is the time until the key is back to its full quota (`reset_after`, in the draft's
-//! words the time until quota is made available); a field whose value the algorithm does not
-//! know is left out (EARRRL and exponential know no `remaining`, so they send no `RateLimit`).
+//! `t` is the time until the key is back to its full quota (`reset_after`): by then the whole
+//! quota is available again, so it is never early; the draft's "additional quota" may come
+//! sooner (GCRA returns one unit per emission interval). A field whose value the algorithm
+//! does not know is left out (EARRRL and exponential know no `remaining`, so they send no
+//! `RateLimit`).
 //! All values come from the very [`Decision`] that decided the request. Denials always carry
 //! the headers; allowed responses carry them when [`Builder::headers_on_allowed`] is set;
 //! dry-run responses always carry them (that is how a dry run reports). The two IETF fields
@@ -94,7 +96,9 @@
 //! allowed path without headers the layer allocates nothing for header and IP keys: the key is
 //! borrowed from the request or formatted on the stack. Each response that carries headers
 //! allocates one small buffer per header field. `cargo bench --features tower --bench tower`
-//! measures the layer against the bare limiter (see `BENCHMARKS.md`).
+//! measures the layer against the bare limiter: on one thread its own cost is a few tens of
+//! nanoseconds on top of the limiter's check (a header lookup, moving the request head out
+//! and back, wrapping the inner future).
 
 use crate::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
@@ -367,8 +371,16 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
 /// the app is served with `into_make_service_with_connect_info::<SocketAddr>()`; read it with
 /// [`PeerIp::from_extension`]:
 ///
-/// ```ignore
-/// PeerIp::from_extension::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+/// ```
+/// use axum::extract::ConnectInfo;
+/// use hotlimit::tower::{KeyExtractor, PeerIp};
+/// use std::net::SocketAddr;
+///
+/// let key = PeerIp::from_extension::<ConnectInfo<SocketAddr>>();
+/// # let mut req = http::Request::new(());
+/// # req.extensions_mut().insert(ConnectInfo("203.0.113.7:4711".parse::<SocketAddr>().unwrap()));
+/// # let (parts, ()) = req.into_parts();
+/// # assert_eq!(key.extract(&parts).unwrap().as_str(), "203.0.113.7");
 /// ```
 ///
 /// Behind a reverse proxy every request comes from the proxy's address: use [`ForwardedIp`].
@@ -972,8 +984,9 @@ pub enum OversizedKey {
 /// Inserted into the request's extensions in [`Mode::Shadow`]: the limiter's decision, for
 /// the handler to act on.
 ///
-/// With axum, read it with `Extension<ShadowDecision>` (or `Option<Extension<...>>` on routes
-/// the layer does not cover).
+/// Requests the limiter did not decide (free, keyless or with an oversized key refused) have
+/// none, so with axum read it as `Option<Extension<ShadowDecision>>` unless every request
+/// has a key.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ShadowDecision(pub Decision);
 

@@ -563,3 +563,48 @@ async fn nested_layers_advertise_both_policies() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(h.get_all("ratelimit").iter().count(), 2);
 }
+
+#[tokio::test]
+async fn dry_run_and_shadow_never_refuse_keyless_or_oversized_requests() {
+    for mode in [Mode::DryRun, Mode::Shadow] {
+        let clock = ManualClock::new();
+        let limiter = gcra_limiter("1/s burst 1", &clock);
+        let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
+            .mode(mode)
+            .max_key_len(8)
+            .oversized_key(OversizedKey::Reject)
+            .build();
+        let app = Router::new()
+            .route(
+                "/",
+                get(|d: Option<Extension<ShadowDecision>>| async move {
+                    if d.is_some() {
+                        "decided"
+                    } else {
+                        "not decided"
+                    }
+                }),
+            )
+            .layer(layer);
+        let (addr, client) = serve(app).await;
+        let (status, _, body) = get_plain(&client, addr).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::OK, "not decided"),
+            "{mode}"
+        );
+        let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "123456789")]).await;
+        assert_eq!(status, StatusCode::OK, "{mode}");
+        assert_eq!(limiter.len(), 0, "{mode}: nothing counted");
+        for _ in 0..3 {
+            let (status, _, body) = get_with(&client, addr, "/", &[("x-api-key", "k")]).await;
+            assert_eq!(status, StatusCode::OK, "{mode}");
+            let expected = if mode == Mode::Shadow {
+                "decided"
+            } else {
+                "not decided"
+            };
+            assert_eq!(body, expected);
+        }
+    }
+}
