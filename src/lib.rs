@@ -144,6 +144,9 @@ pub use stats::{CasStats, Metrics};
 pub use sweeper::{SweepReport, SweepTotals};
 pub use wait::Jitter;
 
+#[cfg(feature = "tower")]
+pub mod tower;
+
 /// The README's examples, compiled and run as doc tests so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

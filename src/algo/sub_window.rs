@@ -154,6 +154,11 @@ impl SubWindow {
         self.config.limit
     }
 
+    /// The window, as configured (the buckets span it).
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.config.window_ns)
+    }
+
     /// The bucket width.
     pub fn bucket(&self) -> Duration {
         Duration::from_nanos(self.bucket_ns)

@@ -1,0 +1,610 @@
+//! The tower layer over real loopback HTTP: an axum server bound to 127.0.0.1:0, hyper's
+//! client, limiters on a `ManualClock` that the tests move (no sleeps).
+//!
+//! Run with `cargo test --features tower --test tower`.
+
+use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use axum::{Extension, Router};
+use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
+use hotlimit::tower::{
+    ForwardedIp, HeaderKey, MissingKey, Mode, OversizedKey, PeerIp, QuotaPolicy, RateLimitLayer,
+    ShadowDecision,
+};
+use hotlimit::{CasLimiter, Decision, ManualClock, MutexLimiter, RateLimiter};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tower::{Layer, ServiceExt};
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+/// Serves `app` on 127.0.0.1:0 (with the peer address in the extensions, as axum does) and
+/// returns its address and a client.
+async fn serve(app: Router) -> (SocketAddr, HttpClient) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    (addr, client)
+}
+
+/// A GET with `headers`; the status, the headers and the body as text.
+async fn get_with(
+    client: &HttpClient,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, HeaderMap, String) {
+    let mut req = Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = client
+        .request(req.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8(body.to_vec()).unwrap(),
+    )
+}
+
+async fn get_plain(client: &HttpClient, addr: SocketAddr) -> (StatusCode, HeaderMap, String) {
+    get_with(client, addr, "/", &[]).await
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).map(|v| v.to_str().unwrap())
+}
+
+/// Parses `"<name>";r=<r>;t=<t>` (the `RateLimit` field) into (name, r, t).
+fn parse_ratelimit(v: &str) -> (String, u64, Option<u64>) {
+    let mut items = v.split(';');
+    let name = items.next().unwrap().trim_matches('"').to_owned();
+    let (mut r, mut t) = (None, None);
+    for item in items {
+        let (k, v) = item.split_once('=').unwrap();
+        match k {
+            "r" => r = Some(v.parse().unwrap()),
+            "t" => t = Some(v.parse().unwrap()),
+            other => panic!("unexpected parameter {other}"),
+        }
+    }
+    (name, r.unwrap(), t)
+}
+
+fn hello() -> Router {
+    Router::new().route("/", get(|| async { "hello" }))
+}
+
+fn gcra_limiter(spec: &str, clock: &ManualClock) -> Arc<CasLimiter<String, Gcra, ManualClock>> {
+    Arc::new(CasLimiter::with_clock(
+        spec.parse::<Gcra>().unwrap(),
+        clock.clone(),
+    ))
+}
+
+fn peer_ip() -> PeerIp {
+    PeerIp::from_extension::<ConnectInfo<SocketAddr>>()
+}
+
+#[tokio::test]
+async fn burst_passes_then_429_with_retry_after_then_passes_after_the_clock_moves() {
+    let clock = ManualClock::new();
+    let limiter = gcra_limiter("5/s burst 5", &clock);
+    let decisions = Arc::new(Mutex::new(Vec::<Decision>::new()));
+    let seen = decisions.clone();
+    let layer = RateLimitLayer::builder(limiter.clone(), peer_ip())
+        .headers_on_allowed(true)
+        .legacy_headers(true)
+        .on_decision(move |r| seen.lock().unwrap().push(r.decision()))
+        .build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+
+    for remaining in (0..5).rev() {
+        let (status, h, body) = get_plain(&client, addr).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, "hello");
+        assert_eq!(header(&h, "ratelimit-policy"), Some(r#""default";q=5;w=1"#));
+        // k requests in: tat = k × 200 ms, so the reset is under a second: t = 1.
+        let expected = format!(r#""default";r={remaining};t=1"#);
+        assert_eq!(header(&h, "ratelimit"), Some(expected.as_str()));
+        assert_eq!(header(&h, "x-ratelimit-limit"), Some("5"));
+        assert_eq!(
+            header(&h, "x-ratelimit-remaining"),
+            Some(remaining.to_string().as_str())
+        );
+        assert_eq!(header(&h, "x-ratelimit-reset"), Some("1"));
+        assert_eq!(header(&h, "retry-after"), None);
+    }
+
+    let (status, h, body) = get_plain(&client, addr).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body, "");
+    // The limiter's wait is 200 ms; Retry-After rounds up to whole seconds.
+    assert_eq!(header(&h, "retry-after"), Some("1"));
+    assert_eq!(header(&h, "ratelimit-policy"), Some(r#""default";q=5;w=1"#));
+    assert_eq!(header(&h, "ratelimit"), Some(r#""default";r=0;t=1"#));
+    assert_eq!(header(&h, "x-ratelimit-remaining"), Some("0"));
+    let denial = *decisions.lock().unwrap().last().unwrap();
+    assert!(denial.is_denied());
+    assert_eq!(denial.retry_after(), Duration::from_millis(200));
+
+    clock.advance(denial.retry_after());
+    let (status, h, _) = get_plain(&client, addr).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&h, "ratelimit"), Some(r#""default";r=0;t=1"#));
+    let (status, _, _) = get_plain(&client, addr).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+
+    // One key (127.0.0.1), eight decisions.
+    assert_eq!(limiter.len(), 1);
+    assert_eq!(decisions.lock().unwrap().len(), 8);
+}
+
+#[tokio::test]
+async fn headers_parse_and_match_the_limiters_decisions() {
+    // A fixed window of 3 per minute, 5 s into it: the reset is 55 s away.
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(5));
+    let limiter = Arc::new(CasLimiter::<String, _, _>::with_clock(
+        FixedWindow::new(3, Duration::from_secs(60)).unwrap(),
+        clock.clone(),
+    ));
+    let decisions = Arc::new(Mutex::new(Vec::<Decision>::new()));
+    let seen = decisions.clone();
+    let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
+        .headers_on_allowed(true)
+        .on_decision(move |r| seen.lock().unwrap().push(r.decision()))
+        .build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+
+    for i in 0..5 {
+        clock.advance(Duration::from_millis(1500));
+        let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "k1")]).await;
+        let d = decisions.lock().unwrap()[i];
+        assert_eq!(status.as_u16() == 429, d.is_denied());
+        assert_eq!(
+            header(&h, "ratelimit-policy"),
+            Some(r#""default";q=3;w=60"#)
+        );
+        let (name, r, t) = parse_ratelimit(header(&h, "ratelimit").unwrap());
+        assert_eq!(name, "default");
+        assert_eq!(Some(r), d.remaining());
+        let reset = d.reset_after().unwrap();
+        assert_eq!(
+            t,
+            Some(reset.as_secs() + u64::from(reset.subsec_nanos() > 0))
+        );
+        if d.is_denied() {
+            let retry: u64 = header(&h, "retry-after").unwrap().parse().unwrap();
+            assert!(Duration::from_secs(retry) >= d.retry_after());
+            assert!(Duration::from_secs(retry) < d.retry_after() + Duration::from_secs(1));
+        }
+    }
+    // 3 allowed at 6.5, 8 and 9.5 s, then denied until the window ends at 60 s.
+    let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "k1")]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&h, "retry-after"), Some("48")); // 60 − 12.5 = 47.5 s
+    assert_eq!(header(&h, "ratelimit"), Some(r#""default";r=0;t=48"#));
+}
+
+#[tokio::test]
+async fn dry_run_never_denies_and_reports_would_be_denials() {
+    let clock = ManualClock::new();
+    let limiter = gcra_limiter("5/s burst 5", &clock);
+    let would_deny = Arc::new(Mutex::new(Vec::<(String, Decision)>::new()));
+    let seen = would_deny.clone();
+    let layer = RateLimitLayer::builder(limiter, peer_ip())
+        .mode(Mode::DryRun)
+        .on_decision(move |r| {
+            assert_eq!(r.mode(), Mode::DryRun);
+            if r.denied() {
+                seen.lock()
+                    .unwrap()
+                    .push((r.key().to_owned(), r.decision()));
+            }
+        })
+        .build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+
+    for i in 0..20 {
+        let (status, h, body) = get_plain(&client, addr).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, "hello");
+        // Dry-run responses carry the headers of the decision, never Retry-After.
+        let (_, r, _) = parse_ratelimit(header(&h, "ratelimit").unwrap());
+        assert_eq!(r, 4u64.saturating_sub(i));
+        assert_eq!(header(&h, "retry-after"), None);
+    }
+    let denials = would_deny.lock().unwrap();
+    assert_eq!(denials.len(), 15);
+    assert!(denials
+        .iter()
+        .all(|(k, d)| k == "127.0.0.1" && d.is_denied()));
+    assert_eq!(denials[0].1.retry_after(), Duration::from_millis(200));
+}
+
+#[tokio::test]
+async fn missing_key_is_rejected_with_400_by_default() {
+    let clock = ManualClock::new();
+    let limiter = gcra_limiter("5/s burst 5", &clock);
+    let layer =
+        RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key")).build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+
+    let (status, _, _) = get_plain(&client, addr).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(limiter.len(), 0, "nothing was counted");
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "k1")]).await;
+    assert_eq!(status, StatusCode::OK);
+    // A value that is not visible ASCII is no key either.
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "é")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn keyless_requests_share_the_fallback_key() {
+    let clock = ManualClock::new();
+    let limiter = gcra_limiter("1/s burst 2", &clock);
+    let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
+        .missing_key(MissingKey::fallback("anonymous"))
+        .build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+
+    assert_eq!(get_plain(&client, addr).await.0, StatusCode::OK);
+    assert_eq!(get_plain(&client, addr).await.0, StatusCode::OK);
+    let (status, h, _) = get_plain(&client, addr).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&h, "retry-after"), Some("1"));
+    // Keyed clients have their own budget.
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "k1")]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(limiter.len(), 2);
+    assert!(limiter.check("anonymous").is_denied());
+}
+
+#[tokio::test]
+async fn hostile_keys_are_bounded() {
+    let clock = ManualClock::new();
+    let limiter = gcra_limiter("5/s burst 5", &clock);
+    let keys = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = keys.clone();
+    let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
+        .on_decision(move |r| seen.lock().unwrap().push(r.key().to_owned()))
+        .build();
+    let (addr, client) = serve(hello().layer(layer.clone())).await;
+
+    // 10 kB: over the 256-byte bound, under the server's header limit: hashed, not stored.
+    let long = "a".repeat(10_000);
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", &long)]).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", &long)]).await;
+    assert_eq!(status, StatusCode::OK);
+    let other = "b".repeat(10_000);
+    assert_eq!(
+        get_with(&client, addr, "/", &[("x-api-key", &other)])
+            .await
+            .0,
+        StatusCode::OK
+    );
+    {
+        let keys = keys.lock().unwrap();
+        assert_eq!(keys.len(), 3);
+        assert!(keys.iter().all(|k| k.len() == 33 && k.starts_with('#')));
+        assert_eq!(keys[0], keys[1], "the same long key hashes the same");
+        assert_ne!(keys[0], keys[2]);
+    }
+    assert_eq!(limiter.len(), 2);
+
+    // 1 MB: hyper refuses it before the layer runs (431, or a closed connection). Either
+    // way nothing panics and the server keeps serving.
+    let huge = "h".repeat(1 << 20);
+    let req = Request::get(format!("http://{addr}/"))
+        .header("x-api-key", &huge)
+        .body(Empty::new())
+        .unwrap();
+    if let Ok(resp) = client.request(req).await {
+        assert!(resp.status().is_client_error(), "{}", resp.status());
+    }
+    assert_eq!(
+        get_with(&client, addr, "/", &[("x-api-key", "k1")]).await.0,
+        StatusCode::OK
+    );
+
+    // The layer itself, without hyper's limit in front: a 1 MB key is hashed too.
+    let svc = layer.layer(tower::service_fn(|_: Request<Body>| async {
+        Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
+    }));
+    let req = Request::get("/")
+        .header("x-api-key", &huge)
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(svc.oneshot(req).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(keys.lock().unwrap().last().unwrap().len(), 33);
+
+    // Or refused, when configured so.
+    let strict = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
+        .max_key_len(64)
+        .oversized_key(OversizedKey::Reject)
+        .build();
+    let (addr, client) = serve(hello().layer(strict)).await;
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", &"c".repeat(65))]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", &"c".repeat(64))]).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn shadow_mode_lets_everything_through_and_tells_the_handler() {
+    let clock = ManualClock::new();
+    let limiter = gcra_limiter("5/s burst 2", &clock);
+    let hooked = Arc::new(Mutex::new(0u32));
+    let count = hooked.clone();
+    let layer = RateLimitLayer::builder(limiter, peer_ip())
+        .headers_on_allowed(true)
+        .shadow_hook(move |decision, parts| {
+            *count.lock().unwrap() += 1;
+            if decision.is_denied() {
+                parts
+                    .headers
+                    .insert("x-shadow-banned", "1".parse().unwrap());
+            }
+        })
+        .build();
+    // The handler answers 200 either way, but only "does the work" when allowed.
+    let app = Router::new()
+        .route(
+            "/",
+            get(
+                |Extension(ShadowDecision(d)): Extension<ShadowDecision>, h: HeaderMap| async move {
+                    match (d.is_allowed(), h.contains_key("x-shadow-banned")) {
+                        (true, false) => "done",
+                        (false, true) => "dropped",
+                        _ => "inconsistent",
+                    }
+                },
+            ),
+        )
+        .layer(layer);
+    let (addr, client) = serve(app).await;
+
+    let mut bodies = Vec::new();
+    for _ in 0..4 {
+        let (status, h, body) = get_plain(&client, addr).await;
+        assert_eq!(status, StatusCode::OK);
+        // Headers on allowed responses only: a shadow-banned client sees nothing unusual.
+        assert_eq!(h.contains_key("ratelimit"), body == "done");
+        assert!(!h.contains_key("retry-after"));
+        bodies.push(body);
+    }
+    assert_eq!(bodies, ["done", "done", "dropped", "dropped"]);
+    assert_eq!(*hooked.lock().unwrap(), 4);
+}
+
+#[tokio::test]
+async fn forwarded_ip_keys_by_the_proxys_entry_not_the_clients() {
+    let clock = ManualClock::new();
+    let limiter = gcra_limiter("1/s burst 1", &clock);
+    let layer = RateLimitLayer::builder(limiter.clone(), ForwardedIp::x_forwarded_for(1)).build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+
+    let xff = |v: &'static str| [("x-forwarded-for", v)];
+    assert_eq!(
+        get_with(&client, addr, "/", &xff("198.51.100.1")).await.0,
+        StatusCode::OK
+    );
+    // The client rotates a spoofed left entry; the proxy's right-most entry stays.
+    let (status, _, _) = get_with(&client, addr, "/", &xff("10.9.9.9, 198.51.100.1")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        get_with(&client, addr, "/", &xff("198.51.100.2")).await.0,
+        StatusCode::OK
+    );
+    // No header: no key, 400 by default.
+    assert_eq!(get_plain(&client, addr).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(limiter.len(), 2);
+}
+
+#[tokio::test]
+async fn cost_function_free_and_impossible_requests() {
+    let clock = ManualClock::new();
+    let limiter = gcra_limiter("10/s burst 10", &clock);
+    let layer = RateLimitLayer::builder(limiter.clone(), peer_ip())
+        .cost(|p: &http::request::Parts| match p.uri.path() {
+            "/health" => 0,
+            "/big" => 4,
+            "/huge" => 11,
+            _ => 1,
+        })
+        .headers_on_allowed(true)
+        .build();
+    let app = Router::new()
+        .route("/health", get(|| async { "up" }))
+        .route("/big", get(|| async { "big" }))
+        .route("/huge", get(|| async { "huge" }))
+        .layer(layer);
+    let (addr, client) = serve(app).await;
+
+    let (status, h, _) = get_with(&client, addr, "/health", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !h.contains_key("ratelimit"),
+        "free requests are not counted"
+    );
+    assert_eq!(limiter.len(), 0);
+    let (status, h, _) = get_with(&client, addr, "/big", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&h, "ratelimit"), Some(r#""default";r=6;t=1"#));
+    // Above the burst: could never pass, so not 429 (a retry would not help).
+    let (status, h, _) = get_with(&client, addr, "/huge", &[]).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        header(&h, "ratelimit-policy"),
+        Some(r#""default";q=10;w=1"#)
+    );
+    assert_eq!(get_with(&client, addr, "/big", &[]).await.0, StatusCode::OK);
+    let (status, h, _) = get_with(&client, addr, "/big", &[]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    // 2 left, 4 asked: 2 more tokens needed, 200 ms; still rounded up to 1 s.
+    assert_eq!(header(&h, "retry-after"), Some("1"));
+    assert_eq!(header(&h, "ratelimit"), Some(r#""default";r=2;t=1"#));
+}
+
+#[tokio::test]
+async fn any_algorithm_and_variant_behind_the_layer() {
+    // The mutex twin with a sliding window, and a named policy.
+    let clock = ManualClock::new();
+    let limiter = Arc::new(MutexLimiter::<String, _, _>::with_clock(
+        SlidingWindow::new(2, Duration::from_secs(10)).unwrap(),
+        clock.clone(),
+    ));
+    let policy = QuotaPolicy::new(2, Duration::from_secs(10))
+        .named("per-10s")
+        .unwrap();
+    let layer = RateLimitLayer::builder(limiter, peer_ip())
+        .quota(Some(policy))
+        .build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+    assert_eq!(get_plain(&client, addr).await.0, StatusCode::OK);
+    assert_eq!(get_plain(&client, addr).await.0, StatusCode::OK);
+    let (status, h, _) = get_plain(&client, addr).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&h, "ratelimit-policy"),
+        Some(r#""per-10s";q=2;w=10"#)
+    );
+    assert!(header(&h, "ratelimit")
+        .unwrap()
+        .starts_with(r#""per-10s";r=0;t="#));
+
+    // EARRRL as a `dyn` limiter: no quota, no remaining, so only Retry-After.
+    let clock = ManualClock::new();
+    let earrrl = Earrrl::new(Duration::from_secs(2), "3/s".parse().unwrap()).unwrap();
+    let limiter: Arc<dyn RateLimiter<str>> = Arc::new(CasLimiter::<String, _, _>::with_clock(
+        earrrl,
+        clock.clone(),
+    ));
+    let layer = RateLimitLayer::builder(limiter, peer_ip()).build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+    let mut statuses = Vec::new();
+    for _ in 0..30 {
+        clock.advance(Duration::from_millis(250));
+        let (status, h, _) = get_plain(&client, addr).await;
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            assert!(header(&h, "retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+            assert!(!h.contains_key("ratelimit") && !h.contains_key("ratelimit-policy"));
+        }
+        statuses.push(status.as_u16());
+    }
+    // The SPEC's vector: one request every 0.25 s, the first denial is request 18.
+    assert_eq!(statuses.iter().position(|&s| s == 429), Some(18));
+}
+
+#[tokio::test]
+async fn nested_layers_advertise_both_policies() {
+    let clock = ManualClock::new();
+    let per_ip = RateLimitLayer::builder(gcra_limiter("10/s burst 10", &clock), peer_ip())
+        .quota(Some(
+            QuotaPolicy::new(10, Duration::from_secs(1))
+                .named("per-ip")
+                .unwrap(),
+        ))
+        .headers_on_allowed(true)
+        .build();
+    let per_key = RateLimitLayer::builder(
+        gcra_limiter("1/s burst 1", &clock),
+        HeaderKey::from_static("x-api-key"),
+    )
+    .quota(Some(
+        QuotaPolicy::new(1, Duration::from_secs(1))
+            .named("per-key")
+            .unwrap(),
+    ))
+    .headers_on_allowed(true)
+    .build();
+    // The last layer added runs first: per IP, then per key.
+    let (addr, client) = serve(hello().layer(per_key).layer(per_ip)).await;
+
+    let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "k1")]).await;
+    assert_eq!(status, StatusCode::OK);
+    let all = |name| {
+        h.get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        all("ratelimit-policy"),
+        [r#""per-key";q=1;w=1"#, r#""per-ip";q=10;w=1"#]
+    );
+    assert_eq!(
+        all("ratelimit"),
+        [r#""per-key";r=0;t=1"#, r#""per-ip";r=9;t=1"#]
+    );
+    // The per-key layer denies; the per-IP layer still adds its fields to the 429.
+    let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "k1")]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(h.get_all("ratelimit").iter().count(), 2);
+}
+
+#[tokio::test]
+async fn dry_run_and_shadow_never_refuse_keyless_or_oversized_requests() {
+    for mode in [Mode::DryRun, Mode::Shadow] {
+        let clock = ManualClock::new();
+        let limiter = gcra_limiter("1/s burst 1", &clock);
+        let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
+            .mode(mode)
+            .max_key_len(8)
+            .oversized_key(OversizedKey::Reject)
+            .build();
+        let app = Router::new()
+            .route(
+                "/",
+                get(|d: Option<Extension<ShadowDecision>>| async move {
+                    if d.is_some() {
+                        "decided"
+                    } else {
+                        "not decided"
+                    }
+                }),
+            )
+            .layer(layer);
+        let (addr, client) = serve(app).await;
+        let (status, _, body) = get_plain(&client, addr).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::OK, "not decided"),
+            "{mode}"
+        );
+        let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "123456789")]).await;
+        assert_eq!(status, StatusCode::OK, "{mode}");
+        assert_eq!(limiter.len(), 0, "{mode}: nothing counted");
+        for _ in 0..3 {
+            let (status, _, body) = get_with(&client, addr, "/", &[("x-api-key", "k")]).await;
+            assert_eq!(status, StatusCode::OK, "{mode}");
+            let expected = if mode == Mode::Shadow {
+                "decided"
+            } else {
+                "not decided"
+            };
+            assert_eq!(body, expected);
+        }
+    }
+}
