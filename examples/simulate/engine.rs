@@ -58,8 +58,11 @@ impl Arrivals {
 /// A client sends by `arrivals` from `from` (inclusive) until `until` (exclusive), in ns.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Segment {
+    /// First instant of the segment, ns.
     pub from: u64,
+    /// End of the segment (exclusive), ns.
     pub until: u64,
+    /// How the client sends meanwhile.
     pub arrivals: Arrivals,
 }
 
@@ -71,6 +74,7 @@ pub struct Client {
     pub name: String,
     /// Clients are summed by group ("polite", "abuser") where there are many.
     pub group: String,
+    /// In time order, not overlapping.
     pub segments: Vec<Segment>,
 }
 
@@ -149,16 +153,22 @@ fn ns(seconds: f64) -> u64 {
 /// One request: client `client` (its index in [`Scenario::clients`]) at `t` ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Event {
+    /// When, ns.
     pub t: u64,
+    /// Who: an index into [`Scenario::clients`], also the limiter key.
     pub client: u32,
 }
 
 /// Clients run together for `end` ns; `seed` fixes every random draw.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
+    /// Also the output directory's name.
     pub name: &'static str,
+    /// One limiter key each.
     pub clients: Vec<Client>,
+    /// The run's length, ns: requests at or after it are dropped.
     pub end: u64,
+    /// Seeds every client's generator.
     pub seed: u64,
 }
 
@@ -189,8 +199,11 @@ const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 /// The answer to one request.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Record {
+    /// The request's time, ns.
     pub t: u64,
+    /// The client's index.
     pub client: u32,
+    /// The limiter's answer.
     pub allowed: bool,
     /// The measured rate just before the request (EARRRL, exponential).
     pub rate: Option<f64>,
@@ -201,8 +214,11 @@ pub struct Record {
 /// A client's measured rate at `t`, read without sending a request.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
+    /// The reading's time, ns.
     pub t: u64,
+    /// The client's index.
     pub client: u32,
+    /// Requests per second.
     pub rate: f64,
 }
 
@@ -213,6 +229,7 @@ pub struct Run {
     pub name: String,
     /// The configuration, in words, for tables and legends.
     pub label: String,
+    /// One per request, in time order.
     pub records: Vec<Record>,
     /// Measured rates on a regular grid, for algorithms that measure one (empty otherwise).
     pub samples: Vec<Sample>,
@@ -221,7 +238,9 @@ pub struct Run {
 /// When to read the measured rates: at `offset + k·every` ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grid {
+    /// The spacing of the readings, ns.
     pub every: u64,
+    /// The first reading's time, ns.
     pub offset: u64,
 }
 
@@ -281,11 +300,14 @@ pub fn run<A: Algorithm>(
 /// Requests attempted and allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Totals {
+    /// Requests sent.
     pub attempted: u64,
+    /// Requests the limiter allowed.
     pub allowed: u64,
 }
 
 impl Totals {
+    /// Requests the limiter denied.
     pub fn denied(&self) -> u64 {
         self.attempted - self.allowed
     }
@@ -324,11 +346,6 @@ impl Run {
         }
         t
     }
-
-    /// `client`'s records.
-    pub fn of(&self, client: u32) -> impl Iterator<Item = &Record> + '_ {
-        self.records.iter().filter(move |r| r.client == client)
-    }
 }
 
 /// The limit every algorithm of the "abuser" and "mixed" scenarios enforces: 1 request/s,
@@ -343,6 +360,7 @@ pub const WINDOW_LIMIT: u64 = 60;
 /// keep the "abuser" scenario's client out past its end).
 pub const ENFORCING_HALF_LIFE: Duration = Duration::from_secs(10);
 
+/// The algorithms that enforce the limit, configured alike.
 fn fixed_window() -> FixedWindow {
     FixedWindow::new(WINDOW_LIMIT, WINDOW).expect("valid fixed window")
 }
@@ -358,8 +376,8 @@ fn sliding_window() -> SlidingWindow {
     SlidingWindow::new(WINDOW_LIMIT, WINDOW).expect("valid sliding window")
 }
 
+/// EARRRL with the strict policy (its default): denied requests count too.
 fn earrrl(half_life: Duration, max_rate: f64) -> Earrrl {
-    // Strict is EARRRL's default policy: denied requests count too.
     Earrrl::new(
         half_life,
         Rate::per_second_of(max_rate).expect("valid rate"),
@@ -376,9 +394,11 @@ pub mod tracking {
 
     /// The clients' rates, requests per second.
     pub const RATES: [f64; 3] = [10.0, 1.0, 0.1];
-    /// They send from `START` until `STOP` (s); the run lasts `END` (s).
+    /// The clients start sending at 50 s...
     pub const START: f64 = 50.0;
+    /// ...and stop at 200 s...
     pub const STOP: f64 = 200.0;
+    /// ...and the run (and the chart) lasts 300 s, to show the estimates decay.
     pub const END: f64 = 300.0;
     /// The half-lives compared.
     pub const HALF_LIVES: [Duration; 2] = [Duration::from_secs(10), Duration::from_secs(1)];
@@ -428,8 +448,11 @@ pub mod tracking {
     /// How well one estimate tracked one client.
     #[derive(Debug, Clone, PartialEq)]
     pub struct Stats {
+        /// The client's index.
         pub client: u32,
+        /// The run's half-life.
         pub half_life: Duration,
+        /// What the client sends, requests per second.
         pub true_rate: f64,
         /// Seconds from the client's start to the first reading ≥ 90% of its true rate.
         pub rise: Option<f64>,
@@ -442,12 +465,15 @@ pub mod tracking {
     /// The runs (one per half-life) and their statistics per client.
     #[derive(Debug, Clone)]
     pub struct Report {
+        /// What was run.
         pub scenario: Scenario,
+        /// One per half-life, in [`HALF_LIVES`] order.
         pub runs: Vec<Run>,
         /// `stats[i]` belongs to `runs[i]`, one entry per client.
         pub stats: Vec<Vec<Stats>>,
     }
 
+    /// Runs the scenario with each half-life.
     pub fn report() -> Report {
         let scenario = scenario();
         let events = scenario.events();
@@ -478,6 +504,7 @@ pub mod tracking {
         }
     }
 
+    /// How the estimate in `run` tracked `client`.
     fn client_stats(scenario: &Scenario, run: &Run, client: u32, half_life: Duration) -> Stats {
         let c = &scenario.clients[client as usize];
         let rate = c.segments[0].arrivals.rate();
@@ -519,9 +546,11 @@ pub mod abuser {
 
     /// The abuse phase: one request every 600 ms (1.666… per second) from 0 until 150 s.
     pub const ABUSE_PERIOD: u64 = 600_000_000;
+    /// When the client starts to comply, s.
     pub const COMPLY_AT: f64 = 150.0;
     /// Then exactly one request per second until the end.
     pub const COMPLY_PERIOD: u64 = SECOND;
+    /// The run's length, s.
     pub const END: f64 = 300.0;
 
     /// The one client: 1.67/s until 150 s, then 1/s until 300 s.
@@ -569,17 +598,21 @@ pub mod abuser {
         pub last_abuse_allowed: Option<u64>,
     }
 
+    /// The runs and what each did to the client.
     #[derive(Debug, Clone)]
     pub struct Report {
+        /// What was run.
         pub scenario: Scenario,
         /// Fixed window, GCRA, sliding window counter, EARRRL (strict), in that order.
         pub runs: Vec<Run>,
+        /// `stats[i]` belongs to `runs[i]`.
         pub stats: Vec<Stats>,
     }
 
     /// The run names, in [`Report::runs`] order.
     pub const RUNS: [&str; 4] = ["fixed-window", "gcra", "sliding-window", "earrrl-strict"];
 
+    /// Runs the scenario with each algorithm, all enforcing 1 request/s.
     pub fn report() -> Report {
         let scenario = scenario();
         let events = scenario.events();
@@ -626,6 +659,7 @@ pub mod abuser {
         }
     }
 
+    /// What `run` did to the client in each phase.
     fn stats(run: &Run) -> Stats {
         let comply = ns(COMPLY_AT);
         let window = WINDOW.as_nanos() as u64;
@@ -707,6 +741,7 @@ pub mod mixed {
     /// [`GROUPS`] indices of the polite and of the abusive groups.
     pub const POLITE: [usize; 2] = [0, 1];
     pub const ABUSIVE: [usize; 2] = [2, 3];
+    /// The run's length, s.
     pub const END: f64 = 300.0;
 
     /// A kind of client in the scenario.
@@ -716,10 +751,13 @@ pub mod mixed {
         pub id: &'static str,
         /// For tables and charts.
         pub label: &'static str,
+        /// How many clients it has.
         pub clients: usize,
+        /// How each of them sends, all the run long.
         pub arrivals: Arrivals,
     }
 
+    /// Every group's clients, in [`GROUPS`] order.
     pub fn scenario() -> Scenario {
         let mut clients = Vec::new();
         for g in GROUPS {
@@ -778,10 +816,14 @@ pub mod mixed {
         }
     }
 
+    /// The runs and how each treated each group.
     #[derive(Debug, Clone)]
     pub struct Report {
+        /// What was run.
         pub scenario: Scenario,
+        /// One per algorithm, in [`RUNS`] order.
         pub runs: Vec<Run>,
+        /// `stats[i]` belongs to `runs[i]`.
         pub stats: Vec<Stats>,
     }
 
@@ -796,6 +838,7 @@ pub mod mixed {
         "earrrl-strict",
     ];
 
+    /// Runs the scenario with every algorithm, each enforcing 1 request/s per client.
     pub fn report() -> Report {
         let scenario = scenario();
         let events = scenario.events();
@@ -854,6 +897,7 @@ pub mod mixed {
         }
     }
 
+    /// What `run` did to each group.
     fn stats(scenario: &Scenario, run: &Run) -> Stats {
         let group_of = |client: u32| {
             let id = &scenario.clients[client as usize].group;

@@ -23,9 +23,10 @@
 //!   window counter (60 per 60 s) and EARRRL (1/s, half-life 10 s, strict); the chart plots
 //!   cumulative attempted vs allowed, and each algorithm's decisions over time. The table
 //!   says when each lets the client through again once it complies.
-//! * `mixed`: 50 polite clients (Poisson 0.5/s) and 5 abusers (three Poisson at 5/s, two
-//!   sending bursts of 100 every 20 s), limit 1/s each, 300 s, every algorithm; the table
-//!   and chart give the polite clients' denial rate and the abusers' admission rate.
+//! * `mixed`: limit 1 request/s per client, 300 s, every algorithm. 40 polite clients send
+//!   Poisson at 0.5/s, 10 polite ones load a page (20 requests at once) once a minute; 3
+//!   abusers send Poisson at 5/s, 2 send 100 at once every 20 s. The tables and chart give
+//!   each group's denial (polite) or admission (abusers) rate.
 //!
 //! The scenarios, runs and numbers come from `engine.rs` (no plotting there), which
 //! `tests/simulate.rs` also runs and asserts on.
@@ -58,8 +59,10 @@ const VERMILLION: RGBColor = RGBColor(213, 94, 0);
 const PURPLE: RGBColor = RGBColor(204, 121, 167);
 const GREY: RGBColor = RGBColor(120, 120, 120);
 
+/// Any failure: a drawing or I/O error, with the path it concerns.
 type Res<T = ()> = Result<T, Box<dyn Error>>;
 
+/// The scenario(s) to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Which {
     /// EARRRL's estimated rate against the true rate, half-life 10 s and 1 s.
@@ -84,6 +87,7 @@ struct Args {
     out: PathBuf,
 }
 
+/// Exit status 1 (and a message on stderr) on any failure.
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs the chosen scenarios, printing each one's summary and the files it wrote.
 fn run(args: &Args) -> Res {
     plotters::style::register_font(SANS, FontStyle::Normal, FONT)
         .map_err(|_| "the bundled font is not a valid TrueType font")?;
@@ -123,6 +128,7 @@ fn run(args: &Args) -> Res {
 // ---------------------------------------------------------------------------------------------
 // Scenarios: table, CSV files, charts.
 
+/// "tracking": table, CSV files (decisions and estimates), chart.
 fn run_tracking(out: &Path) -> Res<Vec<PathBuf>> {
     let report = tracking::report();
     let s = &report.scenario;
@@ -173,6 +179,7 @@ fn run_tracking(out: &Path) -> Res<Vec<PathBuf>> {
     Ok(written)
 }
 
+/// "abuser": table, CSV files, chart.
 fn run_abuser(out: &Path) -> Res<Vec<PathBuf>> {
     let report = abuser::report();
     let s = &report.scenario;
@@ -227,6 +234,7 @@ fn run_abuser(out: &Path) -> Res<Vec<PathBuf>> {
     Ok(written)
 }
 
+/// "mixed": tables (per group, then polite vs abusers), CSV files, chart.
 fn run_mixed(out: &Path) -> Res<Vec<PathBuf>> {
     let report = mixed::report();
     let s = &report.scenario;
@@ -285,6 +293,7 @@ fn run_mixed(out: &Path) -> Res<Vec<PathBuf>> {
     Ok(written)
 }
 
+/// A time in seconds, or "never".
 fn time_or_never(t: Option<u64>) -> String {
     t.map_or("never".into(), |t| format!("{} s", exact_secs(t)))
 }
@@ -330,16 +339,19 @@ struct Table {
 }
 
 impl Table {
+    /// A table with these column headers.
     fn new(header: &[&str]) -> Self {
         Self {
             rows: vec![header.iter().map(|h| h.to_string()).collect()],
         }
     }
 
+    /// Adds a row (one cell per column).
     fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
+    /// Prints it to stdout.
     fn print(&self) {
         let cols = self.rows[0].len();
         let width: Vec<usize> = (0..cols)
@@ -371,6 +383,7 @@ fn prepare(out: &Path, s: &Scenario) -> Res<PathBuf> {
     Ok(dir)
 }
 
+/// Writes `text` to `path`, naming the path in an error.
 fn write_file(path: PathBuf, text: &str) -> Res<PathBuf> {
     fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
@@ -415,6 +428,7 @@ fn write_estimates(dir: &Path, s: &Scenario, run: &Run) -> Res<PathBuf> {
 
 /// A chart that can be drawn on any plotters backend: the PNG and the SVG are one drawing.
 trait Chart {
+    /// Draws the chart on `root`.
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Res
     where
         DB::ErrorType: 'static;
