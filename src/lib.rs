@@ -147,6 +147,9 @@ pub use wait::Jitter;
 #[cfg(feature = "tower")]
 pub mod tower;
 
+#[cfg(feature = "redis")]
+pub mod redis;
+
 /// The README's examples, compiled and run as doc tests so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
