@@ -74,7 +74,7 @@
 //! instances' traffic can only push a key's state further from allowing (until it expires), and
 //! the deadline is measured from when the reply arrived, after Redis decided. It never
 //! allows locally. Local denials carry only `retry_after`, and are not counted in Redis: under
-//! [`Policy::Strict`](crate::Policy::Strict) they do not extend the lockout as a request that
+//! [`Policy::Strict`] they do not extend the lockout as a request that
 //! reached Redis would.
 //!
 //! # Equivalence

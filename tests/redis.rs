@@ -228,7 +228,16 @@ fn earrrl_same_decisions_as_in_memory() {
             .unwrap()
             .with_policy(policy);
         let t = trace(2, 3000, 250_000_000, 3);
-        let (allowed, denied) = compare(&server, e, &t, close);
+        let exact = std::cell::Cell::new(0);
+        let (allowed, denied) = compare(&server, e, &t, |i, m, r| {
+            close(i, m, r);
+            exact.set(exact.get() + (m == r) as u32);
+        });
+        eprintln!(
+            "EARRRL {policy}: {} of {} decisions bit-identical",
+            exact.get(),
+            t.len()
+        );
         assert!(allowed > 300 && denied > 300, "{allowed} {denied}");
     }
 }
@@ -260,7 +269,16 @@ fn exponential_same_decisions_as_in_memory() {
             .unwrap()
             .with_policy(policy);
         let t = trace(3, 3000, 6_000_000_000, 3);
-        let (allowed, denied) = compare(&server, e, &t, close);
+        let exact = std::cell::Cell::new(0);
+        let (allowed, denied) = compare(&server, e, &t, |i, m, r| {
+            close(i, m, r);
+            exact.set(exact.get() + (m == r) as u32);
+        });
+        eprintln!(
+            "exponential {policy}: {} of {} decisions bit-identical",
+            exact.get(),
+            t.len()
+        );
         assert!(allowed > 300 && denied > 300, "{allowed} {denied}");
     }
 }
