@@ -328,7 +328,8 @@ impl<A: RedisAlgorithm> Builder<A> {
         self
     }
 
-    /// Opens the client, connects and loads the script.
+    /// Opens the client, connects and loads the script: fails if the URL is invalid or the
+    /// server cannot be reached now.
     pub fn build(self) -> Result<RedisLimiter<A>, BackendError> {
         let client = Client::open(self.url.as_str()).map_err(BackendError::from_redis)?;
         let mut full = String::from(scripts::PRELUDE);

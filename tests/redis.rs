@@ -68,8 +68,9 @@ impl Server {
     }
 
     fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
+        // The shell's builtin `kill`: present even where procps is not.
+        let ok = Command::new("sh")
+            .args(["-c", &format!("kill {sig} {}", self.child.id())])
             .status()
             .unwrap()
             .success();
