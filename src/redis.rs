@@ -61,7 +61,9 @@
 //!
 //! The connection has a connect timeout and read/write timeouts (defaults 250 ms and 500 ms),
 //! so a dead server never hangs a request. A failed request drops the connection; the next
-//! one reconnects. [`RedisLimiter::try_check_n`] returns the [`BackendError`];
+//! one reconnects, and if that fails, requests within
+//! [`reconnect_after`](Builder::reconnect_after) (default 100 ms) fail at once
+//! ([`BackendError::Unavailable`]) instead of each waiting for a connect timeout. [`RedisLimiter::try_check_n`] returns the [`BackendError`];
 //! [`RedisLimiter::check`] and [`RedisLimiter::check_n`] apply the [`FailMode`] instead
 //! (open: allow; closed: deny with a fixed `retry_after`) and count the failure
 //! ([`RedisLimiter::failures`]).
@@ -163,6 +165,10 @@ pub enum BackendError {
     Script(RedisError),
     /// The server's reply did not have the expected shape.
     Reply(String),
+    /// The last attempt to connect failed less than
+    /// [`reconnect_after`](Builder::reconnect_after) ago: not tried again yet, answered at
+    /// once.
+    Unavailable,
     /// An explicit `now` above [`MAX_EXPLICIT_NOW`].
     TimeOutOfRange(u64),
 }
@@ -173,7 +179,10 @@ impl BackendError {
     pub fn is_backend_failure(&self) -> bool {
         matches!(
             self,
-            BackendError::Connection(_) | BackendError::Script(_) | BackendError::Reply(_)
+            BackendError::Connection(_)
+                | BackendError::Script(_)
+                | BackendError::Reply(_)
+                | BackendError::Unavailable
         )
     }
 
@@ -197,6 +206,9 @@ impl fmt::Display for BackendError {
             BackendError::Connection(e) => write!(f, "redis connection failed: {e}"),
             BackendError::Script(e) => write!(f, "redis script failed: {e}"),
             BackendError::Reply(s) => write!(f, "unexpected reply from redis: {s}"),
+            BackendError::Unavailable => {
+                f.write_str("redis unreachable at the last attempt; not retried yet")
+            }
             BackendError::TimeOutOfRange(now) => write!(
                 f,
                 "explicit now {now} ns is above {MAX_EXPLICIT_NOW} (2^53 − 1), which Lua cannot count exactly"
@@ -293,6 +305,7 @@ pub struct Builder<A> {
     connect_timeout: Duration,
     io_timeout: Duration,
     local: Option<usize>,
+    reconnect_after: Duration,
 }
 
 impl<A: RedisAlgorithm> Builder<A> {
@@ -321,6 +334,14 @@ impl<A: RedisAlgorithm> Builder<A> {
         self
     }
 
+    /// After a failed connection attempt, answer [`BackendError::Unavailable`] at once
+    /// (the [`FailMode`] in `check`) for this long before trying again (default 100 ms), so
+    /// an unreachable server costs each request nothing rather than a connect timeout.
+    pub fn reconnect_after(mut self, t: Duration) -> Self {
+        self.reconnect_after = t;
+        self
+    }
+
     /// Remember up to `max_keys` recently denied keys in process and deny them locally, without
     /// a round trip, until Redis' `retry_after` has passed (see the module docs).
     pub fn local_fast_path(mut self, max_keys: usize) -> Self {
@@ -340,7 +361,7 @@ impl<A: RedisAlgorithm> Builder<A> {
             script: full,
             sha: Mutex::new(String::new()),
             client,
-            conn: Mutex::new(None),
+            conn: Mutex::new(Slot::default()),
             local: self.local.map(|max| LocalDeny {
                 max,
                 map: Mutex::new(HashMap::new()),
@@ -357,7 +378,7 @@ impl<A: RedisAlgorithm> Builder<A> {
             let sha = match sha {
                 Ok(s) => s,
                 Err(e) => {
-                    *conn = None;
+                    conn.con = None;
                     return Err(e);
                 }
             };
@@ -365,6 +386,13 @@ impl<A: RedisAlgorithm> Builder<A> {
         }
         Ok(limiter)
     }
+}
+
+/// The connection, if open, and until when not to try opening one.
+#[derive(Default)]
+struct Slot {
+    con: Option<Connection>,
+    down_until: Option<Instant>,
 }
 
 /// Recently denied keys: `key → (deny until, cost, explicit timeline)`.
@@ -414,7 +442,7 @@ impl LocalDeny {
 pub struct RedisLimiter<A> {
     config: Builder<A>,
     client: Client,
-    conn: Mutex<Option<Connection>>,
+    conn: Mutex<Slot>,
     script: String,
     sha: Mutex<String>,
     /// ARGV 5.. in microseconds (server time) and in nanoseconds (explicit `now`).
@@ -456,6 +484,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             connect_timeout: Duration::from_millis(250),
             io_timeout: Duration::from_millis(500),
             local: None,
+            reconnect_after: Duration::from_millis(100),
         }
     }
 
@@ -566,7 +595,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let result = self.pipelined(&mut guard, requests);
         if let Err(e) = &result {
             if !matches!(e, BackendError::Script(_)) {
-                *guard = None;
+                guard.con = None;
             }
         }
         result
@@ -605,7 +634,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         if let Err(e) = &result {
             // A timed-out or broken connection may still deliver a stale reply: drop it.
             if !matches!(e, BackendError::Script(_)) {
-                *guard = None;
+                guard.con = None;
             }
         }
         drop(guard);
@@ -631,22 +660,32 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         Ok(d)
     }
 
-    fn connection<'c>(
-        &self,
-        slot: &'c mut Option<Connection>,
-    ) -> Result<&'c mut Connection, BackendError> {
-        if slot.is_none() {
-            let con = self
+    fn connection<'c>(&self, slot: &'c mut Slot) -> Result<&'c mut Connection, BackendError> {
+        if slot.con.is_none() {
+            if slot.down_until.is_some_and(|t| Instant::now() < t) {
+                return Err(BackendError::Unavailable);
+            }
+            let opened = self
                 .client
                 .get_connection_with_timeout(self.config.connect_timeout)
-                .map_err(BackendError::from_redis)?;
-            con.set_read_timeout(Some(self.config.io_timeout))
-                .map_err(BackendError::from_redis)?;
-            con.set_write_timeout(Some(self.config.io_timeout))
-                .map_err(BackendError::from_redis)?;
-            *slot = Some(con);
+                .and_then(|con| {
+                    con.set_read_timeout(Some(self.config.io_timeout))?;
+                    con.set_write_timeout(Some(self.config.io_timeout))?;
+                    Ok(con)
+                });
+            match opened {
+                Ok(con) => {
+                    slot.con = Some(con);
+                    slot.down_until = None;
+                }
+                Err(e) => {
+                    slot.down_until = Some(Instant::now() + self.config.reconnect_after);
+                    return Err(BackendError::from_redis(e));
+                }
+            }
         }
-        slot.as_mut()
+        slot.con
+            .as_mut()
             .ok_or_else(|| BackendError::Reply("no connection".into()))
     }
 
@@ -687,7 +726,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     fn eval_one(
         &self,
-        slot: &mut Option<Connection>,
+        slot: &mut Slot,
         key: &str,
         cost: u64,
         at: At,
@@ -725,7 +764,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     fn pipelined(
         &self,
-        slot: &mut Option<Connection>,
+        slot: &mut Slot,
         requests: &[(&str, u64)],
     ) -> Result<Vec<Decision>, BackendError> {
         if requests.is_empty() {

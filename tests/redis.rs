@@ -429,6 +429,13 @@ fn killed_server_gives_the_fail_mode_quickly() {
         assert_eq!(d.retry_after(), Duration::from_secs(2));
     }
     assert_eq!((open.failures(), shut.failures()), (3, 3));
+    // The first attempt after the kill found the connection broken, the second could not
+    // connect; within reconnect_after (100 ms) no attempt is made at all.
+    assert!(matches!(
+        open.try_check_n("k", 1),
+        Err(BackendError::Unavailable)
+    ));
+    std::thread::sleep(Duration::from_millis(150));
     assert!(matches!(
         open.try_check_n("k", 1),
         Err(BackendError::Connection(_))
@@ -600,4 +607,31 @@ fn local_fast_path_saves_round_trips_and_keeps_decisions() {
         "{p} vs {f} round trips, {denied} denials"
     );
     eprintln!("local fast path: {f} round trips instead of {p} ({denied} denials)");
+}
+
+#[test]
+fn local_fast_path_on_server_time() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let r = RedisLimiter::builder(server.url(), "10/s burst 2".parse::<Gcra>().unwrap())
+        .local_fast_path(10)
+        .build()
+        .unwrap();
+    assert!(r.check("k").is_allowed() && r.check("k").is_allowed());
+    let first = r.check("k");
+    assert!(first.is_denied());
+    let trips = r.round_trips();
+    let again = r.check("k");
+    assert!(again.is_denied() && again.retry_after() <= first.retry_after());
+    assert_eq!(r.round_trips(), trips, "denied locally");
+    // Another cost is not known locally: it goes to Redis.
+    assert!(matches!(r.check_n("k", 2), Ok(d) if d.is_denied()));
+    assert_eq!(r.round_trips(), trips + 1);
+    std::thread::sleep(first.retry_after());
+    assert!(
+        r.check("k").is_allowed(),
+        "never denied past Redis' retry_after"
+    );
+    assert_eq!(r.round_trips(), trips + 2);
 }
