@@ -353,36 +353,21 @@ impl<A: RedisAlgorithm> Builder<A> {
     /// server cannot be reached now.
     pub fn build(self) -> Result<RedisLimiter<A>, BackendError> {
         let client = Client::open(self.url.as_str()).map_err(BackendError::from_redis)?;
-        let mut full = String::from(scripts::PRELUDE);
-        full.push_str(self.algo.body());
         let limiter = RedisLimiter {
-            params_server: self.algo.params(1e3),
-            params_explicit: self.algo.params(1.0),
-            script: full,
-            sha: Mutex::new(String::new()),
+            core: Core::new(self),
             client,
             conn: Mutex::new(Slot::default()),
-            local: self.local.map(|max| LocalDeny {
-                max,
-                map: Mutex::new(HashMap::new()),
-                origin: Instant::now(),
-            }),
-            round_trips: AtomicU64::new(0),
-            failures: AtomicU64::new(0),
-            config: self,
         };
         {
-            let mut conn = limiter.conn.lock();
-            let con = limiter.connection(&mut conn)?;
-            let sha = limiter.load(con);
-            let sha = match sha {
-                Ok(s) => s,
+            let mut slot = limiter.conn.lock();
+            let con = limiter.connection(&mut slot)?;
+            match limiter.reload(con) {
+                Ok(_) => {}
                 Err(e) => {
-                    conn.con = None;
+                    slot.con = None;
                     return Err(e);
                 }
-            };
-            *limiter.sha.lock() = sha;
+            }
         }
         Ok(limiter)
     }
@@ -434,15 +419,17 @@ impl LocalDeny {
     }
 }
 
-/// A rate limiter whose state lives in Redis, shared by every process that uses the same
-/// server, key prefix and configuration. See the [module docs](self).
-///
-/// Holds one connection, used by one request at a time (a mutex): for parallel requests, give
-/// each thread its own limiter ([`try_clone`](RedisLimiter::try_clone)).
-pub struct RedisLimiter<A> {
+/// One request's time: the server's (µs) or an explicit one (ns).
+#[derive(Clone, Copy)]
+enum At {
+    Server,
+    Explicit(u64),
+}
+
+/// What the sync and async limiters share: the configuration, the script and its SHA1, the
+/// parameters, the local fast path and the counters. Everything but the connection.
+struct Core<A> {
     config: Builder<A>,
-    client: Client,
-    conn: Mutex<Slot>,
     script: String,
     sha: Mutex<String>,
     /// ARGV 5.. in microseconds (server time) and in nanoseconds (explicit `now`).
@@ -453,23 +440,177 @@ pub struct RedisLimiter<A> {
     failures: AtomicU64,
 }
 
-impl<A: fmt::Debug> fmt::Debug for RedisLimiter<A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisLimiter")
-            .field("algo", &self.config.algo)
-            .field("url", &self.config.url)
-            .field("prefix", &self.config.prefix)
-            .field("fail_mode", &self.config.fail_mode)
-            .field("local_fast_path", &self.config.local)
-            .finish_non_exhaustive()
+impl<A: RedisAlgorithm> Core<A> {
+    fn new(config: Builder<A>) -> Self {
+        let mut script = String::from(scripts::PRELUDE);
+        script.push_str(config.algo.body());
+        Core {
+            params_server: config.algo.params(1e3),
+            params_explicit: config.algo.params(1.0),
+            script,
+            sha: Mutex::new(String::new()),
+            local: config.local.map(|max| LocalDeny {
+                max,
+                map: Mutex::new(HashMap::new()),
+                origin: Instant::now(),
+            }),
+            round_trips: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            config,
+        }
+    }
+
+    fn redis_key(&self, key: &str) -> String {
+        let mut k = String::with_capacity(self.config.prefix.len() + key.len());
+        k.push_str(&self.config.prefix);
+        k.push_str(key);
+        k
+    }
+
+    fn trip(&self) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn sha(&self) -> String {
+        self.sha.lock().clone()
+    }
+
+    fn load_cmd(&self) -> ::redis::Cmd {
+        let mut cmd = ::redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(&self.script);
+        cmd
+    }
+
+    /// Reads `SCRIPT LOAD`'s reply (the SHA1) and keeps it.
+    fn loaded(&self, v: Value) -> Result<String, BackendError> {
+        let v = v.extract_error().map_err(BackendError::from_redis)?;
+        let sha = ::redis::from_redis_value::<String>(&v)
+            .map_err(|e| BackendError::Reply(e.to_string()))?;
+        *self.sha.lock() = sha.clone();
+        Ok(sha)
+    }
+
+    fn evalsha(&self, sha: &str, key: &str, cost: u64, at: At, write: bool) -> ::redis::Cmd {
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(sha).arg(1).arg(self.redis_key(key));
+        let params = match at {
+            At::Server => {
+                cmd.arg("").arg("1000000");
+                &self.params_server
+            }
+            At::Explicit(now) => {
+                cmd.arg(now).arg("1000000000");
+                &self.params_explicit
+            }
+        };
+        cmd.arg(cost).arg(if write { "1" } else { "0" });
+        for p in params {
+            cmd.arg(p.as_str());
+        }
+        cmd
+    }
+
+    fn fail_over(&self, r: Result<Decision, BackendError>) -> Result<Decision, CostError> {
+        match r {
+            Ok(d) => Ok(d),
+            Err(BackendError::Cost(e)) => Err(e),
+            Err(_) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                Ok(self.config.fail_mode.decision())
+            }
+        }
+    }
+
+    /// Before the round trip: the cost and time checks, then the local fast path, which may
+    /// answer (`Some`).
+    fn before(
+        &self,
+        key: &str,
+        cost: u64,
+        at: At,
+        write: bool,
+    ) -> Result<Option<Decision>, BackendError> {
+        check_cost(cost, self.config.algo.capacity())?;
+        if let At::Explicit(now) = at {
+            if now > MAX_EXPLICIT_NOW {
+                return Err(BackendError::TimeOutOfRange(now));
+            }
+        }
+        let Some(l) = self.local.as_ref().filter(|_| write) else {
+            return Ok(None);
+        };
+        Ok(match at {
+            At::Server => l.lookup(key, cost, l.now(), false),
+            At::Explicit(now) => l.lookup(key, cost, now, true),
+        })
+    }
+
+    /// After the round trip: the local fast path learns from Redis' decision.
+    fn after(&self, key: &str, cost: u64, at: At, write: bool, d: &Decision) {
+        let Some(l) = self.local.as_ref().filter(|_| write) else {
+            return;
+        };
+        if d.is_allowed() {
+            // The key's state moved: a remembered deadline may now be early.
+            l.forget(key);
+            return;
+        }
+        let (now, explicit) = match at {
+            // Measured after the reply: Redis decided before this instant.
+            At::Server => (l.now(), false),
+            At::Explicit(now) => (now, true),
+        };
+        l.remember(
+            key,
+            cost,
+            now.saturating_add(d.retry_after_nanos()),
+            explicit,
+        );
+    }
+
+    fn check_costs(&self, requests: &[(&str, u64)]) -> Result<(), BackendError> {
+        for &(_, cost) in requests {
+            check_cost(cost, self.config.algo.capacity())?;
+        }
+        Ok(())
+    }
+
+    fn pipeline(&self, sha: &str, requests: &[(&str, u64)]) -> ::redis::Pipeline {
+        let mut pipe = ::redis::pipe();
+        for &(key, cost) in requests {
+            pipe.add_command(self.evalsha(sha, key, cost, At::Server, true));
+        }
+        pipe
     }
 }
 
-/// One request's time: the server's (µs) or an explicit one (ns).
-#[derive(Clone, Copy)]
-enum At {
-    Server,
-    Explicit(u64),
+/// A rate limiter whose state lives in Redis, shared by every process that uses the same
+/// server, key prefix and configuration. See the [module docs](self).
+///
+/// Holds one connection, used by one request at a time (a mutex): for parallel requests, give
+/// each thread its own limiter ([`try_clone`](RedisLimiter::try_clone)).
+pub struct RedisLimiter<A> {
+    core: Core<A>,
+    client: Client,
+    conn: Mutex<Slot>,
+}
+
+impl<A: fmt::Debug> fmt::Debug for RedisLimiter<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.config.fmt_limiter(f, "RedisLimiter")
+    }
+}
+
+impl<A: fmt::Debug> Builder<A> {
+    fn fmt_limiter(&self, f: &mut fmt::Formatter<'_>, name: &str) -> fmt::Result {
+        f.debug_struct(name)
+            .field("algo", &self.algo)
+            .field("url", &self.url)
+            .field("prefix", &self.prefix)
+            .field("fail_mode", &self.fail_mode)
+            .field("local_fast_path", &self.local)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<A: RedisAlgorithm> RedisLimiter<A> {
@@ -496,30 +637,27 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// Another limiter with the same configuration and its own connection (and its own local
     /// fast path), for another thread.
     pub fn try_clone(&self) -> Result<Self, BackendError> {
-        self.config.clone().build()
+        self.core.config.clone().build()
     }
 
     /// The algorithm.
     pub fn algorithm(&self) -> &A {
-        &self.config.algo
+        &self.core.config.algo
     }
 
     /// The Redis key that holds `key`'s state.
     pub fn redis_key(&self, key: &str) -> String {
-        let mut k = String::with_capacity(self.config.prefix.len() + key.len());
-        k.push_str(&self.config.prefix);
-        k.push_str(key);
-        k
+        self.core.redis_key(key)
     }
 
     /// Requests sent to Redis so far (each a round trip; a pipelined batch counts once).
     pub fn round_trips(&self) -> u64 {
-        self.round_trips.load(Ordering::Relaxed)
+        self.core.round_trips.load(Ordering::Relaxed)
     }
 
     /// Backend failures [`check`](RedisLimiter::check) answered with the [`FailMode`].
     pub fn failures(&self) -> u64 {
-        self.failures.load(Ordering::Relaxed)
+        self.core.failures.load(Ordering::Relaxed)
     }
 
     /// Decides a request of cost 1; on a backend failure, answers the [`FailMode`].
@@ -527,13 +665,13 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         match self.check_n(key, 1) {
             Ok(d) => d,
             // Cost 1 is always valid.
-            Err(_) => self.config.fail_mode.decision(),
+            Err(_) => self.core.config.fail_mode.decision(),
         }
     }
 
     /// Decides a request of `cost`; on a backend failure, answers the [`FailMode`].
     pub fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        self.fail_over(self.try_check_n(key, cost))
+        self.core.fail_over(self.try_check_n(key, cost))
     }
 
     /// Decides a request of `cost`, returning the backend's failure instead of applying the
@@ -557,9 +695,9 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// What [`check`](RedisLimiter::check) would answer, without counting the request; on a
     /// backend failure, the [`FailMode`].
     pub fn peek(&self, key: &str) -> Decision {
-        match self.fail_over(self.try_peek_n(key, 1)) {
+        match self.core.fail_over(self.try_peek_n(key, 1)) {
             Ok(d) => d,
-            Err(_) => self.config.fail_mode.decision(),
+            Err(_) => self.core.config.fail_mode.decision(),
         }
     }
 
@@ -588,9 +726,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         &self,
         requests: &[(&str, u64)],
     ) -> Result<Vec<Decision>, BackendError> {
-        for &(_, cost) in requests {
-            check_cost(cost, self.config.algo.capacity())?;
-        }
+        self.core.check_costs(requests)?;
         let mut guard = self.conn.lock();
         let result = self.pipelined(&mut guard, requests);
         if let Err(e) = &result {
@@ -601,33 +737,9 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         result
     }
 
-    fn fail_over(&self, r: Result<Decision, BackendError>) -> Result<Decision, CostError> {
-        match r {
-            Ok(d) => Ok(d),
-            Err(BackendError::Cost(e)) => Err(e),
-            Err(_) => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                Ok(self.config.fail_mode.decision())
-            }
-        }
-    }
-
     fn run(&self, key: &str, cost: u64, at: At, write: bool) -> Result<Decision, BackendError> {
-        check_cost(cost, self.config.algo.capacity())?;
-        if let At::Explicit(now) = at {
-            if now > MAX_EXPLICIT_NOW {
-                return Err(BackendError::TimeOutOfRange(now));
-            }
-        }
-        let local = self.local.as_ref().filter(|_| write);
-        let (local_now, explicit) = match at {
-            At::Server => (local.map_or(0, LocalDeny::now), false),
-            At::Explicit(now) => (now, true),
-        };
-        if let Some(l) = local {
-            if let Some(d) = l.lookup(key, cost, local_now, explicit) {
-                return Ok(d);
-            }
+        if let Some(d) = self.core.before(key, cost, at, write)? {
+            return Ok(d);
         }
         let mut guard = self.conn.lock();
         let result = self.eval_one(&mut guard, key, cost, at, write);
@@ -639,24 +751,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         }
         drop(guard);
         let d = result?;
-        if let Some(l) = local {
-            if d.is_allowed() {
-                // The key's state moved: a remembered deadline may now be early.
-                l.forget(key);
-            } else {
-                let now = match at {
-                    // Measured after the reply: Redis decided before this instant.
-                    At::Server => l.now(),
-                    At::Explicit(now) => now,
-                };
-                l.remember(
-                    key,
-                    cost,
-                    now.saturating_add(d.retry_after_nanos()),
-                    explicit,
-                );
-            }
-        }
+        self.core.after(key, cost, at, write, &d);
         Ok(d)
     }
 
@@ -665,12 +760,13 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             if slot.down_until.is_some_and(|t| Instant::now() < t) {
                 return Err(BackendError::Unavailable);
             }
+            let config = &self.core.config;
             let opened = self
                 .client
-                .get_connection_with_timeout(self.config.connect_timeout)
+                .get_connection_with_timeout(config.connect_timeout)
                 .and_then(|con| {
-                    con.set_read_timeout(Some(self.config.io_timeout))?;
-                    con.set_write_timeout(Some(self.config.io_timeout))?;
+                    con.set_read_timeout(Some(config.io_timeout))?;
+                    con.set_write_timeout(Some(config.io_timeout))?;
                     Ok(con)
                 });
             match opened {
@@ -679,7 +775,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     slot.down_until = None;
                 }
                 Err(e) => {
-                    slot.down_until = Some(Instant::now() + self.config.reconnect_after);
+                    slot.down_until = Some(Instant::now() + config.reconnect_after);
                     return Err(BackendError::from_redis(e));
                 }
             }
@@ -689,39 +785,13 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             .ok_or_else(|| BackendError::Reply("no connection".into()))
     }
 
-    /// `SCRIPT LOAD`: returns the script's SHA1.
-    fn load(&self, con: &mut Connection) -> Result<String, BackendError> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+    /// `SCRIPT LOAD`: returns the script's SHA1 and keeps it.
+    fn reload(&self, con: &mut Connection) -> Result<String, BackendError> {
+        self.core.trip();
         let v = con
-            .req_packed_command(
-                &::redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(&self.script)
-                    .get_packed_command(),
-            )
-            .and_then(Value::extract_error)
+            .req_packed_command(&self.core.load_cmd().get_packed_command())
             .map_err(BackendError::from_redis)?;
-        ::redis::from_redis_value::<String>(&v).map_err(|e| BackendError::Reply(e.to_string()))
-    }
-
-    fn evalsha(&self, sha: &str, key: &str, cost: u64, at: At, write: bool) -> ::redis::Cmd {
-        let mut cmd = ::redis::cmd("EVALSHA");
-        cmd.arg(sha).arg(1).arg(self.redis_key(key));
-        let params = match at {
-            At::Server => {
-                cmd.arg("").arg("1000000");
-                &self.params_server
-            }
-            At::Explicit(now) => {
-                cmd.arg(now).arg("1000000000");
-                &self.params_explicit
-            }
-        };
-        cmd.arg(cost).arg(if write { "1" } else { "0" });
-        for p in params {
-            cmd.arg(p.as_str());
-        }
-        cmd
+        self.core.loaded(v)
     }
 
     fn eval_one(
@@ -733,33 +803,23 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         write: bool,
     ) -> Result<Decision, BackendError> {
         let con = self.connection(slot)?;
-        let sha = self.sha.lock().clone();
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let cmd = |sha: &str| {
+            self.core
+                .evalsha(sha, key, cost, at, write)
+                .get_packed_command()
+        };
+        self.core.trip();
         let mut v = con
-            .req_packed_command(
-                &self
-                    .evalsha(&sha, key, cost, at, write)
-                    .get_packed_command(),
-            )
+            .req_packed_command(&cmd(&self.core.sha()))
             .map_err(BackendError::from_redis)?;
         if is_noscript(&v) {
             let sha = self.reload(con)?;
-            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            self.core.trip();
             v = con
-                .req_packed_command(
-                    &self
-                        .evalsha(&sha, key, cost, at, write)
-                        .get_packed_command(),
-                )
+                .req_packed_command(&cmd(&sha))
                 .map_err(BackendError::from_redis)?;
         }
         decision(v, at)
-    }
-
-    fn reload(&self, con: &mut Connection) -> Result<String, BackendError> {
-        let sha = self.load(con)?;
-        *self.sha.lock() = sha.clone();
-        Ok(sha)
     }
 
     fn pipelined(
@@ -771,12 +831,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             return Ok(Vec::new());
         }
         let con = self.connection(slot)?;
-        let sha = self.sha.lock().clone();
-        let mut pipe = ::redis::pipe();
-        for &(key, cost) in requests {
-            pipe.add_command(self.evalsha(&sha, key, cost, At::Server, true));
-        }
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let pipe = self.core.pipeline(&self.core.sha(), requests);
+        self.core.trip();
         let mut values = con
             .req_packed_commands(&pipe.get_packed_pipeline(), 0, requests.len())
             .map_err(BackendError::from_redis)?;
@@ -786,12 +842,9 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             .collect();
         if !missed.is_empty() {
             let sha = self.reload(con)?;
-            let mut pipe = ::redis::pipe();
-            for &i in &missed {
-                let (key, cost) = requests[i];
-                pipe.add_command(self.evalsha(&sha, key, cost, At::Server, true));
-            }
-            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            let again: Vec<(&str, u64)> = missed.iter().map(|&i| requests[i]).collect();
+            let pipe = self.core.pipeline(&sha, &again);
+            self.core.trip();
             let again = con
                 .req_packed_commands(&pipe.get_packed_pipeline(), 0, missed.len())
                 .map_err(BackendError::from_redis)?;
