@@ -94,9 +94,17 @@
 //! One connection does one round trip at a time; use one limiter per thread
 //! ([`RedisLimiter::try_clone`] opens another connection), and
 //! [`RedisLimiter::try_check_pipelined`] to send a batch in one round trip. `BENCHMARKS.md`
-//! has the numbers. There is no async client yet.
+//! has the numbers.
+//!
+//! With the `redis-async` feature, `AsyncRedisLimiter` (from `Builder::build_async`) is the
+//! same on tokio, over one multiplexed connection that pipelines concurrent tasks' requests.
 
+#[cfg(feature = "redis-async")]
+mod aio;
 mod scripts;
+
+#[cfg(feature = "redis-async")]
+pub use aio::AsyncRedisLimiter;
 
 use crate::algo::{Earrrl, Exponential, Gcra};
 use crate::decision::{Decision, Policy};

@@ -635,3 +635,113 @@ fn local_fast_path_on_server_time() {
     );
     assert_eq!(r.round_trips(), trips + 2);
 }
+
+#[cfg(feature = "redis-async")]
+mod async_client {
+    use super::*;
+    use hotlimit::redis::AsyncRedisLimiter;
+    use std::sync::Arc;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    async fn limiter<A: RedisAlgorithm>(server: &Server, algo: A) -> AsyncRedisLimiter<A> {
+        RedisLimiter::builder(server.url(), algo)
+            .key_prefix("async:")
+            .build_async()
+            .await
+            .unwrap()
+    }
+
+    #[test]
+    fn same_decisions_as_the_sync_client() {
+        let Some(server) = Server::start() else {
+            return;
+        };
+        rt().block_on(async {
+            let gcra: Gcra = "7/s burst 5".parse().unwrap();
+            let a = limiter(&server, gcra).await;
+            let s = RedisLimiter::builder(server.url(), gcra)
+                .key_prefix("sync:")
+                .build()
+                .unwrap();
+            for (i, &(key, t, cost)) in trace(5, 1000, 600_000_000, 5).iter().enumerate() {
+                let x = a.try_check_n_at(key, cost, t).await.unwrap();
+                assert_eq!(x, s.try_check_n_at(key, cost, t).unwrap(), "request {i}");
+            }
+        });
+    }
+
+    #[test]
+    fn concurrent_tasks_get_exact_totals_and_flush_is_survived() {
+        let Some(server) = Server::start() else {
+            return;
+        };
+        rt().block_on(async {
+            let gcra = Gcra::new("1/h".parse().unwrap())
+                .unwrap()
+                .with_burst(300)
+                .unwrap();
+            let a = Arc::new(limiter(&server, gcra).await);
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    let a = a.clone();
+                    tokio::spawn(async move {
+                        let mut n = 0;
+                        for _ in 0..50 {
+                            n += a.try_check_n("k", 1).await.unwrap().is_allowed() as usize;
+                        }
+                        n
+                    })
+                })
+                .collect();
+            let mut allowed = 0;
+            for t in tasks {
+                allowed += t.await.unwrap();
+            }
+            assert_eq!(allowed, 300);
+
+            redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query::<()>(&mut server.raw())
+                .unwrap();
+            assert!(a.try_check_n("other", 1).await.unwrap().is_allowed());
+            let batch = a.try_check_pipelined(&[("p", 1), ("p", 1)]).await.unwrap();
+            assert!(batch.iter().all(Decision::is_allowed));
+        });
+    }
+
+    #[test]
+    fn killed_server_gives_the_fail_mode_quickly() {
+        let Some(server) = Server::start() else {
+            return;
+        };
+        rt().block_on(async {
+            let a = RedisLimiter::builder(server.url(), "10/s".parse::<Gcra>().unwrap())
+                .fail_mode(FailMode::Closed {
+                    retry_after: Duration::from_secs(1),
+                })
+                .build_async()
+                .await
+                .unwrap();
+            assert!(a.check("k").await.is_allowed());
+            drop(server);
+            for _ in 0..3 {
+                let start = Instant::now();
+                let d = a.check("k").await;
+                assert!(d.is_denied());
+                assert!(
+                    start.elapsed() < Duration::from_secs(2),
+                    "{:?}",
+                    start.elapsed()
+                );
+            }
+            assert_eq!(a.failures(), 3);
+        });
+    }
+}
