@@ -2,7 +2,9 @@
 //! own connection, one `EVALSHA` per round trip or pipelined batches of them.
 //!
 //! `cargo bench --features redis --bench redis [-- SECONDS]`. Starts its own `redis-server`
-//! on 127.0.0.1 (a free port, no persistence); prints a markdown table.
+//! on 127.0.0.1 (a free port, no persistence); prints a markdown table. With
+//! `--features redis-async`, also the async client: N concurrent tokio tasks on one
+//! multiplexed connection.
 
 use hotlimit::algo::{Earrrl, Exponential, Gcra};
 use hotlimit::redis::{RedisAlgorithm, RedisLimiter};
@@ -63,6 +65,49 @@ fn table<A: RedisAlgorithm>(name: &str, url: &str, algo: A, secs: f64) {
     }
 }
 
+/// Checks per second from `tasks` concurrent tasks sharing one async limiter (one multiplexed
+/// connection, which pipelines them), on a 2-worker tokio runtime.
+#[cfg(feature = "redis-async")]
+fn run_async(url: &str, tasks: usize, secs: f64) -> f64 {
+    use std::sync::Arc;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let limiter = Arc::new(
+            RedisLimiter::builder(url, Gcra::new(Rate::per_second_of(1e6).unwrap()).unwrap())
+                .key_prefix("gcra-async:")
+                .build_async()
+                .await
+                .expect("connect"),
+        );
+        let start = Instant::now();
+        let handles: Vec<_> = (0..tasks)
+            .map(|t| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let mut done = 0u64;
+                    let mut i = t * 7919;
+                    while start.elapsed().as_secs_f64() < secs {
+                        let key = format!("k{}", i % KEYS);
+                        limiter.try_check_n(&key, 1).await.expect("check");
+                        i += 1;
+                        done += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for h in handles {
+            total += h.await.unwrap();
+        }
+        total as f64 / secs
+    })
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a number is the seconds per cell.
     let secs: f64 = std::env::args()
@@ -115,6 +160,16 @@ fn main() {
         Exponential::new(1e6, Duration::from_secs(1)).unwrap(),
         secs,
     );
+    #[cfg(feature = "redis-async")]
+    {
+        println!("\n| async client, GCRA | 1 task | 16 tasks | 64 tasks |");
+        println!("|---|---|---|---|");
+        let row: Vec<String> = [1, 16, 64]
+            .iter()
+            .map(|&tasks| format!("{:.0}", run_async(&url, tasks, secs)))
+            .collect();
+        println!("| one multiplexed connection | {} |", row.join(" | "));
+    }
     let _ = child.kill();
     let _ = child.wait();
 }

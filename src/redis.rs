@@ -85,9 +85,11 @@
 //! for field (integers below 2^53 are exact in `f64`). EARRRL and exponential use `exp` and
 //! `log` from the same C library, but Lua 5.1 has neither `log1p` nor `expm1`; their
 //! replacements are accurate to a few ulps, not bit-identical, so states can differ in the last
-//! bits. `tests/redis.rs` checks that decisions agree exactly and rates and `retry_after` to a
-//! tight tolerance over long traces; a decision can differ only when a rate lands within a few
-//! ulps of the limit.
+//! bits. `tests/redis.rs` replays 3,000-request traces (three keys, bursts and gaps, both
+//! policies) through both: every allow/deny decision agrees, rates agree to 1e-12 relative and
+//! `retry_after` to 1 ns (plus 1e-12 relative); field-for-field identical decisions were 2,979
+//! to 2,988 of 3,000 for EARRRL and about 2,600 of 3,000 for exponential. A decision could
+//! differ only when a rate lands within a few ulps of the limit.
 //!
 //! # Throughput
 //!
