@@ -41,6 +41,10 @@
 //! carries `remaining` and `reset_after` where the algorithm knows them, and the measured
 //! `rate` for the averaging algorithms, so you can run them in dry-run or shadow mode.
 //!
+//! With the `redis` feature, `hotlimit::redis::RedisLimiter` runs GCRA, EARRRL and the
+//! exponential limiter inside Redis (Lua scripts, one atomic round trip per decision), for one
+//! limit shared by many instances of a service, with the same [`Decision`]s.
+//!
 //! Time comes from a [`Clock`]: [`QuantaClock`] (TSC-backed) by default, [`ManualClock`] for
 //! tests, simulations and trace replay.
 //!
@@ -146,6 +150,9 @@ pub use wait::Jitter;
 
 #[cfg(feature = "tower")]
 pub mod tower;
+
+#[cfg(feature = "redis")]
+pub mod redis;
 
 /// The README's examples, compiled and run as doc tests so they stay true.
 #[cfg(doctest)]

@@ -112,6 +112,17 @@ impl Earrrl {
         self.max_rate
     }
 
+    /// `(λ, R, retry offset, idle offset)`, for the Redis scripts.
+    #[cfg(feature = "redis")]
+    pub(crate) fn redis_params(&self) -> (f64, f64, f64, f64) {
+        (
+            self.lambda,
+            self.max_rate,
+            self.retry_offset,
+            self.idle_offset,
+        )
+    }
+
     /// The rate (cost units per second) a key in state `s` shows at `now`.
     #[inline]
     pub fn rate(&self, s: u64, now: u64) -> f64 {

@@ -1,0 +1,175 @@
+//! Throughput of the Redis backend: checks per second from 1, 2 and 4 threads, each with its
+//! own connection, one `EVALSHA` per round trip or pipelined batches of them.
+//!
+//! `cargo bench --features redis --bench redis [-- SECONDS]`. Starts its own `redis-server`
+//! on 127.0.0.1 (a free port, no persistence); prints a markdown table. With
+//! `--features redis-async`, also the async client: N concurrent tokio tasks on one
+//! multiplexed connection.
+
+use hotlimit::algo::{Earrrl, Exponential, Gcra};
+use hotlimit::redis::{RedisAlgorithm, RedisLimiter};
+use hotlimit::Rate;
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const KEYS: usize = 10_000;
+
+/// Checks per second with `threads` threads, each sending batches of `batch` requests
+/// (1: plain `EVALSHA`, no pipeline).
+fn run<A: RedisAlgorithm>(base: &RedisLimiter<A>, threads: usize, batch: usize, secs: f64) -> f64 {
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("k{i}")).collect();
+    let total: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let r = base.try_clone().expect("connect");
+                let keys = &keys;
+                s.spawn(move || {
+                    let mut i = t * 7919;
+                    let mut done = 0u64;
+                    let start = Instant::now();
+                    while start.elapsed().as_secs_f64() < secs {
+                        if batch == 1 {
+                            r.try_check_n(&keys[i % KEYS], 1).expect("check");
+                            i += 1;
+                            done += 1;
+                        } else {
+                            let reqs: Vec<(&str, u64)> = (0..batch)
+                                .map(|j| (keys[(i + j) % KEYS].as_str(), 1))
+                                .collect();
+                            r.try_check_pipelined(&reqs).expect("pipeline");
+                            i += batch;
+                            done += batch as u64;
+                        }
+                    }
+                    done
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    total as f64 / secs
+}
+
+fn table<A: RedisAlgorithm>(name: &str, url: &str, algo: A, secs: f64) {
+    let base = RedisLimiter::builder(url, algo)
+        .key_prefix(format!("{name}:"))
+        .build()
+        .expect("connect");
+    for threads in [1, 2, 4] {
+        let row: Vec<String> = [1, 16, 64]
+            .iter()
+            .map(|&batch| format!("{:.0}", run(&base, threads, batch, secs)))
+            .collect();
+        println!("| {name} | {threads} | {} |", row.join(" | "));
+    }
+}
+
+/// Checks per second from `tasks` concurrent tasks sharing one async limiter (one multiplexed
+/// connection, which pipelines them), on a 2-worker tokio runtime.
+#[cfg(feature = "redis-async")]
+fn run_async(url: &str, tasks: usize, secs: f64) -> f64 {
+    use std::sync::Arc;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let limiter = Arc::new(
+            RedisLimiter::builder(url, Gcra::new(Rate::per_second_of(1e6).unwrap()).unwrap())
+                .key_prefix("gcra-async:")
+                .build_async()
+                .await
+                .expect("connect"),
+        );
+        let start = Instant::now();
+        let handles: Vec<_> = (0..tasks)
+            .map(|t| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let mut done = 0u64;
+                    let mut i = t * 7919;
+                    while start.elapsed().as_secs_f64() < secs {
+                        let key = format!("k{}", i % KEYS);
+                        limiter.try_check_n(&key, 1).await.expect("check");
+                        i += 1;
+                        done += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for h in handles {
+            total += h.await.unwrap();
+        }
+        total as f64 / secs
+    })
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a number is the seconds per cell.
+    let secs: f64 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(1.0);
+    if Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_err()
+    {
+        eprintln!("redis-server not found on PATH: nothing to measure");
+        return;
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn redis-server");
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let url = format!("redis://127.0.0.1:{port}/");
+    println!("checks per second, {KEYS} keys round robin, {secs} s per cell\n");
+    println!("| algorithm | threads | unpipelined | pipelined ×16 | pipelined ×64 |");
+    println!("|---|---|---|---|---|");
+    // Quotas that admit everything: every request takes the write path.
+    table(
+        "gcra",
+        &url,
+        Gcra::new(Rate::per_second_of(1e6).unwrap()).unwrap(),
+        secs,
+    );
+    table(
+        "earrrl",
+        &url,
+        Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1e6).unwrap()).unwrap(),
+        secs,
+    );
+    table(
+        "exponential",
+        &url,
+        Exponential::new(1e6, Duration::from_secs(1)).unwrap(),
+        secs,
+    );
+    #[cfg(feature = "redis-async")]
+    {
+        println!("\n| async client, GCRA | 1 task | 16 tasks | 64 tasks |");
+        println!("|---|---|---|---|");
+        let row: Vec<String> = [1, 16, 64]
+            .iter()
+            .map(|&tasks| format!("{:.0}", run_async(&url, tasks, secs)))
+            .collect();
+        println!("| one multiplexed connection | {} |", row.join(" | "));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -1,0 +1,747 @@
+//! The Redis backend against a real `redis-server` that each test starts on 127.0.0.1 (a free
+//! port, no persistence). Without `redis-server` on the PATH the tests print why and pass,
+//! unless `HOTLIMIT_REQUIRE_REDIS=1` (set by `.ci/run`), which makes that a failure.
+
+use hotlimit::algo::{Earrrl, Exponential, Gcra};
+use hotlimit::redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter};
+use hotlimit::{Algorithm, CasLimiter, CostError, Decision, ManualClock, Policy, Rate};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    /// Starts `redis-server` on a free port; `None` (with a message) if it is not installed.
+    fn start() -> Option<Server> {
+        if Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_err()
+        {
+            let msg = "redis-server not found on PATH: skipping the Redis backend test \
+                       (install it: apt-get install redis-server)";
+            assert!(
+                std::env::var("HOTLIMIT_REQUIRE_REDIS").as_deref() != Ok("1"),
+                "{msg}, but HOTLIMIT_REQUIRE_REDIS=1"
+            );
+            eprintln!("SKIPPED: {msg}");
+            return None;
+        }
+        // Redis has no `--port 0`: take a free port from the OS, release it, hand it over.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let server = Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Some(server)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn raw(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    fn signal(&self, sig: &str) {
+        // The shell's builtin `kill`: present even where procps is not.
+        let ok = Command::new("sh")
+            .args(["-c", &format!("kill {sig} {}", self.child.id())])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn limiter<A: RedisAlgorithm>(server: &Server, algo: A) -> RedisLimiter<A> {
+    RedisLimiter::builder(server.url(), algo)
+        .key_prefix("test:")
+        .build()
+        .unwrap()
+}
+
+/// One request of a trace: (key, time in ns, cost).
+type Req = (&'static str, u64, u64);
+
+fn trace(seed: u64, n: usize, mean_gap: u64, max_cost: u64) -> Vec<Req> {
+    let keys = ["a", "b", "c"];
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut t = 0u64;
+    (0..n)
+        .map(|_| {
+            // Bursts at one instant and gaps of up to 4 mean gaps.
+            if rng.random_bool(0.3) {
+                t += rng.random_range(0..4 * mean_gap);
+            }
+            (
+                keys[rng.random_range(0..3)],
+                t,
+                rng.random_range(1..=max_cost),
+            )
+        })
+        .collect()
+}
+
+/// Runs `trace` through the in-memory limiter and the Redis one, at the same explicit times,
+/// calling `same` on each pair of decisions. Returns (allowed, denied).
+fn compare<A: RedisAlgorithm + Algorithm<State = S> + Clone, S: hotlimit::State>(
+    server: &Server,
+    algo: A,
+    trace: &[Req],
+    same: impl Fn(usize, &Decision, &Decision),
+) -> (usize, usize)
+where
+    CasLimiter<String, A, ManualClock>: Sized,
+{
+    let clock = ManualClock::new();
+    let mem = CasLimiter::<String, _, _>::with_clock(algo.clone(), clock.clone());
+    // A fresh prefix per run: the server outlives it.
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let red = RedisLimiter::builder(server.url(), algo)
+        .key_prefix(format!("trace{run}:"))
+        .build()
+        .unwrap();
+    let (mut allowed, mut denied) = (0, 0);
+    for (i, &(key, t, cost)) in trace.iter().enumerate() {
+        clock.set_nanos(t);
+        let m = mem.check_n(key, cost).unwrap();
+        let r = red.try_check_n_at(key, cost, t).unwrap();
+        same(i, &m, &r);
+        if m.is_allowed() {
+            allowed += 1;
+        } else {
+            denied += 1;
+        }
+    }
+    (allowed, denied)
+}
+
+#[test]
+fn gcra_same_decisions_as_in_memory_field_for_field() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    for policy in [Policy::Leaky, Policy::Strict] {
+        // T = 1/7 s rounds to 142,857,143 ns: not a round number.
+        let gcra: Gcra = "7/s burst 5".parse().unwrap();
+        let gcra = gcra.with_policy(policy);
+        let t = trace(1, 3000, 600_000_000, 5);
+        let (allowed, denied) = compare(&server, gcra, &t, |i, m, r| {
+            assert_eq!(m, r, "request {i} ({policy})");
+        });
+        assert!(allowed > 300 && denied > 300, "{allowed} {denied}");
+    }
+}
+
+#[test]
+fn gcra_spec_vector() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let r = limiter(&server, "10/s burst 5".parse::<Gcra>().unwrap());
+    let ms = 1_000_000;
+    for left in (0..5).rev() {
+        let d = r.try_check_n_at("k", 1, 0).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), Some(left));
+    }
+    let d = r.try_check_n_at("k", 1, 0).unwrap();
+    assert_eq!(d.retry_after(), Duration::from_millis(100));
+    assert!(r.try_check_n_at("k", 1, 100 * ms).unwrap().is_allowed());
+    assert_eq!(
+        r.try_check_n_at("k", 1, 100 * ms).unwrap().retry_after(),
+        Duration::from_millis(100)
+    );
+    assert_eq!(
+        r.try_check_n_at("k", 1, 350 * ms).unwrap().remaining(),
+        Some(1)
+    );
+    assert_eq!(
+        r.try_check_n_at("k", 1, 350 * ms).unwrap().remaining(),
+        Some(0)
+    );
+    assert_eq!(
+        r.try_check_n_at("k", 1, 350 * ms).unwrap().retry_after(),
+        Duration::from_millis(50)
+    );
+}
+
+/// Decisions exactly; rates and retry_after to within the last bits (Lua has no
+/// log1p/expm1, so the states can differ by an ulp or so).
+fn close(i: usize, m: &Decision, r: &Decision) {
+    assert_eq!(
+        m.is_allowed(),
+        r.is_allowed(),
+        "request {i}: {m:?} vs {r:?}"
+    );
+    let (a, b) = (m.rate().unwrap(), r.rate().unwrap());
+    assert!(
+        (a - b).abs() <= 1e-12 * a.abs().max(1e-300),
+        "request {i}: rate {a} vs {b}"
+    );
+    let (a, b) = (m.retry_after_nanos(), r.retry_after_nanos());
+    assert!(
+        a.abs_diff(b) <= 1 + a / 1_000_000_000_000,
+        "request {i}: retry_after {a} vs {b}"
+    );
+}
+
+#[test]
+fn earrrl_same_decisions_as_in_memory() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    for policy in [Policy::Strict, Policy::Leaky] {
+        let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0).unwrap())
+            .unwrap()
+            .with_policy(policy);
+        let t = trace(2, 3000, 250_000_000, 3);
+        let exact = std::cell::Cell::new(0);
+        let (allowed, denied) = compare(&server, e, &t, |i, m, r| {
+            close(i, m, r);
+            exact.set(exact.get() + (m == r) as u32);
+        });
+        eprintln!(
+            "EARRRL {policy}: {} of {} decisions bit-identical",
+            exact.get(),
+            t.len()
+        );
+        assert!(allowed > 300 && denied > 300, "{allowed} {denied}");
+    }
+}
+
+#[test]
+fn earrrl_spec_vector() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0).unwrap()).unwrap();
+    let r = limiter(&server, e);
+    let rates: Vec<Decision> = (0..19)
+        .map(|i| r.try_check_n_at("k", 1, i * 250_000_000).unwrap())
+        .collect();
+    assert!((rates[1].rate().unwrap() - 0.317809383554).abs() < 1e-12);
+    assert!((rates[8].rate().unwrap() - 1.914607625636).abs() < 1e-12);
+    assert!(rates[..18].iter().all(Decision::is_allowed));
+    assert!(rates[18].is_denied());
+    assert!((rates[18].rate().unwrap() - 3.024221906765).abs() < 1e-12);
+}
+
+#[test]
+fn exponential_same_decisions_as_in_memory() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    for policy in [Policy::Leaky, Policy::Strict] {
+        let e = Exponential::new(10.0, Duration::from_secs(60))
+            .unwrap()
+            .with_policy(policy);
+        let t = trace(3, 3000, 6_000_000_000, 3);
+        let exact = std::cell::Cell::new(0);
+        let (allowed, denied) = compare(&server, e, &t, |i, m, r| {
+            close(i, m, r);
+            exact.set(exact.get() + (m == r) as u32);
+        });
+        eprintln!(
+            "exponential {policy}: {} of {} decisions bit-identical",
+            exact.get(),
+            t.len()
+        );
+        assert!(allowed > 300 && denied > 300, "{allowed} {denied}");
+    }
+}
+
+#[test]
+fn exponential_burst_is_floor_of_limit_over_cost() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let r = limiter(
+        &server,
+        Exponential::new(10.0, Duration::from_secs(60)).unwrap(),
+    );
+    for cost in [1, 3, 4] {
+        let key = format!("burst{cost}");
+        let allowed = (0..20)
+            .filter(|_| r.try_check_n_at(&key, cost, 5).unwrap().is_allowed())
+            .count();
+        assert_eq!(allowed as u64, 10 / cost, "cost {cost}");
+    }
+}
+
+#[test]
+fn concurrent_clients_get_exact_totals() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let burst = 200u64;
+    let base = limiter(
+        &server,
+        Gcra::new("1/h".parse().unwrap())
+            .unwrap()
+            .with_burst(burst)
+            .unwrap(),
+    );
+    // At one frozen explicit `now`, and on Redis' own clock (1/h: time adds nothing here).
+    for (key, at) in [("frozen", Some(1_000_000_000u64)), ("server", None)] {
+        let allowed: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    let r = base.try_clone().unwrap();
+                    s.spawn(move || {
+                        (0..150)
+                            .filter(|_| {
+                                match at {
+                                    Some(now) => r.try_check_n_at(key, 1, now),
+                                    None => r.try_check_n(key, 1),
+                                }
+                                .unwrap()
+                                .is_allowed()
+                            })
+                            .count()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(allowed as u64, burst, "{key}");
+    }
+}
+
+#[test]
+fn pipelined_batches_count_exactly() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let r = limiter(
+        &server,
+        Gcra::new("1/h".parse().unwrap())
+            .unwrap()
+            .with_burst(50)
+            .unwrap(),
+    );
+    let batch: Vec<(&str, u64)> = (0..40).map(|_| ("p", 1)).collect();
+    let before = r.round_trips();
+    let a = r.try_check_pipelined(&batch).unwrap();
+    let b = r.try_check_pipelined(&batch).unwrap();
+    assert_eq!(r.round_trips() - before, 2);
+    let allowed = a.iter().chain(&b).filter(|d| d.is_allowed()).count();
+    assert_eq!(allowed, 50);
+    assert!(matches!(
+        r.try_check_pipelined(&[("p", 1), ("p", 51)]),
+        Err(BackendError::Cost(CostError::ExceedsCapacity { .. }))
+    ));
+}
+
+#[test]
+fn script_flush_is_survived() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let r = limiter(&server, "10/s burst 5".parse::<Gcra>().unwrap());
+    assert!(r.try_check_n_at("k", 1, 0).unwrap().is_allowed());
+    let mut raw = server.raw();
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query::<()>(&mut raw)
+        .unwrap();
+    let before = r.round_trips();
+    let d = r.try_check_n_at("k", 1, 0).unwrap();
+    assert_eq!(d.remaining(), Some(3), "the flush lost no state");
+    // NOSCRIPT, SCRIPT LOAD, EVALSHA again.
+    assert_eq!(r.round_trips() - before, 3);
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query::<()>(&mut raw)
+        .unwrap();
+    let batch = r.try_check_pipelined(&[("q", 1), ("q", 1)]).unwrap();
+    assert!(batch.iter().all(Decision::is_allowed));
+    assert_eq!(r.try_check_n_at("k", 1, 0).unwrap().remaining(), Some(2));
+}
+
+#[test]
+fn killed_server_gives_the_fail_mode_quickly() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra: Gcra = "10/s burst 5".parse().unwrap();
+    let closed = FailMode::Closed {
+        retry_after: Duration::from_secs(2),
+    };
+    let open = RedisLimiter::builder(server.url(), gcra)
+        .fail_mode(FailMode::Open)
+        .build()
+        .unwrap();
+    let shut = RedisLimiter::builder(server.url(), gcra)
+        .fail_mode(closed)
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        assert!(open.check("k").is_allowed());
+    }
+    assert!(open.check("k").is_denied(), "the server decides while up");
+    assert!(shut.check("k").is_denied());
+    drop(server); // kills and reaps the child
+
+    for _ in 0..3 {
+        let start = Instant::now();
+        assert!(open.check("k").is_allowed());
+        let d = shut.check("k");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(d.is_denied());
+        assert_eq!(d.retry_after(), Duration::from_secs(2));
+    }
+    assert_eq!((open.failures(), shut.failures()), (3, 3));
+    // The first attempt after the kill found the connection broken, the second could not
+    // connect; within reconnect_after (100 ms) no attempt is made at all.
+    assert!(matches!(
+        open.try_check_n("k", 1),
+        Err(BackendError::Unavailable)
+    ));
+    std::thread::sleep(Duration::from_millis(150));
+    assert!(matches!(
+        open.try_check_n("k", 1),
+        Err(BackendError::Connection(_))
+    ));
+    // A cost error is the caller's, not the backend's: no fail mode.
+    assert_eq!(open.check_n("k", 0), Err(CostError::Zero));
+}
+
+#[test]
+fn hung_server_times_out_into_the_fail_mode() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let r = RedisLimiter::builder(server.url(), "10/s".parse::<Gcra>().unwrap())
+        .fail_mode(FailMode::Closed {
+            retry_after: Duration::from_secs(1),
+        })
+        .io_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    assert!(r.check("k").is_allowed());
+    server.signal("-STOP");
+    let start = Instant::now();
+    let d = r.check("k");
+    let took = start.elapsed();
+    server.signal("-CONT");
+    assert!(d.is_denied());
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(r.failures(), 1);
+    // The connection that timed out was dropped; a fresh one works again.
+    assert!(r.check("k").is_allowed());
+}
+
+#[test]
+fn keys_expire_when_the_state_is_fresh_again() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut raw = server.raw();
+    let mut pttl = |key: &str| -> i64 { redis::cmd("PTTL").arg(key).query(&mut raw).unwrap() };
+    let ms = 1_000_000u64;
+    let within_1ms = |ttl: i64, expect_ns: u64| {
+        let expect = expect_ns.div_ceil(ms) as i64;
+        assert!(
+            ttl <= expect && ttl >= expect - 2,
+            "PTTL {ttl}, idle in {expect} ms"
+        );
+    };
+
+    let gcra: Gcra = "10/s burst 5".parse().unwrap();
+    let r = limiter(&server, gcra);
+    let mut tat = gcra.fresh();
+    for _ in 0..3 {
+        gcra.update(&mut tat, 40 * ms, 1);
+        r.try_check_n_at("g", 1, 40 * ms).unwrap();
+    }
+    within_1ms(pttl("test:g"), gcra.idle_at(&tat) - 40 * ms);
+
+    let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(5.0).unwrap()).unwrap();
+    let r = limiter(&server, e);
+    let mut s = e.fresh();
+    e.update(&mut s, 7 * ms, 2);
+    r.try_check_n_at("e", 2, 7 * ms).unwrap();
+    within_1ms(pttl("test:e"), e.idle_at(&s) - 7 * ms);
+
+    let x = Exponential::new(10.0, Duration::from_secs(3)).unwrap();
+    let r = limiter(&server, x);
+    let mut w = x.fresh();
+    for _ in 0..4 {
+        x.update(&mut w, 9 * ms, 2);
+        r.try_check_n_at("x", 2, 9 * ms).unwrap();
+    }
+    within_1ms(pttl("test:x"), x.idle_at(&w) - 9 * ms);
+
+    // A leaky denial writes nothing, TTL included.
+    let r = limiter(&server, "1/s burst 1".parse::<Gcra>().unwrap());
+    r.try_check_n_at("d", 1, 0).unwrap();
+    let before = pttl("test:d");
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(r.try_check_n_at("d", 1, 0).unwrap().is_denied());
+    assert!(pttl("test:d") <= before - 15);
+}
+
+#[test]
+fn server_time_decisions() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let r = limiter(&server, "10/s burst 5".parse::<Gcra>().unwrap());
+    let mut allowed = 0;
+    let mut last = None;
+    for _ in 0..6 {
+        let d = r.check("k");
+        allowed += d.is_allowed() as u32;
+        last = Some(d);
+    }
+    assert_eq!(allowed, 5);
+    let wait = last.unwrap().retry_after();
+    // 100 ms from the first request, less the time the six took (µs resolution).
+    assert!(
+        wait <= Duration::from_millis(100) && wait > Duration::from_millis(50),
+        "{wait:?}"
+    );
+    std::thread::sleep(wait);
+    assert!(r.check("k").is_allowed(), "the retry_after is honest");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("test:k")
+        .query(&mut server.raw())
+        .unwrap();
+    assert!((400..=500).contains(&ttl), "{ttl}");
+}
+
+#[test]
+fn peek_counts_nothing_and_costs_are_checked_before_the_round_trip() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let r = limiter(&server, "10/s burst 2".parse::<Gcra>().unwrap());
+    for _ in 0..3 {
+        assert!(r.try_peek_n_at("k", 2, 0).unwrap().is_allowed());
+    }
+    assert!(r.try_check_n_at("k", 2, 0).unwrap().is_allowed());
+    assert!(r.try_peek_n_at("k", 1, 0).unwrap().is_denied());
+    let before = r.round_trips();
+    assert!(matches!(
+        r.try_check_n("k", 3),
+        Err(BackendError::Cost(CostError::ExceedsCapacity {
+            cost: 3,
+            capacity: 2
+        }))
+    ));
+    assert_eq!(r.check_n("k", 0), Err(CostError::Zero));
+    assert_eq!(r.round_trips(), before);
+    assert!(matches!(
+        r.try_check_n_at("k", 1, 1 << 53),
+        Err(BackendError::TimeOutOfRange(_))
+    ));
+}
+
+#[test]
+fn local_fast_path_saves_round_trips_and_keeps_decisions() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra: Gcra = "10/s burst 3".parse().unwrap();
+    let plain = RedisLimiter::builder(server.url(), gcra)
+        .key_prefix("plain:")
+        .build()
+        .unwrap();
+    let fast = RedisLimiter::builder(server.url(), gcra)
+        .key_prefix("fast:")
+        .local_fast_path(100)
+        .build()
+        .unwrap();
+    let t = trace(4, 2000, 20_000_000, 2);
+    let (p0, f0) = (plain.round_trips(), fast.round_trips());
+    let mut denied = 0;
+    for (i, &(key, now, cost)) in t.iter().enumerate() {
+        let a = plain.try_check_n_at(key, cost, now).unwrap();
+        let b = fast.try_check_n_at(key, cost, now).unwrap();
+        assert_eq!(a.is_allowed(), b.is_allowed(), "request {i}");
+        assert_eq!(a.retry_after(), b.retry_after(), "request {i}");
+        denied += a.is_denied() as u64;
+    }
+    let (p, f) = (plain.round_trips() - p0, fast.round_trips() - f0);
+    assert_eq!(p, t.len() as u64);
+    assert!(
+        p - f > denied / 3,
+        "{p} vs {f} round trips, {denied} denials"
+    );
+    eprintln!("local fast path: {f} round trips instead of {p} ({denied} denials)");
+}
+
+#[test]
+fn local_fast_path_on_server_time() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let r = RedisLimiter::builder(server.url(), "10/s burst 2".parse::<Gcra>().unwrap())
+        .local_fast_path(10)
+        .build()
+        .unwrap();
+    assert!(r.check("k").is_allowed() && r.check("k").is_allowed());
+    let first = r.check("k");
+    assert!(first.is_denied());
+    let trips = r.round_trips();
+    let again = r.check("k");
+    assert!(again.is_denied() && again.retry_after() <= first.retry_after());
+    assert_eq!(r.round_trips(), trips, "denied locally");
+    // Another cost is not known locally: it goes to Redis.
+    assert!(matches!(r.check_n("k", 2), Ok(d) if d.is_denied()));
+    assert_eq!(r.round_trips(), trips + 1);
+    std::thread::sleep(first.retry_after());
+    assert!(
+        r.check("k").is_allowed(),
+        "never denied past Redis' retry_after"
+    );
+    assert_eq!(r.round_trips(), trips + 2);
+}
+
+#[cfg(feature = "redis-async")]
+mod async_client {
+    use super::*;
+    use hotlimit::redis::AsyncRedisLimiter;
+    use std::sync::Arc;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    async fn limiter<A: RedisAlgorithm>(server: &Server, algo: A) -> AsyncRedisLimiter<A> {
+        RedisLimiter::builder(server.url(), algo)
+            .key_prefix("async:")
+            .build_async()
+            .await
+            .unwrap()
+    }
+
+    #[test]
+    fn same_decisions_as_the_sync_client() {
+        let Some(server) = Server::start() else {
+            return;
+        };
+        rt().block_on(async {
+            let gcra: Gcra = "7/s burst 5".parse().unwrap();
+            let a = limiter(&server, gcra).await;
+            let s = RedisLimiter::builder(server.url(), gcra)
+                .key_prefix("sync:")
+                .build()
+                .unwrap();
+            for (i, &(key, t, cost)) in trace(5, 1000, 600_000_000, 5).iter().enumerate() {
+                let x = a.try_check_n_at(key, cost, t).await.unwrap();
+                assert_eq!(x, s.try_check_n_at(key, cost, t).unwrap(), "request {i}");
+            }
+        });
+    }
+
+    #[test]
+    fn concurrent_tasks_get_exact_totals_and_flush_is_survived() {
+        let Some(server) = Server::start() else {
+            return;
+        };
+        rt().block_on(async {
+            let gcra = Gcra::new("1/h".parse().unwrap())
+                .unwrap()
+                .with_burst(300)
+                .unwrap();
+            let a = Arc::new(limiter(&server, gcra).await);
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    let a = a.clone();
+                    tokio::spawn(async move {
+                        let mut n = 0;
+                        for _ in 0..50 {
+                            n += a.try_check_n("k", 1).await.unwrap().is_allowed() as usize;
+                        }
+                        n
+                    })
+                })
+                .collect();
+            let mut allowed = 0;
+            for t in tasks {
+                allowed += t.await.unwrap();
+            }
+            assert_eq!(allowed, 300);
+
+            redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query::<()>(&mut server.raw())
+                .unwrap();
+            assert!(a.try_check_n("other", 1).await.unwrap().is_allowed());
+            let batch = a.try_check_pipelined(&[("p", 1), ("p", 1)]).await.unwrap();
+            assert!(batch.iter().all(Decision::is_allowed));
+        });
+    }
+
+    #[test]
+    fn killed_server_gives_the_fail_mode_quickly() {
+        let Some(server) = Server::start() else {
+            return;
+        };
+        rt().block_on(async {
+            let a = RedisLimiter::builder(server.url(), "10/s".parse::<Gcra>().unwrap())
+                .fail_mode(FailMode::Closed {
+                    retry_after: Duration::from_secs(1),
+                })
+                .build_async()
+                .await
+                .unwrap();
+            assert!(a.check("k").await.is_allowed());
+            drop(server);
+            for _ in 0..3 {
+                let start = Instant::now();
+                let d = a.check("k").await;
+                assert!(d.is_denied());
+                assert!(
+                    start.elapsed() < Duration::from_secs(2),
+                    "{:?}",
+                    start.elapsed()
+                );
+            }
+            assert_eq!(a.failures(), 3);
+        });
+    }
+}
