@@ -27,7 +27,10 @@ use std::fmt::Debug;
 
 /// A per-key state the stores can hold: a word (`u64`, `u128`) or, for the window algorithms
 /// whose state cannot fit one, a small owned value kept behind a per-key lock. Sealed.
-pub trait State: crate::cell::StateCells + Send + Sync + Debug + 'static {}
+pub trait State:
+    crate::cell::StateCells + crate::compact::CompactState + Send + Sync + Debug + 'static
+{
+}
 impl State for u64 {}
 impl State for u128 {}
 

@@ -119,6 +119,7 @@ pub use decision::{Decision, Policy};
 pub use error::{ConfigError, CostError, Field};
 
 mod cell;
+mod compact;
 mod direct;
 mod keyed;
 mod limiter;
@@ -126,6 +127,10 @@ mod sharded;
 mod stats;
 mod sweeper;
 
+pub use compact::{
+    CompactBuilder, CompactKey, CompactLimiter, CompactVariant, Hashed, ProbeStats,
+    DEFAULT_MAX_KEYS, SLOTS_PER_LINE, WINDOW_LINES,
+};
 pub use direct::DirectLimiter;
 pub use keyed::{Builder, CasLimiter, KeyedLimiter, MutexLimiter, Pinned, DEFAULT_SWEEP_GRACE};
 pub use limiter::{Cas, Locked, RateLimiter, Variant};
