@@ -1001,14 +1001,19 @@ mod loom_tests {
         });
     }
 
-    /// Key 7 is idle. A request for it races a sweep that evicts it, while a request for a
-    /// new key 9 may take the freed slot. Whatever the interleaving, each key ends with
-    /// exactly its own request counted: a stale CAS for 7 never lands in 9's slot (the pair
-    /// CAS fails on the key half) and 7's request is never lost.
-    fn evict_vs_check(policy: Policy) {
+    /// A request for key 7 races a sweep that may evict it, while a request for a new key 9
+    /// may take the freed slot. Whatever the interleaving, each key ends with exactly its own
+    /// request counted: a stale CAS for 7 never lands in 9's slot and 7's request is never
+    /// lost. With `prefill`, 7 starts idle (tat = T); without, the request inserts 7 fresh,
+    /// and the sweep can free the slot between that insert and the request's CAS, so 9 may
+    /// be installed in it with the very state (fresh) 7's request read: only the key half
+    /// of the pair CAS stops the stale write (a state-only CAS fails this model).
+    fn evict_vs_check(policy: Policy, prefill: bool) {
         loom::model(move || {
             let (l, clock) = limiter(policy);
-            l.check(&7); // tat = T
+            if prefill {
+                l.check(&7); // tat = T
+            }
             clock.set_nanos(NOW); // 7 is idle now
             let l = Arc::new(l);
             let a = {
@@ -1039,12 +1044,17 @@ mod loom_tests {
     }
 
     #[test]
-    fn loom_compact_evict_vs_check_leaky() {
-        evict_vs_check(Policy::Leaky);
+    fn loom_compact_evict_idle_vs_check_leaky() {
+        evict_vs_check(Policy::Leaky, true);
     }
 
     #[test]
-    fn loom_compact_evict_vs_check_strict() {
-        evict_vs_check(Policy::Strict);
+    fn loom_compact_evict_fresh_vs_check_leaky() {
+        evict_vs_check(Policy::Leaky, false);
+    }
+
+    #[test]
+    fn loom_compact_evict_fresh_vs_check_strict() {
+        evict_vs_check(Policy::Strict, false);
     }
 }
