@@ -105,10 +105,12 @@ use std::time::{Duration, Instant};
 /// Slots per line: four 16-byte pair slots fill one 64-byte cache line.
 pub const SLOTS_PER_LINE: usize = 4;
 
-/// The most lines a key may live past its home line, plus one: the probe window. Far above
-/// the longest probe seen at the design load (a few lines at 10^6 keys, see
-/// [`CompactLimiter::probe_stats`]); reached only when the table is nearly full.
-pub const WINDOW_LINES: usize = 64;
+/// The probe window: a key lives at most `WINDOW_LINES - 1` lines past its home line. At the
+/// design load (3/4) 87% of keys sit in their home line and the mean look-up scans 1.27
+/// lines, but linear probing has a long thin tail: the longest probe was 61 lines at 10^6
+/// keys (see [`CompactLimiter::probe_stats`] and `BENCHMARKS.md`). Twice that leaves room to
+/// 10^7 keys and beyond, so the window fills only when the table itself is nearly full.
+pub const WINDOW_LINES: usize = 128;
 
 /// The `max_keys` of a compact limiter built without [`CompactBuilder::max_keys`].
 pub const DEFAULT_MAX_KEYS: usize = 65_536;
@@ -635,6 +637,12 @@ fn scale(hash: u64, n: usize) -> usize {
     ((u128::from(hash) * n as u128) >> 64) as usize
 }
 
+/// The slot of its home line a key tries first (bits of the hash `scale` barely uses).
+#[inline(always)]
+fn preferred_slot(fp: u64) -> usize {
+    (fp >> 1) as usize % SLOTS_PER_LINE
+}
+
 impl<K, A, C, V> Shared<K, A, C, V>
 where
     K: CompactKey,
@@ -714,7 +722,12 @@ where
         home: usize,
         f: &mut impl FnMut(&mut A::State) -> T,
     ) -> Option<T> {
-        for slot in &self.lines[home].0 {
+        // The home line from the key's preferred slot: most keys sit in it (see `insert`), so
+        // the first probe usually matches and the branch predicts well.
+        let line = &self.lines[home].0;
+        let first = preferred_slot(fp);
+        for i in 0..SLOTS_PER_LINE {
+            let slot = &line[(first + i) % SLOTS_PER_LINE];
             if let Some(out) = slot.try_update(repr, fp, &self.stats, f) {
                 return Some(out);
             }
@@ -747,7 +760,7 @@ where
                     }
                 }
             }
-            match self.first_free(home) {
+            match self.first_free(home, fp) {
                 Some((d, slot)) => {
                     if d > reach {
                         // Raised before the claim, so the reach covers the key from the moment
@@ -770,9 +783,18 @@ where
         }
     }
 
-    /// The first free slot of `home`'s window and its distance in lines.
-    fn first_free(&self, home: usize) -> Option<(usize, &SlotOf<K, A, V>)> {
-        (0..self.window).find_map(|d| {
+    /// The first free slot of `home`'s window (in the home line, from the key's preferred
+    /// slot) and its distance in lines.
+    fn first_free(&self, home: usize, fp: u64) -> Option<(usize, &SlotOf<K, A, V>)> {
+        let line = &self.lines[home].0;
+        let first = preferred_slot(fp);
+        if let Some(slot) = (0..SLOTS_PER_LINE)
+            .map(|i| &line[(first + i) % SLOTS_PER_LINE])
+            .find(|s| s.looks_free())
+        {
+            return Some((0, slot));
+        }
+        (1..self.window).find_map(|d| {
             self.line(home, d)
                 .0
                 .iter()
