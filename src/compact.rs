@@ -415,14 +415,12 @@ where
     V: CompactVariant<A>,
 {
     /// Allocates the table and builds the limiter, starting the background sweeper if one
-    /// was asked for. Fails only if the sweeper thread cannot be spawned.
+    /// was asked for. Fails (`ErrorKind::OutOfMemory`) if the table cannot be allocated, or if
+    /// the sweeper thread cannot be spawned.
     pub fn build(self) -> std::io::Result<CompactLimiter<K, A, C, V>> {
-        let shared = Arc::new(Shared::new(
-            self.algo,
-            self.clock,
-            self.max_keys,
-            self.grace,
-        ));
+        let shared = Shared::new(self.algo, self.clock, self.max_keys, self.grace)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
+        let shared = Arc::new(shared);
         let sweeper = match self.sweep_every {
             None => None,
             Some(interval) => {
@@ -491,14 +489,15 @@ where
     /// A limiter for [`DEFAULT_MAX_KEYS`] keys running `algo` on `clock`, without background
     /// sweeps.
     pub fn with_clock(algo: A, clock: C) -> Self {
-        Self {
-            shared: Arc::new(Shared::new(
-                algo,
-                clock,
-                DEFAULT_MAX_KEYS,
-                DEFAULT_SWEEP_GRACE,
-            )),
-            _sweeper: None,
+        match Shared::new(algo, clock, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_GRACE) {
+            Ok(shared) => Self {
+                shared: Arc::new(shared),
+                _sweeper: None,
+            },
+            // Out of memory for a default table (a few MB): abort, as any allocation would.
+            Err(_) => {
+                std::alloc::handle_alloc_error(std::alloc::Layout::new::<Line<SlotOf<K, A, V>>>())
+            }
         }
     }
 
@@ -631,6 +630,17 @@ where
     }
 }
 
+/// `n` values from `make`, in memory reserved fallibly.
+fn filled<T>(
+    n: usize,
+    make: impl FnMut() -> T,
+) -> Result<Box<[T]>, std::collections::TryReserveError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)?;
+    v.extend(std::iter::repeat_with(make).take(n));
+    Ok(v.into_boxed_slice())
+}
+
 /// `hash` scaled onto `0..n` by a multiply-shift (uses the hash's high bits).
 #[inline(always)]
 fn scale(hash: u64, n: usize) -> usize {
@@ -650,18 +660,20 @@ where
     C: Clock,
     V: CompactVariant<A>,
 {
-    fn new(algo: A, clock: C, max_keys: usize, grace: Duration) -> Self {
+    /// Allocates the table (fallibly: a `max_keys` beyond memory is an error, not an abort).
+    fn new(
+        algo: A,
+        clock: C,
+        max_keys: usize,
+        grace: Duration,
+    ) -> Result<Self, std::collections::TryReserveError> {
         let max_keys = max_keys.max(1);
         let slots = max_keys.saturating_mul(4).div_ceil(3);
         let lines = slots.div_ceil(SLOTS_PER_LINE).max(1);
-        Self {
-            lines: (0..lines)
-                .map(|_| Line(std::array::from_fn(|_| Slot::empty())))
-                .collect(),
-            reach: (0..lines).map(|_| AtomicU8::new(0)).collect(),
-            stripes: (0..STRIPES.min(lines))
-                .map(|_| CachePadded::new(Mutex::new(())))
-                .collect(),
+        Ok(Self {
+            lines: filled(lines, || Line(std::array::from_fn(|_| Slot::empty())))?,
+            reach: filled(lines, || AtomicU8::new(0))?,
+            stripes: filled(STRIPES.min(lines), || CachePadded::new(Mutex::new(())))?,
             window: WINDOW_LINES.min(lines),
             hasher: ahash::RandomState::new(),
             algo,
@@ -674,7 +686,7 @@ where
             totals: Totals::default(),
             window_evictions: AtomicU64::new(0),
             _key: PhantomData,
-        }
+        })
     }
 
     fn len(&self) -> usize {

@@ -7,8 +7,7 @@ mod common;
 
 use hotlimit::algo::Gcra;
 use hotlimit::{
-    CasLimiter, CompactLimiter, Decision, Hashed, Locked, ManualClock, Policy, RateLimiter,
-    WINDOW_LINES,
+    CasLimiter, CompactLimiter, Decision, Hashed, Locked, ManualClock, Policy, WINDOW_LINES,
 };
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
@@ -179,6 +178,15 @@ fn capacity_bound_holds_under_a_flood() {
 }
 
 #[test]
+fn an_impossible_table_is_an_error_not_an_abort() {
+    let err = CompactLimiter::<u64, Gcra>::builder("1/s".parse().unwrap())
+        .max_keys(usize::MAX / 2)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::OutOfMemory);
+}
+
+#[test]
 fn background_sweeper_keeps_the_table_below_max_keys() {
     let limiter = CompactLimiter::<u64, Gcra>::builder("10/s".parse().unwrap())
         .max_keys(1000)
@@ -229,11 +237,12 @@ fn probes(keys: impl Iterator<Item = u64>, n: usize) -> hotlimit::ProbeStats {
 #[test]
 fn adversarial_keys_keep_probes_short() {
     const N: usize = 200_000;
-    let patterns: [(&str, Box<dyn Fn(u64) -> u64>); 4] = [
-        ("sequential", Box::new(|i| i)),
-        ("multiples of 2^16", Box::new(|i| i << 16)),
-        ("multiples of 2^32", Box::new(|i| i << 32)),
-        ("high bits only", Box::new(|i| i.reverse_bits())),
+    type Pattern = (&'static str, fn(u64) -> u64);
+    let patterns: [Pattern; 4] = [
+        ("sequential", |i| i),
+        ("multiples of 2^16", |i| i << 16),
+        ("multiples of 2^32", |i| i << 32),
+        ("high bits only", u64::reverse_bits),
     ];
     for (name, key) in &patterns {
         let stats = probes((0..N as u64).map(key), N);
