@@ -28,7 +28,10 @@ fn gcra() -> Gcra {
 
 /// ns per request per thread: `threads` threads run `ops` requests each, over their own key
 /// sequences, released together.
-fn time(threads: usize, ops: usize, seqs: &[Vec<u64>], check: &(dyn Fn(u64) + Sync)) -> f64 {
+/// Generic over the check (not `dyn`), so each variant's loop is compiled with its check
+/// inlined, as a caller's would be: an indirect call per request would hide part of the
+/// overlap between consecutive requests that the CPU finds in a tight loop.
+fn time<F: Fn(u64) + Sync>(threads: usize, ops: usize, seqs: &[Vec<u64>], check: &F) -> f64 {
     let barrier = Barrier::new(threads);
     let wall = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
@@ -191,23 +194,27 @@ fn main() {
         let cur = cell.load(Ordering::Acquire);
         let _ = cell.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire);
     };
-    type Row<'a> = (&'a str, &'a (dyn Fn(u64) + Sync));
-    let rows: [Row; 6] = [
-        ("compact", &|k| {
-            black_box(compact.check(&k));
-        }),
-        ("papaya", &|k| {
-            black_box(papaya.check(&k));
-        }),
-        ("governor", &|k| {
-            let _ = black_box(governor.check_key(&k));
-        }),
-        ("flat-array gcra", &flat_gcra),
-        ("flat-array bare cas", &flat_bare),
-        ("compact, manual clock", &|k| {
-            black_box(compact_manual.check(&k));
-        }),
-    ];
+    let compact_check = |k: u64| {
+        black_box(compact.check(&k));
+    };
+    let papaya_check = |k: u64| {
+        black_box(papaya.check(&k));
+    };
+    let governor_check = |k: u64| {
+        let _ = black_box(governor.check_key(&k));
+    };
+    let manual_check = |k: u64| {
+        black_box(compact_manual.check(&k));
+    };
+    const ROWS: usize = 6;
+    let run = |row: usize, threads: usize, ops: usize| match row {
+        0 => time(threads, ops, &seqs, &compact_check),
+        1 => time(threads, ops, &seqs, &papaya_check),
+        2 => time(threads, ops, &seqs, &governor_check),
+        3 => time(threads, ops, &seqs, &flat_gcra),
+        4 => time(threads, ops, &seqs, &flat_bare),
+        _ => time(threads, ops, &seqs, &manual_check),
+    };
 
     println!("compact store goals: GCRA check, {KEYS} uniform u64 keys (all present), ns per request per thread");
     println!(
@@ -217,14 +224,14 @@ fn main() {
     println!("| threads | compact | papaya | governor | flat array + clock + GCRA | flat array bare CAS | governor ÷ compact | compact ÷ flat (GCRA) | compact ÷ flat (bare) | papaya ÷ compact |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for threads in [1usize, 2] {
-        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); ROWS];
         // Warm-up round, not recorded.
-        for (_, f) in &rows {
-            time(threads, ops / 4, &seqs, *f);
+        for row in 0..ROWS {
+            run(row, threads, ops / 4);
         }
         for _ in 0..rounds {
-            for (i, (_, f)) in rows.iter().enumerate() {
-                samples[i].push(time(threads, ops, &seqs, *f));
+            for (row, sample) in samples.iter_mut().enumerate() {
+                sample.push(run(row, threads, ops));
             }
         }
         let m: Vec<f64> = samples.into_iter().map(median).collect();
