@@ -402,7 +402,8 @@ impl<K, A, C, V> CompactBuilder<K, A, C, V> {
 
     /// Sizes the table for `max_keys` keys at a load of 3/4 (default [`DEFAULT_MAX_KEYS`]):
     /// [`capacity`](CompactLimiter::capacity) is about `4/3 · max_keys` slots, 16 bytes each
-    /// for the lock-free slot, allocated and zeroed at build. The table never grows.
+    /// for the lock-free slot, allocated and initialized at build (resident from then on). The
+    /// table never grows.
     ///
     /// A sweep that finds more than `max_keys` keys evicts those closest to fresh (earliest
     /// [`Algorithm::idle_at`]) down to 7/8 of it, and an insert beyond `max_keys` wakes the
