@@ -655,6 +655,19 @@ where
     }
 }
 
+/// The limiter's hasher: seeded at random per process and per limiter (hash flooding).
+#[cfg(not(hotlimit_loom))]
+fn hasher() -> ahash::RandomState {
+    ahash::RandomState::new()
+}
+
+/// Under loom, fixed seeds: loom replays a model once per interleaving and needs every run to
+/// take the same slots.
+#[cfg(hotlimit_loom)]
+fn hasher() -> ahash::RandomState {
+    ahash::RandomState::with_seeds(1, 2, 3, 4)
+}
+
 /// `n` values from `make`, in memory reserved fallibly.
 fn filled<T>(
     n: usize,
@@ -700,7 +713,7 @@ where
             reach: filled(lines, || AtomicU8::new(0))?,
             stripes: filled(STRIPES.min(lines), || CachePadded::new(Mutex::new(())))?,
             window: WINDOW_LINES.min(lines),
-            hasher: ahash::RandomState::new(),
+            hasher: hasher(),
             algo,
             clock,
             stats: Stats::default(),
@@ -1060,16 +1073,21 @@ mod loom_tests {
         });
     }
 
-    /// A request for key 7 races a sweep that may evict it, while a request for a new key 9
-    /// may take the freed slot. Whatever the interleaving, each key ends with exactly its own
-    /// request counted: a stale CAS for 7 never lands in 9's slot and 7's request is never
-    /// lost. With `prefill`, 7 starts idle (tat = T); without, the request inserts 7 fresh,
-    /// and the sweep can free the slot between that insert and the request's CAS, so 9 may
-    /// be installed in it with the very state (fresh) 7's request read: only the key half
-    /// of the pair CAS stops the stale write (a state-only CAS fails this model).
+    /// A request for key 7 races a sweep that may evict it, while a request for a new key
+    /// (one that prefers 7's slot) may take the freed slot. Whatever the interleaving, each
+    /// key ends with exactly its own request counted: a stale CAS for 7 never lands in the
+    /// other key's slot and 7's request is never lost. With `prefill`, 7 starts idle
+    /// (tat = T); without, the request inserts 7 fresh, and the sweep can free the slot
+    /// between that insert and the request's CAS, so the other key may be installed in it
+    /// with the very state (fresh) 7's request read: only the key half of the pair CAS stops
+    /// the stale write (a state-only CAS fails this model).
     fn evict_vs_check(policy: Policy, prefill: bool) {
         loom::model(move || {
             let (l, clock) = limiter(policy);
+            // A second key that prefers the same slot as 7, so it takes 7's slot when the
+            // sweep frees it (the reuse under test), not a free neighbour.
+            let pref = |k: u64| preferred_slot(l.shared.hasher.hash_one(k) | 1);
+            let other = (8..).find(|&k| pref(k) == pref(7)).unwrap();
             if prefill {
                 l.check(&7); // tat = T
             }
@@ -1087,7 +1105,7 @@ mod loom_tests {
             };
             let c = {
                 let l = l.clone();
-                thread::spawn(move || l.check(&9).is_allowed())
+                thread::spawn(move || l.check(&other).is_allowed())
             };
             assert!(a.join().unwrap());
             b.join().unwrap();
@@ -1098,7 +1116,7 @@ mod loom_tests {
             // the probe itself is counted).
             let want = if policy == Policy::Strict { 2 * T } else { T };
             assert_eq!(leaky_wait(&l, 7), want);
-            assert_eq!(leaky_wait(&l, 9), want);
+            assert_eq!(leaky_wait(&l, other), want);
         });
     }
 
