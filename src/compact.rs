@@ -1029,9 +1029,9 @@ mod loom_tests {
     const T: u64 = 10_000_000; // 100/s
     const NOW: u64 = 1_000_000_000;
 
-    type Limiter = CompactLimiter<u64, Gcra, ManualClock, Cas>;
+    type Limiter<V> = CompactLimiter<u64, Gcra, ManualClock, V>;
 
-    fn limiter(policy: Policy) -> (Limiter, ManualClock) {
+    fn limiter<V: CompactVariant<Gcra>>(policy: Policy) -> (Limiter<V>, ManualClock) {
         let g = "100/s burst 1".parse::<Gcra>().unwrap().with_policy(policy);
         let clock = ManualClock::new();
         let l = CompactLimiter::builder(g)
@@ -1045,7 +1045,7 @@ mod loom_tests {
 
     /// The state a key is left in, read through a probe request: with burst 1 and tat ≥ now
     /// the probe is denied, and its retry_after pins tat (leaky: tat − now).
-    fn leaky_wait(l: &Limiter, key: u64) -> u64 {
+    fn leaky_wait<V: CompactVariant<Gcra>>(l: &Limiter<V>, key: u64) -> u64 {
         let d = l.check(&key);
         assert!(d.is_denied(), "key {key} admitted by the probe: {d:?}");
         d.retry_after_nanos()
@@ -1053,10 +1053,9 @@ mod loom_tests {
 
     /// Two threads insert the same new key at once: exactly one request admitted, one key
     /// held, one slot used.
-    #[test]
-    fn loom_compact_concurrent_inserts_of_one_key() {
+    fn concurrent_inserts<V: CompactVariant<Gcra>>() {
         loom::model(|| {
-            let (l, clock) = limiter(Policy::Leaky);
+            let (l, clock) = limiter::<V>(Policy::Leaky);
             clock.set_nanos(NOW);
             let l = Arc::new(l);
             let hs: Vec<_> = (0..2)
@@ -1073,6 +1072,17 @@ mod loom_tests {
         });
     }
 
+    #[test]
+    fn loom_compact_concurrent_inserts_of_one_key() {
+        concurrent_inserts::<Cas>();
+    }
+
+    /// The same through lock slots: the hint word read without the lock, the entry under it.
+    #[test]
+    fn loom_compact_locked_concurrent_inserts_of_one_key() {
+        concurrent_inserts::<Locked>();
+    }
+
     /// A request for key 7 races a sweep that may evict it, while a request for a new key
     /// (one that prefers 7's slot) may take the freed slot. Whatever the interleaving, each
     /// key ends with exactly its own request counted: a stale CAS for 7 never lands in the
@@ -1081,9 +1091,9 @@ mod loom_tests {
     /// between that insert and the request's CAS, so the other key may be installed in it
     /// with the very state (fresh) 7's request read: only the key half of the pair CAS stops
     /// the stale write (a state-only CAS fails this model).
-    fn evict_vs_check(policy: Policy, prefill: bool) {
+    fn evict_vs_check<V: CompactVariant<Gcra>>(policy: Policy, prefill: bool) {
         loom::model(move || {
-            let (l, clock) = limiter(policy);
+            let (l, clock) = limiter::<V>(policy);
             // A second key that prefers the same slot as 7, so it takes 7's slot when the
             // sweep frees it (the reuse under test), not a free neighbour.
             let pref = |k: u64| preferred_slot(l.shared.hasher.hash_one(k) | 1);
@@ -1122,16 +1132,21 @@ mod loom_tests {
 
     #[test]
     fn loom_compact_evict_idle_vs_check_leaky() {
-        evict_vs_check(Policy::Leaky, true);
+        evict_vs_check::<Cas>(Policy::Leaky, true);
     }
 
     #[test]
     fn loom_compact_evict_fresh_vs_check_leaky() {
-        evict_vs_check(Policy::Leaky, false);
+        evict_vs_check::<Cas>(Policy::Leaky, false);
+    }
+
+    #[test]
+    fn loom_compact_locked_evict_fresh_vs_check_leaky() {
+        evict_vs_check::<Locked>(Policy::Leaky, false);
     }
 
     #[test]
     fn loom_compact_evict_fresh_vs_check_strict() {
-        evict_vs_check(Policy::Strict, false);
+        evict_vs_check::<Cas>(Policy::Strict, false);
     }
 }

@@ -252,3 +252,56 @@ fn adversarial_keys_keep_probes_short() {
         assert!(stats.max_reach < WINDOW_LINES as u64, "{name}: {stats:?}");
     }
 }
+
+/// Threads meeting keys for the first time, in different orders, while another thread sweeps
+/// in a loop: every key is inserted once (never in two slots), every request counted once.
+/// At a frozen clock with burst 1, each key admits exactly one request however many threads
+/// race to insert it; a fresh slot the sweep frees before its first CAS is inserted again.
+fn first_sight_races<V: hotlimit::CompactVariant<Gcra>>() {
+    const KEYS: u64 = 20_000;
+    const THREADS: u64 = 3;
+    let clock = ManualClock::new();
+    clock.set_nanos(1_000_000_000);
+    let limiter =
+        CompactLimiter::<u64, Gcra, hotlimit::QuantaClock, V>::builder("1/s".parse().unwrap())
+            .max_keys(KEYS as usize)
+            .clock(clock)
+            .sweep_grace(Duration::ZERO)
+            .build()
+            .unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let allowed: u64 = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                limiter.sweep();
+            }
+        });
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let limiter = &limiter;
+                s.spawn(move || {
+                    // Each thread walks the keys in its own order (a different stride).
+                    let stride = [1, 7919, 104_729][t as usize];
+                    (0..KEYS)
+                        .filter(|i| limiter.check(&(i * stride % KEYS)).is_allowed())
+                        .count() as u64
+                })
+            })
+            .collect();
+        let allowed = workers.into_iter().map(|h| h.join().unwrap()).sum();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        allowed
+    });
+    assert_eq!(allowed, KEYS);
+    assert_eq!(limiter.len() as u64, KEYS);
+    assert_eq!(limiter.probe_stats().keys, KEYS);
+    for key in 0..KEYS {
+        assert!(limiter.check(&key).is_denied(), "key {key} admitted twice");
+    }
+}
+
+#[test]
+fn first_sight_races_never_duplicate_a_key() {
+    first_sight_races::<hotlimit::Cas>();
+    first_sight_races::<Locked>();
+}
