@@ -31,9 +31,10 @@ pub const SLOTS_PER_LINE: usize = 4;
 
 /// The probe window: a key lives at most `WINDOW_LINES - 1` lines past its home line. At the
 /// design load (3/4) 87% of keys sit in their home line and the mean look-up scans 1.27
-/// lines, but linear probing has a long thin tail: the longest probe was 61 lines at 10^6
-/// keys (see [`CompactLimiter::probe_stats`] and `BENCHMARKS.md`). Twice that leaves room to
-/// 10^7 keys and beyond, so the window fills only when the table itself is nearly full.
+/// lines, but linear probing has a long thin tail: the longest probe was 37–62 lines at 10^6
+/// keys and 45–65 at 10^7 over our runs (see [`CompactLimiter::probe_stats`] and
+/// `BENCHMARKS.md`). Twice that leaves room to grow, so the window fills only when the table
+/// itself is nearly full.
 pub const WINDOW_LINES: usize = 128;
 
 /// The `max_keys` of a compact limiter built without [`CompactBuilder::max_keys`].
@@ -41,9 +42,6 @@ pub const DEFAULT_MAX_KEYS: usize = 65_536;
 
 /// Home-line lock stripes for inserts (cache-padded: 64 KiB).
 const STRIPES: usize = 1024;
-
-/// Keys sampled to pick the capacity-eviction threshold in a sweep.
-const CAPACITY_SAMPLE: usize = 1024;
 
 /// A key type the compact store can hold inline: it maps to a fixed-size form
 /// ([`Repr`](CompactKey::Repr), `u64` or `u128`).
@@ -256,10 +254,11 @@ type SlotOf<K, A, V> = <V as CompactVariant<A>>::Slot<<K as CompactKey>::Repr>;
 /// * **Capacity.** The table is the bound: [`len`](CompactLimiter::len) never exceeds
 ///   [`capacity`](CompactLimiter::capacity). When an insert finds its whole window live, it
 ///   evicts the key in the window closest to fresh (earliest [`Algorithm::idle_at`]) and takes
-///   its slot; at a load of 3/4 that does not happen in practice (the longest probe was 61
-///   lines at 10^6 keys and 59 at 10^7, against a window of 128), so it is the capacity bound,
-///   not a hazard of hashing. A sweep also evicts down to 7/8 of `max_keys` when more are
-///   held, like the papaya store.
+///   its slot; at a load of 3/4 that does not happen in practice (the longest probe was at
+///   most 62 lines at 10^6 keys and 65 at 10^7, against a window of 128), so it is the
+///   capacity bound, not a hazard of hashing. A sweep also evicts down to 7/8 of `max_keys`
+///   when more are held, like the papaya store (by an exact selection of the earliest
+///   `idle_at`, not a sample).
 ///
 /// # Costs and limits
 ///
@@ -899,23 +898,24 @@ where
         report
     }
 
-    /// Evicts about `len − 7/8·max_keys` keys, those closest to fresh first, as the papaya
-    /// store does: a sampled quantile of `idle_at` picks the threshold (slots are in hash
-    /// order, so the first ones are a uniform sample), one pass kills keys at or below it.
+    /// Evicts `len − 7/8·max_keys` keys, those closest to fresh (earliest `idle_at`) first.
+    /// Exact, unlike the papaya store's sampled threshold: the sweep walks the flat table
+    /// anyway, so it collects every key's `idle_at` (8 bytes per key, for the sweep's
+    /// duration) and selects the threshold in linear time; one more pass kills keys at or
+    /// below it, up to the excess. Keys updated meanwhile are judged on their new state.
     fn evict_capacity(&self, len: usize) -> u64 {
         let target = self.max_keys - self.max_keys / 8;
-        let excess = (len - target) as u64;
-        let mut sample: Vec<u64> = self
+        let mut idle: Vec<u64> = self
             .slots()
             .filter_map(|s| s.inspect(|_, state| self.algo.idle_at(state)))
-            .take(CAPACITY_SAMPLE)
             .collect();
-        if sample.is_empty() {
+        let excess = len.saturating_sub(target).min(idle.len());
+        if excess == 0 {
             return 0;
         }
-        sample.sort_unstable();
-        let rank = (sample.len() as u128 * excess as u128).div_ceil(len as u128) as usize;
-        let threshold = sample[rank.min(sample.len() - 1)];
+        let (_, &mut threshold, _) = idle.select_nth_unstable(excess - 1);
+        drop(idle);
+        let excess = excess as u64;
         let mut evicted = 0;
         for slot in self.slots() {
             if evicted >= excess || self.signal.stopping() {
