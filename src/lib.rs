@@ -106,7 +106,7 @@
 //! * `sync.rs`: every atomic and lock used by the protocol, swapped for loom's under
 //!   `--cfg hotlimit_loom`.
 //! * `compact.rs`, `compact/slot.rs`: the compact store (its design, and the crates evaluated
-//!   before writing it, are in [`CompactLimiter`]'s module docs).
+//!   before writing it, are in [`CompactLimiter`]'s docs).
 #![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]
 
