@@ -3,10 +3,14 @@
 //! measurements of memory and of latency distributions, not of a repeated operation).
 //!
 //! Bytes per key are measured in a child process per variant (this binary re-run with
-//! `--rss <variant>`), so one variant's freed memory cannot flatter the next.
+//! `--rss <variant>`), so one variant's freed memory cannot flatter the next. The `compact`
+//! row is the fixed-capacity `CompactLimiter` sized for the 1M keys (its table is allocated
+//! whole at build, so its bytes per key are the table's).
 
 use hdrhistogram::Histogram;
-use hotlimit::{algo::Gcra, Cas, KeyedLimiter, Locked, ManualClock, QuantaClock, Variant};
+use hotlimit::{
+    algo::Gcra, Cas, CompactLimiter, KeyedLimiter, Locked, ManualClock, QuantaClock, Variant,
+};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -37,6 +41,63 @@ fn measure_rss<V: Variant<Gcra>>() -> f64 {
     let after = rss_bytes();
     black_box(&limiter);
     (after - before) as f64 / KEYS as f64
+}
+
+/// Child process: RSS growth for 1M keys in the compact store (table included).
+fn measure_rss_compact() -> f64 {
+    let before = rss_bytes();
+    let limiter = CompactLimiter::<u64, Gcra>::builder(gcra())
+        .max_keys(KEYS as usize)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    for key in 0..KEYS {
+        limiter.check(&key);
+    }
+    let after = rss_bytes();
+    black_box(&limiter);
+    (after - before) as f64 / KEYS as f64
+}
+
+/// [`sweep_times`] for the compact store.
+fn sweep_times_compact() -> (Duration, Duration, Duration) {
+    let clock = ManualClock::new();
+    let limiter = CompactLimiter::<u64, Gcra>::builder(gcra())
+        .max_keys(KEYS as usize)
+        .clock(clock.clone())
+        .sweep_grace(Duration::ZERO)
+        .build()
+        .unwrap();
+    for key in 0..KEYS {
+        limiter.check(&key);
+    }
+    let first = limiter.sweep();
+    let live = limiter.sweep();
+    assert_eq!((live.scanned, live.evicted_idle), (KEYS, 0));
+    clock.advance(Duration::from_secs(1));
+    let idle = limiter.sweep();
+    assert_eq!(idle.evicted_idle, KEYS);
+    (first.elapsed, live.elapsed, idle.elapsed)
+}
+
+/// [`latency`] for the compact store.
+fn latency_compact(with_sweeps: bool) -> Histogram<u64> {
+    let limiter = CompactLimiter::<u64, Gcra>::builder("1000000000/s".parse().unwrap())
+        .max_keys(KEYS as usize)
+        .build()
+        .unwrap();
+    for key in 0..KEYS {
+        limiter.check(&key);
+    }
+    timed_checks(
+        with_sweeps,
+        &|k| {
+            black_box(limiter.check(&k));
+        },
+        &|| {
+            black_box(limiter.sweep());
+        },
+    )
 }
 
 fn child_rss(variant: &str) -> String {
@@ -75,13 +136,30 @@ fn latency<V: Variant<Gcra>>(with_sweeps: bool) -> Histogram<u64> {
     for key in 0..KEYS {
         limiter.check(&key);
     }
+    timed_checks(
+        with_sweeps,
+        &|k| {
+            black_box(limiter.check(&k));
+        },
+        &|| {
+            black_box(limiter.sweep());
+        },
+    )
+}
+
+/// 2M timed `check`s of uniform random keys, with or without `sweep` looping on another thread.
+fn timed_checks(
+    with_sweeps: bool,
+    check: &(dyn Fn(u64) + Sync),
+    sweep: &(dyn Fn() + Sync),
+) -> Histogram<u64> {
     let mut hist = Histogram::<u64>::new(3).unwrap();
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         if with_sweeps {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
-                    black_box(limiter.sweep());
+                    sweep();
                 }
             });
         }
@@ -92,7 +170,7 @@ fn latency<V: Variant<Gcra>>(with_sweeps: bool) -> Histogram<u64> {
             x ^= x << 17;
             let key = x % KEYS;
             let t = Instant::now();
-            black_box(limiter.check(&key));
+            check(key);
             hist.saturating_record(t.elapsed().as_nanos() as u64);
         }
         stop.store(true, Ordering::Relaxed);
@@ -105,6 +183,7 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--rss") {
         let bytes = match args.get(i + 1).map(String::as_str) {
             Some("mutex") => measure_rss::<Locked>(),
+            Some("compact") => measure_rss_compact(),
             _ => measure_rss::<Cas>(),
         };
         println!("{bytes:.1}");
@@ -117,15 +196,17 @@ fn main() {
     println!();
     println!("| variant | bytes/key (RSS) | sweep, all live: first / next | sweep, all idle | check p50 / p99 / p99.9, no sweep | same, sweeping |");
     println!("|---|---|---|---|---|---|");
-    for variant in ["cas", "mutex"] {
+    for variant in ["cas", "mutex", "compact"] {
         let rss = child_rss(variant);
         let (first, live, idle) = match variant {
             "cas" => sweep_times::<Cas>(),
-            _ => sweep_times::<Locked>(),
+            "mutex" => sweep_times::<Locked>(),
+            _ => sweep_times_compact(),
         };
         let (quiet, busy) = match variant {
             "cas" => (latency::<Cas>(false), latency::<Cas>(true)),
-            _ => (latency::<Locked>(false), latency::<Locked>(true)),
+            "mutex" => (latency::<Locked>(false), latency::<Locked>(true)),
+            _ => (latency_compact(false), latency_compact(true)),
         };
         let q = |h: &Histogram<u64>| {
             format!(

@@ -1,5 +1,6 @@
 //! Keyed GCRA `check`: hotlimit CAS (pinned per request, and pinned per batch of 64), its mutex
-//! twin, a sharded `Mutex<HashMap>`, governor's keyed limiter, and the floor of any
+//! twin, the compact store (`CompactLimiter`, sized for the scenario's keys), a sharded
+//! `Mutex<HashMap>`, governor's keyed limiter, and the floor of any
 //! papaya-based design (a bare papaya `get` + CAS on the value, pinned per op and per batch)
 //! — all in one group per scenario, so the report compares them in one run.
 //!
@@ -9,7 +10,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use governor::{Quota, RateLimiter as Governor};
-use hotlimit::{algo::Gcra, CasLimiter, MutexLimiter, QuantaClock, ShardedLimiter};
+use hotlimit::{algo::Gcra, CasLimiter, CompactLimiter, MutexLimiter, QuantaClock, ShardedLimiter};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rand_distr::Zipf;
 use std::hint::black_box;
@@ -86,6 +87,10 @@ fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str) {
     let cas = CasLimiter::<u64, Gcra, QuantaClock>::new(gcra());
     let mutex = MutexLimiter::<u64, Gcra, QuantaClock>::new(gcra());
     let sharded = ShardedLimiter::<u64, Gcra, QuantaClock>::new(gcra());
+    let compact = CompactLimiter::<u64, Gcra>::builder(gcra())
+        .max_keys(keys_n as usize)
+        .build()
+        .unwrap();
     let max = NonZeroU32::MAX;
     let governor = Governor::keyed(Quota::per_second(max).allow_burst(max));
     let papaya = papaya::HashMap::builder()
@@ -95,6 +100,7 @@ fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str) {
         cas.check(&k);
         mutex.check(&k);
         sharded.check(&k);
+        compact.check(&k);
         let _ = governor.check_key(&k);
         papaya.pin().insert(k, AtomicU64::new(0));
     }
@@ -126,6 +132,11 @@ fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str) {
         bench("mutex", &|s, from, n| {
             keys(s, from, n).for_each(|k| {
                 black_box(mutex.check(k));
+            })
+        });
+        bench("compact", &|s, from, n| {
+            keys(s, from, n).for_each(|k| {
+                black_box(compact.check(k));
             })
         });
         bench("sharded-mutex", &|s, from, n| {

@@ -15,6 +15,7 @@
 //! --abusive F            share of requests from 8 abusive keys, 0..1 (default 0.1)
 //! --requests N           checks per thread (default 40000000 / threads, at least 1000000)
 //! --variants LIST        cas,mutex,sharded-mutex,governor (default: all four)
+//! --store papaya|compact the store of the cas and mutex variants (default papaya)
 //! --seed N               key stream seed (default 1)
 //! --json                 one JSON array of rows on stdout instead of the table
 //! ```
@@ -24,12 +25,14 @@
 //! abusive keys are the last `min(8, keys)` keys, the least popular ranks, so under Zipf their
 //! traffic is all abuse. Every variant replays exactly the same per-thread key sequences,
 //! generated before any timing from the seed; each variant starts from an empty limiter, so a
-//! key's first check inserts it.
+//! key's first check inserts it. With `--store compact` the `cas` and `mutex` variants are
+//! `CompactLimiter`s (the fixed-capacity inline table, sized for `--keys`) instead of the
+//! papaya-based `CasLimiter` / `MutexLimiter`; the sharded and governor rows are unchanged.
 //!
 //! # Output
 //!
 //! A progress line on stderr; on stdout a table (or, with `--json`, one JSON array with one
-//! object per variant: `variant`, `algo`, `threads`, `keys`, `dist`, `mops`, `ns_per_op`,
+//! object per variant: `variant`, `store`, `algo`, `threads`, `keys`, `dist`, `mops`, `ns_per_op`,
 //! `p50_ns`, `p99_ns`, `p999_ns`, `retries_per_op`, `allowed_pct`).
 //!
 //! * `Mops/s`: total checks / wall time / 10^6, the wall time running from the first thread's
@@ -48,7 +51,10 @@ use hdrhistogram::Histogram;
 use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow, DEFAULT_BUCKETS,
 };
-use hotlimit::{Algorithm, CasLimiter, MutexLimiter, Rate, RateLimiter, ShardedLimiter};
+use hotlimit::{
+    Algorithm, Cas, CasLimiter, CompactLimiter, Locked, MutexLimiter, QuantaClock, Rate,
+    RateLimiter, ShardedLimiter,
+};
 use rand::distr::Distribution;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -124,6 +130,11 @@ struct Args {
     )]
     variants: Vec<VariantName>,
 
+    /// Store of the cas and mutex variants: the papaya map, or the fixed-capacity compact
+    /// table (CompactLimiter, sized for --keys).
+    #[arg(long, value_enum, default_value_t = Store::Papaya)]
+    store: Store,
+
     /// Seed of the key streams (thread t uses seed + t).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -173,6 +184,23 @@ impl Algo {
             Algo::FixedWindow | Algo::SlidingWindow => "1000 per 1s",
             Algo::SlidingLog => "100 per 100ms",
             Algo::SubWindow => "1000 per 1s, 60 buckets",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Store {
+    /// hotlimit's papaya-based KeyedLimiter (any key, grows)
+    Papaya,
+    /// hotlimit's CompactLimiter (fixed-size keys inline in a fixed-capacity table)
+    Compact,
+}
+
+impl Store {
+    fn name(self) -> &'static str {
+        match self {
+            Store::Papaya => "papaya",
+            Store::Compact => "compact",
         }
     }
 }
@@ -360,23 +388,47 @@ fn run_hotlimit<L: RateLimiter<u64>>(
 }
 
 /// Runs `variant` (a fresh, empty limiter) on the streams.
-fn run_variant<A: Algorithm + Copy>(algo: A, variant: VariantName, streams: &[Vec<u32>]) -> Row {
-    match variant {
-        VariantName::Cas => run_hotlimit(variant, &CasLimiter::<u64, A>::new(algo), streams, |l| {
-            Some(l.cas_stats().retries)
-        }),
-        VariantName::Mutex => {
+fn run_variant<A: Algorithm + Copy>(
+    algo: A,
+    variant: VariantName,
+    store: Store,
+    keys: u64,
+    streams: &[Vec<u32>],
+) -> Row {
+    // A table for exactly `keys` keys (at its design load of 3/4).
+    let max_keys = usize::try_from(keys).unwrap_or(usize::MAX);
+    match (variant, store) {
+        (VariantName::Cas, Store::Compact) => {
+            let limiter = CompactLimiter::<u64, A, QuantaClock, Cas>::builder(algo)
+                .max_keys(max_keys)
+                .build()
+                .expect("no sweeper thread to spawn");
+            run_hotlimit(variant, &limiter, streams, |l| Some(l.cas_stats().retries))
+        }
+        (VariantName::Mutex, Store::Compact) => {
+            let limiter = CompactLimiter::<u64, A, QuantaClock, Locked>::builder(algo)
+                .max_keys(max_keys)
+                .build()
+                .expect("no sweeper thread to spawn");
+            run_hotlimit(variant, &limiter, streams, |_| None)
+        }
+        (VariantName::Cas, _) => {
+            run_hotlimit(variant, &CasLimiter::<u64, A>::new(algo), streams, |l| {
+                Some(l.cas_stats().retries)
+            })
+        }
+        (VariantName::Mutex, _) => {
             run_hotlimit(variant, &MutexLimiter::<u64, A>::new(algo), streams, |_| {
                 None
             })
         }
-        VariantName::ShardedMutex => run_hotlimit(
+        (VariantName::ShardedMutex, _) => run_hotlimit(
             variant,
             &ShardedLimiter::<u64, A>::new(algo),
             streams,
             |_| None,
         ),
-        VariantName::Governor => {
+        (VariantName::Governor, _) => {
             let per_second = NonZeroU32::new(GCRA_PER_SECOND).expect("nonzero");
             let burst = NonZeroU32::new(GCRA_BURST).expect("nonzero");
             let limiter =
@@ -398,6 +450,7 @@ fn run_variant<A: Algorithm + Copy>(algo: A, variant: VariantName, streams: &[Ve
 /// Runs every variant in turn, with a progress line on stderr.
 fn run_all<A: Algorithm + Copy>(
     algo: A,
+    args: &Args,
     variants: &[VariantName],
     streams: &[Vec<u32>],
 ) -> Vec<Row> {
@@ -409,7 +462,7 @@ fn run_all<A: Algorithm + Copy>(
             i + 1,
             variants.len()
         ));
-        rows.push(run_variant(algo, variant, streams));
+        rows.push(run_variant(algo, variant, args.store, args.keys, streams));
     }
     rows
 }
@@ -509,38 +562,44 @@ fn run(args: &Args) -> Result<(), String> {
             let gcra = Gcra::new(Rate::per_second_of(GCRA_PER_SECOND.into()).map_err(config)?)
                 .and_then(|g| g.with_burst(GCRA_BURST.into()))
                 .map_err(config)?;
-            run_all(gcra, &variants, &streams)
+            run_all(gcra, args, &variants, &streams)
         }
         Algo::Earrrl => {
             let limit = Rate::per_second_of(1000.0).map_err(config)?;
             run_all(
                 Earrrl::new(second, limit).map_err(config)?,
+                args,
                 &variants,
                 &streams,
             )
         }
         Algo::Exponential => run_all(
             Exponential::new(1000.0, second).map_err(config)?,
+            args,
             &variants,
             &streams,
         ),
         Algo::FixedWindow => run_all(
             FixedWindow::new(1000, second).map_err(config)?,
+            args,
             &variants,
             &streams,
         ),
         Algo::SlidingWindow => run_all(
             SlidingWindow::new(1000, second).map_err(config)?,
+            args,
             &variants,
             &streams,
         ),
         Algo::SlidingLog => run_all(
             SlidingLog::new(100, Duration::from_millis(100)).map_err(config)?,
+            args,
             &variants,
             &streams,
         ),
         Algo::SubWindow => run_all(
             SubWindow::new(1000, second, DEFAULT_BUCKETS).map_err(config)?,
+            args,
             &variants,
             &streams,
         ),
@@ -571,6 +630,7 @@ fn json(args: &Args, threads: usize, rows: &[Row]) -> String {
         .map(|r| {
             serde_json::json!({
                 "variant": r.variant.name(),
+                "store": args.store.name(),
                 "algo": args.algo.name(),
                 "threads": threads,
                 "keys": args.keys,
@@ -595,9 +655,10 @@ fn table(args: &Args, threads: usize, requests: u64, rows: &[Row]) -> String {
         .find(|r| r.variant == VariantName::Cas)
         .map(Row::mops);
     let mut out = format!(
-        "algo={} ({} per key), threads={}, keys={}, dist={}, abusive={} (from {} key(s)), requests/thread={}\n",
+        "algo={} ({} per key), store={}, threads={}, keys={}, dist={}, abusive={} (from {} key(s)), requests/thread={}\n",
         args.algo.name(),
         args.algo.quota(),
+        args.store.name(),
         threads,
         args.keys,
         args.dist,

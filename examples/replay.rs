@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo run --release --example replay -- --algo <ALGO> [ALGORITHM OPTIONS]
-//!     [--policy leaky|strict] [--variant cas|mutex] < trace
+//!     [--policy leaky|strict] [--variant cas|mutex] [--store papaya|compact [--max-keys N]] < trace
 //!
 //! --algo gcra            --rate 10/s [--burst 5]
 //! --algo earrrl          --half-life 10s --limit 0.5/s
@@ -22,8 +22,10 @@
 //! 60) and which way it errs (default `strict`: one extra bucket is summed).
 //!
 //! `--policy` overrides the algorithm's default policy; `--variant` picks the lock-free
-//! `CasLimiter` (the default) or its `MutexLimiter` twin. Options take their value as the next
-//! argument or after `=` (`--rate=10/s`). For example:
+//! `CasLimiter` (the default) or its `MutexLimiter` twin. `--store compact` keeps the keys in a
+//! `CompactLimiter` instead of the papaya map (keys as 64-bit keyed hashes, `Hashed<str>`;
+//! `--max-keys` sizes its table, default 65536); the decisions are the same. Options take their
+//! value as the next argument or after `=` (`--rate=10/s`). For example:
 //!
 //! ```text
 //! cargo run --release --example replay -- --algo gcra --rate 10/s --burst 5 < examples/traces/burst.trace
@@ -59,8 +61,9 @@ use hotlimit::algo::{
     DEFAULT_BUCKETS,
 };
 use hotlimit::{
-    parse_duration, Algorithm, CasLimiter, ConfigError, Decision, Field, ManualClock, MutexLimiter,
-    Policy, Rate, RateLimiter,
+    parse_duration, Algorithm, Cas, CasLimiter, CompactLimiter, CompactVariant, ConfigError,
+    Decision, Field, Hashed, Locked, ManualClock, MutexLimiter, Policy, QuantaClock, Rate,
+    RateLimiter, DEFAULT_MAX_KEYS,
 };
 use std::fmt::Display;
 use std::io::{self, BufRead, BufWriter, Write};
@@ -70,7 +73,8 @@ use std::time::Duration;
 const USAGE: &str = "\
 Replays a trace of requests through a hotlimit limiter and prints each decision.
 
-Usage: replay --algo <ALGO> [ALGORITHM OPTIONS] [--policy leaky|strict] [--variant cas|mutex] < trace
+Usage: replay --algo <ALGO> [ALGORITHM OPTIONS] [--policy leaky|strict] [--variant cas|mutex]
+              [--store papaya|compact [--max-keys <N>]] < trace
 
 Algorithms:
   --algo gcra            --rate <RATE> [--burst <N>]
@@ -92,6 +96,9 @@ Algorithms:
 Options:
   --policy leaky|strict  what a denied request does (default: the algorithm's own)
   --variant cas|mutex    lock-free CasLimiter (default) or MutexLimiter
+  --store papaya|compact the papaya map (default) or the fixed-capacity compact table
+                         (CompactLimiter, keys kept as 64-bit keyed hashes); same decisions
+  --max-keys <N>         with --store compact: the keys its table is sized for (default 65536)
   --help                 print this help
 
 Input: one request per line, `<seconds since origin> <key> [cost]`; times never decrease,
@@ -151,9 +158,21 @@ fn run(args: Vec<String>) -> Result<(), Fatal> {
     let variant = opts
         .parsed("--variant", parse_variant)?
         .unwrap_or(Variant::Cas);
+    let store = opts
+        .parsed("--store", parse_store)?
+        .unwrap_or(Store::Papaya);
+    let max_keys = opts.parsed("--max-keys", |s: &str| match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("expected a positive whole number, got `{s}`")),
+    })?;
+    if max_keys.is_some() && store != Store::Compact {
+        return Err(Fatal::usage("--max-keys: only with --store compact"));
+    }
     let setup = Setup {
         policy,
         variant,
+        store,
+        max_keys: max_keys.unwrap_or(DEFAULT_MAX_KEYS),
         algo: &algo,
     };
     // One arm per algorithm: build it from its options, then hand it to the generic replay.
@@ -282,6 +301,23 @@ fn parse_variant(s: &str) -> Result<Variant, String> {
     }
 }
 
+/// Which store holds the keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Papaya,
+    Compact,
+}
+
+fn parse_store(s: &str) -> Result<Store, String> {
+    match s {
+        "papaya" => Ok(Store::Papaya),
+        "compact" => Ok(Store::Compact),
+        other => Err(format!(
+            "unknown store `{other}` (expected papaya or compact)"
+        )),
+    }
+}
+
 /// The command line as `--name value` pairs, taken one by one by whoever uses them; whatever
 /// is left at the end was not an option of the chosen algorithm.
 struct Options {
@@ -363,6 +399,8 @@ impl Options {
 struct Setup<'a> {
     policy: Option<Policy>,
     variant: Variant,
+    store: Store,
+    max_keys: usize,
     algo: &'a str,
 }
 
@@ -381,17 +419,33 @@ impl Setup<'_> {
             None => algo,
         };
         let clock = ManualClock::new();
-        match self.variant {
-            Variant::Cas => {
+        match (self.store, self.variant) {
+            (Store::Papaya, Variant::Cas) => {
                 let limiter = CasLimiter::<String, A, ManualClock>::with_clock(algo, clock.clone());
                 replay_stdio(&limiter, &clock)
             }
-            Variant::Mutex => {
+            (Store::Papaya, Variant::Mutex) => {
                 let limiter =
                     MutexLimiter::<String, A, ManualClock>::with_clock(algo, clock.clone());
                 replay_stdio(&limiter, &clock)
             }
+            (Store::Compact, Variant::Cas) => self.replay_compact::<A, Cas>(algo, clock),
+            (Store::Compact, Variant::Mutex) => self.replay_compact::<A, Locked>(algo, clock),
         }
+    }
+
+    /// `--store compact`: string keys as 64-bit keyed hashes in a table for `--max-keys`.
+    fn replay_compact<A: Algorithm, V: CompactVariant<A>>(
+        &self,
+        algo: A,
+        clock: ManualClock,
+    ) -> Result<(), Fatal> {
+        let limiter = CompactLimiter::<Hashed<str>, A, QuantaClock, V>::builder(algo)
+            .max_keys(self.max_keys)
+            .clock(clock.clone())
+            .build()
+            .map_err(|e| Fatal::io("building the limiter", e))?;
+        replay_stdio(&limiter, &clock)
     }
 }
 

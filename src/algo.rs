@@ -31,7 +31,10 @@ use std::fmt::Debug;
 /// whose state cannot fit one, a small owned value kept behind a per-key lock. Sealed.
 ///
 /// `Clone` so that [`peek`](crate::KeyedLimiter::peek) can run a step on a copy.
-pub trait State: crate::cell::StateCells + Clone + Send + Sync + Debug + 'static {}
+pub trait State:
+    crate::cell::StateCells + crate::compact::CompactState + Clone + Send + Sync + Debug + 'static
+{
+}
 impl State for u64 {}
 impl State for u128 {}
 

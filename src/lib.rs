@@ -33,6 +33,9 @@
 //!   pessimistic twin, to compare on your workload).
 //! * [`DirectLimiter`]: one unkeyed limit (a global cap).
 //! * [`ShardedLimiter`]: a sharded `Mutex<HashMap>`, kept as a benchmark baseline.
+//! * [`CompactLimiter`]: keyed, for keys of a fixed small size (`u64`, `u32`, `u128`, IP
+//!   addresses, or [`Hashed`] keys): a fixed-capacity table with each key's state inline, one
+//!   128-bit CAS per check and one cache line in the common case; for millions of keys.
 //!
 //! [`KeyedLimiter::check`] decides a request of cost 1, [`KeyedLimiter::check_n`] one of any
 //! cost (bytes, tokens); a cost that could never be admitted is a [`CostError`], not an
@@ -113,6 +116,8 @@
 //!   sweeper thread.
 //! * `sync.rs`: every atomic and lock used by the protocol, swapped for loom's under
 //!   `--cfg hotlimit_loom`.
+//! * `compact.rs`, `compact/slot.rs`: the compact store (its design, and the crates evaluated
+//!   before writing it, are in [`CompactLimiter`]'s docs).
 #![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]
 
@@ -130,6 +135,7 @@ pub use decision::{Decision, Policy};
 pub use error::{ConfigError, CostError, Field};
 
 mod cell;
+mod compact;
 mod direct;
 mod keyed;
 mod limiter;
@@ -139,6 +145,10 @@ mod stats;
 mod sweeper;
 mod wait;
 
+pub use compact::{
+    CompactBuilder, CompactKey, CompactLimiter, CompactVariant, Hashed, ProbeStats,
+    DEFAULT_MAX_KEYS, SLOTS_PER_LINE, WINDOW_LINES,
+};
 pub use direct::DirectLimiter;
 pub use keyed::{Builder, CasLimiter, KeyedLimiter, MutexLimiter, Pinned, DEFAULT_SWEEP_GRACE};
 pub use limiter::{Cas, Locked, RateLimiter, Variant};

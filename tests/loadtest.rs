@@ -74,7 +74,7 @@ fn rows(extra: &[&str]) -> Vec<Value> {
 /// Every key present, with the right type and a sane value.
 fn check_row(row: &Value) {
     let obj = row.as_object().expect("each row is an object");
-    for key in ["variant", "algo", "dist"] {
+    for key in ["variant", "store", "algo", "dist"] {
         assert!(obj[key].is_string(), "{key} is not a string in {row}");
     }
     for key in [
@@ -93,7 +93,7 @@ fn check_row(row: &Value) {
             .unwrap_or_else(|| panic!("{key} missing in {row}"));
         assert!(v.is_number(), "{key} is not a number in {row}");
     }
-    assert_eq!(obj.len(), 12, "unexpected keys in {row}");
+    assert_eq!(obj.len(), 13, "unexpected keys in {row}");
     assert_eq!(row["threads"], 2);
     assert_eq!(row["keys"], 100);
     assert_eq!(row["dist"], "zipf:1.0");
@@ -132,6 +132,24 @@ fn json_has_one_row_per_variant() {
     // Only hotlimit CAS counts retries.
     for row in &rows[1..] {
         assert_eq!(row["retries_per_op"], 0.0);
+    }
+}
+
+#[test]
+fn store_option_puts_cas_and_mutex_on_the_compact_table() {
+    let papaya = rows(&["--variants", "cas,mutex"]);
+    assert!(papaya.iter().all(|r| r["store"] == "papaya"));
+    for algo in ["gcra", "sliding-log"] {
+        let rows = rows(&[
+            "--algo",
+            algo,
+            "--variants",
+            "cas,mutex",
+            "--store",
+            "compact",
+        ]);
+        assert_eq!(variants(&rows), ["cas", "mutex"]);
+        assert!(rows.iter().all(|r| r["store"] == "compact"), "{rows:?}");
     }
 }
 

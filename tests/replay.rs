@@ -342,6 +342,44 @@ fn cas_and_mutex_variants_print_the_same_decisions() {
 }
 
 #[test]
+fn papaya_and_compact_stores_print_the_same_decisions() {
+    let trace = generated_trace(2000);
+    let algos: [&[&str]; 4] = [
+        GCRA_10_BURST_5,
+        &["--algo", "earrrl", "--half-life", "2s", "--limit", "3/s"],
+        &["--algo", "exponential", "--limit", "10", "--period", "5s"],
+        &["--algo", "sliding-log", "--limit", "10", "--window", "5s"],
+    ];
+    for algo in algos {
+        for policy in ["leaky", "strict"] {
+            let what = format!("{} --policy {policy}", algo.join(" "));
+            let with = |extra: &[&str]| {
+                let mut args = algo.to_vec();
+                args.extend(["--policy", policy]);
+                args.extend(extra);
+                replay_ok(&args, &trace)
+            };
+            let papaya = with(&[]);
+            assert_eq!(papaya.lines().len(), 2000, "{what}");
+            for extra in [
+                &["--store", "compact"][..],
+                &[
+                    "--store",
+                    "compact",
+                    "--variant",
+                    "mutex",
+                    "--max-keys",
+                    "100",
+                ],
+            ] {
+                let compact = with(extra);
+                assert_eq!(papaya.stdout, compact.stdout, "{what} {extra:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn earrrl_trace_prints_rates_and_first_denies_request_18() {
     let trace: String = (0..40u64)
         .map(|k| format!("{}.{:02} client\n", k / 4, k % 4 * 25))
@@ -455,6 +493,27 @@ fn bad_options_exit_2_and_name_the_option() {
         (
             &["--algo", "gcra", "--rate", "10/s", "--variant", "rwlock"],
             "--variant",
+        ),
+        (
+            &["--algo", "gcra", "--rate", "10/s", "--store", "redis"],
+            "--store",
+        ),
+        (
+            &["--algo", "gcra", "--rate", "10/s", "--max-keys", "10"],
+            "--max-keys",
+        ),
+        (
+            &[
+                "--algo",
+                "gcra",
+                "--rate",
+                "10/s",
+                "--store",
+                "compact",
+                "--max-keys",
+                "0",
+            ],
+            "--max-keys",
         ),
         (
             &["--algo", "fixed-window", "--limit", "3", "--window", "0s"],

@@ -7,10 +7,14 @@ use hotlimit::algo::{
     SubWindow,
 };
 use hotlimit::{
-    Algorithm, CasLimiter, Live, ManualClock, MutexLimiter, Policy, Rate, RateLimiter,
-    ShardedLimiter,
+    Algorithm, Cas, CasLimiter, CompactLimiter, Live, Locked, ManualClock, MutexLimiter, Policy,
+    QuantaClock, Rate, RateLimiter, ShardedLimiter,
 };
 use std::time::Duration;
+
+/// The compact store's `max_keys` in these tests: room for every key they use. Kept small
+/// because a compact sweep walks the whole table (O(capacity)), and these tests sweep often.
+pub const COMPACT_KEYS: usize = 1024;
 
 /// A limiter under test, built on a given manual clock.
 pub type Make = Box<dyn Fn(ManualClock) -> Box<dyn RateLimiter<u64>> + Sync>;
@@ -22,7 +26,8 @@ pub struct Case {
 }
 
 fn variants<A: Algorithm + Clone>(algo: A) -> Vec<(&'static str, Make)> {
-    let (a, b, c) = (algo.clone(), algo.clone(), algo);
+    let (a, b, c) = (algo.clone(), algo.clone(), algo.clone());
+    let (d, e) = (algo.clone(), algo);
     vec![
         (
             "cas",
@@ -49,6 +54,32 @@ fn variants<A: Algorithm + Clone>(algo: A) -> Vec<(&'static str, Make)> {
                     c.clone(),
                     clock,
                 ))
+            }),
+        ),
+        // The compact store (fixed-capacity inline table): lock-free pair slots for word
+        // states, lock slots otherwise; and its mutex variant.
+        (
+            "compact",
+            Box::new(move |clock| {
+                Box::new(
+                    CompactLimiter::<u64, A, QuantaClock, Cas>::builder(d.clone())
+                        .max_keys(COMPACT_KEYS)
+                        .clock(clock)
+                        .build()
+                        .unwrap(),
+                )
+            }),
+        ),
+        (
+            "compact-mutex",
+            Box::new(move |clock| {
+                Box::new(
+                    CompactLimiter::<u64, A, QuantaClock, Locked>::builder(e.clone())
+                        .max_keys(COMPACT_KEYS)
+                        .clock(clock)
+                        .build()
+                        .unwrap(),
+                )
             }),
         ),
     ]

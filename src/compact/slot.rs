@@ -1,0 +1,380 @@
+//! The slots of the compact table: [`PairSlot`] (a 64-bit key and a 64-bit state in one
+//! 128-bit word, updated by one compare-and-swap) and [`LockSlot`] (key and state behind a
+//! per-slot mutex, for everything else), and the atomics they need that `crate::sync` lacks.
+
+use crate::cell::{AtomicWord, StateCells};
+use crate::stats::Stats;
+use crate::sync::{AtomicU64, Backoff, Mutex, Ordering};
+use std::fmt;
+use std::hash::Hash;
+
+/// A key's inline form in a slot: `u64` or `u128`. Sealed (private module).
+pub trait KeyRepr: Copy + Eq + Hash + Default + Send + Sync + fmt::Debug + 'static {
+    /// The lock-free slot for this key form holding a 64-bit state word.
+    #[doc(hidden)]
+    type WordSlot: Slot<Self, u64>;
+}
+
+/// 64-bit keys get the lock-free pair slot.
+impl KeyRepr for u64 {
+    type WordSlot = PairSlot;
+}
+
+/// A 128-bit key and a 64-bit state do not fit one double-width CAS (and loom has no 128-bit
+/// atomic to model a versioned design with), so they take the lock slot.
+impl KeyRepr for u128 {
+    type WordSlot = LockSlot<u128, u64>;
+}
+
+/// Which slot the lock-free ([`Cas`](crate::Cas)) compact store uses for a state. Sealed
+/// (private module); a supertrait of [`State`](crate::State).
+pub trait CompactState: Sized {
+    /// The slot of the [`Cas`](crate::Cas) variant for keys of form `R`.
+    #[doc(hidden)]
+    type CasSlot<R: KeyRepr>: Slot<R, Self>;
+}
+
+impl CompactState for u64 {
+    type CasSlot<R: KeyRepr> = R::WordSlot;
+}
+
+/// A u128 state and its key need up to 256 bits: no single CAS covers them, so a lock slot.
+impl CompactState for u128 {
+    type CasSlot<R: KeyRepr> = LockSlot<R, u128>;
+}
+
+impl CompactState for crate::algo::LogState {
+    type CasSlot<R: KeyRepr> = LockSlot<R, Self>;
+}
+
+impl CompactState for crate::algo::BucketState {
+    type CasSlot<R: KeyRepr> = LockSlot<R, Self>;
+}
+
+/// Two quotas' states that do not pack into one word ([`AllOf`](crate::algo::AllOf)).
+impl<A: crate::algo::State, B: crate::algo::State> CompactState for crate::algo::PairState<A, B> {
+    type CasSlot<R: KeyRepr> = LockSlot<R, Self>;
+}
+
+/// What every slot offers the table. A slot is free (its state is the tombstone) or holds one
+/// key's live state.
+pub trait Slot<R, S>: Send + Sync + fmt::Debug + Sized {
+    /// A free slot.
+    #[doc(hidden)]
+    fn empty() -> Self;
+    /// Runs `f` on the state if the slot holds `key` live, keeping what it leaves; `None` if
+    /// it does not (or stopped doing so before `f`'s result could be installed). `f` may run
+    /// more than once (a lost CAS race re-runs it on the word that won), so it must be pure.
+    /// `fp` is `key`'s fingerprint (odd).
+    #[doc(hidden)]
+    fn try_update<T>(
+        &self,
+        key: R,
+        fp: u64,
+        stats: &Stats,
+        f: &mut impl FnMut(&mut S) -> T,
+    ) -> Option<T>;
+    /// Whether the slot holds `key` live (exact: verified under the lock for a lock slot).
+    #[doc(hidden)]
+    fn holds(&self, key: R, fp: u64) -> bool;
+    /// Whether the slot looks free (a hint for the insert path; [`claim`](Slot::claim) is
+    /// the authority).
+    #[doc(hidden)]
+    fn looks_free(&self) -> bool;
+    /// Installs `key` with `fresh` if the slot is free; `true` on success.
+    #[doc(hidden)]
+    fn claim(&self, key: R, fp: u64, fresh: S) -> bool;
+    /// Frees the slot if it is live and `doomed` holds for its state; `true` if this call freed
+    /// it. A concurrent update makes the attempt fail and `doomed` is asked about the winner.
+    #[doc(hidden)]
+    fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool;
+    /// Looks at the key and state; `None` if free.
+    #[doc(hidden)]
+    fn inspect<T>(&self, f: impl FnOnce(R, &S) -> T) -> Option<T>;
+}
+
+/// A 128-bit word updated by one double-width compare-and-swap: `portable-atomic`'s
+/// `AtomicU128` (lock-free `cmpxchg16b` / `CASP`, detected at run time).
+///
+/// loom has no 128-bit atomic. Under `--cfg hotlimit_loom` the pair is a loom mutex around a
+/// `u128` behind the same three operations: each operation is one indivisible step, which is
+/// exactly what the hardware instruction gives, so loom explores every interleaving of those
+/// steps; what it does not model is the weaker-than-SeqCst visibility an `AcqRel` CAS allows
+/// (on x86-64 `cmpxchg16b` is a full barrier anyway).
+#[cfg(not(hotlimit_loom))]
+pub struct AtomicPair(portable_atomic::AtomicU128);
+
+#[cfg(not(hotlimit_loom))]
+impl AtomicPair {
+    fn new(value: u128) -> Self {
+        Self(portable_atomic::AtomicU128::new(value))
+    }
+
+    #[inline(always)]
+    fn load(&self) -> u128 {
+        self.0.load(portable_atomic::Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    fn cas_weak(&self, current: u128, new: u128) -> Result<u128, u128> {
+        self.0.compare_exchange_weak(
+            current,
+            new,
+            portable_atomic::Ordering::AcqRel,
+            portable_atomic::Ordering::Acquire,
+        )
+    }
+}
+
+/// The loom model of the 128-bit word: see the non-loom definition.
+#[cfg(hotlimit_loom)]
+pub struct AtomicPair(loom::sync::Mutex<u128>);
+
+#[cfg(hotlimit_loom)]
+impl AtomicPair {
+    fn new(value: u128) -> Self {
+        Self(loom::sync::Mutex::new(value))
+    }
+
+    fn load(&self) -> u128 {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn cas_weak(&self, current: u128, new: u128) -> Result<u128, u128> {
+        let mut word = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if *word == current {
+            *word = new;
+            Ok(current)
+        } else {
+            Err(*word)
+        }
+    }
+}
+
+/// The per-line reach counters (see `compact.rs`): loom's under `--cfg hotlimit_loom`.
+#[cfg(not(hotlimit_loom))]
+pub(crate) use std::sync::atomic::AtomicU8;
+
+#[cfg(hotlimit_loom)]
+pub(crate) use loom::sync::atomic::AtomicU8;
+
+const TOMB: u64 = <u64 as AtomicWord>::TOMBSTONE;
+
+#[inline(always)]
+fn pack(key: u64, state: u64) -> u128 {
+    (u128::from(key) << 64) | u128::from(state)
+}
+
+#[inline(always)]
+fn split(word: u128) -> (u64, u64) {
+    ((word >> 64) as u64, word as u64)
+}
+
+/// One 16-byte slot: `(key, state)` in one 128-bit word, four to a cache line.
+///
+/// Free iff the state half is the tombstone (all ones, which no algorithm stores), so the key
+/// half may take any value. Every write is a CAS on the whole pair, so a request's CAS
+/// succeeds only if the slot still holds *its* key with the state it computed from: a request
+/// delayed while its key was evicted and the slot reused by another key cannot write into the
+/// new owner (the key half differs). If the slot was reused by the same key and holds the very
+/// state the request read, the CAS succeeds, and rightly: the request's decision is a pure
+/// function of that state, so it is the decision a fresh look-up would have made.
+pub struct PairSlot {
+    word: AtomicPair,
+}
+
+impl PairSlot {
+    /// The current `(key, state)`.
+    fn get(&self) -> (u64, u64) {
+        split(self.word.load())
+    }
+}
+
+impl fmt::Debug for PairSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (key, state) = self.get();
+        f.debug_struct("PairSlot")
+            .field("key", &key)
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl Slot<u64, u64> for PairSlot {
+    fn empty() -> Self {
+        Self {
+            word: AtomicPair::new(pack(0, TOMB)),
+        }
+    }
+
+    /// The crate's CAS loop (as `CasCell::update`), on the pair.
+    #[inline(always)]
+    fn try_update<T>(
+        &self,
+        key: u64,
+        _fp: u64,
+        stats: &Stats,
+        f: &mut impl FnMut(&mut u64) -> T,
+    ) -> Option<T> {
+        let mut current = self.word.load();
+        let backoff = Backoff::new();
+        loop {
+            let (k, state) = split(current);
+            if k != key || state == TOMB {
+                return None;
+            }
+            let mut new = state;
+            let out = f(&mut new);
+            // A leaky denial writes nothing: linearized at the load, which saw `key` live.
+            if new == state {
+                return Some(out);
+            }
+            match self.word.cas_weak(current, pack(key, new)) {
+                Ok(_) => return Some(out),
+                Err(actual) => {
+                    stats.retry();
+                    current = actual;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn holds(&self, key: u64, _fp: u64) -> bool {
+        let (k, state) = self.get();
+        k == key && state != TOMB
+    }
+
+    #[inline]
+    fn looks_free(&self) -> bool {
+        self.get().1 == TOMB
+    }
+
+    fn claim(&self, key: u64, _fp: u64, fresh: u64) -> bool {
+        let mut current = self.word.load();
+        loop {
+            if split(current).1 != TOMB {
+                return false;
+            }
+            match self.word.cas_weak(current, pack(key, fresh)) {
+                Ok(_) => return true,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    fn kill_if(&self, doomed: impl Fn(&u64) -> bool) -> bool {
+        let mut current = self.word.load();
+        loop {
+            let (k, state) = split(current);
+            if state == TOMB || !doomed(&state) {
+                return false;
+            }
+            // The key stays as a harmless label: a free slot is told by its state alone.
+            match self.word.cas_weak(current, pack(k, TOMB)) {
+                Ok(_) => return true,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    #[inline]
+    fn inspect<T>(&self, f: impl FnOnce(u64, &u64) -> T) -> Option<T> {
+        let (key, state) = self.get();
+        (state != TOMB).then(|| f(key, &state))
+    }
+}
+
+/// A slot whose key and state sit behind a mutex: the compact store's slot for the
+/// [`Locked`](crate::Locked) variant, for states that are not 64-bit words, and for 128-bit
+/// keys. The same per-key lock as [`LockCell`](crate::cell::LockCell), inline in the table.
+///
+/// `hint` lets look-ups skip slots without locking them: the key's fingerprint (odd) while
+/// the slot is live, 0 while free. It is written under the lock, after the entry, so it is
+/// never ahead of the entry; a look-up that is misled by a stale hint either locks and finds
+/// the truth, or misses and falls back to the insert path, which re-checks under the home
+/// line's lock (see `compact.rs`).
+pub struct LockSlot<R, S> {
+    hint: AtomicU64,
+    entry: Mutex<(R, S)>,
+}
+
+impl<R: fmt::Debug, S: fmt::Debug> fmt::Debug for LockSlot<R, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LockSlot")
+            .field(&*self.entry.lock())
+            .finish()
+    }
+}
+
+impl<R, S> Slot<R, S> for LockSlot<R, S>
+where
+    R: KeyRepr,
+    S: StateCells + Send + Sync + fmt::Debug + 'static,
+{
+    fn empty() -> Self {
+        Self {
+            hint: AtomicU64::new(0),
+            entry: Mutex::new((R::default(), S::tombstone())),
+        }
+    }
+
+    #[inline(always)]
+    fn try_update<T>(
+        &self,
+        key: R,
+        fp: u64,
+        _stats: &Stats,
+        f: &mut impl FnMut(&mut S) -> T,
+    ) -> Option<T> {
+        if self.hint.load(Ordering::Acquire) != fp {
+            return None;
+        }
+        let mut entry = self.entry.lock();
+        if entry.0 != key || entry.1.is_tombstone() {
+            return None;
+        }
+        Some(f(&mut entry.1))
+    }
+
+    fn holds(&self, key: R, fp: u64) -> bool {
+        if self.hint.load(Ordering::Acquire) != fp {
+            return false;
+        }
+        let entry = self.entry.lock();
+        entry.0 == key && !entry.1.is_tombstone()
+    }
+
+    fn looks_free(&self) -> bool {
+        self.hint.load(Ordering::Acquire) == 0
+    }
+
+    fn claim(&self, key: R, fp: u64, fresh: S) -> bool {
+        let mut entry = self.entry.lock();
+        if !entry.1.is_tombstone() {
+            return false;
+        }
+        *entry = (key, fresh);
+        self.hint.store(fp, Ordering::Release);
+        true
+    }
+
+    fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool {
+        let mut entry = self.entry.lock();
+        if entry.1.is_tombstone() || !doomed(&entry.1) {
+            return false;
+        }
+        entry.1 = S::tombstone();
+        self.hint.store(0, Ordering::Release);
+        true
+    }
+
+    fn inspect<T>(&self, f: impl FnOnce(R, &S) -> T) -> Option<T> {
+        if self.hint.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let entry = self.entry.lock();
+        (!entry.1.is_tombstone()).then(|| f(entry.0, &entry.1))
+    }
+}
