@@ -44,6 +44,10 @@
 //! carries `remaining` and `reset_after` where the algorithm knows them, and the measured
 //! `rate` for the averaging algorithms, so you can run them in dry-run or shadow mode.
 //!
+//! With the `tower` feature, `hotlimit::tower::RateLimitLayer` puts any limiter in front of
+//! an axum, hyper or tonic service: `429` with `Retry-After` and the IETF `RateLimit` fields,
+//! enforce, dry-run and shadow modes.
+//!
 //! With the `redis` feature, `hotlimit::redis::RedisLimiter` runs GCRA, EARRRL and the
 //! exponential limiter inside Redis (Lua scripts, one atomic round trip per decision), for one
 //! limit shared by many instances of a service, with the same [`Decision`]s.
