@@ -566,7 +566,8 @@ where
     /// [`KeyedLimiter::until_ready_blocking`](crate::KeyedLimiter::until_ready_blocking).
     pub fn until_ready_blocking(&self, key: &K::Lookup) -> Decision {
         let sleep = |d| self.shared.clock.sleep(d);
-        wait::until_ready_blocking(|| self.peek(key), || self.check(key), Jitter::NONE, sleep)
+        let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
+        wait::infallible(wait::until_ready_blocking(peek, check, Jitter::NONE, sleep))
     }
 
     /// Drops every key whose state is equivalent to a fresh key's at `now − grace` (so no

@@ -107,19 +107,17 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         F: FnMut(Duration) -> Fut,
         Fut: Future<Output = ()>,
     {
-        self.peek_n(cost)?;
-        let (peek, check) = (|| self.peek_at(cost), || self.decide(cost));
-        Ok(wait::until_ready(peek, check, jitter, sleep).await)
+        let (peek, check) = (|| self.peek_n(cost), || self.decide(cost));
+        wait::until_ready(peek, check, jitter, sleep).await
     }
 
     /// [`until_ready`](DirectLimiter::until_ready) on the calling thread, sleeping with the
     /// limiter's clock; see
     /// [`KeyedLimiter::until_ready_blocking`](crate::KeyedLimiter::until_ready_blocking).
     pub fn until_ready_blocking(&self, cost: u64, jitter: Jitter) -> Result<Decision, CostError> {
-        self.peek_n(cost)?;
-        let (peek, check) = (|| self.peek_at(cost), || self.decide(cost));
+        let (peek, check) = (|| self.peek_n(cost), || self.decide(cost));
         let sleep = |d| self.clock.sleep(d);
-        Ok(wait::until_ready_blocking(peek, check, jitter, sleep))
+        wait::until_ready_blocking(peek, check, jitter, sleep)
     }
 
     fn peek_at(&self, cost: u64) -> Decision {

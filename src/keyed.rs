@@ -384,11 +384,13 @@ where
         F: FnMut(Duration) -> Fut,
         Fut: Future<Output = ()>,
     {
-        wait::until_ready(|| self.peek(key), || self.check(key), Jitter::NONE, sleep).await
+        let peek = || Ok(self.peek(key));
+        wait::infallible(wait::until_ready(peek, || self.check(key), Jitter::NONE, sleep).await)
     }
 
     /// [`until_ready`](KeyedLimiter::until_ready) for a request of `cost`, adding `jitter` to
-    /// each wait; errors at once if the cost can never be admitted.
+    /// each wait; errors if the cost can never be admitted (at once, or as soon as a live
+    /// reconfiguration makes it so).
     pub async fn until_ready_with<Q, F, Fut>(
         &self,
         key: &Q,
@@ -402,10 +404,8 @@ where
         F: FnMut(Duration) -> Fut,
         Fut: Future<Output = ()>,
     {
-        self.peek_n(key, cost)?;
-        let sh = &*self.shared;
-        let peek = || sh.peek(key, cost, sh.clock.now(), &sh.map.guard());
-        Ok(wait::until_ready(peek, || sh.decide(key, cost), jitter, sleep).await)
+        let check = || self.shared.decide(key, cost);
+        wait::until_ready(|| self.peek_n(key, cost), check, jitter, sleep).await
     }
 
     /// [`until_ready`](KeyedLimiter::until_ready) on the calling thread, sleeping with the
@@ -427,12 +427,14 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
         let sleep = |d| self.shared.clock.sleep(d);
-        wait::until_ready_blocking(|| self.peek(key), || self.check(key), Jitter::NONE, sleep)
+        wait::infallible(wait::until_ready_blocking(peek, check, Jitter::NONE, sleep))
     }
 
     /// [`until_ready_blocking`](KeyedLimiter::until_ready_blocking) for a request of `cost`,
-    /// adding `jitter` to each wait; errors at once if the cost can never be admitted.
+    /// adding `jitter` to each wait; errors if the cost can never be admitted (at once, or as
+    /// soon as a live reconfiguration makes it so).
     pub fn until_ready_blocking_with<Q>(
         &self,
         key: &Q,
@@ -443,16 +445,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.peek_n(key, cost)?;
-        let sh = &*self.shared;
-        let peek = || sh.peek(key, cost, sh.clock.now(), &sh.map.guard());
-        let sleep = |d| sh.clock.sleep(d);
-        Ok(wait::until_ready_blocking(
-            peek,
-            || sh.decide(key, cost),
-            jitter,
-            sleep,
-        ))
+        let (peek, check) = (|| self.peek_n(key, cost), || self.shared.decide(key, cost));
+        let sleep = |d| self.shared.clock.sleep(d);
+        wait::until_ready_blocking(peek, check, jitter, sleep)
     }
 
     /// Pins the map for a batch of checks from this thread, saving the pin each

@@ -135,8 +135,9 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let (peek, check) = (|| self.peek_at(key, 1), || self.decide(key, 1));
-        wait::until_ready_blocking(peek, check, Jitter::NONE, |d| self.clock.sleep(d))
+        let (peek, check) = (|| Ok(self.peek_at(key, 1)), || self.decide(key, 1));
+        let sleep = |d| self.clock.sleep(d);
+        wait::infallible(wait::until_ready_blocking(peek, check, Jitter::NONE, sleep))
     }
 
     /// The number of keys held.

@@ -2,6 +2,7 @@
 //! `until_ready_blocking`, and their [`Jitter`].
 
 use crate::decision::Decision;
+use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
@@ -51,20 +52,22 @@ impl Jitter {
 ///
 /// It peeks before it checks, so a waiting caller is not counted while it waits (under a
 /// strict policy each counted denial would push its own wait further); a check that loses a
-/// race to another caller after an allowing peek sleeps what that check's denial says.
-pub(crate) async fn until_ready<F, Fut>(
-    mut peek: impl FnMut() -> Decision,
+/// race to another caller after an allowing peek sleeps what that check's denial says. The
+/// peek may fail (a cost that a live reconfiguration made impossible): the wait ends with
+/// that error instead of going on forever.
+pub(crate) async fn until_ready<E, F, Fut>(
+    mut peek: impl FnMut() -> Result<Decision, E>,
     mut check: impl FnMut() -> Decision,
     jitter: Jitter,
     mut sleep: F,
-) -> Decision
+) -> Result<Decision, E>
 where
     F: FnMut(Duration) -> Fut,
     Fut: Future<Output = ()>,
 {
     loop {
-        let wait = match next(&mut peek, &mut check) {
-            Ok(allowed) => return allowed,
+        let wait = match next(&mut peek, &mut check)? {
+            Ok(allowed) => return Ok(allowed),
             Err(denied) => denied.retry_after(),
         };
         sleep(wait.saturating_add(jitter.sample())).await;
@@ -72,33 +75,41 @@ where
 }
 
 /// [`until_ready`], sleeping on the calling thread.
-pub(crate) fn until_ready_blocking(
-    mut peek: impl FnMut() -> Decision,
+pub(crate) fn until_ready_blocking<E>(
+    mut peek: impl FnMut() -> Result<Decision, E>,
     mut check: impl FnMut() -> Decision,
     jitter: Jitter,
     mut sleep: impl FnMut(Duration),
-) -> Decision {
+) -> Result<Decision, E> {
     loop {
-        match next(&mut peek, &mut check) {
-            Ok(allowed) => return allowed,
+        match next(&mut peek, &mut check)? {
+            Ok(allowed) => return Ok(allowed),
             Err(denied) => sleep(denied.retry_after().saturating_add(jitter.sample())),
         }
     }
 }
 
 /// One round: the allowing check, or the denial to wait out.
-fn next(
-    peek: &mut impl FnMut() -> Decision,
+fn next<E>(
+    peek: &mut impl FnMut() -> Result<Decision, E>,
     check: &mut impl FnMut() -> Decision,
-) -> Result<Decision, Decision> {
-    let peeked = peek();
+) -> Result<Result<Decision, Decision>, E> {
+    let peeked = peek()?;
     if peeked.is_denied() {
-        return Err(peeked);
+        return Ok(Err(peeked));
     }
     let decided = check();
-    if decided.is_allowed() {
+    Ok(if decided.is_allowed() {
         Ok(decided)
     } else {
         Err(decided)
+    })
+}
+
+/// The result of a wait whose peek cannot fail (cost 1 is always admissible).
+pub(crate) fn infallible(result: Result<Decision, Infallible>) -> Decision {
+    match result {
+        Ok(decision) => decision,
+        Err(never) => match never {},
     }
 }

@@ -536,3 +536,32 @@ fn concurrent_waiters_never_over_admit() {
     run::<hotlimit::Cas>();
     run::<Locked>();
 }
+
+/// A waiter whose cost a live reconfiguration makes impossible stops with the cost error
+/// instead of waiting forever.
+#[test]
+fn a_wait_ends_when_a_reconfiguration_makes_its_cost_impossible() {
+    let clock = ManualClock::new();
+    let l = CasLimiter::<u64, _, _>::with_clock(
+        Live::new("10/s burst 5".parse::<Gcra>().unwrap()),
+        clock.clone(),
+    );
+    l.check_n(&1, 5).unwrap();
+    let sleeps = std::cell::Cell::new(0);
+    let sleep = |d: Duration| {
+        if sleeps.replace(sleeps.get() + 1) == 0 {
+            l.reconfigure("10/s burst 2".parse().unwrap()).unwrap();
+        }
+        clock.advance(d);
+        std::future::ready(())
+    };
+    let got = block_on(l.until_ready_with(&1, 4, Jitter::NONE, sleep));
+    assert_eq!(
+        got,
+        Err(hotlimit::CostError::ExceedsCapacity {
+            cost: 4,
+            capacity: 2
+        })
+    );
+    assert_eq!(sleeps.get(), 1);
+}
