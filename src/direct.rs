@@ -6,7 +6,7 @@ use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{check_cost, ConfigError, CostError};
 use crate::limiter::{Cas, Variant};
-use crate::live::{Live, Reconfigure};
+use crate::live::{update_fitted, Live, Reconfigure};
 use crate::stats::{CasStats, Metrics, Stats};
 use crate::sweeper::SweepTotals;
 use crate::wait::{self, Jitter};
@@ -132,16 +132,9 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         let now = self.clock.now();
         // The one cell is never swept, so it is never dead; were it ever, the request would
         // be decided as a fresh key's (what the sweeper guarantees a dead cell was).
-        let generation = self.algo.generation();
-        let decision = self
-            .cell
-            .update(&self.stats, |state| self.algo.update(state, now, cost))
+        let step = |state: &mut A::State| self.algo.update(state, now, cost);
+        let decision = update_fitted(&self.algo, &self.clock, &*self.cell, &self.stats, step)
             .unwrap_or_else(|| self.algo.update(&mut self.algo.fresh(), now, cost));
-        if self.algo.generation() != generation {
-            // As `KeyedLimiter` does: a step under the old configuration fits what it wrote.
-            let now = self.clock.now();
-            self.cell.rewrite(|state| self.algo.refit(state, now));
-        }
         if self.counting {
             self.stats.decided(decision.is_allowed());
         }

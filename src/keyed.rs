@@ -7,7 +7,7 @@ use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{check_cost, ConfigError, CostError};
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
-use crate::live::{Live, Reconfigure};
+use crate::live::{update_fitted, Live, Reconfigure};
 use crate::stats::{CasStats, Metrics, Stats};
 use crate::sweeper::{Signal, SweepReport, SweepTotals, Sweeper, Totals};
 use crate::wait::{self, Jitter};
@@ -673,28 +673,13 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let generation = self.algo.generation();
         loop {
             let cell = self.cell(key, guard);
-            match cell.update(&self.stats, &mut f) {
-                Some(out) => {
-                    if self.algo.generation() != generation {
-                        self.refit(cell);
-                    }
-                    return out;
-                }
+            match update_fitted(&self.algo, &self.clock, cell, &self.stats, &mut f) {
+                Some(out) => return out,
                 None => self.remove_dead(key, cell, guard),
             }
         }
-    }
-
-    /// The configuration changed while this request ran ([`Live`]): it may have written a
-    /// state stepped under the old one after the switch's walk fitted the cell, so it fits
-    /// the cell itself.
-    #[cold]
-    fn refit(&self, cell: &V::Cell) {
-        let now = self.clock.now();
-        cell.rewrite(|state| self.algo.refit(state, now));
     }
 
     /// The cell for `key`, inserted fresh on first sight.

@@ -2,8 +2,11 @@
 //! and [`Reconfigure`], what an algorithm must say about its state for that to be sound.
 
 use crate::algo::{clamp, Algorithm, AllOf, Earrrl, Exponential, Gcra, Pair};
+use crate::cell::StateCell;
+use crate::clock::Clock;
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
+use crate::stats::Stats;
 use crate::sync::{AtomicCell, AtomicU64, Mutex, Ordering};
 use std::fmt;
 
@@ -171,6 +174,33 @@ impl<A: Reconfigure> Live<A> {
         walk(&new);
         Ok(old)
     }
+}
+
+/// One request's update of `cell` (what every store runs): `f` on the state, then, if `algo`'s
+/// configuration changed meanwhile ([`Live`]), a fit of what it wrote, since its step may have
+/// run under the old configuration and landed after the switch's walk passed the cell. For a
+/// fixed algorithm the generation is the constant 0 and this is `cell.update`. `None` if the
+/// cell is dead.
+#[inline(always)]
+pub(crate) fn update_fitted<A: Algorithm, T>(
+    algo: &A,
+    clock: &impl Clock,
+    cell: &impl StateCell<A::State>,
+    stats: &Stats,
+    f: impl FnMut(&mut A::State) -> T,
+) -> Option<T> {
+    let generation = algo.generation();
+    let out = cell.update(stats, f)?;
+    if algo.generation() != generation {
+        refit(algo, clock, cell);
+    }
+    Some(out)
+}
+
+#[cold]
+fn refit<A: Algorithm>(algo: &A, clock: &impl Clock, cell: &impl StateCell<A::State>) {
+    let now = clock.now();
+    cell.rewrite(|state| algo.refit(state, now));
 }
 
 impl<A: Reconfigure> Algorithm for Live<A> {
