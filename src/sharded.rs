@@ -80,6 +80,14 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         Ok(self.decide(key, cost))
     }
 
+    /// The shard holding `key`: the hash's low bits pick it; the shard's own map rehashes (a
+    /// baseline, kept plain).
+    #[inline]
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &Shard<K, A::State> {
+        let hash = self.hasher.hash_one(key);
+        &self.shards[(hash as usize) & (self.shards.len() - 1)]
+    }
+
     fn decide<Q>(&self, key: &Q, cost: u64) -> Decision
     where
         K: Borrow<Q>,
@@ -88,10 +96,7 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         // The clock is read before the lock, as the keyed limiter reads it before its lookup:
         // a TSC read inside the critical section would handicap the baseline.
         let now = self.clock.now();
-        // Low bits pick the shard; the shard's own map rehashes (a baseline, kept plain).
-        let hash = self.hasher.hash_one(key);
-        let shard = (hash as usize) & (self.shards.len() - 1);
-        let mut map = self.shards[shard].lock();
+        let mut map = self.shard(key).lock();
         if let Some(state) = map.get_mut(key) {
             return self.algo.update(state, now, cost);
         }
@@ -118,9 +123,7 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         Q: Hash + Eq + ?Sized,
     {
         let now = self.clock.now();
-        let hash = self.hasher.hash_one(key);
-        let shard = (hash as usize) & (self.shards.len() - 1);
-        let map = self.shards[shard].lock();
+        let map = self.shard(key).lock();
         match map.get(key) {
             Some(state) => self.algo.peek(state, now, cost),
             None => self.algo.peek(&self.algo.fresh(), now, cost),
