@@ -9,7 +9,8 @@
 
 use hdrhistogram::Histogram;
 use hotlimit::{
-    algo::Gcra, Cas, CompactLimiter, KeyedLimiter, Locked, ManualClock, QuantaClock, Variant,
+    algo::Gcra, Cas, Clock, CompactLimiter, KeyedLimiter, Locked, ManualClock, QuantaClock,
+    RateLimiter, Variant, DEFAULT_SWEEP_GRACE,
 };
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,73 +32,61 @@ fn rss_bytes() -> u64 {
     pages * 4096
 }
 
-/// Child process: RSS growth for 1M keys in one variant.
-fn measure_rss<V: Variant<Gcra>>() -> f64 {
-    let before = rss_bytes();
-    let limiter = KeyedLimiter::<u64, Gcra, ManualClock, V>::with_clock(gcra(), ManualClock::new());
+/// A limiter of `variant` running `algo` on `clock`, judging idleness `grace` behind it: the
+/// papaya store (`cas`, `mutex`) or the compact store sized for the 1M keys (`compact`).
+fn build<C: Clock>(
+    variant: &str,
+    algo: Gcra,
+    clock: C,
+    grace: Duration,
+) -> Box<dyn RateLimiter<u64>> {
+    match variant {
+        "cas" => Box::new(papaya::<Cas, C>(algo, clock, grace)),
+        "mutex" => Box::new(papaya::<Locked, C>(algo, clock, grace)),
+        _ => Box::new(
+            CompactLimiter::<u64, Gcra>::builder(algo)
+                .max_keys(KEYS as usize)
+                .clock(clock)
+                .sweep_grace(grace)
+                .build()
+                .unwrap(),
+        ),
+    }
+}
+
+fn papaya<V: Variant<Gcra>, C: Clock>(
+    algo: Gcra,
+    clock: C,
+    grace: Duration,
+) -> KeyedLimiter<u64, Gcra, C, V> {
+    KeyedLimiter::<u64, Gcra, QuantaClock, V>::builder(algo)
+        .clock(clock)
+        .sweep_grace(grace)
+        .build()
+        .unwrap()
+}
+
+/// A limiter of `variant` holding all 1M keys.
+fn filled<C: Clock>(
+    variant: &str,
+    algo: Gcra,
+    clock: C,
+    grace: Duration,
+) -> Box<dyn RateLimiter<u64>> {
+    let limiter = build(variant, algo, clock, grace);
     for key in 0..KEYS {
         limiter.check(&key);
     }
+    limiter
+}
+
+/// Child process: RSS growth for 1M keys in one variant (the compact store's table included).
+fn measure_rss(variant: &str) -> f64 {
+    let before = rss_bytes();
+    let limiter = filled(variant, gcra(), ManualClock::new(), DEFAULT_SWEEP_GRACE);
     let after = rss_bytes();
     black_box(&limiter);
     (after - before) as f64 / KEYS as f64
-}
-
-/// Child process: RSS growth for 1M keys in the compact store (table included).
-fn measure_rss_compact() -> f64 {
-    let before = rss_bytes();
-    let limiter = CompactLimiter::<u64, Gcra>::builder(gcra())
-        .max_keys(KEYS as usize)
-        .clock(ManualClock::new())
-        .build()
-        .unwrap();
-    for key in 0..KEYS {
-        limiter.check(&key);
-    }
-    let after = rss_bytes();
-    black_box(&limiter);
-    (after - before) as f64 / KEYS as f64
-}
-
-/// [`sweep_times`] for the compact store.
-fn sweep_times_compact() -> (Duration, Duration, Duration) {
-    let clock = ManualClock::new();
-    let limiter = CompactLimiter::<u64, Gcra>::builder(gcra())
-        .max_keys(KEYS as usize)
-        .clock(clock.clone())
-        .sweep_grace(Duration::ZERO)
-        .build()
-        .unwrap();
-    for key in 0..KEYS {
-        limiter.check(&key);
-    }
-    let first = limiter.sweep();
-    let live = limiter.sweep();
-    assert_eq!((live.scanned, live.evicted_idle), (KEYS, 0));
-    clock.advance(Duration::from_secs(1));
-    let idle = limiter.sweep();
-    assert_eq!(idle.evicted_idle, KEYS);
-    (first.elapsed, live.elapsed, idle.elapsed)
-}
-
-/// [`latency`] for the compact store.
-fn latency_compact(with_sweeps: bool) -> Histogram<u64> {
-    let limiter = CompactLimiter::<u64, Gcra>::builder("1000000000/s".parse().unwrap())
-        .max_keys(KEYS as usize)
-        .build()
-        .unwrap();
-    for key in 0..KEYS {
-        limiter.check(&key);
-    }
-    timed_checks(
-        with_sweeps,
-        &|k| {
-            black_box(limiter.check(&k));
-        },
-        &|| {
-            black_box(limiter.sweep());
-        },
-    )
 }
 
 fn child_rss(variant: &str) -> String {
@@ -111,16 +100,9 @@ fn child_rss(variant: &str) -> String {
 /// Time to sweep 1M keys all live (scanned only): the first sweep after the fill (which also
 /// finishes papaya's pending incremental resize) and the next one; then all idle (all
 /// evicted).
-fn sweep_times<V: Variant<Gcra>>() -> (Duration, Duration, Duration) {
+fn sweep_times(variant: &str) -> (Duration, Duration, Duration) {
     let clock = ManualClock::new();
-    let limiter = KeyedLimiter::<u64, Gcra, QuantaClock, V>::builder(gcra())
-        .clock(clock.clone())
-        .sweep_grace(Duration::ZERO)
-        .build()
-        .unwrap();
-    for key in 0..KEYS {
-        limiter.check(&key);
-    }
+    let limiter = filled(variant, gcra(), clock.clone(), Duration::ZERO);
     let first = limiter.sweep();
     let live = limiter.sweep();
     assert_eq!((live.scanned, live.evicted_idle), (KEYS, 0));
@@ -131,11 +113,9 @@ fn sweep_times<V: Variant<Gcra>>() -> (Duration, Duration, Duration) {
 }
 
 /// `check` latency over 1M live keys, with or without another thread sweeping in a loop.
-fn latency<V: Variant<Gcra>>(with_sweeps: bool) -> Histogram<u64> {
-    let limiter = KeyedLimiter::<u64, Gcra, QuantaClock, V>::new("1000000000/s".parse().unwrap());
-    for key in 0..KEYS {
-        limiter.check(&key);
-    }
+fn latency(variant: &str, with_sweeps: bool) -> Histogram<u64> {
+    let quota = "1000000000/s".parse().unwrap();
+    let limiter = filled(variant, quota, QuantaClock::new(), DEFAULT_SWEEP_GRACE);
     timed_checks(
         with_sweeps,
         &|k| {
@@ -181,11 +161,7 @@ fn timed_checks(
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--rss") {
-        let bytes = match args.get(i + 1).map(String::as_str) {
-            Some("mutex") => measure_rss::<Locked>(),
-            Some("compact") => measure_rss_compact(),
-            _ => measure_rss::<Cas>(),
-        };
+        let bytes = measure_rss(args.get(i + 1).map_or("cas", String::as_str));
         println!("{bytes:.1}");
         return;
     }
@@ -198,16 +174,8 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     for variant in ["cas", "mutex", "compact"] {
         let rss = child_rss(variant);
-        let (first, live, idle) = match variant {
-            "cas" => sweep_times::<Cas>(),
-            "mutex" => sweep_times::<Locked>(),
-            _ => sweep_times_compact(),
-        };
-        let (quiet, busy) = match variant {
-            "cas" => (latency::<Cas>(false), latency::<Cas>(true)),
-            "mutex" => (latency::<Locked>(false), latency::<Locked>(true)),
-            _ => (latency_compact(false), latency_compact(true)),
-        };
+        let (first, live, idle) = sweep_times(variant);
+        let (quiet, busy) = (latency(variant, false), latency(variant, true));
         let q = |h: &Histogram<u64>| {
             format!(
                 "{} / {} / {} ns",
