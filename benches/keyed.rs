@@ -1,16 +1,21 @@
 //! Keyed GCRA `check`: hotlimit CAS (pinned per request, and pinned per batch of 64), its mutex
-//! twin, the compact store (`CompactLimiter`, sized for the scenario's keys), a sharded
-//! `Mutex<HashMap>`, governor's keyed limiter, and the floor of any
-//! papaya-based design (a bare papaya `get` + CAS on the value, pinned per op and per batch)
-//! — all in one group per scenario, so the report compares them in one run.
+//! twin, the compact store (`CompactLimiter`, sized for the scenario's keys) and a sharded
+//! `Mutex<HashMap>`, each on the exact TSC clock (`QuantaClock`) and on a 1 ms `CoarseClock`;
+//! governor's keyed limiter on its default clock and on its quanta upkeep clock (1 ms); and
+//! the floor of any papaya-based design (a bare papaya `get` + CAS on the value, pinned per op
+//! and per batch) — all in one group per scenario, so the report compares them in one run.
 //!
 //! `cargo bench --bench keyed`. Scenarios: 1 key; 10k and 1M keys, uniform and zipf(1.0); 1
 //! and 2 threads. Every variant reads the same pre-generated key sequence. The quota admits
 //! everything, so every request takes the write path (a CAS or a locked store).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
-use hotlimit::{algo::Gcra, CasLimiter, CompactLimiter, MutexLimiter, QuantaClock, ShardedLimiter};
+use hotlimit::{
+    algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, MutexLimiter, QuantaClock,
+    ShardedLimiter,
+};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rand_distr::Zipf;
 use std::hint::black_box;
@@ -83,25 +88,89 @@ fn keys(seq: &[u64], from: usize, n: u64) -> impl Iterator<Item = &u64> {
     (from..from + n as usize).map(move |i| &seq[i & (SEQ - 1)])
 }
 
-fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str) {
-    let cas = CasLimiter::<u64, Gcra, QuantaClock>::new(gcra());
-    let mutex = MutexLimiter::<u64, Gcra, QuantaClock>::new(gcra());
-    let sharded = ShardedLimiter::<u64, Gcra, QuantaClock>::new(gcra());
-    let compact = CompactLimiter::<u64, Gcra>::builder(gcra())
-        .max_keys(keys_n as usize)
-        .build()
-        .unwrap();
+/// The hotlimit variants on one clock.
+struct Hot<C: Clock> {
+    cas: CasLimiter<u64, Gcra, C>,
+    mutex: MutexLimiter<u64, Gcra, C>,
+    sharded: ShardedLimiter<u64, Gcra, C>,
+    compact: CompactLimiter<u64, Gcra, C>,
+}
+
+impl<C: Clock + Clone> Hot<C> {
+    fn new(keys_n: u64, clock: C) -> Self {
+        let hot = Self {
+            cas: CasLimiter::with_clock(gcra(), clock.clone()),
+            mutex: MutexLimiter::with_clock(gcra(), clock.clone()),
+            sharded: ShardedLimiter::with_clock(gcra(), clock.clone()),
+            compact: CompactLimiter::builder(gcra())
+                .max_keys(keys_n as usize)
+                .clock(clock)
+                .build()
+                .unwrap(),
+        };
+        for k in 0..keys_n {
+            hot.cas.check(&k);
+            hot.mutex.check(&k);
+            hot.sharded.check(&k);
+            hot.compact.check(&k);
+        }
+        hot
+    }
+
+    /// Registers this set's rows, named `<variant><suffix>`.
+    fn rows(
+        &self,
+        suffix: &str,
+        bench: &mut impl FnMut(&str, &(dyn Fn(&[u64], usize, u64) + Sync)),
+    ) {
+        bench(&format!("cas{suffix}"), &|s, from, n| {
+            keys(s, from, n).for_each(|k| {
+                black_box(self.cas.check(k));
+            })
+        });
+        bench(&format!("cas{suffix}-pinned-batch"), &|s, from, n| {
+            let pinned = self.cas.pin();
+            keys(s, from, n).for_each(|k| {
+                black_box(pinned.check(k));
+            })
+        });
+        bench(&format!("mutex{suffix}"), &|s, from, n| {
+            keys(s, from, n).for_each(|k| {
+                black_box(self.mutex.check(k));
+            })
+        });
+        bench(&format!("compact{suffix}"), &|s, from, n| {
+            keys(s, from, n).for_each(|k| {
+                black_box(self.compact.check(k));
+            })
+        });
+        bench(&format!("sharded-mutex{suffix}"), &|s, from, n| {
+            keys(s, from, n).for_each(|k| {
+                black_box(self.sharded.check(k));
+            })
+        });
+    }
+}
+
+/// The clocks shared by every scenario: one ticker thread each.
+struct Clocks {
+    coarse: CoarseClock,
+    upkeep: QuantaUpkeepClock,
+}
+
+fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str, clocks: &Clocks) {
+    let exact = Hot::new(keys_n, QuantaClock::new());
+    let cached = Hot::new(keys_n, clocks.coarse.clone());
     let max = NonZeroU32::MAX;
-    let governor = Governor::keyed(Quota::per_second(max).allow_burst(max));
+    let quota = Quota::per_second(max).allow_burst(max);
+    let governor = Governor::keyed(quota);
+    let governor_upkeep = Governor::dashmap_with_clock(quota, clocks.upkeep.clone());
     let papaya = papaya::HashMap::builder()
         .hasher(ahash::RandomState::new())
         .build();
     for k in 0..keys_n {
-        cas.check(&k);
-        mutex.check(&k);
-        sharded.check(&k);
-        compact.check(&k);
         let _ = governor.check_key(&k);
+        let _ = governor_upkeep.check_key(&k);
         papaya.pin().insert(k, AtomicU64::new(0));
     }
     let seqs: Vec<Vec<u64>> = (0..2).map(|t| key_sequence(keys_n, dist, t + 1)).collect();
@@ -118,35 +187,16 @@ fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str) {
                 b.iter_custom(|iters| run_threads(threads, iters, &seqs, batch))
             });
         };
-        bench("cas", &|s, from, n| {
-            keys(s, from, n).for_each(|k| {
-                black_box(cas.check(k));
-            })
-        });
-        bench("cas-pinned-batch", &|s, from, n| {
-            let pinned = cas.pin();
-            keys(s, from, n).for_each(|k| {
-                black_box(pinned.check(k));
-            })
-        });
-        bench("mutex", &|s, from, n| {
-            keys(s, from, n).for_each(|k| {
-                black_box(mutex.check(k));
-            })
-        });
-        bench("compact", &|s, from, n| {
-            keys(s, from, n).for_each(|k| {
-                black_box(compact.check(k));
-            })
-        });
-        bench("sharded-mutex", &|s, from, n| {
-            keys(s, from, n).for_each(|k| {
-                black_box(sharded.check(k));
-            })
-        });
+        exact.rows("", &mut bench);
+        cached.rows("-coarse", &mut bench);
         bench("governor", &|s, from, n| {
             keys(s, from, n).for_each(|k| {
                 let _ = black_box(governor.check_key(k));
+            })
+        });
+        bench("governor-upkeep", &|s, from, n| {
+            keys(s, from, n).for_each(|k| {
+                let _ = black_box(governor_upkeep.check_key(k));
             })
         });
         bench("papaya-get-cas", &|s, from, n| {
@@ -169,10 +219,15 @@ fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str) {
 }
 
 fn keyed(c: &mut Criterion) {
-    scenario(c, 1, Dist::Uniform, "uniform");
+    let clocks = Clocks {
+        coarse: CoarseClock::new(Duration::from_millis(1)),
+        // quanta's process-wide upkeep thread (one per process), for governor.
+        upkeep: QuantaUpkeepClock::from_interval(Duration::from_millis(1)).unwrap(),
+    };
+    scenario(c, 1, Dist::Uniform, "uniform", &clocks);
     for keys_n in [10_000, 1_000_000] {
-        scenario(c, keys_n, Dist::Uniform, "uniform");
-        scenario(c, keys_n, Dist::Zipf, "zipf1");
+        scenario(c, keys_n, Dist::Uniform, "uniform", &clocks);
+        scenario(c, keys_n, Dist::Zipf, "zipf1", &clocks);
     }
 }
 

@@ -133,7 +133,7 @@ mod error;
 mod sync;
 
 pub use algo::{Algorithm, State, Step, Word, WordStep};
-pub use clock::{Clock, ManualClock, QuantaClock};
+pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
 pub use config::{parse_duration, Rate};
 pub use decision::{Decision, Policy};
 pub use error::{ConfigError, CostError, Field};
