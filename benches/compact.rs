@@ -1,20 +1,24 @@
 //! The compact store against its goals, all in one run: GCRA `check` at 1M uniform u64 keys
-//! (all present) with 1 and 2 threads for the compact store, the papaya store, governor's
-//! keyed limiter and two flat-array baselines (index = key: the same clock read and GCRA step
-//! with no look-up at all, and a bare load + CAS with neither); then bytes per key by RSS
-//! growth at 1M and 10M keys, each variant in a child process.
+//! (all present) with 1 and 2 threads for the compact store (on the exact TSC clock and on a
+//! 1 ms `CoarseClock`), the papaya store, governor's keyed limiter (its default clock and its
+//! 1 ms quanta upkeep clock) and flat-array baselines (index = key: the same clock read and
+//! GCRA step with no look-up at all, on either clock, and a bare load + CAS with neither);
+//! then bytes per key by RSS growth at 1M and 10M keys, each variant in a child process.
 //!
 //! `cargo bench --bench compact` (a table on stdout, no criterion: the ratios must come from
 //! one run). `cargo bench --bench compact -- --quick` runs fewer rounds and skips 10M.
 
+use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
-use hotlimit::{algo::Gcra, Algorithm, CasLimiter, Clock, CompactLimiter, QuantaClock};
+use hotlimit::{
+    algo::Gcra, Algorithm, CasLimiter, Clock, CoarseClock, CompactLimiter, QuantaClock,
+};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const KEYS: u64 = 1_000_000;
 /// Pre-generated keys per thread, read in a cycle (a power of two).
@@ -150,15 +154,26 @@ fn main() {
         .clock(hotlimit::ManualClock::new())
         .build()
         .unwrap();
+    let coarse = CoarseClock::new(Duration::from_millis(1));
+    let compact_coarse = CompactLimiter::<u64, Gcra>::builder(algo)
+        .max_keys(KEYS as usize)
+        .clock(coarse.clone())
+        .build()
+        .unwrap();
     let papaya = CasLimiter::<u64, Gcra>::new(algo);
     let max = NonZeroU32::MAX;
-    let governor = Governor::keyed(Quota::per_second(max).allow_burst(max));
+    let quota = Quota::per_second(max).allow_burst(max);
+    let governor = Governor::keyed(quota);
+    let upkeep = QuantaUpkeepClock::from_interval(Duration::from_millis(1)).unwrap();
+    let governor_upkeep = Governor::dashmap_with_clock(quota, upkeep);
     let flat: Vec<AtomicU64> = (0..KEYS).map(|_| AtomicU64::new(algo.fresh())).collect();
     for k in 0..KEYS {
         compact.check(&k);
         compact_manual.check(&k);
+        compact_coarse.check(&k);
         papaya.check(&k);
         let _ = governor.check_key(&k);
+        let _ = governor_upkeep.check_key(&k);
     }
     let seqs: Vec<Vec<u64>> = (0..2)
         .map(|t| {
@@ -168,9 +183,8 @@ fn main() {
         .collect();
 
     // The flat array with the limiter's own work: clock read, GCRA step, CAS loop.
-    let flat_gcra = |k: u64| {
+    let flat_step = |k: u64, now: u64| {
         let cell = &flat[k as usize];
-        let now = clock.now();
         let mut cur = cell.load(Ordering::Acquire);
         loop {
             let mut new = cur;
@@ -188,6 +202,8 @@ fn main() {
             }
         }
     };
+    let flat_gcra = |k: u64| flat_step(k, clock.now());
+    let flat_gcra_coarse = |k: u64| flat_step(k, coarse.now());
     // The baseline: a GCRA-like CAS on the value, no clock.
     let flat_bare = |k: u64| {
         let cell = &flat[k as usize];
@@ -206,14 +222,23 @@ fn main() {
     let manual_check = |k: u64| {
         black_box(compact_manual.check(&k));
     };
-    const ROWS: usize = 6;
+    let coarse_check = |k: u64| {
+        black_box(compact_coarse.check(&k));
+    };
+    let governor_upkeep_check = |k: u64| {
+        let _ = black_box(governor_upkeep.check_key(&k));
+    };
+    const ROWS: usize = 9;
     let run = |row: usize, threads: usize, ops: usize| match row {
         0 => time(threads, ops, &seqs, &compact_check),
         1 => time(threads, ops, &seqs, &papaya_check),
         2 => time(threads, ops, &seqs, &governor_check),
         3 => time(threads, ops, &seqs, &flat_gcra),
         4 => time(threads, ops, &seqs, &flat_bare),
-        _ => time(threads, ops, &seqs, &manual_check),
+        5 => time(threads, ops, &seqs, &manual_check),
+        6 => time(threads, ops, &seqs, &coarse_check),
+        7 => time(threads, ops, &seqs, &flat_gcra_coarse),
+        _ => time(threads, ops, &seqs, &governor_upkeep_check),
     };
 
     println!("compact store goals: GCRA check, {KEYS} uniform u64 keys (all present), ns per request per thread");
@@ -221,8 +246,8 @@ fn main() {
         "median of {rounds} rounds of {ops} requests per thread; rounds interleave the variants"
     );
     println!();
-    println!("| threads | compact | papaya | governor | flat array + clock + GCRA | flat array bare CAS | governor ÷ compact | compact ÷ flat (GCRA) | compact ÷ flat (bare) | papaya ÷ compact |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| threads | clock | compact | flat array + clock + GCRA | governor | governor ÷ compact | compact ÷ flat |");
+    println!("|---|---|---|---|---|---|---|");
     for threads in [1usize, 2] {
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); ROWS];
         // Warm-up round, not recorded.
@@ -235,20 +260,24 @@ fn main() {
             }
         }
         let m: Vec<f64> = samples.into_iter().map(median).collect();
-        println!(
-            "| {threads} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} |",
-            m[0],
-            m[1],
-            m[2],
-            m[3],
-            m[4],
-            m[2] / m[0],
-            m[0] / m[3],
-            m[0] / m[4],
-            m[1] / m[0]
-        );
+        // The exact clock against governor's default; the coarse one against governor's
+        // own cached clock as well as its default.
+        for (clock, c, flat, gov) in [
+            ("TSC", m[0], m[3], m[2]),
+            ("coarse 1 ms", m[6], m[7], m[2]),
+            ("coarse 1 ms, governor upkeep 1 ms", m[6], m[7], m[8]),
+        ] {
+            println!(
+                "| {threads} | {clock} | {c:.1} | {flat:.1} | {gov:.1} | {:.2} | {:.2} |",
+                gov / c,
+                c / flat
+            );
+        }
         eprintln!(
-            "  ({threads} thread(s): compact on a manual clock, no TSC read: {:.1} ns)",
+            "  ({threads} thread(s): papaya {:.1} ns ({:.2}x compact); flat array bare CAS {:.1} ns; compact on a manual clock, no clock read: {:.1} ns)",
+            m[1],
+            m[1] / m[0],
+            m[4],
             m[5]
         );
     }
@@ -261,7 +290,15 @@ fn main() {
         stats.in_home_line * 100.0,
         stats.max_reach
     );
-    drop((compact, compact_manual, papaya, governor, flat));
+    drop((
+        compact,
+        compact_manual,
+        compact_coarse,
+        papaya,
+        governor,
+        governor_upkeep,
+        flat,
+    ));
 
     println!();
     println!("| keys | compact bytes/key | papaya bytes/key | governor bytes/key |");
