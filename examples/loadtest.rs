@@ -16,6 +16,7 @@
 //! --requests N           checks per thread (default 40000000 / threads, at least 1000000)
 //! --variants LIST        cas,mutex,sharded-mutex,governor (default: all four)
 //! --store papaya|compact the store of the cas and mutex variants (default papaya)
+//! --clock exact|coarse   the clock of every limiter (default exact; see below)
 //! --seed N               key stream seed (default 1)
 //! --json                 one JSON array of rows on stdout instead of the table
 //! ```
@@ -28,11 +29,14 @@
 //! key's first check inserts it. With `--store compact` the `cas` and `mutex` variants are
 //! `CompactLimiter`s (the fixed-capacity inline table, sized for `--keys`) instead of the
 //! papaya-based `CasLimiter` / `MutexLimiter`; the sharded and governor rows are unchanged.
+//! With `--clock coarse` every hotlimit limiter reads one `CoarseClock` (1 ms resolution)
+//! instead of the TSC, and governor its own quanta upkeep clock (1 ms), so that both sides
+//! trade the same resolution for a cheaper clock read.
 //!
 //! # Output
 //!
 //! A progress line on stderr; on stdout a table (or, with `--json`, one JSON array with one
-//! object per variant: `variant`, `store`, `algo`, `threads`, `keys`, `dist`, `mops`, `ns_per_op`,
+//! object per variant: `variant`, `store`, `clock`, `algo`, `threads`, `keys`, `dist`, `mops`, `ns_per_op`,
 //! `p50_ns`, `p99_ns`, `p999_ns`, `retries_per_op`, `allowed_pct`).
 //!
 //! * `Mops/s`: total checks / wall time / 10^6, the wall time running from the first thread's
@@ -52,8 +56,8 @@ use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow, DEFAULT_BUCKETS,
 };
 use hotlimit::{
-    Algorithm, Cas, CasLimiter, CompactLimiter, Locked, MutexLimiter, QuantaClock, Rate,
-    RateLimiter, ShardedLimiter,
+    Algorithm, Cas, CasLimiter, Clock, CoarseClock, CompactLimiter, Locked, MutexLimiter,
+    QuantaClock, Rate, RateLimiter, ShardedLimiter,
 };
 use rand::distr::Distribution;
 use rand::rngs::StdRng;
@@ -135,6 +139,11 @@ struct Args {
     #[arg(long, value_enum, default_value_t = Store::Papaya)]
     store: Store,
 
+    /// Clock of every limiter: `exact` (hotlimit's TSC clock, governor's default) or `coarse`
+    /// (a 1 ms CoarseClock for hotlimit, a 1 ms quanta upkeep clock for governor).
+    #[arg(long, value_enum, default_value_t = ClockKind::Exact)]
+    clock: ClockKind,
+
     /// Seed of the key streams (thread t uses seed + t).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -186,6 +195,29 @@ impl Algo {
             Algo::SubWindow => "1000 per 1s, 60 buckets",
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ClockKind {
+    /// Read the TSC on every check (QuantaClock; governor's default clock)
+    Exact,
+    /// A cached time refreshed every 1 ms (CoarseClock; governor's QuantaUpkeepClock)
+    Coarse,
+}
+
+impl ClockKind {
+    fn name(self) -> &'static str {
+        match self {
+            ClockKind::Exact => "exact",
+            ClockKind::Coarse => "coarse",
+        }
+    }
+}
+
+/// The run's clocks: hotlimit's, and governor's upkeep clock when `--clock coarse`.
+struct Clocks<C> {
+    hotlimit: C,
+    governor_upkeep: Option<governor::clock::QuantaUpkeepClock>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -388,19 +420,22 @@ fn run_hotlimit<L: RateLimiter<u64>>(
 }
 
 /// Runs `variant` (a fresh, empty limiter) on the streams.
-fn run_variant<A: Algorithm + Copy>(
+fn run_variant<A: Algorithm + Copy, C: Clock + Clone>(
     algo: A,
     variant: VariantName,
     store: Store,
     keys: u64,
     streams: &[Vec<u32>],
+    clocks: &Clocks<C>,
 ) -> Row {
     // A table for exactly `keys` keys (at its design load of 3/4).
     let max_keys = usize::try_from(keys).unwrap_or(usize::MAX);
+    let clock = || clocks.hotlimit.clone();
     match (variant, store) {
         (VariantName::Cas, Store::Compact) => {
             let limiter = CompactLimiter::<u64, A, QuantaClock, Cas>::builder(algo)
                 .max_keys(max_keys)
+                .clock(clock())
                 .build()
                 .expect("no sweeper thread to spawn");
             run_hotlimit(variant, &limiter, streams, |l| Some(l.cas_stats().retries))
@@ -408,32 +443,37 @@ fn run_variant<A: Algorithm + Copy>(
         (VariantName::Mutex, Store::Compact) => {
             let limiter = CompactLimiter::<u64, A, QuantaClock, Locked>::builder(algo)
                 .max_keys(max_keys)
+                .clock(clock())
                 .build()
                 .expect("no sweeper thread to spawn");
             run_hotlimit(variant, &limiter, streams, |_| None)
         }
         (VariantName::Cas, _) => {
-            run_hotlimit(variant, &CasLimiter::<u64, A>::new(algo), streams, |l| {
-                Some(l.cas_stats().retries)
-            })
+            let limiter = CasLimiter::<u64, A, C>::with_clock(algo, clock());
+            run_hotlimit(variant, &limiter, streams, |l| Some(l.cas_stats().retries))
         }
         (VariantName::Mutex, _) => {
-            run_hotlimit(variant, &MutexLimiter::<u64, A>::new(algo), streams, |_| {
-                None
-            })
+            let limiter = MutexLimiter::<u64, A, C>::with_clock(algo, clock());
+            run_hotlimit(variant, &limiter, streams, |_| None)
         }
-        (VariantName::ShardedMutex, _) => run_hotlimit(
-            variant,
-            &ShardedLimiter::<u64, A>::new(algo),
-            streams,
-            |_| None,
-        ),
+        (VariantName::ShardedMutex, _) => {
+            let limiter = ShardedLimiter::<u64, A, C>::with_clock(algo, clock());
+            run_hotlimit(variant, &limiter, streams, |_| None)
+        }
         (VariantName::Governor, _) => {
             let per_second = NonZeroU32::new(GCRA_PER_SECOND).expect("nonzero");
             let burst = NonZeroU32::new(GCRA_BURST).expect("nonzero");
-            let limiter =
-                governor::RateLimiter::keyed(Quota::per_second(per_second).allow_burst(burst));
-            let (wall, latency, allowed) = drive(streams, |key| limiter.check_key(&key).is_ok());
+            let quota = Quota::per_second(per_second).allow_burst(burst);
+            let (wall, latency, allowed) = match &clocks.governor_upkeep {
+                Some(upkeep) => {
+                    let limiter = governor::RateLimiter::dashmap_with_clock(quota, upkeep.clone());
+                    drive(streams, |key| limiter.check_key(&key).is_ok())
+                }
+                None => {
+                    let limiter = governor::RateLimiter::keyed(quota);
+                    drive(streams, |key| limiter.check_key(&key).is_ok())
+                }
+            };
             Row {
                 variant,
                 checks: streams.iter().map(|s| s.len() as u64).sum(),
@@ -454,6 +494,35 @@ fn run_all<A: Algorithm + Copy>(
     variants: &[VariantName],
     streams: &[Vec<u32>],
 ) -> Vec<Row> {
+    match args.clock {
+        ClockKind::Exact => {
+            let clocks = Clocks {
+                hotlimit: QuantaClock::new(),
+                governor_upkeep: None,
+            };
+            run_each(algo, args, variants, streams, &clocks)
+        }
+        ClockKind::Coarse => {
+            let clocks = Clocks {
+                hotlimit: CoarseClock::new(Duration::from_millis(1)),
+                // quanta's one upkeep thread per process: started here, once.
+                governor_upkeep: variants.contains(&VariantName::Governor).then(|| {
+                    governor::clock::QuantaUpkeepClock::from_interval(Duration::from_millis(1))
+                        .expect("no other quanta upkeep thread in this process")
+                }),
+            };
+            run_each(algo, args, variants, streams, &clocks)
+        }
+    }
+}
+
+fn run_each<A: Algorithm + Copy, C: Clock + Clone>(
+    algo: A,
+    args: &Args,
+    variants: &[VariantName],
+    streams: &[Vec<u32>],
+    clocks: &Clocks<C>,
+) -> Vec<Row> {
     let mut rows = Vec::new();
     for (i, &variant) in variants.iter().enumerate() {
         progress(&format!(
@@ -462,7 +531,9 @@ fn run_all<A: Algorithm + Copy>(
             i + 1,
             variants.len()
         ));
-        rows.push(run_variant(algo, variant, args.store, args.keys, streams));
+        rows.push(run_variant(
+            algo, variant, args.store, args.keys, streams, clocks,
+        ));
     }
     rows
 }
@@ -631,6 +702,7 @@ fn json(args: &Args, threads: usize, rows: &[Row]) -> String {
             serde_json::json!({
                 "variant": r.variant.name(),
                 "store": args.store.name(),
+                "clock": args.clock.name(),
                 "algo": args.algo.name(),
                 "threads": threads,
                 "keys": args.keys,
@@ -655,10 +727,11 @@ fn table(args: &Args, threads: usize, requests: u64, rows: &[Row]) -> String {
         .find(|r| r.variant == VariantName::Cas)
         .map(Row::mops);
     let mut out = format!(
-        "algo={} ({} per key), store={}, threads={}, keys={}, dist={}, abusive={} (from {} key(s)), requests/thread={}\n",
+        "algo={} ({} per key), store={}, clock={}, threads={}, keys={}, dist={}, abusive={} (from {} key(s)), requests/thread={}\n",
         args.algo.name(),
         args.algo.quota(),
         args.store.name(),
+        args.clock.name(),
         threads,
         args.keys,
         args.dist,

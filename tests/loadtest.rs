@@ -74,7 +74,7 @@ fn rows(extra: &[&str]) -> Vec<Value> {
 /// Every key present, with the right type and a sane value.
 fn check_row(row: &Value) {
     let obj = row.as_object().expect("each row is an object");
-    for key in ["variant", "store", "algo", "dist"] {
+    for key in ["variant", "store", "clock", "algo", "dist"] {
         assert!(obj[key].is_string(), "{key} is not a string in {row}");
     }
     for key in [
@@ -93,7 +93,7 @@ fn check_row(row: &Value) {
             .unwrap_or_else(|| panic!("{key} missing in {row}"));
         assert!(v.is_number(), "{key} is not a number in {row}");
     }
-    assert_eq!(obj.len(), 13, "unexpected keys in {row}");
+    assert_eq!(obj.len(), 14, "unexpected keys in {row}");
     assert_eq!(row["threads"], 2);
     assert_eq!(row["keys"], 100);
     assert_eq!(row["dist"], "zipf:1.0");
@@ -151,6 +151,28 @@ fn store_option_puts_cas_and_mutex_on_the_compact_table() {
         assert_eq!(variants(&rows), ["cas", "mutex"]);
         assert!(rows.iter().all(|r| r["store"] == "compact"), "{rows:?}");
     }
+}
+
+#[test]
+fn clock_option_runs_every_variant_on_the_coarse_clocks() {
+    let exact = rows(&["--variants", "cas"]);
+    assert_eq!(exact[0]["clock"], "exact");
+    let coarse = rows(&["--clock", "coarse"]);
+    assert_eq!(
+        variants(&coarse),
+        ["cas", "mutex", "sharded-mutex", "governor"]
+    );
+    assert!(coarse.iter().all(|r| r["clock"] == "coarse"), "{coarse:?}");
+    let compact = rows(&[
+        "--clock",
+        "coarse",
+        "--store",
+        "compact",
+        "--variants",
+        "cas",
+    ]);
+    assert_eq!(compact[0]["store"], "compact");
+    assert_eq!(compact[0]["clock"], "coarse");
 }
 
 #[test]
