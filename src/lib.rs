@@ -101,7 +101,10 @@
 //! For a key already present, [`CasLimiter::check`](KeyedLimiter::check) takes no lock and
 //! allocates nothing: one hash, one lock-free `papaya` lookup, one clock read, the pure step
 //! and one `compare_exchange_weak`. A leaky denial writes nothing. [`KeyedLimiter::pin`] holds
-//! the map's epoch guard across a batch of requests, saving its cost per request.
+//! the map's epoch guard across a batch of requests, saving its cost per request. The clock
+//! read is the other fixed cost: [`CoarseClock`] replaces the TSC read by one load of a word
+//! that a background thread refreshes (1 ms by default), for quotas whose burst covers that
+//! step (see its docs).
 //! `cargo bench --bench keyed` compares the CAS limiter with the mutex twin, a sharded
 //! `Mutex<HashMap>`, governor and a bare papaya `get` + CAS; `BENCHMARKS.md` keeps the numbers
 //! and what they say.
