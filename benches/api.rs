@@ -5,15 +5,13 @@
 //! `cargo bench --bench api`. One thread; 1 key (the cell stays in L1) and 10k uniform keys
 //! (in L2). The quotas admit everything, so every check takes the write path (a CAS).
 
+mod common;
+
+use common::gcra;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hotlimit::{algo::AllOf, algo::Gcra, CasLimiter, Live};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;
-
-/// A quota no benchmark exhausts: 1 event per ns with a burst of 2^40.
-fn gcra() -> Gcra {
-    "1000000000/s burst 1099511627776".parse().unwrap()
-}
 
 fn api(c: &mut Criterion) {
     for keys in [1u64, 10_000] {

@@ -8,6 +8,9 @@
 //! `cargo bench --bench compact` (a table on stdout, no criterion: the ratios must come from
 //! one run). `cargo bench --bench compact -- --quick` runs fewer rounds and skips 10M.
 
+mod common;
+
+use common::{gcra, rss_bytes};
 use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
 use hotlimit::{
@@ -23,12 +26,6 @@ use std::time::{Duration, Instant};
 const KEYS: u64 = 1_000_000;
 /// Pre-generated keys per thread, read in a cycle (a power of two).
 const SEQ: usize = 1 << 20;
-
-/// A quota no benchmark exhausts: 1 event per ns with a burst of 2^40, so every request
-/// takes the write path (a CAS).
-fn gcra() -> Gcra {
-    "1000000000/s burst 1099511627776".parse().unwrap()
-}
 
 /// ns per request per thread: `threads` threads run `ops` requests each, over their own key
 /// sequences, released together.
@@ -54,16 +51,6 @@ fn time<F: Fn(u64) + Sync>(threads: usize, ops: usize, seqs: &[Vec<u64>], check:
         hs.into_iter().map(|h| h.join().unwrap()).max().unwrap()
     });
     wall.as_nanos() as f64 / ops as f64
-}
-
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
 }
 
 /// Child process: RSS growth per key after inserting `keys` keys into one store.

@@ -5,16 +5,15 @@
 //! `cargo bench --bench contention`. On a 2-core machine 3 and 4 threads oversubscribe the
 //! cores: that is where a lock holder preempted mid-section hurts the mutex most.
 
+mod common;
+
+use common::gcra;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hotlimit::{algo::Gcra, CasLimiter, DirectLimiter, Locked, MutexLimiter, QuantaClock};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
-
-fn gcra() -> Gcra {
-    "1000000000/s burst 1099511627776".parse().unwrap()
-}
 
 /// `iters` calls of `op` on each of `threads` threads; wall time from the common start.
 fn run(threads: usize, iters: u64, op: &(dyn Fn() + Sync)) -> Duration {

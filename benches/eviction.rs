@@ -7,6 +7,9 @@
 //! row is the fixed-capacity `CompactLimiter` sized for the 1M keys (its table is allocated
 //! whole at build, so its bytes per key are the table's).
 
+mod common;
+
+use common::rss_bytes;
 use hdrhistogram::Histogram;
 use hotlimit::{
     algo::Gcra, Cas, Clock, CompactLimiter, KeyedLimiter, Locked, ManualClock, QuantaClock,
@@ -20,16 +23,6 @@ const KEYS: u64 = 1_000_000;
 
 fn gcra() -> Gcra {
     "10/s burst 5".parse().unwrap()
-}
-
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
 }
 
 /// A limiter of `variant` running `algo` on `clock`, judging idleness `grace` behind it: the

@@ -9,6 +9,9 @@
 //! and 2 threads. Every variant reads the same pre-generated key sequence. The quota admits
 //! everything, so every request takes the write path (a CAS or a locked store).
 
+mod common;
+
+use common::gcra;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
@@ -28,11 +31,6 @@ use std::time::{Duration, Instant};
 const BATCH: u64 = 64;
 /// Pre-generated keys per thread, read in a cycle.
 const SEQ: usize = 1 << 20;
-
-/// A quota no benchmark exhausts: 1 event per ns with a burst of 2^40.
-fn gcra() -> Gcra {
-    "1000000000/s burst 1099511627776".parse().unwrap()
-}
 
 #[derive(Clone, Copy)]
 enum Dist {

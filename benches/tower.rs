@@ -17,6 +17,9 @@
 //! minus `bare-check`. The inner service parks the request it gets in a slot and the next
 //! iteration sends it again, so the allowed rows allocate no request.
 
+mod common;
+
+use common::gcra;
 use criterion::{criterion_group, criterion_main, Criterion};
 use hotlimit::algo::Gcra;
 use hotlimit::tower::{ForwardedIp, HeaderKey, KeyExtractor, PeerIp, RateLimitLayer};
@@ -40,11 +43,9 @@ type Res = Response<()>;
 /// Where the inner service parks the request it was sent.
 type Slot = Rc<Cell<Option<Req>>>;
 
-/// A quota no benchmark exhausts: 1 event per ns with a burst of 2^40.
+/// A limiter whose quota no benchmark exhausts.
 fn roomy() -> Arc<CasLimiter<String, Gcra>> {
-    Arc::new(CasLimiter::new(
-        "1000000000/s burst 1099511627776".parse().unwrap(),
-    ))
+    Arc::new(CasLimiter::new(gcra()))
 }
 
 struct Noop;
