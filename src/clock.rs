@@ -88,8 +88,8 @@ impl Clock for QuantaClock {
 /// [`QuantaClock`] time into it every `resolution`, and [`now`](Clock::now) reads the last
 /// value written.
 ///
-/// Reading the TSC costs about 9 ns on the VM the benchmarks ran on, half or more of a whole
-/// `check` on a hot key; this clock costs about 1 ns. The price is resolution: time moves in
+/// In `cargo bench --bench keyed` it took 2–32% off a check (2 ns on a hot key, 15–43 ns at
+/// 1M keys, where the TSC read sits between cache misses). The price is resolution: time moves in
 /// steps of `resolution` (plus the ticker thread's scheduling delay), so a limiter sees every
 /// request up to that long after it arrived. Over any interval, a quota then admits at most
 /// what it would over that interval plus `resolution`; and a key can sustain its rate only if
