@@ -3,7 +3,9 @@
 //! 1 ms `CoarseClock`), the papaya store, governor's keyed limiter (its default clock and its
 //! 1 ms quanta upkeep clock) and flat-array baselines (index = key: the same clock read and
 //! GCRA step with no look-up at all, on either clock, and a bare load + CAS with neither);
-//! then bytes per key by RSS growth at 1M and 10M keys, each variant in a child process.
+//! then where the time goes: the compact store against tables of its own shape and size with
+//! none of its guarantees (its floor); then bytes per key by RSS growth at 1M and 10M keys,
+//! each variant in a child process.
 //!
 //! `cargo bench --bench compact` (a table on stdout, no criterion: the ratios must come from
 //! one run). `cargo bench --bench compact -- --quick` runs fewer rounds and skips 10M.
@@ -102,6 +104,150 @@ fn measure_rss(variant: &str, keys: u64) -> f64 {
     (after - before) as f64 / keys as f64
 }
 
+/// The floors under any look-up at the compact store's footprint: tables shaped like its own
+/// (the same slot count, four `(key, state)` pairs to a 64-byte line, home line by a seeded
+/// hash and multiply-shift, keys placed from their home line on) but with none of its
+/// guarantees: no insert, no reach, no eviction. `W` is the line: eight 8-byte words (state
+/// updated by an 8-byte CAS; *not* ABA-safe, so not a limiter) or four 16-byte words (the
+/// compact store's own double-width CAS).
+struct Floor<W> {
+    lines: Vec<W>,
+    hasher: ahash::RandomState,
+}
+
+#[repr(align(64))]
+struct Words8([AtomicU64; 8]);
+#[repr(align(64))]
+struct Words16([portable_atomic::AtomicU128; 4]);
+
+/// A free slot's state word (as the compact store's).
+const FREE: u64 = u64::MAX;
+
+impl<W> Floor<W> {
+    /// `key`'s home line and the slot of it tried first, as the compact store picks them.
+    #[inline(always)]
+    fn home(&self, key: u64) -> (usize, usize) {
+        let h = self.hasher.hash_one(key);
+        let line = ((u128::from(h) * self.lines.len() as u128) >> 64) as usize;
+        (line, (h >> 1) as usize % 4)
+    }
+
+    /// The `j`-th slot a look-up from `home` tries: the home line from its first slot, then
+    /// the next lines in order (the compact store's order).
+    #[inline(always)]
+    fn probe(&self, (home, first): (usize, usize), j: usize) -> (&W, usize) {
+        let (d, slot) = if j < 4 {
+            (0, (first + j) % 4)
+        } else {
+            (j / 4, j % 4)
+        };
+        (&self.lines[(home + d) % self.lines.len()], slot)
+    }
+
+    /// Places keys `0..keys` in the first free slot in probe order.
+    fn build(
+        keys: u64,
+        line: impl Fn() -> W,
+        free: impl Fn(&W, usize) -> bool,
+        put: impl Fn(&W, usize, u64),
+    ) -> Self {
+        let slots = (keys as usize * 4).div_ceil(3);
+        let lines = (0..slots.div_ceil(4)).map(|_| line()).collect();
+        let floor = Self {
+            lines,
+            hasher: ahash::RandomState::new(),
+        };
+        for key in 0..keys {
+            let home = floor.home(key);
+            let (l, s) = (0..)
+                .map(|j| floor.probe(home, j))
+                .find(|&(l, s)| free(l, s))
+                .unwrap();
+            put(l, s, key);
+        }
+        floor
+    }
+}
+
+impl Floor<Words8> {
+    fn new(keys: u64, fresh: u64) -> Self {
+        Self::build(
+            keys,
+            || {
+                Words8(std::array::from_fn(|i| {
+                    AtomicU64::new(if i % 2 == 1 { FREE } else { 0 })
+                }))
+            },
+            |l, s| l.0[2 * s + 1].load(Ordering::Relaxed) == FREE,
+            |l, s, key| {
+                l.0[2 * s].store(key, Ordering::Relaxed);
+                l.0[2 * s + 1].store(fresh, Ordering::Relaxed);
+            },
+        )
+    }
+
+    /// The state word of `key`: the home line's four keys compared at once (no branch per
+    /// slot), the next lines one slot at a time.
+    #[inline(always)]
+    fn state(&self, key: u64) -> &AtomicU64 {
+        let home = self.home(key);
+        let w = &self.lines[home.0].0;
+        let hit = (0..4).fold(0u32, |m, s| {
+            m | (u32::from(w[2 * s].load(Ordering::Acquire) == key) << s)
+        });
+        if hit != 0 {
+            return &w[2 * hit.trailing_zeros() as usize + 1];
+        }
+        (4..)
+            .map(|j| self.probe(home, j))
+            .find(|(l, s)| l.0[2 * s].load(Ordering::Acquire) == key)
+            .map(|(l, s)| &l.0[2 * s + 1])
+            .unwrap()
+    }
+}
+
+impl Floor<Words16> {
+    fn new(keys: u64, fresh: u64) -> Self {
+        use portable_atomic::AtomicU128;
+        Self::build(
+            keys,
+            || Words16(std::array::from_fn(|_| AtomicU128::new(u128::from(FREE)))),
+            |l, s| l.0[s].load(portable_atomic::Ordering::Relaxed) as u64 == FREE,
+            |l, s, key| {
+                l.0[s].store(
+                    (u128::from(key) << 64) | u128::from(fresh),
+                    portable_atomic::Ordering::Relaxed,
+                )
+            },
+        )
+    }
+
+    /// The GCRA step on `key`'s slot by double-width CAS, each slot loaded in probe order (as
+    /// the compact store's look-up, without its reach or fallbacks).
+    #[inline(always)]
+    fn step(&self, key: u64, now: u64, algo: &Gcra) {
+        use portable_atomic::Ordering::{AcqRel, Acquire};
+        let home = self.home(key);
+        for j in 0.. {
+            let (l, s) = self.probe(home, j);
+            let slot = &l.0[s];
+            let mut cur = slot.load(Acquire);
+            if (cur >> 64) as u64 != key {
+                continue;
+            }
+            loop {
+                let mut new = cur as u64;
+                black_box(algo.update(&mut new, now, 1));
+                let pair = (cur >> 64 << 64) | u128::from(new);
+                match slot.compare_exchange_weak(cur, pair, AcqRel, Acquire) {
+                    Ok(_) => return,
+                    Err(actual) => cur = actual,
+                }
+            }
+        }
+    }
+}
+
 fn child_rss(variant: &str, keys: u64) -> String {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--rss", variant, &keys.to_string()])
@@ -169,9 +315,14 @@ fn main() {
         })
         .collect();
 
-    // The flat array with the limiter's own work: clock read, GCRA step, CAS loop.
-    let flat_step = |k: u64, now: u64| {
-        let cell = &flat[k as usize];
+    let flat16: Vec<AtomicU64> = (0..2 * KEYS)
+        .map(|_| AtomicU64::new(algo.fresh()))
+        .collect();
+    let floor8 = Floor::<Words8>::new(KEYS, algo.fresh());
+    let floor16 = Floor::<Words16>::new(KEYS, algo.fresh());
+
+    // A CAS loop with the limiter's own work (GCRA step), on any state word.
+    let cas_step = |cell: &AtomicU64, now: u64| {
         let mut cur = cell.load(Ordering::Acquire);
         loop {
             let mut new = cur;
@@ -189,8 +340,13 @@ fn main() {
             }
         }
     };
-    let flat_gcra = |k: u64| flat_step(k, clock.now());
-    let flat_gcra_coarse = |k: u64| flat_step(k, coarse.now());
+    let flat_gcra = |k: u64| cas_step(&flat[k as usize], clock.now());
+    let flat_gcra_coarse = |k: u64| cas_step(&flat[k as usize], coarse.now());
+    // The floors, all on the coarse clock: the payload alone (a key word and a state word per
+    // key, no look-up), and the two look-up floors at the compact table's footprint.
+    let flat16_coarse = |k: u64| cas_step(&flat16[2 * k as usize + 1], coarse.now());
+    let floor8_coarse = |k: u64| cas_step(floor8.state(k), coarse.now());
+    let floor16_coarse = |k: u64| floor16.step(k, coarse.now(), &algo);
     // The baseline: a GCRA-like CAS on the value, no clock.
     let flat_bare = |k: u64| {
         let cell = &flat[k as usize];
@@ -215,7 +371,7 @@ fn main() {
     let governor_upkeep_check = |k: u64| {
         let _ = black_box(governor_upkeep.check_key(&k));
     };
-    const ROWS: usize = 9;
+    const ROWS: usize = 12;
     let run = |row: usize, threads: usize, ops: usize| match row {
         0 => time(threads, ops, &seqs, &compact_check),
         1 => time(threads, ops, &seqs, &papaya_check),
@@ -225,8 +381,12 @@ fn main() {
         5 => time(threads, ops, &seqs, &manual_check),
         6 => time(threads, ops, &seqs, &coarse_check),
         7 => time(threads, ops, &seqs, &flat_gcra_coarse),
-        _ => time(threads, ops, &seqs, &governor_upkeep_check),
+        8 => time(threads, ops, &seqs, &governor_upkeep_check),
+        9 => time(threads, ops, &seqs, &flat16_coarse),
+        10 => time(threads, ops, &seqs, &floor8_coarse),
+        _ => time(threads, ops, &seqs, &floor16_coarse),
     };
+    let mut floors = Vec::new();
 
     println!("compact store goals: GCRA check, {KEYS} uniform u64 keys (all present), ns per request per thread");
     println!(
@@ -247,6 +407,7 @@ fn main() {
             }
         }
         let m: Vec<f64> = samples.into_iter().map(median).collect();
+        floors.push((threads, m[7], m[9], m[10], m[11], m[6]));
         // The exact clock against governor's default; the coarse one against governor's
         // own cached clock as well as its default.
         for (clock, c, flat, gov) in [
@@ -268,6 +429,28 @@ fn main() {
             m[5]
         );
     }
+    println!();
+    println!("where the time goes (coarse clock, ns per request per thread, ratio to the 8 B/key flat array):");
+    println!(
+        "a key + state per key with no look-up; then tables of the compact store's shape and size"
+    );
+    println!(
+        "with no inserts, reach or eviction: 8-byte words (state by an 8-byte CAS: not ABA-safe,"
+    );
+    println!("so no limiter can use it) and 16-byte words (the compact store's double-width CAS)");
+    println!();
+    println!("| threads | flat 8 B/key | flat 16 B/key | table, 8-byte CAS | table, 16-byte CAS | compact |");
+    println!("|---|---|---|---|---|---|");
+    for (threads, flat8, flat16, t8, t16, compact) in floors {
+        let r = |x: f64| format!("{x:.1} ({:.1}×)", x / flat8);
+        println!(
+            "| {threads} | {flat8:.1} | {} | {} | {} | {} |",
+            r(flat16),
+            r(t8),
+            r(t16),
+            r(compact)
+        );
+    }
     let stats = compact.probe_stats();
     println!();
     println!(
@@ -285,6 +468,9 @@ fn main() {
         governor,
         governor_upkeep,
         flat,
+        flat16,
+        floor8,
+        floor16,
     ));
 
     println!();
