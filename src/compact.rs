@@ -13,7 +13,7 @@ use crate::decision::Decision;
 use crate::error::{check_cost, CostError};
 use crate::keyed::DEFAULT_SWEEP_GRACE;
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
-use crate::stats::{CasStats, Stats};
+use crate::stats::{CasStats, Metrics, Stats};
 use crate::sweeper::{Signal, SweepReport, SweepTotals, Sweeper, Totals};
 use crate::sync::Mutex;
 use crate::wait::{self, Jitter};
@@ -348,10 +348,12 @@ struct Shared<K: CompactKey, A: Algorithm, C, V: CompactVariant<A>> {
     totals: Totals,
     /// Keys evicted by inserts that found their window full.
     window_evictions: AtomicU64,
+    /// Whether decisions are counted (see [`CompactBuilder::metrics`]).
+    counting: bool,
     _key: PhantomData<fn() -> K>,
 }
 
-/// Configures a [`CompactLimiter`]: capacity, clock, background sweeper.
+/// Configures a [`CompactLimiter`]: capacity, clock, background sweeper, metrics.
 ///
 /// # Examples
 ///
@@ -373,6 +375,7 @@ pub struct CompactBuilder<K, A, C, V> {
     max_keys: usize,
     sweep_every: Option<Duration>,
     grace: Duration,
+    metrics: bool,
     _marker: PhantomData<fn() -> (K, V)>,
 }
 
@@ -383,6 +386,7 @@ impl<K, A, C: fmt::Debug, V> fmt::Debug for CompactBuilder<K, A, C, V> {
             .field("max_keys", &self.max_keys)
             .field("sweep_every", &self.sweep_every)
             .field("grace", &self.grace)
+            .field("metrics", &self.metrics)
             .finish()
     }
 }
@@ -396,6 +400,7 @@ impl<K, A, C, V> CompactBuilder<K, A, C, V> {
             max_keys: self.max_keys,
             sweep_every: self.sweep_every,
             grace: self.grace,
+            metrics: self.metrics,
             _marker: PhantomData,
         }
     }
@@ -430,6 +435,14 @@ impl<K, A, C, V> CompactBuilder<K, A, C, V> {
         self.grace = grace;
         self
     }
+
+    /// Counts allowed and denied decisions for [`CompactLimiter::metrics`] (off by default:
+    /// a `fetch_add` per request, on a per-thread stripe), as
+    /// [`Builder::metrics`](crate::Builder::metrics).
+    pub fn metrics(mut self, enabled: bool) -> Self {
+        self.metrics = enabled;
+        self
+    }
 }
 
 impl<K, A, C, V> CompactBuilder<K, A, C, V>
@@ -443,8 +456,9 @@ where
     /// was asked for. Fails (`ErrorKind::OutOfMemory`) if the table cannot be allocated, or if
     /// the sweeper thread cannot be spawned.
     pub fn build(self) -> std::io::Result<CompactLimiter<K, A, C, V>> {
-        let shared = Shared::new(self.algo, self.clock, self.max_keys, self.grace)
+        let mut shared = Shared::new(self.algo, self.clock, self.max_keys, self.grace)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
+        shared.counting = self.metrics;
         let shared = Arc::new(shared);
         let sweeper = match self.sweep_every {
             None => None,
@@ -493,6 +507,7 @@ impl<K: CompactKey, A: Algorithm, V: CompactVariant<A>> CompactLimiter<K, A, Qua
             max_keys: DEFAULT_MAX_KEYS,
             sweep_every: None,
             grace: DEFAULT_SWEEP_GRACE,
+            metrics: false,
             _marker: PhantomData,
         }
     }
@@ -529,9 +544,9 @@ where
     /// Decides a request of cost 1 for `key`.
     #[inline]
     pub fn check(&self, key: &K::Lookup) -> Decision {
-        let now = self.shared.clock.now();
         let sh = &*self.shared;
-        sh.apply(key, |state| sh.algo.update(state, now, 1))
+        let now = sh.clock.now();
+        sh.count(sh.apply(key, |state| sh.algo.update(state, now, 1)))
     }
 
     /// Decides a request of `cost` for `key`. Errors (and counts nothing) if `cost` is 0 or
@@ -541,7 +556,7 @@ where
         let sh = &*self.shared;
         check_cost(cost, sh.algo.capacity())?;
         let now = sh.clock.now();
-        Ok(sh.apply(key, |state| sh.algo.update(state, now, cost)))
+        Ok(sh.count(sh.apply(key, |state| sh.algo.update(state, now, cost))))
     }
 
     /// The decision [`check`](CompactLimiter::check) would return now, without counting it:
@@ -620,6 +635,28 @@ where
         self.shared.stats.snapshot()
     }
 
+    /// A snapshot of the counters: decisions (if [counted](CompactBuilder::metrics)), retries,
+    /// sweeps, evictions (window evictions under `evicted_capacity`, as in
+    /// [`sweep_totals`](CompactLimiter::sweep_totals)), keys.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
+    ///
+    /// let limiter = CompactLimiter::<u64, Gcra>::builder("10/s burst 2".parse()?)
+    ///     .clock(ManualClock::new())
+    ///     .metrics(true)
+    ///     .build()?;
+    /// for key in [1, 1, 1, 2] {
+    ///     limiter.check(&key);
+    /// }
+    /// let m = limiter.metrics();
+    /// assert_eq!((m.allowed, m.denied, m.keys), (3, 1, 2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn metrics(&self) -> Metrics {
+        Metrics::new(&self.shared.stats, self.sweep_totals(), self.len())
+    }
+
     /// Walks the table and measures how far the keys held sit from their home lines. A
     /// snapshot, not atomic with concurrent inserts; O(capacity).
     ///
@@ -673,11 +710,16 @@ where
         check_cost(cost, sh.algo.capacity())?;
         let max_wait = duration_to_nanos(max_wait);
         let now = sh.clock.now();
-        Ok(sh.apply(key, |tat| {
+        let reservation = sh.apply(key, |tat| {
             let (reservation, new) = sh.algo.reserve(*tat, now, cost, max_wait);
             *tat = new.unwrap_or(*tat);
             reservation
-        }))
+        });
+        if sh.counting {
+            sh.stats
+                .decided(matches!(reservation, Reservation::Admitted { .. }));
+        }
+        Ok(reservation)
     }
 }
 
@@ -749,12 +791,22 @@ where
             signal: Arc::default(),
             totals: Totals::default(),
             window_evictions: AtomicU64::new(0),
+            counting: false,
             _key: PhantomData,
         })
     }
 
     fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed).max(0) as usize
+    }
+
+    /// Counts `decision` if counting is on; returns it.
+    #[inline(always)]
+    fn count(&self, decision: Decision) -> Decision {
+        if self.counting {
+            self.stats.decided(decision.is_allowed());
+        }
+        decision
     }
 
     /// The line `d` lines past `home`, wrapping.

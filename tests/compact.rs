@@ -163,6 +163,9 @@ fn flood<V: hotlimit::CompactVariant<Gcra>>() {
     assert_eq!(limiter.len(), capacity, "a flooded table stays full");
     let evicted = limiter.sweep_totals().evicted_capacity;
     assert_eq!(evicted as usize, 30_000 - capacity);
+    let m = limiter.metrics();
+    assert_eq!((m.evicted_capacity, m.keys), (evicted, capacity as u64));
+    assert_eq!((m.allowed, m.denied), (0, 0), "not counted unless asked for");
 
     // A sweep brings it down to 7/8 of max_keys (nothing is idle: the clock is 1 s in).
     let report = limiter.sweep();
@@ -175,6 +178,39 @@ fn flood<V: hotlimit::CompactVariant<Gcra>>() {
 fn capacity_bound_holds_under_a_flood() {
     flood::<hotlimit::Cas>();
     flood::<Locked>();
+}
+
+#[test]
+fn metrics_count_every_decision_once_and_the_sweeps() {
+    let clock = ManualClock::new();
+    let limiter = CompactLimiter::<u64, Gcra>::builder("10/s burst 2".parse().unwrap())
+        .max_keys(100)
+        .clock(clock.clone())
+        .sweep_grace(Duration::ZERO)
+        .metrics(true)
+        .build()
+        .unwrap();
+    let allowed: Vec<bool> = (0..3).map(|_| limiter.check(&1).is_allowed()).collect();
+    assert_eq!(allowed, [true, true, false]);
+    assert!(limiter.check_n(&1, 0).is_err(), "an invalid cost decides nothing");
+    assert!(limiter.check_n(&2, 2).unwrap().is_allowed());
+    assert!(limiter.peek(&3).is_allowed(), "a peek is not a decision");
+    let reserved: Vec<bool> = (0..3)
+        .map(|_| {
+            let r = limiter.reserve(&4, 1, Duration::ZERO).unwrap();
+            matches!(r, hotlimit::algo::Reservation::Admitted { .. })
+        })
+        .collect();
+    assert_eq!(reserved, [true, true, false]);
+    let m = limiter.metrics();
+    assert_eq!((m.allowed, m.denied, m.keys), (5, 2, 3));
+    assert_eq!((m.sweeps, m.evicted_idle, m.cas_retries), (0, 0, 0));
+
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limiter.sweep().evicted_idle, 3);
+    let m = limiter.metrics();
+    assert_eq!((m.sweeps, m.evicted_idle, m.keys), (1, 3, 0));
+    assert_eq!((m.allowed, m.denied), (5, 2));
 }
 
 #[test]
