@@ -68,6 +68,14 @@ pub trait CompactKey: 'static {
     type Lookup: ?Sized;
     /// The inline form of `key`. `hasher` is the limiter's seeded hasher, used by [`Hashed`].
     fn repr(key: &Self::Lookup, hasher: &ahash::RandomState) -> Self::Repr;
+
+    /// The 64-bit hash that places `repr` in the table (its home line and first slot): `repr`
+    /// hashed with the limiter's seeded `hasher`. A [`Hashed`] key is such a hash already and
+    /// is its own placement, so a check hashes it once.
+    #[inline(always)]
+    fn place(repr: Self::Repr, hasher: &ahash::RandomState) -> u64 {
+        hasher.hash_one(repr)
+    }
 }
 
 impl CompactKey for u64 {
@@ -159,6 +167,12 @@ impl<T: Hash + ?Sized + 'static> CompactKey for Hashed<T> {
     #[inline(always)]
     fn repr(key: &T, hasher: &ahash::RandomState) -> u64 {
         hasher.hash_one(key)
+    }
+
+    /// Already a seeded 64-bit hash: uniform and unknown to clients, so used as is.
+    #[inline(always)]
+    fn place(repr: u64, _: &ahash::RandomState) -> u64 {
+        repr
     }
 }
 
@@ -819,15 +833,20 @@ where
         &self.lines[i]
     }
 
+    /// `key`'s inline form, fingerprint and home line.
+    #[inline(always)]
+    fn locate(&self, key: &K::Lookup) -> (K::Repr, u64, usize) {
+        let repr = K::repr(key, &self.hasher);
+        let hash = K::place(repr, &self.hasher);
+        // Odd, so never the lock slot's "free" hint (0).
+        (repr, hash | 1, scale(hash, self.lines.len()))
+    }
+
     /// Runs `f` on `key`'s state, inserting the key fresh on first sight and retrying if its
     /// slot is freed under it. Every request path goes through here.
     #[inline(always)]
     fn apply<T>(&self, key: &K::Lookup, mut f: impl FnMut(&mut A::State) -> T) -> T {
-        let repr = K::repr(key, &self.hasher);
-        let hash = self.hasher.hash_one(repr);
-        let home = scale(hash, self.lines.len());
-        // Odd, so never the lock slot's "free" hint (0).
-        let fp = hash | 1;
+        let (repr, fp, home) = self.locate(key);
         loop {
             if let Some(out) = self.find_apply(repr, fp, home, &mut f) {
                 return out;
@@ -843,10 +862,7 @@ where
     /// A step on a copy of `key`'s state, or of a fresh one if the key is absent: the
     /// look-up of `find_apply` without the write, and no insert.
     fn peek(&self, key: &K::Lookup, cost: u64, now: u64) -> Decision {
-        let repr = K::repr(key, &self.hasher);
-        let hash = self.hasher.hash_one(repr);
-        let home = scale(hash, self.lines.len());
-        let fp = hash | 1;
+        let (repr, fp, home) = self.locate(key);
         let reach = self.reach[home].load(Ordering::Acquire) as usize;
         for d in 0..=reach {
             for slot in &self.line(home, d).0 {
@@ -1045,7 +1061,7 @@ where
                 let Some(repr) = slot.inspect(|repr, _| repr) else {
                     continue;
                 };
-                let home = scale(self.hasher.hash_one(repr), lines);
+                let home = scale(K::place(repr, &self.hasher), lines);
                 let d = (i + lines - home) % lines;
                 let scanned = d as u64 + 1;
                 stats.keys += 1;
