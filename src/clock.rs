@@ -191,6 +191,20 @@ impl Clock for CoarseClock {
         // Relaxed: the value is a time reading, not a publication of other memory.
         self.word.load(Ordering::Relaxed)
     }
+
+    /// Sleeps until this clock has moved `duration` on, not merely until that much real
+    /// time has passed: the word lags real time by up to one resolution, so a waiter woken on
+    /// real time alone would re-check on a stale reading and be told to wait again.
+    fn sleep(&self, duration: Duration) {
+        let target = self.now().saturating_add(duration_to_nanos(duration));
+        loop {
+            let now = self.now();
+            if now >= target {
+                return;
+            }
+            std::thread::sleep(Duration::from_nanos(target - now));
+        }
+    }
 }
 
 impl Drop for Ticker {
@@ -309,6 +323,14 @@ mod tests {
             assert!(t >= last, "went back from {last} to {t}");
             last = t;
         }
+        // A sleep ends only once the clock itself reads the time slept (whatever the real
+        // time taken: nothing timed is asserted).
+        let before = clock.now();
+        clock.sleep(Duration::from_micros(200));
+        assert!(
+            clock.now() >= before + 200_000,
+            "woke before the clock moved"
+        );
         let stopped = Arc::downgrade(&clock.ticker.stop);
         drop(clock);
         assert!(

@@ -165,7 +165,11 @@ fn flood<V: hotlimit::CompactVariant<Gcra>>() {
     assert_eq!(evicted as usize, 30_000 - capacity);
     let m = limiter.metrics();
     assert_eq!((m.evicted_capacity, m.keys), (evicted, capacity as u64));
-    assert_eq!((m.allowed, m.denied), (0, 0), "not counted unless asked for");
+    assert_eq!(
+        (m.allowed, m.denied),
+        (0, 0),
+        "not counted unless asked for"
+    );
 
     // A sweep brings it down to 7/8 of max_keys (nothing is idle: the clock is 1 s in).
     let report = limiter.sweep();
@@ -192,7 +196,10 @@ fn metrics_count_every_decision_once_and_the_sweeps() {
         .unwrap();
     let allowed: Vec<bool> = (0..3).map(|_| limiter.check(&1).is_allowed()).collect();
     assert_eq!(allowed, [true, true, false]);
-    assert!(limiter.check_n(&1, 0).is_err(), "an invalid cost decides nothing");
+    assert!(
+        limiter.check_n(&1, 0).is_err(),
+        "an invalid cost decides nothing"
+    );
     assert!(limiter.check_n(&2, 2).unwrap().is_allowed());
     assert!(limiter.peek(&3).is_allowed(), "a peek is not a decision");
     let reserved: Vec<bool> = (0..3)
