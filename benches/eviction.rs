@@ -1,6 +1,9 @@
 //! Eviction costs: bytes per key, the time to sweep 1M keys, and `check` latency while a sweep
-//! runs. `cargo bench --bench eviction` prints a table (no criterion: these are one-shot
-//! measurements of memory and of latency distributions, not of a repeated operation).
+//! runs; then a flood of 2M new keys against `max_keys(100_000)` per store and clock (new keys
+//! per second, peak RSS growth, eviction passes). `cargo bench --bench eviction` prints both
+//! tables, `cargo bench --bench eviction -- flood` the second only (no criterion: these are
+//! one-shot measurements of memory, latency distributions and whole runs, not of a repeated
+//! operation).
 //!
 //! Bytes per key are measured in a child process per variant (this binary re-run with
 //! `--rss <variant>`), so one variant's freed memory cannot flatter the next. The `compact`
@@ -9,6 +12,7 @@
 
 mod common;
 
+use common::flood::{self, ClockKind, Shape, Store};
 use common::rss_bytes;
 use hdrhistogram::Histogram;
 use hotlimit::{
@@ -161,6 +165,51 @@ fn main() {
     if args.iter().any(|a| a == "--list") {
         return; // `cargo bench -- --list` asks harness=false benches to list; nothing to list.
     }
+    if !args.iter().any(|a| a == "flood") {
+        sweeps_and_latency();
+        println!();
+    }
+    floods();
+}
+
+/// 2 threads x 1M new keys against `max_keys(100_000)`, each store on each clock, with and
+/// without a 10 ms background sweeper. Passes: sweeps by the sweeper plus eviction passes run
+/// by inserting requests.
+fn floods() {
+    println!("key flood: 2 threads x 1M new u64 keys, max_keys 100k, GCRA 10/s burst 10");
+    println!();
+    println!("| store | clock | sweeper | new keys/s | peak len (bound) | peak RSS growth | eviction passes | evicted |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for store in Store::ALL {
+        for clock in ClockKind::ALL {
+            for sweeper in [false, true] {
+                let shape = Shape {
+                    store,
+                    clock,
+                    max_keys: 100_000,
+                    threads: 2,
+                    keys_per_thread: 1_000_000,
+                    sweeper,
+                };
+                let r = flood::run(shape, Duration::from_secs(300)).unwrap();
+                println!(
+                    "| {} | {} | {} | {:.2} M | {} ({}) | {:.1} MiB | {} | {} |",
+                    store.name(),
+                    clock.name(),
+                    if sweeper { "10 ms" } else { "none" },
+                    r.keys_per_sec(&shape) / 1e6,
+                    r.peak_len,
+                    r.bound,
+                    r.peak_rss_growth as f64 / (1 << 20) as f64,
+                    r.totals.sweeps,
+                    r.totals.evicted_capacity + r.totals.evicted_idle
+                );
+            }
+        }
+    }
+}
+
+fn sweeps_and_latency() {
     println!("eviction benchmark, {KEYS} u64 keys, GCRA");
     println!();
     println!("| variant | bytes/key (RSS) | sweep, all live: first / next | sweep, all idle | check p50 / p99 / p99.9, no sweep | same, sweeping |");

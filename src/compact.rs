@@ -14,7 +14,7 @@ use crate::error::{check_cost, CostError};
 use crate::keyed::DEFAULT_SWEEP_GRACE;
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
 use crate::stats::{CasStats, Metrics, Stats};
-use crate::sweeper::{Signal, SweepReport, SweepTotals, Sweeper, Totals};
+use crate::sweeper::{hard_limit, CapacityCut, Signal, SweepReport, SweepTotals, Sweeper, Totals};
 use crate::sync::Mutex;
 use crate::wait::{self, Jitter};
 use crossbeam_utils::CachePadded;
@@ -266,14 +266,17 @@ type SlotOf<K, A, V> = <V as CompactVariant<A>>::Slot<<K as CompactKey>::Repr>;
 ///   is reused by the next insert whose window passes it. Reuse is safe because (a) look-ups
 ///   are bounded by the reach, not by empty slots, so a freed slot in a chain hides nothing
 ///   and (b) a stale request's CAS cannot land in the new owner (above).
-/// * **Capacity.** The table is the bound: [`len`](CompactLimiter::len) never exceeds
-///   [`capacity`](CompactLimiter::capacity). When an insert finds its whole window live, it
-///   evicts the key in the window closest to fresh (earliest [`Algorithm::idle_at`]) and takes
-///   its slot; at a load of 3/4 that does not happen in practice (the longest probe was at
-///   most 62 lines at 10^6 keys and 65 at 10^7, against a window of 128), so it is the
-///   capacity bound, not a hazard of hashing. A sweep also evicts down to 7/8 of `max_keys`
-///   when more are held, like the papaya store (by an exact selection of the earliest
-///   `idle_at`, not a sample).
+/// * **Capacity.** As in the papaya store, a request inserting a key beyond
+///   `max_keys + max_keys/4` first runs one capacity pass (down to 7/8 of `max_keys`), so
+///   [`len`](CompactLimiter::len) stays below that plus one key per inserting thread, and
+///   never above [`capacity`](CompactLimiter::capacity) (about `4/3 · max_keys`). When an
+///   insert still finds its whole window live, it evicts the key in the window closest to
+///   fresh (earliest [`Algorithm::idle_at`]) and takes its slot; at a load of 3/4 that does
+///   not happen in practice (the longest probe was at most 62 lines at 10^6 keys and 65 at
+///   10^7, against a window of 128). A sweep also evicts down to 7/8 of `max_keys` when more
+///   are held (by an exact selection of the earliest `idle_at`, not a sample; keys tied at
+///   the threshold, as a flood on a coarse clock makes them, are evicted evenly over the
+///   table, never the first ones met, which would pile the survivors up in one region).
 ///
 /// # Costs and limits
 ///
@@ -426,9 +429,11 @@ impl<K, A, C, V> CompactBuilder<K, A, C, V> {
     ///
     /// A sweep that finds more than `max_keys` keys evicts those closest to fresh (earliest
     /// [`Algorithm::idle_at`]) down to 7/8 of it, and an insert beyond `max_keys` wakes the
-    /// background sweeper. Between sweeps keys may fill the table to its capacity; an insert
-    /// that then finds its probe window full evicts the window's key closest to fresh. Either
-    /// way an evicted client starts over as a fresh key.
+    /// background sweeper. A request inserting a key beyond `max_keys + max_keys/4` runs one
+    /// such eviction pass itself first (O(capacity): a flood that outruns the sweeper pays for
+    /// its own eviction), so the table stays below that plus one key per inserting thread; an
+    /// insert that still finds its probe window full evicts the window's key closest to
+    /// fresh. Either way an evicted client starts over as a fresh key.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
         self
@@ -811,7 +816,10 @@ where
     }
 
     fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed).max(0) as usize
+        // The count may run ahead of the slots for a moment (a slot killed and re-claimed
+        // before its killer counts it down), never the slots themselves.
+        let slots = self.lines.len() * SLOTS_PER_LINE;
+        (self.len.load(Ordering::Relaxed).max(0) as usize).min(slots)
     }
 
     /// Counts `decision` if counting is on; returns it.
@@ -918,6 +926,17 @@ where
     #[cold]
     #[inline(never)]
     fn insert(&self, repr: K::Repr, fp: u64, home: usize) -> &SlotOf<K, A, V> {
+        // Past `max_keys + max_keys/4` a flood has outrun the sweeper: pay for one capacity
+        // pass here, as the papaya store does, rather than let the table fill and every new key
+        // scan a full window and evict one key from it. Before the stripe lock: a pass is long.
+        let len = self.len();
+        if len >= hard_limit(self.max_keys) {
+            let evicted = self.evict_capacity(len);
+            self.totals.add(&SweepReport {
+                evicted_capacity: evicted,
+                ..SweepReport::default()
+            });
+        }
         let _stripe = self.stripes[home % self.stripes.len()].lock();
         loop {
             // Only this stripe's holders raise this reach, so it is stable while we hold it.
@@ -1021,27 +1040,28 @@ where
     /// Evicts `len − 7/8·max_keys` keys, those closest to fresh (earliest `idle_at`) first.
     /// Exact, unlike the papaya store's sampled threshold: the sweep walks the flat table
     /// anyway, so it collects every key's `idle_at` (8 bytes per key, for the sweep's
-    /// duration) and selects the threshold in linear time; one more pass kills keys at or
-    /// below it, up to the excess. Keys updated meanwhile are judged on their new state.
+    /// duration) and selects the [`CapacityCut`] in linear time; one more pass kills the keys
+    /// it dooms, ties spread over the table. Keys updated meanwhile are judged on their new
+    /// state.
     fn evict_capacity(&self, len: usize) -> u64 {
         let target = self.max_keys - self.max_keys / 8;
         let mut idle: Vec<u64> = self
             .slots()
             .filter_map(|s| s.inspect(|_, state| self.algo.idle_at(state)))
             .collect();
-        let excess = len.saturating_sub(target).min(idle.len());
-        if excess == 0 {
+        let held = idle.len() as u64;
+        let excess = (len.saturating_sub(target) as u64).min(held);
+        let Some(cut) = CapacityCut::new(&mut idle, excess, held) else {
             return 0;
-        }
-        let (_, &mut threshold, _) = idle.select_nth_unstable(excess - 1);
+        };
         drop(idle);
-        let excess = excess as u64;
         let mut evicted = 0;
         for slot in self.slots() {
-            if evicted >= excess || self.signal.stopping() {
+            if self.signal.stopping() {
                 break;
             }
-            if slot.kill_if(|state| self.algo.idle_at(state) <= threshold) {
+            let doomed = cut.judge();
+            if slot.kill_if(|state| doomed(self.algo.idle_at(state))) {
                 evicted += 1;
                 self.len.fetch_sub(1, Ordering::Relaxed);
             }

@@ -9,7 +9,7 @@ use crate::error::{check_cost, ConfigError, CostError};
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
 use crate::live::{update_fitted, Live, Reconfigure};
 use crate::stats::{CasStats, Metrics, Stats};
-use crate::sweeper::{Signal, SweepReport, SweepTotals, Sweeper, Totals};
+use crate::sweeper::{hard_limit, CapacityCut, Signal, SweepReport, SweepTotals, Sweeper, Totals};
 use crate::wait::{self, Jitter};
 use std::borrow::Borrow;
 use std::fmt;
@@ -25,12 +25,6 @@ pub const DEFAULT_SWEEP_GRACE: Duration = Duration::from_secs(1);
 
 /// Keys sampled to pick the capacity-eviction threshold.
 const CAPACITY_SAMPLE: usize = 1024;
-
-/// The size at which a request inserting a new key evicts before it inserts:
-/// `max_keys + max_keys/4`. Below it only the sweeper evicts.
-pub(crate) fn hard_limit(max_keys: usize) -> usize {
-    max_keys.saturating_add(max_keys / 4)
-}
 
 /// A keyed rate limiter: a `papaya` concurrent map (hashed with `ahash`) from key to a cell of
 /// state, the cell chosen by `V`.
@@ -168,7 +162,9 @@ impl<K, A, C, V> Builder<K, A, C, V> {
     /// `max_keys + max_keys/4` runs one eviction pass itself before inserting, so however fast
     /// new keys arrive, `len()` stays below `max_keys + max_keys/4` plus the number of threads
     /// inserting at that moment. That request pays the pass in latency (milliseconds for a
-    /// bound of 100k keys); it happens only under floods that outrun the sweeper.
+    /// bound of 100k keys); it happens only under floods that outrun the sweeper. The bound
+    /// holds whatever the clock does: on a frozen or coarse clock, where a flood's keys all
+    /// tie in `idle_at`, the tied keys are evicted evenly over the table.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = Some(max_keys);
         self
@@ -489,7 +485,9 @@ where
         self.shared.totals.snapshot()
     }
 
-    /// The number of keys held.
+    /// The number of keys held. papaya sums it from per-thread counters one by one, so
+    /// while other threads insert and evict it is a snapshot that can be off by what they did
+    /// during the read.
     pub fn len(&self) -> usize {
         self.shared.map.len()
     }
@@ -756,10 +754,9 @@ where
                 if self.signal.stopping() {
                     return true;
                 }
-                if cell.inspect(|_| ()).is_none() {
+                let Some(killed) = self.judge(cell, |state| self.algo.idle_at(state) <= now) else {
                     return false;
-                }
-                let killed = cell.kill_if(|state| self.algo.idle_at(state) <= now);
+                };
                 report.evicted_idle += killed as u64;
                 !killed
             },
@@ -776,11 +773,20 @@ where
         report
     }
 
+    /// A sweep's verdict on one cell: whether it killed it, or `None` if the cell was already
+    /// dead (killed by another pass, or by this one if `retain` asks twice). Either way a cell
+    /// that ends dead leaves the map, and each is counted once, by the pass that killed it.
+    fn judge(&self, cell: &V::Cell, doomed: impl Fn(&A::State) -> bool) -> Option<bool> {
+        cell.inspect(|_| ())?;
+        let killed = cell.kill_if(doomed);
+        (killed || cell.inspect(|_| ()).is_some()).then_some(killed)
+    }
+
     /// Evicts about `len − 7/8·max` keys, those closest to fresh first: a sampled quantile of
-    /// `idle_at` picks the threshold, one pass kills keys at or below it. Sampled rather than
-    /// exact so it needs no sort of the whole map and no per-key recency field (which would
-    /// cost 8 bytes per key and a write per request); iteration order is hash order, so the
-    /// first keys are a uniform sample.
+    /// `idle_at` picks the [`CapacityCut`], one pass kills the keys it dooms. Sampled rather
+    /// than exact so it needs no sort of the whole map and no per-key recency field (which
+    /// would cost 8 bytes per key and a write per request); iteration order is hash order, so
+    /// the first keys are a uniform sample, and the cut spreads ties so it stays one.
     fn evict_capacity(&self, len: usize, max: usize, guard: &impl papaya::Guard) -> u64 {
         let target = max - max / 8;
         let excess = (len - target) as u64;
@@ -790,19 +796,20 @@ where
             .filter_map(|(_, cell)| cell.inspect(|state| self.algo.idle_at(state)))
             .take(CAPACITY_SAMPLE)
             .collect();
-        if sample.is_empty() {
+        let Some(cut) = CapacityCut::new(&mut sample, excess, len as u64) else {
             return 0;
-        }
-        sample.sort_unstable();
-        let rank = (sample.len() as u128 * excess as u128).div_ceil(len as u128) as usize;
-        let threshold = sample[rank.min(sample.len() - 1)];
+        };
         let mut evicted = 0;
         self.map.retain(
             |_, cell| {
-                if evicted >= excess || self.signal.stopping() {
+                if self.signal.stopping() {
                     return true;
                 }
-                let killed = cell.kill_if(|state| self.algo.idle_at(state) <= threshold);
+                let doomed = cut.judge();
+                let Some(killed) = self.judge(cell, |state| doomed(self.algo.idle_at(state)))
+                else {
+                    return false;
+                };
                 evicted += killed as u64;
                 !killed
             },

@@ -4,8 +4,13 @@
 //! early when a capacity bound is exceeded, and is stopped and joined when its limiter is
 //! dropped. A sweep takes no lock that `check` waits on: it walks the lock-free map and
 //! evicts cell by cell with the tombstone protocol of `cell.rs`.
+//!
+//! [`CapacityCut`] is the one rule both keyed stores use to pick the keys a capacity pass
+//! evicts.
 
 use parking_lot::{Condvar, Mutex};
+use std::cell::Cell;
+use std::cmp::Ordering as Cmp;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -85,6 +90,82 @@ impl Totals {
             evicted_capacity: self.evicted_capacity.load(Ordering::Relaxed),
             busy: Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed)),
         }
+    }
+}
+
+/// The size at which a request inserting a new key evicts before it inserts:
+/// `max_keys + max_keys/4`. Below it only the sweeper evicts. Both keyed stores keep it.
+pub(crate) fn hard_limit(max_keys: usize) -> usize {
+    max_keys.saturating_add(max_keys / 4)
+}
+
+/// Which keys one capacity-eviction pass evicts, judged by their `idle_at` (the earliest
+/// first): every key below a threshold, and of the keys exactly at it, an evenly spread share.
+///
+/// Ties are the common case, not a corner: on a frozen or coarse clock a flood of new keys all
+/// share one `idle_at`. A pass that evicted the first tied keys it met, in table order (hash
+/// order), would empty the front of the table pass after pass and pile the survivors up at the
+/// back. In the papaya store that clustering made every resize copy into a table of the same
+/// size that could not place them either (papaya 0.2.5 keeps the capacity when the map is
+/// under half full), a chain of new tables that never ended; in the compact store it
+/// lengthened probes. So the tied share is spread over the table (Bresenham over the ties, in
+/// the order the pass meets them), and no cap on the count ends a pass early at some position.
+#[derive(Debug)]
+pub(crate) struct CapacityCut {
+    threshold: u64,
+    /// Of the tied keys, `take` of every `of` are evicted.
+    take: u64,
+    of: u64,
+    acc: Cell<u64>,
+}
+
+impl CapacityCut {
+    /// The cut that evicts `excess` of `len` keys, given the `idle_at` of `idle` (all the keys,
+    /// or a uniform sample of them: its order is changed). `None` if nothing is to go.
+    pub(crate) fn new(idle: &mut [u64], excess: u64, len: u64) -> Option<Self> {
+        let n = idle.len() as u64;
+        if n == 0 || excess == 0 || len == 0 {
+            return None;
+        }
+        // How many of the sample would go, at least one: the rank of the threshold.
+        let rank = (u128::from(n) * u128::from(excess))
+            .div_ceil(u128::from(len))
+            .clamp(1, u128::from(n)) as usize;
+        let (_, &mut threshold, _) = idle.select_nth_unstable(rank - 1);
+        let below = idle.iter().filter(|&&t| t < threshold).count();
+        let at = idle.iter().filter(|&&t| t == threshold).count();
+        Some(Self {
+            threshold,
+            take: (rank - below) as u64,
+            of: at as u64,
+            acc: Cell::new(0),
+        })
+    }
+
+    /// The verdict for the next key the pass meets, as a function of that key's `idle_at`
+    /// (which may be asked more than once, if a CAS retries; a tie gets one turn per key).
+    pub(crate) fn judge(&self) -> impl Fn(u64) -> bool + '_ {
+        let turn = Cell::new(None);
+        move |idle_at| match idle_at.cmp(&self.threshold) {
+            Cmp::Less => true,
+            Cmp::Greater => false,
+            Cmp::Equal => match turn.get() {
+                Some(doomed) => doomed,
+                None => {
+                    let doomed = self.tie_turn();
+                    turn.set(Some(doomed));
+                    doomed
+                }
+            },
+        }
+    }
+
+    /// Bresenham: `take` of every `of` ties, evenly spaced.
+    fn tie_turn(&self) -> bool {
+        let acc = self.acc.get() + self.take;
+        let doomed = acc >= self.of;
+        self.acc.set(if doomed { acc - self.of } else { acc });
+        doomed
     }
 }
 
@@ -169,5 +250,60 @@ impl Drop for Sweeper {
             // A panic in the sweeper already printed its message; nothing to add on drop.
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CapacityCut;
+
+    /// Evicts with `cut` over `idle` in order; returns the positions evicted.
+    fn pass(cut: &CapacityCut, idle: &[u64]) -> Vec<usize> {
+        (0..idle.len()).filter(|&i| cut.judge()(idle[i])).collect()
+    }
+
+    #[test]
+    fn ties_are_evicted_evenly_over_the_table() {
+        // 1000 keys with one idle_at: 250 go, every fourth, not the first 250.
+        let idle = vec![7u64; 1000];
+        let cut = CapacityCut::new(&mut idle.clone(), 250, 1000).unwrap();
+        let gone = pass(&cut, &idle);
+        assert_eq!(gone.len(), 250);
+        assert_eq!(gone.iter().filter(|&&i| i < 500).count(), 125);
+        assert_eq!(gone[..3], [3, 7, 11]);
+    }
+
+    #[test]
+    fn keys_below_the_threshold_all_go_then_a_share_of_the_ties() {
+        // idle_at 0..100 once each, then 900 keys at 100: 300 go = the 100 below + 200 of 900.
+        let idle: Vec<u64> = (0..100).chain(std::iter::repeat(100).take(900)).collect();
+        let cut = CapacityCut::new(&mut idle.clone(), 300, 1000).unwrap();
+        let gone = pass(&cut, &idle);
+        assert_eq!(gone.len(), 300);
+        assert!((0..100).all(|i| gone.contains(&i)));
+        // The 200 tied ones spread over the 900: at most 3 apart in each run of 9.
+        assert_eq!(
+            gone.iter().filter(|&&i| (100..550).contains(&i)).count(),
+            100
+        );
+    }
+
+    #[test]
+    fn a_sample_scales_to_the_whole_table() {
+        // A sample of 4 for a table of 100 with 50 to go: two of the sample's rank.
+        let cut = CapacityCut::new(&mut [40, 10, 30, 20], 50, 100).unwrap();
+        let judge = cut.judge();
+        assert!(judge(10) && judge(19) && !judge(21) && !judge(40));
+        assert!(cut.judge()(20)); // the one tie at 20: take 1 of 1
+        assert!(CapacityCut::new(&mut [], 5, 10).is_none());
+        assert!(CapacityCut::new(&mut [1, 2], 0, 10).is_none());
+    }
+
+    #[test]
+    fn a_key_asked_twice_keeps_its_turn() {
+        let cut = CapacityCut::new(&mut [5; 10], 5, 10).unwrap();
+        let judge = cut.judge();
+        let first = judge(5);
+        assert!((0..3).all(|_| judge(5) == first));
     }
 }

@@ -10,13 +10,9 @@ pub fn gcra() -> Gcra {
     "1000000000/s burst 1099511627776".parse().unwrap()
 }
 
-/// This process's resident set size in bytes (Linux `/proc/self/statm`; 0 elsewhere).
-pub fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
+/// The key flood of `tests/flood.rs`, shared so the bench times what the test asserts.
+#[path = "../../tests/common/flood.rs"]
+pub mod flood;
+
+#[allow(unused_imports)] // not every bench measures memory
+pub use flood::rss_bytes;
