@@ -601,7 +601,13 @@ where
     pub fn until_ready_blocking(&self, key: &K::Lookup) -> Decision {
         let sleep = |d| self.shared.clock.sleep(d);
         let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
-        wait::infallible(wait::until_ready_blocking(peek, check, Jitter::NONE, sleep))
+        wait::infallible(wait::until_ready_blocking(
+            peek,
+            check,
+            || self.shared.clock.now(),
+            Jitter::NONE,
+            sleep,
+        ))
     }
 
     /// Drops every key whose state is equivalent to a fresh key's at `now − grace` (so no

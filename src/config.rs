@@ -57,7 +57,24 @@ impl Rate {
             }
         };
         positive_finite(Field::Rate, count, value)?;
-        Ok(Self { count, period_ns })
+        let rate = Self { count, period_ns };
+        // Algorithms work from the per-second value: it must be a positive finite f64 too.
+        let per_second = rate.per_second();
+        if per_second.is_infinite() {
+            return Err(ConfigError::TooLarge {
+                field: Field::Rate,
+                value: value(),
+                max: "a per-second rate within f64 (about 1.8e308/s)",
+            });
+        }
+        if per_second == 0.0 {
+            return Err(ConfigError::TooSmall {
+                field: Field::Rate,
+                value: value(),
+                min: "a per-second rate above 0 in f64 (about 4.9e-324/s)",
+            });
+        }
+        Ok(rate)
     }
 
     /// `count` events per second.
@@ -92,7 +109,8 @@ impl Rate {
 
     /// Events per second.
     pub fn per_second(&self) -> f64 {
-        self.count * NANOS_PER_SEC / self.period_ns as f64
+        // Divided first: `count · 1e9` overflows for counts a rate per second still holds.
+        self.count / (self.period_ns as f64 / NANOS_PER_SEC)
     }
 }
 

@@ -108,7 +108,7 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         Fut: Future<Output = ()>,
     {
         let (peek, check) = (|| self.peek_n(cost), || self.decide(cost));
-        wait::until_ready(peek, check, jitter, sleep).await
+        wait::until_ready(peek, check, || self.clock.now(), jitter, sleep).await
     }
 
     /// [`until_ready`](DirectLimiter::until_ready) on the calling thread, sleeping with the
@@ -117,7 +117,7 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
     pub fn until_ready_blocking(&self, cost: u64, jitter: Jitter) -> Result<Decision, CostError> {
         let (peek, check) = (|| self.peek_n(cost), || self.decide(cost));
         let sleep = |d| self.clock.sleep(d);
-        wait::until_ready_blocking(peek, check, jitter, sleep)
+        wait::until_ready_blocking(peek, check, || self.clock.now(), jitter, sleep)
     }
 
     fn peek_at(&self, cost: u64) -> Decision {

@@ -344,7 +344,9 @@ where
     /// [`Jitter`] of [`until_ready_with`](KeyedLimiter::until_ready_with)). Under a strict
     /// policy a peek's `retry_after` also covers the denial it would have counted, so the
     /// wait can be longer than the least one, never shorter. Other callers may take the
-    /// budget first; it then waits again.
+    /// budget first; it then waits again. A wait the limiter's clock cannot reach (past
+    /// [`CLOCK_MAX`](crate::algo::CLOCK_MAX), where a clock saturates) returns the denial
+    /// instead: no sleep would end it.
     ///
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
@@ -381,7 +383,9 @@ where
         Fut: Future<Output = ()>,
     {
         let peek = || Ok(self.peek(key));
-        wait::infallible(wait::until_ready(peek, || self.check(key), Jitter::NONE, sleep).await)
+        wait::infallible(
+            wait::until_ready(peek, || self.check(key), self.now(), Jitter::NONE, sleep).await,
+        )
     }
 
     /// [`until_ready`](KeyedLimiter::until_ready) for a request of `cost`, adding `jitter` to
@@ -401,7 +405,7 @@ where
         Fut: Future<Output = ()>,
     {
         let check = || self.shared.decide(key, cost);
-        wait::until_ready(|| self.peek_n(key, cost), check, jitter, sleep).await
+        wait::until_ready(|| self.peek_n(key, cost), check, self.now(), jitter, sleep).await
     }
 
     /// [`until_ready`](KeyedLimiter::until_ready) on the calling thread, sleeping with the
@@ -425,7 +429,13 @@ where
     {
         let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
         let sleep = |d| self.shared.clock.sleep(d);
-        wait::infallible(wait::until_ready_blocking(peek, check, Jitter::NONE, sleep))
+        wait::infallible(wait::until_ready_blocking(
+            peek,
+            check,
+            self.now(),
+            Jitter::NONE,
+            sleep,
+        ))
     }
 
     /// [`until_ready_blocking`](KeyedLimiter::until_ready_blocking) for a request of `cost`,
@@ -443,7 +453,12 @@ where
     {
         let (peek, check) = (|| self.peek_n(key, cost), || self.shared.decide(key, cost));
         let sleep = |d| self.shared.clock.sleep(d);
-        wait::until_ready_blocking(peek, check, jitter, sleep)
+        wait::until_ready_blocking(peek, check, self.now(), jitter, sleep)
+    }
+
+    /// The clock's reading, for the wait loops.
+    fn now(&self) -> impl Fn() -> u64 + '_ {
+        || self.shared.clock.now()
     }
 
     /// Pins the map for a batch of checks from this thread, saving the pin each

@@ -39,7 +39,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     fn peek(&self, key: &Q) -> Decision;
 
     /// Waits on the calling thread until a request of cost 1 for `key` is allowed, and
-    /// returns that decision; see
+    /// returns that decision (or the denial, if the wait lies past the clock's range); see
     /// [`KeyedLimiter::until_ready_blocking`](crate::KeyedLimiter::until_ready_blocking).
     fn until_ready_blocking(&self, key: &Q) -> Decision;
 

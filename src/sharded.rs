@@ -140,7 +140,13 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
     {
         let (peek, check) = (|| Ok(self.peek_at(key, 1)), || self.decide(key, 1));
         let sleep = |d| self.clock.sleep(d);
-        wait::infallible(wait::until_ready_blocking(peek, check, Jitter::NONE, sleep))
+        wait::infallible(wait::until_ready_blocking(
+            peek,
+            check,
+            || self.clock.now(),
+            Jitter::NONE,
+            sleep,
+        ))
     }
 
     /// The number of keys held.

@@ -1,6 +1,8 @@
 //! Waiting for a limiter: the loops behind `until_ready` (async, any runtime) and
 //! `until_ready_blocking`, and their [`Jitter`].
 
+use crate::algo::CLOCK_MAX;
+use crate::clock::duration_to_nanos;
 use crate::decision::Decision;
 use std::convert::Infallible;
 use std::future::Future;
@@ -54,10 +56,12 @@ impl Jitter {
 /// strict policy each counted denial would push its own wait further); a check that loses a
 /// race to another caller after an allowing peek sleeps what that check's denial says. The
 /// peek may fail (a cost that a live reconfiguration made impossible): the wait ends with
-/// that error instead of going on forever.
+/// that error instead of going on forever. A wait that the limiter's clock cannot reach
+/// (past [`CLOCK_MAX`], where a clock saturates) ends with the denial: no sleep would help.
 pub(crate) async fn until_ready<E, F, Fut>(
     mut peek: impl FnMut() -> Result<Decision, E>,
     mut check: impl FnMut() -> Decision,
+    now: impl Fn() -> u64,
     jitter: Jitter,
     mut sleep: F,
 ) -> Result<Decision, E>
@@ -66,9 +70,9 @@ where
     Fut: Future<Output = ()>,
 {
     loop {
-        let wait = match next(&mut peek, &mut check)? {
-            Ok(allowed) => return Ok(allowed),
-            Err(denied) => denied.retry_after(),
+        let wait = match next(&mut peek, &mut check, &now)? {
+            Ok(decision) => return Ok(decision),
+            Err(wait) => wait,
         };
         sleep(wait.saturating_add(jitter.sample())).await;
     }
@@ -78,32 +82,40 @@ where
 pub(crate) fn until_ready_blocking<E>(
     mut peek: impl FnMut() -> Result<Decision, E>,
     mut check: impl FnMut() -> Decision,
+    now: impl Fn() -> u64,
     jitter: Jitter,
     mut sleep: impl FnMut(Duration),
 ) -> Result<Decision, E> {
     loop {
-        match next(&mut peek, &mut check)? {
-            Ok(allowed) => return Ok(allowed),
-            Err(denied) => sleep(denied.retry_after().saturating_add(jitter.sample())),
+        match next(&mut peek, &mut check, &now)? {
+            Ok(decision) => return Ok(decision),
+            Err(wait) => sleep(wait.saturating_add(jitter.sample())),
         }
     }
 }
 
-/// One round: the allowing check, or the denial to wait out.
+/// One round: the decision to return (allowed, or denied past the clock's reach), or the
+/// wait before the next round.
 fn next<E>(
     peek: &mut impl FnMut() -> Result<Decision, E>,
     check: &mut impl FnMut() -> Decision,
-) -> Result<Result<Decision, Decision>, E> {
+    now: &impl Fn() -> u64,
+) -> Result<Result<Decision, Duration>, E> {
     let peeked = peek()?;
-    if peeked.is_denied() {
-        return Ok(Err(peeked));
-    }
-    let decided = check();
-    Ok(if decided.is_allowed() {
-        Ok(decided)
+    let denied = if peeked.is_denied() {
+        peeked
     } else {
-        Err(decided)
-    })
+        let decided = check();
+        if decided.is_allowed() {
+            return Ok(Ok(decided));
+        }
+        decided
+    };
+    let wait = denied.retry_after();
+    let reachable = now()
+        .checked_add(duration_to_nanos(wait))
+        .is_some_and(|at| at <= CLOCK_MAX);
+    Ok(if reachable { Err(wait) } else { Ok(denied) })
 }
 
 /// The result of a wait whose peek cannot fail (cost 1 is always admissible).

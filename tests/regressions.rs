@@ -1,23 +1,36 @@
-//! Regressions found by the fuzzers (`fuzz/`): each is one finding, fixed, kept here so it
-//! stays fixed without running the fuzzers. Debug builds (as `cargo test` runs them) check
+//! Regressions found by the fuzzers (`fuzz/`) and by hostile probing of the public API: each
+//! is one finding, fixed, kept here so it stays fixed without running the fuzzers. Debug builds (as `cargo test` runs them) check
 //! overflow, so "no panic" is part of each test.
 
-use hotlimit::algo::{Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow};
-use hotlimit::{Algorithm, CasLimiter, ConfigError, Field, ManualClock, Policy, WordStep};
+mod common;
+
+use hotlimit::algo::{
+    Earrrl, Exponential, FixedWindow, Gcra, Reservation, SlidingLog, SlidingWindow, SubWindow,
+    CLOCK_MAX,
+};
+use hotlimit::{
+    Algorithm, CasLimiter, Clock, ConfigError, Field, ManualClock, Policy, Rate, WordStep,
+};
 use std::time::Duration;
 
 /// 1. GCRA at a clock of u64::MAX: the clamp of `tat` below the tombstone made `tat' − now`
-///    underflow. The clock now saturates at `CLOCK_MAX` for every algorithm.
+///    underflow. The clock now saturates at `CLOCK_MAX` for every algorithm. (This test once
+///    asserted the request there was allowed; that admission was the saturation of #8 below:
+///    a tat past the end of the clock cannot be kept, so the request is denied, and no wait
+///    helps.)
 #[test]
 fn gcra_at_the_end_of_time() {
     let g: Gcra = "10/s".parse().unwrap();
     let step = g.step(g.fresh(), u64::MAX, 1);
-    assert!(step.decision.is_allowed());
+    assert!(step.decision.is_denied());
+    assert_eq!(step.decision.retry_after(), Duration::from_nanos(u64::MAX));
     let (reservation, _) = g.reserve(0, u64::MAX, 1, 0);
-    assert!(matches!(
+    assert_eq!(
         reservation,
-        hotlimit::algo::Reservation::Admitted { .. }
-    ));
+        hotlimit::algo::Reservation::Denied {
+            retry_after: Duration::from_nanos(u64::MAX)
+        }
+    );
 }
 
 /// 2. A fixed-window limit of u64::MAX overflowed `limit + 1` while sizing the count field.
@@ -117,4 +130,182 @@ fn saturated_idle_at_is_never_reached() {
     clock.set_nanos(u64::MAX);
     assert_eq!(l.sweep().evicted_idle, 0);
     assert!(l.check_n("k", 10).unwrap().is_denied());
+}
+
+/// 8. GCRA near the end of the clock admitted everything: at `CLOCK_MAX − 1 s` a `10/s burst
+///    10` key allowed 100 of 100, because `tat'` saturated below the tombstone and so
+///    `tat' − now ≤ τ` always held. It now holds its limit there.
+#[test]
+fn gcra_near_the_end_of_the_clock_holds_its_limit() {
+    let never = Duration::from_nanos(u64::MAX);
+    let clock = ManualClock::new();
+    clock.set_nanos(CLOCK_MAX - 1_000_000_000);
+    let l = CasLimiter::<u64, Gcra, _>::with_clock("10/s burst 10".parse().unwrap(), clock.clone());
+    let decisions: Vec<_> = (0..100).map(|_| l.check(&1)).collect();
+    assert_eq!(decisions.iter().filter(|d| d.is_allowed()).count(), 10);
+    assert!(decisions[..10].iter().all(|d| d.is_allowed()));
+    // The key's tat is now CLOCK_MAX itself: any later request would pass the end of the
+    // clock, so no wait admits it, and the denial says so.
+    assert_eq!(decisions[10].retry_after(), never);
+    clock.set_nanos(CLOCK_MAX);
+    assert_eq!(l.check(&1).retry_after(), never);
+    // Two seconds before the end the waits are the usual ones, and honest.
+    clock.set_nanos(CLOCK_MAX - 2_000_000_000);
+    assert_eq!((0..20).filter(|_| l.check(&2).is_allowed()).count(), 10);
+    let denied = l.check(&2);
+    assert_eq!(denied.retry_after(), Duration::from_millis(100));
+    clock.advance(Duration::from_millis(100));
+    assert!(l.check(&2).is_allowed());
+    let strict = "10/s burst 10"
+        .parse::<Gcra>()
+        .unwrap()
+        .with_policy(Policy::Strict);
+    let mut tat = strict.fresh();
+    assert!(strict.update(&mut tat, CLOCK_MAX, 1).is_denied());
+    assert_eq!(tat, CLOCK_MAX, "a strict denial past the end keeps the end");
+}
+
+/// 9. Slow GCRA rates were accepted with a saturated `T`: `0.00000000001/s` (T = 10^20 ns)
+///    allowed 10 of 10 at t = 0 with `retry_after` 0, and `1/213000d` (T = 1.84·10^19 ns,
+///    `2·T` past u64) answered a `retry_after` 422× too early. A quota whose `T`, `B·T` or
+///    `B·T + cost·T` does not fit is now a typed error; one per century still works exactly.
+#[test]
+fn gcra_rates_too_slow_to_represent_are_errors() {
+    for slow in ["0.00000000001/s", "1/213000d"] {
+        let err = slow.parse::<Gcra>().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::TooSmall {
+                    field: Field::Rate,
+                    ..
+                }
+            ),
+            "{slow}: {err}"
+        );
+    }
+    // One per century (T = 3.1536·10^18 ns): exact, and the wait honest.
+    let century: Gcra = "1/36500d".parse().unwrap();
+    let t = century.emission_interval();
+    assert_eq!(t, Duration::from_secs(36_500 * 86_400));
+    let mut tat = century.fresh();
+    assert!(century.update(&mut tat, 0, 1).is_allowed());
+    let denied = century.update(&mut tat, 0, 1);
+    assert_eq!(denied.retry_after(), t);
+    let t_ns = t.as_nanos() as u64;
+    assert!(century.update(&mut tat, t_ns - 1, 1).is_denied());
+    assert!(century.update(&mut tat, t_ns, 1).is_allowed());
+    // A burst of one per century up to the largest `B·T` that fits twice in u64.
+    assert!("1/36500d burst 2".parse::<Gcra>().is_ok());
+    assert!(matches!(
+        "1/36500d burst 3".parse::<Gcra>(),
+        Err(ConfigError::TooLarge {
+            field: Field::Burst,
+            ..
+        })
+    ));
+}
+
+/// 10. `1/ns` with burst `u64::MAX` admitted a cost of `u64::MAX` twice at one instant (both
+///     `tat'` saturated to the same value). The burst is now bounded so that `B·T + cost·T`
+///     fits; at the bound a full-burst cost is admitted once, and honestly denied after.
+#[test]
+fn gcra_largest_burst_is_exact() {
+    let err = Gcra::new(Rate::new(1.0, Duration::from_nanos(1)).unwrap())
+        .unwrap()
+        .with_burst(u64::MAX)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::TooLarge {
+                field: Field::Burst,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let max = CLOCK_MAX / 2;
+    let g = Gcra::new(Rate::new(1.0, Duration::from_nanos(1)).unwrap())
+        .unwrap()
+        .with_burst(max)
+        .unwrap();
+    assert!(g.with_burst(max + 1).is_err());
+    let mut tat = g.fresh();
+    assert!(g.update(&mut tat, 0, max).is_allowed());
+    let denied = g.update(&mut tat, 0, max);
+    assert!(denied.is_denied());
+    assert_eq!(denied.retry_after(), Duration::from_nanos(max));
+    let (r, _) = g.reserve(tat, 0, max, 0);
+    assert_eq!(
+        r,
+        Reservation::Denied {
+            retry_after: Duration::from_nanos(max)
+        }
+    );
+    // Its tat then reaches CLOCK_MAX exactly (2·(2^63 − 1)), still exact.
+    assert!(g.update(&mut tat, max, max).is_allowed());
+    assert_eq!(tat, CLOCK_MAX);
+}
+
+/// 11. `until_ready_blocking` never returned when time could not advance (a manual clock
+///     saturated at the end of its range), for every algorithm but GCRA: each round slept the
+///     denial's wait, the clock stayed put, and the denial repeated. A wait the clock cannot
+///     reach now ends with the denial, in every store.
+#[test]
+fn waits_past_the_end_of_the_clock_end() {
+    for case in common::cases() {
+        for (variant, make) in &case.variants {
+            let clock = ManualClock::new();
+            clock.set_nanos(u64::MAX);
+            let limiter = make(clock.clone());
+            // Spend the key's budget at the end of time (every quota here admits < 1000).
+            let spent = (0..1000).find(|_| limiter.check(&7).is_denied());
+            assert!(spent.is_some(), "{} {variant}: never denied", case.name);
+            let waited = limiter.until_ready_blocking(&7);
+            assert!(waited.is_denied(), "{} {variant}", case.name);
+            assert_eq!(clock.now(), u64::MAX);
+        }
+    }
+}
+
+/// 12. `Rate::per_second` computed `count · 10^9` before dividing, so `1e300` per second
+///     overflowed to infinity and EARRRL called it too small. Rates are now checked where
+///     they are made, each error naming what is wrong.
+#[test]
+fn huge_and_tiny_rates_get_the_right_error() {
+    let huge = Rate::new(1e300, Duration::from_secs(1)).unwrap();
+    assert_eq!(huge.per_second(), 1e300);
+    let e = Earrrl::new(Duration::from_secs(1), huge).unwrap();
+    assert_eq!(e.max_rate(), 1e300);
+    assert!(matches!(
+        Rate::new(1e300, Duration::from_nanos(1)),
+        Err(ConfigError::TooLarge {
+            field: Field::Rate,
+            ..
+        })
+    ));
+    assert!(matches!(
+        Rate::new(5e-324, Duration::from_nanos(u64::MAX)),
+        Err(ConfigError::TooSmall {
+            field: Field::Rate,
+            ..
+        })
+    ));
+    // A rate so far below the decay constant that the time for the rate to decay to it
+    // overflows f64 (λ/(1e-9·R) = 6.9e8/1e-309): the wait and idleness could not be told.
+    let tiny = Rate::new(1e-300, Duration::from_secs(1)).unwrap();
+    let e = Earrrl::new(Duration::from_nanos(1), tiny).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ConfigError::TooSmall {
+                field: Field::Limit,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let small = Rate::new(1e-290, Duration::from_secs(1)).unwrap();
+    assert!(Earrrl::new(Duration::from_secs(1), small).is_ok());
 }

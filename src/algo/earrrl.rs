@@ -78,20 +78,33 @@ impl Earrrl {
             });
         }
         let lambda = std::f64::consts::LN_2 / half_life.as_secs_f64();
+        if !(lambda.is_finite() && lambda > 0.0) {
+            // Reachable only by a half-life beyond f64's range of seconds.
+            return Err(ConfigError::TooLarge {
+                field: Field::HalfLife,
+                value: format!("{half_life:?}"),
+                max: "a decay constant ln 2 / half-life above 0 in f64",
+            });
+        }
+        // `Rate::new` guarantees a positive finite per-second value.
         let max_rate = limit.per_second();
-        if !(max_rate.is_finite() && max_rate > 0.0) {
-            // Reachable only by a count so small its per-second value underflows to 0.
+        let retry_offset = (lambda / max_rate).ln() / lambda;
+        let idle_offset = (lambda / (IDLE_EPSILON * max_rate)).ln() / lambda;
+        if !(retry_offset.is_finite() && idle_offset.is_finite()) {
+            // A limit so far below the decay constant (a 1 ns half-life against one request
+            // per century, say) that the time for the rate to fall to it overflows f64: a
+            // denial's wait could not be told, nor the key ever judged idle.
             return Err(ConfigError::TooSmall {
                 field: Field::Limit,
                 value: limit.to_string(),
-                min: "a per-second rate representable as a positive f64",
+                min: "a rate whose decay horizon ln(λ/(1e-9·R))/λ is finite",
             });
         }
         Ok(Self {
             lambda,
             max_rate,
-            retry_offset: (lambda / max_rate).ln() / lambda,
-            idle_offset: (lambda / (IDLE_EPSILON * max_rate)).ln() / lambda,
+            retry_offset,
+            idle_offset,
             half_life,
             policy: Policy::Strict,
         })

@@ -1,6 +1,6 @@
 //! GCRA, the generic cell rate algorithm, with its token-bucket and leaky-bucket views.
 
-use super::{clamp, store, Algorithm, Step};
+use super::{clamp, store, Algorithm, Step, CLOCK_MAX};
 use crate::config::{parse_quota, Rate};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -20,7 +20,11 @@ use std::time::Duration;
 /// `tokens = (B·T − (tat − now)) / T` ([`Gcra::tokens`]); so is a leaky bucket used as a
 /// meter. Default policy: leaky. All arithmetic is in integer nanoseconds and saturates.
 ///
-/// `T` is rounded to the nearest nanosecond (`3/s` gives `T` = 333,333,333 ns).
+/// `T` is rounded to the nearest nanosecond (`3/s` gives `T` = 333,333,333 ns). `B·T` may be
+/// at most 2^63 ns (292 years), so that a full burst plus any admissible cost fits a `u64`
+/// and the test `tat' − now ≤ B·T` is exact: a slower rate or a larger burst is a
+/// [`ConfigError`], never a saturated limiter. A request whose `tat'` would pass
+/// [`CLOCK_MAX`] is denied with a `retry_after` of `u64::MAX` ns (no wait admits it).
 ///
 /// # Examples
 ///
@@ -43,6 +47,10 @@ pub struct Gcra {
     burst: u64,
     policy: Policy,
 }
+
+/// The largest burst tolerance `B·T`: a full burst plus a request of any admissible cost
+/// (`cost·T ≤ B·T`) then stays within `u64` nanoseconds, so the conformance test is exact.
+const MAX_TOLERANCE: u64 = CLOCK_MAX / 2;
 
 /// The outcome of [`Gcra::reserve`]: admit now with a delay (pacing) or deny.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +81,13 @@ impl Gcra {
                 max: "one event per nanosecond",
             });
         }
-        // `as` saturates: a rate slower than one event per u64::MAX ns keeps T = u64::MAX.
+        if t > MAX_TOLERANCE as f64 {
+            return Err(ConfigError::TooSmall {
+                field: Field::Rate,
+                value: rate.to_string(),
+                min: "one event per 2^63 ns (292 years)",
+            });
+        }
         let t = t as u64;
         // `as` saturates huge counts; with_burst then rejects the overflowing B·T.
         let burst = (rate.count().floor() as u64).max(1);
@@ -109,10 +123,11 @@ impl Gcra {
         }
         let tau = burst
             .checked_mul(self.t)
+            .filter(|&tau| tau <= MAX_TOLERANCE)
             .ok_or_else(|| ConfigError::TooLarge {
                 field: Field::Burst,
                 value: burst.to_string(),
-                max: "burst × emission interval within u64::MAX nanoseconds (584 years)",
+                max: "burst × emission interval within 2^63 ns (292 years)",
             })?;
         Ok(Self { tau, burst, ..self })
     }
@@ -178,21 +193,27 @@ impl Gcra {
         cost: u64,
         max_wait_ns: u64,
     ) -> (Reservation, Option<u64>) {
-        let now = clamp(now);
-        let new_tat = tat
-            .max(now)
-            .saturating_add(cost.saturating_mul(self.t))
-            .min(u64::MAX - 1);
-        let delay = (new_tat - now).saturating_sub(self.tau);
-        if delay <= max_wait_ns {
-            let delay = Duration::from_nanos(delay);
-            (Reservation::Admitted { delay }, Some(new_tat))
-        } else {
-            let retry_after = Duration::from_nanos(delay - max_wait_ns);
-            (Reservation::Denied { retry_after }, None)
+        let (ahead, new_tat) = self.ahead(tat, clamp(now), cost);
+        let delay = ahead.saturating_sub(self.tau);
+        match new_tat {
+            Some(new_tat) if delay <= max_wait_ns => {
+                let delay = Duration::from_nanos(delay);
+                (Reservation::Admitted { delay }, Some(new_tat))
+            }
+            _ => {
+                let retry_after = match new_tat {
+                    Some(_) => Duration::from_nanos(delay - max_wait_ns),
+                    None => NEVER,
+                };
+                (Reservation::Denied { retry_after }, None)
+            }
         }
     }
 }
+
+/// The wait reported when no wait helps: the request would conform only past the end of
+/// the clock's range ([`CLOCK_MAX`]).
+const NEVER: Duration = Duration::from_nanos(u64::MAX);
 
 impl FromStr for Gcra {
     type Err = ConfigError;
@@ -209,41 +230,58 @@ impl FromStr for Gcra {
 }
 
 impl Gcra {
+    /// How far ahead of `now` (clamped) the key's tat would be after a request of `cost`, and
+    /// that tat, if the clock can show it. `ahead` is exact up to `u64::MAX` ns (far beyond τ:
+    /// a strict key's debt, or a cost no burst admits), where it saturates and denies all the
+    /// same. A tat past [`CLOCK_MAX`] is `None`: saturating it instead would shorten `ahead`
+    /// and admit everything near the end of the clock's range.
+    #[inline(always)]
+    fn ahead(&self, tat: u64, now: u64, cost: u64) -> (u64, Option<u64>) {
+        // A stored tat ahead of `now` also covers a clock read that went backwards.
+        let base = tat.max(now);
+        let ahead = (base - now).saturating_add(cost.saturating_mul(self.t));
+        (ahead, now.checked_add(ahead).filter(|&t| t <= CLOCK_MAX))
+    }
+
     #[inline]
     /// The step by value: the decision and the new word (`None`: unchanged).
     pub(crate) fn decide(&self, tat: u64, now: u64, cost: u64) -> Step<u64> {
         let now = clamp(now);
-        let increment = cost.saturating_mul(self.t);
-        // A stored tat ahead of `now` also covers a clock read that went backwards.
-        let base = tat.max(now);
-        // Saturate one below u64::MAX, the tombstone.
-        let new_tat = base.saturating_add(increment).min(u64::MAX - 1);
-        let ahead = new_tat - now;
-        if ahead <= self.tau {
-            return Step {
-                decision: Decision::allowed()
-                    .with_remaining((self.tau - ahead) / self.t)
-                    .with_reset_after(ahead),
-                state: Some(new_tat),
-            };
+        let (ahead, new_tat) = self.ahead(tat, now, cost);
+        match new_tat {
+            Some(new_tat) if ahead <= self.tau => {
+                return Step {
+                    decision: Decision::allowed()
+                        .with_remaining((self.tau - ahead) / self.t)
+                        .with_reset_after(ahead),
+                    state: Some(new_tat),
+                }
+            }
+            _ => {}
         }
+        // Past the end of the clock's range no wait admits the request.
+        let wait = |w: u64| if new_tat.is_some() { w } else { u64::MAX };
         match self.policy {
             Policy::Leaky => {
-                let ahead = base - now;
+                let ahead_now = tat.max(now) - now;
                 Step {
-                    decision: Decision::denied(new_tat - self.tau - now)
-                        .with_remaining(self.tau.saturating_sub(ahead) / self.t)
-                        .with_reset_after(ahead),
+                    decision: Decision::denied(wait(ahead.saturating_sub(self.tau)))
+                        .with_remaining(self.tau.saturating_sub(ahead_now) / self.t)
+                        .with_reset_after(ahead_now),
                     state: None,
                 }
             }
             // The denied request is counted, so the retry must wait for it too.
-            Policy::Strict => Step {
-                decision: Decision::denied((ahead - self.tau).saturating_add(increment))
-                    .with_remaining(0)
-                    .with_reset_after(ahead),
-                state: Some(new_tat),
-            },
+            Policy::Strict => {
+                let debt = ahead.saturating_sub(self.tau);
+                let increment = cost.saturating_mul(self.t);
+                Step {
+                    decision: Decision::denied(wait(debt.saturating_add(increment)))
+                        .with_remaining(0)
+                        .with_reset_after(ahead),
+                    state: Some(new_tat.unwrap_or(CLOCK_MAX)),
+                }
+            }
         }
     }
 }
