@@ -606,8 +606,10 @@ impl KeyExtractor for ForwardedIp {
 /// A request header's value as the key: an API key, a tenant id, a user id set by an
 /// authentication layer in front.
 ///
-/// The value is used as sent, borrowed (no allocation). A value that is not visible ASCII
-/// means no key; the header sent several times keys by its first value.
+/// The value is used as sent, borrowed (no allocation). An empty value, or one that is not
+/// visible ASCII, means no key (so `HeaderKey::from_static("x-api-key").or(PeerIp::new())`
+/// falls through to the peer for `x-api-key:` with nothing after it, rather than putting every
+/// such client in one bucket); the header sent several times keys by its first value.
 ///
 /// # Examples
 ///
@@ -646,6 +648,7 @@ impl KeyExtractor for HeaderKey {
             .get(&self.name)?
             .to_str()
             .ok()
+            .filter(|v| !v.is_empty())
             .map(Key::borrowed)
     }
 }
@@ -1462,9 +1465,11 @@ where
         if cost == 0 {
             return Outcome::Pass(None);
         }
+        // An empty key from any extractor is a missing key: one shared bucket for every
+        // client that sends nothing would be a key nobody chose.
         let key = match self.key.extract(parts) {
-            Some(key) => key,
-            None => match &self.missing {
+            Some(key) if !key.as_str().is_empty() => key,
+            _ => match &self.missing {
                 MissingKey::Fallback(k) => Key::borrowed(k),
                 MissingKey::Reject => return self.refuse(StatusCode::BAD_REQUEST),
             },

@@ -9,8 +9,8 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::tower::{
-    ForwardedIp, HeaderKey, MissingKey, Mode, OversizedKey, PeerIp, QuotaPolicy, RateLimitLayer,
-    ShadowDecision,
+    ForwardedIp, HeaderKey, KeyExtractor, MissingKey, Mode, OversizedKey, PeerIp, QuotaPolicy,
+    RateLimitLayer, ShadowDecision,
 };
 use hotlimit::{CasLimiter, Decision, ManualClock, MutexLimiter, RateLimiter};
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -257,6 +257,66 @@ async fn missing_key_is_rejected_with_400_by_default() {
     // A value that is not visible ASCII is no key either.
     let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "é")]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+/// `x-api-key:` with nothing after it, as a client writes it on the wire (a plain socket on a
+/// blocking thread: the test needs no async I/O of its own).
+async fn raw_get_with_empty_key(addr: SocketAddr) -> String {
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        let request = "GET / HTTP/1.1\r\nhost: x\r\nx-api-key:\r\nconnection: close\r\n\r\n";
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_empty_key_is_a_missing_key() {
+    let clock = ManualClock::new();
+    let limiter = gcra_limiter("5/s burst 5", &clock);
+    let layer =
+        RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key")).build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+
+    // On the wire (no value, not even a space) and from a client (an empty value): 400, no
+    // key counted, so such clients do not all share the key "".
+    let raw = raw_get_with_empty_key(addr).await;
+    assert!(raw.starts_with("HTTP/1.1 400 "), "{raw}");
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(limiter.len(), 0);
+
+    // With a fallback extractor the empty header falls through to it: keyed by the peer.
+    let limiter = gcra_limiter("5/s burst 5", &clock);
+    let key = HeaderKey::from_static("x-api-key").or(peer_ip());
+    let (addr, client) =
+        serve(hello().layer(RateLimitLayer::builder(limiter.clone(), key).build())).await;
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "")]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(raw_get_with_empty_key(addr)
+        .await
+        .starts_with("HTTP/1.1 200 "));
+    assert_eq!(limiter.len(), 1);
+    assert!(limiter.peek("127.0.0.1").is_allowed());
+    assert!(limiter.peek_n("127.0.0.1", 4).unwrap().is_denied());
+
+    // A closure that yields an empty key is treated the same way, before the limiter.
+    let limiter = gcra_limiter("5/s burst 5", &clock);
+    let layer = RateLimitLayer::builder(limiter.clone(), |_: &http::request::Parts| {
+        Some(String::new())
+    })
+    .missing_key(MissingKey::fallback("anonymous"))
+    .build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+    assert_eq!(get_plain(&client, addr).await.0, StatusCode::OK);
+    assert_eq!(limiter.len(), 1);
+    assert!(limiter.peek_n("anonymous", 5).unwrap().is_denied());
+    assert!(limiter.peek_n("anonymous", 4).unwrap().is_allowed());
 }
 
 #[tokio::test]
