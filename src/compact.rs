@@ -14,7 +14,9 @@ use crate::error::{check_cost, CostError};
 use crate::keyed::DEFAULT_SWEEP_GRACE;
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
 use crate::stats::{CasStats, Metrics, Stats};
-use crate::sweeper::{hard_limit, CapacityCut, Signal, SweepReport, SweepTotals, Sweeper, Totals};
+use crate::sweeper::{
+    evict_before_insert, CapacityCut, Signal, SweepReport, SweepTotals, Sweeper, Totals,
+};
 use crate::sync::Mutex;
 use crate::wait::{self, Jitter};
 use crossbeam_utils::CachePadded;
@@ -932,17 +934,12 @@ where
     #[cold]
     #[inline(never)]
     fn insert(&self, repr: K::Repr, fp: u64, home: usize) -> &SlotOf<K, A, V> {
-        // Past `max_keys + max_keys/4` a flood has outrun the sweeper: pay for one capacity
-        // pass here, as the papaya store does, rather than let the table fill and every new key
-        // scan a full window and evict one key from it. Before the stripe lock: a pass is long.
+        // Rather than let a flood fill the table, so that every new key scans a full window
+        // and evicts one key from it. Before the stripe lock: a pass is long.
         let len = self.len();
-        if len >= hard_limit(self.max_keys) {
-            let evicted = self.evict_capacity(len);
-            self.totals.add(&SweepReport {
-                evicted_capacity: evicted,
-                ..SweepReport::default()
-            });
-        }
+        evict_before_insert(len, self.max_keys, &self.totals, || {
+            self.evict_capacity(len)
+        });
         let _stripe = self.stripes[home % self.stripes.len()].lock();
         loop {
             // Only this stripe's holders raise this reach, so it is stable while we hold it.

@@ -9,7 +9,9 @@ use crate::error::{check_cost, ConfigError, CostError};
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
 use crate::live::{update_fitted, Live, Reconfigure};
 use crate::stats::{CasStats, Metrics, Stats};
-use crate::sweeper::{hard_limit, CapacityCut, Signal, SweepReport, SweepTotals, Sweeper, Totals};
+use crate::sweeper::{
+    evict_before_insert, CapacityCut, Signal, SweepReport, SweepTotals, Sweeper, Totals,
+};
 use crate::wait::{self, Jitter};
 use std::borrow::Borrow;
 use std::fmt;
@@ -706,7 +708,10 @@ where
             return cell;
         }
         if let Some(max) = self.max_keys {
-            self.make_room(max, guard);
+            let len = self.map.len();
+            evict_before_insert(len, max, &self.totals, || {
+                self.evict_capacity(len, max, guard)
+            });
         }
         // `try_insert`, not `get_or_insert_with`: in papaya 0.2.5, filling a map through
         // `get_or_insert_with` under incremental resizing left later reads ~13x slower
@@ -724,21 +729,6 @@ where
                 cell
             }
             Err(occupied) => occupied.current,
-        }
-    }
-
-    /// Before a new key goes in: past the hard limit (`max_keys + max_keys/4`) evict here
-    /// and now, so a flood of new keys that outruns the sweeper pays for its own eviction
-    /// instead of growing the map.
-    #[cold]
-    fn make_room(&self, max: usize, guard: &impl papaya::Guard) {
-        let len = self.map.len();
-        if len >= hard_limit(max) {
-            let evicted = self.evict_capacity(len, max, guard);
-            self.totals.add(&SweepReport {
-                evicted_capacity: evicted,
-                ..SweepReport::default()
-            });
         }
     }
 

@@ -93,10 +93,24 @@ impl Totals {
     }
 }
 
-/// The size at which a request inserting a new key evicts before it inserts:
-/// `max_keys + max_keys/4`. Below it only the sweeper evicts. Both keyed stores keep it.
-pub(crate) fn hard_limit(max_keys: usize) -> usize {
-    max_keys.saturating_add(max_keys / 4)
+/// Before a request inserts a new key into a store holding `len` of `max_keys`: past
+/// `max_keys + max_keys/4` it runs `evict` (one capacity pass) here and now, so a flood of new
+/// keys that outruns the sweeper pays for its own eviction instead of growing the store; the
+/// pass is counted with the sweeps. Below that only the sweeper evicts. Both keyed stores
+/// call it, so both keep `len()` below that plus one key per inserting thread.
+#[cold]
+pub(crate) fn evict_before_insert(
+    len: usize,
+    max_keys: usize,
+    totals: &Totals,
+    evict: impl FnOnce() -> u64,
+) {
+    if len >= max_keys.saturating_add(max_keys / 4) {
+        totals.add(&SweepReport {
+            evicted_capacity: evict(),
+            ..SweepReport::default()
+        });
+    }
 }
 
 /// Which keys one capacity-eviction pass evicts, judged by their `idle_at` (the earliest

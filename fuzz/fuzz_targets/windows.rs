@@ -1,6 +1,7 @@
 //! The window family (SPEC 3.4) as pure state machines: one fixed window, one sliding window
 //! counter, one sliding log and one sub-window counter configuration, each stepped through the
-//! same trace of `(time delta, cost)` requests from a fresh state with non-decreasing `now`.
+//! same trace of `(time delta, cost)` requests from a fresh state with non-decreasing `now`,
+//! starting at 0, anywhere, or just before `CLOCK_MAX`.
 //!
 //! Asserts the contract shared by every algorithm (`hotlimit_fuzz::drive`: no panic, no
 //! tombstone stored, honest `retry_after`, lossless `idle_at`), and the limit itself:
@@ -15,7 +16,7 @@
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow};
 use hotlimit::{Algorithm, Decision};
-use hotlimit_fuzz::{drive, window_unit, RateKind, Req, WindowCfg};
+use hotlimit_fuzz::{drive, window_unit, RateKind, Req, Start, WindowCfg};
 use libfuzzer_sys::fuzz_target;
 use std::collections::{HashMap, VecDeque};
 
@@ -31,6 +32,7 @@ struct Input {
     /// slow the fuzzer down.
     buckets: u8,
     lenient: bool,
+    start: Start,
     trace: Vec<Req>,
 }
 
@@ -78,6 +80,7 @@ fn sliding(name: &'static str, span_ns: u64, limit: u64) -> impl FnMut(u64, u64,
 fn run<A>(
     algo: &A,
     unit_ns: f64,
+    start: Start,
     trace: &[Req],
     is_tombstone: impl Fn(&A::State) -> bool,
     mut check: impl FnMut(u64, u64, Decision),
@@ -88,6 +91,7 @@ fn run<A>(
     drive(
         algo,
         unit_ns,
+        start,
         trace,
         RateKind::Any,
         is_tombstone,
@@ -104,6 +108,7 @@ fuzz_target!(|input: Input| {
         run(
             &w,
             window_unit(limit, window),
+            input.start,
             &input.trace,
             |&s| s == u64::MAX,
             aligned("fixed window", window_ns, limit),
@@ -122,6 +127,7 @@ fuzz_target!(|input: Input| {
         run(
             &s,
             window_unit(limit, window),
+            input.start,
             &input.trace,
             |&s| s == u128::MAX,
             aligned("sliding window counter", window_ns, limit),
@@ -135,6 +141,7 @@ fuzz_target!(|input: Input| {
         run(
             &l,
             window_unit(limit, window),
+            input.start,
             &input.trace,
             |_| false,
             sliding("sliding log", window_ns, limit),
@@ -155,6 +162,7 @@ fuzz_target!(|input: Input| {
         run(
             &s,
             window_unit(limit, window),
+            input.start,
             &input.trace,
             |_| false,
             sliding("sub-window counters", span_ns, limit),

@@ -6,7 +6,7 @@
 //! subnormals, `u64::MAX`) for the edges. libFuzzer's mutations pick between them.
 
 use arbitrary::Arbitrary;
-use hotlimit::algo::{Earrrl, Exponential, Gcra};
+use hotlimit::algo::{Earrrl, Exponential, Gcra, CLOCK_MAX};
 use hotlimit::{Algorithm, Decision, Policy, Rate};
 use std::time::Duration;
 
@@ -38,6 +38,9 @@ pub enum Span {
     Millis(u32),
     /// Seconds, up to `u64::MAX` of them (far beyond what u64 nanoseconds hold).
     Secs(u64),
+    /// Days: a century is 36,500, and u32 days reach far past u64 nanoseconds (213,503 days),
+    /// so the slowest rates a limiter accepts, and the first it refuses, are both near.
+    Days(u32),
 }
 
 impl Span {
@@ -47,6 +50,7 @@ impl Span {
             Span::Nanos(n) => Duration::from_nanos(n),
             Span::Millis(ms) => Duration::from_millis(ms.into()),
             Span::Secs(s) => Duration::from_secs(s),
+            Span::Days(d) => Duration::from_secs(u64::from(d) * 86_400),
         }
     }
 }
@@ -93,6 +97,33 @@ impl Delta {
             Delta::Units(k) => (k as f64 / 16.0 * unit_ns) as u64,
             Delta::Nanos(n) => n.into(),
             Delta::Raw(n) => n,
+        }
+    }
+}
+
+/// Where a trace's clock starts: at the origin, anywhere, or just before the end of the
+/// clock's range ([`CLOCK_MAX`]), where saturating arithmetic used to admit everything.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum Start {
+    /// 0.
+    Origin,
+    /// Any time.
+    Raw(u64),
+    /// `k / 16` of the algorithm's unit before `CLOCK_MAX`.
+    BeforeEnd(u16),
+    /// `n` nanoseconds before `CLOCK_MAX`.
+    NanosBeforeEnd(u32),
+}
+
+impl Start {
+    /// The starting time, ns.
+    pub fn nanos(self, unit_ns: f64) -> u64 {
+        match self {
+            Start::Origin => 0,
+            Start::Raw(n) => n,
+            // `as` saturates (and maps NaN to 0).
+            Start::BeforeEnd(k) => CLOCK_MAX.saturating_sub((f64::from(k) / 16.0 * unit_ns) as u64),
+            Start::NanosBeforeEnd(n) => CLOCK_MAX - u64::from(n),
         }
     }
 }
@@ -206,7 +237,7 @@ pub enum RateKind {
 }
 
 /// Steps `algo` through `trace` from a fresh state with `Algorithm::update`, the clock
-/// starting at 0 and moving forward by each request's delta (saturating at `u64::MAX`, or
+/// starting at `start` and moving forward by each request's delta (saturating at `u64::MAX`, or
 /// `u64::MAX − 1` with `HOTLIMIT_FUZZ_CLOCK_BELOW_MAX`), and
 /// checks the contract every algorithm shares (SPEC 1, 2, 5):
 ///
@@ -228,6 +259,7 @@ pub enum RateKind {
 pub fn drive<A>(
     algo: &A,
     unit_ns: f64,
+    start: Start,
     trace: &[Req],
     rate: RateKind,
     is_tombstone: impl Fn(&A::State) -> bool,
@@ -240,7 +272,7 @@ where
 {
     let fresh = algo.fresh();
     let mut state = fresh.clone();
-    let mut now = 0u64;
+    let mut now = start.nanos(unit_ns);
     let mut saturated = false;
     let end = if env_flag("HOTLIMIT_FUZZ_CLOCK_BELOW_MAX") {
         u64::MAX - 1
