@@ -163,6 +163,22 @@ fn gcra_near_the_end_of_the_clock_holds_its_limit() {
     let mut tat = strict.fresh();
     assert!(strict.update(&mut tat, CLOCK_MAX, 1).is_denied());
     assert_eq!(tat, CLOCK_MAX, "a strict denial past the end keeps the end");
+    // Found by the fuzzer once traces could start near the end: a strict denial whose own
+    // tat still fits, but whose retry's would not (stored tat + cost·T past CLOCK_MAX), told a
+    // wait of 200 ms after which the retry was denied again. No wait admits it.
+    let start = CLOCK_MAX - 1_150_000_000;
+    let mut tat = strict.fresh();
+    assert!((0..10).all(|_| strict.update(&mut tat, start, 1).is_allowed()));
+    let denied = strict.update(&mut tat, start, 1);
+    assert_eq!(tat, CLOCK_MAX - 50_000_000, "counted, and it fits");
+    assert_eq!(denied.retry_after(), never);
+    // ... and a leaky denial's idle state stays idle (the fuzzer's other finding: the
+    // lossless-eviction check now compares states as the sweeper does, by idleness).
+    let leaky: Gcra = "10/s burst 10".parse().unwrap();
+    let mut old = 5u64;
+    assert!(leaky.update(&mut old, CLOCK_MAX, 1).is_denied());
+    assert_eq!(old, 5);
+    assert!(leaky.idle_at(&old) <= CLOCK_MAX);
 }
 
 /// 9. Slow GCRA rates were accepted with a saturated `T`: `0.00000000001/s` (T = 10^20 ns)

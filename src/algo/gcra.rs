@@ -259,24 +259,30 @@ impl Gcra {
             }
             _ => {}
         }
-        // Past the end of the clock's range no wait admits the request.
-        let wait = |w: u64| if new_tat.is_some() { w } else { u64::MAX };
+        // A retry after the wait would store the tat `new_tat` (leaky) or `new_tat + cost·T`
+        // (strict: this request is counted too); past the end of the clock's range no wait
+        // admits it, and the wait says so.
+        let debt = ahead.saturating_sub(self.tau);
         match self.policy {
             Policy::Leaky => {
                 let ahead_now = tat.max(now) - now;
+                let wait = if new_tat.is_some() { debt } else { u64::MAX };
                 Step {
-                    decision: Decision::denied(wait(ahead.saturating_sub(self.tau)))
+                    decision: Decision::denied(wait)
                         .with_remaining(self.tau.saturating_sub(ahead_now) / self.t)
                         .with_reset_after(ahead_now),
                     state: None,
                 }
             }
-            // The denied request is counted, so the retry must wait for it too.
             Policy::Strict => {
-                let debt = ahead.saturating_sub(self.tau);
                 let increment = cost.saturating_mul(self.t);
+                let retry_tat = new_tat.and_then(|t| t.checked_add(increment));
+                let wait = match retry_tat {
+                    Some(t) if t <= CLOCK_MAX => debt.saturating_add(increment),
+                    _ => u64::MAX,
+                };
                 Step {
-                    decision: Decision::denied(wait(debt.saturating_add(increment)))
+                    decision: Decision::denied(wait)
                         .with_remaining(0)
                         .with_reset_after(ahead),
                     state: Some(new_tat.unwrap_or(CLOCK_MAX)),
