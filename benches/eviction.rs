@@ -162,6 +162,11 @@ fn main() {
         println!("{bytes:.1}");
         return;
     }
+    if let Some(i) = args.iter().position(|a| a == "--flood") {
+        let n = |k: usize| args[i + k].parse::<usize>().unwrap();
+        flood_row(n(1), n(2), n(3) == 1, n(4));
+        return;
+    }
     if args.iter().any(|a| a == "--list") {
         return; // `cargo bench -- --list` asks harness=false benches to list; nothing to list.
     }
@@ -173,40 +178,63 @@ fn main() {
 }
 
 /// 2 threads x 1M new keys against `max_keys(100_000)`, each store on each clock, with and
-/// without a 10 ms background sweeper. Passes: sweeps by the sweeper plus eviction passes run
-/// by inserting requests.
+/// without a 10 ms background sweeper, each in a child process (this binary re-run with
+/// `--flood <store> <clock> <sweeper>`) so that its peak RSS is its own. Passes: sweeps by the
+/// sweeper plus eviction passes run by inserting requests.
 fn floods() {
     println!("key flood: 2 threads x 1M new u64 keys, max_keys 100k, GCRA 10/s burst 10");
     println!();
-    println!("| store | clock | sweeper | new keys/s | peak len (bound) | peak RSS growth | eviction passes | evicted |");
+    println!("| store | clock | sweeper | new keys/s | peak len (bound) | peak RSS of the process | eviction passes | evicted |");
     println!("|---|---|---|---|---|---|---|---|");
-    for store in Store::ALL {
-        for clock in ClockKind::ALL {
-            for sweeper in [false, true] {
-                let shape = Shape {
-                    store,
-                    clock,
-                    max_keys: 100_000,
-                    threads: 2,
-                    keys_per_thread: 1_000_000,
-                    sweeper,
-                };
-                let r = flood::run(shape, Duration::from_secs(300)).unwrap();
-                println!(
-                    "| {} | {} | {} | {:.2} M | {} ({}) | {:.1} MiB | {} | {} |",
-                    store.name(),
-                    clock.name(),
-                    if sweeper { "10 ms" } else { "none" },
-                    r.keys_per_sec(&shape) / 1e6,
-                    r.peak_len,
-                    r.bound,
-                    r.peak_rss_growth as f64 / (1 << 20) as f64,
-                    r.totals.sweeps,
-                    r.totals.evicted_capacity + r.totals.evicted_idle
-                );
+    let child = |store: usize, clock: usize, sweeper: usize, max_keys: usize| {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .arg("--flood")
+            .args([store, clock, sweeper, max_keys].map(|n| n.to_string()))
+            .output()
+            .unwrap();
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+    };
+    for store in 0..Store::ALL.len() {
+        // The baseline: the same 2M new keys into a store bounded above them (nothing
+        // evicted; the compact table sized for 4M keys).
+        child(store, 2, 0, 4_000_000);
+        for clock in 0..ClockKind::ALL.len() {
+            for sweeper in 0..2 {
+                child(store, clock, sweeper, 100_000);
             }
         }
     }
+}
+
+/// Child process: one flood, one table row.
+fn flood_row(store: usize, clock: usize, sweeper: bool, max_keys: usize) {
+    let (store, clock) = (Store::ALL[store], ClockKind::ALL[clock]);
+    let shape = Shape {
+        store,
+        clock,
+        max_keys,
+        threads: 2,
+        keys_per_thread: 1_000_000,
+        sweeper,
+    };
+    let r = flood::run(shape, Duration::from_secs(300)).unwrap();
+    println!(
+        "| {}{} | {} | {} | {:.2} M | {} ({}) | {:.1} MiB | {} | {} |",
+        store.name(),
+        if max_keys > 100_000 {
+            ", unbounded (baseline)"
+        } else {
+            ""
+        },
+        clock.name(),
+        if sweeper { "10 ms" } else { "none" },
+        r.keys_per_sec(&shape) / 1e6,
+        r.peak_len,
+        r.bound,
+        flood::peak_rss_bytes() as f64 / (1 << 20) as f64,
+        r.totals.sweeps,
+        r.totals.evicted_capacity + r.totals.evicted_idle
+    );
 }
 
 fn sweeps_and_latency() {

@@ -263,3 +263,14 @@ pub fn rss_bytes() -> u64 {
         .unwrap_or(0);
     pages * 4096
 }
+
+/// This process's peak resident set size in bytes (`VmHWM` in `/proc/self/status`; 0 off
+/// Linux): meaningful in a process that ran one flood only.
+pub fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
