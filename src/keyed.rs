@@ -386,7 +386,14 @@ where
     {
         let peek = || Ok(self.peek(key));
         wait::infallible(
-            wait::until_ready(peek, || self.check(key), self.now(), Jitter::NONE, sleep).await,
+            wait::until_ready(
+                peek,
+                || self.check(key),
+                self.clock_reader(),
+                Jitter::NONE,
+                sleep,
+            )
+            .await,
         )
     }
 
@@ -407,7 +414,14 @@ where
         Fut: Future<Output = ()>,
     {
         let check = || self.shared.decide(key, cost);
-        wait::until_ready(|| self.peek_n(key, cost), check, self.now(), jitter, sleep).await
+        wait::until_ready(
+            || self.peek_n(key, cost),
+            check,
+            self.clock_reader(),
+            jitter,
+            sleep,
+        )
+        .await
     }
 
     /// [`until_ready`](KeyedLimiter::until_ready) on the calling thread, sleeping with the
@@ -434,7 +448,7 @@ where
         wait::infallible(wait::until_ready_blocking(
             peek,
             check,
-            self.now(),
+            self.clock_reader(),
             Jitter::NONE,
             sleep,
         ))
@@ -455,11 +469,11 @@ where
     {
         let (peek, check) = (|| self.peek_n(key, cost), || self.shared.decide(key, cost));
         let sleep = |d| self.shared.clock.sleep(d);
-        wait::until_ready_blocking(peek, check, self.now(), jitter, sleep)
+        wait::until_ready_blocking(peek, check, self.clock_reader(), jitter, sleep)
     }
 
-    /// The clock's reading, for the wait loops.
-    fn now(&self) -> impl Fn() -> u64 + '_ {
+    /// Reads the clock, for the wait loops (which end when a wait is past its reach).
+    fn clock_reader(&self) -> impl Fn() -> u64 + '_ {
         || self.shared.clock.now()
     }
 

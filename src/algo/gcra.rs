@@ -248,16 +248,13 @@ impl Gcra {
     pub(crate) fn decide(&self, tat: u64, now: u64, cost: u64) -> Step<u64> {
         let now = clamp(now);
         let (ahead, new_tat) = self.ahead(tat, now, cost);
-        match new_tat {
-            Some(new_tat) if ahead <= self.tau => {
-                return Step {
-                    decision: Decision::allowed()
-                        .with_remaining((self.tau - ahead) / self.t)
-                        .with_reset_after(ahead),
-                    state: Some(new_tat),
-                }
-            }
-            _ => {}
+        if let Some(new_tat) = new_tat.filter(|_| ahead <= self.tau) {
+            return Step {
+                decision: Decision::allowed()
+                    .with_remaining((self.tau - ahead) / self.t)
+                    .with_reset_after(ahead),
+                state: Some(new_tat),
+            };
         }
         // A retry after the wait would store the tat `new_tat` (leaky) or `new_tat + cost·T`
         // (strict: this request is counted too); past the end of the clock's range no wait
