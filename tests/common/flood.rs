@@ -125,51 +125,24 @@ impl<C: Clock> Target for CompactLimiter<u64, Gcra, C> {
 
 /// The store of `shape` on `clock`.
 fn build<C: Clock>(shape: &Shape, clock: C) -> Box<dyn Target> {
-    let every = Duration::from_millis(10);
-    let max = shape.max_keys;
+    // The stores' builders share these setters but no trait (yet), hence a macro.
+    macro_rules! built {
+        ($limiter:ty) => {{
+            let b = <$limiter>::builder(quota())
+                .clock(clock)
+                .max_keys(shape.max_keys);
+            let b = if shape.sweeper {
+                b.sweep_every(Duration::from_millis(10))
+            } else {
+                b
+            };
+            Box::new(b.build().unwrap())
+        }};
+    }
     match shape.store {
-        Store::Cas => {
-            let b = CasLimiter::<u64, Gcra>::builder(quota())
-                .clock(clock)
-                .max_keys(max);
-            Box::new(
-                if shape.sweeper {
-                    b.sweep_every(every)
-                } else {
-                    b
-                }
-                .build()
-                .unwrap(),
-            )
-        }
-        Store::Mutex => {
-            let b = MutexLimiter::<u64, Gcra>::builder(quota())
-                .clock(clock)
-                .max_keys(max);
-            Box::new(
-                if shape.sweeper {
-                    b.sweep_every(every)
-                } else {
-                    b
-                }
-                .build()
-                .unwrap(),
-            )
-        }
-        Store::Compact => {
-            let b = CompactLimiter::<u64, Gcra>::builder(quota())
-                .clock(clock)
-                .max_keys(max);
-            Box::new(
-                if shape.sweeper {
-                    b.sweep_every(every)
-                } else {
-                    b
-                }
-                .build()
-                .unwrap(),
-            )
-        }
+        Store::Cas => built!(CasLimiter<u64, Gcra>),
+        Store::Mutex => built!(MutexLimiter<u64, Gcra>),
+        Store::Compact => built!(CompactLimiter<u64, Gcra>),
     }
 }
 
