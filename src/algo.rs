@@ -78,7 +78,7 @@ pub struct Step<S> {
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 pub trait Algorithm: Send + Sync + 'static {
-    /// The state kept per key. A word must never be all ones (`Word::TOMBSTONE`): the stores
+    /// The state kept per key. A word must never be all ones (the eviction tombstone): the stores
     /// reserve that value to mark a cell being evicted.
     type State: State;
 

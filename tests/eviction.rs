@@ -1,4 +1,4 @@
-//! Eviction (SPEC 5): idle sweeps change no decision, never lose a concurrent update, and the
+//! Eviction (DESIGN §5): idle sweeps change no decision, never lose a concurrent update, and the
 //! capacity bound holds under a flood of new keys.
 
 mod common;

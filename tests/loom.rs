@@ -1,4 +1,4 @@
-//! loom models of the CAS cell (SPEC 4): every interleaving of 2–3 threads updating one state
+//! loom models of the CAS cell (DESIGN §4): every interleaving of 2–3 threads updating one state
 //! word gives the totals and final state of some sequential order.
 //!
 //! Run with: `RUSTFLAGS="--cfg hotlimit_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release --test loom`
@@ -124,7 +124,7 @@ fn sliding_log_behind_its_per_key_lock() {
     });
 }
 
-/// A live switch racing a request that steps under the old configuration (SPEC 4 for
+/// A live switch racing a request that steps under the old configuration (DESIGN §4 for
 /// `Live`): whatever the interleaving, once both return the kept state fits the new quota.
 ///
 /// The state is `tat` = 150 ms at `now` = 100 ms. Under the old quota (burst 10) the request is

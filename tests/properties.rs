@@ -1,6 +1,6 @@
-//! Property tests of the pure algorithm state machines (SPEC 1–3) and of the parsers (SPEC 6).
+//! Property tests of the pure algorithm state machines (DESIGN §1–3) and of the parsers (DESIGN §6).
 //!
-//! Time is passed as `u64` nanoseconds straight to `Algorithm::step` / `Earrrl::step_pair`: nothing
+//! Time is passed as `u64` nanoseconds straight to `WordStep::step` / `Earrrl::step_pair`: nothing
 //! sleeps, every check is exact (or to a stated float tolerance).
 
 use hotlimit::algo::{Earrrl, EarrrlPair, Exponential, Gcra};
@@ -83,7 +83,7 @@ fn config(cases: u32) -> ProptestConfig {
 proptest! {
     #![proptest_config(config(256))]
 
-    /// SPEC 3.2: the one-word form (virtual time `S`) and the textbook two-field form `(N, T)`
+    /// DESIGN §3.2: the one-word form (virtual time `S`) and the textbook two-field form `(N, T)`
     /// are the same algorithm, so over long traces they must agree on every decision, and on the
     /// measured rate and retry_after up to float rounding.
     #[test]
@@ -118,7 +118,7 @@ proptest! {
     }
 }
 
-/// The two-field (tokens, last refill) token bucket of SPEC 3.1, credit kept in nanoseconds
+/// The two-field (tokens, last refill) token bucket of DESIGN §3.1, credit kept in nanoseconds
 /// (`tokens × T`) so that it is exact.
 struct Bucket {
     t: u64,
@@ -179,7 +179,7 @@ fn delta() -> impl Strategy<Value = Delta> {
 proptest! {
     #![proptest_config(config(1024))]
 
-    /// SPEC 3.1: the GCRA state seen as a token bucket is exactly a (tokens, last refill)
+    /// DESIGN §3.1: the GCRA state seen as a token bucket is exactly a (tokens, last refill)
     /// bucket: same decisions, `remaining`, `reset_after`, `retry_after` and token count, and
     /// the leaky-bucket constructor decides the same.
     #[test]
@@ -215,7 +215,7 @@ proptest! {
         }
     }
 
-    /// SPEC 3.1: GCRA never admits more than `B + ⌊t/T⌋` cost from a fresh key over [0, t],
+    /// DESIGN §3.1: GCRA never admits more than `B + ⌊t/T⌋` cost from a fresh key over [0, t],
     /// under either policy (a strict denial only pushes `tat` further).
     #[test]
     fn gcra_never_exceeds_burst_plus_elapsed(
@@ -243,7 +243,7 @@ proptest! {
         }
     }
 
-    /// SPEC 1 and 3.3: whatever the time deltas (none, huge, saturating at u64::MAX, or
+    /// DESIGN §1 and 3.3: whatever the time deltas (none, huge, saturating at u64::MAX, or
     /// backwards), the exponential rate is finite and non-negative and a denial says to wait.
     #[test]
     fn exponential_rate_is_always_finite(
@@ -420,33 +420,33 @@ fn exponential_case() -> impl Strategy<Value = RetryCase<Exponential>> {
 proptest! {
     #![proptest_config(config(512))]
 
-    /// SPEC 2 and 3.1: a GCRA retry_after is exact (honest and tight), under both policies.
+    /// DESIGN §2 and 3.1: a GCRA retry_after is exact (honest and tight), under both policies.
     #[test]
     fn gcra_retry_after_is_honest_and_tight(case in gcra_case()) {
         check_retry_after(&case, true)?;
     }
 
-    /// SPEC 2 and 3.2: an EARRRL retry after the given wait is allowed, under both policies
+    /// DESIGN §2 and 3.2: an EARRRL retry after the given wait is allowed, under both policies
     /// (strict: from the state that counted the denied request).
     #[test]
     fn earrrl_retry_after_is_honest(case in earrrl_case()) {
         check_retry_after(&case, false)?;
     }
 
-    /// SPEC 3.2: the EARRRL retry_after is the earliest such wait, to the nanosecond.
+    /// DESIGN §3.2: the EARRRL retry_after is the earliest such wait, to the nanosecond.
     #[test]
     fn earrrl_retry_after_is_tight(case in earrrl_case()) {
         check_retry_after(&case, true)?;
     }
 
-    /// SPEC 2 and 3.3: an exponential retry after the given wait is allowed, under both
+    /// DESIGN §2 and 3.3: an exponential retry after the given wait is allowed, under both
     /// policies (the wait accounts for the retried request's own contribution).
     #[test]
     fn exponential_retry_after_is_honest(case in exponential_case()) {
         check_retry_after(&case, false)?;
     }
 
-    /// SPEC 3.3 ("the earliest wait"): the exponential retry_after is tight to the nanosecond.
+    /// DESIGN §3.3 ("the earliest wait"): the exponential retry_after is tight to the nanosecond.
     #[test]
     fn exponential_retry_after_is_tight(case in exponential_case()) {
         check_retry_after(&case, true)?;
@@ -525,7 +525,7 @@ fn check_error(e: &ConfigError) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// SPEC 6: the parsers never panic, accept only positive finite values, and explain refusals.
+/// DESIGN §6: the parsers never panic, accept only positive finite values, and explain refusals.
 fn check_parsers(s: &str) -> Result<(), TestCaseError> {
     match s.parse::<Rate>() {
         Ok(r) => {
@@ -556,13 +556,13 @@ fn check_parsers(s: &str) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(config(4096))]
 
-    /// SPEC 6 on arbitrary strings.
+    /// DESIGN §6 on arbitrary strings.
     #[test]
     fn parsers_never_panic_on_any_string(s in ".*") {
         check_parsers(&s)?;
     }
 
-    /// SPEC 6 on strings close to the grammar, which reach far deeper into it.
+    /// DESIGN §6 on strings close to the grammar, which reach far deeper into it.
     #[test]
     fn parsers_never_panic_on_near_misses(s in near_misses()) {
         check_parsers(&s)?;
@@ -572,7 +572,7 @@ proptest! {
 proptest! {
     #![proptest_config(config(256))]
 
-    /// SPEC 3.2–3.3, issue "fuzzing and property tests": after any trace, the measured rate
+    /// DESIGN §3.2–3.3, issue "fuzzing and property tests": after any trace, the measured rate
     /// of EARRRL and of the exponential limiter is finite, non-negative, and never rises while
     /// the key stays idle. Probes are evaluated on copies of the state, so the key stays idle.
     #[test]

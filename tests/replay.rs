@@ -397,7 +397,7 @@ fn earrrl_trace_prints_rates_and_first_denies_request_18() {
             .unwrap()
     };
     assert_eq!(lines[0], "allow retry_after=0 rate=0");
-    // The SPEC 3.2 vector.
+    // The DESIGN §3.2 vector.
     for (k, want) in [
         (1, 0.317809383554),
         (2, 0.609241873242),

@@ -1,4 +1,4 @@
-//! Linearizability under real threads (SPEC 4): N threads firing at one key get exactly the
+//! Linearizability under real threads (DESIGN §4): N threads firing at one key get exactly the
 //! totals of one thread sending the same requests, for every algorithm and store variant.
 //!
 //! All requests cost 1 and share `now` within a phase, so any sequential order of a phase's

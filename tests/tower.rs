@@ -573,7 +573,7 @@ async fn any_algorithm_and_variant_behind_the_layer() {
         }
         statuses.push(status.as_u16());
     }
-    // The SPEC's vector: one request every 0.25 s, the first denial is request 18.
+    // The vector of DESIGN §3.2: one request every 0.25 s, the first denial is request 18.
     assert_eq!(statuses.iter().position(|&s| s == 429), Some(18));
 }
 

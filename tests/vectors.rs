@@ -1,4 +1,4 @@
-//! The vectors of SPEC 3.1–3.3, reproduced exactly.
+//! The vectors of DESIGN §3.1–3.3, reproduced exactly.
 
 use hotlimit::algo::{Earrrl, EarrrlPair, Exponential, Gcra};
 use hotlimit::{Algorithm, Decision, Policy, Rate, WordStep};

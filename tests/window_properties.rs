@@ -1,11 +1,11 @@
-//! Property tests of the window family (SPEC 3.4) against naive reference models.
+//! Property tests of the window family (DESIGN §3.4) against naive reference models.
 //!
 //! Each window algorithm is replayed over long random traces (non-decreasing times mixing
 //! bursts at one instant, gaps around the window and bucket scale, exact window and bucket
 //! distances, snaps to window and bucket boundaries, and occasional long idle periods) next to
 //! a reference written here from the documented definitions: a plain list of the counted
 //! `(time, cost)` requests, summed afresh for every decision. Every property also checks idle
-//! eviction (SPEC 5): from `idle_at(state)` on, the state decides exactly like a fresh one.
+//! eviction (DESIGN §5): from `idle_at(state)` on, the state decides exactly like a fresh one.
 //!
 //! The references prune entries that can never count again (times only move forward), so
 //! they stay small; everything else is summed from scratch.
@@ -138,7 +138,7 @@ fn sum(counted: &[(u64, u64)], keep: impl Fn(u64) -> bool) -> u64 {
         .sum()
 }
 
-/// SPEC 5: from `idle_at(state)` on, `state` is equivalent to a fresh key. Plays one short
+/// DESIGN §5: from `idle_at(state)` on, `state` is equivalent to a fresh key. Plays one short
 /// sequence of requests, the first exactly at `idle_at`, through a copy of `state` and through
 /// a fresh state; every decision must be identical (retry_after, remaining and reset_after
 /// included). `k` varies the probes from request to request.

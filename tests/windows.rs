@@ -1,9 +1,9 @@
-//! Worked vectors for the window family (SPEC 3.4): fixed window, sliding window counter
+//! Worked vectors for the window family (DESIGN §3.4): fixed window, sliding window counter
 //! (exact and floor rounding), sliding log and sub-window counters (strict and lenient bias),
 //! each under both policies.
 //!
 //! Every expected value is derived by hand from the documented definitions (the module docs
-//! and SPEC 3.4); the arithmetic is in the comment next to it. Times are in seconds unless
+//! and DESIGN §3.4); the arithmetic is in the comment next to it. Times are in seconds unless
 //! said otherwise; `S` is one second in nanoseconds.
 //!
 //! The definitions used:
@@ -173,7 +173,7 @@ fn fixed_window_spec_vector_leaky() {
     let w = fixed_3_per_60s(Policy::Leaky);
     assert_eq!(w.policy(), Policy::Leaky);
     let state = play(
-        "fixed leaky (SPEC)",
+        "fixed leaky (DESIGN §3.4)",
         &w,
         &[
             ok(5 * S, 1, 2),   // window [0, 60) holds 5: count 1, remaining 3 − 1 = 2

@@ -1,4 +1,4 @@
-//! The pure state machines (SPEC 1-3): one GCRA, one EARRRL and one exponential
+//! The pure state machines (DESIGN §1-3): one GCRA, one EARRRL and one exponential
 //! configuration, each stepped through the same trace of `(time delta, cost)` requests from a
 //! fresh state with non-decreasing `now`.
 //!
@@ -10,7 +10,7 @@
 //! * allowed: `retry_after` is 0; denied: `retry_after` > 0, and (honest retry) stepping the
 //!   state left by the denial at `now + retry_after` with the same cost is allowed, unless
 //!   that sum reaches u64::MAX (a wait that saturates the clock) (leaky and strict);
-//! * lossless eviction (SPEC 5): once `now >= idle_at(state)` (`idle_at` of u64::MAX taken as
+//! * lossless eviction (DESIGN §5): once `now >= idle_at(state)` (`idle_at` of u64::MAX taken as
 //!   never), the request gets the same decision and the same new state from `state` as from a
 //!   fresh state;
 //! * GCRA: `remaining` <= burst, and the allowed cost never exceeds

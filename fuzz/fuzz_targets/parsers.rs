@@ -1,4 +1,4 @@
-//! The human-string parsers (SPEC 6) on arbitrary bytes: `Rate`, `parse_duration`, `Gcra`
+//! The human-string parsers (DESIGN §6) on arbitrary bytes: `Rate`, `parse_duration`, `Gcra`
 //! (`<rate> [burst <n>]`), `Exponential::parse` (a limit) and `Policy`.
 //!
 //! Asserts: no panic; an accepted rate has a finite positive count and a period of at least

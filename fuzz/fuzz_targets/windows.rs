@@ -1,4 +1,4 @@
-//! The window family (SPEC 3.4) as pure state machines: one fixed window, one sliding window
+//! The window family (DESIGN §3.4) as pure state machines: one fixed window, one sliding window
 //! counter, one sliding log and one sub-window counter configuration, each stepped through the
 //! same trace of `(time delta, cost)` requests from a fresh state with non-decreasing `now`,
 //! starting at 0, anywhere, or just before `CLOCK_MAX`.

@@ -239,7 +239,7 @@ pub enum RateKind {
 /// Steps `algo` through `trace` from a fresh state with `Algorithm::update`, the clock
 /// starting at `start` and moving forward by each request's delta (saturating at `u64::MAX`, or
 /// `u64::MAX − 1` with `HOTLIMIT_FUZZ_CLOCK_BELOW_MAX`), and
-/// checks the contract every algorithm shares (SPEC 1, 2, 5):
+/// checks the contract every algorithm shares (DESIGN §1, 2, 5):
 ///
 /// * no panic, also for costs of 0 or above the capacity (stepped, result dropped; not
 ///   stepped with `HOTLIMIT_FUZZ_SKIP_OUT_OF_CONTRACT`);
