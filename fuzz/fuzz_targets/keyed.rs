@@ -17,9 +17,10 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{AllOf, Gcra, CLOCK_MAX};
-use hotlimit::{Algorithm, CasLimiter, Clock, CostError, ManualClock, MutexLimiter};
+use hotlimit::{Algorithm, CasLimiter, Clock, ManualClock, MutexLimiter};
 use hotlimit_fuzz::{
-    earrrl_unit, exponential_unit, gcra_unit, Count, Delta, EarrrlCfg, ExpCfg, GcraCfg, Span,
+    earrrl_unit, expected, exponential_unit, gcra_unit, Count, Delta, EarrrlCfg, ExpCfg, GcraCfg,
+    Span,
 };
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
@@ -281,16 +282,4 @@ fn reserve_gcra(t: &mut Twins<Gcra>, key: &[u8], cost: u64, max_wait: Span) {
         "reserve({key:?}, {cost}, {max_wait:?}) at {now} ns: cas vs model"
     );
     t.check_len();
-}
-
-/// What a limiter must answer for a request of `cost`: the cost errors first (nothing counted),
-/// else what the model decides.
-fn expected<T>(capacity: u64, cost: u64, decide: impl FnOnce() -> T) -> Result<T, CostError> {
-    if cost == 0 {
-        Err(CostError::Zero)
-    } else if cost > capacity {
-        Err(CostError::ExceedsCapacity { cost, capacity })
-    } else {
-        Ok(decide())
-    }
 }

@@ -7,7 +7,7 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Earrrl, Exponential, Gcra, CLOCK_MAX};
-use hotlimit::{Algorithm, Decision, Policy, Rate};
+use hotlimit::{Algorithm, CostError, Decision, Policy, Rate};
 use std::time::Duration;
 
 /// A float: a ratio `n / (d + 1)` or raw bits.
@@ -391,4 +391,16 @@ pub fn env_flag(name: &'static str) -> bool {
     let set = std::env::var_os(name).is_some();
     flags.push((name, set));
     set
+}
+
+/// What a limiter must answer for a request of `cost`: the cost errors first (nothing
+/// counted), else what the model decides (`keyed` and `compact` compare stores with it).
+pub fn expected<T>(capacity: u64, cost: u64, decide: impl FnOnce() -> T) -> Result<T, CostError> {
+    if cost == 0 {
+        Err(CostError::Zero)
+    } else if cost > capacity {
+        Err(CostError::ExceedsCapacity { cost, capacity })
+    } else {
+        Ok(decide())
+    }
 }
