@@ -1,5 +1,5 @@
-//! The per-key cells: [`CasCell`] (the crate's one CAS loop) and [`LockCell`] (the mutex twin),
-//! and the eviction tombstone they share.
+//! The per-key cells: [`CasCell`] (a word updated by the crate's one CAS loop, `sync::cas_loop`)
+//! and [`LockCell`] (the mutex twin), and the eviction tombstone they share.
 //!
 //! **Eviction protocol.** The sweeper never removes a live cell. It first replaces the cell's
 //! word with `TOMBSTONE` (all ones, a value no algorithm stores), by CAS or under the lock, and
@@ -11,22 +11,17 @@
 
 use crate::algo::{State, Word};
 use crate::stats::Stats;
-use crate::sync::{AtomicU64, Backoff, Mutex, Ordering};
+use crate::sync::{cas_loop, Atomic128, AtomicU64, CasAtomic, Mutex, Round};
 use std::fmt;
 
-/// Atomic operations over a state word. Sealed: implemented for `u64` and `u128` only.
+/// A state word and its atomic (from `sync`, where the crate's one CAS loop lives). Sealed:
+/// implemented for `u64` and `u128` only.
 pub trait AtomicWord: Copy + Eq + fmt::Debug + Send + Sync + 'static {
     /// All ones: marks a cell being evicted. No algorithm stores it.
     #[doc(hidden)]
     const TOMBSTONE: Self;
     #[doc(hidden)]
-    type Atomic: Send + Sync;
-    #[doc(hidden)]
-    fn new_atomic(value: Self) -> Self::Atomic;
-    #[doc(hidden)]
-    fn load(atomic: &Self::Atomic) -> Self;
-    #[doc(hidden)]
-    fn cas_weak(atomic: &Self::Atomic, current: Self, new: Self) -> Result<Self, Self>;
+    type Atomic: CasAtomic<Word = Self>;
 }
 
 /// How a state is kept: which cell the lock-free store uses for it, and its tombstone.
@@ -83,53 +78,14 @@ macro_rules! word_cells {
 }
 word_cells!(u64, u128);
 
-// Acquire/AcqRel: a request that sees a word also sees everything its writer saw (the
-// eviction protocol relies on this); on x86 they cost nothing over Relaxed.
 impl AtomicWord for u64 {
     const TOMBSTONE: u64 = u64::MAX;
     type Atomic = AtomicU64;
-
-    #[inline]
-    fn new_atomic(value: u64) -> AtomicU64 {
-        AtomicU64::new(value)
-    }
-
-    #[inline]
-    fn load(atomic: &AtomicU64) -> u64 {
-        atomic.load(Ordering::Acquire)
-    }
-
-    #[inline]
-    fn cas_weak(atomic: &AtomicU64, current: u64, new: u64) -> Result<u64, u64> {
-        atomic.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
-    }
 }
 
-/// 128-bit words go through `portable-atomic` (lock-free `cmpxchg16b`/`CASP`, detected at
-/// run time). loom has no 128-bit atomic, so loom models cover the u64 cell only.
 impl AtomicWord for u128 {
     const TOMBSTONE: u128 = u128::MAX;
-    type Atomic = portable_atomic::AtomicU128;
-
-    #[inline]
-    fn new_atomic(value: u128) -> Self::Atomic {
-        portable_atomic::AtomicU128::new(value)
-    }
-
-    #[inline]
-    fn load(atomic: &Self::Atomic) -> u128 {
-        atomic.load(portable_atomic::Ordering::Acquire)
-    }
-
-    #[inline]
-    fn cas_weak(atomic: &Self::Atomic, current: u128, new: u128) -> Result<u128, u128> {
-        atomic.compare_exchange_weak(
-            current,
-            new,
-            portable_atomic::Ordering::AcqRel,
-            portable_atomic::Ordering::Acquire,
-        )
-    }
+    type Atomic = Atomic128;
 }
 
 /// A state word updated by compare-and-swap.
@@ -141,7 +97,7 @@ impl<W: Word> CasCell<W> {
     /// The current word.
     #[inline]
     pub(crate) fn load(&self) -> W {
-        W::load(&self.word)
+        self.word.load()
     }
 }
 
@@ -149,66 +105,63 @@ impl<W: Word> StateCell<W> for CasCell<W> {
     #[inline]
     fn new(value: W) -> Self {
         Self {
-            word: W::new_atomic(value),
+            word: W::Atomic::new(value),
         }
     }
 
-    /// The crate's one CAS loop: runs the pure `f` on a copy of the current word; if it
-    /// changed the copy, installs it with `compare_exchange_weak`, and on failure re-runs `f`
-    /// on the word that won. An unchanged word (a leaky denial) needs no CAS at all.
+    /// Runs the pure `f` on a copy of the current word and installs what it left by the
+    /// crate's one CAS loop, re-running `f` on the word that won a race. An unchanged word (a
+    /// leaky denial) needs no CAS at all.
     #[inline(always)]
     fn update<T>(&self, stats: &Stats, mut f: impl FnMut(&mut W) -> T) -> Option<T> {
-        let mut current = self.load();
-        let backoff = Backoff::new();
-        loop {
-            if current == W::TOMBSTONE {
-                return None;
-            }
-            let mut new = current;
-            let out = f(&mut new);
-            if new == current {
-                return Some(out);
-            }
-            match W::cas_weak(&self.word, current, new) {
-                Ok(_) => return Some(out),
-                Err(actual) => {
-                    stats.retry();
-                    current = actual;
-                    backoff.spin();
+        cas_loop(
+            &self.word,
+            || stats.retry(),
+            |current| {
+                if current == W::TOMBSTONE {
+                    return Round::Done(None);
                 }
-            }
-        }
+                let mut new = current;
+                let out = f(&mut new);
+                if new == current {
+                    Round::Done(Some(out))
+                } else {
+                    Round::Write(new, Some(out))
+                }
+            },
+        )
     }
 
     fn rewrite(&self, mut f: impl FnMut(&mut W)) -> bool {
-        let mut current = self.load();
-        loop {
-            if current == W::TOMBSTONE {
-                return false;
-            }
-            let mut new = current;
-            f(&mut new);
-            // Even when `new == current`: the CAS is the write that later updates read from.
-            match W::cas_weak(&self.word, current, new) {
-                Ok(_) => return true,
-                Err(actual) => current = actual,
-            }
-        }
+        cas_loop(
+            &self.word,
+            || {},
+            |current| {
+                if current == W::TOMBSTONE {
+                    return Round::Done(false);
+                }
+                let mut new = current;
+                f(&mut new);
+                // Even when `new == current`: the CAS is the write that later updates read from.
+                Round::Write(new, true)
+            },
+        )
     }
 
     /// A concurrent update makes the CAS fail, and `doomed` is asked again about the word
     /// that won.
     fn kill_if(&self, doomed: impl Fn(&W) -> bool) -> bool {
-        let mut current = self.load();
-        loop {
-            if current == W::TOMBSTONE || !doomed(&current) {
-                return false;
-            }
-            match W::cas_weak(&self.word, current, W::TOMBSTONE) {
-                Ok(_) => return true,
-                Err(actual) => current = actual,
-            }
-        }
+        cas_loop(
+            &self.word,
+            || {},
+            |current| {
+                if current == W::TOMBSTONE || !doomed(&current) {
+                    Round::Done(false)
+                } else {
+                    Round::Write(W::TOMBSTONE, true)
+                }
+            },
+        )
     }
 
     #[inline]

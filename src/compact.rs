@@ -1173,7 +1173,7 @@ where
 ///
 /// `RUSTFLAGS="--cfg hotlimit_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release --lib loom`.
 /// The table, slots, stripe locks and reach counters are the real ones, on loom's atomics and
-/// mutexes; the 128-bit pair is modelled by a loom mutex (see `slot::AtomicPair`). A table of
+/// mutexes; the 128-bit pair is modelled by a loom mutex (see `sync::Atomic128`). A table of
 /// 3 keys is one line of 4 slots, so every key shares the home line and competes for slots.
 #[cfg(all(test, hotlimit_loom))]
 mod loom_tests {

@@ -115,14 +115,14 @@
 //!   use `exp_m1`, `ln_1p` and log-sum-exp, each with a comment saying why. A float
 //!   `retry_after` is settled against the real step (`honest_wait`), so it is never early and
 //!   never late by a rounding error.
-//! * `cell.rs`: the crate's one CAS loop ([`Algorithm::update`] re-run on a copy of the word
-//!   that won a race, with `crossbeam_utils::Backoff`), the lock cell, and the eviction
-//!   tombstone protocol both share.
+//! * `cell.rs`: the CAS cell ([`Algorithm::update`] re-run on a copy of the word that won a
+//!   race), the lock cell, and the eviction tombstone protocol both share.
 //! * `limiter.rs`: the [`RateLimiter`] trait and the [`Cas`] / [`Locked`] variants;
 //!   `keyed.rs`, `direct.rs`, `sharded.rs`: the limiters; `sweeper.rs`: the background
 //!   sweeper thread.
 //! * `sync.rs`: every atomic and lock used by the protocol, swapped for loom's under
-//!   `--cfg hotlimit_loom`.
+//!   `--cfg hotlimit_loom` (the 128-bit word too, as a model of one indivisible CAS), and the
+//!   crate's one compare-and-swap loop, which every cell and slot operation calls.
 //! * `compact.rs`, `compact/slot.rs`: the compact store (its design, and the crates evaluated
 //!   before writing it, are in [`CompactLimiter`]'s docs).
 #![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]

@@ -1,8 +1,10 @@
-//! One import path for every atomic and lock the crate's concurrency protocol uses.
+//! One import path for every atomic and lock the crate's concurrency protocol uses, and the
+//! crate's one compare-and-swap loop ([`cas_loop`]) over them.
 //!
-//! Under `--cfg hotlimit_loom` these become loom's model-checked types, so the CAS cell and the
-//! eviction protocol run unchanged inside `loom::model`. The cfg is crate-named (not plain
-//! `loom`) so it does not flip `cfg(loom)` code inside our dependencies.
+//! Under `--cfg hotlimit_loom` these become loom's model-checked types, so the CAS cell, the
+//! compact store's pair slot and the eviction protocol run unchanged inside `loom::model`. The
+//! cfg is crate-named (not plain `loom`) so it does not flip `cfg(loom)` code inside our
+//! dependencies.
 
 #[cfg(not(hotlimit_loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,5 +74,143 @@ impl Backoff {
 
     pub(crate) fn spin(&self) {
         loom::thread::yield_now();
+    }
+}
+
+/// A word that one compare-and-swap replaces whole: [`AtomicU64`], or [`Atomic128`] for the
+/// two-word states and the compact store's `(key, state)` pairs. Sealed (a public trait in a
+/// private module).
+///
+/// Acquire loads and AcqRel CASes: a request that sees a word also sees everything its writer
+/// saw (the eviction protocol relies on this); on x86 they cost nothing over Relaxed.
+pub trait CasAtomic: Send + Sync {
+    /// The word.
+    type Word: Copy + Eq;
+    /// An atomic holding `word`.
+    fn new(word: Self::Word) -> Self;
+    /// The current word.
+    fn load(&self) -> Self::Word;
+    /// `compare_exchange_weak(current, new)`: `Err` carries the word that won.
+    fn cas_weak(&self, current: Self::Word, new: Self::Word) -> Result<Self::Word, Self::Word>;
+}
+
+impl CasAtomic for AtomicU64 {
+    type Word = u64;
+
+    #[inline(always)]
+    fn new(word: u64) -> Self {
+        AtomicU64::new(word)
+    }
+
+    #[inline(always)]
+    fn load(&self) -> u64 {
+        AtomicU64::load(self, Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    fn cas_weak(&self, current: u64, new: u64) -> Result<u64, u64> {
+        self.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
+    }
+}
+
+/// A 128-bit word updated by one double-width compare-and-swap: `portable-atomic`'s
+/// `AtomicU128` (lock-free `cmpxchg16b` / `CASP`, detected at run time).
+///
+/// loom has no 128-bit atomic. Under `--cfg hotlimit_loom` this is a loom mutex around a
+/// `u128` behind the same three operations: each is one indivisible step, which is exactly
+/// what the instruction gives, so loom explores every interleaving of those steps; what it does
+/// not model is the weaker-than-SeqCst visibility an `AcqRel` CAS allows (on x86-64
+/// `cmpxchg16b` is a full barrier anyway).
+#[cfg(not(hotlimit_loom))]
+#[derive(Debug)]
+pub struct Atomic128(portable_atomic::AtomicU128);
+
+/// The loom model of the 128-bit word: see the non-loom definition.
+#[cfg(hotlimit_loom)]
+#[derive(Debug)]
+pub struct Atomic128(loom::sync::Mutex<u128>);
+
+#[cfg(not(hotlimit_loom))]
+impl CasAtomic for Atomic128 {
+    type Word = u128;
+
+    #[inline(always)]
+    fn new(word: u128) -> Self {
+        Self(portable_atomic::AtomicU128::new(word))
+    }
+
+    #[inline(always)]
+    fn load(&self) -> u128 {
+        self.0.load(portable_atomic::Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    fn cas_weak(&self, current: u128, new: u128) -> Result<u128, u128> {
+        self.0.compare_exchange_weak(
+            current,
+            new,
+            portable_atomic::Ordering::AcqRel,
+            portable_atomic::Ordering::Acquire,
+        )
+    }
+}
+
+#[cfg(hotlimit_loom)]
+impl CasAtomic for Atomic128 {
+    type Word = u128;
+
+    fn new(word: u128) -> Self {
+        Self(loom::sync::Mutex::new(word))
+    }
+
+    fn load(&self) -> u128 {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn cas_weak(&self, current: u128, new: u128) -> Result<u128, u128> {
+        let mut word = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if *word == current {
+            *word = new;
+            Ok(current)
+        } else {
+            Err(*word)
+        }
+    }
+}
+
+/// What one round of [`cas_loop`] decides about the word it read.
+pub(crate) enum Round<W, T> {
+    /// Return `T` and write nothing (the word is dead, or the step left it unchanged).
+    Done(T),
+    /// Install `W` in place of the word read, and return `T` if that CAS wins.
+    Write(W, T),
+}
+
+/// The crate's one compare-and-swap loop: `decide` looks at the current word; a
+/// [`Round::Write`] is installed with `compare_exchange_weak`, and on failure `decide` runs
+/// again on the word that won (after `on_retry` and a backoff spin). So `decide` must be a pure
+/// function of the word: it may run more than once. Every cell and slot operation (update,
+/// rewrite, kill, claim) is a `decide` over this loop.
+#[inline(always)]
+pub(crate) fn cas_loop<A: CasAtomic, T>(
+    atomic: &A,
+    mut on_retry: impl FnMut(),
+    mut decide: impl FnMut(A::Word) -> Round<A::Word, T>,
+) -> T {
+    let mut current = atomic.load();
+    let backoff = Backoff::new();
+    loop {
+        let (new, out) = match decide(current) {
+            Round::Done(out) => return out,
+            Round::Write(new, out) => (new, out),
+        };
+        match atomic.cas_weak(current, new) {
+            Ok(_) => return out,
+            Err(actual) => {
+                on_retry();
+                current = actual;
+                backoff.spin();
+            }
+        }
     }
 }

@@ -1,12 +1,13 @@
 //! loom models of the CAS cell (DESIGN §4): every interleaving of 2–3 threads updating one state
-//! word gives the totals and final state of some sequential order.
+//! word (64-bit, or 128-bit for the exponential limiter) gives the totals and final state of
+//! some sequential order.
 //!
 //! Run with: `RUSTFLAGS="--cfg hotlimit_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release --test loom`
 //! Under that cfg the crate's atomics and locks are loom's (see `src/sync.rs`). The models use
 //! the direct limiter (one cell) rather than the papaya map, which loom does not model.
 #![cfg(hotlimit_loom)]
 
-use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingLog};
+use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingLog};
 use hotlimit::{Algorithm, DirectLimiter, Locked, ManualClock, Policy, Rate, Variant, WordStep};
 use loom::sync::Arc;
 use loom::thread;
@@ -95,6 +96,23 @@ fn earrrl_strict_two_threads() {
     loom::model(move || {
         // The retry-after of the probe pins the final word: bit-identical float arithmetic.
         assert_eq!(run::<_, hotlimit::Cas>(e, 2, 2), (allowed, retry));
+    });
+}
+
+/// The 128-bit cell: the exponential limiter's `(t_prev, r)` word through the same CAS loop,
+/// its atomic loom's model of one indivisible 16-byte CAS (`sync::Atomic128`).
+#[test]
+fn exponential_two_word_state() {
+    let x = Exponential::new(3.0, Duration::from_secs(1)).unwrap();
+    let mut s = x.fresh();
+    let mut allowed = 0;
+    for _ in 0..4 {
+        allowed += x.update(&mut s, 0, 1).is_allowed() as usize;
+    }
+    let retry = x.peek(&s, 0, 1).retry_after_nanos();
+    assert_eq!(allowed, 3, "a burst at one instant: floor(L / cost)");
+    loom::model(move || {
+        assert_eq!(run::<_, hotlimit::Cas>(x, 2, 2), (allowed, retry));
     });
 }
 

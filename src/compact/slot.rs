@@ -4,7 +4,7 @@
 
 use crate::cell::{AtomicWord, StateCells};
 use crate::stats::Stats;
-use crate::sync::{AtomicU64, Backoff, Mutex, Ordering};
+use crate::sync::{cas_loop, Atomic128, AtomicU64, CasAtomic, Mutex, Ordering, Round};
 use std::fmt;
 use std::hash::Hash;
 
@@ -93,64 +93,6 @@ pub trait Slot<R, S>: Send + Sync + fmt::Debug + Sized {
     fn inspect<T>(&self, f: impl FnOnce(R, &S) -> T) -> Option<T>;
 }
 
-/// A 128-bit word updated by one double-width compare-and-swap: `portable-atomic`'s
-/// `AtomicU128` (lock-free `cmpxchg16b` / `CASP`, detected at run time).
-///
-/// loom has no 128-bit atomic. Under `--cfg hotlimit_loom` the pair is a loom mutex around a
-/// `u128` behind the same three operations: each operation is one indivisible step, which is
-/// exactly what the hardware instruction gives, so loom explores every interleaving of those
-/// steps; what it does not model is the weaker-than-SeqCst visibility an `AcqRel` CAS allows
-/// (on x86-64 `cmpxchg16b` is a full barrier anyway).
-#[cfg(not(hotlimit_loom))]
-pub struct AtomicPair(portable_atomic::AtomicU128);
-
-#[cfg(not(hotlimit_loom))]
-impl AtomicPair {
-    fn new(value: u128) -> Self {
-        Self(portable_atomic::AtomicU128::new(value))
-    }
-
-    #[inline(always)]
-    fn load(&self) -> u128 {
-        self.0.load(portable_atomic::Ordering::Acquire)
-    }
-
-    #[inline(always)]
-    fn cas_weak(&self, current: u128, new: u128) -> Result<u128, u128> {
-        self.0.compare_exchange_weak(
-            current,
-            new,
-            portable_atomic::Ordering::AcqRel,
-            portable_atomic::Ordering::Acquire,
-        )
-    }
-}
-
-/// The loom model of the 128-bit word: see the non-loom definition.
-#[cfg(hotlimit_loom)]
-pub struct AtomicPair(loom::sync::Mutex<u128>);
-
-#[cfg(hotlimit_loom)]
-impl AtomicPair {
-    fn new(value: u128) -> Self {
-        Self(loom::sync::Mutex::new(value))
-    }
-
-    fn load(&self) -> u128 {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn cas_weak(&self, current: u128, new: u128) -> Result<u128, u128> {
-        let mut word = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if *word == current {
-            *word = new;
-            Ok(current)
-        } else {
-            Err(*word)
-        }
-    }
-}
-
 /// The per-line reach counters (see `compact.rs`): loom's under `--cfg hotlimit_loom`.
 #[cfg(not(hotlimit_loom))]
 pub(crate) use std::sync::atomic::AtomicU8;
@@ -180,7 +122,7 @@ fn split(word: u128) -> (u64, u64) {
 /// state the request read, the CAS succeeds, and rightly: the request's decision is a pure
 /// function of that state, so it is the decision a fresh look-up would have made.
 pub struct PairSlot {
-    word: AtomicPair,
+    word: Atomic128,
 }
 
 impl PairSlot {
@@ -203,11 +145,12 @@ impl fmt::Debug for PairSlot {
 impl Slot<u64, u64> for PairSlot {
     fn empty() -> Self {
         Self {
-            word: AtomicPair::new(pack(0, TOMB)),
+            word: Atomic128::new(pack(0, TOMB)),
         }
     }
 
-    /// The crate's CAS loop (as `CasCell::update`), on the pair.
+    /// `CasCell::update` on the pair: the crate's one CAS loop, writing only into a slot that
+    /// still holds `key`.
     #[inline(always)]
     fn try_update<T>(
         &self,
@@ -216,28 +159,24 @@ impl Slot<u64, u64> for PairSlot {
         stats: &Stats,
         f: &mut impl FnMut(&mut u64) -> T,
     ) -> Option<T> {
-        let mut current = self.word.load();
-        let backoff = Backoff::new();
-        loop {
-            let (k, state) = split(current);
-            if k != key || state == TOMB {
-                return None;
-            }
-            let mut new = state;
-            let out = f(&mut new);
-            // A leaky denial writes nothing: linearized at the load, which saw `key` live.
-            if new == state {
-                return Some(out);
-            }
-            match self.word.cas_weak(current, pack(key, new)) {
-                Ok(_) => return Some(out),
-                Err(actual) => {
-                    stats.retry();
-                    current = actual;
-                    backoff.spin();
+        cas_loop(
+            &self.word,
+            || stats.retry(),
+            |current| {
+                let (k, state) = split(current);
+                if k != key || state == TOMB {
+                    return Round::Done(None);
                 }
-            }
-        }
+                let mut new = state;
+                let out = f(&mut new);
+                // A leaky denial writes nothing: linearized at the load, which saw `key` live.
+                if new == state {
+                    Round::Done(Some(out))
+                } else {
+                    Round::Write(pack(key, new), Some(out))
+                }
+            },
+        )
     }
 
     #[inline]
@@ -252,31 +191,32 @@ impl Slot<u64, u64> for PairSlot {
     }
 
     fn claim(&self, key: u64, _fp: u64, fresh: u64) -> bool {
-        let mut current = self.word.load();
-        loop {
-            if split(current).1 != TOMB {
-                return false;
-            }
-            match self.word.cas_weak(current, pack(key, fresh)) {
-                Ok(_) => return true,
-                Err(actual) => current = actual,
-            }
-        }
+        cas_loop(
+            &self.word,
+            || {},
+            |current| {
+                if split(current).1 != TOMB {
+                    Round::Done(false)
+                } else {
+                    Round::Write(pack(key, fresh), true)
+                }
+            },
+        )
     }
 
     fn kill_if(&self, doomed: impl Fn(&u64) -> bool) -> bool {
-        let mut current = self.word.load();
-        loop {
-            let (k, state) = split(current);
-            if state == TOMB || !doomed(&state) {
-                return false;
-            }
-            // The key stays as a harmless label: a free slot is told by its state alone.
-            match self.word.cas_weak(current, pack(k, TOMB)) {
-                Ok(_) => return true,
-                Err(actual) => current = actual,
-            }
-        }
+        cas_loop(
+            &self.word,
+            || {},
+            |current| {
+                let (k, state) = split(current);
+                if state == TOMB || !doomed(&state) {
+                    return Round::Done(false);
+                }
+                // The key stays as a harmless label: a free slot is told by its state alone.
+                Round::Write(pack(k, TOMB), true)
+            },
+        )
     }
 
     #[inline]
