@@ -17,8 +17,8 @@ use arbitrary::Arbitrary;
 use hotlimit::algo::{Gcra, SlidingLog, CLOCK_MAX};
 use hotlimit::{Algorithm, Cas, Clock, CompactLimiter, CompactVariant, Locked, ManualClock};
 use hotlimit_fuzz::{
-    earrrl_unit, expected, exponential_unit, gcra_unit, window_unit, Count, Delta, EarrrlCfg,
-    ExpCfg, GcraCfg, Span, WindowCfg,
+    earrrl_unit, expected, exponential_unit, gcra_unit, window_unit, EarrrlCfg, ExpCfg, GcraCfg,
+    Span, WindowCfg,
 };
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
@@ -36,26 +36,7 @@ enum Key {
     Raw(u64),
 }
 
-#[derive(Arbitrary, Debug)]
-enum Op {
-    /// Advance the clock, then `check_n(key, cost)`.
-    Check { key: Key, delta: Delta, cost: Count },
-    /// Advance the clock, then `check(key)` (cost 1).
-    CheckOne { key: Key, delta: Delta },
-    /// Move the clock backwards.
-    Back(u64),
-    /// Advance the clock, then `reserve(key, cost, max_wait)` (GCRA only; a check elsewhere).
-    Reserve {
-        key: Key,
-        delta: Delta,
-        cost: Count,
-        max_wait: Span,
-    },
-    /// Advance the clock, then sweep both limiters.
-    Sweep { delta: Delta },
-    /// Advance the clock, then `peek_n(key, cost)`: the model's step on a copy, no change.
-    Peek { key: Key, delta: Delta, cost: Count },
-}
+type Op = hotlimit_fuzz::Op<Key>;
 
 #[derive(Arbitrary, Debug)]
 enum Config {

@@ -19,8 +19,7 @@ use arbitrary::Arbitrary;
 use hotlimit::algo::{AllOf, Gcra, CLOCK_MAX};
 use hotlimit::{Algorithm, CasLimiter, Clock, ManualClock, MutexLimiter};
 use hotlimit_fuzz::{
-    earrrl_unit, expected, exponential_unit, gcra_unit, Count, Delta, EarrrlCfg, ExpCfg, GcraCfg,
-    Span,
+    earrrl_unit, expected, exponential_unit, gcra_unit, EarrrlCfg, ExpCfg, GcraCfg, Span,
 };
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
@@ -36,27 +35,7 @@ enum Key {
     Again(u8),
 }
 
-#[derive(Arbitrary, Debug)]
-enum Op {
-    /// Advance the clock, then `check_n(key, cost)`.
-    Check { key: Key, delta: Delta, cost: Count },
-    /// Advance the clock, then `check(key)` (cost 1).
-    CheckOne { key: Key, delta: Delta },
-    /// Move the clock backwards (a TSC read from another core, a manual clock set back).
-    Back(u64),
-    /// Advance the clock, then `reserve(key, cost, max_wait)` (GCRA only; a check elsewhere).
-    Reserve {
-        key: Key,
-        delta: Delta,
-        cost: Count,
-        max_wait: Span,
-    },
-    /// Advance the clock, then sweep both limiters.
-    Sweep { delta: Delta },
-    /// Advance the clock, then `peek_n(key, cost)`: must equal the model's step on a copy,
-    /// and change nothing (no key inserted, no state changed).
-    Peek { key: Key, delta: Delta, cost: Count },
-}
+type Op = hotlimit_fuzz::Op<Key>;
 
 #[derive(Arbitrary, Debug)]
 enum Config {

@@ -404,3 +404,53 @@ pub fn expected<T>(capacity: u64, cost: u64, decide: impl FnOnce() -> T) -> Resu
         Ok(decide())
     }
 }
+
+/// One operation on a pair of keyed limiters and their reference model (`keyed`, `compact`),
+/// for keys drawn as `K`.
+#[derive(Arbitrary, Debug)]
+pub enum Op<K> {
+    /// Advance the clock, then `check_n(key, cost)`.
+    Check {
+        /// The key.
+        key: K,
+        /// The clock step first.
+        delta: Delta,
+        /// The cost.
+        cost: Count,
+    },
+    /// Advance the clock, then `check(key)` (cost 1).
+    CheckOne {
+        /// The key.
+        key: K,
+        /// The clock step first.
+        delta: Delta,
+    },
+    /// Move the clock backwards (a TSC read from another core, a manual clock set back).
+    Back(u64),
+    /// Advance the clock, then `reserve(key, cost, max_wait)` (GCRA only; a check elsewhere).
+    Reserve {
+        /// The key.
+        key: K,
+        /// The clock step first.
+        delta: Delta,
+        /// The cost.
+        cost: Count,
+        /// The longest delay the caller accepts.
+        max_wait: Span,
+    },
+    /// Advance the clock, then sweep both limiters.
+    Sweep {
+        /// The clock step first.
+        delta: Delta,
+    },
+    /// Advance the clock, then `peek_n(key, cost)`: must equal the model's step on a copy,
+    /// and change nothing (no key inserted, no state changed).
+    Peek {
+        /// The key.
+        key: K,
+        /// The clock step first.
+        delta: Delta,
+        /// The cost.
+        cost: Count,
+    },
+}
