@@ -3,8 +3,11 @@
 //!
 //! On a frozen or coarse clock every new key has the same `idle_at`. Capacity eviction used to
 //! evict the first tied keys in table order, pass after pass, until the survivors clustered
-//! in hash order and papaya's resizes never completed: `cas_frozen` hung at ~38k keys against
-//! `max_keys(10_000)`. The default run floods 2 threads x 100k keys against 10k; the
+//! in hash order and papaya's resizes never completed. Run against the code before the fix
+//! (499eb86), `cas_frozen` and `mutex_frozen` livelocked (not done in 30 s), `compact_frozen`
+//! broke the bound (13,336 keys against 12,502: that store let its table fill), and the
+//! one-thread reproduction below hung at ~38k keys. The default run floods 2 threads x 100k
+//! keys against 10k; the
 //! `full_*` tests (ignored; `.ci/run` runs them in release) flood 2 threads x 1M keys against
 //! 100k and also bound the memory.
 
