@@ -75,8 +75,8 @@ fn contention(c: &mut Criterion) {
         };
         eprintln!(
             "contention/{threads}t retries per request: keyed-cas {:.3}, direct-cas {:.3}",
-            per_op(keyed_cas.cas_stats().retries, &keyed_ops),
-            per_op(direct_cas.cas_stats().retries, &direct_ops),
+            per_op(keyed_cas.metrics().cas_retries, &keyed_ops),
+            per_op(direct_cas.metrics().cas_retries, &direct_ops),
         );
     }
 }

@@ -15,9 +15,10 @@ mod common;
 use common::flood::{self, ClockKind, Shape, Store};
 use common::rss_bytes;
 use hdrhistogram::Histogram;
+use hotlimit::store::Variant;
 use hotlimit::{
     algo::Gcra, Cas, Clock, CompactLimiter, KeyedLimiter, Locked, ManualClock, QuantaClock,
-    RateLimiter, Variant, DEFAULT_SWEEP_GRACE,
+    RateLimiter,
 };
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,7 +81,7 @@ fn filled<C: Clock>(
 /// Child process: RSS growth for 1M keys in one variant (the compact store's table included).
 fn measure_rss(variant: &str) -> f64 {
     let before = rss_bytes();
-    let limiter = filled(variant, gcra(), ManualClock::new(), DEFAULT_SWEEP_GRACE);
+    let limiter = filled(variant, gcra(), ManualClock::new(), Duration::from_secs(1));
     let after = rss_bytes();
     black_box(&limiter);
     (after - before) as f64 / KEYS as f64
@@ -112,7 +113,7 @@ fn sweep_times(variant: &str) -> (Duration, Duration, Duration) {
 /// `check` latency over 1M live keys, with or without another thread sweeping in a loop.
 fn latency(variant: &str, with_sweeps: bool) -> Histogram<u64> {
     let quota = "1000000000/s".parse().unwrap();
-    let limiter = filled(variant, quota, QuantaClock::new(), DEFAULT_SWEEP_GRACE);
+    let limiter = filled(variant, quota, QuantaClock::new(), Duration::from_secs(1));
     timed_checks(
         with_sweeps,
         &|k| {

@@ -15,9 +15,9 @@ use common::gcra;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
+use hotlimit::baseline::ShardedLimiter;
 use hotlimit::{
     algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, MutexLimiter, QuantaClock,
-    ShardedLimiter,
 };
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rand_distr::Zipf;

@@ -438,7 +438,9 @@ fn run_variant<A: Algorithm + Copy, C: Clock + Clone>(
                 .clock(clock())
                 .build()
                 .expect("no sweeper thread to spawn");
-            run_hotlimit(variant, &limiter, streams, |l| Some(l.cas_stats().retries))
+            run_hotlimit(variant, &limiter, streams, |l| {
+                Some(l.metrics().cas_retries)
+            })
         }
         (VariantName::Mutex, Store::Compact) => {
             let limiter = CompactLimiter::<u64, A, QuantaClock, Locked>::builder(algo)
@@ -450,7 +452,9 @@ fn run_variant<A: Algorithm + Copy, C: Clock + Clone>(
         }
         (VariantName::Cas, _) => {
             let limiter = CasLimiter::<u64, A, C>::with_clock(algo, clock());
-            run_hotlimit(variant, &limiter, streams, |l| Some(l.cas_stats().retries))
+            run_hotlimit(variant, &limiter, streams, |l| {
+                Some(l.metrics().cas_retries)
+            })
         }
         (VariantName::Mutex, _) => {
             let limiter = MutexLimiter::<u64, A, C>::with_clock(algo, clock());

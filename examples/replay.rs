@@ -57,13 +57,13 @@
 //! status 2; the decisions for the lines before it are still printed. An I/O error exits with status 1.
 
 use hotlimit::algo::{
-    Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
-    DEFAULT_BUCKETS,
+    parse_duration, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
+    SlidingWindow, SubWindow, DEFAULT_BUCKETS,
 };
+use hotlimit::store::{CompactVariant, DEFAULT_MAX_KEYS};
 use hotlimit::{
-    parse_duration, Algorithm, Cas, CasLimiter, CompactLimiter, CompactVariant, ConfigError,
-    Decision, Field, Hashed, Locked, ManualClock, MutexLimiter, Policy, QuantaClock, Rate,
-    RateLimiter, DEFAULT_MAX_KEYS,
+    Algorithm, Cas, CasLimiter, CompactLimiter, ConfigError, Decision, Field, Hashed, Locked,
+    ManualClock, MutexLimiter, Policy, QuantaClock, Rate, RateLimiter,
 };
 use std::fmt::Display;
 use std::io::{self, BufRead, BufWriter, Write};
@@ -407,12 +407,17 @@ struct Setup<'a> {
 impl Setup<'_> {
     /// Checks no option is left over, applies the policy, builds the limiter the variant names
     /// on a manual clock and replays stdin through it to stdout.
-    fn replay<A: Algorithm>(
+    fn replay<A>(
         &self,
         algo: A,
         with_policy: fn(A, Policy) -> A,
         opts: Options,
-    ) -> Result<(), Fatal> {
+    ) -> Result<(), Fatal>
+    where
+        A: Algorithm,
+        Cas: hotlimit::store::Variant<A> + CompactVariant<A>,
+        Locked: hotlimit::store::Variant<A> + CompactVariant<A>,
+    {
         opts.finish(self.algo)?;
         let algo = match self.policy {
             Some(policy) => with_policy(algo, policy),
@@ -421,12 +426,11 @@ impl Setup<'_> {
         let clock = ManualClock::new();
         match (self.store, self.variant) {
             (Store::Papaya, Variant::Cas) => {
-                let limiter = CasLimiter::<String, A, ManualClock>::with_clock(algo, clock.clone());
+                let limiter = CasLimiter::<String, A>::with_clock(algo, clock.clone());
                 replay_stdio(&limiter, &clock)
             }
             (Store::Papaya, Variant::Mutex) => {
-                let limiter =
-                    MutexLimiter::<String, A, ManualClock>::with_clock(algo, clock.clone());
+                let limiter = MutexLimiter::<String, A>::with_clock(algo, clock.clone());
                 replay_stdio(&limiter, &clock)
             }
             (Store::Compact, Variant::Cas) => self.replay_compact::<A, Cas>(algo, clock),

@@ -15,6 +15,7 @@ mod sliding_window;
 mod sub_window;
 mod window;
 
+pub use crate::config::parse_duration;
 pub use all_of::{AllOf, Pair, PairState};
 pub use earrrl::{Earrrl, EarrrlPair, IDLE_EPSILON};
 pub use exponential::Exponential;
@@ -25,27 +26,39 @@ pub use sliding_window::{Rounding, SlidingWindow};
 pub use sub_window::{Bias, BucketState, SubWindow, DEFAULT_BUCKETS};
 
 use crate::decision::{Decision, Policy};
+use crate::error::ConfigError;
 use std::fmt::Debug;
 
+mod sealed {
+    /// Seals [`State`](super::State): the stores implement their storage traits for exactly
+    /// these types.
+    pub trait Sealed {}
+}
+
 /// A per-key state the stores can hold: a word (`u64`, `u128`) or, for the window algorithms
-/// whose state cannot fit one, a small owned value kept behind a per-key lock. Sealed.
+/// whose state cannot fit one, a small owned value kept behind a per-key lock. Sealed. How a
+/// store keeps each one is the store's business (its cell or slot), not the algorithm's.
 ///
 /// `Clone` so that [`peek`](crate::KeyedLimiter::peek) can run a step on a copy.
-pub trait State:
-    crate::cell::StateCells + crate::compact::CompactState + Clone + Send + Sync + Debug + 'static
-{
-}
-impl State for u64 {}
-impl State for u128 {}
+pub trait State: sealed::Sealed + Clone + Send + Sync + Debug + 'static {}
 
 /// A plain integer state word that the lock-free store can compare-and-swap: `u64` or `u128`.
 ///
 /// Floats are stored as their bits (`f64::to_bits`). All ones (`u64::MAX`, `u128::MAX`) is
-/// reserved as the eviction tombstone; no algorithm stores it (a NaN in float words, a time of
-/// 584 years in GCRA's, which saturates one below). Sealed.
-pub trait Word: State + crate::cell::AtomicWord {}
-impl Word for u64 {}
-impl Word for u128 {}
+/// reserved for the stores (the eviction tombstone); no algorithm stores it (a NaN in float
+/// words, a time of 584 years in GCRA's, which saturates one below). Sealed.
+pub trait Word: State + Copy + Eq {}
+
+macro_rules! states {
+    (words: $($w:ty),*; others: $($t:ty $(, <$($g:ident),*>)?);*) => {
+        $(impl sealed::Sealed for $w {}
+        impl State for $w {}
+        impl Word for $w {})*
+        $(impl$(<$($g: State),*>)? sealed::Sealed for $t {}
+        impl$(<$($g: State),*>)? State for $t {})*
+    };
+}
+states!(words: u64, u128; others: LogState; BucketState; PairState<A, B>, <A, B>);
 
 /// The result of one step by value: the decision, and the new state word (`None` when the
 /// state is unchanged, so a store can skip the write).
@@ -125,11 +138,37 @@ pub trait Algorithm: Send + Sync + 'static {
     }
 }
 
+/// An algorithm whose configuration can change while a limiter runs, keeping every key's state;
+/// what [`Live`](crate::Live) needs.
+///
+/// The state of these algorithms is physical, not relative to the quota: GCRA keeps a time
+/// (how far ahead of the clock a key's budget is spent), EARRRL and the exponential limiter a
+/// measured rate. So a state kept under one configuration is still meaningful under another,
+/// and the only work left on a switch is to bring states the new quota could never have
+/// produced back within its reach ([`fit`](Reconfigure::fit)), instead of resetting them to
+/// fresh.
+///
+/// What can change: every GCRA parameter (rate, burst, policy); EARRRL's limit and policy,
+/// not its half-life (the state is measured in it); the exponential limiter's limit and policy,
+/// not its period. The window algorithms are not reconfigurable: their state is laid out for
+/// their window.
+pub trait Reconfigure: Algorithm + Copy {
+    /// Whether a state kept under `self` means the same under `new`; an
+    /// [`Unchangeable`](crate::ConfigError::Unchangeable) error names the field that differs.
+    fn check_change(&self, new: &Self) -> Result<(), ConfigError>;
+
+    /// Brings `state` (kept under any compatible configuration) within this configuration's
+    /// reach at `now`: the state a key could have under this quota that is closest to the
+    /// kept one and never more lenient than it.
+    fn fit(&self, state: &mut Self::State, now: u64);
+}
+
 /// [`Algorithm::update`] by value, for algorithms whose state is a [`Word`]: the pure
 /// `(old state, now, cost) -> (new state, Decision)` form.
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, Algorithm, WordStep};
+/// use hotlimit::{algo::Gcra, Algorithm};
+/// use hotlimit::algo::WordStep;
 ///
 /// let gcra: Gcra = "10/s burst 1".parse()?;
 /// let first = gcra.step(gcra.fresh(), 0, 1);

@@ -9,14 +9,14 @@
 //! key up again. So an update lands either before the tombstone (and the sweeper's CAS fails,
 //! keeping the key) or on a fresh cell, never on an orphan. `tests/loom.rs` model-checks it.
 
-use crate::algo::{State, Word};
+use crate::algo::{BucketState, LogState, PairState, State};
 use crate::stats::Stats;
 use crate::sync::{cas_loop, Atomic128, AtomicU64, CasAtomic, Mutex, Round};
 use std::fmt;
 
 /// A state word and its atomic (from `sync`, where the crate's one CAS loop lives). Sealed:
 /// implemented for `u64` and `u128` only.
-pub trait AtomicWord: Copy + Eq + fmt::Debug + Send + Sync + 'static {
+pub trait AtomicWord: State + Copy + Eq {
     /// All ones: marks a cell being evicted. No algorithm stores it.
     #[doc(hidden)]
     const TOMBSTONE: Self;
@@ -24,18 +24,90 @@ pub trait AtomicWord: Copy + Eq + fmt::Debug + Send + Sync + 'static {
     type Atomic: CasAtomic<Word = Self>;
 }
 
-/// How a state is kept: which cell the lock-free store uses for it, and its tombstone.
-/// Sealed (lives in a private module).
-pub trait StateCells: Sized {
+impl AtomicWord for u64 {
+    const TOMBSTONE: u64 = u64::MAX;
+    type Atomic = AtomicU64;
+}
+
+impl AtomicWord for u128 {
+    const TOMBSTONE: u128 = u128::MAX;
+    type Atomic = Atomic128;
+}
+
+/// How the stores keep a state: the cell of the lock-free store, and how a lock (a
+/// [`LockCell`], or the compact store's lock slot) marks the state dead. Implemented here, for
+/// every state type of `algo`, so that the algorithms know nothing of their storage; the bound
+/// sits where a store is chosen ([`Variant`](crate::Variant)). Sealed (private module).
+pub trait StateCells: State {
     /// The cell of the lock-free store: a CAS cell for words, a lock cell for the rest.
     #[doc(hidden)]
     type CasCell: StateCell<Self>;
-    /// The value that marks a cell being evicted.
+    /// The state as a lock keeps it: a word with its tombstone, any other state in an
+    /// `Option` (`None` once dead), so no algorithm state carries a storage flag.
     #[doc(hidden)]
-    fn tombstone() -> Self;
+    type Kept: Send + Sync + fmt::Debug;
     #[doc(hidden)]
-    fn is_tombstone(&self) -> bool;
+    fn keep(state: Self) -> Self::Kept;
+    #[doc(hidden)]
+    fn dead() -> Self::Kept;
+    #[doc(hidden)]
+    fn live(kept: &Self::Kept) -> Option<&Self>;
+    #[doc(hidden)]
+    fn live_mut(kept: &mut Self::Kept) -> Option<&mut Self>;
 }
+
+macro_rules! word_cells {
+    ($($t:ty),*) => {$(
+        impl StateCells for $t {
+            type CasCell = CasCell<$t>;
+            type Kept = $t;
+            #[inline(always)]
+            fn keep(state: Self) -> Self {
+                state
+            }
+            #[inline(always)]
+            fn dead() -> Self {
+                <$t as AtomicWord>::TOMBSTONE
+            }
+            #[inline(always)]
+            fn live(kept: &Self) -> Option<&Self> {
+                (*kept != <$t as AtomicWord>::TOMBSTONE).then_some(kept)
+            }
+            #[inline(always)]
+            fn live_mut(kept: &mut Self) -> Option<&mut Self> {
+                (*kept != <$t as AtomicWord>::TOMBSTONE).then_some(kept)
+            }
+        }
+    )*};
+}
+word_cells!(u64, u128);
+
+/// The states that are not words: behind a lock even in the lock-free store.
+macro_rules! locked_cells {
+    ($($t:ty $(, <$($g:ident),*>)?);*) => {$(
+        impl$(<$($g: State),*>)? StateCells for $t {
+            type CasCell = LockCell<Self>;
+            type Kept = Option<Self>;
+            #[inline(always)]
+            fn keep(state: Self) -> Option<Self> {
+                Some(state)
+            }
+            #[inline(always)]
+            fn dead() -> Option<Self> {
+                None
+            }
+            #[inline(always)]
+            fn live(kept: &Option<Self>) -> Option<&Self> {
+                kept.as_ref()
+            }
+            #[inline(always)]
+            fn live_mut(kept: &mut Option<Self>) -> Option<&mut Self> {
+                kept.as_mut()
+            }
+        }
+    )*};
+}
+locked_cells!(LogState; BucketState; PairState<A, B>, <A, B>);
 
 /// The operations every cell offers the stores.
 pub trait StateCell<S>: Send + Sync + fmt::Debug {
@@ -61,39 +133,12 @@ pub trait StateCell<S>: Send + Sync + fmt::Debug {
     fn inspect<T>(&self, f: impl FnOnce(&S) -> T) -> Option<T>;
 }
 
-macro_rules! word_cells {
-    ($($t:ty),*) => {$(
-        impl StateCells for $t {
-            type CasCell = CasCell<$t>;
-            #[inline]
-            fn tombstone() -> Self {
-                <$t as AtomicWord>::TOMBSTONE
-            }
-            #[inline]
-            fn is_tombstone(&self) -> bool {
-                *self == <$t as AtomicWord>::TOMBSTONE
-            }
-        }
-    )*};
-}
-word_cells!(u64, u128);
-
-impl AtomicWord for u64 {
-    const TOMBSTONE: u64 = u64::MAX;
-    type Atomic = AtomicU64;
-}
-
-impl AtomicWord for u128 {
-    const TOMBSTONE: u128 = u128::MAX;
-    type Atomic = Atomic128;
-}
-
 /// A state word updated by compare-and-swap.
-pub struct CasCell<W: Word> {
+pub struct CasCell<W: AtomicWord> {
     word: W::Atomic,
 }
 
-impl<W: Word> CasCell<W> {
+impl<W: AtomicWord> CasCell<W> {
     /// The current word.
     #[inline]
     pub(crate) fn load(&self) -> W {
@@ -101,7 +146,7 @@ impl<W: Word> CasCell<W> {
     }
 }
 
-impl<W: Word> StateCell<W> for CasCell<W> {
+impl<W: AtomicWord> StateCell<W> for CasCell<W> {
     #[inline]
     fn new(value: W) -> Self {
         Self {
@@ -171,7 +216,7 @@ impl<W: Word> StateCell<W> for CasCell<W> {
     }
 }
 
-impl<W: Word> fmt::Debug for CasCell<W> {
+impl<W: AtomicWord> fmt::Debug for CasCell<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("CasCell").field(&self.load()).finish()
     }
@@ -180,54 +225,44 @@ impl<W: Word> fmt::Debug for CasCell<W> {
 /// A key's state behind a `parking_lot` mutex: the pessimistic twin of [`CasCell`], running the
 /// same pure step under the lock. Also the lock-free store's cell for states that are not
 /// words (the sliding log, the sub-window counters).
-pub struct LockCell<S> {
-    state: Mutex<S>,
+pub struct LockCell<S: StateCells> {
+    state: Mutex<S::Kept>,
 }
 
-impl<S: State> StateCell<S> for LockCell<S> {
+impl<S: StateCells> StateCell<S> for LockCell<S> {
     #[inline]
     fn new(state: S) -> Self {
         Self {
-            state: Mutex::new(state),
+            state: Mutex::new(S::keep(state)),
         }
     }
 
     #[inline(always)]
-    fn update<T>(&self, _: &Stats, mut f: impl FnMut(&mut S) -> T) -> Option<T> {
-        let mut state = self.state.lock();
-        if state.is_tombstone() {
-            return None;
-        }
-        Some(f(&mut state))
+    fn update<T>(&self, _: &Stats, f: impl FnMut(&mut S) -> T) -> Option<T> {
+        S::live_mut(&mut self.state.lock()).map(f)
     }
 
-    fn rewrite(&self, mut f: impl FnMut(&mut S)) -> bool {
+    fn rewrite(&self, f: impl FnMut(&mut S)) -> bool {
         // The lock orders it with every later update.
-        let mut state = self.state.lock();
-        if state.is_tombstone() {
-            return false;
-        }
-        f(&mut state);
-        true
+        S::live_mut(&mut self.state.lock()).map(f).is_some()
     }
 
     fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool {
         let mut state = self.state.lock();
-        if state.is_tombstone() || !doomed(&state) {
+        if !S::live(&state).is_some_and(doomed) {
             return false;
         }
-        *state = S::tombstone();
+        *state = S::dead();
         true
     }
 
     #[inline]
     fn inspect<T>(&self, f: impl FnOnce(&S) -> T) -> Option<T> {
-        let state = self.state.lock();
-        (!state.is_tombstone()).then(|| f(&state))
+        S::live(&self.state.lock()).map(f)
     }
 }
 
-impl<W: fmt::Debug> fmt::Debug for LockCell<W> {
+impl<S: StateCells> fmt::Debug for LockCell<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("LockCell")
             .field(&*self.state.lock())

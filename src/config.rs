@@ -143,7 +143,8 @@ impl fmt::Display for Rate {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{parse_duration, ConfigError, Field};
+/// use hotlimit::{ConfigError, Field};
+/// use hotlimit::algo::parse_duration;
 /// use std::time::Duration;
 ///
 /// assert_eq!(parse_duration("250ms")?, Duration::from_millis(250));

@@ -68,7 +68,8 @@ const NONE: u64 = u64::MAX;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, Algorithm, Rate, WordStep};
+/// use hotlimit::{algo::Gcra, Algorithm, Rate};
+/// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///
 /// let gcra = Gcra::new("10/s".parse()?)?.with_burst(1)?;

@@ -1,28 +1,29 @@
-//! [`DirectLimiter`]: one unkeyed cell.
+//! [`DirectLimiter`]: one cell shared by every caller (a global limit).
 
-use crate::algo::Algorithm;
+use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
-use crate::error::{check_cost, ConfigError, CostError};
+use crate::error::{ConfigError, CostError};
 use crate::limiter::{Cas, Variant};
-use crate::live::{update_fitted, Live, Reconfigure};
-use crate::stats::{CasStats, Metrics, Stats};
-use crate::sweeper::SweepTotals;
+use crate::live::Live;
+use crate::stats::Metrics;
+use crate::store::{Builder, Core, Options};
 use crate::wait::{self, Jitter};
 use crossbeam_utils::CachePadded;
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-/// An unkeyed limiter: one cache-padded cell shared by every caller (a global limit).
+/// An unkeyed limiter: one cache-padded cell shared by every caller (a global limit). It
+/// offers what the keyed limiters offer, without the key.
 ///
 /// # Examples
 ///
 /// ```
 /// use hotlimit::{algo::Gcra, DirectLimiter, ManualClock};
 ///
-/// let global = DirectLimiter::<_, _>::with_clock("100/s burst 2".parse::<Gcra>()?, ManualClock::new());
+/// let global = DirectLimiter::with_clock("100/s burst 2".parse::<Gcra>()?, ManualClock::new());
 /// assert!(global.check().is_allowed());
 /// assert!(global.check().is_allowed());
 /// assert!(global.check().is_denied());
@@ -31,10 +32,7 @@ use std::time::Duration;
 pub struct DirectLimiter<A: Algorithm, C = QuantaClock, V: Variant<A> = Cas> {
     // Padded: the one word every thread hammers must not share a line with the config.
     cell: CachePadded<V::Cell>,
-    algo: A,
-    clock: C,
-    stats: Stats,
-    counting: bool,
+    core: Core<A, C>,
 }
 
 impl<A: Algorithm, V: Variant<A>> DirectLimiter<A, QuantaClock, V> {
@@ -42,30 +40,32 @@ impl<A: Algorithm, V: Variant<A>> DirectLimiter<A, QuantaClock, V> {
     pub fn new(algo: A) -> Self {
         Self::with_clock(algo, QuantaClock::new())
     }
+
+    /// A direct limiter running `algo` on `clock`.
+    pub fn with_clock<C: Clock>(algo: A, clock: C) -> DirectLimiter<A, C, V> {
+        DirectLimiter::from_parts(algo, clock, &Options::default())
+    }
+
+    /// A builder for a limiter running `algo`: [`clock`](Builder::clock) and
+    /// [`metrics`](Builder::metrics).
+    pub fn builder(algo: A) -> Builder<Self, A> {
+        Builder::new(algo)
+    }
+}
+
+impl<A: Algorithm, C: Clock, V: Variant<A>> Builder<DirectLimiter<A, QuantaClock, V>, A, C> {
+    /// Builds the limiter.
+    pub fn build(self) -> DirectLimiter<A, C, V> {
+        DirectLimiter::from_parts(self.algo, self.clock, &self.options)
+    }
 }
 
 impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
-    /// A direct limiter running `algo` on `clock`.
-    pub fn with_clock(algo: A, clock: C) -> Self {
+    fn from_parts(algo: A, clock: C, options: &Options) -> Self {
         Self {
             cell: CachePadded::new(V::Cell::new(algo.fresh())),
-            algo,
-            clock,
-            stats: Stats::default(),
-            counting: false,
+            core: Core::new(algo, clock, options),
         }
-    }
-
-    /// Counts allowed and denied decisions for [`metrics`](DirectLimiter::metrics) (off by
-    /// default: a `fetch_add` on a per-thread stripe per request).
-    pub fn with_metrics(mut self) -> Self {
-        self.counting = true;
-        self
-    }
-
-    /// A snapshot of the counters (no keys or sweeps here: `keys` is 1).
-    pub fn metrics(&self) -> Metrics {
-        Metrics::new(&self.stats, SweepTotals::default(), 1)
     }
 
     /// Decides a request of cost 1.
@@ -74,10 +74,11 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         self.decide(1)
     }
 
-    /// Decides a request of `cost`; errors if it is 0 or can never be admitted.
+    /// Decides a request of `cost`; errors (and counts nothing) if it is 0 or can never be
+    /// admitted.
     #[inline]
     pub fn check_n(&self, cost: u64) -> Result<Decision, CostError> {
-        check_cost(cost, self.algo.capacity())?;
+        self.core.cost(cost)?;
         Ok(self.decide(cost))
     }
 
@@ -88,16 +89,33 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
     }
 
     /// The decision [`check_n`](DirectLimiter::check_n) would return now, without counting
-    /// it.
+    /// it; errors as `check_n` does.
     #[inline]
     pub fn peek_n(&self, cost: u64) -> Result<Decision, CostError> {
-        check_cost(cost, self.algo.capacity())?;
+        self.core.cost(cost)?;
         Ok(self.peek_at(cost))
     }
 
-    /// Waits until a request of `cost` is allowed and returns that decision; see
-    /// [`KeyedLimiter::until_ready_with`](crate::KeyedLimiter::until_ready_with).
-    pub async fn until_ready<F, Fut>(
+    /// Waits until a request of cost 1 is allowed and returns that decision (counted);
+    /// `sleep` is the runtime's timer. See
+    /// [`KeyedLimiter::until_ready`](crate::KeyedLimiter::until_ready).
+    pub async fn until_ready<F, Fut>(&self, sleep: F) -> Decision
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let peek = || Ok(self.peek_at(1));
+        let check = || self.decide(1);
+        wait::infallible(
+            self.core
+                .until_ready(Jitter::NONE, peek, check, sleep)
+                .await,
+        )
+    }
+
+    /// [`until_ready`](DirectLimiter::until_ready) for a request of `cost`, adding `jitter`
+    /// to each wait; errors if the cost can never be admitted.
+    pub async fn until_ready_with<F, Fut>(
         &self,
         cost: u64,
         jitter: Jitter,
@@ -108,47 +126,75 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         Fut: Future<Output = ()>,
     {
         let (peek, check) = (|| self.peek_n(cost), || self.decide(cost));
-        wait::until_ready(peek, check, || self.clock.now(), jitter, sleep).await
+        self.core.until_ready(jitter, peek, check, sleep).await
     }
 
     /// [`until_ready`](DirectLimiter::until_ready) on the calling thread, sleeping with the
-    /// limiter's clock; see
-    /// [`KeyedLimiter::until_ready_blocking`](crate::KeyedLimiter::until_ready_blocking).
-    pub fn until_ready_blocking(&self, cost: u64, jitter: Jitter) -> Result<Decision, CostError> {
+    /// limiter's clock.
+    pub fn until_ready_blocking(&self) -> Decision {
+        let (peek, check) = (|| Ok(self.peek_at(1)), || self.decide(1));
+        wait::infallible(self.core.until_ready_blocking(Jitter::NONE, peek, check))
+    }
+
+    /// [`until_ready_blocking`](DirectLimiter::until_ready_blocking) for a request of `cost`,
+    /// adding `jitter` to each wait; errors if the cost can never be admitted.
+    pub fn until_ready_blocking_with(
+        &self,
+        cost: u64,
+        jitter: Jitter,
+    ) -> Result<Decision, CostError> {
         let (peek, check) = (|| self.peek_n(cost), || self.decide(cost));
-        let sleep = |d| self.clock.sleep(d);
-        wait::until_ready_blocking(peek, check, || self.clock.now(), jitter, sleep)
+        self.core.until_ready_blocking(jitter, peek, check)
     }
 
     fn peek_at(&self, cost: u64) -> Decision {
-        let now = self.clock.now();
+        let core = &self.core;
+        let now = core.clock.now();
         self.cell
-            .inspect(|state| self.algo.peek(state, now, cost))
-            .unwrap_or_else(|| self.algo.peek(&self.algo.fresh(), now, cost))
+            .inspect(|state| core.algo.peek(state, now, cost))
+            .unwrap_or_else(|| core.peek_fresh(now, cost))
     }
 
     #[inline]
     fn decide(&self, cost: u64) -> Decision {
-        let now = self.clock.now();
+        let core = &self.core;
+        let now = core.clock.now();
         // The one cell is never swept, so it is never dead; were it ever, the request would
         // be decided as a fresh key's (what the sweeper guarantees a dead cell was).
-        let step = |state: &mut A::State| self.algo.update(state, now, cost);
-        let decision = update_fitted(&self.algo, &self.clock, &*self.cell, &self.stats, step)
-            .unwrap_or_else(|| self.algo.update(&mut self.algo.fresh(), now, cost));
-        if self.counting {
-            self.stats.decided(decision.is_allowed());
-        }
-        decision
+        let decision = core
+            .update(&*self.cell, |state| core.algo.update(state, now, cost))
+            .unwrap_or_else(|| core.algo.update(&mut core.algo.fresh(), now, cost));
+        core.count(decision)
     }
 
     /// The algorithm.
     pub fn algorithm(&self) -> &A {
-        &self.algo
+        &self.core.algo
     }
 
-    /// CAS retries so far.
-    pub fn cas_stats(&self) -> CasStats {
-        self.stats.snapshot()
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.core.clock
+    }
+
+    /// A snapshot of the counters: decisions (if [counted](Builder::metrics)), CAS retries
+    /// (no keys or sweeps here: `keys` is 1).
+    pub fn metrics(&self) -> Metrics {
+        self.core.metrics(Default::default(), 1)
+    }
+}
+
+impl<C: Clock, V: Variant<Gcra>> DirectLimiter<Gcra, C, V> {
+    /// Pacing: admits a request of `cost` now with the delay after which it conforms, if that
+    /// delay is at most `max_wait`; otherwise counts nothing. See [`Gcra::reserve`].
+    pub fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Reservation, CostError> {
+        // The one cell is never dead (see `decide`).
+        self.core.reserve(cost, max_wait, |f| {
+            let mut fresh = None;
+            self.cell
+                .update(&self.core.stats, &mut *f)
+                .unwrap_or_else(|| f(fresh.insert(self.core.algo.fresh())))
+        })
     }
 }
 
@@ -156,9 +202,8 @@ impl<A: Reconfigure, C: Clock, V: Variant<Live<A>>> DirectLimiter<Live<A>, C, V>
     /// Switches to the configuration `new`, keeping the state (fitted to the new quota); see
     /// [`KeyedLimiter::reconfigure`](crate::KeyedLimiter::reconfigure).
     pub fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
-        self.algo.switch(new, |new| {
-            let now = self.clock.now();
-            self.cell.rewrite(|state| new.fit(state, now));
+        self.core.reconfigure(new, |fit| {
+            self.cell.rewrite(fit);
         })
     }
 }
@@ -168,8 +213,7 @@ impl<A: Algorithm + fmt::Debug, C: fmt::Debug, V: Variant<A>> fmt::Debug
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DirectLimiter")
-            .field("algo", &self.algo)
-            .field("clock", &self.clock)
+            .field("core", &self.core)
             .field("cell", &*self.cell)
             .finish()
     }

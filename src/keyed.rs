@@ -1,29 +1,23 @@
 //! [`KeyedLimiter`]: a `papaya` map from key to a cell of state, with idle and capacity
 //! eviction.
 
-use crate::algo::{clamp, Algorithm, Gcra, Reservation};
+use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::cell::StateCell;
-use crate::clock::{duration_to_nanos, Clock, QuantaClock};
+use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
-use crate::error::{check_cost, ConfigError, CostError};
+use crate::error::{ConfigError, CostError};
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
-use crate::live::{update_fitted, Live, Reconfigure};
-use crate::stats::{CasStats, Metrics, Stats};
-use crate::sweeper::{
-    evict_before_insert, CapacityCut, Signal, SweepReport, SweepTotals, Sweeper, Totals,
-};
+use crate::live::Live;
+use crate::stats::Metrics;
+use crate::store::{Builder, Core, Options};
+use crate::sweeper::{evict_before_insert, CapacityCut, SweepReport, SweepTotals, Sweeper};
 use crate::wait::{self, Jitter};
 use std::borrow::Borrow;
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How far behind the clock an idle sweep judges idleness by default; see
-/// [`Builder::sweep_grace`].
-pub const DEFAULT_SWEEP_GRACE: Duration = Duration::from_secs(1);
 
 /// Keys sampled to pick the capacity-eviction threshold.
 const CAPACITY_SAMPLE: usize = 1024;
@@ -55,7 +49,7 @@ const CAPACITY_SAMPLE: usize = 1024;
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
-/// let limiter = CasLimiter::<String, _, _>::with_clock("10/s burst 2".parse::<Gcra>()?, clock.clone());
+/// let limiter = CasLimiter::<String, _>::with_clock("10/s burst 2".parse::<Gcra>()?, clock.clone());
 /// assert!(limiter.check("alice").is_allowed());
 /// assert!(limiter.check("alice").is_allowed());
 /// let denied = limiter.check("alice");
@@ -81,118 +75,36 @@ pub type MutexLimiter<K, A, C = QuantaClock> = KeyedLimiter<K, A, C, Locked>;
 /// Everything the requests and the sweeper thread share.
 struct Shared<K, A: Algorithm, C, V: Variant<A>> {
     map: papaya::HashMap<K, V::Cell, ahash::RandomState>,
-    algo: A,
-    clock: C,
-    stats: Stats,
-    grace_ns: u64,
-    max_keys: Option<usize>,
-    /// Whether allowed/denied decisions are counted (see [`Builder::metrics`]).
-    counting: bool,
-    signal: Arc<Signal>,
-    totals: Totals,
+    core: Core<A, C>,
 }
 
-/// Configures a [`KeyedLimiter`]: clock, background sweeper, capacity bound.
-///
-/// # Examples
-///
-/// ```
-/// use hotlimit::{algo::Gcra, CasLimiter};
-/// use std::time::Duration;
-///
-/// let limiter = CasLimiter::<String, Gcra>::builder("100/s burst 20".parse()?)
-///     .sweep_every(Duration::from_secs(10)) // drop idle keys in the background
-///     .max_keys(1_000_000)                  // and never hold many more than a million
-///     .build()?;
-/// assert!(limiter.check("203.0.113.7").is_allowed());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[must_use]
-pub struct Builder<K, A, C, V> {
-    algo: A,
-    clock: C,
-    sweep_every: Option<Duration>,
-    max_keys: Option<usize>,
-    grace: Duration,
-    metrics: bool,
-    _marker: PhantomData<fn() -> (K, V)>,
-}
-
-impl<K, A, C: fmt::Debug, V> fmt::Debug for Builder<K, A, C, V> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
-            .field("clock", &self.clock)
-            .field("sweep_every", &self.sweep_every)
-            .field("max_keys", &self.max_keys)
-            .field("grace", &self.grace)
-            .field("metrics", &self.metrics)
-            .finish()
+impl<K, A, V> KeyedLimiter<K, A, QuantaClock, V>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    A: Algorithm,
+    V: Variant<A>,
+{
+    /// A limiter running `algo` on the default (`quanta`) clock, without background sweeps.
+    pub fn new(algo: A) -> Self {
+        Self::with_clock(algo, QuantaClock::new())
     }
-}
 
-impl<K, A, C, V> Builder<K, A, C, V> {
-    /// Uses `clock` instead of the default TSC clock (a [`ManualClock`](crate::ManualClock) in
-    /// tests and replays).
-    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<K, A, C2, V> {
-        Builder {
-            algo: self.algo,
-            clock,
-            sweep_every: self.sweep_every,
-            max_keys: self.max_keys,
-            grace: self.grace,
-            metrics: self.metrics,
-            _marker: PhantomData,
+    /// A limiter running `algo` on `clock`, without background sweeps.
+    pub fn with_clock<C: Clock>(algo: A, clock: C) -> KeyedLimiter<K, A, C, V> {
+        KeyedLimiter {
+            shared: Arc::new(Shared::new(algo, clock, &Options::default())),
+            _sweeper: None,
         }
     }
 
-    /// Runs a background sweeper thread every `interval` (and sooner when the capacity bound
-    /// is exceeded). It sleeps between sweeps, never blocks `check`, and is stopped and joined
-    /// when the limiter is dropped.
-    pub fn sweep_every(mut self, interval: Duration) -> Self {
-        self.sweep_every = Some(interval);
-        self
-    }
-
-    /// Bounds the number of keys. When a sweep finds more, it evicts the keys whose state is
-    /// closest to fresh (the earliest [`Algorithm::idle_at`]) down to 7/8 of the bound.
-    ///
-    /// Unlike idle eviction this forgets live state: an evicted client starts over with a
-    /// fresh key.
-    ///
-    /// The bound is kept in two steps. A request inserting a key beyond `max_keys` wakes the
-    /// background sweeper (if there is one). A request inserting a key beyond
-    /// `max_keys + max_keys/4` runs one eviction pass itself before inserting, so however fast
-    /// new keys arrive, `len()` stays below `max_keys + max_keys/4` plus the number of threads
-    /// inserting at that moment. That request pays the pass in latency (milliseconds for a
-    /// bound of 100k keys); it happens only under floods that outrun the sweeper. The bound
-    /// holds whatever the clock does: on a frozen or coarse clock, where a flood's keys all
-    /// tie in `idle_at`, the tied keys are evicted evenly over the table.
-    pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = Some(max_keys);
-        self
-    }
-
-    /// Idle sweeps judge idleness at `now − grace` (default [`DEFAULT_SWEEP_GRACE`]).
-    ///
-    /// A request reads the clock before it finds its cell, so a request delayed between the
-    /// two (preempted, say) carries a `now` slightly in the past. The grace keeps such a
-    /// request's key from being judged idle by a later clock reading than its own; it only
-    /// delays eviction. Zero is right for a manual clock moved between phases.
-    pub fn sweep_grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
-        self
-    }
-
-    /// Counts allowed and denied decisions for [`KeyedLimiter::metrics`] (off by default:
-    /// it costs a `fetch_add` on a per-thread stripe per request). Retries, evictions and
-    /// keys are counted either way.
-    pub fn metrics(mut self, enabled: bool) -> Self {
-        self.metrics = enabled;
-        self
+    /// A builder for a limiter running `algo`: clock, background sweeper, capacity bound,
+    /// metrics.
+    pub fn builder(algo: A) -> Builder<Self, A> {
+        Builder::new(algo)
     }
 }
 
-impl<K, A, C, V> Builder<K, A, C, V>
+impl<K, A, C, V> Builder<KeyedLimiter<K, A, QuantaClock, V>, A, C>
 where
     K: Hash + Eq + Send + Sync + 'static,
     A: Algorithm,
@@ -203,57 +115,14 @@ where
     ///
     /// Fails only if the sweeper thread cannot be spawned.
     pub fn build(self) -> std::io::Result<KeyedLimiter<K, A, C, V>> {
-        let mut shared = Shared::new(self.algo, self.clock, self.grace, self.max_keys);
-        shared.counting = self.metrics;
-        let shared = Arc::new(shared);
-        let sweeper = match self.sweep_every {
-            None => None,
-            Some(interval) => {
-                let s = shared.clone();
-                Some(Sweeper::spawn(
-                    shared.signal.clone(),
-                    interval,
-                    move || {
-                        s.sweep();
-                    },
-                )?)
-            }
-        };
+        let shared = Arc::new(Shared::new(self.algo, self.clock, &self.options));
+        let sweeper = shared.core.spawn_sweeper(&shared, |s| {
+            s.sweep();
+        })?;
         Ok(KeyedLimiter {
             shared,
             _sweeper: sweeper,
         })
-    }
-}
-
-impl<K, A, V> KeyedLimiter<K, A, QuantaClock, V>
-where
-    A: Algorithm,
-    V: Variant<A>,
-{
-    /// A builder for a limiter running `algo`.
-    pub fn builder(algo: A) -> Builder<K, A, QuantaClock, V> {
-        Builder {
-            algo,
-            clock: QuantaClock::new(),
-            sweep_every: None,
-            max_keys: None,
-            grace: DEFAULT_SWEEP_GRACE,
-            metrics: false,
-            _marker: PhantomData,
-        }
-    }
-}
-
-impl<K, A, V> KeyedLimiter<K, A, QuantaClock, V>
-where
-    K: Hash + Eq + Send + Sync,
-    A: Algorithm,
-    V: Variant<A>,
-{
-    /// A limiter running `algo` on the default (`quanta`) clock, without background sweeps.
-    pub fn new(algo: A) -> Self {
-        Self::with_clock(algo, QuantaClock::new())
     }
 }
 
@@ -264,14 +133,6 @@ where
     C: Clock,
     V: Variant<A>,
 {
-    /// A limiter running `algo` on `clock`, without background sweeps.
-    pub fn with_clock(algo: A, clock: C) -> Self {
-        Self {
-            shared: Arc::new(Shared::new(algo, clock, DEFAULT_SWEEP_GRACE, None)),
-            _sweeper: None,
-        }
-    }
-
     /// Decides a request of cost 1 for `key`.
     #[inline]
     pub fn check<Q>(&self, key: &Q) -> Decision
@@ -293,7 +154,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        check_cost(cost, self.shared.algo.capacity())?;
+        self.shared.core.cost(cost)?;
         Ok(self.shared.decide(key, cost))
     }
 
@@ -306,7 +167,7 @@ where
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
-    /// let limiter = CasLimiter::<String, _, _>::with_clock("10/s burst 1".parse::<Gcra>()?, ManualClock::new());
+    /// let limiter = CasLimiter::<String, _>::with_clock("10/s burst 1".parse::<Gcra>()?, ManualClock::new());
     /// assert!(limiter.peek("k").is_allowed());
     /// assert!(limiter.peek("k").is_allowed()); // nothing was counted
     /// assert_eq!(limiter.len(), 0);
@@ -320,7 +181,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let now = self.shared.clock.now();
+        let now = self.shared.core.clock.now();
         self.shared.peek(key, 1, now, &self.shared.map.guard())
     }
 
@@ -332,8 +193,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        check_cost(cost, self.shared.algo.capacity())?;
-        let now = self.shared.clock.now();
+        self.shared.core.cost(cost)?;
+        let now = self.shared.core.clock.now();
         Ok(self.shared.peek(key, cost, now, &self.shared.map.guard()))
     }
 
@@ -366,7 +227,7 @@ where
     /// #     }
     /// # }
     /// let clock = ManualClock::new();
-    /// let limiter = CasLimiter::<u32, _, _>::with_clock("4/s burst 1".parse::<Gcra>()?, clock.clone());
+    /// let limiter = CasLimiter::<u32, _>::with_clock("4/s burst 1".parse::<Gcra>()?, clock.clone());
     /// limiter.check(&1);
     /// // With tokio: `limiter.until_ready(&1, tokio::time::sleep).await`.
     /// let fake_sleep = |d| {
@@ -384,16 +245,12 @@ where
         F: FnMut(Duration) -> Fut,
         Fut: Future<Output = ()>,
     {
-        let peek = || Ok(self.peek(key));
+        let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
         wait::infallible(
-            wait::until_ready(
-                peek,
-                || self.check(key),
-                self.clock_reader(),
-                Jitter::NONE,
-                sleep,
-            )
-            .await,
+            self.shared
+                .core
+                .until_ready(Jitter::NONE, peek, check, sleep)
+                .await,
         )
     }
 
@@ -413,15 +270,11 @@ where
         F: FnMut(Duration) -> Fut,
         Fut: Future<Output = ()>,
     {
-        let check = || self.shared.decide(key, cost);
-        wait::until_ready(
-            || self.peek_n(key, cost),
-            check,
-            self.clock_reader(),
-            jitter,
-            sleep,
-        )
-        .await
+        let (peek, check) = (|| self.peek_n(key, cost), || self.shared.decide(key, cost));
+        self.shared
+            .core
+            .until_ready(jitter, peek, check, sleep)
+            .await
     }
 
     /// [`until_ready`](KeyedLimiter::until_ready) on the calling thread, sleeping with the
@@ -432,7 +285,7 @@ where
     /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
     ///
     /// let clock = ManualClock::new();
-    /// let limiter = CasLimiter::<u32, _, _>::with_clock("4/s burst 1".parse::<Gcra>()?, clock.clone());
+    /// let limiter = CasLimiter::<u32, _>::with_clock("4/s burst 1".parse::<Gcra>()?, clock.clone());
     /// limiter.check(&1);
     /// assert!(limiter.until_ready_blocking(&1).is_allowed());
     /// assert_eq!(clock.now(), 250_000_000);
@@ -444,14 +297,11 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
-        let sleep = |d| self.shared.clock.sleep(d);
-        wait::infallible(wait::until_ready_blocking(
-            peek,
-            check,
-            self.clock_reader(),
-            Jitter::NONE,
-            sleep,
-        ))
+        wait::infallible(
+            self.shared
+                .core
+                .until_ready_blocking(Jitter::NONE, peek, check),
+        )
     }
 
     /// [`until_ready_blocking`](KeyedLimiter::until_ready_blocking) for a request of `cost`,
@@ -468,13 +318,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let (peek, check) = (|| self.peek_n(key, cost), || self.shared.decide(key, cost));
-        let sleep = |d| self.shared.clock.sleep(d);
-        wait::until_ready_blocking(peek, check, self.clock_reader(), jitter, sleep)
-    }
-
-    /// Reads the clock, for the wait loops (which end when a wait is past its reach).
-    fn clock_reader(&self) -> impl Fn() -> u64 + '_ {
-        || self.shared.clock.now()
+        self.shared.core.until_ready_blocking(jitter, peek, check)
     }
 
     /// Pins the map for a batch of checks from this thread, saving the pin each
@@ -489,7 +333,7 @@ where
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
-    /// let limiter = CasLimiter::<u64, _, _>::with_clock("10/s burst 2".parse::<Gcra>()?, ManualClock::new());
+    /// let limiter = CasLimiter::<u64, _>::with_clock("10/s burst 2".parse::<Gcra>()?, ManualClock::new());
     /// let batch = [7, 7, 9, 7];
     /// let pinned = limiter.pin();
     /// let allowed: Vec<bool> = batch.iter().map(|k| pinned.check(k).is_allowed()).collect();
@@ -513,7 +357,7 @@ where
 
     /// Totals over every sweep so far, by hand or in the background.
     pub fn sweep_totals(&self) -> SweepTotals {
-        self.shared.totals.snapshot()
+        self.shared.core.totals.snapshot()
     }
 
     /// The number of keys held. papaya sums it from per-thread counters one by one, so
@@ -528,26 +372,30 @@ where
         self.len() == 0
     }
 
+    /// The capacity bound ([`Builder::max_keys`]), if one is set.
+    pub fn max_keys(&self) -> Option<usize> {
+        self.shared.core.max_keys
+    }
+
+    /// The background sweeper's interval ([`Builder::sweep_every`]), if one runs.
+    pub fn sweep_every(&self) -> Option<Duration> {
+        self.shared.core.sweep_every
+    }
+
     /// The algorithm.
     pub fn algorithm(&self) -> &A {
-        &self.shared.algo
+        &self.shared.core.algo
     }
 
     /// The clock.
     pub fn clock(&self) -> &C {
-        &self.shared.clock
+        &self.shared.core.clock
     }
 
-    /// CAS retries so far (always zero for the [`Locked`] variant).
-    pub fn cas_stats(&self) -> CasStats {
-        self.shared.stats.snapshot()
-    }
-
-    /// A snapshot of the counters: decisions (if [counted](Builder::metrics)), retries,
+    /// A snapshot of the counters: decisions (if [counted](Builder::metrics)), CAS retries,
     /// sweeps, evictions, keys.
     pub fn metrics(&self) -> Metrics {
-        let sh = &*self.shared;
-        Metrics::new(&sh.stats, sh.totals.snapshot(), sh.map.len())
+        self.shared.core.metrics(self.sweep_totals(), self.len())
     }
 }
 
@@ -565,16 +413,10 @@ where
     /// states mean (see [`Reconfigure`]). See [`Live`] for the guarantees.
     pub fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
         let sh = &*self.shared;
-        sh.algo.switch(new, |new| {
-            // Fitted as of the switch: a request after it sees the fitted state plus what
-            // the new rate has paid back since.
-            let now = sh.clock.now();
+        sh.core.reconfigure(new, |fit| {
             let guard = sh.map.guard();
             for (_, cell) in sh.map.iter(&guard) {
-                // A read-modify-write even when nothing changes: a request that stepped under
-                // the old configuration and writes after it reads from it, so sees the new
-                // generation and fits its own write. A dead cell is being evicted: skipped.
-                cell.rewrite(|state| new.fit(state, now));
+                cell.rewrite(fit);
             }
         })
     }
@@ -594,7 +436,7 @@ where
     /// use hotlimit::{algo::{Gcra, Reservation}, CasLimiter, ManualClock};
     /// use std::time::Duration;
     ///
-    /// let l = CasLimiter::<u32, _, _>::with_clock("10/s burst 1".parse::<Gcra>()?, ManualClock::new());
+    /// let l = CasLimiter::<u32, _>::with_clock("10/s burst 1".parse::<Gcra>()?, ManualClock::new());
     /// let wait = Duration::from_secs(1);
     /// assert_eq!(l.reserve(&7, 1, wait), Ok(Reservation::Admitted { delay: Duration::ZERO }));
     /// assert_eq!(l.reserve(&7, 1, wait), Ok(Reservation::Admitted { delay: Duration::from_millis(100) }));
@@ -611,19 +453,8 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let sh = &*self.shared;
-        check_cost(cost, sh.algo.capacity())?;
-        let max_wait = duration_to_nanos(max_wait);
-        let now = sh.clock.now();
-        let reservation = sh.apply(key, &sh.map.guard(), |tat| {
-            let (reservation, new) = sh.algo.reserve(*tat, now, cost, max_wait);
-            *tat = new.unwrap_or(*tat);
-            reservation
-        });
-        if sh.counting {
-            sh.stats
-                .decided(matches!(reservation, Reservation::Admitted { .. }));
-        }
-        Ok(reservation)
+        sh.core
+            .reserve(cost, max_wait, |f| sh.apply(key, &sh.map.guard(), f))
     }
 }
 
@@ -634,19 +465,12 @@ where
     C: Clock,
     V: Variant<A>,
 {
-    fn new(algo: A, clock: C, grace: Duration, max_keys: Option<usize>) -> Self {
+    fn new(algo: A, clock: C, options: &Options) -> Self {
         Self {
             map: papaya::HashMap::builder()
                 .hasher(ahash::RandomState::new())
                 .build(),
-            algo,
-            clock,
-            stats: Stats::default(),
-            grace_ns: duration_to_nanos(grace),
-            max_keys,
-            counting: false,
-            signal: Arc::default(),
-            totals: Totals::default(),
+            core: Core::new(algo, clock, options),
         }
     }
 
@@ -658,7 +482,7 @@ where
     {
         // Clock first: the TSC read is not serializing, so it can overlap the pin, hash and
         // probe.
-        let now = self.clock.now();
+        let now = self.core.clock.now();
         self.decide_pinned(key, cost, now, &self.map.guard())
     }
 
@@ -668,11 +492,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let decision = self.apply(key, guard, |state| self.algo.update(state, now, cost));
-        if self.counting {
-            self.stats.decided(decision.is_allowed());
-        }
-        decision
+        let algo = &self.core.algo;
+        self.core
+            .count(self.apply(key, guard, |state| algo.update(state, now, cost)))
     }
 
     /// A step on a copy of `key`'s state (a fresh one if the key is absent or being
@@ -685,8 +507,8 @@ where
     {
         self.map
             .get(key, guard)
-            .and_then(|cell| cell.inspect(|state| self.algo.peek(state, now, cost)))
-            .unwrap_or_else(|| self.algo.peek(&self.algo.fresh(), now, cost))
+            .and_then(|cell| cell.inspect(|state| self.core.algo.peek(state, now, cost)))
+            .unwrap_or_else(|| self.core.peek_fresh(now, cost))
     }
 
     /// Runs `f` on `key`'s state in its cell, retrying on a fresh cell if the sweeper killed
@@ -704,7 +526,7 @@ where
     {
         loop {
             let cell = self.cell(key, guard);
-            match update_fitted(&self.algo, &self.clock, cell, &self.stats, &mut f) {
+            match self.core.update(cell, &mut f) {
                 Some(out) => return out,
                 None => self.remove_dead(key, cell, guard),
             }
@@ -721,9 +543,9 @@ where
         if let Some(cell) = self.map.get(key, guard) {
             return cell;
         }
-        if let Some(max) = self.max_keys {
+        if let Some(max) = self.core.max_keys {
             let len = self.map.len();
-            evict_before_insert(len, max, &self.totals, || {
+            evict_before_insert(len, max, &self.core.totals, || {
                 self.evict_capacity(len, max, guard)
             });
         }
@@ -732,13 +554,13 @@ where
         // (1.35 us vs 0.10 us per get at 1M keys, measured); `try_insert` does not.
         match self
             .map
-            .try_insert(key.to_owned(), V::Cell::new(self.algo.fresh()), guard)
+            .try_insert(key.to_owned(), V::Cell::new(self.core.algo.fresh()), guard)
         {
             Ok(cell) => {
                 // Woken after the insert, so the sweep it triggers sees this key: a wake
                 // consumed by a sweep that started before the insert would be lost.
-                if self.max_keys.is_some_and(|max| self.map.len() > max) {
-                    self.signal.wake();
+                if self.core.max_keys.is_some_and(|max| self.map.len() > max) {
+                    self.core.signal.wake();
                 }
                 cell
             }
@@ -759,8 +581,7 @@ where
 
     fn sweep(&self) -> SweepReport {
         let started = Instant::now();
-        // Capped like the algorithms' own `now`: a saturated `idle_at` is never reached.
-        let now = clamp(self.clock.now()).saturating_sub(self.grace_ns);
+        let now = self.core.sweep_now();
         let guard = self.map.guard();
         let mut report = SweepReport::default();
         // `retain` removes in place as it walks the table: no second hash and probe per
@@ -770,10 +591,11 @@ where
         self.map.retain(
             |_, cell| {
                 report.scanned += 1;
-                if self.signal.stopping() {
+                if self.core.signal.stopping() {
                     return true;
                 }
-                let Some(killed) = self.judge(cell, |state| self.algo.idle_at(state) <= now) else {
+                let Some(killed) = self.judge(cell, |state| self.core.algo.idle_at(state) <= now)
+                else {
                     return false;
                 };
                 report.evicted_idle += killed as u64;
@@ -781,14 +603,14 @@ where
             },
             &guard,
         );
-        if let Some(max) = self.max_keys {
+        if let Some(max) = self.core.max_keys {
             let len = self.map.len();
             if len > max {
                 report.evicted_capacity = self.evict_capacity(len, max, &guard);
             }
         }
         report.elapsed = started.elapsed();
-        self.totals.add(&report);
+        self.core.totals.add(&report);
         report
     }
 
@@ -812,7 +634,7 @@ where
         let mut sample: Vec<u64> = self
             .map
             .iter(guard)
-            .filter_map(|(_, cell)| cell.inspect(|state| self.algo.idle_at(state)))
+            .filter_map(|(_, cell)| cell.inspect(|state| self.core.algo.idle_at(state)))
             .take(CAPACITY_SAMPLE)
             .collect();
         let Some(cut) = CapacityCut::new(&mut sample, excess, len as u64) else {
@@ -821,11 +643,11 @@ where
         let mut evicted = 0;
         self.map.retain(
             |_, cell| {
-                if self.signal.stopping() {
+                if self.core.signal.stopping() {
                     return true;
                 }
                 let doomed = cut.judge();
-                let Some(killed) = self.judge(cell, |state| doomed(self.algo.idle_at(state)))
+                let Some(killed) = self.judge(cell, |state| doomed(self.core.algo.idle_at(state)))
                 else {
                     return false;
                 };
@@ -858,7 +680,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let now = self.shared.clock.now();
+        let now = self.shared.core.clock.now();
         self.shared.decide_pinned(key, 1, now, &self.guard)
     }
 
@@ -869,8 +691,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        check_cost(cost, self.shared.algo.capacity())?;
-        let now = self.shared.clock.now();
+        self.shared.core.cost(cost)?;
+        let now = self.shared.core.clock.now();
         Ok(self.shared.decide_pinned(key, cost, now, &self.guard))
     }
 
@@ -881,7 +703,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let now = self.shared.clock.now();
+        let now = self.shared.core.clock.now();
         self.shared.peek(key, 1, now, &self.guard)
     }
 }
@@ -937,14 +759,9 @@ impl<K: Hash + Eq, A: Algorithm + fmt::Debug, C: fmt::Debug, V: Variant<A>> fmt:
     for KeyedLimiter<K, A, C, V>
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let sh = &*self.shared;
         f.debug_struct("KeyedLimiter")
-            .field("algo", &sh.algo)
-            .field("clock", &sh.clock)
-            .field("keys", &sh.map.len())
-            .field("max_keys", &sh.max_keys)
-            .field("cas", &sh.stats)
-            .field("sweeps", &sh.totals.snapshot())
+            .field("core", &self.shared.core)
+            .field("keys", &self.shared.map.len())
             .finish()
     }
 }

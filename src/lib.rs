@@ -7,7 +7,7 @@
 //!
 //! // 10 requests per second per client, bursts of up to 5.
 //! let clock = ManualClock::new(); // tests and replays; `CasLimiter::new` uses the TSC clock
-//! let limiter = CasLimiter::<String, _, _>::with_clock("10/s burst 5".parse::<Gcra>()?, clock.clone());
+//! let limiter = CasLimiter::<String, _>::with_clock("10/s burst 5".parse::<Gcra>()?, clock.clone());
 //!
 //! for _ in 0..5 {
 //!     assert!(limiter.check("203.0.113.7").is_allowed());
@@ -129,40 +129,35 @@
 #![forbid(unsafe_code)]
 
 pub mod algo;
+pub mod baseline;
+mod cell;
 mod clock;
+mod compact;
 mod config;
 mod decision;
-mod error;
-mod sync;
-
-pub use algo::{Algorithm, State, Step, Word, WordStep};
-pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
-pub use config::{parse_duration, Rate};
-pub use decision::{Decision, Policy};
-pub use error::{ConfigError, CostError, Field};
-
-mod cell;
-mod compact;
 mod direct;
+mod error;
 mod keyed;
 mod limiter;
 mod live;
-mod sharded;
 mod stats;
+pub mod store;
 mod sweeper;
+mod sync;
 mod wait;
 
-pub use compact::{
-    CompactBuilder, CompactKey, CompactLimiter, CompactVariant, Hashed, ProbeStats,
-    DEFAULT_MAX_KEYS, SLOTS_PER_LINE, WINDOW_LINES,
-};
+pub use algo::Algorithm;
+pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
+pub use compact::{CompactLimiter, Hashed};
+pub use config::Rate;
+pub use decision::{Decision, Policy};
 pub use direct::DirectLimiter;
-pub use keyed::{Builder, CasLimiter, KeyedLimiter, MutexLimiter, Pinned, DEFAULT_SWEEP_GRACE};
-pub use limiter::{Cas, Locked, RateLimiter, Variant};
-pub use live::{Live, Reconfigure};
-pub use sharded::ShardedLimiter;
-pub use stats::{CasStats, Metrics};
-pub use sweeper::{SweepReport, SweepTotals};
+pub use error::{ConfigError, CostError, Field};
+pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
+pub use limiter::{Cas, Locked, RateLimiter};
+pub use live::Live;
+pub use stats::Metrics;
+pub use store::Builder;
 pub use wait::Jitter;
 
 #[cfg(feature = "tower")]

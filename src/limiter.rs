@@ -19,8 +19,8 @@ use crate::sweeper::SweepReport;
 ///     (0..n).filter(|_| l.check("k").is_allowed()).count()
 /// }
 /// let g: Gcra = "10/s burst 3".parse()?;
-/// assert_eq!(admitted(&CasLimiter::<String, _, _>::with_clock(g, ManualClock::new()), 10), 3);
-/// assert_eq!(admitted(&MutexLimiter::<String, _, _>::with_clock(g, ManualClock::new()), 10), 3);
+/// assert_eq!(admitted(&CasLimiter::<String, _>::with_clock(g, ManualClock::new()), 10), 3);
+/// assert_eq!(admitted(&MutexLimiter::<String, _>::with_clock(g, ManualClock::new()), 10), 3);
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 pub trait RateLimiter<Q: ?Sized>: Send + Sync {
@@ -81,10 +81,16 @@ pub enum Locked {}
 impl sealed::Sealed for Cas {}
 impl sealed::Sealed for Locked {}
 
-impl<A: Algorithm> Variant<A> for Cas {
+impl<A: Algorithm> Variant<A> for Cas
+where
+    A::State: StateCells,
+{
     type Cell = <A::State as StateCells>::CasCell;
 }
 
-impl<A: Algorithm> Variant<A> for Locked {
+impl<A: Algorithm> Variant<A> for Locked
+where
+    A::State: StateCells,
+{
     type Cell = LockCell<A::State>;
 }

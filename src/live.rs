@@ -1,110 +1,12 @@
-//! Live reconfiguration: [`Live`], an algorithm whose quota can be swapped while traffic flows,
-//! and [`Reconfigure`], what an algorithm must say about its state for that to be sound.
+//! Live reconfiguration: [`Live`], an algorithm whose quota can be swapped while traffic flows.
+//! What an algorithm must say about its state for that to be sound is
+//! [`Reconfigure`](crate::algo::Reconfigure), implemented beside each algorithm.
 
-use crate::algo::{clamp, Algorithm, AllOf, Earrrl, Exponential, Gcra, Pair};
-use crate::cell::StateCell;
-use crate::clock::Clock;
+use crate::algo::{Algorithm, Reconfigure};
 use crate::decision::{Decision, Policy};
-use crate::error::{ConfigError, Field};
-use crate::stats::Stats;
+use crate::error::ConfigError;
 use crate::sync::{AtomicCell, AtomicU64, Mutex, Ordering};
 use std::fmt;
-
-/// An algorithm whose configuration can change while a limiter runs, keeping every key's state.
-///
-/// The state of these algorithms is physical, not relative to the quota: GCRA keeps a time
-/// (how far ahead of the clock a key's budget is spent), EARRRL and the exponential limiter a
-/// measured rate. So a state kept under one configuration is still meaningful under another,
-/// and the only work left on a switch is to bring states the new quota could never have
-/// produced back within its reach ([`fit`](Reconfigure::fit)), instead of resetting them to
-/// fresh.
-///
-/// What can change: every GCRA parameter (rate, burst, policy); EARRRL's limit and policy,
-/// not its half-life (the state is measured in it); the exponential limiter's limit and policy,
-/// not its period. The window algorithms are not reconfigurable: their state is laid out for
-/// their window.
-pub trait Reconfigure: Algorithm + Copy {
-    /// Whether a state kept under `self` means the same under `new`; an
-    /// [`Unchangeable`](ConfigError::Unchangeable) error names the field that differs.
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError>;
-
-    /// Brings `state` (kept under any compatible configuration) within this configuration's
-    /// reach at `now`: the state a key could have under this quota that is closest to the
-    /// kept one and never more lenient than it.
-    fn fit(&self, state: &mut Self::State, now: u64);
-}
-
-/// GCRA's state is the time at which the key's spent budget is paid back. A new quota keeps
-/// that time unless it lies beyond what the new burst can reach (`now + B·T`, a fully spent
-/// bucket), where it is clamped: a key that spent everything stays out of budget under the
-/// new quota, but not for longer than the new quota could ever keep it.
-impl Reconfigure for Gcra {
-    fn check_change(&self, _: &Self) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
-    fn fit(&self, tat: &mut u64, now: u64) {
-        let full = clamp(now)
-            .saturating_add(self.tolerance())
-            .min(u64::MAX - 1);
-        *tat = (*tat).min(full);
-    }
-}
-
-/// EARRRL's state is the key's measured rate, valid under any limit: it is kept as is.
-impl Reconfigure for Earrrl {
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        if self.half_life() == new.half_life() {
-            Ok(())
-        } else {
-            Err(ConfigError::Unchangeable {
-                field: Field::HalfLife,
-                from: format!("{:?}", self.half_life()),
-                to: format!("{:?}", new.half_life()),
-            })
-        }
-    }
-
-    fn fit(&self, _: &mut u64, _: u64) {}
-}
-
-/// The exponential limiter's state is a smoothed rate per period, valid under any limit: it
-/// is kept as is.
-impl Reconfigure for Exponential {
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        if self.period() == new.period() {
-            Ok(())
-        } else {
-            Err(ConfigError::Unchangeable {
-                field: Field::Period,
-                from: format!("{:?}", self.period()),
-                to: format!("{:?}", new.period()),
-            })
-        }
-    }
-
-    fn fit(&self, _: &mut u128, _: u64) {}
-}
-
-/// Both quotas change together; each state is fitted to its own.
-impl<A, B> Reconfigure for AllOf<A, B>
-where
-    A: Reconfigure,
-    B: Reconfigure,
-    A::State: Pair<B::State>,
-{
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        self.first().check_change(new.first())?;
-        self.second().check_change(new.second())
-    }
-
-    fn fit(&self, state: &mut Self::State, now: u64) {
-        let (mut a, mut b) = <A::State as Pair<B::State>>::parts(state);
-        self.first().fit(&mut a, now);
-        self.second().fit(&mut b, now);
-        *state = Pair::join(a, b);
-    }
-}
 
 /// An algorithm whose configuration can be swapped at run time: give a limiter `Live<A>` and
 /// call its `reconfigure` ([`KeyedLimiter::reconfigure`](crate::KeyedLimiter::reconfigure),
@@ -126,7 +28,7 @@ where
 /// ```
 /// use hotlimit::{algo::Gcra, CasLimiter, Live, ManualClock};
 ///
-/// let limiter = CasLimiter::<String, _, _>::with_clock(
+/// let limiter = CasLimiter::<String, _>::with_clock(
 ///     Live::new("100/s burst 100".parse::<Gcra>()?),
 ///     ManualClock::new(),
 /// );
@@ -174,33 +76,6 @@ impl<A: Reconfigure> Live<A> {
         walk(&new);
         Ok(old)
     }
-}
-
-/// One request's update of `cell` (what every store runs): `f` on the state, then, if `algo`'s
-/// configuration changed meanwhile ([`Live`]), a fit of what it wrote, since its step may have
-/// run under the old configuration and landed after the switch's walk passed the cell. For a
-/// fixed algorithm the generation is the constant 0 and this is `cell.update`. `None` if the
-/// cell is dead.
-#[inline(always)]
-pub(crate) fn update_fitted<A: Algorithm, T>(
-    algo: &A,
-    clock: &impl Clock,
-    cell: &impl StateCell<A::State>,
-    stats: &Stats,
-    f: impl FnMut(&mut A::State) -> T,
-) -> Option<T> {
-    let generation = algo.generation();
-    let out = cell.update(stats, f)?;
-    if algo.generation() != generation {
-        refit(algo, clock, cell);
-    }
-    Some(out)
-}
-
-#[cold]
-fn refit<A: Algorithm>(algo: &A, clock: &impl Clock, cell: &impl StateCell<A::State>) {
-    let now = clock.now();
-    cell.rewrite(|state| algo.refit(state, now));
 }
 
 impl<A: Reconfigure> Algorithm for Live<A> {
@@ -261,6 +136,8 @@ impl<A: Reconfigure + fmt::Debug> fmt::Debug for Live<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::{AllOf, Earrrl, Exponential, Gcra};
+    use crate::error::Field;
     use crate::Rate;
     use std::time::Duration;
 

@@ -8,32 +8,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// Stripes: enough that a few dozen threads rarely share one.
 const STRIPES: usize = 32;
 
-/// Compare-and-swap retries in a lock-free limiter.
-///
-/// A retry is a CAS that lost a race: another thread changed the word between this request's
-/// load and its CAS, so the algorithm re-ran on the winner's word. Retries are counted on the
-/// slow path only. Counting every attempt would cost a shared-line `fetch_add` per request:
-/// measured on the 2-core box, that added 5.4 ns (22%) to a one-key check and ~34 ns to a
-/// 1M-key one. The CAS attempts of `n` requests are therefore `writes + retries`, where writes
-/// are the allowed requests plus, under the strict policy, the denied ones (a leaky denial
-/// writes nothing).
-///
-/// # Examples
-///
-/// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
-///
-/// let limiter = CasLimiter::<u64, _, _>::with_clock("10/s".parse::<Gcra>()?, ManualClock::new());
-/// limiter.check(&1);
-/// assert_eq!(limiter.cas_stats().retries, 0); // one thread never loses a race
-/// # Ok::<(), hotlimit::ConfigError>(())
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CasStats {
-    /// CAS attempts that failed because another thread changed the word first.
-    pub retries: u64,
-}
-
 #[derive(Default)]
 struct Stripe {
     retries: AtomicU64,
@@ -57,7 +31,9 @@ impl Default for Stats {
 
 impl std::fmt::Debug for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.snapshot().fmt(f)
+        f.debug_struct("Stats")
+            .field("retries", &self.retries())
+            .finish_non_exhaustive()
     }
 }
 
@@ -106,14 +82,12 @@ impl Stats {
         })
     }
 
-    pub(crate) fn snapshot(&self) -> CasStats {
-        CasStats {
-            retries: self
-                .stripes
-                .iter()
-                .map(|s| s.retries.load(Ordering::Relaxed))
-                .sum(),
-        }
+    /// CAS retries so far.
+    pub(crate) fn retries(&self) -> u64 {
+        self.stripes
+            .iter()
+            .map(|s| s.retries.load(Ordering::Relaxed))
+            .sum()
     }
 }
 
@@ -149,7 +123,16 @@ pub struct Metrics {
     pub allowed: u64,
     /// Requests denied (when counting is on).
     pub denied: u64,
-    /// CAS attempts that lost a race and were retried (see [`CasStats`]).
+    /// CAS attempts that lost a race and were retried (always 0 for the [`Locked`] variant).
+    ///
+    /// A retry is a CAS that lost a race: another thread changed the word between this
+    /// request's load and its CAS, so the algorithm re-ran on the winner's word. Retries are
+    /// counted on the slow path only: counting every attempt would put a shared-line
+    /// `fetch_add` on every request (`BENCHMARKS.md` has what that cost). The CAS attempts of
+    /// `n` requests are therefore `writes + retries`, where writes are the allowed requests
+    /// plus, under the strict policy, the denied ones (a leaky denial writes nothing).
+    ///
+    /// [`Locked`]: crate::Locked
     pub cas_retries: u64,
     /// Sweeps run.
     pub sweeps: u64,
@@ -167,7 +150,7 @@ impl Metrics {
         Self {
             allowed,
             denied,
-            cas_retries: stats.snapshot().retries,
+            cas_retries: stats.retries(),
             sweeps: sweeps.sweeps,
             evicted_idle: sweeps.evicted_idle,
             evicted_capacity: sweeps.evicted_capacity,

@@ -10,7 +10,7 @@
 //!
 //! // 5 requests per second per API key, bursts of 5; a manual clock so the example is exact.
 //! let clock = ManualClock::new();
-//! let limiter = Arc::new(CasLimiter::<String, _, _>::with_clock("5/s burst 5".parse::<Gcra>()?, clock));
+//! let limiter = Arc::new(CasLimiter::<String, _>::with_clock("5/s burst 5".parse::<Gcra>()?, clock));
 //! let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key")).build();
 //! let app = layer.layer(tower::service_fn(|_req: Request<String>| async {
 //!     Ok::<_, Infallible>(Response::new(String::from("hello")))

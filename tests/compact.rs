@@ -6,9 +6,7 @@
 mod common;
 
 use hotlimit::algo::Gcra;
-use hotlimit::{
-    CasLimiter, CompactLimiter, Decision, Hashed, Locked, ManualClock, Policy, WINDOW_LINES,
-};
+use hotlimit::{CasLimiter, CompactLimiter, Decision, Hashed, Locked, ManualClock, Policy};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
@@ -96,12 +94,12 @@ fn every_key_type_decides_like_the_papaya_store() {
     let gcra: Gcra = "10/s burst 3".parse().unwrap();
     let trace = trace(5_000, 300, 7);
     let clock = ManualClock::new();
-    let papaya = CasLimiter::<u64, Gcra, _>::with_clock(gcra, clock.clone());
-    let c32 = CompactLimiter::<u32, Gcra, _>::with_clock(gcra, clock.clone());
-    let c128 = CompactLimiter::<u128, Gcra, _>::with_clock(gcra, clock.clone());
-    let v4 = CompactLimiter::<Ipv4Addr, Gcra, _>::with_clock(gcra, clock.clone());
-    let v6 = CompactLimiter::<Ipv6Addr, Gcra, _>::with_clock(gcra, clock.clone());
-    let ip = CompactLimiter::<IpAddr, Gcra, _>::with_clock(gcra, clock.clone());
+    let papaya = CasLimiter::<u64, Gcra>::with_clock(gcra, clock.clone());
+    let c32 = CompactLimiter::<u32, Gcra>::with_clock(gcra, clock.clone());
+    let c128 = CompactLimiter::<u128, Gcra>::with_clock(gcra, clock.clone());
+    let v4 = CompactLimiter::<Ipv4Addr, Gcra>::with_clock(gcra, clock.clone());
+    let v6 = CompactLimiter::<Ipv6Addr, Gcra>::with_clock(gcra, clock.clone());
+    let ip = CompactLimiter::<IpAddr, Gcra>::with_clock(gcra, clock.clone());
     let hashed = CompactLimiter::<Hashed<str>, Gcra, _>::with_clock(gcra, clock.clone());
     let locked = CompactLimiter::<u128, Gcra, _, Locked>::with_clock(gcra, clock.clone());
     for &(now, key, cost) in &trace {
@@ -135,7 +133,7 @@ fn every_key_type_decides_like_the_papaya_store() {
 /// it never holds more than `max_keys + max_keys/4` (an insert past that runs a capacity pass
 /// first), every new key is admitted (fresh), and the hammering key, never the closest to
 /// fresh, stays limited throughout.
-fn flood<V: hotlimit::CompactVariant<Gcra>>() {
+fn flood<V: hotlimit::store::CompactVariant<Gcra>>() {
     let clock = ManualClock::new();
     let gcra = "10/s burst 5"
         .parse::<Gcra>()
@@ -257,7 +255,7 @@ fn background_sweeper_keeps_the_table_below_max_keys() {
 }
 
 /// Probe lengths after inserting `keys` into a table sized for exactly that many (load 3/4).
-fn probes(keys: impl Iterator<Item = u64>, n: usize) -> hotlimit::ProbeStats {
+fn probes(keys: impl Iterator<Item = u64>, n: usize) -> hotlimit::store::ProbeStats {
     let limiter = CompactLimiter::<u64, Gcra>::builder("1/s".parse().unwrap())
         .max_keys(n)
         .clock(ManualClock::new())
@@ -296,8 +294,8 @@ fn adversarial_keys_keep_probes_short() {
         let stats = probes((0..N as u64).map(key), N);
         assert!(stats.mean_lines < 1.5, "{name}: {stats:?}");
         assert!(stats.in_home_line > 0.8, "{name}: {stats:?}");
-        assert!(stats.max_lines < WINDOW_LINES as u64, "{name}: {stats:?}");
-        assert!(stats.max_reach < WINDOW_LINES as u64, "{name}: {stats:?}");
+        assert!(stats.max_lines < stats.window, "{name}: {stats:?}");
+        assert!(stats.max_reach < stats.window, "{name}: {stats:?}");
     }
 }
 
@@ -305,7 +303,7 @@ fn adversarial_keys_keep_probes_short() {
 /// in a loop: every key is inserted once (never in two slots), every request counted once.
 /// At a frozen clock with burst 1, each key admits exactly one request however many threads
 /// race to insert it; a fresh slot the sweep frees before its first CAS is inserted again.
-fn first_sight_races<V: hotlimit::CompactVariant<Gcra>>() {
+fn first_sight_races<V: hotlimit::store::CompactVariant<Gcra>>() {
     const KEYS: u64 = 20_000;
     const THREADS: u64 = 3;
     let clock = ManualClock::new();

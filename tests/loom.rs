@@ -7,8 +7,10 @@
 //! the direct limiter (one cell) rather than the papaya map, which loom does not model.
 #![cfg(hotlimit_loom)]
 
+use hotlimit::algo::WordStep;
 use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingLog};
-use hotlimit::{Algorithm, DirectLimiter, Locked, ManualClock, Policy, Rate, Variant, WordStep};
+use hotlimit::store::Variant;
+use hotlimit::{Algorithm, DirectLimiter, Locked, ManualClock, Policy, Rate};
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
@@ -22,7 +24,7 @@ where
     A: Algorithm,
     V: Variant<A>,
 {
-    let limiter = Arc::new(DirectLimiter::<A, ManualClock, V>::with_clock(
+    let limiter = Arc::new(DirectLimiter::<A, QuantaClock, V>::with_clock(
         algo,
         ManualClock::new(),
     ));
@@ -158,7 +160,7 @@ fn live_switch_racing_an_old_config_request_leaves_a_fitted_state() {
         let old: Gcra = "10/s burst 10".parse().unwrap();
         let new: Gcra = "10/s burst 1".parse().unwrap();
         let clock = ManualClock::new();
-        let limiter = Arc::new(DirectLimiter::<_, _>::with_clock(
+        let limiter = Arc::new(DirectLimiter::<_>::with_clock(
             Live::new(old),
             clock.clone(),
         ));

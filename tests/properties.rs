@@ -3,8 +3,9 @@
 //! Time is passed as `u64` nanoseconds straight to `WordStep::step` / `Earrrl::step_pair`: nothing
 //! sleeps, every check is exact (or to a stated float tolerance).
 
+use hotlimit::algo::{parse_duration, WordStep};
 use hotlimit::algo::{Earrrl, EarrrlPair, Exponential, Gcra};
-use hotlimit::{parse_duration, Algorithm, ConfigError, Decision, Policy, Rate, WordStep};
+use hotlimit::{Algorithm, ConfigError, Decision, Policy, Rate};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use std::f64::consts::LN_2;
@@ -292,7 +293,7 @@ struct RetryCase<A> {
 fn check_retry_after<A>(case: &RetryCase<A>, tight: bool) -> Result<(), TestCaseError>
 where
     A: Algorithm,
-    A::State: hotlimit::Word,
+    A::State: hotlimit::algo::Word,
 {
     let RetryCase {
         algo,

@@ -116,17 +116,17 @@ fn trace(seed: u64, n: usize, mean_gap: u64, max_cost: u64) -> Vec<Req> {
 
 /// Runs `trace` through the in-memory limiter and the Redis one, at the same explicit times,
 /// calling `same` on each pair of decisions. Returns (allowed, denied).
-fn compare<A: RedisAlgorithm + Algorithm<State = S> + Clone, S: hotlimit::State>(
+fn compare<A: RedisAlgorithm + Algorithm + Clone>(
     server: &Server,
     algo: A,
     trace: &[Req],
     same: impl Fn(usize, &Decision, &Decision),
 ) -> (usize, usize)
 where
-    CasLimiter<String, A, ManualClock>: Sized,
+    hotlimit::Cas: hotlimit::store::Variant<A>,
 {
     let clock = ManualClock::new();
-    let mem = CasLimiter::<String, _, _>::with_clock(algo.clone(), clock.clone());
+    let mem = CasLimiter::<String, _>::with_clock(algo.clone(), clock.clone());
     // A fresh prefix per run: the server outlives it.
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -111,7 +111,7 @@ fn moving_clock_totals_equal_sequential_replay() {
 fn direct_limiter_totals_under_threads() {
     use hotlimit::{algo::Gcra, DirectLimiter, Locked};
     let gcra: Gcra = "100/s burst 20".parse().unwrap();
-    let cas = DirectLimiter::<_, _>::with_clock(gcra, ManualClock::new());
+    let cas = DirectLimiter::<_>::with_clock(gcra, ManualClock::new());
     let mutex = DirectLimiter::<_, _, Locked>::with_clock(gcra, ManualClock::new());
     let (a, b) = thread::scope(|s| {
         let hs: Vec<_> = (0..THREADS)

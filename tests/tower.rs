@@ -163,7 +163,7 @@ async fn headers_parse_and_match_the_limiters_decisions() {
     // A fixed window of 3 per minute, 5 s into it: the reset is 55 s away.
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(5));
-    let limiter = Arc::new(CasLimiter::<String, _, _>::with_clock(
+    let limiter = Arc::new(CasLimiter::<String, _>::with_clock(
         FixedWindow::new(3, Duration::from_secs(60)).unwrap(),
         clock.clone(),
     ));
@@ -531,7 +531,7 @@ async fn cost_function_free_and_impossible_requests() {
 async fn any_algorithm_and_variant_behind_the_layer() {
     // The mutex twin with a sliding window, and a named policy.
     let clock = ManualClock::new();
-    let limiter = Arc::new(MutexLimiter::<String, _, _>::with_clock(
+    let limiter = Arc::new(MutexLimiter::<String, _>::with_clock(
         SlidingWindow::new(2, Duration::from_secs(10)).unwrap(),
         clock.clone(),
     ));
@@ -557,10 +557,8 @@ async fn any_algorithm_and_variant_behind_the_layer() {
     // EARRRL as a `dyn` limiter: no quota, no remaining, so only Retry-After.
     let clock = ManualClock::new();
     let earrrl = Earrrl::new(Duration::from_secs(2), "3/s".parse().unwrap()).unwrap();
-    let limiter: Arc<dyn RateLimiter<str>> = Arc::new(CasLimiter::<String, _, _>::with_clock(
-        earrrl,
-        clock.clone(),
-    ));
+    let limiter: Arc<dyn RateLimiter<str>> =
+        Arc::new(CasLimiter::<String, _>::with_clock(earrrl, clock.clone()));
     let layer = RateLimitLayer::builder(limiter, peer_ip()).build();
     let (addr, client) = serve(hello().layer(layer)).await;
     let mut statuses = Vec::new();

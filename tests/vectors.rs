@@ -1,7 +1,8 @@
 //! The vectors of DESIGN §3.1–3.3, reproduced exactly.
 
+use hotlimit::algo::WordStep;
 use hotlimit::algo::{Earrrl, EarrrlPair, Exponential, Gcra};
-use hotlimit::{Algorithm, Decision, Policy, Rate, WordStep};
+use hotlimit::{Algorithm, Decision, Policy, Rate};
 use std::time::Duration;
 
 const MS: u64 = 1_000_000;

@@ -12,7 +12,8 @@
 use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow, DEFAULT_BUCKETS,
 };
-use hotlimit::{Algorithm, CasLimiter, ManualClock, Rate};
+use hotlimit::store::Variant;
+use hotlimit::{Algorithm, Cas, CasLimiter, ManualClock, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::Exp;
@@ -255,9 +256,12 @@ pub fn run<A: Algorithm>(
     scenario: &Scenario,
     events: &[Event],
     grid: Option<Grid>,
-) -> Run {
+) -> Run
+where
+    Cas: Variant<A>,
+{
     let clock = ManualClock::new();
-    let limiter = CasLimiter::<u32, A, ManualClock>::with_clock(algo, clock.clone());
+    let limiter = CasLimiter::<u32, A>::with_clock(algo, clock.clone());
     let mut records = Vec::with_capacity(events.len());
     let mut samples = Vec::new();
     let mut next_sample = grid.map(|g| g.offset);

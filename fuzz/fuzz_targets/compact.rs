@@ -15,7 +15,8 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Gcra, SlidingLog, CLOCK_MAX};
-use hotlimit::{Algorithm, Cas, Clock, CompactLimiter, CompactVariant, Locked, ManualClock};
+use hotlimit::{Algorithm, Cas, Clock, CompactLimiter, Locked, ManualClock};
+use hotlimit::store::CompactVariant;
 use hotlimit_fuzz::{
     earrrl_unit, expected, exponential_unit, gcra_unit, window_unit, EarrrlCfg, ExpCfg, GcraCfg,
     Span, WindowCfg,

@@ -8,7 +8,8 @@
 #![no_main]
 
 use hotlimit::algo::{Exponential, Gcra};
-use hotlimit::{parse_duration, ConfigError, Policy, Rate};
+use hotlimit::{ConfigError, Policy, Rate};
+use hotlimit::algo::parse_duration;
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! [`AllOf`]: several quotas on one key, all-or-nothing.
 
-use super::{Algorithm, BucketState, LogState, State};
-use crate::cell::{LockCell, StateCells};
+use super::{Algorithm, BucketState, LogState, Reconfigure, State};
 use crate::decision::{Decision, Policy};
+use crate::error::ConfigError;
 
 /// Two quotas on one key (say `10/s` and `1000/h`): a request is allowed only if both allow
 /// it, and a request that either denies consumes nothing from the other.
@@ -33,7 +33,7 @@ use crate::decision::{Decision, Policy};
 /// // 2 per second, but no more than 3 per minute.
 /// let quotas = AllOf::new("2/s".parse::<Gcra>()?, "3/min".parse::<Gcra>()?);
 /// let clock = ManualClock::new();
-/// let limiter = CasLimiter::<u32, _, _>::with_clock(quotas, clock.clone());
+/// let limiter = CasLimiter::<u32, _>::with_clock(quotas, clock.clone());
 /// assert!(limiter.check(&1).is_allowed());
 /// assert!(limiter.check(&1).is_allowed());
 /// assert!(limiter.check(&1).is_denied()); // the per-second quota
@@ -97,20 +97,6 @@ impl Pair<u64> for u64 {
 /// Two states that do not fit one word together, kept behind the key's lock.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PairState<A, B>(A, B);
-
-impl<A: State, B: State> State for PairState<A, B> {}
-
-impl<A: State, B: State> StateCells for PairState<A, B> {
-    type CasCell = LockCell<Self>;
-
-    fn tombstone() -> Self {
-        PairState(A::tombstone(), B::tombstone())
-    }
-
-    fn is_tombstone(&self) -> bool {
-        self.0.is_tombstone()
-    }
-}
 
 macro_rules! locked_pairs {
     // `u64` first: every second state but `u64` (packed above).
@@ -213,6 +199,26 @@ where
     }
 }
 
+/// Both quotas change together; each state is fitted to its own.
+impl<A, B> Reconfigure for AllOf<A, B>
+where
+    A: Reconfigure,
+    B: Reconfigure,
+    A::State: Pair<B::State>,
+{
+    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
+        self.first().check_change(new.first())?;
+        self.second().check_change(new.second())
+    }
+
+    fn fit(&self, state: &mut Self::State, now: u64) {
+        let (mut a, mut b) = <A::State as Pair<B::State>>::parts(state);
+        self.first().fit(&mut a, now);
+        self.second().fit(&mut b, now);
+        *state = Pair::join(a, b);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,8 +291,6 @@ mod tests {
             .filter(|_| q.update(&mut s, 0, 1).is_allowed())
             .count();
         assert_eq!(allowed, 2);
-        assert!(!s.is_tombstone());
-        assert!(PairState::<u128, LogState>::tombstone().is_tombstone());
         assert_eq!(q.capacity(), 2);
     }
 }

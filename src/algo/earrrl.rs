@@ -1,7 +1,7 @@
 //! EARRRL: the estimated average recent request rate, an exponentially decaying rate that keeps
 //! a client locked out while it keeps abusing.
 
-use super::{clamp, honest_wait, store, Algorithm, Step};
+use super::{clamp, honest_wait, store, Algorithm, Reconfigure, Step};
 use crate::config::{Rate, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -45,7 +45,8 @@ pub const IDLE_EPSILON: f64 = 1e-9;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Earrrl, Algorithm, Rate, WordStep};
+/// use hotlimit::{algo::Earrrl, Algorithm, Rate};
+/// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///
 /// let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0)?)?;
@@ -178,7 +179,8 @@ impl Earrrl {
     /// kept to check the one-word form against.
     ///
     /// ```
-    /// use hotlimit::{algo::{Earrrl, EarrrlPair}, Algorithm, Rate, WordStep};
+    /// use hotlimit::{algo::{Earrrl, EarrrlPair}, Algorithm, Rate};
+    /// use hotlimit::algo::WordStep;
     /// use std::time::Duration;
     ///
     /// let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0)?)?;
@@ -300,4 +302,21 @@ pub struct EarrrlPair {
 impl EarrrlPair {
     /// The state of a key never seen: no requests.
     pub const FRESH: EarrrlPair = EarrrlPair { n: 0.0, t: 0.0 };
+}
+
+/// EARRRL's state is the key's measured rate, valid under any limit: it is kept as is.
+impl Reconfigure for Earrrl {
+    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
+        if self.half_life() == new.half_life() {
+            Ok(())
+        } else {
+            Err(ConfigError::Unchangeable {
+                field: Field::HalfLife,
+                from: format!("{:?}", self.half_life()),
+                to: format!("{:?}", new.half_life()),
+            })
+        }
+    }
+
+    fn fit(&self, _: &mut u64, _: u64) {}
 }

@@ -1,6 +1,6 @@
 //! Exim-style exponential rate limiting (Exim's `ratelimit` ACL condition).
 
-use super::{clamp, honest_wait, store, Algorithm, Step};
+use super::{clamp, honest_wait, store, Algorithm, Reconfigure, Step};
 use crate::config::{parse_count, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -37,7 +37,8 @@ const MIN_INTERVAL: f64 = 1e-10;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Exponential, Algorithm, WordStep};
+/// use hotlimit::{algo::Exponential, Algorithm};
+/// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///
 /// let e = Exponential::new(10.0, Duration::from_secs(60))?;
@@ -261,4 +262,22 @@ impl Algorithm for Exponential {
         // `as` saturates: a rate too large to decay within u64 nanoseconds is never idle.
         t_prev.saturating_add((periods * self.period_ns as f64).ceil() as u64)
     }
+}
+
+/// The exponential limiter's state is a smoothed rate per period, valid under any limit: it
+/// is kept as is.
+impl Reconfigure for Exponential {
+    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
+        if self.period() == new.period() {
+            Ok(())
+        } else {
+            Err(ConfigError::Unchangeable {
+                field: Field::Period,
+                from: format!("{:?}", self.period()),
+                to: format!("{:?}", new.period()),
+            })
+        }
+    }
+
+    fn fit(&self, _: &mut u128, _: u64) {}
 }

@@ -1,6 +1,6 @@
 //! GCRA, the generic cell rate algorithm, with its token-bucket and leaky-bucket views.
 
-use super::{clamp, store, Algorithm, Step, CLOCK_MAX};
+use super::{clamp, store, Algorithm, Reconfigure, Step, CLOCK_MAX};
 use crate::config::{parse_quota, Rate};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -29,7 +29,8 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, Algorithm, Policy, Rate, WordStep};
+/// use hotlimit::{algo::Gcra, Algorithm, Policy, Rate};
+/// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///
 /// let gcra = Gcra::new(Rate::per_second_of(10.0)?)?.with_burst(5)?;
@@ -156,7 +157,8 @@ impl Gcra {
     /// The token-bucket view of a state: whole tokens available at `now`.
     ///
     /// ```
-    /// use hotlimit::{algo::Gcra, Algorithm, WordStep};
+    /// use hotlimit::{algo::Gcra, Algorithm};
+    /// use hotlimit::algo::WordStep;
     ///
     /// let g: Gcra = "10/s burst 5".parse()?;
     /// let tat = g.step(g.fresh(), 0, 3).state.unwrap();
@@ -317,5 +319,22 @@ impl Algorithm for Gcra {
     #[inline]
     fn idle_at(&self, tat: &u64) -> u64 {
         *tat
+    }
+}
+
+/// GCRA's state is the time at which the key's spent budget is paid back. A new quota keeps
+/// that time unless it lies beyond what the new burst can reach (`now + B·T`, a fully spent
+/// bucket), where it is clamped: a key that spent everything stays out of budget under the
+/// new quota, but not for longer than the new quota could ever keep it.
+impl Reconfigure for Gcra {
+    fn check_change(&self, _: &Self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    fn fit(&self, tat: &mut u64, now: u64) {
+        let full = clamp(now)
+            .saturating_add(self.tolerance())
+            .min(u64::MAX - 1);
+        *tat = (*tat).min(full);
     }
 }

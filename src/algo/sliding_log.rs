@@ -1,8 +1,7 @@
 //! Sliding window log: the timestamps of the counted requests of the last window.
 
 use super::window::{validate, WindowConfig};
-use super::{clamp, Algorithm, State};
-use crate::cell::{LockCell, StateCells};
+use super::{clamp, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::collections::VecDeque;
@@ -49,8 +48,6 @@ pub struct LogState {
     entries: VecDeque<(u64, u64)>,
     /// The sum of the entries' costs; u128 so that no cost, however large, overflows it.
     total: u128,
-    /// Set when the key is evicted (the tombstone).
-    dead: bool,
 }
 
 impl LogState {
@@ -100,23 +97,6 @@ impl LogState {
             *t = now;
             *c = grown;
         }
-    }
-}
-
-impl State for LogState {}
-
-impl StateCells for LogState {
-    type CasCell = LockCell<LogState>;
-
-    fn tombstone() -> Self {
-        LogState {
-            dead: true,
-            ..LogState::default()
-        }
-    }
-
-    fn is_tombstone(&self) -> bool {
-        self.dead
     }
 }
 

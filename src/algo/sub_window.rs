@@ -1,8 +1,7 @@
 //! Sub-window counters: the window split into buckets, the last window's buckets summed.
 
 use super::window::{check_u32_limit, validate, WindowConfig};
-use super::{clamp, Algorithm, State};
-use crate::cell::{LockCell, StateCells};
+use super::{clamp, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
@@ -83,31 +82,12 @@ pub struct BucketState {
     /// Absolute number of the newest bucket.
     head: u64,
     total: u64,
-    /// Set when the key is evicted (the tombstone).
-    dead: bool,
 }
 
 impl BucketState {
     /// The cost counted in the buckets.
     pub fn total(&self) -> u64 {
         self.total
-    }
-}
-
-impl State for BucketState {}
-
-impl StateCells for BucketState {
-    type CasCell = LockCell<BucketState>;
-
-    fn tombstone() -> Self {
-        BucketState {
-            dead: true,
-            ..BucketState::default()
-        }
-    }
-
-    fn is_tombstone(&self) -> bool {
-        self.dead
     }
 }
 

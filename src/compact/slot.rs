@@ -26,9 +26,10 @@ impl KeyRepr for u128 {
     type WordSlot = LockSlot<u128, u64>;
 }
 
-/// Which slot the lock-free ([`Cas`](crate::Cas)) compact store uses for a state. Sealed
-/// (private module); a supertrait of [`State`](crate::State).
-pub trait CompactState: Sized {
+/// Which slot the lock-free ([`Cas`](crate::Cas)) compact store uses for a state: implemented
+/// here for every state type of `algo`, bound where the compact store is chosen
+/// ([`CompactVariant`](crate::CompactVariant)). Sealed (private module).
+pub trait CompactState: StateCells {
     /// The slot of the [`Cas`](crate::Cas) variant for keys of form `R`.
     #[doc(hidden)]
     type CasSlot<R: KeyRepr>: Slot<R, Self>;
@@ -74,6 +75,11 @@ pub trait Slot<R, S>: Send + Sync + fmt::Debug + Sized {
         stats: &Stats,
         f: &mut impl FnMut(&mut S) -> T,
     ) -> Option<T>;
+    /// Runs `fit` on the state if the slot holds `key` live and writes the result back even
+    /// if unchanged (a read-modify-write, which a live reconfiguration relies on, as
+    /// [`StateCell::rewrite`](crate::cell::StateCell::rewrite)); `false` if it does not.
+    #[doc(hidden)]
+    fn rewrite(&self, key: R, fp: u64, fit: &dyn Fn(&mut S)) -> bool;
     /// Whether the slot holds `key` live (exact: verified under the lock for a lock slot).
     #[doc(hidden)]
     fn holds(&self, key: R, fp: u64) -> bool;
@@ -179,6 +185,23 @@ impl Slot<u64, u64> for PairSlot {
         )
     }
 
+    fn rewrite(&self, key: u64, _fp: u64, fit: &dyn Fn(&mut u64)) -> bool {
+        cas_loop(
+            &self.word,
+            || {},
+            |current| {
+                let (k, state) = split(current);
+                if k != key || state == TOMB {
+                    return Round::Done(false);
+                }
+                let mut new = state;
+                fit(&mut new);
+                // Even when `new == state`: the CAS is the write later updates read from.
+                Round::Write(pack(key, new), true)
+            },
+        )
+    }
+
     #[inline]
     fn holds(&self, key: u64, _fp: u64) -> bool {
         let (k, state) = self.get();
@@ -235,12 +258,12 @@ impl Slot<u64, u64> for PairSlot {
 /// never ahead of the entry; a look-up that is misled by a stale hint either locks and finds
 /// the truth, or misses and falls back to the insert path, which re-checks under the home
 /// line's lock (see `compact.rs`).
-pub struct LockSlot<R, S> {
+pub struct LockSlot<R, S: StateCells> {
     hint: AtomicU64,
-    entry: Mutex<(R, S)>,
+    entry: Mutex<(R, S::Kept)>,
 }
 
-impl<R: fmt::Debug, S: fmt::Debug> fmt::Debug for LockSlot<R, S> {
+impl<R: fmt::Debug, S: StateCells> fmt::Debug for LockSlot<R, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("LockSlot")
             .field(&*self.entry.lock())
@@ -248,15 +271,30 @@ impl<R: fmt::Debug, S: fmt::Debug> fmt::Debug for LockSlot<R, S> {
     }
 }
 
+impl<R: KeyRepr, S: StateCells> LockSlot<R, S> {
+    /// Runs `f` on the state under the lock if the slot holds `key` live.
+    #[inline(always)]
+    fn locked<T>(&self, key: R, fp: u64, f: impl FnOnce(&mut S) -> T) -> Option<T> {
+        if self.hint.load(Ordering::Acquire) != fp {
+            return None;
+        }
+        let mut entry = self.entry.lock();
+        if entry.0 != key {
+            return None;
+        }
+        S::live_mut(&mut entry.1).map(f)
+    }
+}
+
 impl<R, S> Slot<R, S> for LockSlot<R, S>
 where
     R: KeyRepr,
-    S: StateCells + Send + Sync + fmt::Debug + 'static,
+    S: StateCells,
 {
     fn empty() -> Self {
         Self {
             hint: AtomicU64::new(0),
-            entry: Mutex::new((R::default(), S::tombstone())),
+            entry: Mutex::new((R::default(), S::dead())),
         }
     }
 
@@ -268,14 +306,12 @@ where
         _stats: &Stats,
         f: &mut impl FnMut(&mut S) -> T,
     ) -> Option<T> {
-        if self.hint.load(Ordering::Acquire) != fp {
-            return None;
-        }
-        let mut entry = self.entry.lock();
-        if entry.0 != key || entry.1.is_tombstone() {
-            return None;
-        }
-        Some(f(&mut entry.1))
+        self.locked(key, fp, f)
+    }
+
+    fn rewrite(&self, key: R, fp: u64, fit: &dyn Fn(&mut S)) -> bool {
+        // The lock orders it with every later update.
+        self.locked(key, fp, fit).is_some()
     }
 
     fn holds(&self, key: R, fp: u64) -> bool {
@@ -283,7 +319,7 @@ where
             return false;
         }
         let entry = self.entry.lock();
-        entry.0 == key && !entry.1.is_tombstone()
+        entry.0 == key && S::live(&entry.1).is_some()
     }
 
     fn looks_free(&self) -> bool {
@@ -292,20 +328,20 @@ where
 
     fn claim(&self, key: R, fp: u64, fresh: S) -> bool {
         let mut entry = self.entry.lock();
-        if !entry.1.is_tombstone() {
+        if S::live(&entry.1).is_some() {
             return false;
         }
-        *entry = (key, fresh);
+        *entry = (key, S::keep(fresh));
         self.hint.store(fp, Ordering::Release);
         true
     }
 
     fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool {
         let mut entry = self.entry.lock();
-        if entry.1.is_tombstone() || !doomed(&entry.1) {
+        if !S::live(&entry.1).is_some_and(doomed) {
             return false;
         }
-        entry.1 = S::tombstone();
+        entry.1 = S::dead();
         self.hint.store(0, Ordering::Release);
         true
     }
@@ -315,6 +351,6 @@ where
             return None;
         }
         let entry = self.entry.lock();
-        (!entry.1.is_tombstone()).then(|| f(entry.0, &entry.1))
+        S::live(&entry.1).map(|state| f(entry.0, state))
     }
 }

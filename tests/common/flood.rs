@@ -4,9 +4,10 @@
 
 #![allow(dead_code)]
 
+use hotlimit::store::{SweepTotals, Variant};
 use hotlimit::{
     algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, KeyedLimiter, ManualClock,
-    MutexLimiter, QuantaClock, SweepTotals, Variant,
+    MutexLimiter, QuantaClock,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;

@@ -6,9 +6,11 @@ use hotlimit::algo::{
     AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow,
     SubWindow,
 };
+use hotlimit::baseline::ShardedLimiter;
+use hotlimit::store::{CompactVariant, Variant};
 use hotlimit::{
     Algorithm, Cas, CasLimiter, CompactLimiter, Live, Locked, ManualClock, MutexLimiter, Policy,
-    QuantaClock, Rate, RateLimiter, ShardedLimiter,
+    QuantaClock, Rate, RateLimiter,
 };
 use std::time::Duration;
 
@@ -25,27 +27,22 @@ pub struct Case {
     pub variants: Vec<(&'static str, Make)>,
 }
 
-fn variants<A: Algorithm + Clone>(algo: A) -> Vec<(&'static str, Make)> {
+fn variants<A>(algo: A) -> Vec<(&'static str, Make)>
+where
+    A: Algorithm + Clone,
+    Cas: Variant<A> + CompactVariant<A>,
+    Locked: Variant<A> + CompactVariant<A>,
+{
     let (a, b, c) = (algo.clone(), algo.clone(), algo.clone());
     let (d, e) = (algo.clone(), algo);
     vec![
         (
             "cas",
-            Box::new(move |clock| {
-                Box::new(CasLimiter::<u64, A, ManualClock>::with_clock(
-                    a.clone(),
-                    clock,
-                ))
-            }),
+            Box::new(move |clock| Box::new(CasLimiter::<u64, A>::with_clock(a.clone(), clock))),
         ),
         (
             "mutex",
-            Box::new(move |clock| {
-                Box::new(MutexLimiter::<u64, A, ManualClock>::with_clock(
-                    b.clone(),
-                    clock,
-                ))
-            }),
+            Box::new(move |clock| Box::new(MutexLimiter::<u64, A>::with_clock(b.clone(), clock))),
         ),
         (
             "sharded",

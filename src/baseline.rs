@@ -1,4 +1,5 @@
-//! [`ShardedLimiter`]: the sharded `Mutex<HashMap>` baseline.
+//! Baselines the benchmarks measure hotlimit against: [`ShardedLimiter`], the sharded
+//! `Mutex<HashMap>` many hand-rolled limiters are. Not a choice for production use.
 
 use crate::algo::{clamp, Algorithm};
 use crate::clock::{Clock, QuantaClock};
@@ -21,7 +22,7 @@ use std::time::Instant;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, ShardedLimiter, ManualClock};
+/// use hotlimit::{algo::Gcra, baseline::ShardedLimiter, ManualClock};
 ///
 /// let l = ShardedLimiter::<u64, _, _>::with_clock("1/s".parse::<Gcra>()?, ManualClock::new());
 /// assert!(l.check(&1).is_allowed());

@@ -1,0 +1,469 @@
+//! [`CompactLimiter`]: a fixed-capacity, open-addressing table for keys of a fixed small size,
+//! with each key's state inline next to it: the key types ([`key`]), the table ([`table`])
+//! and its slots ([`slot`]). The table's design is in `docs/DESIGN.md`, section 7.
+
+mod key;
+mod slot;
+mod table;
+
+pub use key::{CompactKey, Hashed};
+pub use slot::{CompactState, KeyRepr, Slot};
+pub use table::{ProbeStats, DEFAULT_MAX_KEYS};
+
+use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
+use crate::clock::{Clock, QuantaClock};
+use crate::decision::Decision;
+use crate::error::{ConfigError, CostError};
+use crate::limiter::{Cas, Locked, RateLimiter, Variant};
+use crate::live::Live;
+use crate::stats::Metrics;
+use crate::store::{Builder, Options};
+use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
+use crate::wait::{self, Jitter};
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use table::{Table, SLOTS_PER_LINE};
+
+/// How the compact store keeps each key's state for a [`Variant`]: the slot type. Sealed;
+/// implemented for [`Cas`] (a lock-free pair slot for 64-bit keys and 64-bit states, a lock
+/// slot otherwise) and [`Locked`] (always a lock slot).
+pub trait CompactVariant<A: Algorithm>: Variant<A> {
+    /// The slot for keys of form `R`.
+    #[doc(hidden)]
+    type Slot<R: KeyRepr>: Slot<R, A::State>;
+}
+
+impl<A: Algorithm> CompactVariant<A> for Cas
+where
+    A::State: CompactState,
+{
+    type Slot<R: KeyRepr> = <A::State as CompactState>::CasSlot<R>;
+}
+
+impl<A: Algorithm> CompactVariant<A> for Locked
+where
+    A::State: CompactState,
+{
+    type Slot<R: KeyRepr> = slot::LockSlot<R, A::State>;
+}
+
+/// A keyed rate limiter over a fixed-capacity, open-addressing table for keys of a fixed
+/// small size (`u32`, `u64`, `u128`, IP addresses, or a 64-bit keyed hash of any key with
+/// [`Hashed`]), with each key's state inline next to it.
+///
+/// ```
+/// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
+/// use std::net::{IpAddr, Ipv4Addr};
+///
+/// // Up to a million clients by IP, 10 requests per second each, bursts of 5.
+/// let limiter = CompactLimiter::<IpAddr, Gcra>::builder("10/s burst 5".parse()?)
+///     .max_keys(1_000_000)
+///     .clock(ManualClock::new())
+///     .build()?;
+/// let client = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7));
+/// let allowed = (0..10).filter(|_| limiter.check(&client).is_allowed()).count();
+/// assert_eq!(allowed, 5);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// **When to pick it.** The papaya store ([`KeyedLimiter`](crate::KeyedLimiter)) takes any
+/// key and grows; this one takes fixed-size keys, reserves its memory at build (about
+/// `4/3 · max_keys` slots of 16 bytes for the lock-free slot) and never grows, and keeps key
+/// and state in one slot, four to a cache line, so a check of a present key touches one line
+/// in the common case. It pays off at a million keys and more (a proxy keyed by client IP).
+/// The table's design, its costs and the crates evaluated before writing it are in
+/// `docs/DESIGN.md` (section 7); measurements in `BENCHMARKS.md`.
+///
+/// **The hot path.** With the [`Cas`] variant and a 64-bit key form ([`u64`], [`u32`], [`Ipv4Addr`],
+/// [`Hashed`]) and a one-word state ([`Gcra`], [`Earrrl`](crate::algo::Earrrl),
+/// [`FixedWindow`](crate::algo::FixedWindow)), the hot path for a present key is: clock read
+/// → hash → load the home line's slots → pure algorithm step → one 128-bit
+/// `compare_exchange_weak`. No lock, no allocation, one cache line in the common case.
+///
+/// **Consistency.** As for the papaya store: decisions are linearizable per key, no update
+/// is lost to eviction, and at one fixed `now`, N threads firing at one key get exactly as
+/// many allowed as one thread would. Unlike it, the key count is bounded by
+/// [`capacity`](CompactLimiter::capacity), fixed at build.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let limiter = CompactLimiter::<u64, Gcra>::builder("10/s burst 2".parse()?)
+///     .max_keys(1000)
+///     .clock(clock.clone())
+///     .sweep_grace(Duration::ZERO)
+///     .build()?;
+/// assert!(limiter.check(&7).is_allowed());
+/// assert!(limiter.check(&7).is_allowed());
+/// assert_eq!(limiter.check(&7).retry_after(), Duration::from_millis(100));
+/// clock.advance(Duration::from_millis(200));
+/// assert_eq!(limiter.sweep().evicted_idle, 1); // back to fresh: dropped, nothing lost
+/// assert!(limiter.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct CompactLimiter<K: CompactKey, A: Algorithm, C = QuantaClock, V: CompactVariant<A> = Cas>
+{
+    table: Arc<Table<K, A, C, V>>,
+    /// Stops and joins the background sweeper (if any) when the limiter is dropped.
+    _sweeper: Option<Sweeper>,
+}
+
+impl<K: CompactKey, A: Algorithm, V: CompactVariant<A>> CompactLimiter<K, A, QuantaClock, V> {
+    /// A limiter for [`DEFAULT_MAX_KEYS`] keys running `algo` on the default clock, without
+    /// background sweeps.
+    pub fn new(algo: A) -> Self {
+        Self::with_clock(algo, QuantaClock::new())
+    }
+
+    /// A limiter for [`DEFAULT_MAX_KEYS`] keys running `algo` on `clock`, without background
+    /// sweeps.
+    pub fn with_clock<C: Clock>(algo: A, clock: C) -> CompactLimiter<K, A, C, V> {
+        match Table::new(algo, clock, &Options::default()) {
+            Ok(table) => CompactLimiter {
+                table: Arc::new(table),
+                _sweeper: None,
+            },
+            // Out of memory for a default table (a few MB): abort, as any allocation would.
+            Err(_) => std::alloc::handle_alloc_error(std::alloc::Layout::new::<[u8; 64]>()),
+        }
+    }
+
+    /// A builder for a limiter running `algo`: capacity ([`Builder::max_keys`], which sizes
+    /// the table), clock, background sweeper, metrics.
+    pub fn builder(algo: A) -> Builder<Self, A> {
+        Builder::new(algo)
+    }
+}
+
+impl<K, A, C, V> Builder<CompactLimiter<K, A, QuantaClock, V>, A, C>
+where
+    K: CompactKey,
+    A: Algorithm,
+    C: Clock,
+    V: CompactVariant<A>,
+{
+    /// Allocates the table and builds the limiter, starting the background sweeper if one
+    /// was asked for. Fails (`ErrorKind::OutOfMemory`) if the table cannot be allocated, or if
+    /// the sweeper thread cannot be spawned.
+    pub fn build(self) -> std::io::Result<CompactLimiter<K, A, C, V>> {
+        let table = Table::new(self.algo, self.clock, &self.options)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
+        let table = Arc::new(table);
+        let sweeper = table.core.spawn_sweeper(&table, |t| {
+            t.sweep();
+        })?;
+        Ok(CompactLimiter {
+            table,
+            _sweeper: sweeper,
+        })
+    }
+}
+
+impl<K, A, C, V> CompactLimiter<K, A, C, V>
+where
+    K: CompactKey,
+    A: Algorithm,
+    C: Clock,
+    V: CompactVariant<A>,
+{
+    /// Decides a request of cost 1 for `key`.
+    #[inline]
+    pub fn check(&self, key: &K::Lookup) -> Decision {
+        self.decide(key, 1)
+    }
+
+    /// Decides a request of `cost` for `key`. Errors (and counts nothing) if `cost` is 0 or
+    /// above the algorithm's capacity.
+    #[inline]
+    pub fn check_n(&self, key: &K::Lookup, cost: u64) -> Result<Decision, CostError> {
+        self.table.core.cost(cost)?;
+        Ok(self.decide(key, cost))
+    }
+
+    /// The decision [`check`](CompactLimiter::check) would return now, without counting it:
+    /// no state changes and an unknown key is not inserted.
+    #[inline]
+    pub fn peek(&self, key: &K::Lookup) -> Decision {
+        self.table.peek(key, 1, self.table.core.clock.now())
+    }
+
+    /// The decision [`check_n`](CompactLimiter::check_n) would return now, without counting
+    /// it; errors as `check_n` does.
+    #[inline]
+    pub fn peek_n(&self, key: &K::Lookup, cost: u64) -> Result<Decision, CostError> {
+        self.table.core.cost(cost)?;
+        Ok(self.table.peek(key, cost, self.table.core.clock.now()))
+    }
+
+    #[inline(always)]
+    fn decide(&self, key: &K::Lookup, cost: u64) -> Decision {
+        let core = &self.table.core;
+        let now = core.clock.now();
+        core.count(
+            self.table
+                .apply(key, |state| core.algo.update(state, now, cost)),
+        )
+    }
+
+    /// Waits until a request of cost 1 for `key` is allowed and returns that decision (the
+    /// request is counted); `sleep` is the runtime's timer. See
+    /// [`KeyedLimiter::until_ready`](crate::KeyedLimiter::until_ready).
+    pub async fn until_ready<F, Fut>(&self, key: &K::Lookup, sleep: F) -> Decision
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
+        wait::infallible(
+            self.table
+                .core
+                .until_ready(Jitter::NONE, peek, check, sleep)
+                .await,
+        )
+    }
+
+    /// [`until_ready`](CompactLimiter::until_ready) for a request of `cost`, adding `jitter`
+    /// to each wait; errors if the cost can never be admitted.
+    pub async fn until_ready_with<F, Fut>(
+        &self,
+        key: &K::Lookup,
+        cost: u64,
+        jitter: Jitter,
+        sleep: F,
+    ) -> Result<Decision, CostError>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let (peek, check) = (|| self.peek_n(key, cost), || self.decide(key, cost));
+        self.table
+            .core
+            .until_ready(jitter, peek, check, sleep)
+            .await
+    }
+
+    /// [`until_ready`](CompactLimiter::until_ready) on the calling thread, sleeping with the
+    /// limiter's clock.
+    pub fn until_ready_blocking(&self, key: &K::Lookup) -> Decision {
+        let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
+        wait::infallible(
+            self.table
+                .core
+                .until_ready_blocking(Jitter::NONE, peek, check),
+        )
+    }
+
+    /// [`until_ready_blocking`](CompactLimiter::until_ready_blocking) for a request of
+    /// `cost`, adding `jitter` to each wait; errors if the cost can never be admitted.
+    pub fn until_ready_blocking_with(
+        &self,
+        key: &K::Lookup,
+        cost: u64,
+        jitter: Jitter,
+    ) -> Result<Decision, CostError> {
+        let (peek, check) = (|| self.peek_n(key, cost), || self.decide(key, cost));
+        self.table.core.until_ready_blocking(jitter, peek, check)
+    }
+
+    /// Drops every key whose state is equivalent to a fresh key's at `now − grace` (so no
+    /// future decision changes), then, if more than `max_keys` keys are still held, evicts
+    /// down to 7/8 of it. Safe to run while other threads `check`. Returns what it did.
+    pub fn sweep(&self) -> SweepReport {
+        self.table.sweep()
+    }
+
+    /// Totals over every sweep so far; `evicted_capacity` also counts keys evicted by inserts
+    /// that found their probe window full.
+    pub fn sweep_totals(&self) -> SweepTotals {
+        self.table.sweep_totals()
+    }
+
+    /// The number of keys held (at most [`capacity`](CompactLimiter::capacity)).
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The number of slots: the most keys the table can ever hold.
+    pub fn capacity(&self) -> usize {
+        self.table.lines() * SLOTS_PER_LINE
+    }
+
+    /// The `max_keys` the table was sized for (always set here).
+    pub fn max_keys(&self) -> Option<usize> {
+        Some(self.table.max_keys)
+    }
+
+    /// The background sweeper's interval ([`Builder::sweep_every`]), if one runs.
+    pub fn sweep_every(&self) -> Option<Duration> {
+        self.table.core.sweep_every
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> &A {
+        &self.table.core.algo
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.table.core.clock
+    }
+
+    /// A snapshot of the counters: decisions (if [counted](Builder::metrics)), CAS retries,
+    /// sweeps, evictions (window evictions under `evicted_capacity`, as in
+    /// [`sweep_totals`](CompactLimiter::sweep_totals)), keys.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
+    ///
+    /// let limiter = CompactLimiter::<u64, Gcra>::builder("10/s burst 2".parse()?)
+    ///     .clock(ManualClock::new())
+    ///     .metrics(true)
+    ///     .build()?;
+    /// for key in [1, 1, 1, 2] {
+    ///     limiter.check(&key);
+    /// }
+    /// let m = limiter.metrics();
+    /// assert_eq!((m.allowed, m.denied, m.keys), (3, 1, 2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn metrics(&self) -> Metrics {
+        self.table.core.metrics(self.sweep_totals(), self.len())
+    }
+
+    /// Walks the table and measures how far the keys held sit from their home lines. A
+    /// snapshot, not atomic with concurrent inserts; O(capacity).
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
+    ///
+    /// let l = CompactLimiter::<u64, Gcra>::builder("1/s".parse()?)
+    ///     .max_keys(10_000)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// for key in 0..10_000 {
+    ///     l.check(&key);
+    /// }
+    /// let stats = l.probe_stats();
+    /// assert_eq!(stats.keys, 10_000);
+    /// assert!(stats.mean_lines < 1.5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn probe_stats(&self) -> ProbeStats {
+        self.table.probe_stats()
+    }
+}
+
+impl<K, A, C, V> CompactLimiter<K, Live<A>, C, V>
+where
+    K: CompactKey,
+    A: Reconfigure,
+    C: Clock,
+    V: CompactVariant<Live<A>>,
+{
+    /// Switches to the configuration `new` while traffic flows, keeping every key; see
+    /// [`KeyedLimiter::reconfigure`](crate::KeyedLimiter::reconfigure).
+    pub fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
+        self.table
+            .core
+            .reconfigure(new, |fit| self.table.rewrite_all(fit))
+    }
+}
+
+impl<K, C, V> CompactLimiter<K, Gcra, C, V>
+where
+    K: CompactKey,
+    C: Clock,
+    V: CompactVariant<Gcra>,
+{
+    /// Pacing: admits a request of `cost` for `key` now with the delay after which it
+    /// conforms, if that delay is at most `max_wait`; otherwise counts nothing.
+    /// See [`Gcra::reserve`].
+    ///
+    /// ```
+    /// use hotlimit::{algo::{Gcra, Reservation}, CompactLimiter, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let l = CompactLimiter::<u32, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::new());
+    /// let wait = Duration::from_secs(1);
+    /// assert_eq!(l.reserve(&7, 1, wait), Ok(Reservation::Admitted { delay: Duration::ZERO }));
+    /// assert_eq!(l.reserve(&7, 1, wait), Ok(Reservation::Admitted { delay: Duration::from_millis(100) }));
+    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// ```
+    pub fn reserve(
+        &self,
+        key: &K::Lookup,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Reservation, CostError> {
+        self.table
+            .core
+            .reserve(cost, max_wait, |f| self.table.apply(key, f))
+    }
+}
+
+impl<K, A, C, V> RateLimiter<K::Lookup> for CompactLimiter<K, A, C, V>
+where
+    K: CompactKey,
+    A: Algorithm,
+    C: Clock,
+    V: CompactVariant<A>,
+{
+    #[inline]
+    fn check_n(&self, key: &K::Lookup, cost: u64) -> Result<Decision, CostError> {
+        CompactLimiter::check_n(self, key, cost)
+    }
+
+    #[inline]
+    fn check(&self, key: &K::Lookup) -> Decision {
+        CompactLimiter::check(self, key)
+    }
+
+    #[inline]
+    fn peek_n(&self, key: &K::Lookup, cost: u64) -> Result<Decision, CostError> {
+        CompactLimiter::peek_n(self, key, cost)
+    }
+
+    #[inline]
+    fn peek(&self, key: &K::Lookup) -> Decision {
+        CompactLimiter::peek(self, key)
+    }
+
+    fn until_ready_blocking(&self, key: &K::Lookup) -> Decision {
+        CompactLimiter::until_ready_blocking(self, key)
+    }
+
+    fn len(&self) -> usize {
+        CompactLimiter::len(self)
+    }
+
+    fn sweep(&self) -> SweepReport {
+        CompactLimiter::sweep(self)
+    }
+}
+
+impl<K, A, C, V> fmt::Debug for CompactLimiter<K, A, C, V>
+where
+    K: CompactKey,
+    A: Algorithm + fmt::Debug,
+    C: Clock + fmt::Debug,
+    V: CompactVariant<A>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompactLimiter")
+            .field("core", &self.table.core)
+            .field("keys", &self.table.len())
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}
