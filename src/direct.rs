@@ -8,7 +8,7 @@ use crate::error::{ConfigError, CostError};
 use crate::limiter::{Cas, Variant};
 use crate::live::Live;
 use crate::stats::Metrics;
-use crate::store::{Builder, Core, Options};
+use crate::shared::{Builder, Core, Options};
 use crate::wait::{self, Jitter};
 use crossbeam_utils::CachePadded;
 use std::fmt;

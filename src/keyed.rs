@@ -9,7 +9,7 @@ use crate::error::{ConfigError, CostError};
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
 use crate::live::Live;
 use crate::stats::Metrics;
-use crate::store::{Builder, Core, Options};
+use crate::shared::{sealed, Builder, Core, KeyedStore, Options};
 use crate::sweeper::{evict_before_insert, CapacityCut, SweepReport, SweepTotals, Sweeper};
 use crate::wait::{self, Jitter};
 use std::borrow::Borrow;
@@ -103,6 +103,9 @@ where
         Builder::new(algo)
     }
 }
+
+impl<K, A: Algorithm, V: Variant<A>> sealed::Keyed for KeyedLimiter<K, A, QuantaClock, V> {}
+impl<K, A: Algorithm, V: Variant<A>> KeyedStore for KeyedLimiter<K, A, QuantaClock, V> {}
 
 impl<K, A, C, V> Builder<KeyedLimiter<K, A, QuantaClock, V>, A, C>
 where

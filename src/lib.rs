@@ -140,6 +140,7 @@ mod error;
 mod keyed;
 mod limiter;
 mod live;
+mod shared;
 mod stats;
 pub mod store;
 mod sweeper;
@@ -157,7 +158,7 @@ pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
 pub use limiter::{Cas, Locked, RateLimiter};
 pub use live::Live;
 pub use stats::Metrics;
-pub use store::Builder;
+pub use shared::Builder;
 pub use wait::Jitter;
 
 #[cfg(feature = "tower")]

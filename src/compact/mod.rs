@@ -7,17 +7,17 @@ mod slot;
 mod table;
 
 pub use key::{CompactKey, Hashed};
-pub use slot::{CompactState, KeyRepr, Slot};
+pub use slot::{CompactState, CompactVariant, KeyRepr, Slot};
 pub use table::{ProbeStats, DEFAULT_MAX_KEYS};
 
 use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{ConfigError, CostError};
-use crate::limiter::{Cas, Locked, RateLimiter, Variant};
+use crate::limiter::{Cas, RateLimiter};
 use crate::live::Live;
 use crate::stats::Metrics;
-use crate::store::{Builder, Options};
+use crate::shared::{sealed, Builder, KeyedStore, Options};
 use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
 use crate::wait::{self, Jitter};
 use std::fmt;
@@ -25,29 +25,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use table::{Table, SLOTS_PER_LINE};
-
-/// How the compact store keeps each key's state for a [`Variant`]: the slot type. Sealed;
-/// implemented for [`Cas`] (a lock-free pair slot for 64-bit keys and 64-bit states, a lock
-/// slot otherwise) and [`Locked`] (always a lock slot).
-pub trait CompactVariant<A: Algorithm>: Variant<A> {
-    /// The slot for keys of form `R`.
-    #[doc(hidden)]
-    type Slot<R: KeyRepr>: Slot<R, A::State>;
-}
-
-impl<A: Algorithm> CompactVariant<A> for Cas
-where
-    A::State: CompactState,
-{
-    type Slot<R: KeyRepr> = <A::State as CompactState>::CasSlot<R>;
-}
-
-impl<A: Algorithm> CompactVariant<A> for Locked
-where
-    A::State: CompactState,
-{
-    type Slot<R: KeyRepr> = slot::LockSlot<R, A::State>;
-}
 
 /// A keyed rate limiter over a fixed-capacity, open-addressing table for keys of a fixed
 /// small size (`u32`, `u64`, `u128`, IP addresses, or a 64-bit keyed hash of any key with
@@ -139,6 +116,15 @@ impl<K: CompactKey, A: Algorithm, V: CompactVariant<A>> CompactLimiter<K, A, Qua
     pub fn builder(algo: A) -> Builder<Self, A> {
         Builder::new(algo)
     }
+}
+
+impl<K: CompactKey, A: Algorithm, V: CompactVariant<A>> sealed::Keyed
+    for CompactLimiter<K, A, QuantaClock, V>
+{
+}
+impl<K: CompactKey, A: Algorithm, V: CompactVariant<A>> KeyedStore
+    for CompactLimiter<K, A, QuantaClock, V>
+{
 }
 
 impl<K, A, C, V> Builder<CompactLimiter<K, A, QuantaClock, V>, A, C>

@@ -2,7 +2,9 @@
 //! 128-bit word, updated by one compare-and-swap) and [`LockSlot`] (key and state behind a
 //! per-slot mutex, for everything else), and the atomics they need that `crate::sync` lacks.
 
+use crate::algo::Algorithm;
 use crate::cell::{AtomicWord, StateCells};
+use crate::limiter::{Cas, Locked, Variant};
 use crate::stats::Stats;
 use crate::sync::{cas_loop, Atomic128, AtomicU64, CasAtomic, Mutex, Ordering, Round};
 use std::fmt;
@@ -55,6 +57,29 @@ impl CompactState for crate::algo::BucketState {
 /// Two quotas' states that do not pack into one word ([`AllOf`](crate::algo::AllOf)).
 impl<A: crate::algo::State, B: crate::algo::State> CompactState for crate::algo::PairState<A, B> {
     type CasSlot<R: KeyRepr> = LockSlot<R, Self>;
+}
+
+/// How the compact store keeps each key's state for a [`Variant`]: the slot type. Sealed;
+/// implemented for [`Cas`] (a lock-free pair slot for 64-bit keys and 64-bit states, a lock
+/// slot otherwise) and [`Locked`] (always a lock slot).
+pub trait CompactVariant<A: Algorithm>: Variant<A> {
+    /// The slot for keys of form `R`.
+    #[doc(hidden)]
+    type Slot<R: KeyRepr>: Slot<R, A::State>;
+}
+
+impl<A: Algorithm> CompactVariant<A> for Cas
+where
+    A::State: CompactState,
+{
+    type Slot<R: KeyRepr> = <A::State as CompactState>::CasSlot<R>;
+}
+
+impl<A: Algorithm> CompactVariant<A> for Locked
+where
+    A::State: CompactState,
+{
+    type Slot<R: KeyRepr> = LockSlot<R, A::State>;
 }
 
 /// What every slot offers the table. A slot is free (its state is the tombstone) or holds one

@@ -3,12 +3,11 @@
 //! table").
 
 use super::key::CompactKey;
-use super::slot::{AtomicU8, Slot};
-use super::CompactVariant;
+use super::slot::{AtomicU8, CompactVariant, Slot};
 use crate::algo::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::store::{Core, Options};
+use crate::shared::{Core, Options};
 use crate::sweeper::{evict_before_insert, CapacityCut, SweepReport};
 use crate::sync::Mutex;
 use crossbeam_utils::CachePadded;

@@ -1,0 +1,369 @@
+//! What every store shares: [`Core`] (the algorithm, clock, counters and sweep settings, with
+//! the request paths that do not depend on how keys are kept) and [`Builder`], the one
+//! builder shape of every limiter. A store adds only its own table: the papaya map
+//! ([`KeyedLimiter`](crate::KeyedLimiter)), the compact table
+//! ([`CompactLimiter`](crate::CompactLimiter)) or one cell
+//! ([`DirectLimiter`](crate::DirectLimiter)).
+
+use crate::algo::{clamp, Algorithm, Gcra, Reconfigure, Reservation};
+use crate::cell::StateCell;
+use crate::clock::{duration_to_nanos, Clock, QuantaClock};
+use crate::decision::Decision;
+use crate::error::{check_cost, ConfigError, CostError};
+use crate::live::Live;
+use crate::stats::{Metrics, Stats};
+use crate::sweeper::{Signal, SweepTotals, Sweeper, Totals};
+use crate::wait::{self, Jitter};
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How far behind the clock an idle sweep judges idleness unless
+/// [`Builder::sweep_grace`] says otherwise.
+pub(crate) const DEFAULT_SWEEP_GRACE: Duration = Duration::from_secs(1);
+
+/// The settings a [`Builder`] collects.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options {
+    pub(crate) sweep_every: Option<Duration>,
+    pub(crate) max_keys: Option<usize>,
+    pub(crate) grace: Duration,
+    pub(crate) metrics: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            sweep_every: None,
+            max_keys: None,
+            grace: DEFAULT_SWEEP_GRACE,
+            metrics: false,
+        }
+    }
+}
+
+/// Configures a limiter: made by [`KeyedLimiter::builder`](crate::KeyedLimiter::builder),
+/// [`CompactLimiter::builder`](crate::CompactLimiter::builder) and
+/// [`DirectLimiter::builder`](crate::DirectLimiter::builder). `L` names the limiter it
+/// builds (on the default clock), `C` the clock chosen.
+///
+/// Every limiter takes [`clock`](Builder::clock) and [`metrics`](Builder::metrics); the keyed
+/// ones also [`max_keys`](Builder::max_keys), [`sweep_every`](Builder::sweep_every) and
+/// [`sweep_grace`](Builder::sweep_grace).
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::Gcra, CasLimiter};
+/// use std::time::Duration;
+///
+/// let limiter = CasLimiter::<String, Gcra>::builder("100/s burst 20".parse()?)
+///     .sweep_every(Duration::from_secs(10)) // drop idle keys in the background
+///     .max_keys(1_000_000)                  // and never hold many more than a million
+///     .build()?;
+/// assert!(limiter.check("203.0.113.7").is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use]
+pub struct Builder<L, A, C = QuantaClock> {
+    pub(crate) algo: A,
+    pub(crate) clock: C,
+    pub(crate) options: Options,
+    _limiter: PhantomData<fn() -> L>,
+}
+
+impl<L, A> Builder<L, A> {
+    pub(crate) fn new(algo: A) -> Self {
+        Self {
+            algo,
+            clock: QuantaClock::new(),
+            options: Options::default(),
+            _limiter: PhantomData,
+        }
+    }
+}
+
+impl<L, A, C> Builder<L, A, C> {
+    /// Uses `clock` instead of the default TSC clock ([`QuantaClock`]).
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<L, A, C2> {
+        Builder {
+            algo: self.algo,
+            clock,
+            options: self.options,
+            _limiter: PhantomData,
+        }
+    }
+
+    /// Counts allowed and denied decisions for the limiter's `metrics` (off by default: it
+    /// costs a `fetch_add` per request, on a per-thread stripe; CAS retries, sweeps and keys
+    /// are counted either way).
+    pub fn metrics(mut self, enabled: bool) -> Self {
+        self.options.metrics = enabled;
+        self
+    }
+}
+
+pub(crate) mod sealed {
+    /// Seals [`KeyedStore`](super::KeyedStore).
+    pub trait Keyed {}
+}
+
+/// The limiters that hold many keys, and so take a capacity bound and sweeps:
+/// [`KeyedLimiter`](crate::KeyedLimiter) and [`CompactLimiter`](crate::CompactLimiter).
+/// Sealed.
+pub trait KeyedStore: sealed::Keyed {}
+
+impl<L: KeyedStore, A, C> Builder<L, A, C> {
+    /// Bounds the number of keys. When a sweep finds more, it evicts the keys whose state is
+    /// closest to fresh (the earliest [`Algorithm::idle_at`]) down to 7/8 of the bound.
+    /// Unlike idle eviction this forgets live state: an evicted client starts over with a
+    /// fresh key.
+    ///
+    /// The bound is kept in two steps. A request inserting a key beyond `max_keys` wakes the
+    /// background sweeper (if there is one). A request inserting a key beyond
+    /// `max_keys + max_keys/4` runs one eviction pass itself before inserting, so however fast
+    /// new keys arrive, `len()` stays below `max_keys + max_keys/4` plus the number of threads
+    /// inserting at that moment. That request pays the pass in latency; it happens only under
+    /// floods that outrun the sweeper. The bound holds whatever the clock does: on a frozen or
+    /// coarse clock, where a flood's keys all tie in `idle_at`, the tied keys are evicted
+    /// evenly over the table.
+    ///
+    /// The papaya map is unbounded unless this is set. The compact table is sized by it, at a
+    /// load of 3/4, allocated at build and never grown (default
+    /// [`DEFAULT_MAX_KEYS`](crate::compact::DEFAULT_MAX_KEYS)); an insert that finds its probe
+    /// window full there evicts the window's key closest to fresh.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.options.max_keys = Some(max_keys.max(1));
+        self
+    }
+
+    /// Runs a background sweeper thread every `interval` (and sooner when the capacity bound
+    /// is exceeded). It sleeps between sweeps, never blocks a request, and is stopped and
+    /// joined when the limiter is dropped.
+    pub fn sweep_every(mut self, interval: Duration) -> Self {
+        self.options.sweep_every = Some(interval);
+        self
+    }
+
+    /// Idle sweeps judge idleness at `now − grace` (default 1 s).
+    ///
+    /// A request reads the clock before it finds its key, so a request delayed between the
+    /// two (preempted, say) carries a `now` slightly in the past. The grace keeps such a
+    /// request's key from being judged idle by a later clock reading than its own; it only
+    /// delays eviction. Zero is right for a manual clock moved between phases.
+    pub fn sweep_grace(mut self, grace: Duration) -> Self {
+        self.options.grace = grace;
+        self
+    }
+}
+
+impl<L, A: fmt::Debug, C: fmt::Debug> fmt::Debug for Builder<L, A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("algo", &self.algo)
+            .field("clock", &self.clock)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// What every store keeps beside its table, and the request paths that do not depend on how
+/// keys are kept.
+pub(crate) struct Core<A, C> {
+    pub(crate) algo: A,
+    pub(crate) clock: C,
+    pub(crate) stats: Stats,
+    /// Whether allowed/denied decisions are counted ([`Builder::metrics`]).
+    counting: bool,
+    grace_ns: u64,
+    pub(crate) max_keys: Option<usize>,
+    pub(crate) sweep_every: Option<Duration>,
+    pub(crate) signal: Arc<Signal>,
+    pub(crate) totals: Totals,
+}
+
+impl<A: Algorithm, C: Clock> Core<A, C> {
+    pub(crate) fn new(algo: A, clock: C, options: &Options) -> Self {
+        Self {
+            algo,
+            clock,
+            stats: Stats::default(),
+            counting: options.metrics,
+            grace_ns: duration_to_nanos(options.grace),
+            max_keys: options.max_keys,
+            sweep_every: options.sweep_every,
+            signal: Arc::default(),
+            totals: Totals::default(),
+        }
+    }
+
+    /// Rejects a cost the algorithm could never admit.
+    #[inline(always)]
+    pub(crate) fn cost(&self, cost: u64) -> Result<(), CostError> {
+        check_cost(cost, self.algo.capacity())
+    }
+
+    /// Counts `decision` if counting is on; returns it.
+    #[inline(always)]
+    pub(crate) fn count(&self, decision: Decision) -> Decision {
+        if self.counting {
+            self.stats.decided(decision.is_allowed());
+        }
+        decision
+    }
+
+    /// The time an idle sweep judges by: `now − grace`, capped like the algorithms' own
+    /// `now` (a saturated `idle_at` is never reached).
+    pub(crate) fn sweep_now(&self) -> u64 {
+        clamp(self.clock.now()).saturating_sub(self.grace_ns)
+    }
+
+    /// One request's update of `cell` (what the papaya and direct stores run): see
+    /// [`fitted`](Core::fitted). `None` if the cell is dead.
+    #[inline(always)]
+    pub(crate) fn update<T>(
+        &self,
+        cell: &impl StateCell<A::State>,
+        f: impl FnMut(&mut A::State) -> T,
+    ) -> Option<T> {
+        self.fitted(
+            || cell.update(&self.stats, f),
+            |fit| {
+                cell.rewrite(fit);
+            },
+        )
+    }
+
+    /// Runs `update` (a request's update of one key's state), then, if the configuration
+    /// changed meanwhile ([`Live`]), fits what it wrote through `rewrite` (the store's
+    /// read-modify-write of that state): its step may have run under the old configuration
+    /// and landed after the switch's walk passed the key. For a fixed algorithm the
+    /// generation is the constant 0 and this is `update()`.
+    #[inline(always)]
+    pub(crate) fn fitted<T>(
+        &self,
+        update: impl FnOnce() -> Option<T>,
+        rewrite: impl FnOnce(&dyn Fn(&mut A::State)),
+    ) -> Option<T> {
+        let generation = self.algo.generation();
+        let out = update()?;
+        if self.algo.generation() != generation {
+            self.refit(rewrite);
+        }
+        Some(out)
+    }
+
+    #[cold]
+    fn refit(&self, rewrite: impl FnOnce(&dyn Fn(&mut A::State))) {
+        let now = self.clock.now();
+        rewrite(&|state| self.algo.refit(state, now));
+    }
+
+    /// The decision for a key not held (absent, or dead: what a dead cell's state was
+    /// equivalent to).
+    #[inline]
+    pub(crate) fn peek_fresh(&self, now: u64, cost: u64) -> Decision {
+        self.algo.peek(&self.algo.fresh(), now, cost)
+    }
+
+    /// The counters, with `totals` and `keys` from the store.
+    pub(crate) fn metrics(&self, totals: SweepTotals, keys: usize) -> Metrics {
+        Metrics::new(&self.stats, totals, keys)
+    }
+
+    /// Starts the background sweeper if one was asked for, running `sweep` on `shared`.
+    pub(crate) fn spawn_sweeper<S: Send + Sync + 'static>(
+        &self,
+        shared: &Arc<S>,
+        sweep: fn(&S),
+    ) -> std::io::Result<Option<Sweeper>> {
+        let Some(interval) = self.sweep_every else {
+            return Ok(None);
+        };
+        let s = shared.clone();
+        Sweeper::spawn(self.signal.clone(), interval, move || sweep(&s)).map(Some)
+    }
+
+    /// The wait of every store's `until_ready*`: `peek` (which may fail, for a cost a live
+    /// reconfiguration made impossible) and `check` decide for the request's key and cost.
+    pub(crate) async fn until_ready<E, F, Fut>(
+        &self,
+        jitter: Jitter,
+        peek: impl Fn() -> Result<Decision, E>,
+        check: impl Fn() -> Decision,
+        sleep: F,
+    ) -> Result<Decision, E>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        wait::until_ready(peek, check, || self.clock.now(), jitter, sleep).await
+    }
+
+    /// [`until_ready`](Core::until_ready) on the calling thread, sleeping with the clock.
+    pub(crate) fn until_ready_blocking<E>(
+        &self,
+        jitter: Jitter,
+        peek: impl Fn() -> Result<Decision, E>,
+        check: impl Fn() -> Decision,
+    ) -> Result<Decision, E> {
+        let (now, sleep) = (|| self.clock.now(), |d| self.clock.sleep(d));
+        wait::until_ready_blocking(peek, check, now, jitter, sleep)
+    }
+}
+
+impl<C: Clock> Core<Gcra, C> {
+    /// `reserve` of every store: `apply` runs the reservation on the key's state word.
+    pub(crate) fn reserve(
+        &self,
+        cost: u64,
+        max_wait: Duration,
+        apply: impl FnOnce(&mut dyn FnMut(&mut u64) -> Reservation) -> Reservation,
+    ) -> Result<Reservation, CostError> {
+        self.cost(cost)?;
+        let max_wait = duration_to_nanos(max_wait);
+        let now = self.clock.now();
+        let reservation = apply(&mut |tat| {
+            let (reservation, new) = self.algo.reserve(*tat, now, cost, max_wait);
+            *tat = new.unwrap_or(*tat);
+            reservation
+        });
+        if self.counting {
+            self.stats
+                .decided(matches!(reservation, Reservation::Admitted { .. }));
+        }
+        Ok(reservation)
+    }
+}
+
+impl<A: Reconfigure, C: Clock> Core<Live<A>, C> {
+    /// `reconfigure` of every store: switches, then `rewrite`s every kept state, fitted as
+    /// of the switch (a request after it sees the fitted state plus what the new rate has
+    /// paid back since). `rewrite` must be a read-modify-write even when nothing changes: a
+    /// request that stepped under the old configuration and writes after it reads from it,
+    /// so sees the new generation and fits its own write. Dead cells are skipped.
+    pub(crate) fn reconfigure(
+        &self,
+        new: A,
+        rewrite_all: impl FnOnce(&dyn Fn(&mut A::State)),
+    ) -> Result<A, ConfigError> {
+        self.algo.switch(new, |new| {
+            let now = self.clock.now();
+            rewrite_all(&|state| new.fit(state, now));
+        })
+    }
+}
+
+impl<A: fmt::Debug, C: fmt::Debug> fmt::Debug for Core<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Core")
+            .field("algo", &self.algo)
+            .field("clock", &self.clock)
+            .field("cas", &self.stats)
+            .field("max_keys", &self.max_keys)
+            .field("sweeps", &self.totals.snapshot())
+            .finish()
+    }
+}
