@@ -140,6 +140,8 @@ mod error;
 mod keyed;
 mod limiter;
 mod live;
+#[cfg(all(test, hotlimit_loom))]
+mod loom;
 mod shared;
 mod stats;
 pub mod store;
@@ -157,8 +159,8 @@ pub use error::{ConfigError, CostError, Field};
 pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
 pub use limiter::{Cas, Locked, RateLimiter};
 pub use live::Live;
-pub use stats::Metrics;
 pub use shared::Builder;
+pub use stats::Metrics;
 pub use wait::Jitter;
 
 #[cfg(feature = "tower")]

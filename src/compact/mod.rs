@@ -4,7 +4,7 @@
 
 mod key;
 mod slot;
-mod table;
+pub(crate) mod table;
 
 pub use key::{CompactKey, Hashed};
 pub use slot::{CompactState, CompactVariant, KeyRepr, Slot};
@@ -16,8 +16,8 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, CostError};
 use crate::limiter::{Cas, RateLimiter};
 use crate::live::Live;
-use crate::stats::Metrics;
 use crate::shared::{sealed, Builder, KeyedStore, Options};
+use crate::stats::Metrics;
 use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
 use crate::wait::{self, Jitter};
 use std::fmt;
@@ -86,7 +86,7 @@ use table::{Table, SLOTS_PER_LINE};
 /// ```
 pub struct CompactLimiter<K: CompactKey, A: Algorithm, C = QuantaClock, V: CompactVariant<A> = Cas>
 {
-    table: Arc<Table<K, A, C, V>>,
+    pub(crate) table: Arc<Table<K, A, C, V>>,
     /// Stops and joins the background sweeper (if any) when the limiter is dropped.
     _sweeper: Option<Sweeper>,
 }

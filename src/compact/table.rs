@@ -110,7 +110,7 @@ fn scale(hash: u64, n: usize) -> usize {
 
 /// The slot of its home line a key tries first (bits of the hash `scale` barely uses).
 #[inline(always)]
-fn preferred_slot(fp: u64) -> usize {
+pub(crate) fn preferred_slot(fp: u64) -> usize {
     (fp >> 1) as usize % SLOTS_PER_LINE
 }
 

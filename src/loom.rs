@@ -1,0 +1,255 @@
+//! The crate's loom models of its private parts, in one place: the eviction protocol of the
+//! papaya store's cells, and the compact table (inserts racing inserts, sweeps racing requests
+//! while another key takes the freed slot). The models of the public limiters are in
+//! `tests/loom.rs`.
+//!
+//! `RUSTFLAGS="--cfg hotlimit_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release --lib loom`.
+
+// loom models of the eviction protocol: a sweep racing requests for the same key.
+//
+// `RUSTFLAGS="--cfg hotlimit_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release --lib loom`.
+// loom cannot model papaya, so a one-slot map (a loom mutex around the key's current cell)
+// stands in for it; the cells and their CAS protocol are the real ones, and `check` and
+// `sweep` below follow `Shared::decide` and `Shared::sweep` step by step.
+mod cells {
+    use crate::algo::{Algorithm, Gcra};
+    use crate::cell::{CasCell, StateCell};
+    use crate::decision::Policy;
+    use crate::stats::Stats;
+    use loom::sync::{Arc, Mutex};
+    use loom::thread;
+
+    type Cell = Arc<CasCell<u64>>;
+
+    /// The key's entry in the map: its current cell, if any.
+    struct Slot(Mutex<Option<Cell>>);
+
+    impl Slot {
+        fn get_or_insert(&self, fresh: u64) -> Cell {
+            let mut slot = self.0.lock().unwrap();
+            slot.get_or_insert_with(|| Arc::new(StateCell::new(fresh)))
+                .clone()
+        }
+
+        fn get(&self) -> Option<Cell> {
+            self.0.lock().unwrap().clone()
+        }
+
+        /// papaya's `remove_if(key, |_, c| ptr::eq(c, cell))`.
+        fn remove_if_same(&self, cell: &Cell) {
+            let mut slot = self.0.lock().unwrap();
+            if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, cell)) {
+                *slot = None;
+            }
+        }
+    }
+
+    /// A request: `Shared::decide`. Returns whether it was allowed.
+    fn check(slot: &Slot, g: &Gcra, now: u64, stats: &Stats) -> bool {
+        loop {
+            let cell = slot.get_or_insert(g.fresh());
+            let allowed = cell.update(stats, |w| g.update(w, now, 1).is_allowed());
+            match allowed {
+                Some(allowed) => return allowed,
+                None => slot.remove_if_same(&cell),
+            }
+        }
+    }
+
+    /// One key's share of a sweep: `Shared::sweep`.
+    fn sweep(slot: &Slot, g: &Gcra, now: u64) {
+        if let Some(cell) = slot.get() {
+            if cell.kill_if(|w| g.idle_at(w) <= now) {
+                slot.remove_if_same(&cell);
+            }
+        }
+    }
+
+    /// Two requests at `now` race a sweep of a key that was idle when they started. Whatever
+    /// the interleaving, the totals and the surviving state are those of the two requests run
+    /// alone: the sweep loses no update and counts nothing twice.
+    fn model(policy: Policy, want_allowed: usize, want_tat: u64) {
+        loom::model(move || {
+            let g = "100/s burst 1".parse::<Gcra>().unwrap().with_policy(policy);
+            let now = 1_000_000_000;
+            // Last request long ago: tat in the past, so the key is idle.
+            let slot = Arc::new(Slot(Mutex::new(Some(Arc::new(StateCell::new(5u64))))));
+            let stats = Arc::new(Stats::default());
+            let requests: Vec<_> = (0..2)
+                .map(|_| {
+                    let (slot, stats) = (slot.clone(), stats.clone());
+                    thread::spawn(move || check(&slot, &g, now, &stats))
+                })
+                .collect();
+            let sweeper = {
+                let slot = slot.clone();
+                thread::spawn(move || sweep(&slot, &g, now))
+            };
+            let allowed = requests
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .filter(|&a| a)
+                .count();
+            sweeper.join().unwrap();
+            assert_eq!(allowed, want_allowed);
+            let tat = slot.get().map(|c| c.load());
+            assert_eq!(tat, Some(want_tat));
+        });
+    }
+
+    #[test]
+    fn loom_sweep_vs_checks_leaky() {
+        // One admitted (tat = now + T); the denial writes nothing.
+        model(Policy::Leaky, 1, 1_000_000_000 + 10_000_000);
+    }
+
+    #[test]
+    fn loom_sweep_vs_checks_strict() {
+        // One admitted, both counted: tat = now + 2T.
+        model(Policy::Strict, 1, 1_000_000_000 + 20_000_000);
+    }
+}
+
+// loom models of the compact table: inserts of one key racing each other, and a sweep racing
+// requests while another key takes the freed slot (the ABA case).
+//
+// `RUSTFLAGS="--cfg hotlimit_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release --lib loom`.
+// The table, slots, stripe locks and reach counters are the real ones, on loom's atomics and
+// mutexes; the 128-bit pair is modelled by a loom mutex (see `sync::Atomic128`). A table of
+// 3 keys is one line of 4 slots, so every key shares the home line and competes for slots.
+mod compact {
+    use crate::algo::Gcra;
+    use crate::clock::ManualClock;
+    use crate::compact::table::preferred_slot;
+    use crate::compact::CompactLimiter;
+    use crate::decision::Policy;
+    use crate::store::CompactVariant;
+    use crate::{Cas, Locked};
+    use loom::sync::Arc;
+    use loom::thread;
+    use std::time::Duration;
+
+    const T: u64 = 10_000_000; // 100/s
+    const NOW: u64 = 1_000_000_000;
+
+    type Limiter<V> = CompactLimiter<u64, Gcra, ManualClock, V>;
+
+    fn limiter<V: CompactVariant<Gcra>>(policy: Policy) -> (Limiter<V>, ManualClock) {
+        let g = "100/s burst 1".parse::<Gcra>().unwrap().with_policy(policy);
+        let clock = ManualClock::new();
+        let l = CompactLimiter::builder(g)
+            .max_keys(3)
+            .clock(clock.clone())
+            .sweep_grace(Duration::ZERO)
+            .build()
+            .unwrap();
+        (l, clock)
+    }
+
+    /// The state a key is left in, read through a probe request: with burst 1 and tat ≥ now
+    /// the probe is denied, and its retry_after pins tat (leaky: tat − now).
+    fn leaky_wait<V: CompactVariant<Gcra>>(l: &Limiter<V>, key: u64) -> u64 {
+        let d = l.check(&key);
+        assert!(d.is_denied(), "key {key} admitted by the probe: {d:?}");
+        d.retry_after_nanos()
+    }
+
+    /// Two threads insert the same new key at once: exactly one request admitted, one key
+    /// held, one slot used.
+    fn concurrent_inserts<V: CompactVariant<Gcra>>() {
+        loom::model(|| {
+            let (l, clock) = limiter::<V>(Policy::Leaky);
+            clock.set_nanos(NOW);
+            let l = Arc::new(l);
+            let hs: Vec<_> = (0..2)
+                .map(|_| {
+                    let l = l.clone();
+                    thread::spawn(move || l.check(&7).is_allowed())
+                })
+                .collect();
+            let allowed = hs.into_iter().map(|h| h.join().unwrap());
+            assert_eq!(allowed.filter(|&a| a).count(), 1);
+            assert_eq!(l.len(), 1);
+            assert_eq!(l.probe_stats().keys, 1);
+            assert_eq!(leaky_wait(&l, 7), T);
+        });
+    }
+
+    #[test]
+    fn loom_compact_concurrent_inserts_of_one_key() {
+        concurrent_inserts::<Cas>();
+    }
+
+    /// The same through lock slots: the hint word read without the lock, the entry under it.
+    #[test]
+    fn loom_compact_locked_concurrent_inserts_of_one_key() {
+        concurrent_inserts::<Locked>();
+    }
+
+    /// A request for key 7 races a sweep that may evict it, while a request for a new key
+    /// (one that prefers 7's slot) may take the freed slot. Whatever the interleaving, each
+    /// key ends with exactly its own request counted: a stale CAS for 7 never lands in the
+    /// other key's slot and 7's request is never lost. With `prefill`, 7 starts idle
+    /// (tat = T); without, the request inserts 7 fresh, and the sweep can free the slot
+    /// between that insert and the request's CAS, so the other key may be installed in it
+    /// with the very state (fresh) 7's request read: only the key half of the pair CAS stops
+    /// the stale write (a state-only CAS fails this model).
+    fn evict_vs_check<V: CompactVariant<Gcra>>(policy: Policy, prefill: bool) {
+        loom::model(move || {
+            let (l, clock) = limiter::<V>(policy);
+            // A second key that prefers the same slot as 7, so it takes 7's slot when the
+            // sweep frees it (the reuse under test), not a free neighbour.
+            let pref = |k: u64| preferred_slot(l.table.locate(&k).1);
+            let other = (8..).find(|&k| pref(k) == pref(7)).unwrap();
+            if prefill {
+                l.check(&7); // tat = T
+            }
+            clock.set_nanos(NOW); // 7 is idle now
+            let l = Arc::new(l);
+            let a = {
+                let l = l.clone();
+                thread::spawn(move || l.check(&7).is_allowed())
+            };
+            let b = {
+                let l = l.clone();
+                thread::spawn(move || {
+                    l.sweep();
+                })
+            };
+            let c = {
+                let l = l.clone();
+                thread::spawn(move || l.check(&other).is_allowed())
+            };
+            assert!(a.join().unwrap());
+            b.join().unwrap();
+            assert!(c.join().unwrap());
+            assert_eq!(l.len(), 2);
+            assert_eq!(l.probe_stats().keys, 2);
+            // Each key: tat = NOW + T, so the probe waits exactly T (leaky) or 2T (strict:
+            // the probe itself is counted).
+            let want = if policy == Policy::Strict { 2 * T } else { T };
+            assert_eq!(leaky_wait(&l, 7), want);
+            assert_eq!(leaky_wait(&l, other), want);
+        });
+    }
+
+    #[test]
+    fn loom_compact_evict_idle_vs_check_leaky() {
+        evict_vs_check::<Cas>(Policy::Leaky, true);
+    }
+
+    #[test]
+    fn loom_compact_evict_fresh_vs_check_leaky() {
+        evict_vs_check::<Cas>(Policy::Leaky, false);
+    }
+
+    #[test]
+    fn loom_compact_locked_evict_fresh_vs_check_leaky() {
+        evict_vs_check::<Locked>(Policy::Leaky, false);
+    }
+
+    #[test]
+    fn loom_compact_evict_fresh_vs_check_strict() {
+        evict_vs_check::<Cas>(Policy::Strict, false);
+    }
+}
