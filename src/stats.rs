@@ -12,9 +12,9 @@ const STRIPES: usize = 32;
 ///
 /// A retry is a CAS that lost a race: another thread changed the word between this request's
 /// load and its CAS, so the algorithm re-ran on the winner's word. Retries are counted on the
-/// slow path only. Counting every attempt would cost a shared-line `fetch_add` per request:
-/// measured on the 2-core box, that added 5.4 ns (22%) to a one-key check and ~34 ns to a
-/// 1M-key one. The CAS attempts of `n` requests are therefore `writes + retries`, where writes
+/// slow path only. Counting every attempt would cost a shared-line `fetch_add` per request, a
+/// measurable share of a check (see `BENCHMARKS.md`, section "What was measured, then
+/// optimised"). The CAS attempts of `n` requests are therefore `writes + retries`, where writes
 /// are the allowed requests plus, under the strict policy, the denied ones (a leaky denial
 /// writes nothing).
 ///

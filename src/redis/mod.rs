@@ -95,8 +95,8 @@
 //!
 //! One connection does one round trip at a time; use one limiter per thread
 //! ([`RedisLimiter::try_clone`] opens another connection), and
-//! [`RedisLimiter::try_check_pipelined`] to send a batch in one round trip. `BENCHMARKS.md`
-//! has the numbers.
+//! [`RedisLimiter::try_check_pipelined`] to send a batch in one round trip. `BENCHMARKS.md`,
+//! section "Redis backend (`redis` feature), checks per second", has the numbers.
 //!
 //! With the `redis-async` feature, `AsyncRedisLimiter` (from `Builder::build_async`) is the
 //! same on tokio, over one multiplexed connection that pipelines concurrent tasks' requests.
