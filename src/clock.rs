@@ -111,7 +111,7 @@ impl Clock for QuantaClock {
 /// use std::time::Duration;
 ///
 /// let clock = CoarseClock::new(Duration::from_millis(1));
-/// let limiter = CasLimiter::<u64, _>::with_clock("1000/s burst 50".parse::<Gcra>()?, clock);
+/// let limiter = CasLimiter::<u64, Gcra>::with_clock("1000/s burst 50".parse()?, clock);
 /// assert!(limiter.check(&7).is_allowed());
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```

@@ -23,7 +23,7 @@ use std::time::Duration;
 /// ```
 /// use hotlimit::{algo::Gcra, DirectLimiter, ManualClock};
 ///
-/// let global = DirectLimiter::with_clock("100/s burst 2".parse::<Gcra>()?, ManualClock::new());
+/// let global = DirectLimiter::<Gcra>::with_clock("100/s burst 2".parse()?, ManualClock::new());
 /// assert!(global.check().is_allowed());
 /// assert!(global.check().is_allowed());
 /// assert!(global.check().is_denied());

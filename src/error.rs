@@ -96,7 +96,7 @@ pub enum ConfigError {
         min: &'static str,
     },
     /// A live reconfiguration that would change what the kept per-key state means (an
-    /// EARRRL half-life, an exponential period); see [`Reconfigure`](crate::Reconfigure).
+    /// EARRRL half-life, an exponential period); see [`Reconfigure`](crate::algo::Reconfigure).
     Unchangeable {
         /// The field.
         field: Field,

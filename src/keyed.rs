@@ -49,7 +49,7 @@ const CAPACITY_SAMPLE: usize = 1024;
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
-/// let limiter = CasLimiter::<String, _>::with_clock("10/s burst 2".parse::<Gcra>()?, clock.clone());
+/// let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 2".parse()?, clock.clone());
 /// assert!(limiter.check("alice").is_allowed());
 /// assert!(limiter.check("alice").is_allowed());
 /// let denied = limiter.check("alice");
@@ -170,7 +170,7 @@ where
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
-    /// let limiter = CasLimiter::<String, _>::with_clock("10/s burst 1".parse::<Gcra>()?, ManualClock::new());
+    /// let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::new());
     /// assert!(limiter.peek("k").is_allowed());
     /// assert!(limiter.peek("k").is_allowed()); // nothing was counted
     /// assert_eq!(limiter.len(), 0);
@@ -230,7 +230,7 @@ where
     /// #     }
     /// # }
     /// let clock = ManualClock::new();
-    /// let limiter = CasLimiter::<u32, _>::with_clock("4/s burst 1".parse::<Gcra>()?, clock.clone());
+    /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
     /// limiter.check(&1);
     /// // With tokio: `limiter.until_ready(&1, tokio::time::sleep).await`.
     /// let fake_sleep = |d| {
@@ -288,7 +288,7 @@ where
     /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
     ///
     /// let clock = ManualClock::new();
-    /// let limiter = CasLimiter::<u32, _>::with_clock("4/s burst 1".parse::<Gcra>()?, clock.clone());
+    /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
     /// limiter.check(&1);
     /// assert!(limiter.until_ready_blocking(&1).is_allowed());
     /// assert_eq!(clock.now(), 250_000_000);
@@ -336,7 +336,7 @@ where
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
-    /// let limiter = CasLimiter::<u64, _>::with_clock("10/s burst 2".parse::<Gcra>()?, ManualClock::new());
+    /// let limiter = CasLimiter::<u64, Gcra>::with_clock("10/s burst 2".parse()?, ManualClock::new());
     /// let batch = [7, 7, 9, 7];
     /// let pinned = limiter.pin();
     /// let allowed: Vec<bool> = batch.iter().map(|k| pinned.check(k).is_allowed()).collect();
@@ -439,7 +439,7 @@ where
     /// use hotlimit::{algo::{Gcra, Reservation}, CasLimiter, ManualClock};
     /// use std::time::Duration;
     ///
-    /// let l = CasLimiter::<u32, _>::with_clock("10/s burst 1".parse::<Gcra>()?, ManualClock::new());
+    /// let l = CasLimiter::<u32, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::new());
     /// let wait = Duration::from_secs(1);
     /// assert_eq!(l.reserve(&7, 1, wait), Ok(Reservation::Admitted { delay: Duration::ZERO }));
     /// assert_eq!(l.reserve(&7, 1, wait), Ok(Reservation::Admitted { delay: Duration::from_millis(100) }));

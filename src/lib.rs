@@ -7,7 +7,7 @@
 //!
 //! // 10 requests per second per client, bursts of up to 5.
 //! let clock = ManualClock::new(); // tests and replays; `CasLimiter::new` uses the TSC clock
-//! let limiter = CasLimiter::<String, _>::with_clock("10/s burst 5".parse::<Gcra>()?, clock.clone());
+//! let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 5".parse()?, clock.clone());
 //!
 //! for _ in 0..5 {
 //!     assert!(limiter.check("203.0.113.7").is_allowed());
@@ -28,21 +28,33 @@
 //! [`ConfigError`]; [`Rate`] and [`algo::Gcra`] also parse strings such as `"100/s"`,
 //! `"600/h"`, `"10/min burst 20"`), and put it in a limiter:
 //!
-//! * [`CasLimiter`]: keyed, lock-free (the default choice).
-//! * [`MutexLimiter`]: keyed, the same map with each key's state behind a mutex (the
-//!   pessimistic twin, to compare on your workload).
-//! * [`DirectLimiter`]: one unkeyed limit (a global cap).
-//! * [`ShardedLimiter`]: a sharded `Mutex<HashMap>`, kept as a benchmark baseline.
-//! * [`CompactLimiter`]: keyed, for keys of a fixed small size (`u64`, `u32`, `u128`, IP
-//!   addresses, or [`Hashed`] keys): a fixed-capacity table with each key's state inline, one
-//!   128-bit CAS per check and one cache line in the common case; for millions of keys.
+//! | limiter | keys | state per key | pick it when |
+//! |---|---|---|---|
+//! | [`CasLimiter`] | any `Hash + Eq` (looked up by borrow: `&str` for `String`) | a lock-free cell in a `papaya` map; grows, bounded by [`max_keys`](Builder::max_keys) | the default: any key, any number of keys |
+//! | [`MutexLimiter`] | the same | the same map, each state behind a mutex | to compare pessimistic locking on your workload |
+//! | [`CompactLimiter`] | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`] | inline in a fixed table (16 bytes a slot for 64-bit keys and one-word states), allocated at build | millions of keys, memory known up front |
+//! | [`DirectLimiter`] | none (one global limit) | one cache-padded cell | a global cap |
 //!
-//! [`KeyedLimiter::check`] decides a request of cost 1, [`KeyedLimiter::check_n`] one of any
-//! cost (bytes, tokens); a cost that could never be admitted is a [`CostError`], not an
-//! endless denial. The [`Decision`] says whether the request is allowed, and when denied how
-//! long until the same request would pass (`retry_after`, honest: never rounded down). It also
-//! carries `remaining` and `reset_after` where the algorithm knows them, and the measured
-//! `rate` for the averaging algorithms, so you can run them in dry-run or shadow mode.
+//! Every limiter offers the same operations under the same names: [`check`](KeyedLimiter::check)
+//! and [`check_n`](KeyedLimiter::check_n) decide a request (of cost 1, or of any cost: bytes,
+//! tokens; a cost that could never be admitted is a [`CostError`], not an endless denial);
+//! [`peek`](KeyedLimiter::peek) and [`peek_n`](KeyedLimiter::peek_n) evaluate without
+//! counting; [`until_ready`](KeyedLimiter::until_ready) (async, any runtime) and
+//! [`until_ready_blocking`](KeyedLimiter::until_ready_blocking), with `_with` forms taking a
+//! cost and a [`Jitter`], wait for a client limiting itself; [`reserve`](KeyedLimiter::reserve)
+//! paces with GCRA; [`reconfigure`](KeyedLimiter::reconfigure) changes a [`Live`] quota while
+//! traffic flows, keeping every key's state; [`metrics`](KeyedLimiter::metrics) snapshots the
+//! counters (and [`Metrics`] can feed the `metrics` crate, feature `metrics`). The keyed ones
+//! add [`sweep`](KeyedLimiter::sweep), [`len`](KeyedLimiter::len),
+//! [`max_keys`](KeyedLimiter::max_keys) and [`sweep_every`](KeyedLimiter::sweep_every). Each
+//! is made by `new` (default clock), `with_clock`, or `builder` (one [`Builder`] shape:
+//! clock, metrics, and for keyed stores a capacity bound and a background sweeper). Code
+//! generic over limiters uses the [`RateLimiter`] trait.
+//!
+//! The [`Decision`] says whether the request is allowed, and when denied how long until the
+//! same request would pass (`retry_after`, honest: never rounded down). It also carries
+//! `remaining` and `reset_after` where the algorithm knows them, and the measured `rate` for
+//! the averaging algorithms, so you can run them in dry-run or shadow mode.
 //!
 //! With the `tower` feature, `hotlimit::tower::RateLimitLayer` puts any limiter in front of
 //! an axum, hyper or tonic service: `429` with `Retry-After` and the IETF `RateLimit` fields,
@@ -53,18 +65,17 @@
 //! limit shared by many instances of a service, with the same [`Decision`]s.
 //!
 //! Time comes from a [`Clock`]: [`QuantaClock`] (TSC-backed) by default, [`ManualClock`] for
-//! tests, simulations and trace replay.
+//! tests, simulations and trace replay, [`CoarseClock`] where a clock read per request costs
+//! too much.
 //!
 //! Keys whose state is back to fresh are dropped by [`KeyedLimiter::sweep`], by hand or by a
 //! background sweeper ([`Builder::sweep_every`]), without changing any decision; a capacity
 //! bound ([`Builder::max_keys`]) keeps memory bounded under floods of new keys.
 //!
-//! Beyond `check`: [`KeyedLimiter::peek`] evaluates without counting; [`algo::AllOf`] puts
-//! several quotas on one key, all-or-nothing, in one cell; [`Live`] with
-//! [`KeyedLimiter::reconfigure`] changes a quota while traffic flows, keeping every key's
-//! state; [`KeyedLimiter::metrics`] snapshots striped counters (and [`Metrics`] can feed the
-//! `metrics` crate, feature `metrics`); [`KeyedLimiter::until_ready`] (async, any runtime) and
-//! [`KeyedLimiter::until_ready_blocking`] wait for a client limiting itself, with [`Jitter`].
+//! The rest of the surface sits in modules: [`algo`] (the algorithms, and their step
+//! machinery: [`algo::State`], [`algo::WordStep`], [`algo::Reconfigure`]), [`store`] (what
+//! the limiters' signatures name: variants, compact key types, sweep reports) and
+//! [`baseline`] (the sharded `Mutex<HashMap>` the benchmarks compare against).
 //!
 //! # Algorithms
 //!
@@ -83,7 +94,8 @@
 //! locked out until it slows down.
 //!
 //! Every algorithm is a pure state machine, [`Algorithm::update`] (in place) or
-//! [`WordStep::step`] (by value, for word states), usable on its own.
+//! [`algo::WordStep::step`] (by value, for word states), usable on its own. Algorithms name
+//! no storage: how a store keeps each state is the store's business.
 //!
 //! # Consistency
 //!
@@ -91,8 +103,8 @@
 //! of some sequential order of the same requests; at one fixed `now`, N threads firing at one
 //! key get exactly as many allowed as one thread would. No update is ever lost, also while a
 //! sweep evicts keys. This is tested with real threads (`tests/stress.rs`,
-//! `tests/eviction.rs`) and model-checked with loom (`tests/loom.rs` for the cells, the
-//! eviction protocol in `src/cell.rs`). A clock read that goes backwards (TSC skew between
+//! `tests/eviction.rs`) and model-checked with loom (`tests/loom.rs` for the cells and
+//! limiters, `src/loom.rs` for the eviction protocol and the compact table). A clock read that goes backwards (TSC skew between
 //! cores) is treated as equal to the stored time, never as an error; time is capped at
 //! [`algo::CLOCK_MAX`] (584 years).
 //!
@@ -111,20 +123,27 @@
 //!
 //! # Implementation
 //!
-//! * `algo/`: the pure state machines. Floats are stored as bits; numerically delicate steps
-//!   use `exp_m1`, `ln_1p` and log-sum-exp, each with a comment saying why. A float
-//!   `retry_after` is settled against the real step (`honest_wait`), so it is never early and
-//!   never late by a rounding error.
-//! * `cell.rs`: the CAS cell ([`Algorithm::update`] re-run on a copy of the word that won a
-//!   race), the lock cell, and the eviction tombstone protocol both share.
-//! * `limiter.rs`: the [`RateLimiter`] trait and the [`Cas`] / [`Locked`] variants;
-//!   `keyed.rs`, `direct.rs`, `sharded.rs`: the limiters; `sweeper.rs`: the background
-//!   sweeper thread.
+//! * `algo/`: the pure state machines, depending only on the crate's leaf modules (config,
+//!   decision, error). Floats are stored as bits; numerically delicate steps use `exp_m1`,
+//!   `ln_1p` and log-sum-exp, each with a comment saying why. A float `retry_after` is settled
+//!   against the real step (`honest_wait`), so it is never early and never late by a rounding
+//!   error. Each algorithm's `Reconfigure` impl sits beside it.
 //! * `sync.rs`: every atomic and lock used by the protocol, swapped for loom's under
 //!   `--cfg hotlimit_loom` (the 128-bit word too, as a model of one indivisible CAS), and the
 //!   crate's one compare-and-swap loop, which every cell and slot operation calls.
-//! * `compact.rs`, `compact/slot.rs`: the compact store (its design, and the crates evaluated
-//!   before writing it, are in [`CompactLimiter`]'s docs).
+//! * `cell.rs`: the CAS cell and the lock cell of the papaya store, how each state type is
+//!   kept (a word with its tombstone, any other state in an `Option`), and the eviction
+//!   protocol they share.
+//! * `shared.rs`: the store core every limiter shares (cost check, counting, waits,
+//!   reservations, live switches, metrics, the sweeper's start) and the one [`Builder`].
+//! * `keyed.rs`, `compact/` (key types, table, slots), `direct.rs`: the limiters, each only
+//!   its own table; `limiter.rs`: the [`RateLimiter`] trait and the [`Cas`] / [`Locked`]
+//!   variants; `sweeper.rs`: capacity cuts and the background sweeper thread; `live.rs`:
+//!   [`Live`]; `baseline.rs`: the sharded baseline; `loom.rs`: the loom models of the private
+//!   parts.
+//! * `docs/DESIGN.md`: the algorithms with their formulas, the concurrency contract, the
+//!   eviction protocol and the compact table's design; tests and fuzz targets cite its
+//!   sections.
 #![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]
 

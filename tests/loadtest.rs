@@ -1,11 +1,12 @@
-//! Runs `examples/loadtest.rs` (through `cargo run --release`) with small parameters and
-//! checks its JSON output and its errors.
+//! Runs the load test of `examples/loadtest` in process, through its engine (the code the
+//! example runs), with small parameters, and checks its JSON output and its errors.
+
+#[path = "../examples/loadtest/engine.rs"]
+mod engine;
 
 use serde_json::Value;
-use std::process::Command;
-use std::sync::OnceLock;
 
-/// What one run of the load test gave.
+/// What one run of the load test gave: what the example would exit with and print.
 #[derive(Debug)]
 struct Run {
     code: i32,
@@ -13,37 +14,24 @@ struct Run {
     stderr: String,
 }
 
-/// A `cargo` command in this crate's directory.
-fn cargo() -> Command {
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
-    cmd
-}
-
-/// Runs the load test with `args`. The example is built once, by the first caller, so that
-/// a compile error is reported once and plainly.
+/// Runs the load test with `args`, as `cargo run --example loadtest -- args` would, but in
+/// this process: the exit code, stdout and stderr are those the example's `main` would give.
 fn loadtest(args: &[&str]) -> Run {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let out = cargo()
-            .args(["build", "--release", "--quiet", "--example", "loadtest"])
-            .output()
-            .expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build --release --example loadtest failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
-    let out = cargo()
-        .args(["run", "--release", "--quiet", "--example", "loadtest", "--"])
-        .args(args)
-        .output()
-        .expect("run cargo run");
+    let mut stderr = Vec::new();
+    let result = engine::parse(std::iter::once("loadtest").chain(args.iter().copied()))
+        .and_then(|parsed| engine::run(&parsed, &mut stderr));
+    let mut stderr = String::from_utf8(stderr).unwrap();
+    let (code, stdout) = match result {
+        Ok(stdout) => (0, stdout),
+        Err(e) => {
+            stderr.push_str(&e.to_string());
+            (i32::from(e.exit_code()), String::new())
+        }
+    };
     Run {
-        code: out.status.code().expect("exit status"),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
+        code,
+        stdout,
+        stderr,
     }
 }
 

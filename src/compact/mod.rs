@@ -53,7 +53,7 @@ use table::{Table, SLOTS_PER_LINE};
 /// The table's design, its costs and the crates evaluated before writing it are in
 /// `docs/DESIGN.md` (section 7); measurements in `BENCHMARKS.md`.
 ///
-/// **The hot path.** With the [`Cas`] variant and a 64-bit key form ([`u64`], [`u32`], [`Ipv4Addr`],
+/// **The hot path.** With the [`Cas`] variant and a 64-bit key form ([`u64`], [`u32`], [`Ipv4Addr`](std::net::Ipv4Addr),
 /// [`Hashed`]) and a one-word state ([`Gcra`], [`Earrrl`](crate::algo::Earrrl),
 /// [`FixedWindow`](crate::algo::FixedWindow)), the hot path for a present key is: clock read
 /// → hash → load the home line's slots → pure algorithm step → one 128-bit

@@ -30,7 +30,7 @@ impl KeyRepr for u128 {
 
 /// Which slot the lock-free ([`Cas`](crate::Cas)) compact store uses for a state: implemented
 /// here for every state type of `algo`, bound where the compact store is chosen
-/// ([`CompactVariant`](crate::CompactVariant)). Sealed (private module).
+/// ([`CompactVariant`](crate::store::CompactVariant)). Sealed (private module).
 pub trait CompactState: StateCells {
     /// The slot of the [`Cas`](crate::Cas) variant for keys of form `R`.
     #[doc(hidden)]

@@ -58,7 +58,7 @@ pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: CompactVariant<A>> {
 }
 
 /// Probe lengths of the keys held: how far from its home line each key sits. See
-/// [`CompactLimiter::probe_stats`].
+/// [`CompactLimiter::probe_stats`](crate::CompactLimiter::probe_stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ProbeStats {
     /// Keys held.

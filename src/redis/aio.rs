@@ -1,13 +1,13 @@
 //! The async client (feature `redis-async`, tokio): [`AsyncRedisLimiter`].
 
-use super::{decision, is_noscript, At, BackendError, Builder, Core, FailMode, RedisAlgorithm};
+use super::shared::{batch_decisions, decision, is_noscript, noscript_indices, At, Core};
+use super::{BackendError, Builder, FailMode, RedisAlgorithm};
 use crate::decision::Decision;
 use crate::error::CostError;
 use ::redis::aio::MultiplexedConnection;
 use ::redis::{AsyncConnectionConfig, Client, Value};
 use parking_lot::Mutex;
 use std::fmt;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// The async twin of [`RedisLimiter`](super::RedisLimiter), on tokio: the same scripts,
@@ -82,12 +82,12 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
 
     /// Requests sent to Redis so far (each a round trip; a pipelined batch counts once).
     pub fn round_trips(&self) -> u64 {
-        self.core.round_trips.load(Ordering::Relaxed)
+        self.core.round_trips()
     }
 
     /// Backend failures [`check`](AsyncRedisLimiter::check) answered with the [`FailMode`].
     pub fn failures(&self) -> u64 {
-        self.core.failures.load(Ordering::Relaxed)
+        self.core.failures()
     }
 
     /// Decides a request of cost 1; on a backend failure, answers the [`FailMode`].
@@ -242,29 +242,21 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
     ) -> Result<Vec<Decision>, BackendError> {
         let pipe = self.core.pipeline(&self.core.sha(), requests);
         self.core.trip();
-        let mut values = con
+        let values = con
             .send_packed_commands(&pipe, 0, requests.len())
             .await
             .map_err(BackendError::from_redis)?;
-        let missed: Vec<usize> = (0..values.len())
-            .filter(|&i| is_noscript(&values[i]))
-            .collect();
+        let missed = noscript_indices(&values);
+        let mut again = Vec::new();
         if !missed.is_empty() {
             let sha = self.reload(con).await?;
-            let again: Vec<(&str, u64)> = missed.iter().map(|&i| requests[i]).collect();
-            let pipe = self.core.pipeline(&sha, &again);
+            let pipe = self.core.retry_pipeline(&sha, requests, &missed);
             self.core.trip();
-            let again = con
+            again = con
                 .send_packed_commands(&pipe, 0, missed.len())
                 .await
                 .map_err(BackendError::from_redis)?;
-            for (i, v) in missed.into_iter().zip(again) {
-                values[i] = v;
-            }
         }
-        values
-            .into_iter()
-            .map(|v| decision(v, At::Server))
-            .collect()
+        batch_decisions(values, missed, again)
     }
 }

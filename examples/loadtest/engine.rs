@@ -1,53 +1,7 @@
-//! A multi-threaded load test: the same pre-generated stream of keyed requests through the
-//! lock-free `CasLimiter`, its `MutexLimiter` twin, the sharded `Mutex<HashMap>` baseline and
-//! (for GCRA) the `governor` crate, with throughput, per-check latency percentiles, CAS
-//! retries and the share of requests allowed.
-//!
-//! # Usage
-//!
-//! ```text
-//! cargo run --release --example loadtest -- [OPTIONS]
-//!
-//! --algo gcra|earrrl|exponential|fixed-window|sliding-window|sliding-log|sub-window  (default gcra)
-//! --threads N            worker threads (default: available cores, at least 2)
-//! --keys N               distinct keys (default 10000)
-//! --dist uniform|zipf:S  key popularity (default zipf:1.0)
-//! --abusive F            share of requests from 8 abusive keys, 0..1 (default 0.1)
-//! --requests N           checks per thread (default 40000000 / threads, at least 1000000)
-//! --variants LIST        cas,mutex,sharded-mutex,governor (default: all four)
-//! --store papaya|compact the store of the cas and mutex variants (default papaya)
-//! --clock exact|coarse   the clock of every limiter (default exact; see below)
-//! --seed N               key stream seed (default 1)
-//! --json                 one JSON array of rows on stdout instead of the table
-//! ```
-//!
-//! Each algorithm runs with a fixed per-key quota (see `--help`). Keys are the integers
-//! `0..keys`; key `r − 1` has popularity rank `r` (rank 1 the most popular under Zipf). The
-//! abusive keys are the last `min(8, keys)` keys, the least popular ranks, so under Zipf their
-//! traffic is all abuse. Every variant replays exactly the same per-thread key sequences,
-//! generated before any timing from the seed; each variant starts from an empty limiter, so a
-//! key's first check inserts it. With `--store compact` the `cas` and `mutex` variants are
-//! `CompactLimiter`s (the fixed-capacity inline table, sized for `--keys`) instead of the
-//! papaya-based `CasLimiter` / `MutexLimiter`; the sharded and governor rows are unchanged.
-//! With `--clock coarse` every hotlimit limiter reads one `CoarseClock` (1 ms resolution)
-//! instead of the TSC, and governor its own quanta upkeep clock (1 ms), so that both sides
-//! trade the same resolution for a cheaper clock read.
-//!
-//! # Output
-//!
-//! A progress line on stderr; on stdout a table (or, with `--json`, one JSON array with one
-//! object per variant: `variant`, `store`, `clock`, `algo`, `threads`, `keys`, `dist`, `mops`, `ns_per_op`,
-//! `p50_ns`, `p99_ns`, `p999_ns`, `retries_per_op`, `allowed_pct`).
-//!
-//! * `Mops/s`: total checks / wall time / 10^6, the wall time running from the first thread's
-//!   start (threads start together at a barrier) to the last thread's end.
-//! * `ns/op`: wall time × threads / total checks, the time one check costs one thread.
-//! * `p50`, `p99`, `p99.9`: latency of one check, timed with `std::time::Instant` around it
-//!   (so they include the timer's own overhead, some 20-40 ns), all threads merged.
-//! * `retries/op`: CAS retries (`cas_stats()`) per check, hotlimit CAS only; the lock-based
-//!   variants have none and governor's are not observable (`-` in the table, 0 in JSON).
-//! * `allowed %`: the share of checks allowed.
-//! * `vs CAS`: throughput relative to hotlimit CAS in the same run.
+//! The load-test engine: the command line, the generated key streams, the timed runs and the
+//! output. No printing to stdout and no exit codes, so `tests/loadtest.rs` includes this file
+//! and runs it in process; `main.rs` is the command-line wrapper (see its docs for the options
+//! and the output).
 
 use clap::{Parser, ValueEnum};
 use governor::Quota;
@@ -55,18 +9,20 @@ use hdrhistogram::Histogram;
 use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow, DEFAULT_BUCKETS,
 };
+use hotlimit::baseline::ShardedLimiter;
+use hotlimit::store::{CompactVariant, Variant};
 use hotlimit::{
     Algorithm, Cas, CasLimiter, Clock, CoarseClock, CompactLimiter, Locked, MutexLimiter,
-    QuantaClock, Rate, RateLimiter, ShardedLimiter,
+    QuantaClock, Rate, RateLimiter,
 };
 use rand::distr::Distribution;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::Zipf;
+use std::ffi::OsString;
 use std::fmt;
 use std::io::Write;
 use std::num::NonZeroU32;
-use std::process::ExitCode;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -100,7 +56,7 @@ const DEFAULT_MIN_REQUESTS: u64 = 1_000_000;
 /// others); allowed % = share of checks allowed; vs CAS = throughput / hotlimit CAS's.
 #[derive(Debug, Parser)]
 #[command(name = "loadtest", verbatim_doc_comment)]
-struct Args {
+pub struct Args {
     /// Algorithm, each with a fixed per-key quota.
     #[arg(long, value_enum, default_value_t = Algo::Gcra)]
     algo: Algo,
@@ -427,7 +383,11 @@ fn run_variant<A: Algorithm + Copy, C: Clock + Clone>(
     keys: u64,
     streams: &[Vec<u32>],
     clocks: &Clocks<C>,
-) -> Row {
+) -> Row
+where
+    Cas: Variant<A> + CompactVariant<A>,
+    Locked: Variant<A> + CompactVariant<A>,
+{
     // A table for exactly `keys` keys (at its design load of 3/4).
     let max_keys = usize::try_from(keys).unwrap_or(usize::MAX);
     let clock = || clocks.hotlimit.clone();
@@ -451,13 +411,13 @@ fn run_variant<A: Algorithm + Copy, C: Clock + Clone>(
             run_hotlimit(variant, &limiter, streams, |_| None)
         }
         (VariantName::Cas, _) => {
-            let limiter = CasLimiter::<u64, A, C>::with_clock(algo, clock());
+            let limiter = CasLimiter::<u64, A>::with_clock(algo, clock());
             run_hotlimit(variant, &limiter, streams, |l| {
                 Some(l.metrics().cas_retries)
             })
         }
         (VariantName::Mutex, _) => {
-            let limiter = MutexLimiter::<u64, A, C>::with_clock(algo, clock());
+            let limiter = MutexLimiter::<u64, A>::with_clock(algo, clock());
             run_hotlimit(variant, &limiter, streams, |_| None)
         }
         (VariantName::ShardedMutex, _) => {
@@ -491,20 +451,25 @@ fn run_variant<A: Algorithm + Copy, C: Clock + Clone>(
     }
 }
 
-/// Runs every variant in turn, with a progress line on stderr.
+/// Runs every variant in turn, with a progress line on `stderr`.
 fn run_all<A: Algorithm + Copy>(
     algo: A,
     args: &Args,
     variants: &[VariantName],
     streams: &[Vec<u32>],
-) -> Vec<Row> {
+    stderr: &mut dyn Write,
+) -> Vec<Row>
+where
+    Cas: Variant<A> + CompactVariant<A>,
+    Locked: Variant<A> + CompactVariant<A>,
+{
     match args.clock {
         ClockKind::Exact => {
             let clocks = Clocks {
                 hotlimit: QuantaClock::new(),
                 governor_upkeep: None,
             };
-            run_each(algo, args, variants, streams, &clocks)
+            run_each(algo, args, variants, streams, &clocks, stderr)
         }
         ClockKind::Coarse => {
             let clocks = Clocks {
@@ -515,7 +480,7 @@ fn run_all<A: Algorithm + Copy>(
                         .expect("no other quanta upkeep thread in this process")
                 }),
             };
-            run_each(algo, args, variants, streams, &clocks)
+            run_each(algo, args, variants, streams, &clocks, stderr)
         }
     }
 }
@@ -526,15 +491,23 @@ fn run_each<A: Algorithm + Copy, C: Clock + Clone>(
     variants: &[VariantName],
     streams: &[Vec<u32>],
     clocks: &Clocks<C>,
-) -> Vec<Row> {
+    stderr: &mut dyn Write,
+) -> Vec<Row>
+where
+    Cas: Variant<A> + CompactVariant<A>,
+    Locked: Variant<A> + CompactVariant<A>,
+{
     let mut rows = Vec::new();
     for (i, &variant) in variants.iter().enumerate() {
-        progress(&format!(
-            "running {} ({}/{})...",
-            variant.name(),
-            i + 1,
-            variants.len()
-        ));
+        progress(
+            stderr,
+            &format!(
+                "running {} ({}/{})...",
+                variant.name(),
+                i + 1,
+                variants.len()
+            ),
+        );
         rows.push(run_variant(
             algo, variant, args.store, args.keys, streams, clocks,
         ));
@@ -542,11 +515,10 @@ fn run_each<A: Algorithm + Copy, C: Clock + Clone>(
     rows
 }
 
-/// Rewrites the progress line on stderr.
-fn progress(message: &str) {
-    let mut err = std::io::stderr().lock();
-    let _ = write!(err, "\r{message:<40}");
-    let _ = err.flush();
+/// Rewrites the progress line on `stderr`.
+fn progress(stderr: &mut dyn Write, message: &str) {
+    let _ = write!(stderr, "\r{message:<40}");
+    let _ = stderr.flush();
 }
 
 /// The per-thread key sequences, generated in parallel, each thread from its own seed.
@@ -589,18 +561,53 @@ fn generate(args: &Args, threads: usize, requests: u64) -> Result<Vec<Vec<u32>>,
     }))
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("loadtest: {message}");
-            ExitCode::from(2)
+/// Why the load test did not run.
+#[derive(Debug)]
+pub enum Error {
+    /// The command line was refused, or asked for `--help` or `--version`: clap's error, which
+    /// `exit()` prints (to stdout for the help) and exits with.
+    Usage(clap::Error),
+    /// The run could not be made (a parameter the algorithm refuses, `--variants` with nothing
+    /// left, ...).
+    Run(String),
+}
+
+impl Error {
+    /// The process's exit code for this error: clap's for the command line, 2 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(e) => u8::try_from(e.exit_code()).unwrap_or(2),
+            Error::Run(_) => 2,
         }
     }
 }
 
-fn run(args: &Args) -> Result<(), String> {
+impl fmt::Display for Error {
+    /// What goes on stderr: clap's message, or `loadtest: <message>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage(e) => write!(f, "{e}"),
+            Error::Run(message) => write!(f, "loadtest: {message}"),
+        }
+    }
+}
+
+/// Parses a command line, the program's name first (as `std::env::args_os()` gives it).
+pub fn parse<I, T>(argv: I) -> Result<Args, Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    Args::try_parse_from(argv).map_err(Error::Usage)
+}
+
+/// Runs the load test: the progress line and notes go to `stderr`; returns what goes to
+/// stdout, the table or (with `--json`) the JSON array and a newline.
+pub fn run(args: &Args, stderr: &mut dyn Write) -> Result<String, Error> {
+    measure(args, stderr).map_err(Error::Run)
+}
+
+fn measure(args: &Args, stderr: &mut dyn Write) -> Result<String, String> {
     let threads = match args.threads {
         Some(n) => n as usize,
         None => std::thread::available_parallelism()
@@ -610,7 +617,8 @@ fn run(args: &Args) -> Result<(), String> {
     let mut variants: Vec<VariantName> = Vec::new();
     for &v in &args.variants {
         if v == VariantName::Governor && args.algo != Algo::Gcra {
-            eprintln!(
+            let _ = writeln!(
+                stderr,
                 "loadtest: note: skipping governor, which implements GCRA only (--algo {})",
                 args.algo.name()
             );
@@ -625,7 +633,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
 
     let started = Instant::now();
-    progress("generating keys...");
+    progress(stderr, "generating keys...");
     let requests = args
         .requests
         .unwrap_or_else(|| (DEFAULT_TOTAL_REQUESTS / threads as u64).max(DEFAULT_MIN_REQUESTS));
@@ -637,7 +645,7 @@ fn run(args: &Args) -> Result<(), String> {
             let gcra = Gcra::new(Rate::per_second_of(GCRA_PER_SECOND.into()).map_err(config)?)
                 .and_then(|g| g.with_burst(GCRA_BURST.into()))
                 .map_err(config)?;
-            run_all(gcra, args, &variants, &streams)
+            run_all(gcra, args, &variants, &streams, stderr)
         }
         Algo::Earrrl => {
             let limit = Rate::per_second_of(1000.0).map_err(config)?;
@@ -646,6 +654,7 @@ fn run(args: &Args) -> Result<(), String> {
                 args,
                 &variants,
                 &streams,
+                stderr,
             )
         }
         Algo::Exponential => run_all(
@@ -653,49 +662,52 @@ fn run(args: &Args) -> Result<(), String> {
             args,
             &variants,
             &streams,
+            stderr,
         ),
         Algo::FixedWindow => run_all(
             FixedWindow::new(1000, second).map_err(config)?,
             args,
             &variants,
             &streams,
+            stderr,
         ),
         Algo::SlidingWindow => run_all(
             SlidingWindow::new(1000, second).map_err(config)?,
             args,
             &variants,
             &streams,
+            stderr,
         ),
         Algo::SlidingLog => run_all(
             SlidingLog::new(100, Duration::from_millis(100)).map_err(config)?,
             args,
             &variants,
             &streams,
+            stderr,
         ),
         Algo::SubWindow => run_all(
             SubWindow::new(1000, second, DEFAULT_BUCKETS).map_err(config)?,
             args,
             &variants,
             &streams,
+            stderr,
         ),
     };
-    progress(&format!(
-        "ran {} variant(s) in {:.1} s",
-        rows.len(),
-        started.elapsed().as_secs_f64()
-    ));
-    eprintln!();
+    progress(
+        stderr,
+        &format!(
+            "ran {} variant(s) in {:.1} s",
+            rows.len(),
+            started.elapsed().as_secs_f64()
+        ),
+    );
+    let _ = writeln!(stderr);
 
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let written = if args.json {
-        writeln!(out, "{}", json(args, threads, &rows))
+    Ok(if args.json {
+        format!("{}\n", json(args, threads, &rows))
     } else {
-        write!(out, "{}", table(args, threads, requests, &rows))
-    };
-    written
-        .and_then(|()| out.flush())
-        .map_err(|e| format!("writing stdout: {e}"))
+        table(args, threads, requests, &rows)
+    })
 }
 
 /// The rows as one JSON array.

@@ -1,0 +1,308 @@
+//! A Redis backend: the same algorithms and [`Decision`]s, one limit shared by every instance
+//! of a service. Enabled by the `redis` feature (off by default; it depends on the `redis`
+//! crate, sync client only).
+//!
+//! ```no_run
+//! use hotlimit::{algo::Gcra, redis::{FailMode, RedisLimiter}};
+//! use std::time::Duration;
+//!
+//! let limiter = RedisLimiter::builder("redis://127.0.0.1:6379/", "10/s burst 5".parse::<Gcra>()?)
+//!     .key_prefix("api:")
+//!     .fail_mode(FailMode::Closed { retry_after: Duration::from_secs(1) })
+//!     .local_fast_path(10_000)
+//!     .build()?;
+//! let decision = limiter.check("203.0.113.7");
+//! if decision.is_denied() {
+//!     println!("429, retry after {:?}", decision.retry_after());
+//! }
+//! // The same call, with the backend's failures visible instead of the fail mode applied:
+//! match limiter.try_check_n("203.0.113.7", 1) {
+//!     Ok(d) => println!("{d:?}"),
+//!     Err(e) => eprintln!("rate limiter backend: {e}"),
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # How it works
+//!
+//! [`algo::Gcra`](crate::algo::Gcra), [`algo::Earrrl`](crate::algo::Earrrl) and
+//! [`algo::Exponential`](crate::algo::Exponential) run as Lua scripts, ports of their Rust
+//! steps line by line (`honest_wait` included, so a denied `retry_after` is honest). Each
+//! script is loaded once (`SCRIPT LOAD`), called by `EVALSHA` and loaded again when the server
+//! answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`), so each decision is one atomic
+//! round trip: Redis runs one script at a time, which makes decisions linearizable per key
+//! across every client.
+//!
+//! **Time** is Redis' own clock (`TIME`, read inside the script), so instances whose clocks
+//! disagree still share one timeline. It is read in **microseconds** since the Unix epoch:
+//! Lua's numbers are `f64`, exact for integers below 2^53, which nanoseconds since 1970
+//! (1.7·10^18) exceed and microseconds (1.7·10^15) do not. So in production the resolution of
+//! every time (`retry_after`, `reset_after`, stored states) is 1 µs, and a GCRA emission
+//! interval that is not a whole number of microseconds is kept as a fraction of one. Times
+//! sent back are converted to nanoseconds, `retry_after` rounded up (still honest).
+//!
+//! The `*_at` methods take an explicit `now` (nanoseconds, below 2^53) instead: for tests and
+//! trace replay, where the scripts then run the very integer and float arithmetic of the
+//! in-memory algorithms (see *Equivalence*). Never mix the two timelines on one key.
+//!
+//! **State** per key: GCRA's `tat`, EARRRL's virtual time `S`, exponential's `"t r"`, as
+//! decimal strings that round-trip an `f64` exactly (`%.17g`). Each write sets `PX` to the time
+//! the algorithm's [`idle_at`](crate::Algorithm::idle_at) says the state becomes equivalent to a
+//! fresh key (rounded up to a millisecond): expiry is lossless, never a fixed TTL that would
+//! forgive an abuser early. A leaky denial writes nothing. With explicit `now`, the expiry is
+//! that many milliseconds of the *real* clock from the write; a replay slower than real time
+//! would see keys expire early.
+//!
+//! Keys are `key_prefix + key` (default prefix `hotlimit:`); limiters with different
+//! algorithms or quotas must use different prefixes, and every instance sharing a prefix must
+//! use the same configuration.
+//!
+//! # Failures
+//!
+//! The connection has a connect timeout and read/write timeouts (defaults 250 ms and 500 ms),
+//! so a dead server never hangs a request. A failed request drops the connection; the next
+//! one reconnects, and if that fails, requests within
+//! [`reconnect_after`](Builder::reconnect_after) (default 100 ms) fail at once
+//! ([`BackendError::Unavailable`]) instead of each waiting for a connect timeout. [`RedisLimiter::try_check_n`] returns the [`BackendError`];
+//! [`RedisLimiter::check`] and [`RedisLimiter::check_n`] apply the [`FailMode`] instead
+//! (open: allow; closed: deny with a fixed `retry_after`) and count the failure
+//! ([`RedisLimiter::failures`]).
+//!
+//! # Local fast path
+//!
+//! [`Builder::local_fast_path`] keeps, in process, the keys Redis recently denied, with the
+//! cost and the time until which it said the same request stays denied; such a request is then
+//! denied locally, without a round trip. It may only deny what Redis would deny: other
+//! instances' traffic can only push a key's state further from allowing (until it expires), and
+//! the deadline is measured from when the reply arrived, after Redis decided. It never
+//! allows locally. Local denials carry only `retry_after`, and are not counted in Redis: under
+//! [`Policy::Strict`] they do not extend the lockout as a request that
+//! reached Redis would.
+//!
+//! # Equivalence
+//!
+//! With an explicit `now`, GCRA gives the same [`Decision`]s as the in-memory limiter, field
+//! for field (integers below 2^53 are exact in `f64`). EARRRL and exponential use `exp` and
+//! `log` from the same C library, but Lua 5.1 has neither `log1p` nor `expm1`; their
+//! replacements are accurate to a few ulps, not bit-identical, so states can differ in the last
+//! bits. `tests/redis.rs` replays 3,000-request traces (three keys, bursts and gaps, both
+//! policies) through both: every allow/deny decision agrees, rates agree to 1e-12 relative and
+//! `retry_after` to 1 ns (plus 1e-12 relative); field-for-field identical decisions were 2,979
+//! to 2,988 of 3,000 for EARRRL and about 2,600 of 3,000 for exponential. A decision could
+//! differ only when a rate lands within a few ulps of the limit.
+//!
+//! # Throughput
+//!
+//! One connection does one round trip at a time; use one limiter per thread
+//! ([`RedisLimiter::try_clone`] opens another connection), and
+//! [`RedisLimiter::try_check_pipelined`] to send a batch in one round trip. `BENCHMARKS.md`,
+//! section "Redis backend (`redis` feature), checks per second", has the numbers.
+//!
+//! With the `redis-async` feature, `AsyncRedisLimiter` (from `Builder::build_async`) is the
+//! same on tokio, over one multiplexed connection that pipelines concurrent tasks' requests.
+
+#[cfg(feature = "redis-async")]
+mod aio;
+mod builder;
+mod scripts;
+mod shared;
+mod sync;
+
+#[cfg(feature = "redis-async")]
+pub use aio::AsyncRedisLimiter;
+pub use builder::Builder;
+pub use sync::RedisLimiter;
+
+use crate::algo::{Earrrl, Exponential, Gcra};
+use crate::decision::{Decision, Policy};
+use crate::error::CostError;
+use crate::Algorithm;
+use ::redis::RedisError;
+use std::fmt;
+use std::time::Duration;
+
+/// The latest explicit `now` (ns) the scripts count exactly: 2^53 − 1 (about 104 days).
+pub const MAX_EXPLICIT_NOW: u64 = (1 << 53) - 1;
+
+/// What [`RedisLimiter::check`] answers when the backend fails.
+///
+/// ```
+/// use hotlimit::redis::FailMode;
+/// use std::time::Duration;
+///
+/// let closed = FailMode::Closed { retry_after: Duration::from_secs(1) };
+/// assert_eq!(closed.decision().retry_after(), Duration::from_secs(1));
+/// assert!(FailMode::Open.decision().is_allowed());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailMode {
+    /// Allow every request while the backend is unreachable: availability first.
+    Open,
+    /// Deny every request while the backend is unreachable, telling the client to retry after
+    /// `retry_after`: protection first.
+    Closed {
+        /// The `retry_after` of the denials.
+        retry_after: Duration,
+    },
+}
+
+impl FailMode {
+    /// The decision this mode answers on a failure.
+    pub fn decision(&self) -> Decision {
+        match self {
+            FailMode::Open => Decision::allowed(),
+            FailMode::Closed { retry_after } => {
+                Decision::denied(u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX))
+            }
+        }
+    }
+}
+
+/// Why a Redis-backed decision could not be made.
+///
+/// ```
+/// use hotlimit::{redis::BackendError, CostError};
+///
+/// let e = BackendError::from(CostError::Zero);
+/// assert!(!e.is_backend_failure());
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The request's cost can never be admitted (checked before any round trip).
+    Cost(CostError),
+    /// The server could not be reached or stopped answering (refused, reset, timed out).
+    Connection(RedisError),
+    /// The server answered with an error (a script error, an out-of-memory refusal, ...).
+    Script(RedisError),
+    /// The server's reply did not have the expected shape.
+    Reply(String),
+    /// The last attempt to connect failed less than
+    /// [`reconnect_after`](Builder::reconnect_after) ago: not tried again yet, answered at
+    /// once.
+    Unavailable,
+    /// An explicit `now` above [`MAX_EXPLICIT_NOW`].
+    TimeOutOfRange(u64),
+}
+
+impl BackendError {
+    /// Whether this is a failure of the backend (connection, server, reply), to which the
+    /// [`FailMode`] applies, rather than a bad request.
+    pub fn is_backend_failure(&self) -> bool {
+        matches!(
+            self,
+            BackendError::Connection(_)
+                | BackendError::Script(_)
+                | BackendError::Reply(_)
+                | BackendError::Unavailable
+        )
+    }
+
+    fn from_redis(e: RedisError) -> Self {
+        if e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+        {
+            BackendError::Connection(e)
+        } else {
+            BackendError::Script(e)
+        }
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendError::Cost(e) => e.fmt(f),
+            BackendError::Connection(e) => write!(f, "redis connection failed: {e}"),
+            BackendError::Script(e) => write!(f, "redis script failed: {e}"),
+            BackendError::Reply(s) => write!(f, "unexpected reply from redis: {s}"),
+            BackendError::Unavailable => {
+                f.write_str("redis unreachable at the last attempt; not retried yet")
+            }
+            BackendError::TimeOutOfRange(now) => write!(
+                f,
+                "explicit now {now} ns is above {MAX_EXPLICIT_NOW} (2^53 − 1), which Lua cannot count exactly"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BackendError::Cost(e) => Some(e),
+            BackendError::Connection(e) | BackendError::Script(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<CostError> for BackendError {
+    fn from(e: CostError) -> Self {
+        BackendError::Cost(e)
+    }
+}
+
+mod private {
+    pub trait Sealed {
+        /// The Lua body (after the prelude).
+        fn body(&self) -> &'static str;
+        /// ARGV 5.., in time units of `unit_ns` nanoseconds.
+        fn params(&self, unit_ns: f64) -> Vec<String>;
+    }
+}
+
+/// An algorithm the Redis backend can run: [`Gcra`], [`Earrrl`], [`Exponential`]. Sealed.
+pub trait RedisAlgorithm: Algorithm + private::Sealed + Clone {}
+
+/// The shortest decimal that round-trips an `f64`; Lua's `tonumber` (strtod) reads it back
+/// exactly.
+fn num(x: f64) -> String {
+    format!("{x:e}")
+}
+
+fn strict(p: Policy) -> String {
+    if p == Policy::Strict { "1" } else { "0" }.to_string()
+}
+
+impl private::Sealed for Gcra {
+    fn body(&self) -> &'static str {
+        scripts::GCRA
+    }
+    fn params(&self, unit_ns: f64) -> Vec<String> {
+        let t = self.emission_interval().as_nanos() as f64;
+        let tau = self.tolerance() as f64;
+        vec![num(t / unit_ns), num(tau / unit_ns), strict(self.policy())]
+    }
+}
+impl RedisAlgorithm for Gcra {}
+
+impl private::Sealed for Earrrl {
+    fn body(&self) -> &'static str {
+        scripts::EARRRL
+    }
+    fn params(&self, _unit_ns: f64) -> Vec<String> {
+        let (lambda, max_rate, retry_offset, idle_offset) = self.redis_params();
+        vec![
+            num(lambda),
+            num(max_rate),
+            num(retry_offset),
+            num(idle_offset),
+            strict(self.policy()),
+        ]
+    }
+}
+impl RedisAlgorithm for Earrrl {}
+
+impl private::Sealed for Exponential {
+    fn body(&self) -> &'static str {
+        scripts::EXPONENTIAL
+    }
+    fn params(&self, unit_ns: f64) -> Vec<String> {
+        let p = self.period().as_nanos() as f64;
+        vec![num(self.limit()), num(p / unit_ns), strict(self.policy())]
+    }
+}
+impl RedisAlgorithm for Exponential {}

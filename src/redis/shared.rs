@@ -1,0 +1,320 @@
+//! What the sync and async clients share: everything but the connection.
+
+use super::scripts;
+use super::{BackendError, Builder, RedisAlgorithm, MAX_EXPLICIT_NOW};
+use crate::decision::Decision;
+use crate::error::{check_cost, CostError};
+use ::redis::Value;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Recently denied keys: `key → (deny until, cost, explicit timeline)`.
+struct LocalDeny {
+    max: usize,
+    map: Mutex<HashMap<String, (u64, u64, bool)>>,
+    origin: Instant,
+}
+
+impl LocalDeny {
+    fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn lookup(&self, key: &str, cost: u64, now: u64, explicit: bool) -> Option<Decision> {
+        let map = self.map.lock();
+        let &(until, c, e) = map.get(key)?;
+        (c == cost && e == explicit && until > now).then(|| Decision::denied(until - now))
+    }
+
+    fn forget(&self, key: &str) {
+        let mut map = self.map.lock();
+        if !map.is_empty() {
+            map.remove(key);
+        }
+    }
+
+    fn remember(&self, key: &str, cost: u64, until: u64, explicit: bool) {
+        let mut map = self.map.lock();
+        if map.len() >= self.max && !map.contains_key(key) {
+            let now = self.now();
+            map.retain(|_, &mut (u, _, e)| if e { true } else { u > now });
+            if map.len() >= self.max {
+                // Still full: forget everything rather than grow (only round trips are lost).
+                map.clear();
+            }
+        }
+        map.insert(key.to_owned(), (until, cost, explicit));
+    }
+}
+
+/// One request's time: the server's (µs) or an explicit one (ns).
+#[derive(Clone, Copy)]
+pub(super) enum At {
+    Server,
+    Explicit(u64),
+}
+
+/// What the sync and async limiters share: the configuration, the script and its SHA1, the
+/// parameters, the local fast path and the counters. Everything but the connection.
+pub(super) struct Core<A> {
+    pub(super) config: Builder<A>,
+    script: String,
+    sha: Mutex<String>,
+    /// ARGV 5.. in microseconds (server time) and in nanoseconds (explicit `now`).
+    params_server: Vec<String>,
+    params_explicit: Vec<String>,
+    local: Option<LocalDeny>,
+    round_trips: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl<A: RedisAlgorithm> Core<A> {
+    pub(super) fn new(config: Builder<A>) -> Self {
+        let mut script = String::from(scripts::PRELUDE);
+        script.push_str(config.algo.body());
+        Core {
+            params_server: config.algo.params(1e3),
+            params_explicit: config.algo.params(1.0),
+            script,
+            sha: Mutex::new(String::new()),
+            local: config.local.map(|max| LocalDeny {
+                max,
+                map: Mutex::new(HashMap::new()),
+                origin: Instant::now(),
+            }),
+            round_trips: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            config,
+        }
+    }
+
+    pub(super) fn redis_key(&self, key: &str) -> String {
+        let mut k = String::with_capacity(self.config.prefix.len() + key.len());
+        k.push_str(&self.config.prefix);
+        k.push_str(key);
+        k
+    }
+
+    pub(super) fn trip(&self) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests sent to Redis so far.
+    pub(super) fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Backend failures answered with the fail mode so far.
+    pub(super) fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn sha(&self) -> String {
+        self.sha.lock().clone()
+    }
+
+    pub(super) fn load_cmd(&self) -> ::redis::Cmd {
+        let mut cmd = ::redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(&self.script);
+        cmd
+    }
+
+    /// Reads `SCRIPT LOAD`'s reply (the SHA1) and keeps it.
+    pub(super) fn loaded(&self, v: Value) -> Result<String, BackendError> {
+        let v = v.extract_error().map_err(BackendError::from_redis)?;
+        let sha = ::redis::from_redis_value::<String>(&v)
+            .map_err(|e| BackendError::Reply(e.to_string()))?;
+        *self.sha.lock() = sha.clone();
+        Ok(sha)
+    }
+
+    pub(super) fn evalsha(
+        &self,
+        sha: &str,
+        key: &str,
+        cost: u64,
+        at: At,
+        write: bool,
+    ) -> ::redis::Cmd {
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(sha).arg(1).arg(self.redis_key(key));
+        let params = match at {
+            At::Server => {
+                cmd.arg("").arg("1000000");
+                &self.params_server
+            }
+            At::Explicit(now) => {
+                cmd.arg(now).arg("1000000000");
+                &self.params_explicit
+            }
+        };
+        cmd.arg(cost).arg(if write { "1" } else { "0" });
+        for p in params {
+            cmd.arg(p.as_str());
+        }
+        cmd
+    }
+
+    pub(super) fn fail_over(
+        &self,
+        r: Result<Decision, BackendError>,
+    ) -> Result<Decision, CostError> {
+        match r {
+            Ok(d) => Ok(d),
+            Err(BackendError::Cost(e)) => Err(e),
+            Err(_) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                Ok(self.config.fail_mode.decision())
+            }
+        }
+    }
+
+    /// Before the round trip: the cost and time checks, then the local fast path, which may
+    /// answer (`Some`).
+    pub(super) fn before(
+        &self,
+        key: &str,
+        cost: u64,
+        at: At,
+        write: bool,
+    ) -> Result<Option<Decision>, BackendError> {
+        check_cost(cost, self.config.algo.capacity())?;
+        if let At::Explicit(now) = at {
+            if now > MAX_EXPLICIT_NOW {
+                return Err(BackendError::TimeOutOfRange(now));
+            }
+        }
+        let Some(l) = self.local.as_ref().filter(|_| write) else {
+            return Ok(None);
+        };
+        Ok(match at {
+            At::Server => l.lookup(key, cost, l.now(), false),
+            At::Explicit(now) => l.lookup(key, cost, now, true),
+        })
+    }
+
+    /// After the round trip: the local fast path learns from Redis' decision.
+    pub(super) fn after(&self, key: &str, cost: u64, at: At, write: bool, d: &Decision) {
+        let Some(l) = self.local.as_ref().filter(|_| write) else {
+            return;
+        };
+        if d.is_allowed() {
+            // The key's state moved: a remembered deadline may now be early.
+            l.forget(key);
+            return;
+        }
+        let (now, explicit) = match at {
+            // Measured after the reply: Redis decided before this instant.
+            At::Server => (l.now(), false),
+            At::Explicit(now) => (now, true),
+        };
+        l.remember(
+            key,
+            cost,
+            now.saturating_add(d.retry_after_nanos()),
+            explicit,
+        );
+    }
+
+    pub(super) fn check_costs(&self, requests: &[(&str, u64)]) -> Result<(), BackendError> {
+        for &(_, cost) in requests {
+            check_cost(cost, self.config.algo.capacity())?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn pipeline(&self, sha: &str, requests: &[(&str, u64)]) -> ::redis::Pipeline {
+        let mut pipe = ::redis::pipe();
+        for &(key, cost) in requests {
+            pipe.add_command(self.evalsha(sha, key, cost, At::Server, true));
+        }
+        pipe
+    }
+
+    /// The pipeline that runs again the requests at `missed` (indices into `requests`, from
+    /// [`noscript_indices`]).
+    pub(super) fn retry_pipeline(
+        &self,
+        sha: &str,
+        requests: &[(&str, u64)],
+        missed: &[usize],
+    ) -> ::redis::Pipeline {
+        let again: Vec<(&str, u64)> = missed.iter().map(|&i| requests[i]).collect();
+        self.pipeline(sha, &again)
+    }
+}
+
+pub(super) fn is_noscript(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}
+
+/// The requests of a pipelined batch that got `NOSCRIPT` (after a `SCRIPT FLUSH`): they were
+/// not run. Their indices in the batch.
+pub(super) fn noscript_indices(values: &[Value]) -> Vec<usize> {
+    (0..values.len())
+        .filter(|&i| is_noscript(&values[i]))
+        .collect()
+}
+
+/// The decisions of a pipelined batch: its replies `values`, with `again` (the replies of the
+/// requests at `missed`, run again) in place of their `NOSCRIPT`s.
+pub(super) fn batch_decisions(
+    mut values: Vec<Value>,
+    missed: Vec<usize>,
+    again: Vec<Value>,
+) -> Result<Vec<Decision>, BackendError> {
+    for (i, v) in missed.into_iter().zip(again) {
+        values[i] = v;
+    }
+    values
+        .into_iter()
+        .map(|v| decision(v, At::Server))
+        .collect()
+}
+
+/// Builds the [`Decision`] from a script's reply; times in the request's unit.
+pub(super) fn decision(v: Value, at: At) -> Result<Decision, BackendError> {
+    let v = v.extract_error().map_err(BackendError::from_redis)?;
+    let bad = || BackendError::Reply(format!("{v:?}"));
+    let Value::Array(items) = &v else {
+        return Err(bad());
+    };
+    let [allowed, retry, remaining, reset, rate] = items.as_slice() else {
+        return Err(bad());
+    };
+    let allowed = matches!(allowed, Value::Int(1));
+    let field = |x: &Value| -> Result<Option<f64>, BackendError> {
+        match x {
+            Value::BulkString(b) if b.is_empty() => Ok(None),
+            Value::BulkString(b) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse::<f64>().ok())
+                .map(Some)
+                .ok_or_else(bad),
+            _ => Err(bad()),
+        }
+    };
+    let unit_ns = match at {
+        At::Server => 1e3,
+        At::Explicit(_) => 1.0,
+    };
+    // Rounded up: a retry_after from µs arithmetic stays honest in ns. `as` saturates.
+    let ns = |x: f64| (x * unit_ns).ceil() as u64;
+    let mut d = if allowed {
+        Decision::allowed()
+    } else {
+        Decision::denied(field(retry)?.map_or(0, ns))
+    };
+    if let Some(r) = field(remaining)? {
+        d = d.with_remaining(r as u64);
+    }
+    if let Some(r) = field(reset)? {
+        d = d.with_reset_after(ns(r));
+    }
+    if let Some(r) = field(rate)? {
+        d = d.with_rate(r);
+    }
+    Ok(d)
+}

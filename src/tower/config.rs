@@ -1,0 +1,329 @@
+//! Configuration: the mode, what to do with missing and oversized keys, the report, the
+//! builder.
+
+#[cfg(doc)]
+use super::{AdvertisedQuota, DEFAULT_MAX_KEY_LEN};
+use super::{KeyExtractor, QuotaPolicy, RateLimitLayer, RequestCost, UnitCost};
+use crate::decision::Decision;
+use crate::limiter::RateLimiter;
+use http::request::Parts;
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+/// What the layer does with a decision.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::tower::Mode;
+///
+/// assert_eq!("dry-run".parse::<Mode>(), Ok(Mode::DryRun));
+/// assert_eq!(Mode::Shadow.to_string(), "shadow");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Deny: answer `429 Too Many Requests` without calling the inner service.
+    #[default]
+    Enforce,
+    /// Never deny: every request reaches the inner service, and its response carries the
+    /// rate-limit headers of the decision; [`Builder::on_decision`] sees what would have been
+    /// denied. For trying a limit on live traffic.
+    DryRun,
+    /// Let every request through and leave the choice to the application: the layer inserts a
+    /// [`ShadowDecision`] into the request's extensions and calls [`Builder::shadow_hook`], so
+    /// the handler can, say, answer 200 but drop the side effect (a shadow ban). Denied
+    /// requests get no rate-limit headers (they would tip the client off); allowed ones get
+    /// them when [`Builder::headers_on_allowed`] is set.
+    Shadow,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Enforce => "enforce",
+            Mode::DryRun => "dry-run",
+            Mode::Shadow => "shadow",
+        })
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "enforce" => Ok(Mode::Enforce),
+            "dry-run" => Ok(Mode::DryRun),
+            "shadow" => Ok(Mode::Shadow),
+            other => Err(format!(
+                "unknown mode `{other}` (expected enforce, dry-run or shadow)"
+            )),
+        }
+    }
+}
+
+/// What to do with a request that has no key (no connection address, no such header).
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::tower::MissingKey;
+///
+/// let anonymous = MissingKey::fallback("anonymous"); // all keyless requests share one budget
+/// assert_ne!(anonymous, MissingKey::Reject);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum MissingKey {
+    /// Answer `400 Bad Request` (in [`Mode::Enforce`]; the other modes let it through,
+    /// uncounted). The default.
+    #[default]
+    Reject,
+    /// Count it under this key, shared by every keyless request.
+    Fallback(Cow<'static, str>),
+}
+
+impl MissingKey {
+    /// [`MissingKey::Fallback`] to `key`.
+    pub fn fallback(key: impl Into<Cow<'static, str>>) -> Self {
+        MissingKey::Fallback(key.into())
+    }
+}
+
+/// What to do with a key longer than [`Builder::max_key_len`].
+///
+/// Either way the limiter never stores more than the bound per key, whatever the client sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OversizedKey {
+    /// Key the request by a 128-bit keyed hash of the key (written `#` and 32 hex digits):
+    /// distinct long keys (JWTs, say) stay distinct, with a per-layer random seed so clients
+    /// cannot aim for collisions. The default.
+    #[default]
+    Hash,
+    /// Answer `400 Bad Request` (in [`Mode::Enforce`]; the other modes let it through,
+    /// uncounted).
+    Reject,
+}
+
+/// Inserted into the request's extensions in [`Mode::Shadow`]: the limiter's decision, for
+/// the handler to act on.
+///
+/// Requests the limiter did not decide (free, keyless or with an oversized key refused) have
+/// none, so with axum read it as `Option<Extension<ShadowDecision>>` unless every request
+/// has a key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShadowDecision(pub Decision);
+
+/// What [`Builder::on_decision`] is told about each decided request.
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a> {
+    pub(super) key: &'a str,
+    pub(super) cost: u64,
+    pub(super) decision: Decision,
+    pub(super) mode: Mode,
+}
+
+impl<'a> Report<'a> {
+    /// The key the request was counted under (after [`MissingKey`] and [`OversizedKey`]).
+    pub fn key(&self) -> &'a str {
+        self.key
+    }
+
+    /// The request's cost.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// The limiter's decision.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// The layer's mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether the limiter denied the request: answered 429 in [`Mode::Enforce`], "would have
+    /// been denied" in the other modes.
+    pub fn denied(&self) -> bool {
+        self.decision.is_denied()
+    }
+}
+
+type OnDecision = Box<dyn Fn(&Report<'_>) + Send + Sync>;
+type ShadowHook = Box<dyn Fn(&Decision, &mut Parts) + Send + Sync>;
+
+/// Everything a layer and its services share.
+pub(super) struct Shared<L: ?Sized, X, C> {
+    pub(super) limiter: Arc<L>,
+    pub(super) key: X,
+    pub(super) cost: C,
+    pub(super) mode: Mode,
+    pub(super) quota: Option<QuotaPolicy>,
+    pub(super) legacy: bool,
+    pub(super) on_allowed: bool,
+    pub(super) missing: MissingKey,
+    pub(super) max_key_len: usize,
+    pub(super) oversized: OversizedKey,
+    /// Two seeds: 128 bits of keyed hash for oversized keys.
+    pub(super) hashers: [ahash::RandomState; 2],
+    pub(super) on_decision: Option<OnDecision>,
+    pub(super) shadow_hook: Option<ShadowHook>,
+}
+
+/// Configures a [`RateLimitLayer`]; from [`RateLimitLayer::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::FixedWindow, tower::{ForwardedIp, MissingKey, Mode, RateLimitLayer}, CasLimiter};
+/// use std::{sync::{atomic::{AtomicU64, Ordering}, Arc}, time::Duration};
+///
+/// let limiter = Arc::new(CasLimiter::<String, _>::new(FixedWindow::new(100, Duration::from_secs(60))?));
+/// let would_deny = Arc::new(AtomicU64::new(0));
+/// let counter = would_deny.clone();
+/// let layer = RateLimitLayer::builder(limiter, ForwardedIp::x_forwarded_for(1))
+///     .mode(Mode::DryRun)
+///     .on_decision(move |r| if r.denied() { counter.fetch_add(1, Ordering::Relaxed); })
+///     .missing_key(MissingKey::fallback("unknown-client"))
+///     .legacy_headers(true)
+///     .build();
+/// # let _ = layer;
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+#[must_use]
+pub struct Builder<L: ?Sized, X, C = UnitCost> {
+    pub(super) shared: Shared<L, X, C>,
+}
+
+impl<L: ?Sized, X, C> fmt::Debug for Builder<L, X, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("config", &ConfigView(&self.shared))
+            .finish()
+    }
+}
+
+/// The plain settings of a [`Shared`], for `Debug`.
+pub(super) struct ConfigView<'a, L: ?Sized, X, C>(pub(super) &'a Shared<L, X, C>);
+
+impl<L: ?Sized, X, C> fmt::Debug for ConfigView<'_, L, X, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        f.debug_struct("Config")
+            .field("mode", &s.mode)
+            .field("quota", &s.quota)
+            .field("legacy_headers", &s.legacy)
+            .field("headers_on_allowed", &s.on_allowed)
+            .field("missing_key", &s.missing)
+            .field("max_key_len", &s.max_key_len)
+            .field("oversized_key", &s.oversized)
+            .field("on_decision", &s.on_decision.is_some())
+            .field("shadow_hook", &s.shadow_hook.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L, X, C> Builder<L, X, C>
+where
+    L: RateLimiter<str> + ?Sized,
+    X: KeyExtractor,
+    C: RequestCost,
+{
+    /// The cost function (default [`UnitCost`]).
+    pub fn cost<C2: RequestCost>(self, cost: C2) -> Builder<L, X, C2> {
+        let s = self.shared;
+        Builder {
+            shared: Shared {
+                limiter: s.limiter,
+                key: s.key,
+                cost,
+                mode: s.mode,
+                quota: s.quota,
+                legacy: s.legacy,
+                on_allowed: s.on_allowed,
+                missing: s.missing,
+                max_key_len: s.max_key_len,
+                oversized: s.oversized,
+                hashers: s.hashers,
+                on_decision: s.on_decision,
+                shadow_hook: s.shadow_hook,
+            },
+        }
+    }
+
+    /// The mode (default [`Mode::Enforce`]).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.shared.mode = mode;
+        self
+    }
+
+    /// Calls `f` for every decided request, in every mode: metrics, logs, and in
+    /// [`Mode::DryRun`] the record of what would have been denied. It runs on the request's
+    /// path, so keep it cheap.
+    pub fn on_decision(mut self, f: impl Fn(&Report<'_>) + Send + Sync + 'static) -> Self {
+        self.shared.on_decision = Some(Box::new(f));
+        self
+    }
+
+    /// Sets [`Mode::Shadow`] and calls `hook` for every decided request, after the
+    /// [`ShadowDecision`] is inserted, with the request's head to inspect or change (add a
+    /// header for the upstream, an extension for the handler). The hook runs in shadow mode
+    /// only: a later [`Builder::mode`] to another mode disables it.
+    pub fn shadow_hook(
+        mut self,
+        hook: impl Fn(&Decision, &mut Parts) + Send + Sync + 'static,
+    ) -> Self {
+        self.shared.mode = Mode::Shadow;
+        self.shared.shadow_hook = Some(Box::new(hook));
+        self
+    }
+
+    /// The policy advertised in `RateLimit-Policy` and `X-RateLimit-Limit` (default: the
+    /// limiter's [`AdvertisedQuota`]); `None` leaves those fields out.
+    pub fn quota(mut self, quota: Option<QuotaPolicy>) -> Self {
+        self.shared.quota = quota;
+        self
+    }
+
+    /// Also send the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
+    /// `X-RateLimit-Reset` (default off).
+    pub fn legacy_headers(mut self, on: bool) -> Self {
+        self.shared.legacy = on;
+        self
+    }
+
+    /// Add the rate-limit headers to allowed responses too (default off: only denials, and
+    /// every response in dry-run, carry them).
+    pub fn headers_on_allowed(mut self, on: bool) -> Self {
+        self.shared.on_allowed = on;
+        self
+    }
+
+    /// What to do with a request without a key (default [`MissingKey::Reject`]).
+    pub fn missing_key(mut self, missing: MissingKey) -> Self {
+        self.shared.missing = missing;
+        self
+    }
+
+    /// The longest key, in bytes, used as is (default [`DEFAULT_MAX_KEY_LEN`]); longer ones
+    /// follow [`Builder::oversized_key`].
+    pub fn max_key_len(mut self, bytes: usize) -> Self {
+        self.shared.max_key_len = bytes;
+        self
+    }
+
+    /// What to do with a key over [`Builder::max_key_len`] (default [`OversizedKey::Hash`]).
+    pub fn oversized_key(mut self, oversized: OversizedKey) -> Self {
+        self.shared.oversized = oversized;
+        self
+    }
+
+    /// The layer.
+    pub fn build(self) -> RateLimitLayer<L, X, C> {
+        RateLimitLayer {
+            shared: Arc::new(self.shared),
+        }
+    }
+}

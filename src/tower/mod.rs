@@ -1,0 +1,138 @@
+//! A [`tower`](https://docs.rs/tower) layer that rate-limits HTTP requests: for servers built
+//! on tower (axum, hyper, tonic). Enabled by the `tower` feature (off by default); it depends
+//! only on `http`, `tower-layer` and `tower-service`, never on a runtime or a server.
+//!
+//! ```
+//! use hotlimit::{algo::Gcra, tower::{HeaderKey, RateLimitLayer}, CasLimiter, ManualClock};
+//! use http::{header::RETRY_AFTER, Request, Response, StatusCode};
+//! use std::{convert::Infallible, sync::Arc};
+//! use tower::{Layer, ServiceExt};
+//!
+//! // 5 requests per second per API key, bursts of 5; a manual clock so the example is exact.
+//! let clock = ManualClock::new();
+//! let limiter = Arc::new(CasLimiter::<String, Gcra>::with_clock("5/s burst 5".parse()?, clock));
+//! let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key")).build();
+//! let app = layer.layer(tower::service_fn(|_req: Request<String>| async {
+//!     Ok::<_, Infallible>(Response::new(String::from("hello")))
+//! }));
+//!
+//! let rt = tokio::runtime::Builder::new_current_thread().build()?;
+//! let send = |key: &str| {
+//!     let req = Request::builder().header("x-api-key", key).body(String::new()).unwrap();
+//!     rt.block_on(app.clone().oneshot(req)).unwrap()
+//! };
+//! for _ in 0..5 {
+//!     assert_eq!(send("alice").status(), StatusCode::OK);
+//! }
+//! let denied = send("alice");
+//! assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(denied.headers()[RETRY_AFTER], "1"); // 200 ms, rounded up to whole seconds
+//! assert_eq!(denied.headers()["ratelimit-policy"], r#""default";q=5;w=1"#);
+//! assert_eq!(denied.headers()["ratelimit"], r#""default";r=0;t=1"#);
+//! assert_eq!(send("bob").status(), StatusCode::OK); // keys are independent
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What it does
+//!
+//! For each request, [`RateLimit`] (the service the layer wraps around yours):
+//!
+//! 1. asks the cost function for the request's cost (default: [`UnitCost`], 1). A cost of 0
+//!    means free: the request passes, uncounted, without rate-limit headers;
+//! 2. extracts the key with a [`KeyExtractor`]: the client IP from the connection ([`PeerIp`])
+//!    or from a trusted forwarded header ([`ForwardedIp`]), a header value such as an API key
+//!    ([`HeaderKey`]), or any closure `Fn(&Parts) -> Option<String>`; extractors combine with
+//!    [`KeyExtractor::or`]. A request without a key follows [`MissingKey`]; a key longer than
+//!    [`Builder::max_key_len`] (default [`DEFAULT_MAX_KEY_LEN`] bytes) follows
+//!    [`OversizedKey`], so a hostile header never becomes a huge key;
+//! 3. decides it with the limiter, any [`RateLimiter<str>`](crate::RateLimiter): every
+//!    algorithm and variant of the crate, a [`ManualClock`](crate::ManualClock) one in tests,
+//!    or a `dyn RateLimiter<str>`;
+//! 4. acts according to the [`Mode`]: enforce (deny with `429 Too Many Requests`), dry-run
+//!    (never deny, report what would have happened) or shadow (let every request through and
+//!    tell the handler, which decides).
+//!
+//! # Headers
+//!
+//! The header fields follow
+//! [draft-ietf-httpapi-ratelimit-headers-10](https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/10/)
+//! (the `RateLimit-Policy` / `RateLimit` pair, structured fields with a quoted policy name):
+//!
+//! | field | value | from |
+//! |---|---|---|
+//! | `Retry-After` (denials only) | whole seconds, rounded up, at least 1 | [`Decision::retry_after`] |
+//! | `RateLimit-Policy` | `"default";q=<quota>;w=<window seconds>` | [`QuotaPolicy`], by default the algorithm's ([`AdvertisedQuota`]) |
+//! | `RateLimit` | `"default";r=<remaining>;t=<seconds>` | [`Decision::remaining`], [`Decision::reset_after`] rounded up |
+//! | `X-RateLimit-Limit` (legacy, opt-in) | the quota | [`QuotaPolicy`] |
+//! | `X-RateLimit-Remaining` (legacy, opt-in) | remaining | [`Decision::remaining`] |
+//! | `X-RateLimit-Reset` (legacy, opt-in) | seconds until reset (a delay, not a timestamp) | [`Decision::reset_after`] |
+//!
+//! `t` is the time until the key is back to its full quota (`reset_after`): by then the whole
+//! quota is available again, so it is never early; the draft's "additional quota" may come
+//! sooner (GCRA returns one unit per emission interval). A field whose value the algorithm
+//! does not know is left out (EARRRL and exponential know no `remaining`, so they send no
+//! `RateLimit`).
+//! All values come from the very [`Decision`] that decided the request. Denials always carry
+//! the headers; allowed responses carry them when [`Builder::headers_on_allowed`] is set;
+//! dry-run responses always carry them (that is how a dry run reports). The two IETF fields
+//! are lists and are appended, so nested layers (per IP, then per API key) advertise both
+//! policies: give them distinct names ([`QuotaPolicy::named`]).
+//!
+//! # Responses the layer makes itself
+//!
+//! In [`Mode::Enforce`] only; in the other modes every request reaches the inner service.
+//!
+//! | status | when |
+//! |---|---|
+//! | `429 Too Many Requests` | the limiter denied the request |
+//! | `400 Bad Request` | no key ([`MissingKey::Reject`]) or a key over the length bound ([`OversizedKey::Reject`]) |
+//! | `413 Content Too Large` | the request's cost exceeds the limiter's capacity: it could never pass |
+//!
+//! Their body is the response body type's `Default` (empty for axum's `Body`).
+//!
+//! # Cost when unused
+//!
+//! The feature is off by default, so the core crate builds without `http` or tower. On the
+//! allowed path without headers the layer allocates nothing for header and IP keys: the key is
+//! borrowed from the request or formatted on the stack. Each response that carries headers
+//! allocates one small buffer per header field. `cargo bench --features tower --bench tower`
+//! measures the layer against the bare limiter: its own cost (a header lookup, moving the
+//! request head out and back, wrapping the inner future) comes on top of the limiter's check
+//! and is small next to what parsing an HTTP request costs a server; see `BENCHMARKS.md`,
+//! section "The tower layer (`tower` feature), ns per request".
+
+mod config;
+mod cost;
+mod key;
+mod layer;
+mod quota;
+
+pub use config::{Builder, MissingKey, Mode, OversizedKey, Report, ShadowDecision};
+pub use cost::{RequestCost, UnitCost};
+pub use key::{ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
+pub use layer::{RateLimit, RateLimitLayer, ResponseFuture};
+pub use quota::{AdvertisedQuota, InvalidPolicyName, QuotaPolicy};
+
+#[cfg(doc)]
+use crate::Decision;
+use http::header::HeaderName;
+
+/// The default bound on a key's length in bytes; see [`Builder::max_key_len`].
+///
+/// Long enough for IP addresses, UUIDs and typical API keys, short enough that a flood of
+/// distinct keys costs little memory. Longer keys (a JWT, say) are hashed by default
+/// ([`OversizedKey::Hash`]).
+pub const DEFAULT_MAX_KEY_LEN: usize = 256;
+
+/// `RateLimit-Policy`, from draft-ietf-httpapi-ratelimit-headers.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`, from draft-ietf-httpapi-ratelimit-headers.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// The legacy `X-RateLimit-Limit`.
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// The legacy `X-RateLimit-Remaining`.
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// The legacy `X-RateLimit-Reset` (seconds from now, not a timestamp).
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `X-Forwarded-For`, which [`ForwardedIp`] reads.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
