@@ -1,7 +1,7 @@
 //! The compact store: bit-identical decisions to the papaya store, the capacity bound, and
 //! short probes under adversarial keys (hash-flooding resistance). Its concurrency is covered
 //! with every other store by `tests/stress.rs` and `tests/eviction.rs` (through
-//! `common::cases`), and model-checked in `src/compact.rs` (loom).
+//! `common::cases`), and model-checked in `src/loom.rs` (loom).
 
 mod common;
 
