@@ -62,6 +62,23 @@ mod sealed {
 
 /// How a [`KeyedLimiter`](crate::KeyedLimiter) or [`DirectLimiter`](crate::DirectLimiter)
 /// keeps each key's state: [`Cas`] or [`Locked`]. Sealed.
+///
+/// Both are implemented for every algorithm of the crate. The algorithms name no storage, so
+/// code generic over the algorithm states the store it builds as a bound on the variant:
+///
+/// ```
+/// use hotlimit::{store::Variant, Algorithm, Cas, CasLimiter, ManualClock};
+///
+/// fn first_two<A: Algorithm>(algo: A) -> [bool; 2]
+/// where
+///     Cas: Variant<A>,
+/// {
+///     let l = CasLimiter::<u64, A>::with_clock(algo, ManualClock::new());
+///     [l.check(&1).is_allowed(), l.check(&1).is_allowed()]
+/// }
+/// assert_eq!(first_two("1/s".parse::<hotlimit::algo::Gcra>()?), [true, false]);
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
 pub trait Variant<A: Algorithm>: sealed::Sealed + Send + Sync + 'static {
     /// The per-key cell.
     #[doc(hidden)]

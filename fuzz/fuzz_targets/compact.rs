@@ -15,8 +15,8 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Gcra, SlidingLog, CLOCK_MAX};
-use hotlimit::{Algorithm, Cas, Clock, CompactLimiter, Locked, ManualClock};
 use hotlimit::store::CompactVariant;
+use hotlimit::{Algorithm, Cas, Clock, CompactLimiter, Locked, ManualClock};
 use hotlimit_fuzz::{
     earrrl_unit, expected, exponential_unit, gcra_unit, window_unit, EarrrlCfg, ExpCfg, GcraCfg,
     Span, WindowCfg,
@@ -55,7 +55,11 @@ struct Input {
 
 type Compact<A, V> = CompactLimiter<u64, A, ManualClock, V>;
 
-struct Twins<A: Algorithm> {
+struct Twins<A: Algorithm>
+where
+    Cas: CompactVariant<A>,
+    Locked: CompactVariant<A>,
+{
     algo: A,
     clock: ManualClock,
     cas: Compact<A, Cas>,
@@ -72,7 +76,11 @@ fn build<A: Algorithm, V: CompactVariant<A>>(algo: A, clock: &ManualClock) -> Co
         .expect("a table of 1024 keys, no sweeper thread")
 }
 
-impl<A: Algorithm + Clone> Twins<A> {
+impl<A: Algorithm + Clone> Twins<A>
+where
+    Cas: CompactVariant<A>,
+    Locked: CompactVariant<A>,
+{
     fn new(algo: A) -> Self {
         let clock = ManualClock::new();
         Self {

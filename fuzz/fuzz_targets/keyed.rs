@@ -17,7 +17,8 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{AllOf, Gcra, CLOCK_MAX};
-use hotlimit::{Algorithm, CasLimiter, Clock, ManualClock, MutexLimiter};
+use hotlimit::store::Variant;
+use hotlimit::{Algorithm, Cas, CasLimiter, Clock, Locked, ManualClock, MutexLimiter};
 use hotlimit_fuzz::{
     earrrl_unit, expected, exponential_unit, gcra_unit, EarrrlCfg, ExpCfg, GcraCfg, Span,
 };
@@ -52,7 +53,11 @@ struct Input {
     ops: Vec<Op>,
 }
 
-struct Twins<A: Algorithm> {
+struct Twins<A: Algorithm>
+where
+    Cas: Variant<A>,
+    Locked: Variant<A>,
+{
     algo: A,
     clock: ManualClock,
     cas: CasLimiter<Vec<u8>, A, ManualClock>,
@@ -61,7 +66,11 @@ struct Twins<A: Algorithm> {
     keys: Vec<Vec<u8>>,
 }
 
-impl<A: Algorithm + Clone> Twins<A> {
+impl<A: Algorithm + Clone> Twins<A>
+where
+    Cas: Variant<A>,
+    Locked: Variant<A>,
+{
     fn new(algo: A) -> Self {
         let clock = ManualClock::new();
         Self {

@@ -7,9 +7,9 @@
 //! every refusal has a non-empty message (and a `ConfigError` names its field).
 #![no_main]
 
+use hotlimit::algo::parse_duration;
 use hotlimit::algo::{Exponential, Gcra};
 use hotlimit::{ConfigError, Policy, Rate};
-use hotlimit::algo::parse_duration;
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 
