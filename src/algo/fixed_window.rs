@@ -1,6 +1,6 @@
 //! Fixed window: at most `limit` per window, windows aligned to the clock's origin.
 
-use super::window::{validate, WindowConfig};
+use super::window::{validate, window_accessors, WindowConfig};
 use super::{clamp, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -62,21 +62,7 @@ impl FixedWindow {
         Ok(Self { config, count_bits })
     }
 
-    /// Sets the policy.
-    pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.config.policy = policy;
-        self
-    }
-
-    /// The limit per window.
-    pub fn limit(&self) -> u64 {
-        self.config.limit
-    }
-
-    /// The window.
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.config.window_ns)
-    }
+    window_accessors!("The window.");
 
     #[inline]
     fn pack(&self, index: u64, count: u64) -> u64 {

@@ -1,6 +1,6 @@
 //! Sliding window log: the timestamps of the counted requests of the last window.
 
-use super::window::{validate, WindowConfig};
+use super::window::{validate, window_accessors, WindowConfig};
 use super::{clamp, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
@@ -108,21 +108,7 @@ impl SlidingLog {
         })
     }
 
-    /// Sets the policy.
-    pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.config.policy = policy;
-        self
-    }
-
-    /// The limit per window.
-    pub fn limit(&self) -> u64 {
-        self.config.limit
-    }
-
-    /// The window.
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.config.window_ns)
-    }
+    window_accessors!("The window.");
 
     /// When enough of the oldest entries leave the window for `cost` to fit.
     fn retry_at(&self, log: &LogState, cost: u64) -> u64 {

@@ -1,7 +1,7 @@
 //! Sliding window counter: the current window's count plus the previous one's, weighted by
 //! how much of it still overlaps the sliding window.
 
-use super::window::{check_u32_limit, validate, WindowConfig};
+use super::window::{check_u32_limit, validate, window_accessors, WindowConfig};
 use super::{clamp, honest_wait, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
@@ -96,25 +96,11 @@ impl SlidingWindow {
         })
     }
 
-    /// Sets the policy.
-    pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.config.policy = policy;
-        self
-    }
+    window_accessors!("The window.");
 
     /// Sets the rounding mode.
     pub fn with_rounding(self, rounding: Rounding) -> Self {
         Self { rounding, ..self }
-    }
-
-    /// The limit per window.
-    pub fn limit(&self) -> u64 {
-        self.config.limit
-    }
-
-    /// The window.
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.config.window_ns)
     }
 
     #[inline]

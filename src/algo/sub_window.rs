@@ -1,6 +1,6 @@
 //! Sub-window counters: the window split into buckets, the last window's buckets summed.
 
-use super::window::{check_u32_limit, validate, WindowConfig};
+use super::window::{check_u32_limit, validate, window_accessors, WindowConfig};
 use super::{clamp, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -118,25 +118,11 @@ impl SubWindow {
         })
     }
 
-    /// Sets the policy.
-    pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.config.policy = policy;
-        self
-    }
+    window_accessors!("The window, as configured (the buckets span it).");
 
     /// Sets which way the approximation errs.
     pub fn with_bias(self, bias: Bias) -> Self {
         Self { bias, ..self }
-    }
-
-    /// The limit per window.
-    pub fn limit(&self) -> u64 {
-        self.config.limit
-    }
-
-    /// The window, as configured (the buckets span it).
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.config.window_ns)
     }
 
     /// The bucket width.

@@ -12,6 +12,29 @@ pub(crate) struct WindowConfig {
     pub(crate) policy: Policy,
 }
 
+/// The accessors every window algorithm has over its `config: WindowConfig`: `with_policy`,
+/// `limit`, and `window` (documented by the argument).
+macro_rules! window_accessors {
+    ($window_doc:literal) => {
+        /// Sets the policy.
+        pub fn with_policy(mut self, policy: Policy) -> Self {
+            self.config.policy = policy;
+            self
+        }
+
+        /// The limit per window.
+        pub fn limit(&self) -> u64 {
+            self.config.limit
+        }
+
+        #[doc = $window_doc]
+        pub fn window(&self) -> Duration {
+            Duration::from_nanos(self.config.window_ns)
+        }
+    };
+}
+pub(crate) use window_accessors;
+
 /// Largest limit of the windows that keep 32-bit counts (saturating at `limit + 1`, which
 /// must stay below the all-ones tombstone).
 pub(crate) const MAX_LIMIT_U32: u64 = u32::MAX as u64 - 2;
