@@ -80,7 +80,7 @@ struct Shared<K, A: Algorithm, C, V: Variant<A>> {
 
 impl<K, A, V> KeyedLimiter<K, A, QuantaClock, V>
 where
-    K: Hash + Eq + Send + Sync + 'static,
+    K: Hash + Eq + Send + Sync,
     A: Algorithm,
     V: Variant<A>,
 {

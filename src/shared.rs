@@ -220,39 +220,43 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         clamp(self.clock.now()).saturating_sub(self.grace_ns)
     }
 
-    /// One request's update of `cell` (what the papaya and direct stores run): see
-    /// [`fitted`](Core::fitted). `None` if the cell is dead.
+    /// One request's update of `cell` (what the papaya and direct stores run), fitted after
+    /// a live switch as [`generation`](Core::generation) says. `None` if the cell is dead.
     #[inline(always)]
     pub(crate) fn update<T>(
         &self,
         cell: &impl StateCell<A::State>,
         f: impl FnMut(&mut A::State) -> T,
     ) -> Option<T> {
-        self.fitted(
-            || cell.update(&self.stats, f),
-            |fit| {
-                cell.rewrite(fit);
-            },
-        )
+        let generation = self.generation();
+        let out = cell.update(&self.stats, f)?;
+        self.fit_if_switched(generation, |fit| {
+            cell.rewrite(fit);
+        });
+        Some(out)
     }
 
-    /// Runs `update` (a request's update of one key's state), then, if the configuration
-    /// changed meanwhile ([`Live`]), fits what it wrote through `rewrite` (the store's
-    /// read-modify-write of that state): its step may have run under the old configuration
-    /// and landed after the switch's walk passed the key. For a fixed algorithm the
-    /// generation is the constant 0 and this is `update()`.
+    /// The configuration's generation, read before a request's update: if it differs after
+    /// the update ([`fit_if_switched`](Core::fit_if_switched)), the configuration changed
+    /// meanwhile ([`Live`]) and the state written must be fitted, since the request's step
+    /// may have run under the old configuration and landed after the switch's walk passed
+    /// the key. For a fixed algorithm it is the constant 0 and both calls vanish.
     #[inline(always)]
-    pub(crate) fn fitted<T>(
+    pub(crate) fn generation(&self) -> u64 {
+        self.algo.generation()
+    }
+
+    /// Fits the state a request wrote through `rewrite` (the store's read-modify-write of
+    /// that state) if the generation moved past `generation`.
+    #[inline(always)]
+    pub(crate) fn fit_if_switched(
         &self,
-        update: impl FnOnce() -> Option<T>,
+        generation: u64,
         rewrite: impl FnOnce(&dyn Fn(&mut A::State)),
-    ) -> Option<T> {
-        let generation = self.algo.generation();
-        let out = update()?;
+    ) {
         if self.algo.generation() != generation {
             self.refit(rewrite);
         }
-        Some(out)
     }
 
     #[cold]

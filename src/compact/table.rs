@@ -191,15 +191,20 @@ where
     #[inline(always)]
     pub(crate) fn apply<T>(&self, key: &K::Lookup, mut f: impl FnMut(&mut A::State) -> T) -> T {
         let (repr, fp, home) = self.locate(key);
+        // Read once, before any attempt: a retry only makes a refit more likely, never less.
+        let generation = self.core.generation();
         let refit = |fit: &dyn Fn(&mut A::State)| self.rewrite(repr, fp, home, fit);
         loop {
-            let found = || self.find_apply(repr, fp, home, &mut f);
-            if let Some(out) = self.core.fitted(found, refit) {
-                return out;
-            }
-            let slot = self.insert(repr, fp, home);
-            let inserted = || slot.try_update(repr, fp, &self.core.stats, &mut f);
-            if let Some(out) = self.core.fitted(inserted, refit) {
+            // No closure around the look-ups: wrapping them measurably slowed the hot path
+            // (`BENCHMARKS.md`, "One coherent core").
+            let out = match self.find_apply(repr, fp, home, &mut f) {
+                Some(out) => Some(out),
+                None => self
+                    .insert(repr, fp, home)
+                    .try_update(repr, fp, &self.core.stats, &mut f),
+            };
+            if let Some(out) = out {
+                self.core.fit_if_switched(generation, refit);
                 return out;
             }
             // Freed (by a sweep or a window eviction) between the insert and the update.
@@ -341,7 +346,7 @@ where
     }
 
     /// Fits `repr`'s state after a request that raced a live reconfiguration (see
-    /// [`Core::fitted`]): the slot that holds it, if any.
+    /// [`Core::fit_if_switched`]): the slot that holds it, if any.
     #[cold]
     fn rewrite(&self, repr: K::Repr, fp: u64, home: usize, fit: &dyn Fn(&mut A::State)) {
         let reach = self.reach[home].load(Ordering::Acquire) as usize;

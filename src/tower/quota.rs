@@ -3,11 +3,14 @@
 #[cfg(doc)]
 use super::{Builder, RateLimitLayer};
 use crate::algo::{
-    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
+    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow,
+    SubWindow,
 };
 use crate::clock::Clock;
+use crate::compact::{CompactKey, CompactLimiter, CompactVariant};
 use crate::keyed::KeyedLimiter;
 use crate::limiter::{RateLimiter, Variant};
+use crate::live::Live;
 use std::fmt;
 use std::hash::Hash;
 use std::time::Duration;
@@ -137,29 +140,17 @@ impl AdvertisedQuota for Gcra {
     }
 }
 
-impl AdvertisedQuota for FixedWindow {
-    fn advertised_quota(&self) -> Option<QuotaPolicy> {
-        Some(QuotaPolicy::new(self.limit(), self.window()))
-    }
+/// The window algorithms advertise their limit per window.
+macro_rules! window_quota {
+    ($($t:ty),*) => {$(
+        impl AdvertisedQuota for $t {
+            fn advertised_quota(&self) -> Option<QuotaPolicy> {
+                Some(QuotaPolicy::new(self.limit(), self.window()))
+            }
+        }
+    )*};
 }
-
-impl AdvertisedQuota for SlidingWindow {
-    fn advertised_quota(&self) -> Option<QuotaPolicy> {
-        Some(QuotaPolicy::new(self.limit(), self.window()))
-    }
-}
-
-impl AdvertisedQuota for SlidingLog {
-    fn advertised_quota(&self) -> Option<QuotaPolicy> {
-        Some(QuotaPolicy::new(self.limit(), self.window()))
-    }
-}
-
-impl AdvertisedQuota for SubWindow {
-    fn advertised_quota(&self) -> Option<QuotaPolicy> {
-        Some(QuotaPolicy::new(self.limit(), self.window()))
-    }
-}
+window_quota!(FixedWindow, SlidingWindow, SlidingLog, SubWindow);
 
 impl AdvertisedQuota for Exponential {
     fn advertised_quota(&self) -> Option<QuotaPolicy> {
@@ -186,6 +177,25 @@ where
     }
 }
 
+/// A live configuration advertises the one in force.
+impl<A: Reconfigure + AdvertisedQuota> AdvertisedQuota for Live<A> {
+    fn advertised_quota(&self) -> Option<QuotaPolicy> {
+        self.get().advertised_quota()
+    }
+}
+
+impl<K, A, C, V> AdvertisedQuota for CompactLimiter<K, A, C, V>
+where
+    K: CompactKey,
+    A: Algorithm + AdvertisedQuota,
+    C: Clock,
+    V: CompactVariant<A>,
+{
+    fn advertised_quota(&self) -> Option<QuotaPolicy> {
+        self.algorithm().advertised_quota()
+    }
+}
+
 /// A `dyn` limiter advertises nothing; set the policy with [`Builder::quota`].
 impl AdvertisedQuota for dyn RateLimiter<str> {
     fn advertised_quota(&self) -> Option<QuotaPolicy> {
@@ -204,5 +214,24 @@ mod tests {
         assert_eq!(q.named("a\"b"), Err(InvalidPolicyName("a\"b")));
         assert!(q.named("tab\t").is_err());
         assert!(q.named("é").is_err());
+    }
+
+    #[test]
+    fn every_store_and_a_live_configuration_advertise_their_quota() {
+        use crate::ManualClock;
+        let g: Gcra = "10/s burst 5".parse().unwrap();
+        let want = Some(QuotaPolicy::new(5, Duration::from_millis(500)));
+        let live = Live::new(g);
+        assert_eq!(live.advertised_quota(), want);
+        live.switch("20/s burst 5".parse().unwrap(), |_| ())
+            .unwrap();
+        assert_eq!(
+            live.advertised_quota(),
+            Some(QuotaPolicy::new(5, Duration::from_millis(250)))
+        );
+        let keyed = KeyedLimiter::<String, Gcra>::with_clock(g, ManualClock::new());
+        assert_eq!(keyed.advertised_quota(), want);
+        let compact = CompactLimiter::<crate::Hashed<str>, Gcra>::with_clock(g, ManualClock::new());
+        assert_eq!(compact.advertised_quota(), want);
     }
 }
