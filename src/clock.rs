@@ -88,10 +88,10 @@ impl Clock for QuantaClock {
 /// [`QuantaClock`] time into it every `resolution`, and [`now`](Clock::now) reads the last
 /// value written.
 ///
-/// In `cargo bench --bench keyed` it took 2–32% off a check (2 ns on a hot key, 15–43 ns at
-/// 1M keys, where the TSC read sits between cache misses). The price is resolution: time moves in
-/// steps of `resolution` (plus the ticker thread's scheduling delay), so a limiter sees every
-/// request up to that long after it arrived. Over any interval, a quota then admits at most
+/// In `cargo bench --bench keyed` it takes a share off every check, most at 1M keys, where the
+/// TSC read sits between cache misses (`BENCHMARKS.md`, the "coarse" columns). The price is
+/// resolution: time moves in steps of `resolution` (plus the ticker thread's scheduling
+/// delay), so a limiter sees every request up to that long after it arrived. Over any interval, a quota then admits at most
 /// what it would over that interval plus `resolution`; and a key can sustain its rate only if
 /// its quota refills its whole burst no faster than one step. **Pick a resolution no larger
 /// than your tightest quota's `burst / rate`** (1 ms suits quotas of up to 1,000 requests

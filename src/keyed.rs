@@ -325,8 +325,8 @@ where
     }
 
     /// Pins the map for a batch of checks from this thread, saving the pin each
-    /// [`check`](KeyedLimiter::check) otherwise pays (an epoch-based reclamation guard:
-    /// ~3 ns on one thread, more under contention).
+    /// [`check`](KeyedLimiter::check) otherwise pays (an epoch-based reclamation guard,
+    /// dearer under contention; `BENCHMARKS.md` has its cost).
     ///
     /// While a [`Pinned`] lives, memory of entries removed meanwhile (evicted keys) is not
     /// reclaimed, so pin per batch of requests (a read from a socket, a pipeline of requests),

@@ -162,10 +162,8 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
 
     /// A broken connection is dropped; the next request reconnects.
     fn on_error<T>(&self, result: &Result<T, BackendError>) {
-        if let Err(e) = result {
-            if !matches!(e, BackendError::Script(_)) {
-                self.conn.lock().con = None;
-            }
+        if result.as_ref().is_err_and(BackendError::drops_connection) {
+            self.conn.lock().con = None;
         }
     }
 

@@ -186,6 +186,12 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// Whether the connection that returned this error must be dropped: any error but a
+    /// script's own, since a timed-out or broken connection may still deliver a stale reply.
+    pub(crate) fn drops_connection(&self) -> bool {
+        !matches!(self, BackendError::Script(_))
+    }
+
     /// Whether this is a failure of the backend (connection, server, reply), to which the
     /// [`FailMode`] applies, rather than a bad request.
     pub fn is_backend_failure(&self) -> bool {

@@ -135,10 +135,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.core.check_costs(requests)?;
         let mut guard = self.conn.lock();
         let result = self.pipelined(&mut guard, requests);
-        if let Err(e) = &result {
-            if !matches!(e, BackendError::Script(_)) {
-                guard.con = None;
-            }
+        if result.as_ref().is_err_and(BackendError::drops_connection) {
+            guard.con = None;
         }
         result
     }
@@ -149,11 +147,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         }
         let mut guard = self.conn.lock();
         let result = self.eval_one(&mut guard, key, cost, at, write);
-        if let Err(e) = &result {
-            // A timed-out or broken connection may still deliver a stale reply: drop it.
-            if !matches!(e, BackendError::Script(_)) {
-                guard.con = None;
-            }
+        if result.as_ref().is_err_and(BackendError::drops_connection) {
+            guard.con = None;
         }
         drop(guard);
         let d = result?;
