@@ -7,10 +7,9 @@
 //! the direct limiter (one cell) rather than the papaya map, which loom does not model.
 #![cfg(hotlimit_loom)]
 
-use hotlimit::algo::WordStep;
-use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingLog};
+use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, WordStep};
 use hotlimit::store::Variant;
-use hotlimit::{Algorithm, DirectLimiter, Locked, ManualClock, Policy, Rate};
+use hotlimit::{Algorithm, DirectLimiter, Locked, ManualClock, Policy, QuantaClock, Rate};
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
