@@ -181,9 +181,16 @@ where
     #[inline(always)]
     pub(crate) fn locate(&self, key: &K::Lookup) -> (K::Repr, u64, usize) {
         let repr = K::repr(key, &self.hasher);
+        let (fp, home) = self.place(repr);
+        (repr, fp, home)
+    }
+
+    /// The fingerprint and home line of a key's inline form.
+    #[inline(always)]
+    fn place(&self, repr: K::Repr) -> (u64, usize) {
         let hash = K::place(repr, &self.hasher);
         // Odd, so never the lock slot's "free" hint (0).
-        (repr, hash | 1, scale(hash, self.lines.len()))
+        (hash | 1, scale(hash, self.lines.len()))
     }
 
     /// Runs `f` on `key`'s state, inserting the key fresh on first sight and retrying if its
@@ -230,7 +237,7 @@ where
                 }
             }
         }
-        self.core.algo.peek(&self.core.algo.fresh(), now, cost)
+        self.core.peek_fresh(now, cost)
     }
 
     /// The lock-free look-up: the home line, then (only if the key is not there) as many
@@ -364,8 +371,7 @@ where
     pub(crate) fn rewrite_all(&self, fit: &dyn Fn(&mut A::State)) {
         for slot in self.slots() {
             if let Some(repr) = slot.inspect(|repr, _| repr) {
-                let fp = K::place(repr, &self.hasher) | 1;
-                slot.rewrite(repr, fp, fit);
+                slot.rewrite(repr, self.place(repr).0, fit);
             }
         }
     }
@@ -445,7 +451,7 @@ where
                 let Some(repr) = slot.inspect(|repr, _| repr) else {
                     continue;
                 };
-                let home = scale(K::place(repr, &self.hasher), lines);
+                let home = self.place(repr).1;
                 let d = (i + lines - home) % lines;
                 let scanned = d as u64 + 1;
                 stats.keys += 1;
