@@ -2,7 +2,9 @@
 //! port, no persistence). Without `redis-server` on the PATH the tests print why and pass,
 //! unless `HOTLIMIT_REQUIRE_REDIS=1` (set by `.ci/run`), which makes that a failure.
 
-use hotlimit::algo::{Earrrl, Exponential, Gcra};
+use hotlimit::algo::{
+    Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
+};
 use hotlimit::redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter};
 use hotlimit::{Algorithm, CasLimiter, CostError, Decision, ManualClock, Policy, Rate};
 use rand::rngs::StdRng;
@@ -137,6 +139,12 @@ where
     let (mut allowed, mut denied) = (0, 0);
     for (i, &(key, t, cost)) in trace.iter().enumerate() {
         clock.set_nanos(t);
+        if i % 5 == 0 {
+            // A peek reads the same state and writes nothing, in both.
+            let m = mem.peek_n(key, cost).unwrap();
+            let r = red.try_peek_n_at(key, cost, t).unwrap();
+            same(i, &m, &r);
+        }
         let m = mem.check_n(key, cost).unwrap();
         let r = red.try_check_n_at(key, cost, t).unwrap();
         same(i, &m, &r);
@@ -163,6 +171,88 @@ fn gcra_same_decisions_as_in_memory_field_for_field() {
             assert_eq!(m, r, "request {i} ({policy})");
         });
         assert!(allowed > 300 && denied > 300, "{allowed} {denied}");
+    }
+}
+
+/// The window algorithms are integer arithmetic in both: every field of every decision
+/// agrees, for both policies and every rounding and bias.
+#[test]
+fn windows_same_decisions_as_in_memory_field_for_field() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    // Not a round number of nanoseconds, so window and bucket edges fall anywhere.
+    let w = Duration::from_nanos(1_300_000_007);
+    for policy in [Policy::Leaky, Policy::Strict] {
+        let exact = |i: usize, m: &Decision, r: &Decision| {
+            assert_eq!(m, r, "request {i} ({policy})");
+        };
+        let t = trace(4, 3000, 100_000_000, 3);
+        let mut runs = vec![
+            (
+                "fixed window",
+                compare(
+                    &server,
+                    FixedWindow::new(10, w).unwrap().with_policy(policy),
+                    &t,
+                    exact,
+                ),
+            ),
+            (
+                "sliding log",
+                compare(
+                    &server,
+                    SlidingLog::new(10, w).unwrap().with_policy(policy),
+                    &t,
+                    exact,
+                ),
+            ),
+        ];
+        for rounding in [Rounding::Exact, Rounding::Floor] {
+            let a = SlidingWindow::new(10, w)
+                .unwrap()
+                .with_rounding(rounding)
+                .with_policy(policy);
+            runs.push(("sliding window", compare(&server, a, &t, exact)));
+        }
+        for bias in [Bias::Strict, Bias::Lenient] {
+            let a = SubWindow::new(10, w, 7)
+                .unwrap()
+                .with_bias(bias)
+                .with_policy(policy);
+            runs.push(("sub-window", compare(&server, a, &t, exact)));
+        }
+        for (name, (allowed, denied)) in runs {
+            // Strict lockouts keep a hammering trace out longer: fewer allowed, still many.
+            assert!(
+                allowed > 50 && denied > 300,
+                "{name} {policy}: {allowed} {denied}"
+            );
+        }
+    }
+}
+
+/// A 3-day sliding window in nanoseconds: its weighted counts (up to 10^3 × 2.6·10^14) are
+/// beyond what an `f64` counts exactly, and still agree field for field.
+#[test]
+fn sliding_window_beyond_2_pow_53_same_decisions() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let w = Duration::from_secs(3 * 86_400) + Duration::from_nanos(13);
+    for policy in [Policy::Leaky, Policy::Strict] {
+        for rounding in [Rounding::Exact, Rounding::Floor] {
+            let a = SlidingWindow::new(1000, w)
+                .unwrap()
+                .with_rounding(rounding)
+                .with_policy(policy);
+            // A mean gap of w / 2000 and costs up to 3: about twice the limit.
+            let t = trace(5, 2000, 130_000_000_000, 3);
+            let (allowed, denied) = compare(&server, a, &t, |i, m, r| {
+                assert_eq!(m, r, "request {i} ({policy}, {rounding:?})");
+            });
+            assert!(allowed > 300 && denied > 300, "{allowed} {denied}");
+        }
     }
 }
 
@@ -519,6 +609,108 @@ fn keys_expire_when_the_state_is_fresh_again() {
     assert!(pttl("test:d") <= before - 15);
 }
 
+/// Runs `write` and checks that `key` then expires exactly `idle_in_ns` (rounded up to a
+/// millisecond) after the write: `PEXPIRETIME` (absolute, ms) between the server's `TIME`
+/// before and after the write, plus that.
+fn expires_after(raw: &mut redis::Connection, key: &str, idle_in_ns: u64, write: impl FnOnce()) {
+    let now_ms = |raw: &mut redis::Connection| -> i64 {
+        let (s, us): (i64, i64) = redis::cmd("TIME").query(raw).unwrap();
+        s * 1000 + us / 1000
+    };
+    let before = now_ms(raw);
+    write();
+    let after = now_ms(raw);
+    let at: i64 = redis::cmd("PEXPIRETIME").arg(key).query(raw).unwrap();
+    let ttl = idle_in_ns.div_ceil(1_000_000) as i64;
+    assert!(
+        (before + ttl..=after + ttl + 1).contains(&at),
+        "{key}: expires at {at}, written in [{before}, {after}] ms, idle after {ttl} ms"
+    );
+}
+
+/// Every window algorithm's keys expire when its state is equivalent to a fresh key's (the
+/// in-memory `idle_at` of the same state), and a sub-window hash keeps no field that left
+/// the span.
+#[test]
+fn window_keys_expire_when_fresh_and_keep_no_stale_fields() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut raw = server.raw();
+    let ms = 1_000_000u64;
+    let w = Duration::from_secs(1);
+
+    fn replay<A: RedisAlgorithm + Clone>(
+        raw: &mut redis::Connection,
+        server: &Server,
+        algo: A,
+        key: &str,
+        times: &[u64],
+    ) -> RedisLimiter<A> {
+        let r = limiter(server, algo.clone());
+        let mut state = algo.fresh();
+        let (&last, rest) = times.split_last().unwrap();
+        for &t in rest {
+            algo.update(&mut state, t, 1);
+            r.try_check_n_at(key, 1, t).unwrap();
+        }
+        algo.update(&mut state, last, 1);
+        let idle = algo.idle_at(&state) - last;
+        expires_after(raw, &r.redis_key(key), idle, || {
+            r.try_check_n_at(key, 1, last).unwrap();
+        });
+        r
+    }
+
+    replay(
+        &mut raw,
+        &server,
+        FixedWindow::new(3, w).unwrap(),
+        "fw",
+        &[100 * ms, 700 * ms],
+    );
+    replay(
+        &mut raw,
+        &server,
+        SlidingWindow::new(3, w).unwrap(),
+        "sw",
+        &[900 * ms, 1300 * ms],
+    );
+    let log = replay(
+        &mut raw,
+        &server,
+        SlidingLog::new(3, w).unwrap(),
+        "log",
+        &[100 * ms, 400 * ms],
+    );
+    // The log's total expires with it.
+    let log_key = log.redis_key("log");
+    let (a, b): (i64, i64) = redis::pipe()
+        .cmd("PEXPIRETIME")
+        .arg(&log_key)
+        .cmd("PEXPIRETIME")
+        .arg(format!("{log_key}:n"))
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(a, b);
+
+    // 4 buckets of 250 ms, strict bias: a request counts against 5. Buckets 0 and 1, then
+    // bucket 6, whose span starts at bucket 2: both older fields are deleted.
+    let sub = replay(
+        &mut raw,
+        &server,
+        SubWindow::new(10, w, 4).unwrap(),
+        "sub",
+        &[0, 300 * ms, 1600 * ms],
+    );
+    let mut fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(sub.redis_key("sub"))
+        .query(&mut raw)
+        .unwrap();
+    fields.sort();
+    assert_eq!(fields, ["6", "h"]);
+}
+
 #[test]
 fn server_time_decisions() {
     let Some(server) = Server::start() else {
@@ -546,6 +738,32 @@ fn server_time_decisions() {
         .query(&mut server.raw())
         .unwrap();
     assert!((400..=500).contains(&ttl), "{ttl}");
+}
+
+/// On Redis' clock (µs): each window algorithm admits its limit of six back-to-back requests
+/// and denies the sixth with an honest wait within the window. The sub-window's 60 buckets of
+/// 1/60 s are not whole microseconds.
+#[test]
+fn window_server_time_decisions() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let w = Duration::from_secs(1);
+    fn six<A: RedisAlgorithm + std::fmt::Debug>(server: &Server, algo: A, window: Duration) {
+        let name = format!("{algo:?}");
+        let r = limiter(server, algo);
+        // One key per algorithm: states of different algorithms must not share a key.
+        let d: Vec<Decision> = (0..6).map(|_| r.try_check_n(&name, 1).unwrap()).collect();
+        let allowed = d.iter().filter(|d| d.is_allowed()).count();
+        assert_eq!(allowed, 5, "{name}: {d:?}");
+        let wait = d[5].retry_after();
+        assert!(wait > Duration::ZERO && wait <= window, "{name}: {wait:?}");
+        assert_eq!(d[4].remaining(), Some(0), "{name}");
+    }
+    six(&server, FixedWindow::new(5, w).unwrap(), w);
+    six(&server, SlidingWindow::new(5, w).unwrap(), w * 2);
+    six(&server, SlidingLog::new(5, w).unwrap(), w);
+    six(&server, SubWindow::new(5, w, 60).unwrap(), w * 61 / 60);
 }
 
 #[test]

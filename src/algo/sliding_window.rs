@@ -103,6 +103,11 @@ impl SlidingWindow {
         Self { rounding, ..self }
     }
 
+    /// How the weighted count is compared with the limit.
+    pub fn rounding(&self) -> Rounding {
+        self.rounding
+    }
+
     #[inline]
     fn pack(index: u64, prev: u64, cur: u64) -> u128 {
         ((index as u128) << 64) | ((prev as u128) << 32) | cur as u128

@@ -25,9 +25,14 @@
 //!
 //! # How it works
 //!
-//! [`algo::Gcra`](crate::algo::Gcra), [`algo::Earrrl`](crate::algo::Earrrl) and
-//! [`algo::Exponential`](crate::algo::Exponential) run as Lua scripts, ports of their Rust
-//! steps line by line (`honest_wait` included, so a denied `retry_after` is honest). Each
+//! Every algorithm of the crate but [`AllOf`](crate::algo::AllOf) and [`Live`](crate::Live)
+//! runs as a Lua script, a port of its Rust step line by line (`honest_wait` included, so a
+//! denied `retry_after` is honest): [`Gcra`],
+//! [`Earrrl`], [`Exponential`],
+//! [`FixedWindow`], [`SlidingWindow`],
+//! [`SlidingLog`] and [`SubWindow`]. Done as
+//! separate commands (`INCR`, then `EXPIRE`; `ZADD`, then `ZCARD`) the window family races;
+//! as one script it is atomic. Each
 //! script is loaded once (`SCRIPT LOAD`), called by `EVALSHA` and loaded again when the server
 //! answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`), so each decision is one atomic
 //! round trip: Redis runs one script at a time, which makes decisions linearizable per key
@@ -37,16 +42,23 @@
 //! disagree still share one timeline. It is read in **microseconds** since the Unix epoch:
 //! Lua's numbers are `f64`, exact for integers below 2^53, which nanoseconds since 1970
 //! (1.7·10^18) exceed and microseconds (1.7·10^15) do not. So in production the resolution of
-//! every time (`retry_after`, `reset_after`, stored states) is 1 µs, and a GCRA emission
-//! interval that is not a whole number of microseconds is kept as a fraction of one. Times
+//! every time (`retry_after`, `reset_after`, stored states) is 1 µs. A GCRA emission interval,
+//! a fixed window, a log's window or a sub-window bucket that is not a whole number of
+//! microseconds is kept as a fraction of one; a sliding window counter's window is rounded to
+//! a whole microsecond (its script compares products of integers exactly). Times
 //! sent back are converted to nanoseconds, `retry_after` rounded up (still honest).
 //!
 //! The `*_at` methods take an explicit `now` (nanoseconds, below 2^53) instead: for tests and
 //! trace replay, where the scripts then run the very integer and float arithmetic of the
 //! in-memory algorithms (see *Equivalence*). Never mix the two timelines on one key.
 //!
-//! **State** per key: GCRA's `tat`, EARRRL's virtual time `S`, exponential's `"t r"`, as
-//! decimal strings that round-trip an `f64` exactly (`%.17g`). Each write sets `PX` to the time
+//! **State** per key: GCRA's `tat`, EARRRL's virtual time `S`, exponential's `"t r"`, the fixed
+//! window's `"index count"`, the sliding window counter's `"index previous current"`, as
+//! decimal strings that round-trip an `f64` exactly (`%.17g`). The sub-window counters are one
+//! hash per key (a field per bucket index holding its count, and `h`, the newest bucket);
+//! fields that left the span are deleted by the next write. The sliding log is a sorted set of
+//! `"t:cost"` entries scored by time plus their total in a second key (`<key>:n`), so an
+//! allowed request reads only the newest and the expired entries. Each write sets `PX` to the time
 //! the algorithm's [`idle_at`](crate::Algorithm::idle_at) says the state becomes equivalent to a
 //! fresh key (rounded up to a millisecond): expiry is lossless, never a fixed TTL that would
 //! forgive an abuser early. A leaky denial writes nothing. With explicit `now`, the expiry is
@@ -81,8 +93,12 @@
 //!
 //! # Equivalence
 //!
-//! With an explicit `now`, GCRA gives the same [`Decision`]s as the in-memory limiter, field
-//! for field (integers below 2^53 are exact in `f64`). EARRRL and exponential use `exp` and
+//! With an explicit `now`, GCRA and the four window algorithms give the same [`Decision`]s as
+//! the in-memory limiter, field for field, checks and peeks, both policies, every rounding and
+//! bias (`tests/redis.rs`, 3,000-request traces). Integers below 2^53 are exact in `f64`; the
+//! sliding window counter's weighted counts (a count times a window in ns) go beyond, so its
+//! script multiplies and compares them in base-2^18 limbs, exactly (a 3-day window in ns is
+//! tested). EARRRL and exponential use `exp` and
 //! `log` from the same C library, but Lua 5.1 has neither `log1p` nor `expm1`; their
 //! replacements are accurate to a few ulps, not bit-identical, so states can differ in the last
 //! bits. `tests/redis.rs` replays 3,000-request traces (three keys, bursts and gaps, both
@@ -113,7 +129,9 @@ pub use aio::AsyncRedisLimiter;
 pub use builder::Builder;
 pub use sync::RedisLimiter;
 
-use crate::algo::{Earrrl, Exponential, Gcra};
+use crate::algo::{
+    Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
+};
 use crate::decision::{Decision, Policy};
 use crate::error::CostError;
 use crate::Algorithm;
@@ -257,10 +275,17 @@ mod private {
         fn body(&self) -> &'static str;
         /// ARGV 5.., in time units of `unit_ns` nanoseconds.
         fn params(&self, unit_ns: f64) -> Vec<String>;
+        /// The suffixes of the keys after the first (`KEYS[2..]`), all under the first's
+        /// hash tag.
+        fn more_keys(&self) -> &'static [&'static str] {
+            &[]
+        }
     }
 }
 
-/// An algorithm the Redis backend can run: [`Gcra`], [`Earrrl`], [`Exponential`]. Sealed.
+/// An algorithm the Redis backend can run: every algorithm of the crate but
+/// [`AllOf`](crate::algo::AllOf) and [`Live`](crate::Live): [`Gcra`], [`Earrrl`],
+/// [`Exponential`], [`FixedWindow`], [`SlidingWindow`], [`SlidingLog`], [`SubWindow`]. Sealed.
 pub trait RedisAlgorithm: Algorithm + private::Sealed + Clone {}
 
 /// The shortest decimal that round-trips an `f64`; Lua's `tonumber` (strtod) reads it back
@@ -312,3 +337,72 @@ impl private::Sealed for Exponential {
     }
 }
 impl RedisAlgorithm for Exponential {}
+
+/// A window length in time units of `unit_ns` nanoseconds.
+fn units(d: std::time::Duration, unit_ns: f64) -> f64 {
+    d.as_nanos() as f64 / unit_ns
+}
+
+impl private::Sealed for FixedWindow {
+    fn body(&self) -> &'static str {
+        scripts::FIXED_WINDOW
+    }
+    fn params(&self, unit_ns: f64) -> Vec<String> {
+        let w = units(self.window(), unit_ns);
+        vec![num(self.limit() as f64), num(w), strict(self.policy())]
+    }
+}
+impl RedisAlgorithm for FixedWindow {}
+
+impl private::Sealed for SlidingWindow {
+    fn body(&self) -> &'static str {
+        scripts::SLIDING_WINDOW
+    }
+    fn params(&self, unit_ns: f64) -> Vec<String> {
+        // Whole units: the script compares products of integers exactly. A window that is
+        // not a whole number of microseconds is rounded to one on the server clock.
+        let w = units(self.window(), unit_ns).round().max(1.0);
+        let floor = if self.rounding() == Rounding::Floor {
+            "1"
+        } else {
+            "0"
+        };
+        vec![
+            num(self.limit() as f64),
+            num(w),
+            strict(self.policy()),
+            floor.to_string(),
+        ]
+    }
+}
+impl RedisAlgorithm for SlidingWindow {}
+
+impl private::Sealed for SubWindow {
+    fn body(&self) -> &'static str {
+        scripts::SUB_WINDOW
+    }
+    fn params(&self, unit_ns: f64) -> Vec<String> {
+        let span = self.span();
+        vec![
+            num(self.limit() as f64),
+            num(units(self.bucket(), unit_ns)),
+            num(span as f64),
+            strict(self.policy()),
+        ]
+    }
+}
+impl RedisAlgorithm for SubWindow {}
+
+impl private::Sealed for SlidingLog {
+    fn body(&self) -> &'static str {
+        scripts::SLIDING_LOG
+    }
+    fn params(&self, unit_ns: f64) -> Vec<String> {
+        let w = units(self.window(), unit_ns);
+        vec![num(self.limit() as f64), num(w), strict(self.policy())]
+    }
+    fn more_keys(&self) -> &'static [&'static str] {
+        &[":n"]
+    }
+}
+impl RedisAlgorithm for SlidingLog {}

@@ -139,7 +139,12 @@ impl<A: RedisAlgorithm> Core<A> {
         write: bool,
     ) -> ::redis::Cmd {
         let mut cmd = ::redis::cmd("EVALSHA");
-        cmd.arg(sha).arg(1).arg(self.redis_key(key));
+        let first = self.redis_key(key);
+        let more = self.config.algo.more_keys();
+        cmd.arg(sha).arg(1 + more.len()).arg(&first);
+        for suffix in more {
+            cmd.arg(format!("{first}{suffix}"));
+        }
         let params = match at {
             At::Server => {
                 cmd.arg("").arg("1000000");
