@@ -6,7 +6,9 @@
 //! `--features redis-async`, also the async client: N concurrent tokio tasks on one
 //! multiplexed connection.
 
-use hotlimit::algo::{Earrrl, Exponential, Gcra};
+use hotlimit::algo::{
+    Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
+};
 use hotlimit::redis::{RedisAlgorithm, RedisLimiter};
 use hotlimit::Rate;
 use std::net::{TcpListener, TcpStream};
@@ -158,6 +160,32 @@ fn main() {
         "exponential",
         &url,
         Exponential::new(1e6, Duration::from_secs(1)).unwrap(),
+        secs,
+    );
+    let second = Duration::from_secs(1);
+    table(
+        "fixed window",
+        &url,
+        FixedWindow::new(100_000_000, second).unwrap(),
+        secs,
+    );
+    table(
+        "sliding window",
+        &url,
+        SlidingWindow::new(1_000_000_000, second).unwrap(),
+        secs,
+    );
+    // A few entries per key: each key sees about (checks per second) / KEYS requests a second.
+    table(
+        "sliding log",
+        &url,
+        SlidingLog::new(1_000_000_000, second).unwrap(),
+        secs,
+    );
+    table(
+        "sub-window ×60",
+        &url,
+        SubWindow::new(1_000_000_000, second, 60).unwrap(),
         secs,
     );
     #[cfg(feature = "redis-async")]
