@@ -117,7 +117,7 @@ use crate::algo::{Earrrl, Exponential, Gcra};
 use crate::decision::{Decision, Policy};
 use crate::error::CostError;
 use crate::Algorithm;
-use ::redis::RedisError;
+use ::redis::{ErrorKind, RedisError};
 use std::fmt;
 use std::time::Duration;
 
@@ -160,20 +160,28 @@ impl FailMode {
 
 /// Why a Redis-backed decision could not be made.
 ///
+/// Only an outage ([`is_outage`](BackendError::is_outage)) gets the [`FailMode`]; every other
+/// error is a misconfiguration or a bug, which `check` answers with a denial (see the module
+/// docs, *Failures*).
+///
 /// ```
 /// use hotlimit::{redis::BackendError, CostError};
 ///
 /// let e = BackendError::from(CostError::Zero);
-/// assert!(!e.is_backend_failure());
+/// assert!(!e.is_outage());
+/// assert!(BackendError::Unavailable.is_outage());
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum BackendError {
     /// The request's cost can never be admitted (checked before any round trip).
     Cost(CostError),
-    /// The server could not be reached or stopped answering (refused, reset, timed out).
+    /// The server could not be reached or stopped answering (refused, reset, timed out), or
+    /// the cluster said it cannot serve the key now (`CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`,
+    /// no connection to the slot's node): an outage.
     Connection(RedisError),
-    /// The server answered with an error (a script error, an out-of-memory refusal, ...).
+    /// The server answered with an error: a script error, a wrong type, an out-of-memory
+    /// refusal, a `MOVED`/`ASK` redirection or `CROSSSLOT` that was not followed, ...
     Script(RedisError),
     /// The server's reply did not have the expected shape.
     Reply(String),
@@ -186,29 +194,47 @@ pub enum BackendError {
 }
 
 impl BackendError {
-    /// Whether the connection that returned this error must be dropped: any error but a
-    /// script's own, since a timed-out or broken connection may still deliver a stale reply.
+    /// Whether the connection that returned this error must be dropped (the next request
+    /// opens a new one): after an outage or a bad reply, since a timed-out or broken
+    /// connection may still deliver a stale reply; and after a redirection that surfaced,
+    /// since a new cluster connection reads the slot map afresh. A script's own error says
+    /// nothing against the connection.
     pub(crate) fn drops_connection(&self) -> bool {
-        !matches!(self, BackendError::Script(_))
+        match self {
+            BackendError::Connection(_) | BackendError::Reply(_) => true,
+            BackendError::Script(e) => matches!(e.kind(), ErrorKind::Moved | ErrorKind::Ask),
+            BackendError::Cost(_) | BackendError::Unavailable | BackendError::TimeOutOfRange(_) => {
+                false
+            }
+        }
     }
 
-    /// Whether this is a failure of the backend (connection, server, reply), to which the
-    /// [`FailMode`] applies, rather than a bad request.
-    pub fn is_backend_failure(&self) -> bool {
+    /// Whether this is an outage of the backend (a connection refused, reset or closed, an
+    /// I/O timeout, [`Unavailable`](BackendError::Unavailable), a cluster that is down or
+    /// failing over): the errors to which the [`FailMode`] applies. Anything else (a script
+    /// error, a misrouted command, a bad reply, a bad request) is not an outage: no fail mode
+    /// hides it.
+    pub fn is_outage(&self) -> bool {
         matches!(
             self,
-            BackendError::Connection(_)
-                | BackendError::Script(_)
-                | BackendError::Reply(_)
-                | BackendError::Unavailable
+            BackendError::Connection(_) | BackendError::Unavailable
         )
     }
 
     fn from_redis(e: RedisError) -> Self {
+        let cluster_outage = matches!(
+            e.kind(),
+            ErrorKind::ClusterDown
+                | ErrorKind::TryAgain
+                | ErrorKind::MasterDown
+                | ErrorKind::BusyLoadingError
+                | ErrorKind::ClusterConnectionNotFound
+        );
         if e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
+            || cluster_outage
         {
             BackendError::Connection(e)
         } else {
