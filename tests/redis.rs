@@ -534,6 +534,52 @@ fn killed_server_gives_the_fail_mode_quickly() {
     assert_eq!(open.check_n("k", 0), Err(CostError::Zero));
 }
 
+/// An error that is not an outage (here a key of the wrong type: `WRONGTYPE` from the script)
+/// is never let through by the fail mode: `check` denies and counts it in `errors()`.
+#[test]
+fn a_non_outage_error_is_a_denial_not_the_fail_mode() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    for mode in [
+        FailMode::Open,
+        FailMode::Closed {
+            retry_after: Duration::from_secs(7),
+        },
+    ] {
+        let r = RedisLimiter::builder(server.url(), "10/s".parse::<Gcra>().unwrap())
+            .fail_mode(mode)
+            .build()
+            .unwrap();
+        assert!(!r.is_cluster());
+        redis::cmd("LPUSH")
+            .arg(r.redis_key("k"))
+            .arg("x")
+            .query::<()>(&mut server.raw())
+            .unwrap();
+        let d = r.check("k");
+        assert!(d.is_denied(), "{mode:?}");
+        let expect = match mode {
+            FailMode::Open => Duration::from_secs(1),
+            FailMode::Closed { retry_after } => retry_after,
+        };
+        assert_eq!(d.retry_after(), expect);
+        assert_eq!((r.errors(), r.failures()), (1, 0));
+        assert!(r.peek("k").is_denied());
+        assert_eq!((r.errors(), r.failures()), (2, 0));
+        match r.try_check_n("k", 1) {
+            Err(e @ BackendError::Script(_)) => assert!(!e.is_outage(), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        // The connection was kept and still decides other keys.
+        assert!(r.check("other").is_allowed());
+        redis::cmd("DEL")
+            .arg(r.redis_key("k"))
+            .query::<()>(&mut server.raw())
+            .unwrap();
+    }
+}
+
 #[test]
 fn hung_server_times_out_into_the_fail_mode() {
     let Some(server) = Server::start() else {
@@ -582,14 +628,14 @@ fn keys_expire_when_the_state_is_fresh_again() {
         gcra.update(&mut tat, 40 * ms, 1);
         r.try_check_n_at("g", 1, 40 * ms).unwrap();
     }
-    within_1ms(pttl("test:g"), gcra.idle_at(&tat) - 40 * ms);
+    within_1ms(pttl("test:{g}"), gcra.idle_at(&tat) - 40 * ms);
 
     let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(5.0).unwrap()).unwrap();
     let r = limiter(&server, e);
     let mut s = e.fresh();
     e.update(&mut s, 7 * ms, 2);
     r.try_check_n_at("e", 2, 7 * ms).unwrap();
-    within_1ms(pttl("test:e"), e.idle_at(&s) - 7 * ms);
+    within_1ms(pttl("test:{e}"), e.idle_at(&s) - 7 * ms);
 
     let x = Exponential::new(10.0, Duration::from_secs(3)).unwrap();
     let r = limiter(&server, x);
@@ -598,15 +644,15 @@ fn keys_expire_when_the_state_is_fresh_again() {
         x.update(&mut w, 9 * ms, 2);
         r.try_check_n_at("x", 2, 9 * ms).unwrap();
     }
-    within_1ms(pttl("test:x"), x.idle_at(&w) - 9 * ms);
+    within_1ms(pttl("test:{x}"), x.idle_at(&w) - 9 * ms);
 
     // A leaky denial writes nothing, TTL included.
     let r = limiter(&server, "1/s burst 1".parse::<Gcra>().unwrap());
     r.try_check_n_at("d", 1, 0).unwrap();
-    let before = pttl("test:d");
+    let before = pttl("test:{d}");
     std::thread::sleep(Duration::from_millis(20));
     assert!(r.try_check_n_at("d", 1, 0).unwrap().is_denied());
-    assert!(pttl("test:d") <= before - 15);
+    assert!(pttl("test:{d}") <= before - 15);
 }
 
 /// Runs `write` and checks that `key` then expires exactly `idle_in_ns` (rounded up to a
@@ -734,7 +780,7 @@ fn server_time_decisions() {
     std::thread::sleep(wait);
     assert!(r.check("k").is_allowed(), "the retry_after is honest");
     let ttl: i64 = redis::cmd("PTTL")
-        .arg("test:k")
+        .arg("test:{k}")
         .query(&mut server.raw())
         .unwrap();
     assert!((400..=500).contains(&ttl), "{ttl}");

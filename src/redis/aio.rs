@@ -1,13 +1,20 @@
 //! The async client (feature `redis-async`, tokio): [`AsyncRedisLimiter`].
 
-use super::shared::{batch_decisions, decision, is_noscript, noscript_indices, At, Core};
+use super::shared::{
+    batch_decisions, cluster_nodes_cmd, decision, info_cluster_cmd, is_noscript_result,
+    noscript_indices, says_cluster, At, Core, Target,
+};
 use super::{BackendError, Builder, FailMode, RedisAlgorithm};
 use crate::decision::Decision;
 use crate::error::CostError;
-use ::redis::aio::MultiplexedConnection;
-use ::redis::{AsyncConnectionConfig, Client, Value};
+use ::redis::aio::{ConnectionLike, MultiplexedConnection};
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{AsyncConnectionConfig, Client, RedisError, Value};
 use parking_lot::Mutex;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Instant;
 
 /// The async twin of [`RedisLimiter`](super::RedisLimiter), on tokio: the same scripts,
@@ -15,7 +22,8 @@ use std::time::Instant;
 ///
 /// One multiplexed connection serves every task: concurrent requests are pipelined on it
 /// automatically, so share one limiter (behind an `Arc`) rather than opening one per task.
-/// The response timeout is [`Builder::io_timeout`]. Needs a tokio runtime.
+/// On a Redis Cluster, one cluster connection (a multiplexed connection per node) does the
+/// same. The response timeout is [`Builder::io_timeout`]. Needs a tokio runtime.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -32,14 +40,31 @@ use std::time::Instant;
 /// ```
 pub struct AsyncRedisLimiter<A> {
     core: Core<A>,
-    client: Client,
+    target: Target,
     conn: Mutex<AsyncSlot>,
 }
 
 #[derive(Default)]
 struct AsyncSlot {
-    con: Option<MultiplexedConnection>,
+    con: Option<AsyncCon>,
     down_until: Option<Instant>,
+}
+
+/// An open connection: to one server, or to a cluster (routed by key slot, following
+/// `MOVED`/`ASK`). Both are cheap handles to a shared connection task.
+#[derive(Clone)]
+enum AsyncCon {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl AsyncCon {
+    async fn send(&mut self, cmd: &::redis::Cmd) -> Result<Value, RedisError> {
+        match self {
+            AsyncCon::Single(con) => con.req_packed_command(cmd).await,
+            AsyncCon::Cluster(con) => con.req_packed_command(cmd).await,
+        }
+    }
 }
 
 impl<A: fmt::Debug> fmt::Debug for AsyncRedisLimiter<A> {
@@ -50,14 +75,42 @@ impl<A: fmt::Debug> fmt::Debug for AsyncRedisLimiter<A> {
 
 impl<A: RedisAlgorithm> Builder<A> {
     /// [`build`](Builder::build) for the async client: opens the client, connects and loads
-    /// the script.
+    /// the script; a URL that names a Redis Cluster node gives a cluster client (see
+    /// [`Builder`]).
     pub async fn build_async(self) -> Result<AsyncRedisLimiter<A>, BackendError> {
-        let client = Client::open(self.url.as_str()).map_err(BackendError::from_redis)?;
+        let mut trips = 0;
+        let (target, first) = if self.seeds.is_empty() {
+            let client = Client::open(self.url.as_str()).map_err(BackendError::from_redis)?;
+            let mut con = client
+                .get_multiplexed_async_connection_with_config(&single_config(&self))
+                .await
+                .map_err(BackendError::from_redis)?;
+            trips += 1;
+            if says_cluster(con.req_packed_command(&info_cluster_cmd()).await) {
+                trips += 1;
+                let nodes = con
+                    .req_packed_command(&cluster_nodes_cmd())
+                    .await
+                    .and_then(|v| ::redis::from_redis_value::<String>(&v))
+                    .unwrap_or_default();
+                (Target::Cluster(self.cluster_client(&nodes)?), None)
+            } else {
+                (Target::Single(client), Some(AsyncCon::Single(con)))
+            }
+        } else {
+            (Target::Cluster(self.cluster_client("")?), None)
+        };
         let limiter = AsyncRedisLimiter {
             core: Core::new(self),
-            client,
-            conn: Mutex::new(AsyncSlot::default()),
+            target,
+            conn: Mutex::new(AsyncSlot {
+                con: first,
+                down_until: None,
+            }),
         };
+        for _ in 0..trips {
+            limiter.core.trip();
+        }
         let mut con = limiter.connection().await?;
         limiter.reload(&mut con).await?;
         Ok(limiter)
@@ -75,9 +128,16 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         self.core.config.fail_mode
     }
 
-    /// The Redis key that holds `key`'s state.
+    /// The Redis key that holds `key`'s state: `prefix{escaped key}` (see the module docs).
     pub fn redis_key(&self, key: &str) -> String {
         self.core.redis_key(key)
+    }
+
+    /// Whether this limiter talks to a Redis Cluster (detected at
+    /// [`build_async`](Builder::build_async), or asked for with
+    /// [`seed_nodes`](Builder::seed_nodes)).
+    pub fn is_cluster(&self) -> bool {
+        self.target.is_cluster()
     }
 
     /// Requests sent to Redis so far (each a round trip; a pipelined batch counts once).
@@ -85,12 +145,20 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         self.core.round_trips()
     }
 
-    /// Backend failures [`check`](AsyncRedisLimiter::check) answered with the [`FailMode`].
+    /// Outages ([`BackendError::is_outage`]) that [`check`](AsyncRedisLimiter::check) and
+    /// [`check_n`](AsyncRedisLimiter::check_n) answered with the [`FailMode`].
     pub fn failures(&self) -> u64 {
         self.core.failures()
     }
 
-    /// Decides a request of cost 1; on a backend failure, answers the [`FailMode`].
+    /// Errors that are not outages that [`check`](AsyncRedisLimiter::check) and
+    /// [`check_n`](AsyncRedisLimiter::check_n) answered with a denial.
+    pub fn errors(&self) -> u64 {
+        self.core.errors()
+    }
+
+    /// Decides a request of cost 1; on an outage, answers the [`FailMode`]; on another backend
+    /// error, a denial.
     pub async fn check(&self, key: &str) -> Decision {
         match self.check_n(key, 1).await {
             Ok(d) => d,
@@ -98,7 +166,9 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         }
     }
 
-    /// Decides a request of `cost`; on a backend failure, answers the [`FailMode`].
+    /// Decides a request of `cost`; on an outage, answers the [`FailMode`]; on another backend
+    /// error, a denial, as
+    /// [`RedisLimiter::check_n`](super::RedisLimiter::check_n).
     pub async fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
         self.core.fail_over(self.try_check_n(key, cost).await)
     }
@@ -127,7 +197,10 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
     }
 
     /// A batch of requests in one round trip, as
-    /// [`RedisLimiter::try_check_pipelined`](super::RedisLimiter::try_check_pipelined).
+    /// [`RedisLimiter::try_check_pipelined`](super::RedisLimiter::try_check_pipelined). On a
+    /// Redis Cluster the requests are sent concurrently, each to its key's node (redis-rs
+    /// pipelines them per node), and each is retried on its own after a `NOSCRIPT`; the first
+    /// error in batch order is returned.
     pub async fn try_check_pipelined(
         &self,
         requests: &[(&str, u64)],
@@ -167,7 +240,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         }
     }
 
-    async fn connection(&self) -> Result<MultiplexedConnection, BackendError> {
+    async fn connection(&self) -> Result<AsyncCon, BackendError> {
         {
             let slot = self.conn.lock();
             if let Some(con) = &slot.con {
@@ -178,14 +251,14 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
             }
         }
         let config = &self.core.config;
-        let cfg = AsyncConnectionConfig::new()
-            .set_connection_timeout(config.connect_timeout)
-            .set_response_timeout(config.io_timeout);
-        match self
-            .client
-            .get_multiplexed_async_connection_with_config(&cfg)
-            .await
-        {
+        let opened = match &self.target {
+            Target::Single(client) => client
+                .get_multiplexed_async_connection_with_config(&single_config(config))
+                .await
+                .map(AsyncCon::Single),
+            Target::Cluster(client) => client.get_async_connection().await.map(AsyncCon::Cluster),
+        };
+        match opened {
             Ok(con) => {
                 let mut slot = self.conn.lock();
                 slot.con = Some(con.clone());
@@ -199,10 +272,11 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         }
     }
 
-    async fn reload(&self, con: &mut MultiplexedConnection) -> Result<String, BackendError> {
+    /// On a cluster, redis-rs sends `SCRIPT LOAD` to every primary.
+    async fn reload(&self, con: &mut AsyncCon) -> Result<String, BackendError> {
         self.core.trip();
         let v = con
-            .send_packed_command(&self.core.load_cmd())
+            .send(&self.core.load_cmd())
             .await
             .map_err(BackendError::from_redis)?;
         self.core.loaded(v)
@@ -210,7 +284,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
 
     async fn eval_one(
         &self,
-        con: &mut MultiplexedConnection,
+        con: &mut AsyncCon,
         key: &str,
         cost: u64,
         at: At,
@@ -218,29 +292,44 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
     ) -> Result<Decision, BackendError> {
         let sha = self.core.sha();
         self.core.trip();
-        let mut v: Value = con
-            .send_packed_command(&self.core.evalsha(&sha, key, cost, at, write))
-            .await
-            .map_err(BackendError::from_redis)?;
-        if is_noscript(&v) {
+        let mut r = con
+            .send(&self.core.evalsha(&sha, key, cost, at, write))
+            .await;
+        if is_noscript_result(&r) {
             let sha = self.reload(con).await?;
             self.core.trip();
-            v = con
-                .send_packed_command(&self.core.evalsha(&sha, key, cost, at, write))
-                .await
-                .map_err(BackendError::from_redis)?;
+            r = con
+                .send(&self.core.evalsha(&sha, key, cost, at, write))
+                .await;
         }
-        decision(v, at)
+        decision(r.map_err(BackendError::from_redis)?, at)
     }
 
     async fn pipelined(
         &self,
-        con: &mut MultiplexedConnection,
+        con: &mut AsyncCon,
         requests: &[(&str, u64)],
     ) -> Result<Vec<Decision>, BackendError> {
+        let single = match con {
+            AsyncCon::Single(single) => single,
+            AsyncCon::Cluster(_) => {
+                // Every request on its own handle, all in flight at once.
+                let futures: Vec<Pin<Box<dyn Future<Output = _> + Send + '_>>> = requests
+                    .iter()
+                    .map(|&(key, cost)| {
+                        let mut con = con.clone();
+                        Box::pin(async move {
+                            self.eval_one(&mut con, key, cost, At::Server, true).await
+                        }) as Pin<Box<dyn Future<Output = _> + Send + '_>>
+                    })
+                    .collect();
+                let results = join_all(futures).await;
+                return results.into_iter().collect();
+            }
+        };
         let pipe = self.core.pipeline(&self.core.sha(), requests);
         self.core.trip();
-        let values = con
+        let values = single
             .send_packed_commands(&pipe, 0, requests.len())
             .await
             .map_err(BackendError::from_redis)?;
@@ -248,13 +337,47 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         let mut again = Vec::new();
         if !missed.is_empty() {
             let sha = self.reload(con).await?;
+            let AsyncCon::Single(single) = con else {
+                unreachable!("a standalone connection stays one");
+            };
             let pipe = self.core.retry_pipeline(&sha, requests, &missed);
             self.core.trip();
-            again = con
+            again = single
                 .send_packed_commands(&pipe, 0, missed.len())
                 .await
                 .map_err(BackendError::from_redis)?;
         }
         batch_decisions(values, missed, again)
     }
+}
+
+/// The standalone connection's configuration: the builder's timeouts.
+fn single_config<A>(config: &Builder<A>) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(config.connect_timeout)
+        .set_response_timeout(config.io_timeout)
+}
+
+/// Polls every future until all are ready; their outputs in order. (No `futures` dependency
+/// for this one use.)
+async fn join_all<'a, T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Vec<T> {
+    let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, out) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if out.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *out = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
 }

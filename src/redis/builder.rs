@@ -7,9 +7,16 @@ use std::fmt;
 use std::time::Duration;
 
 /// Configures a [`RedisLimiter`]; from [`RedisLimiter::builder`].
+///
+/// **Redis Cluster**: [`build`](Builder::build) asks the server at the URL `INFO cluster`; if
+/// it is a cluster node (`cluster_enabled:1`), the limiter becomes a cluster client seeded with
+/// that node and the nodes it knows (`CLUSTER NODES`), routing each key to its slot's primary.
+/// [`seed_nodes`](Builder::seed_nodes) names more seeds and makes the limiter a cluster client
+/// without asking.
 #[derive(Debug, Clone)]
 pub struct Builder<A> {
     pub(super) url: String,
+    pub(super) seeds: Vec<String>,
     pub(super) algo: A,
     pub(super) prefix: String,
     pub(super) fail_mode: FailMode,
@@ -24,6 +31,7 @@ impl<A> Builder<A> {
     pub(super) fn new(url: String, algo: A) -> Self {
         Builder {
             url,
+            seeds: Vec::new(),
             algo,
             prefix: "hotlimit:".into(),
             fail_mode: FailMode::Open,
@@ -69,6 +77,15 @@ impl<A: RedisAlgorithm> Builder<A> {
         self
     }
 
+    /// More seed nodes of a Redis Cluster (URLs like the builder's), tried in order after the
+    /// builder's URL when connecting: the limiter is then a cluster client, whatever `INFO`
+    /// says, and still connects while some seeds are down. All seeds must share the password,
+    /// user name, protocol and TLS mode of the first.
+    pub fn seed_nodes<S: Into<String>>(mut self, urls: impl IntoIterator<Item = S>) -> Self {
+        self.seeds.extend(urls.into_iter().map(Into::into));
+        self
+    }
+
     /// Remember up to `max_keys` recently denied keys in process and deny them locally, without
     /// a round trip, until Redis' `retry_after` has passed (see the module docs).
     pub fn local_fast_path(mut self, max_keys: usize) -> Self {
@@ -82,6 +99,7 @@ impl<A: fmt::Debug> Builder<A> {
         f.debug_struct(name)
             .field("algo", &self.algo)
             .field("url", &self.url)
+            .field("seed_nodes", &self.seeds)
             .field("prefix", &self.prefix)
             .field("fail_mode", &self.fail_mode)
             .field("local_fast_path", &self.local)

@@ -1,6 +1,6 @@
 //! A Redis backend: the same algorithms and [`Decision`]s, one limit shared by every instance
 //! of a service. Enabled by the `redis` feature (off by default; it depends on the `redis`
-//! crate, sync client only).
+//! crate, sync client only), against one server or a Redis Cluster (see *Redis Cluster*).
 //!
 //! ```no_run
 //! use hotlimit::{algo::Gcra, redis::{FailMode, RedisLimiter}};
@@ -65,9 +65,30 @@
 //! that many milliseconds of the *real* clock from the write; a replay slower than real time
 //! would see keys expire early.
 //!
-//! Keys are `key_prefix + key` (default prefix `hotlimit:`); limiters with different
+//! The Redis key of `key` is `key_prefix + "{" + escape(key) + "}"` (default prefix
+//! `hotlimit:`; [`RedisLimiter::redis_key`] returns it), where `escape` writes `%` as `%25`
+//! and `}` as `%7D`, and the empty key as a lone `%` (which escaping never yields): distinct
+//! keys stay distinct, and the braces are a non-empty Redis Cluster *hash tag*, so every Redis
+//! key of one client key lands in one slot (scripts that touch several keys of one client need
+//! that) while different client keys spread over the nodes. Limiters with different
 //! algorithms or quotas must use different prefixes, and every instance sharing a prefix must
 //! use the same configuration.
+//!
+//! # Redis Cluster
+//!
+//! [`Builder::build`] (and `build_async`) asks the server at the URL `INFO cluster`; if it
+//! says `cluster_enabled:1`, the limiter transparently becomes a cluster client (redis-rs'
+//! cluster support), seeded with that URL and the nodes the server knows (`CLUSTER NODES`);
+//! [`Builder::seed_nodes`] gives more seeds and asks for a cluster client outright.
+//! [`RedisLimiter::is_cluster`] tells which one was built. Each `EVALSHA` goes to the primary
+//! of its key's slot, redis-rs follows `MOVED` and `ASK`, `SCRIPT LOAD` goes to every primary,
+//! and a `NOSCRIPT` (a promoted replica, a restarted node, a `SCRIPT FLUSH`) reloads it
+//! everywhere and runs the request again. A batch ([`RedisLimiter::try_check_pipelined`]) may
+//! span nodes: the sync client sends its requests one after another, the async one
+//! concurrently. The timeouts and [`reconnect_after`](Builder::reconnect_after) hold as for
+//! one server: a request retries a redirection or a lost node connection at most 3 times,
+//! with waits of at most 50 ms, and an outage drops the whole cluster connection, so the next
+//! request reads the slot map afresh (after a failover, the new primary's).
 //!
 //! # Failures
 //!
@@ -75,10 +96,21 @@
 //! so a dead server never hangs a request. A failed request drops the connection; the next
 //! one reconnects, and if that fails, requests within
 //! [`reconnect_after`](Builder::reconnect_after) (default 100 ms) fail at once
-//! ([`BackendError::Unavailable`]) instead of each waiting for a connect timeout. [`RedisLimiter::try_check_n`] returns the [`BackendError`];
-//! [`RedisLimiter::check`] and [`RedisLimiter::check_n`] apply the [`FailMode`] instead
-//! (open: allow; closed: deny with a fixed `retry_after`) and count the failure
-//! ([`RedisLimiter::failures`]).
+//! ([`BackendError::Unavailable`]) instead of each waiting for a connect timeout.
+//!
+//! [`RedisLimiter::try_check_n`] (and the other `try_` methods) return every
+//! [`BackendError`]. [`RedisLimiter::check`], [`check_n`](RedisLimiter::check_n) and
+//! [`peek`](RedisLimiter::peek) tell two kinds apart ([`BackendError::is_outage`]):
+//!
+//! - an **outage** (a connection refused, reset or closed, an I/O timeout,
+//!   [`BackendError::Unavailable`], a cluster that answers `CLUSTERDOWN`, `TRYAGAIN` or
+//!   `MASTERDOWN`, or a slot whose node cannot be reached) gets the [`FailMode`] (open:
+//!   allow; closed: deny with a fixed `retry_after`), counted in [`RedisLimiter::failures`];
+//! - **any other error** (a script error, a key of the wrong type, a `MOVED`/`ASK` that
+//!   surfaced, `CROSSSLOT`, a malformed reply) is a misconfiguration or a bug, not an outage:
+//!   it is **denied** whatever the fail mode (with the closed mode's `retry_after`, or 1 s
+//!   under [`FailMode::Open`]), counted in [`RedisLimiter::errors`]. Letting it through would
+//!   turn a wrong setup into no rate limit at all.
 //!
 //! # Local fast path
 //!
@@ -135,7 +167,7 @@ use crate::algo::{
 use crate::decision::{Decision, Policy};
 use crate::error::CostError;
 use crate::Algorithm;
-use ::redis::RedisError;
+use ::redis::{ErrorKind, RedisError};
 use std::fmt;
 use std::time::Duration;
 
@@ -178,20 +210,28 @@ impl FailMode {
 
 /// Why a Redis-backed decision could not be made.
 ///
+/// Only an outage ([`is_outage`](BackendError::is_outage)) gets the [`FailMode`]; every other
+/// error is a misconfiguration or a bug, which `check` answers with a denial (see the module
+/// docs, *Failures*).
+///
 /// ```
 /// use hotlimit::{redis::BackendError, CostError};
 ///
 /// let e = BackendError::from(CostError::Zero);
-/// assert!(!e.is_backend_failure());
+/// assert!(!e.is_outage());
+/// assert!(BackendError::Unavailable.is_outage());
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum BackendError {
     /// The request's cost can never be admitted (checked before any round trip).
     Cost(CostError),
-    /// The server could not be reached or stopped answering (refused, reset, timed out).
+    /// The server could not be reached or stopped answering (refused, reset, timed out), or
+    /// the cluster said it cannot serve the key now (`CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`,
+    /// no connection to the slot's node): an outage.
     Connection(RedisError),
-    /// The server answered with an error (a script error, an out-of-memory refusal, ...).
+    /// The server answered with an error: a script error, a wrong type, an out-of-memory
+    /// refusal, a `MOVED`/`ASK` redirection or `CROSSSLOT` that was not followed, ...
     Script(RedisError),
     /// The server's reply did not have the expected shape.
     Reply(String),
@@ -204,29 +244,47 @@ pub enum BackendError {
 }
 
 impl BackendError {
-    /// Whether the connection that returned this error must be dropped: any error but a
-    /// script's own, since a timed-out or broken connection may still deliver a stale reply.
+    /// Whether the connection that returned this error must be dropped (the next request
+    /// opens a new one): after an outage or a bad reply, since a timed-out or broken
+    /// connection may still deliver a stale reply; and after a redirection that surfaced,
+    /// since a new cluster connection reads the slot map afresh. A script's own error says
+    /// nothing against the connection.
     pub(crate) fn drops_connection(&self) -> bool {
-        !matches!(self, BackendError::Script(_))
+        match self {
+            BackendError::Connection(_) | BackendError::Reply(_) => true,
+            BackendError::Script(e) => matches!(e.kind(), ErrorKind::Moved | ErrorKind::Ask),
+            BackendError::Cost(_) | BackendError::Unavailable | BackendError::TimeOutOfRange(_) => {
+                false
+            }
+        }
     }
 
-    /// Whether this is a failure of the backend (connection, server, reply), to which the
-    /// [`FailMode`] applies, rather than a bad request.
-    pub fn is_backend_failure(&self) -> bool {
+    /// Whether this is an outage of the backend (a connection refused, reset or closed, an
+    /// I/O timeout, [`Unavailable`](BackendError::Unavailable), a cluster that is down or
+    /// failing over): the errors to which the [`FailMode`] applies. Anything else (a script
+    /// error, a misrouted command, a bad reply, a bad request) is not an outage: no fail mode
+    /// hides it.
+    pub fn is_outage(&self) -> bool {
         matches!(
             self,
-            BackendError::Connection(_)
-                | BackendError::Script(_)
-                | BackendError::Reply(_)
-                | BackendError::Unavailable
+            BackendError::Connection(_) | BackendError::Unavailable
         )
     }
 
     fn from_redis(e: RedisError) -> Self {
+        let cluster_outage = matches!(
+            e.kind(),
+            ErrorKind::ClusterDown
+                | ErrorKind::TryAgain
+                | ErrorKind::MasterDown
+                | ErrorKind::BusyLoadingError
+                | ErrorKind::ClusterConnectionNotFound
+        );
         if e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
+            || cluster_outage
         {
             BackendError::Connection(e)
         } else {

@@ -1,10 +1,11 @@
 //! What the sync and async clients share: everything but the connection.
 
 use super::scripts;
-use super::{BackendError, Builder, RedisAlgorithm, MAX_EXPLICIT_NOW};
+use super::{BackendError, Builder, FailMode, RedisAlgorithm, MAX_EXPLICIT_NOW};
 use crate::decision::Decision;
 use crate::error::{check_cost, CostError};
-use ::redis::Value;
+use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
+use ::redis::{Client, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, Value};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,6 +69,7 @@ pub(super) struct Core<A> {
     local: Option<LocalDeny>,
     round_trips: AtomicU64,
     failures: AtomicU64,
+    errors: AtomicU64,
 }
 
 impl<A: RedisAlgorithm> Core<A> {
@@ -86,14 +88,20 @@ impl<A: RedisAlgorithm> Core<A> {
             }),
             round_trips: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
             config,
         }
     }
 
+    /// `prefix + "{" + escape(key) + "}"`: the hash tag keeps every Redis key of one client
+    /// key in one cluster slot (for multi-key scripts) while different clients spread over
+    /// the nodes. See [`escape`].
     pub(super) fn redis_key(&self, key: &str) -> String {
-        let mut k = String::with_capacity(self.config.prefix.len() + key.len());
+        let mut k = String::with_capacity(self.config.prefix.len() + key.len() + 2);
         k.push_str(&self.config.prefix);
-        k.push_str(key);
+        k.push('{');
+        escape(key, &mut k);
+        k.push('}');
         k
     }
 
@@ -106,9 +114,14 @@ impl<A: RedisAlgorithm> Core<A> {
         self.round_trips.load(Ordering::Relaxed)
     }
 
-    /// Backend failures answered with the fail mode so far.
+    /// Outages answered with the fail mode so far.
     pub(super) fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Non-outage errors answered with a denial so far.
+    pub(super) fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
     }
 
     pub(super) fn sha(&self) -> String {
@@ -169,10 +182,24 @@ impl<A: RedisAlgorithm> Core<A> {
         match r {
             Ok(d) => Ok(d),
             Err(BackendError::Cost(e)) => Err(e),
-            Err(_) => {
+            Err(e) if e.is_outage() => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
                 Ok(self.config.fail_mode.decision())
             }
+            Err(_) => {
+                // Not an outage but a misconfiguration or a bug (a misrouted command, a wrong
+                // type, a bad reply): never allowed, whatever the fail mode.
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                Ok(self.error_decision())
+            }
+        }
+    }
+
+    /// The denial answered on a non-outage error: the closed fail mode's, else 1 s.
+    pub(super) fn error_decision(&self) -> Decision {
+        match self.config.fail_mode {
+            FailMode::Closed { .. } => self.config.fail_mode.decision(),
+            FailMode::Open => Decision::denied(1_000_000_000),
         }
     }
 
@@ -251,8 +278,137 @@ impl<A: RedisAlgorithm> Core<A> {
     }
 }
 
+/// Where the connections go: one server, or a Redis Cluster.
+pub(super) enum Target {
+    Single(Client),
+    Cluster(ClusterClient),
+}
+
+impl Target {
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Target::Cluster(_))
+    }
+}
+
+/// `INFO cluster`: whether the server is a cluster node.
+pub(super) fn info_cluster_cmd() -> ::redis::Cmd {
+    let mut cmd = ::redis::cmd("INFO");
+    cmd.arg("cluster");
+    cmd
+}
+
+/// `CLUSTER NODES`: the nodes a cluster node knows, as seeds.
+pub(super) fn cluster_nodes_cmd() -> ::redis::Cmd {
+    let mut cmd = ::redis::cmd("CLUSTER");
+    cmd.arg("NODES");
+    cmd
+}
+
+/// Whether `INFO cluster`'s reply says `cluster_enabled:1`. An error (a server that renamed
+/// `INFO`) reads as standalone.
+pub(super) fn says_cluster(reply: Result<Value, RedisError>) -> bool {
+    reply
+        .and_then(|v| ::redis::from_redis_value::<String>(&v))
+        .is_ok_and(|s| s.lines().any(|l| l.trim() == "cluster_enabled:1"))
+}
+
+/// The `host:port` of every node in a `CLUSTER NODES` reply that is not marked failed or
+/// without address.
+fn known_nodes(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_ascii_whitespace();
+            let (addr, flags) = (fields.nth(1)?, fields.next()?);
+            if flags
+                .split(',')
+                .any(|f| matches!(f, "fail" | "fail?" | "noaddr" | "handshake"))
+            {
+                return None;
+            }
+            // `ip:port@cport[,hostname]`
+            let addr = addr.split(['@', ',']).next()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            Some((host.to_owned(), port.parse().ok()?))
+        })
+        .collect()
+}
+
+impl<A> Builder<A> {
+    /// The cluster client: seeded with the URL, the [`seed_nodes`](Builder::seed_nodes), then
+    /// the nodes of `nodes` (a `CLUSTER NODES` reply), with the builder's timeouts. Few
+    /// retries and short waits between them, so that a redirection is followed but a failing
+    /// node costs a request little more than one timeout (redis-rs' default waits start at
+    /// 1.28 s).
+    pub(super) fn cluster_client(&self, nodes: &str) -> Result<ClusterClient, BackendError> {
+        let first = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(BackendError::from_redis)?;
+        let mut seeds = vec![first.clone()];
+        for url in &self.seeds {
+            seeds.push(
+                url.as_str()
+                    .into_connection_info()
+                    .map_err(BackendError::from_redis)?,
+            );
+        }
+        for (h, p) in known_nodes(nodes) {
+            let mut info = first.clone();
+            match &mut info.addr {
+                ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                    (*host, *port) = (h, p);
+                }
+                _ => continue,
+            }
+            if !seeds.iter().any(|s| s.addr == info.addr) {
+                seeds.push(info);
+            }
+        }
+        ClusterClientBuilder::new(seeds)
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.io_timeout)
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(5)
+            .max_retry_wait(50)
+            .build()
+            .map_err(BackendError::from_redis)
+    }
+}
+
+/// Retries of a cluster request (redirections, reconnects, `TRYAGAIN`).
+const CLUSTER_RETRIES: u32 = 3;
+
+/// Appends `key` with `%` as `%25` and `}` as `%7D`, and the empty key as a lone `%` (which
+/// escaping never yields): injective, and the hash tag is never empty (an empty `{}` would
+/// hash the whole key instead).
+fn escape(key: &str, out: &mut String) {
+    if key.is_empty() {
+        out.push('%');
+        return;
+    }
+    for c in key.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+}
+
 pub(super) fn is_noscript(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}
+
+/// `NOSCRIPT`, as a standalone connection returns it (a reply) or a cluster connection (an
+/// error).
+pub(super) fn is_noscript_result(r: &Result<Value, RedisError>) -> bool {
+    match r {
+        Ok(v) => is_noscript(v),
+        Err(e) => e.kind() == ErrorKind::NoScriptError,
+    }
 }
 
 /// The requests of a pipelined batch that got `NOSCRIPT` (after a `SCRIPT FLUSH`): they were

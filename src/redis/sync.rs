@@ -1,12 +1,16 @@
 //! The sync client: [`RedisLimiter`].
 
-use super::shared::{batch_decisions, decision, is_noscript, noscript_indices, At, Core};
+use super::shared::{
+    batch_decisions, cluster_nodes_cmd, decision, info_cluster_cmd, is_noscript_result,
+    noscript_indices, says_cluster, At, Core, Target,
+};
 use super::{BackendError, Builder, RedisAlgorithm};
 #[cfg(doc)]
 use super::{FailMode, MAX_EXPLICIT_NOW};
 use crate::decision::Decision;
 use crate::error::CostError;
-use ::redis::{Client, Connection, ConnectionLike};
+use ::redis::cluster::ClusterConnection;
+use ::redis::{Client, Connection, ConnectionLike, RedisError, Value};
 use parking_lot::Mutex;
 use std::fmt;
 use std::time::Instant;
@@ -14,11 +18,12 @@ use std::time::Instant;
 /// A rate limiter whose state lives in Redis, shared by every process that uses the same
 /// server, key prefix and configuration. See the [module docs](super).
 ///
-/// Holds one connection, used by one request at a time (a mutex): for parallel requests, give
-/// each thread its own limiter ([`try_clone`](RedisLimiter::try_clone)).
+/// Holds one connection (on a Redis Cluster, one cluster connection: one connection per node),
+/// used by one request at a time (a mutex): for parallel requests, give each thread its own
+/// limiter ([`try_clone`](RedisLimiter::try_clone)).
 pub struct RedisLimiter<A> {
     core: Core<A>,
-    client: Client,
+    target: Target,
     conn: Mutex<Slot>,
 }
 
@@ -51,9 +56,15 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         &self.core.config.algo
     }
 
-    /// The Redis key that holds `key`'s state.
+    /// The Redis key that holds `key`'s state: `prefix{escaped key}` (see the module docs).
     pub fn redis_key(&self, key: &str) -> String {
         self.core.redis_key(key)
+    }
+
+    /// Whether this limiter talks to a Redis Cluster (detected at [`build`](Builder::build),
+    /// or asked for with [`seed_nodes`](Builder::seed_nodes)).
+    pub fn is_cluster(&self) -> bool {
+        self.target.is_cluster()
     }
 
     /// Requests sent to Redis so far (each a round trip; a pipelined batch counts once).
@@ -61,12 +72,21 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.core.round_trips()
     }
 
-    /// Backend failures [`check`](RedisLimiter::check) answered with the [`FailMode`].
+    /// Outages ([`BackendError::is_outage`]) that [`check`](RedisLimiter::check) and the
+    /// other fail-mode methods answered with the [`FailMode`].
     pub fn failures(&self) -> u64 {
         self.core.failures()
     }
 
-    /// Decides a request of cost 1; on a backend failure, answers the [`FailMode`].
+    /// Errors that are not outages (a script error, a wrong type, a misrouted command, a bad
+    /// reply) that [`check`](RedisLimiter::check) and the other fail-mode methods answered
+    /// with a denial.
+    pub fn errors(&self) -> u64 {
+        self.core.errors()
+    }
+
+    /// Decides a request of cost 1; on an outage, answers the [`FailMode`]; on any other
+    /// backend error, a denial (see [`check_n`](RedisLimiter::check_n)).
     pub fn check(&self, key: &str) -> Decision {
         match self.check_n(key, 1) {
             Ok(d) => d,
@@ -75,7 +95,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         }
     }
 
-    /// Decides a request of `cost`; on a backend failure, answers the [`FailMode`].
+    /// Decides a request of `cost`. On an outage ([`BackendError::is_outage`]) answers the
+    /// [`FailMode`] and counts it in [`failures`](RedisLimiter::failures); on any other
+    /// backend error answers a denial (with the `retry_after` of [`FailMode::Closed`] if that
+    /// is the mode, else 1 s) and counts it in [`errors`](RedisLimiter::errors): a
+    /// misconfiguration is never let through. Only a cost error is returned.
     pub fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
         self.core.fail_over(self.try_check_n(key, cost))
     }
@@ -98,8 +122,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.run(key, cost, At::Explicit(now_ns), true)
     }
 
-    /// What [`check`](RedisLimiter::check) would answer, without counting the request; on a
-    /// backend failure, the [`FailMode`].
+    /// What [`check`](RedisLimiter::check) would answer, without counting the request; on an
+    /// outage, the [`FailMode`]; on another error, a denial.
     pub fn peek(&self, key: &str) -> Decision {
         match self.core.fail_over(self.try_peek_n(key, 1)) {
             Ok(d) => d,
@@ -128,6 +152,12 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// in order, each atomic on its own. Every cost is checked before anything is sent. The
     /// local fast path is not used. On a connection failure nothing is known of which requests
     /// were counted.
+    ///
+    /// On a Redis Cluster the requests are sent one after another, each to its key's node (a
+    /// round trip each): redis-rs' cluster pipeline reports only the first error of a batch,
+    /// so after a `NOSCRIPT` (a failover, a `SCRIPT FLUSH`) it could not tell which requests
+    /// ran. The first error ends the batch. For one round trip per batch on a cluster, use the
+    /// async client, which sends them concurrently.
     pub fn try_check_pipelined(
         &self,
         requests: &[(&str, u64)],
@@ -156,20 +186,20 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         Ok(d)
     }
 
-    fn connection<'c>(&self, slot: &'c mut Slot) -> Result<&'c mut Connection, BackendError> {
+    fn connection<'c>(&self, slot: &'c mut Slot) -> Result<&'c mut Con, BackendError> {
         if slot.con.is_none() {
             if slot.down_until.is_some_and(|t| Instant::now() < t) {
                 return Err(BackendError::Unavailable);
             }
             let config = &self.core.config;
-            let opened = self
-                .client
-                .get_connection_with_timeout(config.connect_timeout)
-                .and_then(|con| {
-                    con.set_read_timeout(Some(config.io_timeout))?;
+            let opened = match &self.target {
+                Target::Single(client) => open_single(client, config).map(Con::Single),
+                Target::Cluster(client) => client.get_connection().and_then(|con| {
+                    // The read timeout is the client's response timeout.
                     con.set_write_timeout(Some(config.io_timeout))?;
-                    Ok(con)
-                });
+                    Ok(Con::Cluster(Box::new(con)))
+                }),
+            };
             match opened {
                 Ok(con) => {
                     slot.con = Some(con);
@@ -187,9 +217,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 
     /// `SCRIPT LOAD`: returns the script's SHA1 and keeps it.
-    fn reload(&self, con: &mut Connection) -> Result<String, BackendError> {
+    /// On a cluster, redis-rs sends `SCRIPT LOAD` to every primary.
+    fn reload(&self, con: &mut Con) -> Result<String, BackendError> {
         self.core.trip();
         let v = con
+            .like()
             .req_packed_command(&self.core.load_cmd().get_packed_command())
             .map_err(BackendError::from_redis)?;
         self.core.loaded(v)
@@ -210,17 +242,14 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 .get_packed_command()
         };
         self.core.trip();
-        let mut v = con
-            .req_packed_command(&cmd(&self.core.sha()))
-            .map_err(BackendError::from_redis)?;
-        if is_noscript(&v) {
+        let mut r: Result<Value, RedisError> =
+            con.like().req_packed_command(&cmd(&self.core.sha()));
+        if is_noscript_result(&r) {
             let sha = self.reload(con)?;
             self.core.trip();
-            v = con
-                .req_packed_command(&cmd(&sha))
-                .map_err(BackendError::from_redis)?;
+            r = con.like().req_packed_command(&cmd(&sha));
         }
-        decision(v, at)
+        decision(r.map_err(BackendError::from_redis)?, at)
     }
 
     fn pipelined(
@@ -231,10 +260,17 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
+        if matches!(self.connection(slot)?, Con::Cluster(_)) {
+            return requests
+                .iter()
+                .map(|&(key, cost)| self.eval_one(slot, key, cost, At::Server, true))
+                .collect();
+        }
         let con = self.connection(slot)?;
         let pipe = self.core.pipeline(&self.core.sha(), requests);
         self.core.trip();
         let values = con
+            .like()
             .req_packed_commands(&pipe.get_packed_pipeline(), 0, requests.len())
             .map_err(BackendError::from_redis)?;
         // After a SCRIPT FLUSH, the requests that got NOSCRIPT were not run: run them again.
@@ -245,6 +281,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             let pipe = self.core.retry_pipeline(&sha, requests, &missed);
             self.core.trip();
             again = con
+                .like()
                 .req_packed_commands(&pipe.get_packed_pipeline(), 0, missed.len())
                 .map_err(BackendError::from_redis)?;
         }
@@ -254,14 +291,38 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
 impl<A: RedisAlgorithm> Builder<A> {
     /// Opens the client, connects and loads the script: fails if the URL is invalid or the
-    /// server cannot be reached now.
+    /// server cannot be reached now. A URL that names a Redis Cluster node gives a cluster
+    /// client (see [`Builder`]); on a cluster the script is loaded on every primary.
     pub fn build(self) -> Result<RedisLimiter<A>, BackendError> {
-        let client = Client::open(self.url.as_str()).map_err(BackendError::from_redis)?;
+        let mut trips = 0;
+        let (target, first) = if self.seeds.is_empty() {
+            let client = Client::open(self.url.as_str()).map_err(BackendError::from_redis)?;
+            let mut con = open_single(&client, &self).map_err(BackendError::from_redis)?;
+            trips += 1;
+            if says_cluster(con.req_command(&info_cluster_cmd())) {
+                trips += 1;
+                let nodes = con
+                    .req_command(&cluster_nodes_cmd())
+                    .and_then(|v| ::redis::from_redis_value::<String>(&v))
+                    .unwrap_or_default();
+                (Target::Cluster(self.cluster_client(&nodes)?), None)
+            } else {
+                (Target::Single(client), Some(Con::Single(con)))
+            }
+        } else {
+            (Target::Cluster(self.cluster_client("")?), None)
+        };
         let limiter = RedisLimiter {
             core: Core::new(self),
-            client,
-            conn: Mutex::new(Slot::default()),
+            target,
+            conn: Mutex::new(Slot {
+                con: first,
+                down_until: None,
+            }),
         };
+        for _ in 0..trips {
+            limiter.core.trip();
+        }
         {
             let mut slot = limiter.conn.lock();
             let con = limiter.connection(&mut slot)?;
@@ -277,9 +338,33 @@ impl<A: RedisAlgorithm> Builder<A> {
     }
 }
 
+/// A connection to one server, with the builder's timeouts.
+fn open_single<A>(client: &Client, config: &Builder<A>) -> Result<Connection, RedisError> {
+    let con = client.get_connection_with_timeout(config.connect_timeout)?;
+    con.set_read_timeout(Some(config.io_timeout))?;
+    con.set_write_timeout(Some(config.io_timeout))?;
+    Ok(con)
+}
+
+/// An open connection: to one server, or to a cluster (one connection per node, routed by
+/// key slot, following `MOVED`/`ASK`).
+enum Con {
+    Single(Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Con {
+    fn like(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Con::Single(con) => con,
+            Con::Cluster(con) => &mut **con,
+        }
+    }
+}
+
 /// The connection, if open, and until when not to try opening one.
 #[derive(Default)]
 struct Slot {
-    con: Option<Connection>,
+    con: Option<Con>,
     down_until: Option<Instant>,
 }

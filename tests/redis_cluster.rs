@@ -1,0 +1,549 @@
+//! The Redis backend against a real 3-node Redis Cluster that each test starts on 127.0.0.1
+//! (free ports, a temp dir of its own, no persistence). Without `redis-server` and `redis-cli`
+//! on the PATH the tests print why and pass, unless `HOTLIMIT_REQUIRE_REDIS=1`, which makes
+//! that a failure.
+
+use hotlimit::algo::{Earrrl, Exponential, Gcra};
+use hotlimit::redis::{FailMode, RedisAlgorithm, RedisLimiter};
+use hotlimit::{Algorithm, CasLimiter, Decision, ManualClock, Policy, Rate};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Cluster {
+    nodes: Vec<(Option<Child>, u16)>,
+    dir: PathBuf,
+}
+
+fn required() -> bool {
+    std::env::var("HOTLIMIT_REQUIRE_REDIS").as_deref() == Ok("1")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Cluster {
+    /// Starts three primaries and joins them into a cluster; `None` (with a message) if
+    /// `redis-server` or `redis-cli` is not installed.
+    fn start() -> Option<Cluster> {
+        for bin in ["redis-server", "redis-cli"] {
+            if Command::new(bin)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .status()
+                .is_err()
+            {
+                let msg = format!(
+                    "{bin} not found on PATH: skipping the Redis Cluster test \
+                     (install it: apt-get install redis-server)"
+                );
+                assert!(!required(), "{msg}, but HOTLIMIT_REQUIRE_REDIS=1");
+                eprintln!("SKIPPED: {msg}");
+                return None;
+            }
+        }
+        static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "hotlimit-cluster-{}-{}",
+            std::process::id(),
+            RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cluster = Cluster {
+            nodes: Vec::new(),
+            dir,
+        };
+        for _ in 0..3 {
+            // Redis has no `--port 0`: take a free port from the OS, release it, hand it over.
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                // The live nodes keep serving their slots while one is down.
+                .args(["--cluster-require-full-coverage", "no"])
+                .arg("--cluster-config-file")
+                .arg(cluster.dir.join(format!("nodes-{port}.conf")))
+                .args(["--save", "", "--appendonly", "no", "--dir"])
+                .arg(&cluster.dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-server");
+            cluster.nodes.push((Some(child), port));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for &(_, port) in &cluster.nodes {
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "redis-server did not start");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(cluster.nodes.iter().map(|(_, p)| format!("127.0.0.1:{p}")))
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for i in 0..3 {
+            loop {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut cluster.raw(i))
+                    .unwrap();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cluster not ok: {info}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Some(cluster)
+    }
+
+    fn url(&self, i: usize) -> String {
+        format!("redis://127.0.0.1:{}/", self.nodes[i].1)
+    }
+
+    /// A plain (non-cluster) connection to node `i`.
+    fn raw(&self, i: usize) -> redis::Connection {
+        redis::Client::open(self.url(i))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    /// The node that serves `redis_key`'s slot.
+    fn node_of(&self, redis_key: &str) -> usize {
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(redis_key)
+            .query(&mut self.raw(0))
+            .unwrap();
+        let slots: redis::Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut self.raw(0))
+            .unwrap();
+        let redis::Value::Array(ranges) = slots else {
+            panic!("CLUSTER SLOTS: {slots:?}")
+        };
+        for r in ranges {
+            let redis::Value::Array(r) = r else { panic!() };
+            let (lo, hi) = match (&r[0], &r[1]) {
+                (redis::Value::Int(lo), redis::Value::Int(hi)) => (*lo, *hi),
+                x => panic!("{x:?}"),
+            };
+            if (lo..=hi).contains(&slot) {
+                let redis::Value::Array(primary) = &r[2] else {
+                    panic!()
+                };
+                let port = match &primary[1] {
+                    redis::Value::Int(p) => *p as u16,
+                    x => panic!("{x:?}"),
+                };
+                return self.nodes.iter().position(|n| n.1 == port).unwrap();
+            }
+        }
+        panic!("slot {slot} not served")
+    }
+
+    fn dbsize(&self, i: usize) -> i64 {
+        redis::cmd("DBSIZE").query(&mut self.raw(i)).unwrap()
+    }
+
+    fn script_flush_all(&self) {
+        for i in 0..self.nodes.len() {
+            redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query::<()>(&mut self.raw(i))
+                .unwrap();
+        }
+    }
+
+    /// SIGKILL node `i` and reap it.
+    fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn keys(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("user{i}")).collect()
+}
+
+/// 1,000 keys through the standalone URL of one node: upgraded to a cluster client, every key
+/// limited exactly, keys on all three nodes, no errors, no fail-mode decisions.
+#[test]
+fn standalone_url_is_upgraded_and_every_key_is_limited_exactly() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    // 1/h: no key expires during the test, so DBSIZE counts them all.
+    let r = RedisLimiter::builder(cluster.url(1), "1/h burst 5".parse::<Gcra>().unwrap())
+        .key_prefix("up:")
+        .build()
+        .unwrap();
+    assert!(r.is_cluster());
+    let keys = keys(1000);
+    for key in &keys {
+        let decisions: Vec<Decision> = (0..8)
+            .map(|_| r.try_check_n_at(key, 1, 1_000_000_000).unwrap())
+            .collect();
+        let allowed = decisions.iter().filter(|d| d.is_allowed()).count();
+        assert_eq!(allowed, 5, "{key}");
+        assert!(decisions[..5].iter().all(Decision::is_allowed), "{key}");
+        assert_eq!(decisions[5].retry_after(), Duration::from_secs(3600));
+    }
+    // Through check too (server time).
+    for key in &keys[..50] {
+        let key = format!("c{key}");
+        let allowed = (0..6).filter(|_| r.check(&key).is_allowed()).count();
+        assert_eq!(allowed, 5, "{key}");
+    }
+    assert_eq!((r.errors(), r.failures()), (0, 0));
+    let mut per_node = [0usize; 3];
+    for key in &keys {
+        per_node[cluster.node_of(&r.redis_key(key))] += 1;
+    }
+    assert!(per_node.iter().all(|&n| n > 200), "{per_node:?}");
+    let sizes: Vec<i64> = (0..3).map(|i| cluster.dbsize(i)).collect();
+    assert_eq!(sizes.iter().sum::<i64>(), 1050, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n > 200), "{sizes:?}");
+}
+
+/// The hash tag: one key's Redis key hashes by the escaped client key alone.
+#[test]
+fn redis_keys_carry_a_hash_tag() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let r = RedisLimiter::builder(cluster.url(0), "5/s".parse::<Gcra>().unwrap())
+        .key_prefix("p:")
+        .build()
+        .unwrap();
+    assert_eq!(r.redis_key("a"), "p:{a}");
+    assert_eq!(r.redis_key(""), "p:{%}");
+    assert_eq!(r.redis_key("%"), "p:{%25}");
+    assert_eq!(r.redis_key("a}b{"), "p:{a%7Db{}");
+    let slot = |k: &str| -> i64 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(k)
+            .query(&mut cluster.raw(0))
+            .unwrap()
+    };
+    assert_eq!(slot(&r.redis_key("user7")), slot("user7"));
+    assert_eq!(slot(&(r.redis_key("user7") + ":n")), slot("user7"));
+}
+
+/// A batch over keys on every node, in order, with exact counts; twice, so the second batch
+/// sees the first's state.
+#[test]
+fn pipelined_batches_across_nodes_count_exactly() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let gcra = Gcra::new("1/h".parse().unwrap())
+        .unwrap()
+        .with_burst(3)
+        .unwrap();
+    let r = RedisLimiter::builder(cluster.url(2), gcra)
+        .key_prefix("pipe:")
+        .build()
+        .unwrap();
+    let keys = keys(60);
+    let nodes: std::collections::HashSet<usize> = keys
+        .iter()
+        .map(|k| cluster.node_of(&r.redis_key(k)))
+        .collect();
+    assert_eq!(nodes.len(), 3);
+    // Each key twice per batch: 120 requests.
+    let batch: Vec<(&str, u64)> = keys.iter().chain(&keys).map(|k| (k.as_str(), 1)).collect();
+    let a = r.try_check_pipelined(&batch).unwrap();
+    let b = r.try_check_pipelined(&batch).unwrap();
+    assert!(a.iter().all(Decision::is_allowed));
+    // The second batch: the first occurrence of each key is its third request (allowed),
+    // the second its fourth (denied).
+    assert!(b[..60].iter().all(Decision::is_allowed));
+    assert!(b[60..].iter().all(Decision::is_denied));
+    let mut allowed: HashMap<&str, usize> = HashMap::new();
+    for ((k, _), d) in batch.iter().chain(&batch).zip(a.iter().chain(&b)) {
+        *allowed.entry(k).or_default() += d.is_allowed() as usize;
+    }
+    assert!(allowed.values().all(|&n| n == 3), "{allowed:?}");
+    assert_eq!((r.errors(), r.failures()), (0, 0));
+}
+
+/// The in-memory limiter and the cluster, at the same explicit times, over many keys.
+fn compare<A: RedisAlgorithm + Algorithm + Clone>(
+    cluster: &Cluster,
+    algo: A,
+    seed: u64,
+    mean_gap: u64,
+    max_cost: u64,
+    same: impl Fn(usize, &Decision, &Decision),
+) -> (usize, usize)
+where
+    hotlimit::Cas: hotlimit::store::Variant<A>,
+{
+    let keys = keys(40);
+    let clock = ManualClock::new();
+    let mem = CasLimiter::<String, _>::with_clock(algo.clone(), clock.clone());
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let red = RedisLimiter::builder(cluster.url(0), algo)
+        .key_prefix(format!("trace{run}:"))
+        .build()
+        .unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut t = 0u64;
+    let (mut allowed, mut denied) = (0, 0);
+    for i in 0..3000 {
+        // Bursts at one instant and gaps; a few hot keys take most requests.
+        if rng.random_bool(0.3) {
+            t += rng.random_range(0..4 * mean_gap);
+        }
+        let key = if rng.random_bool(0.7) {
+            &keys[rng.random_range(0..4)]
+        } else {
+            &keys[rng.random_range(0..keys.len())]
+        };
+        let cost = rng.random_range(1..=max_cost);
+        clock.set_nanos(t);
+        let m = mem.check_n(key, cost).unwrap();
+        let r = red.try_check_n_at(key, cost, t).unwrap();
+        same(i, &m, &r);
+        if m.is_allowed() {
+            allowed += 1;
+        } else {
+            denied += 1;
+        }
+    }
+    assert_eq!((red.errors(), red.failures()), (0, 0));
+    (allowed, denied)
+}
+
+/// Decisions exactly; rates and retry_after to within the last bits, as in tests/redis.rs.
+fn close(i: usize, m: &Decision, r: &Decision) {
+    assert_eq!(
+        m.is_allowed(),
+        r.is_allowed(),
+        "request {i}: {m:?} vs {r:?}"
+    );
+    let (a, b) = (m.rate().unwrap(), r.rate().unwrap());
+    assert!(
+        (a - b).abs() <= 1e-12 * a.abs().max(1e-300),
+        "request {i}: rate {a} vs {b}"
+    );
+    let (a, b) = (m.retry_after_nanos(), r.retry_after_nanos());
+    assert!(
+        a.abs_diff(b) <= 1 + a / 1_000_000_000_000,
+        "request {i}: retry_after {a} vs {b}"
+    );
+}
+
+#[test]
+fn same_decisions_as_in_memory_on_the_cluster() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    for policy in [Policy::Leaky, Policy::Strict] {
+        let gcra: Gcra = "7/s burst 5".parse().unwrap();
+        let (a, d) = compare(
+            &cluster,
+            gcra.with_policy(policy),
+            1,
+            315_000_000,
+            5,
+            |i, m, r| assert_eq!(m, r, "GCRA request {i} ({policy})"),
+        );
+        eprintln!("GCRA {policy}: {a} allowed, {d} denied");
+        assert!(a > 300 && d > 300, "GCRA {policy}: {a} {d}");
+
+        let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0).unwrap())
+            .unwrap()
+            .with_policy(policy);
+        let (a, d) = compare(&cluster, e, 2, 130_000_000, 3, close);
+        eprintln!("EARRRL {policy}: {a} allowed, {d} denied");
+        assert!(a > 300 && d > 300, "EARRRL {policy}: {a} {d}");
+
+        let x = Exponential::new(10.0, Duration::from_secs(60))
+            .unwrap()
+            .with_policy(policy);
+        let (a, d) = compare(&cluster, x, 3, 3_000_000_000, 3, close);
+        eprintln!("exponential {policy}: {a} allowed, {d} denied");
+        assert!(a > 300 && d > 300, "exponential {policy}: {a} {d}");
+    }
+}
+
+/// `SCRIPT FLUSH` on every node between requests: each is reloaded (on every primary) and
+/// the counts stay exact, for single requests and batches.
+#[test]
+fn script_flush_on_all_nodes_is_survived() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let r = RedisLimiter::builder(cluster.url(0), "10/s burst 5".parse::<Gcra>().unwrap())
+        .build()
+        .unwrap();
+    let keys = keys(30);
+    for key in &keys {
+        assert!(r.try_check_n_at(key, 1, 0).unwrap().is_allowed());
+    }
+    cluster.script_flush_all();
+    for key in &keys {
+        assert_eq!(r.try_check_n_at(key, 1, 0).unwrap().remaining(), Some(3));
+    }
+    cluster.script_flush_all();
+    // Batches run on server time: keys of their own.
+    let batch_keys: Vec<String> = keys.iter().map(|k| format!("b{k}")).collect();
+    let batch: Vec<(&str, u64)> = batch_keys.iter().map(|k| (k.as_str(), 1)).collect();
+    assert!(r
+        .try_check_pipelined(&batch)
+        .unwrap()
+        .iter()
+        .all(Decision::is_allowed));
+    cluster.script_flush_all();
+    for key in &keys {
+        assert_eq!(r.try_check_n_at(key, 1, 0).unwrap().remaining(), Some(2));
+        assert_eq!(r.try_check_n_at(key, 1, 0).unwrap().remaining(), Some(1));
+        assert_eq!(r.try_check_n_at(key, 1, 0).unwrap().remaining(), Some(0));
+        assert!(r.try_check_n_at(key, 1, 0).unwrap().is_denied());
+    }
+    assert_eq!((r.errors(), r.failures()), (0, 0));
+}
+
+/// One node SIGKILLed: its keys get the fail mode (open and closed), counted as failures, not
+/// errors; the other nodes' keys still get real decisions.
+#[test]
+fn killed_node_gives_the_fail_mode_for_its_keys_only() {
+    let Some(mut cluster) = Cluster::start() else {
+        return;
+    };
+    let gcra: Gcra = "1/h burst 2".parse().unwrap();
+    let closed = FailMode::Closed {
+        retry_after: Duration::from_secs(3),
+    };
+    let open = RedisLimiter::builder(cluster.url(0), gcra)
+        .key_prefix("o:")
+        .fail_mode(FailMode::Open)
+        .build()
+        .unwrap();
+    let shut = RedisLimiter::builder(cluster.url(0), gcra)
+        .key_prefix("o:")
+        .fail_mode(closed)
+        .build()
+        .unwrap();
+    let keys = keys(30);
+    // Use up every key's burst while all nodes are up.
+    for key in &keys {
+        assert!(open.check(key).is_allowed() && shut.check(key).is_allowed());
+        assert!(open.check(key).is_denied() && shut.check(key).is_denied());
+    }
+    let dead = 2;
+    let (on_dead, alive): (Vec<&String>, Vec<&String>) = keys
+        .iter()
+        .partition(|k| cluster.node_of(&open.redis_key(k)) == dead);
+    assert!(!on_dead.is_empty() && !alive.is_empty());
+    cluster.kill(dead);
+
+    for key in &on_dead {
+        let start = Instant::now();
+        assert!(open.check(key).is_allowed(), "fail open");
+        let d = shut.check(key);
+        assert!(d.is_denied(), "fail closed");
+        assert_eq!(d.retry_after(), Duration::from_secs(3));
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+        match open.try_check_n(key, 1) {
+            Err(e) => assert!(e.is_outage(), "{e}"),
+            Ok(d) => panic!("a decision from a dead node: {d:?}"),
+        }
+    }
+    // The live nodes still decide (a denial with Redis' own retry_after, not the fail mode).
+    for key in &alive {
+        let d = open.try_check_n(key, 1).unwrap();
+        assert!(d.is_denied());
+        assert!(d.retry_after() > Duration::from_secs(1000), "{d:?}");
+    }
+    let n = on_dead.len() as u64;
+    assert_eq!((open.failures(), open.errors()), (n, 0));
+    assert_eq!((shut.failures(), shut.errors()), (n, 0));
+}
+
+#[cfg(feature = "redis-async")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_client_on_the_cluster_counts_exactly() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    // 1/h: server time adds nothing between the two batches.
+    let a = RedisLimiter::builder(cluster.url(1), "1/h burst 5".parse::<Gcra>().unwrap())
+        .key_prefix("async:")
+        // 900 requests in flight on a shared 2-core machine: this test counts, it does not
+        // time.
+        .io_timeout(Duration::from_secs(5))
+        .build_async()
+        .await
+        .unwrap();
+    assert!(a.is_cluster());
+    let keys = keys(300);
+    for key in &keys {
+        let mut allowed = 0;
+        for _ in 0..7 {
+            allowed += a
+                .try_check_n_at(key, 1, 1_000_000_000)
+                .await
+                .unwrap()
+                .is_allowed() as usize;
+        }
+        assert_eq!(allowed, 5, "{key}");
+    }
+    // A batch over every node: fresh keys, three requests each against a burst of 5, then
+    // three more: 5 of 6 allowed per key.
+    let fresh: Vec<String> = keys.iter().map(|k| format!("b{k}")).collect();
+    let batch: Vec<(&str, u64)> = fresh
+        .iter()
+        .flat_map(|k| [(k.as_str(), 1), (k.as_str(), 1), (k.as_str(), 1)])
+        .collect();
+    let x = a.try_check_pipelined(&batch).await.unwrap();
+    cluster.script_flush_all();
+    let y = a.try_check_pipelined(&batch).await.unwrap();
+    assert!(x.iter().all(Decision::is_allowed));
+    assert_eq!(y.iter().filter(|d| d.is_allowed()).count(), 2 * fresh.len());
+    let per_node: std::collections::HashSet<usize> = fresh
+        .iter()
+        .map(|k| cluster.node_of(&a.redis_key(k)))
+        .collect();
+    assert_eq!(per_node.len(), 3);
+    assert_eq!((a.errors(), a.failures()), (0, 0));
+}
