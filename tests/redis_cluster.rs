@@ -3,7 +3,9 @@
 //! on the PATH the tests print why and pass, unless `HOTLIMIT_REQUIRE_REDIS=1`, which makes
 //! that a failure.
 
-use hotlimit::algo::{Earrrl, Exponential, Gcra};
+use hotlimit::algo::{
+    Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
+};
 use hotlimit::redis::{FailMode, RedisAlgorithm, RedisLimiter};
 use hotlimit::{Algorithm, CasLimiter, Decision, ManualClock, Policy, Rate};
 use rand::rngs::StdRng;
@@ -400,6 +402,110 @@ fn same_decisions_as_in_memory_on_the_cluster() {
         eprintln!("exponential {policy}: {a} allowed, {d} denied");
         assert!(a > 300 && d > 300, "exponential {policy}: {a} {d}");
     }
+}
+
+/// The four window algorithms on the cluster: every field of every decision as in memory.
+#[test]
+fn windows_same_decisions_as_in_memory_on_the_cluster() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let w = Duration::from_nanos(1_300_000_007);
+    for policy in [Policy::Leaky, Policy::Strict] {
+        let exact = |i: usize, m: &Decision, r: &Decision| {
+            assert_eq!(m, r, "request {i} ({policy})");
+        };
+        let mut runs = vec![
+            (
+                "fixed window",
+                compare(
+                    &cluster,
+                    FixedWindow::new(10, w).unwrap().with_policy(policy),
+                    4,
+                    60_000_000,
+                    3,
+                    exact,
+                ),
+            ),
+            (
+                "sliding log",
+                compare(
+                    &cluster,
+                    SlidingLog::new(10, w).unwrap().with_policy(policy),
+                    5,
+                    60_000_000,
+                    3,
+                    exact,
+                ),
+            ),
+            (
+                "sliding window",
+                compare(
+                    &cluster,
+                    SlidingWindow::new(10, w)
+                        .unwrap()
+                        .with_rounding(Rounding::Floor)
+                        .with_policy(policy),
+                    6,
+                    60_000_000,
+                    3,
+                    exact,
+                ),
+            ),
+            (
+                "sub-window",
+                compare(
+                    &cluster,
+                    SubWindow::new(10, w, 7)
+                        .unwrap()
+                        .with_bias(Bias::Lenient)
+                        .with_policy(policy),
+                    7,
+                    60_000_000,
+                    3,
+                    exact,
+                ),
+            ),
+        ];
+        for (name, (a, d)) in runs.drain(..) {
+            eprintln!("{name} {policy}: {a} allowed, {d} denied");
+            assert!(a > 50 && d > 300, "{name} {policy}: {a} {d}");
+        }
+    }
+}
+
+/// The sliding log's script touches two keys (the log and its total): the hash tag keeps
+/// each client's two in one slot, while 300 clients spread over all three nodes, each limited
+/// exactly.
+#[test]
+fn a_multi_key_script_stays_in_one_slot() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let log = SlidingLog::new(4, Duration::from_secs(3600)).unwrap();
+    let r = RedisLimiter::builder(cluster.url(2), log)
+        .key_prefix("log:")
+        .build()
+        .unwrap();
+    let keys = keys(300);
+    let mut per_node = [0usize; 3];
+    for key in &keys {
+        let allowed = (0..6u64)
+            .filter(|&i| r.try_check_n_at(key, 1, i).unwrap().is_allowed())
+            .count();
+        assert_eq!(allowed, 4, "{key}");
+        let (log_key, total_key) = (r.redis_key(key), r.redis_key(key) + ":n");
+        let node = cluster.node_of(&log_key);
+        assert_eq!(cluster.node_of(&total_key), node, "{key}");
+        per_node[node] += 1;
+        let total: String = redis::cmd("GET")
+            .arg(&total_key)
+            .query(&mut cluster.raw(node))
+            .unwrap();
+        assert_eq!(total, "4", "{key}");
+    }
+    assert!(per_node.iter().all(|&n| n > 60), "{per_node:?}");
+    assert_eq!((r.errors(), r.failures()), (0, 0));
 }
 
 /// `SCRIPT FLUSH` on every node between requests: each is reloaded (on every primary) and
