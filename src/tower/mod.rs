@@ -110,7 +110,7 @@ mod quota;
 pub use config::{Builder, MissingKey, Mode, OversizedKey, Report, ShadowDecision};
 pub use cost::{RequestCost, UnitCost};
 pub use key::{ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
-pub use layer::{RateLimit, RateLimitLayer, ResponseFuture};
+pub use layer::{Pending, RateLimit, RateLimitLayer, ResponseFuture};
 pub use quota::{AdvertisedQuota, InvalidPolicyName, QuotaPolicy};
 
 #[cfg(doc)]
