@@ -8,14 +8,20 @@ use ::redis::aio::MultiplexedConnection;
 use ::redis::{AsyncConnectionConfig, Client, Value};
 use parking_lot::Mutex;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The async twin of [`RedisLimiter`](super::RedisLimiter), on tokio: the same scripts,
 /// decisions, fail modes and local fast path.
 ///
 /// One multiplexed connection serves every task: concurrent requests are pipelined on it
-/// automatically, so share one limiter (behind an `Arc`) rather than opening one per task.
-/// The response timeout is [`Builder::io_timeout`]. Needs a tokio runtime.
+/// automatically, so share one limiter rather than opening one per task; cloning it is cheap
+/// and the clones share the connection, the local fast path and the counters. The response
+/// timeout is [`Builder::io_timeout`]. Needs a tokio runtime.
+///
+/// It is an [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter) (its future applies the
+/// [`FailMode`], as [`check_n`](AsyncRedisLimiter::check_n) does), so the `tower` feature's
+/// `RateLimitLayer` can put it in front of a service: one limit shared by every instance.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,9 +37,20 @@ use std::time::Instant;
 /// # }
 /// ```
 pub struct AsyncRedisLimiter<A> {
-    core: Core<A>,
-    client: Client,
-    conn: Mutex<AsyncSlot>,
+    // Each behind an `Arc`: a clone shares them all (the async trait's future owns a clone).
+    core: Arc<Core<A>>,
+    client: Arc<Client>,
+    conn: Arc<Mutex<AsyncSlot>>,
+}
+
+impl<A> Clone for AsyncRedisLimiter<A> {
+    fn clone(&self) -> Self {
+        Self {
+            core: self.core.clone(),
+            client: self.client.clone(),
+            conn: self.conn.clone(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -54,9 +71,9 @@ impl<A: RedisAlgorithm> Builder<A> {
     pub async fn build_async(self) -> Result<AsyncRedisLimiter<A>, BackendError> {
         let client = Client::open(self.url.as_str()).map_err(BackendError::from_redis)?;
         let limiter = AsyncRedisLimiter {
-            core: Core::new(self),
-            client,
-            conn: Mutex::new(AsyncSlot::default()),
+            core: Arc::new(Core::new(self)),
+            client: Arc::new(client),
+            conn: Arc::new(Mutex::new(AsyncSlot::default())),
         };
         let mut con = limiter.connection().await?;
         limiter.reload(&mut con).await?;

@@ -1,9 +1,9 @@
 //! The sync client: [`RedisLimiter`].
 
 use super::shared::{batch_decisions, decision, is_noscript, noscript_indices, At, Core};
-use super::{BackendError, Builder, RedisAlgorithm};
+use super::{BackendError, Builder, FailMode, RedisAlgorithm};
 #[cfg(doc)]
-use super::{FailMode, MAX_EXPLICIT_NOW};
+use super::MAX_EXPLICIT_NOW;
 use crate::decision::Decision;
 use crate::error::CostError;
 use ::redis::{Client, Connection, ConnectionLike};
@@ -49,6 +49,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// The algorithm.
     pub fn algorithm(&self) -> &A {
         &self.core.config.algo
+    }
+
+    /// The fail mode.
+    pub fn fail_mode(&self) -> FailMode {
+        self.core.config.fail_mode
     }
 
     /// The Redis key that holds `key`'s state.
