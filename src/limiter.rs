@@ -226,7 +226,10 @@ mod tests {
         let clock = ManualClock::new();
         let cas = CasLimiter::<String, Gcra, _>::with_clock(g, clock.clone());
         ready_future::<str, _>(&cas);
-        ready_future::<str, _>(&MutexLimiter::<String, Gcra, _>::with_clock(g, clock.clone()));
+        ready_future::<str, _>(&MutexLimiter::<String, Gcra, _>::with_clock(
+            g,
+            clock.clone(),
+        ));
         ready_future::<str, _>(&CompactLimiter::<Hashed<str>, Gcra, _>::with_clock(
             g,
             clock.clone(),

@@ -753,7 +753,9 @@ async fn a_pending_decision_in_shadow_mode_reaches_the_hook_and_the_handler() {
         .on_decision(move |r| seen.lock().unwrap().push((r.key().to_owned(), r.denied())))
         .shadow_hook(|decision, parts| {
             if decision.is_denied() {
-                parts.headers.insert("x-shadow-banned", "1".parse().unwrap());
+                parts
+                    .headers
+                    .insert("x-shadow-banned", "1".parse().unwrap());
             }
         })
         .build();
@@ -861,8 +863,7 @@ async fn a_backend_error_answers_503_without_headers_and_never_allows() {
         assert!(!h.contains_key(name), "{name}");
     }
     // A cost error is still the request's own: 413, as with an in-memory limiter.
-    let (status, h, _) =
-        get_with(&client, addr, "/", &[("x-api-key", "k"), ("x-cost", "6")]).await;
+    let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "k"), ("x-cost", "6")]).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(header(&h, "ratelimit-policy"), Some(r#""default";q=5;w=1"#));
     assert_eq!(*reports.lock().unwrap(), 0);

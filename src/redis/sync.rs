@@ -1,9 +1,9 @@
 //! The sync client: [`RedisLimiter`].
 
 use super::shared::{batch_decisions, decision, is_noscript, noscript_indices, At, Core};
-use super::{BackendError, Builder, FailMode, RedisAlgorithm};
+use super::{BackendError, Builder, RedisAlgorithm};
 #[cfg(doc)]
-use super::MAX_EXPLICIT_NOW;
+use super::{FailMode, MAX_EXPLICIT_NOW};
 use crate::decision::Decision;
 use crate::error::CostError;
 use ::redis::{Client, Connection, ConnectionLike};
@@ -52,7 +52,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 
     /// The fail mode.
-    pub fn fail_mode(&self) -> FailMode {
+    pub fn fail_mode(&self) -> super::FailMode {
         self.core.config.fail_mode
     }
 

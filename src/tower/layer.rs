@@ -9,9 +9,9 @@ use super::{
 };
 use crate::decision::Decision;
 use crate::error::CostError;
-use crate::limiter::{AsyncRateLimiter, LimiterError};
 #[cfg(doc)]
 use crate::limiter::RateLimiter;
+use crate::limiter::{AsyncRateLimiter, LimiterError};
 use http::header::{HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
