@@ -5,6 +5,8 @@
 //! ```text
 //! cargo run --release --features tower --example proxy -- --listen 127.0.0.1:3000 \
 //!     --rate 5/s --burst 5 [--key ip|header:<name>] [--mode enforce|dry-run|shadow]
+//! cargo run --release --features tower,redis-async --example proxy -- \
+//!     --redis redis://127.0.0.1:6379/ --rate 5/s
 //!
 //! --listen ADDR        address to listen on (default 127.0.0.1:3000; port 0 picks one)
 //! --rate RATE          per-key rate: 5/s, 100/min, 0.5/s (default 5/s)
@@ -13,6 +15,8 @@
 //! --key header:NAME    key by the value of header NAME (an API key, say)
 //! --mode MODE          enforce (429s), dry-run (never deny, log would-be denials) or shadow
 //! --legacy-headers     also send X-RateLimit-Limit / -Remaining / -Reset
+//! --redis URL          keep the limit in Redis (feature `redis-async`): every instance
+//!                      started with the same URL shares it; fails open if Redis is down
 //! ```
 //!
 //! It prints `listening on <addr>` once it accepts connections. Every response carries the
@@ -30,8 +34,10 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use clap::Parser;
 use hotlimit::algo::Gcra;
-use hotlimit::tower::{HeaderKey, Key, KeyExtractor, Mode, PeerIp, RateLimitLayer, ShadowDecision};
-use hotlimit::{CasLimiter, Rate};
+use hotlimit::tower::{
+    AdvertisedQuota, HeaderKey, Key, KeyExtractor, Mode, PeerIp, RateLimitLayer, ShadowDecision,
+};
+use hotlimit::{AsyncRateLimiter, CasLimiter, Rate};
 use http::request::Parts;
 use http::HeaderName;
 use std::io::Write;
@@ -61,6 +67,9 @@ struct Args {
     /// Also send the legacy X-RateLimit-* headers.
     #[arg(long)]
     legacy_headers: bool,
+    /// Keep the limit in Redis at this URL, shared by every instance (feature `redis-async`).
+    #[arg(long)]
+    redis: Option<String>,
 }
 
 /// The key chosen on the command line: one extractor type for both, so one layer type.
@@ -109,14 +118,42 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(burst) = args.burst {
         gcra = gcra.with_burst(burst)?;
     }
+    if let Some(url) = &args.redis {
+        return serve_redis(url, gcra, &args).await;
+    }
     // Drop keys back at their full quota every 10 s, so a flood of clients does not pile up.
     let limiter = Arc::new(
         CasLimiter::<String, _>::builder(gcra)
             .sweep_every(Duration::from_secs(10))
             .build()?,
     );
+    serve(limiter, &args).await
+}
+
+/// The limit in Redis: the same layer and headers, over the async client.
+#[cfg(feature = "redis-async")]
+async fn serve_redis(url: &str, gcra: Gcra, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let limiter = hotlimit::redis::RedisLimiter::builder(url, gcra)
+        .key_prefix("proxy:")
+        .build_async()
+        .await?;
+    serve(Arc::new(limiter), args).await
+}
+
+#[cfg(not(feature = "redis-async"))]
+async fn serve_redis(_: &str, _: Gcra, _: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    Err("--redis needs the `redis-async` feature: \
+         cargo run --features tower,redis-async --example proxy -- --redis URL"
+        .into())
+}
+
+/// Serves the handler behind the layer over `limiter`, until the process is stopped.
+async fn serve<L>(limiter: Arc<L>, args: &Args) -> Result<(), Box<dyn std::error::Error>>
+where
+    L: AsyncRateLimiter<str> + AdvertisedQuota + 'static,
+{
     let mode = args.mode;
-    let layer = RateLimitLayer::builder(limiter, args.key)
+    let layer = RateLimitLayer::builder(limiter, args.key.clone())
         .mode(mode)
         .headers_on_allowed(true)
         .legacy_headers(args.legacy_headers)

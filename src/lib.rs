@@ -49,7 +49,8 @@
 //! [`max_keys`](KeyedLimiter::max_keys) and [`sweep_every`](KeyedLimiter::sweep_every). Each
 //! is made by `new` (default clock), `with_clock`, or `builder` (one [`Builder`] shape:
 //! clock, metrics, and for keyed stores a capacity bound and a background sweeper). Code
-//! generic over limiters uses the [`RateLimiter`] trait.
+//! generic over limiters uses the [`RateLimiter`] trait, or [`AsyncRateLimiter`] to take the
+//! Redis backend's async client too (every `RateLimiter` is one, its future ready at once).
 //!
 //! The [`Decision`] says whether the request is allowed, and when denied how long until the
 //! same request would pass (`retry_after`, honest: never rounded down). It also carries
@@ -58,7 +59,8 @@
 //!
 //! With the `tower` feature, `hotlimit::tower::RateLimitLayer` puts any limiter in front of
 //! an axum, hyper or tonic service: `429` with `Retry-After` and the IETF `RateLimit` fields,
-//! enforce, dry-run and shadow modes.
+//! enforce, dry-run and shadow modes; over `AsyncRedisLimiter` (feature `redis-async`), one
+//! limit shared by every instance.
 //!
 //! With the `redis` feature, `hotlimit::redis::RedisLimiter` runs GCRA, EARRRL and the
 //! exponential limiter inside Redis (Lua scripts, one atomic round trip per decision), for one
@@ -176,7 +178,7 @@ pub use decision::{Decision, Policy};
 pub use direct::DirectLimiter;
 pub use error::{ConfigError, CostError, Field};
 pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
-pub use limiter::{Cas, Locked, RateLimiter};
+pub use limiter::{AsyncRateLimiter, Cas, LimiterError, Locked, RateLimiter};
 pub use live::Live;
 pub use shared::Builder;
 pub use stats::Metrics;

@@ -1,11 +1,12 @@
-//! What every limiter shares: the [`RateLimiter`] trait, and the two ways of keeping a key's
-//! state ([`Cas`] and [`Locked`]).
+//! What every limiter shares: the [`RateLimiter`] trait, its async twin [`AsyncRateLimiter`],
+//! and the two ways of keeping a key's state ([`Cas`] and [`Locked`]).
 
 use crate::algo::Algorithm;
 use crate::cell::{LockCell, StateCell, StateCells};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::sweeper::SweepReport;
+use std::future::{ready, Future, Ready};
 
 /// Anything that decides requests for keys of type `Q`: every keyed limiter of the crate.
 /// Tests, benches and tools are written against this trait.
@@ -54,6 +55,82 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// Drops the keys whose state is equivalent to a fresh key's (changing no decision), and
     /// enforces the capacity bound if one is set.
     fn sweep(&self) -> SweepReport;
+}
+
+/// A limiter whose decision may need I/O (a round trip to a shared store), so it is a
+/// future: what `hotlimit::tower::RateLimitLayer` is generic over.
+///
+/// Every [`RateLimiter`] is one, at no cost: its future is [`std::future::Ready`], the
+/// decision taken synchronously in the call, nothing boxed or allocated. The Redis backend's
+/// `AsyncRedisLimiter` (feature `redis-async`) is the one that waits on the network.
+///
+/// The future is an associated type, `Send + 'static` (it owns what it needs, so a caller can
+/// keep it across an await without borrowing the limiter) and `Unpin` (so a caller can poll it
+/// once where it stands and move it afterwards; box a future that is not).
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::Gcra, AsyncRateLimiter, CasLimiter, ManualClock};
+///
+/// async fn admitted<L: AsyncRateLimiter<str>>(l: &L, n: usize) -> usize {
+///     let mut allowed = 0;
+///     for _ in 0..n {
+///         allowed += l.check_async("k").await.is_ok_and(|d| d.is_allowed()) as usize;
+///     }
+///     allowed
+/// }
+/// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 3".parse()?, ManualClock::new());
+/// let rt = tokio::runtime::Builder::new_current_thread().build()?;
+/// assert_eq!(rt.block_on(admitted(&l, 10)), 3);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait AsyncRateLimiter<Q: ?Sized>: Send + Sync {
+    /// Why a decision could not be made: a cost that can never be admitted, or (for a limiter
+    /// with a backend) a failure of the backend; see [`LimiterError`]. [`CostError`] for every
+    /// in-memory limiter.
+    type Error: LimiterError;
+
+    /// The decision to come.
+    type Future: Future<Output = Result<Decision, Self::Error>> + Send + Unpin + 'static;
+
+    /// Decides a request of `cost` for `key`.
+    fn check_n_async(&self, key: &Q, cost: u64) -> Self::Future;
+
+    /// Decides a request of cost 1 for `key`.
+    fn check_async(&self, key: &Q) -> Self::Future {
+        self.check_n_async(key, 1)
+    }
+}
+
+/// The error of an [`AsyncRateLimiter`]: says whether the request itself can never pass (a
+/// [`CostError`], the caller's) or the limiter could not decide (a backend failure).
+pub trait LimiterError: std::error::Error + Send + Sync + 'static {
+    /// The cost error, if this is one; `None` for a failure of the limiter's backend.
+    fn cost_error(&self) -> Option<CostError>;
+}
+
+impl LimiterError for CostError {
+    fn cost_error(&self) -> Option<CostError> {
+        Some(*self)
+    }
+}
+
+/// Every synchronous limiter, decided in the call: the future is ready at once.
+impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> AsyncRateLimiter<Q> for L {
+    type Error = CostError;
+    type Future = Ready<Result<Decision, CostError>>;
+
+    #[inline]
+    fn check_n_async(&self, key: &Q, cost: u64) -> Self::Future {
+        ready(self.check_n(key, cost))
+    }
+
+    #[inline]
+    fn check_async(&self, key: &Q) -> Self::Future {
+        // Cost 1 is always valid: `check` skips the cost check.
+        ready(Ok(self.check(key)))
+    }
 }
 
 mod sealed {
@@ -110,4 +187,68 @@ where
     A::State: StateCells,
 {
     type Cell = LockCell<A::State>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::Gcra;
+    use crate::{CasLimiter, CompactLimiter, Hashed, ManualClock, MutexLimiter};
+    use std::pin::pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    /// The output of a future that must be ready at its first poll.
+    fn at_once<F: Future>(f: F) -> F::Output {
+        let waker = Waker::from(Arc::new(Noop));
+        match pin!(f).poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(out) => out,
+            Poll::Pending => panic!("not ready at once"),
+        }
+    }
+
+    /// Compiles only if `L`'s async decision is `std::future::Ready`: nothing boxed.
+    fn ready_future<Q: ?Sized, L>(_: &L)
+    where
+        L: AsyncRateLimiter<Q, Error = CostError, Future = Ready<Result<Decision, CostError>>>
+            + ?Sized,
+    {
+    }
+
+    #[test]
+    fn every_in_memory_limiter_decides_at_once() {
+        let g: Gcra = "10/s burst 2".parse().unwrap();
+        let clock = ManualClock::new();
+        let cas = CasLimiter::<String, Gcra, _>::with_clock(g, clock.clone());
+        ready_future::<str, _>(&cas);
+        ready_future::<str, _>(&MutexLimiter::<String, Gcra, _>::with_clock(
+            g,
+            clock.clone(),
+        ));
+        ready_future::<str, _>(&CompactLimiter::<Hashed<str>, Gcra, _>::with_clock(
+            g,
+            clock.clone(),
+        ));
+        let dynamic: &dyn RateLimiter<str> = &cas;
+        ready_future::<str, _>(dynamic);
+
+        // The same decisions as the sync calls, taken in the call.
+        let d = at_once;
+        assert!(d(cas.check_async("k")).unwrap().is_allowed());
+        assert!(d(cas.check_n_async("k", 1)).unwrap().is_allowed());
+        assert!(d(cas.check_async("k")).unwrap().is_denied());
+        assert_eq!(
+            d(cas.check_n_async("k", 3)),
+            Err(CostError::ExceedsCapacity {
+                cost: 3,
+                capacity: 2
+            })
+        );
+        assert_eq!(CostError::Zero.cost_error(), Some(CostError::Zero));
+    }
 }

@@ -9,15 +9,20 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::tower::{
-    ForwardedIp, HeaderKey, KeyExtractor, MissingKey, Mode, OversizedKey, PeerIp, QuotaPolicy,
-    RateLimitLayer, ShadowDecision,
+    AdvertisedQuota, ForwardedIp, HeaderKey, KeyExtractor, MissingKey, Mode, OversizedKey, PeerIp,
+    QuotaPolicy, RateLimitLayer, ShadowDecision,
 };
-use hotlimit::{CasLimiter, Decision, ManualClock, MutexLimiter, RateLimiter};
+use hotlimit::{
+    AsyncRateLimiter, CasLimiter, CostError, Decision, LimiterError, ManualClock, MutexLimiter,
+    RateLimiter,
+};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tower::{Layer, ServiceExt};
@@ -665,4 +670,210 @@ async fn dry_run_and_shadow_never_refuse_keyless_or_oversized_requests() {
             assert_eq!(body, expected);
         }
     }
+}
+
+/// A limiter whose decision is not ready at the layer's first poll: the in-memory decision,
+/// after one yield to the runtime, as a network round trip would be. Exercises the layer's
+/// waiting path without a server.
+struct Deferred(Arc<CasLimiter<String, Gcra, ManualClock>>);
+
+impl AsyncRateLimiter<str> for Deferred {
+    type Error = CostError;
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, CostError>> + Send>>;
+
+    fn check_n_async(&self, key: &str, cost: u64) -> Self::Future {
+        let (limiter, key) = (self.0.clone(), key.to_owned());
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            RateLimiter::check_n(&*limiter, key.as_str(), cost)
+        })
+    }
+}
+
+impl AdvertisedQuota for Deferred {
+    fn advertised_quota(&self) -> Option<QuotaPolicy> {
+        self.0.algorithm().advertised_quota()
+    }
+}
+
+/// The headers a layer serves for `n` requests of one client (status, retry-after, ratelimit,
+/// legacy remaining), with the clock never moving.
+async fn header_trace(app: Router, n: usize) -> Vec<(u16, Option<String>, Option<String>)> {
+    let (addr, client) = serve(app).await;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "k")]).await;
+        assert_eq!(header(&h, "ratelimit-policy"), Some(r#""default";q=3;w=1"#));
+        let owned = |name| header(&h, name).map(str::to_owned);
+        out.push((status.as_u16(), owned("retry-after"), owned("ratelimit")));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_pending_decision_serves_the_same_responses_as_a_ready_one() {
+    fn layer<L: AsyncRateLimiter<str> + AdvertisedQuota>(
+        l: Arc<L>,
+    ) -> RateLimitLayer<L, HeaderKey> {
+        RateLimitLayer::builder(l, HeaderKey::from_static("x-api-key"))
+            .headers_on_allowed(true)
+            .build()
+    }
+    let ready = header_trace(
+        hello().layer(layer(gcra_limiter("3/s burst 3", &ManualClock::new()))),
+        5,
+    )
+    .await;
+    let deferred = Arc::new(Deferred(gcra_limiter("3/s burst 3", &ManualClock::new())));
+    let pending = header_trace(hello().layer(layer(deferred)), 5).await;
+    let allowed = |r: u64| (200, None, Some(format!(r#""default";r={r};t=1"#)));
+    let denied = (
+        429,
+        Some("1".to_owned()),
+        Some(r#""default";r=0;t=1"#.to_owned()),
+    );
+    let want = vec![
+        allowed(2),
+        allowed(1),
+        allowed(0),
+        denied.clone(),
+        denied.clone(),
+    ];
+    assert_eq!(ready, want);
+    assert_eq!(pending, want);
+}
+
+#[tokio::test]
+async fn a_pending_decision_in_shadow_mode_reaches_the_hook_and_the_handler() {
+    let clock = ManualClock::new();
+    let limiter = Arc::new(Deferred(gcra_limiter("5/s burst 1", &clock)));
+    let reports = Arc::new(Mutex::new(Vec::<(String, bool)>::new()));
+    let seen = reports.clone();
+    let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
+        .on_decision(move |r| seen.lock().unwrap().push((r.key().to_owned(), r.denied())))
+        .shadow_hook(|decision, parts| {
+            if decision.is_denied() {
+                parts
+                    .headers
+                    .insert("x-shadow-banned", "1".parse().unwrap());
+            }
+        })
+        .build();
+    let app = Router::new()
+        .route(
+            "/",
+            get(
+                |Extension(ShadowDecision(d)): Extension<ShadowDecision>, h: HeaderMap| async move {
+                    match (d.is_allowed(), h.contains_key("x-shadow-banned")) {
+                        (true, false) => "done",
+                        (false, true) => "dropped",
+                        _ => "inconsistent",
+                    }
+                },
+            ),
+        )
+        .layer(layer);
+    let (addr, client) = serve(app).await;
+    let mut bodies = Vec::new();
+    for _ in 0..3 {
+        let (status, _, body) = get_with(&client, addr, "/", &[("x-api-key", "alice")]).await;
+        assert_eq!(status, StatusCode::OK);
+        bodies.push(body);
+    }
+    assert_eq!(bodies, ["done", "dropped", "dropped"]);
+    let alice = |denied| ("alice".to_owned(), denied);
+    assert_eq!(
+        *reports.lock().unwrap(),
+        [alice(false), alice(true), alice(true)]
+    );
+}
+
+/// A limiter whose backend is down, or that refuses a cost as too large.
+struct Broken;
+
+#[derive(Debug)]
+enum BrokenError {
+    Backend,
+    Cost(CostError),
+}
+
+impl std::fmt::Display for BrokenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("broken")
+    }
+}
+
+impl std::error::Error for BrokenError {}
+
+impl LimiterError for BrokenError {
+    fn cost_error(&self) -> Option<CostError> {
+        match self {
+            BrokenError::Backend => None,
+            BrokenError::Cost(e) => Some(*e),
+        }
+    }
+}
+
+impl AsyncRateLimiter<str> for Broken {
+    type Error = BrokenError;
+    type Future = std::future::Ready<Result<Decision, BrokenError>>;
+
+    fn check_n_async(&self, _key: &str, cost: u64) -> Self::Future {
+        std::future::ready(Err(if cost > 5 {
+            BrokenError::Cost(CostError::ExceedsCapacity { cost, capacity: 5 })
+        } else {
+            BrokenError::Backend
+        }))
+    }
+}
+
+impl AdvertisedQuota for Broken {
+    fn advertised_quota(&self) -> Option<QuotaPolicy> {
+        Some(QuotaPolicy::new(5, Duration::from_secs(1)))
+    }
+}
+
+#[tokio::test]
+async fn a_backend_error_answers_503_without_headers_and_never_allows() {
+    let reports = Arc::new(Mutex::new(0u32));
+    let seen = reports.clone();
+    let layer = RateLimitLayer::builder(Arc::new(Broken), HeaderKey::from_static("x-api-key"))
+        .headers_on_allowed(true)
+        .legacy_headers(true)
+        .cost(|p: &http::request::Parts| {
+            p.headers
+                .get("x-cost")
+                .map_or(1, |v| v.to_str().unwrap().parse().unwrap())
+        })
+        .on_decision(move |_| *seen.lock().unwrap() += 1)
+        .build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+    let (status, h, body) = get_with(&client, addr, "/", &[("x-api-key", "k")]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body, "");
+    // No decision was made: no header may pretend one was.
+    for name in [
+        "retry-after",
+        "ratelimit",
+        "ratelimit-policy",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ] {
+        assert!(!h.contains_key(name), "{name}");
+    }
+    // A cost error is still the request's own: 413, as with an in-memory limiter.
+    let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "k"), ("x-cost", "6")]).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(header(&h, "ratelimit-policy"), Some(r#""default";q=5;w=1"#));
+    assert_eq!(*reports.lock().unwrap(), 0);
+
+    // Dry-run never refuses: the request passes, uncounted and without headers.
+    let layer = RateLimitLayer::builder(Arc::new(Broken), HeaderKey::from_static("x-api-key"))
+        .mode(Mode::DryRun)
+        .build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+    let (status, h, body) = get_with(&client, addr, "/", &[("x-api-key", "k")]).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "hello"));
+    assert!(!h.contains_key("ratelimit-policy") && !h.contains_key("ratelimit"));
 }

@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
@@ -21,9 +22,14 @@ use std::time::Instant;
 /// decisions, fail modes and local fast path.
 ///
 /// One multiplexed connection serves every task: concurrent requests are pipelined on it
-/// automatically, so share one limiter (behind an `Arc`) rather than opening one per task.
-/// On a Redis Cluster, one cluster connection (a multiplexed connection per node) does the
-/// same. The response timeout is [`Builder::io_timeout`]. Needs a tokio runtime.
+/// automatically, so share one limiter rather than opening one per task; cloning it is cheap
+/// and the clones share the connection, the local fast path and the counters. On a Redis
+/// Cluster, one cluster connection (a multiplexed connection per node) does the same. The
+/// response timeout is [`Builder::io_timeout`]. Needs a tokio runtime.
+///
+/// It is an [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter) (its future applies the
+/// [`FailMode`], as [`check_n`](AsyncRedisLimiter::check_n) does), so the `tower` feature's
+/// `RateLimitLayer` can put it in front of a service: one limit shared by every instance.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -39,9 +45,20 @@ use std::time::Instant;
 /// # }
 /// ```
 pub struct AsyncRedisLimiter<A> {
-    core: Core<A>,
-    target: Target,
-    conn: Mutex<AsyncSlot>,
+    // Each behind an `Arc`: a clone shares them all (the async trait's future owns a clone).
+    core: Arc<Core<A>>,
+    target: Arc<Target>,
+    conn: Arc<Mutex<AsyncSlot>>,
+}
+
+impl<A> Clone for AsyncRedisLimiter<A> {
+    fn clone(&self) -> Self {
+        Self {
+            core: self.core.clone(),
+            target: self.target.clone(),
+            conn: self.conn.clone(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -101,12 +118,12 @@ impl<A: RedisAlgorithm> Builder<A> {
             (Target::Cluster(self.cluster_client("")?), None)
         };
         let limiter = AsyncRedisLimiter {
-            core: Core::new(self),
-            target,
-            conn: Mutex::new(AsyncSlot {
+            core: Arc::new(Core::new(self)),
+            target: Arc::new(target),
+            conn: Arc::new(Mutex::new(AsyncSlot {
                 con: first,
                 down_until: None,
-            }),
+            })),
         };
         for _ in 0..trips {
             limiter.core.trip();
@@ -251,7 +268,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
             }
         }
         let config = &self.core.config;
-        let opened = match &self.target {
+        let opened = match &*self.target {
             Target::Single(client) => client
                 .get_multiplexed_async_connection_with_config(&single_config(config))
                 .await
@@ -380,4 +397,24 @@ async fn join_all<'a, T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + Send 
     })
     .await;
     outputs.into_iter().flatten().collect()
+}
+
+/// The limiter behind the tower layer: an outage answers the [`FailMode`] (counted in
+/// [`failures`](AsyncRedisLimiter::failures)); any other backend error (a script error, a
+/// wrong type, a misrouted command) is returned, counted in
+/// [`errors`](AsyncRedisLimiter::errors), so the layer answers 503 rather than pass or deny
+/// as if the limit said so. The future owns a clone of the limiter and the key.
+impl<A: RedisAlgorithm> crate::AsyncRateLimiter<str> for AsyncRedisLimiter<A> {
+    type Error = BackendError;
+    // Boxed: an `async` block has no name, and next to a round trip the box costs nothing.
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>>;
+
+    fn check_n_async(&self, key: &str, cost: u64) -> Self::Future {
+        let limiter = self.clone();
+        let key = key.to_owned();
+        Box::pin(async move {
+            let r = limiter.try_check_n(&key, cost).await;
+            limiter.core.fail_over_outages(r)
+        })
+    }
 }

@@ -155,6 +155,7 @@ mod builder;
 mod scripts;
 mod shared;
 mod sync;
+mod traits;
 
 #[cfg(feature = "redis-async")]
 pub use aio::AsyncRedisLimiter;

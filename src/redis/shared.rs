@@ -195,6 +195,27 @@ impl<A: RedisAlgorithm> Core<A> {
         }
     }
 
+    /// [`fail_over`](Core::fail_over) for callers that can report an error (the async
+    /// trait, so the tower layer answers 503): an outage answers the fail mode, counted in
+    /// `failures`; any other backend error is returned, counted in `errors`.
+    pub(super) fn fail_over_outages(
+        &self,
+        r: Result<Decision, BackendError>,
+    ) -> Result<Decision, BackendError> {
+        match r {
+            Err(e) if e.is_outage() => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                Ok(self.config.fail_mode.decision())
+            }
+            Err(e @ BackendError::Cost(_)) => Err(e),
+            Err(e) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+            ok => ok,
+        }
+    }
+
     /// The denial answered on a non-outage error: the closed fail mode's, else 1 s.
     pub(super) fn error_decision(&self) -> Decision {
         match self.config.fail_mode {

@@ -56,6 +56,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         &self.core.config.algo
     }
 
+    /// The fail mode.
+    pub fn fail_mode(&self) -> super::FailMode {
+        self.core.config.fail_mode
+    }
+
     /// The Redis key that holds `key`'s state: `prefix{escaped key}` (see the module docs).
     pub fn redis_key(&self, key: &str) -> String {
         self.core.redis_key(key)
@@ -128,6 +133,40 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         match self.core.fail_over(self.try_peek_n(key, 1)) {
             Ok(d) => d,
             Err(_) => self.core.config.fail_mode.decision(),
+        }
+    }
+
+    /// What [`check_n`](RedisLimiter::check_n) would answer, without counting the request;
+    /// an outage or an error answers and counts as there.
+    pub fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        self.core.fail_over(self.try_peek_n(key, cost))
+    }
+
+    /// Waits on the calling thread until a request of cost 1 for `key` is allowed: sleeps for
+    /// each denial's `retry_after` and asks again (other instances may take the freed quota
+    /// first, so it may wait more than once). An outage answers the [`FailMode`] (open: at
+    /// once; closed: its `retry_after`, then again). An error that is not an outage returns its
+    /// denial at once rather than wait on a misconfiguration forever.
+    pub fn until_ready_blocking(&self, key: &str) -> Decision {
+        loop {
+            let d = match self.try_check_n(key, 1) {
+                Ok(d) => d,
+                Err(e) if e.is_outage() => self.core.fail_over(Err(e)).unwrap_or_else(|_| {
+                    // Cost 1 is always valid.
+                    self.core.config.fail_mode.decision()
+                }),
+                Err(e) => {
+                    return self
+                        .core
+                        .fail_over(Err(e))
+                        .unwrap_or_else(|_| self.core.error_decision())
+                }
+            };
+            if d.is_allowed() {
+                return d;
+            }
+            // At least 1 ms, so a zero wait cannot spin on the server.
+            std::thread::sleep(d.retry_after().max(std::time::Duration::from_millis(1)));
         }
     }
 

@@ -5,7 +5,7 @@
 use super::{AdvertisedQuota, DEFAULT_MAX_KEY_LEN};
 use super::{KeyExtractor, QuotaPolicy, RateLimitLayer, RequestCost, UnitCost};
 use crate::decision::Decision;
-use crate::limiter::RateLimiter;
+use crate::limiter::AsyncRateLimiter;
 use http::request::Parts;
 use std::borrow::Cow;
 use std::fmt;
@@ -227,7 +227,7 @@ impl<L: ?Sized, X, C> fmt::Debug for ConfigView<'_, L, X, C> {
 
 impl<L, X, C> Builder<L, X, C>
 where
-    L: RateLimiter<str> + ?Sized,
+    L: AsyncRateLimiter<str> + ?Sized,
     X: KeyExtractor,
     C: RequestCost,
 {

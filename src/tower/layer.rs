@@ -9,7 +9,9 @@ use super::{
 };
 use crate::decision::Decision;
 use crate::error::CostError;
+#[cfg(doc)]
 use crate::limiter::RateLimiter;
+use crate::limiter::{AsyncRateLimiter, LimiterError};
 use http::header::{HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -17,8 +19,8 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 /// A `tower::Layer` that rate-limits requests with a hotlimit limiter; see the
@@ -47,14 +49,18 @@ impl<L: ?Sized, X, C> fmt::Debug for RateLimitLayer<L, X, C> {
 
 impl<L, X> RateLimitLayer<L, X, UnitCost>
 where
-    L: RateLimiter<str> + AdvertisedQuota + ?Sized,
+    L: AsyncRateLimiter<str> + AdvertisedQuota + ?Sized,
     X: KeyExtractor,
 {
     /// A builder for a layer that limits requests with `limiter`, keyed by `key`, advertising
     /// the limiter's quota ([`AdvertisedQuota`]).
     ///
-    /// For a limiter without one (a `ShardedLimiter`, your own), pass it as
-    /// `Arc<dyn RateLimiter<str>>` and set the policy with [`Builder::quota`].
+    /// `limiter` is any [`AsyncRateLimiter<str>`]: every in-memory [`RateLimiter<str>`]
+    /// (decided in `call`, as a synchronous layer would), or the Redis backend's
+    /// `AsyncRedisLimiter` (one limit shared by every instance; the response future awaits
+    /// the round trip). For a limiter without a quota to advertise (a `ShardedLimiter`, your
+    /// own), pass it as `Arc<dyn RateLimiter<str>>` and set the policy with
+    /// [`Builder::quota`].
     pub fn builder(limiter: Arc<L>, key: X) -> Builder<L, X, UnitCost> {
         let quota = limiter.advertised_quota();
         Builder {
@@ -97,8 +103,13 @@ impl<S, L: ?Sized, X, C> tower_layer::Layer<S> for RateLimitLayer<L, X, C> {
 
 /// The rate-limiting service [`RateLimitLayer`] wraps around an inner service.
 ///
-/// It is ready when the inner service is. A request the layer answers itself (429, 400, 413)
-/// never reaches the inner service, whose readiness then carries over to the next call.
+/// It is ready when the inner service is. A request the layer answers itself (429, 400, 413,
+/// 503) never reaches the inner service, whose readiness then carries over to the next call.
+///
+/// While a limiter's decision is pending (a Redis round trip), the response future holds the
+/// ready inner service and `call` leaves a clone in its place, which the next `poll_ready`
+/// readies: the usual tower pattern, hence `S: Clone`. A decision ready at once (every
+/// in-memory limiter) clones nothing.
 pub struct RateLimit<S, L: ?Sized, X, C = UnitCost> {
     inner: S,
     shared: Arc<Shared<L, X, C>>,
@@ -256,9 +267,34 @@ enum Outcome {
     Answer(StatusCode, Option<HeaderPlan>),
 }
 
+/// Where a request stands after `call`: decided, or waiting on the limiter's future.
+enum Step<F> {
+    Now(Outcome),
+    /// The key is kept (owned) only if [`Builder::on_decision`] will want it.
+    Later {
+        decision: F,
+        key: Option<String>,
+        cost: u64,
+    },
+}
+
+/// A waker that does nothing, for the one poll of the limiter's future in `call`: a later
+/// poll from the response future passes the task's own waker, the one a pending future must
+/// wake (the `Future` contract: only the latest poll's waker counts). Made once, so `call`
+/// allocates nothing for it.
+fn noop_waker() -> &'static Waker {
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+        fn wake_by_ref(self: &Arc<Self>) {}
+    }
+    static NOOP: OnceLock<Waker> = OnceLock::new();
+    NOOP.get_or_init(|| Waker::from(Arc::new(Noop)))
+}
+
 impl<L, X, C> Shared<L, X, C>
 where
-    L: RateLimiter<str> + ?Sized,
+    L: AsyncRateLimiter<str> + ?Sized,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -271,10 +307,10 @@ where
     }
 
     #[inline]
-    fn decide(&self, parts: &Parts) -> Outcome {
+    fn decide(&self, parts: &Parts) -> Step<L::Future> {
         let cost = self.cost.cost(parts);
         if cost == 0 {
-            return Outcome::Pass(None);
+            return Step::Now(Outcome::Pass(None));
         }
         // An empty key from any extractor is a missing key: one shared bucket for every
         // client that sends nothing would be a key nobody chose.
@@ -282,41 +318,61 @@ where
             Some(key) if !key.as_str().is_empty() => key,
             _ => match &self.missing {
                 MissingKey::Fallback(k) => Key::borrowed(k),
-                MissingKey::Reject => return self.refuse(StatusCode::BAD_REQUEST),
+                MissingKey::Reject => return Step::Now(self.refuse(StatusCode::BAD_REQUEST)),
             },
         };
         let hashed;
         let key = match key.as_str() {
             k if k.len() <= self.max_key_len => k,
             k => match self.oversized {
-                OversizedKey::Reject => return self.refuse(StatusCode::BAD_REQUEST),
+                OversizedKey::Reject => return Step::Now(self.refuse(StatusCode::BAD_REQUEST)),
                 OversizedKey::Hash => {
                     hashed = self.hashed(k);
                     hashed.as_str()
                 }
             },
         };
-        let decision = if cost == 1 {
-            // Cost 1 is always valid: skip the cost check.
-            Ok(self.limiter.check(key))
+        let mut decision = if cost == 1 {
+            // Cost 1 is always valid: an in-memory limiter skips the cost check.
+            self.limiter.check_async(key)
         } else {
-            self.limiter.check_n(key, cost)
+            self.limiter.check_n_async(key, cost)
         };
-        let decision = match decision {
+        // One poll here: an in-memory limiter's `Ready` answers at once, and the request is
+        // decided in `call` with its key still borrowed, as before the layer was async.
+        match Pin::new(&mut decision).poll(&mut Context::from_waker(noop_waker())) {
+            Poll::Ready(result) => Step::Now(self.outcome(key, cost, result)),
+            Poll::Pending => Step::Later {
+                decision,
+                key: self.on_decision.as_ref().map(|_| key.to_owned()),
+                cost,
+            },
+        }
+    }
+
+    /// What to do with the limiter's answer for `key` (only read by `on_decision`).
+    #[inline]
+    fn outcome(&self, key: &str, cost: u64, result: Result<Decision, L::Error>) -> Outcome {
+        let decision = match result {
             Ok(d) => d,
-            Err(CostError::Zero) => return Outcome::Pass(None), // not reached: cost > 0
-            Err(CostError::ExceedsCapacity { .. }) => {
-                return match self.mode {
-                    Mode::Enforce => Outcome::Answer(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        self.quota.map(|quota| HeaderPlan {
-                            decision: Decision::allowed(),
-                            quota: Some(quota),
-                            legacy: self.legacy,
-                            retry_after: false,
-                        }),
-                    ),
-                    Mode::DryRun | Mode::Shadow => Outcome::Pass(None),
+            Err(e) => {
+                return match e.cost_error() {
+                    Some(CostError::Zero) => Outcome::Pass(None), // not reached: cost > 0
+                    Some(CostError::ExceedsCapacity { .. }) => match self.mode {
+                        Mode::Enforce => Outcome::Answer(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            self.quota.map(|quota| HeaderPlan {
+                                decision: Decision::allowed(),
+                                quota: Some(quota),
+                                legacy: self.legacy,
+                                retry_after: false,
+                            }),
+                        ),
+                        Mode::DryRun | Mode::Shadow => Outcome::Pass(None),
+                    },
+                    // The limiter could not decide: no decision, so no rate-limit headers
+                    // (they would be made up) and no report; never an allow in enforce mode.
+                    None => self.refuse(StatusCode::SERVICE_UNAVAILABLE),
                 };
             }
         };
@@ -347,6 +403,27 @@ where
         }
     }
 
+    /// Carries out `outcome` on the request's head: the headers for the inner service's
+    /// response (`Ok`), or the layer's own answer (`Err`).
+    #[inline]
+    fn admit(
+        &self,
+        outcome: Outcome,
+        parts: &mut Parts,
+    ) -> Result<Option<HeaderPlan>, (StatusCode, Option<HeaderPlan>)> {
+        match outcome {
+            Outcome::Pass(plan) => Ok(plan),
+            Outcome::Shadow(decision, plan) => {
+                parts.extensions.insert(ShadowDecision(decision));
+                if let Some(hook) = &self.shadow_hook {
+                    hook(&decision, parts);
+                }
+                Ok(plan)
+            }
+            Outcome::Answer(status, plan) => Err((status, plan)),
+        }
+    }
+
     /// `#` and 32 hex digits of a keyed 128-bit hash.
     #[cold]
     fn hashed(&self, key: &str) -> Key<'static> {
@@ -361,15 +438,15 @@ where
 
 impl<S, L, X, C, ReqB, ResB> tower_service::Service<Request<ReqB>> for RateLimit<S, L, X, C>
 where
-    S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
+    S: tower_service::Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     ResB: Default,
-    L: RateLimiter<str> + ?Sized,
+    L: AsyncRateLimiter<str> + ?Sized,
     X: KeyExtractor,
     C: RequestCost,
 {
     type Response = Response<ResB>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResB>;
+    type Future = ResponseFuture<S::Future, ResB, Pending<S, ReqB, L, X, C>>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -381,53 +458,99 @@ where
         // Extractors and hooks see the head only, whatever the body type.
         let (mut parts, body) = req.into_parts();
         let shared = &*self.shared;
-        let plan = match shared.decide(&parts) {
-            Outcome::Pass(plan) => plan,
-            Outcome::Shadow(decision, plan) => {
-                parts.extensions.insert(ShadowDecision(decision));
-                if let Some(hook) = &shared.shadow_hook {
-                    hook(&decision, &mut parts);
-                }
-                plan
-            }
-            Outcome::Answer(status, plan) => {
+        let outcome = match shared.decide(&parts) {
+            Step::Now(outcome) => outcome,
+            Step::Later {
+                decision,
+                key,
+                cost,
+            } => {
+                // The ready service goes with the request; a clone waits for `poll_ready`.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
                 return ResponseFuture {
-                    kind: Kind::Answer { status, plan },
+                    kind: Kind::Wait {
+                        pending: Some(Pending {
+                            decision,
+                            inner,
+                            parts,
+                            body,
+                            key,
+                            cost,
+                            shared: self.shared.clone(),
+                        }),
+                    },
                     _body: PhantomData,
-                }
+                };
             }
         };
-        ResponseFuture {
-            kind: Kind::Inner {
+        let kind = match shared.admit(outcome, &mut parts) {
+            Ok(plan) => Kind::Inner {
                 future: self.inner.call(Request::from_parts(parts, body)),
                 plan,
             },
+            Err((status, plan)) => Kind::Answer { status, plan },
+        };
+        ResponseFuture {
+            kind,
             _body: PhantomData,
         }
     }
 }
 
+/// A request waiting for the limiter's decision (a Redis round trip): the limiter's future,
+/// the request, and the ready inner service to call once allowed. Opaque; it only appears in
+/// the type of [`RateLimit`]'s [`ResponseFuture`].
+pub struct Pending<S, ReqB, L, X, C>
+where
+    L: AsyncRateLimiter<str> + ?Sized,
+{
+    decision: L::Future,
+    inner: S,
+    parts: Parts,
+    body: ReqB,
+    key: Option<String>,
+    cost: u64,
+    shared: Arc<Shared<L, X, C>>,
+}
+
+impl<S, ReqB, L, X, C> fmt::Debug for Pending<S, ReqB, L, X, C>
+where
+    L: AsyncRateLimiter<str> + ?Sized,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pending")
+            .field("key", &self.key)
+            .field("cost", &self.cost)
+            .finish_non_exhaustive()
+    }
+}
+
 pin_project_lite::pin_project! {
     /// The response future of [`RateLimit`]: the inner service's, with the rate-limit headers
-    /// added, or the layer's own answer.
-    pub struct ResponseFuture<F, B> {
+    /// added, or the layer's own answer; first, if the limiter's decision was not ready in
+    /// `call`, the wait for it (`P`, a [`Pending`]).
+    pub struct ResponseFuture<F, B, P> {
         #[pin]
-        kind: Kind<F>,
+        kind: Kind<F, P>,
         _body: PhantomData<fn() -> B>,
     }
 }
 
 pin_project_lite::pin_project! {
     #[project = KindProj]
-    enum Kind<F> {
+    enum Kind<F, P> {
+        // An `Option` so that the request and the service can be moved out when decided.
+        Wait { pending: Option<P> },
         Inner { #[pin] future: F, plan: Option<HeaderPlan> },
         Answer { status: StatusCode, plan: Option<HeaderPlan> },
     }
 }
 
-impl<F, B> fmt::Debug for ResponseFuture<F, B> {
+impl<F, B, P> fmt::Debug for ResponseFuture<F, B, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.kind {
+            Kind::Wait { .. } => "wait",
             Kind::Inner { .. } => "inner",
             Kind::Answer { .. } => "answer",
         };
@@ -437,35 +560,72 @@ impl<F, B> fmt::Debug for ResponseFuture<F, B> {
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F, B>
+impl<S, ReqB, ResB, L, X, C> Future for ResponseFuture<S::Future, ResB, Pending<S, ReqB, L, X, C>>
 where
-    F: Future<Output = Result<Response<B>, E>>,
-    B: Default,
+    S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: Default,
+    L: AsyncRateLimiter<str> + ?Sized,
+    X: KeyExtractor,
+    C: RequestCost,
 {
-    type Output = Result<Response<B>, E>;
+    type Output = Result<Response<ResB>, S::Error>;
 
     #[inline]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Inner { future, plan } => {
-                let mut response = match future.poll(cx) {
-                    Poll::Ready(Ok(r)) => r,
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending => return Poll::Pending,
-                };
-                if let Some(plan) = plan.take() {
-                    plan.apply(response.headers_mut());
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            match self.as_mut().project().kind.project() {
+                KindProj::Wait { pending } => {
+                    let Some(p) = pending else {
+                        panic!("ResponseFuture polled after a panic");
+                    };
+                    let result = match Pin::new(&mut p.decision).poll(cx) {
+                        Poll::Ready(r) => r,
+                        Poll::Pending => return Poll::Pending,
+                    };
+                    let Some(Pending {
+                        mut inner,
+                        mut parts,
+                        body,
+                        key,
+                        cost,
+                        shared,
+                        ..
+                    }) = pending.take()
+                    else {
+                        unreachable!("checked above");
+                    };
+                    // The key is kept only when `on_decision` reads it.
+                    let outcome = shared.outcome(key.as_deref().unwrap_or(""), cost, result);
+                    let next = match shared.admit(outcome, &mut parts) {
+                        Ok(plan) => Kind::Inner {
+                            future: inner.call(Request::from_parts(parts, body)),
+                            plan,
+                        },
+                        Err((status, plan)) => Kind::Answer { status, plan },
+                    };
+                    self.as_mut().project().kind.set(next);
                 }
-                Poll::Ready(Ok(response))
-            }
-            KindProj::Answer { status, plan } => {
-                // Built here, not in `call`: nothing to keep, and a repeated poll gets the same.
-                let mut response = Response::new(B::default());
-                *response.status_mut() = *status;
-                if let Some(plan) = plan {
-                    plan.apply(response.headers_mut());
+                KindProj::Inner { future, plan } => {
+                    let mut response = match future.poll(cx) {
+                        Poll::Ready(Ok(r)) => r,
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending => return Poll::Pending,
+                    };
+                    if let Some(plan) = plan.take() {
+                        plan.apply(response.headers_mut());
+                    }
+                    return Poll::Ready(Ok(response));
                 }
-                Poll::Ready(Ok(response))
+                KindProj::Answer { status, plan } => {
+                    // Built here, not in `call`: nothing to keep, and a repeated poll gets the
+                    // same.
+                    let mut response = Response::new(ResB::default());
+                    *response.status_mut() = *status;
+                    if let Some(plan) = plan {
+                        plan.apply(response.headers_mut());
+                    }
+                    return Poll::Ready(Ok(response));
+                }
             }
         }
     }

@@ -45,9 +45,11 @@
 //!    [`KeyExtractor::or`]. A request without a key follows [`MissingKey`]; a key longer than
 //!    [`Builder::max_key_len`] (default [`DEFAULT_MAX_KEY_LEN`] bytes) follows
 //!    [`OversizedKey`], so a hostile header never becomes a huge key;
-//! 3. decides it with the limiter, any [`RateLimiter<str>`](crate::RateLimiter): every
-//!    algorithm and variant of the crate, a [`ManualClock`](crate::ManualClock) one in tests,
-//!    or a `dyn RateLimiter<str>`;
+//! 3. decides it with the limiter, any [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter):
+//!    every [`RateLimiter<str>`](crate::RateLimiter) (every algorithm and variant of the crate,
+//!    a [`ManualClock`](crate::ManualClock) one in tests, a `dyn RateLimiter<str>`), decided in
+//!    `call` at no cost, or the Redis backend's `AsyncRedisLimiter` (see *Over Redis*), whose
+//!    round trip the response future awaits;
 //! 4. acts according to the [`Mode`]: enforce (deny with `429 Too Many Requests`), dry-run
 //!    (never deny, report what would have happened) or shadow (let every request through and
 //!    tell the handler, which decides).
@@ -87,13 +89,44 @@
 //! | `429 Too Many Requests` | the limiter denied the request |
 //! | `400 Bad Request` | no key ([`MissingKey::Reject`]) or a key over the length bound ([`OversizedKey::Reject`]) |
 //! | `413 Content Too Large` | the request's cost exceeds the limiter's capacity: it could never pass |
+//! | `503 Service Unavailable` | the limiter could not decide: its error is a backend failure ([`LimiterError::cost_error`](crate::LimiterError::cost_error) is `None`); no rate-limit headers, since there is no decision, and no [`Builder::on_decision`] report |
 //!
 //! Their body is the response body type's `Default` (empty for axum's `Body`).
 //!
+//! # Over Redis: one limit for every instance
+//!
+//! With the `redis-async` feature, `hotlimit::redis::AsyncRedisLimiter` is an
+//! [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter): put it behind the layer as any limiter
+//! (it advertises its algorithm's quota, so the headers are the in-memory layer's):
+//!
+//! ```ignore
+//! use hotlimit::{algo::Gcra, redis::{FailMode, RedisLimiter}, tower::{HeaderKey, RateLimitLayer}};
+//!
+//! let limiter = RedisLimiter::builder("redis://10.0.0.5:6379/", "5/s burst 5".parse::<Gcra>()?)
+//!     .fail_mode(FailMode::Closed { retry_after: Duration::from_secs(1) })
+//!     .io_timeout(Duration::from_millis(100))
+//!     .build_async()
+//!     .await?;
+//! let layer = RateLimitLayer::builder(Arc::new(limiter), HeaderKey::from_static("x-api-key")).build();
+//! let app = Router::new().route("/", get(handler)).layer(layer);
+//! ```
+//!
+//! The layer polls the limiter's future once in `call`; pending, the response future keeps
+//! the request and the ready inner service and awaits it, so a slow or frozen server never
+//! blocks the runtime. An outage (refused, reset, timed out after the I/O timeout) answers the
+//! limiter's [`FailMode`](crate::redis::FailMode), as `AsyncRedisLimiter::check_n` does: open
+//! lets the request through (without a `RateLimit` field: no remaining is known), closed
+//! answers 429 with its `Retry-After`. The sync `RedisLimiter` is a
+//! [`RateLimiter<str>`](crate::RateLimiter) too, but its round trip blocks the thread: not for
+//! an async server.
+//!
 //! # Cost when unused
 //!
-//! The feature is off by default, so the core crate builds without `http` or tower. On the
-//! allowed path without headers the layer allocates nothing for header and IP keys: the key is
+//! The feature is off by default, so the core crate builds without `http` or tower. An
+//! in-memory limiter's decision is ready at the one poll in `call` (a `std::future::Ready`):
+//! the request is decided there as by a synchronous layer, nothing boxed, the inner service
+//! not cloned. On the allowed path without headers the layer allocates nothing for header and
+//! IP keys: the key is
 //! borrowed from the request or formatted on the stack. Each response that carries headers
 //! allocates one small buffer per header field. `cargo bench --features tower --bench tower`
 //! measures the layer against the bare limiter: its own cost (a header lookup, moving the
@@ -110,7 +143,7 @@ mod quota;
 pub use config::{Builder, MissingKey, Mode, OversizedKey, Report, ShadowDecision};
 pub use cost::{RequestCost, UnitCost};
 pub use key::{ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
-pub use layer::{RateLimit, RateLimitLayer, ResponseFuture};
+pub use layer::{Pending, RateLimit, RateLimitLayer, ResponseFuture};
 pub use quota::{AdvertisedQuota, InvalidPolicyName, QuotaPolicy};
 
 #[cfg(doc)]

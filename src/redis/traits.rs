@@ -1,0 +1,82 @@
+//! The crate's limiter traits for the Redis limiters: [`RateLimiter<str>`] for the sync
+//! [`RedisLimiter`] (and so `AsyncRateLimiter<str>` through the blanket impl, blocking), the
+//! error kind of [`BackendError`], and the tower layer's `AdvertisedQuota` for both clients.
+//! `AsyncRedisLimiter`'s `AsyncRateLimiter<str>` is beside it, in `aio.rs`. Only the
+//! limiters' public API is used here.
+
+use super::{BackendError, RedisAlgorithm, RedisLimiter};
+use crate::decision::Decision;
+use crate::error::CostError;
+use crate::limiter::{LimiterError, RateLimiter};
+use crate::sweeper::SweepReport;
+
+/// A backend failure is not the request's fault; a cost error is.
+impl LimiterError for BackendError {
+    fn cost_error(&self) -> Option<CostError> {
+        match self {
+            BackendError::Cost(e) => Some(*e),
+            _ => None,
+        }
+    }
+}
+
+/// The sync client as a [`RateLimiter<str>`]: decisions through [`RedisLimiter::check_n`]
+/// (the [`FailMode`](super::FailMode) answering backend failures). Every call is a blocking
+/// round trip, so through the blanket [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it
+/// blocks the async task that awaits it: in an async server use [`AsyncRedisLimiter`]
+/// (feature `redis-async`).
+///
+/// The keys live in Redis, which expires them itself: [`len`](RateLimiter::len) is 0 and
+/// [`sweep`](RateLimiter::sweep) does nothing.
+impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
+    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        RedisLimiter::check_n(self, key, cost)
+    }
+
+    fn check(&self, key: &str) -> Decision {
+        RedisLimiter::check(self, key)
+    }
+
+    fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        RedisLimiter::peek_n(self, key, cost)
+    }
+
+    fn peek(&self, key: &str) -> Decision {
+        RedisLimiter::peek(self, key)
+    }
+
+    fn until_ready_blocking(&self, key: &str) -> Decision {
+        RedisLimiter::until_ready_blocking(self, key)
+    }
+
+    /// 0: the keys are held by Redis, not here.
+    fn len(&self) -> usize {
+        0
+    }
+
+    /// Nothing to sweep: Redis expires each key when its state is fresh again.
+    fn sweep(&self) -> SweepReport {
+        SweepReport::default()
+    }
+}
+
+#[cfg(feature = "tower")]
+mod quota {
+    use super::*;
+    use crate::tower::{AdvertisedQuota, QuotaPolicy};
+
+    /// The algorithm's quota, as the in-memory limiters advertise it.
+    impl<A: RedisAlgorithm + AdvertisedQuota> AdvertisedQuota for RedisLimiter<A> {
+        fn advertised_quota(&self) -> Option<QuotaPolicy> {
+            self.algorithm().advertised_quota()
+        }
+    }
+
+    /// The algorithm's quota, as the in-memory limiters advertise it.
+    #[cfg(feature = "redis-async")]
+    impl<A: RedisAlgorithm + AdvertisedQuota> AdvertisedQuota for super::super::AsyncRedisLimiter<A> {
+        fn advertised_quota(&self) -> Option<QuotaPolicy> {
+            self.algorithm().advertised_quota()
+        }
+    }
+}

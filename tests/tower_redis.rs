@@ -1,0 +1,363 @@
+//! The tower layer over the Redis backend (`AsyncRedisLimiter`) against a real `redis-server`
+//! that each test starts on 127.0.0.1: the same headers as the in-memory layer, one limit
+//! shared by two servers, and a frozen server that the layer awaits without blocking its
+//! runtime. Without `redis-server` on the PATH the tests print why and pass, unless
+//! `HOTLIMIT_REQUIRE_REDIS=1`.
+//!
+//! Run with `cargo test --features tower,redis-async --test tower_redis`.
+
+use axum::body::Bytes;
+use axum::routing::get;
+use axum::Router;
+use hotlimit::algo::Gcra;
+use hotlimit::redis::{AsyncRedisLimiter, FailMode, RedisLimiter};
+use hotlimit::tower::{HeaderKey, RateLimitLayer};
+use hotlimit::{CasLimiter, ManualClock};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tower::{Layer, ServiceExt};
+
+/// A `redis-server` of its own on a free loopback port (as in `tests/redis.rs`).
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    /// Starts `redis-server`; `None` (with a message) if it is not installed.
+    fn start() -> Option<Server> {
+        if Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_err()
+        {
+            let msg = "redis-server not found on PATH: skipping the tower-over-Redis test \
+                       (install it: apt-get install redis-server)";
+            assert!(
+                std::env::var("HOTLIMIT_REQUIRE_REDIS").as_deref() != Ok("1"),
+                "{msg}, but HOTLIMIT_REQUIRE_REDIS=1"
+            );
+            eprintln!("SKIPPED: {msg}");
+            return None;
+        }
+        // Redis has no `--port 0`: take a free port from the OS, release it, hand it over.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let server = Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Some(server)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// `-STOP` freezes the server (connections stay open, nothing is answered); `-CONT`.
+    fn signal(&self, sig: &str) {
+        // The shell's builtin `kill`: present even where procps is not.
+        let ok = Command::new("sh")
+            .args(["-c", &format!("kill {sig} {}", self.child.id())])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Continued first, so a test that failed while it was frozen leaves nothing stopped.
+        let _ = Command::new("sh")
+            .args(["-c", &format!("kill -CONT {}", self.child.id())])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+async fn serve(app: Router) -> (SocketAddr, HttpClient) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, Client::builder(TokioExecutor::new()).build_http())
+}
+
+/// Status and the rate-limit headers of a GET with `x-api-key: key`.
+async fn fetch(client: &HttpClient, addr: SocketAddr, key: &str) -> (u16, Vec<Option<String>>) {
+    let req = Request::get(format!("http://{addr}/"))
+        .header("x-api-key", key)
+        .body(Empty::new())
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    body.collect().await.unwrap();
+    (parts.status.as_u16(), rate_headers(&parts.headers))
+}
+
+fn rate_headers(h: &HeaderMap) -> Vec<Option<String>> {
+    [
+        "retry-after",
+        "ratelimit-policy",
+        "ratelimit",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ]
+    .iter()
+    .map(|name| h.get(*name).map(|v| v.to_str().unwrap().to_owned()))
+    .collect()
+}
+
+fn hello() -> Router {
+    Router::new().route("/", get(|| async { "hello" }))
+}
+
+/// 5 per minute, bursts of 5: T = 12 s, so the few milliseconds a test takes never return a
+/// unit, and every header value is exact.
+fn quota() -> Gcra {
+    "5/min burst 5".parse().unwrap()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn same_headers_as_the_in_memory_layer_and_one_limit_for_two_servers() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let layer = |l| {
+            RateLimitLayer::builder(l, HeaderKey::from_static("x-api-key"))
+                .headers_on_allowed(true)
+                .legacy_headers(true)
+                .build()
+        };
+        let redis: Arc<AsyncRedisLimiter<Gcra>> = Arc::new(
+            RedisLimiter::builder(server.url(), quota())
+                .key_prefix("headers:")
+                .build_async()
+                .await
+                .unwrap(),
+        );
+        let (redis_addr, client) = serve(hello().layer(layer(redis))).await;
+        let memory = Arc::new(CasLimiter::<String, Gcra, _>::with_clock(
+            quota(),
+            ManualClock::new(),
+        ));
+        let memory_layer = RateLimitLayer::builder(memory, HeaderKey::from_static("x-api-key"))
+            .headers_on_allowed(true)
+            .legacy_headers(true)
+            .build();
+        let (memory_addr, _) = serve(hello().layer(memory_layer)).await;
+
+        let mut from_redis = Vec::new();
+        let mut from_memory = Vec::new();
+        for _ in 0..7 {
+            from_redis.push(fetch(&client, redis_addr, "alice").await);
+            from_memory.push(fetch(&client, memory_addr, "alice").await);
+        }
+        let s = |v: &str| Some(v.to_owned());
+        // k requests in: the key is full again k × 12 s later.
+        let allowed = |k: u64| {
+            let reset = (12 * k).to_string();
+            (
+                200,
+                vec![
+                    None,
+                    s(r#""default";q=5;w=60"#),
+                    s(&format!(r#""default";r={};t={reset}"#, 5 - k)),
+                    s("5"),
+                    s(&(5 - k).to_string()),
+                    s(&reset),
+                ],
+            )
+        };
+        let denied = (
+            429,
+            vec![
+                s("12"),
+                s(r#""default";q=5;w=60"#),
+                s(r#""default";r=0;t=60"#),
+                s("5"),
+                s("0"),
+                s("60"),
+            ],
+        );
+        let want: Vec<_> = (1..=5)
+            .map(allowed)
+            .chain([denied.clone(), denied])
+            .collect();
+        assert_eq!(from_memory, want);
+        assert_eq!(from_redis, want);
+
+        // Two instances of a service, each with its own connection, share one limit.
+        let (a, b) = (
+            Arc::new(
+                RedisLimiter::builder(server.url(), quota())
+                    .key_prefix("shared:")
+                    .build_async()
+                    .await
+                    .unwrap(),
+            ),
+            Arc::new(
+                RedisLimiter::builder(server.url(), quota())
+                    .key_prefix("shared:")
+                    .build_async()
+                    .await
+                    .unwrap(),
+            ),
+        );
+        let (addr_a, _) = serve(hello().layer(layer(a))).await;
+        let (addr_b, _) = serve(hello().layer(layer(b))).await;
+        let mut statuses = [0usize; 2];
+        for i in 0..20 {
+            let addr = if i % 2 == 0 { addr_a } else { addr_b };
+            let (status, _) = fetch(&client, addr, "bob").await;
+            statuses[usize::from(status == 429)] += 1;
+        }
+        assert_eq!(statuses, [5, 15]);
+    });
+}
+
+/// A limited request while the server is frozen, on a current-thread runtime: the layer
+/// awaits the round trip (a ticker on the same thread keeps ticking, another service keeps
+/// answering), the fail mode answers within the I/O timeout, and once the server is back a
+/// request gets a real decision again.
+fn frozen_server(fail_mode: FailMode) {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let io_timeout = Duration::from_millis(300);
+        let limiter = Arc::new(
+            RedisLimiter::builder(server.url(), "100/s burst 10".parse::<Gcra>().unwrap())
+                .key_prefix("frozen:")
+                .fail_mode(fail_mode)
+                .io_timeout(io_timeout)
+                .build_async()
+                .await
+                .unwrap(),
+        );
+        let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
+            .headers_on_allowed(true)
+            .build();
+        let svc = layer.layer(tower::service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("hello")))
+        }));
+        let request = || {
+            Request::builder()
+                .header("x-api-key", "k")
+                .body(String::new())
+                .unwrap()
+        };
+        let real = svc.clone().oneshot(request()).await.unwrap();
+        assert_eq!(real.status(), StatusCode::OK);
+        assert_eq!(real.headers()["ratelimit"], r#""default";r=9;t=1"#);
+
+        server.signal("-STOP");
+        let ticks = Arc::new(AtomicU64::new(0));
+        let ticker = tokio::spawn({
+            let ticks = ticks.clone();
+            async move {
+                let mut every = tokio::time::interval(Duration::from_millis(10));
+                loop {
+                    every.tick().await;
+                    ticks.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        let start = Instant::now();
+        let limited = async {
+            let resp = svc.clone().oneshot(request()).await.unwrap();
+            (resp, start.elapsed(), ticks.load(Ordering::Relaxed))
+        };
+        // Another service on the same thread, asked 50 ms into the wait.
+        let other = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let other = tower::service_fn(|_: Request<String>| async {
+                Ok::<_, Infallible>(Response::new(String::from("other")))
+            });
+            let resp = other.oneshot(request()).await.unwrap();
+            assert_eq!(resp.into_body(), "other");
+            start.elapsed()
+        };
+        let ((resp, took, ticks_then), other_took) = tokio::join!(limited, other);
+        ticker.abort();
+        server.signal("-CONT");
+
+        // The runtime kept working while the limited request waited on the frozen server.
+        assert!(other_took < took, "other {other_took:?}, limited {took:?}");
+        assert!(ticks_then >= 10, "{ticks_then} ticks in {took:?}");
+        // An upper bound on the timeout that answered: the I/O timeout plus a margin.
+        assert!(took < io_timeout + Duration::from_millis(700), "{took:?}");
+        assert_eq!(limiter.failures(), 1);
+        let h = resp.headers();
+        // The fail mode's decision knows no remaining: no `RateLimit` field; the policy holds.
+        assert!(!h.contains_key("ratelimit"));
+        assert_eq!(h["ratelimit-policy"], r#""default";q=10;w=1"#);
+        match fail_mode {
+            FailMode::Closed { .. } => {
+                assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+                assert_eq!(h["retry-after"], "7");
+            }
+            FailMode::Open => {
+                assert_eq!(resp.status(), StatusCode::OK);
+                assert!(!h.contains_key("retry-after"));
+            }
+        }
+
+        // The server is back: the dropped connection is opened again, a real decision.
+        let resp = svc.clone().oneshot(request()).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let ratelimit = resp.headers()["ratelimit"].to_str().unwrap();
+        assert!(ratelimit.starts_with(r#""default";r="#), "{ratelimit}");
+        assert_eq!(limiter.failures(), 1);
+    });
+}
+
+#[test]
+fn frozen_server_closed_mode_denies_within_the_timeout_without_blocking_the_runtime() {
+    frozen_server(FailMode::Closed {
+        retry_after: Duration::from_secs(7),
+    });
+}
+
+#[test]
+fn frozen_server_open_mode_allows_within_the_timeout_without_blocking_the_runtime() {
+    frozen_server(FailMode::Open);
+}
