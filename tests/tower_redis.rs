@@ -361,3 +361,54 @@ fn frozen_server_closed_mode_denies_within_the_timeout_without_blocking_the_runt
 fn frozen_server_open_mode_allows_within_the_timeout_without_blocking_the_runtime() {
     frozen_server(FailMode::Open);
 }
+
+/// An error that is not an outage (here the client's key holds a list, a WRONGTYPE inside the
+/// script) is neither an allow nor a rate-limit denial, whatever the fail mode: the layer
+/// answers 503 without rate-limit headers, and the limiter counts it in `errors()`, not
+/// `failures()`. Other keys are unaffected.
+#[test]
+fn a_backend_error_is_a_503_under_either_fail_mode() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    rt().block_on(async {
+        for (i, mode) in [
+            FailMode::Open,
+            FailMode::Closed {
+                retry_after: Duration::from_secs(7),
+            },
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let limiter = Arc::new(
+                RedisLimiter::builder(server.url(), quota())
+                    .key_prefix(format!("broken{i}:"))
+                    .fail_mode(mode)
+                    .build_async()
+                    .await
+                    .unwrap(),
+            );
+            let mut raw = redis::Client::open(server.url())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let _: () = redis::cmd("LPUSH")
+                .arg(limiter.redis_key("mallory"))
+                .arg("x")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            let layer =
+                RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
+                    .build();
+            let (addr, client) = serve(hello().layer(layer)).await;
+            let (status, headers) = fetch(&client, addr, "mallory").await;
+            assert_eq!(status, 503, "{mode:?}");
+            assert_eq!(headers, vec![None; 6], "{mode:?}");
+            assert_eq!((limiter.errors(), limiter.failures()), (1, 0), "{mode:?}");
+            assert_eq!(fetch(&client, addr, "alice").await.0, 200, "{mode:?}");
+        }
+    });
+}
