@@ -37,6 +37,11 @@ impl Cluster {
     /// Starts three primaries and joins them into a cluster; `None` (with a message) if
     /// `redis-server` or `redis-cli` is not installed.
     fn start() -> Option<Cluster> {
+        Self::start_with(0)
+    }
+
+    /// Three primaries with `replicas` replicas each.
+    fn start_with(replicas: usize) -> Option<Cluster> {
         for bin in ["redis-server", "redis-cli"] {
             if Command::new(bin)
                 .arg("--version")
@@ -64,7 +69,7 @@ impl Cluster {
             nodes: Vec::new(),
             dir,
         };
-        for _ in 0..3 {
+        for _ in 0..3 * (1 + replicas) {
             // Redis has no `--port 0`: take a free port from the OS, release it, hand it over.
             let port = free_port();
             let child = Command::new("redis-server")
@@ -76,6 +81,10 @@ impl Cluster {
                 .arg(cluster.dir.join(format!("nodes-{port}.conf")))
                 .args(["--save", "", "--appendonly", "no", "--dir"])
                 .arg(&cluster.dir)
+                // A replica's full sync goes through an RDB file: one name per node, or the
+                // replicas of different primaries load each other's (they share the dir).
+                .arg("--dbfilename")
+                .arg(format!("dump-{port}.rdb"))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -93,7 +102,7 @@ impl Cluster {
             .arg("--cluster")
             .arg("create")
             .args(cluster.nodes.iter().map(|(_, p)| format!("127.0.0.1:{p}")))
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli --cluster create");
         assert!(
@@ -102,7 +111,7 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout)
         );
         let deadline = Instant::now() + Duration::from_secs(20);
-        for i in 0..3 {
+        for i in 0..cluster.nodes.len() {
             loop {
                 let info: String = redis::cmd("CLUSTER")
                     .arg("INFO")
@@ -132,14 +141,15 @@ impl Cluster {
 
     /// The node that serves `redis_key`'s slot.
     fn node_of(&self, redis_key: &str) -> usize {
+        let live = self.nodes.iter().position(|n| n.0.is_some()).unwrap();
         let slot: i64 = redis::cmd("CLUSTER")
             .arg("KEYSLOT")
             .arg(redis_key)
-            .query(&mut self.raw(0))
+            .query(&mut self.raw(live))
             .unwrap();
         let slots: redis::Value = redis::cmd("CLUSTER")
             .arg("SLOTS")
-            .query(&mut self.raw(0))
+            .query(&mut self.raw(live))
             .unwrap();
         let redis::Value::Array(ranges) = slots else {
             panic!("CLUSTER SLOTS: {slots:?}")
@@ -604,6 +614,72 @@ fn killed_node_gives_the_fail_mode_for_its_keys_only() {
     let n = on_dead.len() as u64;
     assert_eq!((open.failures(), open.errors()), (n, 0));
     assert_eq!((shut.failures(), shut.errors()), (n, 0));
+}
+
+/// A primary killed and its replica promoted (3 primaries, 3 replicas): while the slots have
+/// no primary its keys get the fail mode, each counted, none an error; once the replica has
+/// taken over, the limiter finds it by itself and decides from the replicated state, exactly
+/// (the script reloaded there if its cache lacks it).
+#[test]
+fn a_failed_over_primary_gives_the_fail_mode_then_real_decisions() {
+    let Some(mut cluster) = Cluster::start_with(1) else {
+        return;
+    };
+    // On Redis' clock: 1/h, so nothing returns during the test and every count is exact.
+    let gcra: Gcra = "1/h burst 5".parse().unwrap();
+    let closed = Duration::from_secs(3);
+    let r = RedisLimiter::builder(cluster.url(0), gcra)
+        .key_prefix("fo:")
+        .fail_mode(FailMode::Closed {
+            retry_after: closed,
+        })
+        .reconnect_after(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let keys = keys(30);
+    for key in &keys {
+        for _ in 0..2 {
+            assert!(r.check(key).is_allowed());
+        }
+    }
+    let primary = cluster.node_of(&r.redis_key(&keys[0]));
+    let on_it: Vec<&String> = keys
+        .iter()
+        .filter(|k| cluster.node_of(&r.redis_key(k)) == primary)
+        .collect();
+    // Every write so far is on the replica before the primary dies.
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut cluster.raw(primary))
+        .unwrap();
+    assert_eq!(acked, 1);
+    cluster.kill(primary);
+
+    // Until a replica is promoted: the closed fail mode, each counted; never an error.
+    let key = on_it[0];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut outages = 0;
+    let promoted = loop {
+        let d = r.check(key);
+        if d.is_allowed() {
+            break d;
+        }
+        assert_eq!(d.retry_after(), closed, "{d:?}");
+        outages += 1;
+        assert_eq!((r.failures(), r.errors()), (outages, 0));
+        assert!(Instant::now() < deadline, "no replica promoted");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(outages > 0);
+    assert_ne!(cluster.node_of(&r.redis_key(key)), primary);
+    // The replicated state: 2 taken before the kill, this is the 3rd.
+    assert_eq!(promoted.remaining(), Some(2), "{promoted:?}");
+    // Every other key, on the promoted replica or on the primaries that never noticed.
+    for key in &keys[1..] {
+        assert_eq!(r.check(key).remaining(), Some(2), "{key}");
+    }
+    assert_eq!((r.failures(), r.errors()), (outages, 0));
 }
 
 #[cfg(feature = "redis-async")]

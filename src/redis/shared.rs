@@ -198,6 +198,7 @@ impl<A: RedisAlgorithm> Core<A> {
     /// [`fail_over`](Core::fail_over) for callers that can report an error (the async
     /// trait, so the tower layer answers 503): an outage answers the fail mode, counted in
     /// `failures`; any other backend error is returned, counted in `errors`.
+    #[cfg(feature = "redis-async")]
     pub(super) fn fail_over_outages(
         &self,
         r: Result<Decision, BackendError>,
