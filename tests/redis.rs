@@ -21,6 +21,11 @@ struct Server {
 impl Server {
     /// Starts `redis-server` on a free port; `None` (with a message) if it is not installed.
     fn start() -> Option<Server> {
+        Self::start_on(None)
+    }
+
+    /// Starts `redis-server` on `port`, or on a free one.
+    fn start_on(port: Option<u16>) -> Option<Server> {
         if Command::new("redis-server")
             .arg("--version")
             .stdout(Stdio::null())
@@ -37,11 +42,13 @@ impl Server {
             return None;
         }
         // Redis has no `--port 0`: take a free port from the OS, release it, hand it over.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = port.unwrap_or_else(|| {
+            TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        });
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -504,6 +511,7 @@ fn killed_server_gives_the_fail_mode_quickly() {
     }
     assert!(open.check("k").is_denied(), "the server decides while up");
     assert!(shut.check("k").is_denied());
+    let port = server.port;
     drop(server); // kills and reaps the child
 
     for _ in 0..3 {
@@ -532,6 +540,18 @@ fn killed_server_gives_the_fail_mode_quickly() {
     ));
     // A cost error is the caller's, not the backend's: no fail mode.
     assert_eq!(open.check_n("k", 0), Err(CostError::Zero));
+
+    // The server returns (empty: no persistence) on the same port: once reconnect_after has
+    // passed, both limiters decide from Redis again, counting no more failures.
+    let _server = Server::start_on(Some(port)).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    // One key for both: a fresh key on the fresh server, then its second request.
+    for (r, remaining) in [(&open, 4), (&shut, 3)] {
+        let d = r.check("k");
+        assert!(d.is_allowed(), "{d:?}");
+        assert_eq!(d.remaining(), Some(remaining));
+        assert_eq!((r.failures(), r.errors()), (3, 0));
+    }
 }
 
 /// An error that is not an outage (here a key of the wrong type: `WRONGTYPE` from the script)
