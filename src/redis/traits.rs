@@ -21,10 +21,10 @@ impl LimiterError for BackendError {
 }
 
 /// The sync client as a [`RateLimiter<str>`]: decisions through [`RedisLimiter::check_n`]
-/// (the [`FailMode`](super::FailMode) answering backend failures). Every call is a blocking
-/// round trip, so through the blanket [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it
-/// blocks the async task that awaits it: in an async server use [`AsyncRedisLimiter`]
-/// (feature `redis-async`).
+/// (the [`FailMode`](super::FailMode) answering outages, a denial any other backend error).
+/// Every call is a blocking round trip, so through the blanket
+/// [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it blocks the async task that awaits
+/// it: in an async server use `AsyncRedisLimiter` (feature `redis-async`).
 ///
 /// The keys live in Redis, which expires them itself: [`len`](RateLimiter::len) is 0 and
 /// [`sweep`](RateLimiter::sweep) does nothing.

@@ -114,9 +114,11 @@
 //! The layer polls the limiter's future once in `call`; pending, the response future keeps
 //! the request and the ready inner service and awaits it, so a slow or frozen server never
 //! blocks the runtime. An outage (refused, reset, timed out after the I/O timeout) answers the
-//! limiter's [`FailMode`](crate::redis::FailMode), as `AsyncRedisLimiter::check_n` does: open
-//! lets the request through (without a `RateLimit` field: no remaining is known), closed
-//! answers 429 with its `Retry-After`. The sync `RedisLimiter` is a
+//! limiter's `FailMode`, as `AsyncRedisLimiter::check_n` does: open lets the request through
+//! (without a `RateLimit` field: no remaining is known), closed answers 429 with its
+//! `Retry-After`. Any other backend error (a script error, a wrong type, a misrouted command:
+//! a misconfiguration, not an outage) answers 503 without rate-limit headers, never an allow,
+//! and is counted in the limiter's `errors()`. The sync `RedisLimiter` is a
 //! [`RateLimiter<str>`](crate::RateLimiter) too, but its round trip blocks the thread: not for
 //! an async server.
 //!
