@@ -178,7 +178,7 @@ pub use decision::{Decision, Policy};
 pub use direct::DirectLimiter;
 pub use error::{ConfigError, CostError, Field};
 pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
-pub use limiter::{AsyncRateLimiter, Cas, LimiterError, Locked, RateLimiter};
+pub use limiter::{AsyncRateLimiter, Cas, LimiterError, Locked, RateLimiter, Started};
 pub use live::Live;
 pub use shared::Builder;
 pub use stats::Metrics;

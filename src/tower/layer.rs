@@ -11,7 +11,7 @@ use crate::decision::Decision;
 use crate::error::CostError;
 #[cfg(doc)]
 use crate::limiter::RateLimiter;
-use crate::limiter::{AsyncRateLimiter, LimiterError};
+use crate::limiter::{AsyncRateLimiter, LimiterError, Started};
 use http::header::{HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -19,8 +19,8 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// A `tower::Layer` that rate-limits requests with a hotlimit limiter; see the
@@ -278,20 +278,6 @@ enum Step<F> {
     },
 }
 
-/// A waker that does nothing, for the one poll of the limiter's future in `call`: a later
-/// poll from the response future passes the task's own waker, the one a pending future must
-/// wake (the `Future` contract: only the latest poll's waker counts). Made once, so `call`
-/// allocates nothing for it.
-fn noop_waker() -> &'static Waker {
-    struct Noop;
-    impl Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-        fn wake_by_ref(self: &Arc<Self>) {}
-    }
-    static NOOP: OnceLock<Waker> = OnceLock::new();
-    NOOP.get_or_init(|| Waker::from(Arc::new(Noop)))
-}
-
 impl<L, X, C> Shared<L, X, C>
 where
     L: AsyncRateLimiter<str> + ?Sized,
@@ -332,17 +318,17 @@ where
                 }
             },
         };
-        let mut decision = if cost == 1 {
+        let started = if cost == 1 {
             // Cost 1 is always valid: an in-memory limiter skips the cost check.
-            self.limiter.check_async(key)
+            self.limiter.start_check(key)
         } else {
-            self.limiter.check_n_async(key, cost)
+            self.limiter.start_check_n(key, cost)
         };
-        // One poll here: an in-memory limiter's `Ready` answers at once, and the request is
-        // decided in `call` with its key still borrowed, as before the layer was async.
-        match Pin::new(&mut decision).poll(&mut Context::from_waker(noop_waker())) {
-            Poll::Ready(result) => Step::Now(self.outcome(key, cost, result)),
-            Poll::Pending => Step::Later {
+        // An in-memory limiter decides here, in `call`, with the key still borrowed, as
+        // before the layer was async; a backend's future is awaited by the response future.
+        match started {
+            Started::Decided(result) => Step::Now(self.outcome(key, cost, result)),
+            Started::Waiting(decision) => Step::Later {
                 decision,
                 key: self.on_decision.as_ref().map(|_| key.to_owned()),
                 cost,
@@ -350,8 +336,10 @@ where
         }
     }
 
-    /// What to do with the limiter's answer for `key` (only read by `on_decision`).
-    #[inline]
+    /// What to do with the limiter's answer for `key` (only read by `on_decision`). Always
+    /// inlined: its second caller (the cold wait) would otherwise keep it out of line, and
+    /// `call` pays a call and a returned `Outcome` through memory.
+    #[inline(always)]
     fn outcome(&self, key: &str, cost: u64, result: Result<Decision, L::Error>) -> Outcome {
         let decision = match result {
             Ok(d) => d,
@@ -405,7 +393,7 @@ where
 
     /// Carries out `outcome` on the request's head: the headers for the inner service's
     /// response (`Ok`), or the layer's own answer (`Err`).
-    #[inline]
+    #[inline(always)]
     fn admit(
         &self,
         outcome: Outcome,
@@ -470,7 +458,7 @@ where
                 let inner = std::mem::replace(&mut self.inner, clone);
                 return ResponseFuture {
                     kind: Kind::Wait {
-                        pending: Some(Pending {
+                        pending: Some(Box::new(Pending {
                             decision,
                             inner,
                             parts,
@@ -478,7 +466,7 @@ where
                             key,
                             cost,
                             shared: self.shared.clone(),
-                        }),
+                        })),
                     },
                     _body: PhantomData,
                 };
@@ -540,10 +528,12 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = KindProj]
     enum Kind<F, P> {
-        // An `Option` so that the request and the service can be moved out when decided.
-        Wait { pending: Option<P> },
         Inner { #[pin] future: F, plan: Option<HeaderPlan> },
         Answer { status: StatusCode, plan: Option<HeaderPlan> },
+        // Boxed: the head, the body and the service would make every response future (the
+        // in-memory limiters' too) larger to move; the box is one allocation next to a round
+        // trip. An `Option` so that the request and the service can be moved out when decided.
+        Wait { pending: Option<Box<P>> },
     }
 }
 
@@ -571,62 +561,76 @@ where
     type Output = Result<Response<ResB>, S::Error>;
 
     #[inline]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        loop {
-            match self.as_mut().project().kind.project() {
-                KindProj::Wait { pending } => {
-                    let Some(p) = pending else {
-                        panic!("ResponseFuture polled after a panic");
-                    };
-                    let result = match Pin::new(&mut p.decision).poll(cx) {
-                        Poll::Ready(r) => r,
-                        Poll::Pending => return Poll::Pending,
-                    };
-                    let Some(Pending {
-                        mut inner,
-                        mut parts,
-                        body,
-                        key,
-                        cost,
-                        shared,
-                        ..
-                    }) = pending.take()
-                    else {
-                        unreachable!("checked above");
-                    };
-                    // The key is kept only when `on_decision` reads it.
-                    let outcome = shared.outcome(key.as_deref().unwrap_or(""), cost, result);
-                    let next = match shared.admit(outcome, &mut parts) {
-                        Ok(plan) => Kind::Inner {
-                            future: inner.call(Request::from_parts(parts, body)),
-                            plan,
-                        },
-                        Err((status, plan)) => Kind::Answer { status, plan },
-                    };
-                    self.as_mut().project().kind.set(next);
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut kind = self.project().kind;
+        if let KindProj::Wait { pending } = kind.as_mut().project() {
+            let Some(p) = pending else {
+                panic!("ResponseFuture polled after a panic");
+            };
+            let result = match Pin::new(&mut p.decision).poll(cx) {
+                Poll::Ready(r) => r,
+                Poll::Pending => return Poll::Pending,
+            };
+            let next = pending.take().map(|p| (*p).resolve(result));
+            kind.set(next.unwrap_or_else(|| unreachable!("checked above")));
+        }
+        match kind.project() {
+            KindProj::Inner { future, plan } => {
+                let mut response = match future.poll(cx) {
+                    Poll::Ready(Ok(r)) => r,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                };
+                if let Some(plan) = plan.take() {
+                    plan.apply(response.headers_mut());
                 }
-                KindProj::Inner { future, plan } => {
-                    let mut response = match future.poll(cx) {
-                        Poll::Ready(Ok(r)) => r,
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                        Poll::Pending => return Poll::Pending,
-                    };
-                    if let Some(plan) = plan.take() {
-                        plan.apply(response.headers_mut());
-                    }
-                    return Poll::Ready(Ok(response));
-                }
-                KindProj::Answer { status, plan } => {
-                    // Built here, not in `call`: nothing to keep, and a repeated poll gets the
-                    // same.
-                    let mut response = Response::new(ResB::default());
-                    *response.status_mut() = *status;
-                    if let Some(plan) = plan {
-                        plan.apply(response.headers_mut());
-                    }
-                    return Poll::Ready(Ok(response));
-                }
+                Poll::Ready(Ok(response))
             }
+            KindProj::Answer { status, plan } => {
+                // Built here, not in `call`: nothing to keep, and a repeated poll gets the
+                // same.
+                let mut response = Response::new(ResB::default());
+                *response.status_mut() = *status;
+                if let Some(plan) = plan {
+                    plan.apply(response.headers_mut());
+                }
+                Poll::Ready(Ok(response))
+            }
+            KindProj::Wait { .. } => unreachable!("decided above"),
+        }
+    }
+}
+
+impl<S, ReqB, ResB, L, X, C> Pending<S, ReqB, L, X, C>
+where
+    S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
+    L: AsyncRateLimiter<str> + ?Sized,
+    X: KeyExtractor,
+    C: RequestCost,
+{
+    /// Decided: the request's next step (the inner service's future, or the layer's answer).
+    /// Out of line and cold: an in-memory limiter never waits, and its response future's
+    /// poll stays as small as before the layer was async.
+    #[cold]
+    #[inline(never)]
+    fn resolve(self, result: Result<Decision, L::Error>) -> Kind<S::Future, Self> {
+        let Pending {
+            mut inner,
+            mut parts,
+            body,
+            key,
+            cost,
+            shared,
+            ..
+        } = self;
+        // The key is kept only when `on_decision` reads it.
+        let outcome = shared.outcome(key.as_deref().unwrap_or(""), cost, result);
+        match shared.admit(outcome, &mut parts) {
+            Ok(plan) => Kind::Inner {
+                future: inner.call(Request::from_parts(parts, body)),
+                plan,
+            },
+            Err((status, plan)) => Kind::Answer { status, plan },
         }
     }
 }
