@@ -292,7 +292,7 @@ where
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn decide(&self, parts: &Parts) -> Step<L::Future> {
         let cost = self.cost.cost(parts);
         if cost == 0 {
