@@ -62,9 +62,10 @@
 //! enforce, dry-run and shadow modes; over `AsyncRedisLimiter` (feature `redis-async`), one
 //! limit shared by every instance.
 //!
-//! With the `redis` feature, `hotlimit::redis::RedisLimiter` runs GCRA, EARRRL and the
-//! exponential limiter inside Redis (Lua scripts, one atomic round trip per decision), for one
-//! limit shared by many instances of a service, with the same [`Decision`]s.
+//! With the `redis` feature, `hotlimit::redis::RedisLimiter` runs every algorithm but `AllOf`
+//! and `Live` inside Redis or a Redis Cluster (Lua scripts, one atomic round trip per
+//! decision), for one limit shared by many instances of a service, with the same
+//! [`Decision`]s; an outage answers its fail mode, any other backend error is an error.
 //!
 //! Time comes from a [`Clock`]: [`QuantaClock`] (TSC-backed) by default, [`ManualClock`] for
 //! tests, simulations and trace replay, [`CoarseClock`] where a clock read per request costs
