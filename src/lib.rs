@@ -62,8 +62,8 @@
 //! enforce, dry-run and shadow modes; over `AsyncRedisLimiter` (feature `redis-async`), one
 //! limit shared by every instance.
 //!
-//! With the `redis` feature, `hotlimit::redis::RedisLimiter` runs every algorithm but `AllOf`
-//! and `Live` inside Redis or a Redis Cluster (Lua scripts, one atomic round trip per
+//! With the `redis` feature, `hotlimit::redis::RedisLimiter` runs every algorithm but `Live`
+//! (`AllOf` included) inside Redis or a Redis Cluster (Lua scripts, one atomic round trip per
 //! decision), for one limit shared by many instances of a service, with the same
 //! [`Decision`]s; an outage answers its fail mode, any other backend error is an error.
 //!

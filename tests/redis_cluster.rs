@@ -4,7 +4,8 @@
 //! that a failure.
 
 use hotlimit::algo::{
-    Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
+    AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow,
+    SubWindow,
 };
 use hotlimit::redis::{FailMode, RedisAlgorithm, RedisLimiter};
 use hotlimit::{Algorithm, CasLimiter, Decision, ManualClock, Policy, Rate};
@@ -414,7 +415,8 @@ fn same_decisions_as_in_memory_on_the_cluster() {
     }
 }
 
-/// The four window algorithms on the cluster: every field of every decision as in memory.
+/// The four window algorithms and an `AllOf` on the cluster: every field of every decision as
+/// in memory.
 #[test]
 fn windows_same_decisions_as_in_memory_on_the_cluster() {
     let Some(cluster) = Cluster::start() else {
@@ -471,6 +473,21 @@ fn windows_same_decisions_as_in_memory_on_the_cluster() {
                         .with_bias(Bias::Lenient)
                         .with_policy(policy),
                     7,
+                    60_000_000,
+                    3,
+                    exact,
+                ),
+            ),
+            // Three keys per client (the log, its total, the GCRA state): one slot.
+            (
+                "all of",
+                compare(
+                    &cluster,
+                    AllOf::new(
+                        SlidingLog::new(10, w).unwrap().with_policy(policy),
+                        "7/s burst 5".parse::<Gcra>().unwrap().with_policy(policy),
+                    ),
+                    8,
                     60_000_000,
                     3,
                     exact,

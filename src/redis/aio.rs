@@ -1,8 +1,8 @@
 //! The async client (feature `redis-async`, tokio): [`AsyncRedisLimiter`].
 
 use super::shared::{
-    batch_decisions, cluster_nodes_cmd, decision, info_cluster_cmd, is_noscript_result,
-    noscript_indices, says_cluster, At, Core, Target,
+    cluster_nodes_cmd, info_cluster_cmd, is_noscript_result, noscript_indices, says_cluster, At,
+    Core, Target,
 };
 use super::{BackendError, Builder, FailMode, RedisAlgorithm};
 use crate::decision::Decision;
@@ -319,7 +319,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
                 .send(&self.core.evalsha(&sha, key, cost, at, write))
                 .await;
         }
-        decision(r.map_err(BackendError::from_redis)?, at)
+        self.core.decode(r.map_err(BackendError::from_redis)?, at)
     }
 
     async fn pipelined(
@@ -364,7 +364,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
                 .await
                 .map_err(BackendError::from_redis)?;
         }
-        batch_decisions(values, missed, again)
+        self.core.batch_decisions(values, missed, again)
     }
 }
 

@@ -25,14 +25,12 @@
 //!
 //! # How it works
 //!
-//! Every algorithm of the crate but [`AllOf`](crate::algo::AllOf) and [`Live`](crate::Live)
-//! runs as a Lua script, a port of its Rust step line by line (`honest_wait` included, so a
-//! denied `retry_after` is honest): [`Gcra`],
-//! [`Earrrl`], [`Exponential`],
-//! [`FixedWindow`], [`SlidingWindow`],
-//! [`SlidingLog`] and [`SubWindow`]. Done as
-//! separate commands (`INCR`, then `EXPIRE`; `ZADD`, then `ZCARD`) the window family races;
-//! as one script it is atomic. Each
+//! Every algorithm of the crate but [`Live`](crate::Live) runs as a Lua script, a port of its
+//! Rust step line by line (`honest_wait` included, so a denied `retry_after` is honest):
+//! [`Gcra`], [`Earrrl`], [`Exponential`], [`FixedWindow`], [`SlidingWindow`], [`SlidingLog`]
+//! and [`SubWindow`], and [`AllOf`] of any of them (nested too: several quotas on one key,
+//! all-or-nothing, in one script call). Done as separate commands (`INCR`, then `EXPIRE`;
+//! `ZADD`, then `ZCARD`) the window family races; as one script it is atomic. Each
 //! script is loaded once (`SCRIPT LOAD`), called by `EVALSHA` and loaded again when the server
 //! answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`), so each decision is one atomic
 //! round trip: Redis runs one script at a time, which makes decisions linearizable per key
@@ -58,12 +56,15 @@
 //! hash per key (a field per bucket index holding its count, and `h`, the newest bucket);
 //! fields that left the span are deleted by the next write. The sliding log is a sorted set of
 //! `"t:cost"` entries scored by time plus their total in a second key (`<key>:n`), so an
-//! allowed request reads only the newest and the expired entries. Each write sets `PX` to the time
+//! allowed request reads only the newest and the expired entries. An [`AllOf`] keeps each
+//! quota's state under its own key, `<key>:0` and `<key>:1` (nested further down). Each write
+//! sets `PX` to the time
 //! the algorithm's [`idle_at`](crate::Algorithm::idle_at) says the state becomes equivalent to a
 //! fresh key (rounded up to a millisecond): expiry is lossless, never a fixed TTL that would
 //! forgive an abuser early. A leaky denial writes nothing. With explicit `now`, the expiry is
-//! that many milliseconds of the *real* clock from the write; a replay slower than real time
-//! would see keys expire early.
+//! that many milliseconds of the *real* clock from the write, and at least
+//! [`MIN_EXPLICIT_TTL`] (10 s): a replay slower than real time would otherwise lose states
+//! early, and a later expiry changes no decision (an idle state decides as a fresh one).
 //!
 //! The Redis key of `key` is `key_prefix + "{" + escape(key) + "}"` (default prefix
 //! `hotlimit:`; [`RedisLimiter::redis_key`] returns it), where `escape` writes `%` as `%25`
@@ -125,9 +126,9 @@
 //!
 //! # Equivalence
 //!
-//! With an explicit `now`, GCRA and the four window algorithms give the same [`Decision`]s as
-//! the in-memory limiter, field for field, checks and peeks, both policies, every rounding and
-//! bias (`tests/redis.rs`, 3,000-request traces). Integers below 2^53 are exact in `f64`; the
+//! With an explicit `now`, GCRA, the four window algorithms and [`AllOf`]s of them give the
+//! same [`Decision`]s as the in-memory limiter, field for field, checks and peeks, both
+//! policies, every rounding and bias (`tests/redis.rs`, 3,000-request traces). Integers below 2^53 are exact in `f64`; the
 //! sliding window counter's weighted counts (a count times a window in ns) go beyond, so its
 //! script multiplies and compares them in base-2^18 limbs, exactly (a 3-day window in ns is
 //! tested). EARRRL and exponential use `exp` and
@@ -163,7 +164,7 @@ pub use builder::Builder;
 pub use sync::RedisLimiter;
 
 use crate::algo::{
-    Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
+    AllOf, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
 };
 use crate::decision::{Decision, Policy};
 use crate::error::CostError;
@@ -171,6 +172,10 @@ use crate::Algorithm;
 use ::redis::{ErrorKind, RedisError};
 use std::fmt;
 use std::time::Duration;
+
+/// The shortest expiry of a state written at an explicit `now` (`*_at` methods), in real
+/// time: replays slower than real time keep their states (see the module docs).
+pub const MIN_EXPLICIT_TTL: Duration = Duration::from_secs(10);
 
 /// The latest explicit `now` (ns) the scripts count exactly: 2^53 − 1 (about 104 days).
 pub const MAX_EXPLICIT_NOW: u64 = (1 << 53) - 1;
@@ -329,22 +334,41 @@ impl From<CostError> for BackendError {
 }
 
 mod private {
+    use super::BackendError;
+    use ::redis::Value;
+
     pub trait Sealed {
-        /// The Lua body (after the prelude).
-        fn body(&self) -> &'static str;
+        /// Appends the Lua function that decides for this algorithm (`local function
+        /// <name>(KEYS, ARGV, write) … end`, after those it calls) to `out`, its name numbered
+        /// from `next`; returns the name.
+        fn lua(&self, out: &mut String, next: &mut usize) -> String;
         /// ARGV 5.., in time units of `unit_ns` nanoseconds.
         fn params(&self, unit_ns: f64) -> Vec<String>;
-        /// The suffixes of the keys after the first (`KEYS[2..]`), all under the first's
-        /// hash tag.
-        fn more_keys(&self) -> &'static [&'static str] {
-            &[]
+        /// The suffixes that make the script's keys from the client's Redis key; all keep its
+        /// hash tag, so one slot in a cluster.
+        fn key_suffixes(&self) -> Vec<String> {
+            vec![String::new()]
+        }
+        /// The decision of the function's reply, times in units of `unit_ns` nanoseconds.
+        fn decode(&self, v: Value, unit_ns: f64) -> Result<crate::Decision, BackendError> {
+            super::shared::decision(v, unit_ns)
         }
     }
 }
 
+/// The function around one algorithm's Lua `body`, named `q<next>`.
+fn leaf(out: &mut String, next: &mut usize, body: &str) -> String {
+    let name = format!("q{next}");
+    *next += 1;
+    out.push_str(&scripts::LEAF_HEAD.replace("NAME", &name));
+    out.push_str(body);
+    out.push_str("end\n");
+    name
+}
+
 /// An algorithm the Redis backend can run: every algorithm of the crate but
-/// [`AllOf`](crate::algo::AllOf) and [`Live`](crate::Live): [`Gcra`], [`Earrrl`],
-/// [`Exponential`], [`FixedWindow`], [`SlidingWindow`], [`SlidingLog`], [`SubWindow`]. Sealed.
+/// [`Live`](crate::Live): [`Gcra`], [`Earrrl`], [`Exponential`], [`FixedWindow`],
+/// [`SlidingWindow`], [`SlidingLog`], [`SubWindow`], and [`AllOf`] of them. Sealed.
 pub trait RedisAlgorithm: Algorithm + private::Sealed + Clone {}
 
 /// The shortest decimal that round-trips an `f64`; Lua's `tonumber` (strtod) reads it back
@@ -358,8 +382,8 @@ fn strict(p: Policy) -> String {
 }
 
 impl private::Sealed for Gcra {
-    fn body(&self) -> &'static str {
-        scripts::GCRA
+    fn lua(&self, out: &mut String, next: &mut usize) -> String {
+        leaf(out, next, scripts::GCRA)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let t = self.emission_interval().as_nanos() as f64;
@@ -370,8 +394,8 @@ impl private::Sealed for Gcra {
 impl RedisAlgorithm for Gcra {}
 
 impl private::Sealed for Earrrl {
-    fn body(&self) -> &'static str {
-        scripts::EARRRL
+    fn lua(&self, out: &mut String, next: &mut usize) -> String {
+        leaf(out, next, scripts::EARRRL)
     }
     fn params(&self, _unit_ns: f64) -> Vec<String> {
         let (lambda, max_rate, retry_offset, idle_offset) = self.redis_params();
@@ -387,8 +411,8 @@ impl private::Sealed for Earrrl {
 impl RedisAlgorithm for Earrrl {}
 
 impl private::Sealed for Exponential {
-    fn body(&self) -> &'static str {
-        scripts::EXPONENTIAL
+    fn lua(&self, out: &mut String, next: &mut usize) -> String {
+        leaf(out, next, scripts::EXPONENTIAL)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let p = self.period().as_nanos() as f64;
@@ -403,8 +427,8 @@ fn units(d: std::time::Duration, unit_ns: f64) -> f64 {
 }
 
 impl private::Sealed for FixedWindow {
-    fn body(&self) -> &'static str {
-        scripts::FIXED_WINDOW
+    fn lua(&self, out: &mut String, next: &mut usize) -> String {
+        leaf(out, next, scripts::FIXED_WINDOW)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let w = units(self.window(), unit_ns);
@@ -414,8 +438,8 @@ impl private::Sealed for FixedWindow {
 impl RedisAlgorithm for FixedWindow {}
 
 impl private::Sealed for SlidingWindow {
-    fn body(&self) -> &'static str {
-        scripts::SLIDING_WINDOW
+    fn lua(&self, out: &mut String, next: &mut usize) -> String {
+        leaf(out, next, scripts::SLIDING_WINDOW)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         // Whole units: the script compares products of integers exactly. A window that is
@@ -437,8 +461,8 @@ impl private::Sealed for SlidingWindow {
 impl RedisAlgorithm for SlidingWindow {}
 
 impl private::Sealed for SubWindow {
-    fn body(&self) -> &'static str {
-        scripts::SUB_WINDOW
+    fn lua(&self, out: &mut String, next: &mut usize) -> String {
+        leaf(out, next, scripts::SUB_WINDOW)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let span = self.span();
@@ -453,15 +477,82 @@ impl private::Sealed for SubWindow {
 impl RedisAlgorithm for SubWindow {}
 
 impl private::Sealed for SlidingLog {
-    fn body(&self) -> &'static str {
-        scripts::SLIDING_LOG
+    fn lua(&self, out: &mut String, next: &mut usize) -> String {
+        leaf(out, next, scripts::SLIDING_LOG)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let w = units(self.window(), unit_ns);
         vec![num(self.limit() as f64), num(w), strict(self.policy())]
     }
-    fn more_keys(&self) -> &'static [&'static str] {
-        &[":n"]
+    fn key_suffixes(&self) -> Vec<String> {
+        vec![String::new(), ":n".into()]
     }
 }
 impl RedisAlgorithm for SlidingLog {}
+
+impl<A, B> private::Sealed for AllOf<A, B>
+where
+    A: RedisAlgorithm,
+    B: RedisAlgorithm,
+{
+    fn lua(&self, out: &mut String, next: &mut usize) -> String {
+        let first = self.first().lua(out, next);
+        let second = self.second().lua(out, next);
+        let name = format!("q{next}");
+        *next += 1;
+        let count = |n: usize| n.to_string();
+        out.push_str(
+            &scripts::ALL_OF
+                .replace("NAME", &name)
+                .replace("FIRST", &first)
+                .replace("SECOND", &second)
+                .replace("K1", &count(self.first().key_suffixes().len()))
+                .replace("N1", &count(self.first().params(1.0).len()))
+                .replace("N2", &count(self.second().params(1.0).len())),
+        );
+        name
+    }
+    fn params(&self, unit_ns: f64) -> Vec<String> {
+        let mut p = self.first().params(unit_ns);
+        p.extend(self.second().params(unit_ns));
+        p
+    }
+    /// Each quota's keys under `:0` and `:1`, after the client's key (so its hash tag).
+    fn key_suffixes(&self) -> Vec<String> {
+        let first = self
+            .first()
+            .key_suffixes()
+            .into_iter()
+            .map(|s| format!(":0{s}"));
+        let second = self
+            .second()
+            .key_suffixes()
+            .into_iter()
+            .map(|s| format!(":1{s}"));
+        first.chain(second).collect()
+    }
+    fn decode(&self, v: ::redis::Value, unit_ns: f64) -> Result<Decision, BackendError> {
+        let ::redis::Value::Array(mut pair) = v else {
+            return Err(BackendError::Reply(format!("{v:?}")));
+        };
+        let (Some(b), Some(a), None) = (pair.pop(), pair.pop(), pair.pop()) else {
+            return Err(BackendError::Reply(format!("{pair:?}")));
+        };
+        Ok(Decision::all_of(
+            self.first().decode(a, unit_ns)?,
+            self.second().decode(b, unit_ns)?,
+        ))
+    }
+}
+
+/// Several quotas on one key, all-or-nothing, in one script call: each quota's state under its
+/// own key (`<key>:0`, `<key>:1`, nested `AllOf`s further down), all under the client's hash
+/// tag. Decisions as [`AllOf`]'s in memory: both quotas decide; both store if both allowed,
+/// else each that denied stores what its own policy makes of the denial.
+impl<A, B> RedisAlgorithm for AllOf<A, B>
+where
+    A: RedisAlgorithm,
+    B: RedisAlgorithm,
+    AllOf<A, B>: Algorithm,
+{
+}

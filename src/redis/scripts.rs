@@ -1,7 +1,8 @@
 //! The Lua scripts (Redis runs Lua 5.1: every number is an `f64`).
 //!
-//! Each script is the shared [`PRELUDE`] followed by one algorithm's body, a line-by-line port
-//! of its Rust `decide`. ARGV layout, common to all:
+//! Each script is the shared [`PRELUDE`] followed by one function per algorithm: a body below
+//! (a line-by-line port of its Rust step) inside [`LEAF_HEAD`], or an [`ALL_OF`] of two such
+//! functions; the script returns the outermost's reply. ARGV layout, common to all:
 //!
 //! 1. `now` in time units, or empty: read Redis' `TIME` and work in microseconds;
 //! 2. `ups`: time units per second (`1000000` or `1000000000`);
@@ -13,9 +14,9 @@
 //! strings (`%.17g`, so doubles cross exactly; empty: not known): Redis would truncate a Lua
 //! number reply to an integer.
 
-/// Shared by every script: the time, the reply, `honest_wait` and the store with `PX`.
+/// Shared by every script: the time, the reply, `honest_wait`, the expiry; then come the
+/// algorithm's functions ([`LEAF_HEAD`], [`ALL_OF`]) and the call of the outermost.
 pub(super) const PRELUDE: &str = r#"
-local key = KEYS[1]
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -25,7 +26,7 @@ else
 end
 local ups = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local write = ARGV[4] == '1'
+local WRITE = ARGV[4] == '1'
 -- 2^53: the largest time an f64 still counts in whole units; waits saturate there.
 local MAXW = 9007199254740992
 
@@ -36,6 +37,12 @@ end
 
 local function reply(allowed, retry, remaining, reset, rate)
   return {allowed and 1 or 0, fmt(retry), fmt(remaining), fmt(reset), fmt(rate)}
+end
+
+-- Whether a reply allows: a leaf's first field, or both of an AllOf's pair.
+local function allowed(r)
+  if type(r[1]) == 'table' then return allowed(r[1]) and allowed(r[2]) end
+  return r[1] == 1
 end
 
 -- src/algo.rs honest_wait: gallop up to an allowed wait, gallop down to a denied one, bisect.
@@ -69,16 +76,16 @@ local function honest_wait(guess, allowed_at)
 end
 
 -- The expiry for a state that is equivalent to a fresh key from idle_at on: ms, rounded up,
--- at least 1, so the expiry loses nothing.
+-- at least 1, so the expiry loses nothing. On an explicit timeline at least EXPLICIT_TTL_MS
+-- of real time: a replay slower than real time must not lose a state early, and a later
+-- expiry changes no decision (an idle state decides as a fresh one).
+local EXPLICIT = ARGV[1] ~= ''
 local function ttl_ms(idle_at)
   local ms = math.ceil((idle_at - now) / (ups / 1000))
   if not (ms >= 1) then ms = 1 end
+  if EXPLICIT and ms < EXPLICIT_TTL_MS then ms = EXPLICIT_TTL_MS end
   if ms > 1e15 then ms = 1e15 end
   return string.format('%.0f', ms)
-end
-
-local function store(val, idle_at)
-  redis.call('SET', key, val, 'PX', ttl_ms(idle_at))
 end
 
 -- floor(x / d) for x, d > 0, exact for integers below 2^53: the double quotient may round
@@ -94,6 +101,41 @@ local function fields(v)
   local out = {}
   for f in string.gmatch(v, '%S+') do out[#out + 1] = tonumber(f) end
   return out
+end
+"#;
+
+/// Opens the function around one algorithm's body: `key` is its first key, `KEYS` and
+/// `ARGV` its own (parameters from `ARGV[5]`), `write` whether to store. `NAME` is replaced.
+/// The body ends with `return reply(...)`; `end` closes it.
+pub(super) const LEAF_HEAD: &str = r#"
+local function NAME(KEYS, ARGV, write)
+local key = KEYS[1]
+local function store(val, idle_at)
+  redis.call('SET', key, val, 'PX', ttl_ms(idle_at))
+end
+"#;
+
+/// Two quotas on one key, all-or-nothing (`AllOf`): `NAME`, `FIRST`, `SECOND`, `K1` (the
+/// first's key count), `N1`/`N2` (the parameter counts) are replaced. Both decide on the
+/// current state without storing; then, when storing, both store if both allowed, else each
+/// that denied stores what its own policy makes of the denial (deciding again on the same
+/// state and time gives the same decision). The reply is the pair of replies.
+pub(super) const ALL_OF: &str = r#"
+local function NAME(KEYS, ARGV, write)
+  local k1, a1, k2, a2 = {}, {}, {}, {}
+  for i = 1, #KEYS do
+    if i <= K1 then k1[i] = KEYS[i] else k2[i - K1] = KEYS[i] end
+  end
+  for i = 1, N1 do a1[4 + i] = ARGV[4 + i] end
+  for i = 1, N2 do a2[4 + i] = ARGV[4 + N1 + i] end
+  local r1 = FIRST(k1, a1, false)
+  local r2 = SECOND(k2, a2, false)
+  if write then
+    local ok1, ok2 = allowed(r1), allowed(r2)
+    if not ok1 or ok2 then FIRST(k1, a1, true) end
+    if not ok2 or ok1 then SECOND(k2, a2, true) end
+  end
+  return {r1, r2}
 end
 "#;
 

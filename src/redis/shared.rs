@@ -70,13 +70,20 @@ pub(super) struct Core<A> {
     round_trips: AtomicU64,
     failures: AtomicU64,
     errors: AtomicU64,
+    /// The script's keys: the client's Redis key with each of these appended.
+    suffixes: Vec<String>,
 }
 
 impl<A: RedisAlgorithm> Core<A> {
     pub(super) fn new(config: Builder<A>) -> Self {
-        let mut script = String::from(scripts::PRELUDE);
-        script.push_str(config.algo.body());
+        let mut script = scripts::PRELUDE.replace(
+            "EXPLICIT_TTL_MS",
+            &super::MIN_EXPLICIT_TTL.as_millis().to_string(),
+        );
+        let main = config.algo.lua(&mut script, &mut 0);
+        script.push_str(&format!("return {main}(KEYS, ARGV, WRITE)\n"));
         Core {
+            suffixes: config.algo.key_suffixes(),
             params_server: config.algo.params(1e3),
             params_explicit: config.algo.params(1.0),
             script,
@@ -96,6 +103,29 @@ impl<A: RedisAlgorithm> Core<A> {
     /// `prefix + "{" + escape(key) + "}"`: the hash tag keeps every Redis key of one client
     /// key in one cluster slot (for multi-key scripts) while different clients spread over
     /// the nodes. See [`escape`].
+    /// The decision of a script's reply to a request at `at`.
+    pub(super) fn decode(&self, v: Value, at: At) -> Result<Decision, BackendError> {
+        let v = v.extract_error().map_err(BackendError::from_redis)?;
+        self.config.algo.decode(v, at.unit_ns())
+    }
+
+    /// The decisions of a pipelined batch: its replies `values`, with `again` (the replies of
+    /// the requests at `missed`, run again) in place of their `NOSCRIPT`s.
+    pub(super) fn batch_decisions(
+        &self,
+        mut values: Vec<Value>,
+        missed: Vec<usize>,
+        again: Vec<Value>,
+    ) -> Result<Vec<Decision>, BackendError> {
+        for (i, v) in missed.into_iter().zip(again) {
+            values[i] = v;
+        }
+        values
+            .into_iter()
+            .map(|v| self.decode(v, At::Server))
+            .collect()
+    }
+
     pub(super) fn redis_key(&self, key: &str) -> String {
         let mut k = String::with_capacity(self.config.prefix.len() + key.len() + 2);
         k.push_str(&self.config.prefix);
@@ -152,11 +182,14 @@ impl<A: RedisAlgorithm> Core<A> {
         write: bool,
     ) -> ::redis::Cmd {
         let mut cmd = ::redis::cmd("EVALSHA");
-        let first = self.redis_key(key);
-        let more = self.config.algo.more_keys();
-        cmd.arg(sha).arg(1 + more.len()).arg(&first);
-        for suffix in more {
-            cmd.arg(format!("{first}{suffix}"));
+        let base = self.redis_key(key);
+        cmd.arg(sha).arg(self.suffixes.len());
+        for suffix in &self.suffixes {
+            if suffix.is_empty() {
+                cmd.arg(&base);
+            } else {
+                cmd.arg(format!("{base}{suffix}"));
+            }
         }
         let params = match at {
             At::Server => {
@@ -441,24 +474,19 @@ pub(super) fn noscript_indices(values: &[Value]) -> Vec<usize> {
         .collect()
 }
 
-/// The decisions of a pipelined batch: its replies `values`, with `again` (the replies of the
-/// requests at `missed`, run again) in place of their `NOSCRIPT`s.
-pub(super) fn batch_decisions(
-    mut values: Vec<Value>,
-    missed: Vec<usize>,
-    again: Vec<Value>,
-) -> Result<Vec<Decision>, BackendError> {
-    for (i, v) in missed.into_iter().zip(again) {
-        values[i] = v;
+impl At {
+    /// The scripts' time unit for this request, in nanoseconds.
+    pub(super) fn unit_ns(self) -> f64 {
+        match self {
+            At::Server => 1e3,
+            At::Explicit(_) => 1.0,
+        }
     }
-    values
-        .into_iter()
-        .map(|v| decision(v, At::Server))
-        .collect()
 }
 
-/// Builds the [`Decision`] from a script's reply; times in the request's unit.
-pub(super) fn decision(v: Value, at: At) -> Result<Decision, BackendError> {
+/// Builds the [`Decision`] from one algorithm's reply (a leaf of the script); times in units
+/// of `unit_ns` nanoseconds.
+pub(super) fn decision(v: Value, unit_ns: f64) -> Result<Decision, BackendError> {
     let v = v.extract_error().map_err(BackendError::from_redis)?;
     let bad = || BackendError::Reply(format!("{v:?}"));
     let Value::Array(items) = &v else {
@@ -478,10 +506,6 @@ pub(super) fn decision(v: Value, at: At) -> Result<Decision, BackendError> {
                 .ok_or_else(bad),
             _ => Err(bad()),
         }
-    };
-    let unit_ns = match at {
-        At::Server => 1e3,
-        At::Explicit(_) => 1.0,
     };
     // Rounded up: a retry_after from µs arithmetic stays honest in ns. `as` saturates.
     let ns = |x: f64| (x * unit_ns).ceil() as u64;

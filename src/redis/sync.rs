@@ -1,8 +1,8 @@
 //! The sync client: [`RedisLimiter`].
 
 use super::shared::{
-    batch_decisions, cluster_nodes_cmd, decision, info_cluster_cmd, is_noscript_result,
-    noscript_indices, says_cluster, At, Core, Target,
+    cluster_nodes_cmd, info_cluster_cmd, is_noscript_result, noscript_indices, says_cluster, At,
+    Core, Target,
 };
 use super::{BackendError, Builder, RedisAlgorithm};
 #[cfg(doc)]
@@ -288,7 +288,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             self.core.trip();
             r = con.like().req_packed_command(&cmd(&sha));
         }
-        decision(r.map_err(BackendError::from_redis)?, at)
+        self.core.decode(r.map_err(BackendError::from_redis)?, at)
     }
 
     fn pipelined(
@@ -324,7 +324,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 .req_packed_commands(&pipe.get_packed_pipeline(), 0, missed.len())
                 .map_err(BackendError::from_redis)?;
         }
-        batch_decisions(values, missed, again)
+        self.core.batch_decisions(values, missed, again)
     }
 }
 
