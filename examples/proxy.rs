@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release --features tower --example proxy -- --listen 127.0.0.1:3000 \
-//!     --rate 5/s --burst 5 [--key ip|header:<name>] [--mode enforce|dry-run|shadow]
+//!     --rate 5/s --burst 5 [--key ip|header:<name>|forwarded:<n>] [--mode enforce|dry-run|shadow]
 //! cargo run --release --features tower,redis-async --example proxy -- \
 //!     --redis redis://127.0.0.1:6379/ --rate 5/s
 //!
@@ -13,6 +13,9 @@
 //! --burst N            per-key burst (default: the rate's count)
 //! --key ip             key by the client's address from the connection (the default)
 //! --key header:NAME    key by the value of header NAME (an API key, say)
+//! --key forwarded:N    key by the client address in X-Forwarded-For, behind N trusted
+//!                      proxies (the N-th address from the right; spoofable if clients can
+//!                      reach this server without going through them)
 //! --mode MODE          enforce (429s), dry-run (never deny, log would-be denials) or shadow
 //! --legacy-headers     also send X-RateLimit-Limit / -Remaining / -Reset
 //! --redis URL          keep the limit in Redis (feature `redis-async`): every instance
@@ -27,7 +30,8 @@
 //! curl -si http://127.0.0.1:3000/      # 429, Retry-After: 1, RateLimit: "default";r=0;t=1
 //! ```
 //!
-//! Requests without a key (a missing header with `--key header:...`) are answered 400.
+//! Requests without a key (a missing header with `--key header:...` or `--key forwarded:...`)
+//! are answered 400.
 
 use axum::extract::ConnectInfo;
 use axum::routing::get;
@@ -35,7 +39,8 @@ use axum::{Extension, Router};
 use clap::Parser;
 use hotlimit::algo::Gcra;
 use hotlimit::tower::{
-    AdvertisedQuota, HeaderKey, Key, KeyExtractor, Mode, PeerIp, RateLimitLayer, ShadowDecision,
+    AdvertisedQuota, ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Mode, PeerIp,
+    RateLimitLayer, ShadowDecision,
 };
 use hotlimit::{AsyncRateLimiter, CasLimiter, Rate};
 use http::request::Parts;
@@ -72,11 +77,12 @@ struct Args {
     redis: Option<String>,
 }
 
-/// The key chosen on the command line: one extractor type for both, so one layer type.
+/// The key chosen on the command line: one extractor type for all, so one layer type.
 #[derive(Debug, Clone)]
 enum KeyArg {
     Ip(PeerIp),
     Header(HeaderKey),
+    Forwarded(ForwardedIp),
 }
 
 fn parse_key(s: &str) -> Result<KeyArg, String> {
@@ -88,7 +94,18 @@ fn parse_key(s: &str) -> Result<KeyArg, String> {
             .parse::<HeaderName>()
             .map(|n| KeyArg::Header(HeaderKey::new(n)))
             .map_err(|e| format!("bad header name `{name}`: {e}")),
-        _ => Err(format!("unknown key `{s}` (expected ip or header:<name>)")),
+        Some(("forwarded", n)) => match n.parse::<usize>() {
+            Ok(n @ 1..) => Ok(KeyArg::Forwarded(ForwardedIp::new(
+                ForwardedHeader::XForwardedFor,
+                n,
+            ))),
+            _ => Err(format!(
+                "bad proxy count `{n}` (expected the number of trusted proxies, at least 1)"
+            )),
+        },
+        _ => Err(format!(
+            "unknown key `{s}` (expected ip, header:<name> or forwarded:<n>)"
+        )),
     }
 }
 
@@ -97,6 +114,7 @@ impl KeyExtractor for KeyArg {
         match self {
             KeyArg::Ip(k) => k.extract(parts),
             KeyArg::Header(k) => k.extract(parts),
+            KeyArg::Forwarded(k) => k.extract(parts),
         }
     }
 }
