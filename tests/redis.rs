@@ -10,90 +10,10 @@ use hotlimit::redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter, MIN_
 use hotlimit::{Algorithm, CasLimiter, CostError, Decision, ManualClock, Policy, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    /// Starts `redis-server` on a free port; `None` (with a message) if it is not installed.
-    fn start() -> Option<Server> {
-        Self::start_on(None)
-    }
-
-    /// Starts `redis-server` on `port`, or on a free one.
-    fn start_on(port: Option<u16>) -> Option<Server> {
-        if Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_err()
-        {
-            let msg = "redis-server not found on PATH: skipping the Redis backend test \
-                       (install it: apt-get install redis-server)";
-            assert!(
-                std::env::var("HOTLIMIT_REQUIRE_REDIS").as_deref() != Ok("1"),
-                "{msg}, but HOTLIMIT_REQUIRE_REDIS=1"
-            );
-            eprintln!("SKIPPED: {msg}");
-            return None;
-        }
-        // Redis has no `--port 0`: take a free port from the OS, release it, hand it over.
-        let port = port.unwrap_or_else(|| {
-            TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        });
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        let server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Some(server)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn raw(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .unwrap()
-            .get_connection()
-            .unwrap()
-    }
-
-    fn signal(&self, sig: &str) {
-        // The shell's builtin `kill`: present even where procps is not.
-        let ok = Command::new("sh")
-            .args(["-c", &format!("kill {sig} {}", self.child.id())])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod redis_server;
+use redis_server::{close, Server};
 
 fn limiter<A: RedisAlgorithm>(server: &Server, algo: A) -> RedisLimiter<A> {
     RedisLimiter::builder(server.url(), algo)
@@ -353,26 +273,6 @@ fn gcra_spec_vector() {
     assert_eq!(
         r.try_check_n_at("k", 1, 350 * ms).unwrap().retry_after(),
         Duration::from_millis(50)
-    );
-}
-
-/// Decisions exactly; rates and retry_after to within the last bits (Lua has no
-/// log1p/expm1, so the states can differ by an ulp or so).
-fn close(i: usize, m: &Decision, r: &Decision) {
-    assert_eq!(
-        m.is_allowed(),
-        r.is_allowed(),
-        "request {i}: {m:?} vs {r:?}"
-    );
-    let (a, b) = (m.rate().unwrap(), r.rate().unwrap());
-    assert!(
-        (a - b).abs() <= 1e-12 * a.abs().max(1e-300),
-        "request {i}: rate {a} vs {b}"
-    );
-    let (a, b) = (m.retry_after_nanos(), r.retry_after_nanos());
-    assert!(
-        a.abs_diff(b) <= 1 + a / 1_000_000_000_000,
-        "request {i}: retry_after {a} vs {b}"
     );
 }
 

@@ -12,26 +12,17 @@ use hotlimit::{Algorithm, CasLimiter, Decision, ManualClock, Policy, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod redis_server;
+use redis_server::{close, free_port, installed};
+
 struct Cluster {
     nodes: Vec<(Option<Child>, u16)>,
     dir: PathBuf,
-}
-
-fn required() -> bool {
-    std::env::var("HOTLIMIT_REQUIRE_REDIS").as_deref() == Ok("1")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Cluster {
@@ -43,21 +34,8 @@ impl Cluster {
 
     /// Three primaries with `replicas` replicas each.
     fn start_with(replicas: usize) -> Option<Cluster> {
-        for bin in ["redis-server", "redis-cli"] {
-            if Command::new(bin)
-                .arg("--version")
-                .stdout(Stdio::null())
-                .status()
-                .is_err()
-            {
-                let msg = format!(
-                    "{bin} not found on PATH: skipping the Redis Cluster test \
-                     (install it: apt-get install redis-server)"
-                );
-                assert!(!required(), "{msg}, but HOTLIMIT_REQUIRE_REDIS=1");
-                eprintln!("SKIPPED: {msg}");
-                return None;
-            }
+        if !installed(&["redis-server", "redis-cli"], "Redis Cluster") {
+            return None;
         }
         static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -360,25 +338,6 @@ where
     }
     assert_eq!((red.errors(), red.failures()), (0, 0));
     (allowed, denied)
-}
-
-/// Decisions exactly; rates and retry_after to within the last bits, as in tests/redis.rs.
-fn close(i: usize, m: &Decision, r: &Decision) {
-    assert_eq!(
-        m.is_allowed(),
-        r.is_allowed(),
-        "request {i}: {m:?} vs {r:?}"
-    );
-    let (a, b) = (m.rate().unwrap(), r.rate().unwrap());
-    assert!(
-        (a - b).abs() <= 1e-12 * a.abs().max(1e-300),
-        "request {i}: rate {a} vs {b}"
-    );
-    let (a, b) = (m.retry_after_nanos(), r.retry_after_nanos());
-    assert!(
-        a.abs_diff(b) <= 1 + a / 1_000_000_000_000,
-        "request {i}: retry_after {a} vs {b}"
-    );
 }
 
 #[test]

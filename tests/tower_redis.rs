@@ -18,85 +18,14 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use std::convert::Infallible;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tower::{Layer, ServiceExt};
 
-/// A `redis-server` of its own on a free loopback port (as in `tests/redis.rs`).
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    /// Starts `redis-server`; `None` (with a message) if it is not installed.
-    fn start() -> Option<Server> {
-        if Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_err()
-        {
-            let msg = "redis-server not found on PATH: skipping the tower-over-Redis test \
-                       (install it: apt-get install redis-server)";
-            assert!(
-                std::env::var("HOTLIMIT_REQUIRE_REDIS").as_deref() != Ok("1"),
-                "{msg}, but HOTLIMIT_REQUIRE_REDIS=1"
-            );
-            eprintln!("SKIPPED: {msg}");
-            return None;
-        }
-        // Redis has no `--port 0`: take a free port from the OS, release it, hand it over.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        let server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Some(server)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    /// `-STOP` freezes the server (connections stay open, nothing is answered); `-CONT`.
-    fn signal(&self, sig: &str) {
-        // The shell's builtin `kill`: present even where procps is not.
-        let ok = Command::new("sh")
-            .args(["-c", &format!("kill {sig} {}", self.child.id())])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // Continued first, so a test that failed while it was frozen leaves nothing stopped.
-        let _ = Command::new("sh")
-            .args(["-c", &format!("kill -CONT {}", self.child.id())])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod redis_server;
+use redis_server::Server;
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 

@@ -10,12 +10,12 @@ use crate::error::CostError;
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{AsyncConnectionConfig, Client, RedisError, Value};
+use futures_util::future::join_all;
 use parking_lot::Mutex;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Instant;
 
 /// The async twin of [`RedisLimiter`](super::RedisLimiter), on tokio: the same scripts,
@@ -331,17 +331,11 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
             AsyncCon::Single(single) => single,
             AsyncCon::Cluster(_) => {
                 // Every request on its own handle, all in flight at once.
-                let futures: Vec<Pin<Box<dyn Future<Output = _> + Send + '_>>> = requests
-                    .iter()
-                    .map(|&(key, cost)| {
-                        let mut con = con.clone();
-                        Box::pin(async move {
-                            self.eval_one(&mut con, key, cost, At::Server, true).await
-                        }) as Pin<Box<dyn Future<Output = _> + Send + '_>>
-                    })
-                    .collect();
-                let results = join_all(futures).await;
-                return results.into_iter().collect();
+                let futures = requests.iter().map(|&(key, cost)| {
+                    let mut con = con.clone();
+                    async move { self.eval_one(&mut con, key, cost, At::Server, true).await }
+                });
+                return join_all(futures).await.into_iter().collect();
             }
         };
         let pipe = self.core.pipeline(&self.core.sha(), requests);
@@ -373,30 +367,6 @@ fn single_config<A>(config: &Builder<A>) -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
         .set_connection_timeout(config.connect_timeout)
         .set_response_timeout(config.io_timeout)
-}
-
-/// Polls every future until all are ready; their outputs in order. (No `futures` dependency
-/// for this one use.)
-async fn join_all<'a, T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Vec<T> {
-    let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (f, out) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if out.is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => *out = Some(v),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
 }
 
 /// The limiter behind the tower layer: an outage answers the [`FailMode`] (counted in

@@ -100,10 +100,8 @@ impl<A: RedisAlgorithm> Core<A> {
         }
     }
 
-    /// `prefix + "{" + escape(key) + "}"`: the hash tag keeps every Redis key of one client
-    /// key in one cluster slot (for multi-key scripts) while different clients spread over
-    /// the nodes. See [`escape`].
-    /// The decision of a script's reply to a request at `at`.
+    /// The decision of a script's reply to a request at `at`; a server error anywhere in it
+    /// (the reply of an `AllOf` is nested) is the error.
     pub(super) fn decode(&self, v: Value, at: At) -> Result<Decision, BackendError> {
         let v = v.extract_error().map_err(BackendError::from_redis)?;
         self.config.algo.decode(v, at.unit_ns())
@@ -126,6 +124,9 @@ impl<A: RedisAlgorithm> Core<A> {
             .collect()
     }
 
+    /// `prefix + "{" + escape(key) + "}"`: the hash tag keeps every Redis key of one client
+    /// key in one cluster slot (for multi-key scripts) while different clients spread over
+    /// the nodes. See [`escape`].
     pub(super) fn redis_key(&self, key: &str) -> String {
         let mut k = String::with_capacity(self.config.prefix.len() + key.len() + 2);
         k.push_str(&self.config.prefix);
@@ -208,30 +209,25 @@ impl<A: RedisAlgorithm> Core<A> {
         cmd
     }
 
+    /// [`fail_over_outages`](Core::fail_over_outages) for callers that must answer a decision:
+    /// an error that is not an outage (a misconfiguration or a bug: a misrouted command, a
+    /// wrong type, a bad reply) is the [`error_decision`](Core::error_decision), never an
+    /// allow, whatever the fail mode.
     pub(super) fn fail_over(
         &self,
         r: Result<Decision, BackendError>,
     ) -> Result<Decision, CostError> {
-        match r {
+        match self.fail_over_outages(r) {
             Ok(d) => Ok(d),
             Err(BackendError::Cost(e)) => Err(e),
-            Err(e) if e.is_outage() => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                Ok(self.config.fail_mode.decision())
-            }
-            Err(_) => {
-                // Not an outage but a misconfiguration or a bug (a misrouted command, a wrong
-                // type, a bad reply): never allowed, whatever the fail mode.
-                self.errors.fetch_add(1, Ordering::Relaxed);
-                Ok(self.error_decision())
-            }
+            Err(_) => Ok(self.error_decision()),
         }
     }
 
-    /// [`fail_over`](Core::fail_over) for callers that can report an error (the async
-    /// trait, so the tower layer answers 503): an outage answers the fail mode, counted in
-    /// `failures`; any other backend error is returned, counted in `errors`.
-    #[cfg(feature = "redis-async")]
+    /// The one place a backend failure is classified and counted: an outage answers the fail
+    /// mode, counted in `failures`; any other backend error is returned, counted in `errors`
+    /// (the async trait returns it, so the tower layer answers 503); a cost error is the
+    /// caller's, counted nowhere.
     pub(super) fn fail_over_outages(
         &self,
         r: Result<Decision, BackendError>,
@@ -486,8 +482,8 @@ impl At {
 
 /// Builds the [`Decision`] from one algorithm's reply (a leaf of the script); times in units
 /// of `unit_ns` nanoseconds.
+/// Server errors were taken out by [`Core::decode`].
 pub(super) fn decision(v: Value, unit_ns: f64) -> Result<Decision, BackendError> {
-    let v = v.extract_error().map_err(BackendError::from_redis)?;
     let bad = || BackendError::Reply(format!("{v:?}"));
     let Value::Array(items) = &v else {
         return Err(bad());

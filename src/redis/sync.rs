@@ -149,18 +149,10 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// denial at once rather than wait on a misconfiguration forever.
     pub fn until_ready_blocking(&self, key: &str) -> Decision {
         loop {
-            let d = match self.try_check_n(key, 1) {
+            let d = match self.core.fail_over_outages(self.try_check_n(key, 1)) {
                 Ok(d) => d,
-                Err(e) if e.is_outage() => self.core.fail_over(Err(e)).unwrap_or_else(|_| {
-                    // Cost 1 is always valid.
-                    self.core.config.fail_mode.decision()
-                }),
-                Err(e) => {
-                    return self
-                        .core
-                        .fail_over(Err(e))
-                        .unwrap_or_else(|_| self.core.error_decision())
-                }
+                // Not an outage (cost 1 is always valid): counted, and answered at once.
+                Err(_) => return self.core.error_decision(),
             };
             if d.is_allowed() {
                 return d;
