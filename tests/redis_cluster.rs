@@ -103,6 +103,29 @@ impl Cluster {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        // Every replica through its first full sync: `cluster_state:ok` does not wait for it,
+        // and a primary's `WAIT` counts only replicas whose link is up.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let synced = (0..cluster.nodes.len())
+                .filter(|&i| {
+                    redis::cmd("INFO")
+                        .arg("replication")
+                        .query::<String>(&mut cluster.raw(i))
+                        .unwrap()
+                        .contains("master_link_status:up")
+                })
+                .count();
+            if synced == 3 * replicas {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{synced} of {} replicas in sync",
+                3 * replicas
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         Some(cluster)
     }
 
