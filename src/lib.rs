@@ -185,6 +185,8 @@ pub use shared::Builder;
 pub use stats::Metrics;
 pub use wait::Jitter;
 
+#[cfg(feature = "http")]
+pub mod headers;
 #[cfg(feature = "tower")]
 pub mod tower;
 

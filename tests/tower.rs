@@ -126,7 +126,10 @@ async fn burst_passes_then_429_with_retry_after_then_passes_after_the_clock_move
         let (status, h, body) = get_plain(&client, addr).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body, "hello");
-        assert_eq!(header(&h, "ratelimit-policy"), Some(r#""default";q=5;w=1"#));
+        assert_eq!(
+            header(&h, "ratelimit-policy"),
+            Some(r#""default";q=5;w=1;hotlimit-burst=5"#)
+        );
         // k requests in: tat = k × 200 ms, so the reset is under a second: t = 1.
         let expected = format!(r#""default";r={remaining};t=1"#);
         assert_eq!(header(&h, "ratelimit"), Some(expected.as_str()));
@@ -144,7 +147,10 @@ async fn burst_passes_then_429_with_retry_after_then_passes_after_the_clock_move
     assert_eq!(body, "");
     // The limiter's wait is 200 ms; Retry-After rounds up to whole seconds.
     assert_eq!(header(&h, "retry-after"), Some("1"));
-    assert_eq!(header(&h, "ratelimit-policy"), Some(r#""default";q=5;w=1"#));
+    assert_eq!(
+        header(&h, "ratelimit-policy"),
+        Some(r#""default";q=5;w=1;hotlimit-burst=5"#)
+    );
     assert_eq!(header(&h, "ratelimit"), Some(r#""default";r=0;t=1"#));
     assert_eq!(header(&h, "x-ratelimit-remaining"), Some("0"));
     let denial = *decisions.lock().unwrap().last().unwrap();
@@ -522,7 +528,7 @@ async fn cost_function_free_and_impossible_requests() {
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(
         header(&h, "ratelimit-policy"),
-        Some(r#""default";q=10;w=1"#)
+        Some(r#""default";q=10;w=1;hotlimit-burst=10"#)
     );
     assert_eq!(get_with(&client, addr, "/big", &[]).await.0, StatusCode::OK);
     let (status, h, _) = get_with(&client, addr, "/big", &[]).await;
@@ -703,7 +709,10 @@ async fn header_trace(app: Router, n: usize) -> Vec<(u16, Option<String>, Option
     let mut out = Vec::new();
     for _ in 0..n {
         let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "k")]).await;
-        assert_eq!(header(&h, "ratelimit-policy"), Some(r#""default";q=3;w=1"#));
+        assert_eq!(
+            header(&h, "ratelimit-policy"),
+            Some(r#""default";q=3;w=1;hotlimit-burst=3"#)
+        );
         let owned = |name| header(&h, name).map(str::to_owned);
         out.push((status.as_u16(), owned("retry-after"), owned("ratelimit")));
     }

@@ -117,15 +117,16 @@ fn same_headers_as_the_in_memory_layer_and_one_limit_for_two_servers() {
             from_memory.push(fetch(&client, memory_addr, "alice").await);
         }
         let s = |v: &str| Some(v.to_owned());
-        // k requests in: the key is full again k × 12 s later.
+        // k requests in: the next unit is back in 12 s (draft 10's `t`), the key is full again
+        // k × 12 s later (`X-RateLimit-Reset`).
         let allowed = |k: u64| {
             let reset = (12 * k).to_string();
             (
                 200,
                 vec![
                     None,
-                    s(r#""default";q=5;w=60"#),
-                    s(&format!(r#""default";r={};t={reset}"#, 5 - k)),
+                    s(r#""default";q=5;w=60;hotlimit-burst=5"#),
+                    s(&format!(r#""default";r={};t=12"#, 5 - k)),
                     s("5"),
                     s(&(5 - k).to_string()),
                     s(&reset),
@@ -136,8 +137,8 @@ fn same_headers_as_the_in_memory_layer_and_one_limit_for_two_servers() {
             429,
             vec![
                 s("12"),
-                s(r#""default";q=5;w=60"#),
-                s(r#""default";r=0;t=60"#),
+                s(r#""default";q=5;w=60;hotlimit-burst=5"#),
+                s(r#""default";r=0;t=12"#),
                 s("5"),
                 s("0"),
                 s("60"),
@@ -258,7 +259,10 @@ fn frozen_server(fail_mode: FailMode) {
         let h = resp.headers();
         // The fail mode's decision knows no remaining: no `RateLimit` field; the policy holds.
         assert!(!h.contains_key("ratelimit"));
-        assert_eq!(h["ratelimit-policy"], r#""default";q=10;w=1"#);
+        assert_eq!(
+            h["ratelimit-policy"],
+            r#""default";q=100;w=1;hotlimit-burst=10"#
+        ); // 100/s burst 10
         match fail_mode {
             FailMode::Closed { .. } => {
                 assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);

@@ -60,10 +60,10 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
     }
 }
 
-#[cfg(feature = "tower")]
+#[cfg(feature = "http")]
 mod quota {
     use super::*;
-    use crate::tower::{AdvertisedQuota, QuotaPolicy};
+    use crate::headers::{AdvertisedQuota, QuotaPolicy};
 
     /// The algorithm's quota, as the in-memory limiters advertise it.
     impl<A: RedisAlgorithm + AdvertisedQuota> AdvertisedQuota for RedisLimiter<A> {

@@ -3,65 +3,14 @@
 
 #[cfg(doc)]
 use super::{AdvertisedQuota, DEFAULT_MAX_KEY_LEN};
-use super::{KeyExtractor, QuotaPolicy, RateLimitLayer, RequestCost, UnitCost};
+use super::{KeyExtractor, RateLimitLayer, RequestCost, UnitCost};
 use crate::decision::Decision;
+use crate::headers::{Draft, Mode, QuotaPolicy, RateLimitHeaders};
 use crate::limiter::AsyncRateLimiter;
 use http::request::Parts;
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
-
-/// What the layer does with a decision.
-///
-/// # Examples
-///
-/// ```
-/// use hotlimit::tower::Mode;
-///
-/// assert_eq!("dry-run".parse::<Mode>(), Ok(Mode::DryRun));
-/// assert_eq!(Mode::Shadow.to_string(), "shadow");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Mode {
-    /// Deny: answer `429 Too Many Requests` without calling the inner service.
-    #[default]
-    Enforce,
-    /// Never deny: every request reaches the inner service, and its response carries the
-    /// rate-limit headers of the decision; [`Builder::on_decision`] sees what would have been
-    /// denied. For trying a limit on live traffic.
-    DryRun,
-    /// Let every request through and leave the choice to the application: the layer inserts a
-    /// [`ShadowDecision`] into the request's extensions and calls [`Builder::shadow_hook`], so
-    /// the handler can, say, answer 200 but drop the side effect (a shadow ban). Denied
-    /// requests get no rate-limit headers (they would tip the client off); allowed ones get
-    /// them when [`Builder::headers_on_allowed`] is set.
-    Shadow,
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Mode::Enforce => "enforce",
-            Mode::DryRun => "dry-run",
-            Mode::Shadow => "shadow",
-        })
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "enforce" => Ok(Mode::Enforce),
-            "dry-run" => Ok(Mode::DryRun),
-            "shadow" => Ok(Mode::Shadow),
-            other => Err(format!(
-                "unknown mode `{other}` (expected enforce, dry-run or shadow)"
-            )),
-        }
-    }
-}
 
 /// What to do with a request that has no key (no connection address, no such header).
 ///
@@ -159,10 +108,8 @@ pub(super) struct Shared<L: ?Sized, X, C> {
     pub(super) limiter: Arc<L>,
     pub(super) key: X,
     pub(super) cost: C,
-    pub(super) mode: Mode,
-    pub(super) quota: Option<QuotaPolicy>,
-    pub(super) legacy: bool,
-    pub(super) on_allowed: bool,
+    /// The mode, the policy and which fields go out.
+    pub(super) headers: RateLimitHeaders,
     pub(super) missing: MissingKey,
     pub(super) max_key_len: usize,
     pub(super) oversized: OversizedKey,
@@ -212,10 +159,7 @@ impl<L: ?Sized, X, C> fmt::Debug for ConfigView<'_, L, X, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = self.0;
         f.debug_struct("Config")
-            .field("mode", &s.mode)
-            .field("quota", &s.quota)
-            .field("legacy_headers", &s.legacy)
-            .field("headers_on_allowed", &s.on_allowed)
+            .field("headers", &s.headers)
             .field("missing_key", &s.missing)
             .field("max_key_len", &s.max_key_len)
             .field("oversized_key", &s.oversized)
@@ -239,10 +183,7 @@ where
                 limiter: s.limiter,
                 key: s.key,
                 cost,
-                mode: s.mode,
-                quota: s.quota,
-                legacy: s.legacy,
-                on_allowed: s.on_allowed,
+                headers: s.headers,
                 missing: s.missing,
                 max_key_len: s.max_key_len,
                 oversized: s.oversized,
@@ -255,7 +196,7 @@ where
 
     /// The mode (default [`Mode::Enforce`]).
     pub fn mode(mut self, mode: Mode) -> Self {
-        self.shared.mode = mode;
+        self.shared.headers = self.shared.headers.with_mode(mode);
         self
     }
 
@@ -275,7 +216,7 @@ where
         mut self,
         hook: impl Fn(&Decision, &mut Parts) + Send + Sync + 'static,
     ) -> Self {
-        self.shared.mode = Mode::Shadow;
+        self.shared.headers = self.shared.headers.with_mode(Mode::Shadow);
         self.shared.shadow_hook = Some(Box::new(hook));
         self
     }
@@ -283,21 +224,28 @@ where
     /// The policy advertised in `RateLimit-Policy` and `X-RateLimit-Limit` (default: the
     /// limiter's [`AdvertisedQuota`]); `None` leaves those fields out.
     pub fn quota(mut self, quota: Option<QuotaPolicy>) -> Self {
-        self.shared.quota = quota;
+        self.shared.headers = self.shared.headers.with_quota(quota);
+        self
+    }
+
+    /// The revision of draft-ietf-httpapi-ratelimit-headers the fields follow (default: the
+    /// newest, [`Draft::Ietf10`]).
+    pub fn draft(mut self, draft: Draft) -> Self {
+        self.shared.headers = self.shared.headers.with_draft(draft);
         self
     }
 
     /// Also send the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` (default off).
     pub fn legacy_headers(mut self, on: bool) -> Self {
-        self.shared.legacy = on;
+        self.shared.headers = self.shared.headers.with_legacy(on);
         self
     }
 
     /// Add the rate-limit headers to allowed responses too (default off: only denials, and
-    /// every response in dry-run, carry them).
+    /// every response in dry-run, carry them). A client pacing itself by them needs them.
     pub fn headers_on_allowed(mut self, on: bool) -> Self {
-        self.shared.on_allowed = on;
+        self.shared.headers = self.shared.headers.with_on_allowed(on);
         self
     }
 

@@ -1,27 +1,25 @@
 //! The layer and its service: deciding a request, the headers, the response future.
 
 use super::config::{ConfigView, Shared};
-use super::key::{Buf, Inline, Key};
+use super::key::{Inline, Key};
 use super::{
-    AdvertisedQuota, Builder, KeyExtractor, MissingKey, Mode, OversizedKey, QuotaPolicy, Report,
-    RequestCost, ShadowDecision, UnitCost, DEFAULT_MAX_KEY_LEN, RATELIMIT, RATELIMIT_POLICY,
-    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    AdvertisedQuota, Builder, KeyExtractor, MissingKey, Mode, OversizedKey, Report, RequestCost,
+    ShadowDecision, UnitCost, DEFAULT_MAX_KEY_LEN,
 };
 use crate::decision::Decision;
 use crate::error::CostError;
+use crate::headers::{Action, Fields, RateLimitHeaders, Verdict};
 #[cfg(doc)]
 use crate::limiter::RateLimiter;
 use crate::limiter::{AsyncRateLimiter, LimiterError, Started};
-use http::header::{HeaderValue, RETRY_AFTER};
 use http::request::Parts;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 /// A `tower::Layer` that rate-limits requests with a hotlimit limiter; see the
 /// [module docs](super).
@@ -62,16 +60,13 @@ where
     /// own), pass it as `Arc<dyn RateLimiter<str>>` and set the policy with
     /// [`Builder::quota`].
     pub fn builder(limiter: Arc<L>, key: X) -> Builder<L, X, UnitCost> {
-        let quota = limiter.advertised_quota();
+        let headers = RateLimitHeaders::for_limiter(&*limiter);
         Builder {
             shared: Shared {
                 limiter,
                 key,
                 cost: UnitCost,
-                mode: Mode::Enforce,
-                quota,
-                legacy: false,
-                on_allowed: false,
+                headers,
                 missing: MissingKey::Reject,
                 max_key_len: DEFAULT_MAX_KEY_LEN,
                 oversized: OversizedKey::Hash,
@@ -140,131 +135,13 @@ impl<S, L: ?Sized, X, C> RateLimit<S, L, X, C> {
     }
 }
 
-/// The headers a response gets, computed from one decision.
-#[derive(Clone, Copy)]
-struct HeaderPlan {
-    decision: Decision,
-    quota: Option<QuotaPolicy>,
-    legacy: bool,
-    retry_after: bool,
-}
-
-/// Whole seconds, rounded up.
-fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
-
-impl HeaderPlan {
-    fn apply(self, headers: &mut HeaderMap) {
-        let d = self.decision;
-        if self.retry_after {
-            // Honest: never earlier than the limiter's wait, and a denial never says 0.
-            headers.insert(
-                RETRY_AFTER,
-                HeaderValue::from(ceil_secs(d.retry_after()).max(1)),
-            );
-        }
-        let reset = d.reset_after().map(ceil_secs);
-        // The two IETF fields are lists, so append: nested layers (per IP, then per API key)
-        // add their policies to one list, as the draft allows (give them distinct names).
-        if let Some(q) = self.quota {
-            let value = header_value(|b| {
-                b.push(b"\"")?;
-                b.push(q.name().as_bytes())?;
-                b.push(b"\";q=")?;
-                b.push_u64(q.quota())?;
-                b.push(b";w=")?;
-                b.push_u64(q.window_secs())
-            });
-            headers.append(RATELIMIT_POLICY, value);
-        }
-        if let Some(r) = d.remaining() {
-            let name = self.quota.map_or("default", |q| q.name());
-            let value = header_value(|b| {
-                b.push(b"\"")?;
-                b.push(name.as_bytes())?;
-                b.push(b"\";r=")?;
-                b.push_u64(r)?;
-                match reset {
-                    Some(t) => {
-                        b.push(b";t=")?;
-                        b.push_u64(t)
-                    }
-                    None => Ok(()),
-                }
-            });
-            headers.append(RATELIMIT, value);
-        }
-        if self.legacy {
-            if let Some(q) = self.quota {
-                headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(q.quota()));
-            }
-            if let Some(r) = d.remaining() {
-                headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(r));
-            }
-            if let Some(t) = reset {
-                headers.insert(X_RATELIMIT_RESET, HeaderValue::from(t));
-            }
-        }
-    }
-}
-
-/// A header value written by `write` (ASCII names, punctuation, digits): on the stack, so
-/// the value's own buffer is the one allocation, and on the heap if it does not fit.
-fn header_value(write: impl Fn(&mut dyn Sink) -> fmt::Result) -> HeaderValue {
-    let mut buf = Buf::<128>::new();
-    let value = match write(&mut buf) {
-        Ok(()) => HeaderValue::from_bytes(buf.as_bytes()),
-        Err(_) => {
-            // A long policy name.
-            let mut heap = Vec::new();
-            let _ = write(&mut heap);
-            HeaderValue::from_bytes(&heap)
-        }
-    };
-    // The policy name is validated printable ASCII, the rest digits: this cannot fail, but an
-    // empty value is better than a panic if it ever did.
-    value.unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-/// Where [`header_value`] writes: the stack buffer, or a `Vec` when that is too small.
-trait Sink {
-    fn push(&mut self, bytes: &[u8]) -> fmt::Result;
-    fn push_u64(&mut self, n: u64) -> fmt::Result;
-}
-
-impl<const N: usize> Sink for Buf<N> {
-    fn push(&mut self, bytes: &[u8]) -> fmt::Result {
-        Buf::push(self, bytes)
-    }
-
-    fn push_u64(&mut self, n: u64) -> fmt::Result {
-        Buf::push_u64(self, n)
-    }
-}
-
-impl Sink for Vec<u8> {
-    fn push(&mut self, bytes: &[u8]) -> fmt::Result {
-        self.extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn push_u64(&mut self, n: u64) -> fmt::Result {
-        let mut b = Buf::<20>::new();
-        b.push_u64(n)?;
-        self.extend_from_slice(b.as_bytes());
-        Ok(())
-    }
-}
-
 /// What the layer decided to do with one request.
 enum Outcome {
-    /// Call the inner service, adding these headers to its response.
-    Pass(Option<HeaderPlan>),
-    /// Call the inner service in shadow mode, after telling the application.
-    Shadow(Decision, Option<HeaderPlan>),
-    /// Answer with this status and these headers.
-    Answer(StatusCode, Option<HeaderPlan>),
+    /// What [`RateLimitHeaders`] makes of a decision, or of a cost over capacity.
+    Verdict(Verdict),
+    /// Answer with this status, without headers (400, 503); or, with `None`, let the request
+    /// through without headers.
+    Refuse(Option<StatusCode>),
 }
 
 /// Where a request stands after `call`: decided, or waiting on the limiter's future.
@@ -286,9 +163,9 @@ where
 {
     /// Refuses in enforce mode; lets through uncounted otherwise.
     fn refuse(&self, status: StatusCode) -> Outcome {
-        match self.mode {
-            Mode::Enforce => Outcome::Answer(status, None),
-            Mode::DryRun | Mode::Shadow => Outcome::Pass(None),
+        match self.headers.mode() {
+            Mode::Enforce => Outcome::Refuse(Some(status)),
+            Mode::DryRun | Mode::Shadow => Outcome::Refuse(None),
         }
     }
 
@@ -296,7 +173,7 @@ where
     fn decide(&self, parts: &Parts) -> Step<L::Future> {
         let cost = self.cost.cost(parts);
         if cost == 0 {
-            return Step::Now(Outcome::Pass(None));
+            return Step::Now(Outcome::Refuse(None));
         }
         // An empty key from any extractor is a missing key: one shared bucket for every
         // client that sends nothing would be a key nobody chose.
@@ -345,19 +222,10 @@ where
             Ok(d) => d,
             Err(e) => {
                 return match e.cost_error() {
-                    Some(CostError::Zero) => Outcome::Pass(None), // not reached: cost > 0
-                    Some(CostError::ExceedsCapacity { .. }) => match self.mode {
-                        Mode::Enforce => Outcome::Answer(
-                            StatusCode::PAYLOAD_TOO_LARGE,
-                            self.quota.map(|quota| HeaderPlan {
-                                decision: Decision::allowed(),
-                                quota: Some(quota),
-                                legacy: self.legacy,
-                                retry_after: false,
-                            }),
-                        ),
-                        Mode::DryRun | Mode::Shadow => Outcome::Pass(None),
-                    },
+                    Some(CostError::Zero) => Outcome::Refuse(None), // not reached: cost > 0
+                    Some(CostError::ExceedsCapacity { .. }) => {
+                        Outcome::Verdict(self.headers.too_large())
+                    }
                     // The limiter could not decide: no decision, so no rate-limit headers
                     // (they would be made up) and no report; never an allow in enforce mode.
                     None => self.refuse(StatusCode::SERVICE_UNAVAILABLE),
@@ -369,26 +237,10 @@ where
                 key,
                 cost,
                 decision,
-                mode: self.mode,
+                mode: self.headers.mode(),
             });
         }
-        let plan = |retry_after| HeaderPlan {
-            decision,
-            quota: self.quota,
-            legacy: self.legacy,
-            retry_after,
-        };
-        match self.mode {
-            Mode::Enforce if decision.is_denied() => {
-                Outcome::Answer(StatusCode::TOO_MANY_REQUESTS, Some(plan(true)))
-            }
-            Mode::Enforce => Outcome::Pass(self.on_allowed.then(|| plan(false))),
-            Mode::DryRun => Outcome::Pass(Some(plan(false))),
-            Mode::Shadow => Outcome::Shadow(
-                decision,
-                (self.on_allowed && decision.is_allowed()).then(|| plan(false)),
-            ),
-        }
+        Outcome::Verdict(self.headers.verdict(decision))
     }
 
     /// Carries out `outcome` on the request's head: the headers for the inner service's
@@ -398,17 +250,22 @@ where
         &self,
         outcome: Outcome,
         parts: &mut Parts,
-    ) -> Result<Option<HeaderPlan>, (StatusCode, Option<HeaderPlan>)> {
-        match outcome {
-            Outcome::Pass(plan) => Ok(plan),
-            Outcome::Shadow(decision, plan) => {
+    ) -> Result<Option<Fields>, (StatusCode, Option<Fields>)> {
+        let verdict = match outcome {
+            Outcome::Verdict(verdict) => verdict,
+            Outcome::Refuse(None) => return Ok(None),
+            Outcome::Refuse(Some(status)) => return Err((status, None)),
+        };
+        match verdict.action {
+            Action::Pass => Ok(verdict.fields),
+            Action::Shadow(decision) => {
                 parts.extensions.insert(ShadowDecision(decision));
                 if let Some(hook) = &self.shadow_hook {
                     hook(&decision, parts);
                 }
-                Ok(plan)
+                Ok(verdict.fields)
             }
-            Outcome::Answer(status, plan) => Err((status, plan)),
+            Action::Answer(status) => Err((status, verdict.fields)),
         }
     }
 
@@ -528,8 +385,8 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = KindProj]
     enum Kind<F, P> {
-        Inner { #[pin] future: F, plan: Option<HeaderPlan> },
-        Answer { status: StatusCode, plan: Option<HeaderPlan> },
+        Inner { #[pin] future: F, plan: Option<Fields> },
+        Answer { status: StatusCode, plan: Option<Fields> },
         // Boxed: the head, the body and the service would make every response future (the
         // in-memory limiters' too) larger to move; the box is one allocation next to a round
         // trip. An `Option` so that the request and the service can be moved out when decided.
@@ -581,8 +438,8 @@ where
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                     Poll::Pending => return Poll::Pending,
                 };
-                if let Some(plan) = plan.take() {
-                    plan.apply(response.headers_mut());
+                if let Some(fields) = plan.take() {
+                    fields.apply(response.headers_mut());
                 }
                 Poll::Ready(Ok(response))
             }
@@ -591,8 +448,8 @@ where
                 // same.
                 let mut response = Response::new(ResB::default());
                 *response.status_mut() = *status;
-                if let Some(plan) = plan {
-                    plan.apply(response.headers_mut());
+                if let Some(fields) = plan {
+                    fields.apply(response.headers_mut());
                 }
                 Poll::Ready(Ok(response))
             }
@@ -632,39 +489,5 @@ where
             },
             Err((status, plan)) => Kind::Answer { status, plan },
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_policy_names_still_format() {
-        let name = "a-policy-name-long-enough-to-overflow-the-stack-buffer-of-one-hundred-and-twenty-eight-bytes-used-for-header-values";
-        let q = QuotaPolicy::new(7, Duration::from_secs(3))
-            .named(name)
-            .unwrap();
-        let mut h = HeaderMap::new();
-        let plan = HeaderPlan {
-            decision: Decision::allowed().with_remaining(2).with_reset_after(1),
-            quota: Some(q),
-            legacy: true,
-            retry_after: false,
-        };
-        plan.apply(&mut h);
-        assert_eq!(h[RATELIMIT_POLICY], format!("\"{name}\";q=7;w=3"));
-        assert_eq!(h[RATELIMIT], format!("\"{name}\";r=2;t=1"));
-        assert_eq!(h[X_RATELIMIT_LIMIT], "7");
-        assert_eq!(h[X_RATELIMIT_REMAINING], "2");
-        assert_eq!(h[X_RATELIMIT_RESET], "1");
-    }
-
-    #[test]
-    fn ceil_secs_rounds_up() {
-        assert_eq!(ceil_secs(Duration::ZERO), 0);
-        assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
-        assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
-        assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
     }
 }

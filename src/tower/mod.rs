@@ -27,7 +27,7 @@
 //! let denied = send("alice");
 //! assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
 //! assert_eq!(denied.headers()[RETRY_AFTER], "1"); // 200 ms, rounded up to whole seconds
-//! assert_eq!(denied.headers()["ratelimit-policy"], r#""default";q=5;w=1"#);
+//! assert_eq!(denied.headers()["ratelimit-policy"], r#""default";q=5;w=1;hotlimit-burst=5"#);
 //! assert_eq!(denied.headers()["ratelimit"], r#""default";r=0;t=1"#);
 //! assert_eq!(send("bob").status(), StatusCode::OK); // keys are independent
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -56,29 +56,19 @@
 //!
 //! # Headers
 //!
-//! The header fields follow
-//! [draft-ietf-httpapi-ratelimit-headers-10](https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/10/)
-//! (the `RateLimit-Policy` / `RateLimit` pair, structured fields with a quoted policy name):
-//!
-//! | field | value | from |
-//! |---|---|---|
-//! | `Retry-After` (denials only) | whole seconds, rounded up, at least 1 | [`Decision::retry_after`] |
-//! | `RateLimit-Policy` | `"default";q=<quota>;w=<window seconds>` | [`QuotaPolicy`], by default the algorithm's ([`AdvertisedQuota`]) |
-//! | `RateLimit` | `"default";r=<remaining>;t=<seconds>` | [`Decision::remaining`], [`Decision::reset_after`] rounded up |
-//! | `X-RateLimit-Limit` (legacy, opt-in) | the quota | [`QuotaPolicy`] |
-//! | `X-RateLimit-Remaining` (legacy, opt-in) | remaining | [`Decision::remaining`] |
-//! | `X-RateLimit-Reset` (legacy, opt-in) | seconds until reset (a delay, not a timestamp) | [`Decision::reset_after`] |
-//!
-//! `t` is the time until the key is back to its full quota (`reset_after`): by then the whole
-//! quota is available again, so it is never early; the draft's "additional quota" may come
-//! sooner (GCRA returns one unit per emission interval). A field whose value the algorithm
-//! does not know is left out (EARRRL and exponential know no `remaining`, so they send no
-//! `RateLimit`).
-//! All values come from the very [`Decision`] that decided the request. Denials always carry
-//! the headers; allowed responses carry them when [`Builder::headers_on_allowed`] is set;
-//! dry-run responses always carry them (that is how a dry run reports). The two IETF fields
-//! are lists and are appended, so nested layers (per IP, then per API key) advertise both
-//! policies: give them distinct names ([`QuotaPolicy::named`]).
+//! The [`headers`](crate::headers) module renders them, and its docs say what each field
+//! means: `Retry-After` on denials, the `RateLimit-Policy` / `RateLimit` pair of the newest
+//! draft-ietf-httpapi-ratelimit-headers ([`Builder::draft`] picks an older one), the legacy
+//! `X-RateLimit-*` fields on request ([`Builder::legacy_headers`]). The policy is the limiter's
+//! sustained rate over a whole-second window ([`AdvertisedQuota`]; `"default";q=5;w=1` above
+//! is 5 per second), its burst the vendor parameter `hotlimit-burst`, so a client that spaces
+//! its requests `w/q` apart gets the whole rate without a 429; for such a client, set
+//! [`Builder::headers_on_allowed`]. All values come from the very [`Decision`] that decided the
+//! request. Denials always carry the headers; allowed responses carry them when
+//! [`Builder::headers_on_allowed`] is set; dry-run responses always carry them (that is how a
+//! dry run reports). The two IETF fields are lists and are appended, so nested layers (per IP,
+//! then per API key) advertise both policies: give them distinct names
+//! ([`QuotaPolicy::named`]).
 //!
 //! # Responses the layer makes itself
 //!
@@ -140,13 +130,15 @@ mod config;
 mod cost;
 mod key;
 mod layer;
-mod quota;
 
-pub use config::{Builder, MissingKey, Mode, OversizedKey, Report, ShadowDecision};
+pub use config::{Builder, MissingKey, OversizedKey, Report, ShadowDecision};
 pub use cost::{RequestCost, UnitCost};
 pub use key::{ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
 pub use layer::{Pending, RateLimit, RateLimitLayer, ResponseFuture};
-pub use quota::{AdvertisedQuota, InvalidPolicyName, QuotaPolicy};
+
+/// The layer's headers, modes and policies: [`crate::headers`]'s, re-exported here for the
+/// layer's users.
+pub use crate::headers::{AdvertisedQuota, Draft, InvalidPolicyName, Mode, QuotaPolicy};
 
 #[cfg(doc)]
 use crate::Decision;
@@ -159,15 +151,5 @@ use http::header::HeaderName;
 /// ([`OversizedKey::Hash`]).
 pub const DEFAULT_MAX_KEY_LEN: usize = 256;
 
-/// `RateLimit-Policy`, from draft-ietf-httpapi-ratelimit-headers.
-pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit`, from draft-ietf-httpapi-ratelimit-headers.
-pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-/// The legacy `X-RateLimit-Limit`.
-pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-/// The legacy `X-RateLimit-Remaining`.
-pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-/// The legacy `X-RateLimit-Reset` (seconds from now, not a timestamp).
-pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 /// `X-Forwarded-For`, which [`ForwardedIp`] reads.
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
