@@ -60,7 +60,8 @@
 //! With the `tower` feature, `hotlimit::tower::RateLimitLayer` puts any limiter in front of
 //! an axum, hyper or tonic service: `429` with `Retry-After` and the IETF `RateLimit` fields,
 //! enforce, dry-run and shadow modes; over `AsyncRedisLimiter` (feature `redis-async`), one
-//! limit shared by every instance.
+//! limit shared by every instance. The headers themselves are `hotlimit::headers` (feature
+//! `http`, over the `http` crate's types), for any other server or proxy.
 //!
 //! With the `redis` feature, `hotlimit::redis::RedisLimiter` runs every algorithm but `Live`
 //! (`AllOf` included) inside Redis or a Redis Cluster (Lua scripts, one atomic round trip per
