@@ -18,6 +18,7 @@
 //!                      reach this server without going through them)
 //! --mode MODE          enforce (429s), dry-run (never deny, log would-be denials) or shadow
 //! --legacy-headers     also send X-RateLimit-Limit / -Remaining / -Reset
+//! --draft VERSION      the ratelimit-headers draft: draft-10 (default), draft-09 or draft-07
 //! --redis URL          keep the limit in Redis (feature `redis-async`): every instance
 //!                      started with the same URL shares it; fails open if Redis is down
 //! ```
@@ -39,8 +40,8 @@ use axum::{Extension, Router};
 use clap::Parser;
 use hotlimit::algo::Gcra;
 use hotlimit::tower::{
-    AdvertisedQuota, ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Mode, PeerIp,
-    RateLimitLayer, ShadowDecision,
+    AdvertisedQuota, Draft, ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Mode,
+    PeerIp, RateLimitLayer, ShadowDecision,
 };
 use hotlimit::{AsyncRateLimiter, CasLimiter, Rate};
 use http::request::Parts;
@@ -72,6 +73,9 @@ struct Args {
     /// Also send the legacy X-RateLimit-* headers.
     #[arg(long)]
     legacy_headers: bool,
+    /// The ratelimit-headers draft the fields follow: draft-07, draft-09 or draft-10.
+    #[arg(long, default_value = "draft-10")]
+    draft: Draft,
     /// Keep the limit in Redis at this URL, shared by every instance (feature `redis-async`).
     #[arg(long)]
     redis: Option<String>,
@@ -175,6 +179,7 @@ where
         .mode(mode)
         .headers_on_allowed(true)
         .legacy_headers(args.legacy_headers)
+        .draft(args.draft)
         .on_decision(move |r| {
             if r.denied() && mode != Mode::Enforce {
                 eprintln!(

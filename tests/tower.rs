@@ -886,3 +886,274 @@ async fn a_backend_error_answers_503_without_headers_and_never_allows() {
     assert_eq!((status, body.as_str()), (StatusCode::OK, "hello"));
     assert!(!h.contains_key("ratelimit-policy") && !h.contains_key("ratelimit"));
 }
+
+/// A parameter that must be a non-negative sf-integer.
+fn non_negative(params: &sfv::Parameters, key: &str) -> Option<u64> {
+    params.get(key).map(|v| {
+        let n = v
+            .as_integer()
+            .unwrap_or_else(|| panic!("{key}={v:?} is not an sf-integer"));
+        u64::try_from(i64::from(n)).unwrap_or_else(|_| panic!("{key}={n} is negative"))
+    })
+}
+
+/// Parameters other than the draft's must be vendor-prefixed (`hotlimit-...`).
+fn only_known_params(params: &sfv::Parameters, known: &[&str]) {
+    for key in params.keys() {
+        let key = key.as_str();
+        assert!(
+            known.contains(&key) || key.starts_with("hotlimit-"),
+            "unknown, unprefixed parameter {key}"
+        );
+    }
+}
+
+/// The items of a structured-field List split over every line of `name`: Strings with
+/// parameters, nothing else.
+fn string_items(h: &HeaderMap, name: &str) -> Vec<(String, sfv::Parameters)> {
+    let lines: Vec<&str> = h
+        .get_all(name)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    if lines.is_empty() {
+        return Vec::new();
+    }
+    let list: sfv::List = sfv::Parser::new(&lines.join(", "))
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}: {lines:?} is not an sf-list: {e}"));
+    assert!(!list.is_empty(), "{name} is an empty list");
+    list.into_iter()
+        .map(|entry| match entry {
+            sfv::ListEntry::Item(item) => {
+                let s = item
+                    .bare_item
+                    .as_string()
+                    .unwrap_or_else(|| panic!("{name}: {:?} is not an sf-string", item.bare_item));
+                (s.as_str().to_owned(), item.params)
+            }
+            sfv::ListEntry::InnerList(l) => panic!("{name}: inner list {l:?}"),
+        })
+        .collect()
+}
+
+/// What a client reading only the headers learns from one response of the newest draft,
+/// after checking each field against the draft's grammar: the policy's `q`, `w` and burst,
+/// the `RateLimit` item's `r` and `t`, and `Retry-After`.
+#[derive(Debug, Default, Clone, Copy)]
+struct Advice {
+    quota: Option<(u64, u64)>,
+    burst: Option<u64>,
+    remaining: Option<u64>,
+    t: Option<u64>,
+    retry_after: Option<u64>,
+}
+
+fn read_draft_10(h: &HeaderMap) -> Advice {
+    let mut advice = Advice::default();
+    let policies = string_items(h, "ratelimit-policy");
+    for (_, params) in &policies {
+        only_known_params(params, &["q", "qu", "w", "pk"]);
+        let q = non_negative(params, "q").expect("q is required");
+        let w = non_negative(params, "w").expect("hotlimit always sends w");
+        assert!(w > 0, "w must be positive");
+        advice.quota = Some((q, w));
+        advice.burst = non_negative(params, "hotlimit-burst");
+    }
+    for (name, params) in string_items(h, "ratelimit") {
+        only_known_params(&params, &["r", "t", "pk"]);
+        if !policies.is_empty() {
+            assert!(policies.iter().any(|(p, _)| *p == name), "no policy {name}");
+        }
+        advice.remaining = Some(non_negative(&params, "r").expect("r is required"));
+        advice.t = non_negative(&params, "t");
+    }
+    if let Some(v) = header(h, "retry-after") {
+        // delay-seconds = 1*DIGIT
+        assert!(
+            !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()),
+            "Retry-After: {v}"
+        );
+        let secs: u64 = v.parse().unwrap();
+        // The draft: Retry-After SHOULD NOT reference a point earlier than the reset.
+        assert!(
+            secs >= advice.t.unwrap_or(0),
+            "Retry-After {secs} < t {:?}",
+            advice.t
+        );
+        advice.retry_after = Some(secs);
+    }
+    advice
+}
+
+/// A client that knows nothing but what the headers say: it spaces its requests `w/q` apart
+/// (late by up to 5 %, as a real timer is), waits `t` when `r` says 0, and `Retry-After` after
+/// a 429. It sends `n` requests on the manual clock and returns (allowed, 429s, seconds).
+async fn paced_client(app: Router, clock: &ManualClock, n: u32) -> (u32, u32, f64) {
+    use rand::{Rng, SeedableRng};
+    let (addr, client) = serve(app).await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+    let (mut allowed, mut denied, mut elapsed) = (0, 0, 0u64);
+    for _ in 0..n {
+        let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "pacer")]).await;
+        let advice = read_draft_10(&h);
+        let secs = |s: u64| s * 1_000_000_000;
+        let (q, w) = advice.quota.expect("every response advertises the policy");
+        let interval = secs(w) / q;
+        let mut wait = interval + rng.random_range(0..=interval / 20);
+        if advice.remaining == Some(0) {
+            wait = wait.max(secs(advice.t.unwrap_or(0)));
+        }
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            denied += 1;
+            wait = wait.max(secs(advice.retry_after.unwrap()));
+        } else {
+            assert_eq!(status, StatusCode::OK);
+            allowed += 1;
+        }
+        clock.advance(Duration::from_nanos(wait));
+        elapsed += wait;
+    }
+    (allowed, denied, elapsed as f64 / 1e9)
+}
+
+/// The pacing client above gets at least 90 % of the configured rate and never a 429, for
+/// GCRA with a sub-second and a multi-second burst and for the fixed window: the
+/// advertised policy is the sustained rate (it was the burst: `100/s burst 10` advertised
+/// `q=10;w=1`, and a client pacing by it got a tenth of its allowance). (The sliding
+/// algorithms' `t` is the time until the key is fresh, later than their next unit: a client
+/// that waits it out whenever `r` is 0 gets about half the rate of a sliding window counter;
+/// see the `headers` module docs.)
+#[tokio::test]
+async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
+    async fn run(
+        limiter: Arc<dyn RateLimiter<str>>,
+        quota: Option<QuotaPolicy>,
+        clock: ManualClock,
+        rate: f64,
+        policy: &str,
+    ) {
+        assert_eq!(quota.unwrap().to_string(), policy);
+        let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
+            .quota(quota)
+            .headers_on_allowed(true)
+            .build();
+        let n = 1200;
+        let (allowed, denied, secs) = paced_client(hello().layer(layer), &clock, n).await;
+        let got = f64::from(allowed) / secs;
+        println!(
+            "{policy}: {allowed} allowed, {denied} denied in {secs:.1} s: {got:.2}/s of {rate}/s"
+        );
+        assert_eq!((allowed, denied), (n, 0), "{policy}");
+        assert!(got >= 0.9 * rate, "{policy}: {got:.2}/s of {rate}/s");
+        assert!(got <= rate, "{policy}: {got:.2}/s of {rate}/s");
+    }
+    let clock = ManualClock::new;
+    let gcra = |spec: &str, clock: &ManualClock| {
+        let l = gcra_limiter(spec, clock);
+        (l.advertised_quota(), l as Arc<dyn RateLimiter<str>>)
+    };
+    // A burst of 10 ms × 10 = 0.1 s.
+    let c = clock();
+    let (q, l) = gcra("100/s burst 10", &c);
+    run(l, q, c, 100.0, r#""default";q=100;w=1;hotlimit-burst=10"#).await;
+    // A burst of 100 ms × 50 = 5 s.
+    let c = clock();
+    let (q, l) = gcra("10/s burst 50", &c);
+    run(l, q, c, 10.0, r#""default";q=10;w=1;hotlimit-burst=50"#).await;
+    // 600 ms × 20 = 12 s, and a window of a minute.
+    let c = clock();
+    let (q, l) = gcra("100/min burst 20", &c);
+    run(
+        l,
+        q,
+        c,
+        100.0 / 60.0,
+        r#""default";q=100;w=60;hotlimit-burst=20"#,
+    )
+    .await;
+    let s = Duration::from_secs;
+    let c = clock();
+    let l = Arc::new(CasLimiter::<String, _, _>::with_clock(
+        FixedWindow::new(100, s(10)).unwrap(),
+        c.clone(),
+    ));
+    let (q, l) = (l.advertised_quota(), l as Arc<dyn RateLimiter<str>>);
+    run(l, q, c, 10.0, r#""default";q=100;w=10"#).await;
+}
+
+/// Every draft's fields parse by that draft's grammar (structured fields, RFC 9651), on
+/// allowed and denied responses, with the legacy fields as plain integers.
+#[tokio::test]
+async fn every_drafts_fields_follow_its_grammar() {
+    use hotlimit::tower::Draft;
+    for draft in [Draft::Ietf07, Draft::Ietf09, Draft::Ietf10] {
+        let clock = ManualClock::new();
+        let layer = RateLimitLayer::builder(
+            gcra_limiter("2/s burst 3", &clock),
+            HeaderKey::from_static("x-api-key"),
+        )
+        .draft(draft)
+        .legacy_headers(true)
+        .headers_on_allowed(true)
+        .build();
+        let (addr, client) = serve(hello().layer(layer)).await;
+        let mut statuses = Vec::new();
+        for _ in 0..5 {
+            let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "k")]).await;
+            statuses.push(status.as_u16());
+            for legacy in [
+                "x-ratelimit-limit",
+                "x-ratelimit-remaining",
+                "x-ratelimit-reset",
+            ] {
+                let v = header(&h, legacy).unwrap();
+                assert!(v.parse::<u64>().is_ok(), "{legacy}: {v}");
+            }
+            let (q, w, burst, r, t) = if draft == Draft::Ietf07 {
+                // RateLimit-Policy: a list of integer items; RateLimit: a dictionary.
+                let policy: sfv::List = sfv::Parser::new(header(&h, "ratelimit-policy").unwrap())
+                    .parse()
+                    .unwrap();
+                let [sfv::ListEntry::Item(item)] = &policy[..] else {
+                    panic!("{policy:?}")
+                };
+                let q = u64::try_from(i64::from(item.bare_item.as_integer().unwrap())).unwrap();
+                only_known_params(&item.params, &["w", "burst"]);
+                let (w, burst) = (
+                    non_negative(&item.params, "w"),
+                    non_negative(&item.params, "burst"),
+                );
+                let dict: sfv::Dictionary = sfv::Parser::new(header(&h, "ratelimit").unwrap())
+                    .parse()
+                    .unwrap();
+                let int = |k: &str| match dict.get(k) {
+                    Some(sfv::ListEntry::Item(i)) if i.params.is_empty() => {
+                        u64::try_from(i64::from(i.bare_item.as_integer().unwrap())).unwrap()
+                    }
+                    other => panic!("{k}: {other:?}"),
+                };
+                assert_eq!(dict.len(), 3);
+                assert_eq!(int("limit"), q);
+                (q, w, burst, int("remaining"), Some(int("reset")))
+            } else {
+                let a = read_draft_10(&h);
+                let (q, w) = a.quota.unwrap();
+                (q, Some(w), a.burst, a.remaining.unwrap(), a.t)
+            };
+            assert_eq!((q, w, burst), (2, Some(1), Some(3)), "{draft}");
+            // 3 allowed at once, then denied; 500 ms per unit.
+            let remaining = 3u64.saturating_sub(statuses.len() as u64);
+            assert_eq!(r, remaining, "{draft}");
+            let want_t = match draft {
+                // The next unit, or a denial's wait: 500 ms, rounded up.
+                Draft::Ietf10 => 1,
+                _ if statuses.len() > 3 => 1,
+                // The whole burst back: 500 ms per unit taken.
+                _ => (statuses.len() as u64).div_ceil(2),
+            };
+            assert_eq!(t, Some(want_t), "{draft}");
+        }
+        assert_eq!(statuses, [200, 200, 200, 429, 429], "{draft}");
+    }
+}

@@ -48,12 +48,15 @@
 //! **`t`** is, in draft 10, "the number of seconds until additional quota is made available";
 //! in drafts 09 and 07, until the quota resets. Both are rounded up to whole seconds (the
 //! draft has no fractions), so `t` is never early: a client that waits `t` finds more quota.
-//! In draft 10 it is the time to the next unit for GCRA ([`QuotaPolicy::refilling_every`]),
-//! to the window's end for the fixed window, a denial's `retry_after`, and otherwise the time
-//! until the key's state is fresh (the sliding algorithms return quota gradually; that is the
-//! earliest moment the limiter can vouch for). `Retry-After` is never earlier than `t`, as the
-//! draft asks. A field whose value the algorithm does not know is left out (EARRRL and
-//! exponential know no `remaining`, so they send no `RateLimit`).
+//! In draft 10 it is the time to the next unit for GCRA ([`QuotaPolicy::refilling_every`])
+//! and to the window's end for the fixed window; otherwise the time until the key's state is
+//! fresh (the sliding algorithms return quota gradually, and their decisions do not say when
+//! the next unit comes: that is the earliest moment the limiter vouches for, so a client that
+//! waits out every `r=0` on a sliding window counter gets about half its rate; pacing by the
+//! policy gets all of it). On a denial, in every draft, `t` is the denial's wait, so
+//! `Retry-After` is never earlier than `t`, as the draft asks. A field whose value the
+//! algorithm does not know is left out (EARRRL and exponential know no `remaining`, so they
+//! send no `RateLimit`).
 //!
 //! The two IETF fields are lists and are appended, so nested limits (per IP, then per API key)
 //! advertise both policies; give them distinct names ([`QuotaPolicy::named`]).
@@ -457,9 +460,12 @@ impl Fields {
         let d = &self.decision;
         let reset = d.reset_after()?;
         let reset = u64::try_from(reset.as_nanos()).unwrap_or(u64::MAX);
+        // A denial's `t` is its wait in every draft: `Retry-After` must not be earlier.
+        if d.is_denied() {
+            return Some(d.retry_after_nanos());
+        }
         Some(match self.headers.draft {
             Draft::Ietf07 | Draft::Ietf09 => reset,
-            Draft::Ietf10 if d.is_denied() => d.retry_after_nanos(),
             Draft::Ietf10 => match self.headers.quota.and_then(|q| q.refill_interval()) {
                 // An allowed GCRA state is at most a burst ahead, and the next unit comes
                 // back when `reset` is a whole number of units again.
