@@ -1,0 +1,157 @@
+//! A pingora reverse proxy that rate-limits each client with hotlimit.
+//!
+//! Every request is keyed (the client's address, or its address in `X-Forwarded-For` behind
+//! trusted proxies) and decided by a per-key GCRA limiter in pingora's `request_filter` phase,
+//! before any upstream connection: a denial is answered `429 Too Many Requests` by the proxy
+//! itself. The answers and header fields are those of hotlimit's tower layer, rendered by the
+//! same code (`hotlimit::headers`): `Retry-After` on a 429, `RateLimit-Policy` and `RateLimit`
+//! on every response (the upstream's included), optionally the legacy `X-RateLimit-*`.
+//!
+//! # Usage
+//!
+//! ```text
+//! cargo run --release -- --listen 127.0.0.1:6188 --upstream 127.0.0.1:8080 \
+//!     --rate 5/s --burst 5 [--key ip|forwarded:<n>] [--mode enforce|dry-run|shadow]
+//!
+//! --listen ADDR        address to listen on (default 127.0.0.1:6188; port 0 picks one)
+//! --upstream HOST:PORT the HTTP server to proxy to (plain HTTP, no TLS)
+//! --rate RATE          per-client rate: 5/s, 100/min, 0.5/s (default 5/s)
+//! --burst N            per-client burst (default: the rate's count)
+//! --key ip             key by the client's address from the connection (the default)
+//! --key forwarded:N    key by the client address in X-Forwarded-For, behind N trusted
+//!                      proxies (the N-th address from the right; spoofable if clients can
+//!                      reach this proxy without going through them)
+//! --mode MODE          enforce (429s), dry-run or shadow (never deny; see below)
+//! --legacy-headers     also send X-RateLimit-Limit / -Remaining / -Reset
+//! --draft DRAFT        the RateLimit fields' draft: draft-10 (default), draft-09, draft-07
+//! --threads N          pingora's worker threads (default: the number of CPUs)
+//! ```
+//!
+//! It prints `listening on <addr>` once it accepts connections.
+//!
+//! # Modes
+//!
+//! - **enforce**: a denied request is answered 429, with `Retry-After` and the fields, and
+//!   never reaches the upstream; an allowed one goes through and its response carries the
+//!   fields.
+//! - **dry-run**: nothing is denied; every response from the upstream carries the fields of
+//!   its decision (`r=0` where enforce would have denied), and would-be denials are logged
+//!   on stderr.
+//! - **shadow**: nothing is denied; the upstream learns the decision from the request header
+//!   `hotlimit-shadow: denied` or `allowed` (set by the proxy: a client's own is replaced)
+//!   and decides what a denial means (serve it but skip the work, say). Responses to denied
+//!   requests carry no rate-limit fields, which would tip the client off; allowed ones do.
+//!
+//! A request without a key (`--key forwarded:N` and no `X-Forwarded-For`, or fewer than N
+//! entries) is answered 400 in enforce mode, as the tower layer does, and let through
+//! uncounted in the other modes.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs, missing_debug_implementations)]
+
+#[cfg(not(unix))]
+compile_error!("the example hands pingora a socket through its fd table: Unix only");
+
+mod listener;
+mod proxy;
+
+use clap::Parser;
+use hotlimit::algo::Gcra;
+use hotlimit::headers::{Draft, Mode, RateLimitHeaders};
+use hotlimit::{CasLimiter, Rate};
+use listener::Prebound;
+use pingora::prelude::{http_proxy_service, Server};
+use pingora::server::configuration::ServerConf;
+use proxy::{KeyArg, RateLimitProxy};
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(about = "A pingora reverse proxy rate-limited per client by hotlimit")]
+struct Args {
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:6188")]
+    listen: SocketAddr,
+    /// The upstream HTTP server, HOST:PORT (plain HTTP).
+    #[arg(long)]
+    upstream: String,
+    /// Per-client rate, e.g. 5/s, 100/min.
+    #[arg(long, default_value = "5/s")]
+    rate: Rate,
+    /// Per-client burst (default: the rate's count).
+    #[arg(long)]
+    burst: Option<u64>,
+    /// `ip` (the connection's address) or `forwarded:<n>` (X-Forwarded-For behind n proxies).
+    #[arg(long, default_value = "ip", value_parser = KeyArg::parse)]
+    key: KeyArg,
+    /// enforce, dry-run or shadow.
+    #[arg(long, default_value = "enforce")]
+    mode: Mode,
+    /// Also send the legacy X-RateLimit-* headers.
+    #[arg(long)]
+    legacy_headers: bool,
+    /// The RateLimit fields' draft: draft-10, draft-09 or draft-07.
+    #[arg(long, default_value_t = Draft::default())]
+    draft: Draft,
+    /// pingora's worker threads (default: the number of CPUs).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(never) => match never {},
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Sets the proxy up and serves until the process is stopped.
+fn run(args: Args) -> Result<Infallible, Box<dyn std::error::Error>> {
+    let mut gcra = Gcra::new(args.rate)?;
+    if let Some(burst) = args.burst {
+        gcra = gcra.with_burst(burst)?;
+    }
+    // Drop keys back at their full quota every 10 s, so a flood of clients does not pile up.
+    let limiter = CasLimiter::<String, _>::builder(gcra)
+        .sweep_every(Duration::from_secs(10))
+        .build()?;
+    // The fields on allowed responses too, as examples/proxy.rs: clients can pace themselves.
+    let headers = RateLimitHeaders::for_limiter(&limiter)
+        .with_mode(args.mode)
+        .with_draft(args.draft)
+        .with_legacy(args.legacy_headers)
+        .with_on_allowed(true);
+    // Resolved once: pingora would resolve a host name for every request.
+    let upstream = args
+        .upstream
+        .to_socket_addrs()
+        .map_err(|e| format!("bad upstream `{}`: {e}", args.upstream))?
+        .next()
+        .ok_or_else(|| format!("upstream `{}` resolves to no address", args.upstream))?;
+    // Bound here, so a busy port fails now, and port 0 is known before we say where we are.
+    let listener = TcpListener::bind(args.listen)?;
+
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let conf = ServerConf {
+        threads,
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+    let bind = args.listen.to_string();
+    let mut service = http_proxy_service(
+        &server.configuration,
+        RateLimitProxy::new(limiter, args.key, headers, upstream),
+    );
+    service.add_tcp(&bind);
+    server.add_service(Prebound::new(service, listener, bind)?);
+    server.run_forever()
+}

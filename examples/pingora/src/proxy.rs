@@ -1,0 +1,191 @@
+//! The proxy's request phases: key the request, decide it, answer 429 (or 400) itself or pass
+//! it on, and add the rate-limit headers to the upstream's response.
+
+use async_trait::async_trait;
+use hotlimit::algo::Gcra;
+use hotlimit::headers::Verdict;
+use hotlimit::headers::{Mode, RateLimitHeaders};
+use hotlimit::tower::{ForwardedIp, Key, KeyExtractor, PeerIp};
+use hotlimit::CasLimiter;
+use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
+use http::request::Parts;
+use pingora::http::ResponseHeader;
+use pingora::prelude::{HttpPeer, RequestHeader, Session};
+use pingora::proxy::ProxyHttp;
+use std::net::SocketAddr;
+
+/// The request header that tells the upstream, in shadow mode, what the limiter decided:
+/// `denied` or `allowed`.
+pub const SHADOW_HEADER: HeaderName = HeaderName::from_static("hotlimit-shadow");
+
+/// What a request is keyed by: one extractor type for both choices of `--key`.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyArg {
+    /// The client's address from the connection (`session.client_addr()`).
+    Ip(PeerIp),
+    /// The client's address in `X-Forwarded-For`, behind trusted proxies.
+    Forwarded(ForwardedIp),
+}
+
+impl KeyArg {
+    /// Parses `ip` or `forwarded:<n>`, `n` ≥ 1 the number of trusted proxies in front.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            None if s == "ip" => Ok(KeyArg::Ip(PeerIp::new())),
+            Some(("forwarded", n)) => match n.parse::<usize>() {
+                Ok(n @ 1..) => Ok(KeyArg::Forwarded(ForwardedIp::x_forwarded_for(n))),
+                _ => Err(format!(
+                    "bad proxy count `{n}` (expected the number of trusted proxies, at least 1)"
+                )),
+            },
+            _ => Err(format!("unknown key `{s}` (expected ip or forwarded:<n>)")),
+        }
+    }
+}
+
+impl KeyExtractor for KeyArg {
+    fn extract<'a>(&self, parts: &'a Parts) -> Option<Key<'a>> {
+        match self {
+            // Reads the `std::net::SocketAddr` that `request_filter` put in the extensions.
+            KeyArg::Ip(k) => k.extract(parts),
+            KeyArg::Forwarded(k) => k.extract(parts),
+        }
+    }
+}
+
+/// A reverse proxy to one upstream, limiting each client with a hotlimit GCRA limiter.
+#[derive(Debug)]
+pub struct RateLimitProxy {
+    limiter: CasLimiter<String, Gcra>,
+    key: KeyArg,
+    headers: RateLimitHeaders,
+    upstream: SocketAddr,
+}
+
+impl RateLimitProxy {
+    /// A proxy to `upstream` that limits with `limiter`, keyed by `key`, its answers and header
+    /// fields as `headers` says (mode, draft, legacy fields).
+    pub fn new(
+        limiter: CasLimiter<String, Gcra>,
+        key: KeyArg,
+        headers: RateLimitHeaders,
+        upstream: SocketAddr,
+    ) -> Self {
+        Self {
+            limiter,
+            key,
+            headers,
+            upstream,
+        }
+    }
+}
+
+/// What `request_filter` leaves for the later phases of a request it let through.
+#[derive(Debug, Default)]
+pub struct Ctx {
+    /// The limiter's verdict; `None` for a request without a key in dry-run or shadow mode
+    /// (let through uncounted).
+    verdict: Option<Verdict>,
+}
+
+#[async_trait]
+impl ProxyHttp for RateLimitProxy {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx::default()
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> pingora::Result<bool> {
+        if let KeyArg::Ip(_) = self.key {
+            // `PeerIp` reads the address from the head's extensions, as under a tower server.
+            let peer = session.client_addr().and_then(|a| a.as_inet()).copied();
+            if let Some(peer) = peer {
+                session.req_header_mut().extensions_mut().insert(peer);
+            }
+        }
+        // An empty key is a missing one: one bucket for every client that sends nothing would
+        // be a key nobody chose. 400 as the tower layer's `MissingKey::Reject`; uncounted in
+        // the other modes, which never deny.
+        let key = match self.key.extract(session.req_header()) {
+            Some(key) if !key.as_str().is_empty() => key,
+            _ if self.headers.mode() == Mode::Enforce => {
+                answer(session, 400, std::iter::empty()).await?;
+                return Ok(true);
+            }
+            _ => return Ok(false),
+        };
+        let decision = self.limiter.check(key.as_str());
+        if decision.is_denied() && self.headers.mode() != Mode::Enforce {
+            eprintln!(
+                "{}: would deny {} (retry after {:?})",
+                self.headers.mode(),
+                key.as_str(),
+                decision.retry_after()
+            );
+        }
+        let verdict = self.headers.verdict(decision);
+        if let Some(status) = verdict.status() {
+            answer(session, status.as_u16(), verdict.fields()).await?;
+            return Ok(true);
+        }
+        ctx.verdict = Some(verdict);
+        Ok(false)
+    }
+
+    async fn upstream_peer(&self, _: &mut Session, _: &mut Ctx) -> pingora::Result<Box<HttpPeer>> {
+        // Plain HTTP: no TLS, no SNI.
+        Ok(Box::new(HttpPeer::new(self.upstream, false, String::new())))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _: &mut Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> pingora::Result<()> {
+        // Shadow mode: the upstream decides what a denial means (answer as usual but skip the
+        // work, log it, ...). A client's own `hotlimit-shadow` is replaced, never trusted.
+        if self.headers.mode() == Mode::Shadow {
+            match ctx.verdict.and_then(|v| v.shadow()) {
+                Some(d) => {
+                    let value = if d.is_denied() { "denied" } else { "allowed" };
+                    upstream_request.insert_header(SHADOW_HEADER, value)?;
+                }
+                // No key, so no decision.
+                None => {
+                    upstream_request.remove_header(&SHADOW_HEADER);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> pingora::Result<()> {
+        if let Some(verdict) = ctx.verdict {
+            for (name, value) in verdict.fields() {
+                upstream_response.append_header(name, value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Answers the request with `status`, the header `fields` and no body.
+async fn answer(
+    session: &mut Session,
+    status: u16,
+    fields: impl Iterator<Item = (HeaderName, HeaderValue)>,
+) -> pingora::Result<()> {
+    let mut resp = ResponseHeader::build(status, None)?;
+    for (name, value) in fields {
+        resp.append_header(name, value)?;
+    }
+    resp.insert_header(CONTENT_LENGTH, HeaderValue::from_static("0"))?;
+    session.write_response_header(Box::new(resp), true).await
+}

@@ -1,0 +1,328 @@
+//! The proxy binary on loopback, between a real client (hyper-util) and a small upstream
+//! (hyper): exact allowed / denied counts and header values in each mode.
+//!
+//! Every test limits to `1/h` with a burst of 5: five requests pass, and nothing refills
+//! while a test runs, so the counts and values do not depend on timing.
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::{Bytes, Incoming};
+use hyper::service::service_fn;
+use hyper::{HeaderMap, Request, Response, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+const POLICY: &str = r#""default";q=1;w=3600;hotlimit-burst=5"#;
+
+/// What the upstream saw of one request: its `hotlimit-shadow` header.
+type Seen = Arc<Mutex<Vec<Option<String>>>>;
+
+/// A tiny upstream on loopback: answers `200 upstream` to everything and records the
+/// requests it got.
+async fn upstream() -> (SocketAddr, Seen) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Seen::default();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let log = log.clone();
+            let service = service_fn(move |req: Request<Incoming>| {
+                let shadow = req
+                    .headers()
+                    .get("hotlimit-shadow")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                log.lock().unwrap().push(shadow);
+                async { Ok::<_, Infallible>(Response::new("upstream".to_owned())) }
+            });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// The proxy, a child process; killed when dropped.
+struct Proxy {
+    child: Child,
+    addr: SocketAddr,
+}
+
+/// Reads all of `from` on a thread (so the child never blocks on a full pipe).
+fn drain(mut from: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = from.read_to_string(&mut out);
+        out
+    })
+}
+
+impl Proxy {
+    /// Starts the proxy in front of `upstream` on a free port, with `args`, and waits for its
+    /// `listening on <addr>` line.
+    fn start(upstream: SocketAddr, args: &[&str]) -> Proxy {
+        let child = Command::new(env!("CARGO_BIN_EXE_hotlimit-pingora"))
+            .args(["--listen", "127.0.0.1:0", "--threads", "1", "--upstream"])
+            .arg(upstream.to_string())
+            .args(["--rate", "1/h", "--burst", "5"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the proxy");
+        // The guard first: a failure below still kills the child.
+        let mut proxy = Proxy {
+            child,
+            addr: ([0, 0, 0, 0], 0).into(),
+        };
+        // Its stderr (would-be denials in dry-run and shadow mode) is only shown on failure.
+        let stderr = drain(proxy.child.stderr.take().unwrap());
+        let mut stdout = BufReader::new(proxy.child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        match line.trim_end().strip_prefix("listening on ") {
+            Some(addr) => proxy.addr = addr.parse().unwrap(),
+            None => {
+                let status = proxy.child.wait();
+                panic!(
+                    "the proxy said {line:?} instead of `listening on <addr>` and exited with \
+                     {status:?}; its stderr:\n{}",
+                    stderr.join().unwrap()
+                );
+            }
+        }
+        drain(stdout);
+        proxy
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A response, read whole.
+struct Got {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Got {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// The rate-limit fields, as `name: value` lines in order.
+    fn fields(&self) -> Vec<String> {
+        let names = [
+            "retry-after",
+            "ratelimit-policy",
+            "ratelimit",
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+        ];
+        self.headers
+            .iter()
+            .filter(|(n, _)| names.contains(&n.as_str()))
+            .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
+            .collect()
+    }
+}
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// `GET /` through the proxy, with `headers`.
+async fn get(client: &HttpClient, proxy: &Proxy, headers: &[(&str, &str)]) -> Got {
+    let mut req = Request::get(format!("http://{}/", proxy.addr));
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let resp = client
+        .request(req.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Got {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+/// `n` requests through the proxy, with `headers`.
+async fn get_n(client: &HttpClient, proxy: &Proxy, n: usize, headers: &[(&str, &str)]) -> Vec<Got> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(get(client, proxy, headers).await);
+    }
+    out
+}
+
+fn ratelimit(remaining: u64) -> String {
+    format!("ratelimit: \"default\";r={remaining};t=3600")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enforce_answers_429_itself_with_the_headers() {
+    let (up, seen) = upstream().await;
+    let proxy = Proxy::start(up, &[]);
+    let client = client();
+    let got = get_n(&client, &proxy, 8, &[]).await;
+
+    for (i, g) in got[..5].iter().enumerate() {
+        assert_eq!(g.status, StatusCode::OK, "request {}", i + 1);
+        assert_eq!(g.body, "upstream");
+        let remaining = 4 - i as u64;
+        assert_eq!(
+            g.fields(),
+            [format!("ratelimit-policy: {POLICY}"), ratelimit(remaining)]
+        );
+    }
+    for g in &got[5..] {
+        assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(g.body, "");
+        // The whole emission interval: a retry after 3600 s finds one request.
+        assert_eq!(
+            g.fields(),
+            [
+                "retry-after: 3600".to_owned(),
+                format!("ratelimit-policy: {POLICY}"),
+                ratelimit(0),
+            ]
+        );
+    }
+    let denied = got.iter().filter(|g| g.status == 429).count();
+    println!("enforce: {} allowed, {denied} denied", got.len() - denied);
+    // The denied requests never reached the upstream.
+    assert_eq!(seen.lock().unwrap().len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_clients_have_their_own_budgets() {
+    let (up, seen) = upstream().await;
+    let proxy = Proxy::start(up, &["--key", "forwarded:1"]);
+    let client = client();
+    let alice = [("x-forwarded-for", "198.51.100.1")];
+    // Bob claims to be Alice; behind one trusted proxy only the right-most entry counts.
+    let bob = [("x-forwarded-for", "198.51.100.1, 198.51.100.2")];
+
+    let got = get_n(&client, &proxy, 6, &alice).await;
+    let statuses: Vec<u16> = got.iter().map(|g| g.status.as_u16()).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
+    let got = get_n(&client, &proxy, 6, &bob).await;
+    let statuses: Vec<u16> = got.iter().map(|g| g.status.as_u16()).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
+    assert_eq!(got[0].header("ratelimit"), Some(r#""default";r=4;t=3600"#));
+    println!("forwarded: alice 5 allowed 1 denied, bob 5 allowed 1 denied");
+
+    // No client address: 400, as the tower layer's MissingKey::Reject, without the fields.
+    let g = get(&client, &proxy, &[]).await;
+    assert_eq!(g.status, StatusCode::BAD_REQUEST);
+    assert!(g.fields().is_empty(), "{:?}", g.fields());
+    assert_eq!(seen.lock().unwrap().len(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_never_denies_and_reports_on_the_upstreams_responses() {
+    let (up, seen) = upstream().await;
+    let proxy = Proxy::start(up, &["--mode", "dry-run"]);
+    let client = client();
+    let got = get_n(&client, &proxy, 8, &[]).await;
+
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g.status, StatusCode::OK, "request {}", i + 1);
+        assert_eq!(g.body, "upstream");
+        // Requests 6 to 8 would have been denied: r=0, but no Retry-After (not a 429).
+        let remaining = 4u64.saturating_sub(i as u64);
+        assert_eq!(
+            g.fields(),
+            [format!("ratelimit-policy: {POLICY}"), ratelimit(remaining)]
+        );
+    }
+    println!(
+        "dry-run: {} reached the upstream",
+        seen.lock().unwrap().len()
+    );
+    assert_eq!(seen.lock().unwrap().len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_tells_the_upstream_and_hides_denials_from_the_client() {
+    let (up, seen) = upstream().await;
+    let proxy = Proxy::start(up, &["--mode", "shadow"]);
+    let client = client();
+    let mut got = get_n(&client, &proxy, 7, &[]).await;
+    // A client cannot pass itself off as allowed: the proxy's value replaces its own.
+    got.push(get(&client, &proxy, &[("hotlimit-shadow", "allowed")]).await);
+
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g.status, StatusCode::OK, "request {}", i + 1);
+        assert_eq!(g.body, "upstream");
+    }
+    for (i, g) in got[..5].iter().enumerate() {
+        let remaining = 4 - i as u64;
+        assert_eq!(
+            g.fields(),
+            [format!("ratelimit-policy: {POLICY}"), ratelimit(remaining)]
+        );
+    }
+    for g in &got[5..] {
+        assert!(g.fields().is_empty(), "{:?}", g.fields());
+    }
+    let seen = seen.lock().unwrap().clone();
+    let seen: Vec<_> = seen.iter().map(|s| s.as_deref()).collect();
+    println!("shadow: the upstream saw {seen:?}");
+    assert_eq!(seen[..5], [Some("allowed"); 5]);
+    assert_eq!(seen[5..], [Some("denied"); 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_fields_and_an_older_draft() {
+    let (up, _) = upstream().await;
+    let proxy = Proxy::start(up, &["--legacy-headers", "--draft", "draft-07"]);
+    let client = client();
+    let got = get_n(&client, &proxy, 6, &[]).await;
+    assert_eq!(got[0].status, StatusCode::OK);
+    assert_eq!(
+        got[0].fields(),
+        [
+            "ratelimit-policy: 1;w=3600;burst=5",
+            "ratelimit: limit=1, remaining=4, reset=3600",
+            "x-ratelimit-limit: 1",
+            "x-ratelimit-remaining: 4",
+            "x-ratelimit-reset: 3600",
+        ]
+    );
+    assert_eq!(got[5].status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        got[5].fields(),
+        [
+            "retry-after: 3600",
+            "ratelimit-policy: 1;w=3600;burst=5",
+            // A denial's reset is its wait in every draft (Retry-After is never earlier);
+            // the legacy reset stays the time until the quota is whole again.
+            "ratelimit: limit=1, remaining=0, reset=3600",
+            "x-ratelimit-limit: 1",
+            "x-ratelimit-remaining: 0",
+            "x-ratelimit-reset: 18000",
+        ]
+    );
+}
