@@ -217,7 +217,7 @@ impl std::str::FromStr for Mode {
 /// clock.advance(Duration::from_secs(15));
 /// let verdict = headers.verdict(limiter.check("alice"));
 /// assert!(!verdict.deny()); // a dry run never denies...
-/// let fields: Vec<_> = verdict.fields().map(|(n, v)| format!("{n}: {}", v.to_str().unwrap())).collect();
+/// let fields: Vec<_> = verdict.fields().map(|f| format!("{}: {}", f.name, f.value.to_str().unwrap())).collect();
 /// assert_eq!(fields, ["ratelimit-policy: 2;w=60", "ratelimit: limit=2, remaining=0, reset=45"]); // ...but reports
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -419,18 +419,38 @@ impl Verdict {
     }
 
     /// The header fields, for a response type other than [`HeaderMap`] (pingora's
-    /// `ResponseHeader::append_header`, say): append each.
-    pub fn fields(&self) -> impl Iterator<Item = (HeaderName, HeaderValue)> {
-        let mut out: [Option<(HeaderName, HeaderValue)>; 6] = Default::default();
+    /// `ResponseHeader`, say): append those whose [`Field::list`] is set, insert the others,
+    /// as [`Verdict::apply`] does.
+    pub fn fields(&self) -> impl Iterator<Item = Field> {
+        let mut out: [Option<Field>; 6] = Default::default();
         if let Some(fields) = &self.fields {
             let mut at = 0;
             fields.render(|name, value| {
-                out[at] = Some((name, value));
+                let list = is_list(&name);
+                out[at] = Some(Field { name, value, list });
                 at += 1;
             });
         }
         out.into_iter().flatten()
     }
+}
+
+/// One header field of a [`Verdict`], from [`Verdict::fields`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    /// The field's name.
+    pub name: HeaderName,
+    /// Its value.
+    pub value: HeaderValue,
+    /// Whether it is a list, to append to a value already there (`RateLimit-Policy` and
+    /// `RateLimit`: nested limits add their policies to one list, as the draft allows), rather
+    /// than replace it (`Retry-After`, the legacy fields).
+    pub list: bool,
+}
+
+/// Whether `name` is one of the draft's list fields.
+fn is_list(name: &HeaderName) -> bool {
+    name == RATELIMIT_POLICY || name == RATELIMIT
 }
 
 /// The header fields of one decision.
@@ -447,7 +467,7 @@ impl Fields {
         self.render(|name, value| {
             // Lists are appended, so nested limits add their policies to one list, as the
             // draft allows; the other fields have one value.
-            if name == RATELIMIT_POLICY || name == RATELIMIT {
+            if is_list(&name) {
                 headers.append(name, value);
             } else {
                 headers.insert(name, value);
@@ -623,10 +643,7 @@ mod tests {
 
     fn render(headers: RateLimitHeaders, decision: Decision) -> Vec<String> {
         let v = headers.verdict(decision);
-        let from_iter: Vec<String> = v
-            .fields()
-            .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
-            .collect();
+        let from_iter: Vec<String> = render_verdict(v);
         // `apply` writes the same fields.
         let mut map = HeaderMap::new();
         v.apply(&mut map);
@@ -799,7 +816,10 @@ mod tests {
 
     fn render_verdict(v: Verdict) -> Vec<String> {
         v.fields()
-            .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
+            .map(|f| {
+                assert_eq!(f.list, f.name.as_str().starts_with("ratelimit"));
+                format!("{}: {}", f.name, f.value.to_str().unwrap())
+            })
             .collect()
     }
 

@@ -3,12 +3,10 @@
 
 use async_trait::async_trait;
 use hotlimit::algo::Gcra;
-use hotlimit::headers::Verdict;
-use hotlimit::headers::{Mode, RateLimitHeaders};
-use hotlimit::tower::{ForwardedIp, Key, KeyExtractor, PeerIp};
+use hotlimit::headers::{Field, Mode, RateLimitHeaders, Verdict};
+use hotlimit::tower::{ForwardedIp, Key, KeyExtractor};
 use hotlimit::CasLimiter;
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
-use http::request::Parts;
 use pingora::http::ResponseHeader;
 use pingora::prelude::{HttpPeer, RequestHeader, Session};
 use pingora::proxy::ProxyHttp;
@@ -18,11 +16,11 @@ use std::net::SocketAddr;
 /// `denied` or `allowed`.
 pub const SHADOW_HEADER: HeaderName = HeaderName::from_static("hotlimit-shadow");
 
-/// What a request is keyed by: one extractor type for both choices of `--key`.
+/// What a request is keyed by.
 #[derive(Debug, Clone, Copy)]
 pub enum KeyArg {
     /// The client's address from the connection (`session.client_addr()`).
-    Ip(PeerIp),
+    Ip,
     /// The client's address in `X-Forwarded-For`, behind trusted proxies.
     Forwarded(ForwardedIp),
 }
@@ -31,7 +29,7 @@ impl KeyArg {
     /// Parses `ip` or `forwarded:<n>`, `n` ≥ 1 the number of trusted proxies in front.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s.split_once(':') {
-            None if s == "ip" => Ok(KeyArg::Ip(PeerIp::new())),
+            None if s == "ip" => Ok(KeyArg::Ip),
             Some(("forwarded", n)) => match n.parse::<usize>() {
                 Ok(n @ 1..) => Ok(KeyArg::Forwarded(ForwardedIp::x_forwarded_for(n))),
                 _ => Err(format!(
@@ -43,12 +41,17 @@ impl KeyArg {
     }
 }
 
-impl KeyExtractor for KeyArg {
-    fn extract<'a>(&self, parts: &'a Parts) -> Option<Key<'a>> {
+impl KeyArg {
+    /// The request's key: the peer's address as text (formatted on the stack), or the
+    /// forwarded client's address from the head (pingora's `RequestHeader` is an
+    /// `http::request::Parts`, which the tower layer's extractors read).
+    fn key<'a>(&self, session: &'a Session) -> Option<Key<'a>> {
         match self {
-            // Reads the `std::net::SocketAddr` that `request_filter` put in the extensions.
-            KeyArg::Ip(k) => k.extract(parts),
-            KeyArg::Forwarded(k) => k.extract(parts),
+            KeyArg::Ip => session
+                .client_addr()
+                .and_then(|a| a.as_inet())
+                .map(|a| Key::from(a.ip())),
+            KeyArg::Forwarded(k) => k.extract(session.req_header()),
         }
     }
 }
@@ -97,17 +100,10 @@ impl ProxyHttp for RateLimitProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> pingora::Result<bool> {
-        if let KeyArg::Ip(_) = self.key {
-            // `PeerIp` reads the address from the head's extensions, as under a tower server.
-            let peer = session.client_addr().and_then(|a| a.as_inet()).copied();
-            if let Some(peer) = peer {
-                session.req_header_mut().extensions_mut().insert(peer);
-            }
-        }
         // An empty key is a missing one: one bucket for every client that sends nothing would
         // be a key nobody chose. 400 as the tower layer's `MissingKey::Reject`; uncounted in
         // the other modes, which never deny.
-        let key = match self.key.extract(session.req_header()) {
+        let key = match self.key.key(session) {
             Some(key) if !key.as_str().is_empty() => key,
             _ if self.headers.mode() == Mode::Enforce => {
                 answer(session, 400, std::iter::empty()).await?;
@@ -168,23 +164,34 @@ impl ProxyHttp for RateLimitProxy {
         ctx: &mut Ctx,
     ) -> pingora::Result<()> {
         if let Some(verdict) = ctx.verdict {
-            for (name, value) in verdict.fields() {
-                upstream_response.append_header(name, value)?;
+            for field in verdict.fields() {
+                set(upstream_response, field)?;
             }
         }
         Ok(())
     }
 }
 
+/// Sets one rate-limit field on a response: a list field is appended (after the upstream's
+/// own policies, if any), the others replace the upstream's value.
+fn set(resp: &mut ResponseHeader, field: Field) -> pingora::Result<()> {
+    if field.list {
+        resp.append_header(field.name, field.value)?;
+    } else {
+        resp.insert_header(field.name, field.value)?;
+    }
+    Ok(())
+}
+
 /// Answers the request with `status`, the header `fields` and no body.
 async fn answer(
     session: &mut Session,
     status: u16,
-    fields: impl Iterator<Item = (HeaderName, HeaderValue)>,
+    fields: impl Iterator<Item = Field>,
 ) -> pingora::Result<()> {
     let mut resp = ResponseHeader::build(status, None)?;
-    for (name, value) in fields {
-        resp.append_header(name, value)?;
+    for field in fields {
+        set(&mut resp, field)?;
     }
     resp.insert_header(CONTENT_LENGTH, HeaderValue::from_static("0"))?;
     session.write_response_header(Box::new(resp), true).await
