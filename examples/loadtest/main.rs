@@ -74,17 +74,17 @@
 //! `--json` one JSON array with one object per variant (see below).
 //!
 //! ```text
-//! algo=gcra (1000/s burst 100 per key), store=papaya, clock=exact, threads=2, keys=10000, dist=zipf:1.0, abusive=0.1 (from 8 key(s)), prefill=no, requests/thread=2000000, rounds=3
-//! throughput: no timer per check (one clock read per thread before and after its 2000000 checks); median and min-max over 3 round(s), each on fresh limiters, the variants interleaved (round r starts at the r-th)
-//! latency: a separate pass after each throughput pass, its first 200000 checks/thread again on the same limiter, every check timed, all rounds merged; each value includes the timer's own cost: an empty timed pair reads 30 ns (p50)
-//! variant        Mops/s    (min-max)  ns/op    (min-max)  p50 ns  p99 ns  p99.9 ns  retries/op  allowed %  vs CAS  (min-max)
-//! cas             20.62  18.35-21.09   97.0   94.8-109.0      50     270       501      4.5e-6      28.45    1.00  1.00-1.00
-//! mutex           18.06  17.01-19.67  110.7  101.7-117.5      51     271       511           -      29.04    0.95  0.81-0.98
-//! sharded-mutex   20.44  12.91-21.77   97.9   91.9-155.0      60     231       481           -      29.21    0.97  0.63-1.19
-//! governor        12.12  11.29-13.78  165.0  145.2-177.1      71     241       472           -      31.63    0.62  0.59-0.65
+//! algo=gcra (1000/s burst 100 per key), store=papaya, clock=exact, threads=2, keys=10000, dist=zipf:1.0, abusive=0.1 (from 8 key(s)), prefill=no, requests/thread=20000000, rounds=3
+//! throughput: no timer per check (one clock read per thread before and after its 20000000 checks); median and min-max over 3 round(s), each on fresh limiters, the variants interleaved (round r starts at the r-th)
+//! latency: a separate pass after each throughput pass, its first 2000000 checks/thread again on the same limiter, every check timed, all rounds merged; each value includes the timer's own cost: an empty timed pair reads 30 ns (p50)
+//! variant        Mops/s    (min-max)  ns/op  (min-max)  p50 ns  p99 ns  p99.9 ns  retries/op  allowed %  vs CAS  (min-max)
+//! cas             58.19  57.66-58.34   34.4  34.3-34.7      50     130       151      1.3e-5      16.16    1.00  1.00-1.00
+//! mutex           43.72  43.42-44.14   45.7  45.3-46.1      70     131       171           -      18.49    0.75  0.75-0.76
+//! sharded-mutex   35.25  34.77-36.18   56.7  55.3-57.5      80     200       281           -      20.28    0.61  0.60-0.62
+//! governor        29.39  27.74-29.44   68.1  67.9-72.1     100     190       270           -      22.03    0.50  0.48-0.51
 //! ```
 //!
-//! (A short run on a busy machine, for the format only; measured numbers are in BENCHMARKS.md.)
+//! (The default run on the 2-vCPU development VM, quiet; BENCHMARKS.md has the others.)
 //!
 //! * `Mops/s`: total checks / wall time / 10^6, for each round; the median over rounds and,
 //!   in `(min-max)`, the range.
@@ -95,7 +95,10 @@
 //! * `retries/op`: CAS retries (`metrics().cas_retries`) per check in the throughput passes,
 //!   hotlimit CAS only; the lock-based variants have none and governor's are not observable
 //!   (`-` in the table, 0 in JSON).
-//! * `allowed %`: the share of the throughput passes' checks allowed, all rounds.
+//! * `allowed %`: the share of the throughput passes' checks allowed, all rounds. It differs
+//!   between variants under a real quota: a faster variant replays the same stream in less
+//!   time, so fewer tokens accrue during it (and the clocks are read at slightly different
+//!   moments).
 //! * `vs CAS`: throughput relative to hotlimit CAS **in the same round**, its median and range
 //!   over rounds (so a round on a slow machine moves both sides of its ratio).
 //!
