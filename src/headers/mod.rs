@@ -425,8 +425,7 @@ impl Verdict {
         let mut out: [Option<Field>; 6] = Default::default();
         if let Some(fields) = &self.fields {
             let mut at = 0;
-            fields.render(|name, value| {
-                let list = is_list(&name);
+            fields.render(|name, value, list| {
                 out[at] = Some(Field { name, value, list });
                 at += 1;
             });
@@ -448,11 +447,6 @@ pub struct Field {
     pub list: bool,
 }
 
-/// Whether `name` is one of the draft's list fields.
-fn is_list(name: &HeaderName) -> bool {
-    name == RATELIMIT_POLICY || name == RATELIMIT
-}
-
 /// The header fields of one decision.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Fields {
@@ -464,10 +458,10 @@ pub(crate) struct Fields {
 impl Fields {
     /// Adds the fields to `headers`.
     pub(crate) fn apply(&self, headers: &mut HeaderMap) {
-        self.render(|name, value| {
+        self.render(|name, value, list| {
             // Lists are appended, so nested limits add their policies to one list, as the
             // draft allows; the other fields have one value.
-            if is_list(&name) {
+            if list {
                 headers.append(name, value);
             } else {
                 headers.insert(name, value);
@@ -500,7 +494,8 @@ impl Fields {
 
     /// Calls `emit` with each field, in order: `Retry-After`, `RateLimit-Policy`,
     /// `RateLimit`, the legacy fields.
-    fn render(&self, mut emit: impl FnMut(HeaderName, HeaderValue)) {
+    /// `emit`'s third argument says whether the field is a list (the two IETF fields).
+    fn render(&self, mut emit: impl FnMut(HeaderName, HeaderValue, bool)) {
         let d = &self.decision;
         let h = &self.headers;
         if self.retry_after {
@@ -508,6 +503,7 @@ impl Fields {
             emit(
                 RETRY_AFTER,
                 HeaderValue::from(ceil_secs(d.retry_after()).max(1)),
+                false,
             );
         }
         let t = self.t_nanos().map(|ns| ns.div_ceil(1_000_000_000));
@@ -536,6 +532,7 @@ impl Fields {
                         None => Ok(()),
                     }
                 }),
+                true,
             );
         }
         if let Some(r) = d.remaining() {
@@ -572,17 +569,21 @@ impl Fields {
                     }
                 })
             };
-            emit(RATELIMIT, value);
+            emit(RATELIMIT, value, true);
         }
         if h.legacy {
             if let Some(q) = h.quota {
-                emit(X_RATELIMIT_LIMIT, HeaderValue::from(q.quota()));
+                emit(X_RATELIMIT_LIMIT, HeaderValue::from(q.quota()), false);
             }
             if let Some(r) = d.remaining() {
-                emit(X_RATELIMIT_REMAINING, HeaderValue::from(r));
+                emit(X_RATELIMIT_REMAINING, HeaderValue::from(r), false);
             }
             if let Some(reset) = d.reset_after() {
-                emit(X_RATELIMIT_RESET, HeaderValue::from(ceil_secs(reset)));
+                emit(
+                    X_RATELIMIT_RESET,
+                    HeaderValue::from(ceil_secs(reset)),
+                    false,
+                );
             }
         }
     }
