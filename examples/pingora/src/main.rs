@@ -42,6 +42,9 @@
 //!   and decides what a denial means (serve it but skip the work, say). Responses to denied
 //!   requests carry no rate-limit fields, which would tip the client off; allowed ones do.
 //!
+//! The proxy appends the client's address to `X-Forwarded-For` for the upstream, as proxies do
+//! (so a hotlimit behind it can use `forwarded:1`).
+//!
 //! A request without a key (`--key forwarded:N` and no `X-Forwarded-For`, or fewer than N
 //! entries) is answered 400 in enforce mode, as the tower layer does, and let through
 //! uncounted in the other modes.

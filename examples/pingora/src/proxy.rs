@@ -7,6 +7,9 @@ use hotlimit::headers::{Field, Mode, RateLimitHeaders, Verdict};
 use hotlimit::tower::{ForwardedIp, Key, KeyExtractor};
 use hotlimit::CasLimiter;
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
+
+/// `X-Forwarded-For`, to which the proxy appends the client's address for the upstream.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 use pingora::http::ResponseHeader;
 use pingora::prelude::{HttpPeer, RequestHeader, Session};
 use pingora::proxy::ProxyHttp;
@@ -136,10 +139,22 @@ impl ProxyHttp for RateLimitProxy {
 
     async fn upstream_request_filter(
         &self,
-        _: &mut Session,
+        session: &mut Session,
         upstream_request: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> pingora::Result<()> {
+        // As proxies do, the upstream learns the client: this hop's peer is appended to
+        // `X-Forwarded-For` (what `--key forwarded:<n>` reads one proxy further on).
+        if let Some(peer) = session.client_addr().and_then(|a| a.as_inet()) {
+            let mut chain: Vec<String> = upstream_request
+                .headers
+                .get_all(X_FORWARDED_FOR)
+                .iter()
+                .filter_map(|v| v.to_str().ok().map(str::to_owned))
+                .collect();
+            chain.push(peer.ip().to_string());
+            upstream_request.insert_header(X_FORWARDED_FOR, chain.join(", "))?;
+        }
         // Shadow mode: the upstream decides what a denial means (answer as usual but skip the
         // work, log it, ...). A client's own `hotlimit-shadow` is replaced, never trusted.
         if self.headers.mode() == Mode::Shadow {

@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex};
 
 const POLICY: &str = r#""default";q=1;w=3600;hotlimit-burst=5"#;
 
-/// What the upstream saw of one request: its `hotlimit-shadow` header.
-type Seen = Arc<Mutex<Vec<Option<String>>>>;
+/// What the upstream saw of each request: its `hotlimit-shadow` and `x-forwarded-for`
+/// headers.
+type Seen = Arc<Mutex<Vec<(Option<String>, Option<String>)>>>;
 
 /// A tiny upstream on loopback: answers `200 upstream` to everything and records the
 /// requests it got.
@@ -34,11 +35,14 @@ async fn upstream() -> (SocketAddr, Seen) {
             let (stream, _) = listener.accept().await.unwrap();
             let log = log.clone();
             let service = service_fn(move |req: Request<Incoming>| {
-                let shadow = req
-                    .headers()
-                    .get("hotlimit-shadow")
-                    .map(|v| v.to_str().unwrap().to_owned());
-                log.lock().unwrap().push(shadow);
+                let header = |name| {
+                    req.headers()
+                        .get(name)
+                        .map(|v: &hyper::header::HeaderValue| v.to_str().unwrap().to_owned())
+                };
+                log.lock()
+                    .unwrap()
+                    .push((header("hotlimit-shadow"), header("x-forwarded-for")));
                 async { Ok::<_, Infallible>(Response::new("upstream".to_owned())) }
             });
             tokio::spawn(async move {
@@ -237,7 +241,19 @@ async fn forwarded_clients_have_their_own_budgets() {
     let g = get(&client, &proxy, &[]).await;
     assert_eq!(g.status, StatusCode::BAD_REQUEST);
     assert!(g.fields().is_empty(), "{:?}", g.fields());
-    assert_eq!(seen.lock().unwrap().len(), 10);
+    // The upstream learns each client's chain with this hop's peer appended.
+    let forwarded: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, f)| f.clone())
+        .collect();
+    assert_eq!(forwarded.len(), 10);
+    assert_eq!(forwarded[0].as_deref(), Some("198.51.100.1, 127.0.0.1"));
+    assert_eq!(
+        forwarded[9].as_deref(),
+        Some("198.51.100.1, 198.51.100.2, 127.0.0.1")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,7 +304,7 @@ async fn shadow_tells_the_upstream_and_hides_denials_from_the_client() {
         assert!(g.fields().is_empty(), "{:?}", g.fields());
     }
     let seen = seen.lock().unwrap().clone();
-    let seen: Vec<_> = seen.iter().map(|s| s.as_deref()).collect();
+    let seen: Vec<_> = seen.iter().map(|(s, _)| s.as_deref()).collect();
     println!("shadow: the upstream saw {seen:?}");
     assert_eq!(seen[..5], [Some("allowed"); 5]);
     assert_eq!(seen[5..], [Some("denied"); 3]);
