@@ -671,7 +671,16 @@ fn a_failed_over_primary_gives_the_fail_mode_then_real_decisions() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(outages > 0);
-    assert_ne!(cluster.node_of(&r.redis_key(key)), primary);
+    // The node asked learns of the promotion by gossip, which can come a moment after the new
+    // primary serves (seen once on a loaded CI run): ask until its slot map moves, bounded.
+    let moved = (0..50).any(|_| {
+        let moved = cluster.node_of(&r.redis_key(key)) != primary;
+        if !moved {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        moved
+    });
+    assert!(moved, "the slot map still names the dead primary after 5 s");
     // The replicated state: 2 taken before the kill, this is the 3rd.
     assert_eq!(promoted.remaining(), Some(2), "{promoted:?}");
     // Every other key, on the promoted replica or on the primaries that never noticed.
