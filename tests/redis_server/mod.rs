@@ -34,13 +34,29 @@ pub fn installed(bins: &[&str], what: &str) -> bool {
 }
 
 /// A free loopback port: Redis has no `--port 0`, so take one from the OS, release it, hand
-/// it over.
+/// it over. Never the same port twice in one test process: tests run in parallel, and a
+/// server one test killed must not come back as another test's server on the same port (a
+/// failover test once reconnected to a neighbour's fresh node and found its state gone).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // A cluster node also listens on port + 10000 (its bus): keep clear of those too.
+        let clash = |p: u16| {
+            given
+                .iter()
+                .any(|&g| g == p || g.checked_add(10_000) == Some(p))
+        };
+        if port <= 55_535 && !clash(port) && !clash(port + 10_000) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// A `redis-server` of its own on 127.0.0.1 (no persistence), killed on drop.
