@@ -646,11 +646,20 @@ fn a_failed_over_primary_gives_the_fail_mode_then_real_decisions() {
         .iter()
         .filter(|k| cluster.node_of(&r.redis_key(k)) == primary)
         .collect();
-    // Every write so far is on the replica before the primary dies.
+    // Every write so far is on the replica before the primary dies. `WAIT` waits for this
+    // connection's own last write, so write first (in keys[0]'s slot): the replication stream
+    // is ordered, so the replica then holds the limiter's writes too. (A `WAIT` on a fresh
+    // connection returns at once: under load the replica was promoted without them.)
+    let mut conn = cluster.raw(primary);
+    let _: () = redis::cmd("SET")
+        .arg(format!("{}:wait", r.redis_key(&keys[0])))
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
     let acked: i64 = redis::cmd("WAIT")
         .arg(1)
         .arg(5000)
-        .query(&mut cluster.raw(primary))
+        .query(&mut conn)
         .unwrap();
     assert_eq!(acked, 1);
     cluster.kill(primary);
