@@ -155,7 +155,7 @@ impl Earrrl {
     /// ratio of the smaller term to the larger never does; reusing `e^x` for the ratio saves
     /// the second `exp` of the textbook form.
     #[inline]
-    fn update(&self, now: f64, x: f64, ex: f64, cost: u64) -> f64 {
+    pub(crate) fn update(&self, now: f64, x: f64, ex: f64, cost: u64) -> f64 {
         let c = cost as f64;
         let (hi, ratio) = if ex > c {
             (x, c / ex)

@@ -155,7 +155,7 @@ impl Exponential {
     }
 
     #[inline]
-    fn r_now(&self, t_prev: u64, r_prev: f64, now: u64, cost: f64) -> f64 {
+    pub(crate) fn r_now(&self, t_prev: u64, r_prev: f64, now: u64, cost: f64) -> f64 {
         let i = (now.saturating_sub(t_prev) as f64 / self.period_ns as f64).max(MIN_INTERVAL);
         Self::smoothed(i, cost, r_prev).max(cost)
     }

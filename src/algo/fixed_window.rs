@@ -65,12 +65,12 @@ impl FixedWindow {
     window_accessors!("The window.");
 
     #[inline]
-    fn pack(&self, index: u64, count: u64) -> u64 {
+    pub(crate) fn pack(&self, index: u64, count: u64) -> u64 {
         (index << self.count_bits) | count
     }
 
     #[inline]
-    fn unpack(&self, word: u64) -> (u64, u64) {
+    pub(crate) fn unpack(&self, word: u64) -> (u64, u64) {
         (word >> self.count_bits, word & ((1 << self.count_bits) - 1))
     }
 }

@@ -77,10 +77,10 @@ const COUNT_MAX: u64 = u32::MAX as u64 - 1;
 
 /// The counts of the previous and current window, as seen from `now`.
 #[derive(Debug, Clone, Copy)]
-struct View {
-    index: u64,
-    prev: u64,
-    cur: u64,
+pub(crate) struct View {
+    pub(crate) index: u64,
+    pub(crate) prev: u64,
+    pub(crate) cur: u64,
     /// Time into the current window, ns.
     elapsed: u64,
 }
@@ -109,12 +109,12 @@ impl SlidingWindow {
     }
 
     #[inline]
-    fn pack(index: u64, prev: u64, cur: u64) -> u128 {
+    pub(crate) fn pack(index: u64, prev: u64, cur: u64) -> u128 {
         ((index as u128) << 64) | ((prev as u128) << 32) | cur as u128
     }
 
     #[inline]
-    fn unpack(word: u128) -> (u64, u64, u64) {
+    pub(crate) fn unpack(word: u128) -> (u64, u64, u64) {
         (
             (word >> 64) as u64,
             ((word >> 32) as u32) as u64,
@@ -124,7 +124,7 @@ impl SlidingWindow {
 
     /// The state as seen from `now`: windows that ended shift the counts.
     #[inline]
-    fn view(&self, word: u128, now: u64) -> View {
+    pub(crate) fn view(&self, word: u128, now: u64) -> View {
         let w = self.config.window_ns;
         let (stored, prev, cur) = Self::unpack(word);
         let now_index = now / w;

@@ -27,6 +27,11 @@ pub struct Builder<A> {
 }
 
 impl<A> Builder<A> {
+    /// The connect and I/O timeouts.
+    pub(super) fn timeouts(&self) -> (Duration, Duration) {
+        (self.connect_timeout, self.io_timeout)
+    }
+
     /// The defaults, for [`RedisLimiter::builder`].
     pub(super) fn new(url: String, algo: A) -> Self {
         Builder {

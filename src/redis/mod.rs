@@ -153,6 +153,7 @@
 #[cfg(feature = "redis-async")]
 mod aio;
 mod builder;
+mod hybrid;
 mod scripts;
 mod shared;
 mod sync;
@@ -161,6 +162,7 @@ mod traits;
 #[cfg(feature = "redis-async")]
 pub use aio::AsyncRedisLimiter;
 pub use builder::Builder;
+pub use hybrid::{Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, HybridStats};
 pub use sync::RedisLimiter;
 
 use crate::algo::{

@@ -435,7 +435,7 @@ const CLUSTER_RETRIES: u32 = 3;
 /// Appends `key` with `%` as `%25` and `}` as `%7D`, and the empty key as a lone `%` (which
 /// escaping never yields): injective, and the hash tag is never empty (an empty `{}` would
 /// hash the whole key instead).
-fn escape(key: &str, out: &mut String) {
+pub(super) fn escape(key: &str, out: &mut String) {
     if key.is_empty() {
         out.push('%');
         return;

@@ -13,7 +13,7 @@ use ::redis::cluster::ClusterConnection;
 use ::redis::{Client, Connection, ConnectionLike, RedisError, Value};
 use parking_lot::Mutex;
 use std::fmt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A rate limiter whose state lives in Redis, shared by every process that uses the same
 /// server, key prefix and configuration. See the [module docs](super).
@@ -224,7 +224,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             }
             let config = &self.core.config;
             let opened = match &self.target {
-                Target::Single(client) => open_single(client, config).map(Con::Single),
+                Target::Single(client) => open_single(client, config.timeouts()).map(Con::Single),
                 Target::Cluster(client) => client.get_connection().and_then(|con| {
                     // The read timeout is the client's response timeout.
                     con.set_write_timeout(Some(config.io_timeout))?;
@@ -328,7 +328,8 @@ impl<A: RedisAlgorithm> Builder<A> {
         let mut trips = 0;
         let (target, first) = if self.seeds.is_empty() {
             let client = Client::open(self.url.as_str()).map_err(BackendError::from_redis)?;
-            let mut con = open_single(&client, &self).map_err(BackendError::from_redis)?;
+            let mut con =
+                open_single(&client, self.timeouts()).map_err(BackendError::from_redis)?;
             trips += 1;
             if says_cluster(con.req_command(&info_cluster_cmd())) {
                 trips += 1;
@@ -370,22 +371,25 @@ impl<A: RedisAlgorithm> Builder<A> {
 }
 
 /// A connection to one server, with the builder's timeouts.
-fn open_single<A>(client: &Client, config: &Builder<A>) -> Result<Connection, RedisError> {
-    let con = client.get_connection_with_timeout(config.connect_timeout)?;
-    con.set_read_timeout(Some(config.io_timeout))?;
-    con.set_write_timeout(Some(config.io_timeout))?;
+pub(super) fn open_single(
+    client: &Client,
+    (connect, io): (Duration, Duration),
+) -> Result<Connection, RedisError> {
+    let con = client.get_connection_with_timeout(connect)?;
+    con.set_read_timeout(Some(io))?;
+    con.set_write_timeout(Some(io))?;
     Ok(con)
 }
 
 /// An open connection: to one server, or to a cluster (one connection per node, routed by
 /// key slot, following `MOVED`/`ASK`).
-enum Con {
+pub(super) enum Con {
     Single(Connection),
     Cluster(Box<ClusterConnection>),
 }
 
 impl Con {
-    fn like(&mut self) -> &mut dyn ConnectionLike {
+    pub(super) fn like(&mut self) -> &mut dyn ConnectionLike {
         match self {
             Con::Single(con) => con,
             Con::Cluster(con) => &mut **con,

@@ -1,0 +1,326 @@
+//! The hybrid limiter against a real `redis-server` of the test's own: leases, merged states,
+//! the fallback, an outage, sharing a key with the `RedisLimiter`. Waits for the sync thread
+//! poll its counters with a deadline; nothing asserts a duration.
+
+mod redis_server;
+
+use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
+use hotlimit::redis::{Fallback, HybridAlgorithm, HybridLimiter, RedisLimiter};
+use hotlimit::{ConfigError, Rate};
+use redis_server::Server;
+use std::time::{Duration, Instant};
+
+/// Polls `cond` until it holds, at most 10 s.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn hybrid<A: HybridAlgorithm>(server: &Server, algo: A, fallback: Fallback) -> HybridLimiter<A> {
+    HybridLimiter::builder(server.url(), algo)
+        .key_prefix("t:")
+        .sync_interval(Duration::from_millis(5))
+        .fallback(fallback)
+        .build()
+        .unwrap()
+}
+
+/// Checks `key` until the sync thread has run `syncs` intervals without bringing anything
+/// more to admit; returns the allowed count.
+fn drain<A: HybridAlgorithm>(l: &HybridLimiter<A>, key: &str, syncs: u64) -> u64 {
+    let mut allowed = 0;
+    let mut until = l.stats().ticks + syncs;
+    loop {
+        if l.check(key).is_allowed() {
+            allowed += 1;
+            until = l.stats().ticks + syncs;
+        } else if l.stats().ticks >= until {
+            return allowed;
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+#[test]
+fn fallback_shares_are_validated() {
+    assert!(matches!(
+        Fallback::share(f64::NAN),
+        Err(ConfigError::NotFinite { .. })
+    ));
+    assert!(matches!(
+        Fallback::share(0.0),
+        Err(ConfigError::TooSmall { .. })
+    ));
+    assert!(matches!(
+        Fallback::share(-1.0),
+        Err(ConfigError::TooSmall { .. })
+    ));
+    assert!(matches!(
+        Fallback::share(1.01),
+        Err(ConfigError::TooLarge { .. })
+    ));
+    assert_eq!(Fallback::share(1.0).unwrap(), Fallback::FULL);
+    assert_eq!(Fallback::DENY.local_share(), 0.0);
+}
+
+/// Two instances, Redis' quota of 10 (1/h: no refill during the test): leases admit exactly
+/// 10 between them, whatever the interleaving, and never one more.
+#[test]
+fn two_instances_share_one_gcra_quota_exactly() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra = Gcra::new(Rate::per_hour_of(1.0).unwrap())
+        .unwrap()
+        .with_burst(10)
+        .unwrap();
+    let a = hybrid(&server, gcra, Fallback::DENY);
+    let b = hybrid(&server, gcra, Fallback::DENY);
+    // No lease yet: denied until the next sync, which a denial names.
+    let first = a.check("k");
+    assert!(first.is_denied());
+    assert!(first.retry_after() <= Duration::from_millis(5));
+    let (mut got_a, mut got_b) = (0, 0);
+    for _ in 0..20 {
+        got_a += drain(&a, "k", 2);
+        got_b += drain(&b, "k", 2);
+    }
+    assert_eq!(
+        got_a + got_b,
+        10,
+        "a {got_a}, b {got_b}: {:?} {:?}",
+        a.stats(),
+        b.stats()
+    );
+    // Units handed back by the quiet one were leased again by the other.
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!(
+        sa.leased + sb.leased - sa.returned - sb.returned,
+        10,
+        "{sa:?} {sb:?}"
+    );
+    assert_eq!(sa.degraded + sb.degraded, 0);
+}
+
+/// A quiet key hands its lease back, and the units are leasable again, here by the
+/// `RedisLimiter`, which reads the same key.
+#[test]
+fn a_quiet_key_returns_its_lease_to_the_shared_state() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra = Gcra::new(Rate::per_hour_of(1.0).unwrap())
+        .unwrap()
+        .with_burst(10)
+        .unwrap();
+    let h = hybrid(&server, gcra, Fallback::DENY);
+    let r = RedisLimiter::builder(server.url(), gcra)
+        .key_prefix("t:")
+        .build()
+        .unwrap();
+    assert_eq!(h.redis_key("k"), r.redis_key("k"));
+    // Demand of 3 in one interval: a lease of up to 2 intervals' demand (6).
+    for _ in 0..3 {
+        h.check("k");
+    }
+    eventually("a lease", || h.stats().leased > 0);
+    let leased = h.stats().leased;
+    assert!((3..=6).contains(&leased), "leased {leased}");
+    // The Redis limiter sees what the lease took.
+    eventually("the lease handed back", || h.stats().returned > 0);
+    let spent = leased - h.stats().returned;
+    let mut allowed = 0;
+    while r.check("k").is_allowed() {
+        allowed += 1;
+    }
+    assert_eq!(
+        allowed,
+        10 - spent,
+        "leased {leased}, returned {}",
+        h.stats().returned
+    );
+}
+
+/// The fallback admits its share before the first lease, and that is charged to Redis.
+#[test]
+fn fallback_admissions_are_charged() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra = Gcra::new(Rate::per_hour_of(1.0).unwrap())
+        .unwrap()
+        .with_burst(8)
+        .unwrap();
+    // A long interval: the checks below all come before the first sync.
+    let h = HybridLimiter::builder(server.url(), gcra)
+        .key_prefix("t:")
+        .sync_interval(Duration::from_secs(1))
+        .fallback(Fallback::share(0.5).unwrap())
+        .build()
+        .unwrap();
+    // Before any sync: the fallback's burst, half of 8.
+    let mut allowed = 0;
+    for _ in 0..8 {
+        allowed += h.check("k").is_allowed() as u64;
+    }
+    assert_eq!(allowed, 4);
+    eventually("the charge", || h.stats().charged == 4);
+    assert_eq!(h.stats().degraded, 8);
+    let r = RedisLimiter::builder(server.url(), gcra)
+        .key_prefix("t:")
+        .build()
+        .unwrap();
+    drop(h); // hands back whatever it leased meanwhile
+    let mut left = 0;
+    while r.check("k").is_allowed() {
+        left += 1;
+    }
+    assert_eq!(left, 4, "8 minus the 4 charged");
+}
+
+/// Merged windows: what one instance counted is seen by the other after a sync.
+#[test]
+fn window_counts_merge_across_instances() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let w = FixedWindow::new(10, Duration::from_secs(3600)).unwrap();
+    let a = hybrid(&server, w, Fallback::DENY);
+    let b = hybrid(&server, w, Fallback::DENY);
+    // Known after one sync (DENY: nothing before).
+    assert!(a.check("k").is_denied());
+    eventually("a's first read", || {
+        a.stats().calls >= 1 && a.check("k").is_allowed()
+    });
+    let mut got_a = 1;
+    for _ in 0..5 {
+        got_a += a.check("k").is_allowed() as u64;
+    }
+    assert_eq!(got_a, 6);
+    // b reads a's 6 and admits the other 4.
+    assert!(b.check("k").is_denied());
+    eventually("b's read of a's count", || {
+        b.peek("k").remaining() == Some(3)
+    });
+    assert_eq!(drain(&b, "k", 3), 4);
+    // a reads b's 4 (its denied checks queue the key, and count nothing): a is full too.
+    eventually("a's read of b's count", || {
+        a.check("k");
+        a.peek("k").is_denied()
+    });
+    // Each instance's first request came before it knew the others: the fallback's.
+    assert_eq!((a.stats().degraded, b.stats().degraded), (1, 1));
+}
+
+/// Sliding windows and EARRRL merge too: b sees a's traffic as its own.
+#[test]
+fn sliding_window_and_earrrl_states_merge() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let w = SlidingWindow::new(5, Duration::from_secs(3600)).unwrap();
+    let (a, b) = (
+        hybrid(&server, w, Fallback::FULL),
+        hybrid(&server, w, Fallback::FULL),
+    );
+    for _ in 0..5 {
+        assert!(a.check("k").is_allowed());
+    }
+    assert!(a.check("k").is_denied());
+    // Once a has published, b counts one of its own (its first request: the fallback
+    // admits it), which queues the key; its sync reads a's 5: 6 > 5.
+    eventually("a's publish", || a.stats().calls >= 1);
+    assert!(b.check("k").is_allowed());
+    eventually("b's read of a's count", || b.peek("k").is_denied());
+
+    // EARRRL at most 1/s, half-life 1 s: a's 4 requests at once (2 allowed, 2 counted
+    // denials under the strict policy) show a rate of 4·ln 2 ≈ 2.77/s.
+    let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+    // Another key: limiters of different algorithms must not share a Redis key (a state of
+    // the other's kind is an error: see the next test).
+    let (a, b) = (
+        hybrid(&server, e, Fallback::FULL),
+        hybrid(&server, e, Fallback::FULL),
+    );
+    for _ in 0..4 {
+        a.check("e");
+    }
+    let own = a.peek("e").rate().unwrap();
+    assert!(own > 2.7, "a's own rate {own}");
+    // b's own request adds at most ln 2 ≈ 0.69/s: a rate above 1.5/s is a's, merged.
+    eventually("a's publish", || a.stats().calls >= 1);
+    b.check("e");
+    eventually("b's read of a's rate", || {
+        b.peek("e").rate().is_some_and(|r| r > 1.5)
+    });
+    assert!(b.peek("e").is_denied());
+}
+
+/// A state that is not the algorithm's (another limiter on the same prefix and key) is an
+/// error, counted and visible, not a silent zero.
+#[test]
+fn a_foreign_state_in_the_hash_is_an_error() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let w = SlidingWindow::new(5, Duration::from_secs(3600)).unwrap();
+    let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+    let sliding = hybrid(&server, w, Fallback::FULL);
+    sliding.check("k");
+    eventually("the sliding window's publish", || {
+        sliding.stats().calls >= 1
+    });
+    let earrrl = hybrid(&server, e, Fallback::FULL);
+    earrrl.check("k");
+    eventually("the error", || earrrl.stats().errors >= 1);
+    let msg = earrrl.last_error().unwrap();
+    assert!(msg.contains("not a state"), "{msg}");
+}
+
+/// Redis killed and restarted on the same port: decisions go on (the fallback, counted),
+/// nothing panics, the debt is charged once Redis is back.
+#[test]
+fn an_outage_degrades_to_the_fallback_and_reconciles() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let port = server.port;
+    let gcra = Gcra::new(Rate::per_hour_of(1.0).unwrap())
+        .unwrap()
+        .with_burst(100)
+        .unwrap();
+    let h = HybridLimiter::builder(server.url(), gcra)
+        .key_prefix("t:")
+        .sync_interval(Duration::from_millis(5))
+        .fallback(Fallback::share(0.1).unwrap())
+        .connect_timeout(Duration::from_millis(50))
+        .io_timeout(Duration::from_millis(50))
+        .reconnect_after(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    assert_eq!(drain(&h, "k", 3), 100);
+    drop(server);
+    eventually("the outage noticed", || {
+        h.check("k");
+        h.is_degraded()
+    });
+    // A new key meets the fallback: 10% of the burst, 10. ("k" spent its fallback at the
+    // start, before its first lease: those 10 were charged then.)
+    assert_eq!(h.stats().charged, 10);
+    let before = h.stats().degraded;
+    let mut allowed = 0;
+    for _ in 0..50 {
+        allowed += h.check("o").is_allowed() as u64;
+    }
+    assert_eq!(allowed, 10);
+    assert_eq!(h.stats().degraded - before, 50);
+    assert!(h.stats().failed_calls > 0);
+    let _back = Server::start_on(Some(port)).unwrap();
+    eventually("the debt charged", || h.stats().charged >= 20);
+    assert!(!h.is_degraded());
+    assert_eq!(h.stats().charged, 20);
+}
