@@ -155,7 +155,7 @@ impl Earrrl {
     /// ratio of the smaller term to the larger never does; reusing `e^x` for the ratio saves
     /// the second `exp` of the textbook form.
     #[inline]
-    pub(crate) fn update(&self, now: f64, x: f64, ex: f64, cost: u64) -> f64 {
+    fn update(&self, now: f64, x: f64, ex: f64, cost: u64) -> f64 {
         let c = cost as f64;
         let (hi, ratio) = if ex > c {
             (x, c / ex)
@@ -164,6 +164,21 @@ impl Earrrl {
             (if cost == 1 { 0.0 } else { c.ln() }, ex / c)
         };
         now + (hi + ratio.ln_1p()) / self.lambda
+    }
+
+    /// The state after a request of `cost` at `now` (ns) for a key in word `s`, whatever the
+    /// rate: what the hybrid limiter counts in an instance's own state once the merged
+    /// step has counted the request.
+    #[cfg(feature = "redis")]
+    pub(crate) fn counted(&self, word: u64, now_ns: u64, cost: u64) -> u64 {
+        let s = if self.idle_at(&word) <= now_ns {
+            f64::NEG_INFINITY
+        } else {
+            f64::from_bits(word)
+        };
+        let now = secs(now_ns);
+        let x = self.lambda * (s - now);
+        self.update(now, x, x.exp(), cost).to_bits()
     }
 
     /// The honest wait for a key in state `s` at `now` (seconds) to see a rate ≤ R.

@@ -27,9 +27,10 @@ pub struct Entry {
     denied: AtomicU64,
     /// Units admitted without a lease (or denied under a strict policy), not yet charged.
     debt: AtomicU64,
-    /// Local time of the oldest uncharged debt (`u64::MAX`: none): the charge is placed
-    /// there, as the requests came, not at the time it reaches Redis.
-    debt_since: AtomicU64,
+    /// The same, admitted while Redis was unreachable: charged back-dated (see `LEASE`).
+    back: AtomicU64,
+    /// Local time of the oldest uncharged `back` unit (`u64::MAX`: none).
+    back_since: AtomicU64,
     /// A lease reply has arrived: from then on an empty lease means "no quota now", not
     /// "not asked yet".
     synced: AtomicBool,
@@ -41,12 +42,27 @@ pub struct Entry {
     book: Mutex<Book>,
 }
 
+impl Entry {
+    /// Owes `cost` units admitted (or, strict, denied) without a lease at `now`: back-dated
+    /// if Redis is unreachable, else charged as of the next sync.
+    fn owe(&self, ctx: &Ctx, now: u64, cost: u64) {
+        if ctx.is_down() {
+            self.back_since.fetch_min(now, Ordering::Relaxed);
+            self.back.fetch_add(cost, Ordering::SeqCst);
+        } else {
+            self.debt.fetch_add(cost, Ordering::SeqCst);
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Book {
     /// `units` as the last sync left it: what was spent since is the difference.
     level: u64,
     /// Demand per interval, smoothed (units).
     demand: f64,
+    /// Intervals between intervals with demand, smoothed: how sparse the key is.
+    gap: f64,
     /// Intervals in a row without demand.
     quiet: u32,
 }
@@ -55,6 +71,7 @@ struct Book {
 #[derive(Debug)]
 pub struct Sent {
     debt: u64,
+    back: u64,
     since: u64,
 }
 
@@ -75,6 +92,7 @@ impl Engine for Gcra {
 
     const SCRIPT: &'static str = super::scripts::LEASE;
     const SUFFIX: &'static str = "";
+    const EXTRA_KEYS: &'static [&'static str] = &[":b"];
 
     fn lease_fallback(&self, share: f64) -> Option<Gcra> {
         fallback_gcra(self, share)
@@ -85,7 +103,8 @@ impl Engine for Gcra {
             units: AtomicU64::new(0),
             denied: AtomicU64::new(0),
             debt: AtomicU64::new(0),
-            debt_since: AtomicU64::new(u64::MAX),
+            back: AtomicU64::new(0),
+            back_since: AtomicU64::new(u64::MAX),
             synced: AtomicBool::new(false),
             next_at: AtomicU64::new(0),
             fallback: AtomicU64::new(self.fresh()),
@@ -133,8 +152,7 @@ impl Engine for Gcra {
                 },
             );
             if write && (d.is_allowed() || self.policy() == Policy::Strict) {
-                e.debt_since.fetch_min(now, Ordering::Relaxed);
-                e.debt.fetch_add(cost, Ordering::SeqCst);
+                e.owe(ctx, now, cost);
                 // The sweeper tombstones the lease, then looks at the debt: either it sees
                 // this debt (and keeps the key) or this sees the tombstone (and the request
                 // is decided again on the live entry: this one was counted nowhere).
@@ -153,8 +171,7 @@ impl Engine for Gcra {
         if write {
             e.denied.fetch_add(cost, Ordering::Relaxed);
             if self.policy() == Policy::Strict {
-                e.debt_since.fetch_min(now, Ordering::Relaxed);
-                e.debt.fetch_add(cost, Ordering::SeqCst);
+                e.owe(ctx, now, cost);
                 if e.units.load(Ordering::SeqCst) == DEAD {
                     return None;
                 }
@@ -174,35 +191,44 @@ impl Engine for Gcra {
         let denied = e.denied.swap(0, Ordering::Relaxed);
         let demand = spent + denied;
         book.demand = 0.5 * book.demand + 0.5 * demand as f64;
-        book.quiet = if demand == 0 { book.quiet + 1 } else { 0 };
-        // A quiet key (or a closing limiter) hands its lease back: quota it does not use is
-        // quota another instance may need.
-        let give = if closing || (book.quiet >= 2 && level > 0) {
+        if demand > 0 {
+            book.gap = 0.5 * book.gap + 0.5 * f64::from(book.quiet + 1);
+            book.quiet = 0;
+        } else {
+            book.quiet = book.quiet.saturating_add(1);
+        }
+        // Quiet: no demand for three of the key's usual gaps (2 to 100 intervals). A quiet
+        // key (or a closing limiter) hands its lease back: quota it does not use is quota
+        // another instance may need. A sparse key keeps its unit between its requests.
+        let quiet = f64::from(book.quiet) >= (3.0 * book.gap).clamp(2.0, 100.0);
+        let give = if closing || (quiet && level > 0) {
             e.units.swap(0, Ordering::AcqRel)
         } else {
             0
         };
         let level = level - give.min(level);
         book.level = level;
-        let want = if closing || demand == 0 {
+        let want = if closing || quiet {
             0
         } else {
-            // About two intervals of demand, at least this interval's, at most the burst.
+            // About two intervals of demand, at least this interval's and one unit, at most
+            // the burst: renewed before it runs out.
             let target = ((2.0 * book.demand).ceil() as u64)
                 .max(demand)
-                .min(self.burst());
+                .clamp(1, self.burst());
             target.saturating_sub(level)
         };
         let debt = e.debt.swap(0, Ordering::Relaxed);
-        let since = e.debt_since.swap(u64::MAX, Ordering::Relaxed);
-        if want == 0 && give == 0 && debt == 0 {
+        let back = e.back.swap(0, Ordering::Relaxed);
+        let since = e.back_since.swap(u64::MAX, Ordering::Relaxed);
+        if want == 0 && give == 0 && debt == 0 && back == 0 {
             // Nothing to ask; watch the key while it holds a lease, to hand it back when quiet.
             return if level > 0 { Todo::Keep } else { Todo::Skip };
         }
         let t = self.emission_interval().as_nanos() as f64 / 1e3;
         let tau = self.tolerance() as f64 / 1e3;
-        // The debt's first request, in Redis' time (µs).
-        let since_us = if debt > 0 {
+        // The back-dated debt's first request, in Redis' time (µs).
+        let since_us = if back > 0 {
             ctx.shared_now(since.min(now)) / 1_000
         } else {
             0
@@ -213,10 +239,11 @@ impl Engine for Gcra {
             want.to_string(),
             give.to_string(),
             debt.to_string(),
+            back.to_string(),
             since_us.to_string(),
         ];
         ctx.stats.returned.fetch_add(give, Ordering::Relaxed);
-        Todo::Call(args, Sent { debt, since })
+        Todo::Call(args, Sent { debt, back, since })
     }
 
     fn apply(
@@ -237,7 +264,9 @@ impl Engine for Gcra {
         );
         e.synced.store(true, Ordering::Release);
         ctx.stats.leased.fetch_add(granted, Ordering::Relaxed);
-        ctx.stats.charged.fetch_add(sent.debt, Ordering::Relaxed);
+        ctx.stats
+            .charged
+            .fetch_add(sent.debt + sent.back, Ordering::Relaxed);
         Ok(before + granted > 0)
     }
 
@@ -245,15 +274,17 @@ impl Engine for Gcra {
     /// (if the call did run, it is charged twice: errs strict). Units it handed back are not
     /// taken again, whether or not Redis got them (errs strict too).
     fn failed(&self, _: &Ctx, e: &Entry, sent: Sent) {
-        if sent.debt > 0 {
-            e.debt_since.fetch_min(sent.since, Ordering::Relaxed);
-            e.debt.fetch_add(sent.debt, Ordering::Relaxed);
+        e.debt.fetch_add(sent.debt, Ordering::Relaxed);
+        if sent.back > 0 {
+            e.back_since.fetch_min(sent.since, Ordering::Relaxed);
+            e.back.fetch_add(sent.back, Ordering::Relaxed);
         }
     }
 
     fn kill(&self, _: &Ctx, e: &Entry, now: u64) -> bool {
         let idle = |e: &Entry| {
             e.debt.load(Ordering::SeqCst) == 0
+                && e.back.load(Ordering::SeqCst) == 0
                 && self.idle_at(&e.fallback.load(Ordering::SeqCst)) <= now
         };
         if !idle(e)

@@ -118,15 +118,7 @@ impl Merge for Earrrl {
     }
 
     fn count(&self, own: u64, now: u64, cost: u64) -> u64 {
-        let lambda = self.redis_params().0;
-        let s = if self.idle_at(&own) <= now {
-            f64::NEG_INFINITY
-        } else {
-            f64::from_bits(own)
-        };
-        let t = now as f64 / 1e9;
-        let x = lambda * (s - t);
-        self.update(t, x, x.exp(), cost).to_bits()
+        self.counted(own, now, cost)
     }
 
     fn degraded(&self, now: u64, share: f64) -> u64 {
@@ -203,6 +195,7 @@ impl<A: Merge + Algorithm<State = <A as Merge>::Word>> Engine for A {
     const SCRIPT: &'static str = super::scripts::PUBLISH;
     /// A hash: never the string key a `RedisLimiter` of the same prefix writes.
     const SUFFIX: &'static str = ":h";
+    const EXTRA_KEYS: &'static [&'static str] = &[];
 
     fn entry(&self) -> Self::Entry {
         Entry {

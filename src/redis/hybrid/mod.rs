@@ -221,6 +221,8 @@ mod private {
         const SCRIPT: &'static str;
         /// Appended to the Redis key (`:h` for the merged hashes).
         const SUFFIX: &'static str;
+        /// More keys of the script, the Redis key with these appended (same slot).
+        const EXTRA_KEYS: &'static [&'static str];
 
         /// GCRA's fallback with `share` of the quota; `None` for the others (their fallback
         /// is [`Merge::degraded`](merge::Merge::degraded)).
@@ -700,10 +702,13 @@ fn sync_loop<A: HybridAlgorithm, C: Clock>(s: &Shared<A, C>, mut link: Link, int
                 Step::Skip => {}
                 Step::Keep => requeue(s, &slot),
                 Step::Call(args, what) => {
-                    calls.push(Call {
-                        keys: vec![slot.redis_key.clone()],
-                        args,
-                    });
+                    let mut keys = vec![slot.redis_key.clone()];
+                    keys.extend(
+                        A::EXTRA_KEYS
+                            .iter()
+                            .map(|x| format!("{}{x}", slot.redis_key)),
+                    );
+                    calls.push(Call { keys, args });
                     sent.push((slot, what));
                 }
             }
