@@ -93,7 +93,10 @@ fn series(run: &Run, t: &Trace) -> Vec<(f64, f64)> {
     let first = run.start.div_ceil(sec);
     let mut counts = vec![0u64; (end / sec).saturating_sub(first) as usize];
     for &(at, ok) in t {
-        if let Some(c) = (at / sec).checked_sub(first).and_then(|i| counts.get_mut(i as usize)) {
+        if let Some(c) = (at / sec)
+            .checked_sub(first)
+            .and_then(|i| counts.get_mut(i as usize))
+        {
             *c += ok as u64;
         }
     }
@@ -153,17 +156,27 @@ fn chart(path: &std::path::Path, runs: &[(&str, Run)]) -> Res {
                 RGBColor(200, 200, 200).mix(0.4).filled(),
             )))?
             .label("Redis down")
-            .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 24, y + 6)], RGBColor(200, 200, 200).filled()));
+            .legend(|(x, y)| {
+                Rectangle::new(
+                    [(x, y - 6), (x + 24, y + 6)],
+                    RGBColor(200, 200, 200).filled(),
+                )
+            });
         }
-        c.draw_series(LineSeries::new(vec![(0.0, LIMIT), (secs, LIMIT)], BLACK.stroke_width(1)))?
-            .label(format!("limit, {LIMIT}/s"))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], BLACK.stroke_width(2)));
+        c.draw_series(LineSeries::new(
+            vec![(0.0, LIMIT), (secs, LIMIT)],
+            BLACK.stroke_width(1),
+        ))?
+        .label(format!("limit, {LIMIT}/s"))
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], BLACK.stroke_width(2)));
         for (a, color) in run.algos.iter().zip(colors) {
             let t = if flood { &a.flood } else { &a.paced };
             let (total, exact) = (admitted(t), exact(a.name, t));
             c.draw_series(LineSeries::new(series(run, t), color.stroke_width(2)))?
                 .label(format!("{}: {total} (exact: {exact})", a.name))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+                });
         }
         c.configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)

@@ -59,12 +59,16 @@ impl Entry {
 struct Book {
     /// `units` as the last sync left it: what was spent since is the difference.
     level: u64,
+    /// Units spent while the last call was in flight (between its `prepare` and `apply`).
+    carry: u64,
     /// Demand per interval, smoothed (units).
     demand: f64,
     /// Intervals between intervals with demand, smoothed: how sparse the key is.
     gap: f64,
     /// Intervals in a row without demand.
     quiet: u32,
+    /// Local time of the last interval with demand: a key is swept only a second after.
+    last_demand: u64,
 }
 
 /// What one lease call charged, to owe again if it fails.
@@ -187,13 +191,14 @@ impl Engine for Gcra {
             return Todo::Skip;
         }
         let mut book = e.book.lock();
-        let spent = book.level.saturating_sub(level);
+        let spent = book.level.saturating_sub(level) + std::mem::take(&mut book.carry);
         let denied = e.denied.swap(0, Ordering::Relaxed);
         let demand = spent + denied;
         book.demand = 0.5 * book.demand + 0.5 * demand as f64;
         if demand > 0 {
             book.gap = 0.5 * book.gap + 0.5 * f64::from(book.quiet + 1);
             book.quiet = 0;
+            book.last_demand = now;
         } else {
             book.quiet = book.quiet.saturating_add(1);
         }
@@ -257,7 +262,11 @@ impl Engine for Gcra {
         let (granted, wait_us, redis_us) = parse_lease(reply)?;
         ctx.observe_time((redis_us * 1e3) as u64, now);
         let before = e.units.fetch_add(granted, Ordering::AcqRel);
-        e.book.lock().level = before + granted;
+        let mut book = e.book.lock();
+        // What was spent since `prepare` is demand too (a call can take most of an interval).
+        book.carry += book.level.saturating_sub(before);
+        book.level = before + granted;
+        drop(book);
         e.next_at.store(
             now.saturating_add((wait_us * 1e3).ceil() as u64),
             Ordering::Relaxed,
@@ -282,6 +291,11 @@ impl Engine for Gcra {
     }
 
     fn kill(&self, _: &Ctx, e: &Entry, now: u64) -> bool {
+        // A busy key's lease runs dry between syncs: swept only a second after its last
+        // demand, so its next request does not start over from the fallback.
+        if now.saturating_sub(e.book.lock().last_demand) < 1_000_000_000 {
+            return false;
+        }
         let idle = |e: &Entry| {
             e.debt.load(Ordering::SeqCst) == 0
                 && e.back.load(Ordering::SeqCst) == 0

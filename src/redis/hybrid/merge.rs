@@ -223,12 +223,21 @@ impl<A: Merge + Algorithm<State = <A as Merge>::Word>> Engine for A {
         } else {
             e.others.load()
         };
+        // No other instance holds anything: the union is this instance's own state.
+        let alone = others == self.fresh();
         let decision = cas_loop(
             &e.own,
             || {},
             |own| {
                 if own == <A as Merge>::Word::TOMBSTONE {
                     return Round::Done(None);
+                }
+                if alone {
+                    let step = self.step(own, now, cost);
+                    return match step.state {
+                        Some(new) if write => Round::Write(new, Some(step.decision)),
+                        _ => Round::Done(Some(step.decision)),
+                    };
                 }
                 let step = self.step(self.merge(own, others, now), now, cost);
                 match step.state {
@@ -298,7 +307,9 @@ impl<A: Merge + Algorithm<State = <A as Merge>::Word>> Engine for A {
     fn failed(&self, _: &Ctx, _: &Self::Entry, _: Self::Sent) {}
 
     fn kill(&self, ctx: &Ctx, e: &Self::Entry, local_now: u64) -> bool {
-        let now = ctx.shared_now(local_now);
+        // Idle for a second at least: a busy key's state is idle for a moment when a window
+        // ends, before its next request; sweeping it then would start it over unknown.
+        let now = ctx.shared_now(local_now).saturating_sub(1_000_000_000);
         cas_loop(
             &e.own,
             || {},
