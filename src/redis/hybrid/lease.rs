@@ -10,10 +10,11 @@ use super::{Ctx, Engine, Step as Todo};
 use crate::algo::{Gcra, WordStep};
 use crate::decision::{Decision, Policy};
 use crate::sync::{cas_loop, Round};
+use crate::sync::{AtomicU64, Ordering};
 use crate::{Algorithm, Rate};
 use ::redis::Value;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool};
 
 /// A dead entry's lease word: the sweeper removed it; a request looks the key up again.
 const DEAD: u64 = u64::MAX;
@@ -52,6 +53,7 @@ impl Entry {
         } else {
             self.debt.fetch_add(cost, Ordering::SeqCst);
         }
+        fence(Ordering::SeqCst);
     }
 }
 
@@ -301,15 +303,28 @@ impl Engine for Gcra {
                 && e.back.load(Ordering::SeqCst) == 0
                 && self.idle_at(&e.fallback.load(Ordering::SeqCst)) <= now
         };
-        if !idle(e)
-            || e.units
-                .compare_exchange(0, DEAD, Ordering::SeqCst, Ordering::SeqCst)
-                .is_err()
-        {
+        if !idle(e) {
             return false;
         }
-        // A request that passed the lease before the tombstone may have spent the fallback
-        // meanwhile: then the key lives on (requests that saw the tombstone wait for this).
+        let killed = cas_loop(
+            &e.units,
+            || {},
+            |units| {
+                if units == 0 {
+                    Round::Write(DEAD, true)
+                } else {
+                    Round::Done(false)
+                }
+            },
+        );
+        if !killed {
+            return false;
+        }
+        // Tombstone, fence, look at the debt; a request adds its debt, fences, looks at the
+        // lease (`owe`): one of the two sees the other's write. A request that passed the
+        // lease before the tombstone may have spent the fallback meanwhile: then the key
+        // lives on (requests that saw the tombstone wait for this).
+        fence(Ordering::SeqCst);
         if !idle(e) {
             e.units.store(0, Ordering::SeqCst);
             return false;
