@@ -67,6 +67,10 @@
 //! (`AllOf` included) inside Redis or a Redis Cluster (Lua scripts, one atomic round trip per
 //! decision), for one limit shared by many instances of a service, with the same
 //! [`Decision`]s; an outage answers its fail mode, any other backend error is an error.
+//! `hotlimit::redis::HybridLimiter` decides locally instead, at in-memory speed, and keeps one
+//! limit across the fleet by reconciling with Redis in the background: GCRA by leases (never
+//! over the limit), the windows, EARRRL and exponential by merged per-instance states (bounds
+//! in its docs).
 //!
 //! Time comes from a [`Clock`]: [`QuantaClock`] (TSC-backed) by default, [`ManualClock`] for
 //! tests, simulations and trace replay, [`CoarseClock`] where a clock read per request costs

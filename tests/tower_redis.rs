@@ -180,6 +180,69 @@ fn same_headers_as_the_in_memory_layer_and_one_limit_for_two_servers() {
     });
 }
 
+/// The hybrid limiter behind the layer, as any in-memory limiter: two servers, each with
+/// its own `HybridLimiter` on one Redis, share each client's quota (5, no fallback: every
+/// admission leased); allowed responses carry the quota's policy, denials a 429.
+#[test]
+fn the_hybrid_limiter_behind_the_layer_shares_one_limit_for_two_servers() {
+    use hotlimit::redis::{Fallback, HybridLimiter};
+    let Some(server) = Server::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let hybrid = || {
+            Arc::new(
+                HybridLimiter::builder(server.url(), quota())
+                    .key_prefix("hybrid:")
+                    .sync_interval(Duration::from_millis(5))
+                    .fallback(Fallback::DENY)
+                    .build()
+                    .unwrap(),
+            )
+        };
+        let layer = |l: Arc<HybridLimiter<Gcra>>| {
+            RateLimitLayer::builder(l, HeaderKey::from_static("x-api-key"))
+                .headers_on_allowed(true)
+                .build()
+        };
+        let (a, b) = (hybrid(), hybrid());
+        let (addr_a, client) = serve(hello().layer(layer(Arc::clone(&a)))).await;
+        let (addr_b, _) = serve(hello().layer(layer(Arc::clone(&b)))).await;
+        let mut allowed = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Rounds through both servers until the quota is spent: a denial asks for a lease,
+        // which the next sync brings.
+        while allowed < 5 {
+            assert!(Instant::now() < deadline, "{:?} {:?}", a.stats(), b.stats());
+            for addr in [addr_a, addr_b] {
+                let (status, headers) = fetch(&client, addr, "carol").await;
+                assert_eq!(
+                    headers[1].as_deref(),
+                    Some(r#""default";q=5;w=60;hotlimit-burst=5"#)
+                );
+                if status == 200 {
+                    allowed += 1;
+                } else {
+                    assert_eq!(status, 429);
+                    assert!(headers[0].is_some(), "a 429 carries Retry-After");
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        // Spent across the two: both keep answering 429, rounds after rounds of syncs.
+        for _ in 0..10 {
+            for addr in [addr_a, addr_b] {
+                assert_eq!(fetch(&client, addr, "carol").await.0, 429);
+            }
+            tokio::time::sleep(Duration::from_millis(6)).await;
+        }
+        assert_eq!(allowed, 5);
+        let leased = a.stats().leased + b.stats().leased;
+        let returned = a.stats().returned + b.stats().returned;
+        assert_eq!(leased - returned, 5, "{:?} {:?}", a.stats(), b.stats());
+    });
+}
+
 /// A limited request while the server is frozen, on a current-thread runtime: the layer
 /// awaits the round trip (a ticker on the same thread keeps ticking, another service keeps
 /// answering), the fail mode answers within the I/O timeout, and once the server is back a

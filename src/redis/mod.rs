@@ -113,6 +113,15 @@
 //!   under [`FailMode::Open`]), counted in [`RedisLimiter::errors`]. Letting it through would
 //!   turn a wrong setup into no rate limit at all.
 //!
+//! # Hybrid: local decisions, one limit
+//!
+//! [`HybridLimiter`] is the other way to share a limit: every decision is local (the crate's
+//! lock-free cells, no round trip, no outage in the request path) and a background thread
+//! reconciles each key with Redis once per sync interval: GCRA by leasing units from the
+//! shared state (what is admitted was reserved), the window algorithms, EARRRL and
+//! exponential by publishing each instance's own state and merging the others'. Its docs
+//! state what is exact and what lags; `README.md` ("A fleet") shows a 4-process run.
+//!
 //! # Local fast path
 //!
 //! [`Builder::local_fast_path`] keeps, in process, the keys Redis recently denied, with the
