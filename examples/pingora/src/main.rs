@@ -3,15 +3,18 @@
 //! Every request is keyed (the client's address, or its address in `X-Forwarded-For` behind
 //! trusted proxies) and decided by a per-key GCRA limiter in pingora's `request_filter` phase,
 //! before any upstream connection: a denial is answered `429 Too Many Requests` by the proxy
-//! itself. The answers and header fields are those of hotlimit's tower layer, rendered by the
-//! same code (`hotlimit::headers`): `Retry-After` on a 429, `RateLimit-Policy` and `RateLimit`
-//! on every response (the upstream's included), optionally the legacy `X-RateLimit-*`.
+//! itself. The limit is this process's own, or, with `--redis`, one shared by a fleet of
+//! proxies (see *A fleet* below). The answers and header fields are those of hotlimit's tower
+//! layer, rendered by the same code (`hotlimit::headers`): `Retry-After` on a 429,
+//! `RateLimit-Policy` and `RateLimit` on every response (the upstream's included), optionally
+//! the legacy `X-RateLimit-*`.
 //!
 //! # Usage
 //!
 //! ```text
 //! cargo run --release -- --listen 127.0.0.1:6188 --upstream 127.0.0.1:8080 \
-//!     --rate 5/s --burst 5 [--key ip|forwarded:<n>] [--mode enforce|dry-run|shadow]
+//!     --rate 5/s --burst 5 [--key ip|forwarded:<n>] [--mode enforce|dry-run|shadow] \
+//!     [--redis redis://127.0.0.1:6379/ [--fallback-share 0.25]]
 //!
 //! --listen ADDR        address to listen on (default 127.0.0.1:6188; port 0 picks one)
 //! --upstream HOST:PORT the HTTP server to proxy to (plain HTTP, no TLS)
@@ -25,6 +28,11 @@
 //! --legacy-headers     also send X-RateLimit-Limit / -Remaining / -Reset
 //! --draft DRAFT        the RateLimit fields' draft: draft-10 (default), draft-09, draft-07
 //! --threads N          pingora's worker threads (default: the number of CPUs)
+//! --redis URL          share each client's limit with every proxy using the Redis at URL
+//!                      (redis://host:port/; see below); default: this process's own limit
+//! --fallback-share F   with --redis: the share of a client's quota, 0 < F <= 1, that this
+//!                      proxy admits on its own while it holds none from Redis (a client's
+//!                      first request here, an outage); default 1, the whole quota
 //! ```
 //!
 //! It prints `listening on <addr>` once it accepts connections.
@@ -48,6 +56,22 @@
 //! A request without a key (`--key forwarded:N` and no `X-Forwarded-For`, or fewer than N
 //! entries) is answered 400 in enforce mode, as the tower layer does, and let through
 //! uncounted in the other modes.
+//!
+//! # A fleet
+//!
+//! Without `--redis`, each proxy process limits alone: N proxies behind a load balancer let a
+//! client through N times its quota. With `--redis URL`, the proxy limits with hotlimit's
+//! `HybridLimiter` (GCRA from `--rate` and `--burst`, Redis keys `pingora:{<client>}`), and
+//! every proxy pointed at the same Redis shares one limit per client: run them all with the
+//! same `--rate` and `--burst`. Decisions stay local, with no round trip per request: a
+//! background thread reconciles each active client with Redis every 10 ms, leasing quota
+//! ahead of the client's demand on this proxy and handing back what it does not use. A
+//! client's first request on a proxy, and every request while Redis is unreachable, are
+//! decided by the fallback, `--fallback-share` of the quota on this proxy alone; what it
+//! admits is charged to the shared limit once Redis answers (an excess is paid back by
+//! denials). `1/N` for N proxies keeps an outage to about one quota across the fleet; the
+//! default, 1, lets each proxy admit a whole quota on its own then, as it would alone. Redis
+//! must be reachable at start.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
@@ -60,8 +84,9 @@ mod proxy;
 
 use clap::Parser;
 use hotlimit::algo::Gcra;
-use hotlimit::headers::{Draft, Mode, RateLimitHeaders};
-use hotlimit::{CasLimiter, Rate};
+use hotlimit::headers::{AdvertisedQuota, Draft, Mode, RateLimitHeaders};
+use hotlimit::redis::{Fallback, HybridLimiter};
+use hotlimit::{CasLimiter, Rate, RateLimiter};
 use listener::Prebound;
 use pingora::prelude::{http_proxy_service, Server};
 use pingora::server::configuration::ServerConf;
@@ -102,7 +127,29 @@ struct Args {
     /// pingora's worker threads (default: the number of CPUs).
     #[arg(long)]
     threads: Option<usize>,
+    /// Share each client's limit with every proxy using this Redis (redis://host:port/).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// With --redis: the share of a client's quota (0 < F <= 1) admitted alone while this
+    /// proxy holds none from Redis (default 1).
+    #[arg(long, value_name = "F", requires = "redis", value_parser = parse_share)]
+    fallback_share: Option<Fallback>,
 }
+
+/// `--fallback-share`: a share of the quota in (0, 1].
+fn parse_share(s: &str) -> Result<Fallback, String> {
+    let bad = || format!("bad share `{s}` (expected a number in (0, 1])");
+    let share: f64 = s.parse().map_err(|_| bad())?;
+    // No flag for `Fallback::DENY` (share 0): a client's first request on each proxy would
+    // wait for a sync.
+    if !(share > 0.0 && share <= 1.0) {
+        return Err(bad());
+    }
+    Fallback::share(share).map_err(|e| e.to_string())
+}
+
+/// How often the fleet's limiter reconciles each active client with Redis.
+const SYNC_INTERVAL: Duration = Duration::from_millis(10);
 
 fn main() -> ExitCode {
     match run(Args::parse()) {
@@ -114,16 +161,40 @@ fn main() -> ExitCode {
     }
 }
 
-/// Sets the proxy up and serves until the process is stopped.
+/// Builds the limiter (this process's own, or the fleet's with `--redis`) and serves.
 fn run(args: Args) -> Result<Infallible, Box<dyn std::error::Error>> {
     let mut gcra = Gcra::new(args.rate)?;
     if let Some(burst) = args.burst {
         gcra = gcra.with_burst(burst)?;
     }
-    // Drop keys back at their full quota every 10 s, so a flood of clients does not pile up.
-    let limiter = CasLimiter::<String, _>::builder(gcra)
-        .sweep_every(Duration::from_secs(10))
-        .build()?;
+    match &args.redis {
+        None => {
+            // Drop keys back at their full quota every 10 s, so a flood of clients does not
+            // pile up.
+            let limiter = CasLimiter::<String, _>::builder(gcra)
+                .sweep_every(Duration::from_secs(10))
+                .build()?;
+            serve(&args, limiter)
+        }
+        Some(url) => {
+            // Connects now: a Redis that cannot be reached fails the start. Its sync thread
+            // removes idle clients itself.
+            let limiter = HybridLimiter::builder(url.as_str(), gcra)
+                .key_prefix("pingora:")
+                .sync_interval(SYNC_INTERVAL)
+                .fallback(args.fallback_share.unwrap_or(Fallback::FULL))
+                .build()
+                .map_err(|e| format!("redis `{url}`: {e}"))?;
+            serve(&args, limiter)
+        }
+    }
+}
+
+/// Sets the proxy up with `limiter` and serves until the process is stopped.
+fn serve<L>(args: &Args, limiter: L) -> Result<Infallible, Box<dyn std::error::Error>>
+where
+    L: RateLimiter<str> + AdvertisedQuota + 'static,
+{
     // The fields on allowed responses too, as examples/proxy.rs: clients can pace themselves.
     let headers = RateLimitHeaders::for_limiter(&limiter)
         .with_mode(args.mode)

@@ -2,10 +2,9 @@
 //! it on, and add the rate-limit headers to the upstream's response.
 
 use async_trait::async_trait;
-use hotlimit::algo::Gcra;
 use hotlimit::headers::{Field, Mode, RateLimitHeaders, Verdict};
 use hotlimit::tower::{ForwardedIp, Key, KeyExtractor};
-use hotlimit::CasLimiter;
+use hotlimit::RateLimiter;
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
 
 /// `X-Forwarded-For`, to which the proxy appends the client's address for the upstream.
@@ -59,24 +58,21 @@ impl KeyArg {
     }
 }
 
-/// A reverse proxy to one upstream, limiting each client with a hotlimit GCRA limiter.
+/// A reverse proxy to one upstream, limiting each client with any hotlimit limiter keyed by
+/// text: this process's own (`CasLimiter<String, Gcra>`) or the fleet's
+/// (`hotlimit::redis::HybridLimiter<Gcra>`, whose decisions are as local).
 #[derive(Debug)]
-pub struct RateLimitProxy {
-    limiter: CasLimiter<String, Gcra>,
+pub struct RateLimitProxy<L> {
+    limiter: L,
     key: KeyArg,
     headers: RateLimitHeaders,
     upstream: SocketAddr,
 }
 
-impl RateLimitProxy {
+impl<L> RateLimitProxy<L> {
     /// A proxy to `upstream` that limits with `limiter`, keyed by `key`, its answers and header
     /// fields as `headers` says (mode, draft, legacy fields).
-    pub fn new(
-        limiter: CasLimiter<String, Gcra>,
-        key: KeyArg,
-        headers: RateLimitHeaders,
-        upstream: SocketAddr,
-    ) -> Self {
+    pub fn new(limiter: L, key: KeyArg, headers: RateLimitHeaders, upstream: SocketAddr) -> Self {
         Self {
             limiter,
             key,
@@ -94,8 +90,10 @@ pub struct Ctx {
     verdict: Option<Verdict>,
 }
 
+// `check` must not block: it runs on pingora's async worker threads. Both limiters decide in
+// memory (the hybrid one syncs with Redis on a thread of its own).
 #[async_trait]
-impl ProxyHttp for RateLimitProxy {
+impl<L: RateLimiter<str> + 'static> ProxyHttp for RateLimitProxy<L> {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {

@@ -1,8 +1,9 @@
 //! The proxy binary on loopback, between a real client (hyper-util) and a small upstream
-//! (hyper): exact allowed / denied counts and header values in each mode.
+//! (hyper): exact allowed / denied counts and header values in each mode, and two proxies
+//! sharing one limit through a `redis-server` of the test's own.
 //!
-//! Every test limits to `1/h` with a burst of 5: five requests pass, and nothing refills
-//! while a test runs, so the counts and values do not depend on timing.
+//! Every test limits to `1/h` (the fleet test with a burst of 6, the others 5): nothing
+//! refills while a test runs, so the counts and values do not depend on timing.
 
 use http_body_util::{BodyExt, Empty};
 use hyper::body::{Bytes, Incoming};
@@ -13,9 +14,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Read};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 const POLICY: &str = r#""default";q=1;w=3600;hotlimit-burst=5"#;
 
@@ -71,13 +73,20 @@ fn drain(mut from: impl Read + Send + 'static) -> std::thread::JoinHandle<String
 }
 
 impl Proxy {
-    /// Starts the proxy in front of `upstream` on a free port, with `args`, and waits for its
-    /// `listening on <addr>` line.
+    /// Starts the proxy in front of `upstream` on a free port, limiting to `1/h` with a burst
+    /// of 5, with `args`, and waits for its `listening on <addr>` line.
     fn start(upstream: SocketAddr, args: &[&str]) -> Proxy {
+        Self::start_with(
+            upstream,
+            &[&["--rate", "1/h", "--burst", "5"], args].concat(),
+        )
+    }
+
+    /// The same with `args` alone (the rate and burst among them).
+    fn start_with(upstream: SocketAddr, args: &[&str]) -> Proxy {
         let child = Command::new(env!("CARGO_BIN_EXE_hotlimit-pingora"))
             .args(["--listen", "127.0.0.1:0", "--threads", "1", "--upstream"])
             .arg(upstream.to_string())
-            .args(["--rate", "1/h", "--burst", "5"])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -341,4 +350,198 @@ async fn legacy_fields_and_an_older_draft() {
             "x-ratelimit-reset: 18000",
         ]
     );
+}
+
+/// A `redis-server` of the test's own on a free loopback port (no persistence), killed on
+/// drop: the part of the main crate's `tests/redis_server/mod.rs` this test needs.
+struct RedisServer {
+    child: Child,
+    port: u16,
+}
+
+impl RedisServer {
+    /// Starts `redis-server`; `None` if it is not on the PATH: the test prints why and
+    /// passes, unless `HOTLIMIT_REQUIRE_REDIS=1` (as the main crate's CI sets), which makes
+    /// that a failure.
+    fn start() -> Option<RedisServer> {
+        let installed = Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok();
+        if !installed {
+            let msg = "redis-server not found on PATH: skipping the fleet test \
+                       (install it: apt-get install redis-server)";
+            assert!(
+                std::env::var("HOTLIMIT_REQUIRE_REDIS").as_deref() != Ok("1"),
+                "{msg}, but HOTLIMIT_REQUIRE_REDIS=1"
+            );
+            eprintln!("SKIPPED: {msg}");
+            return None;
+        }
+        // Redis has no `--port 0`: take a free port from the OS, release it, hand it over.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let mut server = RedisServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("redis-server exited with {status} (port {port} taken?)");
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Some(server)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Redis key of the loopback client's shared GCRA state: the proxy's prefix `pingora:`,
+/// the key (the client's address) in braces.
+const FLEET_KEY: &str = "pingora:{127.0.0.1}";
+
+/// The units of the client's quota charged in Redis, fleet-wide: admitted by a fallback,
+/// or leased (spent or held). The key holds the GCRA TAT in µs of Redis' time, one emission
+/// interval (1 h) ahead of the first charge for each unit; the test lasts far less than half
+/// an hour, so rounding the distance from Redis' `now` counts them exactly. Read before
+/// `TIME`, so `now` is never earlier than the value's first charge.
+fn units_charged(redis: &mut redis::Connection) -> u64 {
+    let tat: Option<f64> = redis::cmd("GET").arg(FLEET_KEY).query(redis).unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(redis).unwrap();
+    let now = secs as f64 * 1e6 + micros as f64;
+    tat.map_or(0, |tat| ((tat - now) / 3.6e9).round().max(0.0) as u64)
+}
+
+/// Polls Redis until exactly `units` are charged (the proxies sync every 10 ms).
+async fn wait_for_units(redis: &mut redis::Connection, units: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = units_charged(redis);
+        if now == units {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{now} units charged in Redis, not {units}, after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_proxies_share_one_limit_through_redis() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let url = server.url();
+    let (up, seen) = upstream().await;
+    // Both proxies in front of the same upstream, sharing the client's 6 units through the
+    // same Redis. 0.5 is the share the docs advise for two proxies; every step below makes
+    // each fallback decide one request only, so the count holds for any share.
+    let fleet = [
+        "--redis",
+        &url,
+        "--rate",
+        "1/h",
+        "--burst",
+        "6",
+        "--fallback-share",
+        "0.5",
+    ];
+    let a = Proxy::start_with(up, &fleet);
+    let b = Proxy::start_with(up, &fleet);
+    let client = client();
+    let mut redis = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let policy = r#""default";q=1;w=3600;hotlimit-burst=6"#;
+
+    // Why the total is exactly the burst, 6, whatever the timing of the syncs:
+    //
+    // - A proxy's first request for a key finds no lease: its fallback admits it (always:
+    //   a fresh key), owes the unit, and the next sync charges it to Redis. After that sync
+    //   the key is synced, and with Redis up the fallback never decides for it again (nor
+    //   is the key swept: its fallback state stays spent for hours at 1/h).
+    // - So the test sends each proxy its first request alone and waits, reading Redis, until
+    //   that unit is charged and the lease granted with it handed back (quiet key): 1 unit
+    //   in Redis after A's, 2 after B's. No lease was spent meanwhile, and neither proxy
+    //   holds one: both fallback admissions are charged before any other admission. (The
+    //   wait matters: were B's first request to come after A had spent the burst, B's
+    //   fallback would admit it all the same, and the fleet 7.)
+    // - From then on every admission spends a leased unit, and Redis leases a unit only
+    //   while the charged units stay within the burst (1/h: nothing refills during the
+    //   test). Charged = admitted + held ≤ 6, so the fleet admits at most 6; requests sent
+    //   until 6 are admitted reach it, and every later one is denied.
+    let got = get(&client, &a, &[]).await;
+    assert_eq!(
+        got.status,
+        StatusCode::OK,
+        "A's first request (its fallback)"
+    );
+    assert_eq!(got.header("ratelimit-policy"), Some(policy));
+    wait_for_units(&mut redis, 1).await;
+    let got = get(&client, &b, &[]).await;
+    assert_eq!(
+        got.status,
+        StatusCode::OK,
+        "B's first request (its fallback)"
+    );
+    wait_for_units(&mut redis, 2).await;
+
+    // Rounds of one request through each, a pause between, so the syncs lease what the
+    // denials asked for; until the fleet has admitted 6.
+    let (mut by_a, mut by_b) = (1, 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while by_a + by_b < 6 {
+        assert!(
+            Instant::now() < deadline,
+            "only {} admitted after 30 s (A {by_a}, B {by_b})",
+            by_a + by_b
+        );
+        by_a += usize::from(get(&client, &a, &[]).await.status == StatusCode::OK);
+        by_b += usize::from(get(&client, &b, &[]).await.status == StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(by_a + by_b, 6, "A {by_a}, B {by_b}");
+    // Every unit charged was admitted: no proxy holds a lease.
+    assert_eq!(units_charged(&mut redis), 6);
+
+    // More rounds, the syncs between them: the fleet's quota is spent, for both.
+    for round in 0..10 {
+        for (name, proxy) in [("A", &a), ("B", &b)] {
+            let got = get(&client, proxy, &[]).await;
+            assert_eq!(
+                got.status,
+                StatusCode::TOO_MANY_REQUESTS,
+                "{name}, round {round} after the 6th admission"
+            );
+            assert_eq!(got.header("ratelimit-policy"), Some(policy));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(units_charged(&mut redis), 6);
+    println!("fleet: 6 admitted in all (A {by_a}, B {by_b}), then 20 denied");
+    // The denied requests never reached the upstream.
+    assert_eq!(seen.lock().unwrap().len(), 6);
 }
