@@ -23,6 +23,8 @@ pub enum Field {
     Buckets,
     /// A duration given on its own (for example a maximum wait).
     Duration,
+    /// A share of a quota (the hybrid limiter's fallback), in `(0, 1]`.
+    Share,
 }
 
 impl fmt::Display for Field {
@@ -36,6 +38,7 @@ impl fmt::Display for Field {
             Field::Window => "window",
             Field::Buckets => "buckets",
             Field::Duration => "duration",
+            Field::Share => "share",
         })
     }
 }

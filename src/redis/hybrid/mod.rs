@@ -63,20 +63,20 @@ impl Fallback {
         let value = share.to_string();
         if !share.is_finite() {
             return Err(ConfigError::NotFinite {
-                field: Field::Rate,
+                field: Field::Share,
                 value,
             });
         }
         if share <= 0.0 {
             return Err(ConfigError::TooSmall {
-                field: Field::Rate,
+                field: Field::Share,
                 value,
                 min: "a share above 0 (Fallback::DENY for none)",
             });
         }
         if share > 1.0 {
             return Err(ConfigError::TooLarge {
-                field: Field::Rate,
+                field: Field::Share,
                 value,
                 max: "1 (the whole quota)",
             });
@@ -312,9 +312,12 @@ struct Shared<A: Engine, C> {
 /// unit admitted from a lease was reserved in Redis, so leases never over-admit: over any
 /// span the fleet admits at most `rate × span + burst`. Units admitted by the [`Fallback`]
 /// are charged to the shared TAT afterwards (under [`Policy::Strict`](crate::Policy), denied
-/// units too): with `share = 1/N` for N instances, the fleet still stays within the burst;
-/// with a larger share, the excess (at most N × the fallback's burst per key, at a key's
-/// start or during an outage) is paid back by denials, as the charged TAT runs ahead.
+/// units too): a key's first requests as of the charge, an outage's back-dated to when they
+/// were admitted (on a TAT of their own, so a fleet whose shares add up to at most 1 owes
+/// nothing afterwards). Before its charge arrives, the fallback may admit beyond the limit
+/// its own burst (`max(1, ⌊share × burst⌋)`) per instance: when an instance first sees a key
+/// (one the others have exhausted too) or an outage starts; the excess is paid back by
+/// denials, as the charged TAT runs ahead. [`Fallback::DENY`] never over-admits.
 /// The TAT key is the one the [`RedisLimiter`](super::RedisLimiter) uses, in the same form:
 /// a `RedisLimiter<Gcra>` with the same prefix and quota shares the limit.
 ///
