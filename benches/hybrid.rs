@@ -2,8 +2,9 @@
 //! sequence, same sitting: GCRA (leases), fixed window and EARRRL (merged states), 1 key
 //! and 10k keys, one thread. The quota admits everything, so every check takes the write
 //! path; the hybrid's sync thread runs meanwhile (10 ms interval) against a `redis-server`
-//! of the bench's own. After each hybrid row it prints what the sync cost: script calls
-//! per key per interval.
+//! of the bench's own. The merged algorithms also with a peer instance publishing a live
+//! state for every key (`hybrid-with-peer`), so each check merges it. After each hybrid row
+//! it prints what the sync cost: script calls per key per interval, and the denials.
 //!
 //! `cargo bench --features redis --bench hybrid`. Without `redis-server` on the PATH it
 //! prints why and measures nothing.
@@ -17,6 +18,8 @@ use hotlimit::redis::{HybridAlgorithm, HybridLimiter};
 use hotlimit::{CasLimiter, Rate};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 const SEQ: usize = 1 << 16;
@@ -44,16 +47,23 @@ where
                 .expect("connect")
         };
         let mut rows = vec![("hybrid", build(format!("bench:{name}:{n}:")))];
-        // The merged algorithms also with a peer: another instance has published a state for
-        // every key, so each check merges it (GCRA's lease has no such work).
+        // The merged algorithms also with a peer: another instance (a thread here) checks
+        // every key every 50 ms and publishes, so each check merges a live state (GCRA's
+        // lease has no such work).
+        let stop = Arc::new(AtomicBool::new(false));
         let peer = (name != "gcra").then(|| {
             let prefix = format!("bench:{name}:{n}:peer:");
             let peer = build(prefix.clone());
-            for k in &names {
-                peer.check(k);
-            }
             rows.push(("hybrid-with-peer", build(prefix)));
-            peer
+            let (names, stop) = (names.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for k in &names {
+                        peer.check(k);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
         });
         // Every key known before timing: a key's first request is the fallback's, and its
         // first sync brings the lease or the others' states.
@@ -86,6 +96,9 @@ where
             });
             let after = hybrid.stats();
             let (calls, ticks) = (after.calls - before.calls, after.ticks - before.ticks);
+            if checks == 0 {
+                continue; // filtered out
+            }
             println!(
                 "hybrid/{name}/{n}-keys/{label}: {calls} script calls in {ticks} intervals for {n} keys: {:.3} per key per interval; {} round trips; {checks} checks, {denied} denied, {} by the fallback; errors {}",
                 calls as f64 / (ticks.max(1) * n as u64) as f64,
@@ -95,7 +108,10 @@ where
             );
         }
         g.finish();
-        drop(peer);
+        stop.store(true, Ordering::Relaxed);
+        if let Some(p) = peer {
+            p.join().unwrap();
+        }
     }
 }
 
@@ -108,7 +124,9 @@ fn benches(c: &mut Criterion) {
     pair(c, &url, "gcra", gcra);
     let fixed = FixedWindow::new((1 << 28) - 1, Duration::from_secs(1)).unwrap();
     pair(c, &url, "fixed-window", fixed);
-    let earrrl = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1e12).unwrap()).unwrap();
+    // 10^8/s: above what one thread sends one key, low enough that the peer's 20/s per key
+    // stays above the idle threshold (10^-9 of it), so its state is merged, not dropped.
+    let earrrl = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1e8).unwrap()).unwrap();
     pair(c, &url, "earrrl", earrrl);
     // Every limiter above has stopped (after its last sync) before the server goes.
     drop(server);

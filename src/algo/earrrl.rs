@@ -181,6 +181,13 @@ impl Earrrl {
         self.update(now, x, x.exp(), cost).to_bits()
     }
 
+    /// [`counted`](Self::counted) given `x = λ(S − now)` and `e^x` already computed, `now`
+    /// in seconds.
+    #[cfg(feature = "redis")]
+    pub(crate) fn counted_from(&self, now: f64, x: f64, ex: f64, cost: u64) -> u64 {
+        self.update(now, x, ex, cost).to_bits()
+    }
+
     /// The honest wait for a key in state `s` at `now` (seconds) to see a rate ≤ R.
     fn retry_after(&self, s: f64, now_ns: u64) -> u64 {
         let guess = (s - secs(now_ns) + self.retry_offset) * NANOS_PER_SEC;
