@@ -307,8 +307,9 @@ struct Shared<A: Engine, C> {
 /// state (`LEASE` script: the shared TAT advances by every unit granted, exactly as if that
 /// many requests had been admitted) and spent locally by CAS. Each interval the lease is
 /// renewed to about two intervals of the key's recent demand on this instance (at most the
-/// burst); a key quiet for two intervals hands its lease back (the TAT moves back by those
-/// units, never below now), so a quiet key does not hold quota a busy instance needs. Every
+/// burst); a key quiet for three of its usual gaps between requests (2 to 100 intervals)
+/// hands its lease back (the TAT moves back by those units, never below now), so a quiet
+/// key does not hold quota a busy instance needs, while a sparse one keeps its unit. Every
 /// unit admitted from a lease was reserved in Redis, so leases never over-admit: over any
 /// span the fleet admits at most `rate × span + burst`. Units admitted by the [`Fallback`]
 /// are charged to the shared TAT afterwards (under [`Policy::Strict`](crate::Policy), denied
@@ -322,16 +323,17 @@ struct Shared<A: Engine, C> {
 /// a `RedisLimiter<Gcra>` with the same prefix and quota shares the limit.
 ///
 /// **Window algorithms, EARRRL, exponential: merged states.** Each instance keeps its own
-/// traffic's state (the algorithm's own word) and, each interval, publishes it whole in a
-/// hash per key (`<prefix>{key}:h`, a field per instance) and reads the others' back. A
+/// traffic's state (the algorithm's own word) and, each interval in which the key had
+/// requests here, publishes it whole in a hash per key (`<prefix>{key}:h`, a field per
+/// instance) and reads the others' back. A
 /// decision runs the algorithm's step on the union: its own state merged with the others'
 /// last published ones. Publishing a whole state, not a delta, makes a retried publish
 /// idempotent. What is exact and what lags:
 /// - *fixed and sliding window*: counts add exactly, per window index in Redis' time (windows
 ///   are aligned to the Unix epoch). What lags is the others' traffic since their last
 ///   publish: the fleet may exceed a window's limit by what the other instances admit within
-///   one sync interval plus a round trip (and at a window's start, before anyone has
-///   published in it, by at most N−1 limits if every instance fills it within that time).
+///   one sync interval plus a round trip: at most (N−1) limits in the worst case, if each
+///   of N instances alone could fill a window within one interval.
 /// - *EARRRL*: its rate is a sum of decayed impulses, so the rate of the union is the sum of
 ///   the instances' rates, exactly (the states merge by log-sum-exp). It lags by the others'
 ///   impulses of the last interval; their published part decays exactly.
@@ -357,8 +359,9 @@ struct Shared<A: Engine, C> {
 /// # Cost
 ///
 /// `check` is a map lookup, a clock read and one CAS (GCRA: on the lease counter; merged
-/// states: on the own word, after merging with the others' word); it takes no lock and
-/// allocates only for a key's first request. The sync thread makes at most one script call
+/// states: on the own word, after merging with the others' word). It allocates only for a
+/// key's first request and takes a lock only once per key per interval: the first check
+/// after a sync pushes the key on the sync thread's queue. The sync thread makes at most one script call
 /// per key per interval, pipelined in one round trip on a single server, one per key on a
 /// cluster. Keys idle for a while (nothing leased, owed or counted) are removed by the sync
 /// thread, losing nothing.
