@@ -269,3 +269,40 @@ mod metrics_tests {
         assert_eq!(got, want);
     }
 }
+
+/// One counter striped by thread like [`Stats`], for a count written per request where
+/// threads must not contend on it (the hybrid limiter's degraded decisions).
+#[cfg(feature = "redis")]
+pub(crate) struct Striped {
+    stripes: Box<[CachePadded<AtomicU64>]>,
+}
+
+#[cfg(feature = "redis")]
+impl Default for Striped {
+    fn default() -> Self {
+        Self {
+            stripes: (0..STRIPES).map(|_| CachePadded::default()).collect(),
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl std::fmt::Debug for Striped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Striped").field(&self.sum()).finish()
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Striped {
+    /// Adds one, on this thread's stripe.
+    #[inline]
+    pub(crate) fn incr(&self) {
+        self.stripes[stripe_index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The total.
+    pub(crate) fn sum(&self) -> u64 {
+        self.stripes.iter().map(|s| s.load(Ordering::Relaxed)).sum()
+    }
+}

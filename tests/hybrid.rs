@@ -19,6 +19,14 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// GCRA at 1/h with `burst`: nothing refills during a test, so every count is exact.
+fn hourly(burst: u64) -> Gcra {
+    Gcra::new(Rate::per_hour_of(1.0).unwrap())
+        .unwrap()
+        .with_burst(burst)
+        .unwrap()
+}
+
 fn hybrid<A: HybridAlgorithm>(server: &Server, algo: A, fallback: Fallback) -> HybridLimiter<A> {
     HybridLimiter::builder(server.url(), algo)
         .key_prefix("t:")
@@ -74,10 +82,7 @@ fn two_instances_share_one_gcra_quota_exactly() {
     let Some(server) = Server::start() else {
         return;
     };
-    let gcra = Gcra::new(Rate::per_hour_of(1.0).unwrap())
-        .unwrap()
-        .with_burst(10)
-        .unwrap();
+    let gcra = hourly(10);
     let a = hybrid(&server, gcra, Fallback::DENY);
     let b = hybrid(&server, gcra, Fallback::DENY);
     // No lease yet: denied until the next sync, which a denial names.
@@ -113,10 +118,7 @@ fn a_quiet_key_returns_its_lease_to_the_shared_state() {
     let Some(server) = Server::start() else {
         return;
     };
-    let gcra = Gcra::new(Rate::per_hour_of(1.0).unwrap())
-        .unwrap()
-        .with_burst(10)
-        .unwrap();
+    let gcra = hourly(10);
     let h = hybrid(&server, gcra, Fallback::DENY);
     let r = RedisLimiter::builder(server.url(), gcra)
         .key_prefix("t:")
@@ -151,10 +153,7 @@ fn fallback_admissions_are_charged() {
     let Some(server) = Server::start() else {
         return;
     };
-    let gcra = Gcra::new(Rate::per_hour_of(1.0).unwrap())
-        .unwrap()
-        .with_burst(8)
-        .unwrap();
+    let gcra = hourly(8);
     // A long interval: the checks below all come before the first sync.
     let h = HybridLimiter::builder(server.url(), gcra)
         .key_prefix("t:")
@@ -289,10 +288,7 @@ fn an_outage_degrades_to_the_fallback_and_reconciles() {
         return;
     };
     let port = server.port;
-    let gcra = Gcra::new(Rate::per_hour_of(1.0).unwrap())
-        .unwrap()
-        .with_burst(100)
-        .unwrap();
+    let gcra = hourly(100);
     let h = HybridLimiter::builder(server.url(), gcra)
         .key_prefix("t:")
         .sync_interval(Duration::from_millis(5))

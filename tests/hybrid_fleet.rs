@@ -10,24 +10,43 @@ use fleet::*;
 use redis_server::Server;
 use std::time::Duration;
 
-/// This test binary is also the worker: run with [`WORKER_ENV`] set, this "test" is the
-/// worker's main and prints its result; otherwise it does nothing.
+/// This test binary is also the worker: the fleet runs start it with [`WORKER_ARGS`] and
+/// the spec in [`WORKER_ENV`]; this entry is then the worker's main, printing its result.
+/// Ignored in a plain run, where there is no spec.
 #[test]
+#[ignore = "a fleet worker process's main, started by the fleet tests"]
 fn fleet_worker() {
-    if let Ok(spec) = std::env::var(WORKER_ENV) {
-        let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
-        println!("FLEET-RESULT {}", worker(&spec));
-    }
+    let spec = std::env::var(WORKER_ENV).expect("started by a fleet test, with its spec");
+    let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
+    println!("FLEET-RESULT {}", worker(&spec));
 }
 
-const WORKER_ARGS: [&str; 4] = ["--exact", "fleet_worker", "--nocapture", "--test-threads=1"];
+const WORKER_ARGS: [&str; 5] = [
+    "--exact",
+    "fleet_worker",
+    "--ignored",
+    "--nocapture",
+    "--test-threads=1",
+];
 
 /// One run at a time: two fleets at once would share the machine's cores.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn start() -> Option<(Server, std::sync::MutexGuard<'static, ()>)> {
-    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    Some((Server::start()?, guard))
+/// A fleet run of 10 s against a `redis-server` of its own (killed and restarted as
+/// `outage` says); `None` (with a message) without `redis-server`.
+fn fleet_run(outage: Option<(Duration, Duration)>) -> Option<Run> {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start()?;
+    let port = server.port;
+    let restart = |p| Server::start_on(Some(p)).unwrap();
+    Some(run(
+        &WORKER_ARGS,
+        port,
+        server,
+        restart,
+        Duration::from_secs(10),
+        outage,
+    ))
 }
 
 /// The assertions both runs share; `slack` is the extra a restarted (empty) Redis allows.
@@ -64,7 +83,7 @@ fn common(run: &Run, slack: u64) {
             "{:<12} flood {:>5} (exact {:>5})  paced {:>5} (exact {:>5})  calls/key/interval {:.2}  degraded {}",
             a.name,
             admitted(&a.flood),
-            exact_flood(a),
+            fleet::exact(a.name, &a.flood),
             fleet,
             exact,
             calls_per_key_interval(a),
@@ -83,24 +102,11 @@ fn common(run: &Run, slack: u64) {
     );
 }
 
-fn exact_flood(a: &AlgoRun) -> u64 {
-    exact(a.name, &a.flood)
-}
-
 #[test]
 fn four_processes_share_each_limit() {
-    let Some((server, _one)) = start() else {
+    let Some(run) = fleet_run(None) else {
         return;
     };
-    let port = server.port;
-    let run = run(
-        &WORKER_ARGS,
-        port,
-        server,
-        |p| Server::start_on(Some(p)).unwrap(),
-        Duration::from_secs(10),
-        None,
-    );
     common(&run, 0);
     let fixed = &run.algos[1];
     let worst = max_per_window(&fixed.flood);
@@ -125,18 +131,9 @@ fn four_processes_share_each_limit() {
 
 #[test]
 fn four_processes_ride_out_a_redis_outage() {
-    let Some((server, _one)) = start() else {
+    let Some(run) = fleet_run(Some((Duration::from_millis(3500), Duration::from_secs(3)))) else {
         return;
     };
-    let port = server.port;
-    let run = run(
-        &WORKER_ARGS,
-        port,
-        server,
-        |p| Server::start_on(Some(p)).unwrap(),
-        Duration::from_secs(10),
-        Some((Duration::from_millis(3500), Duration::from_secs(3))),
-    );
     for a in &run.algos {
         assert!(total(a, "failed_calls") > 0, "{}: no failed call", a.name);
         assert!(total(a, "degraded") > 0, "{}: no degraded decision", a.name);

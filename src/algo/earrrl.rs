@@ -171,11 +171,7 @@ impl Earrrl {
     /// step has counted the request.
     #[cfg(feature = "redis")]
     pub(crate) fn counted(&self, word: u64, now_ns: u64, cost: u64) -> u64 {
-        let s = if self.idle_at(&word) <= now_ns {
-            f64::NEG_INFINITY
-        } else {
-            f64::from_bits(word)
-        };
+        let s = self.live(word, now_ns);
         let now = secs(now_ns);
         let x = self.lambda * (s - now);
         self.update(now, x, x.exp(), cost).to_bits()
@@ -186,6 +182,17 @@ impl Earrrl {
     #[cfg(feature = "redis")]
     pub(crate) fn counted_from(&self, now: f64, x: f64, ex: f64, cost: u64) -> u64 {
         self.update(now, x, ex, cost).to_bits()
+    }
+
+    /// The virtual time `S` of `word` at `now_ns`: −∞ once the residual rate is below ε·R
+    /// (forgotten: the same test the sweeper evicts on).
+    #[inline]
+    pub(crate) fn live(&self, word: u64, now_ns: u64) -> f64 {
+        if self.idle_at(&word) <= now_ns {
+            f64::NEG_INFINITY
+        } else {
+            f64::from_bits(word)
+        }
     }
 
     /// The honest wait for a key in state `s` at `now` (seconds) to see a rate ≤ R.
@@ -251,12 +258,7 @@ impl Earrrl {
     /// The step by value: the decision and the new word (`None`: unchanged).
     pub(crate) fn decide(&self, word: u64, now_ns: u64, cost: u64) -> Step<u64> {
         let now_ns = clamp(now_ns);
-        // A residual below ε·R is forgotten: the same test the sweeper evicts on.
-        let s = if self.idle_at(&word) <= now_ns {
-            f64::NEG_INFINITY
-        } else {
-            f64::from_bits(word)
-        };
+        let s = self.live(word, now_ns);
         let now = secs(now_ns);
         // One `exp` serves the rate and the update. S = −∞ (fresh) gives e^x = 0.
         let x = self.lambda * (s - now);

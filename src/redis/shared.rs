@@ -128,12 +128,7 @@ impl<A: RedisAlgorithm> Core<A> {
     /// key in one cluster slot (for multi-key scripts) while different clients spread over
     /// the nodes. See [`escape`].
     pub(super) fn redis_key(&self, key: &str) -> String {
-        let mut k = String::with_capacity(self.config.prefix.len() + key.len() + 2);
-        k.push_str(&self.config.prefix);
-        k.push('{');
-        escape(key, &mut k);
-        k.push('}');
-        k
+        redis_key(&self.config.prefix, key)
     }
 
     pub(super) fn trip(&self) {
@@ -432,10 +427,20 @@ impl<A> Builder<A> {
 /// Retries of a cluster request (redirections, reconnects, `TRYAGAIN`).
 const CLUSTER_RETRIES: u32 = 3;
 
+/// `prefix{escaped key}`: the Redis key of a client key (see the module docs).
+pub(super) fn redis_key(prefix: &str, key: &str) -> String {
+    let mut k = String::with_capacity(prefix.len() + key.len() + 2);
+    k.push_str(prefix);
+    k.push('{');
+    escape(key, &mut k);
+    k.push('}');
+    k
+}
+
 /// Appends `key` with `%` as `%25` and `}` as `%7D`, and the empty key as a lone `%` (which
 /// escaping never yields): injective, and the hash tag is never empty (an empty `{}` would
 /// hash the whole key instead).
-pub(super) fn escape(key: &str, out: &mut String) {
+fn escape(key: &str, out: &mut String) {
     if key.is_empty() {
         out.push('%');
         return;

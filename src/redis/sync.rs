@@ -218,33 +218,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 
     fn connection<'c>(&self, slot: &'c mut Slot) -> Result<&'c mut Con, BackendError> {
-        if slot.con.is_none() {
-            if slot.down_until.is_some_and(|t| Instant::now() < t) {
-                return Err(BackendError::Unavailable);
-            }
-            let config = &self.core.config;
-            let opened = match &self.target {
-                Target::Single(client) => open_single(client, config.timeouts()).map(Con::Single),
-                Target::Cluster(client) => client.get_connection().and_then(|con| {
-                    // The read timeout is the client's response timeout.
-                    con.set_write_timeout(Some(config.io_timeout))?;
-                    Ok(Con::Cluster(Box::new(con)))
-                }),
-            };
-            match opened {
-                Ok(con) => {
-                    slot.con = Some(con);
-                    slot.down_until = None;
-                }
-                Err(e) => {
-                    slot.down_until = Some(Instant::now() + config.reconnect_after);
-                    return Err(BackendError::from_redis(e));
-                }
-            }
-        }
-        slot.con
-            .as_mut()
-            .ok_or_else(|| BackendError::Reply("no connection".into()))
+        slot.connection(&self.target, &self.core.config)
     }
 
     /// `SCRIPT LOAD`: returns the script's SHA1 and keeps it.
@@ -325,32 +299,11 @@ impl<A: RedisAlgorithm> Builder<A> {
     /// server cannot be reached now. A URL that names a Redis Cluster node gives a cluster
     /// client (see [`Builder`]); on a cluster the script is loaded on every primary.
     pub fn build(self) -> Result<RedisLimiter<A>, BackendError> {
-        let mut trips = 0;
-        let (target, first) = if self.seeds.is_empty() {
-            let client = Client::open(self.url.as_str()).map_err(BackendError::from_redis)?;
-            let mut con =
-                open_single(&client, self.timeouts()).map_err(BackendError::from_redis)?;
-            trips += 1;
-            if says_cluster(con.req_command(&info_cluster_cmd())) {
-                trips += 1;
-                let nodes = con
-                    .req_command(&cluster_nodes_cmd())
-                    .and_then(|v| ::redis::from_redis_value::<String>(&v))
-                    .unwrap_or_default();
-                (Target::Cluster(self.cluster_client(&nodes)?), None)
-            } else {
-                (Target::Single(client), Some(Con::Single(con)))
-            }
-        } else {
-            (Target::Cluster(self.cluster_client("")?), None)
-        };
+        let (target, slot, trips) = self.open_target()?;
         let limiter = RedisLimiter {
             core: Core::new(self),
             target,
-            conn: Mutex::new(Slot {
-                con: first,
-                down_until: None,
-            }),
+            conn: Mutex::new(slot),
         };
         for _ in 0..trips {
             limiter.core.trip();
@@ -370,8 +323,41 @@ impl<A: RedisAlgorithm> Builder<A> {
     }
 }
 
+impl<A> Builder<A> {
+    /// Where the connections go, asking the server at the URL `INFO cluster` (and, on a
+    /// cluster node, `CLUSTER NODES` for seeds) unless seed nodes make it a cluster outright;
+    /// with the connection that asked, kept for a single server, and the round trips made.
+    pub(super) fn open_target(&self) -> Result<(Target, Slot, u64), BackendError> {
+        if !self.seeds.is_empty() {
+            return Ok((
+                Target::Cluster(self.cluster_client("")?),
+                Slot::default(),
+                0,
+            ));
+        }
+        let client = Client::open(self.url.as_str()).map_err(BackendError::from_redis)?;
+        let mut con = open_single(&client, self.timeouts()).map_err(BackendError::from_redis)?;
+        if !says_cluster(con.req_command(&info_cluster_cmd())) {
+            let slot = Slot {
+                con: Some(Con::Single(con)),
+                down_until: None,
+            };
+            return Ok((Target::Single(client), slot, 1));
+        }
+        let nodes = con
+            .req_command(&cluster_nodes_cmd())
+            .and_then(|v| ::redis::from_redis_value::<String>(&v))
+            .unwrap_or_default();
+        Ok((
+            Target::Cluster(self.cluster_client(&nodes)?),
+            Slot::default(),
+            2,
+        ))
+    }
+}
+
 /// A connection to one server, with the builder's timeouts.
-pub(super) fn open_single(
+fn open_single(
     client: &Client,
     (connect, io): (Duration, Duration),
 ) -> Result<Connection, RedisError> {
@@ -399,7 +385,55 @@ impl Con {
 
 /// The connection, if open, and until when not to try opening one.
 #[derive(Default)]
-struct Slot {
+pub(super) struct Slot {
     con: Option<Con>,
     down_until: Option<Instant>,
+}
+
+impl Slot {
+    /// The open connection, or a new one to `target` with `config`'s timeouts; after a
+    /// failed connect, [`BackendError::Unavailable`] at once for
+    /// [`reconnect_after`](Builder::reconnect_after).
+    pub(super) fn connection<A>(
+        &mut self,
+        target: &Target,
+        config: &Builder<A>,
+    ) -> Result<&mut Con, BackendError> {
+        if self.con.is_none() {
+            if self.down_until.is_some_and(|t| Instant::now() < t) {
+                return Err(BackendError::Unavailable);
+            }
+            let opened = match target {
+                Target::Single(client) => open_single(client, config.timeouts()).map(Con::Single),
+                Target::Cluster(client) => client.get_connection().and_then(|con| {
+                    // The read timeout is the client's response timeout.
+                    con.set_write_timeout(Some(config.io_timeout))?;
+                    Ok(Con::Cluster(Box::new(con)))
+                }),
+            };
+            match opened {
+                Ok(con) => {
+                    self.con = Some(con);
+                    self.down_until = None;
+                }
+                Err(e) => {
+                    self.down_until = Some(Instant::now() + config.reconnect_after);
+                    return Err(BackendError::from_redis(e));
+                }
+            }
+        }
+        self.con
+            .as_mut()
+            .ok_or_else(|| BackendError::Reply("no connection".into()))
+    }
+
+    /// Drops the connection: the next request opens a new one.
+    pub(super) fn drop_connection(&mut self) {
+        self.con = None;
+    }
+
+    /// The open connection, if any.
+    pub(super) fn open(&mut self) -> Option<&mut Con> {
+        self.con.as_mut()
+    }
 }

@@ -167,7 +167,7 @@ impl Engine for Gcra {
                 }
             }
             if write {
-                ctx.stats.degraded.fetch_add(1, Ordering::Relaxed);
+                ctx.stats.degraded.incr();
                 if d.is_denied() {
                     e.denied.fetch_add(cost, Ordering::Relaxed);
                 }

@@ -2,16 +2,10 @@
 //! reconnect rule, and one script run for many keys in as few round trips as the target
 //! allows (one pipeline on a server; one request per key on a cluster, routed by slot).
 
-use super::super::shared::{cluster_nodes_cmd, info_cluster_cmd, says_cluster};
-use super::super::sync::{open_single, Con};
+use super::super::shared::{noscript_indices, Target};
+use super::super::sync::{Con, Slot};
 use super::super::{BackendError, Builder};
-use ::redis::{Client, ErrorKind, RedisError, Script, Value};
-use std::time::Instant;
-
-enum Target {
-    Single(Client),
-    Cluster(::redis::cluster::ClusterClient),
-}
+use ::redis::{ErrorKind, RedisError, Script, Value};
 
 /// One script call: its keys and arguments.
 pub(super) struct Call {
@@ -19,82 +13,32 @@ pub(super) struct Call {
     pub(super) args: Vec<String>,
 }
 
-/// The connection of a hybrid limiter's sync thread (only that thread uses it).
-pub(super) struct Link {
+/// The connection of a hybrid limiter's sync thread (only that thread uses it): the
+/// `RedisLimiter`'s target and reconnecting slot, with its builder's settings.
+pub(super) struct Link<A> {
+    config: Builder<A>,
     target: Target,
-    con: Option<Con>,
-    down_until: Option<Instant>,
-    reconnect_after: std::time::Duration,
-    /// Connect and I/O timeouts.
-    timeouts: (std::time::Duration, std::time::Duration),
+    slot: Slot,
     /// Round trips so far (pipelines, loads, connects).
     pub(super) round_trips: u64,
 }
 
-impl Link {
+impl<A> Link<A> {
     /// Connects (asking `INFO cluster` as [`Builder::build`] does): fails if the URL is
     /// invalid or the server cannot be reached now.
-    pub(super) fn open<A>(config: &Builder<A>) -> Result<Self, BackendError> {
-        let mut round_trips = 0;
-        let timeouts = config.timeouts();
-        let (target, con) = if config.seeds.is_empty() {
-            let client = Client::open(config.url.as_str()).map_err(BackendError::from_redis)?;
-            let mut con = open_single(&client, timeouts).map_err(BackendError::from_redis)?;
-            round_trips += 2;
-            if says_cluster(::redis::ConnectionLike::req_command(
-                &mut con,
-                &info_cluster_cmd(),
-            )) {
-                round_trips += 1;
-                let nodes = ::redis::ConnectionLike::req_command(&mut con, &cluster_nodes_cmd())
-                    .and_then(|v| ::redis::from_redis_value::<String>(&v))
-                    .unwrap_or_default();
-                (Target::Cluster(config.cluster_client(&nodes)?), None)
-            } else {
-                (Target::Single(client), Some(Con::Single(con)))
-            }
-        } else {
-            (Target::Cluster(config.cluster_client("")?), None)
-        };
+    pub(super) fn open(config: Builder<A>) -> Result<Self, BackendError> {
+        let (target, slot, trips) = config.open_target()?;
         let mut link = Link {
+            config,
             target,
-            con,
-            down_until: None,
-            reconnect_after: config.reconnect_after,
-            timeouts,
-            round_trips,
+            slot,
+            round_trips: trips,
         };
-        link.connection()?;
-        Ok(link)
-    }
-
-    fn connection(&mut self) -> Result<&mut Con, BackendError> {
-        if self.con.is_none() {
-            if self.down_until.is_some_and(|t| Instant::now() < t) {
-                return Err(BackendError::Unavailable);
-            }
-            self.round_trips += 1;
-            let opened = match &self.target {
-                Target::Single(client) => open_single(client, self.timeouts).map(Con::Single),
-                Target::Cluster(client) => client.get_connection().and_then(|con| {
-                    con.set_write_timeout(Some(self.timeouts.1))?;
-                    Ok(Con::Cluster(Box::new(con)))
-                }),
-            };
-            match opened {
-                Ok(con) => {
-                    self.con = Some(con);
-                    self.down_until = None;
-                }
-                Err(e) => {
-                    self.down_until = Some(Instant::now() + self.reconnect_after);
-                    return Err(BackendError::from_redis(e));
-                }
-            }
+        if link.slot.open().is_none() {
+            link.round_trips += 1;
+            link.slot.connection(&link.target, &link.config)?;
         }
-        self.con
-            .as_mut()
-            .ok_or_else(|| BackendError::Reply("no connection".into()))
+        Ok(link)
     }
 
     /// Runs `script` once per call, in order, and returns each call's reply or error. A
@@ -108,16 +52,28 @@ impl Link {
         if calls.is_empty() {
             return Vec::new();
         }
-        let out = match self.connection() {
-            Err(e) => return calls.iter().map(|_| Err(copy(&e))).collect(),
-            Ok(Con::Cluster(_)) => self.run_cluster(script, calls),
-            Ok(Con::Single(_)) => self.run_pipeline(script, calls),
+        let connecting = self.slot.open().is_none();
+        let out = match self.slot.connection(&self.target, &self.config) {
+            Err(e) => {
+                // A connect tried (not one skipped within `reconnect_after`) is a round trip.
+                self.round_trips += u64::from(!matches!(e, BackendError::Unavailable));
+                return calls.iter().map(|_| Err(copy(&e))).collect();
+            }
+            Ok(con) => {
+                let cluster = matches!(con, Con::Cluster(_));
+                self.round_trips += u64::from(connecting);
+                if cluster {
+                    self.run_cluster(script, calls)
+                } else {
+                    self.run_pipeline(script, calls)
+                }
+            }
         };
         if out
             .iter()
             .any(|r| r.as_ref().is_err_and(BackendError::drops_connection))
         {
-            self.con = None;
+            self.slot.drop_connection();
         }
         out
     }
@@ -127,7 +83,7 @@ impl Link {
     fn run_cluster(&mut self, script: &Script, calls: &[Call]) -> Vec<Result<Value, BackendError>> {
         let mut out = Vec::with_capacity(calls.len());
         for call in calls {
-            let Some(con) = self.con.as_mut() else {
+            let Some(con) = self.slot.open() else {
                 out.push(Err(BackendError::Unavailable));
                 continue;
             };
@@ -143,7 +99,7 @@ impl Link {
                 .invoke::<Value>(con.like())
                 .map_err(BackendError::from_redis);
             if r.as_ref().is_err_and(BackendError::drops_connection) {
-                self.con = None;
+                self.slot.drop_connection();
             }
             out.push(r);
         }
@@ -168,13 +124,13 @@ impl Link {
             }
             pipe
         };
-        let Some(con) = self.con.as_mut() else {
+        self.round_trips += 1;
+        let Some(con) = self.slot.open() else {
             return calls
                 .iter()
                 .map(|_| Err(BackendError::Unavailable))
                 .collect();
         };
-        self.round_trips += 1;
         let pipe = pipeline(&mut calls.iter());
         let values =
             match con
@@ -187,13 +143,9 @@ impl Link {
                     return calls.iter().map(|_| Err(copy(&e))).collect();
                 }
             };
+        // After a SCRIPT FLUSH, the calls answered NOSCRIPT were not run.
+        let missed = noscript_indices(&values);
         let mut out: Vec<Result<Value, BackendError>> = values.into_iter().map(reply).collect();
-        let missed: Vec<usize> = out
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| matches!(r, Err(BackendError::Script(e)) if e.kind() == ErrorKind::NoScriptError))
-            .map(|(i, _)| i)
-            .collect();
         if missed.is_empty() {
             return out;
         }

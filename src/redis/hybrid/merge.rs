@@ -116,13 +116,7 @@ impl Merge for Earrrl {
     /// the two, exact (no time appears: every impulse decays at the same λ).
     fn merge(&self, a: u64, b: u64, now: u64) -> u64 {
         let lambda = self.redis_params().0;
-        let live = |w: u64| {
-            if self.idle_at(&w) <= now {
-                f64::NEG_INFINITY
-            } else {
-                f64::from_bits(w)
-            }
-        };
+        let live = |w: u64| self.live(w, now);
         let (sa, sb) = (live(a), live(b));
         let (hi, lo) = if sa >= sb { (sa, sb) } else { (sb, sa) };
         if lo == f64::NEG_INFINITY {
@@ -140,13 +134,7 @@ impl Merge for Earrrl {
     /// its honest `retry_after`.
     fn decide_merged(&self, own: u64, others: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
         let (lambda, max_rate, ..) = self.redis_params();
-        let live = |w: u64| {
-            if self.idle_at(&w) <= now {
-                f64::NEG_INFINITY
-            } else {
-                f64::from_bits(w)
-            }
-        };
+        let live = |w: u64| self.live(w, now);
         let t = now as f64 / 1e9;
         let x = lambda * (live(own) - t);
         let e_own = x.exp();
@@ -285,7 +273,7 @@ impl<A: Merge + Algorithm<State = <A as Merge>::Word>> Engine for A {
             },
         )?;
         if down && write {
-            ctx.stats.degraded.fetch_add(1, Ordering::Relaxed);
+            ctx.stats.degraded.incr();
         }
         Some(decision)
     }

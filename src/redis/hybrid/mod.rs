@@ -13,6 +13,7 @@ use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{check_cost, ConfigError, CostError, Field};
 use crate::limiter::RateLimiter;
+use crate::stats::Striped;
 use crate::sweeper::SweepReport;
 use crate::Algorithm;
 use ::redis::Value;
@@ -131,11 +132,13 @@ struct Counters {
     round_trips: AtomicU64,
     failed_calls: AtomicU64,
     errors: AtomicU64,
-    degraded: AtomicU64,
+    /// Written per request (while degraded): striped by thread.
+    degraded: Striped,
     leased: AtomicU64,
     returned: AtomicU64,
     charged: AtomicU64,
-    rejected_keys: AtomicU64,
+    /// Written per request (at capacity): striped by thread.
+    rejected_keys: Striped,
 }
 
 /// What every key's decisions share: this instance's id, the clock offset to Redis' time,
@@ -477,7 +480,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
     /// Connects (failing if the URL is invalid or Redis cannot be reached now) and starts
     /// the sync thread (`hotlimit-hybrid`).
     pub fn build(self) -> Result<HybridLimiter<A, C>, BackendError> {
-        let link = Link::open(&self.redis)?;
+        let link = Link::open(self.redis.clone())?;
         let algo = self.redis.algo.clone();
         let share = self.fallback.share;
         let fallback_gcra = if share > 0.0 {
@@ -555,6 +558,9 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     /// Checks until allowed, sleeping (on the limiter's clock) for each denial's
     /// `retry_after`, at least 1 ms.
     pub fn until_ready_blocking(&self, key: &str) -> Decision {
+        // Not the in-memory limiters' loop (`wait::until_ready_blocking`): it peeks before
+        // it checks, and a peek asks Redis for nothing, so a waiter on an empty lease would
+        // wait for a lease nobody asks for. Each check here is the demand that brings it.
         loop {
             let d = self.check(key);
             if d.is_allowed() {
@@ -602,11 +608,11 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             round_trips: r(&s.round_trips),
             failed_calls: r(&s.failed_calls),
             errors: r(&s.errors),
-            degraded: r(&s.degraded),
+            degraded: s.degraded.sum(),
             leased: r(&s.leased),
             returned: r(&s.returned),
             charged: r(&s.charged),
-            rejected_keys: r(&s.rejected_keys),
+            rejected_keys: s.rejected_keys.sum(),
         }
     }
 
@@ -633,7 +639,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
                 }
                 None => {
                     if map.len() >= s.max_keys {
-                        s.ctx.stats.rejected_keys.fetch_add(1, Ordering::Relaxed);
+                        s.ctx.stats.rejected_keys.incr();
                         return Ok(Decision::denied(s.ctx.until_tick(now)));
                     }
                     let slot = Arc::new(Slot {
@@ -663,11 +669,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
 }
 
 fn redis_key(prefix: &str, key: &str, suffix: &str) -> String {
-    let mut k = String::with_capacity(prefix.len() + key.len() + 4);
-    k.push_str(prefix);
-    k.push('{');
-    super::shared::escape(key, &mut k);
-    k.push('}');
+    let mut k = super::shared::redis_key(prefix, key);
     k.push_str(suffix);
     k
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 /// The sync thread: every `interval`, one call per queued key.
 pub(super) fn sync_loop<A: HybridAlgorithm, C: Clock>(
     s: &Shared<A, C>,
-    mut link: Link,
+    mut link: Link<A>,
     interval: Duration,
 ) {
     let script = Script::new(A::SCRIPT);
