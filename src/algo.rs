@@ -29,7 +29,7 @@ use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::fmt::Debug;
 
-mod sealed {
+pub(crate) mod sealed {
     /// Seals [`State`](super::State): the stores implement their storage traits for exactly
     /// these types.
     pub trait Sealed {}

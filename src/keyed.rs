@@ -72,11 +72,18 @@ pub type CasLimiter<K, A, C = QuantaClock> = KeyedLimiter<K, A, C, Cas>;
 /// The pessimistic twin: the same map and algorithm, each key's state behind a mutex.
 pub type MutexLimiter<K, A, C = QuantaClock> = KeyedLimiter<K, A, C, Locked>;
 
-/// Everything the requests and the sweeper thread share.
-struct Shared<K, A: Algorithm, C, V: Variant<A>> {
-    map: papaya::HashMap<K, V::Cell, ahash::RandomState>,
-    core: Core<A, C>,
+/// Everything the requests and the sweeper thread share: the keyed store itself, which the
+/// hybrid limiter (feature `redis`) also keeps its entries in.
+pub(crate) struct Shared<K, A: Algorithm, C, V: Variant<A>> {
+    pub(crate) map: papaya::HashMap<K, V::Cell, ahash::RandomState>,
+    pub(crate) core: Core<A, C>,
+    /// Told of every key an eviction kills, with the state it killed: what the hybrid
+    /// limiter hands back to Redis. `None` for the keyed limiters.
+    evicted: Option<EvictHook<K, A::State>>,
 }
+
+/// See [`Shared::with_evict_hook`].
+pub(crate) type EvictHook<K, S> = Box<dyn Fn(&K, &S) + Send + Sync>;
 
 impl<K, A, V> KeyedLimiter<K, A, QuantaClock, V>
 where
@@ -468,13 +475,22 @@ where
     C: Clock,
     V: Variant<A>,
 {
-    fn new(algo: A, clock: C, options: &Options) -> Self {
+    pub(crate) fn new(algo: A, clock: C, options: &Options) -> Self {
         Self {
             map: papaya::HashMap::builder()
                 .hasher(ahash::RandomState::new())
                 .build(),
             core: Core::new(algo, clock, options),
+            evicted: None,
         }
+    }
+
+    /// Calls `hook` with the key and the state of every cell a sweep kills (idle or for
+    /// capacity), after the kill: a state that holds something outside this process (a
+    /// lease) is handed back through it.
+    pub(crate) fn with_evict_hook(mut self, hook: EvictHook<K, A::State>) -> Self {
+        self.evicted = Some(hook);
+        self
     }
 
     #[inline(always)]
@@ -503,7 +519,13 @@ where
     /// A step on a copy of `key`'s state (a fresh one if the key is absent or being
     /// evicted, which is what a dead cell's state was equivalent to).
     #[inline]
-    fn peek<Q>(&self, key: &Q, cost: u64, now: u64, guard: &impl papaya::Guard) -> Decision
+    pub(crate) fn peek<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        now: u64,
+        guard: &impl papaya::Guard,
+    ) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -517,7 +539,7 @@ where
     /// Runs `f` on `key`'s state in its cell, retrying on a fresh cell if the sweeper killed
     /// the one found. Every request path goes through here.
     #[inline(always)]
-    fn apply<Q, T>(
+    pub(crate) fn apply<Q, T>(
         &self,
         key: &Q,
         guard: &impl papaya::Guard,
@@ -538,7 +560,7 @@ where
 
     /// The cell for `key`, inserted fresh on first sight.
     #[inline(always)]
-    fn cell<'g, Q>(&self, key: &Q, guard: &'g impl papaya::Guard) -> &'g V::Cell
+    pub(crate) fn cell<'g, Q>(&self, key: &Q, guard: &'g impl papaya::Guard) -> &'g V::Cell
     where
         K: Borrow<Q> + 'g,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -574,7 +596,7 @@ where
     /// Removes `cell` (found dead) from the map if it is still there: the sweeper that killed
     /// it may not have got to it yet.
     #[cold]
-    fn remove_dead<Q>(&self, key: &Q, cell: &V::Cell, guard: &impl papaya::Guard)
+    pub(crate) fn remove_dead<Q>(&self, key: &Q, cell: &V::Cell, guard: &impl papaya::Guard)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -582,7 +604,7 @@ where
         let _ = self.map.remove_if(key, |_, c| std::ptr::eq(c, cell), guard);
     }
 
-    fn sweep(&self) -> SweepReport {
+    pub(crate) fn sweep(&self) -> SweepReport {
         let started = Instant::now();
         let now = self.core.sweep_now();
         let guard = self.map.guard();
@@ -592,12 +614,13 @@ where
         // changed meanwhile; a cell killed the first time is dead the second, so it is
         // removed, not counted again.
         self.map.retain(
-            |_, cell| {
+            |key, cell| {
                 report.scanned += 1;
                 if self.core.signal.stopping() {
                     return true;
                 }
-                let Some(killed) = self.judge(cell, |state| self.core.algo.idle_at(state) <= now)
+                let Some(killed) =
+                    self.judge(key, cell, |state| self.core.algo.idle_at(state) <= now)
                 else {
                     return false;
                 };
@@ -620,9 +643,27 @@ where
     /// A sweep's verdict on one cell: whether it killed it, or `None` if the cell was already
     /// dead (killed by another pass, or by this one if `retain` asks twice). Either way a cell
     /// that ends dead leaves the map, and each is counted once, by the pass that killed it.
-    fn judge(&self, cell: &V::Cell, doomed: impl Fn(&A::State) -> bool) -> Option<bool> {
+    fn judge(&self, key: &K, cell: &V::Cell, doomed: impl Fn(&A::State) -> bool) -> Option<bool> {
         cell.inspect(|_| ())?;
-        let killed = cell.kill_if(doomed);
+        let killed = match &self.evicted {
+            None => cell.kill_if(doomed),
+            Some(hook) => {
+                // The state the kill replaced: the last one `doomed` passed (a lost CAS asks
+                // again about the word that won).
+                let seen = std::cell::RefCell::new(None);
+                let killed = cell.kill_if(|state| {
+                    let doomed = doomed(state);
+                    if doomed {
+                        *seen.borrow_mut() = Some(state.clone());
+                    }
+                    doomed
+                });
+                if let (true, Some(state)) = (killed, seen.take()) {
+                    hook(key, &state);
+                }
+                killed
+            }
+        };
         (killed || cell.inspect(|_| ()).is_some()).then_some(killed)
     }
 
@@ -645,12 +686,13 @@ where
         };
         let mut evicted = 0;
         self.map.retain(
-            |_, cell| {
+            |key, cell| {
                 if self.core.signal.stopping() {
                     return true;
                 }
                 let doomed = cut.judge();
-                let Some(killed) = self.judge(cell, |state| doomed(self.core.algo.idle_at(state)))
+                let Some(killed) =
+                    self.judge(key, cell, |state| doomed(self.core.algo.idle_at(state)))
                 else {
                     return false;
                 };

@@ -168,7 +168,7 @@ impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> AsyncRateLimiter<Q> for L {
     }
 }
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
 }
 

@@ -171,14 +171,14 @@ mod traits;
 #[cfg(feature = "redis-async")]
 pub use aio::AsyncRedisLimiter;
 pub use builder::Builder;
-pub use hybrid::{Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, HybridStats};
+pub use hybrid::{Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, HybridStats, SyncError};
 pub use sync::RedisLimiter;
 
 use crate::algo::{
     AllOf, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
 };
 use crate::decision::{Decision, Policy};
-use crate::error::CostError;
+use crate::error::{ConfigError, CostError};
 use crate::Algorithm;
 use ::redis::{ErrorKind, RedisError};
 use std::fmt;
@@ -258,6 +258,8 @@ pub enum BackendError {
     Unavailable,
     /// An explicit `now` above [`MAX_EXPLICIT_NOW`].
     TimeOutOfRange(u64),
+    /// A configuration the limiter cannot run: see [`HybridBuilder::build`].
+    Config(ConfigError),
 }
 
 impl BackendError {
@@ -270,9 +272,10 @@ impl BackendError {
         match self {
             BackendError::Connection(_) | BackendError::Reply(_) => true,
             BackendError::Script(e) => matches!(e.kind(), ErrorKind::Moved | ErrorKind::Ask),
-            BackendError::Cost(_) | BackendError::Unavailable | BackendError::TimeOutOfRange(_) => {
-                false
-            }
+            BackendError::Cost(_)
+            | BackendError::Unavailable
+            | BackendError::TimeOutOfRange(_)
+            | BackendError::Config(_) => false,
         }
     }
 
@@ -288,7 +291,7 @@ impl BackendError {
         )
     }
 
-    fn from_redis(e: RedisError) -> Self {
+    pub(crate) fn from_redis(e: RedisError) -> Self {
         let cluster_outage = matches!(
             e.kind(),
             ErrorKind::ClusterDown
@@ -324,6 +327,7 @@ impl fmt::Display for BackendError {
                 f,
                 "explicit now {now} ns is above {MAX_EXPLICIT_NOW} (2^53 − 1), which Lua cannot count exactly"
             ),
+            BackendError::Config(e) => e.fmt(f),
         }
     }
 }
@@ -333,6 +337,7 @@ impl std::error::Error for BackendError {
         match self {
             BackendError::Cost(e) => Some(e),
             BackendError::Connection(e) | BackendError::Script(e) => Some(e),
+            BackendError::Config(e) => Some(e),
             _ => None,
         }
     }

@@ -1,91 +1,112 @@
-//! GCRA in the hybrid limiter: leases.
+//! GCRA in the hybrid limiter: leases, and the fleet's TAT as this instance knows it.
 //!
-//! An instance holds, per key, a lease of units reserved in the shared GCRA state (the
-//! script advances the shared TAT by every unit it grants) and spends it by CAS. Every sync
-//! interval it renews the lease to about two intervals of the key's recent demand, hands back
-//! what a quiet key holds, and charges the units it admitted without a lease (the fallback:
-//! a key's first requests, an outage) and, under [`Policy::Strict`], the units it denied.
+//! A key's entry is one 128-bit word, updated by the core's CAS loop (so a request, the sync
+//! thread and the sweeper each change it whole, and the store's tombstone protocol covers
+//! it):
+//!
+//! | bits | field | |
+//! |---|---|---|
+//! | 0–63 | `view` | the key's TAT as this instance knows it (local clock, ns): the last pushed shared TAT, plus what this instance admitted beyond its lease since |
+//! | 64–95 | `units` | lease units left |
+//! | 96–124 | `debt` | units admitted beyond the lease (or, strict, denied) and not yet sent to Redis |
+//! | 125 | `known` | `view` holds a pushed TAT (not only the fallback's own) |
+//! | 126 | `back` | the debt includes units admitted while Redis was away: charged back-dated |
+//!
+//! Bit 127 is never set, so a live word is never the tombstone (all ones).
 
-use super::{Ctx, Engine, Step as Todo};
-use crate::algo::{Gcra, WordStep};
+use super::cell::HybridCell;
+use super::push::Reader;
+use super::{Ctx, Engine, Evicted, Fallback, Mode, Reason, SyncError, Verdict, Visit};
+use crate::algo::{Gcra, CLOCK_MAX};
+use crate::cell::StateCell;
 use crate::decision::{Decision, Policy};
-use crate::sync::{cas_loop, Round};
-use crate::sync::{AtomicU64, Ordering};
+use crate::error::{ConfigError, Field};
 use crate::{Algorithm, Rate};
 use ::redis::Value;
-use parking_lot::Mutex;
-use std::sync::atomic::{fence, AtomicBool};
+use std::sync::atomic::Ordering;
 
-/// A dead entry's lease word: the sweeper removed it; a request looks the key up again.
-const DEAD: u64 = u64::MAX;
+const UNITS_MAX: u64 = u32::MAX as u64 - 1;
+const DEBT_MAX: u64 = (1 << 29) - 1;
+const KNOWN: u128 = 1 << 125;
+const BACK: u128 = 1 << 126;
 
-/// One key's lease.
-#[derive(Debug)]
-pub struct Entry {
-    /// Units leased and not spent; [`DEAD`] once swept.
-    units: AtomicU64,
-    /// Units denied since the last sync: demand the lease did not cover.
-    denied: AtomicU64,
-    /// Units admitted without a lease (or denied under a strict policy), not yet charged.
-    debt: AtomicU64,
-    /// The same, admitted while Redis was unreachable: charged back-dated (see `LEASE`).
-    back: AtomicU64,
-    /// Local time of the oldest uncharged `back` unit (`u64::MAX`: none).
-    back_since: AtomicU64,
-    /// A lease reply has arrived: from then on an empty lease means "no quota now", not
-    /// "not asked yet".
-    synced: AtomicBool,
-    /// Local time before which Redis has no unit to lease (its last `wait`).
-    next_at: AtomicU64,
-    /// The fallback's own GCRA state (local clock).
-    fallback: AtomicU64,
-    /// The sync thread's bookkeeping.
-    book: Mutex<Book>,
+/// A GCRA entry, unpacked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lease {
+    view: u64,
+    units: u64,
+    debt: u64,
+    known: bool,
+    back: bool,
 }
 
-impl Entry {
-    /// Owes `cost` units admitted (or, strict, denied) without a lease at `now`: back-dated
-    /// if Redis is unreachable, else charged as of the next sync.
-    fn owe(&self, ctx: &Ctx, now: u64, cost: u64) {
-        if ctx.is_down() {
-            self.back_since.fetch_min(now, Ordering::Relaxed);
-            self.back.fetch_add(cost, Ordering::SeqCst);
-        } else {
-            self.debt.fetch_add(cost, Ordering::SeqCst);
+impl Lease {
+    #[inline]
+    fn unpack(w: u128) -> Self {
+        Lease {
+            view: w as u64,
+            units: (w >> 64) as u64 & 0xffff_ffff,
+            debt: (w >> 96) as u64 & DEBT_MAX,
+            known: w & KNOWN != 0,
+            back: w & BACK != 0,
         }
-        fence(Ordering::SeqCst);
+    }
+
+    #[inline]
+    fn pack(self) -> u128 {
+        u128::from(self.view)
+            | u128::from(self.units.min(UNITS_MAX)) << 64
+            | u128::from(self.debt.min(DEBT_MAX)) << 96
+            | if self.known { KNOWN } else { 0 }
+            | if self.back { BACK } else { 0 }
+    }
+
+    /// Owes `cost` more (admitted beyond the lease, or denied under a strict policy).
+    #[inline]
+    fn owe(&mut self, cost: u64, mode: Mode) {
+        self.debt = self.debt.saturating_add(cost).min(DEBT_MAX);
+        if mode == Mode::Degraded {
+            self.back = true;
+        }
     }
 }
 
-#[derive(Debug, Default)]
-struct Book {
-    /// `units` as the last sync left it: what was spent since is the difference.
-    level: u64,
-    /// Units spent while the last call was in flight (between its `prepare` and `apply`).
-    carry: u64,
-    /// Demand per interval, smoothed (units).
-    demand: f64,
-    /// Intervals between intervals with demand, smoothed: how sparse the key is.
-    gap: f64,
-    /// Intervals in a row without demand.
-    quiet: u32,
-    /// Local time of the last interval with demand: a key is swept only a second after.
-    last_demand: u64,
+/// What GCRA fixes at build from the fallback.
+#[derive(Debug)]
+pub struct Plan {
+    /// The fallback: `share` of the rate, `⌊share × burst⌋` of the burst; `None` for DENY.
+    fallback: Option<Gcra>,
+    /// Units an instance may admit beyond its lease ahead of Redis: `⌊share × burst⌋`.
+    budget: u64,
 }
 
-/// What one lease call charged, to owe again if it fails.
+/// The sync thread's bookkeeping of a key it watches.
+#[derive(Debug, Default)]
+pub struct Book {
+    /// `units` as the last round left it: what was spent since is the difference.
+    level: u64,
+    /// Units spent while the last call was in flight.
+    carry: u64,
+    /// Demand per round, smoothed (units).
+    demand: f64,
+    /// Rounds between rounds with demand, smoothed: how sparse the key is.
+    gap: f64,
+    /// Rounds in a row without demand.
+    quiet: u32,
+}
+
+/// What one key's call took from its entry, to owe again if the call fails.
 #[derive(Debug)]
 pub struct Sent {
     debt: u64,
-    back: u64,
-    since: u64,
+    back: bool,
+    want: u64,
+    give: u64,
 }
 
-/// The fallback GCRA: `share` of the rate and of the burst (at least 1).
-fn fallback_gcra(g: &Gcra, share: f64) -> Option<Gcra> {
-    let t = g.emission_interval();
-    let burst = ((g.burst() as f64 * share).floor() as u64).max(1);
-    Gcra::new(Rate::new(share, t).ok()?)
+/// `share` of `g`: the rate and `burst` units (`burst ≥ 1`).
+fn shared_part(g: &Gcra, share: f64, burst: u64) -> Option<Gcra> {
+    Gcra::new(Rate::new(share, g.emission_interval()).ok()?)
         .ok()?
         .with_burst(burst)
         .ok()
@@ -93,250 +114,418 @@ fn fallback_gcra(g: &Gcra, share: f64) -> Option<Gcra> {
 }
 
 impl Engine for Gcra {
-    type Entry = Entry;
+    type Word = u128;
+    type Plan = Plan;
+    type Book = Book;
     type Sent = Sent;
+    type Pushed = u64;
 
     const SCRIPT: &'static str = super::scripts::LEASE;
     const SUFFIX: &'static str = "";
     const EXTRA_KEYS: &'static [&'static str] = &[":b"];
 
-    fn lease_fallback(&self, share: f64) -> Option<Gcra> {
-        fallback_gcra(self, share)
-    }
-
-    fn entry(&self) -> Entry {
-        Entry {
-            units: AtomicU64::new(0),
-            denied: AtomicU64::new(0),
-            debt: AtomicU64::new(0),
-            back: AtomicU64::new(0),
-            back_since: AtomicU64::new(u64::MAX),
-            synced: AtomicBool::new(false),
-            next_at: AtomicU64::new(0),
-            fallback: AtomicU64::new(self.fresh()),
-            book: Mutex::new(Book::default()),
+    fn plan(&self, fallback: Fallback) -> Result<Plan, ConfigError> {
+        if self.burst() > DEBT_MAX {
+            return Err(ConfigError::TooLarge {
+                field: Field::Burst,
+                value: self.burst().to_string(),
+                max: "2^29 - 1 units in the hybrid limiter (count in larger units)",
+            });
         }
-    }
-
-    fn decide(&self, ctx: &Ctx, e: &Entry, now: u64, cost: u64, write: bool) -> Option<Decision> {
-        let spent = cas_loop(
-            &e.units,
-            || {},
-            |units| {
-                if units == DEAD {
-                    Round::Done(None)
-                } else if units < cost {
-                    Round::Done(Some(None))
-                } else if !write {
-                    Round::Done(Some(Some(units)))
-                } else {
-                    Round::Write(units - cost, Some(Some(units - cost)))
-                }
-            },
-        )?;
-        if let Some(left) = spent {
-            return Some(Decision::allowed().with_remaining(left));
-        }
-        // The lease does not cover it. Until Redis has answered for this key, or while it is
-        // unreachable, the fallback decides; otherwise Redis has no unit for us right now.
-        if ctx.is_down() || !e.synced.load(Ordering::Acquire) {
-            let Some(fallback) = ctx.fallback_gcra.as_ref() else {
-                if write {
-                    e.denied.fetch_add(cost, Ordering::Relaxed);
-                }
-                return Some(Decision::denied(ctx.until_tick(now)).with_remaining(0));
-            };
-            let d = cas_loop(
-                &e.fallback,
-                || {},
-                |tat| {
-                    let step = fallback.step(tat, now, cost);
-                    match step.state {
-                        Some(new) if write => Round::Write(new, step.decision),
-                        _ => Round::Done(step.decision),
-                    }
+        let budget = fallback.part(self.burst())?;
+        let fallback = if budget == 0 {
+            None
+        } else {
+            Some(shared_part(self, fallback.local_share(), budget).ok_or(
+                ConfigError::TooSmall {
+                    field: Field::Share,
+                    value: fallback.local_share().to_string(),
+                    min: "a share whose part of the rate the clock can count",
                 },
-            );
-            if write && (d.is_allowed() || self.policy() == Policy::Strict) {
-                e.owe(ctx, now, cost);
-                // The sweeper tombstones the lease, then looks at the debt: either it sees
-                // this debt (and keeps the key) or this sees the tombstone (and the request
-                // is decided again on the live entry: this one was counted nowhere).
-                if e.units.load(Ordering::SeqCst) == DEAD {
-                    return None;
-                }
-            }
-            if write {
-                ctx.stats.degraded.incr();
-                if d.is_denied() {
-                    e.denied.fetch_add(cost, Ordering::Relaxed);
-                }
-            }
-            return Some(d);
-        }
-        if write {
-            e.denied.fetch_add(cost, Ordering::Relaxed);
-            if self.policy() == Policy::Strict {
-                e.owe(ctx, now, cost);
-                if e.units.load(Ordering::SeqCst) == DEAD {
-                    return None;
-                }
-            }
-        }
-        let hint = e.next_at.load(Ordering::Relaxed).saturating_sub(now);
-        Some(Decision::denied(hint.max(ctx.until_tick(now))).with_remaining(0))
+            )?)
+        };
+        Ok(Plan { fallback, budget })
     }
 
-    fn prepare(&self, ctx: &Ctx, e: &Entry, now: u64, closing: bool) -> Todo<Sent> {
-        let level = e.units.load(Ordering::Acquire);
-        if level == DEAD {
-            return Todo::Skip;
+    fn unknown(&self) -> u128 {
+        0
+    }
+
+    #[inline]
+    fn decide_entry(&self, plan: &Plan, ctx: &Ctx, w: &mut u128, now: u64, cost: u64) -> Verdict {
+        let mut l = Lease::unpack(*w);
+        if l.units >= cost {
+            l.units -= cost;
+            *w = l.pack();
+            return Verdict {
+                decision: Decision::allowed().with_remaining(l.units),
+                reason: Reason::Lease,
+                sync: true,
+            };
         }
-        let mut book = e.book.lock();
-        let spent = book.level.saturating_sub(level) + std::mem::take(&mut book.carry);
-        let denied = e.denied.swap(0, Ordering::Relaxed);
-        let demand = spent + denied;
+        let strict = self.policy() == Policy::Strict;
+        let mode = ctx.mode(l.known, now);
+        let verdict = if mode == Mode::Known {
+            // Beyond the lease: the fleet's TAT as known must have room, and this instance
+            // may be at most its budget ahead of Redis.
+            let step = Gcra::decide(self, l.view, now, cost);
+            let fits = l.debt.saturating_add(cost) <= plan.budget;
+            match step.state {
+                Some(tat) if step.decision.is_allowed() && fits => {
+                    l.view = tat;
+                    l.owe(cost, mode);
+                    Verdict {
+                        decision: step.decision,
+                        reason: Reason::Known,
+                        sync: true,
+                    }
+                }
+                Some(tat) if step.decision.is_allowed() => {
+                    if strict {
+                        l.view = tat;
+                        l.owe(cost, mode);
+                    }
+                    Verdict {
+                        decision: Decision::denied(ctx.until_tick(now)).with_remaining(0),
+                        reason: Reason::Waiting,
+                        sync: true,
+                    }
+                }
+                state => {
+                    if let Some(tat) = state {
+                        l.view = tat;
+                        l.owe(cost, mode);
+                    }
+                    Verdict {
+                        decision: step.decision,
+                        reason: Reason::Known,
+                        sync: true,
+                    }
+                }
+            }
+        } else {
+            // The fleet's TAT unknown, or Redis away: the fallback's share, continuing from
+            // the view as last known.
+            match &plan.fallback {
+                None => Verdict {
+                    decision: Decision::denied(ctx.until_tick(now)).with_remaining(0),
+                    reason: Reason::Waiting,
+                    sync: true,
+                },
+                Some(fallback) => {
+                    let step = fallback.decide(l.view, now, cost);
+                    if let Some(tat) = step.state {
+                        l.view = tat;
+                        l.owe(cost, mode);
+                        // A fallback's view: the next push replaces it.
+                        l.known = false;
+                    }
+                    Verdict {
+                        decision: step.decision,
+                        reason: Reason::Fallback,
+                        sync: true,
+                    }
+                }
+            }
+        };
+        *w = l.pack();
+        verdict
+    }
+
+    fn entry_idle_at(&self, _: &Ctx, w: &u128) -> u64 {
+        let l = Lease::unpack(*w);
+        if l.units > 0 || l.debt > 0 {
+            CLOCK_MAX
+        } else {
+            l.view
+        }
+    }
+
+    fn horizon(&self) -> u64 {
+        self.tolerance()
+    }
+
+    fn forget(&self, w: &mut u128) {
+        *w &= !KNOWN;
+    }
+
+    fn batch_args(&self) -> Vec<String> {
+        vec![
+            format!("{:.17e}", self.emission_interval().as_nanos() as f64 / 1e3),
+            format!("{:.17e}", self.tolerance() as f64 / 1e3),
+        ]
+    }
+
+    fn prepare(
+        &self,
+        plan: &Plan,
+        ctx: &Ctx,
+        cell: &HybridCell<u128>,
+        book: &mut Book,
+        now: u64,
+        closing: bool,
+    ) -> Visit<Sent> {
+        let denied = cell.take_pending();
+        // The debt first: it is demand too (admissions beyond the lease).
+        let taken = cell.update(&ctx.cas, |w| {
+            let mut l = Lease::unpack(*w);
+            let before = l;
+            l.debt = 0;
+            l.back = false;
+            *w = l.pack();
+            before
+        });
+        let Some(l) = taken else {
+            return Visit::Skip;
+        };
+        let spent = book.level.saturating_sub(l.units) + std::mem::take(&mut book.carry);
+        let demand = spent + denied + l.debt;
         book.demand = 0.5 * book.demand + 0.5 * demand as f64;
         if demand > 0 {
             book.gap = 0.5 * book.gap + 0.5 * f64::from(book.quiet + 1);
             book.quiet = 0;
-            book.last_demand = now;
         } else {
             book.quiet = book.quiet.saturating_add(1);
         }
-        // Quiet: no demand for three of the key's usual gaps (2 to 100 intervals). A quiet
-        // key (or a closing limiter) hands its lease back: quota it does not use is quota
-        // another instance may need. A sparse key keeps its unit between its requests.
+        // Quiet: no demand for three of the key's usual gaps (2 to 100 rounds). A quiet key
+        // (or a closing limiter) hands its lease back: quota it does not use is quota
+        // another instance may need.
         let quiet = f64::from(book.quiet) >= (3.0 * book.gap).clamp(2.0, 100.0);
-        let give = if closing || (quiet && level > 0) {
-            e.units.swap(0, Ordering::AcqRel)
-        } else {
-            0
-        };
-        let level = level - give.min(level);
-        book.level = level;
-        let want = if closing || quiet {
+        let give_all = closing || quiet;
+        let want = if give_all || 2.0 * book.demand <= plan.budget as f64 {
+            // Quiet, or a demand the budget beyond the lease covers (a sparse key: no lease;
+            // under DENY, whose budget is 0, a key with any recent demand holds one).
             0
         } else {
-            // About two intervals of demand, at least this interval's and one unit, at most
-            // the burst: renewed before it runs out.
-            let target = ((2.0 * book.demand).ceil() as u64)
-                .max(demand)
-                .clamp(1, self.burst());
-            target.saturating_sub(level)
+            // About two rounds of demand, at most the burst.
+            ((2.0 * book.demand).ceil() as u64)
+                .clamp(1, self.burst())
+                .saturating_sub(l.units)
         };
-        let debt = e.debt.swap(0, Ordering::Relaxed);
-        let back = e.back.swap(0, Ordering::Relaxed);
-        let since = e.back_since.swap(u64::MAX, Ordering::Relaxed);
-        if want == 0 && give == 0 && debt == 0 && back == 0 {
-            // Nothing to ask; watch the key while it holds a lease, to hand it back when quiet.
-            return if level > 0 { Todo::Keep } else { Todo::Skip };
+        let mut give = 0;
+        if want > 0 || (give_all && l.units > 0) {
+            // The units handed back leave the view, the units asked for enter it now: what
+            // this instance admits beyond its lease while the call is out must not count on
+            // room the lease is about to take. The call's own push then replaces the view
+            // with what Redis granted.
+            let t = self.emission_interval().as_nanos() as u64;
+            give = cell
+                .update(&ctx.cas, |w| {
+                    let mut l = Lease::unpack(*w);
+                    let give = if give_all { l.units } else { 0 };
+                    l.units -= give;
+                    if l.known {
+                        l.view = l
+                            .view
+                            .saturating_sub(give.saturating_mul(t))
+                            .max(now)
+                            .saturating_add(want.saturating_mul(t))
+                            .min(CLOCK_MAX);
+                    }
+                    *w = l.pack();
+                    give
+                })
+                .unwrap_or(0);
         }
-        let t = self.emission_interval().as_nanos() as f64 / 1e3;
-        let tau = self.tolerance() as f64 / 1e3;
-        // The back-dated debt's first request, in Redis' time (µs).
-        let since_us = if back > 0 {
-            ctx.shared_now(since.min(now)) / 1_000
-        } else {
-            0
-        };
-        let args = vec![
-            format!("{t:.17e}"),
-            format!("{tau:.17e}"),
-            want.to_string(),
-            give.to_string(),
-            debt.to_string(),
-            back.to_string(),
-            since_us.to_string(),
-        ];
-        ctx.stats.returned.fetch_add(give, Ordering::Relaxed);
-        Todo::Call(args, Sent { debt, back, since })
+        let units = l.units.saturating_sub(give);
+        book.level = units;
+        if want == 0 && give == 0 && l.debt == 0 && l.known {
+            // Nothing to ask; watch the key while it holds a lease, to hand it back when
+            // quiet.
+            return if units > 0 { Visit::Keep } else { Visit::Skip };
+        }
+        Visit::Call(
+            self.call_args(ctx, now, want, give, l.debt, l.back),
+            Sent {
+                debt: l.debt,
+                back: l.back,
+                want,
+                give,
+            },
+        )
     }
 
     fn apply(
         &self,
         ctx: &Ctx,
-        e: &Entry,
+        key: &str,
+        cell: Option<&HybridCell<u128>>,
+        book: &mut Book,
         reply: Value,
         sent: Sent,
         now: u64,
-    ) -> Result<bool, String> {
-        let (granted, wait_us, redis_us) = parse_lease(reply)?;
-        ctx.observe_time((redis_us * 1e3) as u64, now);
-        let before = e.units.fetch_add(granted, Ordering::AcqRel);
-        let mut book = e.book.lock();
-        // What was spent since `prepare` is demand too (a call can take most of an interval).
+    ) -> Result<bool, SyncError> {
+        let (granted, tat_us): (u64, f64) =
+            ::redis::from_redis_value(&reply).map_err(|_| SyncError::Malformed("lease reply"))?;
+        let granted = granted.min(sent.want);
+        let tat = ctx.local((tat_us * 1e3) as u64);
+        let st = &ctx.stats;
+        st.leased.fetch_add(granted, Ordering::Relaxed);
+        st.charged.fetch_add(sent.debt, Ordering::Relaxed);
+        st.returned.fetch_add(sent.give, Ordering::Relaxed);
+        let t = self.emission_interval().as_nanos() as u64;
+        let before = cell.and_then(|c| {
+            c.update(&ctx.cas, |w| {
+                let mut l = Lease::unpack(*w);
+                let before = l.units;
+                l.units = (l.units + granted).min(UNITS_MAX);
+                // Redis' TAT after this call is the newest this instance can know: it
+                // replaces the view (the units asked for and not granted leave it, those
+                // handed back too), with what was admitted beyond the lease since on top.
+                // Pushes published before it may arrive after it: they are merged by max.
+                l.view = tat
+                    .max(now)
+                    .saturating_add(l.debt.saturating_mul(t))
+                    .min(CLOCK_MAX);
+                l.known = true;
+                *w = l.pack();
+                before
+            })
+        });
+        let Some(before) = before else {
+            // The key left the store meanwhile: the units go back.
+            if granted > 0 {
+                ctx.evicted.lock().push(Evicted {
+                    key: key.to_owned(),
+                    units: granted,
+                    debt: 0,
+                    back: false,
+                });
+            }
+            return Ok(false);
+        };
+        // What was spent while the call was in flight is demand too.
         book.carry += book.level.saturating_sub(before);
         book.level = before + granted;
-        drop(book);
-        e.next_at.store(
-            now.saturating_add((wait_us * 1e3).ceil() as u64),
-            Ordering::Relaxed,
-        );
-        e.synced.store(true, Ordering::Release);
-        ctx.stats.leased.fetch_add(granted, Ordering::Relaxed);
-        ctx.stats
-            .charged
-            .fetch_add(sent.debt + sent.back, Ordering::Relaxed);
-        Ok(before + granted > 0)
+        Ok(book.level > 0)
     }
 
     /// The call did not reach Redis, or its answer did not come back: the debt stays owed
     /// (if the call did run, it is charged twice: errs strict). Units it handed back are not
     /// taken again, whether or not Redis got them (errs strict too).
-    fn failed(&self, _: &Ctx, e: &Entry, sent: Sent) {
-        e.debt.fetch_add(sent.debt, Ordering::Relaxed);
-        if sent.back > 0 {
-            e.back_since.fetch_min(sent.since, Ordering::Relaxed);
-            e.back.fetch_add(sent.back, Ordering::Relaxed);
+    fn failed(&self, ctx: &Ctx, key: &str, cell: Option<&HybridCell<u128>>, sent: Sent) {
+        if sent.debt == 0 {
+            return;
+        }
+        let restored = cell.and_then(|c| {
+            c.update(&ctx.cas, |w| {
+                let mut l = Lease::unpack(*w);
+                l.debt = l.debt.saturating_add(sent.debt).min(DEBT_MAX);
+                l.back |= sent.back;
+                *w = l.pack();
+            })
+        });
+        if restored.is_none() {
+            ctx.evicted.lock().push(Evicted {
+                key: key.to_owned(),
+                units: 0,
+                debt: sent.debt,
+                back: sent.back,
+            });
         }
     }
 
-    fn kill(&self, _: &Ctx, e: &Entry, now: u64) -> bool {
-        // A busy key's lease runs dry between syncs: swept only a second after its last
-        // demand, so its next request does not start over from the fallback.
-        if now.saturating_sub(e.book.lock().last_demand) < 1_000_000_000 {
-            return false;
+    fn evicted(&self, ctx: &Ctx, key: &str, w: &u128) {
+        let l = Lease::unpack(*w);
+        if l.units > 0 || l.debt > 0 {
+            ctx.evicted.lock().push(Evicted {
+                key: key.to_owned(),
+                units: l.units,
+                debt: l.debt,
+                back: l.back,
+            });
         }
-        let idle = |e: &Entry| {
-            e.debt.load(Ordering::SeqCst) == 0
-                && e.back.load(Ordering::SeqCst) == 0
-                && self.idle_at(&e.fallback.load(Ordering::SeqCst)) <= now
-        };
-        if !idle(e) {
-            return false;
-        }
-        let killed = cas_loop(
-            &e.units,
-            || {},
-            |units| {
-                if units == 0 {
-                    Round::Write(DEAD, true)
-                } else {
-                    Round::Done(false)
-                }
-            },
-        );
-        if !killed {
-            return false;
-        }
-        // Tombstone, fence, look at the debt; a request adds its debt, fences, looks at the
-        // lease (`owe`): one of the two sees the other's write. A request that passed the
-        // lease before the tombstone may have spent the fallback meanwhile: then the key
-        // lives on (requests that saw the tombstone wait for this).
-        fence(Ordering::SeqCst);
-        if !idle(e) {
-            e.units.store(0, Ordering::SeqCst);
-            return false;
-        }
-        true
+    }
+
+    /// No lease asked: the units and the debt returned.
+    fn hand_back(&self, ctx: &Ctx, now: u64, e: &Evicted) -> Vec<String> {
+        self.call_args(ctx, now, 0, e.units, e.debt, e.back)
+    }
+
+    fn read_push(
+        &self,
+        ctx: &Ctx,
+        _key: &str,
+        r: &mut Reader<'_>,
+        _now: u64,
+    ) -> Result<u64, SyncError> {
+        let tat_us: f64 = r.parse().ok_or(SyncError::Malformed("pushed TAT"))?;
+        Ok(ctx.local((tat_us * 1e3) as u64))
+    }
+
+    fn push_is_idle(&self, _: &Ctx, tat: &u64, now: u64) -> bool {
+        *tat <= now
+    }
+
+    fn apply_push(&self, _: &Ctx, w: &mut u128, tat: &u64, _own: bool, now: u64) {
+        let mut l = Lease::unpack(*w);
+        // The pushed TAT counts every charge and lease Redis had; what this instance admitted
+        // since its last call (its debt) goes on top.
+        let t = self.emission_interval().as_nanos() as u64;
+        let base = (*tat).max(now).saturating_add(l.debt.saturating_mul(t));
+        // A push may lack this instance's last charge (its call ran first) while the view
+        // lacks the others' latest: keep the larger (this instance's own call's reply
+        // replaces the view: see `apply`). A view from the fallback is replaced.
+        l.view = if l.known { l.view.max(base) } else { base }.min(CLOCK_MAX);
+        l.known = true;
+        *w = l.pack();
     }
 }
 
-/// `{granted, wait (µs), now (µs)}`.
-fn parse_lease(v: Value) -> Result<(u64, f64, f64), String> {
-    let (granted, wait, now): (u64, String, String) =
-        ::redis::from_redis_value(&v).map_err(|e| e.to_string())?;
-    let num = |s: &str| s.parse::<f64>().map_err(|_| format!("lease reply {s:?}"));
-    Ok((granted, num(&wait)?, num(&now)?))
+impl Gcra {
+    /// A key's arguments in the lease script: `want` units asked, `give` handed back, `debt`
+    /// charged (back-dated if `back`).
+    fn call_args(
+        &self,
+        ctx: &Ctx,
+        now: u64,
+        want: u64,
+        give: u64,
+        debt: u64,
+        back: bool,
+    ) -> Vec<String> {
+        let since_us = if back {
+            // Back-dated to when the outage's part of this debt began: the debt at the
+            // fallback's pace, never before the outage.
+            let pace = self.emission_interval().as_nanos() as f64 / ctx.share.max(1e-9);
+            let span = (debt as f64 * pace).min(now as f64) as u64;
+            let since = (now - span).max(ctx.down_since.load(Ordering::Relaxed));
+            ctx.shared_now(since) / 1_000
+        } else {
+            0
+        };
+        vec![
+            want.to_string(),
+            give.to_string(),
+            debt.to_string(),
+            u8::from(back).to_string(),
+            since_us.to_string(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_word_packs_every_field_and_is_never_the_tombstone() {
+        let l = Lease {
+            view: u64::MAX,
+            units: UNITS_MAX,
+            debt: DEBT_MAX,
+            known: true,
+            back: true,
+        };
+        assert_eq!(Lease::unpack(l.pack()), l);
+        assert_ne!(l.pack(), u128::MAX);
+        let small = Lease {
+            view: 7,
+            units: 3,
+            debt: 2,
+            known: false,
+            back: true,
+        };
+        assert_eq!(Lease::unpack(small.pack()), small);
+    }
 }

@@ -1,176 +1,135 @@
-//! The sync thread's connection: one server or a cluster, the RedisLimiter's timeouts and
-//! reconnect rule, and one script run for many keys in as few round trips as the target
-//! allows (one pipeline on a server; one request per key on a cluster, routed by slot).
+//! The sync thread's connection: one server or a cluster, found when Redis first answers (the
+//! limiter starts without it), the `RedisLimiter`'s timeouts and reconnect rule, and a round's
+//! batches in as few round trips as the target allows (one pipeline on a server; one per node
+//! on a cluster, each batch routed by its keys' slot).
 
-use super::super::shared::{noscript_indices, Target};
+use super::super::shared::Target;
 use super::super::sync::{Con, Slot};
 use super::super::{BackendError, Builder};
-use ::redis::{ErrorKind, RedisError, Script, Value};
+use ::redis::{ConnectionLike, ErrorKind, RedisError, Value};
+use std::time::Instant;
 
-/// One script call: its keys and arguments.
-pub(super) struct Call {
+/// One script call: its keys and arguments (every key in one slot).
+#[derive(Debug)]
+pub(super) struct Batch {
     pub(super) keys: Vec<String>,
     pub(super) args: Vec<String>,
 }
 
-/// The connection of a hybrid limiter's sync thread (only that thread uses it): the
-/// `RedisLimiter`'s target and reconnecting slot, with its builder's settings.
+/// The connection of a hybrid limiter's sync thread (only that thread uses it).
 pub(super) struct Link<A> {
     config: Builder<A>,
-    target: Target,
+    /// Found at the first connect that succeeds.
+    target: Option<Target>,
     slot: Slot,
-    /// Round trips so far (pipelines, loads, connects).
+    /// After a failed first connect, when to try again.
+    down_until: Option<Instant>,
+    /// Round trips so far (pipelines, connects).
     pub(super) round_trips: u64,
 }
 
 impl<A> Link<A> {
-    /// Connects (asking `INFO cluster` as [`Builder::build`] does): fails if the URL is
-    /// invalid or the server cannot be reached now.
-    pub(super) fn open(config: Builder<A>) -> Result<Self, BackendError> {
-        let (target, slot, trips) = config.open_target()?;
-        let mut link = Link {
+    /// A link that connects at its first run.
+    pub(super) fn new(config: Builder<A>) -> Self {
+        Link {
             config,
-            target,
-            slot,
-            round_trips: trips,
-        };
-        if link.slot.open().is_none() {
-            link.round_trips += 1;
-            link.slot.connection(&link.target, &link.config)?;
+            target: None,
+            slot: Slot::default(),
+            down_until: None,
+            round_trips: 0,
         }
-        Ok(link)
     }
 
-    /// Runs `script` once per call, in order, and returns each call's reply or error. A
-    /// failure of the connection fails every call not yet answered, and drops the connection
-    /// (the next run reconnects).
-    pub(super) fn run(
-        &mut self,
-        script: &Script,
-        calls: &[Call],
-    ) -> Vec<Result<Value, BackendError>> {
-        if calls.is_empty() {
-            return Vec::new();
-        }
-        let connecting = self.slot.open().is_none();
-        let out = match self.slot.connection(&self.target, &self.config) {
-            Err(e) => {
-                // A connect tried (not one skipped within `reconnect_after`) is a round trip.
-                self.round_trips += u64::from(!matches!(e, BackendError::Unavailable));
-                return calls.iter().map(|_| Err(copy(&e))).collect();
+    /// Whether the target is a cluster (batches must then hold one slot's keys each);
+    /// `false` until known.
+    pub(super) fn is_cluster(&self) -> bool {
+        self.target.as_ref().is_some_and(Target::is_cluster)
+    }
+
+    fn connection(&mut self) -> Result<&mut Con, BackendError> {
+        if self.target.is_none() {
+            if self.down_until.is_some_and(|t| Instant::now() < t) {
+                return Err(BackendError::Unavailable);
             }
-            Ok(con) => {
-                let cluster = matches!(con, Con::Cluster(_));
-                self.round_trips += u64::from(connecting);
-                if cluster {
-                    self.run_cluster(script, calls)
-                } else {
-                    self.run_pipeline(script, calls)
+            self.round_trips += 1;
+            match self.config.open_target() {
+                Ok((target, slot, trips)) => {
+                    self.round_trips += trips.saturating_sub(1);
+                    self.target = Some(target);
+                    self.slot = slot;
+                }
+                Err(e) => {
+                    self.down_until = Some(Instant::now() + self.config.reconnect_after);
+                    return Err(e);
                 }
             }
+        }
+        let target = self.target.as_ref().ok_or(BackendError::Unavailable)?;
+        if self.slot.open().is_none() {
+            match self.slot.connection(target, &self.config) {
+                // A connect tried (not one skipped within `reconnect_after`) is a round trip.
+                Err(BackendError::Unavailable) => return Err(BackendError::Unavailable),
+                Err(e) => {
+                    self.round_trips += 1;
+                    return Err(e);
+                }
+                Ok(_) => self.round_trips += 1,
+            }
+        }
+        self.slot.open().ok_or(BackendError::Unavailable)
+    }
+
+    /// Runs `script` once per batch and returns each batch's reply or error. A failure of
+    /// the connection fails every batch not yet answered and drops the connection (the next
+    /// run reconnects).
+    pub(super) fn run(
+        &mut self,
+        script: &str,
+        batches: &[Batch],
+    ) -> Vec<Result<Value, BackendError>> {
+        if batches.is_empty() {
+            return Vec::new();
+        }
+        let con = match self.connection() {
+            Ok(c) => c,
+            Err(e) => return batches.iter().map(|_| Err(copy(&e))).collect(),
         };
+        // EVAL, not EVALSHA: the body is small beside a round's keys, Redis caches its
+        // compiled form, and a flushed script cache or a new cluster node needs no reload.
+        let eval = |b: &Batch| {
+            let mut cmd = ::redis::cmd("EVAL");
+            cmd.arg(script).arg(b.keys.len()).arg(&b.keys).arg(&b.args);
+            cmd
+        };
+        let values = match con {
+            Con::Cluster(c) => {
+                let mut pipe = ::redis::cluster::cluster_pipe();
+                for b in batches {
+                    pipe.add_command(eval(b));
+                }
+                pipe.query::<Vec<Value>>(c)
+            }
+            Con::Single(c) => {
+                let mut pipe = ::redis::pipe();
+                for b in batches {
+                    pipe.add_command(eval(b));
+                }
+                c.req_packed_commands(&pipe.get_packed_pipeline(), 0, batches.len())
+            }
+        };
+        let out: Vec<Result<Value, BackendError>> = match values {
+            Ok(values) => values.into_iter().map(reply).collect(),
+            Err(e) => {
+                let e = BackendError::from_redis(e);
+                batches.iter().map(|_| Err(copy(&e))).collect()
+            }
+        };
+        self.round_trips += 1;
         if out
             .iter()
             .any(|r| r.as_ref().is_err_and(BackendError::drops_connection))
         {
             self.slot.drop_connection();
-        }
-        out
-    }
-
-    /// A cluster: one request per call (each to its key's slot); `invoke` loads the script
-    /// on a `NOSCRIPT` (on every primary) and runs the call again.
-    fn run_cluster(&mut self, script: &Script, calls: &[Call]) -> Vec<Result<Value, BackendError>> {
-        let mut out = Vec::with_capacity(calls.len());
-        for call in calls {
-            let Some(con) = self.slot.open() else {
-                out.push(Err(BackendError::Unavailable));
-                continue;
-            };
-            let mut inv = script.prepare_invoke();
-            for k in &call.keys {
-                inv.key(k);
-            }
-            for a in &call.args {
-                inv.arg(a);
-            }
-            self.round_trips += 1;
-            let r = inv
-                .invoke::<Value>(con.like())
-                .map_err(BackendError::from_redis);
-            if r.as_ref().is_err_and(BackendError::drops_connection) {
-                self.slot.drop_connection();
-            }
-            out.push(r);
-        }
-        out
-    }
-
-    /// One server: every call in one pipeline (one round trip). Calls answered `NOSCRIPT`
-    /// did not run: the script is loaded and those run again, once.
-    fn run_pipeline(
-        &mut self,
-        script: &Script,
-        calls: &[Call],
-    ) -> Vec<Result<Value, BackendError>> {
-        let pipeline = |idx: &mut dyn Iterator<Item = &Call>| {
-            let mut pipe = ::redis::pipe();
-            for call in idx {
-                pipe.cmd("EVALSHA")
-                    .arg(script.get_hash())
-                    .arg(call.keys.len())
-                    .arg(&call.keys)
-                    .arg(&call.args);
-            }
-            pipe
-        };
-        self.round_trips += 1;
-        let Some(con) = self.slot.open() else {
-            return calls
-                .iter()
-                .map(|_| Err(BackendError::Unavailable))
-                .collect();
-        };
-        let pipe = pipeline(&mut calls.iter());
-        let values =
-            match con
-                .like()
-                .req_packed_commands(&pipe.get_packed_pipeline(), 0, calls.len())
-            {
-                Ok(v) => v,
-                Err(e) => {
-                    let e = BackendError::from_redis(e);
-                    return calls.iter().map(|_| Err(copy(&e))).collect();
-                }
-            };
-        // After a SCRIPT FLUSH, the calls answered NOSCRIPT were not run.
-        let missed = noscript_indices(&values);
-        let mut out: Vec<Result<Value, BackendError>> = values.into_iter().map(reply).collect();
-        if missed.is_empty() {
-            return out;
-        }
-        self.round_trips += 2;
-        let again = script
-            .prepare_invoke()
-            .load(con.like())
-            .map_err(BackendError::from_redis)
-            .and_then(|_| {
-                let pipe = pipeline(&mut missed.iter().map(|&i| &calls[i]));
-                con.like()
-                    .req_packed_commands(&pipe.get_packed_pipeline(), 0, missed.len())
-                    .map_err(BackendError::from_redis)
-            });
-        match again {
-            Ok(values) => {
-                for (i, v) in missed.into_iter().zip(values) {
-                    out[i] = reply(v);
-                }
-            }
-            Err(e) => {
-                for i in missed {
-                    out[i] = Err(copy(&e));
-                }
-            }
         }
         out
     }
@@ -181,7 +140,7 @@ fn reply(v: Value) -> Result<Value, BackendError> {
     v.extract_error().map_err(BackendError::from_redis)
 }
 
-/// The same error for every call of a failed round trip (`RedisError` is not `Clone`).
+/// The same error for every batch of a failed round trip (`RedisError` is not `Clone`).
 fn copy(e: &BackendError) -> BackendError {
     match e {
         BackendError::Connection(r) => BackendError::Connection(RedisError::from((
@@ -198,5 +157,6 @@ fn copy(e: &BackendError) -> BackendError {
         BackendError::Unavailable => BackendError::Unavailable,
         BackendError::Cost(c) => BackendError::Cost(*c),
         BackendError::TimeOutOfRange(t) => BackendError::TimeOutOfRange(*t),
+        BackendError::Config(c) => BackendError::Config(c.clone()),
     }
 }

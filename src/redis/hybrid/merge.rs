@@ -1,30 +1,38 @@
 //! Windows, EARRRL and exponential in the hybrid limiter: merged states.
 //!
 //! Each instance keeps its own traffic's state (the algorithm's own word, in shared time) and
-//! publishes it, whole, in a Redis hash per client key (a field per instance); it reads the
-//! other instances' published states back and folds them into one word, `others`. A decision
-//! runs the algorithm's own step on `merge(own, others)`; when that step counts the request,
-//! the own word counts it too. Publishing a whole state, not a delta, makes a retried publish
-//! idempotent: a failed or timed-out one is sent again with the newest state, never twice.
+//! publishes it, whole, in a Redis hash per client key (a field per instance); the script
+//! pushes the whole hash to every instance, which folds the other instances' states into one
+//! word, `others`. A decision runs the algorithm's own step on `merge(own, others)`; when that
+//! step counts the request, the own word counts it too. Publishing a whole state, not a delta,
+//! makes a retried publish idempotent: a failed or timed-out one is sent again with the newest
+//! state, never twice. A key's entry is `(own, others)`: one 128-bit word (fixed window,
+//! EARRRL) or a [`Pair`] of them behind the core's per-key lock (sliding window, exponential).
 
-use super::{Ctx, Engine, Step as Todo};
+use super::cell::{Halves, HybridCell, Pair};
+use super::push::Reader;
+use super::{Ctx, Engine, Fallback, Mode, Reason, SyncError, Verdict, Visit};
 use crate::algo::{Earrrl, Exponential, FixedWindow, SlidingWindow, WordStep};
-use crate::cell::AtomicWord;
+use crate::cell::StateCell;
+use crate::cell::StateCells;
 use crate::decision::Decision;
-use crate::sync::{cas_loop, CasAtomic, Round};
+use crate::error::ConfigError;
 use crate::Algorithm;
 use ::redis::Value;
-use parking_lot::Mutex;
-use std::fmt::Display;
+use std::fmt::{Debug, Display};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How one algorithm's states add up across instances. Sealed (private module).
-pub trait Merge:
-    WordStep<State = Self::Word> + Clone + std::fmt::Debug + Send + Sync + 'static
-{
+pub trait Merge: WordStep<State = Self::Word> + Clone + Debug + Send + Sync + 'static {
     /// The state word.
-    type Word: AtomicWord + Display + FromStr;
+    type Word: Copy + Eq + Debug + Display + FromStr + Send + Sync;
+    /// A key's entry: the own word and the others'.
+    type Entry: Halves<Half = Self::Word> + StateCells + Debug;
+    /// `others` while nothing is known of them: a word the algorithm never stores.
+    const UNKNOWN: Self::Word;
+
+    /// How long a state can stay live without a write: see [`Engine::horizon`].
+    fn horizon(&self) -> u64;
 
     /// The state of the union of two instances' traffic, as of `now` (shared time, ns).
     fn merge(&self, a: Self::Word, b: Self::Word, now: u64) -> Self::Word;
@@ -58,6 +66,13 @@ fn others_part(limit: u64, share: f64) -> u64 {
 
 impl Merge for FixedWindow {
     type Word = u64;
+    type Entry = u128;
+    /// Window index all ones: beyond what `FixedWindow::new` lets the clock reach.
+    const UNKNOWN: u64 = u64::MAX - 1;
+
+    fn horizon(&self) -> u64 {
+        self.window().as_nanos() as u64
+    }
 
     fn merge(&self, a: u64, b: u64, now: u64) -> u64 {
         let w = self.window().as_nanos() as u64;
@@ -83,6 +98,12 @@ impl Merge for FixedWindow {
 
 impl Merge for SlidingWindow {
     type Word = u128;
+    type Entry = Pair;
+    const UNKNOWN: u128 = u128::MAX;
+
+    fn horizon(&self) -> u64 {
+        2 * self.window().as_nanos() as u64
+    }
 
     fn merge(&self, a: u128, b: u128, now: u64) -> u128 {
         let (ia, ib) = (Self::unpack(a).0, Self::unpack(b).0);
@@ -111,6 +132,14 @@ impl Merge for SlidingWindow {
 
 impl Merge for Earrrl {
     type Word = u64;
+    type Entry = u128;
+    /// A NaN: `S` is finite or −∞.
+    const UNKNOWN: u64 = 0x7ff8_0000_0000_0001;
+
+    /// Four half-lives: a rate at the limit has decayed to a sixteenth of it.
+    fn horizon(&self) -> u64 {
+        4 * self.half_life().as_nanos() as u64
+    }
 
     /// Rates add: `λe^{λ(S−t)} = λe^{λ(Sa−t)} + λe^{λ(Sb−t)}`, so `S` is the log-sum-exp of
     /// the two, exact (no time appears: every impulse decays at the same λ).
@@ -161,6 +190,13 @@ impl Merge for Earrrl {
 
 impl Merge for Exponential {
     type Word = u128;
+    type Entry = Pair;
+    const UNKNOWN: u128 = u128::MAX;
+
+    /// Three periods: an average at the limit has decayed to 5% of it.
+    fn horizon(&self) -> u64 {
+        3 * self.period().as_nanos() as u64
+    }
 
     /// The two averages decayed to the later of their times and added.
     fn merge(&self, a: u128, b: u128, _now: u64) -> u128 {
@@ -187,186 +223,202 @@ impl Merge for Exponential {
     }
 }
 
-/// One key's merged state.
-pub struct Entry<W: AtomicWord> {
-    own: W::Atomic,
-    others: W::Atomic,
-    /// The others' state has been read from Redis at least once.
-    known: AtomicBool,
-    /// Fields of the hash found idle at the last read: deleted by the next publish.
-    stale: Mutex<Vec<String>>,
+/// A published state: `<idle_at, Unix ms>:<state word>`, so the script can drop the fields of
+/// instances whose state went idle without knowing the algorithm.
+fn field_value<A: Merge>(a: &A, own: A::Word, now: u64) -> Option<(String, u64)> {
+    let idle = a.idle_at(&own);
+    (idle > now).then(|| {
+        let ms = idle.div_ceil(1_000_000);
+        (format!("{ms}:{own}"), (idle - now).div_ceil(1_000_000))
+    })
 }
 
-impl<W: AtomicWord + std::fmt::Debug> std::fmt::Debug for Entry<W> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Entry")
-            .field("own", &self.own.load())
-            .field("others", &self.others.load())
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a publish sent: nothing to restore on failure (the next publish sends the newest own
-/// state whole).
-#[derive(Debug)]
-pub struct Sent;
-
-fn store<A: CasAtomic>(atomic: &A, word: A::Word) {
-    cas_loop(atomic, || {}, |_| Round::Write(word, ()));
-}
-
-impl<A: Merge + Algorithm<State = <A as Merge>::Word>> Engine for A {
-    type Entry = Entry<<A as Merge>::Word>;
-    type Sent = Sent;
+impl<A> Engine for A
+where
+    A: Merge + Algorithm<State = <A as Merge>::Word>,
+    <A::Entry as Halves>::Half: Eq,
+{
+    type Word = A::Entry;
+    /// The fallback's share.
+    type Plan = f64;
+    type Book = ();
+    type Sent = ();
+    /// The others' states, merged.
+    type Pushed = <A as Merge>::Word;
 
     const SCRIPT: &'static str = super::scripts::PUBLISH;
     /// A hash: never the string key a `RedisLimiter` of the same prefix writes.
     const SUFFIX: &'static str = ":h";
     const EXTRA_KEYS: &'static [&'static str] = &[];
 
-    fn entry(&self) -> Self::Entry {
-        Entry {
-            own: CasAtomic::new(self.fresh()),
-            others: CasAtomic::new(self.fresh()),
-            known: AtomicBool::new(false),
-            stale: Mutex::new(Vec::new()),
-        }
+    fn plan(&self, fallback: Fallback) -> Result<f64, ConfigError> {
+        fallback.part(self.capacity())?;
+        Ok(fallback.local_share())
     }
 
-    fn decide(
+    fn unknown(&self) -> A::Entry {
+        A::Entry::join(self.fresh(), A::UNKNOWN)
+    }
+
+    #[inline]
+    fn decide_entry(
         &self,
+        share: &f64,
         ctx: &Ctx,
-        e: &Self::Entry,
-        now: u64,
+        w: &mut A::Entry,
+        local: u64,
         cost: u64,
-        write: bool,
-    ) -> Option<Decision> {
-        let now = ctx.shared_now(now);
-        // Until the others' states have been read once, or while Redis is away, the fallback
-        // stands in for them.
-        let down = ctx.is_down() || !e.known.load(Ordering::Acquire);
-        let others = if down {
-            self.degraded(now, ctx.share())
-        } else {
-            e.others.load()
+    ) -> Verdict {
+        let (own, others) = w.split();
+        let now = ctx.shared_now(local);
+        let mode = ctx.mode(others != A::UNKNOWN, local);
+        let view = match mode {
+            Mode::Known if others == A::UNKNOWN => self.fresh(),
+            Mode::Known => others,
+            // The fallback stands in for the others.
+            Mode::Unknown | Mode::Degraded => self.degraded(now, *share),
         };
-        // No other instance holds anything: the union is this instance's own state.
-        let alone = others == self.fresh();
-        let decision = cas_loop(
-            &e.own,
-            || {},
-            |own| {
-                if own == <A as Merge>::Word::TOMBSTONE {
-                    return Round::Done(None);
-                }
-                if alone {
-                    let step = self.step(own, now, cost);
-                    return match step.state {
-                        Some(new) if write => Round::Write(new, Some(step.decision)),
-                        _ => Round::Done(Some(step.decision)),
-                    };
-                }
-                match self.decide_merged(own, others, now, cost) {
-                    (d, Some(new)) if write => Round::Write(new, Some(d)),
-                    (d, _) => Round::Done(Some(d)),
-                }
-            },
-        )?;
-        if down && write {
-            ctx.stats.degraded.incr();
+        let (decision, counted) = if view == self.fresh() {
+            // No other instance holds anything: the union is this instance's own state.
+            let step = self.step(own, now, cost);
+            (step.decision, step.state)
+        } else {
+            self.decide_merged(own, view, now, cost)
+        };
+        if let Some(own) = counted {
+            *w = A::Entry::join(own, others);
         }
-        Some(decision)
+        Verdict {
+            decision,
+            reason: if mode == Mode::Known {
+                Reason::Known
+            } else {
+                Reason::Fallback
+            },
+            // Publish what changed; and ask for a key whose fleet state is unknown (the
+            // publish's push brings it).
+            sync: counted.is_some() || mode == Mode::Unknown,
+        }
     }
 
-    fn prepare(&self, ctx: &Ctx, e: &Self::Entry, now: u64, _closing: bool) -> Todo<Self::Sent> {
-        let now = ctx.shared_now(now);
-        let own = e.own.load();
-        if own == <A as Merge>::Word::TOMBSTONE {
-            return Todo::Skip;
-        }
+    fn entry_idle_at(&self, ctx: &Ctx, w: &A::Entry) -> u64 {
+        let (own, others) = w.split();
         let idle = self.idle_at(&own);
-        let (value, ttl_ms) = if idle <= now {
-            (String::new(), 0)
+        let idle = if others == A::UNKNOWN {
+            idle
         } else {
-            (own.to_string(), (idle - now).div_ceil(1_000_000))
+            idle.max(self.idle_at(&others))
         };
-        let mut args = vec![ctx.instance.clone(), value, ttl_ms.to_string()];
-        args.append(&mut e.stale.lock());
-        Todo::Call(args, Sent)
+        ctx.local(idle)
+    }
+
+    fn horizon(&self) -> u64 {
+        Merge::horizon(self)
+    }
+
+    fn forget(&self, w: &mut A::Entry) {
+        *w = A::Entry::join(w.split().0, A::UNKNOWN);
+    }
+
+    fn batch_args(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn prepare(
+        &self,
+        _: &f64,
+        ctx: &Ctx,
+        cell: &HybridCell<A::Entry>,
+        _: &mut (),
+        local: u64,
+        _closing: bool,
+    ) -> Visit<()> {
+        cell.take_pending();
+        let Some(own) = cell.inspect(|w| w.split().0) else {
+            return Visit::Skip;
+        };
+        // An idle state deletes this instance's field.
+        let (value, ttl_ms) =
+            field_value(self, own, ctx.shared_now(local)).unwrap_or((String::new(), 0));
+        Visit::Call(vec![value, ttl_ms.to_string()], ())
     }
 
     fn apply(
         &self,
-        ctx: &Ctx,
-        e: &Self::Entry,
-        reply: Value,
-        _sent: Sent,
-        local_now: u64,
-    ) -> Result<bool, String> {
-        let (redis_ns, fields) = parse_publish(reply)?;
-        ctx.observe_time(redis_ns, local_now);
-        let now = ctx.shared_now(local_now);
-        let mut others = self.fresh();
-        let mut stale = Vec::new();
-        for (field, value) in fields {
-            if field == ctx.instance {
-                continue;
-            }
-            let word: <A as Merge>::Word = value
-                .parse()
-                .map_err(|_| format!("hash field {field}: not a state: {value:?}"))?;
-            if self.idle_at(&word) <= now {
-                stale.push(field);
-            } else {
-                others = self.merge(others, word, now);
-            }
-        }
-        store(&e.others, others);
-        e.known.store(true, Ordering::Release);
-        *e.stale.lock() = stale;
-        // Requests queue the key again (each check does, allowed or not).
+        _: &Ctx,
+        _: &str,
+        _: Option<&HybridCell<A::Entry>>,
+        _: &mut (),
+        _: Value,
+        _: (),
+        _: u64,
+    ) -> Result<bool, SyncError> {
+        // The others' states come by the push; requests queue the key again.
         Ok(false)
     }
 
-    fn failed(&self, _: &Ctx, _: &Self::Entry, _: Self::Sent) {}
+    /// Nothing to restore: the next publish sends the newest state whole.
+    fn failed(&self, _: &Ctx, _: &str, _: Option<&HybridCell<A::Entry>>, _: ()) {}
 
-    fn kill(&self, ctx: &Ctx, e: &Self::Entry, local_now: u64) -> bool {
-        // Idle for a second at least: a busy key's state is idle for a moment when a window
-        // ends, before its next request; sweeping it then would start it over unknown.
-        let now = ctx.shared_now(local_now).saturating_sub(1_000_000_000);
-        cas_loop(
-            &e.own,
-            || {},
-            |own| {
-                if own != <A as Merge>::Word::TOMBSTONE && self.idle_at(&own) <= now {
-                    Round::Write(<A as Merge>::Word::TOMBSTONE, true)
-                } else {
-                    Round::Done(false)
-                }
-            },
-        )
+    /// Nothing to hand back: the last published state stays in the hash until it idles; what
+    /// was counted since (less than one round) is forgotten with the key.
+    fn evicted(&self, _: &Ctx, _: &str, _: &A::Entry) {}
+
+    /// Never called: nothing is queued by `evicted`.
+    fn hand_back(&self, _: &Ctx, _: u64, _: &super::Evicted) -> Vec<String> {
+        Vec::new()
     }
-}
 
-/// The publish script's reply: Redis' time (ns since the Unix epoch) and the hash's fields.
-fn parse_publish(v: Value) -> Result<(u64, Vec<(String, String)>), String> {
-    let items = match v {
-        Value::Array(items) => items,
-        other => return Err(format!("expected an array, got {other:?}")),
-    };
-    let mut it = items.into_iter();
-    let num = |v: Option<Value>| -> Result<u64, String> {
-        ::redis::from_redis_value::<u64>(&v.ok_or("short reply")?).map_err(|e| e.to_string())
-    };
-    let secs = num(it.next())?;
-    let micros = num(it.next())?;
-    let flat: Vec<String> = match it.next() {
-        Some(v) => ::redis::from_redis_value(&v).map_err(|e| e.to_string())?,
-        None => return Err("short reply".into()),
-    };
-    let fields = flat
-        .chunks_exact(2)
-        .map(|p| (p[0].clone(), p[1].clone()))
-        .collect();
-    Ok((secs * 1_000_000_000 + micros * 1_000, fields))
+    fn read_push(
+        &self,
+        ctx: &Ctx,
+        key: &str,
+        r: &mut Reader<'_>,
+        local: u64,
+    ) -> Result<<A as Merge>::Word, SyncError> {
+        let now = ctx.shared_now(local);
+        let n: usize = r.parse().ok_or(SyncError::Malformed("pushed hash"))?;
+        let mut others = self.fresh();
+        // Every field is read, also after a foreign one: the next key's entry follows.
+        let mut foreign = None;
+        for _ in 0..n {
+            let (field, value) = (r.text(), r.text());
+            let (Some(field), Some(value)) = (field, value) else {
+                return Err(SyncError::Malformed("pushed hash"));
+            };
+            if field == ctx.instance {
+                continue;
+            }
+            match value
+                .split_once(':')
+                .and_then(|(_, w)| w.parse::<<A as Merge>::Word>().ok())
+            {
+                Some(word) if self.idle_at(&word) > now => others = self.merge(others, word, now),
+                Some(_) => {}
+                None => foreign = Some(value),
+            }
+        }
+        if let Some(found) = foreign {
+            return Err(SyncError::ForeignState {
+                key: key.to_owned(),
+                found: found.to_owned(),
+            });
+        }
+        Ok(others)
+    }
+
+    fn push_is_idle(&self, _: &Ctx, others: &<A as Merge>::Word, _: u64) -> bool {
+        *others == self.fresh()
+    }
+
+    fn apply_push(
+        &self,
+        _: &Ctx,
+        w: &mut A::Entry,
+        others: &<A as Merge>::Word,
+        _own: bool,
+        _: u64,
+    ) {
+        *w = A::Entry::join(w.split().0, *others);
+    }
 }

@@ -1,0 +1,166 @@
+//! How the hybrid limiter's entries sit in the core's keyed store: [`HybridCell`], the
+//! store's cell around an algorithm's word (updated by the core's CAS loop, or under the core's
+//! per-key lock for a state of two 128-bit words), with one word of hints for the sync
+//! thread beside it; and [`Pair`], that two-word state.
+
+use crate::algo::{sealed::Sealed, State};
+use crate::cell::{LockCell, StateCell, StateCells};
+use crate::limiter::{sealed::Sealed as VariantSealed, Variant};
+use crate::stats::Stats;
+use crate::sync::{AtomicU64, Ordering};
+use std::fmt;
+
+/// The `pending` bit that says the key is on the sync thread's queue.
+const QUEUED: u64 = 1 << 63;
+
+/// A key's cell in the hybrid limiter's store: the state the core's cell keeps (with its
+/// eviction tombstone), and `pending`, hints for the sync thread that no decision reads: whether
+/// the key is queued, and the units denied for want of a lease since the last sync (demand).
+/// Being hints, they need no protocol with the state: a dead cell's hints are ignored.
+pub struct HybridCell<S: StateCells> {
+    state: S::CasCell,
+    pending: AtomicU64,
+}
+
+impl<S: StateCells> HybridCell<S> {
+    /// Marks the key queued; `true` if it was not (the caller queues it).
+    #[inline]
+    pub(super) fn enqueue(&self) -> bool {
+        // A load first: the common case (already queued this interval) writes nothing.
+        self.pending.load(Ordering::Relaxed) & QUEUED == 0
+            && self.pending.fetch_or(QUEUED, Ordering::AcqRel) & QUEUED == 0
+    }
+
+    /// Adds units denied for want of a lease.
+    #[inline]
+    pub(super) fn add_denied(&self, units: u64) {
+        // At most 2^32 a request: taken every round, the sum never reaches the queued bit.
+        self.pending
+            .fetch_add(units.min(u32::MAX.into()), Ordering::Relaxed);
+    }
+
+    /// Takes the hints (the sync thread, before it reads the state): clears the queued bit, so
+    /// a request after this queues the key again, and returns the denied units.
+    pub(super) fn take_pending(&self) -> u64 {
+        self.pending.swap(0, Ordering::AcqRel) & !QUEUED
+    }
+}
+
+impl<S: StateCells> StateCell<S> for HybridCell<S> {
+    fn new(state: S) -> Self {
+        Self {
+            state: S::CasCell::new(state),
+            pending: AtomicU64::new(0),
+        }
+    }
+
+    #[inline(always)]
+    fn update<T>(&self, stats: &Stats, f: impl FnMut(&mut S) -> T) -> Option<T> {
+        self.state.update(stats, f)
+    }
+
+    fn rewrite(&self, f: impl FnMut(&mut S)) -> bool {
+        self.state.rewrite(f)
+    }
+
+    fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool {
+        self.state.kill_if(doomed)
+    }
+
+    #[inline]
+    fn inspect<T>(&self, f: impl FnOnce(&S) -> T) -> Option<T> {
+        self.state.inspect(f)
+    }
+}
+
+impl<S: StateCells> fmt::Debug for HybridCell<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HybridCell")
+            .field("state", &self.state)
+            .field("pending", &self.pending.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// The store variant of the hybrid limiter: its cells are [`HybridCell`]s.
+#[derive(Debug, Clone, Copy)]
+pub enum Hybrid {}
+
+impl VariantSealed for Hybrid {}
+
+impl<A: super::Engine> Variant<super::Fleet<A>> for Hybrid {
+    type Cell = HybridCell<A::Word>;
+}
+
+/// An instance's own 128-bit state and what it knows of the others' (the sliding window and
+/// the exponential limiter): two words, so the core keeps them behind its per-key lock, as it
+/// keeps the sliding log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pair {
+    pub(super) own: u128,
+    pub(super) others: u128,
+}
+
+impl Sealed for Pair {}
+impl State for Pair {}
+
+impl StateCells for Pair {
+    type CasCell = LockCell<Pair>;
+    type Kept = Option<Pair>;
+
+    fn keep(state: Pair) -> Option<Pair> {
+        Some(state)
+    }
+
+    fn dead() -> Option<Pair> {
+        None
+    }
+
+    fn live(kept: &Option<Pair>) -> Option<&Pair> {
+        kept.as_ref()
+    }
+
+    fn live_mut(kept: &mut Option<Pair>) -> Option<&mut Pair> {
+        kept.as_mut()
+    }
+}
+
+/// A merged state's two halves: this instance's own state word and the others' merged one.
+pub trait Halves: State + Copy {
+    /// The state word of one side.
+    type Half: Copy + Eq;
+    /// Both halves.
+    fn split(self) -> (Self::Half, Self::Half);
+    /// The state of `own` and `others`.
+    fn join(own: Self::Half, others: Self::Half) -> Self;
+}
+
+/// `own` in the low 64 bits, `others` in the high ones: one word, one CAS (the fixed window,
+/// EARRRL). Never all ones (the tombstone): `own` is an algorithm's word, never all ones.
+impl Halves for u128 {
+    type Half = u64;
+
+    #[inline]
+    fn split(self) -> (u64, u64) {
+        (self as u64, (self >> 64) as u64)
+    }
+
+    #[inline]
+    fn join(own: u64, others: u64) -> u128 {
+        u128::from(others) << 64 | u128::from(own)
+    }
+}
+
+impl Halves for Pair {
+    type Half = u128;
+
+    #[inline]
+    fn split(self) -> (u128, u128) {
+        (self.own, self.others)
+    }
+
+    #[inline]
+    fn join(own: u128, others: u128) -> Pair {
+        Pair { own, others }
+    }
+}

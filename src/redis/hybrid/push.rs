@@ -1,0 +1,205 @@
+//! The subscription: the script that writes a round's keys publishes their new shared states
+//! on the prefix's channel, and every instance, subscribed, merges them into its entries, so
+//! each knows every key's fleet state within one sync lag of its last change, whatever the
+//! gap since it last saw the key itself.
+//!
+//! A message is a run of length-prefixed fields (`<len>:<bytes>`, as the scripts write
+//! them): the publishing instance, Redis' time (seconds, microseconds), then per key its
+//! client key and its state (GCRA: the TAT in µs; merged states: the number of fields of the
+//! key's hash, then each field's instance and value).
+
+use super::{channel, Builder, Engine, Inner, SyncError};
+use crate::cell::StateCell;
+use crate::clock::Clock;
+use ::redis::{Client, RedisResult};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How long a read on the subscription waits before looking at the stop flag.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Reads a pushed message's length-prefixed fields.
+#[derive(Debug)]
+pub struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    pub(super) fn new(bytes: &'a [u8]) -> Self {
+        Reader { rest: bytes }
+    }
+
+    /// The next field; `None` at the end or on a malformed one.
+    pub(super) fn bytes(&mut self) -> Option<&'a [u8]> {
+        let colon = self.rest.iter().position(|&b| b == b':')?;
+        let len: usize = std::str::from_utf8(&self.rest[..colon])
+            .ok()?
+            .parse()
+            .ok()?;
+        let end = (colon + 1).checked_add(len)?;
+        let body = self.rest.get(colon + 1..end)?;
+        self.rest = &self.rest[end..];
+        Some(body)
+    }
+
+    /// The next field as text.
+    pub(super) fn text(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes()?).ok()
+    }
+
+    /// The next field, parsed.
+    pub(super) fn parse<T: std::str::FromStr>(&mut self) -> Option<T> {
+        self.text()?.parse().ok()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rest.is_empty()
+    }
+}
+
+/// The subscription thread: subscribes (to the URL's server, or the first seed that
+/// answers), merges every message, and after any break forgets what it knew of the fleet and
+/// subscribes again, until the limiter stops.
+pub(super) fn subscribe_loop<A: Engine, C: Clock>(inner: &Inner<A, C>, config: &Builder<A>) {
+    let ctx = inner.ctx();
+    let channel = channel(&inner.prefix, A::SUFFIX);
+    while !ctx.stop.load(Ordering::Acquire) {
+        match listen(inner, config, &channel) {
+            // Stopped.
+            Ok(()) => return,
+            Err(e) => {
+                gap(inner);
+                ctx.fail(SyncError::from_backend(super::BackendError::from_redis(e)));
+                let until = Instant::now() + config.reconnect_after;
+                while Instant::now() < until && !ctx.stop.load(Ordering::Acquire) {
+                    std::thread::sleep(POLL.min(config.reconnect_after));
+                }
+            }
+        }
+    }
+}
+
+/// One subscription, until it breaks (`Err`) or the limiter stops (`Ok`).
+fn listen<A: Engine, C: Clock>(
+    inner: &Inner<A, C>,
+    config: &Builder<A>,
+    channel: &str,
+) -> RedisResult<()> {
+    let ctx = inner.ctx();
+    let mut last = None;
+    let mut con = None;
+    for url in std::iter::once(&config.url).chain(&config.seeds) {
+        match Client::open(url.as_str())
+            .and_then(|c| c.get_connection_with_timeout(config.connect_timeout))
+        {
+            Ok(c) => {
+                con = Some(c);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let Some(mut con) = con else {
+        return Err(last.unwrap_or_else(|| (::redis::ErrorKind::IoError, "no URL").into()));
+    };
+    con.set_write_timeout(Some(config.io_timeout))?;
+    let mut sub = con.as_pubsub();
+    sub.set_read_timeout(Some(POLL))?;
+    sub.subscribe(channel)?;
+    ctx.stats.subscribed.fetch_add(1, Ordering::Relaxed);
+    ctx.recovered();
+    // From here on every change is heard of; a state written before lives at most a horizon
+    // without a write.
+    let now = inner.store.core.clock.now();
+    ctx.mirror_since.store(
+        now.saturating_add(inner.fleet().algo.horizon()),
+        Ordering::Relaxed,
+    );
+    loop {
+        if ctx.stop.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match sub.get_message() {
+            Ok(msg) => merge(inner, msg.get_payload_bytes()),
+            Err(e) if e.is_timeout() => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The subscription broke: changes may have been missed, so what is known of the fleet is
+/// forgotten until pushes bring it again (or a horizon after subscribing again).
+fn gap<A: Engine, C: Clock>(inner: &Inner<A, C>) {
+    let ctx = inner.ctx();
+    ctx.mirror_since.store(u64::MAX, Ordering::Relaxed);
+    let store = &inner.store;
+    let guard = store.map.guard();
+    for (_, cell) in store.map.iter(&guard) {
+        cell.update(&ctx.cas, |w| inner.fleet().algo.forget(w));
+    }
+}
+
+/// Merges one message into the store: every key's pushed state, into its entry (made if
+/// absent, unless the state says nothing a fresh entry would not).
+fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
+    let (ctx, algo, store) = (inner.ctx(), &inner.fleet().algo, &inner.store);
+    let mut r = Reader::new(payload);
+    let header = (r.text(), r.parse::<u64>(), r.parse::<u64>());
+    let (Some(from), Some(secs), Some(micros)) = header else {
+        ctx.fail(SyncError::Malformed("pushed message"));
+        return;
+    };
+    let now = store.core.clock.now();
+    let written = ctx.local(secs.saturating_mul(1_000_000_000) + micros * 1_000);
+    ctx.stats
+        .push_lag_max
+        .fetch_max(now.saturating_sub(written), Ordering::Relaxed);
+    let own = from == ctx.instance;
+    let guard = store.map.guard();
+    let mut pushes = 0;
+    while !r.is_empty() {
+        let Some(key) = r.text() else {
+            ctx.fail(SyncError::Malformed("pushed key"));
+            break;
+        };
+        match algo.read_push(ctx, key, &mut r, now) {
+            Ok(p) => {
+                if algo.push_is_idle(ctx, &p, now) && store.map.get(key, &guard).is_none() {
+                    continue;
+                }
+                store.apply(key, &guard, |w| algo.apply_push(ctx, w, &p, own, now));
+                pushes += 1;
+            }
+            // The entry was read whole: the next one can be.
+            Err(e @ SyncError::ForeignState { .. }) => {
+                ctx.stats.errors.fetch_add(1, Ordering::Relaxed);
+                ctx.fail(e);
+            }
+            Err(e) => {
+                ctx.fail(e);
+                break;
+            }
+        }
+    }
+    ctx.stats.pushes.fetch_add(pushes, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reader;
+
+    #[test]
+    fn a_reader_takes_length_prefixed_fields_whatever_they_hold() {
+        let mut r = Reader::new(b"3:a:b0:9:\xe2\x82\xac x:yz:2:17");
+        assert_eq!(r.text(), Some("a:b"));
+        assert_eq!(r.text(), Some(""));
+        assert_eq!(r.bytes(), Some(&b"\xe2\x82\xac x:yz:"[..]));
+        assert_eq!(r.parse::<u64>(), Some(17));
+        assert!(r.is_empty());
+        assert_eq!(r.text(), None);
+        // A length past the end, or no length: nothing, never a panic.
+        assert_eq!(Reader::new(b"9:abc").text(), None);
+        assert_eq!(Reader::new(b"abc").text(), None);
+        assert_eq!(Reader::new(b"99999999999999999999999:x").text(), None);
+    }
+}
