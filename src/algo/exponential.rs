@@ -156,8 +156,22 @@ impl Exponential {
 
     #[inline]
     pub(crate) fn r_now(&self, t_prev: u64, r_prev: f64, now: u64, cost: f64) -> f64 {
-        let i = (now.saturating_sub(t_prev) as f64 / self.period_ns as f64).max(MIN_INTERVAL);
-        Self::smoothed(i, cost, r_prev).max(cost)
+        Self::smoothed(self.interval(t_prev, now), cost, r_prev).max(cost)
+    }
+
+    /// Periods from `t_prev` to `now`, at least [`MIN_INTERVAL`].
+    #[inline]
+    fn interval(&self, t_prev: u64, now: u64) -> f64 {
+        (now.saturating_sub(t_prev) as f64 / self.period_ns as f64).max(MIN_INTERVAL)
+    }
+
+    /// `e^{−i}·r_prev`: what is left at `now` of an average `r_prev` taken at `t_prev`, the
+    /// part of [`r_now`](Self::r_now) that is not the new request's (the hybrid limiter's
+    /// merged states count each instance's increments).
+    #[cfg(feature = "redis")]
+    #[inline]
+    pub(crate) fn decayed(&self, t_prev: u64, r_prev: f64, now: u64) -> f64 {
+        (-self.interval(t_prev, now)).exp() * r_prev
     }
 
     /// The honest wait before a request of `cost` is allowed for a key in state

@@ -1,61 +1,147 @@
 //! The fleet run of the hybrid limiter, shared by `tests/hybrid_fleet.rs` (which asserts on
-//! it) and `examples/hybrid_fleet.rs` (which charts it): a `redis-server` of its own and 4
-//! worker processes (separate clocks, connections and sync threads), each running one
-//! `HybridLimiter` per algorithm against two keys for 10 s:
+//! it) and `examples/hybrid_fleet.rs` (which tabulates and charts it): 4 worker processes
+//! (separate clocks, connections, sync threads and subscriptions) against one Redis (a server
+//! or a cluster), each running one `HybridLimiter` per algorithm over one shape of traffic:
 //!
-//! - `flood`: 10× the limit across the fleet, spread evenly over the workers;
-//! - `paced`: 1.2× the limit across the fleet (just above it), with jittered spacing.
+//! - [`Shape::Hot`]: two keys, `flood` at 10× the limit and `paced` at 1.2× it (jittered),
+//!   sent by every worker alike, or with one worker sending most of both (skew);
+//! - [`Shape::Sparse`]: thousands of keys, each at a rate equal to its quota across the
+//!   fleet, each request to a random worker (Poisson arrivals): each worker sees a key far
+//!   less than once a second.
 //!
-//! Every request's time (Unix ns) and answer comes back; the parent merges them per key and
+//! Every request's time (Unix ns), key and answer comes back; the parent merges them and
 //! replays the merged sequence through one exact in-memory limiter (a `ManualClock` set to
-//! each request's time) for comparison. Not a test target itself (a subdirectory).
+//! each request's time), request by request, for comparison. Not a test target itself (a
+//! subdirectory).
 #![allow(dead_code)] // each user takes its own part
 
 use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::redis::{Fallback, HybridAlgorithm, HybridLimiter, HybridStats};
-use hotlimit::{CasLimiter, ManualClock, Rate};
+use hotlimit::{Algorithm, CasLimiter, ManualClock, Rate};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Workers.
 pub const WORKERS: usize = 4;
-/// Every algorithm's limit: 100 per second.
-pub const LIMIT: f64 = 100.0;
-/// GCRA's burst.
-pub const BURST: u64 = 10;
 /// The sync interval.
 pub const INTERVAL: Duration = Duration::from_millis(10);
-/// Each worker's fallback: a quarter of the quota (4 workers).
-pub const SHARE: f64 = 0.25;
-/// Fleet demand on `flood` and `paced`, in multiples of the limit.
-pub const FLOOD: f64 = 10.0;
-pub const PACED: f64 = 1.2;
 /// The environment variable that makes a process a worker (its value: the spec, JSON).
 pub const WORKER_ENV: &str = "HOTLIMIT_FLEET_WORKER";
-
 /// The algorithms, by name.
 pub const ALGOS: [&str; 5] = ["gcra", "fixed", "sliding", "earrrl", "exponential"];
+/// The hot shape's keys.
+pub const FLOOD: u32 = 0;
+pub const PACED: u32 = 1;
 
-pub fn gcra() -> Gcra {
-    Gcra::new(Rate::per_second_of(LIMIT).unwrap())
+/// A shape of traffic.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Shape {
+    /// `flood` at 10× the limit of 100/s, `paced` at 1.2× it; with `skew`, worker 0 sends
+    /// that share of both, the others the rest evenly.
+    Hot { skew: Option<f64> },
+    /// `keys` keys, each with a quota of `rate` per second and a demand of `rate` per
+    /// second across the fleet.
+    Sparse { keys: u32, rate: f64 },
+}
+
+impl Shape {
+    /// Every algorithm's limit per second (and per 1 s window).
+    pub fn limit(&self) -> f64 {
+        match self {
+            Shape::Hot { .. } => 100.0,
+            Shape::Sparse { rate, .. } => *rate,
+        }
+    }
+
+    /// GCRA's burst: a tenth of a second on the hot keys, a second on the sparse ones.
+    pub fn burst(&self) -> u64 {
+        match self {
+            Shape::Hot { .. } => 10,
+            Shape::Sparse { rate, .. } => rate.ceil() as u64,
+        }
+    }
+
+    /// Each worker's fallback: a quarter of the quota (4 workers) where that leaves each at
+    /// least one request (the limiter refuses a share that rounds to nothing), else the
+    /// smallest share that does.
+    pub fn share(&self) -> f64 {
+        let least = self.burst().min(self.limit() as u64) as f64;
+        (0.25f64).max(1.0 / least)
+    }
+
+    /// The keys.
+    pub fn keys(&self) -> u32 {
+        match self {
+            Shape::Hot { .. } => 2,
+            Shape::Sparse { keys, .. } => *keys,
+        }
+    }
+
+    /// Worker `w`'s part of a hot key's demand.
+    pub fn part(&self, w: usize) -> f64 {
+        match self {
+            Shape::Hot { skew: Some(s) } if w == 0 => *s,
+            Shape::Hot { skew: Some(s) } => (1.0 - s) / (WORKERS - 1) as f64,
+            _ => 1.0 / WORKERS as f64,
+        }
+    }
+
+    /// Each worker's demand on `key`, per second.
+    pub fn rate(&self, w: usize, key: u32) -> f64 {
+        match self {
+            Shape::Hot { .. } if key == FLOOD => 10.0 * self.limit() * self.part(w),
+            Shape::Hot { .. } => 1.2 * self.limit() * self.part(w),
+            Shape::Sparse { rate, .. } => rate / WORKERS as f64,
+        }
+    }
+
+    fn to_json(self) -> Value {
+        match self {
+            Shape::Hot { skew } => json!({"hot": skew}),
+            Shape::Sparse { keys, rate } => json!({"sparse": [keys, rate]}),
+        }
+    }
+
+    fn from_json(v: &Value) -> Shape {
+        if let Some(skew) = v.get("hot") {
+            Shape::Hot {
+                skew: skew.as_f64(),
+            }
+        } else {
+            let s = &v["sparse"];
+            Shape::Sparse {
+                keys: s[0].as_u64().unwrap() as u32,
+                rate: s[1].as_f64().unwrap(),
+            }
+        }
+    }
+}
+
+pub fn gcra(s: Shape) -> Gcra {
+    Gcra::new(Rate::per_second_of(s.limit()).unwrap())
         .unwrap()
-        .with_burst(BURST)
+        .with_burst(s.burst())
         .unwrap()
 }
-pub fn fixed() -> FixedWindow {
-    FixedWindow::new(LIMIT as u64, Duration::from_secs(1)).unwrap()
+pub fn fixed(s: Shape) -> FixedWindow {
+    FixedWindow::new(s.limit() as u64, Duration::from_secs(1)).unwrap()
 }
-pub fn sliding() -> SlidingWindow {
-    SlidingWindow::new(LIMIT as u64, Duration::from_secs(1)).unwrap()
+pub fn sliding(s: Shape) -> SlidingWindow {
+    SlidingWindow::new(s.limit() as u64, Duration::from_secs(1)).unwrap()
 }
-/// Half-life 1 s, at most 100/s (strict, its default).
-pub fn earrrl() -> Earrrl {
-    Earrrl::new(Duration::from_secs(1), Rate::per_second_of(LIMIT).unwrap()).unwrap()
+/// Half-life 1 s, at most the limit per second (strict, its default).
+pub fn earrrl(s: Shape) -> Earrrl {
+    Earrrl::new(
+        Duration::from_secs(1),
+        Rate::per_second_of(s.limit()).unwrap(),
+    )
+    .unwrap()
 }
-/// 100 per 1 s period (leaky, its default).
-pub fn exponential() -> Exponential {
-    Exponential::new(LIMIT, Duration::from_secs(1)).unwrap()
+/// The limit per 1 s period (leaky, its default).
+pub fn exponential(s: Shape) -> Exponential {
+    Exponential::new(s.limit(), Duration::from_secs(1)).unwrap()
 }
 
 pub fn unix_ns() -> u64 {
@@ -65,18 +151,18 @@ pub fn unix_ns() -> u64 {
         .as_nanos() as u64
 }
 
-/// One key's requests, merged over the fleet and sorted: `(Unix ns, allowed)`.
-pub type Trace = Vec<(u64, bool)>;
+/// Requests merged over the fleet and sorted: `(Unix ns, key, allowed)`.
+pub type Trace = Vec<(u64, u32, bool)>;
 
-/// A run's results per algorithm: its two keys' traces and each worker's counters.
+/// A run's results per algorithm: the merged trace and each worker's counters.
 pub struct AlgoRun {
     pub name: &'static str,
-    pub flood: Trace,
-    pub paced: Trace,
+    pub trace: Trace,
     pub stats: Vec<Value>,
 }
 
 pub struct Run {
+    pub shape: Shape,
     pub start: u64,
     pub duration: Duration,
     /// `(from, to)` Unix ns of the outage, if any.
@@ -84,26 +170,38 @@ pub struct Run {
     pub algos: Vec<AlgoRun>,
 }
 
-/// The worker's side: runs every algorithm for `spec` and returns the results (JSON).
+/// What a fleet run is against.
+pub struct Target {
+    pub url: String,
+    /// More cluster nodes (none for a server).
+    pub seeds: Vec<String>,
+}
+
+/// Redis killed `at` into the run and started again `down_for` later, by `kill` and `restart`.
+pub struct Outage<'a> {
+    pub at: Duration,
+    pub down_for: Duration,
+    pub kill: Box<dyn FnOnce() + 'a>,
+    pub restart: Box<dyn FnOnce() + 'a>,
+}
+
+/// The worker's side: runs every algorithm of `spec` and returns the results (JSON).
 pub fn worker(spec: &Value) -> Value {
-    let url = spec["url"].as_str().unwrap().to_owned();
-    let index = spec["worker"].as_u64().unwrap();
-    let start = spec["start"].as_u64().unwrap();
-    let duration = Duration::from_millis(spec["duration_ms"].as_u64().unwrap());
-    let threads: Vec<_> = ALGOS
+    let shape = Shape::from_json(&spec["shape"]);
+    let threads: Vec<_> = spec["algos"]
+        .as_array()
+        .unwrap()
         .iter()
-        .map(|&name| {
-            let url = url.clone();
+        .map(|name| {
+            let name = name.as_str().unwrap().to_owned();
+            let spec = spec.clone();
             std::thread::spawn(move || {
-                let run = |l: &dyn Fn(&str) -> bool, stats: &dyn Fn() -> HybridStats| {
-                    drive(l, index, start, duration, stats)
-                };
-                let out = match name {
-                    "gcra" => with_limiter(&url, name, gcra(), run),
-                    "fixed" => with_limiter(&url, name, fixed(), run),
-                    "sliding" => with_limiter(&url, name, sliding(), run),
-                    "earrrl" => with_limiter(&url, name, earrrl(), run),
-                    _ => with_limiter(&url, name, exponential(), run),
+                let out = match name.as_str() {
+                    "gcra" => with_limiter(&spec, &name, gcra(shape)),
+                    "fixed" => with_limiter(&spec, &name, fixed(shape)),
+                    "sliding" => with_limiter(&spec, &name, sliding(shape)),
+                    "earrrl" => with_limiter(&spec, &name, earrrl(shape)),
+                    _ => with_limiter(&spec, &name, exponential(shape)),
                 };
                 (name, out)
             })
@@ -112,105 +210,137 @@ pub fn worker(spec: &Value) -> Value {
     let mut out = serde_json::Map::new();
     for t in threads {
         let (name, v) = t.join().unwrap();
-        out.insert(name.into(), v);
+        out.insert(name, v);
     }
     Value::Object(out)
 }
 
-fn with_limiter<A: HybridAlgorithm>(
-    url: &str,
-    name: &str,
-    algo: A,
-    run: impl Fn(&dyn Fn(&str) -> bool, &dyn Fn() -> HybridStats) -> Value,
-) -> Value {
-    let limiter = HybridLimiter::builder(url, algo)
+fn with_limiter<A: HybridAlgorithm>(spec: &Value, name: &str, algo: A) -> Value {
+    let shape = Shape::from_json(&spec["shape"]);
+    let seeds: Vec<String> = spec["seeds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect();
+    let limiter = HybridLimiter::builder(spec["url"].as_str().unwrap(), algo)
         .key_prefix(format!("fleet:{name}:"))
+        .seed_nodes(seeds)
         .sync_interval(INTERVAL)
-        .fallback(Fallback::share(SHARE).unwrap())
+        .fallback(Fallback::share(shape.share()).unwrap())
         .connect_timeout(Duration::from_millis(100))
         .io_timeout(Duration::from_millis(200))
+        .reconnect_after(Duration::from_millis(50))
         .build()
         .unwrap();
-    run(&|key| limiter.check(key).is_allowed(), &|| limiter.stats())
+    drive(&limiter, spec)
 }
 
-/// One worker's requests on both keys, at their scheduled times, until `duration` is over.
-fn drive(
-    check: &dyn Fn(&str) -> bool,
-    worker: u64,
-    start: u64,
-    duration: Duration,
-    stats: &dyn Fn() -> HybridStats,
-) -> Value {
-    let n = WORKERS as f64;
-    let flood_gap = 1e9 / (FLOOD * LIMIT / n);
-    let paced_gap = 1e9 / (PACED * LIMIT / n);
-    let end = start + duration.as_nanos() as u64;
-    // The workers' floods interleave; the paced requests are jittered by up to ±40%.
-    let mut schedule: Vec<(u64, bool)> = Vec::new();
-    let mut k = 0.0;
-    loop {
-        let t = start + ((k + worker as f64 / n) * flood_gap) as u64;
-        if t >= end {
-            break;
+/// Worker `w`'s requests: `(Unix ns, key)`, sorted.
+fn schedule(shape: Shape, w: usize, start: u64, end: u64) -> Vec<(u64, u32)> {
+    let mut rng = fastrand::Rng::with_seed(w as u64 * 7919 + start);
+    let mut out = Vec::new();
+    match shape {
+        Shape::Hot { .. } => {
+            // The flood interleaves evenly (worker phases apart); the paced key is jittered
+            // by up to ±40% of its gap.
+            for key in [FLOOD, PACED] {
+                let gap = 1e9 / shape.rate(w, key);
+                let phase = if key == FLOOD {
+                    w as f64 / WORKERS as f64
+                } else {
+                    0.5
+                };
+                let mut k = 0.0;
+                loop {
+                    let jitter = if key == PACED {
+                        rng.f64() * 0.8 - 0.4
+                    } else {
+                        0.0
+                    };
+                    let t = start + ((k + phase + jitter) * gap) as u64;
+                    if t >= end {
+                        break;
+                    }
+                    out.push((t, key));
+                    k += 1.0;
+                }
+            }
         }
-        schedule.push((t, true));
-        k += 1.0;
-    }
-    let mut k = 0.0;
-    loop {
-        let jitter = fastrand::f64() * 0.8 - 0.4;
-        let t = start + ((k + 0.5 + jitter) * paced_gap) as u64;
-        if t >= end {
-            break;
+        Shape::Sparse { keys, .. } => {
+            // Poisson arrivals per key: exponential gaps.
+            for key in 0..keys {
+                let mean = 1e9 / shape.rate(w, key);
+                let mut t = start as f64;
+                loop {
+                    t += -mean * (1.0 - rng.f64()).ln();
+                    if t >= end as f64 {
+                        break;
+                    }
+                    out.push((t as u64, key));
+                }
+            }
         }
-        schedule.push((t, false));
-        k += 1.0;
     }
-    schedule.sort_unstable();
-    let (mut flood, mut paced) = (Vec::new(), Vec::new());
-    for (t, is_flood) in schedule {
+    out.sort_unstable();
+    out
+}
+
+/// One worker's requests at their times, until the run is over; its trace and counters.
+fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value) -> Value {
+    let shape = Shape::from_json(&spec["shape"]);
+    let w = spec["worker"].as_u64().unwrap() as usize;
+    let start = spec["start"].as_u64().unwrap();
+    let end = start + spec["duration_ms"].as_u64().unwrap() * 1_000_000;
+    let names: Vec<String> = (0..shape.keys()).map(|k| format!("k{k}")).collect();
+    let mut trace = Vec::new();
+    for (t, key) in schedule(shape, w, start, end) {
+        // Requests due within a millisecond go now: the thread sleeps in steps of that
+        // order anyway. The time recorded is when the check ran.
         let now = unix_ns();
-        if t > now {
+        if t > now + 1_000_000 {
             std::thread::sleep(Duration::from_nanos(t - now));
         }
         let at = unix_ns();
-        let key = if is_flood { "flood" } else { "paced" };
-        let ok = check(key);
-        if is_flood { &mut flood } else { &mut paced }.push(json!([at, ok]));
+        let ok = limiter.check(&names[key as usize]).is_allowed();
+        trace.push(json!([at, key, ok]));
     }
-    let s = stats();
+    let s: HybridStats = limiter.stats();
     json!({
-        "flood": flood,
-        "paced": paced,
+        "trace": trace,
         "stats": {
             "ticks": s.ticks, "calls": s.calls, "round_trips": s.round_trips,
             "failed_calls": s.failed_calls, "errors": s.errors, "degraded": s.degraded,
+            "denied_limit": s.denied_limit, "denied_waiting": s.denied_waiting,
             "leased": s.leased, "returned": s.returned, "charged": s.charged,
+            "pushes": s.pushes, "keys": limiter.len() as u64,
+            "sync_lag_max": s.sync_lag_max.as_nanos() as u64,
+            "push_lag_max": s.push_lag_max.as_nanos() as u64,
+            "last_error": limiter.last_error().map(|e| e.to_string()),
         },
     })
 }
 
-/// Starts the workers (this executable with `args`, the spec in [`WORKER_ENV`]) against the
-/// Redis at `port`; with `outage`, kills Redis `outage.0` into the run and starts it again
-/// (empty, on the same port) `outage.1` later. `start_redis` starts a server on a port.
-pub fn run<S>(
+/// Starts the workers (this executable with `args`, the spec in [`WORKER_ENV`]) against
+/// `target` for `duration` of `shape`, running `algos`; with `outage`, Redis goes away and
+/// comes back as it says.
+pub fn run(
     args: &[&str],
-    port: u16,
-    server: S,
-    start_redis: impl Fn(u16) -> S,
+    target: &Target,
+    shape: Shape,
+    algos: &[&'static str],
     duration: Duration,
-    outage: Option<(Duration, Duration)>,
+    outage: Option<Outage<'_>>,
 ) -> Run {
     let exe = std::env::current_exe().unwrap();
-    // Start in 1.5 s: every worker is up and connected by then.
-    let start = unix_ns() + 1_500_000_000;
-    let url = format!("redis://127.0.0.1:{port}/");
+    // Start in 2 s: every worker is up, connected and subscribed by then.
+    let start = unix_ns() + 2_000_000_000;
     let children: Vec<_> = (0..WORKERS)
         .map(|w| {
             let spec = json!({
-                "url": url, "worker": w, "start": start,
-                "duration_ms": duration.as_millis() as u64,
+                "url": target.url, "seeds": target.seeds, "worker": w, "start": start,
+                "duration_ms": duration.as_millis() as u64, "shape": shape.to_json(),
+                "algos": algos,
             });
             Command::new(&exe)
                 .args(args)
@@ -221,27 +351,24 @@ pub fn run<S>(
                 .expect("spawn a worker")
         })
         .collect();
-    let mut server = Some(server);
     let mut window = None;
-    if let Some((at, down_for)) = outage {
+    if let Some(o) = outage {
         let wait_until = |t: u64| {
             let now = unix_ns();
             if t > now {
                 std::thread::sleep(Duration::from_nanos(t - now));
             }
         };
-        let from = start + at.as_nanos() as u64;
+        let from = start + o.at.as_nanos() as u64;
         wait_until(from);
-        drop(server.take()); // killed
-        let to = from + down_for.as_nanos() as u64;
+        (o.kill)();
+        let to = from + o.down_for.as_nanos() as u64;
         wait_until(to);
-        server = Some(start_redis(port));
+        (o.restart)();
         window = Some((from, to));
     }
-    let mut per_algo: Vec<(Trace, Trace, Vec<Value>)> = ALGOS
-        .iter()
-        .map(|_| (Vec::new(), Vec::new(), Vec::new()))
-        .collect();
+    let mut per_algo: Vec<(Trace, Vec<Value>)> =
+        algos.iter().map(|_| (Vec::new(), Vec::new())).collect();
     for child in children {
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "a worker failed: {:?}", out.status);
@@ -251,86 +378,128 @@ pub fn run<S>(
             .find_map(|l| l.split_once("FLEET-RESULT ").map(|(_, json)| json))
             .expect("a worker's result line");
         let v: Value = serde_json::from_str(line).unwrap();
-        for (i, name) in ALGOS.iter().enumerate() {
+        for (i, name) in algos.iter().enumerate() {
             let a = &v[*name];
-            let trace = |k: &str| -> Trace {
-                a[k].as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|p| (p[0].as_u64().unwrap(), p[1].as_bool().unwrap()))
-                    .collect()
-            };
-            per_algo[i].0.extend(trace("flood"));
-            per_algo[i].1.extend(trace("paced"));
-            per_algo[i].2.push(a["stats"].clone());
+            per_algo[i]
+                .0
+                .extend(a["trace"].as_array().unwrap().iter().map(|r| {
+                    (
+                        r[0].as_u64().unwrap(),
+                        r[1].as_u64().unwrap() as u32,
+                        r[2].as_bool().unwrap(),
+                    )
+                }));
+            per_algo[i].1.push(a["stats"].clone());
         }
     }
-    drop(server);
     Run {
+        shape,
         start,
         duration,
         outage: window,
-        algos: ALGOS
+        algos: algos
             .iter()
             .zip(per_algo)
-            .map(|(&name, (mut flood, mut paced, stats))| {
-                flood.sort_unstable();
-                paced.sort_unstable();
-                AlgoRun {
-                    name,
-                    flood,
-                    paced,
-                    stats,
-                }
+            .map(|(&name, (mut trace, stats))| {
+                trace.sort_unstable();
+                AlgoRun { name, trace, stats }
             })
             .collect(),
     }
 }
 
-/// Admitted count of a trace.
-pub fn admitted(t: &Trace) -> u64 {
-    t.iter().filter(|r| r.1).count() as u64
-}
-
-/// What one exact in-memory limiter admits of the same requests, in the same order.
-pub fn exact(name: &str, t: &Trace) -> u64 {
-    macro_rules! replay {
-        ($algo:expr) => {{
-            let clock = ManualClock::new();
-            let l = CasLimiter::<String, _>::with_clock($algo, clock.clone());
-            t.iter()
-                .filter(|&&(at, _)| {
-                    clock.set_nanos(at);
-                    l.check("k").is_allowed()
-                })
-                .count() as u64
-        }};
+/// What one exact in-memory limiter answers to the same requests, in the same order.
+pub fn exact(name: &str, shape: Shape, t: &Trace) -> Vec<bool> {
+    fn replay<A: Algorithm>(algo: A, t: &Trace) -> Vec<bool>
+    where
+        hotlimit::Cas: hotlimit::store::Variant<A>,
+    {
+        let clock = ManualClock::new();
+        let l = CasLimiter::<u32, A>::with_clock(algo, clock.clone());
+        t.iter()
+            .map(|&(at, key, _)| {
+                clock.set_nanos(at);
+                l.check(&key).is_allowed()
+            })
+            .collect()
     }
     match name {
-        "gcra" => replay!(gcra()),
-        "fixed" => replay!(fixed()),
-        "sliding" => replay!(sliding()),
-        "earrrl" => replay!(earrrl()),
-        _ => replay!(exponential()),
+        "gcra" => replay(gcra(shape), t),
+        "fixed" => replay(fixed(shape), t),
+        "sliding" => replay(sliding(shape), t),
+        "earrrl" => replay(earrrl(shape), t),
+        _ => replay(exponential(shape), t),
     }
 }
 
-/// Admitted per second of the run (index 0: the first second).
-pub fn per_second(run: &Run, t: &Trace) -> Vec<u64> {
+/// The fleet's answers against one exact limiter's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Comparison {
+    pub requests: u64,
+    pub fleet: u64,
+    pub exact: u64,
+    /// Denied by the fleet, allowed by the exact limiter.
+    pub wrongly_denied: u64,
+    /// Allowed by the fleet, denied by the exact limiter.
+    pub wrongly_allowed: u64,
+}
+
+impl Comparison {
+    pub fn ratio(&self) -> f64 {
+        self.fleet as f64 / self.exact.max(1) as f64
+    }
+    pub fn wrongly_denied_share(&self) -> f64 {
+        self.wrongly_denied as f64 / self.requests.max(1) as f64
+    }
+}
+
+/// The comparison over the requests for which `keep(key)` holds.
+pub fn compare(a: &AlgoRun, shape: Shape, keep: impl Fn(u32) -> bool) -> Comparison {
+    let exact = exact(a.name, shape, &a.trace);
+    let mut c = Comparison::default();
+    for (&(_, key, fleet), exact) in a.trace.iter().zip(exact) {
+        if !keep(key) {
+            continue;
+        }
+        c.requests += 1;
+        c.fleet += fleet as u64;
+        c.exact += exact as u64;
+        c.wrongly_denied += (!fleet && exact) as u64;
+        c.wrongly_allowed += (fleet && !exact) as u64;
+    }
+    c
+}
+
+/// Each key's trace.
+pub fn by_key(t: &Trace) -> HashMap<u32, Vec<(u64, bool)>> {
+    let mut out: HashMap<u32, Vec<(u64, bool)>> = HashMap::new();
+    for &(at, key, ok) in t {
+        out.entry(key).or_default().push((at, ok));
+    }
+    out
+}
+
+/// Admitted requests of `key`.
+pub fn admitted(t: &Trace, key: u32) -> u64 {
+    t.iter().filter(|r| r.1 == key && r.2).count() as u64
+}
+
+/// Admitted requests of `key` per second of the run (index 0: the first second).
+pub fn per_second(run: &Run, t: &Trace, key: u32) -> Vec<u64> {
     let secs = run.duration.as_secs() as usize;
     let mut out = vec![0; secs];
-    for &(at, ok) in t {
+    for &(at, k, ok) in t {
         let s = (at.saturating_sub(run.start) / 1_000_000_000) as usize;
-        if ok && s < secs {
+        if k == key && ok && s < secs {
             out[s] += 1;
         }
     }
     out
 }
 
-/// The most a fixed window (1 s, aligned to the Unix epoch) admitted.
-pub fn max_per_window(t: &Trace) -> u64 {
-    let mut counts = std::collections::HashMap::new();
+/// The most any fixed 1 s window (aligned to the Unix epoch) admitted of one key.
+pub fn max_per_window(t: &[(u64, bool)]) -> u64 {
+    let mut counts = HashMap::new();
     for &(at, ok) in t {
         if ok {
             *counts.entry(at / 1_000_000_000).or_insert(0u64) += 1;
@@ -339,11 +508,11 @@ pub fn max_per_window(t: &Trace) -> u64 {
     counts.into_values().max().unwrap_or(0)
 }
 
-/// The sliding window counter's estimate (previous window weighted by what is left of it,
-/// plus the current one) at each admission, over the fleet's admissions: its largest value.
-pub fn max_sliding_estimate(t: &Trace) -> f64 {
+/// The sliding window counter's estimate (previous 1 s window weighted by what is left of
+/// it, plus the current one) at each of a key's admissions: its largest value.
+pub fn max_sliding_estimate(t: &[(u64, bool)]) -> f64 {
     let w = 1_000_000_000u64;
-    let mut counts = std::collections::HashMap::new();
+    let mut counts = HashMap::new();
     let mut worst: f64 = 0.0;
     for &(at, ok) in t {
         if !ok {
@@ -353,38 +522,51 @@ pub fn max_sliding_estimate(t: &Trace) -> f64 {
         *counts.entry(i).or_insert(0u64) += 1;
         let prev = *counts.get(&(i.wrapping_sub(1))).unwrap_or(&0) as f64;
         let cur = counts[&i] as f64;
-        let est = prev * (1.0 - (at - i * w) as f64 / w as f64) + cur;
-        worst = worst.max(est);
+        worst = worst.max(prev * (1.0 - (at - i * w) as f64 / w as f64) + cur);
     }
     worst
 }
 
-/// The window bound the docs state: what the other instances admit within one sync
-/// interval plus a round trip (taken as 10 ms here, loopback on a loaded machine), at this
-/// run's flood rate.
-pub fn window_bound() -> u64 {
-    let per_worker = FLOOD * LIMIT / WORKERS as f64;
-    let span = INTERVAL.as_secs_f64() + 0.010;
-    ((WORKERS - 1) as f64 * (per_worker * span).ceil()) as u64
+/// The largest lag any worker's limiter saw: a sync round's, plus a push's delivery.
+pub fn lag(a: &AlgoRun) -> Duration {
+    let max = |k: &str| {
+        a.stats
+            .iter()
+            .map(|s| s[k].as_u64().unwrap())
+            .max()
+            .unwrap()
+    };
+    Duration::from_nanos(max("sync_lag_max") + max("push_lag_max"))
 }
 
-/// The most script calls per key per sync interval any worker made (2 keys per limiter).
-pub fn calls_per_key_interval(a: &AlgoRun) -> f64 {
+/// What the docs bound a window's excess by: what the other instances admit within one
+/// lag, at their demand on `key` (the instance that notices last excepted).
+pub fn window_excess(run: &Run, a: &AlgoRun, key: u32) -> u64 {
+    let lag = lag(a).as_secs_f64();
+    let parts: Vec<u64> = (0..WORKERS)
+        .map(|w| (run.shape.rate(w, key) * lag).ceil() as u64)
+        .collect();
+    parts.iter().sum::<u64>() - parts.iter().min().unwrap()
+}
+
+/// GCRA's allowance beyond `rate × span + burst` the docs state: each instance's part of the
+/// burst (`⌊share × burst⌋`), admitted beyond its lease on a view a lag old.
+pub fn gcra_allowance(shape: Shape) -> u64 {
+    WORKERS as u64 * (shape.share() * shape.burst() as f64).floor() as u64
+}
+
+/// Script calls per key per sync round, the most any worker made (its keys: those it
+/// held at the end, an upper bound on none).
+pub fn calls_per_key_round(a: &AlgoRun, keys: u32) -> f64 {
     a.stats
         .iter()
-        .map(|s| s["calls"].as_f64().unwrap() / (2.0 * s["ticks"].as_f64().unwrap().max(1.0)))
+        .map(|s| {
+            s["calls"].as_f64().unwrap() / (keys as f64 * s["ticks"].as_f64().unwrap().max(1.0))
+        })
         .fold(0.0, f64::max)
 }
 
 /// A stat summed over the workers.
 pub fn total(a: &AlgoRun, stat: &str) -> u64 {
     a.stats.iter().map(|s| s[stat].as_u64().unwrap()).sum()
-}
-
-/// The span of a trace: first to last request, ns.
-pub fn span(t: &Trace) -> u64 {
-    match (t.first(), t.last()) {
-        (Some(a), Some(b)) => b.0 - a.0,
-        _ => 0,
-    }
 }

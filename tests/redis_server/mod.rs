@@ -5,6 +5,7 @@
 
 use hotlimit::Decision;
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -125,6 +126,195 @@ impl Drop for Server {
             .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A 3-node Redis Cluster of the test's own on 127.0.0.1 (free ports, a temp dir of its own, no
+/// persistence), killed on drop.
+pub struct Cluster {
+    nodes: Vec<(Option<Child>, u16)>,
+    dir: PathBuf,
+}
+
+impl Cluster {
+    /// Starts three primaries and joins them into a cluster; `None` (with a message) if
+    /// `redis-server` or `redis-cli` is not installed.
+    pub fn start() -> Option<Cluster> {
+        Self::start_with(0)
+    }
+
+    /// Three primaries with `replicas` replicas each.
+    pub fn start_with(replicas: usize) -> Option<Cluster> {
+        if !installed(&["redis-server", "redis-cli"], "Redis Cluster") {
+            return None;
+        }
+        static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "hotlimit-cluster-{}-{}",
+            std::process::id(),
+            RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cluster = Cluster {
+            nodes: Vec::new(),
+            dir,
+        };
+        for _ in 0..3 * (1 + replicas) {
+            // Redis has no `--port 0`: take a free port from the OS, release it, hand it over.
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                // The live nodes keep serving their slots while one is down.
+                .args(["--cluster-require-full-coverage", "no"])
+                .arg("--cluster-config-file")
+                .arg(cluster.dir.join(format!("nodes-{port}.conf")))
+                .args(["--save", "", "--appendonly", "no", "--dir"])
+                .arg(&cluster.dir)
+                // A replica's full sync goes through an RDB file: one name per node, or the
+                // replicas of different primaries load each other's (they share the dir).
+                .arg("--dbfilename")
+                .arg(format!("dump-{port}.rdb"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-server");
+            cluster.nodes.push((Some(child), port));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for &(_, port) in &cluster.nodes {
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "redis-server did not start");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(cluster.nodes.iter().map(|(_, p)| format!("127.0.0.1:{p}")))
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for i in 0..cluster.nodes.len() {
+            loop {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut cluster.raw(i))
+                    .unwrap();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cluster not ok: {info}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        // Every replica through its first full sync: `cluster_state:ok` does not wait for it,
+        // and a primary's `WAIT` counts only replicas whose link is up.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let synced = (0..cluster.nodes.len())
+                .filter(|&i| {
+                    redis::cmd("INFO")
+                        .arg("replication")
+                        .query::<String>(&mut cluster.raw(i))
+                        .unwrap()
+                        .contains("master_link_status:up")
+                })
+                .count();
+            if synced == 3 * replicas {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{synced} of {} replicas in sync",
+                3 * replicas
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(cluster)
+    }
+
+    pub fn url(&self, i: usize) -> String {
+        format!("redis://127.0.0.1:{}/", self.nodes[i].1)
+    }
+
+    /// A plain (non-cluster) connection to node `i`.
+    pub fn raw(&self, i: usize) -> redis::Connection {
+        redis::Client::open(self.url(i))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    /// The node that serves `redis_key`'s slot.
+    pub fn node_of(&self, redis_key: &str) -> usize {
+        let live = self.nodes.iter().position(|n| n.0.is_some()).unwrap();
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(redis_key)
+            .query(&mut self.raw(live))
+            .unwrap();
+        let slots: redis::Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut self.raw(live))
+            .unwrap();
+        let redis::Value::Array(ranges) = slots else {
+            panic!("CLUSTER SLOTS: {slots:?}")
+        };
+        for r in ranges {
+            let redis::Value::Array(r) = r else { panic!() };
+            let (lo, hi) = match (&r[0], &r[1]) {
+                (redis::Value::Int(lo), redis::Value::Int(hi)) => (*lo, *hi),
+                x => panic!("{x:?}"),
+            };
+            if (lo..=hi).contains(&slot) {
+                let redis::Value::Array(primary) = &r[2] else {
+                    panic!()
+                };
+                let port = match &primary[1] {
+                    redis::Value::Int(p) => *p as u16,
+                    x => panic!("{x:?}"),
+                };
+                return self.nodes.iter().position(|n| n.1 == port).unwrap();
+            }
+        }
+        panic!("slot {slot} not served")
+    }
+
+    pub fn dbsize(&self, i: usize) -> i64 {
+        redis::cmd("DBSIZE").query(&mut self.raw(i)).unwrap()
+    }
+
+    pub fn script_flush_all(&self) {
+        for i in 0..self.nodes.len() {
+            redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query::<()>(&mut self.raw(i))
+                .unwrap();
+        }
+    }
+
+    /// SIGKILL node `i` and reap it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

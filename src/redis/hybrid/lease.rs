@@ -167,7 +167,9 @@ impl Engine for Gcra {
         let mode = ctx.mode(l.known, now);
         let verdict = if mode == Mode::Known {
             // Beyond the lease: the fleet's TAT as known must have room, and this instance
-            // may be at most its budget ahead of Redis.
+            // may be at most its budget ahead of Redis. (A key the limiter has not heard of
+            // is known once it is current: fresh, a view like any other from then on.)
+            l.known = true;
             let step = Gcra::decide(self, l.view, now, cost);
             let fits = l.debt.saturating_add(cost) <= plan.budget;
             match step.state {
@@ -404,18 +406,23 @@ impl Engine for Gcra {
     /// (if the call did run, it is charged twice: errs strict). Units it handed back are not
     /// taken again, whether or not Redis got them (errs strict too).
     fn failed(&self, ctx: &Ctx, key: &str, cell: Option<&HybridCell<u128>>, sent: Sent) {
-        if sent.debt == 0 {
+        if sent.debt == 0 && sent.want == 0 {
             return;
         }
+        let t = self.emission_interval().as_nanos() as u64;
         let restored = cell.and_then(|c| {
             c.update(&ctx.cas, |w| {
                 let mut l = Lease::unpack(*w);
                 l.debt = l.debt.saturating_add(sent.debt).min(DEBT_MAX);
                 l.back |= sent.back;
+                if l.known {
+                    // The units asked for were not granted: they leave the view again.
+                    l.view = l.view.saturating_sub(sent.want.saturating_mul(t));
+                }
                 *w = l.pack();
             })
         });
-        if restored.is_none() {
+        if restored.is_none() && sent.debt > 0 {
             ctx.evicted.lock().push(Evicted {
                 key: key.to_owned(),
                 units: 0,

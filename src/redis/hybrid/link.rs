@@ -6,14 +6,81 @@
 use super::super::shared::Target;
 use super::super::sync::{Con, Slot};
 use super::super::{BackendError, Builder};
-use ::redis::{ConnectionLike, ErrorKind, RedisError, Value};
+use ::redis::{Cmd, ConnectionLike, ErrorKind, RedisError, Value};
 use std::time::Instant;
 
-/// One script call: its keys and arguments (every key in one slot).
+/// One script call: its declared keys (the first one, for routing), its arguments (with every
+/// key's Redis keys: on a cluster they are one node's, of several slots) and how many client
+/// keys it holds.
 #[derive(Debug)]
 pub(super) struct Batch {
     pub(super) keys: Vec<String>,
     pub(super) args: Vec<String>,
+    pub(super) calls: usize,
+}
+
+/// A cluster's primaries by slot, from `CLUSTER SLOTS`: which keys one call may hold.
+#[derive(Debug, Default)]
+struct SlotMap {
+    /// `(first slot, last slot, node)`, sorted.
+    ranges: Vec<(u16, u16, usize)>,
+}
+
+impl SlotMap {
+    /// From a `CLUSTER SLOTS` reply: `[[first, last, [host, port, ...], replicas...], ...]`.
+    fn parse(v: &Value) -> Option<SlotMap> {
+        let Value::Array(ranges) = v else {
+            return None;
+        };
+        let mut nodes: Vec<(String, i64)> = Vec::new();
+        let mut out = Vec::new();
+        for r in ranges {
+            let Value::Array(r) = r else { return None };
+            let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(primary))) =
+                (r.first(), r.get(1), r.get(2))
+            else {
+                return None;
+            };
+            let host = ::redis::from_redis_value::<String>(primary.first()?).ok()?;
+            let Some(Value::Int(port)) = primary.get(1) else {
+                return None;
+            };
+            let node = match nodes.iter().position(|n| n.0 == host && n.1 == *port) {
+                Some(i) => i,
+                None => {
+                    nodes.push((host, *port));
+                    nodes.len() - 1
+                }
+            };
+            out.push((
+                u16::try_from(*first).ok()?,
+                u16::try_from(*last).ok()?,
+                node,
+            ));
+        }
+        out.sort_unstable();
+        Some(SlotMap { ranges: out })
+    }
+
+    fn node(&self, slot: u16) -> Option<usize> {
+        let i = self
+            .ranges
+            .partition_point(|r| r.0 <= slot)
+            .checked_sub(1)?;
+        let (_, last, node) = self.ranges[i];
+        (slot <= last).then_some(node)
+    }
+}
+
+/// A key's slot: CRC16 (XMODEM) of its hash tag (what is between the first `{` and the next
+/// `}`, if not empty) or of the whole key, modulo 16384: the rule of the Redis Cluster spec.
+fn key_slot(key: &str) -> u16 {
+    let k = key.as_bytes();
+    let tag = k.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = k[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &k[open + 1..open + 1 + close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tag.unwrap_or(k)) % 16384
 }
 
 /// The connection of a hybrid limiter's sync thread (only that thread uses it).
@@ -22,6 +89,9 @@ pub(super) struct Link<A> {
     /// Found at the first connect that succeeds.
     target: Option<Target>,
     slot: Slot,
+    /// On a cluster, the slot map, once asked for (`None` again after an error, which may be
+    /// a slot that moved).
+    slots: Option<SlotMap>,
     /// After a failed first connect, when to try again.
     down_until: Option<Instant>,
     /// Round trips so far (pipelines, connects).
@@ -35,15 +105,40 @@ impl<A> Link<A> {
             config,
             target: None,
             slot: Slot::default(),
+            slots: None,
             down_until: None,
             round_trips: 0,
         }
+    }
+
+    /// On a cluster, the node of each key's slot (asking for the slot map if not known);
+    /// `None` if the target is not a cluster, or the map could not be had.
+    pub(super) fn nodes<'k>(&mut self, keys: impl Iterator<Item = &'k str>) -> Option<Vec<usize>> {
+        if !self.is_cluster() {
+            return None;
+        }
+        if self.slots.is_none() {
+            let Ok(Con::Cluster(c)) = self.connection() else {
+                return None;
+            };
+            let reply = c.req_command(::redis::cmd("CLUSTER").arg("SLOTS")).ok()?;
+            self.round_trips += 1;
+            self.slots = SlotMap::parse(&reply);
+        }
+        let map = self.slots.as_ref()?;
+        keys.map(|k| map.node(key_slot(k))).collect()
     }
 
     /// Whether the target is a cluster (batches must then hold one slot's keys each);
     /// `false` until known.
     pub(super) fn is_cluster(&self) -> bool {
         self.target.as_ref().is_some_and(Target::is_cluster)
+    }
+
+    /// Connects if not connected (the error comes again with the run), so that
+    /// [`is_cluster`](Link::is_cluster) knows.
+    pub(super) fn connect(&mut self) {
+        let _ = self.connection();
     }
 
     fn connection(&mut self) -> Result<&mut Con, BackendError> {
@@ -79,23 +174,33 @@ impl<A> Link<A> {
         self.slot.open().ok_or(BackendError::Unavailable)
     }
 
-    /// Runs `script` once per batch and returns each batch's reply or error. A failure of
-    /// the connection fails every batch not yet answered and drops the connection (the next
-    /// run reconnects).
+    /// Runs `script` once per batch, then the `extra` commands, in one pipeline, and returns
+    /// each one's reply or error. A failure of the connection fails every one not yet
+    /// answered and drops the connection (the next run reconnects).
     pub(super) fn run(
         &mut self,
         script: &str,
         batches: &[Batch],
+        extra: Vec<Cmd>,
     ) -> Vec<Result<Value, BackendError>> {
-        if batches.is_empty() {
+        let n = batches.len() + extra.len();
+        if n == 0 {
             return Vec::new();
         }
         let con = match self.connection() {
             Ok(c) => c,
-            Err(e) => return batches.iter().map(|_| Err(copy(&e))).collect(),
+            Err(e) => return (0..n).map(|_| Err(copy(&e))).collect(),
         };
         // EVAL, not EVALSHA: the body is small beside a round's keys, Redis caches its
         // compiled form, and a flushed script cache or a new cluster node needs no reload.
+        // On a cluster a call holds one node's keys, of several slots: the script says so.
+        let cross_slot;
+        let script = if matches!(con, Con::Cluster(_)) {
+            cross_slot = format!("#!lua flags=allow-cross-slot-keys\n{script}");
+            cross_slot.as_str()
+        } else {
+            script
+        };
         let eval = |b: &Batch| {
             let mut cmd = ::redis::cmd("EVAL");
             cmd.arg(script).arg(b.keys.len()).arg(&b.keys).arg(&b.args);
@@ -104,27 +209,31 @@ impl<A> Link<A> {
         let values = match con {
             Con::Cluster(c) => {
                 let mut pipe = ::redis::cluster::cluster_pipe();
-                for b in batches {
-                    pipe.add_command(eval(b));
+                for cmd in batches.iter().map(eval).chain(extra) {
+                    pipe.add_command(cmd);
                 }
                 pipe.query::<Vec<Value>>(c)
             }
             Con::Single(c) => {
                 let mut pipe = ::redis::pipe();
-                for b in batches {
-                    pipe.add_command(eval(b));
+                for cmd in batches.iter().map(eval).chain(extra) {
+                    pipe.add_command(cmd);
                 }
-                c.req_packed_commands(&pipe.get_packed_pipeline(), 0, batches.len())
+                c.req_packed_commands(&pipe.get_packed_pipeline(), 0, n)
             }
         };
         let out: Vec<Result<Value, BackendError>> = match values {
             Ok(values) => values.into_iter().map(reply).collect(),
             Err(e) => {
                 let e = BackendError::from_redis(e);
-                batches.iter().map(|_| Err(copy(&e))).collect()
+                (0..n).map(|_| Err(copy(&e))).collect()
             }
         };
         self.round_trips += 1;
+        if out.iter().any(Result::is_err) {
+            // A slot may have moved.
+            self.slots = None;
+        }
         if out
             .iter()
             .any(|r| r.as_ref().is_err_and(BackendError::drops_connection))
@@ -158,5 +267,21 @@ fn copy(e: &BackendError) -> BackendError {
         BackendError::Cost(c) => BackendError::Cost(*c),
         BackendError::TimeOutOfRange(t) => BackendError::TimeOutOfRange(*t),
         BackendError::Config(c) => BackendError::Config(c.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_slot;
+
+    #[test]
+    fn slots_follow_the_cluster_spec() {
+        // The spec's examples: CRC16 of "123456789" is 0x31C3.
+        assert_eq!(key_slot("123456789"), 0x31c3 % 16384);
+        // A hash tag decides; an empty one does not.
+        assert_eq!(key_slot("p:{user1}:h"), key_slot("user1"));
+        assert_eq!(key_slot("{}x"), key_slot("{}x"));
+        assert_ne!(key_slot("a{}b"), key_slot(""));
+        assert_eq!(key_slot("foo{bar}{zap}"), key_slot("bar"));
     }
 }

@@ -198,7 +198,8 @@ impl Merge for Exponential {
         3 * self.period().as_nanos() as u64
     }
 
-    /// The two averages decayed to the later of their times and added.
+    /// The two parts decayed to the later of their times and added: the union's average as
+    /// of its last request (see `decide_merged`).
     fn merge(&self, a: u128, b: u128, _now: u64) -> u128 {
         let p = self.period().as_nanos() as f64;
         let ((ta, ra), (tb, rb)) = (Self::unpack(a), Self::unpack(b));
@@ -213,6 +214,8 @@ impl Merge for Exponential {
         Self::pack(t, decayed(ta, ra) + decayed(tb, rb))
     }
 
+    /// Alone, the instance's own step (what `decide_merged` counts when nothing else is
+    /// known).
     fn count(&self, own: u128, now: u64, cost: u64) -> u128 {
         let (t, r) = Self::unpack(own);
         Self::pack(now.max(t), self.r_now(t, r, now, cost as f64))
@@ -220,6 +223,32 @@ impl Merge for Exponential {
 
     fn degraded(&self, now: u64, share: f64) -> u128 {
         Self::pack(now, self.limit() * (1.0 - share).max(0.0))
+    }
+
+    /// Exim's average is not a sum over instances (each request is weighed by the gap since
+    /// the union's previous one), so each instance keeps, instead of its own traffic's
+    /// average, its *part* of the union's: the increments its requests made to it. A request
+    /// takes Exim's step on the union (the parts decayed to the union's last request and
+    /// added: its average then), and adds `r_now − e^{−i}·r_union` to this instance's part.
+    /// Increments add, so the parts' sum is the union's average exactly when every part is
+    /// current; it lags as the other states do. Alone, the part is Exim's own average.
+    fn decide_merged(
+        &self,
+        own: u128,
+        others: u128,
+        now: u64,
+        cost: u64,
+    ) -> (Decision, Option<u128>) {
+        let union = self.merge(own, others, now);
+        let step = self.step(union, now, cost);
+        let counted = step.state.map(|after| {
+            let (t_union, r_union) = Self::unpack(union);
+            let increment = Self::unpack(after).1 - self.decayed(t_union, r_union, now);
+            let (t_own, r_own) = Self::unpack(own);
+            let t = now.max(t_own);
+            Self::pack(t, self.decayed(t_own, r_own, t) + increment.max(0.0))
+        });
+        (step.decision, counted)
     }
 }
 

@@ -283,8 +283,15 @@ pub struct Ctx {
     /// Local time the current (or last) outage began.
     down_since: AtomicU64,
     /// Local time from which a key this instance has heard nothing of is fresh for the fleet:
-    /// a horizon after the subscription started; `u64::MAX` while not subscribed.
+    /// a horizon after the subscription started, or at once if no instance wrote within a
+    /// horizon before it (the prefix's live marker, `live_key`, is gone); `u64::MAX` while
+    /// not subscribed.
     mirror_since: AtomicU64,
+    /// Local time of the last (re)subscription, for the sync thread to look at the live
+    /// marker after it (0: none yet).
+    subscribed_at: AtomicU64,
+    /// The sync thread, woken for a new subscription's check.
+    sync_thread: std::sync::OnceLock<std::thread::Thread>,
     /// Local time of the next sync round.
     next_tick: AtomicU64,
     stats: Counters,
@@ -821,6 +828,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
             down: AtomicBool::new(false),
             down_since: AtomicU64::new(now),
             mirror_since: AtomicU64::new(u64::MAX),
+            subscribed_at: AtomicU64::new(0),
+            sync_thread: std::sync::OnceLock::new(),
             next_tick: AtomicU64::new(now.saturating_add(interval)),
             stats: Counters::default(),
             last_error: Mutex::new(None),
@@ -854,6 +863,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
             "hotlimit-hybrid",
             Box::new(move || worker::sync_loop(&worker, config, self.interval)),
         )?);
+        let _ = ctx.sync_thread.set(threads[0].thread().clone());
         let (subscriber, config) = (inner.clone(), self.redis);
         threads.push(spawn(
             "hotlimit-push",
@@ -947,6 +957,15 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         self.inner.ctx().is_down()
     }
 
+    /// Whether this instance knows the fleet's state of every key: Redis reachable,
+    /// subscribed, and past the horizon after subscribing (at once if no state of the prefix
+    /// was live then). Until then a key it has not heard of is decided by the [`Fallback`].
+    pub fn is_current(&self) -> bool {
+        let ctx = self.inner.ctx();
+        let now = self.inner.store.core.clock.now();
+        !ctx.is_down() && now >= ctx.mirror_since.load(Ordering::Relaxed)
+    }
+
     /// The last error the sync met: what [`HybridStats::failed_calls`] and
     /// [`HybridStats::errors`] count. An outage or a Redis error is cleared by the next
     /// round that reaches Redis cleanly; a state this limiter cannot read
@@ -1033,7 +1052,15 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
                 _ => {}
             }
             if v.sync && cell.enqueue() {
-                fleet.ctx.queue.lock().push(key.to_owned());
+                let mut queue = fleet.ctx.queue.lock();
+                queue.push(key.to_owned());
+                // The first key since the sync thread took the queue wakes it.
+                if queue.len() == 1 {
+                    drop(queue);
+                    if let Some(t) = fleet.ctx.sync_thread.get() {
+                        t.unpark();
+                    }
+                }
             }
             return store.core.count(v.decision);
         }
@@ -1051,6 +1078,12 @@ fn redis_key(prefix: &str, key: &str, suffix: &str) -> String {
 /// The channel every instance of a prefix publishes its keys' states on.
 fn channel(prefix: &str, suffix: &str) -> String {
     format!("{prefix}~sync{suffix}")
+}
+
+/// The prefix's live marker: set by every round that writes, expiring a horizon later. While
+/// it exists some state of the prefix may be live; once it is gone, none is.
+fn live_key(prefix: &str, suffix: &str) -> String {
+    format!("{prefix}~live{suffix}")
 }
 
 impl<A: HybridAlgorithm, C: Clock> Drop for HybridLimiter<A, C> {

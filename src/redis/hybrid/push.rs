@@ -109,12 +109,16 @@ fn listen<A: Engine, C: Clock>(
     ctx.stats.subscribed.fetch_add(1, Ordering::Relaxed);
     ctx.recovered();
     // From here on every change is heard of; a state written before lives at most a horizon
-    // without a write.
+    // without a write (sooner, if the sync thread finds no live marker: see `worker.rs`).
     let now = inner.store.core.clock.now();
     ctx.mirror_since.store(
         now.saturating_add(inner.fleet().algo.horizon()),
         Ordering::Relaxed,
     );
+    ctx.subscribed_at.store(now.max(1), Ordering::Release);
+    if let Some(t) = ctx.sync_thread.get() {
+        t.unpark();
+    }
     loop {
         if ctx.stop.load(Ordering::Acquire) {
             return Ok(());

@@ -3,7 +3,7 @@
 //! one script call each; the replies are applied, the failed keys kept for the next round.
 
 use super::link::{Batch, Link};
-use super::{channel, Builder, Engine, Evicted, Inner, SyncError, Visit};
+use super::{channel, live_key, Builder, Engine, Evicted, Inner, SyncError, Visit};
 use ::redis::Value;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -26,8 +26,18 @@ enum What<S> {
     HandBack(Evicted),
 }
 
-/// The sync thread: rounds every `interval` until the limiter stops, then a last one that
-/// hands every lease back.
+/// A key the sync thread holds between rounds: its book, when it was last visited, and
+/// since when it has waited for its next visit (changes older than the round before).
+struct Watch<B> {
+    book: B,
+    visited: u64,
+    waiting_since: Option<u64>,
+}
+
+/// The sync thread: a round as soon as a request queues a key (after a moment, to gather
+/// more), and every `interval` for the keys it watches, until the limiter stops, then a last
+/// one that hands every lease back. A key is visited at most once per `interval`: a key
+/// queued again sooner waits for its turn.
 pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
     inner: &Inner<A, C>,
     config: Builder<A>,
@@ -35,9 +45,15 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
 ) {
     let (ctx, fleet, store) = (inner.ctx(), inner.fleet(), &inner.store);
     let channel = channel(&inner.prefix, A::SUFFIX);
+    let live = live_key(&inner.prefix, A::SUFFIX);
+    let horizon_ms = fleet.algo.horizon().div_ceil(1_000_000).max(1);
+    // What a round waits for more keys once one is queued.
+    let gather = (interval / 8).clamp(Duration::from_micros(100), Duration::from_millis(1));
     let mut link = Link::new(config);
-    // The keys visited this round and the next ones: those queued, and those kept.
-    let mut books: HashMap<String, A::Book> = HashMap::new();
+    // The subscription whose live marker was looked at.
+    let mut checked = 0;
+    // The keys queued or watched.
+    let mut books: HashMap<String, Watch<A::Book>> = HashMap::new();
     let mut prev_start = store.core.clock.now();
     loop {
         let started = Instant::now();
@@ -46,17 +62,32 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
         ctx.next_tick
             .store(now.saturating_add(ctx.interval), Ordering::Relaxed);
         for key in std::mem::take(&mut *ctx.queue.lock()) {
-            books.entry(key).or_default();
+            books.entry(key).or_insert(Watch {
+                book: A::Book::default(),
+                visited: 0,
+                waiting_since: None,
+            });
         }
         let guard = store.map.guard();
         let mut calls = Vec::new();
-        books.retain(|key, book| {
+        // The oldest change this round sends was made after the last round began, or after a
+        // waiting key's last visit.
+        let mut oldest = prev_start;
+        books.retain(|key, w| {
+            if !closing && now.saturating_sub(w.visited) < ctx.interval {
+                w.waiting_since.get_or_insert(w.visited);
+                return true;
+            }
             let Some(cell) = store.map.get(key.as_str(), &guard) else {
                 return false;
             };
+            if let Some(since) = w.waiting_since.take() {
+                oldest = oldest.min(since);
+            }
+            w.visited = now;
             match fleet
                 .algo
-                .prepare(&fleet.plan, ctx, cell, book, now, closing)
+                .prepare(&fleet.plan, ctx, cell, &mut w.book, now, closing)
             {
                 Visit::Skip => false,
                 Visit::Keep => true,
@@ -77,12 +108,37 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
                 what: What::HandBack(e),
             });
         }
+        // After a (re)subscription: if no instance wrote within a horizon before it, no
+        // state of the prefix is live, and a key not heard of is fresh from now on.
+        let subscribed = ctx.subscribed_at.load(Ordering::Acquire);
+        let mut extra = Vec::new();
+        if subscribed > checked {
+            extra.push(::redis::cmd("EXISTS").arg(&live).clone());
+        }
+        let check = !extra.is_empty();
         if !calls.is_empty() {
-            run_round(inner, &mut link, &channel, &mut books, calls, &guard, now);
-            let done = store.core.clock.now();
-            let lag = done.saturating_sub(prev_start);
-            ctx.stats.lag.store(lag, Ordering::Relaxed);
-            ctx.stats.lag_max.fetch_max(lag, Ordering::Relaxed);
+            let mut set = ::redis::cmd("SET");
+            set.arg(&live).arg(1).arg("PX").arg(horizon_ms);
+            extra.push(set);
+        }
+        if !calls.is_empty() || check {
+            let writes = !calls.is_empty();
+            let replies = run_round(
+                inner, &mut link, &channel, &mut books, calls, extra, &guard, now,
+            );
+            if check {
+                if let Some(Ok(v)) = replies.into_iter().next() {
+                    checked = subscribed;
+                    if ::redis::from_redis_value::<u64>(&v).is_ok_and(|n| n == 0) {
+                        ctx.mirror_since.fetch_min(now, Ordering::Relaxed);
+                    }
+                }
+            }
+            if writes {
+                let lag = store.core.clock.now().saturating_sub(oldest);
+                ctx.stats.lag.store(lag, Ordering::Relaxed);
+                ctx.stats.lag_max.fetch_max(lag, Ordering::Relaxed);
+            }
         }
         drop(guard);
         prev_start = now;
@@ -93,47 +149,105 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
         if closing {
             return;
         }
-        let left = (started + interval).saturating_duration_since(Instant::now());
-        if !left.is_zero() && !ctx.stop.load(Ordering::Acquire) {
+        // Wait for the next interval, or for a request's key (woken by the request that
+        // queues the first key), then a moment more.
+        let tick = started + interval;
+        loop {
+            if ctx.stop.load(Ordering::Acquire) {
+                break;
+            }
+            if !ctx.queue.lock().is_empty() || !ctx.evicted.lock().is_empty() {
+                std::thread::sleep(gather.min(tick.saturating_duration_since(Instant::now())));
+                break;
+            }
+            let left = tick.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
             std::thread::park_timeout(left);
         }
     }
 }
 
-/// Sends one round's calls and applies the replies.
+/// Sends one round's calls and `extra` commands, applies the calls' replies and returns the
+/// extra commands'.
+#[allow(clippy::too_many_arguments)]
 fn run_round<A: Engine, C: crate::Clock>(
     inner: &Inner<A, C>,
     link: &mut Link<A>,
     channel: &str,
-    books: &mut HashMap<String, A::Book>,
+    books: &mut HashMap<String, Watch<A::Book>>,
     calls: Vec<Call<A::Sent>>,
+    extra: Vec<::redis::Cmd>,
     guard: &impl papaya::Guard,
     now: u64,
-) {
+) -> Vec<Result<Value, super::BackendError>> {
     let (ctx, fleet, store) = (inner.ctx(), inner.fleet(), &inner.store);
-    let per_batch = if link.is_cluster() { 1 } else { BATCH };
-    let batches: Vec<Batch> = calls
-        .chunks(per_batch)
-        .map(|chunk| {
+    let mut items: Vec<(usize, Call<A::Sent>, String)> = calls
+        .into_iter()
+        .map(|c| {
+            let k = super::redis_key(&inner.prefix, &c.key, A::SUFFIX);
+            (0, c, k)
+        })
+        .collect();
+    // A call per `BATCH` keys on a server; per node (and `BATCH`) on a cluster, or per key if
+    // the slot map is not to be had. (Connected first: which of the two it is.)
+    link.connect();
+    let cuts: Vec<usize> = if !link.is_cluster() {
+        (0..items.len())
+            .step_by(BATCH)
+            .map(|i| (items.len() - i).min(BATCH))
+            .collect()
+    } else if let Some(nodes) = link.nodes(items.iter().map(|i| i.2.as_str())) {
+        for (item, node) in items.iter_mut().zip(nodes) {
+            item.0 = node;
+        }
+        items.sort_by_key(|i| i.0);
+        let mut cuts = Vec::new();
+        let mut start = 0;
+        for i in 1..=items.len() {
+            if i == items.len() || items[i].0 != items[start].0 || i - start == BATCH {
+                cuts.push(i - start);
+                start = i;
+            }
+        }
+        cuts
+    } else {
+        vec![1; items.len()]
+    };
+    let (calls, redis_keys): (Vec<_>, Vec<_>) = items.into_iter().map(|(_, c, k)| (c, k)).unzip();
+    let mut at = 0;
+    let batches: Vec<Batch> = cuts
+        .iter()
+        .map(|&n| {
+            let (chunk, keys) = (&calls[at..at + n], &redis_keys[at..at + n]);
+            at += n;
+            (chunk, keys)
+        })
+        .map(|(chunk, chunk_keys)| {
             let mut args = vec![
                 channel.to_owned(),
                 ctx.instance.clone(),
                 chunk.len().to_string(),
             ];
             args.extend(fleet.algo.batch_args());
-            let mut keys = Vec::with_capacity(chunk.len() * (1 + A::EXTRA_KEYS.len()));
-            for call in chunk {
-                let redis_key = super::redis_key(&inner.prefix, &call.key, A::SUFFIX);
-                keys.extend(A::EXTRA_KEYS.iter().map(|x| format!("{redis_key}{x}")));
-                keys.insert(keys.len() - A::EXTRA_KEYS.len(), redis_key);
+            let mut keys = Vec::with_capacity(1);
+            for (call, redis_key) in chunk.iter().zip(chunk_keys) {
                 args.push(call.key.clone());
+                args.push(redis_key.clone());
+                args.extend(A::EXTRA_KEYS.iter().map(|x| format!("{redis_key}{x}")));
                 args.extend(call.args.iter().cloned());
             }
-            Batch { keys, args }
+            keys.extend(chunk_keys.first().cloned());
+            Batch {
+                keys,
+                args,
+                calls: chunk.len(),
+            }
         })
         .collect();
     let t0 = store.core.clock.now();
-    let replies = link.run(A::SCRIPT, &batches);
+    let replies = link.run(A::SCRIPT, &batches, extra);
     let done = store.core.clock.now();
     let mid = t0 + done.saturating_sub(t0) / 2;
     ctx.stats
@@ -152,10 +266,7 @@ fn run_round<A: Engine, C: crate::Clock>(
             ctx.observe_time(redis_ns, mid);
             Ok(items)
         });
-        let chunk = calls
-            .by_ref()
-            .take(chunk_len(batch, A::EXTRA_KEYS.len()))
-            .collect::<Vec<_>>();
+        let chunk = calls.by_ref().take(batch.calls).collect::<Vec<_>>();
         match items {
             Ok(items) => {
                 reached = true;
@@ -172,13 +283,20 @@ fn run_round<A: Engine, C: crate::Clock>(
                     };
                     let cell = store.map.get(call.key.as_str(), guard);
                     let mut none = A::Book::default();
-                    let book = books.get_mut(&call.key).unwrap_or(&mut none);
-                    if let Err(e) = fleet
+                    let book = books.get_mut(&call.key).map_or(&mut none, |w| &mut w.book);
+                    match fleet
                         .algo
                         .apply(ctx, &call.key, cell, book, item, sent, done)
                     {
-                        ctx.stats.errors.fetch_add(1, Ordering::Relaxed);
-                        failure = Some(e);
+                        Ok(true) => {}
+                        // Nothing to watch: forgotten until a request queues it again.
+                        Ok(false) => {
+                            books.remove(&call.key);
+                        }
+                        Err(e) => {
+                            ctx.stats.errors.fetch_add(1, Ordering::Relaxed);
+                            failure = Some(e);
+                        }
                     }
                 }
             }
@@ -196,7 +314,11 @@ fn run_round<A: Engine, C: crate::Clock>(
                             let cell = store.map.get(call.key.as_str(), guard);
                             fleet.algo.failed(ctx, &call.key, cell, sent);
                             // Sent again next round.
-                            books.entry(call.key).or_default();
+                            books.entry(call.key).or_insert(Watch {
+                                book: A::Book::default(),
+                                visited: 0,
+                                waiting_since: None,
+                            });
                         }
                         What::HandBack(e) => ctx.evicted.lock().push(e),
                     }
@@ -204,6 +326,10 @@ fn run_round<A: Engine, C: crate::Clock>(
                 failure = Some(e);
             }
         }
+    }
+    if batches.is_empty() {
+        // Only the live marker was asked: nothing said about the keys.
+        return replies.collect();
     }
     if !reached && !ctx.down.load(Ordering::Relaxed) {
         ctx.down_since.store(now, Ordering::Relaxed);
@@ -213,11 +339,7 @@ fn run_round<A: Engine, C: crate::Clock>(
         Some(e) => ctx.fail(e),
         None => ctx.recovered(),
     }
-}
-
-/// The number of client keys a batch holds.
-fn chunk_len(batch: &Batch, extra: usize) -> usize {
-    batch.keys.len() / (1 + extra)
+    replies.collect()
 }
 
 /// A round's reply: Redis' time (ns since the Unix epoch) and the per-key items.

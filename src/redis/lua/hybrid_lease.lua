@@ -2,10 +2,12 @@
 -- the keys' new TATs pushed to every instance.
 --
 -- ARGV: the channel, this instance's id, n, T and tau = B*T (µs); then per key its client
--- key, `want` (units to lease), `give` (unspent units handed back), `debt` (units admitted
--- beyond leases, charged now), `back` (1: the debt was run up while Redis was unreachable,
--- charged back-dated from `since`, µs). KEYS: per key its TAT (the RedisLimiter's key and
--- form: µs of Redis time, %.17g) and the back-dated debts' own TAT.
+-- key, its TAT's key (the RedisLimiter's key and form: µs of Redis time, %.17g), the
+-- back-dated debts' own TAT's key, `want` (units to lease), `give` (unspent units handed
+-- back), `debt` (units admitted beyond leases, charged now), `back` (1: the debt was run up
+-- while Redis was unreachable, charged back-dated from `since`, µs). KEYS: the first key's
+-- TAT, for routing: on a cluster a call holds one node's keys, of several slots, which the
+-- script reaches with `allow-cross-slot-keys`.
 --
 -- A back-dated debt is counted on a TAT of its own, from `since`: the fallbacks' admissions
 -- of every instance during the outage, as GCRA would have counted them then. Only where that
@@ -26,14 +28,13 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {t[1], t[2]}
 local msg = {ns(inst), ns(t[1]), ns(t[2])}
 for i = 1, n do
-  local a = 5 + (i - 1) * 6
-  local key = ARGV[a + 1]
-  local want = tonumber(ARGV[a + 2])
-  local give = tonumber(ARGV[a + 3])
-  local debt = tonumber(ARGV[a + 4])
-  local back = ARGV[a + 5] == '1'
-  local since = tonumber(ARGV[a + 6])
-  local k, kb = KEYS[2 * i - 1], KEYS[2 * i]
+  local a = 5 + (i - 1) * 8
+  local key, k, kb = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local want = tonumber(ARGV[a + 4])
+  local give = tonumber(ARGV[a + 5])
+  local debt = tonumber(ARGV[a + 6])
+  local back = ARGV[a + 7] == '1'
+  local since = tonumber(ARGV[a + 8])
   local v = redis.call('GET', k)
   local tat = v and tonumber(v) or 0
   -- Handed-back units leave the schedule; never below now (units in the past are spent).

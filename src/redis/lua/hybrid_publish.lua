@@ -2,9 +2,10 @@
 -- written in the key's hash (a field per instance), and the whole hashes pushed to every
 -- instance.
 --
--- ARGV: the channel, this instance's id, n; then per key its client key, this instance's
--- state (`<idle at, Unix ms>:<word>`; empty: idle, delete the field) and its time to idle in
--- ms. KEYS: per key its hash.
+-- ARGV: the channel, this instance's id, n; then per key its client key, its hash's key,
+-- this instance's state (`<idle at, Unix ms>:<word>`; empty: idle, delete the field) and its
+-- time to idle in ms. KEYS: the first hash, for routing: on a cluster a call holds one node's
+-- keys, of several slots, which the script reaches with `allow-cross-slot-keys`.
 --
 -- Fields whose state went idle are deleted; a hash expires when its longest-lived state goes
 -- idle. Returns {seconds, microseconds}; publishes the instance, the time and per key its
@@ -18,9 +19,8 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local msg = {ns(inst), ns(t[1]), ns(t[2])}
 for i = 1, n do
-  local a = 3 + (i - 1) * 3
-  local key, value, ttl = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
-  local h = KEYS[i]
+  local a = 3 + (i - 1) * 4
+  local key, h, value, ttl = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], tonumber(ARGV[a + 4])
   if value == '' then
     redis.call('HDEL', h, inst)
   else
