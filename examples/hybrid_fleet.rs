@@ -1,7 +1,9 @@
-//! The hybrid limiter in a fleet of 4 processes, charted: starts its own `redis-server`, runs
-//! `tests/hybrid_fleet.rs`'s harness twice (10 s each; the second with Redis killed for 3 s
-//! in the middle), prints a Markdown table of what the fleet admitted against one exact
-//! limiter, and draws the admitted requests per second into `docs/hybrid_fleet.png`.
+//! The hybrid limiter in a fleet of 4 processes, tabulated and charted: starts its own
+//! `redis-server`, runs `tests/hybrid_fleet.rs`'s harness over every shape of traffic (two hot
+//! keys, the same with one process sending 90%, the same with Redis killed for 3 s, then
+//! 10,000 and 2,000 sparse keys, one algorithm at a time), prints a Markdown table per shape of
+//! what the fleet admitted against one exact limiter fed the same requests, and draws the hot
+//! keys' admitted requests per second into `docs/hybrid_fleet.png`.
 //!
 //! ```text
 //! cargo run --release --features redis --example hybrid_fleet
@@ -19,8 +21,27 @@ use std::time::Duration;
 
 const FONT: &[u8] = include_bytes!("simulate/DejaVuSans.ttf");
 const SANS: &str = "sans-serif";
+const SECS: Duration = Duration::from_secs(10);
 
 type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// A run of `shape` for `algos` against a server of its own, with an outage if asked.
+fn fleet_run(shape: Shape, algos: &[&'static str], outage: Option<(Duration, Duration)>) -> Res<Run> {
+    let server = Server::start().ok_or("redis-server is not installed")?;
+    let port = server.port;
+    let target = Target {
+        url: server.url(),
+        seeds: Vec::new(),
+    };
+    let server = std::cell::RefCell::new(Some(server));
+    let outage = outage.map(|(at, down_for)| Outage {
+        at,
+        down_for,
+        kill: Box::new(|| drop(server.borrow_mut().take())),
+        restart: Box::new(|| *server.borrow_mut() = Server::start_on(Some(port))),
+    });
+    Ok(run(&[], &target, shape, algos, SECS, outage))
+}
 
 fn main() -> Res {
     if let Ok(spec) = std::env::var(WORKER_ENV) {
@@ -28,71 +49,102 @@ fn main() -> Res {
         println!("FLEET-RESULT {}", worker(&spec));
         return Ok(());
     }
-    let runs = [
-        ("no outage", None),
+    let hot = Shape::Hot { skew: None };
+    let mut charted = Vec::new();
+    for (title, shape, outage) in [
+        ("two hot keys", hot, None),
+        ("two hot keys, one process sending 90%", Shape::Hot { skew: Some(0.9) }, None),
         (
-            "Redis killed from 3.5 s to 6.5 s",
+            "two hot keys, Redis killed from 3.5 s to 6.5 s",
+            hot,
             Some((Duration::from_millis(3500), Duration::from_secs(3))),
         ),
-    ];
-    let mut done = Vec::new();
-    for (title, outage) in runs {
-        let server = Server::start().ok_or("redis-server is not installed")?;
-        let port = server.port;
-        let run = run(
-            &[],
-            port,
-            server,
-            |p| Server::start_on(Some(p)).expect("restart redis-server"),
-            Duration::from_secs(10),
-            outage,
-        );
-        table(title, &run);
-        done.push((title, run));
+    ] {
+        let run = fleet_run(shape, &ALGOS, outage)?;
+        table(title, &run, &[FLOOD, PACED]);
+        if shape == hot {
+            charted.push((title, run));
+        }
+    }
+    for (keys, rate) in [(10_000, 2.0), (2_000, 10.0)] {
+        let shape = Shape::Sparse { keys, rate };
+        let mut algos = Vec::new();
+        for name in ALGOS {
+            algos.extend(fleet_run(shape, &[name], None)?.algos);
+        }
+        let run = Run {
+            shape,
+            start: 0,
+            duration: SECS,
+            outage: None,
+            algos,
+        };
+        table(&format!("{keys} keys at {rate}/s each"), &run, &[]);
     }
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/hybrid_fleet.png");
-    chart(&path, &done)?;
+    chart(&path, &charted)?;
     println!("\nwrote {}", path.display());
     Ok(())
 }
 
-/// The fleet against one exact limiter fed the same requests, per algorithm and key.
-fn table(title: &str, run: &Run) {
+/// The fleet against one exact limiter fed the same requests: per hot key, or over all keys.
+fn table(title: &str, run: &Run, keys: &[u32]) {
+    let shape = run.shape;
     println!(
-        "\n{title}: {WORKERS} processes, {} s, limit {LIMIT}/s, flood {FLOOD}x, paced {PACED}x, sync every {} ms, fallback share {SHARE}\n",
+        "\n{title}: {WORKERS} processes, {} s, limit {}/s (GCRA burst {}), sync every {} ms, fallback share {}\n",
         run.duration.as_secs(),
-        INTERVAL.as_millis()
+        shape.limit(),
+        shape.burst(),
+        INTERVAL.as_millis(),
+        shape.share(),
     );
-    println!("| algorithm | flood: fleet | exact | fleet/exact | paced: fleet | exact | fleet/exact | calls per key per interval | degraded decisions |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| algorithm | key | fleet | exact | fleet/exact | wrongly denied | wrongly allowed | most in a 1 s window | lag (max) | calls per key per round | degraded |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for a in &run.algos {
-        let (ff, fx) = (admitted(&a.flood), exact(a.name, &a.flood));
-        let (pf, px) = (admitted(&a.paced), exact(a.name, &a.paced));
-        println!(
-            "| {} | {ff} | {fx} | {:.3} | {pf} | {px} | {:.3} | {:.2} | {} |",
-            a.name,
-            ff as f64 / fx as f64,
-            pf as f64 / px as f64,
-            calls_per_key_interval(a),
-            total(a, "degraded"),
-        );
+        let per_key: Vec<(String, Comparison, String)> = if keys.is_empty() {
+            vec![("all".into(), compare(a, shape, |_| true), "".into())]
+        } else {
+            let by = by_key(&a.trace);
+            keys.iter()
+                .map(|&k| {
+                    let name = if k == FLOOD { "flood" } else { "paced" };
+                    let most = match a.name {
+                        "fixed" => max_per_window(&by[&k]).to_string(),
+                        "sliding" => format!("{:.1}", max_sliding_estimate(&by[&k])),
+                        _ => String::new(),
+                    };
+                    (name.into(), compare(a, shape, |x| x == k), most)
+                })
+                .collect()
+        };
+        for (key, c, most) in per_key {
+            println!(
+                "| {} | {key} | {} | {} | {:.3} | {:.2}% | {:.2}% | {most} | {:.0} ms | {:.3} | {} |",
+                a.name,
+                c.fleet,
+                c.exact,
+                c.ratio(),
+                100.0 * c.wrongly_denied_share(),
+                100.0 * c.wrongly_allowed as f64 / c.requests.max(1) as f64,
+                lag(a).as_secs_f64() * 1e3,
+                calls_per_key_round(a, shape.keys()),
+                total(a, "degraded"),
+            );
+        }
     }
-    println!(
-        "\nfixed window: most in one window {} (limit {LIMIT} + bound {}); sliding window: largest estimate {:.1}",
-        max_per_window(&run.algos[1].flood),
-        window_bound(),
-        max_sliding_estimate(&run.algos[2].flood),
-    );
 }
 
-/// Admitted in each whole second of Unix time within the run (the fixed window's windows),
-/// at the second's middle, in seconds from the run's start.
-fn series(run: &Run, t: &Trace) -> Vec<(f64, f64)> {
+/// Admitted of `key` in each whole second of Unix time within the run (the fixed window's
+/// windows), at the second's middle, in seconds from the run's start.
+fn series(run: &Run, t: &Trace, key: u32) -> Vec<(f64, f64)> {
     let sec = 1_000_000_000u64;
     let end = run.start + run.duration.as_nanos() as u64;
     let first = run.start.div_ceil(sec);
     let mut counts = vec![0u64; (end / sec).saturating_sub(first) as usize];
-    for &(at, ok) in t {
+    for &(at, k, ok) in t {
+        if k != key {
+            continue;
+        }
         if let Some(c) = (at / sec)
             .checked_sub(first)
             .and_then(|i| counts.get_mut(i as usize))
@@ -114,7 +166,7 @@ fn chart(path: &std::path::Path, runs: &[(&str, Run)]) -> Res {
     let root = BitMapBackend::new(path, (1600, 1000)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(
-        &format!("HybridLimiter, {WORKERS} processes, one Redis: admitted per second across the fleet (limit {LIMIT}/s)"),
+        &format!("HybridLimiter, {WORKERS} processes, one Redis: admitted per second across the fleet (limit {}/s)", Shape::Hot { skew: None }.limit()),
         (SANS, 26),
     )?;
     let panels = root.split_evenly((runs.len(), 2));
@@ -130,12 +182,13 @@ fn chart(path: &std::path::Path, runs: &[(&str, Run)]) -> Res {
         .flat_map(|(title, run)| [(title, run, true), (title, run, false)]);
     for ((title, run, flood), panel) in cells.zip(panels.iter()) {
         let secs = run.duration.as_secs_f64();
+        let limit = run.shape.limit();
         let what = if flood {
-            format!("{title}; flooded key ({FLOOD}x the limit)")
+            format!("{title}; flooded key (10x the limit)")
         } else {
-            format!("{title}; paced key ({PACED}x the limit)")
+            format!("{title}; paced key (1.2x the limit)")
         };
-        let top = 2.0 * LIMIT;
+        let top = 2.0 * limit;
         let mut c = ChartBuilder::on(panel)
             .caption(what, (SANS, 19))
             .margin(14)
@@ -164,15 +217,16 @@ fn chart(path: &std::path::Path, runs: &[(&str, Run)]) -> Res {
             });
         }
         c.draw_series(LineSeries::new(
-            vec![(0.0, LIMIT), (secs, LIMIT)],
+            vec![(0.0, limit), (secs, limit)],
             BLACK.stroke_width(1),
         ))?
-        .label(format!("limit, {LIMIT}/s"))
+        .label(format!("limit, {limit}/s"))
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], BLACK.stroke_width(2)));
         for (a, color) in run.algos.iter().zip(colors) {
-            let t = if flood { &a.flood } else { &a.paced };
-            let (total, exact) = (admitted(t), exact(a.name, t));
-            c.draw_series(LineSeries::new(series(run, t), color.stroke_width(2)))?
+            let key = if flood { FLOOD } else { PACED };
+            let c_key = compare(a, run.shape, |k| k == key);
+            let (total, exact) = (c_key.fleet, c_key.exact);
+            c.draw_series(LineSeries::new(series(run, &a.trace, key), color.stroke_width(2)))?
                 .label(format!("{}: {total} (exact: {exact})", a.name))
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
