@@ -26,7 +26,11 @@ const SECS: Duration = Duration::from_secs(10);
 type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// A run of `shape` for `algos` against a server of its own, with an outage if asked.
-fn fleet_run(shape: Shape, algos: &[&'static str], outage: Option<(Duration, Duration)>) -> Res<Run> {
+fn fleet_run(
+    shape: Shape,
+    algos: &[&'static str],
+    outage: Option<(Duration, Duration)>,
+) -> Res<Run> {
     let server = Server::start().ok_or("redis-server is not installed")?;
     let port = server.port;
     let target = Target {
@@ -53,7 +57,11 @@ fn main() -> Res {
     let mut charted = Vec::new();
     for (title, shape, outage) in [
         ("two hot keys", hot, None),
-        ("two hot keys, one process sending 90%", Shape::Hot { skew: Some(0.9) }, None),
+        (
+            "two hot keys, one process sending 90%",
+            Shape::Hot { skew: Some(0.9) },
+            None,
+        ),
         (
             "two hot keys, Redis killed from 3.5 s to 6.5 s",
             hot,
@@ -226,11 +234,14 @@ fn chart(path: &std::path::Path, runs: &[(&str, Run)]) -> Res {
             let key = if flood { FLOOD } else { PACED };
             let c_key = compare(a, run.shape, |k| k == key);
             let (total, exact) = (c_key.fleet, c_key.exact);
-            c.draw_series(LineSeries::new(series(run, &a.trace, key), color.stroke_width(2)))?
-                .label(format!("{}: {total} (exact: {exact})", a.name))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-                });
+            c.draw_series(LineSeries::new(
+                series(run, &a.trace, key),
+                color.stroke_width(2),
+            ))?
+            .label(format!("{}: {total} (exact: {exact})", a.name))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
         }
         c.configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)

@@ -1,4 +1,5 @@
-//! The crate's loom models of its private parts, in one place: the eviction protocol of the
+//! The crate's loom models of its private parts (the hybrid limiter's entry has its own, beside
+//! its protocol in `src/redis/hybrid/lease.rs`): the eviction protocol of the
 //! papaya store's cells, and the compact table (inserts racing inserts, sweeps racing requests
 //! while another key takes the freed slot). The models of the public limiters are in
 //! `tests/loom.rs`.

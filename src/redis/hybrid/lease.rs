@@ -536,3 +536,151 @@ mod tests {
         assert_eq!(Lease::unpack(small.pack()), small);
     }
 }
+
+/// A loom model of a GCRA entry's protocol: requests spending a lease and admitting beyond
+/// it, the sync thread taking the debt and handing the lease back (as a closing limiter does),
+/// and the store's sweeper killing the entry once idle (handing back what the dead word held,
+/// as its eviction hook does), all on the real cell and steps; a one-slot map (a loom mutex
+/// around the key's current cell) stands in for papaya, as in `src/loom.rs`. Whatever the
+/// interleaving, no unit is lost or counted twice: every leased unit is spent, handed back or
+/// still held, every unit admitted beyond the lease is owed exactly once.
+///
+/// `RUSTFLAGS="--cfg hotlimit_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release --lib
+/// --features redis loom`.
+#[cfg(all(test, hotlimit_loom))]
+mod loom_model {
+    use super::*;
+    use crate::cell::StateCell;
+    use crate::stats::Stats;
+    use loom::sync::{Arc, Mutex};
+    use loom::thread;
+
+    type Cell = Arc<HybridCell<u128>>;
+
+    const NOW: u64 = 1_000_000_000;
+
+    /// The key's entry in the map, and every cell it ever held.
+    struct Slot(Mutex<(Option<Cell>, Vec<Cell>)>);
+
+    impl Slot {
+        fn get_or_insert(&self, fresh: u128) -> Cell {
+            let mut slot = self.0.lock().unwrap();
+            if let Some(c) = &slot.0 {
+                return c.clone();
+            }
+            let c: Cell = Arc::new(StateCell::new(fresh));
+            slot.0 = Some(c.clone());
+            slot.1.push(c.clone());
+            c
+        }
+
+        fn get(&self) -> Option<Cell> {
+            self.0.lock().unwrap().0.clone()
+        }
+
+        fn remove_if_same(&self, cell: &Cell) {
+            let mut slot = self.0.lock().unwrap();
+            if slot.0.as_ref().is_some_and(|c| Arc::ptr_eq(c, cell)) {
+                slot.0 = None;
+            }
+        }
+    }
+
+    /// A request: the limiter's `decide` (a dead cell is removed and the key looked up
+    /// again). Its reason if allowed.
+    fn check(slot: &Slot, g: &Gcra, plan: &Plan, ctx: &Ctx, stats: &Stats) -> Option<Reason> {
+        loop {
+            let cell = slot.get_or_insert(g.unknown());
+            match cell.update(stats, |w| g.decide_entry(plan, ctx, w, NOW, 1)) {
+                Some(v) => return v.decision.is_allowed().then_some(v.reason),
+                None => slot.remove_if_same(&cell),
+            }
+        }
+    }
+
+    #[test]
+    fn loom_hybrid_lease_vs_sync_vs_sweep() {
+        loom::model(|| {
+            // 1/h, burst 4, half of it beyond the lease: nothing refills during the model.
+            let g = "1/h burst 4".parse::<Gcra>().unwrap();
+            let plan = g.plan(Fallback::share(0.5).unwrap()).unwrap();
+            let mut ctx = Ctx::new(10_000_000, 0.5, 0, 0);
+            ctx.mirror_since = 0.into(); // current: the key's fleet state is known
+            let (ctx, stats) = (Arc::new(ctx), Arc::new(Stats::default()));
+            let _ = plan;
+            // A lease of 2 units; the view otherwise idle, so the entry is idle once they are
+            // spent or handed back.
+            let lease = Lease {
+                view: 0,
+                units: 2,
+                debt: 0,
+                known: true,
+                back: false,
+            };
+            let slot = Arc::new(Slot(Mutex::new((None, Vec::new()))));
+            slot.get_or_insert(lease.pack());
+            let requests = {
+                let (slot, ctx, stats) = (slot.clone(), ctx.clone(), stats.clone());
+                thread::spawn(move || {
+                    let plan = g.plan(Fallback::share(0.5).unwrap()).unwrap();
+                    (0..3)
+                        .filter_map(|_| check(&slot, &g, &plan, &ctx, &stats))
+                        .collect::<Vec<_>>()
+                })
+            };
+            let sync = {
+                let (slot, ctx) = (slot.clone(), ctx.clone());
+                thread::spawn(move || {
+                    let plan = g.plan(Fallback::share(0.5).unwrap()).unwrap();
+                    // Swept already: the hook handed everything back.
+                    let Some(cell) = slot.get() else {
+                        return (0, 0);
+                    };
+                    match g.prepare(&plan, &ctx, &cell, &mut Book::default(), NOW, true) {
+                        Visit::Call(args, sent) => (args[1].parse::<u64>().unwrap(), sent.debt),
+                        _ => (0, 0),
+                    }
+                })
+            };
+            let sweep = {
+                let (slot, ctx) = (slot.clone(), ctx.clone());
+                thread::spawn(move || {
+                    // `Shared::judge`: the state the kill replaced goes to the hook.
+                    let Some(cell) = slot.get() else {
+                        return (0, 0);
+                    };
+                    let seen = std::cell::Cell::new(None);
+                    let killed = cell.kill_if(|w| {
+                        let idle = g.entry_idle_at(&ctx, w) <= NOW;
+                        if idle {
+                            seen.set(Some(*w));
+                        }
+                        idle
+                    });
+                    if !killed {
+                        return (0, 0);
+                    }
+                    slot.remove_if_same(&cell);
+                    let l = Lease::unpack(seen.get().unwrap());
+                    (l.units, l.debt)
+                })
+            };
+            let allowed = requests.join().unwrap();
+            let (given, taken) = sync.join().unwrap();
+            let (evicted_units, evicted_debt) = sweep.join().unwrap();
+            let cells = slot.0.lock().unwrap().1.clone();
+            let (left_units, left_debt) = cells
+                .iter()
+                .filter_map(|c| c.inspect(|w| Lease::unpack(*w)))
+                .fold((0, 0), |(u, d), l| (u + l.units, d + l.debt));
+            let spent = allowed.iter().filter(|&&r| r == Reason::Lease).count() as u64;
+            let beyond = allowed.iter().filter(|&&r| r == Reason::Known).count() as u64;
+            assert_eq!(spent + given + evicted_units + left_units, 2, "{allowed:?}");
+            assert_eq!(taken + evicted_debt + left_debt, beyond, "{allowed:?}");
+            // Each request admitted from the lease, or beyond it within the budget of 2: all
+            // three, unless both units were handed back before any was spent (then two).
+            let want = if spent == 0 && given == 2 { 2 } else { 3 };
+            assert_eq!(allowed.len(), want, "{allowed:?}");
+        });
+    }
+}

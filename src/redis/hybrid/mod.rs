@@ -337,6 +337,28 @@ enum Mode {
 }
 
 impl Ctx {
+    /// A context at local time `now`, Unix time `unix` (ns), not subscribed yet.
+    fn new(interval: u64, share: f64, now: u64, unix: u64) -> Self {
+        Ctx {
+            instance: format!("{:016x}", fastrand::u64(..)),
+            interval,
+            share,
+            offset: AtomicU64::new(unix.saturating_sub(now)),
+            down: AtomicBool::new(false),
+            down_since: AtomicU64::new(now),
+            mirror_since: AtomicU64::new(u64::MAX),
+            subscribed_at: AtomicU64::new(0),
+            sync_thread: std::sync::OnceLock::new(),
+            next_tick: AtomicU64::new(now.saturating_add(interval)),
+            stats: Counters::default(),
+            last_error: Mutex::new(None),
+            queue: Mutex::new(Vec::new()),
+            evicted: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            cas: Stats::default(),
+        }
+    }
+
     #[inline]
     fn shared_now(&self, local: u64) -> u64 {
         clamp(local.saturating_add(self.offset.load(Ordering::Relaxed)))
@@ -820,24 +842,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, duration_to_nanos);
         let interval = duration_to_nanos(self.interval);
-        let ctx = Arc::new(Ctx {
-            instance: format!("{:016x}", fastrand::u64(..)),
-            interval,
-            share: self.fallback.share,
-            offset: AtomicU64::new(unix.saturating_sub(now)),
-            down: AtomicBool::new(false),
-            down_since: AtomicU64::new(now),
-            mirror_since: AtomicU64::new(u64::MAX),
-            subscribed_at: AtomicU64::new(0),
-            sync_thread: std::sync::OnceLock::new(),
-            next_tick: AtomicU64::new(now.saturating_add(interval)),
-            stats: Counters::default(),
-            last_error: Mutex::new(None),
-            queue: Mutex::new(Vec::new()),
-            evicted: Mutex::new(Vec::new()),
-            stop: AtomicBool::new(false),
-            cas: Stats::default(),
-        });
+        let ctx = Arc::new(Ctx::new(interval, self.fallback.share, now, unix));
         let fleet = Fleet {
             algo: algo.clone(),
             plan,
