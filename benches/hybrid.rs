@@ -1,6 +1,6 @@
 //! `HybridLimiter::check` against `CasLimiter::check`, same algorithm, same quota, same key
-//! sequence, same sitting: GCRA (leases), fixed window and EARRRL (merged states), 1 key
-//! and 10k keys, one thread. The quota admits everything, so every check takes the write
+//! sequence, same sitting: GCRA (leases), fixed window, EARRRL, sliding window and
+//! exponential (merged states), 1 key and 10k keys, one thread. The quota admits everything, so every check takes the write
 //! path; the hybrid's sync thread runs meanwhile (10 ms interval) against a `redis-server`
 //! of the bench's own. The merged algorithms also with a peer instance publishing a live
 //! state for every key (`hybrid-with-peer`), so each check merges it. After each hybrid row
@@ -13,7 +13,7 @@
 mod redis_server;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use hotlimit::algo::{Earrrl, FixedWindow, Gcra};
+use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::redis::{HybridAlgorithm, HybridLimiter};
 use hotlimit::{CasLimiter, Rate};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -120,7 +120,8 @@ fn benches(c: &mut Criterion) {
         return;
     };
     let url = server.url();
-    let gcra: Gcra = "1000000000/s burst 1099511627776".parse().unwrap();
+    // The largest burst the hybrid limiter counts (2^29 - 1 units): leases never run dry.
+    let gcra: Gcra = "1000000000/s burst 536870911".parse().unwrap();
     pair(c, &url, "gcra", gcra);
     let fixed = FixedWindow::new((1 << 28) - 1, Duration::from_secs(1)).unwrap();
     pair(c, &url, "fixed-window", fixed);
@@ -128,6 +129,11 @@ fn benches(c: &mut Criterion) {
     // stays above the idle threshold (10^-9 of it), so its state is merged, not dropped.
     let earrrl = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1e8).unwrap()).unwrap();
     pair(c, &url, "earrrl", earrrl);
+    // Two 128-bit words per key: behind the core's per-key lock in the hybrid.
+    let sliding = SlidingWindow::new(u32::MAX as u64 - 2, Duration::from_secs(1)).unwrap();
+    pair(c, &url, "sliding-window", sliding);
+    let exponential = Exponential::new(1e12, Duration::from_secs(1)).unwrap();
+    pair(c, &url, "exponential", exponential);
     // Every limiter above has stopped (after its last sync) before the server goes.
     drop(server);
 }
