@@ -8,6 +8,7 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, CostError};
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
 use crate::live::Live;
+use crate::pinned::Pinned;
 use crate::shared::{sealed, Builder, Core, KeyedStore, Options};
 use crate::stats::Metrics;
 use crate::sweeper::{evict_before_insert, CapacityCut, SweepReport, SweepTotals, Sweeper};
@@ -506,7 +507,13 @@ where
     }
 
     #[inline(always)]
-    fn decide_pinned<Q>(&self, key: &Q, cost: u64, now: u64, guard: &impl papaya::Guard) -> Decision
+    pub(crate) fn decide_pinned<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        now: u64,
+        guard: &impl papaya::Guard,
+    ) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -702,60 +709,6 @@ where
             guard,
         );
         evicted
-    }
-}
-
-/// A [`KeyedLimiter`] pinned for a batch of checks; see [`KeyedLimiter::pin`].
-pub struct Pinned<'l, K, A: Algorithm, C, V: Variant<A>> {
-    shared: &'l Shared<K, A, C, V>,
-    guard: papaya::LocalGuard<'l>,
-}
-
-impl<K, A, C, V> Pinned<'_, K, A, C, V>
-where
-    K: Hash + Eq + Send + Sync,
-    A: Algorithm,
-    C: Clock,
-    V: Variant<A>,
-{
-    /// Decides a request of cost 1 for `key`, as [`KeyedLimiter::check`].
-    #[inline]
-    pub fn check<Q>(&self, key: &Q) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let now = self.shared.core.clock.now();
-        self.shared.decide_pinned(key, 1, now, &self.guard)
-    }
-
-    /// Decides a request of `cost` for `key`, as [`KeyedLimiter::check_n`].
-    #[inline]
-    pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.shared.core.cost(cost)?;
-        let now = self.shared.core.clock.now();
-        Ok(self.shared.decide_pinned(key, cost, now, &self.guard))
-    }
-
-    /// As [`KeyedLimiter::peek`].
-    #[inline]
-    pub fn peek<Q>(&self, key: &Q) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let now = self.shared.core.clock.now();
-        self.shared.peek(key, 1, now, &self.guard)
-    }
-}
-
-impl<K, A: Algorithm, C, V: Variant<A>> fmt::Debug for Pinned<'_, K, A, C, V> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pinned").finish_non_exhaustive()
     }
 }
 

@@ -1,0 +1,354 @@
+//! What every algorithm's hybrid entry runs on: the context decisions read ([`Ctx`]), a
+//! decision's [`Verdict`], the [`Engine`] each algorithm implements (`lease.rs`, `merge.rs`),
+//! and [`Fleet`], the algorithm the core's keyed store runs for a hybrid limiter.
+
+use super::cell::{Hybrid, HybridCell};
+use super::report::Counters;
+use super::{Fallback, SyncError};
+use crate::algo::{clamp, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
+use crate::cell::StateCells;
+use crate::decision::{Decision, Policy};
+use crate::error::ConfigError;
+use crate::keyed::Shared;
+use crate::stats::Stats;
+use crate::Algorithm;
+use ::redis::Value;
+use parking_lot::Mutex;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A key the store evicted holding GCRA units or a debt: handed back by the next sync.
+#[derive(Debug)]
+pub struct Evicted {
+    pub(super) key: String,
+    pub(super) units: u64,
+    pub(super) debt: u64,
+    pub(super) back: bool,
+}
+
+/// What every decision, the sync thread and the subscription share.
+#[derive(Debug)]
+pub struct Ctx {
+    /// This instance's id in the merged hashes and in pushes (random, per limiter).
+    pub(super) instance: String,
+    pub(super) interval: u64,
+    pub(super) share: f64,
+    /// Redis' time (ns since the Unix epoch) minus the local clock.
+    pub(super) offset: AtomicU64,
+    /// Whether the last sync round found Redis unreachable.
+    pub(super) down: AtomicBool,
+    /// Local time the current (or last) outage began.
+    pub(super) down_since: AtomicU64,
+    /// Local time from which a key this instance has heard nothing of is fresh for the fleet:
+    /// a horizon after the subscription started, or at once if no instance wrote within a
+    /// horizon before it (the prefix's live marker, `live_key`, is gone); `u64::MAX` while
+    /// not subscribed.
+    pub(super) mirror_since: AtomicU64,
+    /// Local time of the last (re)subscription, for the sync thread to look at the live
+    /// marker after it (0: none yet).
+    pub(super) subscribed_at: AtomicU64,
+    /// The sync thread, woken for a new subscription's check.
+    pub(super) sync_thread: std::sync::OnceLock<std::thread::Thread>,
+    /// Local time of the next sync round.
+    pub(super) next_tick: AtomicU64,
+    pub(super) stats: Counters,
+    pub(super) last_error: Mutex<Option<SyncError>>,
+    /// Keys for the sync thread (each queued once until it takes them).
+    pub(super) queue: Mutex<Vec<String>>,
+    /// Keys evicted with units or a debt, to hand back.
+    pub(super) evicted: Mutex<Vec<Evicted>>,
+    pub(super) stop: AtomicBool,
+    /// The CAS retries of the sync thread and the subscription (not the requests').
+    pub(super) cas: Stats,
+}
+
+/// How a decision was reached: what the stats count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// From a GCRA lease.
+    Lease,
+    /// On the fleet's state as known (merged states; GCRA beyond its lease).
+    Known,
+    /// By the fallback: the fleet's state not known, or Redis away.
+    Fallback,
+    /// Denied for want of quota in hand until the next sync.
+    Waiting,
+}
+
+/// A decision and what the limiter does about it.
+#[derive(Debug, Clone, Copy)]
+pub struct Verdict {
+    pub(super) decision: Decision,
+    pub(super) reason: Reason,
+    /// Whether the sync thread has something to do for the key.
+    pub(super) sync: bool,
+}
+
+/// How a decision is taken for a key: on the fleet's state as known, by the fallback while
+/// it is not known yet, or by the fallback while Redis is away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Known,
+    Unknown,
+    Degraded,
+}
+
+impl Ctx {
+    /// A context at local time `now`, Unix time `unix` (ns), not subscribed yet.
+    pub(super) fn new(interval: u64, share: f64, now: u64, unix: u64) -> Self {
+        Ctx {
+            instance: format!("{:016x}", fastrand::u64(..)),
+            interval,
+            share,
+            offset: AtomicU64::new(unix.saturating_sub(now)),
+            down: AtomicBool::new(false),
+            down_since: AtomicU64::new(now),
+            mirror_since: AtomicU64::new(u64::MAX),
+            subscribed_at: AtomicU64::new(0),
+            sync_thread: std::sync::OnceLock::new(),
+            next_tick: AtomicU64::new(now.saturating_add(interval)),
+            stats: Counters::default(),
+            last_error: Mutex::new(None),
+            queue: Mutex::new(Vec::new()),
+            evicted: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            cas: Stats::default(),
+        }
+    }
+
+    #[inline]
+    pub(super) fn shared_now(&self, local: u64) -> u64 {
+        clamp(local.saturating_add(self.offset.load(Ordering::Relaxed)))
+    }
+
+    #[inline]
+    pub(super) fn local(&self, shared: u64) -> u64 {
+        shared.saturating_sub(self.offset.load(Ordering::Relaxed))
+    }
+
+    #[inline]
+    pub(super) fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    /// The mode of a key whose state is `known` (it has heard from the fleet about it).
+    #[inline]
+    pub(super) fn mode(&self, known: bool, now: u64) -> Mode {
+        if self.is_down() {
+            Mode::Degraded
+        } else if known || now >= self.mirror_since.load(Ordering::Relaxed) {
+            Mode::Known
+        } else {
+            Mode::Unknown
+        }
+    }
+
+    /// The wait until the next sync round: a denial for want of quota in hand lasts that.
+    pub(super) fn until_tick(&self, now: u64) -> u64 {
+        self.next_tick
+            .load(Ordering::Relaxed)
+            .saturating_sub(now)
+            .clamp(1, self.interval.max(1))
+    }
+
+    /// Redis said `redis_ns` at about local time `local`.
+    pub(super) fn observe_time(&self, redis_ns: u64, local: u64) {
+        self.offset
+            .store(redis_ns.saturating_sub(local), Ordering::Relaxed);
+    }
+
+    pub(super) fn fail(&self, e: SyncError) {
+        *self.last_error.lock() = Some(e);
+    }
+
+    /// Redis answered cleanly: an outage or a Redis error is over. A state this limiter
+    /// cannot read stays reported (it is in Redis until its writer's state idles).
+    pub(super) fn recovered(&self) {
+        let mut last = self.last_error.lock();
+        if matches!(*last, Some(SyncError::Outage(_) | SyncError::Backend(_))) {
+            *last = None;
+        }
+    }
+}
+
+/// What the sync thread does with a key this round.
+#[derive(Debug)]
+pub enum Visit<S> {
+    /// Nothing, and forget it until a request queues it again.
+    Skip,
+    /// Nothing now; look again next round.
+    Keep,
+    /// Send the key's arguments (after the client key) in the round's batch.
+    Call(Vec<String>, S),
+}
+
+/// How an algorithm runs in the hybrid limiter. Sealed: implemented for [`Gcra`] (leases)
+/// and for [`FixedWindow`], [`SlidingWindow`], [`Earrrl`] and [`Exponential`] (merged
+/// states).
+pub trait HybridAlgorithm: Engine {}
+
+impl HybridAlgorithm for Gcra {}
+impl HybridAlgorithm for FixedWindow {}
+impl HybridAlgorithm for SlidingWindow {}
+impl HybridAlgorithm for Earrrl {}
+impl HybridAlgorithm for Exponential {}
+
+mod private {
+    use super::*;
+    use crate::redis::hybrid::push::Reader;
+
+    /// One algorithm's entry, its decisions and its sync (sealed: the trait is not nameable).
+    pub trait Engine: Algorithm + Clone + fmt::Debug + Send + Sync + 'static {
+        /// The state the store keeps per key: this instance's own and what it knows of the
+        /// fleet's.
+        type Word: StateCells + Copy + fmt::Debug;
+        /// What the limiter fixes at build from the fallback share.
+        type Plan: fmt::Debug + Send + Sync + 'static;
+        /// The sync thread's bookkeeping of a key it watches.
+        type Book: Default + Send + 'static;
+        /// What a key's call sent, for when it fails.
+        type Sent: Send;
+        /// A pushed state, parsed.
+        type Pushed;
+        /// The batch script.
+        const SCRIPT: &'static str;
+        /// Appended to the Redis key (`:h` for the merged hashes).
+        const SUFFIX: &'static str;
+        /// More keys of the script per client key, the Redis key with these appended (same
+        /// slot).
+        const EXTRA_KEYS: &'static [&'static str];
+
+        /// What `share` fixes; an error if it leaves an instance less than one request.
+        fn plan(&self, fallback: Fallback) -> Result<Self::Plan, ConfigError>;
+        /// The entry of a key nothing is known of yet.
+        fn unknown(&self) -> Self::Word;
+        /// Decides a request of `cost` at local time `now` on `w`, updating it.
+        fn decide_entry(
+            &self,
+            plan: &Self::Plan,
+            ctx: &Ctx,
+            w: &mut Self::Word,
+            now: u64,
+            cost: u64,
+        ) -> Verdict;
+        /// The local time from which `w` is equivalent to [`unknown`](Engine::unknown) in a
+        /// subscribed limiter, holding nothing: it may be dropped.
+        fn entry_idle_at(&self, ctx: &Ctx, w: &Self::Word) -> u64;
+        /// How long a state of this quota can stay live without a write (a full burst's
+        /// payback): how long after subscribing an instance takes a key it has not heard of
+        /// as unknown rather than fresh.
+        fn horizon(&self) -> u64;
+        /// Forgets what is known of the fleet (after a gap in the subscription).
+        fn forget(&self, w: &mut Self::Word);
+
+        /// The arguments every key of a batch shares, after the channel, the instance and
+        /// the count.
+        fn batch_args(&self) -> Vec<String>;
+        /// The key's call this round, if any.
+        fn prepare(
+            &self,
+            plan: &Self::Plan,
+            ctx: &Ctx,
+            cell: &HybridCell<Self::Word>,
+            book: &mut Self::Book,
+            now: u64,
+            closing: bool,
+        ) -> Visit<Self::Sent>;
+        /// Applies the key's reply at local time `now` (`cell`: `None` if it left the
+        /// store meanwhile); `Ok(true)`: visit it again next round.
+        #[allow(clippy::too_many_arguments)]
+        fn apply(
+            &self,
+            ctx: &Ctx,
+            key: &str,
+            cell: Option<&HybridCell<Self::Word>>,
+            book: &mut Self::Book,
+            reply: Value,
+            sent: Self::Sent,
+            now: u64,
+        ) -> Result<bool, SyncError>;
+        /// The key's call failed: restore what it took.
+        fn failed(
+            &self,
+            ctx: &Ctx,
+            key: &str,
+            cell: Option<&HybridCell<Self::Word>>,
+            sent: Self::Sent,
+        );
+        /// The store evicted `key` in state `w`: queue what it held to be handed back.
+        fn evicted(&self, ctx: &Ctx, key: &str, w: &Self::Word);
+        /// The arguments of a call handing back what an evicted key held.
+        fn hand_back(&self, ctx: &Ctx, now: u64, e: &Evicted) -> Vec<String>;
+
+        /// Reads one key's pushed state (after its client key), at local time `now`.
+        fn read_push(
+            &self,
+            ctx: &Ctx,
+            key: &str,
+            r: &mut Reader<'_>,
+            now: u64,
+        ) -> Result<Self::Pushed, SyncError>;
+        /// Whether a pushed state says nothing a fresh entry would not (no entry is made
+        /// for it).
+        fn push_is_idle(&self, ctx: &Ctx, p: &Self::Pushed, now: u64) -> bool;
+        /// Merges a pushed state into `w` at local time `now`; `own`: pushed by this
+        /// instance's own call.
+        fn apply_push(&self, ctx: &Ctx, w: &mut Self::Word, p: &Self::Pushed, own: bool, now: u64);
+    }
+}
+pub(crate) use private::Engine;
+
+/// The algorithm the core's store runs for a hybrid limiter: `A`'s entry and decisions, with
+/// the context they read.
+#[derive(Debug)]
+pub struct Fleet<A: Engine> {
+    pub(super) algo: A,
+    pub(super) plan: A::Plan,
+    pub(super) ctx: Arc<Ctx>,
+}
+
+impl<A: Engine> Algorithm for Fleet<A> {
+    type State = A::Word;
+
+    fn fresh(&self) -> A::Word {
+        self.algo.unknown()
+    }
+
+    fn capacity(&self) -> u64 {
+        self.algo.capacity()
+    }
+
+    fn policy(&self) -> Policy {
+        self.algo.policy()
+    }
+
+    #[inline]
+    fn update(&self, w: &mut A::Word, now: u64, cost: u64) -> Decision {
+        self.algo
+            .decide_entry(&self.plan, &self.ctx, w, now, cost)
+            .decision
+    }
+
+    fn idle_at(&self, w: &A::Word) -> u64 {
+        self.algo.entry_idle_at(&self.ctx, w)
+    }
+}
+
+pub(super) type Store<A, C> = Shared<String, Fleet<A>, C, Hybrid>;
+
+/// What the limiter, its sync thread and its subscription share.
+pub(crate) struct Inner<A: Engine, C> {
+    pub(super) store: Store<A, C>,
+    pub(super) prefix: String,
+}
+
+impl<A: Engine, C> Inner<A, C> {
+    pub(super) fn fleet(&self) -> &Fleet<A> {
+        &self.store.core.algo
+    }
+
+    pub(super) fn ctx(&self) -> &Ctx {
+        &self.store.core.algo.ctx
+    }
+}
