@@ -489,6 +489,7 @@ where
     /// Calls `hook` with the key and the state of every cell a sweep kills (idle or for
     /// capacity), after the kill: a state that holds something outside this process (a
     /// lease) is handed back through it.
+    #[cfg(feature = "redis")]
     pub(crate) fn with_evict_hook(mut self, hook: EvictHook<K, A::State>) -> Self {
         self.evicted = Some(hook);
         self
