@@ -279,7 +279,7 @@ mod private {
         /// The store evicted `key` in state `w`: queue what it held to be handed back.
         fn evicted(&self, ctx: &Ctx, key: &str, w: &Self::Word);
         /// The arguments of a call handing back what an evicted key held.
-        fn hand_back(&self, ctx: &Ctx, now: u64, e: &Evicted) -> Vec<String>;
+        fn hand_back(&self, ctx: &Ctx, e: &Evicted) -> Vec<String>;
 
         /// Reads one key's pushed state (after its client key), at local time `now`.
         fn read_push(

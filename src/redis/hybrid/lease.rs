@@ -337,7 +337,7 @@ impl Engine for Gcra {
             return if units > 0 { Visit::Keep } else { Visit::Skip };
         }
         Visit::Call(
-            self.call_args(ctx, now, want, give, l.debt, l.back),
+            self.call_args(ctx, want, give, l.debt, l.back),
             Sent {
                 debt: l.debt,
                 back: l.back,
@@ -445,8 +445,8 @@ impl Engine for Gcra {
     }
 
     /// No lease asked: the units and the debt returned.
-    fn hand_back(&self, ctx: &Ctx, now: u64, e: &Evicted) -> Vec<String> {
-        self.call_args(ctx, now, 0, e.units, e.debt, e.back)
+    fn hand_back(&self, ctx: &Ctx, e: &Evicted) -> Vec<String> {
+        self.call_args(ctx, 0, e.units, e.debt, e.back)
     }
 
     fn read_push(
@@ -482,22 +482,13 @@ impl Engine for Gcra {
 impl Gcra {
     /// A key's arguments in the lease script: `want` units asked, `give` handed back, `debt`
     /// charged (back-dated if `back`).
-    fn call_args(
-        &self,
-        ctx: &Ctx,
-        now: u64,
-        want: u64,
-        give: u64,
-        debt: u64,
-        back: bool,
-    ) -> Vec<String> {
+    fn call_args(&self, ctx: &Ctx, want: u64, give: u64, debt: u64, back: bool) -> Vec<String> {
+        // Back-dated to the outage's start: every instance's outage debt is counted from
+        // there, whatever the order the charges reach Redis in, so the fleet's excess over the
+        // outage (if any) is what holds the TAT back. (Each charge back-dated to when its own
+        // admissions began would put a late, small one ahead of the others' large ones.)
         let since_us = if back {
-            // Back-dated to when the outage's part of this debt began: the debt at the
-            // fallback's pace, never before the outage.
-            let pace = self.emission_interval().as_nanos() as f64 / ctx.share.max(1e-9);
-            let span = (debt as f64 * pace).min(now as f64) as u64;
-            let since = (now - span).max(ctx.down_since.load(Ordering::Relaxed));
-            ctx.shared_now(since) / 1_000
+            ctx.shared_now(ctx.down_since.load(Ordering::Relaxed)) / 1_000
         } else {
             0
         };

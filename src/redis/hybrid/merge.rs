@@ -394,7 +394,7 @@ where
     fn evicted(&self, _: &Ctx, _: &str, _: &A::Entry) {}
 
     /// Never called: nothing is queued by `evicted`.
-    fn hand_back(&self, _: &Ctx, _: u64, _: &super::Evicted) -> Vec<String> {
+    fn hand_back(&self, _: &Ctx, _: &super::Evicted) -> Vec<String> {
         Vec::new()
     }
 

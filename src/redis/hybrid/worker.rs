@@ -104,7 +104,7 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
         for e in std::mem::take(&mut *ctx.evicted.lock()) {
             calls.push(Call {
                 key: e.key.clone(),
-                args: fleet.algo.hand_back(ctx, now, &e),
+                args: fleet.algo.hand_back(ctx, &e),
                 what: What::HandBack(e),
             });
         }
