@@ -106,7 +106,7 @@ fn table(title: &str, run: &Run, keys: &[u32]) {
         INTERVAL.as_millis(),
         shape.share(),
     );
-    println!("| algorithm | key | fleet | exact | fleet/exact | wrongly denied | wrongly allowed | most in a 1 s window | lag (max) | calls per key per round | degraded |");
+    println!("| algorithm | key | fleet | exact | fleet/exact | wrongly denied | wrongly allowed | most in a 1 s window | lag (max) | calls per key per interval | degraded |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for a in &run.algos {
         let per_key: Vec<(String, Comparison, String)> = if keys.is_empty() {
@@ -135,7 +135,7 @@ fn table(title: &str, run: &Run, keys: &[u32]) {
                 100.0 * c.wrongly_denied_share(),
                 100.0 * c.wrongly_allowed as f64 / c.requests.max(1) as f64,
                 lag(a).as_secs_f64() * 1e3,
-                calls_per_key_round(a, shape.keys()),
+                calls_per_key_interval(run, a),
                 total(a, "degraded"),
             );
         }

@@ -71,7 +71,7 @@ fn report(run: &Run, a: &AlgoRun, c: &Comparison) {
         eprintln!("{}", serde_json::to_string(&a.stats).unwrap());
     }
     eprintln!(
-        "{:?} {:<12} fleet {:>6} exact {:>6} ({:.3})  wrongly denied {:.2}%  allowed {:.2}%  lag {:?}  degraded {}  calls/key/round {:.3}",
+        "{:?} {:<12} fleet {:>6} exact {:>6} ({:.3})  wrongly denied {:.2}%  allowed {:.2}%  lag {:?}  degraded {}  calls/key/interval {:.3}",
         run.shape,
         a.name,
         c.fleet,
@@ -81,7 +81,7 @@ fn report(run: &Run, a: &AlgoRun, c: &Comparison) {
         100.0 * c.wrongly_allowed as f64 / c.requests.max(1) as f64,
         lag(a),
         total(a, "degraded"),
-        calls_per_key_round(a, run.shape.keys()),
+        calls_per_key_interval(run, a),
     );
 }
 
@@ -105,7 +105,7 @@ fn hot_bounds(run: &Run, slack: u64) {
                 );
             }
         }
-        assert!(calls_per_key_round(a, shape.keys()) <= 1.0, "{}", a.name);
+        assert!(calls_per_key_interval(run, a) <= 1.0, "{}", a.name);
         let keys = by_key(&a.trace);
         for key in [FLOOD, PACED] {
             let t = &keys[&key];

@@ -555,14 +555,14 @@ pub fn gcra_allowance(shape: Shape) -> u64 {
     WORKERS as u64 * (shape.share() * shape.burst() as f64).floor() as u64
 }
 
-/// Script calls per key per sync round, the most any worker made (its keys: those it
-/// held at the end, an upper bound on none).
-pub fn calls_per_key_round(a: &AlgoRun, keys: u32) -> f64 {
+/// Script calls per key per sync interval over the run: the most any worker made, its keys
+/// being every key of the shape (each is called at most once per interval, whatever the
+/// rounds).
+pub fn calls_per_key_interval(run: &Run, a: &AlgoRun) -> f64 {
+    let intervals = run.duration.as_secs_f64() / INTERVAL.as_secs_f64();
     a.stats
         .iter()
-        .map(|s| {
-            s["calls"].as_f64().unwrap() / (keys as f64 * s["ticks"].as_f64().unwrap().max(1.0))
-        })
+        .map(|s| s["calls"].as_f64().unwrap() / (run.shape.keys() as f64 * intervals))
         .fold(0.0, f64::max)
 }
 

@@ -32,6 +32,22 @@ struct Watch<B> {
     book: B,
     visited: u64,
     waiting_since: Option<u64>,
+    /// Queued by a request (or a failed call) since its last visit.
+    queued: bool,
+    /// Visited every interval whether queued or not (a GCRA key holding a lease).
+    watched: bool,
+}
+
+impl<B: Default> Watch<B> {
+    fn new() -> Self {
+        Watch {
+            book: B::default(),
+            visited: 0,
+            waiting_since: None,
+            queued: true,
+            watched: false,
+        }
+    }
 }
 
 /// The sync thread: a round as soon as a request queues a key (after a moment, to gather
@@ -62,11 +78,7 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
         ctx.next_tick
             .store(now.saturating_add(ctx.interval), Ordering::Relaxed);
         for key in std::mem::take(&mut *ctx.queue.lock()) {
-            books.entry(key).or_insert(Watch {
-                book: A::Book::default(),
-                visited: 0,
-                waiting_since: None,
-            });
+            books.entry(key).or_insert_with(Watch::new).queued = true;
         }
         let guard = store.map.guard();
         let mut calls = Vec::new();
@@ -74,7 +86,13 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
         // waiting key's last visit.
         let mut oldest = prev_start;
         books.retain(|key, w| {
-            if !closing && now.saturating_sub(w.visited) < ctx.interval {
+            let spaced = now.saturating_sub(w.visited) >= ctx.interval;
+            if !(w.queued || w.watched || closing) {
+                // Nothing to do: kept until its interval is over, so that a request right
+                // after its visit waits for the next.
+                return !spaced;
+            }
+            if !spaced && !closing {
                 w.waiting_since.get_or_insert(w.visited);
                 return true;
             }
@@ -85,12 +103,19 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
                 oldest = oldest.min(since);
             }
             w.visited = now;
+            w.queued = false;
             match fleet
                 .algo
                 .prepare(&fleet.plan, ctx, cell, &mut w.book, now, closing)
             {
-                Visit::Skip => false,
-                Visit::Keep => true,
+                Visit::Skip => {
+                    w.watched = false;
+                    true
+                }
+                Visit::Keep => {
+                    w.watched = true;
+                    true
+                }
                 Visit::Call(args, sent) => {
                     calls.push(Call {
                         key: key.clone(),
@@ -284,14 +309,15 @@ fn run_round<A: Engine, C: crate::Clock>(
                     let cell = store.map.get(call.key.as_str(), guard);
                     let mut none = A::Book::default();
                     let book = books.get_mut(&call.key).map_or(&mut none, |w| &mut w.book);
-                    match fleet
+                    let again = fleet
                         .algo
-                        .apply(ctx, &call.key, cell, book, item, sent, done)
-                    {
-                        Ok(true) => {}
-                        // Nothing to watch: forgotten until a request queues it again.
-                        Ok(false) => {
-                            books.remove(&call.key);
+                        .apply(ctx, &call.key, cell, book, item, sent, done);
+                    match again {
+                        // Watched every interval, or left until a request queues it again.
+                        Ok(watch) => {
+                            if let Some(w) = books.get_mut(&call.key) {
+                                w.watched = watch;
+                            }
                         }
                         Err(e) => {
                             ctx.stats.errors.fetch_add(1, Ordering::Relaxed);
@@ -313,12 +339,8 @@ fn run_round<A: Engine, C: crate::Clock>(
                         What::Entry(sent) => {
                             let cell = store.map.get(call.key.as_str(), guard);
                             fleet.algo.failed(ctx, &call.key, cell, sent);
-                            // Sent again next round.
-                            books.entry(call.key).or_insert(Watch {
-                                book: A::Book::default(),
-                                visited: 0,
-                                waiting_since: None,
-                            });
+                            // Sent again next interval.
+                            books.entry(call.key).or_insert_with(Watch::new).queued = true;
                         }
                         What::HandBack(e) => ctx.evicted.lock().push(e),
                     }
