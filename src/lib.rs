@@ -68,9 +68,10 @@
 //! decision), for one limit shared by many instances of a service, with the same
 //! [`Decision`]s; an outage answers its fail mode, any other backend error is an error.
 //! `hotlimit::redis::HybridLimiter` decides locally instead, at in-memory speed, and keeps one
-//! limit across the fleet by reconciling with Redis in the background: GCRA by leases (never
-//! over the limit), the windows, EARRRL and exponential by merged per-instance states (bounds
-//! in its docs).
+//! limit across the fleet through Redis in the background, every change pushed to every
+//! instance within a sync lag: GCRA by leases (never over the limit), the windows, EARRRL and
+//! exponential by merged per-instance states (bounds in its docs). Its entries live in the
+//! keyed store [`CasLimiter`](KeyedLimiter) uses.
 //!
 //! Time comes from a [`Clock`]: [`QuantaClock`] (TSC-backed) by default, [`ManualClock`] for
 //! tests, simulations and trace replay, [`CoarseClock`] where a clock read per request costs
@@ -203,3 +204,10 @@ pub mod redis;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The guide's examples (`docs/`), likewise.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/limiters.md")]
+#[doc = include_str!("../docs/algorithms.md")]
+#[doc = include_str!("../docs/simulation.md")]
+struct GuideDoctests;

@@ -116,11 +116,13 @@
 //! # Hybrid: local decisions, one limit
 //!
 //! [`HybridLimiter`] is the other way to share a limit: every decision is local (the crate's
-//! lock-free cells, no round trip, no outage in the request path) and a background thread
-//! reconciles each key with Redis once per sync interval: GCRA by leasing units from the
-//! shared state (what is admitted was reserved), the window algorithms, EARRRL and
+//! lock-free cells, no round trip, no outage in the request path); a background thread sends
+//! each changed key to Redis (at most once per sync interval), and the script that writes it
+//! pushes the key's new state to every instance: GCRA by leasing units from the shared state
+//! (what is admitted from a lease was reserved), the window algorithms, EARRRL and
 //! exponential by publishing each instance's own state and merging the others'. Its docs
-//! state what is exact and what lags; `README.md` ("A fleet") shows a 4-process run.
+//! state what is exact and what lags; `docs/fleet.md` shows 4-process runs over every shape
+//! of traffic.
 //!
 //! # Local fast path
 //!
