@@ -170,7 +170,6 @@ mod limiter;
 mod live;
 #[cfg(all(test, hotlimit_loom))]
 mod loom;
-mod pinned;
 mod shared;
 mod stats;
 pub mod store;

@@ -5,7 +5,7 @@
 pub use crate::compact::{
     CompactKey, CompactState, CompactVariant, KeyRepr, ProbeStats, Slot, DEFAULT_MAX_KEYS,
 };
+pub use crate::keyed::Pinned;
 pub use crate::limiter::Variant;
-pub use crate::pinned::Pinned;
 pub use crate::shared::{Builder, KeyedStore};
 pub use crate::sweeper::{SweepReport, SweepTotals};

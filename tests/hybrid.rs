@@ -487,3 +487,101 @@ fn a_key_flood_against_max_keys_keeps_admitting_new_keys() {
     assert_eq!(fresh_admitted, 200);
     assert!(l.metrics().evicted_capacity > 0);
 }
+
+/// A key evicted for capacity while it holds a lease hands its units back: Redis gets them,
+/// and another instance (here a `RedisLimiter` on the same keys) can take them.
+#[test]
+fn evicting_a_key_hands_its_lease_back() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra = hourly(10);
+    let h = current(
+        HybridLimiter::builder(server.url(), gcra)
+            .key_prefix("t:")
+            // A long interval: a lease goes quiet (and back) only after two of them.
+            .sync_interval(Duration::from_secs(1))
+            // One unit (a tenth of 10) beyond a lease: a new key holds a debt until its
+            // charge, so it is no fresher than a leased one.
+            .fallback(Fallback::share(0.1).unwrap())
+            .max_keys(3)
+            .build()
+            .unwrap(),
+    );
+    // Three keys, each with one unit beyond its lease, then a lease brought by its demand.
+    let keys = ["a", "b", "c"];
+    for (i, key) in keys.iter().enumerate() {
+        assert!(h.check(key).is_allowed());
+        for _ in 0..3 {
+            assert!(h.check(key).is_denied());
+        }
+        eventually("a lease", || h.stats().leased >= 2 * (i as u64 + 1));
+    }
+    let leased = h.stats().leased;
+    // New keys (each with a debt) push the store past its bound; every key ties as never
+    // idle, so the capacity pass evicts among all of them, until it hits a leased one.
+    let mut i = 0;
+    eventually("a lease handed back", || {
+        i += 1;
+        assert!(h.check(&format!("new-{i}")).is_allowed());
+        h.sweep();
+        h.stats().returned > 0
+    });
+    let s = h.stats();
+    assert!(h.metrics().evicted_capacity >= 1);
+    let r = RedisLimiter::builder(server.url(), gcra)
+        .key_prefix("t:")
+        .build()
+        .unwrap();
+    let mut taken = 0;
+    for key in keys {
+        let mut left = 0;
+        while r.check(key).is_allowed() {
+            left += 1;
+        }
+        taken += 10 - left;
+    }
+    // Each of the three keys' unit beyond its lease (charged), and the leases not handed
+    // back: what Redis still counts for them.
+    assert_eq!(taken, 3 + leased - s.returned, "{s:?}");
+}
+
+/// An instance that joins a fleet already using the prefix hears of every change from then
+/// on, but cannot know the states written before: until a horizon has passed (a burst's
+/// payback, 1 s here) a key it has not heard of is decided by the fallback, and then as
+/// fresh.
+#[test]
+fn an_instance_joining_a_live_fleet_is_current_after_the_horizon() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra: Gcra = "100/s burst 100".parse().unwrap();
+    let a = hybrid(&server, gcra, Fallback::share(0.5).unwrap());
+    // a writes: the prefix's live marker is set, for a horizon.
+    assert!(a.check("old").is_allowed());
+    eventually("a's round", || a.stats().calls >= 1);
+    let b = HybridLimiter::builder(server.url(), gcra)
+        .key_prefix("t:")
+        .sync_interval(Duration::from_millis(5))
+        .fallback(Fallback::share(0.5).unwrap())
+        .build()
+        .unwrap();
+    let joined = Instant::now();
+    eventually("b's subscription", || b.stats().subscribed == 1);
+    assert!(joined.elapsed() < Duration::from_millis(500), "slow start");
+    assert!(!b.is_current());
+    assert!(b.check("unheard").is_allowed());
+    assert_eq!(
+        b.stats().degraded,
+        1,
+        "a key not heard of, before the horizon"
+    );
+    eventually("b current", || b.is_current());
+    assert!(joined.elapsed() >= Duration::from_millis(900));
+    assert!(b.check("later").is_allowed());
+    assert_eq!(
+        b.stats().degraded,
+        1,
+        "a key after the horizon is fresh, not unknown"
+    );
+}

@@ -1,11 +1,11 @@
 //! [`Pinned`]: a [`KeyedLimiter`](crate::KeyedLimiter) pinned for a batch of checks, its
 //! map's epoch guard held across them.
 
+use super::Shared;
 use crate::algo::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::CostError;
-use crate::keyed::Shared;
 use crate::limiter::Variant;
 use std::borrow::Borrow;
 use std::fmt;

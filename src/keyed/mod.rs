@@ -1,5 +1,9 @@
 //! [`KeyedLimiter`]: a `papaya` map from key to a cell of state, with idle and capacity
-//! eviction.
+//! eviction; [`Pinned`] in `pinned.rs`.
+
+mod pinned;
+
+pub use pinned::Pinned;
 
 use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::cell::StateCell;
@@ -8,7 +12,6 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, CostError};
 use crate::limiter::{Cas, Locked, RateLimiter, Variant};
 use crate::live::Live;
-use crate::pinned::Pinned;
 use crate::shared::{sealed, Builder, Core, KeyedStore, Options};
 use crate::stats::Metrics;
 use crate::sweeper::{evict_before_insert, CapacityCut, SweepReport, SweepTotals, Sweeper};
