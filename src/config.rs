@@ -311,7 +311,22 @@ pub(crate) fn parse_rate(s: &str, field: Field) -> Result<Rate, ConfigError> {
     } else {
         unit_nanos(per).ok_or_else(|| parse_error(field, s, "unknown unit"))?
     };
-    Ok(Rate { count, period_ns })
+    // `Rate::new`'s checks, so that a parsed rate and a constructed one are refused alike
+    // (a count of 10^300 per ns is too large, 5·10^-324 per day too small), reported against
+    // the string given.
+    Rate::new(count, Duration::from_nanos(period_ns)).map_err(|e| match e {
+        ConfigError::TooLarge { max, .. } => ConfigError::TooLarge {
+            field,
+            value: s.trim().to_owned(),
+            max,
+        },
+        ConfigError::TooSmall { min, .. } => ConfigError::TooSmall {
+            field,
+            value: s.trim().to_owned(),
+            min,
+        },
+        other => other,
+    })
 }
 
 /// Parses a quota string `<rate> [burst <n>]`, like `10/min burst 20`.

@@ -153,6 +153,41 @@
 //! * `docs/DESIGN.md`: the algorithms with their formulas, the concurrency contract, the
 //!   eviction protocol and the compact table's design; tests and fuzz targets cite its
 //!   sections.
+//!
+//! # Modules
+//!
+//! | module | feature | what |
+//! |---|---|---|
+//! | [`algo`] | | the algorithms and their step machinery |
+//! | [`store`] | | what the limiters' signatures name: variants, compact key types, sweep reports |
+//! | [`baseline`] | | the sharded `Mutex<HashMap>` the benchmarks compare against |
+#![cfg_attr(
+    feature = "http",
+    doc = "| [`headers`] | `http` | rate-limit response headers (IETF drafts, legacy), for any server or proxy |"
+)]
+#![cfg_attr(
+    not(feature = "http"),
+    doc = "| `headers` | `http` | rate-limit response headers (IETF drafts, legacy), for any server or proxy |"
+)]
+#![cfg_attr(
+    feature = "tower",
+    doc = "| [`tower`] | `tower` | the `tower::Layer` for axum, hyper and tonic |"
+)]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "| `tower` | `tower` | the `tower::Layer` for axum, hyper and tonic |"
+)]
+#![cfg_attr(
+    feature = "redis",
+    doc = "| [`redis`] | `redis`, `redis-async` | `RedisLimiter` (every decision in Redis), `HybridLimiter` (local decisions, one limit across a fleet) |"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "| `redis` | `redis`, `redis-async` | `RedisLimiter` (every decision in Redis), `HybridLimiter` (local decisions, one limit across a fleet) |"
+)]
+//!
+//! On docs.rs every feature is on, and each item says the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]
 
@@ -192,11 +227,14 @@ pub use stats::Metrics;
 pub use wait::Jitter;
 
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod headers;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 
 /// The README's examples, compiled and run as doc tests so they stay true.

@@ -324,3 +324,87 @@ fn huge_and_tiny_rates_get_the_right_error() {
     let small = Rate::new(1e-290, Duration::from_secs(1)).unwrap();
     assert!(Earrrl::new(Duration::from_secs(1), small).is_ok());
 }
+
+/// The variant of a config error (its field and message aside): what `parse` and `new` must
+/// agree on.
+fn kind(r: &Result<Rate, ConfigError>) -> &'static str {
+    match r {
+        Ok(_) => "ok",
+        Err(ConfigError::Zero { .. }) => "zero",
+        Err(ConfigError::Negative { .. }) => "negative",
+        Err(ConfigError::NotFinite { .. }) => "not finite",
+        Err(ConfigError::TooLarge { .. }) => "too large",
+        Err(ConfigError::TooSmall { .. }) => "too small",
+        Err(_) => "other",
+    }
+}
+
+/// 13. A parsed rate skipped `Rate::new`'s checks: 10^300 per nanosecond parsed to a rate of
+///     infinity per second (which `Rate::new` refuses as too large, and EARRRL then refused as
+///     too *small*), and 5·10^-324 per day to a rate of exactly 0 per second.
+#[test]
+fn parsed_rates_are_checked_as_constructed_ones() {
+    let huge = format!("1{}/ns", "0".repeat(300));
+    assert!(matches!(
+        huge.parse::<Rate>(),
+        Err(ConfigError::TooLarge {
+            field: Field::Rate,
+            ..
+        })
+    ));
+    assert!(matches!(
+        Rate::new(1e300, Duration::from_nanos(1)),
+        Err(ConfigError::TooLarge {
+            field: Field::Rate,
+            ..
+        })
+    ));
+    let tiny = format!("0.{}5/d", "0".repeat(323));
+    assert!(matches!(
+        tiny.parse::<Rate>(),
+        Err(ConfigError::TooSmall {
+            field: Field::Rate,
+            ..
+        })
+    ));
+    // The quotas that parse a rate refuse it the same way, before any algorithm sees it.
+    assert!(matches!(
+        format!("{huge} burst 5").parse::<Gcra>(),
+        Err(ConfigError::TooLarge { .. })
+    ));
+}
+
+proptest::proptest! {
+    /// `"<count>/<unit>"` parses exactly when `Rate::new(count, unit)` constructs, to the
+    /// same rate, and fails with the same kind of error: over counts from 10^-330 to 10^310
+    /// (both ends of f64 and beyond) and every unit.
+    #[test]
+    fn parse_and_new_agree_on_every_value(
+        mantissa in 1u32..10_000,
+        exponent in -330i32..310,
+        unit in proptest::sample::select(vec![("ns", 1u64), ("us", 1_000), ("ms", 1_000_000),
+            ("s", 1_000_000_000), ("min", 60_000_000_000), ("h", 3_600_000_000_000),
+            ("d", 86_400_000_000_000)]),
+    ) {
+        // The count as a plain decimal (the grammar has no exponent).
+        let digits = mantissa.to_string();
+        let text = if exponent >= 0 {
+            format!("{digits}{}", "0".repeat(exponent as usize))
+        } else {
+            let shift = (-exponent) as usize;
+            if shift >= digits.len() {
+                format!("0.{}{digits}", "0".repeat(shift - digits.len()))
+            } else {
+                let (int, frac) = digits.split_at(digits.len() - shift);
+                format!("{int}.{frac}")
+            }
+        };
+        let count: f64 = text.parse().unwrap();
+        let parsed = format!("{text}/{}", unit.0).parse::<Rate>();
+        let constructed = Rate::new(count, Duration::from_nanos(unit.1));
+        proptest::prop_assert_eq!(kind(&parsed), kind(&constructed), "{}/{}", text, unit.0);
+        if let (Ok(p), Ok(c)) = (parsed, constructed) {
+            proptest::prop_assert_eq!(p, c);
+        }
+    }
+}

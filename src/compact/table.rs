@@ -19,11 +19,11 @@ use std::time::Instant;
 pub(crate) const SLOTS_PER_LINE: usize = 4;
 
 /// The probe window: a key lives at most `WINDOW_LINES - 1` lines past its home line. At the
-/// design load (3/4) 87% of keys sit in their home line and the mean look-up scans 1.27
-/// lines, but linear probing has a long thin tail: the longest probe was 37–62 lines at 10^6
-/// keys and 45–65 at 10^7 over our runs (see [`CompactLimiter::probe_stats`](crate::CompactLimiter::probe_stats) and
-/// `BENCHMARKS.md`). Twice that leaves room to grow, so the window fills only when the table
-/// itself is nearly full.
+/// design load (3/4) most keys sit in their home line, but linear probing has a long thin
+/// tail (the longest probes measured at 10^6 and 10^7 keys are in `BENCHMARKS.md`, from
+/// [`CompactLimiter::probe_stats`](crate::CompactLimiter::probe_stats)); the window is about
+/// twice the longest, which leaves room to grow, so it fills only when the table itself is
+/// nearly full.
 pub(crate) const WINDOW_LINES: usize = 128;
 
 /// The `max_keys` of a compact limiter built without [`Builder::max_keys`](crate::Builder::max_keys).
