@@ -33,6 +33,10 @@ const WORKER_ARGS: [&str; 5] = [
 
 const SECS: Duration = Duration::from_secs(10);
 
+/// A sparse run: each of its keys is seen a dozen times or more by the fleet, and five of
+/// them one after another keep CI's fleet step near three minutes.
+const SPARSE_SECS: Duration = Duration::from_secs(6);
+
 /// One run at a time: two fleets at once would share the machine's cores.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -40,13 +44,14 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// restarted as `outage` says: `(at, down for)`); `None` (with a message) without
 /// `redis-server`.
 fn on_a_server(shape: Shape, outage: Option<(Duration, Duration)>) -> Option<Run> {
-    on_a_server_with(shape, &ALGOS, outage)
+    on_a_server_with(shape, &ALGOS, SECS, outage)
 }
 
-/// [`on_a_server`] for `algos` only.
+/// [`on_a_server`] for `algos` only, `secs` long.
 fn on_a_server_with(
     shape: Shape,
     algos: &[&'static str],
+    secs: Duration,
     outage: Option<(Duration, Duration)>,
 ) -> Option<Run> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -63,7 +68,7 @@ fn on_a_server_with(
         kill: Box::new(|| drop(server.borrow_mut().take())),
         restart: Box::new(|| *server.borrow_mut() = Server::start_on(Some(port))),
     });
-    Some(run(&WORKER_ARGS, &target, shape, algos, SECS, outage))
+    Some(run(&WORKER_ARGS, &target, shape, algos, secs, outage))
 }
 
 fn report(run: &Run, a: &AlgoRun, c: &Comparison) {
@@ -180,7 +185,7 @@ fn sparse(keys: u32, rate: f64) {
         if only.as_deref().is_ok_and(|o| o != name) {
             continue;
         }
-        let Some(run) = on_a_server_with(shape, &[name], None) else {
+        let Some(run) = on_a_server_with(shape, &[name], SPARSE_SECS, None) else {
             return;
         };
         sparse_bounds(&run, rate);
@@ -278,7 +283,7 @@ fn on_a_three_node_cluster() {
             None,
         );
         hot_bounds(&hot, 0);
-        let run = run(&WORKER_ARGS, &target, sparse, &[name], SECS, None);
+        let run = run(&WORKER_ARGS, &target, sparse, &[name], SPARSE_SECS, None);
         sparse_bounds(&run, 10.0);
     }
 }
