@@ -1,14 +1,17 @@
 //! One hot key under 1..4 threads: hotlimit CAS vs its mutex twin (keyed, and the unkeyed
-//! direct limiter), GCRA admitting everything so every request writes. After each group the
-//! CAS rows' retries per request are printed (criterion has no column for them).
+//! direct limiter) and governor's keyed limiter, GCRA admitting everything so every request
+//! writes. After each group the CAS rows' retries per request are printed (criterion has no
+//! column for them).
 //!
 //! `cargo bench --bench contention`. On a 2-core machine 3 and 4 threads oversubscribe the
 //! cores: that is where a lock holder preempted mid-section hurts the mutex most.
+//! `HOTLIMIT_BENCH_THREADS=1,2,4,8,16` sets the thread counts (for a machine with more cores).
 
 mod common;
 
 use common::gcra;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use governor::{Quota, RateLimiter as Governor};
 use hotlimit::{algo::Gcra, CasLimiter, DirectLimiter, Locked, MutexLimiter, QuantaClock};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,8 +40,27 @@ fn run(threads: usize, iters: u64, op: &(dyn Fn() + Sync)) -> Duration {
     t0.elapsed()
 }
 
+/// `HOTLIMIT_BENCH_THREADS` (comma-separated counts), else 1 to 4.
+fn thread_counts() -> Vec<usize> {
+    match std::env::var("HOTLIMIT_BENCH_THREADS") {
+        Ok(list) => list
+            .split(',')
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .expect("HOTLIMIT_BENCH_THREADS: counts like 1,2,4")
+            })
+            .collect(),
+        Err(_) => (1..=4).collect(),
+    }
+}
+
 fn contention(c: &mut Criterion) {
-    for threads in 1..=4usize {
+    // governor admitting everything as `gcra()` does: its largest quota.
+    let max = std::num::NonZeroU32::MAX;
+    let quota = Quota::per_second(max).allow_burst(max);
+    for threads in thread_counts() {
+        let governor = Governor::keyed(quota);
         let keyed_cas = CasLimiter::<u64, Gcra, QuantaClock>::new(gcra());
         let keyed_mutex = MutexLimiter::<u64, Gcra, QuantaClock>::new(gcra());
         let direct_cas = DirectLimiter::<Gcra, QuantaClock>::new(gcra());
@@ -61,6 +83,9 @@ fn contention(c: &mut Criterion) {
         });
         bench("keyed-mutex", None, &|| {
             black_box(keyed_mutex.check(&7));
+        });
+        bench("governor", None, &|| {
+            let _ = black_box(governor.check_key(&7u64));
         });
         bench("direct-cas", Some(&direct_ops), &|| {
             black_box(direct_cas.check());
