@@ -16,7 +16,6 @@ mod redis_server;
 
 use fleet::*;
 use plotters::prelude::*;
-use redis_server::Server;
 use std::time::Duration;
 
 const FONT: &[u8] = include_bytes!("simulate/DejaVuSans.ttf");
@@ -31,20 +30,7 @@ fn fleet_run(
     algos: &[&'static str],
     outage: Option<(Duration, Duration)>,
 ) -> Res<Run> {
-    let server = Server::start().ok_or("redis-server is not installed")?;
-    let port = server.port;
-    let target = Target {
-        url: server.url(),
-        seeds: Vec::new(),
-    };
-    let server = std::cell::RefCell::new(Some(server));
-    let outage = outage.map(|(at, down_for)| Outage {
-        at,
-        down_for,
-        kill: Box::new(|| drop(server.borrow_mut().take())),
-        restart: Box::new(|| *server.borrow_mut() = Server::start_on(Some(port))),
-    });
-    Ok(run(&[], &target, shape, algos, SECS, outage))
+    Ok(on_a_server(&[], shape, algos, SECS, outage).ok_or("redis-server is not installed")?)
 }
 
 fn main() -> Res {

@@ -9,7 +9,7 @@ mod fleet;
 mod redis_server;
 
 use fleet::*;
-use redis_server::{Cluster, Server};
+use redis_server::Cluster;
 use std::time::Duration;
 
 /// This test binary is also the worker: the fleet runs start it with [`WORKER_ARGS`] and
@@ -43,11 +43,11 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// A fleet run of `shape` for every algorithm against a `redis-server` of its own (killed and
 /// restarted as `outage` says: `(at, down for)`); `None` (with a message) without
 /// `redis-server`.
-fn on_a_server(shape: Shape, outage: Option<(Duration, Duration)>) -> Option<Run> {
+fn on_a_server_all(shape: Shape, outage: Option<(Duration, Duration)>) -> Option<Run> {
     on_a_server_with(shape, &ALGOS, SECS, outage)
 }
 
-/// [`on_a_server`] for `algos` only, `secs` long.
+/// [`on_a_server_all`] for `algos` only, `secs` long, one run at a time.
 fn on_a_server_with(
     shape: Shape,
     algos: &[&'static str],
@@ -55,20 +55,7 @@ fn on_a_server_with(
     outage: Option<(Duration, Duration)>,
 ) -> Option<Run> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let server = Server::start()?;
-    let port = server.port;
-    let target = Target {
-        url: server.url(),
-        seeds: Vec::new(),
-    };
-    let server = std::cell::RefCell::new(Some(server));
-    let outage = outage.map(|(at, down_for)| Outage {
-        at,
-        down_for,
-        kill: Box::new(|| drop(server.borrow_mut().take())),
-        restart: Box::new(|| *server.borrow_mut() = Server::start_on(Some(port))),
-    });
-    Some(run(&WORKER_ARGS, &target, shape, algos, secs, outage))
+    on_a_server(&WORKER_ARGS, shape, algos, secs, outage)
 }
 
 fn report(run: &Run, a: &AlgoRun, c: &Comparison) {
@@ -149,7 +136,7 @@ fn hot_bounds(run: &Run, slack: u64) {
 
 #[test]
 fn hot_keys_four_processes_share_each_limit() {
-    let Some(run) = on_a_server(Shape::Hot { skew: None }, None) else {
+    let Some(run) = on_a_server_all(Shape::Hot { skew: None }, None) else {
         return;
     };
     hot_bounds(&run, 0);
@@ -166,7 +153,7 @@ fn hot_keys_four_processes_share_each_limit() {
 /// plus a push, as every instance's does, and the bounds hold as on even traffic.
 #[test]
 fn skewed_demand_one_process_sends_ninety_percent() {
-    let Some(run) = on_a_server(Shape::Hot { skew: Some(0.9) }, None) else {
+    let Some(run) = on_a_server_all(Shape::Hot { skew: Some(0.9) }, None) else {
         return;
     };
     hot_bounds(&run, 0);
@@ -225,7 +212,7 @@ fn sparse_two_thousand_keys_at_ten_per_second() {
 #[test]
 fn hot_keys_ride_out_a_redis_outage() {
     let outage = Some((Duration::from_millis(3500), Duration::from_secs(3)));
-    let Some(run) = on_a_server(Shape::Hot { skew: None }, outage) else {
+    let Some(run) = on_a_server_all(Shape::Hot { skew: None }, outage) else {
         return;
     };
     for a in &run.algos {

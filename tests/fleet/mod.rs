@@ -408,6 +408,32 @@ pub fn run(
     }
 }
 
+/// [`run`] against a `redis-server` of its own, killed and restarted on its port as `outage`
+/// says (`(at, down for)`); `None` without `redis-server`.
+pub fn on_a_server(
+    worker_args: &[&str],
+    shape: Shape,
+    algos: &[&'static str],
+    secs: Duration,
+    outage: Option<(Duration, Duration)>,
+) -> Option<Run> {
+    use crate::redis_server::Server;
+    let server = Server::start()?;
+    let port = server.port;
+    let target = Target {
+        url: server.url(),
+        seeds: Vec::new(),
+    };
+    let server = std::cell::RefCell::new(Some(server));
+    let outage = outage.map(|(at, down_for)| Outage {
+        at,
+        down_for,
+        kill: Box::new(|| drop(server.borrow_mut().take())),
+        restart: Box::new(|| *server.borrow_mut() = Server::start_on(Some(port))),
+    });
+    Some(run(worker_args, &target, shape, algos, secs, outage))
+}
+
 /// What one exact in-memory limiter answers to the same requests, in the same order.
 pub fn exact(name: &str, shape: Shape, t: &Trace) -> Vec<bool> {
     fn replay<A: Algorithm>(algo: A, t: &Trace) -> Vec<bool>
