@@ -1,9 +1,8 @@
 //! The async client (feature `redis-async`, tokio): [`AsyncRedisLimiter`].
 
-use super::shared::{
-    cluster_nodes_cmd, info_cluster_cmd, is_noscript_result, noscript_indices, says_cluster, At,
-    Core, Target,
-};
+use super::client::{At, ClientCore};
+use super::connection::{cluster_nodes_cmd, info_cluster_cmd, says_cluster, Target};
+use super::replies::{is_noscript_result, noscript_indices};
 use super::{BackendError, Builder, FailMode, RedisAlgorithm};
 use crate::decision::Decision;
 use crate::error::CostError;
@@ -46,7 +45,7 @@ use std::time::Instant;
 /// ```
 pub struct AsyncRedisLimiter<A> {
     // Each behind an `Arc`: a clone shares them all (the async trait's future owns a clone).
-    core: Arc<Core<A>>,
+    core: Arc<ClientCore<A>>,
     target: Arc<Target>,
     conn: Arc<Mutex<AsyncSlot>>,
 }
@@ -118,7 +117,7 @@ impl<A: RedisAlgorithm> Builder<A> {
             (Target::Cluster(self.cluster_client("")?), None)
         };
         let limiter = AsyncRedisLimiter {
-            core: Arc::new(Core::new(self)),
+            core: Arc::new(ClientCore::new(self)),
             target: Arc::new(target),
             conn: Arc::new(Mutex::new(AsyncSlot {
                 con: first,

@@ -163,18 +163,22 @@
 
 #[cfg(feature = "redis-async")]
 mod aio;
+mod blocking;
 mod builder;
+mod client;
+mod connection;
 mod hybrid;
-mod scripts;
-mod shared;
-mod sync;
+mod keys;
+mod local_deny;
+mod lua;
+mod replies;
 mod traits;
 
 #[cfg(feature = "redis-async")]
 pub use aio::AsyncRedisLimiter;
+pub use blocking::RedisLimiter;
 pub use builder::Builder;
 pub use hybrid::{Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, HybridStats, SyncError};
-pub use sync::RedisLimiter;
 
 use crate::algo::{
     AllOf, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
@@ -369,7 +373,7 @@ mod private {
         }
         /// The decision of the function's reply, times in units of `unit_ns` nanoseconds.
         fn decode(&self, v: Value, unit_ns: f64) -> Result<crate::Decision, BackendError> {
-            super::shared::decision(v, unit_ns)
+            super::replies::decision(v, unit_ns)
         }
     }
 }
@@ -378,7 +382,7 @@ mod private {
 fn leaf(out: &mut String, next: &mut usize, body: &str) -> String {
     let name = format!("q{next}");
     *next += 1;
-    out.push_str(&scripts::LEAF_HEAD.replace("NAME", &name));
+    out.push_str(&lua::LEAF_HEAD.replace("NAME", &name));
     out.push_str(body);
     out.push_str("end\n");
     name
@@ -401,7 +405,7 @@ fn strict(p: Policy) -> String {
 
 impl private::Sealed for Gcra {
     fn lua(&self, out: &mut String, next: &mut usize) -> String {
-        leaf(out, next, scripts::GCRA)
+        leaf(out, next, lua::GCRA)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let t = self.emission_interval().as_nanos() as f64;
@@ -413,7 +417,7 @@ impl RedisAlgorithm for Gcra {}
 
 impl private::Sealed for Earrrl {
     fn lua(&self, out: &mut String, next: &mut usize) -> String {
-        leaf(out, next, scripts::EARRRL)
+        leaf(out, next, lua::EARRRL)
     }
     fn params(&self, _unit_ns: f64) -> Vec<String> {
         let (lambda, max_rate, retry_offset, idle_offset) = self.redis_params();
@@ -430,7 +434,7 @@ impl RedisAlgorithm for Earrrl {}
 
 impl private::Sealed for Exponential {
     fn lua(&self, out: &mut String, next: &mut usize) -> String {
-        leaf(out, next, scripts::EXPONENTIAL)
+        leaf(out, next, lua::EXPONENTIAL)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let p = self.period().as_nanos() as f64;
@@ -446,7 +450,7 @@ fn units(d: std::time::Duration, unit_ns: f64) -> f64 {
 
 impl private::Sealed for FixedWindow {
     fn lua(&self, out: &mut String, next: &mut usize) -> String {
-        leaf(out, next, scripts::FIXED_WINDOW)
+        leaf(out, next, lua::FIXED_WINDOW)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let w = units(self.window(), unit_ns);
@@ -457,7 +461,7 @@ impl RedisAlgorithm for FixedWindow {}
 
 impl private::Sealed for SlidingWindow {
     fn lua(&self, out: &mut String, next: &mut usize) -> String {
-        leaf(out, next, scripts::SLIDING_WINDOW)
+        leaf(out, next, lua::SLIDING_WINDOW)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         // Whole units: the script compares products of integers exactly. A window that is
@@ -480,7 +484,7 @@ impl RedisAlgorithm for SlidingWindow {}
 
 impl private::Sealed for SubWindow {
     fn lua(&self, out: &mut String, next: &mut usize) -> String {
-        leaf(out, next, scripts::SUB_WINDOW)
+        leaf(out, next, lua::SUB_WINDOW)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let span = self.span();
@@ -496,7 +500,7 @@ impl RedisAlgorithm for SubWindow {}
 
 impl private::Sealed for SlidingLog {
     fn lua(&self, out: &mut String, next: &mut usize) -> String {
-        leaf(out, next, scripts::SLIDING_LOG)
+        leaf(out, next, lua::SLIDING_LOG)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let w = units(self.window(), unit_ns);
@@ -520,7 +524,7 @@ where
         *next += 1;
         let count = |n: usize| n.to_string();
         out.push_str(
-            &scripts::ALL_OF
+            &lua::ALL_OF
                 .replace("NAME", &name)
                 .replace("FIRST", &first)
                 .replace("SECOND", &second)

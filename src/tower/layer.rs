@@ -1,7 +1,7 @@
 //! The layer and its service: deciding a request, the headers, the response future.
 
-use super::config::{ConfigView, Shared};
-use super::key::{Inline, Key};
+use super::extract::{Inline, Key};
+use super::options::{ConfigView, Shared};
 use super::{
     AdvertisedQuota, Builder, KeyExtractor, MissingKey, Mode, OversizedKey, Report, RequestCost,
     ShadowDecision, UnitCost, DEFAULT_MAX_KEY_LEN,

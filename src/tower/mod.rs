@@ -126,15 +126,15 @@
 //! and is small next to what parsing an HTTP request costs a server; see `BENCHMARKS.md`,
 //! section "The tower layer (`tower` feature), ns per request".
 
-mod config;
 mod cost;
-mod key;
+mod extract;
 mod layer;
+mod options;
 
-pub use config::{Builder, MissingKey, OversizedKey, Report, ShadowDecision};
 pub use cost::{RequestCost, UnitCost};
-pub use key::{ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
+pub use extract::{ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
 pub use layer::{Pending, RateLimit, RateLimitLayer, ResponseFuture};
+pub use options::{Builder, MissingKey, OversizedKey, Report, ShadowDecision};
 
 /// The layer's headers, modes and policies: [`crate::headers`]'s, re-exported here for the
 /// layer's users.

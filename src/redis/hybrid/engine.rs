@@ -2,7 +2,7 @@
 //! decision's [`Verdict`], the [`Engine`] each algorithm implements (`lease.rs`, `merge.rs`),
 //! and [`Fleet`], the algorithm the core's keyed store runs for a hybrid limiter.
 
-use super::cell::{Hybrid, HybridCell};
+use super::entry::{Hybrid, HybridCell};
 use super::report::Counters;
 use super::{Fallback, SyncError};
 use crate::algo::{clamp, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};

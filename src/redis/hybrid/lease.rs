@@ -14,7 +14,7 @@
 //!
 //! Bit 127 is never set, so a live word is never the tombstone (all ones).
 
-use super::cell::HybridCell;
+use super::entry::HybridCell;
 use super::push::Reader;
 use super::{Ctx, Engine, Evicted, Fallback, Mode, Reason, SyncError, Verdict, Visit};
 use crate::algo::{Gcra, CLOCK_MAX};
@@ -120,7 +120,7 @@ impl Engine for Gcra {
     type Sent = Sent;
     type Pushed = u64;
 
-    const SCRIPT: &'static str = super::scripts::LEASE;
+    const SCRIPT: &'static str = super::super::lua::HYBRID_LEASE;
     const SUFFIX: &'static str = "";
     const EXTRA_KEYS: &'static [&'static str] = &[":b"];
 

@@ -3,8 +3,7 @@
 //! batches in as few round trips as the target allows (one pipeline on a server; one per node
 //! on a cluster, each batch routed by its keys' slot).
 
-use super::super::shared::Target;
-use super::super::sync::{Con, Slot};
+use super::super::connection::{Con, ConnSlot, Target};
 use super::super::{BackendError, Builder};
 use ::redis::{Cmd, ConnectionLike, ErrorKind, RedisError, Value};
 use std::time::Instant;
@@ -88,7 +87,7 @@ pub(super) struct Link<A> {
     config: Builder<A>,
     /// Found at the first connect that succeeds.
     target: Option<Target>,
-    slot: Slot,
+    slot: ConnSlot,
     /// On a cluster, the slot map, once asked for (`None` again after an error, which may be
     /// a slot that moved).
     slots: Option<SlotMap>,
@@ -104,7 +103,7 @@ impl<A> Link<A> {
         Link {
             config,
             target: None,
-            slot: Slot::default(),
+            slot: ConnSlot::default(),
             slots: None,
             down_until: None,
             round_trips: 0,

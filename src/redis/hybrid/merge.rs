@@ -9,7 +9,7 @@
 //! state, never twice. A key's entry is `(own, others)`: one 128-bit word (fixed window,
 //! EARRRL) or a [`Pair`] of them behind the core's per-key lock (sliding window, exponential).
 
-use super::cell::{Halves, HybridCell, Pair};
+use super::entry::{Halves, HybridCell, Pair};
 use super::push::Reader;
 use super::{Ctx, Engine, Fallback, Mode, Reason, SyncError, Verdict, Visit};
 use crate::algo::{Earrrl, Exponential, FixedWindow, SlidingWindow, WordStep};
@@ -275,7 +275,7 @@ where
     /// The others' states, merged.
     type Pushed = <A as Merge>::Word;
 
-    const SCRIPT: &'static str = super::scripts::PUBLISH;
+    const SCRIPT: &'static str = super::super::lua::HYBRID_PUBLISH;
     /// A hash: never the string key a `RedisLimiter` of the same prefix writes.
     const SUFFIX: &'static str = ":h";
     const EXTRA_KEYS: &'static [&'static str] = &[];

@@ -1,20 +1,20 @@
 //! The hybrid limiter: every decision local and lock-free, one limit across the fleet through
 //! Redis in the background. See [`HybridLimiter`].
 //!
-//! The parts: `cell.rs` (the entries in the core's keyed store), `lease.rs` (GCRA: leases
+//! The parts: `entry.rs` (the entries in the core's keyed store), `lease.rs` (GCRA: leases
 //! and the view of the shared TAT), `merge.rs` (windows, EARRRL, exponential: merged states),
 //! `worker.rs` (the sync thread), `push.rs` (the subscription that brings every instance's
-//! changes), `link.rs` (the sync thread's connection), `scripts.rs` (the Lua).
+//! changes), `link.rs` (the sync thread's connection);
+//! the Lua is in `src/redis/lua/`.
 
-mod cell;
 mod engine;
+mod entry;
 mod fallback;
 mod lease;
 mod link;
 mod merge;
 mod push;
 mod report;
-mod scripts;
 mod worker;
 
 pub use engine::HybridAlgorithm;
@@ -517,7 +517,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
 /// The Redis key of `key`'s state: the [`RedisLimiter`](super::RedisLimiter)'s, with
 /// `suffix`.
 fn redis_key(prefix: &str, key: &str, suffix: &str) -> String {
-    let mut k = super::shared::redis_key(prefix, key);
+    let mut k = super::keys::redis_key(prefix, key);
     k.push_str(suffix);
     k
 }

@@ -1,19 +1,16 @@
 //! The sync client: [`RedisLimiter`].
 
-use super::shared::{
-    cluster_nodes_cmd, info_cluster_cmd, is_noscript_result, noscript_indices, says_cluster, At,
-    Core, Target,
-};
+use super::client::{At, ClientCore};
+use super::connection::{Con, ConnSlot, Target};
+use super::replies::{is_noscript_result, noscript_indices};
 use super::{BackendError, Builder, RedisAlgorithm};
 #[cfg(doc)]
 use super::{FailMode, MAX_EXPLICIT_NOW};
 use crate::decision::Decision;
 use crate::error::CostError;
-use ::redis::cluster::ClusterConnection;
-use ::redis::{Client, Connection, ConnectionLike, RedisError, Value};
+use ::redis::{RedisError, Value};
 use parking_lot::Mutex;
 use std::fmt;
-use std::time::{Duration, Instant};
 
 /// A rate limiter whose state lives in Redis, shared by every process that uses the same
 /// server, key prefix and configuration. See the [module docs](super).
@@ -22,9 +19,9 @@ use std::time::{Duration, Instant};
 /// used by one request at a time (a mutex): for parallel requests, give each thread its own
 /// limiter ([`try_clone`](RedisLimiter::try_clone)).
 pub struct RedisLimiter<A> {
-    core: Core<A>,
+    core: ClientCore<A>,
     target: Target,
-    conn: Mutex<Slot>,
+    conn: Mutex<ConnSlot>,
 }
 
 impl<A: fmt::Debug> fmt::Debug for RedisLimiter<A> {
@@ -217,7 +214,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         Ok(d)
     }
 
-    fn connection<'c>(&self, slot: &'c mut Slot) -> Result<&'c mut Con, BackendError> {
+    fn connection<'c>(&self, slot: &'c mut ConnSlot) -> Result<&'c mut Con, BackendError> {
         slot.connection(&self.target, &self.core.config)
     }
 
@@ -234,7 +231,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     fn eval_one(
         &self,
-        slot: &mut Slot,
+        slot: &mut ConnSlot,
         key: &str,
         cost: u64,
         at: At,
@@ -259,7 +256,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     fn pipelined(
         &self,
-        slot: &mut Slot,
+        slot: &mut ConnSlot,
         requests: &[(&str, u64)],
     ) -> Result<Vec<Decision>, BackendError> {
         if requests.is_empty() {
@@ -301,7 +298,7 @@ impl<A: RedisAlgorithm> Builder<A> {
     pub fn build(self) -> Result<RedisLimiter<A>, BackendError> {
         let (target, slot, trips) = self.open_target()?;
         let limiter = RedisLimiter {
-            core: Core::new(self),
+            core: ClientCore::new(self),
             target,
             conn: Mutex::new(slot),
         };
@@ -320,120 +317,5 @@ impl<A: RedisAlgorithm> Builder<A> {
             }
         }
         Ok(limiter)
-    }
-}
-
-impl<A> Builder<A> {
-    /// Where the connections go, asking the server at the URL `INFO cluster` (and, on a
-    /// cluster node, `CLUSTER NODES` for seeds) unless seed nodes make it a cluster outright;
-    /// with the connection that asked, kept for a single server, and the round trips made.
-    pub(super) fn open_target(&self) -> Result<(Target, Slot, u64), BackendError> {
-        if !self.seeds.is_empty() {
-            return Ok((
-                Target::Cluster(self.cluster_client("")?),
-                Slot::default(),
-                0,
-            ));
-        }
-        let client = Client::open(self.url.as_str()).map_err(BackendError::from_redis)?;
-        let mut con = open_single(&client, self.timeouts()).map_err(BackendError::from_redis)?;
-        if !says_cluster(con.req_command(&info_cluster_cmd())) {
-            let slot = Slot {
-                con: Some(Con::Single(con)),
-                down_until: None,
-            };
-            return Ok((Target::Single(client), slot, 1));
-        }
-        let nodes = con
-            .req_command(&cluster_nodes_cmd())
-            .and_then(|v| ::redis::from_redis_value::<String>(&v))
-            .unwrap_or_default();
-        Ok((
-            Target::Cluster(self.cluster_client(&nodes)?),
-            Slot::default(),
-            2,
-        ))
-    }
-}
-
-/// A connection to one server, with the builder's timeouts.
-fn open_single(
-    client: &Client,
-    (connect, io): (Duration, Duration),
-) -> Result<Connection, RedisError> {
-    let con = client.get_connection_with_timeout(connect)?;
-    con.set_read_timeout(Some(io))?;
-    con.set_write_timeout(Some(io))?;
-    Ok(con)
-}
-
-/// An open connection: to one server, or to a cluster (one connection per node, routed by
-/// key slot, following `MOVED`/`ASK`).
-pub(super) enum Con {
-    Single(Connection),
-    Cluster(Box<ClusterConnection>),
-}
-
-impl Con {
-    pub(super) fn like(&mut self) -> &mut dyn ConnectionLike {
-        match self {
-            Con::Single(con) => con,
-            Con::Cluster(con) => &mut **con,
-        }
-    }
-}
-
-/// The connection, if open, and until when not to try opening one.
-#[derive(Default)]
-pub(super) struct Slot {
-    con: Option<Con>,
-    down_until: Option<Instant>,
-}
-
-impl Slot {
-    /// The open connection, or a new one to `target` with `config`'s timeouts; after a
-    /// failed connect, [`BackendError::Unavailable`] at once for
-    /// [`reconnect_after`](Builder::reconnect_after).
-    pub(super) fn connection<A>(
-        &mut self,
-        target: &Target,
-        config: &Builder<A>,
-    ) -> Result<&mut Con, BackendError> {
-        if self.con.is_none() {
-            if self.down_until.is_some_and(|t| Instant::now() < t) {
-                return Err(BackendError::Unavailable);
-            }
-            let opened = match target {
-                Target::Single(client) => open_single(client, config.timeouts()).map(Con::Single),
-                Target::Cluster(client) => client.get_connection().and_then(|con| {
-                    // The read timeout is the client's response timeout.
-                    con.set_write_timeout(Some(config.io_timeout))?;
-                    Ok(Con::Cluster(Box::new(con)))
-                }),
-            };
-            match opened {
-                Ok(con) => {
-                    self.con = Some(con);
-                    self.down_until = None;
-                }
-                Err(e) => {
-                    self.down_until = Some(Instant::now() + config.reconnect_after);
-                    return Err(BackendError::from_redis(e));
-                }
-            }
-        }
-        self.con
-            .as_mut()
-            .ok_or_else(|| BackendError::Reply("no connection".into()))
-    }
-
-    /// Drops the connection: the next request opens a new one.
-    pub(super) fn drop_connection(&mut self) {
-        self.con = None;
-    }
-
-    /// The open connection, if any.
-    pub(super) fn open(&mut self) -> Option<&mut Con> {
-        self.con.as_mut()
     }
 }

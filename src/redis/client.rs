@@ -1,54 +1,14 @@
 //! What the sync and async clients share: everything but the connection.
 
-use super::scripts;
+use super::keys::redis_key;
+use super::local_deny::LocalDeny;
+use super::lua;
 use super::{BackendError, Builder, FailMode, RedisAlgorithm, MAX_EXPLICIT_NOW};
 use crate::decision::Decision;
 use crate::error::{check_cost, CostError};
-use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
-use ::redis::{Client, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, Value};
+use ::redis::Value;
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
-
-/// Recently denied keys: `key → (deny until, cost, explicit timeline)`.
-struct LocalDeny {
-    max: usize,
-    map: Mutex<HashMap<String, (u64, u64, bool)>>,
-    origin: Instant,
-}
-
-impl LocalDeny {
-    fn now(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    fn lookup(&self, key: &str, cost: u64, now: u64, explicit: bool) -> Option<Decision> {
-        let map = self.map.lock();
-        let &(until, c, e) = map.get(key)?;
-        (c == cost && e == explicit && until > now).then(|| Decision::denied(until - now))
-    }
-
-    fn forget(&self, key: &str) {
-        let mut map = self.map.lock();
-        if !map.is_empty() {
-            map.remove(key);
-        }
-    }
-
-    fn remember(&self, key: &str, cost: u64, until: u64, explicit: bool) {
-        let mut map = self.map.lock();
-        if map.len() >= self.max && !map.contains_key(key) {
-            let now = self.now();
-            map.retain(|_, &mut (u, _, e)| if e { true } else { u > now });
-            if map.len() >= self.max {
-                // Still full: forget everything rather than grow (only round trips are lost).
-                map.clear();
-            }
-        }
-        map.insert(key.to_owned(), (until, cost, explicit));
-    }
-}
 
 /// One request's time: the server's (µs) or an explicit one (ns).
 #[derive(Clone, Copy)]
@@ -57,9 +17,19 @@ pub(super) enum At {
     Explicit(u64),
 }
 
+impl At {
+    /// The scripts' time unit for this request, in nanoseconds.
+    pub(super) fn unit_ns(self) -> f64 {
+        match self {
+            At::Server => 1e3,
+            At::Explicit(_) => 1.0,
+        }
+    }
+}
+
 /// What the sync and async limiters share: the configuration, the script and its SHA1, the
 /// parameters, the local fast path and the counters. Everything but the connection.
-pub(super) struct Core<A> {
+pub(super) struct ClientCore<A> {
     pub(super) config: Builder<A>,
     script: String,
     sha: Mutex<String>,
@@ -74,25 +44,21 @@ pub(super) struct Core<A> {
     suffixes: Vec<String>,
 }
 
-impl<A: RedisAlgorithm> Core<A> {
+impl<A: RedisAlgorithm> ClientCore<A> {
     pub(super) fn new(config: Builder<A>) -> Self {
-        let mut script = scripts::PRELUDE.replace(
+        let mut script = lua::PRELUDE.replace(
             "EXPLICIT_TTL_MS",
             &super::MIN_EXPLICIT_TTL.as_millis().to_string(),
         );
         let main = config.algo.lua(&mut script, &mut 0);
         script.push_str(&format!("return {main}(KEYS, ARGV, WRITE)\n"));
-        Core {
+        ClientCore {
             suffixes: config.algo.key_suffixes(),
             params_server: config.algo.params(1e3),
             params_explicit: config.algo.params(1.0),
             script,
             sha: Mutex::new(String::new()),
-            local: config.local.map(|max| LocalDeny {
-                max,
-                map: Mutex::new(HashMap::new()),
-                origin: Instant::now(),
-            }),
+            local: config.local.map(LocalDeny::new),
             round_trips: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             errors: AtomicU64::new(0),
@@ -312,7 +278,7 @@ impl<A: RedisAlgorithm> Core<A> {
     }
 
     /// The pipeline that runs again the requests at `missed` (indices into `requests`, from
-    /// [`noscript_indices`]).
+    /// [`noscript_indices`](super::replies::noscript_indices)).
     pub(super) fn retry_pipeline(
         &self,
         sha: &str,
@@ -322,207 +288,4 @@ impl<A: RedisAlgorithm> Core<A> {
         let again: Vec<(&str, u64)> = missed.iter().map(|&i| requests[i]).collect();
         self.pipeline(sha, &again)
     }
-}
-
-/// Where the connections go: one server, or a Redis Cluster.
-pub(super) enum Target {
-    Single(Client),
-    Cluster(ClusterClient),
-}
-
-impl Target {
-    pub(super) fn is_cluster(&self) -> bool {
-        matches!(self, Target::Cluster(_))
-    }
-}
-
-/// `INFO cluster`: whether the server is a cluster node.
-pub(super) fn info_cluster_cmd() -> ::redis::Cmd {
-    let mut cmd = ::redis::cmd("INFO");
-    cmd.arg("cluster");
-    cmd
-}
-
-/// `CLUSTER NODES`: the nodes a cluster node knows, as seeds.
-pub(super) fn cluster_nodes_cmd() -> ::redis::Cmd {
-    let mut cmd = ::redis::cmd("CLUSTER");
-    cmd.arg("NODES");
-    cmd
-}
-
-/// Whether `INFO cluster`'s reply says `cluster_enabled:1`. An error (a server that renamed
-/// `INFO`) reads as standalone.
-pub(super) fn says_cluster(reply: Result<Value, RedisError>) -> bool {
-    reply
-        .and_then(|v| ::redis::from_redis_value::<String>(&v))
-        .is_ok_and(|s| s.lines().any(|l| l.trim() == "cluster_enabled:1"))
-}
-
-/// The `host:port` of every node in a `CLUSTER NODES` reply that is not marked failed or
-/// without address.
-fn known_nodes(nodes: &str) -> Vec<(String, u16)> {
-    nodes
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_ascii_whitespace();
-            let (addr, flags) = (fields.nth(1)?, fields.next()?);
-            if flags
-                .split(',')
-                .any(|f| matches!(f, "fail" | "fail?" | "noaddr" | "handshake"))
-            {
-                return None;
-            }
-            // `ip:port@cport[,hostname]`
-            let addr = addr.split(['@', ',']).next()?;
-            let (host, port) = addr.rsplit_once(':')?;
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            Some((host.to_owned(), port.parse().ok()?))
-        })
-        .collect()
-}
-
-impl<A> Builder<A> {
-    /// The cluster client: seeded with the URL, the [`seed_nodes`](Builder::seed_nodes), then
-    /// the nodes of `nodes` (a `CLUSTER NODES` reply), with the builder's timeouts. Few
-    /// retries and short waits between them, so that a redirection is followed but a failing
-    /// node costs a request little more than one timeout (redis-rs' default waits start at
-    /// 1.28 s).
-    pub(super) fn cluster_client(&self, nodes: &str) -> Result<ClusterClient, BackendError> {
-        let first = self
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(BackendError::from_redis)?;
-        let mut seeds = vec![first.clone()];
-        for url in &self.seeds {
-            seeds.push(
-                url.as_str()
-                    .into_connection_info()
-                    .map_err(BackendError::from_redis)?,
-            );
-        }
-        for (h, p) in known_nodes(nodes) {
-            let mut info = first.clone();
-            match &mut info.addr {
-                ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-                    (*host, *port) = (h, p);
-                }
-                _ => continue,
-            }
-            if !seeds.iter().any(|s| s.addr == info.addr) {
-                seeds.push(info);
-            }
-        }
-        ClusterClientBuilder::new(seeds)
-            .connection_timeout(self.connect_timeout)
-            .response_timeout(self.io_timeout)
-            .retries(CLUSTER_RETRIES)
-            .min_retry_wait(5)
-            .max_retry_wait(50)
-            .build()
-            .map_err(BackendError::from_redis)
-    }
-}
-
-/// Retries of a cluster request (redirections, reconnects, `TRYAGAIN`).
-const CLUSTER_RETRIES: u32 = 3;
-
-/// `prefix{escaped key}`: the Redis key of a client key (see the module docs).
-pub(super) fn redis_key(prefix: &str, key: &str) -> String {
-    let mut k = String::with_capacity(prefix.len() + key.len() + 2);
-    k.push_str(prefix);
-    k.push('{');
-    escape(key, &mut k);
-    k.push('}');
-    k
-}
-
-/// Appends `key` with `%` as `%25` and `}` as `%7D`, and the empty key as a lone `%` (which
-/// escaping never yields): injective, and the hash tag is never empty (an empty `{}` would
-/// hash the whole key instead).
-fn escape(key: &str, out: &mut String) {
-    if key.is_empty() {
-        out.push('%');
-        return;
-    }
-    for c in key.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            '}' => out.push_str("%7D"),
-            c => out.push(c),
-        }
-    }
-}
-
-pub(super) fn is_noscript(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
-}
-
-/// `NOSCRIPT`, as a standalone connection returns it (a reply) or a cluster connection (an
-/// error).
-pub(super) fn is_noscript_result(r: &Result<Value, RedisError>) -> bool {
-    match r {
-        Ok(v) => is_noscript(v),
-        Err(e) => e.kind() == ErrorKind::NoScriptError,
-    }
-}
-
-/// The requests of a pipelined batch that got `NOSCRIPT` (after a `SCRIPT FLUSH`): they were
-/// not run. Their indices in the batch.
-pub(super) fn noscript_indices(values: &[Value]) -> Vec<usize> {
-    (0..values.len())
-        .filter(|&i| is_noscript(&values[i]))
-        .collect()
-}
-
-impl At {
-    /// The scripts' time unit for this request, in nanoseconds.
-    pub(super) fn unit_ns(self) -> f64 {
-        match self {
-            At::Server => 1e3,
-            At::Explicit(_) => 1.0,
-        }
-    }
-}
-
-/// Builds the [`Decision`] from one algorithm's reply (a leaf of the script); times in units
-/// of `unit_ns` nanoseconds.
-/// Server errors were taken out by [`Core::decode`].
-pub(super) fn decision(v: Value, unit_ns: f64) -> Result<Decision, BackendError> {
-    let bad = || BackendError::Reply(format!("{v:?}"));
-    let Value::Array(items) = &v else {
-        return Err(bad());
-    };
-    let [allowed, retry, remaining, reset, rate] = items.as_slice() else {
-        return Err(bad());
-    };
-    let allowed = matches!(allowed, Value::Int(1));
-    let field = |x: &Value| -> Result<Option<f64>, BackendError> {
-        match x {
-            Value::BulkString(b) if b.is_empty() => Ok(None),
-            Value::BulkString(b) => std::str::from_utf8(b)
-                .ok()
-                .and_then(|s| s.parse::<f64>().ok())
-                .map(Some)
-                .ok_or_else(bad),
-            _ => Err(bad()),
-        }
-    };
-    // Rounded up: a retry_after from µs arithmetic stays honest in ns. `as` saturates.
-    let ns = |x: f64| (x * unit_ns).ceil() as u64;
-    let mut d = if allowed {
-        Decision::allowed()
-    } else {
-        Decision::denied(field(retry)?.map_or(0, ns))
-    };
-    if let Some(r) = field(remaining)? {
-        d = d.with_remaining(r as u64);
-    }
-    if let Some(r) = field(reset)? {
-        d = d.with_reset_after(ns(r));
-    }
-    if let Some(r) = field(rate)? {
-        d = d.with_rate(r);
-    }
-    Ok(d)
 }
