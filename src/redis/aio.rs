@@ -1,9 +1,11 @@
 //! The async client (feature `redis-async`, tokio): [`AsyncRedisLimiter`].
 
-use super::client::{At, ClientCore};
+use super::client::{client_accessors, At, ClientCore};
 use super::connection::{cluster_nodes_cmd, info_cluster_cmd, says_cluster, Target};
 use super::replies::{is_noscript_result, noscript_indices};
-use super::{BackendError, Builder, FailMode, RedisAlgorithm};
+#[cfg(doc)]
+use super::FailMode;
+use super::{BackendError, Builder, RedisAlgorithm};
 use crate::decision::Decision;
 use crate::error::CostError;
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -134,44 +136,7 @@ impl<A: RedisAlgorithm> Builder<A> {
 }
 
 impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
-    /// The algorithm.
-    pub fn algorithm(&self) -> &A {
-        &self.core.config.algo
-    }
-
-    /// The fail mode.
-    pub fn fail_mode(&self) -> FailMode {
-        self.core.config.fail_mode
-    }
-
-    /// The Redis key that holds `key`'s state: `prefix{escaped key}` (see the module docs).
-    pub fn redis_key(&self, key: &str) -> String {
-        self.core.redis_key(key)
-    }
-
-    /// Whether this limiter talks to a Redis Cluster (detected at
-    /// [`build_async`](Builder::build_async), or asked for with
-    /// [`seed_nodes`](Builder::seed_nodes)).
-    pub fn is_cluster(&self) -> bool {
-        self.target.is_cluster()
-    }
-
-    /// Requests sent to Redis so far (each a round trip; a pipelined batch counts once).
-    pub fn round_trips(&self) -> u64 {
-        self.core.round_trips()
-    }
-
-    /// Outages ([`BackendError::is_outage`]) that [`check`](AsyncRedisLimiter::check) and
-    /// [`check_n`](AsyncRedisLimiter::check_n) answered with the [`FailMode`].
-    pub fn failures(&self) -> u64 {
-        self.core.failures()
-    }
-
-    /// Errors that are not outages that [`check`](AsyncRedisLimiter::check) and
-    /// [`check_n`](AsyncRedisLimiter::check_n) answered with a denial.
-    pub fn errors(&self) -> u64 {
-        self.core.errors()
-    }
+    client_accessors!(build_async);
 
     /// Decides a request of cost 1; on an outage, answers the [`FailMode`]; on another backend
     /// error, a denial.

@@ -1,6 +1,6 @@
 //! The sync client: [`RedisLimiter`].
 
-use super::client::{At, ClientCore};
+use super::client::{client_accessors, At, ClientCore};
 use super::connection::{Con, ConnSlot, Target};
 use super::replies::{is_noscript_result, noscript_indices};
 use super::{BackendError, Builder, RedisAlgorithm};
@@ -48,44 +48,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.core.config.clone().build()
     }
 
-    /// The algorithm.
-    pub fn algorithm(&self) -> &A {
-        &self.core.config.algo
-    }
-
-    /// The fail mode.
-    pub fn fail_mode(&self) -> super::FailMode {
-        self.core.config.fail_mode
-    }
-
-    /// The Redis key that holds `key`'s state: `prefix{escaped key}` (see the module docs).
-    pub fn redis_key(&self, key: &str) -> String {
-        self.core.redis_key(key)
-    }
-
-    /// Whether this limiter talks to a Redis Cluster (detected at [`build`](Builder::build),
-    /// or asked for with [`seed_nodes`](Builder::seed_nodes)).
-    pub fn is_cluster(&self) -> bool {
-        self.target.is_cluster()
-    }
-
-    /// Requests sent to Redis so far (each a round trip; a pipelined batch counts once).
-    pub fn round_trips(&self) -> u64 {
-        self.core.round_trips()
-    }
-
-    /// Outages ([`BackendError::is_outage`]) that [`check`](RedisLimiter::check) and the
-    /// other fail-mode methods answered with the [`FailMode`].
-    pub fn failures(&self) -> u64 {
-        self.core.failures()
-    }
-
-    /// Errors that are not outages (a script error, a wrong type, a misrouted command, a bad
-    /// reply) that [`check`](RedisLimiter::check) and the other fail-mode methods answered
-    /// with a denial.
-    pub fn errors(&self) -> u64 {
-        self.core.errors()
-    }
+    client_accessors!(build);
 
     /// Decides a request of cost 1; on an outage, answers the [`FailMode`]; on any other
     /// backend error, a denial (see [`check_n`](RedisLimiter::check_n)).

@@ -289,3 +289,55 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         self.pipeline(sha, &again)
     }
 }
+
+/// The accessors both clients have, written once (each client holds `core: ClientCore<A>`
+/// and `target: Target`); `$build` names its builder's method, for the docs.
+macro_rules! client_accessors {
+    ($build:ident) => {
+        /// The algorithm.
+        pub fn algorithm(&self) -> &A {
+            &self.core.config.algo
+        }
+
+        /// The fail mode.
+        pub fn fail_mode(&self) -> super::FailMode {
+            self.core.config.fail_mode
+        }
+
+        /// The Redis key that holds `key`'s state: `prefix{escaped key}` (see the module docs).
+        pub fn redis_key(&self, key: &str) -> String {
+            self.core.redis_key(key)
+        }
+
+        #[doc = concat!(
+                            "Whether this limiter talks to a Redis Cluster (detected at [`",
+                            stringify!($build),
+                            "`](super::Builder::",
+                            stringify!($build),
+                            "), or asked for with [`seed_nodes`](super::Builder::seed_nodes))."
+                        )]
+        pub fn is_cluster(&self) -> bool {
+            self.target.is_cluster()
+        }
+
+        /// Requests sent to Redis so far (each a round trip; a pipelined batch counts once).
+        pub fn round_trips(&self) -> u64 {
+            self.core.round_trips()
+        }
+
+        /// Outages ([`BackendError::is_outage`](super::BackendError::is_outage)) that
+        /// [`check`](Self::check) and the other fail-mode methods answered with the
+        /// [`FailMode`](super::FailMode).
+        pub fn failures(&self) -> u64 {
+            self.core.failures()
+        }
+
+        /// Errors that are not outages (a script error, a wrong type, a misrouted command, a
+        /// bad reply) that [`check`](Self::check) and the other fail-mode methods answered
+        /// with a denial.
+        pub fn errors(&self) -> u64 {
+            self.core.errors()
+        }
+    };
+}
+pub(super) use client_accessors;
