@@ -39,9 +39,10 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use clap::Parser;
 use hotlimit::algo::Gcra;
+use hotlimit::headers::{AdvertisedQuota, Draft, Mode};
 use hotlimit::tower::{
-    AdvertisedQuota, Draft, ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Mode,
-    PeerIp, RateLimitLayer, ShadowDecision,
+    ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, PeerIp, RateLimitLayer,
+    ShadowDecision,
 };
 use hotlimit::{AsyncRateLimiter, CasLimiter, Rate};
 use http::request::Parts;

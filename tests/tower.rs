@@ -8,9 +8,10 @@ use axum::extract::ConnectInfo;
 use axum::routing::get;
 use axum::{Extension, Router};
 use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
+use hotlimit::headers::{AdvertisedQuota, Mode, QuotaPolicy};
 use hotlimit::tower::{
-    AdvertisedQuota, ForwardedIp, HeaderKey, KeyExtractor, MissingKey, Mode, OversizedKey, PeerIp,
-    QuotaPolicy, RateLimitLayer, ShadowDecision,
+    ForwardedIp, HeaderKey, KeyExtractor, MissingKey, OversizedKey, PeerIp, RateLimitLayer,
+    ShadowDecision,
 };
 use hotlimit::{
     AsyncRateLimiter, CasLimiter, CostError, Decision, LimiterError, ManualClock, MutexLimiter,
@@ -1086,7 +1087,7 @@ async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
 /// allowed and denied responses, with the legacy fields as plain integers.
 #[tokio::test]
 async fn every_drafts_fields_follow_its_grammar() {
-    use hotlimit::tower::Draft;
+    use hotlimit::headers::Draft;
     for draft in [Draft::Ietf07, Draft::Ietf09, Draft::Ietf10] {
         let clock = ManualClock::new();
         let layer = RateLimitLayer::builder(

@@ -136,9 +136,10 @@ pub use extract::{ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Or
 pub use layer::{Pending, RateLimit, RateLimitLayer, ResponseFuture};
 pub use options::{Builder, MissingKey, OversizedKey, Report, ShadowDecision};
 
-/// The layer's headers, modes and policies: [`crate::headers`]'s, re-exported here for the
-/// layer's users.
-pub use crate::headers::{AdvertisedQuota, Draft, InvalidPolicyName, Mode, QuotaPolicy};
+// The layer's headers, modes and policies are `crate::headers`' own, with one path each.
+#[cfg(doc)]
+use crate::headers::QuotaPolicy;
+use crate::headers::{AdvertisedQuota, Mode};
 
 #[cfg(doc)]
 use crate::Decision;

@@ -124,7 +124,7 @@ pub(super) struct Shared<L: ?Sized, X, C> {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::FixedWindow, tower::{ForwardedIp, MissingKey, Mode, RateLimitLayer}, CasLimiter};
+/// use hotlimit::{algo::FixedWindow, headers::Mode, tower::{ForwardedIp, MissingKey, RateLimitLayer}, CasLimiter};
 /// use std::{sync::{atomic::{AtomicU64, Ordering}, Arc}, time::Duration};
 ///
 /// let limiter = Arc::new(CasLimiter::<String, _>::new(FixedWindow::new(100, Duration::from_secs(60))?));
