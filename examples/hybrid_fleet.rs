@@ -119,7 +119,7 @@ fn table(title: &str, run: &Run, keys: &[u32]) {
                 c.exact,
                 c.ratio(),
                 100.0 * c.wrongly_denied_share(),
-                100.0 * c.wrongly_allowed as f64 / c.requests.max(1) as f64,
+                100.0 * c.wrongly_allowed_share(),
                 lag(a).as_secs_f64() * 1e3,
                 calls_per_key_interval(run, a),
                 total(a, "degraded"),

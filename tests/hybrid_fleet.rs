@@ -70,7 +70,7 @@ fn report(run: &Run, a: &AlgoRun, c: &Comparison) {
         c.exact,
         c.ratio(),
         100.0 * c.wrongly_denied_share(),
-        100.0 * c.wrongly_allowed as f64 / c.requests.max(1) as f64,
+        100.0 * c.wrongly_allowed_share(),
         lag(a),
         total(a, "degraded"),
         calls_per_key_interval(run, a),

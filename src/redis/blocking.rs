@@ -157,7 +157,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let mut guard = self.conn.lock();
         let result = self.pipelined(&mut guard, requests);
         if result.as_ref().is_err_and(BackendError::drops_connection) {
-            guard.con = None;
+            guard.drop_connection();
         }
         result
     }
@@ -169,7 +169,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let mut guard = self.conn.lock();
         let result = self.eval_one(&mut guard, key, cost, at, write);
         if result.as_ref().is_err_and(BackendError::drops_connection) {
-            guard.con = None;
+            guard.drop_connection();
         }
         drop(guard);
         let d = result?;
@@ -274,7 +274,7 @@ impl<A: RedisAlgorithm> Builder<A> {
             match limiter.reload(con) {
                 Ok(_) => {}
                 Err(e) => {
-                    slot.con = None;
+                    slot.drop_connection();
                     return Err(e);
                 }
             }

@@ -175,7 +175,7 @@ impl Con {
 /// The connection, if open, and until when not to try opening one.
 #[derive(Default)]
 pub(super) struct ConnSlot {
-    pub(super) con: Option<Con>,
+    con: Option<Con>,
     down_until: Option<Instant>,
 }
 

@@ -477,6 +477,9 @@ impl Comparison {
     pub fn wrongly_denied_share(&self) -> f64 {
         self.wrongly_denied as f64 / self.requests.max(1) as f64
     }
+    pub fn wrongly_allowed_share(&self) -> f64 {
+        self.wrongly_allowed as f64 / self.requests.max(1) as f64
+    }
 }
 
 /// The comparison over the requests for which `keep(key)` holds.
