@@ -10,7 +10,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
-use hotlimit::{Algorithm, Rate};
+use hotlimit::{algo::Algorithm, Rate};
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -16,7 +16,8 @@ use common::{gcra, rss_bytes};
 use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
 use hotlimit::{
-    algo::Gcra, Algorithm, CasLimiter, Clock, CoarseClock, CompactLimiter, QuantaClock,
+    algo::{Algorithm, Gcra},
+    CasLimiter, Clock, CoarseClock, CompactLimiter, QuantaClock,
 };
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;

@@ -17,8 +17,9 @@ use common::rss_bytes;
 use hdrhistogram::Histogram;
 use hotlimit::store::Variant;
 use hotlimit::{
-    algo::Gcra, Cas, Clock, CompactLimiter, KeyedLimiter, Locked, ManualClock, QuantaClock,
-    RateLimiter,
+    algo::Gcra,
+    store::{Cas, Locked},
+    Clock, CompactLimiter, KeyedLimiter, ManualClock, QuantaClock, RateLimiter,
 };
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};

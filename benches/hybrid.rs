@@ -33,7 +33,7 @@ fn keys(n: usize) -> (Vec<String>, Vec<usize>) {
 fn pair<A>(c: &mut Criterion, url: &str, name: &str, algo: A)
 where
     A: HybridAlgorithm + Copy,
-    hotlimit::Cas: hotlimit::store::Variant<A>,
+    hotlimit::store::Cas: hotlimit::store::Variant<A>,
 {
     for n in [1, 10_000] {
         let (names, seq) = keys(n);

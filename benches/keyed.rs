@@ -12,10 +12,10 @@
 mod common;
 
 use common::gcra;
+use common::sharded::ShardedLimiter;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
-use hotlimit::baseline::ShardedLimiter;
 use hotlimit::{
     algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, MutexLimiter, QuantaClock,
 };

@@ -62,8 +62,10 @@ use hotlimit::algo::{
 };
 use hotlimit::store::{CompactVariant, DEFAULT_MAX_KEYS};
 use hotlimit::{
-    Algorithm, Cas, CasLimiter, CompactLimiter, ConfigError, Decision, Field, Hashed, Locked,
-    ManualClock, MutexLimiter, Policy, QuantaClock, Rate, RateLimiter,
+    algo::Algorithm,
+    store::{Cas, Hashed, Locked},
+    CasLimiter, CompactLimiter, ConfigError, Decision, Field, ManualClock, MutexLimiter, Policy,
+    QuantaClock, Rate, RateLimiter,
 };
 use std::fmt::Display;
 use std::io::{self, BufRead, BufWriter, Write};

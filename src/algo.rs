@@ -82,7 +82,7 @@ pub struct Step<S> {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, Algorithm};
+/// use hotlimit::{algo::{Gcra, Algorithm}};
 ///
 /// let gcra: Gcra = "10/s burst 5".parse()?;
 /// let mut state = gcra.fresh();
@@ -117,16 +117,14 @@ pub trait Algorithm: Send + Sync + 'static {
 
     /// A number that changes whenever the configuration does ([`Live`](crate::Live)); 0
     /// for fixed algorithms. A request that sees it change across its update re-fits the
-    /// state it wrote.
-    #[doc(hidden)]
+    /// state it wrote. An algorithm whose configuration never changes keeps this default.
     #[inline(always)]
     fn generation(&self) -> u64 {
         0
     }
 
     /// Fits `state` to the configuration now in force ([`Live`](crate::Live)); nothing for
-    /// fixed algorithms.
-    #[doc(hidden)]
+    /// fixed algorithms, which keep this default.
     #[inline(always)]
     fn refit(&self, _state: &mut Self::State, _now: u64) {}
 
@@ -167,7 +165,7 @@ pub trait Reconfigure: Algorithm + Copy {
 /// `(old state, now, cost) -> (new state, Decision)` form.
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, Algorithm};
+/// use hotlimit::{algo::{Gcra, Algorithm}};
 /// use hotlimit::algo::WordStep;
 ///
 /// let gcra: Gcra = "10/s burst 1".parse()?;

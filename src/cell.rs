@@ -18,9 +18,7 @@ use std::fmt;
 /// implemented for `u64` and `u128` only.
 pub trait AtomicWord: State + Copy + Eq {
     /// All ones: marks a cell being evicted. No algorithm stores it.
-    #[doc(hidden)]
     const TOMBSTONE: Self;
-    #[doc(hidden)]
     type Atomic: CasAtomic<Word = Self>;
 }
 
@@ -40,19 +38,13 @@ impl AtomicWord for u128 {
 /// sits where a store is chosen ([`Variant`](crate::Variant)). Sealed (private module).
 pub trait StateCells: State {
     /// The cell of the lock-free store: a CAS cell for words, a lock cell for the rest.
-    #[doc(hidden)]
     type CasCell: StateCell<Self>;
     /// The state as a lock keeps it: a word with its tombstone, any other state in an
     /// `Option` (`None` once dead), so no algorithm state carries a storage flag.
-    #[doc(hidden)]
     type Kept: Send + Sync + fmt::Debug;
-    #[doc(hidden)]
     fn keep(state: Self) -> Self::Kept;
-    #[doc(hidden)]
     fn dead() -> Self::Kept;
-    #[doc(hidden)]
     fn live(kept: &Self::Kept) -> Option<&Self>;
-    #[doc(hidden)]
     fn live_mut(kept: &mut Self::Kept) -> Option<&mut Self>;
 }
 
@@ -112,24 +104,19 @@ locked_cells!(LogState; BucketState; PairState<A, B>, <A, B>);
 /// The operations every cell offers the stores.
 pub trait StateCell<S>: Send + Sync + fmt::Debug {
     /// A cell holding `state`.
-    #[doc(hidden)]
     fn new(state: S) -> Self;
     /// Runs `f` on the state (a copy of the word, or the state under the lock) and keeps what
     /// it leaves; `None` if the cell is dead (evicted) and nothing ran. `f` may run more than
     /// once (a lost CAS race re-runs it on the word that won), so it must be pure.
-    #[doc(hidden)]
     fn update<T>(&self, stats: &Stats, f: impl FnMut(&mut S) -> T) -> Option<T>;
     /// Runs `f` on the state and writes the result back even if unchanged: a
     /// read-modify-write, so that any later update of the cell synchronizes with it (a live
     /// reconfiguration relies on it). `false` if the cell is dead.
-    #[doc(hidden)]
     fn rewrite(&self, f: impl FnMut(&mut S)) -> bool;
     /// Replaces the state with the tombstone if `doomed` holds for it; `true` if this call
     /// killed the cell.
-    #[doc(hidden)]
     fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool;
     /// Looks at the state; `None` if dead.
-    #[doc(hidden)]
     fn inspect<T>(&self, f: impl FnOnce(&S) -> T) -> Option<T>;
 }
 

@@ -30,9 +30,9 @@
 //!
 //! | limiter | keys | state per key | pick it when |
 //! |---|---|---|---|
-//! | [`CasLimiter`] | any `Hash + Eq` (looked up by borrow: `&str` for `String`) | a lock-free cell in a `papaya` map; grows, bounded by [`max_keys`](Builder::max_keys) | the default: any key, any number of keys |
+//! | [`CasLimiter`] | any `Hash + Eq` (looked up by borrow: `&str` for `String`) | a lock-free cell in a `papaya` map; grows, bounded by [`max_keys`](store::Builder::max_keys) | the default: any key, any number of keys |
 //! | [`MutexLimiter`] | the same | the same map, each state behind a mutex | to compare pessimistic locking on your workload |
-//! | [`CompactLimiter`] | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`] | inline in a fixed table (16 bytes a slot for 64-bit keys and one-word states), allocated at build | millions of keys, memory known up front |
+//! | [`CompactLimiter`] | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`](store::Hashed) | inline in a fixed table (16 bytes a slot for 64-bit keys and one-word states), allocated at build | millions of keys, memory known up front |
 //! | [`DirectLimiter`] | none (one global limit) | one cache-padded cell | a global cap |
 //!
 //! Every limiter offers the same operations under the same names: [`check`](KeyedLimiter::check)
@@ -47,7 +47,7 @@
 //! counters (and [`Metrics`] can feed the `metrics` crate, feature `metrics`). The keyed ones
 //! add [`sweep`](KeyedLimiter::sweep), [`len`](KeyedLimiter::len),
 //! [`max_keys`](KeyedLimiter::max_keys) and [`sweep_every`](KeyedLimiter::sweep_every). Each
-//! is made by `new` (default clock), `with_clock`, or `builder` (one [`Builder`] shape:
+//! is made by `new` (default clock), `with_clock`, or `builder` (one [`Builder`](store::Builder) shape:
 //! clock, metrics, and for keyed stores a capacity bound and a background sweeper). Code
 //! generic over limiters uses the [`RateLimiter`] trait, or [`AsyncRateLimiter`] to take the
 //! Redis backend's async client too (every `RateLimiter` is one, its future ready at once).
@@ -78,13 +78,13 @@
 //! too much.
 //!
 //! Keys whose state is back to fresh are dropped by [`KeyedLimiter::sweep`], by hand or by a
-//! background sweeper ([`Builder::sweep_every`]), without changing any decision; a capacity
-//! bound ([`Builder::max_keys`]) keeps memory bounded under floods of new keys.
+//! background sweeper ([`Builder::sweep_every`](store::Builder::sweep_every)), without changing any decision; a capacity
+//! bound ([`Builder::max_keys`](store::Builder::max_keys)) keeps memory bounded under floods of new keys.
 //!
-//! The rest of the surface sits in modules: [`algo`] (the algorithms, and their step
-//! machinery: [`algo::State`], [`algo::WordStep`], [`algo::Reconfigure`]), [`store`] (what
-//! the limiters' signatures name: variants, compact key types, sweep reports) and
-//! [`baseline`] (the sharded `Mutex<HashMap>` the benchmarks compare against).
+//! The rest of the surface sits in modules: [`algo`] (the algorithms, the [`algo::Algorithm`]
+//! trait and its step machinery: [`algo::State`], [`algo::WordStep`], [`algo::Reconfigure`])
+//! and [`store`] (what the limiters' signatures name: the builder, variants, compact key
+//! types, sweep reports).
 //!
 //! # Algorithms
 //!
@@ -102,7 +102,7 @@
 //! further). [`Policy::Strict`]: every request counts, so a client that keeps hammering stays
 //! locked out until it slows down.
 //!
-//! Every algorithm is a pure state machine, [`Algorithm::update`] (in place) or
+//! Every algorithm is a pure state machine, [`Algorithm::update`](algo::Algorithm::update) (in place) or
 //! [`algo::WordStep::step`] (by value, for word states), usable on its own. Algorithms name
 //! no storage: how a store keeps each state is the store's business.
 //!
@@ -144,12 +144,14 @@
 //!   kept (a word with its tombstone, any other state in an `Option`), and the eviction
 //!   protocol they share.
 //! * `shared.rs`: the store core every limiter shares (cost check, counting, waits,
-//!   reservations, live switches, metrics, the sweeper's start) and the one [`Builder`].
+//!   reservations, live switches, metrics, the sweeper's start) and the one
+//!   [`Builder`](store::Builder).
 //! * `keyed.rs`, `compact/` (key types, table, slots), `direct.rs`: the limiters, each only
-//!   its own table; `limiter.rs`: the [`RateLimiter`] trait and the [`Cas`] / [`Locked`]
+//!   its own table; `limiter.rs`: the [`RateLimiter`] trait and the [`Cas`](store::Cas) / [`Locked`](store::Locked)
 //!   variants; `sweeper.rs`: capacity cuts and the background sweeper thread; `live.rs`:
-//!   [`Live`]; `baseline.rs`: the sharded baseline; `loom.rs`: the loom models of the private
-//!   parts.
+//!   [`Live`]; `loom.rs`: the loom models of the private parts. The sharded
+//!   `Mutex<HashMap>` the benchmarks compare against is not in the library:
+//!   `benches/common/sharded.rs`, on the public API.
 //! * `docs/DESIGN.md`: the algorithms with their formulas, the concurrency contract, the
 //!   eviction protocol and the compact table's design; tests and fuzz targets cite its
 //!   sections.
@@ -160,7 +162,6 @@
 //! |---|---|---|
 //! | [`algo`] | | the algorithms and their step machinery |
 //! | [`store`] | | what the limiters' signatures name: variants, compact key types, sweep reports |
-//! | [`baseline`] | | the sharded `Mutex<HashMap>` the benchmarks compare against |
 #![cfg_attr(
     feature = "http",
     doc = "| [`headers`] | `http` | rate-limit response headers (IETF drafts, legacy), for any server or proxy |"
@@ -192,7 +193,6 @@
 #![forbid(unsafe_code)]
 
 pub mod algo;
-pub mod baseline;
 mod cell;
 mod clock;
 mod compact;
@@ -212,17 +212,15 @@ mod sweeper;
 mod sync;
 mod wait;
 
-pub use algo::Algorithm;
 pub use clock::{Clock, CoarseClock, ManualClock, QuantaClock};
-pub use compact::{CompactLimiter, Hashed};
+pub use compact::CompactLimiter;
 pub use config::Rate;
 pub use decision::{Decision, Policy};
 pub use direct::DirectLimiter;
 pub use error::{ConfigError, CostError, Field};
 pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
-pub use limiter::{AsyncRateLimiter, Cas, LimiterError, Locked, RateLimiter, Started};
+pub use limiter::{AsyncRateLimiter, RateLimiter};
 pub use live::Live;
-pub use shared::Builder;
 pub use stats::Metrics;
 pub use wait::Jitter;
 

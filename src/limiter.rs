@@ -2,7 +2,7 @@
 //! and the two ways of keeping a key's state ([`Cas`] and [`Locked`]).
 
 use crate::algo::Algorithm;
-use crate::cell::{LockCell, StateCell, StateCells};
+use crate::cell::{LockCell, StateCells};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::sweeper::SweepReport;
@@ -56,6 +56,71 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// enforces the capacity bound if one is set.
     fn sweep(&self) -> SweepReport;
 }
+
+/// Implements [`RateLimiter`] for a limiter by its inherent methods of the same names, so each
+/// operation is written once, as an inherent method (callers need no trait import) that the
+/// trait forwards to. `stateless` for a limiter that holds no keys itself (Redis holds them):
+/// `len` 0, `sweep` nothing.
+macro_rules! rate_limiter_by_inherent {
+    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { keys }) => {
+        $crate::limiter::rate_limiter_by_inherent!(@impl [$(#[$attr])*] [$($gen)*] $q, $ty, [$($($bound)*)?], {
+            fn len(&self) -> usize {
+                <$ty>::len(self)
+            }
+
+            fn sweep(&self) -> $crate::store::SweepReport {
+                <$ty>::sweep(self)
+            }
+        });
+    };
+    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { stateless }) => {
+        $crate::limiter::rate_limiter_by_inherent!(@impl [$(#[$attr])*] [$($gen)*] $q, $ty, [$($($bound)*)?], {
+            /// 0: the keys are held by the backend, not here.
+            fn len(&self) -> usize {
+                0
+            }
+
+            /// Nothing to sweep: the backend expires each key when its state is fresh again.
+            fn sweep(&self) -> $crate::store::SweepReport {
+                $crate::store::SweepReport::default()
+            }
+        });
+    };
+    (@impl [$($attr:tt)*] [$($gen:tt)*] $q:ty, $ty:ty, [$($bound:tt)*], { $($keys:tt)* }) => {
+        $($attr)*
+        impl<$($gen)*> $crate::limiter::RateLimiter<$q> for $ty
+        where
+            $($bound)*
+        {
+            #[inline]
+            fn check_n(&self, key: &$q, cost: u64) -> Result<$crate::Decision, $crate::CostError> {
+                <$ty>::check_n(self, key, cost)
+            }
+
+            #[inline]
+            fn check(&self, key: &$q) -> $crate::Decision {
+                <$ty>::check(self, key)
+            }
+
+            #[inline]
+            fn peek_n(&self, key: &$q, cost: u64) -> Result<$crate::Decision, $crate::CostError> {
+                <$ty>::peek_n(self, key, cost)
+            }
+
+            #[inline]
+            fn peek(&self, key: &$q) -> $crate::Decision {
+                <$ty>::peek(self, key)
+            }
+
+            fn until_ready_blocking(&self, key: &$q) -> $crate::Decision {
+                <$ty>::until_ready_blocking(self, key)
+            }
+
+            $($keys)*
+        }
+    };
+}
+pub(crate) use rate_limiter_by_inherent;
 
 /// A limiter whose decision may need I/O (a round trip to a shared store), so it is a
 /// future: what `hotlimit::tower::RateLimitLayer` is generic over.
@@ -169,7 +234,14 @@ impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> AsyncRateLimiter<Q> for L {
 }
 
 pub(crate) mod sealed {
-    pub trait Sealed {}
+    use crate::algo::Algorithm;
+    use crate::cell::StateCell;
+
+    /// The per-key cell of a [`Variant`](super::Variant): the crate's own cells only.
+    pub trait VariantCell<A: Algorithm> {
+        /// The per-key cell.
+        type Cell: StateCell<A::State>;
+    }
 }
 
 /// How a [`KeyedLimiter`](crate::KeyedLimiter) or [`DirectLimiter`](crate::DirectLimiter)
@@ -179,7 +251,7 @@ pub(crate) mod sealed {
 /// code generic over the algorithm states the store it builds as a bound on the variant:
 ///
 /// ```
-/// use hotlimit::{store::Variant, Algorithm, Cas, CasLimiter, ManualClock};
+/// use hotlimit::{store::{Variant, Cas}, CasLimiter, ManualClock, algo::Algorithm};
 ///
 /// fn first_two<A: Algorithm>(algo: A) -> [bool; 2]
 /// where
@@ -191,11 +263,7 @@ pub(crate) mod sealed {
 /// assert_eq!(first_two("1/s".parse::<hotlimit::algo::Gcra>()?), [true, false]);
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
-pub trait Variant<A: Algorithm>: sealed::Sealed + Send + Sync + 'static {
-    /// The per-key cell.
-    #[doc(hidden)]
-    type Cell: StateCell<A::State>;
-}
+pub trait Variant<A: Algorithm>: sealed::VariantCell<A> + Send + Sync + 'static {}
 
 /// Optimistic: a word state is updated by compare-and-swap, no lock. (States that are not
 /// words, the sliding log and the sub-window counters, take a per-key lock even here.)
@@ -207,17 +275,17 @@ pub enum Cas {}
 #[derive(Debug, Clone, Copy)]
 pub enum Locked {}
 
-impl sealed::Sealed for Cas {}
-impl sealed::Sealed for Locked {}
+impl<A: Algorithm> Variant<A> for Cas where A::State: StateCells {}
+impl<A: Algorithm> Variant<A> for Locked where A::State: StateCells {}
 
-impl<A: Algorithm> Variant<A> for Cas
+impl<A: Algorithm> sealed::VariantCell<A> for Cas
 where
     A::State: StateCells,
 {
     type Cell = <A::State as StateCells>::CasCell;
 }
 
-impl<A: Algorithm> Variant<A> for Locked
+impl<A: Algorithm> sealed::VariantCell<A> for Locked
 where
     A::State: StateCells,
 {
@@ -228,7 +296,7 @@ where
 mod tests {
     use super::*;
     use crate::algo::Gcra;
-    use crate::{CasLimiter, CompactLimiter, Hashed, ManualClock, MutexLimiter};
+    use crate::{store::Hashed, CasLimiter, CompactLimiter, ManualClock, MutexLimiter};
     use std::pin::pin;
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake, Waker};

@@ -23,9 +23,9 @@ mod cells {
     type Cell = Arc<CasCell<u64>>;
 
     /// The key's entry in the map: its current cell, if any.
-    struct Slot(Mutex<Option<Cell>>);
+    struct MapEntry(Mutex<Option<Cell>>);
 
-    impl Slot {
+    impl MapEntry {
         fn get_or_insert(&self, fresh: u64) -> Cell {
             let mut slot = self.0.lock().unwrap();
             slot.get_or_insert_with(|| Arc::new(StateCell::new(fresh)))
@@ -46,7 +46,7 @@ mod cells {
     }
 
     /// A request: `Shared::decide`. Returns whether it was allowed.
-    fn check(slot: &Slot, g: &Gcra, now: u64, stats: &Stats) -> bool {
+    fn check(slot: &MapEntry, g: &Gcra, now: u64, stats: &Stats) -> bool {
         loop {
             let cell = slot.get_or_insert(g.fresh());
             let allowed = cell.update(stats, |w| g.update(w, now, 1).is_allowed());
@@ -58,7 +58,7 @@ mod cells {
     }
 
     /// One key's share of a sweep: `Shared::sweep`.
-    fn sweep(slot: &Slot, g: &Gcra, now: u64) {
+    fn sweep(slot: &MapEntry, g: &Gcra, now: u64) {
         if let Some(cell) = slot.get() {
             if cell.kill_if(|w| g.idle_at(w) <= now) {
                 slot.remove_if_same(&cell);
@@ -74,7 +74,7 @@ mod cells {
             let g = "100/s burst 1".parse::<Gcra>().unwrap().with_policy(policy);
             let now = 1_000_000_000;
             // Last request long ago: tat in the past, so the key is idle.
-            let slot = Arc::new(Slot(Mutex::new(Some(Arc::new(StateCell::new(5u64))))));
+            let slot = Arc::new(MapEntry(Mutex::new(Some(Arc::new(StateCell::new(5u64))))));
             let stats = Arc::new(Stats::default());
             let requests: Vec<_> = (0..2)
                 .map(|_| {
@@ -125,7 +125,7 @@ mod compact {
     use crate::compact::CompactLimiter;
     use crate::decision::Policy;
     use crate::store::CompactVariant;
-    use crate::{Cas, Locked};
+    use crate::store::{Cas, Locked};
     use loom::sync::Arc;
     use loom::thread;
     use std::time::Duration;

@@ -16,7 +16,6 @@ struct Stripe {
 }
 
 /// Striped retry counters; each thread writes the stripe its id maps to.
-#[doc(hidden)]
 pub struct Stats {
     stripes: Box<[CachePadded<Stripe>]>,
 }
@@ -133,7 +132,7 @@ pub struct Metrics {
     /// writes are the allowed requests plus, under the strict policy, the denied ones (a leaky
     /// denial writes nothing).
     ///
-    /// [`Locked`]: crate::Locked
+    /// [`Locked`]: crate::store::Locked
     pub cas_retries: u64,
     /// Sweeps run.
     pub sweeps: u64,

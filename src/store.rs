@@ -1,11 +1,13 @@
 //! The parts the limiters' signatures name: [`Builder`], the one builder shape of every
-//! limiter; the [`Variant`] and [`CompactVariant`] of a store; the key types of the compact
-//! store; what a sweep reports. The limiters themselves are at the crate root.
+//! limiter; how a store keeps each key's state ([`Cas`] or [`Locked`], through [`Variant`] and
+//! [`CompactVariant`]); the key types of the compact store ([`Hashed`], [`CompactKey`]); what
+//! a sweep reports; and the plumbing of [`AsyncRateLimiter`](crate::AsyncRateLimiter)
+//! ([`Started`], [`LimiterError`]). The limiters themselves are at the crate root.
 
 pub use crate::compact::{
-    CompactKey, CompactState, CompactVariant, KeyRepr, ProbeStats, Slot, DEFAULT_MAX_KEYS,
+    CompactKey, CompactState, CompactVariant, Hashed, KeyRepr, ProbeStats, DEFAULT_MAX_KEYS,
 };
 pub use crate::keyed::Pinned;
-pub use crate::limiter::Variant;
+pub use crate::limiter::{Cas, LimiterError, Locked, Started, Variant};
 pub use crate::shared::{Builder, KeyedStore};
 pub use crate::sweeper::{SweepReport, SweepTotals};

@@ -7,8 +7,8 @@ use hotlimit::algo::WordStep;
 use hotlimit::algo::{AllOf, Earrrl, Gcra, SlidingLog};
 use hotlimit::store::Variant;
 use hotlimit::{
-    Algorithm, CasLimiter, Clock, DirectLimiter, Jitter, KeyedLimiter, Live, Locked, ManualClock,
-    MutexLimiter, Policy, Rate,
+    algo::Algorithm, store::Locked, CasLimiter, Clock, DirectLimiter, Jitter, KeyedLimiter, Live,
+    ManualClock, MutexLimiter, Policy, Rate,
 };
 use proptest::prelude::*;
 use std::future::Future;
@@ -337,7 +337,7 @@ fn reconfiguration_under_load<V: Variant<Live<Gcra>>>() {
 
 #[test]
 fn reconfiguration_under_load_keeps_every_key_and_fits_its_state() {
-    reconfiguration_under_load::<hotlimit::Cas>();
+    reconfiguration_under_load::<hotlimit::store::Cas>();
     reconfiguration_under_load::<Locked>();
 }
 
@@ -417,7 +417,7 @@ fn metrics_equal_decisions<V: Variant<Gcra>>() {
 
 #[test]
 fn metrics_totals_equal_the_decisions_returned() {
-    metrics_equal_decisions::<hotlimit::Cas>();
+    metrics_equal_decisions::<hotlimit::store::Cas>();
     metrics_equal_decisions::<Locked>();
     // Off by default: decisions are not counted, the rest is.
     let l = CasLimiter::<u64, _>::with_clock("1/s".parse::<Gcra>().unwrap(), ManualClock::new());
@@ -479,7 +479,7 @@ fn until_ready_on<V: Variant<Gcra>>() {
 
 #[test]
 fn until_ready_waits_exactly_the_honest_time() {
-    until_ready_on::<hotlimit::Cas>();
+    until_ready_on::<hotlimit::store::Cas>();
     until_ready_on::<Locked>();
     let clock = ManualClock::new();
     let d = DirectLimiter::<_>::with_clock("2/s burst 1".parse::<Gcra>().unwrap(), clock.clone());
@@ -535,7 +535,7 @@ fn concurrent_waiters_never_over_admit() {
         assert_eq!(m.allowed, THREADS as u64 * 200);
         assert!(m.allowed <= gcra_bound(&g, clock.now()));
     }
-    run::<hotlimit::Cas>();
+    run::<hotlimit::store::Cas>();
     run::<Locked>();
 }
 

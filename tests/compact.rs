@@ -6,7 +6,10 @@
 mod common;
 
 use hotlimit::algo::Gcra;
-use hotlimit::{CasLimiter, CompactLimiter, Decision, Hashed, Locked, ManualClock, Policy};
+use hotlimit::{
+    store::{Hashed, Locked},
+    CasLimiter, CompactLimiter, Decision, ManualClock, Policy,
+};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
@@ -183,7 +186,7 @@ fn flood<V: hotlimit::store::CompactVariant<Gcra>>() {
 
 #[test]
 fn capacity_bound_holds_under_a_flood() {
-    flood::<hotlimit::Cas>();
+    flood::<hotlimit::store::Cas>();
     flood::<Locked>();
 }
 
@@ -348,6 +351,6 @@ fn first_sight_races<V: hotlimit::store::CompactVariant<Gcra>>() {
 
 #[test]
 fn first_sight_races_never_duplicate_a_key() {
-    first_sight_races::<hotlimit::Cas>();
+    first_sight_races::<hotlimit::store::Cas>();
     first_sight_races::<Locked>();
 }

@@ -9,7 +9,9 @@
 
 use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, WordStep};
 use hotlimit::store::Variant;
-use hotlimit::{Algorithm, DirectLimiter, Locked, ManualClock, Policy, QuantaClock, Rate};
+use hotlimit::{
+    algo::Algorithm, store::Locked, DirectLimiter, ManualClock, Policy, QuantaClock, Rate,
+};
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
@@ -53,7 +55,7 @@ fn gcra_leaky_two_threads_two_requests_each() {
     loom::model(|| {
         // Burst 3 of 4 requests: exactly 3 admitted, tat = 3T, next retry after T.
         assert_eq!(
-            run::<_, hotlimit::Cas>(gcra(3, Policy::Leaky), 2, 2),
+            run::<_, hotlimit::store::Cas>(gcra(3, Policy::Leaky), 2, 2),
             (3, T)
         );
     });
@@ -63,7 +65,7 @@ fn gcra_leaky_two_threads_two_requests_each() {
 fn gcra_leaky_three_threads() {
     loom::model(|| {
         assert_eq!(
-            run::<_, hotlimit::Cas>(gcra(2, Policy::Leaky), 3, 1),
+            run::<_, hotlimit::store::Cas>(gcra(2, Policy::Leaky), 3, 1),
             (2, T)
         );
     });
@@ -75,7 +77,7 @@ fn gcra_strict_counts_every_request_once() {
         // Burst 1, 4 requests: 1 admitted; strict stores all 4 (tat = 4T). The fifth, probing
         // request is stored too (tat' = 5T), so its honest wait is tat' + T − B·T = 5T.
         assert_eq!(
-            run::<_, hotlimit::Cas>(gcra(1, Policy::Strict), 2, 2),
+            run::<_, hotlimit::store::Cas>(gcra(1, Policy::Strict), 2, 2),
             (1, 5 * T)
         );
     });
@@ -96,7 +98,7 @@ fn earrrl_strict_two_threads() {
     assert_eq!(allowed, 2);
     loom::model(move || {
         // The retry-after of the probe pins the final word: bit-identical float arithmetic.
-        assert_eq!(run::<_, hotlimit::Cas>(e, 2, 2), (allowed, retry));
+        assert_eq!(run::<_, hotlimit::store::Cas>(e, 2, 2), (allowed, retry));
     });
 }
 
@@ -113,7 +115,7 @@ fn exponential_two_word_state() {
     let retry = x.peek(&s, 0, 1).retry_after_nanos();
     assert_eq!(allowed, 3, "a burst at one instant: floor(L / cost)");
     loom::model(move || {
-        assert_eq!(run::<_, hotlimit::Cas>(x, 2, 2), (allowed, retry));
+        assert_eq!(run::<_, hotlimit::store::Cas>(x, 2, 2), (allowed, retry));
     });
 }
 
@@ -129,7 +131,7 @@ fn fixed_window_packed_word() {
     loom::model(|| {
         // 3 per 60 s at t = 0: 3 of 4 admitted; the probe waits for the window's end.
         let w = FixedWindow::new(3, Duration::from_secs(60)).unwrap();
-        assert_eq!(run::<_, hotlimit::Cas>(w, 2, 2), (3, 60_000_000_000));
+        assert_eq!(run::<_, hotlimit::store::Cas>(w, 2, 2), (3, 60_000_000_000));
     });
 }
 
@@ -139,7 +141,10 @@ fn sliding_log_behind_its_per_key_lock() {
         // The log is no word: even the lock-free store keeps it behind a lock. 2 of 3 admitted;
         // the probe waits until the t = 0 entries leave the 10 s window.
         let log = SlidingLog::new(2, Duration::from_secs(10)).unwrap();
-        assert_eq!(run::<_, hotlimit::Cas>(log, 3, 1), (2, 10_000_000_000));
+        assert_eq!(
+            run::<_, hotlimit::store::Cas>(log, 3, 1),
+            (2, 10_000_000_000)
+        );
     });
 }
 

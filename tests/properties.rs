@@ -5,7 +5,7 @@
 
 use hotlimit::algo::{parse_duration, WordStep};
 use hotlimit::algo::{Earrrl, EarrrlPair, Exponential, Gcra};
-use hotlimit::{Algorithm, ConfigError, Decision, Policy, Rate};
+use hotlimit::{algo::Algorithm, ConfigError, Decision, Policy, Rate};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use std::f64::consts::LN_2;

@@ -7,7 +7,7 @@ use hotlimit::algo::{
     SubWindow,
 };
 use hotlimit::redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter, MIN_EXPLICIT_TTL};
-use hotlimit::{Algorithm, CasLimiter, CostError, Decision, ManualClock, Policy, Rate};
+use hotlimit::{algo::Algorithm, CasLimiter, CostError, Decision, ManualClock, Policy, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
@@ -53,7 +53,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
     same: impl Fn(usize, &Decision, &Decision),
 ) -> (usize, usize)
 where
-    hotlimit::Cas: hotlimit::store::Variant<A>,
+    hotlimit::store::Cas: hotlimit::store::Variant<A>,
 {
     let clock = ManualClock::new();
     let mem = CasLimiter::<String, _>::with_clock(algo.clone(), clock.clone());

@@ -8,7 +8,7 @@ use hotlimit::algo::{
     SubWindow,
 };
 use hotlimit::redis::{FailMode, RedisAlgorithm, RedisLimiter};
-use hotlimit::{Algorithm, CasLimiter, Decision, ManualClock, Policy, Rate};
+use hotlimit::{algo::Algorithm, CasLimiter, Decision, ManualClock, Policy, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
@@ -195,7 +195,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
     same: impl Fn(usize, &Decision, &Decision),
 ) -> (usize, usize)
 where
-    hotlimit::Cas: hotlimit::store::Variant<A>,
+    hotlimit::store::Cas: hotlimit::store::Variant<A>,
 {
     let keys = keys(40);
     let clock = ManualClock::new();

@@ -9,7 +9,7 @@ use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, Reservation, SlidingLog, SlidingWindow, SubWindow,
     CLOCK_MAX,
 };
-use hotlimit::{Algorithm, CasLimiter, Clock, ConfigError, Field, ManualClock, Policy, Rate};
+use hotlimit::{algo::Algorithm, CasLimiter, Clock, ConfigError, Field, ManualClock, Policy, Rate};
 use std::time::Duration;
 
 /// 1. GCRA at a clock of u64::MAX: the clamp of `tat` below the tombstone made `tat' − now`

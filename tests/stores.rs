@@ -10,12 +10,13 @@
 //! differently, does not compile. The generic tests then assert that every store gives the
 //! same exact answers.
 
+use hotlimit::algo::Algorithm;
 use hotlimit::algo::{Gcra, Reservation};
 use hotlimit::store::SweepReport;
-use hotlimit::Algorithm;
 use hotlimit::{
-    Cas, CasLimiter, Clock, CompactLimiter, ConfigError, CostError, Decision, DirectLimiter,
-    Jitter, Live, Locked, ManualClock, Metrics, MutexLimiter,
+    store::{Cas, Locked},
+    CasLimiter, Clock, CompactLimiter, ConfigError, CostError, Decision, DirectLimiter, Jitter,
+    Live, ManualClock, Metrics, MutexLimiter,
 };
 use std::future::Future;
 use std::time::Duration;

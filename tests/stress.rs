@@ -109,7 +109,7 @@ fn moving_clock_totals_equal_sequential_replay() {
 
 #[test]
 fn direct_limiter_totals_under_threads() {
-    use hotlimit::{algo::Gcra, DirectLimiter, Locked};
+    use hotlimit::{algo::Gcra, store::Locked, DirectLimiter};
     let gcra: Gcra = "100/s burst 20".parse().unwrap();
     let cas = DirectLimiter::<_>::with_clock(gcra, ManualClock::new());
     let mutex = DirectLimiter::<_, _, Locked>::with_clock(gcra, ManualClock::new());

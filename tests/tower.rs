@@ -14,8 +14,8 @@ use hotlimit::tower::{
     ShadowDecision,
 };
 use hotlimit::{
-    AsyncRateLimiter, CasLimiter, CostError, Decision, LimiterError, ManualClock, MutexLimiter,
-    RateLimiter,
+    store::LimiterError, AsyncRateLimiter, CasLimiter, CostError, Decision, ManualClock,
+    MutexLimiter, RateLimiter,
 };
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};

@@ -2,7 +2,7 @@
 
 use hotlimit::algo::WordStep;
 use hotlimit::algo::{Earrrl, EarrrlPair, Exponential, Gcra};
-use hotlimit::{Algorithm, Decision, Policy, Rate};
+use hotlimit::{algo::Algorithm, Decision, Policy, Rate};
 use std::time::Duration;
 
 const MS: u64 = 1_000_000;

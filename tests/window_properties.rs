@@ -11,7 +11,7 @@
 //! they stay small; everything else is summed from scratch.
 
 use hotlimit::algo::{Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow};
-use hotlimit::{Algorithm, Policy};
+use hotlimit::{algo::Algorithm, Policy};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use std::time::Duration;

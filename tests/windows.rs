@@ -14,7 +14,7 @@
 //!   traffic; under the strict policy it accounts for the denied request having been counted.
 
 use hotlimit::algo::{Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow};
-use hotlimit::{Algorithm, ConfigError, Field, Policy};
+use hotlimit::{algo::Algorithm, ConfigError, Field, Policy};
 use std::fmt::Debug;
 use std::time::Duration;
 

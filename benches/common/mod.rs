@@ -14,5 +14,8 @@ pub fn gcra() -> Gcra {
 #[path = "../../tests/common/flood.rs"]
 pub mod flood;
 
+/// The sharded `Mutex<HashMap>` baseline.
+pub mod sharded;
+
 #[allow(unused_imports)] // not every bench measures memory
 pub use flood::rss_bytes;

@@ -3,22 +3,27 @@
 //! and runs it in process; `main.rs` is the command-line wrapper (see its docs for the options
 //! and the output).
 
+/// The sharded `Mutex<HashMap>` baseline, shared with the benches.
+#[path = "../../benches/common/sharded.rs"]
+#[allow(dead_code)] // the load test uses a part
+mod sharded;
 use clap::{Parser, ValueEnum};
 use governor::Quota;
 use hdrhistogram::Histogram;
 use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow, DEFAULT_BUCKETS,
 };
-use hotlimit::baseline::ShardedLimiter;
 use hotlimit::store::{CompactVariant, Variant};
 use hotlimit::{
-    Algorithm, Cas, CasLimiter, Clock, CoarseClock, CompactLimiter, Locked, MutexLimiter,
-    QuantaClock, Rate,
+    algo::Algorithm,
+    store::{Cas, Locked},
+    CasLimiter, Clock, CoarseClock, CompactLimiter, MutexLimiter, QuantaClock, Rate,
 };
 use rand::distr::Distribution;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::Zipf;
+use sharded::ShardedLimiter;
 use std::ffi::OsString;
 use std::fmt;
 use std::hint::black_box;

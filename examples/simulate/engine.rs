@@ -13,7 +13,7 @@ use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow, DEFAULT_BUCKETS,
 };
 use hotlimit::store::Variant;
-use hotlimit::{Algorithm, Cas, CasLimiter, ManualClock, Rate};
+use hotlimit::{algo::Algorithm, store::Cas, CasLimiter, ManualClock, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::Exp;

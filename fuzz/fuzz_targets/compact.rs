@@ -16,7 +16,7 @@
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Gcra, SlidingLog, CLOCK_MAX};
 use hotlimit::store::CompactVariant;
-use hotlimit::{Algorithm, Cas, Clock, CompactLimiter, Locked, ManualClock};
+use hotlimit::{Clock, CompactLimiter, ManualClock, algo::Algorithm, store::{Cas, Locked}};
 use hotlimit_fuzz::{
     earrrl_unit, expected, exponential_unit, gcra_unit, window_unit, EarrrlCfg, ExpCfg, GcraCfg,
     Span, WindowCfg,

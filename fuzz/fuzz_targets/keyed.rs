@@ -18,7 +18,7 @@
 use arbitrary::Arbitrary;
 use hotlimit::algo::{AllOf, Gcra, CLOCK_MAX};
 use hotlimit::store::Variant;
-use hotlimit::{Algorithm, Cas, CasLimiter, Clock, Locked, ManualClock, MutexLimiter};
+use hotlimit::{CasLimiter, Clock, ManualClock, MutexLimiter, algo::Algorithm, store::{Cas, Locked}};
 use hotlimit_fuzz::{
     earrrl_unit, expected, exponential_unit, gcra_unit, EarrrlCfg, ExpCfg, GcraCfg, Span,
 };

@@ -15,7 +15,7 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow};
-use hotlimit::{Algorithm, Decision};
+use hotlimit::{Decision, algo::Algorithm};
 use hotlimit_fuzz::{drive, window_unit, RateKind, Req, Start, WindowCfg};
 use libfuzzer_sys::fuzz_target;
 use std::collections::{HashMap, VecDeque};

@@ -7,7 +7,7 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Earrrl, Exponential, Gcra, CLOCK_MAX};
-use hotlimit::{Algorithm, CostError, Decision, Policy, Rate};
+use hotlimit::{CostError, Decision, Policy, Rate, algo::Algorithm};
 use std::time::Duration;
 
 /// A float: a ratio `n / (d + 1)` or raw bits.

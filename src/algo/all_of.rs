@@ -67,14 +67,14 @@ impl<A, B> AllOf<A, B> {
 }
 
 /// How two states are kept as one: packed into a `u128` word when both are `u64` words, a
-/// [`PairState`] otherwise. Implemented for every pair of the crate's states. Sealed in
-/// practice: its methods are hidden and the state types are the crate's.
+/// [`PairState`] otherwise. Implemented for every pair of the crate's states (which are
+/// sealed, so no other impl can exist).
 pub trait Pair<B>: Sized {
     /// The combined state.
     type Both: State;
-    #[doc(hidden)]
+    /// The two states as one.
     fn join(a: Self, b: B) -> Self::Both;
-    #[doc(hidden)]
+    /// The two states back from one.
     fn parts(both: &Self::Both) -> (Self, B);
 }
 

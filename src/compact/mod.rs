@@ -7,14 +7,14 @@ mod slot;
 pub(crate) mod table;
 
 pub use key::{CompactKey, Hashed};
-pub use slot::{CompactState, CompactVariant, KeyRepr, Slot};
+pub use slot::{CompactState, CompactVariant, KeyRepr};
 pub use table::{ProbeStats, DEFAULT_MAX_KEYS};
 
 use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{ConfigError, CostError};
-use crate::limiter::{Cas, RateLimiter};
+use crate::limiter::{rate_limiter_by_inherent, Cas};
 use crate::live::Live;
 use crate::shared::{sealed, Builder, KeyedStore, Options};
 use crate::stats::Metrics;
@@ -398,44 +398,10 @@ where
     }
 }
 
-impl<K, A, C, V> RateLimiter<K::Lookup> for CompactLimiter<K, A, C, V>
-where
-    K: CompactKey,
-    A: Algorithm,
-    C: Clock,
-    V: CompactVariant<A>,
-{
-    #[inline]
-    fn check_n(&self, key: &K::Lookup, cost: u64) -> Result<Decision, CostError> {
-        CompactLimiter::check_n(self, key, cost)
-    }
-
-    #[inline]
-    fn check(&self, key: &K::Lookup) -> Decision {
-        CompactLimiter::check(self, key)
-    }
-
-    #[inline]
-    fn peek_n(&self, key: &K::Lookup, cost: u64) -> Result<Decision, CostError> {
-        CompactLimiter::peek_n(self, key, cost)
-    }
-
-    #[inline]
-    fn peek(&self, key: &K::Lookup) -> Decision {
-        CompactLimiter::peek(self, key)
-    }
-
-    fn until_ready_blocking(&self, key: &K::Lookup) -> Decision {
-        CompactLimiter::until_ready_blocking(self, key)
-    }
-
-    fn len(&self) -> usize {
-        CompactLimiter::len(self)
-    }
-
-    fn sweep(&self) -> SweepReport {
-        CompactLimiter::sweep(self)
-    }
+rate_limiter_by_inherent! {
+    impl[K, A, C, V] RateLimiter<K::Lookup> for CompactLimiter<K, A, C, V>
+    where [K: CompactKey, A: Algorithm, C: Clock, V: CompactVariant<A>]
+    { keys }
 }
 
 impl<K, A, C, V> fmt::Debug for CompactLimiter<K, A, C, V>

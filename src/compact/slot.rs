@@ -10,72 +10,98 @@ use crate::sync::{cas_loop, Atomic128, AtomicU64, CasAtomic, Mutex, Ordering, Ro
 use std::fmt;
 use std::hash::Hash;
 
-/// A key's inline form in a slot: `u64` or `u128`. Sealed (private module).
-pub trait KeyRepr: Copy + Eq + Hash + Default + Send + Sync + fmt::Debug + 'static {
-    /// The lock-free slot for this key form holding a 64-bit state word.
-    #[doc(hidden)]
-    type WordSlot: Slot<Self, u64>;
+/// The slot types behind the public traits of this module, sealed: a caller can name the
+/// traits in bounds but neither implement them nor reach the slots.
+pub(crate) mod sealed {
+    use super::{KeyRepr, TableSlot};
+    use crate::algo::Algorithm;
+
+    /// The lock-free slot for a key form holding a 64-bit state word.
+    pub trait ReprSlot: Sized {
+        /// The slot.
+        type WordSlot: TableSlot<Self, u64>;
+    }
+
+    /// The slot of the lock-free ([`Cas`](crate::store::Cas)) variant for a state type.
+    pub trait StateSlot: Sized {
+        /// The slot, for keys of form `R`.
+        type CasSlot<R: KeyRepr>: TableSlot<R, Self>;
+    }
+
+    /// The slot of a variant for an algorithm's state.
+    pub trait VariantSlot<A: Algorithm> {
+        /// The slot, for keys of form `R`.
+        type Slot<R: KeyRepr>: TableSlot<R, A::State>;
+    }
 }
 
+use sealed::{ReprSlot, StateSlot, VariantSlot};
+
+/// A key's inline form in a slot: `u64` or `u128`. Sealed.
+pub trait KeyRepr:
+    ReprSlot + Copy + Eq + Hash + Default + Send + Sync + fmt::Debug + 'static
+{
+}
+
+impl KeyRepr for u64 {}
+impl KeyRepr for u128 {}
+
 /// 64-bit keys get the lock-free pair slot.
-impl KeyRepr for u64 {
+impl ReprSlot for u64 {
     type WordSlot = PairSlot;
 }
 
 /// A 128-bit key and a 64-bit state do not fit one double-width CAS (and loom has no 128-bit
 /// atomic to model a versioned design with), so they take the lock slot.
-impl KeyRepr for u128 {
+impl ReprSlot for u128 {
     type WordSlot = LockSlot<u128, u64>;
 }
 
-/// Which slot the lock-free ([`Cas`](crate::Cas)) compact store uses for a state: implemented
+/// Which slot the lock-free ([`Cas`](crate::store::Cas)) compact store uses for a state: implemented
 /// here for every state type of `algo`, bound where the compact store is chosen
 /// ([`CompactVariant`](crate::store::CompactVariant)). Sealed (private module).
-pub trait CompactState: StateCells {
-    /// The slot of the [`Cas`](crate::Cas) variant for keys of form `R`.
-    #[doc(hidden)]
-    type CasSlot<R: KeyRepr>: Slot<R, Self>;
-}
+pub trait CompactState: StateCells + StateSlot {}
 
-impl CompactState for u64 {
+impl<S: StateCells + StateSlot> CompactState for S {}
+
+impl StateSlot for u64 {
     type CasSlot<R: KeyRepr> = R::WordSlot;
 }
 
 /// A u128 state and its key need up to 256 bits: no single CAS covers them, so a lock slot.
-impl CompactState for u128 {
+impl StateSlot for u128 {
     type CasSlot<R: KeyRepr> = LockSlot<R, u128>;
 }
 
-impl CompactState for crate::algo::LogState {
+impl StateSlot for crate::algo::LogState {
     type CasSlot<R: KeyRepr> = LockSlot<R, Self>;
 }
 
-impl CompactState for crate::algo::BucketState {
+impl StateSlot for crate::algo::BucketState {
     type CasSlot<R: KeyRepr> = LockSlot<R, Self>;
 }
 
 /// Two quotas' states that do not pack into one word ([`AllOf`](crate::algo::AllOf)).
-impl<A: crate::algo::State, B: crate::algo::State> CompactState for crate::algo::PairState<A, B> {
+impl<A: crate::algo::State, B: crate::algo::State> StateSlot for crate::algo::PairState<A, B> {
     type CasSlot<R: KeyRepr> = LockSlot<R, Self>;
 }
 
 /// How the compact store keeps each key's state for a [`Variant`]: the slot type. Sealed;
 /// implemented for [`Cas`] (a lock-free pair slot for 64-bit keys and 64-bit states, a lock
 /// slot otherwise) and [`Locked`] (always a lock slot).
-pub trait CompactVariant<A: Algorithm>: Variant<A> {
-    /// The slot for keys of form `R`.
-    #[doc(hidden)]
-    type Slot<R: KeyRepr>: Slot<R, A::State>;
-}
+pub trait CompactVariant<A: Algorithm>: Variant<A> + VariantSlot<A> {}
 
-impl<A: Algorithm> CompactVariant<A> for Cas
+impl<A: Algorithm> CompactVariant<A> for Cas where A::State: CompactState {}
+impl<A: Algorithm> CompactVariant<A> for Locked where A::State: CompactState {}
+
+impl<A: Algorithm> VariantSlot<A> for Cas
 where
     A::State: CompactState,
 {
-    type Slot<R: KeyRepr> = <A::State as CompactState>::CasSlot<R>;
+    type Slot<R: KeyRepr> = <A::State as StateSlot>::CasSlot<R>;
 }
 
-impl<A: Algorithm> CompactVariant<A> for Locked
+impl<A: Algorithm> VariantSlot<A> for Locked
 where
     A::State: CompactState,
 {
@@ -84,15 +110,13 @@ where
 
 /// What every slot offers the table. A slot is free (its state is the tombstone) or holds one
 /// key's live state.
-pub trait Slot<R, S>: Send + Sync + fmt::Debug + Sized {
+pub trait TableSlot<R, S>: Send + Sync + fmt::Debug + Sized {
     /// A free slot.
-    #[doc(hidden)]
     fn empty() -> Self;
     /// Runs `f` on the state if the slot holds `key` live, keeping what it leaves; `None` if
     /// it does not (or stopped doing so before `f`'s result could be installed). `f` may run
     /// more than once (a lost CAS race re-runs it on the word that won), so it must be pure.
     /// `fp` is `key`'s fingerprint (odd).
-    #[doc(hidden)]
     fn try_update<T>(
         &self,
         key: R,
@@ -103,24 +127,18 @@ pub trait Slot<R, S>: Send + Sync + fmt::Debug + Sized {
     /// Runs `fit` on the state if the slot holds `key` live and writes the result back even
     /// if unchanged (a read-modify-write, which a live reconfiguration relies on, as
     /// [`StateCell::rewrite`](crate::cell::StateCell::rewrite)); `false` if it does not.
-    #[doc(hidden)]
     fn rewrite(&self, key: R, fp: u64, fit: &dyn Fn(&mut S)) -> bool;
     /// Whether the slot holds `key` live (exact: verified under the lock for a lock slot).
-    #[doc(hidden)]
     fn holds(&self, key: R, fp: u64) -> bool;
-    /// Whether the slot looks free (a hint for the insert path; [`claim`](Slot::claim) is
+    /// Whether the slot looks free (a hint for the insert path; [`claim`](TableSlot::claim) is
     /// the authority).
-    #[doc(hidden)]
     fn looks_free(&self) -> bool;
     /// Installs `key` with `fresh` if the slot is free; `true` on success.
-    #[doc(hidden)]
     fn claim(&self, key: R, fp: u64, fresh: S) -> bool;
     /// Frees the slot if it is live and `doomed` holds for its state; `true` if this call freed
     /// it. A concurrent update makes the attempt fail and `doomed` is asked about the winner.
-    #[doc(hidden)]
     fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool;
     /// Looks at the key and state; `None` if free.
-    #[doc(hidden)]
     fn inspect<T>(&self, f: impl FnOnce(R, &S) -> T) -> Option<T>;
 }
 
@@ -173,7 +191,7 @@ impl fmt::Debug for PairSlot {
     }
 }
 
-impl Slot<u64, u64> for PairSlot {
+impl TableSlot<u64, u64> for PairSlot {
     fn empty() -> Self {
         Self {
             word: Atomic128::new(pack(0, TOMB)),
@@ -275,7 +293,7 @@ impl Slot<u64, u64> for PairSlot {
 }
 
 /// A slot whose key and state sit behind a mutex: the compact store's slot for the
-/// [`Locked`](crate::Locked) variant, for states that are not 64-bit words, and for 128-bit
+/// [`Locked`](crate::store::Locked) variant, for states that are not 64-bit words, and for 128-bit
 /// keys. The same per-key lock as [`LockCell`](crate::cell::LockCell), inline in the table.
 ///
 /// `hint` lets look-ups skip slots without locking them: the key's fingerprint (odd) while
@@ -311,7 +329,7 @@ impl<R: KeyRepr, S: StateCells> LockSlot<R, S> {
     }
 }
 
-impl<R, S> Slot<R, S> for LockSlot<R, S>
+impl<R, S> TableSlot<R, S> for LockSlot<R, S>
 where
     R: KeyRepr,
     S: StateCells,

@@ -3,7 +3,7 @@
 //! table").
 
 use super::key::CompactKey;
-use super::slot::{AtomicU8, CompactVariant, Slot};
+use super::slot::{sealed::VariantSlot, AtomicU8, CompactVariant, TableSlot};
 use crate::algo::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -26,7 +26,7 @@ pub(crate) const SLOTS_PER_LINE: usize = 4;
 /// nearly full.
 pub(crate) const WINDOW_LINES: usize = 128;
 
-/// The `max_keys` of a compact limiter built without [`Builder::max_keys`](crate::Builder::max_keys).
+/// The `max_keys` of a compact limiter built without [`Builder::max_keys`](crate::store::Builder::max_keys).
 pub const DEFAULT_MAX_KEYS: usize = 65_536;
 
 /// Home-line lock stripes for inserts (cache-padded: 64 KiB).
@@ -36,7 +36,7 @@ const STRIPES: usize = 1024;
 #[repr(align(64))]
 struct Line<T>([T; SLOTS_PER_LINE]);
 
-pub(crate) type SlotOf<K, A, V> = <V as CompactVariant<A>>::Slot<<K as CompactKey>::Repr>;
+pub(crate) type SlotOf<K, A, V> = <V as VariantSlot<A>>::Slot<<K as CompactKey>::Repr>;
 
 /// Everything the requests and the sweeper thread share: the table and the store core.
 pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: CompactVariant<A>> {
@@ -135,7 +135,7 @@ where
             ..*options
         };
         Ok(Self {
-            lines: filled(lines, || Line(std::array::from_fn(|_| Slot::empty())))?,
+            lines: filled(lines, || Line(std::array::from_fn(|_| TableSlot::empty())))?,
             reach: filled(lines, || AtomicU8::new(0))?,
             stripes: filled(STRIPES.min(lines), || CachePadded::new(Mutex::new(())))?,
             window: WINDOW_LINES.min(lines),

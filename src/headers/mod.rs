@@ -85,7 +85,7 @@ pub use quota::{AdvertisedQuota, InvalidPolicyName, QuotaPolicy};
 pub(crate) use render::Fields;
 #[cfg(feature = "tower")]
 pub(crate) use verdict::Action;
-pub use verdict::{Field, RateLimitHeaders, Verdict};
+pub use verdict::{HeaderField, RateLimitHeaders, Verdict};
 
 #[cfg(doc)]
 use crate::decision::Decision;

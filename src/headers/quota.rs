@@ -398,7 +398,8 @@ mod tests {
         );
         let keyed = KeyedLimiter::<String, Gcra>::with_clock(g, ManualClock::new());
         assert_eq!(keyed.advertised_quota(), want);
-        let compact = CompactLimiter::<crate::Hashed<str>, Gcra>::with_clock(g, ManualClock::new());
+        let compact =
+            CompactLimiter::<crate::store::Hashed<str>, Gcra>::with_clock(g, ManualClock::new());
         assert_eq!(compact.advertised_quota(), want);
     }
 }

@@ -226,14 +226,14 @@ impl Verdict {
     }
 
     /// The header fields, for a response type other than [`HeaderMap`] (pingora's
-    /// `ResponseHeader`, say): append those whose [`Field::list`] is set, insert the others,
+    /// `ResponseHeader`, say): append those whose [`HeaderField::list`] is set, insert the others,
     /// as [`Verdict::apply`] does.
-    pub fn fields(&self) -> impl Iterator<Item = Field> {
-        let mut out: [Option<Field>; 6] = Default::default();
+    pub fn fields(&self) -> impl Iterator<Item = HeaderField> {
+        let mut out: [Option<HeaderField>; 6] = Default::default();
         if let Some(fields) = &self.fields {
             let mut at = 0;
             fields.render(|name, value, list| {
-                out[at] = Some(Field { name, value, list });
+                out[at] = Some(HeaderField { name, value, list });
                 at += 1;
             });
         }
@@ -243,7 +243,7 @@ impl Verdict {
 
 /// One header field of a [`Verdict`], from [`Verdict::fields`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Field {
+pub struct HeaderField {
     /// The field's name.
     pub name: HeaderName,
     /// Its value.

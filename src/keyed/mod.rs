@@ -10,7 +10,7 @@ use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{ConfigError, CostError};
-use crate::limiter::{Cas, Locked, RateLimiter, Variant};
+use crate::limiter::{rate_limiter_by_inherent, Cas, Locked, Variant};
 use crate::live::Live;
 use crate::shared::{sealed, Builder, Core, KeyedStore, Options};
 use crate::stats::Metrics;
@@ -620,26 +620,8 @@ where
         let now = self.core.sweep_now();
         let guard = self.map.guard();
         let mut report = SweepReport::default();
-        // `retain` removes in place as it walks the table: no second hash and probe per
-        // evicted key, as `remove_if` would cost. It may ask about one key twice if the key
-        // changed meanwhile; a cell killed the first time is dead the second, so it is
-        // removed, not counted again.
-        self.map.retain(
-            |key, cell| {
-                report.scanned += 1;
-                if self.core.signal.stopping() {
-                    return true;
-                }
-                let Some(killed) =
-                    self.judge(key, cell, |state| self.core.algo.idle_at(state) <= now)
-                else {
-                    return false;
-                };
-                report.evicted_idle += killed as u64;
-                !killed
-            },
-            &guard,
-        );
+        (report.scanned, report.evicted_idle) =
+            self.kill_pass(&guard, || move |idle_at| idle_at <= now);
         if let Some(max) = self.core.max_keys {
             let len = self.map.len();
             if len > max {
@@ -649,6 +631,38 @@ where
         report.elapsed = started.elapsed();
         self.core.totals.add(&report);
         report
+    }
+
+    /// One pass over the map killing the cells whose `idle_at` the verdict for that cell
+    /// condemns (`verdict` is asked once per cell, so a capacity cut can spread its ties);
+    /// the keys looked at and the keys killed. `retain` removes in place as it walks the
+    /// table: no second hash and probe per evicted key, as `remove_if` would cost. It may ask
+    /// about one key twice if the key changed meanwhile; a cell killed the first time is dead
+    /// the second, so it is removed, not counted again.
+    fn kill_pass<F: Fn(u64) -> bool>(
+        &self,
+        guard: &impl papaya::Guard,
+        mut verdict: impl FnMut() -> F,
+    ) -> (u64, u64) {
+        let (mut scanned, mut killed) = (0, 0);
+        self.map.retain(
+            |key, cell| {
+                scanned += 1;
+                if self.core.signal.stopping() {
+                    return true;
+                }
+                let doomed = verdict();
+                let Some(kill) =
+                    self.judge(key, cell, |state| doomed(self.core.algo.idle_at(state)))
+                else {
+                    return false;
+                };
+                killed += kill as u64;
+                !kill
+            },
+            guard,
+        );
+        (scanned, killed)
     }
 
     /// A sweep's verdict on one cell: whether it killed it, or `None` if the cell was already
@@ -695,66 +709,20 @@ where
         let Some(cut) = CapacityCut::new(&mut sample, excess, len as u64) else {
             return 0;
         };
-        let mut evicted = 0;
-        self.map.retain(
-            |key, cell| {
-                if self.core.signal.stopping() {
-                    return true;
-                }
-                let doomed = cut.judge();
-                let Some(killed) =
-                    self.judge(key, cell, |state| doomed(self.core.algo.idle_at(state)))
-                else {
-                    return false;
-                };
-                evicted += killed as u64;
-                !killed
-            },
-            guard,
-        );
-        evicted
+        self.kill_pass(guard, || cut.judge()).1
     }
 }
 
-impl<K, Q, A, C, V> RateLimiter<Q> for KeyedLimiter<K, A, C, V>
-where
-    K: Hash + Eq + Send + Sync + Borrow<Q>,
-    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    A: Algorithm,
-    C: Clock,
-    V: Variant<A>,
-{
-    #[inline]
-    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-        KeyedLimiter::check_n(self, key, cost)
-    }
-
-    #[inline]
-    fn check(&self, key: &Q) -> Decision {
-        KeyedLimiter::check(self, key)
-    }
-
-    #[inline]
-    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-        KeyedLimiter::peek_n(self, key, cost)
-    }
-
-    #[inline]
-    fn peek(&self, key: &Q) -> Decision {
-        KeyedLimiter::peek(self, key)
-    }
-
-    fn until_ready_blocking(&self, key: &Q) -> Decision {
-        KeyedLimiter::until_ready_blocking(self, key)
-    }
-
-    fn len(&self) -> usize {
-        KeyedLimiter::len(self)
-    }
-
-    fn sweep(&self) -> SweepReport {
-        KeyedLimiter::sweep(self)
-    }
+rate_limiter_by_inherent! {
+    impl[K, Q, A, C, V] RateLimiter<Q> for KeyedLimiter<K, A, C, V>
+    where [
+        K: Hash + Eq + Send + Sync + Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        A: Algorithm,
+        C: Clock,
+        V: Variant<A>,
+    ]
+    { keys }
 }
 
 impl<K: Hash + Eq, A: Algorithm + fmt::Debug, C: fmt::Debug, V: Variant<A>> fmt::Debug

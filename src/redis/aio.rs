@@ -5,7 +5,7 @@ use super::connection::{cluster_nodes_cmd, info_cluster_cmd, says_cluster, Targe
 use super::replies::{is_noscript_result, noscript_indices};
 #[cfg(doc)]
 use super::FailMode;
-use super::{BackendError, Builder, RedisAlgorithm};
+use super::{BackendError, RedisAlgorithm, RedisBuilder};
 use crate::decision::Decision;
 use crate::error::CostError;
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -26,7 +26,7 @@ use std::time::Instant;
 /// automatically, so share one limiter rather than opening one per task; cloning it is cheap
 /// and the clones share the connection, the local fast path and the counters. On a Redis
 /// Cluster, one cluster connection (a multiplexed connection per node) does the same. The
-/// response timeout is [`Builder::io_timeout`]. Needs a tokio runtime.
+/// response timeout is [`RedisBuilder::io_timeout`]. Needs a tokio runtime.
 ///
 /// It is an [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter) (its future applies the
 /// [`FailMode`], as [`check_n`](AsyncRedisLimiter::check_n) does), so the `tower` feature's
@@ -91,10 +91,10 @@ impl<A: fmt::Debug> fmt::Debug for AsyncRedisLimiter<A> {
     }
 }
 
-impl<A: RedisAlgorithm> Builder<A> {
-    /// [`build`](Builder::build) for the async client: opens the client, connects and loads
+impl<A: RedisAlgorithm> RedisBuilder<A> {
+    /// [`build`](RedisBuilder::build) for the async client: opens the client, connects and loads
     /// the script; a URL that names a Redis Cluster node gives a cluster client (see
-    /// [`Builder`]).
+    /// [`RedisBuilder`]).
     pub async fn build_async(self) -> Result<AsyncRedisLimiter<A>, BackendError> {
         let mut trips = 0;
         let (target, first) = if self.seeds.is_empty() {
@@ -327,7 +327,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
 }
 
 /// The standalone connection's configuration: the builder's timeouts.
-fn single_config<A>(config: &Builder<A>) -> AsyncConnectionConfig {
+fn single_config<A>(config: &RedisBuilder<A>) -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
         .set_connection_timeout(config.connect_timeout)
         .set_response_timeout(config.io_timeout)

@@ -2,11 +2,11 @@
 //! its parameters in the scripts' time unit, its keys, and the decoding of its reply.
 
 use super::{lua, BackendError};
+use crate::algo::Algorithm;
 use crate::algo::{
     AllOf, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
 };
 use crate::decision::{Decision, Policy};
-use crate::Algorithm;
 
 mod private {
     use super::BackendError;

@@ -3,7 +3,7 @@
 use super::client::{client_accessors, At, ClientCore};
 use super::connection::{Con, ConnSlot, Target};
 use super::replies::{is_noscript_result, noscript_indices};
-use super::{BackendError, Builder, RedisAlgorithm};
+use super::{BackendError, RedisAlgorithm, RedisBuilder};
 #[cfg(doc)]
 use super::{FailMode, MAX_EXPLICIT_NOW};
 use crate::decision::Decision;
@@ -33,8 +33,8 @@ impl<A: fmt::Debug> fmt::Debug for RedisLimiter<A> {
 impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// A builder for a limiter running `algo` on the server at `url`
     /// (`redis://host:port/db`).
-    pub fn builder(url: impl Into<String>, algo: A) -> Builder<A> {
-        Builder::new(url.into(), algo)
+    pub fn builder(url: impl Into<String>, algo: A) -> RedisBuilder<A> {
+        RedisBuilder::new(url.into(), algo)
     }
 
     /// A limiter with the default options ([`FailMode::Open`], prefix `hotlimit:`).
@@ -254,10 +254,10 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 }
 
-impl<A: RedisAlgorithm> Builder<A> {
+impl<A: RedisAlgorithm> RedisBuilder<A> {
     /// Opens the client, connects and loads the script: fails if the URL is invalid or the
     /// server cannot be reached now. A URL that names a Redis Cluster node gives a cluster
-    /// client (see [`Builder`]); on a cluster the script is loaded on every primary.
+    /// client (see [`RedisBuilder`]); on a cluster the script is loaded on every primary.
     pub fn build(self) -> Result<RedisLimiter<A>, BackendError> {
         let (target, slot, trips) = self.open_target()?;
         let limiter = RedisLimiter {

@@ -1,4 +1,4 @@
-//! The configuration: [`Builder`], from [`RedisLimiter::builder`].
+//! The configuration: [`RedisBuilder`], from [`RedisLimiter::builder`].
 
 #[cfg(doc)]
 use super::{BackendError, RedisLimiter};
@@ -8,13 +8,13 @@ use std::time::Duration;
 
 /// Configures a [`RedisLimiter`]; from [`RedisLimiter::builder`].
 ///
-/// **Redis Cluster**: [`build`](Builder::build) asks the server at the URL `INFO cluster`; if
+/// **Redis Cluster**: [`build`](RedisBuilder::build) asks the server at the URL `INFO cluster`; if
 /// it is a cluster node (`cluster_enabled:1`), the limiter becomes a cluster client seeded with
 /// that node and the nodes it knows (`CLUSTER NODES`), routing each key to its slot's primary.
-/// [`seed_nodes`](Builder::seed_nodes) names more seeds and makes the limiter a cluster client
+/// [`seed_nodes`](RedisBuilder::seed_nodes) names more seeds and makes the limiter a cluster client
 /// without asking.
 #[derive(Debug, Clone)]
-pub struct Builder<A> {
+pub struct RedisBuilder<A> {
     pub(super) url: String,
     pub(super) seeds: Vec<String>,
     pub(super) algo: A,
@@ -26,7 +26,7 @@ pub struct Builder<A> {
     pub(super) reconnect_after: Duration,
 }
 
-impl<A> Builder<A> {
+impl<A> RedisBuilder<A> {
     /// The connect and I/O timeouts.
     pub(super) fn timeouts(&self) -> (Duration, Duration) {
         (self.connect_timeout, self.io_timeout)
@@ -34,7 +34,7 @@ impl<A> Builder<A> {
 
     /// The defaults, for [`RedisLimiter::builder`].
     pub(super) fn new(url: String, algo: A) -> Self {
-        Builder {
+        RedisBuilder {
             url,
             seeds: Vec::new(),
             algo,
@@ -48,7 +48,7 @@ impl<A> Builder<A> {
     }
 }
 
-impl<A: RedisAlgorithm> Builder<A> {
+impl<A: RedisAlgorithm> RedisBuilder<A> {
     /// The prefix of every Redis key (default `hotlimit:`).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
@@ -99,7 +99,7 @@ impl<A: RedisAlgorithm> Builder<A> {
     }
 }
 
-impl<A: fmt::Debug> Builder<A> {
+impl<A: fmt::Debug> RedisBuilder<A> {
     pub(super) fn fmt_limiter(&self, f: &mut fmt::Formatter<'_>, name: &str) -> fmt::Result {
         f.debug_struct(name)
             .field("algo", &self.algo)

@@ -3,7 +3,7 @@
 use super::keys::redis_key;
 use super::local_deny::LocalDeny;
 use super::lua;
-use super::{BackendError, Builder, FailMode, RedisAlgorithm, MAX_EXPLICIT_NOW};
+use super::{BackendError, FailMode, RedisAlgorithm, RedisBuilder, MAX_EXPLICIT_NOW};
 use crate::decision::Decision;
 use crate::error::{check_cost, CostError};
 use ::redis::Value;
@@ -30,7 +30,7 @@ impl At {
 /// What the sync and async limiters share: the configuration, the script and its SHA1, the
 /// parameters, the local fast path and the counters. Everything but the connection.
 pub(super) struct ClientCore<A> {
-    pub(super) config: Builder<A>,
+    pub(super) config: RedisBuilder<A>,
     script: String,
     sha: Mutex<String>,
     /// ARGV 5.. in microseconds (server time) and in nanoseconds (explicit `now`).
@@ -45,7 +45,7 @@ pub(super) struct ClientCore<A> {
 }
 
 impl<A: RedisAlgorithm> ClientCore<A> {
-    pub(super) fn new(config: Builder<A>) -> Self {
+    pub(super) fn new(config: RedisBuilder<A>) -> Self {
         let mut script = lua::PRELUDE.replace(
             "EXPLICIT_TTL_MS",
             &super::MIN_EXPLICIT_TTL.as_millis().to_string(),
@@ -312,9 +312,9 @@ macro_rules! client_accessors {
         #[doc = concat!(
                             "Whether this limiter talks to a Redis Cluster (detected at [`",
                             stringify!($build),
-                            "`](super::Builder::",
+                            "`](super::RedisBuilder::",
                             stringify!($build),
-                            "), or asked for with [`seed_nodes`](super::Builder::seed_nodes))."
+                            "), or asked for with [`seed_nodes`](super::RedisBuilder::seed_nodes))."
                         )]
         pub fn is_cluster(&self) -> bool {
             self.target.is_cluster()

@@ -2,7 +2,7 @@
 //! the URL), opening them with the builder's timeouts, and the reconnecting slot that every
 //! client holds (a failed connect is not tried again for `reconnect_after`).
 
-use super::{BackendError, Builder};
+use super::{BackendError, RedisBuilder};
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
 use ::redis::{
     Client, Connection, ConnectionAddr, ConnectionLike, IntoConnectionInfo, RedisError, Value,
@@ -66,8 +66,8 @@ fn known_nodes(nodes: &str) -> Vec<(String, u16)> {
         .collect()
 }
 
-impl<A> Builder<A> {
-    /// The cluster client: seeded with the URL, the [`seed_nodes`](Builder::seed_nodes), then
+impl<A> RedisBuilder<A> {
+    /// The cluster client: seeded with the URL, the [`seed_nodes`](RedisBuilder::seed_nodes), then
     /// the nodes of `nodes` (a `CLUSTER NODES` reply), with the builder's timeouts. Few
     /// retries and short waits between them, so that a redirection is followed but a failing
     /// node costs a request little more than one timeout (redis-rs' default waits start at
@@ -112,7 +112,7 @@ impl<A> Builder<A> {
 /// Retries of a cluster request (redirections, reconnects, `TRYAGAIN`).
 const CLUSTER_RETRIES: u32 = 3;
 
-impl<A> Builder<A> {
+impl<A> RedisBuilder<A> {
     /// Where the connections go, asking the server at the URL `INFO cluster` (and, on a
     /// cluster node, `CLUSTER NODES` for seeds) unless seed nodes make it a cluster outright;
     /// with the connection that asked, kept for a single server, and the round trips made.
@@ -182,11 +182,11 @@ pub(super) struct ConnSlot {
 impl ConnSlot {
     /// The open connection, or a new one to `target` with `config`'s timeouts; after a
     /// failed connect, [`BackendError::Unavailable`] at once for
-    /// [`reconnect_after`](Builder::reconnect_after).
+    /// [`reconnect_after`](RedisBuilder::reconnect_after).
     pub(super) fn connection<A>(
         &mut self,
         target: &Target,
-        config: &Builder<A>,
+        config: &RedisBuilder<A>,
     ) -> Result<&mut Con, BackendError> {
         if self.con.is_none() {
             if self.down_until.is_some_and(|t| Instant::now() < t) {

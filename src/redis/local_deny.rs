@@ -1,5 +1,5 @@
 //! The local fast path of the Redis clients: keys denied recently, denied again without a
-//! round trip until their wait is over (`Builder::local_deny`).
+//! round trip until their wait is over (`RedisBuilder::local_deny`).
 
 use crate::decision::Decision;
 use parking_lot::Mutex;

@@ -59,7 +59,7 @@
 //! allowed request reads only the newest and the expired entries. An [`AllOf`] keeps each
 //! quota's state under its own key, `<key>:0` and `<key>:1` (nested further down). Each write
 //! sets `PX` to the time
-//! the algorithm's [`idle_at`](crate::Algorithm::idle_at) says the state becomes equivalent to a
+//! the algorithm's [`idle_at`](crate::algo::Algorithm::idle_at) says the state becomes equivalent to a
 //! fresh key (rounded up to a millisecond): expiry is lossless, never a fixed TTL that would
 //! forgive an abuser early. A leaky denial writes nothing. With explicit `now`, the expiry is
 //! that many milliseconds of the *real* clock from the write, and at least
@@ -77,16 +77,16 @@
 //!
 //! # Redis Cluster
 //!
-//! [`Builder::build`] (and `build_async`) asks the server at the URL `INFO cluster`; if it
+//! [`RedisBuilder::build`] (and `build_async`) asks the server at the URL `INFO cluster`; if it
 //! says `cluster_enabled:1`, the limiter transparently becomes a cluster client (redis-rs'
 //! cluster support), seeded with that URL and the nodes the server knows (`CLUSTER NODES`);
-//! [`Builder::seed_nodes`] gives more seeds and asks for a cluster client outright.
+//! [`RedisBuilder::seed_nodes`] gives more seeds and asks for a cluster client outright.
 //! [`RedisLimiter::is_cluster`] tells which one was built. Each `EVALSHA` goes to the primary
 //! of its key's slot, redis-rs follows `MOVED` and `ASK`, `SCRIPT LOAD` goes to every primary,
 //! and a `NOSCRIPT` (a promoted replica, a restarted node, a `SCRIPT FLUSH`) reloads it
 //! everywhere and runs the request again. A batch ([`RedisLimiter::try_check_pipelined`]) may
 //! span nodes: the sync client sends its requests one after another, the async one
-//! concurrently. The timeouts and [`reconnect_after`](Builder::reconnect_after) hold as for
+//! concurrently. The timeouts and [`reconnect_after`](RedisBuilder::reconnect_after) hold as for
 //! one server: a request retries a redirection or a lost node connection at most 3 times,
 //! with waits of at most 50 ms, and an outage drops the whole cluster connection, so the next
 //! request reads the slot map afresh (after a failover, the new primary's).
@@ -96,7 +96,7 @@
 //! The connection has a connect timeout and read/write timeouts (defaults 250 ms and 500 ms),
 //! so a dead server never hangs a request. A failed request drops the connection; the next
 //! one reconnects, and if that fails, requests within
-//! [`reconnect_after`](Builder::reconnect_after) (default 100 ms) fail at once
+//! [`reconnect_after`](RedisBuilder::reconnect_after) (default 100 ms) fail at once
 //! ([`BackendError::Unavailable`]) instead of each waiting for a connect timeout.
 //!
 //! [`RedisLimiter::try_check_n`] (and the other `try_` methods) return every
@@ -126,7 +126,7 @@
 //!
 //! # Local fast path
 //!
-//! [`Builder::local_fast_path`] keeps, in process, the keys Redis recently denied, with the
+//! [`RedisBuilder::local_fast_path`] keeps, in process, the keys Redis recently denied, with the
 //! cost and the time until which it said the same request stays denied; such a request is then
 //! denied locally, without a round trip. It may only deny what Redis would deny: other
 //! instances' traffic can only push a key's state further from allowing (until it expires), and
@@ -158,7 +158,7 @@
 //! [`RedisLimiter::try_check_pipelined`] to send a batch in one round trip. `BENCHMARKS.md`,
 //! section "Redis backend (`redis` feature), checks per second", has the numbers.
 //!
-//! With the `redis-async` feature, `AsyncRedisLimiter` (from `Builder::build_async`) is the
+//! With the `redis-async` feature, `AsyncRedisLimiter` (from `RedisBuilder::build_async`) is the
 //! same on tokio, over one multiplexed connection that pipelines concurrent tasks' requests.
 
 #[cfg(feature = "redis-async")]
@@ -179,7 +179,7 @@ mod traits;
 pub use aio::AsyncRedisLimiter;
 pub use bindings::RedisAlgorithm;
 pub use blocking::RedisLimiter;
-pub use builder::Builder;
+pub use builder::RedisBuilder;
 pub use hybrid::{Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, HybridStats, SyncError};
 
 #[cfg(doc)]
@@ -263,7 +263,7 @@ pub enum BackendError {
     /// The server's reply did not have the expected shape.
     Reply(String),
     /// The last attempt to connect failed less than
-    /// [`reconnect_after`](Builder::reconnect_after) ago: not tried again yet, answered at
+    /// [`reconnect_after`](RedisBuilder::reconnect_after) ago: not tried again yet, answered at
     /// once.
     Unavailable,
     /// An explicit `now` above [`MAX_EXPLICIT_NOW`].

@@ -5,10 +5,8 @@
 //! limiters' public API is used here.
 
 use super::{BackendError, RedisAlgorithm, RedisLimiter};
-use crate::decision::Decision;
 use crate::error::CostError;
-use crate::limiter::{LimiterError, RateLimiter};
-use crate::sweeper::SweepReport;
+use crate::limiter::{rate_limiter_by_inherent, LimiterError};
 
 /// A backend failure is not the request's fault; a cost error is.
 impl LimiterError for BackendError {
@@ -20,44 +18,16 @@ impl LimiterError for BackendError {
     }
 }
 
-/// The sync client as a [`RateLimiter<str>`]: decisions through [`RedisLimiter::check_n`]
-/// (the [`FailMode`](super::FailMode) answering outages, a denial any other backend error).
-/// Every call is a blocking round trip, so through the blanket
-/// [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it blocks the async task that awaits
-/// it: in an async server use `AsyncRedisLimiter` (feature `redis-async`).
-///
-/// The keys live in Redis, which expires them itself: [`len`](RateLimiter::len) is 0 and
-/// [`sweep`](RateLimiter::sweep) does nothing.
-impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
-    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        RedisLimiter::check_n(self, key, cost)
-    }
-
-    fn check(&self, key: &str) -> Decision {
-        RedisLimiter::check(self, key)
-    }
-
-    fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        RedisLimiter::peek_n(self, key, cost)
-    }
-
-    fn peek(&self, key: &str) -> Decision {
-        RedisLimiter::peek(self, key)
-    }
-
-    fn until_ready_blocking(&self, key: &str) -> Decision {
-        RedisLimiter::until_ready_blocking(self, key)
-    }
-
-    /// 0: the keys are held by Redis, not here.
-    fn len(&self) -> usize {
-        0
-    }
-
-    /// Nothing to sweep: Redis expires each key when its state is fresh again.
-    fn sweep(&self) -> SweepReport {
-        SweepReport::default()
-    }
+rate_limiter_by_inherent! {
+    /// The sync client as a [`RateLimiter<str>`](crate::RateLimiter): decisions through [`RedisLimiter::check_n`]
+    /// (the [`FailMode`](super::FailMode) answering outages, a denial any other backend error).
+    /// Every call is a blocking round trip, so through the blanket
+    /// [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it blocks the async task that awaits
+    /// it: in an async server use `AsyncRedisLimiter` (feature `redis-async`).
+    ///
+    /// The keys live in Redis, which expires them itself: [`len`](crate::RateLimiter::len) is 0 and
+    /// [`sweep`](crate::RateLimiter::sweep) does nothing.
+    impl[A: RedisAlgorithm] RateLimiter<str> for RedisLimiter<A> { stateless }
 }
 
 #[cfg(feature = "http")]

@@ -3,8 +3,8 @@
 use super::extract::{Inline, Key};
 use super::options::{ConfigView, Shared};
 use super::{
-    AdvertisedQuota, Builder, KeyExtractor, MissingKey, Mode, OversizedKey, Report, RequestCost,
-    ShadowDecision, UnitCost, DEFAULT_MAX_KEY_LEN,
+    AdvertisedQuota, KeyExtractor, LayerBuilder, MissingKey, Mode, OversizedKey, Report,
+    RequestCost, ShadowDecision, UnitCost, DEFAULT_MAX_KEY_LEN,
 };
 use crate::decision::Decision;
 use crate::error::CostError;
@@ -58,10 +58,10 @@ where
     /// `AsyncRedisLimiter` (one limit shared by every instance; the response future awaits
     /// the round trip). For a limiter without a quota to advertise (a `ShardedLimiter`, your
     /// own), pass it as `Arc<dyn RateLimiter<str>>` and set the policy with
-    /// [`Builder::quota`].
-    pub fn builder(limiter: Arc<L>, key: X) -> Builder<L, X, UnitCost> {
+    /// [`LayerBuilder::quota`].
+    pub fn builder(limiter: Arc<L>, key: X) -> LayerBuilder<L, X, UnitCost> {
         let headers = RateLimitHeaders::for_limiter(&*limiter);
-        Builder {
+        LayerBuilder {
             shared: Shared {
                 limiter,
                 key,
@@ -145,9 +145,9 @@ enum Outcome {
 }
 
 /// Where a request stands after `call`: decided, or waiting on the limiter's future.
-enum Step<F> {
+enum Stage<F> {
     Now(Outcome),
-    /// The key is kept (owned) only if [`Builder::on_decision`] will want it.
+    /// The key is kept (owned) only if [`LayerBuilder::on_decision`] will want it.
     Later {
         decision: F,
         key: Option<String>,
@@ -170,10 +170,10 @@ where
     }
 
     #[inline(always)]
-    fn decide(&self, parts: &Parts) -> Step<L::Future> {
+    fn decide(&self, parts: &Parts) -> Stage<L::Future> {
         let cost = self.cost.cost(parts);
         if cost == 0 {
-            return Step::Now(Outcome::Refuse(None));
+            return Stage::Now(Outcome::Refuse(None));
         }
         // An empty key from any extractor is a missing key: one shared bucket for every
         // client that sends nothing would be a key nobody chose.
@@ -181,14 +181,14 @@ where
             Some(key) if !key.as_str().is_empty() => key,
             _ => match &self.missing {
                 MissingKey::Fallback(k) => Key::borrowed(k),
-                MissingKey::Reject => return Step::Now(self.refuse(StatusCode::BAD_REQUEST)),
+                MissingKey::Reject => return Stage::Now(self.refuse(StatusCode::BAD_REQUEST)),
             },
         };
         let hashed;
         let key = match key.as_str() {
             k if k.len() <= self.max_key_len => k,
             k => match self.oversized {
-                OversizedKey::Reject => return Step::Now(self.refuse(StatusCode::BAD_REQUEST)),
+                OversizedKey::Reject => return Stage::Now(self.refuse(StatusCode::BAD_REQUEST)),
                 OversizedKey::Hash => {
                     hashed = self.hashed(k);
                     hashed.as_str()
@@ -204,8 +204,8 @@ where
         // An in-memory limiter decides here, in `call`, with the key still borrowed, as
         // before the layer was async; a backend's future is awaited by the response future.
         match started {
-            Started::Decided(result) => Step::Now(self.outcome(key, cost, result)),
-            Started::Waiting(decision) => Step::Later {
+            Started::Decided(result) => Stage::Now(self.outcome(key, cost, result)),
+            Started::Waiting(decision) => Stage::Later {
                 decision,
                 key: self.on_decision.as_ref().map(|_| key.to_owned()),
                 cost,
@@ -304,8 +304,8 @@ where
         let (mut parts, body) = req.into_parts();
         let shared = &*self.shared;
         let outcome = match shared.decide(&parts) {
-            Step::Now(outcome) => outcome,
-            Step::Later {
+            Stage::Now(outcome) => outcome,
+            Stage::Later {
                 decision,
                 key,
                 cost,

@@ -16,7 +16,7 @@
 //!     Ok::<_, Infallible>(Response::new(String::from("hello")))
 //! }));
 //!
-//! let rt = tokio::runtime::Builder::new_current_thread().build()?;
+//! let rt = tokio::runtime::LayerBuilder::new_current_thread().build()?;
 //! let send = |key: &str| {
 //!     let req = Request::builder().header("x-api-key", key).body(String::new()).unwrap();
 //!     rt.block_on(app.clone().oneshot(req)).unwrap()
@@ -43,7 +43,7 @@
 //!    or from a trusted forwarded header ([`ForwardedIp`]), a header value such as an API key
 //!    ([`HeaderKey`]), or any closure `Fn(&Parts) -> Option<String>`; extractors combine with
 //!    [`KeyExtractor::or`]. A request without a key follows [`MissingKey`]; a key longer than
-//!    [`Builder::max_key_len`] (default [`DEFAULT_MAX_KEY_LEN`] bytes) follows
+//!    [`LayerBuilder::max_key_len`] (default [`DEFAULT_MAX_KEY_LEN`] bytes) follows
 //!    [`OversizedKey`], so a hostile header never becomes a huge key;
 //! 3. decides it with the limiter, any [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter):
 //!    every [`RateLimiter<str>`](crate::RateLimiter) (every algorithm and variant of the crate,
@@ -58,14 +58,14 @@
 //!
 //! The [`headers`](crate::headers) module renders them, and its docs say what each field
 //! means: `Retry-After` on denials, the `RateLimit-Policy` / `RateLimit` pair of the newest
-//! draft-ietf-httpapi-ratelimit-headers ([`Builder::draft`] picks an older one), the legacy
-//! `X-RateLimit-*` fields on request ([`Builder::legacy_headers`]). The policy is the limiter's
+//! draft-ietf-httpapi-ratelimit-headers ([`LayerBuilder::draft`] picks an older one), the legacy
+//! `X-RateLimit-*` fields on request ([`LayerBuilder::legacy_headers`]). The policy is the limiter's
 //! sustained rate over a whole-second window ([`AdvertisedQuota`]; `"default";q=5;w=1` above
 //! is 5 per second), its burst the vendor parameter `hotlimit-burst`, so a client that spaces
 //! its requests `w/q` apart gets the whole rate without a 429; for such a client, set
-//! [`Builder::headers_on_allowed`]. All values come from the very [`Decision`] that decided the
+//! [`LayerBuilder::headers_on_allowed`]. All values come from the very [`Decision`] that decided the
 //! request. Denials always carry the headers; allowed responses carry them when
-//! [`Builder::headers_on_allowed`] is set; dry-run responses always carry them (that is how a
+//! [`LayerBuilder::headers_on_allowed`] is set; dry-run responses always carry them (that is how a
 //! dry run reports). The two IETF fields are lists and are appended, so nested layers (per IP,
 //! then per API key) advertise both policies: give them distinct names
 //! ([`QuotaPolicy::named`]).
@@ -79,7 +79,7 @@
 //! | `429 Too Many Requests` | the limiter denied the request |
 //! | `400 Bad Request` | no key ([`MissingKey::Reject`]) or a key over the length bound ([`OversizedKey::Reject`]) |
 //! | `413 Content Too Large` | the request's cost exceeds the limiter's capacity: it could never pass |
-//! | `503 Service Unavailable` | the limiter could not decide: its error is a backend failure ([`LimiterError::cost_error`](crate::LimiterError::cost_error) is `None`); no rate-limit headers, since there is no decision, and no [`Builder::on_decision`] report |
+//! | `503 Service Unavailable` | the limiter could not decide: its error is a backend failure ([`LimiterError::cost_error`](crate::store::LimiterError::cost_error) is `None`); no rate-limit headers, since there is no decision, and no [`LayerBuilder::on_decision`] report |
 //!
 //! Their body is the response body type's `Default` (empty for axum's `Body`).
 //!
@@ -134,7 +134,7 @@ mod options;
 pub use cost::{RequestCost, UnitCost};
 pub use extract::{ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
 pub use layer::{Pending, RateLimit, RateLimitLayer, ResponseFuture};
-pub use options::{Builder, MissingKey, OversizedKey, Report, ShadowDecision};
+pub use options::{LayerBuilder, MissingKey, OversizedKey, Report, ShadowDecision};
 
 // The layer's headers, modes and policies are `crate::headers`' own, with one path each.
 #[cfg(doc)]
@@ -145,7 +145,7 @@ use crate::headers::{AdvertisedQuota, Mode};
 use crate::Decision;
 use http::header::HeaderName;
 
-/// The default bound on a key's length in bytes; see [`Builder::max_key_len`].
+/// The default bound on a key's length in bytes; see [`LayerBuilder::max_key_len`].
 ///
 /// Long enough for IP addresses, UUIDs and typical API keys, short enough that a flood of
 /// distinct keys costs little memory. Longer keys (a JWT, say) are hashed by default

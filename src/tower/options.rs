@@ -39,7 +39,7 @@ impl MissingKey {
     }
 }
 
-/// What to do with a key longer than [`Builder::max_key_len`].
+/// What to do with a key longer than [`LayerBuilder::max_key_len`].
 ///
 /// Either way the limiter never stores more than the bound per key, whatever the client sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -63,7 +63,7 @@ pub enum OversizedKey {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ShadowDecision(pub Decision);
 
-/// What [`Builder::on_decision`] is told about each decided request.
+/// What [`LayerBuilder::on_decision`] is told about each decided request.
 #[derive(Debug, Clone, Copy)]
 pub struct Report<'a> {
     pub(super) key: &'a str,
@@ -140,13 +140,13 @@ pub(super) struct Shared<L: ?Sized, X, C> {
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 #[must_use]
-pub struct Builder<L: ?Sized, X, C = UnitCost> {
+pub struct LayerBuilder<L: ?Sized, X, C = UnitCost> {
     pub(super) shared: Shared<L, X, C>,
 }
 
-impl<L: ?Sized, X, C> fmt::Debug for Builder<L, X, C> {
+impl<L: ?Sized, X, C> fmt::Debug for LayerBuilder<L, X, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
+        f.debug_struct("LayerBuilder")
             .field("config", &ConfigView(&self.shared))
             .finish()
     }
@@ -169,16 +169,16 @@ impl<L: ?Sized, X, C> fmt::Debug for ConfigView<'_, L, X, C> {
     }
 }
 
-impl<L, X, C> Builder<L, X, C>
+impl<L, X, C> LayerBuilder<L, X, C>
 where
     L: AsyncRateLimiter<str> + ?Sized,
     X: KeyExtractor,
     C: RequestCost,
 {
     /// The cost function (default [`UnitCost`]).
-    pub fn cost<C2: RequestCost>(self, cost: C2) -> Builder<L, X, C2> {
+    pub fn cost<C2: RequestCost>(self, cost: C2) -> LayerBuilder<L, X, C2> {
         let s = self.shared;
-        Builder {
+        LayerBuilder {
             shared: Shared {
                 limiter: s.limiter,
                 key: s.key,
@@ -211,7 +211,7 @@ where
     /// Sets [`Mode::Shadow`] and calls `hook` for every decided request, after the
     /// [`ShadowDecision`] is inserted, with the request's head to inspect or change (add a
     /// header for the upstream, an extension for the handler). The hook runs in shadow mode
-    /// only: a later [`Builder::mode`] to another mode disables it.
+    /// only: a later [`LayerBuilder::mode`] to another mode disables it.
     pub fn shadow_hook(
         mut self,
         hook: impl Fn(&Decision, &mut Parts) + Send + Sync + 'static,
@@ -256,13 +256,13 @@ where
     }
 
     /// The longest key, in bytes, used as is (default [`DEFAULT_MAX_KEY_LEN`]); longer ones
-    /// follow [`Builder::oversized_key`].
+    /// follow [`LayerBuilder::oversized_key`].
     pub fn max_key_len(mut self, bytes: usize) -> Self {
         self.shared.max_key_len = bytes;
         self
     }
 
-    /// What to do with a key over [`Builder::max_key_len`] (default [`OversizedKey::Hash`]).
+    /// What to do with a key over [`LayerBuilder::max_key_len`] (default [`OversizedKey::Hash`]).
     pub fn oversized_key(mut self, oversized: OversizedKey) -> Self {
         self.shared.oversized = oversized;
         self

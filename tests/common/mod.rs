@@ -2,16 +2,20 @@
 
 #![allow(dead_code)]
 
+#[path = "../../benches/common/sharded.rs"]
+pub mod sharded;
 use hotlimit::algo::{
     AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow,
     SubWindow,
 };
-use hotlimit::baseline::ShardedLimiter;
 use hotlimit::store::{CompactVariant, Variant};
 use hotlimit::{
-    Algorithm, Cas, CasLimiter, CompactLimiter, Live, Locked, ManualClock, MutexLimiter, Policy,
-    QuantaClock, Rate, RateLimiter,
+    algo::Algorithm,
+    store::{Cas, Locked},
+    CasLimiter, CompactLimiter, Live, ManualClock, MutexLimiter, Policy, QuantaClock, Rate,
+    RateLimiter,
 };
+use sharded::ShardedLimiter;
 use std::time::Duration;
 
 /// The compact store's `max_keys` in these tests: room for every key they use. Kept small

@@ -17,7 +17,7 @@
 
 use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::redis::{Fallback, HybridAlgorithm, HybridLimiter, HybridStats};
-use hotlimit::{Algorithm, CasLimiter, ManualClock, Rate};
+use hotlimit::{algo::Algorithm, CasLimiter, ManualClock, Rate};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
@@ -438,7 +438,7 @@ pub fn on_a_server(
 pub fn exact(name: &str, shape: Shape, t: &Trace) -> Vec<bool> {
     fn replay<A: Algorithm>(algo: A, t: &Trace) -> Vec<bool>
     where
-        hotlimit::Cas: hotlimit::store::Variant<A>,
+        hotlimit::store::Cas: hotlimit::store::Variant<A>,
     {
         let clock = ManualClock::new();
         let l = CasLimiter::<u32, A>::with_clock(algo, clock.clone());

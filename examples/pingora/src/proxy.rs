@@ -2,7 +2,7 @@
 //! it on, and add the rate-limit headers to the upstream's response.
 
 use async_trait::async_trait;
-use hotlimit::headers::{Field, Mode, RateLimitHeaders, Verdict};
+use hotlimit::headers::{HeaderField, Mode, RateLimitHeaders, Verdict};
 use hotlimit::tower::{ForwardedIp, Key, KeyExtractor};
 use hotlimit::RateLimiter;
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
@@ -187,7 +187,7 @@ impl<L: RateLimiter<str> + 'static> ProxyHttp for RateLimitProxy<L> {
 
 /// Sets one rate-limit field on a response: a list field is appended (after the upstream's
 /// own policies, if any), the others replace the upstream's value.
-fn set(resp: &mut ResponseHeader, field: Field) -> pingora::Result<()> {
+fn set(resp: &mut ResponseHeader, field: HeaderField) -> pingora::Result<()> {
     if field.list {
         resp.append_header(field.name, field.value)?;
     } else {
@@ -200,7 +200,7 @@ fn set(resp: &mut ResponseHeader, field: Field) -> pingora::Result<()> {
 async fn answer(
     session: &mut Session,
     status: u16,
-    fields: impl Iterator<Item = Field>,
+    fields: impl Iterator<Item = HeaderField>,
 ) -> pingora::Result<()> {
     let mut resp = ResponseHeader::build(status, None)?;
     for field in fields {

@@ -1,17 +1,17 @@
-//! What every algorithm's hybrid entry runs on: the context decisions read ([`Ctx`]), a
+//! What every algorithm's hybrid entry runs on: the context decisions read ([`FleetContext`]), a
 //! decision's [`Verdict`], the [`Engine`] each algorithm implements (`lease.rs`, `merge.rs`),
 //! and [`Fleet`], the algorithm the core's keyed store runs for a hybrid limiter.
 
 use super::entry::{Hybrid, HybridCell};
 use super::report::Counters;
 use super::{Fallback, SyncError};
+use crate::algo::Algorithm;
 use crate::algo::{clamp, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use crate::cell::StateCells;
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use crate::keyed::Shared;
 use crate::stats::Stats;
-use crate::Algorithm;
 use ::redis::Value;
 use parking_lot::Mutex;
 use std::fmt;
@@ -29,7 +29,7 @@ pub struct Evicted {
 
 /// What every decision, the sync thread and the subscription share.
 #[derive(Debug)]
-pub struct Ctx {
+pub struct FleetContext {
     /// This instance's id in the merged hashes and in pushes (random, per limiter).
     pub(super) instance: String,
     pub(super) interval: u64,
@@ -94,10 +94,10 @@ pub(crate) enum Mode {
     Degraded,
 }
 
-impl Ctx {
+impl FleetContext {
     /// A context at local time `now`, Unix time `unix` (ns), not subscribed yet.
     pub(super) fn new(interval: u64, share: f64, now: u64, unix: u64) -> Self {
-        Ctx {
+        FleetContext {
             instance: format!("{:016x}", fastrand::u64(..)),
             interval,
             share,
@@ -206,7 +206,7 @@ mod private {
         /// What the limiter fixes at build from the fallback share.
         type Plan: fmt::Debug + Send + Sync + 'static;
         /// The sync thread's bookkeeping of a key it watches.
-        type Book: Default + Send + 'static;
+        type KeyBook: Default + Send + 'static;
         /// What a key's call sent, for when it fails.
         type Sent: Send;
         /// A pushed state, parsed.
@@ -227,14 +227,14 @@ mod private {
         fn decide_entry(
             &self,
             plan: &Self::Plan,
-            ctx: &Ctx,
+            ctx: &FleetContext,
             w: &mut Self::Word,
             now: u64,
             cost: u64,
         ) -> Verdict;
         /// The local time from which `w` is equivalent to [`unknown`](Engine::unknown) in a
         /// subscribed limiter, holding nothing: it may be dropped.
-        fn entry_idle_at(&self, ctx: &Ctx, w: &Self::Word) -> u64;
+        fn entry_idle_at(&self, ctx: &FleetContext, w: &Self::Word) -> u64;
         /// How long a state of this quota can stay live without a write (a full burst's
         /// payback): how long after subscribing an instance takes a key it has not heard of
         /// as unknown rather than fresh.
@@ -249,9 +249,9 @@ mod private {
         fn prepare(
             &self,
             plan: &Self::Plan,
-            ctx: &Ctx,
+            ctx: &FleetContext,
             cell: &HybridCell<Self::Word>,
-            book: &mut Self::Book,
+            book: &mut Self::KeyBook,
             now: u64,
             closing: bool,
         ) -> Visit<Self::Sent>;
@@ -260,10 +260,10 @@ mod private {
         #[allow(clippy::too_many_arguments)]
         fn apply(
             &self,
-            ctx: &Ctx,
+            ctx: &FleetContext,
             key: &str,
             cell: Option<&HybridCell<Self::Word>>,
-            book: &mut Self::Book,
+            book: &mut Self::KeyBook,
             reply: Value,
             sent: Self::Sent,
             now: u64,
@@ -271,30 +271,37 @@ mod private {
         /// The key's call failed: restore what it took.
         fn failed(
             &self,
-            ctx: &Ctx,
+            ctx: &FleetContext,
             key: &str,
             cell: Option<&HybridCell<Self::Word>>,
             sent: Self::Sent,
         );
         /// The store evicted `key` in state `w`: queue what it held to be handed back.
-        fn evicted(&self, ctx: &Ctx, key: &str, w: &Self::Word);
+        fn evicted(&self, ctx: &FleetContext, key: &str, w: &Self::Word);
         /// The arguments of a call handing back what an evicted key held.
-        fn hand_back(&self, ctx: &Ctx, e: &Evicted) -> Vec<String>;
+        fn hand_back(&self, ctx: &FleetContext, e: &Evicted) -> Vec<String>;
 
         /// Reads one key's pushed state (after its client key), at local time `now`.
         fn read_push(
             &self,
-            ctx: &Ctx,
+            ctx: &FleetContext,
             key: &str,
             r: &mut Reader<'_>,
             now: u64,
         ) -> Result<Self::Pushed, SyncError>;
         /// Whether a pushed state says nothing a fresh entry would not (no entry is made
         /// for it).
-        fn push_is_idle(&self, ctx: &Ctx, p: &Self::Pushed, now: u64) -> bool;
+        fn push_is_idle(&self, ctx: &FleetContext, p: &Self::Pushed, now: u64) -> bool;
         /// Merges a pushed state into `w` at local time `now`; `own`: pushed by this
         /// instance's own call.
-        fn apply_push(&self, ctx: &Ctx, w: &mut Self::Word, p: &Self::Pushed, own: bool, now: u64);
+        fn apply_push(
+            &self,
+            ctx: &FleetContext,
+            w: &mut Self::Word,
+            p: &Self::Pushed,
+            own: bool,
+            now: u64,
+        );
     }
 }
 pub(crate) use private::Engine;
@@ -305,7 +312,7 @@ pub(crate) use private::Engine;
 pub struct Fleet<A: Engine> {
     pub(super) algo: A,
     pub(super) plan: A::Plan,
-    pub(super) ctx: Arc<Ctx>,
+    pub(super) ctx: Arc<FleetContext>,
 }
 
 impl<A: Engine> Algorithm for Fleet<A> {
@@ -348,7 +355,7 @@ impl<A: Engine, C> Inner<A, C> {
         &self.store.core.algo
     }
 
-    pub(super) fn ctx(&self) -> &Ctx {
+    pub(super) fn ctx(&self) -> &FleetContext {
         &self.store.core.algo.ctx
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::algo::{sealed::Sealed, State};
 use crate::cell::{LockCell, StateCell, StateCells};
-use crate::limiter::{sealed::Sealed as VariantSealed, Variant};
+use crate::limiter::{sealed::VariantCell, Variant};
 use crate::stats::Stats;
 use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
@@ -86,9 +86,9 @@ impl<S: StateCells> fmt::Debug for HybridCell<S> {
 #[derive(Debug, Clone, Copy)]
 pub enum Hybrid {}
 
-impl VariantSealed for Hybrid {}
+impl<A: super::Engine> Variant<super::Fleet<A>> for Hybrid {}
 
-impl<A: super::Engine> Variant<super::Fleet<A>> for Hybrid {
+impl<A: super::Engine> VariantCell<super::Fleet<A>> for Hybrid {
     type Cell = HybridCell<A::Word>;
 }
 

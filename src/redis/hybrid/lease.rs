@@ -16,12 +16,12 @@
 
 use super::entry::HybridCell;
 use super::push::Reader;
-use super::{Ctx, Engine, Evicted, Fallback, Mode, Reason, SyncError, Verdict, Visit};
+use super::{Engine, Evicted, Fallback, FleetContext, Mode, Reason, SyncError, Verdict, Visit};
 use crate::algo::{Gcra, CLOCK_MAX};
 use crate::cell::StateCell;
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
-use crate::{Algorithm, Rate};
+use crate::{algo::Algorithm, Rate};
 use ::redis::Value;
 use std::sync::atomic::Ordering;
 
@@ -82,7 +82,7 @@ pub struct Plan {
 
 /// The sync thread's bookkeeping of a key it watches.
 #[derive(Debug, Default)]
-pub struct Book {
+pub struct KeyBook {
     /// `units` as the last round left it: what was spent since is the difference.
     level: u64,
     /// Units spent while the last call was in flight.
@@ -116,7 +116,7 @@ fn shared_part(g: &Gcra, share: f64, burst: u64) -> Option<Gcra> {
 impl Engine for Gcra {
     type Word = u128;
     type Plan = Plan;
-    type Book = Book;
+    type KeyBook = KeyBook;
     type Sent = Sent;
     type Pushed = u64;
 
@@ -152,7 +152,14 @@ impl Engine for Gcra {
     }
 
     #[inline]
-    fn decide_entry(&self, plan: &Plan, ctx: &Ctx, w: &mut u128, now: u64, cost: u64) -> Verdict {
+    fn decide_entry(
+        &self,
+        plan: &Plan,
+        ctx: &FleetContext,
+        w: &mut u128,
+        now: u64,
+        cost: u64,
+    ) -> Verdict {
         let mut l = Lease::unpack(*w);
         if l.units >= cost {
             l.units -= cost;
@@ -172,39 +179,32 @@ impl Engine for Gcra {
             l.known = true;
             let step = Gcra::decide(self, l.view, now, cost);
             let fits = l.debt.saturating_add(cost) <= plan.budget;
-            match step.state {
-                Some(tat) if step.decision.is_allowed() && fits => {
-                    l.view = tat;
-                    l.owe(cost, mode);
-                    Verdict {
-                        decision: step.decision,
-                        reason: Reason::Known,
-                        sync: true,
-                    }
-                }
-                Some(tat) if step.decision.is_allowed() => {
-                    if strict {
-                        l.view = tat;
-                        l.owe(cost, mode);
-                    }
+            // Whether the step's state is taken (the view moves, the units are owed): always,
+            // but for a request the fleet has room for and the budget has not, which waits
+            // for the next tick (and counts only under the strict policy).
+            let (take, verdict) = match step.state {
+                Some(_) if step.decision.is_allowed() && !fits => (
+                    strict,
                     Verdict {
                         decision: Decision::denied(ctx.until_tick(now)).with_remaining(0),
                         reason: Reason::Waiting,
                         sync: true,
-                    }
-                }
-                state => {
-                    if let Some(tat) = state {
-                        l.view = tat;
-                        l.owe(cost, mode);
-                    }
+                    },
+                ),
+                _ => (
+                    true,
                     Verdict {
                         decision: step.decision,
                         reason: Reason::Known,
                         sync: true,
-                    }
-                }
+                    },
+                ),
+            };
+            if let (true, Some(tat)) = (take, step.state) {
+                l.view = tat;
+                l.owe(cost, mode);
             }
+            verdict
         } else {
             // The fleet's TAT unknown, or Redis away: the fallback's share, continuing from
             // the view as last known.
@@ -234,7 +234,7 @@ impl Engine for Gcra {
         verdict
     }
 
-    fn entry_idle_at(&self, _: &Ctx, w: &u128) -> u64 {
+    fn entry_idle_at(&self, _: &FleetContext, w: &u128) -> u64 {
         let l = Lease::unpack(*w);
         if l.units > 0 || l.debt > 0 {
             CLOCK_MAX
@@ -261,9 +261,9 @@ impl Engine for Gcra {
     fn prepare(
         &self,
         plan: &Plan,
-        ctx: &Ctx,
+        ctx: &FleetContext,
         cell: &HybridCell<u128>,
-        book: &mut Book,
+        book: &mut KeyBook,
         now: u64,
         closing: bool,
     ) -> Visit<Sent> {
@@ -349,10 +349,10 @@ impl Engine for Gcra {
 
     fn apply(
         &self,
-        ctx: &Ctx,
+        ctx: &FleetContext,
         key: &str,
         cell: Option<&HybridCell<u128>>,
-        book: &mut Book,
+        book: &mut KeyBook,
         reply: Value,
         sent: Sent,
         now: u64,
@@ -405,7 +405,7 @@ impl Engine for Gcra {
     /// The call did not reach Redis, or its answer did not come back: the debt stays owed
     /// (if the call did run, it is charged twice: errs strict). Units it handed back are not
     /// taken again, whether or not Redis got them (errs strict too).
-    fn failed(&self, ctx: &Ctx, key: &str, cell: Option<&HybridCell<u128>>, sent: Sent) {
+    fn failed(&self, ctx: &FleetContext, key: &str, cell: Option<&HybridCell<u128>>, sent: Sent) {
         if sent.debt == 0 && sent.want == 0 {
             return;
         }
@@ -432,7 +432,7 @@ impl Engine for Gcra {
         }
     }
 
-    fn evicted(&self, ctx: &Ctx, key: &str, w: &u128) {
+    fn evicted(&self, ctx: &FleetContext, key: &str, w: &u128) {
         let l = Lease::unpack(*w);
         if l.units > 0 || l.debt > 0 {
             ctx.evicted.lock().push(Evicted {
@@ -445,13 +445,13 @@ impl Engine for Gcra {
     }
 
     /// No lease asked: the units and the debt returned.
-    fn hand_back(&self, ctx: &Ctx, e: &Evicted) -> Vec<String> {
+    fn hand_back(&self, ctx: &FleetContext, e: &Evicted) -> Vec<String> {
         self.call_args(ctx, 0, e.units, e.debt, e.back)
     }
 
     fn read_push(
         &self,
-        ctx: &Ctx,
+        ctx: &FleetContext,
         _key: &str,
         r: &mut Reader<'_>,
         _now: u64,
@@ -460,11 +460,11 @@ impl Engine for Gcra {
         Ok(ctx.local((tat_us * 1e3) as u64))
     }
 
-    fn push_is_idle(&self, _: &Ctx, tat: &u64, now: u64) -> bool {
+    fn push_is_idle(&self, _: &FleetContext, tat: &u64, now: u64) -> bool {
         *tat <= now
     }
 
-    fn apply_push(&self, _: &Ctx, w: &mut u128, tat: &u64, _own: bool, now: u64) {
+    fn apply_push(&self, _: &FleetContext, w: &mut u128, tat: &u64, _own: bool, now: u64) {
         let mut l = Lease::unpack(*w);
         // The pushed TAT counts every charge and lease Redis had; what this instance admitted
         // since its last call (its debt) goes on top.
@@ -482,7 +482,14 @@ impl Engine for Gcra {
 impl Gcra {
     /// A key's arguments in the lease script: `want` units asked, `give` handed back, `debt`
     /// charged (back-dated if `back`).
-    fn call_args(&self, ctx: &Ctx, want: u64, give: u64, debt: u64, back: bool) -> Vec<String> {
+    fn call_args(
+        &self,
+        ctx: &FleetContext,
+        want: u64,
+        give: u64,
+        debt: u64,
+        back: bool,
+    ) -> Vec<String> {
         // Back-dated to the outage's start: every instance's outage debt is counted from
         // there, whatever the order the charges reach Redis in, so the fleet's excess over the
         // outage (if any) is what holds the TAT back. (Each charge back-dated to when its own
@@ -551,9 +558,9 @@ mod loom_model {
     const NOW: u64 = 1_000_000_000;
 
     /// The key's entry in the map, and every cell it ever held.
-    struct Slot(Mutex<(Option<Cell>, Vec<Cell>)>);
+    struct MapEntry(Mutex<(Option<Cell>, Vec<Cell>)>);
 
-    impl Slot {
+    impl MapEntry {
         fn get_or_insert(&self, fresh: u128) -> Cell {
             let mut slot = self.0.lock().unwrap();
             if let Some(c) = &slot.0 {
@@ -579,7 +586,13 @@ mod loom_model {
 
     /// A request: the limiter's `decide` (a dead cell is removed and the key looked up
     /// again). Its reason if allowed.
-    fn check(slot: &Slot, g: &Gcra, plan: &Plan, ctx: &Ctx, stats: &Stats) -> Option<Reason> {
+    fn check(
+        slot: &MapEntry,
+        g: &Gcra,
+        plan: &Plan,
+        ctx: &FleetContext,
+        stats: &Stats,
+    ) -> Option<Reason> {
         loop {
             let cell = slot.get_or_insert(g.unknown());
             match cell.update(stats, |w| g.decide_entry(plan, ctx, w, NOW, 1)) {
@@ -595,7 +608,7 @@ mod loom_model {
             // 1/h, burst 4, half of it beyond the lease: nothing refills during the model.
             let g = "1/h burst 4".parse::<Gcra>().unwrap();
             let plan = g.plan(Fallback::share(0.5).unwrap()).unwrap();
-            let mut ctx = Ctx::new(10_000_000, 0.5, 0, 0);
+            let mut ctx = FleetContext::new(10_000_000, 0.5, 0, 0);
             ctx.mirror_since = 0.into(); // current: the key's fleet state is known
             let (ctx, stats) = (Arc::new(ctx), Arc::new(Stats::default()));
             let _ = plan;
@@ -608,7 +621,7 @@ mod loom_model {
                 known: true,
                 back: false,
             };
-            let slot = Arc::new(Slot(Mutex::new((None, Vec::new()))));
+            let slot = Arc::new(MapEntry(Mutex::new((None, Vec::new()))));
             slot.get_or_insert(lease.pack());
             let requests = {
                 let (slot, ctx, stats) = (slot.clone(), ctx.clone(), stats.clone());
@@ -627,7 +640,7 @@ mod loom_model {
                     let Some(cell) = slot.get() else {
                         return (0, 0);
                     };
-                    match g.prepare(&plan, &ctx, &cell, &mut Book::default(), NOW, true) {
+                    match g.prepare(&plan, &ctx, &cell, &mut KeyBook::default(), NOW, true) {
                         Visit::Call(args, sent) => (args[1].parse::<u64>().unwrap(), sent.debt),
                         _ => (0, 0),
                     }

@@ -4,7 +4,7 @@
 //! on a cluster, each batch routed by its keys' slot).
 
 use super::super::connection::{Con, ConnSlot, Target};
-use super::super::{BackendError, Builder};
+use super::super::{BackendError, RedisBuilder};
 use ::redis::{Cmd, ConnectionLike, ErrorKind, RedisError, Value};
 use std::time::Instant;
 
@@ -84,7 +84,7 @@ fn key_slot(key: &str) -> u16 {
 
 /// The connection of a hybrid limiter's sync thread (only that thread uses it).
 pub(super) struct Link<A> {
-    config: Builder<A>,
+    config: RedisBuilder<A>,
     /// Found at the first connect that succeeds.
     target: Option<Target>,
     slot: ConnSlot,
@@ -99,7 +99,7 @@ pub(super) struct Link<A> {
 
 impl<A> Link<A> {
     /// A link that connects at its first run.
-    pub(super) fn new(config: Builder<A>) -> Self {
+    pub(super) fn new(config: RedisBuilder<A>) -> Self {
         Link {
             config,
             target: None,

@@ -11,13 +11,13 @@
 
 use super::entry::{Halves, HybridCell, Pair};
 use super::push::Reader;
-use super::{Ctx, Engine, Fallback, Mode, Reason, SyncError, Verdict, Visit};
+use super::{Engine, Fallback, FleetContext, Mode, Reason, SyncError, Verdict, Visit};
+use crate::algo::Algorithm;
 use crate::algo::{Earrrl, Exponential, FixedWindow, SlidingWindow, WordStep};
 use crate::cell::StateCell;
 use crate::cell::StateCells;
 use crate::decision::Decision;
 use crate::error::ConfigError;
-use crate::Algorithm;
 use ::redis::Value;
 use std::fmt::{Debug, Display};
 use std::str::FromStr;
@@ -270,7 +270,7 @@ where
     type Word = A::Entry;
     /// The fallback's share.
     type Plan = f64;
-    type Book = ();
+    type KeyBook = ();
     type Sent = ();
     /// The others' states, merged.
     type Pushed = <A as Merge>::Word;
@@ -293,7 +293,7 @@ where
     fn decide_entry(
         &self,
         share: &f64,
-        ctx: &Ctx,
+        ctx: &FleetContext,
         w: &mut A::Entry,
         local: u64,
         cost: u64,
@@ -330,7 +330,7 @@ where
         }
     }
 
-    fn entry_idle_at(&self, ctx: &Ctx, w: &A::Entry) -> u64 {
+    fn entry_idle_at(&self, ctx: &FleetContext, w: &A::Entry) -> u64 {
         let (own, others) = w.split();
         let idle = self.idle_at(&own);
         let idle = if others == A::UNKNOWN {
@@ -356,7 +356,7 @@ where
     fn prepare(
         &self,
         _: &f64,
-        ctx: &Ctx,
+        ctx: &FleetContext,
         cell: &HybridCell<A::Entry>,
         _: &mut (),
         local: u64,
@@ -374,7 +374,7 @@ where
 
     fn apply(
         &self,
-        _: &Ctx,
+        _: &FleetContext,
         _: &str,
         _: Option<&HybridCell<A::Entry>>,
         _: &mut (),
@@ -387,20 +387,20 @@ where
     }
 
     /// Nothing to restore: the next publish sends the newest state whole.
-    fn failed(&self, _: &Ctx, _: &str, _: Option<&HybridCell<A::Entry>>, _: ()) {}
+    fn failed(&self, _: &FleetContext, _: &str, _: Option<&HybridCell<A::Entry>>, _: ()) {}
 
     /// Nothing to hand back: the last published state stays in the hash until it idles; what
     /// was counted since (less than one round) is forgotten with the key.
-    fn evicted(&self, _: &Ctx, _: &str, _: &A::Entry) {}
+    fn evicted(&self, _: &FleetContext, _: &str, _: &A::Entry) {}
 
     /// Never called: nothing is queued by `evicted`.
-    fn hand_back(&self, _: &Ctx, _: &super::Evicted) -> Vec<String> {
+    fn hand_back(&self, _: &FleetContext, _: &super::Evicted) -> Vec<String> {
         Vec::new()
     }
 
     fn read_push(
         &self,
-        ctx: &Ctx,
+        ctx: &FleetContext,
         key: &str,
         r: &mut Reader<'_>,
         local: u64,
@@ -436,13 +436,13 @@ where
         Ok(others)
     }
 
-    fn push_is_idle(&self, _: &Ctx, others: &<A as Merge>::Word, _: u64) -> bool {
+    fn push_is_idle(&self, _: &FleetContext, others: &<A as Merge>::Word, _: u64) -> bool {
         *others == self.fresh()
     }
 
     fn apply_push(
         &self,
-        _: &Ctx,
+        _: &FleetContext,
         w: &mut A::Entry,
         others: &<A as Merge>::Word,
         _own: bool,

@@ -18,16 +18,18 @@ mod report;
 mod worker;
 
 pub use engine::HybridAlgorithm;
-pub(crate) use engine::{Ctx, Engine, Evicted, Fleet, Inner, Mode, Reason, Verdict, Visit};
+pub(crate) use engine::{
+    Engine, Evicted, Fleet, FleetContext, Inner, Mode, Reason, Verdict, Visit,
+};
 pub use fallback::Fallback;
 pub use report::{HybridStats, SyncError};
 
-use super::{BackendError, Builder};
+use super::{BackendError, RedisBuilder};
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::keyed::Shared;
-use crate::limiter::RateLimiter;
+use crate::limiter::rate_limiter_by_inherent;
 use crate::shared::Options;
 use crate::stats::Metrics;
 use crate::sweeper::{SweepReport, Sweeper};
@@ -157,12 +159,12 @@ impl<A: HybridAlgorithm, C: Clock> fmt::Debug for HybridLimiter<A, C> {
 }
 
 /// Configures a [`HybridLimiter`]; from [`HybridLimiter::builder`]. The connection settings
-/// are the [`RedisLimiter`](super::RedisLimiter)'s ([`Builder`]); the store's (capacity,
-/// sweeper, metrics) are the in-memory limiters' ([`crate::Builder`]).
+/// are the [`RedisLimiter`](super::RedisLimiter)'s ([`RedisBuilder`]); the store's (capacity,
+/// sweeper, metrics) are the in-memory limiters' ([`crate::store::Builder`]).
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct HybridBuilder<A, C = QuantaClock> {
-    redis: Builder<A>,
+    redis: RedisBuilder<A>,
     clock: C,
     interval: Duration,
     fallback: Fallback,
@@ -174,7 +176,7 @@ impl<A: HybridAlgorithm> HybridLimiter<A> {
     /// `algo`.
     pub fn builder(url: impl Into<String>, algo: A) -> HybridBuilder<A> {
         HybridBuilder {
-            redis: Builder::new(url.into(), algo),
+            redis: RedisBuilder::new(url.into(), algo),
             clock: QuantaClock::new(),
             interval: Duration::from_millis(10),
             fallback: Fallback::default(),
@@ -209,7 +211,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
     }
 
     /// The most keys held (default 2^20): beyond it, the store evicts the keys closest to
-    /// fresh, as [`crate::Builder::max_keys`] describes, handing back a GCRA key's lease and
+    /// fresh, as [`crate::store::Builder::max_keys`] describes, handing back a GCRA key's lease and
     /// debt first. Every instance holds every key the fleet is using: set it above that.
     pub fn max_keys(mut self, max: usize) -> Self {
         self.options.max_keys = Some(max.max(1));
@@ -217,14 +219,14 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
     }
 
     /// How often the background sweeper drops idle keys (default every second); see
-    /// [`crate::Builder::sweep_every`].
+    /// [`crate::store::Builder::sweep_every`].
     pub fn sweep_every(mut self, interval: Duration) -> Self {
         self.options.sweep_every = Some(interval);
         self
     }
 
     /// Counts allowed and denied decisions in [`HybridLimiter::metrics`]; see
-    /// [`crate::Builder::metrics`].
+    /// [`crate::store::Builder::metrics`].
     pub fn metrics(mut self, enabled: bool) -> Self {
         self.options.metrics = enabled;
         self
@@ -249,7 +251,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
         self
     }
 
-    /// More Redis Cluster seeds; makes the client a cluster client (see [`Builder::seed_nodes`]).
+    /// More Redis Cluster seeds; makes the client a cluster client (see [`RedisBuilder::seed_nodes`]).
     pub fn seed_nodes<S: Into<String>>(mut self, urls: impl IntoIterator<Item = S>) -> Self {
         self.redis.seeds.extend(urls.into_iter().map(Into::into));
         self
@@ -284,7 +286,12 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, duration_to_nanos);
         let interval = duration_to_nanos(self.interval);
-        let ctx = Arc::new(Ctx::new(interval, self.fallback.local_share(), now, unix));
+        let ctx = Arc::new(FleetContext::new(
+            interval,
+            self.fallback.local_share(),
+            now,
+            unix,
+        ));
         let fleet = Fleet {
             algo: algo.clone(),
             plan,
@@ -545,37 +552,11 @@ impl<A: HybridAlgorithm, C: Clock> Drop for HybridLimiter<A, C> {
     }
 }
 
-/// The hybrid limiter as a [`RateLimiter<str>`]: every call is local, so through the
-/// blanket [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it never blocks an async task
-/// (the tower layer takes it as it takes the in-memory limiters).
-impl<A: HybridAlgorithm, C: Clock> RateLimiter<str> for HybridLimiter<A, C> {
-    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        HybridLimiter::check_n(self, key, cost)
-    }
-
-    fn check(&self, key: &str) -> Decision {
-        HybridLimiter::check(self, key)
-    }
-
-    fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        HybridLimiter::peek_n(self, key, cost)
-    }
-
-    fn peek(&self, key: &str) -> Decision {
-        HybridLimiter::peek(self, key)
-    }
-
-    fn until_ready_blocking(&self, key: &str) -> Decision {
-        HybridLimiter::until_ready_blocking(self, key)
-    }
-
-    fn len(&self) -> usize {
-        HybridLimiter::len(self)
-    }
-
-    fn sweep(&self) -> SweepReport {
-        HybridLimiter::sweep(self)
-    }
+rate_limiter_by_inherent! {
+    /// The hybrid limiter as a [`RateLimiter<str>`](crate::RateLimiter): every call is local, so through the
+    /// blanket [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it never blocks an async task
+    /// (the tower layer takes it as it takes the in-memory limiters).
+    impl[A: HybridAlgorithm, C: Clock] RateLimiter<str> for HybridLimiter<A, C> { keys }
 }
 
 /// The algorithm's quota, as the in-memory limiters advertise it.

@@ -8,7 +8,7 @@
 //! client key and its state (GCRA: the TAT in µs; merged states: the number of fields of the
 //! key's hash, then each field's instance and value).
 
-use super::{channel, Builder, Engine, Inner, SyncError};
+use super::{channel, Engine, Inner, RedisBuilder, SyncError};
 use crate::cell::StateCell;
 use crate::clock::Clock;
 use ::redis::{Client, RedisResult};
@@ -60,7 +60,7 @@ impl<'a> Reader<'a> {
 /// The subscription thread: subscribes (to the URL's server, or the first seed that
 /// answers), merges every message, and after any break forgets what it knew of the fleet and
 /// subscribes again, until the limiter stops.
-pub(super) fn subscribe_loop<A: Engine, C: Clock>(inner: &Inner<A, C>, config: &Builder<A>) {
+pub(super) fn subscribe_loop<A: Engine, C: Clock>(inner: &Inner<A, C>, config: &RedisBuilder<A>) {
     let ctx = inner.ctx();
     let channel = channel(&inner.prefix, A::SUFFIX);
     while !ctx.stop.load(Ordering::Acquire) {
@@ -82,7 +82,7 @@ pub(super) fn subscribe_loop<A: Engine, C: Clock>(inner: &Inner<A, C>, config: &
 /// One subscription, until it breaks (`Err`) or the limiter stops (`Ok`).
 fn listen<A: Engine, C: Clock>(
     inner: &Inner<A, C>,
-    config: &Builder<A>,
+    config: &RedisBuilder<A>,
     channel: &str,
 ) -> RedisResult<()> {
     let ctx = inner.ctx();

@@ -3,7 +3,7 @@
 //! one script call each; the replies are applied, the failed keys kept for the next round.
 
 use super::link::{Batch, Link};
-use super::{channel, live_key, Builder, Engine, Evicted, Inner, SyncError, Visit};
+use super::{channel, live_key, Engine, Evicted, Inner, RedisBuilder, SyncError, Visit};
 use ::redis::Value;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -56,7 +56,7 @@ impl<B: Default> Watch<B> {
 /// queued again sooner waits for its turn.
 pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
     inner: &Inner<A, C>,
-    config: Builder<A>,
+    config: RedisBuilder<A>,
     interval: Duration,
 ) {
     let (ctx, fleet, store) = (inner.ctx(), inner.fleet(), &inner.store);
@@ -69,7 +69,7 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
     // The subscription whose live marker was looked at.
     let mut checked = 0;
     // The keys queued or watched.
-    let mut books: HashMap<String, Watch<A::Book>> = HashMap::new();
+    let mut books: HashMap<String, Watch<A::KeyBook>> = HashMap::new();
     let mut prev_start = store.core.clock.now();
     loop {
         let started = Instant::now();
@@ -201,7 +201,7 @@ fn run_round<A: Engine, C: crate::Clock>(
     inner: &Inner<A, C>,
     link: &mut Link<A>,
     channel: &str,
-    books: &mut HashMap<String, Watch<A::Book>>,
+    books: &mut HashMap<String, Watch<A::KeyBook>>,
     calls: Vec<Call<A::Sent>>,
     extra: Vec<::redis::Cmd>,
     guard: &impl papaya::Guard,
@@ -307,7 +307,7 @@ fn run_round<A: Engine, C: crate::Clock>(
                         }
                     };
                     let cell = store.map.get(call.key.as_str(), guard);
-                    let mut none = A::Book::default();
+                    let mut none = A::KeyBook::default();
                     let book = books.get_mut(&call.key).map_or(&mut none, |w| &mut w.book);
                     let again = fleet
                         .algo

@@ -1,34 +1,21 @@
-//! Baselines the benchmarks measure hotlimit against: [`ShardedLimiter`], the sharded
-//! `Mutex<HashMap>` many hand-rolled limiters are. Not a choice for production use.
+//! The baseline the benchmarks, the load test and the store-equivalence tests measure hotlimit
+//! against: [`ShardedLimiter`], a plain `HashMap` split into mutex-guarded shards, the way many
+//! hand-rolled limiters are written. Built on hotlimit's public API only (the algorithms are
+//! pure state machines), so it is not part of the library. Included by path from
+//! `benches/common`, `tests/common` and `examples/loadtest`.
 
-use crate::algo::{clamp, Algorithm};
-use crate::clock::{Clock, QuantaClock};
-use crate::decision::Decision;
-use crate::error::{check_cost, CostError};
-use crate::limiter::RateLimiter;
-use crate::sweeper::SweepReport;
-use crate::wait::{self, Jitter};
 use crossbeam_utils::CachePadded;
+use hotlimit::algo::{Algorithm, CLOCK_MAX};
+use hotlimit::store::SweepReport;
+use hotlimit::{Clock, CostError, Decision, QuantaClock, RateLimiter};
 use parking_lot::Mutex;
 use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::fmt;
 use std::hash::Hash;
 use std::time::Instant;
 
-/// A benchmark baseline: a plain `HashMap` split into mutex-guarded shards, the way many
-/// hand-rolled limiters are written. Same algorithms, same decisions.
-///
-/// # Examples
-///
-/// ```
-/// use hotlimit::{algo::Gcra, baseline::ShardedLimiter, ManualClock};
-///
-/// let l = ShardedLimiter::<u64, _, _>::with_clock("1/s".parse::<Gcra>()?, ManualClock::new());
-/// assert!(l.check(&1).is_allowed());
-/// assert!(l.check(&1).is_denied());
-/// # Ok::<(), hotlimit::ConfigError>(())
-/// ```
+/// A sharded `Mutex<HashMap>` running a hotlimit algorithm: same algorithms, same decisions
+/// as the crate's limiters. Not a choice for production use.
 pub struct ShardedLimiter<K, A: Algorithm, C = QuantaClock> {
     shards: Box<[Shard<K, A::State>]>,
     hasher: ahash::RandomState,
@@ -77,8 +64,92 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        check_cost(cost, self.algo.capacity())?;
+        self.admissible(cost)?;
         Ok(self.decide(key, cost))
+    }
+
+    /// The decision [`check_n`](Self::check_n) would return now, without counting it.
+    pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.admissible(cost)?;
+        Ok(self.peek_at(key, cost))
+    }
+
+    /// The decision [`check`](Self::check) would return now, without counting it.
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.peek_at(key, 1)
+    }
+
+    /// Waits on the calling thread (sleeping with the clock) until a request of cost 1 for
+    /// `key` is allowed; the denial if that lies past the clock's range.
+    pub fn until_ready_blocking<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        loop {
+            let peeked = self.peek_at(key, 1);
+            let denied = if peeked.is_allowed() {
+                let decided = self.decide(key, 1);
+                if decided.is_allowed() {
+                    return decided;
+                }
+                decided
+            } else {
+                peeked
+            };
+            let wait = denied.retry_after();
+            let reachable = u64::try_from(wait.as_nanos())
+                .ok()
+                .and_then(|w| self.clock.now().checked_add(w))
+                .is_some_and(|at| at <= CLOCK_MAX);
+            if !reachable {
+                return denied;
+            }
+            self.clock.sleep(wait);
+        }
+    }
+
+    /// The number of keys held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops idle keys, shard by shard (each shard locked while it is swept).
+    pub fn sweep(&self) -> SweepReport {
+        let started = Instant::now();
+        let now = self.clock.now().min(CLOCK_MAX);
+        let mut report = SweepReport::default();
+        for shard in self.shards.iter() {
+            let mut map = shard.lock();
+            let before = map.len();
+            map.retain(|_, state| self.algo.idle_at(state) > now);
+            report.scanned += before as u64;
+            report.evicted_idle += (before - map.len()) as u64;
+        }
+        report.elapsed = started.elapsed();
+        report
+    }
+
+    fn admissible(&self, cost: u64) -> Result<(), CostError> {
+        let capacity = self.algo.capacity();
+        match cost {
+            0 => Err(CostError::Zero),
+            c if c > capacity => Err(CostError::ExceedsCapacity { cost, capacity }),
+            _ => Ok(()),
+        }
     }
 
     /// The shard holding `key`: the hash's low bits pick it; the shard's own map rehashes (a
@@ -107,17 +178,6 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         decision
     }
 
-    /// The decision [`check_n`](ShardedLimiter::check_n) would return now, without counting
-    /// it.
-    pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        check_cost(cost, self.algo.capacity())?;
-        Ok(self.peek_at(key, cost))
-    }
-
     fn peek_at<Q>(&self, key: &Q, cost: u64) -> Decision
     where
         K: Borrow<Q>,
@@ -129,51 +189,6 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
             Some(state) => self.algo.peek(state, now, cost),
             None => self.algo.peek(&self.algo.fresh(), now, cost),
         }
-    }
-
-    /// Waits on the calling thread (sleeping with the clock) until a request of cost 1 for
-    /// `key` is allowed; see
-    /// [`KeyedLimiter::until_ready_blocking`](crate::KeyedLimiter::until_ready_blocking).
-    pub fn until_ready_blocking<Q>(&self, key: &Q) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let (peek, check) = (|| Ok(self.peek_at(key, 1)), || self.decide(key, 1));
-        let sleep = |d| self.clock.sleep(d);
-        wait::infallible(wait::until_ready_blocking(
-            peek,
-            check,
-            || self.clock.now(),
-            Jitter::NONE,
-            sleep,
-        ))
-    }
-
-    /// The number of keys held.
-    pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
-    }
-
-    /// Drops idle keys, shard by shard (each shard locked while it is swept).
-    pub fn sweep(&self) -> SweepReport {
-        let started = Instant::now();
-        let now = clamp(self.clock.now());
-        let mut report = SweepReport::default();
-        for shard in self.shards.iter() {
-            let mut map = shard.lock();
-            let before = map.len();
-            map.retain(|_, state| self.algo.idle_at(state) > now);
-            report.scanned += before as u64;
-            report.evicted_idle += (before - map.len()) as u64;
-        }
-        report.elapsed = started.elapsed();
-        report
-    }
-
-    /// Whether no key is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -197,7 +212,7 @@ where
     }
 
     fn peek(&self, key: &Q) -> Decision {
-        self.peek_at(key, 1)
+        ShardedLimiter::peek(self, key)
     }
 
     fn until_ready_blocking(&self, key: &Q) -> Decision {
@@ -210,15 +225,5 @@ where
 
     fn sweep(&self) -> SweepReport {
         ShardedLimiter::sweep(self)
-    }
-}
-
-impl<K, A: Algorithm + fmt::Debug, C: fmt::Debug> fmt::Debug for ShardedLimiter<K, A, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ShardedLimiter")
-            .field("algo", &self.algo)
-            .field("clock", &self.clock)
-            .field("shards", &self.shards.len())
-            .finish()
     }
 }
