@@ -25,7 +25,7 @@ pub const IDLE_EPSILON: f64 = 1e-9;
 /// bits; a fresh key has `S = −∞`). Then the rate is `λ·e^{λ(S−now)}` and the update is
 /// `S ← now + ln(c + e^{λ(S−now)})/λ`. [`Earrrl::step_pair`] runs the textbook two-field form
 /// ([`EarrrlPair`]); property tests check both give the same decisions and rates (to 1e-9
-/// relative; measured differences stay below 1e-12) over long random traces.
+/// relative) over long random traces.
 ///
 /// The mutex twin runs the one-word step under its lock, like every other algorithm: two float
 /// forms agree in decisions but not in the last bits of the rate, and the twins must print
