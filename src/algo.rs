@@ -134,6 +134,37 @@ pub trait Algorithm: Send + Sync + 'static {
     fn peek(&self, state: &Self::State, now: u64, cost: u64) -> Decision {
         self.update(&mut state.clone(), now, cost)
     }
+
+    /// A partial grant: admits the most units in `1..=most` that `state` admits at `now` and
+    /// returns how many, with the decision of that cost. If not even one unit is admitted,
+    /// `(0, d)` where `d` is the decision of a request of cost 1 (which a strict policy
+    /// counts). `most` is at least 1 and at most [`capacity`](Algorithm::capacity), as the
+    /// limiters ensure.
+    ///
+    /// The default finds the count by bisection on [`peek`](Algorithm::peek), since every
+    /// algorithm of the crate that admits a cost admits any smaller one: at most
+    /// `log2(most) + 2` steps on copies of the state, then one `update`.
+    fn update_up_to(&self, state: &mut Self::State, now: u64, most: u64) -> (u64, Decision) {
+        let most = most.max(1);
+        let granted = if self.peek(state, now, most).is_allowed() {
+            most
+        } else if !self.peek(state, now, 1).is_allowed() {
+            return (0, self.update(state, now, 1));
+        } else {
+            // `lo` is admitted, `hi` is not.
+            let (mut lo, mut hi) = (1, most);
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if self.peek(state, now, mid).is_allowed() {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        (granted, self.update(state, now, granted))
+    }
 }
 
 /// An algorithm whose configuration can change while a limiter runs, keeping every key's state;

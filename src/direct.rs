@@ -167,6 +167,27 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         core.count(decision)
     }
 
+    /// A partial grant: admits the most units available now, up to `n`, and says how many:
+    /// `(granted, decision)`, `granted` in `0..=n`. For a batch of messages, a streaming
+    /// response, a transfer cut to what the quota allows. `n` above the capacity is capped at
+    /// it (no request is ever admitted more at once). With nothing available, `granted` is 0
+    /// and the decision is the denial of one unit, with its honest `retry_after` (and counted
+    /// as one denied unit under the strict policy). Errors only for `n == 0`.
+    /// See [`KeyedLimiter::check_up_to`](crate::KeyedLimiter::check_up_to).
+    pub fn check_up_to(&self, n: u64) -> Result<(u64, Decision), CostError> {
+        self.core.grant_up_to(n, |f| self.apply(f))
+    }
+
+    /// Runs `f` on the state of the one cell. The cell is never swept, so it is never dead;
+    /// were it ever, `f` would run on a fresh state (what the sweeper guarantees a dead cell
+    /// was).
+    fn apply<T>(&self, f: &mut dyn FnMut(&mut A::State) -> T) -> T {
+        let mut fresh = None;
+        self.core
+            .update(&*self.cell, &mut *f)
+            .unwrap_or_else(|| f(fresh.insert(self.core.algo.fresh())))
+    }
+
     /// The algorithm.
     pub fn algorithm(&self) -> &A {
         &self.core.algo
@@ -188,13 +209,7 @@ impl<C: Clock, V: Variant<Gcra>> DirectLimiter<Gcra, C, V> {
     /// Pacing: admits a request of `cost` now with the delay after which it conforms, if that
     /// delay is at most `max_wait`; otherwise counts nothing. See [`Gcra::reserve`].
     pub fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Reservation, CostError> {
-        // The one cell is never dead (see `decide`).
-        self.core.reserve(cost, max_wait, |f| {
-            let mut fresh = None;
-            self.cell
-                .update(&self.core.stats, &mut *f)
-                .unwrap_or_else(|| f(fresh.insert(self.core.algo.fresh())))
-        })
+        self.core.reserve(cost, max_wait, |f| self.apply(f))
     }
 }
 

@@ -41,8 +41,9 @@
 //! [`peek`](KeyedLimiter::peek) and [`peek_n`](KeyedLimiter::peek_n) evaluate without
 //! counting; [`until_ready`](KeyedLimiter::until_ready) (async, any runtime) and
 //! [`until_ready_blocking`](KeyedLimiter::until_ready_blocking), with `_with` forms taking a
-//! cost and a [`Jitter`], wait for a client limiting itself; [`reserve`](KeyedLimiter::reserve)
-//! paces with GCRA; [`reconfigure`](KeyedLimiter::reconfigure) changes a [`Live`] quota while
+//! cost and a [`Jitter`], wait for a client limiting itself;
+//! [`check_up_to`](KeyedLimiter::check_up_to) grants the most units available now, up to
+//! `n`; [`reserve`](KeyedLimiter::reserve) paces with GCRA; [`reconfigure`](KeyedLimiter::reconfigure) changes a [`Live`] quota while
 //! traffic flows, keeping every key's state; [`metrics`](KeyedLimiter::metrics) snapshots the
 //! counters (and [`Metrics`] can feed the `metrics` crate, feature `metrics`). The keyed ones
 //! add [`sweep`](KeyedLimiter::sweep), [`len`](KeyedLimiter::len),

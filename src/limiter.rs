@@ -68,7 +68,7 @@ macro_rules! rate_limiter_by_inherent {
                 <$ty>::len(self)
             }
 
-            fn sweep(&self) -> $crate::store::SweepReport {
+            fn sweep(&self) -> $crate::sweeper::SweepReport {
                 <$ty>::sweep(self)
             }
         });
@@ -81,8 +81,8 @@ macro_rules! rate_limiter_by_inherent {
             }
 
             /// Nothing to sweep: the backend expires each key when its state is fresh again.
-            fn sweep(&self) -> $crate::store::SweepReport {
-                $crate::store::SweepReport::default()
+            fn sweep(&self) -> $crate::sweeper::SweepReport {
+                $crate::sweeper::SweepReport::default()
             }
         });
     };
@@ -93,26 +93,26 @@ macro_rules! rate_limiter_by_inherent {
             $($bound)*
         {
             #[inline]
-            fn check_n(&self, key: &$q, cost: u64) -> Result<$crate::Decision, $crate::CostError> {
+            fn check_n(&self, key: &$q, cost: u64) -> Result<$crate::decision::Decision, $crate::error::CostError> {
                 <$ty>::check_n(self, key, cost)
             }
 
             #[inline]
-            fn check(&self, key: &$q) -> $crate::Decision {
+            fn check(&self, key: &$q) -> $crate::decision::Decision {
                 <$ty>::check(self, key)
             }
 
             #[inline]
-            fn peek_n(&self, key: &$q, cost: u64) -> Result<$crate::Decision, $crate::CostError> {
+            fn peek_n(&self, key: &$q, cost: u64) -> Result<$crate::decision::Decision, $crate::error::CostError> {
                 <$ty>::peek_n(self, key, cost)
             }
 
             #[inline]
-            fn peek(&self, key: &$q) -> $crate::Decision {
+            fn peek(&self, key: &$q) -> $crate::decision::Decision {
                 <$ty>::peek(self, key)
             }
 
-            fn until_ready_blocking(&self, key: &$q) -> $crate::Decision {
+            fn until_ready_blocking(&self, key: &$q) -> $crate::decision::Decision {
                 <$ty>::until_ready_blocking(self, key)
             }
 

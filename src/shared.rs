@@ -318,6 +318,25 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
     }
 }
 
+impl<A: Algorithm, C: Clock> Core<A, C> {
+    /// `check_up_to` of every store: `apply` runs the grant on the key's state. `n` is
+    /// capped at the capacity (no request gets more at once); 0 is an error.
+    #[inline]
+    pub(crate) fn grant_up_to(
+        &self,
+        n: u64,
+        apply: impl FnOnce(&mut dyn FnMut(&mut A::State) -> (u64, Decision)) -> (u64, Decision),
+    ) -> Result<(u64, Decision), CostError> {
+        if n == 0 {
+            return Err(CostError::Zero);
+        }
+        let most = n.min(self.algo.capacity());
+        let now = self.clock.now();
+        let (granted, decision) = apply(&mut |state| self.algo.update_up_to(state, now, most));
+        Ok((granted, self.count(decision)))
+    }
+}
+
 impl<C: Clock> Core<Gcra, C> {
     /// `reserve` of every store: `apply` runs the reservation on the key's state word.
     pub(crate) fn reserve(

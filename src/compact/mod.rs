@@ -398,6 +398,25 @@ where
     }
 }
 
+impl<K, A, C, V> CompactLimiter<K, A, C, V>
+where
+    K: CompactKey,
+    A: Algorithm,
+    C: Clock,
+    V: CompactVariant<A>,
+{
+    /// A partial grant: admits the most units available now, up to `n`, and says how many:
+    /// `(granted, decision)`, `granted` in `0..=n`. For a batch of messages, a streaming
+    /// response, a transfer cut to what the quota allows. `n` above the capacity is capped at
+    /// it (no request is ever admitted more at once). With nothing available, `granted` is 0
+    /// and the decision is the denial of one unit, with its honest `retry_after` (and counted
+    /// as one denied unit under the strict policy). Errors only for `n == 0`.
+    /// See [`KeyedLimiter::check_up_to`](crate::KeyedLimiter::check_up_to).
+    pub fn check_up_to(&self, key: &K::Lookup, n: u64) -> Result<(u64, Decision), CostError> {
+        self.table.core.grant_up_to(n, |f| self.table.apply(key, f))
+    }
+}
+
 rate_limiter_by_inherent! {
     impl[K, A, C, V] RateLimiter<K::Lookup> for CompactLimiter<K, A, C, V>
     where [K: CompactKey, A: Algorithm, C: Clock, V: CompactVariant<A>]

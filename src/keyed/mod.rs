@@ -172,6 +172,34 @@ where
         Ok(self.shared.decide(key, cost))
     }
 
+    /// A partial grant: admits the most units available now, up to `n`, and says how many:
+    /// `(granted, decision)`, `granted` in `0..=n`. For a batch of messages, a streaming
+    /// response, a transfer cut to what the quota allows. `n` above the capacity is capped at
+    /// it (no request is ever admitted more at once). With nothing available, `granted` is 0
+    /// and the decision is the denial of one unit, with its honest `retry_after` (and counted
+    /// as one denied unit under the strict policy). Errors only for `n == 0`.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+    ///
+    /// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 8".parse()?, ManualClock::new());
+    /// assert_eq!(l.check_up_to("k", 5)?.0, 5);
+    /// let (granted, decision) = l.check_up_to("k", 5)?; // 3 units left
+    /// assert_eq!((granted, decision.is_allowed()), (3, true));
+    /// let (granted, decision) = l.check_up_to("k", 5)?;
+    /// assert_eq!((granted, decision.is_denied()), (0, true));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_up_to<Q>(&self, key: &Q, n: u64) -> Result<(u64, Decision), CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let sh = &*self.shared;
+        sh.core
+            .grant_up_to(n, |f| sh.apply(key, &sh.map.guard(), f))
+    }
+
     /// The decision [`check`](KeyedLimiter::check) would return now, without counting the
     /// request: the key's state is left untouched and an unknown key is not inserted.
     ///

@@ -1,0 +1,230 @@
+//! Partial grants (`check_up_to`): on every algorithm (both policies) and every in-memory store,
+//! a trace of grants over several keys decides exactly as a sequential model that tries every
+//! count from the most down (no bisection); threads sharing one key are granted exactly the
+//! burst between them; `n == 0` is an error and `n` above the capacity is capped.
+
+mod common;
+
+use hotlimit::algo::{
+    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
+    SlidingWindow, SubWindow,
+};
+use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
+use hotlimit::{
+    CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, Live, ManualClock,
+    MutexLimiter, Policy, Rate,
+};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The model: the largest count in `1..=min(n, capacity)` the state admits, tried from the
+/// top one by one; none: the decision of one unit.
+fn model<A: Algorithm>(algo: &A, state: &mut A::State, now: u64, n: u64) -> (u64, Decision) {
+    for c in (1..=n.min(algo.capacity())).rev() {
+        if algo.peek(state, now, c).is_allowed() {
+            return (c, algo.update(state, now, c));
+        }
+    }
+    (0, algo.update(state, now, 1))
+}
+
+/// One step of a trace: advance the clock by `gap` ns, then ask key `key` for up to `n`.
+type Trace = Vec<(u64, u64, u64)>;
+
+/// Runs `trace` through every store of `algo` and the model; every answer must be equal.
+fn same_as_model<A>(name: &str, algo: A, trace: &Trace) -> Result<(), TestCaseError>
+where
+    A: Algorithm + Clone,
+    Cas: Variant<A> + CompactVariant<A>,
+    Locked: Variant<A> + CompactVariant<A>,
+{
+    let clock = ManualClock::new();
+    let cas = CasLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
+    let mutex = MutexLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
+    let compact = CompactLimiter::<u64, A, _>::builder(algo.clone())
+        .clock(clock.clone())
+        .max_keys(common::COMPACT_KEYS)
+        .build()
+        .unwrap();
+    let compact_locked = CompactLimiter::<u64, A, _, Locked>::builder(algo.clone())
+        .clock(clock.clone())
+        .max_keys(common::COMPACT_KEYS)
+        .build()
+        .unwrap();
+    // The direct limiters see key 0's requests only.
+    let direct = DirectLimiter::<A, _>::with_clock(algo.clone(), clock.clone());
+    let direct_locked = DirectLimiter::<A, _, Locked>::with_clock(algo.clone(), clock.clone());
+    let mut states: HashMap<u64, A::State> = HashMap::new();
+    for (i, &(gap, key, n)) in trace.iter().enumerate() {
+        clock.advance(Duration::from_nanos(gap));
+        let state = states.entry(key).or_insert_with(|| algo.fresh());
+        let want = model(&algo, state, clock.now(), n);
+        let got = [
+            ("cas", cas.check_up_to(&key, n).unwrap()),
+            ("mutex", mutex.check_up_to(&key, n).unwrap()),
+            ("compact", compact.check_up_to(&key, n).unwrap()),
+            (
+                "compact-locked",
+                compact_locked.check_up_to(&key, n).unwrap(),
+            ),
+        ];
+        for (store, got) in got {
+            prop_assert_eq!(got, want, "{} {} step {}", name, store, i);
+        }
+        if key == 0 {
+            prop_assert_eq!(
+                direct.check_up_to(n).unwrap(),
+                want,
+                "{} direct step {}",
+                name,
+                i
+            );
+            let got = direct_locked.check_up_to(n).unwrap();
+            prop_assert_eq!(got, want, "{} direct-locked step {}", name, i);
+        }
+    }
+    Ok(())
+}
+
+fn trace() -> impl Strategy<Value = Trace> {
+    // Gaps from none to a few windows, so that some grants are full, some partial, some 0.
+    let gap = prop_oneof![Just(0u64), 0u64..20_000_000, 0u64..2_000_000_000];
+    prop::collection::vec((gap, 0u64..3, 1u64..=40), 1..120)
+}
+
+fn policy() -> impl Strategy<Value = Policy> {
+    prop_oneof![Just(Policy::Leaky), Just(Policy::Strict)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_algorithm_and_store_grants_as_the_model(trace in trace(), policy in policy()) {
+        let second = Duration::from_secs(1);
+        let gcra = "100/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
+        same_as_model("gcra", gcra, &trace)?;
+        let earrrl = Earrrl::new(second, Rate::per_second_of(30.0).unwrap())
+            .unwrap()
+            .with_policy(policy);
+        same_as_model("earrrl", earrrl, &trace)?;
+        let exp = Exponential::new(25.0, second).unwrap().with_policy(policy);
+        same_as_model("exponential", exp, &trace)?;
+        let fixed = FixedWindow::new(20, second).unwrap().with_policy(policy);
+        same_as_model("fixed-window", fixed, &trace)?;
+        for rounding in [Rounding::Exact, Rounding::Floor] {
+            let sliding = SlidingWindow::new(20, second)
+                .unwrap()
+                .with_policy(policy)
+                .with_rounding(rounding);
+            same_as_model("sliding-window", sliding, &trace)?;
+        }
+        let log = SlidingLog::new(20, second).unwrap().with_policy(policy);
+        same_as_model("sliding-log", log, &trace)?;
+        for bias in [Bias::Strict, Bias::Lenient] {
+            let sub = SubWindow::new(20, second, 10).unwrap().with_policy(policy).with_bias(bias);
+            same_as_model("sub-window", sub, &trace)?;
+        }
+        let per_minute = "600/min burst 30".parse::<Gcra>().unwrap().with_policy(policy);
+        same_as_model("all-of/gcra+earrrl", AllOf::new(per_minute, earrrl), &trace)?;
+        same_as_model("all-of/gcra+sliding-log", AllOf::new(gcra, log), &trace)?;
+        same_as_model("live/gcra", Live::new(gcra), &trace)?;
+    }
+}
+
+/// Threads asking one key for up to 3 units at one instant are granted exactly the burst
+/// between them: no unit lost to a race, none granted twice.
+#[test]
+fn threads_share_one_burst_exactly() {
+    let gcra: Gcra = "10/s burst 100".parse().unwrap();
+    let clock = ManualClock::new();
+    let cas = Arc::new(CasLimiter::<u64, Gcra, _>::with_clock(gcra, clock.clone()));
+    let mutex = Arc::new(MutexLimiter::<u64, Gcra, _>::with_clock(
+        gcra,
+        clock.clone(),
+    ));
+    let compact = Arc::new(CompactLimiter::<u64, Gcra, _>::with_clock(
+        gcra,
+        clock.clone(),
+    ));
+    let direct = Arc::new(DirectLimiter::<Gcra, _>::with_clock(gcra, clock.clone()));
+    type Grant = Arc<dyn Fn() -> u64 + Send + Sync>;
+    let stores: [(&str, Grant); 4] = [
+        ("cas", Arc::new(move || cas.check_up_to(&7, 3).unwrap().0)),
+        (
+            "mutex",
+            Arc::new(move || mutex.check_up_to(&7, 3).unwrap().0),
+        ),
+        (
+            "compact",
+            Arc::new(move || compact.check_up_to(&7, 3).unwrap().0),
+        ),
+        ("direct", Arc::new(move || direct.check_up_to(3).unwrap().0)),
+    ];
+    for (name, grant) in stores {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let grant = grant.clone();
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    loop {
+                        let g = grant();
+                        got.push(g);
+                        if g == 0 {
+                            return got;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let grants: Vec<u64> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        assert_eq!(grants.iter().sum::<u64>(), 100, "{name}");
+        assert!(grants.iter().all(|&g| g <= 3), "{name}");
+        // Once a thread saw 0, the burst was gone: every thread ends on exactly one 0.
+        assert_eq!(grants.iter().filter(|&&g| g == 0).count(), 4, "{name}");
+    }
+}
+
+#[test]
+fn zero_is_an_error_and_more_than_the_capacity_is_capped() {
+    let clock = ManualClock::new();
+    let l = CasLimiter::<u64, Gcra, _>::with_clock("1/s burst 5".parse().unwrap(), clock.clone());
+    assert_eq!(l.check_up_to(&1, 0), Err(CostError::Zero));
+    assert_eq!(l.len(), 0, "an error inserts nothing");
+    let (granted, decision) = l.check_up_to(&1, u64::MAX).unwrap();
+    assert_eq!((granted, decision.remaining()), (5, Some(0)));
+    let (granted, decision) = l.check_up_to(&1, u64::MAX).unwrap();
+    assert_eq!(granted, 0);
+    assert_eq!(decision.retry_after(), Duration::from_secs(1));
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(l.check_up_to(&1, 10).unwrap().0, 2);
+}
+
+/// Under the strict policy a grant of nothing counts as a denied unit, as `check` does; under
+/// the leaky policy it changes nothing.
+#[test]
+fn a_grant_of_nothing_counts_as_one_denied_unit() {
+    for policy in [Policy::Leaky, Policy::Strict] {
+        let algo = "10/s burst 2".parse::<Gcra>().unwrap().with_policy(policy);
+        let clock = ManualClock::new();
+        let grants = CasLimiter::<u64, Gcra, _>::with_clock(algo, clock.clone());
+        let checks = CasLimiter::<u64, Gcra, _>::with_clock(algo, clock.clone());
+        assert_eq!(grants.check_up_to(&1, 2).unwrap().0, 2);
+        assert!(checks.check_n(&1, 2).unwrap().is_allowed());
+        for _ in 0..3 {
+            let (granted, denied) = grants.check_up_to(&1, 2).unwrap();
+            assert_eq!((granted, denied), (0, checks.check(&1)), "{policy}");
+        }
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(
+            grants.check_up_to(&1, 2).unwrap().1,
+            checks.check(&1),
+            "{policy}"
+        );
+    }
+}
