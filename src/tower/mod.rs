@@ -16,7 +16,7 @@
 //!     Ok::<_, Infallible>(Response::new(String::from("hello")))
 //! }));
 //!
-//! let rt = tokio::runtime::LayerBuilder::new_current_thread().build()?;
+//! let rt = tokio::runtime::Builder::new_current_thread().build()?;
 //! let send = |key: &str| {
 //!     let req = Request::builder().header("x-api-key", key).body(String::new()).unwrap();
 //!     rt.block_on(app.clone().oneshot(req)).unwrap()
