@@ -82,7 +82,7 @@ pub struct Step<S> {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::{Gcra, Algorithm}};
+/// use hotlimit::algo::{Algorithm, Gcra};
 ///
 /// let gcra: Gcra = "10/s burst 5".parse()?;
 /// let mut state = gcra.fresh();
@@ -196,7 +196,7 @@ pub trait Reconfigure: Algorithm + Copy {
 /// `(old state, now, cost) -> (new state, Decision)` form.
 ///
 /// ```
-/// use hotlimit::{algo::{Gcra, Algorithm}};
+/// use hotlimit::algo::{Algorithm, Gcra};
 /// use hotlimit::algo::WordStep;
 ///
 /// let gcra: Gcra = "10/s burst 1".parse()?;

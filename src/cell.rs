@@ -35,7 +35,7 @@ impl AtomicWord for u128 {
 /// How the stores keep a state: the cell of the lock-free store, and how a lock (a
 /// [`LockCell`], or the compact store's lock slot) marks the state dead. Implemented here, for
 /// every state type of `algo`, so that the algorithms know nothing of their storage; the bound
-/// sits where a store is chosen ([`Variant`](crate::Variant)). Sealed (private module).
+/// sits where a store is chosen ([`Variant`](crate::store::Variant)). Sealed (private module).
 pub trait StateCells: State {
     /// The cell of the lock-free store: a CAS cell for words, a lock cell for the rest.
     type CasCell: StateCell<Self>;

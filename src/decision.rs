@@ -68,7 +68,7 @@ const NONE: u64 = u64::MAX;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::{Gcra, Algorithm}, Rate};
+/// use hotlimit::{algo::{Algorithm, Gcra}, Rate};
 /// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///

@@ -14,7 +14,7 @@ use std::future::{ready, Future, Ready};
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, MutexLimiter, ManualClock, RateLimiter};
+/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, MutexLimiter, RateLimiter};
 ///
 /// fn admitted(l: &dyn RateLimiter<str>, n: usize) -> usize {
 ///     (0..n).filter(|_| l.check("k").is_allowed()).count()
@@ -251,7 +251,7 @@ pub(crate) mod sealed {
 /// code generic over the algorithm states the store it builds as a bound on the variant:
 ///
 /// ```
-/// use hotlimit::{store::{Variant, Cas}, CasLimiter, ManualClock, algo::Algorithm};
+/// use hotlimit::{algo::Algorithm, store::{Cas, Variant}, CasLimiter, ManualClock};
 ///
 /// fn first_two<A: Algorithm>(algo: A) -> [bool; 2]
 /// where

@@ -1,6 +1,6 @@
 //! Live reconfiguration: [`Live`], an algorithm whose quota can be swapped while traffic flows.
 //! What an algorithm must say about its state for that to be sound is
-//! [`Reconfigure`](crate::algo::Reconfigure), implemented beside each algorithm.
+//! [`Reconfigure`], implemented beside each algorithm.
 
 use crate::algo::{Algorithm, Reconfigure};
 use crate::decision::{Decision, Policy};

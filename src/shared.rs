@@ -290,6 +290,23 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         Sweeper::spawn(self.signal.clone(), interval, move || sweep(&s)).map(Some)
     }
 
+    /// `check_up_to` of every store: `apply` runs the grant on the key's state. `n` is
+    /// capped at the capacity (no request gets more at once); 0 is an error.
+    #[inline]
+    pub(crate) fn grant_up_to(
+        &self,
+        n: u64,
+        apply: impl FnOnce(&mut dyn FnMut(&mut A::State) -> (u64, Decision)) -> (u64, Decision),
+    ) -> Result<(u64, Decision), CostError> {
+        if n == 0 {
+            return Err(CostError::Zero);
+        }
+        let most = n.min(self.algo.capacity());
+        let now = self.clock.now();
+        let (granted, decision) = apply(&mut |state| self.algo.update_up_to(state, now, most));
+        Ok((granted, self.count(decision)))
+    }
+
     /// The wait of every store's `until_ready*`: `peek` (which may fail, for a cost a live
     /// reconfiguration made impossible) and `check` decide for the request's key and cost.
     pub(crate) async fn until_ready<E, F, Fut>(
@@ -315,25 +332,6 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
     ) -> Result<Decision, E> {
         let (now, sleep) = (|| self.clock.now(), |d| self.clock.sleep(d));
         wait::until_ready_blocking(peek, check, now, jitter, sleep)
-    }
-}
-
-impl<A: Algorithm, C: Clock> Core<A, C> {
-    /// `check_up_to` of every store: `apply` runs the grant on the key's state. `n` is
-    /// capped at the capacity (no request gets more at once); 0 is an error.
-    #[inline]
-    pub(crate) fn grant_up_to(
-        &self,
-        n: u64,
-        apply: impl FnOnce(&mut dyn FnMut(&mut A::State) -> (u64, Decision)) -> (u64, Decision),
-    ) -> Result<(u64, Decision), CostError> {
-        if n == 0 {
-            return Err(CostError::Zero);
-        }
-        let most = n.min(self.algo.capacity());
-        let now = self.clock.now();
-        let (granted, decision) = apply(&mut |state| self.algo.update_up_to(state, now, most));
-        Ok((granted, self.count(decision)))
     }
 }
 

@@ -45,7 +45,7 @@ pub const IDLE_EPSILON: f64 = 1e-9;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::{Earrrl, Algorithm}, Rate};
+/// use hotlimit::{algo::{Algorithm, Earrrl}, Rate};
 /// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///
@@ -208,7 +208,7 @@ impl Earrrl {
     /// kept to check the one-word form against.
     ///
     /// ```
-    /// use hotlimit::{algo::{Earrrl, EarrrlPair, Algorithm}, Rate};
+    /// use hotlimit::{algo::{Algorithm, Earrrl, EarrrlPair}, Rate};
     /// use hotlimit::algo::WordStep;
     /// use std::time::Duration;
     ///

@@ -37,7 +37,7 @@ const MIN_INTERVAL: f64 = 1e-10;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::{Exponential, Algorithm}};
+/// use hotlimit::algo::{Algorithm, Exponential};
 /// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///

@@ -22,7 +22,7 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::{FixedWindow, Algorithm}};
+/// use hotlimit::algo::{Algorithm, FixedWindow};
 /// use std::time::Duration;
 ///
 /// // 3 per 60 s: requests at 100 s and 110 s fall in window [60 s, 120 s) with two before.

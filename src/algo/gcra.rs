@@ -29,7 +29,7 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::{Gcra, Algorithm}, Policy, Rate};
+/// use hotlimit::{algo::{Algorithm, Gcra}, Policy, Rate};
 /// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///
@@ -157,7 +157,7 @@ impl Gcra {
     /// The token-bucket view of a state: whole tokens available at `now`.
     ///
     /// ```
-    /// use hotlimit::{algo::{Gcra, Algorithm}};
+    /// use hotlimit::algo::{Algorithm, Gcra};
     /// use hotlimit::algo::WordStep;
     ///
     /// let g: Gcra = "10/s burst 5".parse()?;
@@ -176,7 +176,7 @@ impl Gcra {
     /// Returns the outcome and the new state (`None`: unchanged).
     ///
     /// ```
-    /// use hotlimit::{algo::{Gcra, Reservation, Algorithm}};
+    /// use hotlimit::algo::{Algorithm, Gcra, Reservation};
     /// use std::time::Duration;
     ///
     /// let g: Gcra = "10/s burst 1".parse()?;

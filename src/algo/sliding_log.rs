@@ -26,7 +26,7 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::{SlidingLog, Algorithm}};
+/// use hotlimit::algo::{Algorithm, SlidingLog};
 /// use std::time::Duration;
 ///
 /// let log = SlidingLog::new(2, Duration::from_secs(10))?;

@@ -51,7 +51,7 @@ impl std::str::FromStr for Rounding {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::{SlidingWindow, Algorithm}};
+/// use hotlimit::algo::{Algorithm, SlidingWindow};
 /// use std::time::Duration;
 ///
 /// let s = SlidingWindow::new(4, Duration::from_secs(10))?;

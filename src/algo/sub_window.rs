@@ -53,7 +53,7 @@ impl std::str::FromStr for Bias {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::{SubWindow, Algorithm}};
+/// use hotlimit::algo::{Algorithm, SubWindow};
 /// use std::time::Duration;
 ///
 /// // 2 per 10 s in 10 buckets of 1 s, erring strict (11 buckets summed).

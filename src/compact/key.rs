@@ -107,7 +107,7 @@ impl CompactKey for IpAddr {
 /// ([`KeyedLimiter`](crate::KeyedLimiter)) where even that is too much.
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock, store::Hashed};
+/// use hotlimit::{algo::Gcra, store::Hashed, CompactLimiter, ManualClock};
 ///
 /// let l = CompactLimiter::<Hashed<str>, Gcra, _>::with_clock("10/s burst 1".parse()?, ManualClock::new());
 /// assert!(l.check("alice").is_allowed());

@@ -57,9 +57,9 @@ impl ReprSlot for u128 {
     type WordSlot = LockSlot<u128, u64>;
 }
 
-/// Which slot the lock-free ([`Cas`](crate::store::Cas)) compact store uses for a state: implemented
+/// Which slot the lock-free ([`Cas`]) compact store uses for a state: implemented
 /// here for every state type of `algo`, bound where the compact store is chosen
-/// ([`CompactVariant`](crate::store::CompactVariant)). Sealed (private module).
+/// ([`CompactVariant`]). Sealed (private module).
 pub trait CompactState: StateCells + StateSlot {}
 
 impl<S: StateCells + StateSlot> CompactState for S {}
@@ -293,7 +293,7 @@ impl TableSlot<u64, u64> for PairSlot {
 }
 
 /// A slot whose key and state sit behind a mutex: the compact store's slot for the
-/// [`Locked`](crate::store::Locked) variant, for states that are not 64-bit words, and for 128-bit
+/// [`Locked`] variant, for states that are not 64-bit words, and for 128-bit
 /// keys. The same per-key lock as [`LockCell`](crate::cell::LockCell), inline in the table.
 ///
 /// `hint` lets look-ups skip slots without locking them: the key's fingerprint (odd) while

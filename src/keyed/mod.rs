@@ -86,7 +86,7 @@ pub(crate) struct Shared<K, A: Algorithm, C, V: Variant<A>> {
     evicted: Option<EvictHook<K, A::State>>,
 }
 
-/// See [`Shared::with_evict_hook`].
+/// See `Shared::with_evict_hook` (feature `redis`).
 pub(crate) type EvictHook<K, S> = Box<dyn Fn(&K, &S) + Send + Sync>;
 
 impl<K, A, V> KeyedLimiter<K, A, QuantaClock, V>

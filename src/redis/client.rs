@@ -92,7 +92,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
 
     /// `prefix + "{" + escape(key) + "}"`: the hash tag keeps every Redis key of one client
     /// key in one cluster slot (for multi-key scripts) while different clients spread over
-    /// the nodes. See [`escape`].
+    /// the nodes. See `keys::escape`.
     pub(super) fn redis_key(&self, key: &str) -> String {
         redis_key(&self.config.prefix, key)
     }
@@ -170,9 +170,9 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         cmd
     }
 
-    /// [`fail_over_outages`](Core::fail_over_outages) for callers that must answer a decision:
+    /// [`fail_over_outages`](ClientCore::fail_over_outages) for callers that must answer a decision:
     /// an error that is not an outage (a misconfiguration or a bug: a misrouted command, a
-    /// wrong type, a bad reply) is the [`error_decision`](Core::error_decision), never an
+    /// wrong type, a bad reply) is the [`error_decision`](ClientCore::error_decision), never an
     /// allow, whatever the fail mode.
     pub(super) fn fail_over(
         &self,

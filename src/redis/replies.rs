@@ -28,7 +28,7 @@ pub(super) fn noscript_indices(values: &[Value]) -> Vec<usize> {
 
 /// Builds the [`Decision`] from one algorithm's reply (a leaf of the script); times in units
 /// of `unit_ns` nanoseconds.
-/// Server errors were taken out by [`Core::decode`].
+/// Server errors were taken out by [`ClientCore::decode`](super::client::ClientCore::decode).
 pub(super) fn decision(v: Value, unit_ns: f64) -> Result<Decision, BackendError> {
     let bad = || BackendError::Reply(format!("{v:?}"));
     let Value::Array(items) = &v else {

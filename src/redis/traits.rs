@@ -1,4 +1,4 @@
-//! The crate's limiter traits for the Redis limiters: [`RateLimiter<str>`] for the sync
+//! The crate's limiter traits for the Redis limiters: [`RateLimiter<str>`](crate::RateLimiter) for the sync
 //! [`RedisLimiter`] (and so `AsyncRateLimiter<str>` through the blanket impl, blocking), the
 //! error kind of [`BackendError`], and the tower layer's `AdvertisedQuota` for both clients.
 //! `AsyncRedisLimiter`'s `AsyncRateLimiter<str>` is beside it, in `aio.rs`. Only the

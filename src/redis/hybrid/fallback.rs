@@ -1,4 +1,4 @@
-//! [`Fallback`](crate::redis::Fallback): what an instance decides on its own, and the one rule for every algorithm
+//! [`Fallback`]: what an instance decides on its own, and the one rule for every algorithm
 //! (each instance's part of the quota is at least one request).
 
 use crate::error::{ConfigError, Field};
