@@ -8,9 +8,9 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use hotlimit::algo::{
-    Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
+    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
-use hotlimit::{algo::Algorithm, Rate};
+use hotlimit::Rate;
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -9,7 +9,10 @@ mod common;
 
 use common::gcra;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use hotlimit::{algo::AllOf, algo::Gcra, CasLimiter, Live};
+use hotlimit::{
+    algo::{AllOf, Gcra},
+    CasLimiter, Live,
+};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;
 

@@ -15,12 +15,9 @@ mod common;
 use common::flood::{self, ClockKind, Shape, Store};
 use common::rss_bytes;
 use hdrhistogram::Histogram;
-use hotlimit::store::Variant;
-use hotlimit::{
-    algo::Gcra,
-    store::{Cas, Locked},
-    Clock, CompactLimiter, KeyedLimiter, ManualClock, QuantaClock, RateLimiter,
-};
+use hotlimit::algo::Gcra;
+use hotlimit::store::{Cas, Locked, Variant};
+use hotlimit::{Clock, CompactLimiter, KeyedLimiter, ManualClock, QuantaClock, RateLimiter};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

@@ -57,13 +57,11 @@
 //! status 2; the decisions for the lines before it are still printed. An I/O error exits with status 1.
 
 use hotlimit::algo::{
-    parse_duration, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
+    parse_duration, Algorithm, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
     SlidingWindow, SubWindow, DEFAULT_BUCKETS,
 };
-use hotlimit::store::{CompactVariant, DEFAULT_MAX_KEYS};
+use hotlimit::store::{Cas, CompactVariant, Hashed, Locked, DEFAULT_MAX_KEYS};
 use hotlimit::{
-    algo::Algorithm,
-    store::{Cas, Hashed, Locked},
     CasLimiter, CompactLimiter, ConfigError, Decision, Field, ManualClock, MutexLimiter, Policy,
     QuantaClock, Rate, RateLimiter,
 };

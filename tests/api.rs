@@ -3,12 +3,11 @@
 
 mod common;
 
-use hotlimit::algo::WordStep;
-use hotlimit::algo::{AllOf, Earrrl, Gcra, SlidingLog};
-use hotlimit::store::Variant;
+use hotlimit::algo::{Algorithm, AllOf, Earrrl, Gcra, SlidingLog, WordStep};
+use hotlimit::store::{Locked, Variant};
 use hotlimit::{
-    algo::Algorithm, store::Locked, CasLimiter, Clock, DirectLimiter, Jitter, KeyedLimiter, Live,
-    ManualClock, MutexLimiter, Policy, Rate,
+    CasLimiter, Clock, DirectLimiter, Jitter, KeyedLimiter, Live, ManualClock, MutexLimiter,
+    Policy, Rate,
 };
 use proptest::prelude::*;
 use std::future::Future;

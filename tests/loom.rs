@@ -7,11 +7,9 @@
 //! the direct limiter (one cell) rather than the papaya map, which loom does not model.
 #![cfg(hotlimit_loom)]
 
-use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, WordStep};
-use hotlimit::store::Variant;
-use hotlimit::{
-    algo::Algorithm, store::Locked, DirectLimiter, ManualClock, Policy, QuantaClock, Rate,
-};
+use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, WordStep};
+use hotlimit::store::{Locked, Variant};
+use hotlimit::{DirectLimiter, ManualClock, Policy, QuantaClock, Rate};
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;

@@ -3,9 +3,8 @@
 //! Time is passed as `u64` nanoseconds straight to `WordStep::step` / `Earrrl::step_pair`: nothing
 //! sleeps, every check is exact (or to a stated float tolerance).
 
-use hotlimit::algo::{parse_duration, WordStep};
-use hotlimit::algo::{Earrrl, EarrrlPair, Exponential, Gcra};
-use hotlimit::{algo::Algorithm, ConfigError, Decision, Policy, Rate};
+use hotlimit::algo::{parse_duration, Algorithm, Earrrl, EarrrlPair, Exponential, Gcra, WordStep};
+use hotlimit::{ConfigError, Decision, Policy, Rate};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use std::f64::consts::LN_2;

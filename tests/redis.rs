@@ -3,11 +3,13 @@
 //! unless `HOTLIMIT_REQUIRE_REDIS=1` (set by `.ci/run`), which makes that a failure.
 
 use hotlimit::algo::{
-    AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow,
-    SubWindow,
+    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
+    SlidingWindow, SubWindow,
 };
-use hotlimit::redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter, MIN_EXPLICIT_TTL};
-use hotlimit::{algo::Algorithm, CasLimiter, CostError, Decision, ManualClock, Policy, Rate};
+use hotlimit::{
+    redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter, MIN_EXPLICIT_TTL},
+    CasLimiter, CostError, Decision, ManualClock, Policy, Rate,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};

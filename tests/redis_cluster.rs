@@ -4,11 +4,13 @@
 //! that a failure.
 
 use hotlimit::algo::{
-    AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow,
-    SubWindow,
+    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
+    SlidingWindow, SubWindow,
 };
-use hotlimit::redis::{FailMode, RedisAlgorithm, RedisLimiter};
-use hotlimit::{algo::Algorithm, CasLimiter, Decision, ManualClock, Policy, Rate};
+use hotlimit::{
+    redis::{FailMode, RedisAlgorithm, RedisLimiter},
+    CasLimiter, Decision, ManualClock, Policy, Rate,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;

@@ -4,12 +4,11 @@
 
 mod common;
 
-use hotlimit::algo::WordStep;
 use hotlimit::algo::{
-    Earrrl, Exponential, FixedWindow, Gcra, Reservation, SlidingLog, SlidingWindow, SubWindow,
-    CLOCK_MAX,
+    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, Reservation, SlidingLog, SlidingWindow,
+    SubWindow, WordStep, CLOCK_MAX,
 };
-use hotlimit::{algo::Algorithm, CasLimiter, Clock, ConfigError, Field, ManualClock, Policy, Rate};
+use hotlimit::{CasLimiter, Clock, ConfigError, Field, ManualClock, Policy, Rate};
 use std::time::Duration;
 
 /// 1. GCRA at a clock of u64::MAX: the clamp of `tat` below the tombstone made `tat' − now`

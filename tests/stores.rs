@@ -10,11 +10,9 @@
 //! differently, does not compile. The generic tests then assert that every store gives the
 //! same exact answers.
 
-use hotlimit::algo::Algorithm;
-use hotlimit::algo::{Gcra, Reservation};
-use hotlimit::store::SweepReport;
+use hotlimit::algo::{Algorithm, Gcra, Reservation};
+use hotlimit::store::{Cas, Locked, SweepReport};
 use hotlimit::{
-    store::{Cas, Locked},
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, Decision, DirectLimiter, Jitter,
     Live, ManualClock, Metrics, MutexLimiter,
 };

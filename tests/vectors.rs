@@ -1,8 +1,7 @@
 //! The vectors of DESIGN §3.1–3.3, reproduced exactly.
 
-use hotlimit::algo::WordStep;
-use hotlimit::algo::{Earrrl, EarrrlPair, Exponential, Gcra};
-use hotlimit::{algo::Algorithm, Decision, Policy, Rate};
+use hotlimit::algo::{Algorithm, Earrrl, EarrrlPair, Exponential, Gcra, WordStep};
+use hotlimit::{Decision, Policy, Rate};
 use std::time::Duration;
 
 const MS: u64 = 1_000_000;

@@ -10,8 +10,10 @@
 //! The references prune entries that can never count again (times only move forward), so
 //! they stay small; everything else is summed from scratch.
 
-use hotlimit::algo::{Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow};
-use hotlimit::{algo::Algorithm, Policy};
+use hotlimit::algo::{
+    Algorithm, Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow,
+};
+use hotlimit::Policy;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use std::time::Duration;

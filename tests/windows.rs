@@ -13,8 +13,10 @@
 //! * `retry_after`: the earliest wait after which the same request is allowed with no other
 //!   traffic; under the strict policy it accounts for the denied request having been counted.
 
-use hotlimit::algo::{Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow};
-use hotlimit::{algo::Algorithm, ConfigError, Field, Policy};
+use hotlimit::algo::{
+    Algorithm, Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow,
+};
+use hotlimit::{ConfigError, Field, Policy};
 use std::fmt::Debug;
 use std::time::Duration;
 

@@ -11,14 +11,11 @@ use clap::{Parser, ValueEnum};
 use governor::Quota;
 use hdrhistogram::Histogram;
 use hotlimit::algo::{
-    Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow, DEFAULT_BUCKETS,
+    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
+    DEFAULT_BUCKETS,
 };
-use hotlimit::store::{CompactVariant, Variant};
-use hotlimit::{
-    algo::Algorithm,
-    store::{Cas, Locked},
-    CasLimiter, Clock, CoarseClock, CompactLimiter, MutexLimiter, QuantaClock, Rate,
-};
+use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
+use hotlimit::{CasLimiter, Clock, CoarseClock, CompactLimiter, MutexLimiter, QuantaClock, Rate};
 use rand::distr::Distribution;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

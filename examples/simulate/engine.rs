@@ -10,10 +10,11 @@
 #![allow(dead_code)]
 
 use hotlimit::algo::{
-    Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow, DEFAULT_BUCKETS,
+    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
+    DEFAULT_BUCKETS,
 };
-use hotlimit::store::Variant;
-use hotlimit::{algo::Algorithm, store::Cas, CasLimiter, ManualClock, Rate};
+use hotlimit::store::{Cas, Variant};
+use hotlimit::{CasLimiter, ManualClock, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::Exp;

@@ -14,9 +14,9 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use hotlimit::algo::{Gcra, SlidingLog, CLOCK_MAX};
-use hotlimit::store::CompactVariant;
-use hotlimit::{Clock, CompactLimiter, ManualClock, algo::Algorithm, store::{Cas, Locked}};
+use hotlimit::algo::{Algorithm, Gcra, SlidingLog, CLOCK_MAX};
+use hotlimit::store::{Cas, CompactVariant, Locked};
+use hotlimit::{Clock, CompactLimiter, ManualClock};
 use hotlimit_fuzz::{
     earrrl_unit, expected, exponential_unit, gcra_unit, window_unit, EarrrlCfg, ExpCfg, GcraCfg,
     Span, WindowCfg,

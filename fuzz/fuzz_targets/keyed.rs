@@ -16,9 +16,9 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use hotlimit::algo::{AllOf, Gcra, CLOCK_MAX};
-use hotlimit::store::Variant;
-use hotlimit::{CasLimiter, Clock, ManualClock, MutexLimiter, algo::Algorithm, store::{Cas, Locked}};
+use hotlimit::algo::{Algorithm, AllOf, Gcra, CLOCK_MAX};
+use hotlimit::store::{Cas, Locked, Variant};
+use hotlimit::{CasLimiter, Clock, ManualClock, MutexLimiter};
 use hotlimit_fuzz::{
     earrrl_unit, expected, exponential_unit, gcra_unit, EarrrlCfg, ExpCfg, GcraCfg, Span,
 };

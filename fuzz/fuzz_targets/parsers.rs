@@ -7,8 +7,7 @@
 //! every refusal has a non-empty message (and a `ConfigError` names its field).
 #![no_main]
 
-use hotlimit::algo::parse_duration;
-use hotlimit::algo::{Exponential, Gcra};
+use hotlimit::algo::{parse_duration, Exponential, Gcra};
 use hotlimit::{ConfigError, Policy, Rate};
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;

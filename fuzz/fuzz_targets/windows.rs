@@ -14,8 +14,10 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use hotlimit::algo::{Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow};
-use hotlimit::{Decision, algo::Algorithm};
+use hotlimit::algo::{
+    Algorithm, Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow,
+};
+use hotlimit::Decision;
 use hotlimit_fuzz::{drive, window_unit, RateKind, Req, Start, WindowCfg};
 use libfuzzer_sys::fuzz_target;
 use std::collections::{HashMap, VecDeque};

@@ -6,8 +6,8 @@
 //! subnormals, `u64::MAX`) for the edges. libFuzzer's mutations pick between them.
 
 use arbitrary::Arbitrary;
-use hotlimit::algo::{Earrrl, Exponential, Gcra, CLOCK_MAX};
-use hotlimit::{CostError, Decision, Policy, Rate, algo::Algorithm};
+use hotlimit::algo::{Algorithm, Earrrl, Exponential, Gcra, CLOCK_MAX};
+use hotlimit::{CostError, Decision, Policy, Rate};
 use std::time::Duration;
 
 /// A float: a ratio `n / (d + 1)` or raw bits.

@@ -5,13 +5,11 @@
 #[path = "../../benches/common/sharded.rs"]
 pub mod sharded;
 use hotlimit::algo::{
-    AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow,
-    SubWindow,
+    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
+    SlidingWindow, SubWindow,
 };
-use hotlimit::store::{CompactVariant, Variant};
+use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
 use hotlimit::{
-    algo::Algorithm,
-    store::{Cas, Locked},
     CasLimiter, CompactLimiter, Live, ManualClock, MutexLimiter, Policy, QuantaClock, Rate,
     RateLimiter,
 };

@@ -15,9 +15,11 @@
 //! subdirectory).
 #![allow(dead_code)] // each user takes its own part
 
-use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
-use hotlimit::redis::{Fallback, HybridAlgorithm, HybridLimiter, HybridStats};
-use hotlimit::{algo::Algorithm, CasLimiter, ManualClock, Rate};
+use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
+use hotlimit::{
+    redis::{Fallback, HybridAlgorithm, HybridLimiter, HybridStats},
+    CasLimiter, ManualClock, Rate,
+};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
