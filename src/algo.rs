@@ -135,6 +135,35 @@ pub trait Algorithm: Send + Sync + 'static {
         self.update(&mut state.clone(), now, cost)
     }
 
+    /// Settles a request admitted at `taken_at` for `charged` units whose actual cost turned
+    /// out to be `actual` (known only after the work: tokens generated, bytes sent), at `now`.
+    ///
+    /// The crate's algorithms give it one meaning: **unused units come back from where they
+    /// were charged, as far as the state still remembers them; an overrun is charged now,
+    /// whatever the limit** (a debt the key pays before its next admission). GCRA moves its
+    /// `tat` back by `(charged − actual)·T`, never below `now` (a bucket holds at most its
+    /// burst), or forward from `max(tat, now)` by `(actual − charged)·T`, past the burst if
+    /// need be. The windows take a refund out of the window or bucket the request was counted
+    /// in (nothing once it has left the window) and count an overrun in the current one (as
+    /// far as their counts go: a window cannot hold a debt past its end). EARRRL and the
+    /// exponential limiter measure a rate, not a budget: the difference is an impulse at the
+    /// request's time, decayed to the state's time and added (a refund subtracts it, floored
+    /// at a zero rate). [`AllOf`] settles both quotas; [`Live`](crate::Live) the configuration
+    /// in force.
+    ///
+    /// `actual == charged` changes nothing. The default, for algorithms outside the crate,
+    /// leaves the provisional charge standing.
+    #[inline]
+    fn settle(
+        &self,
+        _state: &mut Self::State,
+        _now: u64,
+        _taken_at: u64,
+        _charged: u64,
+        _actual: u64,
+    ) {
+    }
+
     /// A partial grant: admits the most units in `1..=most` that `state` admits at `now` and
     /// returns how many, with the decision of that cost. If not even one unit is admitted,
     /// `(0, d)` where `d` is the decision of a request of cost 1 (which a strict policy

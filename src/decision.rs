@@ -243,3 +243,79 @@ impl fmt::Debug for Decision {
         d.finish()
     }
 }
+
+/// A provisional charge: what `take` returns and `settle` settles.
+///
+/// For costs known only after the work (tokens generated, bytes sent): `take(key, estimate)`
+/// decides and charges the estimate like `check_n`; once the work is done,
+/// `settle(key, &mut ticket, actual)` refunds the unused units or charges the overrun (past
+/// the burst if need be: a debt the key pays before its next admission). A ticket settles
+/// once: a repeated settle changes nothing and returns `false`. A ticket never settled (a
+/// dropped one) simply stands as charged. A denied ticket holds nothing to settle. Not
+/// `Clone`: two copies of one reservation could settle it twice.
+///
+/// Settle with the limiter and key the ticket was taken from; what a settle means for each
+/// algorithm is [`Algorithm::settle`](crate::algo::Algorithm::settle).
+///
+/// ```
+/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+///
+/// // 100 tokens per minute, estimated at 30 per request up front.
+/// let l = CasLimiter::<String, Gcra>::with_clock("100/min".parse()?, ManualClock::new());
+/// let mut ticket = l.take("key", 30)?;
+/// assert!(ticket.decision().is_allowed());
+/// assert!(l.settle("key", &mut ticket, 12)); // 18 unused tokens come back
+/// assert!(!l.settle("key", &mut ticket, 12)); // settled once
+/// assert_eq!(l.peek("key").remaining(), 87); // 100 − 12 − the peeked unit
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, PartialEq)]
+#[must_use = "a ticket is settled with the actual cost; dropped, it stands as charged"]
+pub struct Ticket {
+    decision: Decision,
+    charged: u64,
+    taken_at: u64,
+    open: bool,
+}
+
+impl Ticket {
+    /// A ticket for a request of `cost` decided `decision` at `taken_at` (ns).
+    pub(crate) fn new(decision: Decision, cost: u64, taken_at: u64) -> Self {
+        Self {
+            decision,
+            charged: cost,
+            taken_at,
+            open: decision.is_allowed(),
+        }
+    }
+
+    /// The decision on the provisional cost.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// Whether the provisional cost was admitted (and so is to be settled).
+    pub fn is_allowed(&self) -> bool {
+        self.decision.is_allowed()
+    }
+
+    /// The provisional cost the ticket was taken for.
+    pub fn charged(&self) -> u64 {
+        self.charged
+    }
+
+    /// When the ticket was taken, in nanoseconds of the limiter's clock.
+    pub fn taken_at(&self) -> u64 {
+        self.taken_at
+    }
+
+    /// Whether the ticket still has a settle to make: admitted and not yet settled.
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Closes the ticket; `Some((taken_at, charged))` if it was open.
+    pub(crate) fn close(&mut self) -> Option<(u64, u64)> {
+        std::mem::replace(&mut self.open, false).then_some((self.taken_at, self.charged))
+    }
+}

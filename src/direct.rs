@@ -3,7 +3,7 @@
 use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
-use crate::decision::Decision;
+use crate::decision::{Decision, Ticket};
 use crate::error::{ConfigError, CostError};
 use crate::limiter::{Cas, Variant};
 use crate::live::Live;
@@ -176,6 +176,18 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
     /// See [`KeyedLimiter::check_up_to`](crate::KeyedLimiter::check_up_to).
     pub fn check_up_to(&self, n: u64) -> Result<(u64, Decision), CostError> {
         self.core.grant_up_to(n, |f| self.apply(f))
+    }
+
+    /// Takes a provisional cost, to settle once the actual one is known. See
+    /// [`KeyedLimiter::take`](crate::KeyedLimiter::take).
+    pub fn take(&self, cost: u64) -> Result<Ticket, CostError> {
+        self.core.take(cost, |f| self.apply(f))
+    }
+
+    /// Settles `ticket` with the actual cost. See
+    /// [`KeyedLimiter::settle`](crate::KeyedLimiter::settle).
+    pub fn settle(&self, ticket: &mut Ticket, actual: u64) -> bool {
+        self.core.settle(ticket, actual, |f| self.apply(f))
     }
 
     /// Runs `f` on the state of the one cell. The cell is never swept, so it is never dead;

@@ -110,6 +110,11 @@ impl<A: Reconfigure> Algorithm for Live<A> {
     }
 
     #[inline]
+    fn settle(&self, state: &mut A::State, now: u64, taken_at: u64, charged: u64, actual: u64) {
+        self.get().settle(state, now, taken_at, charged, actual);
+    }
+
+    #[inline]
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }

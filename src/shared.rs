@@ -8,7 +8,7 @@
 use crate::algo::{clamp, Algorithm, Gcra, Reconfigure, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
-use crate::decision::Decision;
+use crate::decision::{Decision, Ticket};
 use crate::error::{check_cost, ConfigError, CostError};
 use crate::live::Live;
 use crate::stats::{Metrics, Stats};
@@ -305,6 +305,38 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         let now = self.clock.now();
         let (granted, decision) = apply(&mut |state| self.algo.update_up_to(state, now, most));
         Ok((granted, self.count(decision)))
+    }
+
+    /// `take` of every store: `check_n` that returns a [`Ticket`] to settle.
+    #[inline]
+    pub(crate) fn take(
+        &self,
+        cost: u64,
+        apply: impl FnOnce(&mut dyn FnMut(&mut A::State) -> Decision) -> Decision,
+    ) -> Result<Ticket, CostError> {
+        self.cost(cost)?;
+        let now = self.clock.now();
+        let decision = apply(&mut |state| self.algo.update(state, now, cost));
+        Ok(Ticket::new(self.count(decision), cost, now))
+    }
+
+    /// `settle` of every store: closes `ticket` and, if it was open and the cost differs,
+    /// runs the algorithm's settle through `apply` (the same CAS path as a request).
+    #[inline]
+    pub(crate) fn settle(
+        &self,
+        ticket: &mut Ticket,
+        actual: u64,
+        apply: impl FnOnce(&mut dyn FnMut(&mut A::State)),
+    ) -> bool {
+        let Some((taken_at, charged)) = ticket.close() else {
+            return false;
+        };
+        if actual != charged {
+            let now = self.clock.now();
+            apply(&mut |state| self.algo.settle(state, now, taken_at, charged, actual));
+        }
+        true
     }
 
     /// The wait of every store's `until_ready*`: `peek` (which may fail, for a cost a live

@@ -177,3 +177,53 @@ fn live_switch_racing_an_old_config_request_leaves_a_fitted_state() {
         assert!(limiter.check().is_allowed());
     });
 }
+
+/// A settle racing a request on one key (DESIGN §4): both go through the one CAS loop, so the
+/// outcome is one of the two sequential orders. Burst 3, 3 units taken: refunding 2 before the
+/// request of 2 admits it (tat back to T, then 3T); after it, the request is denied and the
+/// refund leaves T. Any other final state is a lost update.
+#[test]
+fn settle_racing_a_request_is_one_sequential_order() {
+    for policy in [Policy::Leaky, Policy::Strict] {
+        loom::model(move || {
+            let limiter = Arc::new(DirectLimiter::<Gcra>::with_clock(
+                gcra(3, policy),
+                ManualClock::new(),
+            ));
+            let mut ticket = limiter.take(3).unwrap();
+            let l = limiter.clone();
+            let request = thread::spawn(move || l.check_n(2).unwrap().is_allowed());
+            assert!(limiter.settle(&mut ticket, 1));
+            let allowed = request.join().unwrap();
+            let tat = match (allowed, policy) {
+                // Refund first: T, then the request: 3T.
+                (true, _) => 3 * T,
+                // Request first: denied; leaky writes nothing, the refund leaves T.
+                (false, Policy::Leaky) => T,
+                // Strict counts the denial (5T), the refund leaves 3T.
+                (false, Policy::Strict) => 3 * T,
+            };
+            // The state left, as a request of one unit sees it.
+            assert_eq!(limiter.peek(), gcra(3, policy).peek(&tat, 0, 1));
+        });
+    }
+}
+
+/// An overrun racing a request: the debt and the request's charge both land.
+#[test]
+fn overrun_racing_a_request_lands_both() {
+    loom::model(|| {
+        let limiter = Arc::new(DirectLimiter::<Gcra>::with_clock(
+            gcra(4, Policy::Leaky),
+            ManualClock::new(),
+        ));
+        let mut ticket = limiter.take(1).unwrap();
+        let l = limiter.clone();
+        let request = thread::spawn(move || l.check().is_allowed());
+        assert!(limiter.settle(&mut ticket, 3));
+        let allowed = request.join().unwrap();
+        // Either order: tat = 3T + T = 4T, the request admitted within burst 4.
+        assert!(allowed);
+        assert_eq!(limiter.peek().retry_after_nanos(), T);
+    });
+}

@@ -191,6 +191,14 @@ where
         Decision::all_of(da, db)
     }
 
+    /// Both quotas admitted the request, so both settle it.
+    fn settle(&self, state: &mut Self::State, now: u64, taken_at: u64, charged: u64, actual: u64) {
+        let (mut a, mut b) = <A::State as Pair<B::State>>::parts(state);
+        self.first.settle(&mut a, now, taken_at, charged, actual);
+        self.second.settle(&mut b, now, taken_at, charged, actual);
+        *state = Pair::join(a, b);
+    }
+
     /// Fresh once both are: the later of the two.
     #[inline]
     fn idle_at(&self, state: &Self::State) -> u64 {

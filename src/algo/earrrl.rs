@@ -305,6 +305,31 @@ impl Algorithm for Earrrl {
         store(state, self.decide(*state, now, cost))
     }
 
+    /// The difference is an impulse of `actual − charged` units at `taken_at`, decayed to
+    /// `now` and added to `N` (a refund subtracts it; a rate that would fall to zero or below
+    /// is fresh). In log space, like the update, so no abuse overflows it.
+    fn settle(&self, word: &mut u64, now_ns: u64, taken_at: u64, charged: u64, actual: u64) {
+        if actual == charged {
+            return;
+        }
+        let now_ns = clamp(now_ns);
+        let now = secs(now_ns);
+        // ln N at now (−∞ when fresh) and ln of what is left now of the impulse.
+        let x = self.lambda * (self.live(*word, now_ns) - now);
+        let z = (actual.abs_diff(charged) as f64).ln()
+            + (self.lambda * (secs(clamp(taken_at)) - now)).min(0.0);
+        let ln_n = if actual > charged {
+            let m = x.max(z);
+            m + ((x - m).exp() + (z - m).exp()).ln()
+        } else if z < x {
+            // ln(e^x − e^z) = x + ln(1 − e^{z−x}).
+            x + (-(z - x).exp()).ln_1p()
+        } else {
+            f64::NEG_INFINITY
+        };
+        *word = (now + ln_n / self.lambda).to_bits();
+    }
+
     fn idle_at(&self, word: &u64) -> u64 {
         let word = *word;
         let idle_s = f64::from_bits(word) + self.idle_offset;

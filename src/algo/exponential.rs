@@ -264,6 +264,26 @@ impl Algorithm for Exponential {
         store(state, self.decide(*state, now, cost))
     }
 
+    /// A request of cost `c` raises the average by `c` at its instant (exactly for a burst;
+    /// Exim's smoothing spreads a lone request's), so the difference is an impulse of
+    /// `actual − charged` at `taken_at`, decayed to the state's time and added to `r`
+    /// (floored at zero).
+    fn settle(&self, word: &mut u128, _now: u64, taken_at: u64, charged: u64, actual: u64) {
+        if actual == charged {
+            return;
+        }
+        let (t_prev, r) = Self::unpack(*word);
+        let decay =
+            (-(t_prev.saturating_sub(clamp(taken_at)) as f64 / self.period_ns as f64)).exp();
+        let impulse = actual.abs_diff(charged) as f64 * decay;
+        let r = if actual > charged {
+            r + impulse
+        } else {
+            (r - impulse).max(0.0)
+        };
+        *word = Self::pack(t_prev, r);
+    }
+
     /// Idle once the next request of any cost sees `r_now = cost`, exactly as a fresh key
     /// does: with `i ≥ 2` periods elapsed, `(1 − e^{−i})/i ≤ 0.44`, so `e^{−i}·r ≤ 0.5` keeps
     /// the smoothed rate below `0.94·cost` (a wide margin over rounding) and `max(·, cost)`

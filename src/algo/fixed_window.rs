@@ -123,6 +123,25 @@ impl Algorithm for FixedWindow {
             .with_reset_after(reset_after)
     }
 
+    /// A refund comes out of the window the request was counted in, if it is still the
+    /// current one; an overrun is counted in the current window, up to `limit + 1` (the
+    /// count's width: the key is denied for the rest of the window).
+    fn settle(&self, state: &mut u64, now: u64, taken_at: u64, charged: u64, actual: u64) {
+        let w = self.config.window_ns;
+        let (stored, count) = self.unpack(*state);
+        if actual < charged {
+            if clamp(taken_at) / w == stored && clamp(now) / w <= stored {
+                *state = self.pack(stored, count.saturating_sub(charged - actual));
+            }
+        } else if actual > charged {
+            let index = (clamp(now) / w).max(stored);
+            let count = if index == stored { count } else { 0 };
+            let limit = self.config.limit;
+            let new = count.saturating_add(actual - charged).min(limit + 1);
+            *state = self.pack(index, new);
+        }
+    }
+
     /// Fresh once its window has ended (or if it never counted anything).
     fn idle_at(&self, state: &u64) -> u64 {
         let (index, count) = self.unpack(*state);

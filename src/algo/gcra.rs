@@ -314,6 +314,21 @@ impl Algorithm for Gcra {
         store(state, self.decide(*state, now, cost))
     }
 
+    /// Refund: `tat` moves back by the unused units, never below `now` (a full bucket holds
+    /// no more). Overrun: `tat` moves forward from `max(tat, now)`, past `now + B·T` if need
+    /// be: the key is denied until its debt is paid. Saturates at [`CLOCK_MAX`].
+    #[inline]
+    fn settle(&self, tat: &mut u64, now: u64, _taken_at: u64, charged: u64, actual: u64) {
+        let now = clamp(now);
+        if actual > charged {
+            let over = (actual - charged).saturating_mul(self.t);
+            *tat = (*tat).max(now).saturating_add(over).min(CLOCK_MAX);
+        } else {
+            let back = (charged - actual).saturating_mul(self.t);
+            *tat -= back.min(tat.saturating_sub(now));
+        }
+    }
+
     /// A key is fresh again once its theoretical arrival time has passed: `max(tat, now)` is
     /// then `now`, as for `tat = 0`.
     #[inline]

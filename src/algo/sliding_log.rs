@@ -88,6 +88,20 @@ impl LogState {
         }
     }
 
+    /// Takes up to `back` out of the first entry at or after `at`, dropping it if emptied.
+    fn refund(&mut self, at: u64, back: u64) {
+        let i = self.entries.partition_point(|&(t, _)| t < at);
+        let Some((_, c)) = self.entries.get_mut(i) else {
+            return;
+        };
+        let taken = back.min(*c);
+        *c -= taken;
+        self.total -= taken as u128;
+        if *c == 0 {
+            self.entries.remove(i);
+        }
+    }
+
     /// Adds `cost` to the newest entry and moves it to `now`. The entry's cost saturates;
     /// `total` grows by what the entry really grew, so it stays their exact sum.
     fn merge(&mut self, now: u64, cost: u64) {
@@ -172,6 +186,25 @@ impl Algorithm for SlidingLog {
         Decision::denied(self.retry_at(log, cost).saturating_sub(now).max(1))
             .with_remaining(remaining)
             .with_reset_after(self.idle_at(log).saturating_sub(now))
+    }
+
+    /// A refund comes out of the entry the request was logged in (the first at or after
+    /// `taken_at`) while `taken_at` is still within the window, at most that entry's cost;
+    /// an overrun is logged at `now`.
+    fn settle(&self, log: &mut LogState, now: u64, taken_at: u64, charged: u64, actual: u64) {
+        let w = self.config.window_ns;
+        let now = log
+            .entries
+            .back()
+            .map_or(clamp(now), |&(t, _)| clamp(now).max(t));
+        log.expire(now, w);
+        if actual < charged {
+            if clamp(taken_at).saturating_add(w) > now {
+                log.refund(clamp(taken_at), charged - actual);
+            }
+        } else if actual > charged {
+            log.push(now, actual - charged);
+        }
     }
 
     /// Fresh once the newest entry has left the window.

@@ -256,6 +256,30 @@ impl Algorithm for SlidingWindow {
             .with_reset_after(self.idle_at(state).saturating_sub(now))
     }
 
+    /// A refund comes out of the count of the window the request was counted in while that
+    /// window is still the current or the previous one; an overrun is counted in the current
+    /// window (32-bit counts saturate).
+    fn settle(&self, state: &mut u128, now: u64, taken_at: u64, charged: u64, actual: u64) {
+        let v = self.view(*state, clamp(now));
+        let (mut prev, mut cur) = (v.prev, v.cur);
+        if actual < charged {
+            let back = charged - actual;
+            let taken = clamp(taken_at) / self.config.window_ns;
+            if taken == v.index {
+                cur = cur.saturating_sub(back);
+            } else if taken.checked_add(1) == Some(v.index) {
+                prev = prev.saturating_sub(back);
+            } else {
+                return;
+            }
+        } else if actual > charged {
+            cur = cur.saturating_add(actual - charged).min(COUNT_MAX);
+        } else {
+            return;
+        }
+        *state = Self::pack(v.index, prev, cur);
+    }
+
     /// Fresh once both counts have left the sliding window: one window after the current one
     /// ends if it counted anything, else when the current one ends.
     fn idle_at(&self, state: &u128) -> u64 {

@@ -241,6 +241,32 @@ impl Algorithm for SubWindow {
             .with_reset_after(self.idle_at(st).saturating_sub(now))
     }
 
+    /// A refund comes out of the bucket the request was counted in while that bucket is in
+    /// the span; an overrun is counted in the current bucket (32-bit buckets saturate).
+    fn settle(&self, st: &mut BucketState, now: u64, taken_at: u64, charged: u64, actual: u64) {
+        let bucket = (clamp(now) / self.bucket_ns).max(st.head);
+        self.advance(st, bucket);
+        let n = self.span();
+        let (at, change) = if actual < charged {
+            let taken = clamp(taken_at) / self.bucket_ns;
+            if taken > bucket || bucket - taken >= n {
+                return;
+            }
+            (taken, charged - actual)
+        } else {
+            (bucket, actual - charged)
+        };
+        let slot = &mut st.counts[(at % n) as usize];
+        let before = *slot;
+        if actual < charged {
+            *slot = before.saturating_sub(u32::try_from(change).unwrap_or(u32::MAX));
+            st.total -= (before - *slot) as u64;
+        } else {
+            *slot = (before as u64).saturating_add(change).min(COUNT_MAX as u64) as u32;
+            st.total += (*slot - before) as u64;
+        }
+    }
+
     /// Fresh once the newest non-empty bucket has left the span.
     fn idle_at(&self, st: &BucketState) -> u64 {
         let n = self.span();

@@ -12,7 +12,7 @@ pub use table::{ProbeStats, DEFAULT_MAX_KEYS};
 
 use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::clock::{Clock, QuantaClock};
-use crate::decision::Decision;
+use crate::decision::{Decision, Ticket};
 use crate::error::{ConfigError, CostError};
 use crate::limiter::{rate_limiter_by_inherent, Cas};
 use crate::live::Live;
@@ -414,6 +414,20 @@ where
     /// See [`KeyedLimiter::check_up_to`](crate::KeyedLimiter::check_up_to).
     pub fn check_up_to(&self, key: &K::Lookup, n: u64) -> Result<(u64, Decision), CostError> {
         self.table.core.grant_up_to(n, |f| self.table.apply(key, f))
+    }
+
+    /// Takes a provisional cost, to settle once the actual one is known. See
+    /// [`KeyedLimiter::take`](crate::KeyedLimiter::take).
+    pub fn take(&self, key: &K::Lookup, cost: u64) -> Result<Ticket, CostError> {
+        self.table.core.take(cost, |f| self.table.apply(key, f))
+    }
+
+    /// Settles `ticket` with the actual cost. See
+    /// [`KeyedLimiter::settle`](crate::KeyedLimiter::settle).
+    pub fn settle(&self, key: &K::Lookup, ticket: &mut Ticket, actual: u64) -> bool {
+        self.table
+            .core
+            .settle(ticket, actual, |f| self.table.apply(key, f))
     }
 }
 

@@ -8,7 +8,7 @@ pub use pinned::Pinned;
 use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
-use crate::decision::Decision;
+use crate::decision::{Decision, Ticket};
 use crate::error::{ConfigError, CostError};
 use crate::limiter::{rate_limiter_by_inherent, Cas, Locked, Variant};
 use crate::live::Live;
@@ -198,6 +198,47 @@ where
         let sh = &*self.shared;
         sh.core
             .grant_up_to(n, |f| sh.apply(key, &sh.map.guard(), f))
+    }
+
+    /// Takes a provisional cost: decides and charges `cost` like
+    /// [`check_n`](KeyedLimiter::check_n), and returns a [`Ticket`] to
+    /// [`settle`](KeyedLimiter::settle) once the actual cost is known (an LLM response's
+    /// tokens, a body's bytes). Same errors as `check_n`.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+    ///
+    /// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 10".parse()?, ManualClock::new());
+    /// let mut ticket = l.take("k", 4)?;
+    /// assert!(l.settle("k", &mut ticket, 9)); // 5 more than estimated: charged now
+    /// assert_eq!(l.peek("k").remaining(), 0); // 10 − 9 − the peeked unit
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take<Q>(&self, key: &Q, cost: u64) -> Result<Ticket, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let sh = &*self.shared;
+        sh.core.take(cost, |f| sh.apply(key, &sh.map.guard(), f))
+    }
+
+    /// Settles `ticket` (taken from this limiter for `key`) with the `actual` cost: unused
+    /// units are refunded, an overrun is charged now, past the burst if need be (a debt the
+    /// key pays before its next admission); [`Algorithm::settle`](crate::algo::Algorithm::settle)
+    /// says what each algorithm makes of it. Lock-free, on the same CAS path as a request.
+    ///
+    /// Returns whether this call settled the ticket: `false` if it was already settled (a
+    /// retried settle changes nothing) or was denied (it holds nothing). Any `actual` is
+    /// valid, 0 included (a full refund).
+    pub fn settle<Q>(&self, key: &Q, ticket: &mut Ticket, actual: u64) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let sh = &*self.shared;
+        sh.core
+            .settle(ticket, actual, |f| sh.apply(key, &sh.map.guard(), f))
     }
 
     /// The decision [`check`](KeyedLimiter::check) would return now, without counting the

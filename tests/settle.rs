@@ -1,0 +1,520 @@
+//! Settle (`take` a provisional cost, `settle` with the actual one): on every algorithm (both
+//! policies) and every in-memory store, random traces of takes, refunds, overruns, repeated
+//! settles and dropped tickets decide exactly as a sequential model; GCRA's settle equals an
+//! independent token-credit model (a debt is paid off exactly); threads taking and settling on
+//! one key end in the state of the sequential order (no refund lost).
+
+mod common;
+
+use hotlimit::algo::{
+    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
+    SlidingWindow, SubWindow,
+};
+use hotlimit::store::{Cas, CompactVariant, Locked, Ticket, Variant};
+use hotlimit::{
+    CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, Live, ManualClock,
+    MutexLimiter, Policy, Rate,
+};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One step of a trace, after advancing the clock by its gap (ns).
+#[derive(Debug, Clone)]
+enum Op {
+    /// Take `cost` for key `key`.
+    Take { key: u64, cost: u64 },
+    /// Settle the `pick`-th ticket (modulo how many there are) with `actual`: a refund, an
+    /// overrun or the estimate itself; a ticket already settled must change nothing.
+    Settle { pick: usize, actual: u64 },
+}
+
+/// A ticket of the model: key, time taken, cost charged, whether still to settle.
+struct ModelTicket {
+    key: u64,
+    taken_at: u64,
+    charged: u64,
+    open: bool,
+}
+
+/// Every in-memory store of one algorithm, on one clock.
+struct Stores<A: Algorithm>
+where
+    Cas: Variant<A> + CompactVariant<A>,
+    Locked: Variant<A> + CompactVariant<A>,
+{
+    cas: CasLimiter<u64, A, ManualClock>,
+    mutex: MutexLimiter<u64, A, ManualClock>,
+    compact: CompactLimiter<u64, A, ManualClock>,
+    compact_locked: CompactLimiter<u64, A, ManualClock, Locked>,
+    /// The direct limiters see key 0's requests only.
+    direct: DirectLimiter<A, ManualClock>,
+    direct_locked: DirectLimiter<A, ManualClock, Locked>,
+}
+
+/// The tickets each store gave for one take (the direct ones only for key 0).
+struct Tickets([Ticket; 4], Option<[Ticket; 2]>);
+
+impl<A> Stores<A>
+where
+    A: Algorithm + Clone,
+    Cas: Variant<A> + CompactVariant<A>,
+    Locked: Variant<A> + CompactVariant<A>,
+{
+    fn new(algo: &A, clock: &ManualClock) -> Self {
+        Self {
+            cas: CasLimiter::with_clock(algo.clone(), clock.clone()),
+            mutex: MutexLimiter::with_clock(algo.clone(), clock.clone()),
+            compact: CompactLimiter::builder(algo.clone())
+                .clock(clock.clone())
+                .max_keys(common::COMPACT_KEYS)
+                .build()
+                .unwrap(),
+            compact_locked: CompactLimiter::builder(algo.clone())
+                .clock(clock.clone())
+                .max_keys(common::COMPACT_KEYS)
+                .build()
+                .unwrap(),
+            direct: DirectLimiter::with_clock(algo.clone(), clock.clone()),
+            direct_locked: DirectLimiter::with_clock(algo.clone(), clock.clone()),
+        }
+    }
+
+    fn take(&self, key: u64, cost: u64) -> Tickets {
+        let keyed = [
+            self.cas.take(&key, cost).unwrap(),
+            self.mutex.take(&key, cost).unwrap(),
+            self.compact.take(&key, cost).unwrap(),
+            self.compact_locked.take(&key, cost).unwrap(),
+        ];
+        let direct = (key == 0).then(|| {
+            [
+                self.direct.take(cost).unwrap(),
+                self.direct_locked.take(cost).unwrap(),
+            ]
+        });
+        Tickets(keyed, direct)
+    }
+
+    /// Settles each store's ticket; returns what each settle returned.
+    fn settle(&self, key: u64, t: &mut Tickets, actual: u64) -> Vec<bool> {
+        let [a, b, c, d] = &mut t.0;
+        let mut out = vec![
+            self.cas.settle(&key, a, actual),
+            self.mutex.settle(&key, b, actual),
+            self.compact.settle(&key, c, actual),
+            self.compact_locked.settle(&key, d, actual),
+        ];
+        if let Some([e, f]) = &mut t.1 {
+            out.push(self.direct.settle(e, actual));
+            out.push(self.direct_locked.settle(f, actual));
+        }
+        out
+    }
+
+    /// `peek_n` of every store for `key` (the direct ones for key 0).
+    fn peek(&self, key: u64, cost: u64) -> Vec<Decision> {
+        let mut out = vec![
+            self.cas.peek_n(&key, cost).unwrap(),
+            self.mutex.peek_n(&key, cost).unwrap(),
+            self.compact.peek_n(&key, cost).unwrap(),
+            self.compact_locked.peek_n(&key, cost).unwrap(),
+        ];
+        if key == 0 {
+            out.push(self.direct.peek_n(cost).unwrap());
+            out.push(self.direct_locked.peek_n(cost).unwrap());
+        }
+        out
+    }
+}
+
+/// Runs `ops` through every store of `algo` and through the sequential model (the
+/// algorithm's own `update` and `settle` on a map of states); every decision, every settle's
+/// answer and every key's final state must agree.
+fn same_as_model<A>(name: &str, algo: A, ops: &[(u64, Op)]) -> Result<(), TestCaseError>
+where
+    A: Algorithm + Clone,
+    Cas: Variant<A> + CompactVariant<A>,
+    Locked: Variant<A> + CompactVariant<A>,
+{
+    let clock = ManualClock::new();
+    let stores = Stores::new(&algo, &clock);
+    let mut states: HashMap<u64, A::State> = HashMap::new();
+    let mut model_tickets: Vec<ModelTicket> = Vec::new();
+    let mut tickets: Vec<Tickets> = Vec::new();
+    for (i, (gap, op)) in ops.iter().enumerate() {
+        clock.advance(Duration::from_nanos(*gap));
+        let now = clock.now();
+        match *op {
+            Op::Take { key, cost } => {
+                let state = states.entry(key).or_insert_with(|| algo.fresh());
+                let want = algo.update(state, now, cost);
+                let got = stores.take(key, cost);
+                for t in got.0.iter().chain(got.1.iter().flatten()) {
+                    prop_assert_eq!(t.decision(), want, "{} take at step {}", name, i);
+                    prop_assert_eq!(t.is_open(), want.is_allowed());
+                    prop_assert_eq!((t.charged(), t.taken_at()), (cost, now));
+                }
+                model_tickets.push(ModelTicket {
+                    key,
+                    taken_at: now,
+                    charged: cost,
+                    open: want.is_allowed(),
+                });
+                tickets.push(got);
+            }
+            Op::Settle { pick, actual } => {
+                if tickets.is_empty() {
+                    continue;
+                }
+                let pick = pick % tickets.len();
+                let m = &mut model_tickets[pick];
+                let want = std::mem::replace(&mut m.open, false);
+                if want {
+                    let state = states.entry(m.key).or_insert_with(|| algo.fresh());
+                    algo.settle(state, now, m.taken_at, m.charged, actual);
+                }
+                let got = stores.settle(m.key, &mut tickets[pick], actual);
+                prop_assert!(
+                    got.iter().all(|&g| g == want),
+                    "{} settle at step {}: {:?}, model {}",
+                    name,
+                    i,
+                    got,
+                    want
+                );
+            }
+        }
+    }
+    // The final states agree: every key's next decision, for one unit and for the most.
+    let most = algo.capacity().min(20);
+    for (key, state) in &states {
+        for cost in [1, most] {
+            let want = algo.peek(state, clock.now(), cost);
+            for got in stores.peek(*key, cost) {
+                prop_assert_eq!(
+                    got,
+                    want,
+                    "{} final peek of key {} cost {}",
+                    name,
+                    key,
+                    cost
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn ops() -> impl Strategy<Value = Vec<(u64, Op)>> {
+    // Gaps from none to a few windows; settles refund (actual below the estimate), overrun
+    // (above, up to 3× and past the burst) or match it, and pick tickets already settled too.
+    let gap = prop_oneof![Just(0u64), 0u64..20_000_000, 0u64..2_000_000_000];
+    let op = prop_oneof![
+        (0u64..3, 1u64..=10).prop_map(|(key, cost)| Op::Take { key, cost }),
+        (any::<usize>(), 0u64..=30).prop_map(|(pick, actual)| Op::Settle { pick, actual }),
+    ];
+    prop::collection::vec((gap, op), 1..120)
+}
+
+fn policy() -> impl Strategy<Value = Policy> {
+    prop_oneof![Just(Policy::Leaky), Just(Policy::Strict)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_algorithm_and_store_settles_as_the_model(ops in ops(), policy in policy()) {
+        let second = Duration::from_secs(1);
+        let gcra = "100/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
+        same_as_model("gcra", gcra, &ops)?;
+        let earrrl = Earrrl::new(second, Rate::per_second_of(30.0).unwrap())
+            .unwrap()
+            .with_policy(policy);
+        same_as_model("earrrl", earrrl, &ops)?;
+        let exp = Exponential::new(25.0, second).unwrap().with_policy(policy);
+        same_as_model("exponential", exp, &ops)?;
+        let fixed = FixedWindow::new(20, second).unwrap().with_policy(policy);
+        same_as_model("fixed-window", fixed, &ops)?;
+        for rounding in [Rounding::Exact, Rounding::Floor] {
+            let sliding = SlidingWindow::new(20, second)
+                .unwrap()
+                .with_policy(policy)
+                .with_rounding(rounding);
+            same_as_model("sliding-window", sliding, &ops)?;
+        }
+        let log = SlidingLog::new(20, second).unwrap().with_policy(policy);
+        same_as_model("sliding-log", log, &ops)?;
+        for bias in [Bias::Strict, Bias::Lenient] {
+            let sub = SubWindow::new(20, second, 10).unwrap().with_policy(policy).with_bias(bias);
+            same_as_model("sub-window", sub, &ops)?;
+        }
+        let per_minute = "600/min burst 30".parse::<Gcra>().unwrap().with_policy(policy);
+        same_as_model("all-of/gcra+earrrl", AllOf::new(per_minute, earrrl), &ops)?;
+        same_as_model("all-of/gcra+sliding-log", AllOf::new(gcra, log), &ops)?;
+        same_as_model("live/gcra", Live::new(gcra), &ops)?;
+    }
+
+    /// GCRA against an independent model: a token credit in nanoseconds of budget (at most
+    /// `B·T`, negative while in debt), refilled by elapsed time. A take needs `cost·T` of it;
+    /// a refund adds back (capped at `B·T`), an overrun takes more (below zero: a debt). Every
+    /// take's decision (allowed, remaining, retry_after) must equal the credit's.
+    #[test]
+    fn gcra_settles_as_a_token_credit(ops in ops(), policy in policy()) {
+        const T: i128 = 10_000_000; // 100/s
+        const TAU: i128 = 20 * T; // burst 20
+        let gcra = "100/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
+        let clock = ManualClock::new();
+        let l = CasLimiter::<u64, Gcra, _>::with_clock(gcra, clock.clone());
+        let (mut credit, mut last) = (TAU, 0i128);
+        let mut tickets: Vec<(Ticket, u64)> = Vec::new();
+        for (gap, op) in &ops {
+            clock.advance(Duration::from_nanos(*gap));
+            let now = clock.now() as i128;
+            credit = (credit + (now - last)).min(TAU);
+            last = now;
+            match *op {
+                Op::Take { cost, .. } => {
+                    let need = cost as i128 * T;
+                    let t = l.take(&0, cost).unwrap();
+                    let d = t.decision();
+                    if need <= credit {
+                        credit -= need;
+                        prop_assert!(d.is_allowed());
+                        prop_assert_eq!(d.remaining(), Some((credit / T) as u64));
+                    } else {
+                        prop_assert!(d.is_denied());
+                        let debt = (need - credit) as u64;
+                        match policy {
+                            Policy::Leaky => {
+                                prop_assert_eq!(d.retry_after_nanos(), debt);
+                                prop_assert_eq!(d.remaining(), Some((credit.max(0) / T) as u64));
+                            }
+                            Policy::Strict => {
+                                prop_assert_eq!(d.retry_after_nanos(), debt + need as u64);
+                                credit -= need;
+                            }
+                        }
+                    }
+                    tickets.push((t, cost));
+                }
+                Op::Settle { pick, actual } => {
+                    if tickets.is_empty() {
+                        continue;
+                    }
+                    let n = tickets.len();
+                    let (t, charged) = &mut tickets[pick % n];
+                    let open = t.is_open();
+                    prop_assert_eq!(l.settle(&0, t, actual), open);
+                    if open {
+                        credit = (credit + (*charged as i128 - actual as i128) * T).min(TAU);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An overrun past the burst is a debt: nothing is admitted until it is paid, to the
+/// nanosecond, and the denial says when.
+#[test]
+fn a_debt_is_paid_off_exactly() {
+    let clock = ManualClock::new();
+    let l =
+        CasLimiter::<String, Gcra, _>::with_clock("10/s burst 10".parse().unwrap(), clock.clone());
+    let mut t = l.take("k", 10).unwrap();
+    assert!(t.is_allowed());
+    // 40 used, 10 charged: 30 units of debt beyond an empty bucket, 3 s at 10/s.
+    assert!(l.settle("k", &mut t, 40));
+    let denied = l.check("k");
+    assert_eq!(denied.retry_after(), Duration::from_millis(3_100));
+    clock.advance(Duration::from_millis(3_100) - Duration::from_nanos(1));
+    assert!(l.check("k").is_denied());
+    clock.advance(Duration::from_nanos(1));
+    assert!(l.check("k").is_allowed());
+    assert!(l.check("k").is_denied());
+}
+
+/// A refund returns units at once; a repeated settle, a denied ticket and a settle equal to the
+/// estimate change nothing; a dropped ticket stands as charged.
+#[test]
+fn refunds_repeats_denials_and_dropped_tickets() {
+    let clock = ManualClock::new();
+    let l = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 10".parse().unwrap(), clock);
+    let mut t = l.take("k", 8).unwrap();
+    assert_eq!(t.decision().remaining(), Some(2));
+    let mut denied = l.take("k", 5).unwrap();
+    assert!(denied.decision().is_denied() && !denied.is_open());
+    assert!(
+        !l.settle("k", &mut denied, 0),
+        "a denied ticket holds nothing"
+    );
+    assert!(l.settle("k", &mut t, 3));
+    assert!(!t.is_open());
+    assert_eq!(l.peek_n("k", 7).unwrap().remaining(), Some(0));
+    assert!(!l.settle("k", &mut t, 0), "settled once");
+    assert_eq!(l.peek_n("k", 7).unwrap().remaining(), Some(0));
+    let mut same = l.take("k", 2).unwrap();
+    assert!(l.settle("k", &mut same, 2));
+    assert_eq!(l.peek("k").remaining(), Some(4));
+    let _ = l.take("k", 5).unwrap(); // dropped: stands
+    assert!(l.check("k").is_denied());
+    assert_eq!(l.take("k", 0).unwrap_err(), CostError::Zero);
+    assert_eq!(
+        l.take("k", 11).unwrap_err().to_string(),
+        l.check_n("k", 11).unwrap_err().to_string()
+    );
+}
+
+/// What the windows, EARRRL and the exponential limiter make of a settle.
+#[test]
+fn windows_and_rates_settle_as_documented() {
+    let second = Duration::from_secs(1);
+    let clock = ManualClock::new();
+    let fixed = CasLimiter::<String, _, _>::with_clock(
+        FixedWindow::new(10, second).unwrap(),
+        clock.clone(),
+    );
+    let mut t = fixed.take("k", 10).unwrap();
+    assert!(
+        fixed.settle("k", &mut t, 4),
+        "refunded in the window it was counted in"
+    );
+    assert_eq!(fixed.peek("k").remaining(), Some(5));
+    let mut late = fixed.take("k", 6).unwrap();
+    clock.advance(second);
+    assert!(
+        fixed.settle("k", &mut late, 0),
+        "the window has ended: nothing to refund"
+    );
+    assert_eq!(fixed.peek("k").remaining(), Some(9));
+    let mut over = fixed.take("k", 1).unwrap();
+    assert!(
+        fixed.settle("k", &mut over, 50),
+        "an overrun fills the current window"
+    );
+    assert!(fixed.check("k").is_denied());
+    clock.advance(second);
+    assert!(
+        fixed.check("k").is_allowed(),
+        "a window holds no debt past its end"
+    );
+
+    // The other windows: a refund in the window (or bucket) counted in comes straight back.
+    fn refund_in_window<A: Algorithm>(algo: A, clock: &ManualClock)
+    where
+        Cas: Variant<A>,
+    {
+        let l = CasLimiter::<String, A, _>::with_clock(algo, clock.clone());
+        let mut t = l.take("k", 10).unwrap();
+        assert!(l.check("k").is_denied());
+        assert!(l.settle("k", &mut t, 4));
+        assert_eq!(l.peek("k").remaining(), Some(5));
+    }
+    refund_in_window(SlidingWindow::new(10, second).unwrap(), &clock);
+    refund_in_window(SlidingLog::new(10, second).unwrap(), &clock);
+    refund_in_window(SubWindow::new(10, second, 10).unwrap(), &clock);
+
+    // EARRRL: a full refund of a lone request leaves the key as fresh as it was.
+    let earrrl = Earrrl::new(second, Rate::per_second_of(10.0).unwrap()).unwrap();
+    let e = CasLimiter::<String, _, _>::with_clock(earrrl, clock.clone());
+    let mut t = e.take("k", 5).unwrap();
+    clock.advance(Duration::from_millis(500));
+    assert!(e.peek("k").rate().unwrap() > 0.0);
+    assert!(e.settle("k", &mut t, 0));
+    assert_eq!(e.peek("k").rate(), Some(0.0));
+    // An overrun is an impulse at the take, decayed: half a half-life later, 100 units more
+    // show as 100·λ·2^(−1/2) on top of what the estimate left.
+    let mut t = e.take("k", 1).unwrap();
+    clock.advance(Duration::from_millis(500));
+    let before = e.peek("k").rate().unwrap();
+    assert!(e.settle("k", &mut t, 101));
+    let added = e.peek("k").rate().unwrap() - before;
+    let want = 100.0 * std::f64::consts::LN_2 * 0.5f64.sqrt();
+    assert!((added / want - 1.0).abs() < 1e-9, "{added} vs {want}");
+
+    // Exponential: an impulse on the smoothed rate, decayed from the take to the state's time.
+    let exp = Exponential::new(10.0, second).unwrap();
+    let x = CasLimiter::<String, _, _>::with_clock(exp, clock.clone());
+    let mut t = x.take("k", 8).unwrap();
+    assert!(x.check_n("k", 3).unwrap().is_denied());
+    assert!(x.settle("k", &mut t, 2));
+    assert!(x.check_n("k", 3).unwrap().is_allowed());
+}
+
+/// Threads each taking and settling on one key at one instant, every take admitted: the key
+/// ends with exactly the sum of the actual costs charged, on every store (a lost refund or
+/// overrun would show).
+#[test]
+fn threads_taking_and_settling_lose_nothing() {
+    let gcra: Gcra = "10/s burst 4000".parse().unwrap();
+    let clock = ManualClock::new();
+    type Run = Arc<dyn Fn(u64) -> u64 + Send + Sync>;
+    type Peek = Box<dyn Fn() -> Decision>;
+    // Each thread: 100 takes of 10, settled with 0..=19 (refunds and overruns); returns the
+    // sum of the actual costs.
+    fn work(
+        take: impl Fn(u64) -> Ticket,
+        settle: impl Fn(&mut Ticket, u64) -> bool,
+        seed: u64,
+    ) -> u64 {
+        (0..100)
+            .map(|i| {
+                let mut t = take(10);
+                assert!(t.is_allowed());
+                let actual = (seed * 7 + i * 13) % 20;
+                assert!(settle(&mut t, actual));
+                actual
+            })
+            .sum()
+    }
+    let cas = Arc::new(CasLimiter::<u64, Gcra, _>::with_clock(gcra, clock.clone()));
+    let mutex = Arc::new(MutexLimiter::<u64, Gcra, _>::with_clock(
+        gcra,
+        clock.clone(),
+    ));
+    let compact = Arc::new(CompactLimiter::<u64, Gcra, _>::with_clock(
+        gcra,
+        clock.clone(),
+    ));
+    let direct = Arc::new(DirectLimiter::<Gcra, _>::with_clock(gcra, clock.clone()));
+    let (c1, c2) = (cas.clone(), cas.clone());
+    let (m1, m2) = (mutex.clone(), mutex.clone());
+    let (k1, k2) = (compact.clone(), compact.clone());
+    let (d1, d2) = (direct.clone(), direct.clone());
+    let runs: [(&str, Run, Peek); 4] = [
+        (
+            "cas",
+            Arc::new(move |s| work(|c| c1.take(&7, c).unwrap(), |t, a| c1.settle(&7, t, a), s)),
+            Box::new(move || c2.peek(&7)),
+        ),
+        (
+            "mutex",
+            Arc::new(move |s| work(|c| m1.take(&7, c).unwrap(), |t, a| m1.settle(&7, t, a), s)),
+            Box::new(move || m2.peek(&7)),
+        ),
+        (
+            "compact",
+            Arc::new(move |s| work(|c| k1.take(&7, c).unwrap(), |t, a| k1.settle(&7, t, a), s)),
+            Box::new(move || k2.peek(&7)),
+        ),
+        (
+            "direct",
+            Arc::new(move |s| work(|c| d1.take(c).unwrap(), |t, a| d1.settle(t, a), s)),
+            Box::new(move || d2.peek()),
+        ),
+    ];
+    for (name, run, peek) in runs {
+        let handles: Vec<_> = (0..4)
+            .map(|seed| {
+                let run = run.clone();
+                std::thread::spawn(move || run(seed))
+            })
+            .collect();
+        let used: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        // Sequentially: tat = used·T, so one more unit leaves 4000 − used − 1.
+        assert_eq!(peek().remaining(), Some(4000 - used - 1), "{name}");
+    }
+}
