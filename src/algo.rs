@@ -208,8 +208,10 @@ pub trait Algorithm: Send + Sync + 'static {
 ///
 /// What can change: every GCRA parameter (rate, burst, policy); EARRRL's limit and policy,
 /// not its half-life (the state is measured in it); the exponential limiter's limit and policy,
-/// not its period. The window algorithms are not reconfigurable: their state is laid out for
-/// their window.
+/// not its period; the window algorithms' limit and policy, not their window (their counts
+/// are laid out for it; nor the sub-window's buckets and bias, nor the fixed window's count
+/// width). The same check admits a per-request quota ([`KeyedLimiter::check_n_with`](crate::KeyedLimiter::check_n_with)):
+/// a quota that can read the key's state.
 pub trait Reconfigure: Algorithm + Copy {
     /// Whether a state kept under `self` means the same under `new`; an
     /// [`Unchangeable`](crate::ConfigError::Unchangeable) error names the field that differs.

@@ -266,7 +266,7 @@ impl fmt::Debug for Decision {
 /// assert!(ticket.decision().is_allowed());
 /// assert!(l.settle("key", &mut ticket, 12)); // 18 unused tokens come back
 /// assert!(!l.settle("key", &mut ticket, 12)); // settled once
-/// assert_eq!(l.peek("key").remaining(), 87); // 100 − 12 − the peeked unit
+/// assert_eq!(l.peek("key").remaining(), Some(87)); // 100 − 12 − the peeked unit
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, PartialEq)]

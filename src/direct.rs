@@ -4,7 +4,7 @@ use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
-use crate::error::{ConfigError, CostError};
+use crate::error::{ConfigError, CostError, QuotaError};
 use crate::limiter::{Cas, Variant};
 use crate::live::Live;
 use crate::shared::{Builder, Core, Options};
@@ -181,13 +181,47 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
     /// Takes a provisional cost, to settle once the actual one is known. See
     /// [`KeyedLimiter::take`](crate::KeyedLimiter::take).
     pub fn take(&self, cost: u64) -> Result<Ticket, CostError> {
-        self.core.take(cost, |f| self.apply(f))
+        self.core.take(&self.core.algo, cost, |f| self.apply(f))
     }
 
     /// Settles `ticket` with the actual cost. See
     /// [`KeyedLimiter::settle`](crate::KeyedLimiter::settle).
     pub fn settle(&self, ticket: &mut Ticket, actual: u64) -> bool {
-        self.core.settle(ticket, actual, |f| self.apply(f))
+        self.core
+            .settle(&self.core.algo, ticket, actual, |f| self.apply(f))
+    }
+
+    /// A request of `cost` under a quota that comes with it. See
+    /// [`KeyedLimiter::check_n_with`](crate::KeyedLimiter::check_n_with).
+    pub fn check_n_with(&self, cost: u64, quota: &A) -> Result<Decision, QuotaError>
+    where
+        A: Reconfigure,
+    {
+        let quota = self.core.quota(quota)?;
+        Ok(self.core.charge(quota, cost, |f| self.apply(f))?.0)
+    }
+
+    /// [`take`](DirectLimiter::take) under a quota that comes with the request.
+    pub fn take_with(&self, cost: u64, quota: &A) -> Result<Ticket, QuotaError>
+    where
+        A: Reconfigure,
+    {
+        let quota = self.core.quota(quota)?;
+        Ok(self.core.take(quota, cost, |f| self.apply(f))?)
+    }
+
+    /// [`settle`](DirectLimiter::settle) under the quota the ticket was taken with.
+    pub fn settle_with(
+        &self,
+        ticket: &mut Ticket,
+        actual: u64,
+        quota: &A,
+    ) -> Result<bool, QuotaError>
+    where
+        A: Reconfigure,
+    {
+        let quota = self.core.quota(quota)?;
+        Ok(self.core.settle(quota, ticket, actual, |f| self.apply(f)))
     }
 
     /// Runs `f` on the state of the one cell. The cell is never swept, so it is never dead;

@@ -206,6 +206,56 @@ impl fmt::Display for CostError {
 
 impl std::error::Error for CostError {}
 
+/// Why a request with its own quota ([`KeyedLimiter::check_n_with`](crate::KeyedLimiter::check_n_with))
+/// was refused before it was decided; nothing was counted.
+///
+/// ```
+/// use hotlimit::{algo::FixedWindow, store::QuotaError, CasLimiter, CostError};
+/// use std::time::Duration;
+///
+/// let l = CasLimiter::<String, _>::new(FixedWindow::new(100, Duration::from_secs(60))?);
+/// let per_hour = FixedWindow::new(100, Duration::from_secs(3600))?;
+/// assert!(matches!(l.check_n_with("k", 1, &per_hour), Err(QuotaError::Quota(_))));
+/// let small = FixedWindow::new(10, Duration::from_secs(60))?;
+/// assert_eq!(
+///     l.check_n_with("k", 11, &small),
+///     Err(QuotaError::Cost(CostError::ExceedsCapacity { cost: 11, capacity: 10 })),
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuotaError {
+    /// The cost is 0 or more than the quota can ever admit.
+    Cost(CostError),
+    /// The quota cannot read the states this limiter keeps (another window, bucket layout or
+    /// count width: [`Reconfigure::check_change`](crate::algo::Reconfigure::check_change)).
+    Quota(ConfigError),
+}
+
+impl fmt::Display for QuotaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuotaError::Cost(e) => e.fmt(f),
+            QuotaError::Quota(e) => write!(f, "this quota cannot be used on this limiter: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for QuotaError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            QuotaError::Cost(e) => Some(e),
+            QuotaError::Quota(e) => Some(e),
+        }
+    }
+}
+
+impl From<CostError> for QuotaError {
+    fn from(e: CostError) -> Self {
+        QuotaError::Cost(e)
+    }
+}
+
 /// Checks `cost` against the largest admissible cost.
 #[inline]
 pub(crate) fn check_cost(cost: u64, capacity: u64) -> Result<(), CostError> {

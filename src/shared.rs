@@ -9,7 +9,7 @@ use crate::algo::{clamp, Algorithm, Gcra, Reconfigure, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, ConfigError, CostError};
+use crate::error::{check_cost, ConfigError, CostError, QuotaError};
 use crate::live::Live;
 use crate::stats::{Metrics, Stats};
 use crate::sweeper::{Signal, SweepTotals, Sweeper, Totals};
@@ -307,24 +307,39 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         Ok((granted, self.count(decision)))
     }
 
-    /// `take` of every store: `check_n` that returns a [`Ticket`] to settle.
+    /// A request of `cost` decided by `algo` (the limiter's own, or a per-request quota) on
+    /// the key's state through `apply`; counted. Returns the decision and the clock reading.
+    #[inline]
+    pub(crate) fn charge(
+        &self,
+        algo: &A,
+        cost: u64,
+        apply: impl FnOnce(&mut dyn FnMut(&mut A::State) -> Decision) -> Decision,
+    ) -> Result<(Decision, u64), CostError> {
+        check_cost(cost, algo.capacity())?;
+        let now = self.clock.now();
+        let decision = apply(&mut |state| algo.update(state, now, cost));
+        Ok((self.count(decision), now))
+    }
+
+    /// `take` of every store: [`charge`](Core::charge) that returns a [`Ticket`] to settle.
     #[inline]
     pub(crate) fn take(
         &self,
+        algo: &A,
         cost: u64,
         apply: impl FnOnce(&mut dyn FnMut(&mut A::State) -> Decision) -> Decision,
     ) -> Result<Ticket, CostError> {
-        self.cost(cost)?;
-        let now = self.clock.now();
-        let decision = apply(&mut |state| self.algo.update(state, now, cost));
-        Ok(Ticket::new(self.count(decision), cost, now))
+        let (decision, now) = self.charge(algo, cost, apply)?;
+        Ok(Ticket::new(decision, cost, now))
     }
 
     /// `settle` of every store: closes `ticket` and, if it was open and the cost differs,
-    /// runs the algorithm's settle through `apply` (the same CAS path as a request).
+    /// runs `algo`'s settle through `apply` (the same CAS path as a request).
     #[inline]
     pub(crate) fn settle(
         &self,
+        algo: &A,
         ticket: &mut Ticket,
         actual: u64,
         apply: impl FnOnce(&mut dyn FnMut(&mut A::State)),
@@ -334,7 +349,7 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         };
         if actual != charged {
             let now = self.clock.now();
-            apply(&mut |state| self.algo.settle(state, now, taken_at, charged, actual));
+            apply(&mut |state| algo.settle(state, now, taken_at, charged, actual));
         }
         true
     }
@@ -388,6 +403,16 @@ impl<C: Clock> Core<Gcra, C> {
                 .decided(matches!(reservation, Reservation::Admitted { .. }));
         }
         Ok(reservation)
+    }
+}
+
+impl<A: Reconfigure, C: Clock> Core<A, C> {
+    /// Admits `quota` for one request if it can read the states this limiter keeps (the
+    /// check a live switch makes; a no-op for GCRA, a comparison of windows for the others).
+    #[inline(always)]
+    pub(crate) fn quota<'q>(&self, quota: &'q A) -> Result<&'q A, QuotaError> {
+        self.algo.check_change(quota).map_err(QuotaError::Quota)?;
+        Ok(quota)
     }
 }
 

@@ -8,6 +8,7 @@ pub use crate::compact::{
     CompactKey, CompactState, CompactVariant, Hashed, KeyRepr, ProbeStats, DEFAULT_MAX_KEYS,
 };
 pub use crate::decision::Ticket;
+pub use crate::error::QuotaError;
 pub use crate::keyed::Pinned;
 pub use crate::limiter::{Cas, LimiterError, Locked, Started, Variant};
 pub use crate::shared::{Builder, KeyedStore};

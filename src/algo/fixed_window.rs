@@ -1,7 +1,7 @@
 //! Fixed window: at most `limit` per window, windows aligned to the clock's origin.
 
-use super::window::{validate, window_accessors, WindowConfig};
-use super::{clamp, Algorithm};
+use super::window::{same_window, validate, window_accessors, WindowConfig};
+use super::{clamp, Algorithm, Reconfigure};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
@@ -10,11 +10,12 @@ use std::time::Duration;
 /// `[i·window, (i+1)·window)` from the clock's origin. Default policy: leaky.
 ///
 /// **State**: one `u64`, the window index in the high bits and the count in the low bits. The
-/// count field is just wide enough for `limit + 1` (a strict count saturates there: any count
-/// above the limit denies alike), and the index gets the rest. The config is accepted only if
-/// every window index of the whole u64 nanosecond range fits, so the index never wraps:
-/// roughly, `2·(limit + 1) ≤ window in ns` (`limit` up to 2^29 at a 1 s window, up to ~524k
-/// at 1 ms). Larger limits are a [`ConfigError::TooLarge`].
+/// index field is just wide enough for every window index of the whole u64 nanosecond range
+/// (so it never wraps), and the count gets the rest; it must hold `limit + 1` (a strict count
+/// saturates there: any count above the limit denies alike): roughly,
+/// `2·(limit + 1) ≤ window in ns` (`limit` up to 2^29 at a 1 s window, up to ~524k at 1 ms).
+/// Larger limits are a [`ConfigError::TooLarge`]. The layout depends on the window alone, so
+/// any limit of the same window reads the same states.
 ///
 /// `retry_after` is the time to the end of the window; `remaining` and `reset_after` are
 /// exact.
@@ -46,13 +47,15 @@ impl FixedWindow {
     /// At most `limit` per `window`; policy leaky.
     pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
         let config = validate(limit, window)?;
-        // Counts go up to limit + 1 (in u128: a limit of u64::MAX must not overflow here).
-        let count_bits = 128 - (limit as u128 + 1).leading_zeros();
-        // Largest window index the clock can reach; it must stay below the all-ones index
-        // (all ones everywhere is the tombstone).
+        // The index gets just the bits for the largest window index the clock can reach,
+        // kept below the all-ones index (all ones everywhere is the tombstone); the count
+        // gets the rest, so the layout depends on the window alone and every limit of one
+        // window reads the same states (plans, live switches).
         let max_index = u64::MAX / config.window_ns;
-        let index_bits = 64u32.saturating_sub(count_bits);
-        if index_bits == 0 || max_index >= (1u64 << index_bits) - 1 {
+        let index_bits = 128 - (max_index as u128 + 1).leading_zeros();
+        let count_bits = 64u32.saturating_sub(index_bits);
+        // Counts go up to limit + 1 (in u128: a limit of u64::MAX must not overflow here).
+        if count_bits == 0 || limit as u128 + 1 >= 1u128 << count_bits {
             return Err(ConfigError::TooLarge {
                 field: Field::Limit,
                 value: limit.to_string(),
@@ -153,4 +156,15 @@ impl Algorithm for FixedWindow {
                 .saturating_mul(self.config.window_ns)
         }
     }
+}
+
+/// A fixed window's count means the same under any limit of the same window (the layout
+/// depends on the window alone): a plan or a live switch changes the limit and policy, and a
+/// count above a smaller limit just denies until the window ends.
+impl Reconfigure for FixedWindow {
+    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
+        same_window(&self.config, &new.config)
+    }
+
+    fn fit(&self, _: &mut u64, _: u64) {}
 }

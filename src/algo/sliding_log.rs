@@ -1,7 +1,7 @@
 //! Sliding window log: the timestamps of the counted requests of the last window.
 
-use super::window::{validate, window_accessors, WindowConfig};
-use super::{clamp, Algorithm};
+use super::window::{same_window, validate, window_accessors, WindowConfig};
+use super::{clamp, Algorithm, Reconfigure};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::collections::VecDeque;
@@ -213,4 +213,14 @@ impl Algorithm for SlidingLog {
             .back()
             .map_or(0, |&(t, _)| t.saturating_add(self.config.window_ns))
     }
+}
+
+/// The counts mean the same under any limit and policy of the same window: a plan or a live
+/// switch changes those, and counts above a smaller limit just deny until they leave it.
+impl Reconfigure for SlidingLog {
+    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
+        same_window(&self.config, &new.config)
+    }
+
+    fn fit(&self, _: &mut LogState, _: u64) {}
 }

@@ -1,8 +1,8 @@
 //! Sliding window counter: the current window's count plus the previous one's, weighted by
 //! how much of it still overlaps the sliding window.
 
-use super::window::{check_u32_limit, validate, window_accessors, WindowConfig};
-use super::{clamp, honest_wait, Algorithm};
+use super::window::{check_u32_limit, same_window, validate, window_accessors, WindowConfig};
+use super::{clamp, honest_wait, Algorithm, Reconfigure};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::time::Duration;
@@ -305,4 +305,14 @@ impl SlidingWindow {
         };
         v.index.saturating_add(windows).saturating_mul(w)
     }
+}
+
+/// The counts mean the same under any limit and policy of the same window: a plan or a live
+/// switch changes those, and counts above a smaller limit just deny until they leave it.
+impl Reconfigure for SlidingWindow {
+    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
+        same_window(&self.config, &new.config)
+    }
+
+    fn fit(&self, _: &mut u128, _: u64) {}
 }

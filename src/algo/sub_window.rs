@@ -1,7 +1,7 @@
 //! Sub-window counters: the window split into buckets, the last window's buckets summed.
 
-use super::window::{check_u32_limit, validate, window_accessors, WindowConfig};
-use super::{clamp, Algorithm};
+use super::window::{check_u32_limit, same_window, validate, window_accessors, WindowConfig};
+use super::{clamp, Algorithm, Reconfigure};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
@@ -275,4 +275,22 @@ impl Algorithm for SubWindow {
             .find(|&b| st.counts.get((b % n) as usize).is_some_and(|&c| c > 0))
             .map_or(0, |b| b.saturating_add(n).saturating_mul(self.bucket_ns))
     }
+}
+
+/// The buckets mean the same under any limit and policy of the same window, bucket count and
+/// bias (the ring's layout): a plan or a live switch changes the limit and policy.
+impl Reconfigure for SubWindow {
+    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
+        same_window(&self.config, &new.config)?;
+        if (self.buckets, self.bias) == (new.buckets, new.bias) {
+            return Ok(());
+        }
+        Err(ConfigError::Unchangeable {
+            field: Field::Buckets,
+            from: format!("{} {:?}", self.buckets, self.bias),
+            to: format!("{} {:?}", new.buckets, new.bias),
+        })
+    }
+
+    fn fit(&self, _: &mut BucketState, _: u64) {}
 }

@@ -70,6 +70,19 @@ pub(crate) fn validate(limit: u64, window: Duration) -> Result<WindowConfig, Con
     })
 }
 
+/// A window algorithm's state is counts laid out for its window: another configuration reads
+/// it only if its window is the same (`Unchangeable` otherwise).
+pub(crate) fn same_window(from: &WindowConfig, to: &WindowConfig) -> Result<(), ConfigError> {
+    if from.window_ns == to.window_ns {
+        return Ok(());
+    }
+    Err(ConfigError::Unchangeable {
+        field: Field::Window,
+        from: format!("{:?}", Duration::from_nanos(from.window_ns)),
+        to: format!("{:?}", Duration::from_nanos(to.window_ns)),
+    })
+}
+
 /// Rejects limits above [`MAX_LIMIT_U32`].
 pub(crate) fn check_u32_limit(limit: u64) -> Result<(), ConfigError> {
     if limit > MAX_LIMIT_U32 {

@@ -13,7 +13,7 @@ pub use table::{ProbeStats, DEFAULT_MAX_KEYS};
 use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
-use crate::error::{ConfigError, CostError};
+use crate::error::{ConfigError, CostError, QuotaError};
 use crate::limiter::{rate_limiter_by_inherent, Cas};
 use crate::live::Live;
 use crate::shared::{sealed, Builder, KeyedStore, Options};
@@ -419,15 +419,57 @@ where
     /// Takes a provisional cost, to settle once the actual one is known. See
     /// [`KeyedLimiter::take`](crate::KeyedLimiter::take).
     pub fn take(&self, key: &K::Lookup, cost: u64) -> Result<Ticket, CostError> {
-        self.table.core.take(cost, |f| self.table.apply(key, f))
+        let core = &self.table.core;
+        core.take(&core.algo, cost, |f| self.table.apply(key, f))
     }
 
     /// Settles `ticket` with the actual cost. See
     /// [`KeyedLimiter::settle`](crate::KeyedLimiter::settle).
     pub fn settle(&self, key: &K::Lookup, ticket: &mut Ticket, actual: u64) -> bool {
-        self.table
-            .core
-            .settle(ticket, actual, |f| self.table.apply(key, f))
+        let core = &self.table.core;
+        core.settle(&core.algo, ticket, actual, |f| self.table.apply(key, f))
+    }
+
+    /// A request of `cost` under a quota that comes with it. See
+    /// [`KeyedLimiter::check_n_with`](crate::KeyedLimiter::check_n_with).
+    pub fn check_n_with(
+        &self,
+        key: &K::Lookup,
+        cost: u64,
+        quota: &A,
+    ) -> Result<Decision, QuotaError>
+    where
+        A: Reconfigure,
+    {
+        let core = &self.table.core;
+        let quota = core.quota(quota)?;
+        Ok(core.charge(quota, cost, |f| self.table.apply(key, f))?.0)
+    }
+
+    /// [`take`](CompactLimiter::take) under a quota that comes with the request.
+    pub fn take_with(&self, key: &K::Lookup, cost: u64, quota: &A) -> Result<Ticket, QuotaError>
+    where
+        A: Reconfigure,
+    {
+        let core = &self.table.core;
+        let quota = core.quota(quota)?;
+        Ok(core.take(quota, cost, |f| self.table.apply(key, f))?)
+    }
+
+    /// [`settle`](CompactLimiter::settle) under the quota the ticket was taken with.
+    pub fn settle_with(
+        &self,
+        key: &K::Lookup,
+        ticket: &mut Ticket,
+        actual: u64,
+        quota: &A,
+    ) -> Result<bool, QuotaError>
+    where
+        A: Reconfigure,
+    {
+        let core = &self.table.core;
+        let quota = core.quota(quota)?;
+        Ok(core.settle(quota, ticket, actual, |f| self.table.apply(key, f)))
     }
 }
 

@@ -9,7 +9,7 @@ use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
-use crate::error::{ConfigError, CostError};
+use crate::error::{ConfigError, CostError, QuotaError};
 use crate::limiter::{rate_limiter_by_inherent, Cas, Locked, Variant};
 use crate::live::Live;
 use crate::shared::{sealed, Builder, Core, KeyedStore, Options};
@@ -211,7 +211,7 @@ where
     /// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 10".parse()?, ManualClock::new());
     /// let mut ticket = l.take("k", 4)?;
     /// assert!(l.settle("k", &mut ticket, 9)); // 5 more than estimated: charged now
-    /// assert_eq!(l.peek("k").remaining(), 0); // 10 − 9 − the peeked unit
+    /// assert_eq!(l.peek("k").remaining(), Some(0)); // 10 − 9 − the peeked unit
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn take<Q>(&self, key: &Q, cost: u64) -> Result<Ticket, CostError>
@@ -220,7 +220,8 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let sh = &*self.shared;
-        sh.core.take(cost, |f| sh.apply(key, &sh.map.guard(), f))
+        sh.core
+            .take(&sh.core.algo, cost, |f| sh.apply(key, &sh.map.guard(), f))
     }
 
     /// Settles `ticket` (taken from this limiter for `key`) with the `actual` cost: unused
@@ -237,8 +238,83 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let sh = &*self.shared;
-        sh.core
-            .settle(ticket, actual, |f| sh.apply(key, &sh.map.guard(), f))
+        sh.core.settle(&sh.core.algo, ticket, actual, |f| {
+            sh.apply(key, &sh.map.guard(), f)
+        })
+    }
+
+    /// Decides a request of `cost` for `key` under `quota`, a quota that comes with the
+    /// request (a client's plan, a tenant's contract) instead of the limiter's own: one
+    /// limiter serves every plan. The key's state means the same whatever quota reads it
+    /// (GCRA: the time its spent budget is paid back; the windows: their counts), so a key
+    /// whose plan changes keeps what it spent: moved to a larger burst it gains the
+    /// difference at once, to a smaller one it waits until its spending fits the new burst.
+    ///
+    /// `quota` must be able to read the limiter's states
+    /// ([`Reconfigure::check_change`](crate::algo::Reconfigure::check_change): any GCRA; a
+    /// window of the same length; EARRRL of the same half-life), else
+    /// [`QuotaError::Quota`]; a cost of 0 or above the quota's capacity is
+    /// [`QuotaError::Cost`]. Nothing is counted on an error. The sweeper judges idleness by
+    /// the state alone, which every quota reads alike.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+    ///
+    /// let free: Gcra = "10/min".parse()?;
+    /// let pro: Gcra = "1000/min burst 100".parse()?;
+    /// let l = CasLimiter::<String, Gcra>::with_clock(free, ManualClock::new());
+    /// assert_eq!(l.check_n_with("alice", 50, &pro)?.remaining(), Some(50));
+    /// assert!(l.check_n_with("bob", 50, &free).is_err()); // more than the free burst
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_n_with<Q>(&self, key: &Q, cost: u64, quota: &A) -> Result<Decision, QuotaError>
+    where
+        A: Reconfigure,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let sh = &*self.shared;
+        let quota = sh.core.quota(quota)?;
+        let (decision, _) = sh
+            .core
+            .charge(quota, cost, |f| sh.apply(key, &sh.map.guard(), f))?;
+        Ok(decision)
+    }
+
+    /// [`take`](KeyedLimiter::take) under a quota that comes with the request; see
+    /// [`check_n_with`](KeyedLimiter::check_n_with).
+    pub fn take_with<Q>(&self, key: &Q, cost: u64, quota: &A) -> Result<Ticket, QuotaError>
+    where
+        A: Reconfigure,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let sh = &*self.shared;
+        let quota = sh.core.quota(quota)?;
+        Ok(sh
+            .core
+            .take(quota, cost, |f| sh.apply(key, &sh.map.guard(), f))?)
+    }
+
+    /// [`settle`](KeyedLimiter::settle) under the quota the ticket was taken with (GCRA
+    /// refunds and charges in its emission interval).
+    pub fn settle_with<Q>(
+        &self,
+        key: &Q,
+        ticket: &mut Ticket,
+        actual: u64,
+        quota: &A,
+    ) -> Result<bool, QuotaError>
+    where
+        A: Reconfigure,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let sh = &*self.shared;
+        let quota = sh.core.quota(quota)?;
+        Ok(sh
+            .core
+            .settle(quota, ticket, actual, |f| sh.apply(key, &sh.map.guard(), f)))
     }
 
     /// The decision [`check`](KeyedLimiter::check) would return now, without counting the

@@ -1,0 +1,241 @@
+//! Per-request quotas (`check_n_with`, `take_with`, `settle_with`): one limiter serving
+//! several plans decides every request on every in-memory store exactly as a sequential model
+//! running each request's own quota on the key's one state; the limiter's own quota passed
+//! with the request decides as `check_n`; a key that changes plan keeps what it spent; a
+//! quota that cannot read the state, or a cost beyond the quota, is a typed error that
+//! counts nothing.
+
+mod common;
+
+use hotlimit::algo::{
+    Bias, Earrrl, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
+};
+use hotlimit::store::{Cas, CompactVariant, Locked, QuotaError, Variant};
+use hotlimit::{
+    CasLimiter, Clock, CompactLimiter, ConfigError, CostError, DirectLimiter, Field, Live,
+    ManualClock, MutexLimiter, Policy, Rate,
+};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// One step: advance `gap` ns, then key `key` asks for `cost` under plan `plan` (an index
+/// into the plans; taken modulo their number).
+type Trace = Vec<(u64, u64, usize, u64)>;
+
+/// Runs `trace` through every store built on `plans[0]` (the limiter's own quota), each
+/// request under its plan, and through the model; all answers must be equal.
+fn same_as_model<A>(name: &str, plans: &[A], trace: &Trace) -> Result<(), TestCaseError>
+where
+    A: Reconfigure,
+    Cas: Variant<A> + CompactVariant<A>,
+    Locked: Variant<A> + CompactVariant<A>,
+{
+    let own = plans[0];
+    let clock = ManualClock::new();
+    let cas = CasLimiter::<u64, A, _>::with_clock(own, clock.clone());
+    let mutex = MutexLimiter::<u64, A, _>::with_clock(own, clock.clone());
+    let compact = CompactLimiter::<u64, A, _>::builder(own)
+        .clock(clock.clone())
+        .max_keys(common::COMPACT_KEYS)
+        .build()
+        .unwrap();
+    let compact_locked = CompactLimiter::<u64, A, _, Locked>::builder(own)
+        .clock(clock.clone())
+        .max_keys(common::COMPACT_KEYS)
+        .build()
+        .unwrap();
+    let direct = DirectLimiter::<A, _>::with_clock(own, clock.clone());
+    let mut states: HashMap<u64, A::State> = HashMap::new();
+    for (i, &(gap, key, plan, cost)) in trace.iter().enumerate() {
+        clock.advance(Duration::from_nanos(gap));
+        let quota = &plans[plan % plans.len()];
+        let cost = cost.min(quota.capacity());
+        let state = states.entry(key).or_insert_with(|| own.fresh());
+        let want = quota.update(state, clock.now(), cost);
+        let got = [
+            ("cas", cas.check_n_with(&key, cost, quota)),
+            ("mutex", mutex.check_n_with(&key, cost, quota)),
+            ("compact", compact.check_n_with(&key, cost, quota)),
+            (
+                "compact-locked",
+                compact_locked.check_n_with(&key, cost, quota),
+            ),
+        ];
+        for (store, got) in got {
+            prop_assert_eq!(got, Ok(want), "{} {} step {}", name, store, i);
+        }
+        if key == 0 {
+            let got = direct.check_n_with(cost, quota);
+            prop_assert_eq!(got, Ok(want), "{} direct step {}", name, i);
+        }
+    }
+    Ok(())
+}
+
+fn trace() -> impl Strategy<Value = Trace> {
+    let gap = prop_oneof![Just(0u64), 0u64..20_000_000, 0u64..2_000_000_000];
+    prop::collection::vec((gap, 0u64..3, 0usize..3, 1u64..=12), 1..120)
+}
+
+fn policy() -> impl Strategy<Value = Policy> {
+    prop_oneof![Just(Policy::Leaky), Just(Policy::Strict)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_store_decides_each_plan_as_the_model(trace in trace(), policy in policy()) {
+        let second = Duration::from_secs(1);
+        let gcra = |q: &str| q.parse::<Gcra>().unwrap().with_policy(policy);
+        same_as_model("gcra", &[gcra("100/s burst 20"), gcra("10/s burst 5"), gcra("1000/s burst 12")], &trace)?;
+        let fixed = |l| FixedWindow::new(l, second).unwrap().with_policy(policy);
+        same_as_model("fixed-window", &[fixed(20), fixed(5), fixed(200)], &trace)?;
+        let sliding = |l| SlidingWindow::new(l, second).unwrap().with_policy(policy);
+        same_as_model("sliding-window", &[sliding(20), sliding(5), sliding(200)], &trace)?;
+        let log = |l| SlidingLog::new(l, second).unwrap().with_policy(policy);
+        same_as_model("sliding-log", &[log(20), log(5), log(200)], &trace)?;
+        let sub = |l| SubWindow::new(l, second, 10).unwrap().with_bias(Bias::Lenient).with_policy(policy);
+        same_as_model("sub-window", &[sub(20), sub(5), sub(200)], &trace)?;
+        let earrrl = |r| Earrrl::new(second, Rate::per_second_of(r).unwrap()).unwrap().with_policy(policy);
+        same_as_model("earrrl", &[earrrl(30.0), earrrl(3.0), earrrl(300.0)], &trace)?;
+    }
+
+    /// The limiter's own quota given with the request decides exactly as `check_n`.
+    #[test]
+    fn the_own_quota_with_the_request_is_check_n(trace in trace(), policy in policy()) {
+        let own = "100/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
+        let clock = ManualClock::new();
+        let a = CasLimiter::<u64, Gcra, _>::with_clock(own, clock.clone());
+        let b = CasLimiter::<u64, Gcra, _>::with_clock(own, clock.clone());
+        for &(gap, key, _, cost) in &trace {
+            clock.advance(Duration::from_nanos(gap));
+            prop_assert_eq!(a.check_n_with(&key, cost, &own), Ok(b.check_n(&key, cost).unwrap()));
+        }
+    }
+}
+
+/// A key that spent its pro burst and moves to the free plan waits until its spending fits
+/// the free burst, to the nanosecond; moved back, it gains the pro burst at once.
+#[test]
+fn a_key_changing_plan_keeps_what_it_spent() {
+    let free: Gcra = "10/s burst 10".parse().unwrap();
+    let pro: Gcra = "10/s burst 100".parse().unwrap();
+    let clock = ManualClock::new();
+    let l = CasLimiter::<String, Gcra, _>::with_clock(free, clock.clone());
+    assert!(l.check_n_with("k", 100, &pro).unwrap().is_allowed()); // tat = 10 s
+    let d = l.check_n_with("k", 1, &free).unwrap();
+    // tat + T − now ≤ 10·T once now ≥ 9.1 s.
+    assert_eq!(d.retry_after(), Duration::from_millis(9_100));
+    clock.advance(Duration::from_millis(9_100) - Duration::from_nanos(1));
+    assert!(l.check_n_with("k", 1, &free).unwrap().is_denied());
+    assert_eq!(l.check_n_with("k", 80, &pro).unwrap().remaining(), Some(10));
+}
+
+/// Settling under a plan refunds in that plan's emission interval.
+#[test]
+fn take_and_settle_under_a_plan() {
+    let free: Gcra = "10/s burst 10".parse().unwrap();
+    let pro: Gcra = "100/s burst 100".parse().unwrap();
+    let l = CasLimiter::<String, Gcra, _>::with_clock(free, ManualClock::new());
+    let mut t = l.take_with("k", 100, &pro).unwrap();
+    assert!(t.is_allowed());
+    assert_eq!(l.settle_with("k", &mut t, 40, &pro), Ok(true));
+    assert_eq!(l.check_n_with("k", 1, &pro).unwrap().remaining(), Some(59));
+    assert_eq!(l.settle_with("k", &mut t, 40, &pro), Ok(false));
+    let compact = CompactLimiter::<u64, Gcra, _>::with_clock(free, ManualClock::new());
+    let mut t = compact.take_with(&1, 100, &pro).unwrap();
+    assert_eq!(compact.settle_with(&1, &mut t, 40, &pro), Ok(true));
+    assert_eq!(
+        compact.check_n_with(&1, 1, &pro).unwrap().remaining(),
+        Some(59)
+    );
+    let direct = DirectLimiter::<Gcra, _>::with_clock(free, ManualClock::new());
+    let mut t = direct.take_with(100, &pro).unwrap();
+    assert_eq!(direct.settle_with(&mut t, 40, &pro), Ok(true));
+    assert_eq!(direct.check_n_with(1, &pro).unwrap().remaining(), Some(59));
+}
+
+/// A quota that cannot read the state and a cost beyond the quota are typed errors; nothing
+/// is counted or inserted.
+#[test]
+fn incompatible_quotas_and_costs_are_errors() {
+    let minute = Duration::from_secs(60);
+    let l = CasLimiter::<String, _>::new(FixedWindow::new(20, minute).unwrap());
+    let hour = FixedWindow::new(20, Duration::from_secs(3600)).unwrap();
+    let err = l.check_n_with("k", 1, &hour).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            QuotaError::Quota(ConfigError::Unchangeable {
+                field: Field::Window,
+                ..
+            })
+        ),
+        "{err}"
+    );
+    // Every limit of one window reads the same states.
+    let wide = FixedWindow::new(1_000_000, minute).unwrap();
+    assert_eq!(
+        l.check_n_with("k", 30, &wide).unwrap().remaining(),
+        Some(999_970)
+    );
+    assert!(
+        l.check("k").is_denied(),
+        "30 counted, over the own limit of 20"
+    );
+    let small = FixedWindow::new(10, minute).unwrap();
+    assert_eq!(
+        l.check_n_with("k", 11, &small),
+        Err(QuotaError::Cost(CostError::ExceedsCapacity {
+            cost: 11,
+            capacity: 10
+        }))
+    );
+    assert_eq!(
+        l.check_n_with("k", 0, &small),
+        Err(QuotaError::Cost(CostError::Zero))
+    );
+    assert!(l.take_with("k", 1, &hour).is_err());
+    assert_eq!(
+        l.len(),
+        1,
+        "only the request that was decided inserted its key"
+    );
+    let fresh = CasLimiter::<String, _>::new(FixedWindow::new(20, minute).unwrap());
+    assert!(fresh.check_n_with("k", 1, &hour).is_err() && fresh.take_with("k", 1, &hour).is_err());
+    assert!(fresh.check_n_with("k", 0, &small).is_err());
+    assert_eq!(fresh.len(), 0, "an error inserts nothing");
+    let sub = CasLimiter::<String, _>::new(SubWindow::new(20, minute, 6).unwrap());
+    let other_buckets = SubWindow::new(20, minute, 12).unwrap();
+    assert!(matches!(
+        sub.check_n_with("k", 1, &other_buckets),
+        Err(QuotaError::Quota(_))
+    ));
+    let earrrl = CasLimiter::<String, _>::new(
+        Earrrl::new(minute, Rate::per_second_of(1.0).unwrap()).unwrap(),
+    );
+    let other_half_life =
+        Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+    assert!(matches!(
+        earrrl.check_n_with("k", 1, &other_half_life),
+        Err(QuotaError::Quota(_))
+    ));
+}
+
+/// The windows are reconfigurable now: a live limit change keeps the counts.
+#[test]
+fn a_live_window_changes_its_limit_and_keeps_its_counts() {
+    let minute = Duration::from_secs(60);
+    let l = CasLimiter::<String, _>::with_clock(
+        Live::new(SlidingLog::new(10, minute).unwrap()),
+        ManualClock::new(),
+    );
+    assert!(l.check_n("k", 8).unwrap().is_allowed());
+    l.reconfigure(SlidingLog::new(5, minute).unwrap()).unwrap();
+    assert!(l.check("k").is_denied(), "8 counted, the limit is 5 now");
+    assert!(l
+        .reconfigure(SlidingLog::new(5, Duration::from_secs(1)).unwrap())
+        .is_err());
+}
