@@ -199,6 +199,8 @@ mod clock;
 mod compact;
 mod config;
 mod decision;
+#[cfg(feature = "serde")]
+mod deserialize;
 mod direct;
 mod error;
 mod keyed;
