@@ -1,6 +1,8 @@
 //! What the API beyond `check` costs on the hot path, against a plain `check` in the same
 //! group: decision counting (`Builder::metrics`), a reconfigurable algorithm (`Live`), two
-//! quotas in one cell (`AllOf`), and `peek`.
+//! quotas in one cell (`AllOf`), `peek`, a quota given with each request (`check_n_with`, the
+//! limiter's own and another plan) and a provisional cost settled afterwards (`take` then
+//! `settle` with another count: two CAS steps, against `check_n` of the same cost).
 //!
 //! `cargo bench --bench api`. One thread; 1 key (the cell stays in L1) and 10k uniform keys
 //! (in L2). The quotas admit everything, so every check takes the write path (a CAS).
@@ -48,6 +50,25 @@ fn api(c: &mut Criterion) {
         bench("check-all-of-2", &|k| both.check(k).is_allowed());
 
         bench("peek", &|k| plain.peek(k).is_allowed());
+
+        let own = gcra();
+        bench("check-with-own-quota", &|k| {
+            plain.check_n_with(k, 1, &own).is_ok_and(|d| d.is_allowed())
+        });
+        let other = gcra().with_burst(own.burst() * 2).unwrap();
+        bench("check-with-other-plan", &|k| {
+            plain
+                .check_n_with(k, 1, &other)
+                .is_ok_and(|d| d.is_allowed())
+        });
+
+        bench("check_n-2", &|k| {
+            plain.check_n(k, 2).is_ok_and(|d| d.is_allowed())
+        });
+        bench("take-2+settle-1", &|k| {
+            let mut t = plain.take(k, 2).unwrap();
+            plain.settle(k, &mut t, 1)
+        });
         g.finish();
     }
 }

@@ -7,7 +7,7 @@ use crate::decision::{Decision, Ticket};
 use crate::error::{ConfigError, CostError, QuotaError};
 use crate::limiter::{Cas, Variant};
 use crate::live::Live;
-use crate::shared::{Builder, Core, Options};
+use crate::shared::{Builder, Core, KeyState, Options};
 use crate::stats::Metrics;
 use crate::wait::{self, Jitter};
 use crossbeam_utils::CachePadded;
@@ -175,20 +175,28 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
     /// as one denied unit under the strict policy). Errors only for `n == 0`.
     /// See [`KeyedLimiter::check_up_to`](crate::KeyedLimiter::check_up_to).
     pub fn check_up_to(&self, n: u64) -> Result<(u64, Decision), CostError> {
-        self.core.grant_up_to(n, |f| self.apply(f))
+        self.core.grant_up_to(n, self)
     }
 
     /// Takes a provisional cost, to settle once the actual one is known. See
     /// [`KeyedLimiter::take`](crate::KeyedLimiter::take).
     pub fn take(&self, cost: u64) -> Result<Ticket, CostError> {
-        self.core.take(&self.core.algo, cost, |f| self.apply(f))
+        self.core.take(&self.core.algo, cost, self)
     }
 
     /// Settles `ticket` with the actual cost. See
     /// [`KeyedLimiter::settle`](crate::KeyedLimiter::settle).
     pub fn settle(&self, ticket: &mut Ticket, actual: u64) -> bool {
-        self.core
-            .settle(&self.core.algo, ticket, actual, |f| self.apply(f))
+        self.core.settle(&self.core.algo, ticket, actual, self)
+    }
+
+    /// A request of cost 1 under a quota that comes with it. See
+    /// [`KeyedLimiter::check_with`](crate::KeyedLimiter::check_with).
+    pub fn check_with(&self, quota: &A) -> Result<Decision, QuotaError>
+    where
+        A: Reconfigure,
+    {
+        self.check_n_with(1, quota)
     }
 
     /// A request of `cost` under a quota that comes with it. See
@@ -198,7 +206,7 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         A: Reconfigure,
     {
         let quota = self.core.quota(quota)?;
-        Ok(self.core.charge(quota, cost, |f| self.apply(f))?.0)
+        Ok(self.core.charge(quota, cost, self)?.0)
     }
 
     /// [`take`](DirectLimiter::take) under a quota that comes with the request.
@@ -207,7 +215,7 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         A: Reconfigure,
     {
         let quota = self.core.quota(quota)?;
-        Ok(self.core.take(quota, cost, |f| self.apply(f))?)
+        Ok(self.core.take(quota, cost, self)?)
     }
 
     /// [`settle`](DirectLimiter::settle) under the quota the ticket was taken with.
@@ -221,17 +229,7 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         A: Reconfigure,
     {
         let quota = self.core.quota(quota)?;
-        Ok(self.core.settle(quota, ticket, actual, |f| self.apply(f)))
-    }
-
-    /// Runs `f` on the state of the one cell. The cell is never swept, so it is never dead;
-    /// were it ever, `f` would run on a fresh state (what the sweeper guarantees a dead cell
-    /// was).
-    fn apply<T>(&self, f: &mut dyn FnMut(&mut A::State) -> T) -> T {
-        let mut fresh = None;
-        self.core
-            .update(&*self.cell, &mut *f)
-            .unwrap_or_else(|| f(fresh.insert(self.core.algo.fresh())))
+        Ok(self.core.settle(quota, ticket, actual, self))
     }
 
     /// The algorithm.
@@ -251,11 +249,23 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
     }
 }
 
+/// The one cell, for the request paths of the core. It is never swept, so it is never dead;
+/// were it ever, `f` would run on a fresh state (what the sweeper guarantees a dead cell was).
+impl<A: Algorithm, C: Clock, V: Variant<A>> KeyState<A::State> for &DirectLimiter<A, C, V> {
+    #[inline(always)]
+    fn apply<T>(&self, mut f: impl FnMut(&mut A::State) -> T) -> T {
+        let mut fresh = None;
+        self.core
+            .update(&*self.cell, &mut f)
+            .unwrap_or_else(|| f(fresh.insert(self.core.algo.fresh())))
+    }
+}
+
 impl<C: Clock, V: Variant<Gcra>> DirectLimiter<Gcra, C, V> {
     /// Pacing: admits a request of `cost` now with the delay after which it conforms, if that
     /// delay is at most `max_wait`; otherwise counts nothing. See [`Gcra::reserve`].
     pub fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Reservation, CostError> {
-        self.core.reserve(cost, max_wait, |f| self.apply(f))
+        self.core.reserve(cost, max_wait, self)
     }
 }
 

@@ -54,9 +54,23 @@ where
         let state = states.entry(key).or_insert_with(|| own.fresh());
         let want = quota.update(state, clock.now(), cost);
         let got = [
-            ("cas", cas.check_n_with(&key, cost, quota)),
+            (
+                "cas",
+                if cost == 1 {
+                    cas.check_with(&key, quota)
+                } else {
+                    cas.check_n_with(&key, cost, quota)
+                },
+            ),
             ("mutex", mutex.check_n_with(&key, cost, quota)),
-            ("compact", compact.check_n_with(&key, cost, quota)),
+            (
+                "compact",
+                if cost == 1 {
+                    compact.check_with(&key, quota)
+                } else {
+                    compact.check_n_with(&key, cost, quota)
+                },
+            ),
             (
                 "compact-locked",
                 compact_locked.check_n_with(&key, cost, quota),
@@ -66,7 +80,11 @@ where
             prop_assert_eq!(got, Ok(want), "{} {} step {}", name, store, i);
         }
         if key == 0 {
-            let got = direct.check_n_with(cost, quota);
+            let got = if cost == 1 {
+                direct.check_with(quota)
+            } else {
+                direct.check_n_with(cost, quota)
+            };
             prop_assert_eq!(got, Ok(want), "{} direct step {}", name, i);
         }
     }
@@ -112,6 +130,7 @@ proptest! {
         for &(gap, key, _, cost) in &trace {
             clock.advance(Duration::from_nanos(gap));
             prop_assert_eq!(a.check_n_with(&key, cost, &own), Ok(b.check_n(&key, cost).unwrap()));
+            prop_assert_eq!(a.check_with(&key, &own), Ok(b.check(&key)));
         }
     }
 }

@@ -214,6 +214,7 @@ where
     B: Reconfigure,
     A::State: Pair<B::State>,
 {
+    #[inline]
     fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
         self.first().check_change(new.first())?;
         self.second().check_change(new.second())

@@ -355,6 +355,7 @@ impl EarrrlPair {
 
 /// EARRRL's state is the key's measured rate, valid under any limit: it is kept as is.
 impl Reconfigure for Earrrl {
+    #[inline]
     fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
         if self.half_life() == new.half_life() {
             Ok(())

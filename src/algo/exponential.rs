@@ -301,6 +301,7 @@ impl Algorithm for Exponential {
 /// The exponential limiter's state is a smoothed rate per period, valid under any limit: it
 /// is kept as is.
 impl Reconfigure for Exponential {
+    #[inline]
     fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
         if self.period() == new.period() {
             Ok(())

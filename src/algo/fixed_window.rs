@@ -162,6 +162,7 @@ impl Algorithm for FixedWindow {
 /// depends on the window alone): a plan or a live switch changes the limit and policy, and a
 /// count above a smaller limit just denies until the window ends.
 impl Reconfigure for FixedWindow {
+    #[inline]
     fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
         same_window(&self.config, &new.config)
     }

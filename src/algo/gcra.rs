@@ -342,6 +342,7 @@ impl Algorithm for Gcra {
 /// bucket), where it is clamped: a key that spent everything stays out of budget under the
 /// new quota, but not for longer than the new quota could ever keep it.
 impl Reconfigure for Gcra {
+    #[inline]
     fn check_change(&self, _: &Self) -> Result<(), ConfigError> {
         Ok(())
     }

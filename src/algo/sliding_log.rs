@@ -218,6 +218,7 @@ impl Algorithm for SlidingLog {
 /// The counts mean the same under any limit and policy of the same window: a plan or a live
 /// switch changes those, and counts above a smaller limit just deny until they leave it.
 impl Reconfigure for SlidingLog {
+    #[inline]
     fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
         same_window(&self.config, &new.config)
     }

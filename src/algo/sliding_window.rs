@@ -310,6 +310,7 @@ impl SlidingWindow {
 /// The counts mean the same under any limit and policy of the same window: a plan or a live
 /// switch changes those, and counts above a smaller limit just deny until they leave it.
 impl Reconfigure for SlidingWindow {
+    #[inline]
     fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
         same_window(&self.config, &new.config)
     }

@@ -280,6 +280,7 @@ impl Algorithm for SubWindow {
 /// The buckets mean the same under any limit and policy of the same window, bucket count and
 /// bias (the ring's layout): a plan or a live switch changes the limit and policy.
 impl Reconfigure for SubWindow {
+    #[inline]
     fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
         same_window(&self.config, &new.config)?;
         if (self.buckets, self.bias) == (new.buckets, new.bias) {

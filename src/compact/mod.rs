@@ -16,7 +16,7 @@ use crate::decision::{Decision, Ticket};
 use crate::error::{ConfigError, CostError, QuotaError};
 use crate::limiter::{rate_limiter_by_inherent, Cas};
 use crate::live::Live;
-use crate::shared::{sealed, Builder, KeyedStore, Options};
+use crate::shared::{sealed, Builder, KeyState, KeyedStore, Options};
 use crate::stats::Metrics;
 use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
 use crate::wait::{self, Jitter};
@@ -394,7 +394,7 @@ where
     ) -> Result<Reservation, CostError> {
         self.table
             .core
-            .reserve(cost, max_wait, |f| self.table.apply(key, f))
+            .reserve(cost, max_wait, At(&*self.table, key))
     }
 }
 
@@ -413,21 +413,30 @@ where
     /// as one denied unit under the strict policy). Errors only for `n == 0`.
     /// See [`KeyedLimiter::check_up_to`](crate::KeyedLimiter::check_up_to).
     pub fn check_up_to(&self, key: &K::Lookup, n: u64) -> Result<(u64, Decision), CostError> {
-        self.table.core.grant_up_to(n, |f| self.table.apply(key, f))
+        self.table.core.grant_up_to(n, At(&*self.table, key))
     }
 
     /// Takes a provisional cost, to settle once the actual one is known. See
     /// [`KeyedLimiter::take`](crate::KeyedLimiter::take).
     pub fn take(&self, key: &K::Lookup, cost: u64) -> Result<Ticket, CostError> {
         let core = &self.table.core;
-        core.take(&core.algo, cost, |f| self.table.apply(key, f))
+        core.take(&core.algo, cost, At(&*self.table, key))
     }
 
     /// Settles `ticket` with the actual cost. See
     /// [`KeyedLimiter::settle`](crate::KeyedLimiter::settle).
     pub fn settle(&self, key: &K::Lookup, ticket: &mut Ticket, actual: u64) -> bool {
         let core = &self.table.core;
-        core.settle(&core.algo, ticket, actual, |f| self.table.apply(key, f))
+        core.settle(&core.algo, ticket, actual, At(&*self.table, key))
+    }
+
+    /// A request of cost 1 under a quota that comes with it. See
+    /// [`KeyedLimiter::check_with`](crate::KeyedLimiter::check_with).
+    pub fn check_with(&self, key: &K::Lookup, quota: &A) -> Result<Decision, QuotaError>
+    where
+        A: Reconfigure,
+    {
+        self.check_n_with(key, 1, quota)
     }
 
     /// A request of `cost` under a quota that comes with it. See
@@ -443,7 +452,7 @@ where
     {
         let core = &self.table.core;
         let quota = core.quota(quota)?;
-        Ok(core.charge(quota, cost, |f| self.table.apply(key, f))?.0)
+        Ok(core.charge(quota, cost, At(&*self.table, key))?.0)
     }
 
     /// [`take`](CompactLimiter::take) under a quota that comes with the request.
@@ -453,7 +462,7 @@ where
     {
         let core = &self.table.core;
         let quota = core.quota(quota)?;
-        Ok(core.take(quota, cost, |f| self.table.apply(key, f))?)
+        Ok(core.take(quota, cost, At(&*self.table, key))?)
     }
 
     /// [`settle`](CompactLimiter::settle) under the quota the ticket was taken with.
@@ -469,7 +478,7 @@ where
     {
         let core = &self.table.core;
         let quota = core.quota(quota)?;
-        Ok(core.settle(quota, ticket, actual, |f| self.table.apply(key, f)))
+        Ok(core.settle(quota, ticket, actual, At(&*self.table, key)))
     }
 }
 
@@ -477,6 +486,22 @@ rate_limiter_by_inherent! {
     impl[K, A, C, V] RateLimiter<K::Lookup> for CompactLimiter<K, A, C, V>
     where [K: CompactKey, A: Algorithm, C: Clock, V: CompactVariant<A>]
     { keys }
+}
+
+/// `key`'s slot in `table`: what the request paths of the core run their step on.
+struct At<'a, T, L: ?Sized>(&'a T, &'a L);
+
+impl<K, A, C, V> KeyState<A::State> for At<'_, Table<K, A, C, V>, K::Lookup>
+where
+    K: CompactKey,
+    A: Algorithm,
+    C: Clock,
+    V: CompactVariant<A>,
+{
+    #[inline(always)]
+    fn apply<T>(&self, f: impl FnMut(&mut A::State) -> T) -> T {
+        self.0.apply(self.1, f)
+    }
 }
 
 impl<K, A, C, V> fmt::Debug for CompactLimiter<K, A, C, V>

@@ -12,7 +12,7 @@ use crate::decision::{Decision, Ticket};
 use crate::error::{ConfigError, CostError, QuotaError};
 use crate::limiter::{rate_limiter_by_inherent, Cas, Locked, Variant};
 use crate::live::Live;
-use crate::shared::{sealed, Builder, Core, KeyedStore, Options};
+use crate::shared::{sealed, Builder, Core, KeyState, KeyedStore, Options};
 use crate::stats::Metrics;
 use crate::sweeper::{evict_before_insert, CapacityCut, SweepReport, SweepTotals, Sweeper};
 use crate::wait::{self, Jitter};
@@ -196,8 +196,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let sh = &*self.shared;
-        sh.core
-            .grant_up_to(n, |f| sh.apply(key, &sh.map.guard(), f))
+        sh.core.grant_up_to(n, At(sh, key))
     }
 
     /// Takes a provisional cost: decides and charges `cost` like
@@ -220,8 +219,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let sh = &*self.shared;
-        sh.core
-            .take(&sh.core.algo, cost, |f| sh.apply(key, &sh.map.guard(), f))
+        sh.core.take(&sh.core.algo, cost, At(sh, key))
     }
 
     /// Settles `ticket` (taken from this limiter for `key`) with the `actual` cost: unused
@@ -238,9 +236,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let sh = &*self.shared;
-        sh.core.settle(&sh.core.algo, ticket, actual, |f| {
-            sh.apply(key, &sh.map.guard(), f)
-        })
+        sh.core.settle(&sh.core.algo, ticket, actual, At(sh, key))
     }
 
     /// Decides a request of `cost` for `key` under `quota`, a quota that comes with the
@@ -275,10 +271,25 @@ where
     {
         let sh = &*self.shared;
         let quota = sh.core.quota(quota)?;
-        let (decision, _) = sh
-            .core
-            .charge(quota, cost, |f| sh.apply(key, &sh.map.guard(), f))?;
+        let (decision, _) = sh.core.charge(quota, cost, At(sh, key))?;
         Ok(decision)
+    }
+
+    /// [`check`](KeyedLimiter::check) under a quota that comes with the request: a request of
+    /// cost 1; see [`check_n_with`](KeyedLimiter::check_n_with). Errors only for a quota that
+    /// cannot read the limiter's states (never for GCRA).
+    #[inline]
+    pub fn check_with<Q>(&self, key: &Q, quota: &A) -> Result<Decision, QuotaError>
+    where
+        A: Reconfigure,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let sh = &*self.shared;
+        let quota = sh.core.quota(quota)?;
+        // Clock first, as in `check`; cost 1 never exceeds a capacity.
+        let now = sh.core.clock.now();
+        Ok(sh.decide_pinned_by(quota, key, 1, now, &sh.map.guard()))
     }
 
     /// [`take`](KeyedLimiter::take) under a quota that comes with the request; see
@@ -291,9 +302,7 @@ where
     {
         let sh = &*self.shared;
         let quota = sh.core.quota(quota)?;
-        Ok(sh
-            .core
-            .take(quota, cost, |f| sh.apply(key, &sh.map.guard(), f))?)
+        Ok(sh.core.take(quota, cost, At(sh, key))?)
     }
 
     /// [`settle`](KeyedLimiter::settle) under the quota the ticket was taken with (GCRA
@@ -312,9 +321,7 @@ where
     {
         let sh = &*self.shared;
         let quota = sh.core.quota(quota)?;
-        Ok(sh
-            .core
-            .settle(quota, ticket, actual, |f| sh.apply(key, &sh.map.guard(), f)))
+        Ok(sh.core.settle(quota, ticket, actual, At(sh, key)))
     }
 
     /// The decision [`check`](KeyedLimiter::check) would return now, without counting the
@@ -612,8 +619,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let sh = &*self.shared;
-        sh.core
-            .reserve(cost, max_wait, |f| sh.apply(key, &sh.map.guard(), f))
+        sh.core.reserve(cost, max_wait, At(sh, key))
     }
 }
 
@@ -667,7 +673,23 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let algo = &self.core.algo;
+        self.decide_pinned_by(&self.core.algo, key, cost, now, guard)
+    }
+
+    /// [`decide_pinned`](Shared::decide_pinned) by `algo` (the limiter's or a request's quota).
+    #[inline(always)]
+    pub(crate) fn decide_pinned_by<Q>(
+        &self,
+        algo: &A,
+        key: &Q,
+        cost: u64,
+        now: u64,
+        guard: &impl papaya::Guard,
+    ) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.core
             .count(self.apply(key, guard, |state| algo.update(state, now, cost)))
     }
@@ -868,6 +890,23 @@ rate_limiter_by_inherent! {
         V: Variant<A>,
     ]
     { keys }
+}
+
+/// `key`'s state in `sh`: what the request paths of [`Core`] run their step on.
+struct At<'a, S, Q: ?Sized>(&'a S, &'a Q);
+
+impl<K, A, C, V, Q> KeyState<A::State> for At<'_, Shared<K, A, C, V>, Q>
+where
+    K: Hash + Eq + Send + Sync + Borrow<Q>,
+    A: Algorithm,
+    C: Clock,
+    V: Variant<A>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+{
+    #[inline(always)]
+    fn apply<T>(&self, f: impl FnMut(&mut A::State) -> T) -> T {
+        self.0.apply(self.1, &self.0.map.guard(), f)
+    }
 }
 
 impl<K: Hash + Eq, A: Algorithm + fmt::Debug, C: fmt::Debug, V: Variant<A>> fmt::Debug

@@ -1,0 +1,120 @@
+//! What a quota given with each request and a settled provisional cost cost, against a plain
+//! `check` in the same sitting: every variant runs the same key sequence, rounds interleave
+//! the variants, and each row reports the median of the rounds and its ratio to `check`.
+//!
+//! `cargo bench --bench settle` (`-- --quick`: 3 rounds instead of 7). One thread, the exact
+//! clock (`QuantaClock`); 1 key (its cell in L1) and 10k uniform keys (in L2). The quotas admit
+//! everything, so every request takes the write path (a CAS).
+//!
+//! Rows: `check`; `check_with` the limiter's own quota and another plan (a per-request
+//! quota); `check_n(1)` and `check_n_with(1)` (a cost checked against the quota); `check_n(2)`;
+//! `take(2)` (its ticket dropped: it stands); `take(2)` then `settle(1)` (a refund: a second
+//! CAS step on the key).
+
+mod common;
+
+use common::gcra;
+use hotlimit::{algo::Gcra, CasLimiter};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use std::hint::black_box;
+use std::time::Instant;
+
+const ROWS: [&str; 8] = [
+    "check",
+    "check_with own quota",
+    "check_with another plan",
+    "check_n(1)",
+    "check_n_with(1) another plan",
+    "check_n(2)",
+    "take(2), ticket dropped",
+    "take(2) + settle(1)",
+];
+
+/// ns per request of `op` over `seq`: one loop per row (monomorphized), so no row pays for
+/// another's code. Every row passes its whole decision through `black_box`, as a caller that
+/// renders headers uses it: otherwise the compiler drops the `remaining` division from some
+/// rows and not others.
+#[inline(never)]
+fn time(seq: &[u64], op: impl Fn(&u64) -> bool) -> f64 {
+    let start = Instant::now();
+    let ok = seq.iter().filter(|k| op(k)).count();
+    black_box(ok);
+    start.elapsed().as_nanos() as f64 / seq.len() as f64
+}
+
+/// ns per request of row `row` over `seq`.
+fn run(l: &CasLimiter<u64, Gcra>, own: &Gcra, other: &Gcra, row: usize, seq: &[u64]) -> f64 {
+    match row {
+        0 => time(seq, |k| black_box(l.check(k)).is_allowed()),
+        1 => time(seq, |k| {
+            l.check_with(k, own)
+                .is_ok_and(|d| black_box(d).is_allowed())
+        }),
+        2 => time(seq, |k| {
+            l.check_with(k, other)
+                .is_ok_and(|d| black_box(d).is_allowed())
+        }),
+        3 => time(seq, |k| {
+            l.check_n(k, 1).is_ok_and(|d| black_box(d).is_allowed())
+        }),
+        4 => time(seq, |k| {
+            l.check_n_with(k, 1, other)
+                .is_ok_and(|d| black_box(d).is_allowed())
+        }),
+        5 => time(seq, |k| {
+            l.check_n(k, 2).is_ok_and(|d| black_box(d).is_allowed())
+        }),
+        6 => time(seq, |k| {
+            l.take(k, 2).is_ok_and(|t| black_box(t).is_allowed())
+        }),
+        _ => time(seq, |k| {
+            let mut t = l.take(k, 2).unwrap();
+            l.settle(k, &mut t, 1)
+        }),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--list") {
+        return; // `cargo bench -- --list`: nothing to list.
+    }
+    let rounds = if args.iter().any(|a| a == "--quick") {
+        3
+    } else {
+        7
+    };
+    let (own, ops) = (gcra(), 2_000_000);
+    let other = own.with_burst(own.burst() / 2).unwrap();
+    println!(
+        "one thread, exact clock; median ns per request of {rounds} interleaved rounds of {ops}"
+    );
+    println!();
+    println!("| keys | {} |", ROWS.join(" | "));
+    println!("|---|{}", "---|".repeat(ROWS.len()));
+    for keys in [1u64, 10_000] {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let seq: Vec<u64> = (0..ops).map(|_| rng.random_range(0..keys)).collect();
+        let l = CasLimiter::<u64, Gcra>::new(own);
+        let mut samples = vec![Vec::new(); ROWS.len()];
+        for row in 0..ROWS.len() {
+            run(&l, &own, &other, row, &seq[..ops / 4]); // warm-up, not recorded
+        }
+        for _ in 0..rounds {
+            for (row, s) in samples.iter_mut().enumerate() {
+                s.push(run(&l, &own, &other, row, &seq));
+            }
+        }
+        let m: Vec<f64> = samples.into_iter().map(median).collect();
+        let cells: Vec<String> = m
+            .iter()
+            .map(|v| format!("{v:.1} ({:.2})", v / m[0]))
+            .collect();
+        println!("| {keys} | {} |", cells.join(" | "));
+    }
+}
