@@ -43,7 +43,12 @@
 //! [`until_ready_blocking`](KeyedLimiter::until_ready_blocking), with `_with` forms taking a
 //! cost and a [`Jitter`], wait for a client limiting itself;
 //! [`check_up_to`](KeyedLimiter::check_up_to) grants the most units available now, up to
-//! `n`; [`reserve`](KeyedLimiter::reserve) paces with GCRA; [`reconfigure`](KeyedLimiter::reconfigure) changes a [`Live`] quota while
+//! `n`; [`take`](KeyedLimiter::take) charges an estimate and
+//! [`settle`](KeyedLimiter::settle) settles it with the actual cost once known (refund, or an
+//! overrun charged as a debt; an LLM response's tokens); [`check_with`](KeyedLimiter::check_with)
+//! and [`check_n_with`](KeyedLimiter::check_n_with) decide under a quota that comes with the
+//! request (a plan per client, one limiter for every plan); with the `serde` feature the quotas
+//! deserialize from configuration files; [`reserve`](KeyedLimiter::reserve) paces with GCRA; [`reconfigure`](KeyedLimiter::reconfigure) changes a [`Live`] quota while
 //! traffic flows, keeping every key's state; [`metrics`](KeyedLimiter::metrics) snapshots the
 //! counters (and [`Metrics`] can feed the `metrics` crate, feature `metrics`). The keyed ones
 //! add [`sweep`](KeyedLimiter::sweep), [`len`](KeyedLimiter::len),

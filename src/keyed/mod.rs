@@ -224,7 +224,7 @@ where
 
     /// Settles `ticket` (taken from this limiter for `key`) with the `actual` cost: unused
     /// units are refunded, an overrun is charged now, past the burst if need be (a debt the
-    /// key pays before its next admission); [`Algorithm::settle`](crate::algo::Algorithm::settle)
+    /// key pays before its next admission); [`Algorithm::settle`]
     /// says what each algorithm makes of it. Lock-free, on the same CAS path as a request.
     ///
     /// Returns whether this call settled the ticket: `false` if it was already settled (a
@@ -247,7 +247,7 @@ where
     /// difference at once, to a smaller one it waits until its spending fits the new burst.
     ///
     /// `quota` must be able to read the limiter's states
-    /// ([`Reconfigure::check_change`](crate::algo::Reconfigure::check_change): any GCRA; a
+    /// ([`Reconfigure::check_change`]: any GCRA; a
     /// window of the same length; EARRRL of the same half-life), else
     /// [`QuotaError::Quota`]; a cost of 0 or above the quota's capacity is
     /// [`QuotaError::Cost`]. Nothing is counted on an error. The sweeper judges idleness by
