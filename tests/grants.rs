@@ -5,14 +5,11 @@
 
 mod common;
 
-use hotlimit::algo::{
-    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
-    SlidingWindow, SubWindow,
-};
+use hotlimit::algo::{Algorithm, Gcra};
 use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
 use hotlimit::{
-    CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, Live, ManualClock,
-    MutexLimiter, Policy, Rate,
+    CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
+    MutexLimiter, Policy,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -103,34 +100,7 @@ proptest! {
 
     #[test]
     fn every_algorithm_and_store_grants_as_the_model(trace in trace(), policy in policy()) {
-        let second = Duration::from_secs(1);
-        let gcra = "100/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
-        same_as_model("gcra", gcra, &trace)?;
-        let earrrl = Earrrl::new(second, Rate::per_second_of(30.0).unwrap())
-            .unwrap()
-            .with_policy(policy);
-        same_as_model("earrrl", earrrl, &trace)?;
-        let exp = Exponential::new(25.0, second).unwrap().with_policy(policy);
-        same_as_model("exponential", exp, &trace)?;
-        let fixed = FixedWindow::new(20, second).unwrap().with_policy(policy);
-        same_as_model("fixed-window", fixed, &trace)?;
-        for rounding in [Rounding::Exact, Rounding::Floor] {
-            let sliding = SlidingWindow::new(20, second)
-                .unwrap()
-                .with_policy(policy)
-                .with_rounding(rounding);
-            same_as_model("sliding-window", sliding, &trace)?;
-        }
-        let log = SlidingLog::new(20, second).unwrap().with_policy(policy);
-        same_as_model("sliding-log", log, &trace)?;
-        for bias in [Bias::Strict, Bias::Lenient] {
-            let sub = SubWindow::new(20, second, 10).unwrap().with_policy(policy).with_bias(bias);
-            same_as_model("sub-window", sub, &trace)?;
-        }
-        let per_minute = "600/min burst 30".parse::<Gcra>().unwrap().with_policy(policy);
-        same_as_model("all-of/gcra+earrrl", AllOf::new(per_minute, earrrl), &trace)?;
-        same_as_model("all-of/gcra+sliding-log", AllOf::new(gcra, log), &trace)?;
-        same_as_model("live/gcra", Live::new(gcra), &trace)?;
+        common::on_every_algorithm(policy, &mut Model(&trace))?;
     }
 }
 
@@ -226,5 +196,21 @@ fn a_grant_of_nothing_counts_as_one_denied_unit() {
             checks.check(&1),
             "{policy}"
         );
+    }
+}
+
+/// [`same_as_model`] for [`common::on_every_algorithm`].
+struct Model<'a>(&'a Trace);
+
+impl common::OnAlgorithm for Model<'_> {
+    type Error = TestCaseError;
+
+    fn run<A>(&mut self, name: &str, algo: A) -> Result<(), TestCaseError>
+    where
+        A: Algorithm + Clone,
+        Cas: Variant<A> + CompactVariant<A>,
+        Locked: Variant<A> + CompactVariant<A>,
+    {
+        same_as_model(name, algo, self.0)
     }
 }

@@ -7,12 +7,11 @@
 mod common;
 
 use hotlimit::algo::{
-    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
-    SlidingWindow, SubWindow,
+    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::store::{Cas, CompactVariant, Locked, Ticket, Variant};
 use hotlimit::{
-    CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, Live, ManualClock,
+    CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
     MutexLimiter, Policy, Rate,
 };
 use proptest::prelude::*;
@@ -227,34 +226,7 @@ proptest! {
 
     #[test]
     fn every_algorithm_and_store_settles_as_the_model(ops in ops(), policy in policy()) {
-        let second = Duration::from_secs(1);
-        let gcra = "100/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
-        same_as_model("gcra", gcra, &ops)?;
-        let earrrl = Earrrl::new(second, Rate::per_second_of(30.0).unwrap())
-            .unwrap()
-            .with_policy(policy);
-        same_as_model("earrrl", earrrl, &ops)?;
-        let exp = Exponential::new(25.0, second).unwrap().with_policy(policy);
-        same_as_model("exponential", exp, &ops)?;
-        let fixed = FixedWindow::new(20, second).unwrap().with_policy(policy);
-        same_as_model("fixed-window", fixed, &ops)?;
-        for rounding in [Rounding::Exact, Rounding::Floor] {
-            let sliding = SlidingWindow::new(20, second)
-                .unwrap()
-                .with_policy(policy)
-                .with_rounding(rounding);
-            same_as_model("sliding-window", sliding, &ops)?;
-        }
-        let log = SlidingLog::new(20, second).unwrap().with_policy(policy);
-        same_as_model("sliding-log", log, &ops)?;
-        for bias in [Bias::Strict, Bias::Lenient] {
-            let sub = SubWindow::new(20, second, 10).unwrap().with_policy(policy).with_bias(bias);
-            same_as_model("sub-window", sub, &ops)?;
-        }
-        let per_minute = "600/min burst 30".parse::<Gcra>().unwrap().with_policy(policy);
-        same_as_model("all-of/gcra+earrrl", AllOf::new(per_minute, earrrl), &ops)?;
-        same_as_model("all-of/gcra+sliding-log", AllOf::new(gcra, log), &ops)?;
-        same_as_model("live/gcra", Live::new(gcra), &ops)?;
+        common::on_every_algorithm(policy, &mut Model(&ops))?;
     }
 
     /// GCRA against an independent model: a token credit in nanoseconds of budget (at most
@@ -516,5 +488,21 @@ fn threads_taking_and_settling_lose_nothing() {
         let used: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
         // Sequentially: tat = used·T, so one more unit leaves 4000 − used − 1.
         assert_eq!(peek().remaining(), Some(4000 - used - 1), "{name}");
+    }
+}
+
+/// [`same_as_model`] for [`common::on_every_algorithm`].
+struct Model<'a>(&'a [(u64, Op)]);
+
+impl common::OnAlgorithm for Model<'_> {
+    type Error = TestCaseError;
+
+    fn run<A>(&mut self, name: &str, algo: A) -> Result<(), TestCaseError>
+    where
+        A: Algorithm + Clone,
+        Cas: Variant<A> + CompactVariant<A>,
+        Locked: Variant<A> + CompactVariant<A>,
+    {
+        same_as_model(name, algo, self.0)
     }
 }

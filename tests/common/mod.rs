@@ -164,3 +164,56 @@ pub fn cases() -> Vec<Case> {
     }
     out
 }
+
+/// A test over one algorithm configuration, generic over the algorithm (which a closure
+/// cannot be): what [`on_every_algorithm`] runs.
+pub trait OnAlgorithm {
+    type Error;
+    fn run<A>(&mut self, name: &str, algo: A) -> Result<(), Self::Error>
+    where
+        A: Algorithm + Clone,
+        Cas: Variant<A> + CompactVariant<A>,
+        Locked: Variant<A> + CompactVariant<A>;
+}
+
+/// Runs `test` on every algorithm in `policy` (both roundings and biases), two `AllOf` pairs and
+/// a `Live` GCRA: the model tests' (grants, settle) configurations.
+pub fn on_every_algorithm<T: OnAlgorithm>(policy: Policy, test: &mut T) -> Result<(), T::Error> {
+    let second = Duration::from_secs(1);
+    let gcra = "100/s burst 20"
+        .parse::<Gcra>()
+        .unwrap()
+        .with_policy(policy);
+    test.run("gcra", gcra)?;
+    let earrrl = Earrrl::new(second, Rate::per_second_of(30.0).unwrap())
+        .unwrap()
+        .with_policy(policy);
+    test.run("earrrl", earrrl)?;
+    let exp = Exponential::new(25.0, second).unwrap().with_policy(policy);
+    test.run("exponential", exp)?;
+    let fixed = FixedWindow::new(20, second).unwrap().with_policy(policy);
+    test.run("fixed-window", fixed)?;
+    for rounding in [Rounding::Exact, Rounding::Floor] {
+        let sliding = SlidingWindow::new(20, second)
+            .unwrap()
+            .with_policy(policy)
+            .with_rounding(rounding);
+        test.run("sliding-window", sliding)?;
+    }
+    let log = SlidingLog::new(20, second).unwrap().with_policy(policy);
+    test.run("sliding-log", log)?;
+    for bias in [Bias::Strict, Bias::Lenient] {
+        let sub = SubWindow::new(20, second, 10)
+            .unwrap()
+            .with_policy(policy)
+            .with_bias(bias);
+        test.run("sub-window", sub)?;
+    }
+    let per_minute = "600/min burst 30"
+        .parse::<Gcra>()
+        .unwrap()
+        .with_policy(policy);
+    test.run("all-of/gcra+earrrl", AllOf::new(per_minute, earrrl))?;
+    test.run("all-of/gcra+sliding-log", AllOf::new(gcra, log))?;
+    test.run("live/gcra", Live::new(gcra))
+}
