@@ -65,9 +65,9 @@ fn main() {
         let t = tally.entry(key).or_default();
         let mut ticket = match limiter.take_with(key, estimate, quota) {
             Ok(ticket) if ticket.is_allowed() => ticket,
-            Ok(denied) => {
+            // A 429 whose Retry-After is `denied.decision().retry_after()`.
+            Ok(_denied) => {
                 t.denied += 1;
-                let _ = denied.decision().retry_after(); // a 429 with Retry-After
                 continue;
             }
             // An estimate beyond the plan's burst could never pass: a 400, not a 429.

@@ -3,16 +3,7 @@
 //! the same constructors, so a bad value fails with the same [`ConfigError`] (as the format's
 //! error message).
 //!
-//! | type | string form | structured form |
-//! |---|---|---|
-//! | [`Rate`] | `"10/s"`, `"600/h"` | `{ count = 10, per = "1s" }` |
-//! | [`Policy`], [`Bias`], [`Rounding`] | `"strict"`, `"lenient"`, `"floor"` | |
-//! | [`Gcra`] | `"10/min burst 20"` | `{ rate = "10/min", burst = 20, policy = "strict" }` |
-//! | [`FixedWindow`], [`SlidingLog`] | | `{ limit = 100, window = "1min", policy = ... }` |
-//! | [`SlidingWindow`] | | the same and `rounding` |
-//! | [`SubWindow`] | | the same and `buckets` (default 60), `bias` |
-//! | [`Earrrl`] | | `{ half_life = "2s", rate = "3/s", policy = ... }` |
-//! | [`Exponential`] | | `{ limit = 10.0, period = "1min", policy = ... }` |
+//! The forms, type by type, are tabled in `docs/limiters.md` ("Configuration files").
 //!
 //! Durations are the strings [`parse_duration`](crate::algo::parse_duration) reads (`"250ms"`,
 //! `"1.5 h"`); unknown fields are errors.

@@ -132,11 +132,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let sh = &*self.shared;
-        let quota = sh.core.quota(quota)?;
-        // Clock first, as in `check`; cost 1 never exceeds a capacity.
-        let now = sh.core.clock.now();
-        Ok(sh.decide_pinned_by(quota, key, 1, now, &sh.map.guard()))
+        self.check_n_with(key, 1, quota)
     }
 
     /// [`take`](KeyedLimiter::take) under a quota that comes with the request; see
