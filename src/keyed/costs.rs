@@ -6,7 +6,7 @@ use super::{KeyedLimiter, Shared};
 use crate::algo::{Algorithm, Reconfigure};
 use crate::clock::Clock;
 use crate::decision::{Decision, Ticket};
-use crate::error::{CostError, QuotaError};
+use crate::error::{check_cost, CostError, QuotaError};
 use crate::limiter::Variant;
 use crate::shared::KeyState;
 use std::borrow::Borrow;
@@ -118,8 +118,10 @@ where
     {
         let sh = &*self.shared;
         let quota = sh.core.quota(quota)?;
-        let (decision, _) = sh.core.charge(quota, cost, At(sh, key))?;
-        Ok(decision)
+        check_cost(cost, quota.capacity())?;
+        // The path of `check`, by the request's quota: clock first.
+        let now = sh.core.clock.now();
+        Ok(sh.decide_pinned_by(quota, key, cost, now, &sh.map.guard()))
     }
 
     /// [`check`](KeyedLimiter::check) under a quota that comes with the request: a request of
@@ -132,7 +134,11 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.check_n_with(key, 1, quota)
+        let sh = &*self.shared;
+        let quota = sh.core.quota(quota)?;
+        // The path of `check`, by the request's quota; cost 1 never exceeds a capacity.
+        let now = sh.core.clock.now();
+        Ok(sh.decide_pinned_by(quota, key, 1, now, &sh.map.guard()))
     }
 
     /// [`take`](KeyedLimiter::take) under a quota that comes with the request; see

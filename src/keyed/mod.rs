@@ -525,7 +525,23 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let algo = &self.core.algo;
+        self.decide_pinned_by(&self.core.algo, key, cost, now, guard)
+    }
+
+    /// [`decide_pinned`](Shared::decide_pinned) by `algo` (the limiter's or a request's quota).
+    #[inline(always)]
+    pub(crate) fn decide_pinned_by<Q>(
+        &self,
+        algo: &A,
+        key: &Q,
+        cost: u64,
+        now: u64,
+        guard: &impl papaya::Guard,
+    ) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.core
             .count(self.apply(key, guard, |state| algo.update(state, now, cost)))
     }
