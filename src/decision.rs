@@ -276,6 +276,9 @@ pub struct Ticket {
     charged: u64,
     taken_at: u64,
     open: bool,
+    /// The reservation's id where a shared backend keeps its settle idempotent (Redis marks
+    /// it settled); 0 in memory.
+    id: u128,
 }
 
 impl Ticket {
@@ -286,7 +289,21 @@ impl Ticket {
             charged: cost,
             taken_at,
             open: decision.is_allowed(),
+            id: 0,
         }
+    }
+
+    /// The ticket with a reservation id (Redis).
+    #[cfg(feature = "redis")]
+    pub(crate) fn with_id(mut self, id: u128) -> Self {
+        self.id = id;
+        self
+    }
+
+    /// The reservation id (0 in memory).
+    #[cfg(feature = "redis")]
+    pub(crate) fn id(&self) -> u128 {
+        self.id
     }
 
     /// The decision on the provisional cost.

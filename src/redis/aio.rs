@@ -1,12 +1,13 @@
 //! The async client (feature `redis-async`, tokio): [`AsyncRedisLimiter`].
 
-use super::client::{client_accessors, At, ClientCore};
+use super::client::{client_accessors, At, ClientCore, Mode, Reply, Req};
 use super::connection::{cluster_nodes_cmd, info_cluster_cmd, says_cluster, Target};
 use super::replies::{is_noscript_result, noscript_indices};
 #[cfg(doc)]
 use super::FailMode;
 use super::{BackendError, RedisAlgorithm, RedisBuilder};
-use crate::decision::Decision;
+use crate::algo::Reconfigure;
+use crate::decision::{Decision, Ticket};
 use crate::error::CostError;
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
 use ::redis::cluster_async::ClusterConnection;
@@ -157,7 +158,8 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
     /// Decides a request of `cost`, returning the backend's failure instead of applying the
     /// [`FailMode`].
     pub async fn try_check_n(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
-        self.run(key, cost, At::Server, true).await
+        self.decide(Req::new(key, cost, At::Server, Mode::Check))
+            .await
     }
 
     /// [`try_check_n`](AsyncRedisLimiter::try_check_n) at an explicit `now` (nanoseconds, at
@@ -168,13 +170,15 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         cost: u64,
         now_ns: u64,
     ) -> Result<Decision, BackendError> {
-        self.run(key, cost, At::Explicit(now_ns), true).await
+        self.decide(Req::new(key, cost, At::Explicit(now_ns), Mode::Check))
+            .await
     }
 
     /// What [`try_check_n`](AsyncRedisLimiter::try_check_n) would answer, without counting
     /// the request.
     pub async fn try_peek_n(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
-        self.run(key, cost, At::Server, false).await
+        self.decide(Req::new(key, cost, At::Server, Mode::Peek))
+            .await
     }
 
     /// A batch of requests in one round trip, as
@@ -196,22 +200,24 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         result
     }
 
-    async fn run(
-        &self,
-        key: &str,
-        cost: u64,
-        at: At,
-        write: bool,
-    ) -> Result<Decision, BackendError> {
-        if let Some(d) = self.core.before(key, cost, at, write)? {
-            return Ok(d);
+    async fn decide(&self, req: Req<'_, A>) -> Result<Decision, BackendError> {
+        self.run(req).await?.decision()
+    }
+
+    /// One script call: the checks and the local fast path, the round trip, the reply.
+    pub(super) async fn run(&self, req: Req<'_, A>) -> Result<Reply, BackendError> {
+        if let Some(d) = self.core.before(&req)? {
+            return Ok(Reply::Decided(d));
         }
         let mut con = self.connection().await?;
-        let result = self.eval_one(&mut con, key, cost, at, write).await;
+        let result = match self.eval_one(&mut con, &req).await {
+            Ok(v) => self.core.decode_reply(v, &req),
+            Err(e) => Err(e),
+        };
         self.on_error(&result);
-        let d = result?;
-        self.core.after(key, cost, at, write, &d);
-        Ok(d)
+        let reply = result?;
+        self.core.after(&req, &reply);
+        Ok(reply)
     }
 
     /// A broken connection is dropped; the next request reconnects.
@@ -263,27 +269,17 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         self.core.loaded(v)
     }
 
-    async fn eval_one(
-        &self,
-        con: &mut AsyncCon,
-        key: &str,
-        cost: u64,
-        at: At,
-        write: bool,
-    ) -> Result<Decision, BackendError> {
+    /// The script's raw reply to `req`.
+    async fn eval_one(&self, con: &mut AsyncCon, req: &Req<'_, A>) -> Result<Value, BackendError> {
         let sha = self.core.sha();
         self.core.trip();
-        let mut r = con
-            .send(&self.core.evalsha(&sha, key, cost, at, write))
-            .await;
+        let mut r = con.send(&self.core.evalsha(&sha, req)).await;
         if is_noscript_result(&r) {
             let sha = self.reload(con).await?;
             self.core.trip();
-            r = con
-                .send(&self.core.evalsha(&sha, key, cost, at, write))
-                .await;
+            r = con.send(&self.core.evalsha(&sha, req)).await;
         }
-        self.core.decode(r.map_err(BackendError::from_redis)?, at)
+        r.map_err(BackendError::from_redis)
     }
 
     async fn pipelined(
@@ -297,7 +293,11 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
                 // Every request on its own handle, all in flight at once.
                 let futures = requests.iter().map(|&(key, cost)| {
                     let mut con = con.clone();
-                    async move { self.eval_one(&mut con, key, cost, At::Server, true).await }
+                    async move {
+                        let req = Req::new(key, cost, At::Server, Mode::Check);
+                        let v = self.eval_one(&mut con, &req).await?;
+                        self.core.decode(v, At::Server)
+                    }
                 });
                 return join_all(futures).await.into_iter().collect();
             }
@@ -350,5 +350,107 @@ impl<A: RedisAlgorithm> crate::AsyncRateLimiter<str> for AsyncRedisLimiter<A> {
             let r = limiter.try_check_n(&key, cost).await;
             limiter.core.fail_over_outages(r)
         })
+    }
+}
+
+/// The async client's partial grants, provisional costs and per-request quotas: as the sync
+/// client's (see [`RedisLimiter::try_take`](super::RedisLimiter::try_take) and its
+/// neighbours), on Redis' clock.
+impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
+    /// A partial grant of up to `n` units; see
+    /// [`RedisLimiter::try_check_up_to`](super::RedisLimiter::try_check_up_to).
+    pub async fn try_check_up_to(
+        &self,
+        key: &str,
+        n: u64,
+    ) -> Result<(u64, Decision), BackendError> {
+        self.run(self.core.up_to_req(key, n, At::Server)?)
+            .await?
+            .granted()
+    }
+
+    /// Takes a provisional cost; see [`RedisLimiter::try_take`](super::RedisLimiter::try_take).
+    pub async fn try_take(&self, key: &str, cost: u64) -> Result<Ticket, BackendError> {
+        let req = Req::new(key, cost, At::Server, Mode::Take);
+        self.core.ticket(&req, self.run(req).await?)
+    }
+
+    /// Settles a ticket, once per reservation; see
+    /// [`RedisLimiter::try_settle`](super::RedisLimiter::try_settle).
+    pub async fn try_settle(
+        &self,
+        key: &str,
+        ticket: &mut Ticket,
+        actual: u64,
+    ) -> Result<bool, BackendError> {
+        self.settle_by(key, ticket, actual, None).await
+    }
+
+    /// A request under a quota that comes with it; see
+    /// [`RedisLimiter::try_check_n_with`](super::RedisLimiter::try_check_n_with).
+    pub async fn try_check_n_with(
+        &self,
+        key: &str,
+        cost: u64,
+        quota: &A,
+    ) -> Result<Decision, BackendError>
+    where
+        A: Reconfigure,
+    {
+        let quota = self.core.quota(quota)?;
+        let req = Req::new(key, cost, At::Server, Mode::Check).with(quota);
+        self.run(req).await?.decision()
+    }
+
+    /// [`try_take`](AsyncRedisLimiter::try_take) under a quota that comes with the request.
+    pub async fn try_take_with(
+        &self,
+        key: &str,
+        cost: u64,
+        quota: &A,
+    ) -> Result<Ticket, BackendError>
+    where
+        A: Reconfigure,
+    {
+        let quota = self.core.quota(quota)?;
+        let req = Req::new(key, cost, At::Server, Mode::Take).with(quota);
+        self.core.ticket(&req, self.run(req).await?)
+    }
+
+    /// [`try_settle`](AsyncRedisLimiter::try_settle) under the quota the ticket was taken
+    /// with.
+    pub async fn try_settle_with(
+        &self,
+        key: &str,
+        ticket: &mut Ticket,
+        actual: u64,
+        quota: &A,
+    ) -> Result<bool, BackendError>
+    where
+        A: Reconfigure,
+    {
+        let quota = self.core.quota(quota)?;
+        self.settle_by(key, ticket, actual, Some(quota)).await
+    }
+
+    /// A settle; the ticket is closed once Redis answered (left open on an error, to retry).
+    async fn settle_by(
+        &self,
+        key: &str,
+        ticket: &mut Ticket,
+        actual: u64,
+        quota: Option<&A>,
+    ) -> Result<bool, BackendError> {
+        let req = match self.core.settle_req(key, ticket, actual, At::Server) {
+            Ok(req) => req,
+            Err(answer) => {
+                ticket.close();
+                return Ok(answer);
+            }
+        };
+        let req = quota.map_or(req, |q| req.with(q));
+        let applied = self.run(req).await?.settled()?;
+        ticket.close();
+        Ok(applied)
     }
 }

@@ -1,6 +1,6 @@
 //! The sync client: [`RedisLimiter`].
 
-use super::client::{client_accessors, At, ClientCore};
+use super::client::{client_accessors, At, ClientCore, Mode, Reply, Req};
 use super::connection::{Con, ConnSlot, Target};
 use super::replies::{is_noscript_result, noscript_indices};
 use super::{BackendError, RedisAlgorithm, RedisBuilder};
@@ -19,7 +19,7 @@ use std::fmt;
 /// used by one request at a time (a mutex): for parallel requests, give each thread its own
 /// limiter ([`try_clone`](RedisLimiter::try_clone)).
 pub struct RedisLimiter<A> {
-    core: ClientCore<A>,
+    pub(super) core: ClientCore<A>,
     target: Target,
     conn: Mutex<ConnSlot>,
 }
@@ -72,7 +72,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// Decides a request of `cost`, returning the backend's failure instead of applying the
     /// [`FailMode`].
     pub fn try_check_n(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
-        self.run(key, cost, At::Server, true)
+        self.decide(Req::new(key, cost, At::Server, Mode::Check))
     }
 
     /// [`try_check_n`](RedisLimiter::try_check_n) at an explicit `now` (nanoseconds on the
@@ -84,7 +84,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         cost: u64,
         now_ns: u64,
     ) -> Result<Decision, BackendError> {
-        self.run(key, cost, At::Explicit(now_ns), true)
+        self.decide(Req::new(key, cost, At::Explicit(now_ns), Mode::Check))
     }
 
     /// What [`check`](RedisLimiter::check) would answer, without counting the request; on an
@@ -125,7 +125,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// What [`try_check_n`](RedisLimiter::try_check_n) would answer, without counting the
     /// request. Never answered by the local fast path.
     pub fn try_peek_n(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
-        self.run(key, cost, At::Server, false)
+        self.decide(Req::new(key, cost, At::Server, Mode::Peek))
     }
 
     /// [`try_peek_n`](RedisLimiter::try_peek_n) at an explicit `now` (see
@@ -136,7 +136,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         cost: u64,
         now_ns: u64,
     ) -> Result<Decision, BackendError> {
-        self.run(key, cost, At::Explicit(now_ns), false)
+        self.decide(Req::new(key, cost, At::Explicit(now_ns), Mode::Peek))
     }
 
     /// Decides a batch of requests `(key, cost)` in one round trip (a pipeline of `EVALSHA`),
@@ -162,19 +162,26 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         result
     }
 
-    fn run(&self, key: &str, cost: u64, at: At, write: bool) -> Result<Decision, BackendError> {
-        if let Some(d) = self.core.before(key, cost, at, write)? {
-            return Ok(d);
+    fn decide(&self, req: Req<'_, A>) -> Result<Decision, BackendError> {
+        self.run(req)?.decision()
+    }
+
+    /// One script call: the checks and the local fast path, the round trip, the reply.
+    pub(super) fn run(&self, req: Req<'_, A>) -> Result<Reply, BackendError> {
+        if let Some(d) = self.core.before(&req)? {
+            return Ok(Reply::Decided(d));
         }
         let mut guard = self.conn.lock();
-        let result = self.eval_one(&mut guard, key, cost, at, write);
+        let result = self
+            .eval_one(&mut guard, &req)
+            .and_then(|v| self.core.decode_reply(v, &req));
         if result.as_ref().is_err_and(BackendError::drops_connection) {
             guard.drop_connection();
         }
         drop(guard);
-        let d = result?;
-        self.core.after(key, cost, at, write, &d);
-        Ok(d)
+        let reply = result?;
+        self.core.after(&req, &reply);
+        Ok(reply)
     }
 
     fn connection<'c>(&self, slot: &'c mut ConnSlot) -> Result<&'c mut Con, BackendError> {
@@ -192,20 +199,10 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.core.loaded(v)
     }
 
-    fn eval_one(
-        &self,
-        slot: &mut ConnSlot,
-        key: &str,
-        cost: u64,
-        at: At,
-        write: bool,
-    ) -> Result<Decision, BackendError> {
+    /// The script's raw reply to `req`.
+    fn eval_one(&self, slot: &mut ConnSlot, req: &Req<'_, A>) -> Result<Value, BackendError> {
         let con = self.connection(slot)?;
-        let cmd = |sha: &str| {
-            self.core
-                .evalsha(sha, key, cost, at, write)
-                .get_packed_command()
-        };
+        let cmd = |sha: &str| self.core.evalsha(sha, req).get_packed_command();
         self.core.trip();
         let mut r: Result<Value, RedisError> =
             con.like().req_packed_command(&cmd(&self.core.sha()));
@@ -214,7 +211,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             self.core.trip();
             r = con.like().req_packed_command(&cmd(&sha));
         }
-        self.core.decode(r.map_err(BackendError::from_redis)?, at)
+        r.map_err(BackendError::from_redis)
     }
 
     fn pipelined(
@@ -228,7 +225,10 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         if matches!(self.connection(slot)?, Con::Cluster(_)) {
             return requests
                 .iter()
-                .map(|&(key, cost)| self.eval_one(slot, key, cost, At::Server, true))
+                .map(|&(key, cost)| {
+                    let req = Req::new(key, cost, At::Server, Mode::Check);
+                    self.core.decode(self.eval_one(slot, &req)?, At::Server)
+                })
                 .collect();
         }
         let con = self.connection(slot)?;

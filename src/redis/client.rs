@@ -4,7 +4,8 @@ use super::keys::redis_key;
 use super::local_deny::LocalDeny;
 use super::lua;
 use super::{BackendError, FailMode, RedisAlgorithm, RedisBuilder, MAX_EXPLICIT_NOW};
-use crate::decision::Decision;
+use crate::algo::Reconfigure;
+use crate::decision::{Decision, Ticket};
 use crate::error::{check_cost, CostError};
 use ::redis::Value;
 use parking_lot::Mutex;
@@ -27,6 +28,106 @@ impl At {
     }
 }
 
+/// What one script call does (ARGV 4; see `lua.rs`).
+#[derive(Clone, Copy)]
+pub(super) enum Mode {
+    Peek,
+    Check,
+    /// A check whose reply carries the time it was decided: for a ticket.
+    Take,
+    /// A partial grant of up to the request's cost.
+    UpTo,
+    /// Settles the reservation `id` taken at `taken_at` (ns) with the `actual` cost; the
+    /// request's cost is the charged one.
+    Settle {
+        taken_at: u64,
+        actual: u64,
+        id: u128,
+    },
+}
+
+impl Mode {
+    /// Whether the request counts (so the local fast path may answer it and learns from it).
+    fn counts(self) -> bool {
+        matches!(self, Mode::Check | Mode::Take)
+    }
+}
+
+/// One script call: `cost` for `key` at `at`, under `quota` (the limiter's own if `None`).
+pub(super) struct Req<'a, A> {
+    pub(super) key: &'a str,
+    pub(super) cost: u64,
+    pub(super) at: At,
+    pub(super) mode: Mode,
+    pub(super) quota: Option<&'a A>,
+}
+
+// By hand: a derive would ask `A: Copy`, and only a reference to it is held.
+impl<A> Clone for Req<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A> Copy for Req<'_, A> {}
+
+impl<'a, A> Req<'a, A> {
+    pub(super) fn new(key: &'a str, cost: u64, at: At, mode: Mode) -> Self {
+        Req {
+            key,
+            cost,
+            at,
+            mode,
+            quota: None,
+        }
+    }
+
+    pub(super) fn with(self, quota: &'a A) -> Self {
+        Req {
+            quota: Some(quota),
+            ..self
+        }
+    }
+}
+
+/// A script's reply, by its request's [`Mode`].
+pub(super) enum Reply {
+    /// A check's or a peek's.
+    Decided(Decision),
+    /// A take's: the decision and when it was made (ns on the request's timeline).
+    Taken(Decision, u64),
+    /// A partial grant's: the units granted and the decision.
+    Granted(u64, Decision),
+    /// A settle's: whether it applied (false: the reservation was settled already).
+    Settled(bool),
+}
+
+impl Reply {
+    /// A partial grant's units and decision (a local fast-path denial grants none).
+    pub(super) fn granted(self) -> Result<(u64, Decision), BackendError> {
+        match self {
+            Reply::Granted(n, d) => Ok((n, d)),
+            Reply::Decided(d) if d.is_denied() => Ok((0, d)),
+            _ => Err(BackendError::Reply("not a grant".into())),
+        }
+    }
+
+    /// Whether a settle applied.
+    pub(super) fn settled(self) -> Result<bool, BackendError> {
+        match self {
+            Reply::Settled(b) => Ok(b),
+            _ => Err(BackendError::Reply("not a settle".into())),
+        }
+    }
+
+    /// The decision of a check, a peek or a take.
+    pub(super) fn decision(self) -> Result<Decision, BackendError> {
+        match self {
+            Reply::Decided(d) | Reply::Taken(d, _) => Ok(d),
+            _ => Err(BackendError::Reply("not a decision".into())),
+        }
+    }
+}
+
 /// What the sync and async limiters share: the configuration, the script and its SHA1, the
 /// parameters, the local fast path and the counters. Everything but the connection.
 pub(super) struct ClientCore<A> {
@@ -42,6 +143,18 @@ pub(super) struct ClientCore<A> {
     errors: AtomicU64,
     /// The script's keys: the client's Redis key with each of these appended.
     suffixes: Vec<String>,
+    /// Reservation ids: a random seed per client and a counter, so ids are unique across
+    /// the fleet's clients (128 bits) without coordination.
+    id_seed: u64,
+    ids: AtomicU64,
+}
+
+/// 64 random bits from the standard library's randomly keyed hasher (no RNG dependency).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 impl<A: RedisAlgorithm> ClientCore<A> {
@@ -51,8 +164,13 @@ impl<A: RedisAlgorithm> ClientCore<A> {
             &super::MIN_EXPLICIT_TTL.as_millis().to_string(),
         );
         let main = config.algo.lua(&mut script, &mut 0);
-        script.push_str(&format!("return {main}(KEYS, ARGV, WRITE)\n"));
+        script.push_str(&lua::TAIL.replace("MAIN", &main).replace(
+            "SETTLE_MARK_MS",
+            &super::SETTLE_MARK_TTL.as_millis().to_string(),
+        ));
         ClientCore {
+            ids: AtomicU64::new(0),
+            id_seed: random_seed(),
             suffixes: config.algo.key_suffixes(),
             params_server: config.algo.params(1e3),
             params_explicit: config.algo.params(1.0),
@@ -71,6 +189,100 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     pub(super) fn decode(&self, v: Value, at: At) -> Result<Decision, BackendError> {
         let v = v.extract_error().map_err(BackendError::from_redis)?;
         self.config.algo.decode(v, at.unit_ns())
+    }
+
+    /// The reply to `req`, by its mode (see [`Reply`]).
+    pub(super) fn decode_reply(&self, v: Value, req: &Req<'_, A>) -> Result<Reply, BackendError> {
+        let v = v.extract_error().map_err(BackendError::from_redis)?;
+        let bad = |v: &Value| BackendError::Reply(format!("{v:?}"));
+        let unit = req.at.unit_ns();
+        Ok(match req.mode {
+            Mode::Peek | Mode::Check => Reply::Decided(self.config.algo.decode(v, unit)?),
+            Mode::Settle { .. } => match v {
+                Value::Int(n) => Reply::Settled(n == 1),
+                v => return Err(bad(&v)),
+            },
+            Mode::Take | Mode::UpTo => {
+                let Value::Array(mut pair) = v else {
+                    return Err(bad(&v));
+                };
+                let (Some(r), Some(first), None) = (pair.pop(), pair.pop(), pair.pop()) else {
+                    return Err(bad(&Value::Array(pair)));
+                };
+                let d = self.config.algo.decode(r, unit)?;
+                match (req.mode, first) {
+                    (Mode::UpTo, Value::Int(n)) if n >= 0 => Reply::Granted(n as u64, d),
+                    (Mode::Take, Value::BulkString(b)) => {
+                        let now = std::str::from_utf8(&b)
+                            .ok()
+                            .and_then(|s| s.parse::<f64>().ok())
+                            .ok_or_else(|| BackendError::Reply(format!("{b:?}")))?;
+                        // Whole time units below 2^53: exact, µs to ns exactly too.
+                        Reply::Taken(d, (now * unit) as u64)
+                    }
+                    (_, first) => return Err(bad(&first)),
+                }
+            }
+        })
+    }
+
+    /// The quota of a `_with` request: one that reads the limiter's states, else the error.
+    pub(super) fn quota<'q>(&self, quota: &'q A) -> Result<&'q A, BackendError>
+    where
+        A: Reconfigure,
+    {
+        self.config.algo.check_change(quota)?;
+        Ok(quota)
+    }
+
+    /// A partial grant of up to `n` units: `n` capped at the quota's capacity; 0 is an error.
+    pub(super) fn up_to_req<'a>(
+        &self,
+        key: &'a str,
+        n: u64,
+        at: At,
+    ) -> Result<Req<'a, A>, BackendError> {
+        if n == 0 {
+            return Err(CostError::Zero.into());
+        }
+        let most = n.min(self.config.algo.capacity());
+        Ok(Req::new(key, most, at, Mode::UpTo))
+    }
+
+    /// The settle of `ticket` with `actual`, or, without a round trip, the answer: `false`
+    /// for a ticket already closed (settled, or denied), `true` for an open one settled at
+    /// its charged cost (nothing to change). The caller closes the ticket once answered.
+    pub(super) fn settle_req<'a>(
+        &self,
+        key: &'a str,
+        ticket: &Ticket,
+        actual: u64,
+        at: At,
+    ) -> Result<Req<'a, A>, bool> {
+        if !ticket.is_open() || actual == ticket.charged() {
+            return Err(ticket.is_open());
+        }
+        let (taken_at, id) = (ticket.taken_at(), ticket.id());
+        let mode = Mode::Settle {
+            taken_at,
+            actual,
+            id,
+        };
+        Ok(Req::new(key, ticket.charged(), at, mode))
+    }
+
+    /// The ticket of a take's reply (a local fast-path denial holds nothing).
+    pub(super) fn ticket(&self, req: &Req<'_, A>, reply: Reply) -> Result<Ticket, BackendError> {
+        match reply {
+            Reply::Taken(d, at) => Ok(Ticket::new(d, req.cost, at).with_id(self.next_id())),
+            Reply::Decided(d) if d.is_denied() => Ok(Ticket::new(d, req.cost, 0)),
+            _ => Err(BackendError::Reply("not a take".into())),
+        }
+    }
+
+    /// A new reservation id, unique across clients.
+    pub(super) fn next_id(&self) -> u128 {
+        ((self.id_seed as u128) << 64) | self.ids.fetch_add(1, Ordering::Relaxed) as u128
     }
 
     /// The decisions of a pipelined batch: its replies `values`, with `again` (the replies of
@@ -135,17 +347,19 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         Ok(sha)
     }
 
-    pub(super) fn evalsha(
-        &self,
-        sha: &str,
-        key: &str,
-        cost: u64,
-        at: At,
-        write: bool,
-    ) -> ::redis::Cmd {
+    pub(super) fn evalsha(&self, sha: &str, req: &Req<'_, A>) -> ::redis::Cmd {
         let mut cmd = ::redis::cmd("EVALSHA");
-        let base = self.redis_key(key);
-        cmd.arg(sha).arg(self.suffixes.len());
+        let base = self.redis_key(req.key);
+        let settle = match req.mode {
+            Mode::Settle {
+                taken_at,
+                actual,
+                id,
+            } => Some((taken_at, actual, id)),
+            _ => None,
+        };
+        cmd.arg(sha)
+            .arg(self.suffixes.len() + usize::from(settle.is_some()));
         for suffix in &self.suffixes {
             if suffix.is_empty() {
                 cmd.arg(&base);
@@ -153,7 +367,11 @@ impl<A: RedisAlgorithm> ClientCore<A> {
                 cmd.arg(format!("{base}{suffix}"));
             }
         }
-        let params = match at {
+        if let Some((_, _, id)) = settle {
+            // The reservation's mark: under the client key's hash tag, so in its slot.
+            cmd.arg(format!("{base}:s:{id:032x}"));
+        }
+        let own = match req.at {
             At::Server => {
                 cmd.arg("").arg("1000000");
                 &self.params_server
@@ -163,9 +381,29 @@ impl<A: RedisAlgorithm> ClientCore<A> {
                 &self.params_explicit
             }
         };
-        cmd.arg(cost).arg(if write { "1" } else { "0" });
-        for p in params {
-            cmd.arg(p.as_str());
+        let mode = match req.mode {
+            Mode::Peek => "0",
+            Mode::Check => "1",
+            Mode::Take => "t",
+            Mode::UpTo => "u",
+            Mode::Settle { .. } => "s",
+        };
+        cmd.arg(req.cost).arg(mode);
+        match req.quota {
+            None => own.iter().for_each(|p| {
+                cmd.arg(p.as_str());
+            }),
+            Some(q) => q.params(req.at.unit_ns()).iter().for_each(|p| {
+                cmd.arg(p.as_str());
+            }),
+        }
+        if let Some((taken_at, actual, _)) = settle {
+            // The take's time in the request's unit: a server-time ticket holds µs × 1000.
+            let taken = match req.at {
+                At::Server => taken_at / 1000,
+                At::Explicit(_) => taken_at,
+            };
+            cmd.arg(taken).arg(actual);
         }
         cmd
     }
@@ -215,35 +453,42 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         }
     }
 
-    /// Before the round trip: the cost and time checks, then the local fast path, which may
-    /// answer (`Some`).
-    pub(super) fn before(
-        &self,
-        key: &str,
-        cost: u64,
-        at: At,
-        write: bool,
-    ) -> Result<Option<Decision>, BackendError> {
-        check_cost(cost, self.config.algo.capacity())?;
-        if let At::Explicit(now) = at {
+    /// Before the round trip: the quota, cost and time checks, then the local fast path,
+    /// which may answer a counted request (`Some`).
+    pub(super) fn before(&self, req: &Req<'_, A>) -> Result<Option<Decision>, BackendError> {
+        // A settle's charged cost was admitted by its take; a partial grant's is capped at
+        // the capacity by its method.
+        if !matches!(req.mode, Mode::Settle { .. }) {
+            check_cost(req.cost, req.quota.unwrap_or(&self.config.algo).capacity())?;
+        }
+        if let At::Explicit(now) = req.at {
             if now > MAX_EXPLICIT_NOW {
                 return Err(BackendError::TimeOutOfRange(now));
             }
         }
-        let Some(l) = self.local.as_ref().filter(|_| write) else {
+        let Some(l) = self.local.as_ref().filter(|_| req.mode.counts()) else {
             return Ok(None);
         };
-        Ok(match at {
+        let (key, cost) = (req.key, req.cost);
+        Ok(match req.at {
             At::Server => l.lookup(key, cost, l.now(), false),
             At::Explicit(now) => l.lookup(key, cost, now, true),
         })
     }
 
-    /// After the round trip: the local fast path learns from Redis' decision.
-    pub(super) fn after(&self, key: &str, cost: u64, at: At, write: bool, d: &Decision) {
-        let Some(l) = self.local.as_ref().filter(|_| write) else {
+    /// After the round trip: the local fast path learns from Redis' reply. A settle may
+    /// refund, so the key's remembered denial may now be late: it is forgotten.
+    pub(super) fn after(&self, req: &Req<'_, A>, reply: &Reply) {
+        let Some(l) = self.local.as_ref() else {
             return;
         };
+        let (cost, d) = match reply {
+            Reply::Decided(d) | Reply::Taken(d, _) if req.mode.counts() => (req.cost, d),
+            Reply::Granted(_, d) => (1, d),
+            Reply::Settled(true) => return l.forget(req.key),
+            _ => return,
+        };
+        let (key, at) = (req.key, req.at);
         if d.is_allowed() {
             // The key's state moved: a remembered deadline may now be early.
             l.forget(key);
@@ -272,7 +517,8 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     pub(super) fn pipeline(&self, sha: &str, requests: &[(&str, u64)]) -> ::redis::Pipeline {
         let mut pipe = ::redis::pipe();
         for &(key, cost) in requests {
-            pipe.add_command(self.evalsha(sha, key, cost, At::Server, true));
+            let req = Req::new(key, cost, At::Server, Mode::Check);
+            pipe.add_command(self.evalsha(sha, &req));
         }
         pipe
     }

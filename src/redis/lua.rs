@@ -7,9 +7,14 @@
 //!
 //! 1. `now` in time units, or empty: read Redis' `TIME` and work in microseconds;
 //! 2. `ups`: time units per second (`1000000` or `1000000000`);
-//! 3. `cost`; 4. `1` to store the new state (`check`), `0` to leave it (`peek`);
+//! 3. `cost`; 4. the request: `0` peek, `1` check, `t` take (a check whose reply also carries
+//!    `now`: `{now, reply}`), `u` a partial grant of up to `cost` (`{granted, reply}`), `s`
+//!    settle (`cost` is the charged cost; the reply is 1, or 0 if the reservation was settled
+//!    already);
 //!
-//! then the algorithm's parameters, already converted to the time unit by the Rust side.
+//! then the algorithm's parameters, already converted to the time unit by the Rust side; a
+//! settle adds the time of its take and the actual cost, and its reservation's mark as the
+//! last key.
 //!
 //! The reply is `{allowed (0/1), retry_after, remaining, reset_after, rate}`, the last four as
 //! strings (`%.17g`, so doubles cross exactly; empty: not known): Redis would truncate a Lua
@@ -22,6 +27,11 @@
 /// Shared by every script: the time, the reply, `honest_wait`, the expiry; then come the
 /// algorithm's functions ([`LEAF_HEAD`], [`ALL_OF`]) and the call of the outermost.
 pub(super) const PRELUDE: &str = include_str!("lua/prelude.lua");
+
+/// Runs the request on the outermost function (`MAIN` is replaced): a settle once per
+/// reservation (its mark, the last key, set first), a partial grant by bisection on peeks,
+/// a take's reply with the time it was decided.
+pub(super) const TAIL: &str = include_str!("lua/tail.lua");
 
 /// Opens the function around one algorithm's body: `key` is its first key, `KEYS` and
 /// `ARGV` its own (parameters from `ARGV[5]`), `write` whether to store. `NAME` is replaced.

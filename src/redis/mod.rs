@@ -168,6 +168,7 @@ mod blocking;
 mod builder;
 mod client;
 mod connection;
+mod costs;
 mod hybrid;
 mod keys;
 mod local_deny;
@@ -197,6 +198,12 @@ use std::time::Duration;
 /// The shortest expiry of a state written at an explicit `now` (`*_at` methods), in real
 /// time: replays slower than real time keep their states (see the module docs).
 pub const MIN_EXPLICIT_TTL: Duration = Duration::from_secs(10);
+
+/// How long Redis remembers that a reservation was settled (its mark): a settle retried
+/// within it (after a lost reply) finds the mark and changes nothing. Retries come within the
+/// client's timeouts (milliseconds); a ticket settled again much later, from another
+/// process' copy of its id, is not a retry the mark covers.
+pub const SETTLE_MARK_TTL: Duration = Duration::from_secs(60);
 
 /// The latest explicit `now` (ns) the scripts count exactly: 2^53 − 1 (about 104 days).
 pub const MAX_EXPLICIT_NOW: u64 = (1 << 53) - 1;
@@ -268,7 +275,9 @@ pub enum BackendError {
     Unavailable,
     /// An explicit `now` above [`MAX_EXPLICIT_NOW`].
     TimeOutOfRange(u64),
-    /// A configuration the limiter cannot run: see [`HybridBuilder::build`].
+    /// A configuration the limiter cannot run (see [`HybridBuilder::build`]), or a
+    /// per-request quota that cannot read the limiter's states
+    /// ([`RedisLimiter::try_check_n_with`]).
     Config(ConfigError),
 }
 
@@ -350,6 +359,12 @@ impl std::error::Error for BackendError {
             BackendError::Config(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+impl From<ConfigError> for BackendError {
+    fn from(e: ConfigError) -> Self {
+        BackendError::Config(e)
     }
 }
 

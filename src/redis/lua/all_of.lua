@@ -10,6 +10,12 @@ local function NAME(KEYS, ARGV, write)
   end
   for i = 1, N1 do a1[4 + i] = ARGV[4 + i] end
   for i = 1, N2 do a2[4 + i] = ARGV[4 + N1 + i] end
+  -- Both quotas admitted the settled request, so both settle it.
+  if SETTLE then
+    FIRST(k1, a1, true)
+    SECOND(k2, a2, true)
+    return
+  end
   local r1 = FIRST(k1, a1, false)
   local r2 = SECOND(k2, a2, false)
   if write then

@@ -22,6 +22,25 @@ local nows = now / ups
 local x = lambda * (s - nows)
 local ex = math.exp(x)
 local rate = lambda * ex
+-- Settle (src/algo/earrrl.rs): the difference is an impulse at the take's time, decayed to
+-- now and added to N in log space (a refund subtracts it; nothing left is a fresh key).
+if SETTLE then
+  local z = math.log(math.abs(ACTUAL - CHARGED)) + math.min(lambda * (TAKEN / ups - nows), 0)
+  local ln_n = -math.huge
+  if ACTUAL > CHARGED then
+    local m = math.max(x, z)
+    ln_n = m + math.log(math.exp(x - m) + math.exp(z - m))
+  elseif z < x then
+    ln_n = x + log1p(-math.exp(z - x))
+  end
+  if ln_n > -math.huge then
+    local ns = nows + ln_n / lambda
+    store(fmt(ns), idle_at(ns))
+  else
+    redis.call('DEL', key)
+  end
+  return
+end
 local function update()
   local hi, ratio
   if ex > cost then

@@ -49,6 +49,15 @@ if v then
   t_prev = tonumber(a)
   r_prev = tonumber(b)
 end
+-- Settle (src/algo/exponential.rs): the difference is an impulse at the take's time, decayed
+-- to the state's time and added to r (floored at zero).
+if SETTLE then
+  local impulse = math.abs(ACTUAL - CHARGED) * math.exp(-(math.max(t_prev - TAKEN, 0) / P))
+  local r = r_prev + impulse
+  if ACTUAL < CHARGED then r = math.max(r_prev - impulse, 0) end
+  store(fmt(t_prev) .. ' ' .. fmt(r), idle_at(t_prev, r))
+  return
+end
 local rn = r_now_at(t_prev, r_prev, now, cost)
 local per_sec = rn * ups / P
 local t_store = math.max(now, t_prev)

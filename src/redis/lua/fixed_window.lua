@@ -9,6 +9,22 @@ if v then
   local f = fields(v)
   stored, count = f[1], f[2]
 end
+-- Settle (src/algo/fixed_window.rs): a refund out of the window the request was counted in
+-- while it is the current one; an overrun counted in the current window, up to limit + 1.
+if SETTLE then
+  if ACTUAL < CHARGED then
+    if fdiv(TAKEN, w) == stored and fdiv(now, w) <= stored and count > 0 then
+      local left = math.max(count - (CHARGED - ACTUAL), 0)
+      store(fmt(stored) .. ' ' .. fmt(left), (stored + 1) * w)
+    end
+  else
+    local index = math.max(fdiv(now, w), stored)
+    if index ~= stored then count = 0 end
+    local new = math.min(count + (ACTUAL - CHARGED), limit + 1)
+    store(fmt(index) .. ' ' .. fmt(new), (index + 1) * w)
+  end
+  return
+end
 -- A clock read behind the stored window counts as in it.
 local index = math.max(fdiv(now, w), stored)
 if index ~= stored then count = 0 end

@@ -4,6 +4,17 @@ local tau = tonumber(ARGV[6])
 local strict = ARGV[7] == '1'
 local v = redis.call('GET', key)
 local tat = v and tonumber(v) or 0
+-- Settle (src/algo/gcra.rs): a refund moves `tat` back, never below now; an overrun moves it
+-- on from max(tat, now), past the burst if need be.
+if SETTLE then
+  if ACTUAL > CHARGED then
+    tat = math.max(tat, now) + (ACTUAL - CHARGED) * T
+  else
+    tat = tat - math.min((CHARGED - ACTUAL) * T, math.max(tat - now, 0))
+  end
+  if tat > now then store(fmt(tat), tat) else redis.call('DEL', key) end
+  return
+end
 -- floor(x / T), exact: a double quotient may round up to the next integer.
 local function per(x) return fdiv(x, T) end
 local inc = cost * T

@@ -9,7 +9,19 @@ else
 end
 local ups = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local WRITE = ARGV[4] == '1'
+-- ARGV[4], the request: '0' peek, '1' check, 't' take (a check that also returns `now`),
+-- 'u' a partial grant of up to `cost`, 's' settle (the charged cost in ARGV[3], then after
+-- the parameters the time of the take and the actual cost; the last key is the
+-- reservation's mark).
+local MODE = ARGV[4]
+local WRITE = MODE ~= '0'
+local SETTLE = MODE == 's'
+local TAKEN, CHARGED, ACTUAL
+if SETTLE then
+  TAKEN = tonumber(ARGV[#ARGV - 1])
+  ACTUAL = tonumber(ARGV[#ARGV])
+  CHARGED = cost
+end
 -- 2^53: the largest time an f64 still counts in whole units; waits saturate there.
 local MAXW = 9007199254740992
 

@@ -40,6 +40,40 @@ local function save(t, c)
   redis.call('PEXPIRE', key, ttl)
   redis.call('SET', nkey, fmt(total), 'PX', ttl)
 end
+-- Settle (src/algo/sliding_log.rs): a refund out of the first entry at or after the take
+-- while the take is within the window; an overrun logged now (merged into an entry at now).
+if SETTLE then
+  if #old > 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cut)) end
+  if ACTUAL < CHARGED then
+    if TAKEN > cut then
+      local m = redis.call('ZRANGEBYSCORE', key, fmt(TAKEN), '+inf', 'LIMIT', 0, 1)[1]
+      if m then
+        local t, c = entry(m)
+        local back = math.min(CHARGED - ACTUAL, c)
+        redis.call('ZREM', key, m)
+        if c > back then redis.call('ZADD', key, fmt(t), fmt(t) .. ':' .. fmt(c - back)) end
+        total = total - back
+      end
+    end
+  else
+    local add = ACTUAL - CHARGED
+    if lt == t_now then
+      redis.call('ZREM', key, last)
+      add = lc + add
+    end
+    redis.call('ZADD', key, fmt(t_now), fmt(t_now) .. ':' .. fmt(add))
+    total = total + (ACTUAL - CHARGED)
+  end
+  local newest = redis.call('ZRANGE', key, -1, -1)[1]
+  if newest then
+    local ttl = ttl_ms(entry(newest) + w)
+    redis.call('PEXPIRE', key, ttl)
+    redis.call('SET', nkey, fmt(total), 'PX', ttl)
+  else
+    redis.call('DEL', key, nkey)
+  end
+  return
+end
 if total + cost <= limit then
   total = total + cost
   if write then

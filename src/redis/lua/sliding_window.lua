@@ -102,6 +102,25 @@ if v then
   stored, prev, cur = f[1], f[2], f[3]
 end
 local index, p, c, e = view(stored, prev, cur, now)
+-- Settle (src/algo/sliding_window.rs): a refund out of the count of the window the request
+-- was counted in while it is the current or the previous one; an overrun counted now.
+if SETTLE then
+  if ACTUAL < CHARGED then
+    local back = CHARGED - ACTUAL
+    local taken = fdiv(TAKEN, w)
+    if taken == index then
+      c = math.max(c - back, 0)
+    elseif taken + 1 == index then
+      p = math.max(p - back, 0)
+    else
+      return
+    end
+  else
+    c = math.min(c + (ACTUAL - CHARGED), COUNT_MAX)
+  end
+  store(fmt(index) .. ' ' .. fmt(p) .. ' ' .. fmt(c), idle(index, p, c))
+  return
+end
 if fits(p, c + cost, e) then
   local ia = idle(index, p, c + cost)
   if write then store(fmt(index) .. ' ' .. fmt(p) .. ' ' .. fmt(c + cost), ia) end

@@ -44,6 +44,26 @@ local function save(slot)
     redis.call('HSET', key, 'h', fmt(bucket))
   end
 end
+-- Settle (src/algo/sub_window.rs): a refund out of the bucket the request was counted in
+-- while that bucket is in the span; an overrun counted in the current bucket.
+if SETTLE then
+  local at = bucket
+  if ACTUAL < CHARGED then
+    at = fdiv(TAKEN, bw)
+    if at > bucket or at < oldest then return end
+    counts[at] = math.max((counts[at] or 0) - (CHARGED - ACTUAL), 0)
+  else
+    counts[at] = math.min((counts[at] or 0) + (ACTUAL - CHARGED), COUNT_MAX)
+  end
+  if #stale > 0 then
+    local f = {}
+    for i, b in ipairs(stale) do f[i] = fmt(b) end
+    redis.call('HDEL', key, unpack(f))
+  end
+  redis.call('HSET', key, fmt(at), fmt(counts[at]), 'h', fmt(bucket))
+  redis.call('PEXPIRE', key, ttl_ms(idle()))
+  return
+end
 local here = counts[bucket] or 0
 if total + cost <= limit then
   counts[bucket] = here + cost

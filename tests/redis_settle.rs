@@ -1,0 +1,348 @@
+//! Settle, partial grants and per-request quotas on the Redis backend, against a real
+//! `redis-server` and a real 3-node Redis Cluster that the tests start: random traces of
+//! takes, refunds, overruns, repeated settles, partial grants and checks under another plan
+//! decide in Redis as in memory (every algorithm, both policies), and a settle retried after
+//! a lost reply applies once. Without `redis-server` the tests print why and pass, unless
+//! `HOTLIMIT_REQUIRE_REDIS=1` (set by `.ci/run`).
+
+use hotlimit::algo::{
+    Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
+};
+use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
+use hotlimit::store::{Cas, Ticket, Variant};
+use hotlimit::{CasLimiter, ConfigError, Decision, ManualClock, Policy, Rate};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::time::Duration;
+
+mod redis_server;
+use redis_server::{close, Cluster, Server};
+
+/// How two decisions must agree: exactly, or (EARRRL, exponential) to the last bits.
+#[derive(Clone, Copy)]
+enum Agree {
+    Exact,
+    Close,
+}
+
+impl Agree {
+    fn check(self, what: &str, m: &Decision, r: &Decision) {
+        match self {
+            Agree::Exact => assert_eq!(m, r, "{what}"),
+            Agree::Close => {
+                assert_eq!(m.is_allowed(), r.is_allowed(), "{what}: {m:?} vs {r:?}");
+                close(0, m, r);
+            }
+        }
+    }
+}
+
+/// A prefix no other run used: the servers outlive a run.
+fn prefix() -> String {
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("settle{run}:")
+}
+
+/// A random trace on three keys, run through the in-memory limiter and the Redis one at the
+/// same explicit times: takes (tickets kept in pairs), settles of a random ticket (refunds,
+/// overruns, the estimate itself; a ticket settled before must change nothing in both),
+/// partial grants, and checks under `plan`. Every decision and every settle's answer must
+/// agree. Returns how many takes were admitted and denied.
+fn run_trace<A>(url: &str, algo: A, plan: A, seed: u64, agree: Agree) -> (usize, usize)
+where
+    A: RedisAlgorithm + Reconfigure,
+    Cas: Variant<A>,
+{
+    let clock = ManualClock::new();
+    let mem = CasLimiter::<String, A>::with_clock(algo, clock.clone());
+    let red = RedisLimiter::builder(url, algo)
+        .key_prefix(prefix())
+        .build()
+        .unwrap();
+    let keys = ["a", "b", "c"];
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut t = 1_000_000_000u64;
+    let mut tickets: Vec<(&str, Ticket, Ticket)> = Vec::new();
+    let (mut admitted, mut denied) = (0, 0);
+    let most = algo.capacity().min(6);
+    for i in 0..600 {
+        if rng.random_bool(0.4) {
+            t += rng.random_range(0..400_000_000);
+        }
+        clock.set_nanos(t);
+        let key = keys[rng.random_range(0..3)];
+        let what = format!("step {i} at {t} on {key}");
+        match rng.random_range(0..10) {
+            0..=3 => {
+                let cost = rng.random_range(1..=most);
+                let m = mem.take(key, cost).unwrap();
+                let r = red.try_take_at(key, cost, t).unwrap();
+                agree.check(&what, &m.decision(), &r.decision());
+                assert_eq!(r.taken_at(), t, "{what}");
+                if m.is_allowed() {
+                    admitted += 1;
+                } else {
+                    denied += 1;
+                }
+                tickets.push((key, m, r));
+            }
+            4..=6 if !tickets.is_empty() => {
+                let pick = rng.random_range(0..tickets.len());
+                let (key, m, r) = &mut tickets[pick];
+                let actual = match rng.random_range(0..3) {
+                    0 => rng.random_range(0..m.charged()),
+                    1 => m.charged() + rng.random_range(1..=most),
+                    _ => m.charged(),
+                };
+                let ms = mem.settle(*key, m, actual);
+                let rs = red.try_settle_at(key, r, actual, t).unwrap();
+                assert_eq!(ms, rs, "{what}: settle {pick} with {actual}");
+                assert!(!r.is_open(), "{what}");
+            }
+            7 => {
+                let n = rng.random_range(1..=most + 2);
+                let (mg, md) = mem.check_up_to(key, n).unwrap();
+                let (rg, rd) = red.try_check_up_to_at(key, n, t).unwrap();
+                assert_eq!(mg, rg, "{what}: up to {n}");
+                agree.check(&what, &md, &rd);
+            }
+            _ => {
+                let cost = rng.random_range(1..=plan.capacity().min(most));
+                let m = mem.check_n_with(key, cost, &plan).unwrap();
+                let r = red.try_check_n_with_at(key, cost, &plan, t).unwrap();
+                agree.check(&what, &m, &r);
+            }
+        }
+        if i % 7 == 0 {
+            // The states agree, as what a peek reads.
+            let m = mem.peek(key);
+            let r = red.try_peek_n_at(key, 1, t).unwrap();
+            agree.check(&format!("{what} (peek)"), &m, &r);
+        }
+    }
+    (admitted, denied)
+}
+
+/// Every algorithm, both policies, through `url` (a server or a cluster node).
+fn every_algorithm(url: &str) {
+    let w = Duration::from_nanos(1_300_000_007);
+    for policy in [Policy::Leaky, Policy::Strict] {
+        let gcra: Gcra = "7/s burst 5".parse().unwrap();
+        let pro: Gcra = "20/s burst 8".parse().unwrap();
+        let runs = [
+            (
+                "gcra",
+                run_trace(
+                    url,
+                    gcra.with_policy(policy),
+                    pro.with_policy(policy),
+                    1,
+                    Agree::Exact,
+                ),
+            ),
+            (
+                "fixed window",
+                run_trace(
+                    url,
+                    FixedWindow::new(10, w).unwrap().with_policy(policy),
+                    FixedWindow::new(14, w).unwrap().with_policy(policy),
+                    2,
+                    Agree::Exact,
+                ),
+            ),
+            (
+                "sliding window",
+                run_trace(
+                    url,
+                    SlidingWindow::new(10, w).unwrap().with_policy(policy),
+                    SlidingWindow::new(6, w).unwrap().with_policy(policy),
+                    3,
+                    Agree::Exact,
+                ),
+            ),
+            (
+                "sub-window",
+                run_trace(
+                    url,
+                    SubWindow::new(10, w, 5).unwrap().with_policy(policy),
+                    SubWindow::new(16, w, 5).unwrap().with_policy(policy),
+                    4,
+                    Agree::Exact,
+                ),
+            ),
+            (
+                "sliding log",
+                run_trace(
+                    url,
+                    SlidingLog::new(10, w).unwrap().with_policy(policy),
+                    SlidingLog::new(13, w).unwrap().with_policy(policy),
+                    5,
+                    Agree::Exact,
+                ),
+            ),
+            (
+                "earrrl",
+                run_trace(
+                    url,
+                    Earrrl::new(Duration::from_secs(1), "8/s".parse::<Rate>().unwrap())
+                        .unwrap()
+                        .with_policy(policy),
+                    Earrrl::new(Duration::from_secs(1), "12/s".parse::<Rate>().unwrap())
+                        .unwrap()
+                        .with_policy(policy),
+                    6,
+                    Agree::Close,
+                ),
+            ),
+            (
+                "exponential",
+                run_trace(
+                    url,
+                    Exponential::new(6.0, Duration::from_secs(1))
+                        .unwrap()
+                        .with_policy(policy),
+                    Exponential::new(9.0, Duration::from_secs(1))
+                        .unwrap()
+                        .with_policy(policy),
+                    7,
+                    Agree::Close,
+                ),
+            ),
+        ];
+        for (name, (admitted, denied)) in runs {
+            // Both sides of the limit are exercised.
+            assert!(
+                admitted > 20 && denied > 20,
+                "{name} {policy}: {admitted} {denied}"
+            );
+        }
+    }
+}
+
+#[test]
+fn settle_grants_and_plans_decide_as_in_memory_on_one_server() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    every_algorithm(&server.url());
+}
+
+#[test]
+fn settle_grants_and_plans_decide_as_in_memory_on_a_cluster() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    every_algorithm(&cluster.url(0));
+}
+
+/// The lost reply: the server is frozen while a settle is in flight, so the client times out
+/// and the ticket stays open; the frozen server then runs the settle anyway. The retry finds
+/// the reservation's mark and changes nothing: one refund, not two.
+#[test]
+fn a_settle_retried_after_a_lost_reply_refunds_once() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra: Gcra = "10/s burst 10".parse().unwrap();
+    let red = RedisLimiter::builder(server.url(), gcra)
+        .key_prefix(prefix())
+        .io_timeout(Duration::from_millis(200))
+        .reconnect_after(Duration::from_millis(1))
+        .build()
+        .unwrap();
+    let t = 5_000_000_000;
+    let mut ticket = red.try_take_at("k", 8, t).unwrap();
+    server.signal("-STOP");
+    let lost = red.try_settle_at("k", &mut ticket, 2, t);
+    assert!(matches!(lost, Err(ref e) if e.is_outage()), "{lost:?}");
+    assert!(
+        ticket.is_open(),
+        "a failed settle leaves the ticket to retry"
+    );
+    server.signal("-CONT");
+    // The frozen settle ran when the server resumed: its mark is there, so the retry is a
+    // no-op (false), and the key holds exactly one refund: 10 − 2 − the peeked unit.
+    let retried = loop {
+        match red.try_settle_at("k", &mut ticket, 2, t) {
+            Err(e) if e.is_outage() => std::thread::sleep(Duration::from_millis(5)),
+            other => break other.unwrap(),
+        }
+    };
+    assert!(!retried, "the first attempt had settled it");
+    assert!(!ticket.is_open());
+    assert_eq!(red.try_peek_n_at("k", 1, t).unwrap().remaining(), Some(7));
+    // The mark expires on its own.
+    let mut raw = server.raw();
+    let marks: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*:s:*", red.redis_key("k")))
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    let ttl: i64 = redis::cmd("PTTL").arg(&marks[0]).query(&mut raw).unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+}
+
+/// The answers without a round trip, and the errors: a settle at the charged cost, a denied
+/// ticket, a plan of another window, a grant of zero.
+#[test]
+fn settle_and_plan_edges() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let w = Duration::from_secs(1);
+    let red = RedisLimiter::builder(server.url(), FixedWindow::new(3, w).unwrap())
+        .key_prefix(prefix())
+        .build()
+        .unwrap();
+    let t = 1_000_000_000;
+    let mut ticket = red.try_take_at("k", 3, t).unwrap();
+    let trips = red.round_trips();
+    assert!(red.try_settle_at("k", &mut ticket, 3, t).unwrap());
+    assert!(!red.try_settle_at("k", &mut ticket, 1, t).unwrap());
+    assert_eq!(red.round_trips(), trips, "neither needed Redis");
+    let mut denied = red.try_take_at("k", 1, t).unwrap();
+    assert!(denied.decision().is_denied() && !denied.is_open());
+    assert!(!red.try_settle_at("k", &mut denied, 0, t).unwrap());
+    let other = FixedWindow::new(3, w * 2).unwrap();
+    assert!(matches!(
+        red.try_check_n_with_at("k", 1, &other, t),
+        Err(BackendError::Config(ConfigError::Unchangeable { .. }))
+    ));
+    assert!(matches!(
+        red.try_check_up_to_at("k", 0, t),
+        Err(BackendError::Cost(hotlimit::CostError::Zero))
+    ));
+    assert_eq!(
+        red.round_trips(),
+        trips + 1,
+        "errors are found before a round trip"
+    );
+    // A grant above the capacity is capped at it, in the next window.
+    let (granted, d) = red.try_check_up_to_at("k", 50, t + 1_000_000_000).unwrap();
+    assert_eq!((granted, d.remaining()), (3, Some(0)));
+}
+
+/// On Redis' own clock: a refund comes back and an overrun is a debt, exactly for GCRA.
+#[test]
+fn settle_on_the_server_clock() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra: Gcra = "1/min burst 10".parse().unwrap();
+    let red = RedisLimiter::builder(server.url(), gcra)
+        .key_prefix(prefix())
+        .build()
+        .unwrap();
+    let mut ticket = red.try_take("k", 6).unwrap();
+    assert!(ticket.is_allowed() && ticket.taken_at() > 0);
+    assert!(red.try_settle("k", &mut ticket, 1).unwrap());
+    assert_eq!(red.try_peek_n("k", 1).unwrap().remaining(), Some(8));
+    let mut ticket = red.try_take("k", 9).unwrap();
+    assert!(red.try_settle("k", &mut ticket, 12).unwrap());
+    // 1 + 12 spent of 10: a debt: 4 minutes until one unit fits the burst again (within a second of it).
+    let d = red.try_peek_n("k", 1).unwrap();
+    assert!(d.is_denied());
+    let wait = d.retry_after().as_secs_f64();
+    assert!((239.0..=241.0).contains(&wait), "{wait}");
+}
