@@ -585,3 +585,114 @@ fn an_instance_joining_a_live_fleet_is_current_after_the_horizon() {
         "a key after the horizon is fresh, not unknown"
     );
 }
+
+/// Takes `cost` on `key` and settles each admitted ticket with `actual`, until the sync thread
+/// has run `syncs` intervals without admitting more; returns the tickets admitted.
+fn drain_takes<A: HybridAlgorithm>(
+    l: &HybridLimiter<A>,
+    key: &str,
+    cost: u64,
+    actual: u64,
+    syncs: u64,
+) -> u64 {
+    let mut admitted = 0;
+    let mut until = l.stats().ticks + syncs;
+    loop {
+        let mut ticket = l.take(key, cost).unwrap();
+        if ticket.is_allowed() {
+            assert!(l.settle(key, &mut ticket, actual));
+            admitted += 1;
+            until = l.stats().ticks + syncs;
+        } else if l.stats().ticks >= until {
+            return admitted;
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// A settle goes through the lease: takes of 3 settled at 1 spend 1 unit of the fleet's 10
+/// each (the refunds return to the lease, where the next takes spend them), and what the
+/// taker cannot use goes back to the fleet: exactly 10 units are used in all.
+#[test]
+fn a_refund_returns_units_to_the_lease_and_on_to_the_fleet() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra = hourly(10);
+    let a = hybrid(&server, gcra, Fallback::DENY);
+    let tickets = drain_takes(&a, "k", 3, 1, 4);
+    // Without refunds to the lease, three tickets of 3 would have spent 9 of the 10.
+    assert!(tickets > 3, "{tickets} tickets, {:?}", a.stats());
+    drop(a); // hands back what its lease still holds
+    let r = RedisLimiter::builder(server.url(), gcra)
+        .key_prefix("t:")
+        .build()
+        .unwrap();
+    let mut left = 0;
+    while r.check("k").is_allowed() {
+        left += 1;
+    }
+    assert_eq!(tickets + left, 10, "{tickets} tickets, {left} left");
+}
+
+/// A settle's refund and overrun reach the shared state: what a `RedisLimiter` on the same
+/// key can still admit afterwards is the quota minus the actual costs, exactly.
+#[test]
+fn settled_costs_reach_the_shared_state() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra = hourly(10);
+    for (estimate, actual) in [(5, 1), (2, 6)] {
+        let prefix = format!("s{estimate}:");
+        let h = current(
+            HybridLimiter::builder(server.url(), gcra)
+                .key_prefix(prefix.as_str())
+                .sync_interval(Duration::from_millis(5))
+                .fallback(Fallback::DENY)
+                .build()
+                .unwrap(),
+        );
+        let mut ticket = h.take("k", estimate).unwrap();
+        eventually("an admitted take", || {
+            ticket = h.take("k", estimate).unwrap();
+            ticket.is_allowed()
+        });
+        assert!(h.settle("k", &mut ticket, actual));
+        assert!(!h.settle("k", &mut ticket, actual), "settled once");
+        drop(h); // the last round: the lease handed back, the debt charged
+        let r = RedisLimiter::builder(server.url(), gcra)
+            .key_prefix(prefix.as_str())
+            .build()
+            .unwrap();
+        let mut left = 0;
+        while r.check("k").is_allowed() {
+            left += 1;
+        }
+        assert_eq!(left, 10 - actual, "estimate {estimate}, actual {actual}");
+    }
+}
+
+/// A partial grant spends what the lease holds and no more; on a window's merged state, the
+/// count left in the window.
+#[test]
+fn partial_grants_take_what_is_in_hand() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let w = hybrid(
+        &server,
+        FixedWindow::new(7, Duration::from_secs(3600)).unwrap(),
+        Fallback::DENY,
+    );
+    assert_eq!(w.check_up_to("k", 5).unwrap().0, 5);
+    let (granted, d) = w.check_up_to("k", 5).unwrap();
+    assert_eq!((granted, d.remaining()), (2, Some(0)));
+    let (granted, d) = w.check_up_to("k", 5).unwrap();
+    assert!(granted == 0 && d.is_denied());
+    assert!(matches!(
+        w.check_up_to("k", 0),
+        Err(hotlimit::CostError::Zero)
+    ));
+}

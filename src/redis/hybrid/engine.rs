@@ -232,6 +232,18 @@ mod private {
             now: u64,
             cost: u64,
         ) -> Verdict;
+        /// Settles at local time `now` a request taken at local time `taken_at` for
+        /// `charged`, with the `actual` cost (they differ), on `w`: this instance's part of
+        /// the key, as a request changes it. The sync thread then publishes the change.
+        fn settle_entry(
+            &self,
+            ctx: &FleetContext,
+            w: &mut Self::Word,
+            now: u64,
+            taken_at: u64,
+            charged: u64,
+            actual: u64,
+        );
         /// The local time from which `w` is equivalent to [`unknown`](Engine::unknown) in a
         /// subscribed limiter, holding nothing: it may be dropped.
         fn entry_idle_at(&self, ctx: &FleetContext, w: &Self::Word) -> u64;
@@ -335,6 +347,11 @@ impl<A: Engine> Algorithm for Fleet<A> {
         self.algo
             .decide_entry(&self.plan, &self.ctx, w, now, cost)
             .decision
+    }
+
+    fn settle(&self, w: &mut A::Word, now: u64, taken_at: u64, charged: u64, actual: u64) {
+        self.algo
+            .settle_entry(&self.ctx, w, now, taken_at, charged, actual);
     }
 
     fn idle_at(&self, w: &A::Word) -> u64 {

@@ -234,6 +234,37 @@ impl Engine for Gcra {
         verdict
     }
 
+    /// Through the lease. A refund's units were reserved in the shared TAT (spent from a
+    /// lease) or are owed to it (admitted beyond one): either way they are this instance's
+    /// to spend again, so they return to the lease, and go back to the fleet when the key goes
+    /// quiet. An overrun is spent from the lease as far as it holds, and the rest is a debt
+    /// charged to the shared TAT at the next round (the known view moves on past the burst,
+    /// as the in-memory GCRA's settle does).
+    fn settle_entry(
+        &self,
+        ctx: &FleetContext,
+        w: &mut u128,
+        now: u64,
+        _taken_at: u64,
+        charged: u64,
+        actual: u64,
+    ) {
+        let mut l = Lease::unpack(*w);
+        if actual < charged {
+            l.units = l.units.saturating_add(charged - actual).min(UNITS_MAX);
+        } else {
+            let over = actual - charged;
+            let spent = over.min(l.units);
+            l.units -= spent;
+            let rest = over - spent;
+            if rest > 0 {
+                Gcra::settle(self, &mut l.view, now, now, 0, rest);
+                l.owe(rest, ctx.mode(l.known, now));
+            }
+        }
+        *w = l.pack();
+    }
+
     fn entry_idle_at(&self, _: &FleetContext, w: &u128) -> u64 {
         let l = Lease::unpack(*w);
         if l.units > 0 || l.debt > 0 {

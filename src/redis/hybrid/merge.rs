@@ -330,6 +330,23 @@ where
         }
     }
 
+    /// The instance's own state settles as in memory, on Redis' timeline; the next round
+    /// publishes it.
+    fn settle_entry(
+        &self,
+        ctx: &FleetContext,
+        w: &mut A::Entry,
+        now: u64,
+        taken_at: u64,
+        charged: u64,
+        actual: u64,
+    ) {
+        let (mut own, others) = w.split();
+        let (now, taken_at) = (ctx.shared_now(now), ctx.shared_now(taken_at));
+        self.settle(&mut own, now, taken_at, charged, actual);
+        *w = A::Entry::join(own, others);
+    }
+
     fn entry_idle_at(&self, ctx: &FleetContext, w: &A::Entry) -> u64 {
         let (own, others) = w.split();
         let idle = self.idle_at(&own);

@@ -26,7 +26,7 @@ pub use report::{HybridStats, SyncError};
 
 use super::{BackendError, RedisBuilder};
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
-use crate::decision::Decision;
+use crate::decision::{Decision, Ticket};
 use crate::error::CostError;
 use crate::keyed::Shared;
 use crate::limiter::rate_limiter_by_inherent;
@@ -474,18 +474,36 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     }
 
     fn decide(&self, key: &str, cost: u64) -> Decision {
+        self.decide_at(key, cost, self.inner.store.core.clock.now())
+    }
+
+    fn decide_at(&self, key: &str, cost: u64, now: u64) -> Decision {
+        self.step(key, cost, |fleet, w| {
+            (
+                (),
+                fleet
+                    .algo
+                    .decide_entry(&fleet.plan, &fleet.ctx, w, now, cost),
+            )
+        })
+        .1
+    }
+
+    /// One request's step on `key`'s entry (`cost` is what a denial leaves waiting), with its
+    /// stats and its place in the sync thread's queue; returns what `step` returned beside
+    /// its verdict, and the decision, counted.
+    fn step<T>(
+        &self,
+        key: &str,
+        cost: u64,
+        mut step: impl FnMut(&Fleet<A>, &mut A::Word) -> (T, Verdict),
+    ) -> (T, Decision) {
         let store = &self.inner.store;
         let fleet = self.inner.fleet();
-        let now = store.core.clock.now();
         let guard = store.map.guard();
         loop {
             let cell = store.cell(key, &guard);
-            let verdict = store.core.update(cell, |w| {
-                fleet
-                    .algo
-                    .decide_entry(&fleet.plan, &fleet.ctx, w, now, cost)
-            });
-            let Some(v) = verdict else {
+            let Some((out, v)) = store.core.update(cell, |w| step(fleet, w)) else {
                 store.remove_dead(key, cell, &guard);
                 continue;
             };
@@ -505,18 +523,122 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
                 (Reason::Known | Reason::Lease, false) => stats.denied_limit.incr(),
                 _ => {}
             }
-            if v.sync && cell.enqueue() {
-                let mut queue = fleet.ctx.queue.lock();
-                queue.push(key.to_owned());
-                // The first key since the sync thread took the queue wakes it.
-                if queue.len() == 1 {
-                    drop(queue);
-                    if let Some(t) = fleet.ctx.sync_thread.get() {
-                        t.unpark();
-                    }
+            if v.sync {
+                self.queue(key, cell);
+            }
+            return (out, store.core.count(v.decision));
+        }
+    }
+
+    /// Queues `key` for the sync thread (once until it takes it), waking it for the first.
+    fn queue(&self, key: &str, cell: &entry::HybridCell<A::Word>) {
+        let fleet = self.inner.fleet();
+        if cell.enqueue() {
+            let mut queue = fleet.ctx.queue.lock();
+            queue.push(key.to_owned());
+            // The first key since the sync thread took the queue wakes it.
+            if queue.len() == 1 {
+                drop(queue);
+                if let Some(t) = fleet.ctx.sync_thread.get() {
+                    t.unpark();
                 }
             }
-            return store.core.count(v.decision);
+        }
+    }
+}
+
+/// Partial grants and provisional costs, decided locally as every request is; a settle goes
+/// through the key's entry (for GCRA its lease) and reaches the fleet with the next round.
+impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
+    /// A partial grant: admits the most units available now, up to `n` (capped at the
+    /// capacity), and says how many; with none, 0 and the denial of one unit. As the
+    /// in-memory [`check_up_to`](crate::KeyedLimiter::check_up_to), on what this instance
+    /// holds and knows (for GCRA: its lease first, then the fleet's TAT as known).
+    pub fn check_up_to(&self, key: &str, n: u64) -> Result<(u64, Decision), CostError> {
+        if n == 0 {
+            return Err(CostError::Zero);
+        }
+        let most = n.min(self.algorithm().capacity());
+        let now = self.inner.store.core.clock.now();
+        let (granted, d) = self.step(key, 1, |fleet, w| {
+            let (algo, plan, ctx) = (&fleet.algo, &fleet.plan, &*fleet.ctx);
+            let fits = |c: u64| {
+                let mut probe = *w;
+                algo.decide_entry(plan, ctx, &mut probe, now, c)
+                    .decision
+                    .is_allowed()
+            };
+            let granted = if fits(most) {
+                most
+            } else if !fits(1) {
+                0
+            } else {
+                // `lo` fits, `hi` does not.
+                let (mut lo, mut hi) = (1, most);
+                while hi - lo > 1 {
+                    let mid = lo + (hi - lo) / 2;
+                    if fits(mid) {
+                        lo = mid;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                lo
+            };
+            (
+                granted,
+                algo.decide_entry(plan, ctx, w, now, granted.max(1)),
+            )
+        });
+        Ok((granted, d))
+    }
+
+    /// Takes a provisional cost: decides and counts `cost` like
+    /// [`check_n`](HybridLimiter::check_n), and returns a [`Ticket`] to
+    /// [`settle`](HybridLimiter::settle) once the actual cost is known.
+    pub fn take(&self, key: &str, cost: u64) -> Result<Ticket, CostError> {
+        self.inner.store.core.cost(cost)?;
+        let now = self.inner.store.core.clock.now();
+        Ok(Ticket::new(self.decide_at(key, cost, now), cost, now))
+    }
+
+    /// Settles `ticket` (taken from this limiter for `key`) with the `actual` cost, locally
+    /// and lock-free like a request; the fleet hears of it with the next sync round.
+    ///
+    /// GCRA settles **through the lease**: refunded units return to the key's lease (they
+    /// were reserved in the shared state, or are owed to it), where this instance's next
+    /// requests spend them, and a quiet key hands them back to the fleet; an overrun is
+    /// spent from the lease as far as it holds, and the rest is a debt charged to the
+    /// shared state at the next round. The merged algorithms settle this instance's own
+    /// state as in memory ([`Algorithm::settle`](crate::algo::Algorithm::settle)), and the
+    /// next round publishes it.
+    ///
+    /// Returns whether this call settled the ticket: `false` if it was settled before or
+    /// denied. A ticket never settled stands as charged.
+    pub fn settle(&self, key: &str, ticket: &mut Ticket, actual: u64) -> bool {
+        let Some((taken_at, charged)) = ticket.close() else {
+            return false;
+        };
+        if actual == charged {
+            return true;
+        }
+        let store = &self.inner.store;
+        let fleet = self.inner.fleet();
+        let now = store.core.clock.now();
+        let guard = store.map.guard();
+        loop {
+            let cell = store.cell(key, &guard);
+            let settled = store.core.update(cell, |w| {
+                fleet
+                    .algo
+                    .settle_entry(&fleet.ctx, w, now, taken_at, charged, actual)
+            });
+            if settled.is_none() {
+                store.remove_dead(key, cell, &guard);
+                continue;
+            }
+            self.queue(key, cell);
+            return true;
         }
     }
 }
