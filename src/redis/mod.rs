@@ -124,6 +124,17 @@
 //! state what is exact and what lags; `docs/fleet.md` shows 4-process runs over every shape
 //! of traffic.
 //!
+//! # Settle, partial grants, plans
+//!
+//! As the in-memory stores: [`RedisLimiter::try_take`] returns a [`Ticket`](crate::store::Ticket)
+//! (with Redis' time of the decision and a reservation id), [`RedisLimiter::try_settle`] refunds or
+//! charges the difference in one script call, **idempotent per reservation**: the script sets a
+//! mark key (`SET NX`, kept [`SETTLE_MARK_TTL`]) before it applies anything, and a retried settle
+//! that finds the mark changes nothing; a failed settle leaves the ticket open to retry.
+//! [`RedisLimiter::try_check_up_to`] grants the most units available, up to `n`, bisecting on the
+//! key's state inside the script; [`RedisLimiter::try_check_n_with`] decides under a quota that
+//! comes with the request, on the same keys (the script with the quota's parameters).
+//!
 //! # Local fast path
 //!
 //! [`RedisBuilder::local_fast_path`] keeps, in process, the keys Redis recently denied, with the
