@@ -1158,3 +1158,66 @@ async fn every_drafts_fields_follow_its_grammar() {
         assert_eq!(statuses, [200, 200, 200, 429, 429], "{draft}");
     }
 }
+
+/// Plans: the quota comes from the request (here the API key's prefix), one limiter serves
+/// every plan, and each response advertises the plan that decided it. A plan the limiter
+/// cannot run (another window) is a 503, never an allow.
+#[tokio::test]
+async fn plans_decide_and_advertise_each_requests_quota() {
+    let clock = ManualClock::new();
+    let limiter = gcra_limiter("2/s burst 2", &clock);
+    let pro: Gcra = "10/s burst 5".parse().unwrap();
+    let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
+        .headers_on_allowed(true)
+        .plans(move |_parts, key| key.starts_with("pro_").then_some(pro))
+        .build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+    let send = |key: &'static str| {
+        let client = client.clone();
+        async move { get_with(&client, addr, "/", &[("x-api-key", key)]).await }
+    };
+    let free_policy = r#""default";q=2;w=1;hotlimit-burst=2"#;
+    let pro_policy = r#""default";q=10;w=1;hotlimit-burst=5"#;
+    for remaining in (0..2).rev() {
+        let (status, h, _) = send("alice").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(header(&h, "ratelimit-policy"), Some(free_policy));
+        let expected = format!(r#""default";r={remaining};t=1"#);
+        assert_eq!(header(&h, "ratelimit"), Some(expected.as_str()));
+    }
+    let (status, h, _) = send("alice").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&h, "ratelimit-policy"), Some(free_policy));
+    for remaining in (0..5).rev() {
+        let (status, h, _) = send("pro_bob").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(header(&h, "ratelimit-policy"), Some(pro_policy));
+        let expected = format!(r#""default";r={remaining};t=1"#);
+        assert_eq!(header(&h, "ratelimit"), Some(expected.as_str()));
+    }
+    let (status, h, _) = send("pro_bob").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    // The pro plan's pace: one unit every 100 ms, so Retry-After rounds up to 1 s.
+    assert_eq!(header(&h, "retry-after"), Some("1"));
+    assert_eq!(header(&h, "ratelimit-policy"), Some(pro_policy));
+    // One limiter, both keys, each state read by its plan.
+    assert_eq!(limiter.len(), 2);
+
+    // A plan of another window cannot read a fixed window's counts: 503.
+    let w = Duration::from_secs(60);
+    let windows = Arc::new(CasLimiter::<String, FixedWindow>::with_clock(
+        FixedWindow::new(3, w).unwrap(),
+        clock.clone(),
+    ));
+    let odd = FixedWindow::new(30, w * 2).unwrap();
+    let layer = RateLimitLayer::builder(windows.clone(), HeaderKey::from_static("x-api-key"))
+        .plans(move |_parts, key| (key == "odd").then_some(odd))
+        .build();
+    let (addr, client) = serve(hello().layer(layer)).await;
+    let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "odd")]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(&h, "ratelimit"), None);
+    assert_eq!(windows.len(), 0, "nothing counted");
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "even")]).await;
+    assert_eq!(status, StatusCode::OK);
+}

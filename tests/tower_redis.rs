@@ -408,3 +408,49 @@ fn a_backend_error_is_a_503_under_either_fail_mode() {
         }
     });
 }
+
+/// Plans over Redis: the layer hands the request's quota to `AsyncRedisLimiter`, whose script
+/// runs it on the key's one state, and advertises it.
+#[test]
+fn plans_over_redis_decide_and_advertise_each_requests_quota() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    rt().block_on(async {
+        let limiter = RedisLimiter::builder(server.url(), quota())
+            .key_prefix("plans:")
+            .build_async()
+            .await
+            .unwrap();
+        let pro: Gcra = "60/min burst 8".parse().unwrap();
+        let layer = RateLimitLayer::builder(Arc::new(limiter), HeaderKey::from_static("x-api-key"))
+            .plans(move |_parts, key| key.starts_with("pro_").then_some(pro))
+            .build();
+        let (addr, client) = serve(hello().layer(layer)).await;
+        let admitted = |key: &'static str| {
+            let client = client.clone();
+            async move {
+                let mut n = 0;
+                loop {
+                    let (status, headers) = fetch(&client, addr, key).await;
+                    if status != 200 {
+                        assert_eq!(status, 429);
+                        return (n, headers[1].clone());
+                    }
+                    n += 1;
+                }
+            }
+        };
+        let (free, free_policy) = admitted("alice").await;
+        let (pro, pro_policy) = admitted("pro_bob").await;
+        assert_eq!((free, pro), (5, 8));
+        assert_eq!(
+            free_policy.as_deref(),
+            Some(r#""default";q=5;w=60;hotlimit-burst=5"#)
+        );
+        assert_eq!(
+            pro_policy.as_deref(),
+            Some(r#""default";q=1;w=1;hotlimit-burst=8"#)
+        );
+    });
+}

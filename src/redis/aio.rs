@@ -454,3 +454,27 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         Ok(applied)
     }
 }
+
+/// Plans for the tower layer: the request's quota in the script's parameters, on the same
+/// keys; the fail mode answers an outage, as for `check_n`.
+#[cfg(feature = "tower")]
+impl<A> crate::tower::PlanLimiter for AsyncRedisLimiter<A>
+where
+    A: RedisAlgorithm + Reconfigure + crate::headers::AdvertisedQuota + Send + Sync + 'static,
+{
+    type Quota = A;
+
+    fn start_check_n_with(
+        &self,
+        key: &str,
+        cost: u64,
+        quota: &A,
+    ) -> Result<crate::limiter::Started<Self::Future, BackendError>, crate::ConfigError> {
+        self.algorithm().check_change(quota)?;
+        let (limiter, key, quota) = (self.clone(), key.to_owned(), *quota);
+        Ok(crate::limiter::Started::Waiting(Box::pin(async move {
+            let r = limiter.try_check_n_with(&key, cost, &quota).await;
+            limiter.core.fail_over_outages(r)
+        })))
+    }
+}

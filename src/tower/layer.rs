@@ -2,13 +2,14 @@
 
 use super::extract::{Inline, Key};
 use super::options::{ConfigView, Shared};
+use super::plan::{NoPlans, Planned, RequestPlan};
 use super::{
     AdvertisedQuota, KeyExtractor, LayerBuilder, MissingKey, Mode, OversizedKey, Report,
     RequestCost, ShadowDecision, UnitCost, DEFAULT_MAX_KEY_LEN,
 };
 use crate::decision::Decision;
 use crate::error::CostError;
-use crate::headers::{Action, Fields, RateLimitHeaders, Verdict};
+use crate::headers::{Action, Fields, QuotaPolicy, RateLimitHeaders, Verdict};
 #[cfg(doc)]
 use crate::limiter::RateLimiter;
 use crate::limiter::{AsyncRateLimiter, LimiterError, Started};
@@ -25,11 +26,11 @@ use std::task::{Context, Poll};
 /// [module docs](super).
 ///
 /// Cloning is cheap (one `Arc`); every service it makes shares the limiter.
-pub struct RateLimitLayer<L: ?Sized, X, C = UnitCost> {
-    pub(super) shared: Arc<Shared<L, X, C>>,
+pub struct RateLimitLayer<L: ?Sized, X, C = UnitCost, P = NoPlans> {
+    pub(super) shared: Arc<Shared<L, X, C, P>>,
 }
 
-impl<L: ?Sized, X, C> Clone for RateLimitLayer<L, X, C> {
+impl<L: ?Sized, X, C, P> Clone for RateLimitLayer<L, X, C, P> {
     fn clone(&self) -> Self {
         Self {
             shared: self.shared.clone(),
@@ -37,7 +38,7 @@ impl<L: ?Sized, X, C> Clone for RateLimitLayer<L, X, C> {
     }
 }
 
-impl<L: ?Sized, X, C> fmt::Debug for RateLimitLayer<L, X, C> {
+impl<L: ?Sized, X, C, P> fmt::Debug for RateLimitLayer<L, X, C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("config", &ConfigView(&self.shared))
@@ -45,7 +46,7 @@ impl<L: ?Sized, X, C> fmt::Debug for RateLimitLayer<L, X, C> {
     }
 }
 
-impl<L, X> RateLimitLayer<L, X, UnitCost>
+impl<L, X> RateLimitLayer<L, X, UnitCost, NoPlans>
 where
     L: AsyncRateLimiter<str> + AdvertisedQuota + ?Sized,
     X: KeyExtractor,
@@ -59,13 +60,14 @@ where
     /// the round trip). For a limiter without a quota to advertise (a `ShardedLimiter`, your
     /// own), pass it as `Arc<dyn RateLimiter<str>>` and set the policy with
     /// [`LayerBuilder::quota`].
-    pub fn builder(limiter: Arc<L>, key: X) -> LayerBuilder<L, X, UnitCost> {
+    pub fn builder(limiter: Arc<L>, key: X) -> LayerBuilder<L, X, UnitCost, NoPlans> {
         let headers = RateLimitHeaders::for_limiter(&*limiter);
         LayerBuilder {
             shared: Shared {
                 limiter,
                 key,
                 cost: UnitCost,
+                plan: NoPlans,
                 headers,
                 missing: MissingKey::Reject,
                 max_key_len: DEFAULT_MAX_KEY_LEN,
@@ -78,15 +80,15 @@ where
     }
 }
 
-impl<L: ?Sized, X, C> RateLimitLayer<L, X, C> {
+impl<L: ?Sized, X, C, P> RateLimitLayer<L, X, C, P> {
     /// The limiter.
     pub fn limiter(&self) -> &Arc<L> {
         &self.shared.limiter
     }
 }
 
-impl<S, L: ?Sized, X, C> tower_layer::Layer<S> for RateLimitLayer<L, X, C> {
-    type Service = RateLimit<S, L, X, C>;
+impl<S, L: ?Sized, X, C, P> tower_layer::Layer<S> for RateLimitLayer<L, X, C, P> {
+    type Service = RateLimit<S, L, X, C, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit {
@@ -105,12 +107,12 @@ impl<S, L: ?Sized, X, C> tower_layer::Layer<S> for RateLimitLayer<L, X, C> {
 /// ready inner service and `call` leaves a clone in its place, which the next `poll_ready`
 /// readies: the usual tower pattern, hence `S: Clone`. A decision ready at once (every
 /// in-memory limiter) clones nothing.
-pub struct RateLimit<S, L: ?Sized, X, C = UnitCost> {
+pub struct RateLimit<S, L: ?Sized, X, C = UnitCost, P = NoPlans> {
     inner: S,
-    shared: Arc<Shared<L, X, C>>,
+    shared: Arc<Shared<L, X, C, P>>,
 }
 
-impl<S: Clone, L: ?Sized, X, C> Clone for RateLimit<S, L, X, C> {
+impl<S: Clone, L: ?Sized, X, C, P> Clone for RateLimit<S, L, X, C, P> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -119,7 +121,7 @@ impl<S: Clone, L: ?Sized, X, C> Clone for RateLimit<S, L, X, C> {
     }
 }
 
-impl<S: fmt::Debug, L: ?Sized, X, C> fmt::Debug for RateLimit<S, L, X, C> {
+impl<S: fmt::Debug, L: ?Sized, X, C, P> fmt::Debug for RateLimit<S, L, X, C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -128,7 +130,7 @@ impl<S: fmt::Debug, L: ?Sized, X, C> fmt::Debug for RateLimit<S, L, X, C> {
     }
 }
 
-impl<S, L: ?Sized, X, C> RateLimit<S, L, X, C> {
+impl<S, L: ?Sized, X, C, P> RateLimit<S, L, X, C, P> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -152,14 +154,16 @@ enum Stage<F> {
         decision: F,
         key: Option<String>,
         cost: u64,
+        policy: Option<Option<QuotaPolicy>>,
     },
 }
 
-impl<L, X, C> Shared<L, X, C>
+impl<L, X, C, P> Shared<L, X, C, P>
 where
     L: AsyncRateLimiter<str> + ?Sized,
     X: KeyExtractor,
     C: RequestCost,
+    P: RequestPlan<L>,
 {
     /// Refuses in enforce mode; lets through uncounted otherwise.
     fn refuse(&self, status: StatusCode) -> Outcome {
@@ -195,20 +199,21 @@ where
                 }
             },
         };
-        let started = if cost == 1 {
-            // Cost 1 is always valid: an in-memory limiter skips the cost check.
-            self.limiter.start_check(key)
-        } else {
-            self.limiter.start_check_n(key, cost)
+        let Planned { started, policy } = self.plan.start(&*self.limiter, parts, key, cost);
+        // A plan whose quota cannot read the limiter's states: a misconfiguration, never an
+        // allow.
+        let Ok(started) = started else {
+            return Stage::Now(self.refuse(StatusCode::SERVICE_UNAVAILABLE));
         };
         // An in-memory limiter decides here, in `call`, with the key still borrowed, as
         // before the layer was async; a backend's future is awaited by the response future.
         match started {
-            Started::Decided(result) => Stage::Now(self.outcome(key, cost, result)),
+            Started::Decided(result) => Stage::Now(self.outcome(key, cost, policy, result)),
             Started::Waiting(decision) => Stage::Later {
                 decision,
                 key: self.on_decision.as_ref().map(|_| key.to_owned()),
                 cost,
+                policy,
             },
         }
     }
@@ -217,14 +222,29 @@ where
     /// inlined: its second caller (the cold wait) would otherwise keep it out of line, and
     /// `call` pays a call and a returned `Outcome` through memory.
     #[inline(always)]
-    fn outcome(&self, key: &str, cost: u64, result: Result<Decision, L::Error>) -> Outcome {
+    fn outcome(
+        &self,
+        key: &str,
+        cost: u64,
+        policy: Option<Option<QuotaPolicy>>,
+        result: Result<Decision, L::Error>,
+    ) -> Outcome {
+        // The request's plan's policy, under the layer's policy's name (nested layers keep
+        // theirs), if it has a plan; else the layer's.
+        let headers = match (policy, self.headers.quota()) {
+            (None, _) => self.headers,
+            (Some(Some(plan)), Some(own)) => self
+                .headers
+                .with_quota(Some(plan.named(own.name()).unwrap_or(plan))),
+            (Some(_), _) => self.headers.with_quota(None),
+        };
         let decision = match result {
             Ok(d) => d,
             Err(e) => {
                 return match e.cost_error() {
                     Some(CostError::Zero) => Outcome::Refuse(None), // not reached: cost > 0
                     Some(CostError::ExceedsCapacity { .. }) => {
-                        Outcome::Verdict(self.headers.too_large())
+                        Outcome::Verdict(headers.too_large())
                     }
                     // The limiter could not decide: no decision, so no rate-limit headers
                     // (they would be made up) and no report; never an allow in enforce mode.
@@ -240,7 +260,7 @@ where
                 mode: self.headers.mode(),
             });
         }
-        Outcome::Verdict(self.headers.verdict(decision))
+        Outcome::Verdict(headers.verdict(decision))
     }
 
     /// Carries out `outcome` on the request's head: the headers for the inner service's
@@ -281,17 +301,18 @@ where
     }
 }
 
-impl<S, L, X, C, ReqB, ResB> tower_service::Service<Request<ReqB>> for RateLimit<S, L, X, C>
+impl<S, L, X, C, P, ReqB, ResB> tower_service::Service<Request<ReqB>> for RateLimit<S, L, X, C, P>
 where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     ResB: Default,
     L: AsyncRateLimiter<str> + ?Sized,
     X: KeyExtractor,
     C: RequestCost,
+    P: RequestPlan<L>,
 {
     type Response = Response<ResB>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResB, Pending<S, ReqB, L, X, C>>;
+    type Future = ResponseFuture<S::Future, ResB, Pending<S, ReqB, L, X, C, P>>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -309,6 +330,7 @@ where
                 decision,
                 key,
                 cost,
+                policy,
             } => {
                 // The ready service goes with the request; a clone waits for `poll_ready`.
                 let clone = self.inner.clone();
@@ -322,6 +344,7 @@ where
                             body,
                             key,
                             cost,
+                            policy,
                             shared: self.shared.clone(),
                         })),
                     },
@@ -346,7 +369,7 @@ where
 /// A request waiting for the limiter's decision (a Redis round trip): the limiter's future,
 /// the request, and the ready inner service to call once allowed. Opaque; it only appears in
 /// the type of [`RateLimit`]'s [`ResponseFuture`].
-pub struct Pending<S, ReqB, L, X, C>
+pub struct Pending<S, ReqB, L, X, C, P>
 where
     L: AsyncRateLimiter<str> + ?Sized,
 {
@@ -356,10 +379,12 @@ where
     body: ReqB,
     key: Option<String>,
     cost: u64,
-    shared: Arc<Shared<L, X, C>>,
+    /// The policy of the request's plan, if it has one.
+    policy: Option<Option<QuotaPolicy>>,
+    shared: Arc<Shared<L, X, C, P>>,
 }
 
-impl<S, ReqB, L, X, C> fmt::Debug for Pending<S, ReqB, L, X, C>
+impl<S, ReqB, L, X, C, P> fmt::Debug for Pending<S, ReqB, L, X, C, P>
 where
     L: AsyncRateLimiter<str> + ?Sized,
 {
@@ -407,13 +432,15 @@ impl<F, B, P> fmt::Debug for ResponseFuture<F, B, P> {
     }
 }
 
-impl<S, ReqB, ResB, L, X, C> Future for ResponseFuture<S::Future, ResB, Pending<S, ReqB, L, X, C>>
+impl<S, ReqB, ResB, L, X, C, P> Future
+    for ResponseFuture<S::Future, ResB, Pending<S, ReqB, L, X, C, P>>
 where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Default,
     L: AsyncRateLimiter<str> + ?Sized,
     X: KeyExtractor,
     C: RequestCost,
+    P: RequestPlan<L>,
 {
     type Output = Result<Response<ResB>, S::Error>;
 
@@ -458,12 +485,13 @@ where
     }
 }
 
-impl<S, ReqB, ResB, L, X, C> Pending<S, ReqB, L, X, C>
+impl<S, ReqB, ResB, L, X, C, P> Pending<S, ReqB, L, X, C, P>
 where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     L: AsyncRateLimiter<str> + ?Sized,
     X: KeyExtractor,
     C: RequestCost,
+    P: RequestPlan<L>,
 {
     /// Decided: the request's next step (the inner service's future, or the layer's answer).
     /// Out of line and cold: an in-memory limiter never waits, and its response future's
@@ -477,11 +505,12 @@ where
             body,
             key,
             cost,
+            policy,
             shared,
             ..
         } = self;
         // The key is kept only when `on_decision` reads it.
-        let outcome = shared.outcome(key.as_deref().unwrap_or(""), cost, result);
+        let outcome = shared.outcome(key.as_deref().unwrap_or(""), cost, policy, result);
         match shared.admit(outcome, &mut parts) {
             Ok(plan) => Kind::Inner {
                 future: inner.call(Request::from_parts(parts, body)),

@@ -45,7 +45,8 @@
 //!    [`KeyExtractor::or`]. A request without a key follows [`MissingKey`]; a key longer than
 //!    [`LayerBuilder::max_key_len`] (default [`DEFAULT_MAX_KEY_LEN`] bytes) follows
 //!    [`OversizedKey`], so a hostile header never becomes a huge key;
-//! 3. decides it with the limiter, any [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter):
+//! 3. decides it with the limiter (under the request's own quota if a plan picks one:
+//!    [`LayerBuilder::plans`]), any [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter):
 //!    every [`RateLimiter<str>`](crate::RateLimiter) (every algorithm and variant of the crate,
 //!    a [`ManualClock`](crate::ManualClock) one in tests, a `dyn RateLimiter<str>`), decided in
 //!    `call` at no cost, or the Redis backend's `AsyncRedisLimiter` (see *Over Redis*), whose
@@ -130,11 +131,13 @@ mod cost;
 mod extract;
 mod layer;
 mod options;
+mod plan;
 
 pub use cost::{RequestCost, UnitCost};
 pub use extract::{ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
 pub use layer::{Pending, RateLimit, RateLimitLayer, ResponseFuture};
 pub use options::{LayerBuilder, MissingKey, OversizedKey, Report, ShadowDecision};
+pub use plan::{NoPlans, PlanLimiter, Planned, Plans, RequestPlan};
 
 // The layer's headers, modes and policies are `crate::headers`' own, with one path each.
 #[cfg(doc)]

@@ -1,6 +1,7 @@
 //! Configuration: the mode, what to do with missing and oversized keys, the report, the
 //! builder.
 
+use super::plan::{NoPlans, PlanLimiter, Plans, RequestPlan};
 #[cfg(doc)]
 use super::{AdvertisedQuota, DEFAULT_MAX_KEY_LEN};
 use super::{KeyExtractor, RateLimitLayer, RequestCost, UnitCost};
@@ -104,10 +105,12 @@ type OnDecision = Box<dyn Fn(&Report<'_>) + Send + Sync>;
 type ShadowHook = Box<dyn Fn(&Decision, &mut Parts) + Send + Sync>;
 
 /// Everything a layer and its services share.
-pub(super) struct Shared<L: ?Sized, X, C> {
+pub(super) struct Shared<L: ?Sized, X, C, P> {
     pub(super) limiter: Arc<L>,
     pub(super) key: X,
     pub(super) cost: C,
+    /// How a request's quota is picked.
+    pub(super) plan: P,
     /// The mode, the policy and which fields go out.
     pub(super) headers: RateLimitHeaders,
     pub(super) missing: MissingKey,
@@ -140,11 +143,11 @@ pub(super) struct Shared<L: ?Sized, X, C> {
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 #[must_use]
-pub struct LayerBuilder<L: ?Sized, X, C = UnitCost> {
-    pub(super) shared: Shared<L, X, C>,
+pub struct LayerBuilder<L: ?Sized, X, C = UnitCost, P = NoPlans> {
+    pub(super) shared: Shared<L, X, C, P>,
 }
 
-impl<L: ?Sized, X, C> fmt::Debug for LayerBuilder<L, X, C> {
+impl<L: ?Sized, X, C, P> fmt::Debug for LayerBuilder<L, X, C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LayerBuilder")
             .field("config", &ConfigView(&self.shared))
@@ -153,9 +156,9 @@ impl<L: ?Sized, X, C> fmt::Debug for LayerBuilder<L, X, C> {
 }
 
 /// The plain settings of a [`Shared`], for `Debug`.
-pub(super) struct ConfigView<'a, L: ?Sized, X, C>(pub(super) &'a Shared<L, X, C>);
+pub(super) struct ConfigView<'a, L: ?Sized, X, C, P>(pub(super) &'a Shared<L, X, C, P>);
 
-impl<L: ?Sized, X, C> fmt::Debug for ConfigView<'_, L, X, C> {
+impl<L: ?Sized, X, C, P> fmt::Debug for ConfigView<'_, L, X, C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = self.0;
         f.debug_struct("Config")
@@ -169,20 +172,68 @@ impl<L: ?Sized, X, C> fmt::Debug for ConfigView<'_, L, X, C> {
     }
 }
 
-impl<L, X, C> LayerBuilder<L, X, C>
+impl<L, X, C, P> LayerBuilder<L, X, C, P>
 where
     L: AsyncRateLimiter<str> + ?Sized,
     X: KeyExtractor,
     C: RequestCost,
+    P: RequestPlan<L>,
 {
     /// The cost function (default [`UnitCost`]).
-    pub fn cost<C2: RequestCost>(self, cost: C2) -> LayerBuilder<L, X, C2> {
+    pub fn cost<C2: RequestCost>(self, cost: C2) -> LayerBuilder<L, X, C2, P> {
         let s = self.shared;
         LayerBuilder {
             shared: Shared {
                 limiter: s.limiter,
                 key: s.key,
                 cost,
+                plan: s.plan,
+                headers: s.headers,
+                missing: s.missing,
+                max_key_len: s.max_key_len,
+                oversized: s.oversized,
+                hashers: s.hashers,
+                on_decision: s.on_decision,
+                shadow_hook: s.shadow_hook,
+            },
+        }
+    }
+
+    /// A quota per request (a plan): `pick` chooses it from the request's head and key (an API
+    /// key's plan, a tenant's contract), `None` for the limiter's own. The limiter decides the
+    /// request under it ([`PlanLimiter`]: the in-memory keyed limiters, `AsyncRedisLimiter`),
+    /// on the key's one state whatever the plan (see
+    /// [`check_n_with`](crate::KeyedLimiter::check_n_with)), and the headers advertise the
+    /// plan's policy (its [`AdvertisedQuota`], under the name of the layer's policy; none if
+    /// [`LayerBuilder::quota`] is `None`). A plan
+    /// whose quota cannot read the limiter's states (another window, say) is a
+    /// misconfiguration: answered `503` in [`Mode::Enforce`], never an allow.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, tower::{HeaderKey, RateLimitLayer}, CasLimiter};
+    /// use std::sync::Arc;
+    ///
+    /// let free: Gcra = "10/min".parse()?;
+    /// let pro: Gcra = "1000/min burst 100".parse()?;
+    /// let limiter = Arc::new(CasLimiter::<String, Gcra>::new(free));
+    /// let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
+    ///     .plans(move |_parts, key| key.starts_with("pro_").then_some(pro))
+    ///     .build();
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn plans<F>(self, pick: F) -> LayerBuilder<L, X, C, Plans<F>>
+    where
+        L: PlanLimiter,
+        F: Fn(&Parts, &str) -> Option<L::Quota> + Send + Sync + 'static,
+    {
+        let s = self.shared;
+        LayerBuilder {
+            shared: Shared {
+                limiter: s.limiter,
+                key: s.key,
+                cost: s.cost,
+                plan: Plans::new(pick),
                 headers: s.headers,
                 missing: s.missing,
                 max_key_len: s.max_key_len,
@@ -269,7 +320,7 @@ where
     }
 
     /// The layer.
-    pub fn build(self) -> RateLimitLayer<L, X, C> {
+    pub fn build(self) -> RateLimitLayer<L, X, C, P> {
         RateLimitLayer {
             shared: Arc::new(self.shared),
         }

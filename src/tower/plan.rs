@@ -1,0 +1,139 @@
+//! Plans: a quota per request, picked from the request, decided and advertised by the layer.
+
+use super::AdvertisedQuota;
+use crate::algo::Reconfigure;
+use crate::clock::Clock;
+use crate::error::{ConfigError, QuotaError};
+use crate::headers::QuotaPolicy;
+use crate::keyed::KeyedLimiter;
+use crate::limiter::{AsyncRateLimiter, Started, Variant};
+use http::request::Parts;
+use std::fmt;
+
+/// A limiter that decides a request under a quota given with it, for
+/// [`LayerBuilder::plans`](super::LayerBuilder::plans): the in-memory keyed limiters
+/// ([`CasLimiter`](crate::CasLimiter), [`MutexLimiter`](crate::MutexLimiter), by
+/// [`check_n_with`](crate::KeyedLimiter::check_n_with)) and, with the `redis-async` feature,
+/// `AsyncRedisLimiter` (by its `try_check_n_with`).
+pub trait PlanLimiter: AsyncRateLimiter<str> {
+    /// A quota: the limiter's algorithm, configured per plan.
+    type Quota: AdvertisedQuota + Send + Sync + 'static;
+
+    /// Starts deciding a request of `cost` for `key` under `quota`; the
+    /// [`ConfigError`] of a quota that cannot read the limiter's states
+    /// ([`Reconfigure::check_change`]).
+    fn start_check_n_with(
+        &self,
+        key: &str,
+        cost: u64,
+        quota: &Self::Quota,
+    ) -> Result<Started<Self::Future, Self::Error>, ConfigError>;
+}
+
+impl<A, C, V> PlanLimiter for KeyedLimiter<String, A, C, V>
+where
+    A: Reconfigure + AdvertisedQuota + Send + Sync + 'static,
+    C: Clock,
+    V: Variant<A>,
+{
+    type Quota = A;
+
+    fn start_check_n_with(
+        &self,
+        key: &str,
+        cost: u64,
+        quota: &A,
+    ) -> Result<Started<Self::Future, Self::Error>, ConfigError> {
+        match self.check_n_with(key, cost, quota) {
+            Ok(d) => Ok(Started::Decided(Ok(d))),
+            Err(QuotaError::Cost(e)) => Ok(Started::Decided(Err(e))),
+            Err(QuotaError::Quota(e)) => Err(e),
+        }
+    }
+}
+
+/// What a [`RequestPlan`] starts: the limiter's decision (or the [`ConfigError`] of a quota it
+/// cannot run) and the policy to advertise for the request.
+#[derive(Debug)]
+pub struct Planned<F, E> {
+    pub(super) started: Result<Started<F, E>, ConfigError>,
+    /// `None`: the layer's own policy; `Some(None)`: none.
+    pub(super) policy: Option<Option<QuotaPolicy>>,
+}
+
+/// How the layer picks a request's quota: [`NoPlans`] (the limiter's own, the default) or
+/// [`Plans`] (a function of the request, from
+/// [`LayerBuilder::plans`](super::LayerBuilder::plans)); only these two implement it.
+pub trait RequestPlan<L: AsyncRateLimiter<str> + ?Sized>: Send + Sync + 'static {
+    /// Starts deciding the request `parts` of `cost` for `key`, under the quota the plan
+    /// picks.
+    fn start(
+        &self,
+        limiter: &L,
+        parts: &Parts,
+        key: &str,
+        cost: u64,
+    ) -> Planned<L::Future, L::Error>;
+}
+
+/// Every request under the limiter's own quota: the default [`RequestPlan`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoPlans;
+
+impl<L: AsyncRateLimiter<str> + ?Sized> RequestPlan<L> for NoPlans {
+    #[inline(always)]
+    fn start(&self, limiter: &L, _: &Parts, key: &str, cost: u64) -> Planned<L::Future, L::Error> {
+        let started = if cost == 1 {
+            // Cost 1 is always valid: an in-memory limiter skips the cost check.
+            limiter.start_check(key)
+        } else {
+            limiter.start_check_n(key, cost)
+        };
+        Planned {
+            started: Ok(started),
+            policy: None,
+        }
+    }
+}
+
+/// A quota per request, from a function of its head and key (an API key's plan, a tenant's
+/// contract): from [`LayerBuilder::plans`](super::LayerBuilder::plans). `None` from the
+/// function: the limiter's own quota.
+pub struct Plans<F> {
+    pick: F,
+}
+
+impl<F> Plans<F> {
+    pub(super) fn new(pick: F) -> Self {
+        Plans { pick }
+    }
+}
+
+impl<F> fmt::Debug for Plans<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plans").finish_non_exhaustive()
+    }
+}
+
+impl<L, F> RequestPlan<L> for Plans<F>
+where
+    L: PlanLimiter + ?Sized,
+    F: Fn(&Parts, &str) -> Option<L::Quota> + Send + Sync + 'static,
+{
+    #[inline]
+    fn start(
+        &self,
+        limiter: &L,
+        parts: &Parts,
+        key: &str,
+        cost: u64,
+    ) -> Planned<L::Future, L::Error> {
+        let Some(quota) = (self.pick)(parts, key) else {
+            return NoPlans.start(limiter, parts, key, cost);
+        };
+        Planned {
+            started: limiter.start_check_n_with(key, cost, &quota),
+            policy: Some(quota.advertised_quota()),
+        }
+    }
+}
