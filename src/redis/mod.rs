@@ -176,10 +176,10 @@
 mod aio;
 mod bindings;
 mod blocking;
+mod blocking_costs;
 mod builder;
 mod client;
 mod connection;
-mod costs;
 mod hybrid;
 mod keys;
 mod local_deny;

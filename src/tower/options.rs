@@ -181,13 +181,19 @@ where
 {
     /// The cost function (default [`UnitCost`]).
     pub fn cost<C2: RequestCost>(self, cost: C2) -> LayerBuilder<L, X, C2, P> {
+        self.rebuild(|_, plan| (cost, plan))
+    }
+
+    /// The same settings with another cost function and plan.
+    fn rebuild<C2, P2>(self, f: impl FnOnce(C, P) -> (C2, P2)) -> LayerBuilder<L, X, C2, P2> {
         let s = self.shared;
+        let (cost, plan) = f(s.cost, s.plan);
         LayerBuilder {
             shared: Shared {
                 limiter: s.limiter,
                 key: s.key,
                 cost,
-                plan: s.plan,
+                plan,
                 headers: s.headers,
                 missing: s.missing,
                 max_key_len: s.max_key_len,
@@ -227,22 +233,7 @@ where
         L: PlanLimiter,
         F: Fn(&Parts, &str) -> Option<L::Quota> + Send + Sync + 'static,
     {
-        let s = self.shared;
-        LayerBuilder {
-            shared: Shared {
-                limiter: s.limiter,
-                key: s.key,
-                cost: s.cost,
-                plan: Plans::new(pick),
-                headers: s.headers,
-                missing: s.missing,
-                max_key_len: s.max_key_len,
-                oversized: s.oversized,
-                hashers: s.hashers,
-                on_decision: s.on_decision,
-                shadow_hook: s.shadow_hook,
-            },
-        }
+        self.rebuild(|cost, _| (cost, Plans::new(pick)))
     }
 
     /// The mode (default [`Mode::Enforce`]).
