@@ -174,25 +174,8 @@ pub trait Algorithm: Send + Sync + 'static {
     /// algorithm of the crate that admits a cost admits any smaller one: at most
     /// `log2(most) + 2` steps on copies of the state, then one `update`.
     fn update_up_to(&self, state: &mut Self::State, now: u64, most: u64) -> (u64, Decision) {
-        let most = most.max(1);
-        let granted = if self.peek(state, now, most).is_allowed() {
-            most
-        } else if !self.peek(state, now, 1).is_allowed() {
-            return (0, self.update(state, now, 1));
-        } else {
-            // `lo` is admitted, `hi` is not.
-            let (mut lo, mut hi) = (1, most);
-            while hi - lo > 1 {
-                let mid = lo + (hi - lo) / 2;
-                if self.peek(state, now, mid).is_allowed() {
-                    lo = mid;
-                } else {
-                    hi = mid;
-                }
-            }
-            lo
-        };
-        (granted, self.update(state, now, granted))
+        let granted = most_admitted(most, |c| self.peek(state, now, c).is_allowed());
+        (granted, self.update(state, now, granted.max(1)))
     }
 }
 
@@ -260,6 +243,30 @@ where
 /// origin). A later reading is taken as this one, so saturated times (`idle_at`, a
 /// `tat + cost·T`) never collide with `now` itself and the tombstone stays unreachable.
 pub const CLOCK_MAX: u64 = u64::MAX - 1;
+
+/// The most units in `1..=most` that `admits` (0 if not even one), for a cost whose admission
+/// implies any smaller one's: by bisection, at most `log2(most) + 2` probes. The partial
+/// grants' search, for [`Algorithm::update_up_to`] and the hybrid limiter's entries.
+pub(crate) fn most_admitted(most: u64, mut admits: impl FnMut(u64) -> bool) -> u64 {
+    let most = most.max(1);
+    if admits(most) {
+        return most;
+    }
+    if !admits(1) {
+        return 0;
+    }
+    // `lo` is admitted, `hi` is not.
+    let (mut lo, mut hi) = (1, most);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if admits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
 
 /// `now`, capped at [`CLOCK_MAX`].
 #[inline(always)]

@@ -568,23 +568,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
                     .decision
                     .is_allowed()
             };
-            let granted = if fits(most) {
-                most
-            } else if !fits(1) {
-                0
-            } else {
-                // `lo` fits, `hi` does not.
-                let (mut lo, mut hi) = (1, most);
-                while hi - lo > 1 {
-                    let mid = lo + (hi - lo) / 2;
-                    if fits(mid) {
-                        lo = mid;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                lo
-            };
+            let granted = crate::algo::most_admitted(most, fits);
             (
                 granted,
                 algo.decide_entry(plan, ctx, w, now, granted.max(1)),
