@@ -199,6 +199,7 @@
 #![forbid(unsafe_code)]
 
 pub mod algo;
+mod batch;
 mod cell;
 mod clock;
 mod compact;

@@ -187,6 +187,73 @@ where
         Ok(self.table.peek(key, cost, self.table.core.clock.now()))
     }
 
+    /// Decides a batch of requests of cost 1, one per key, in order: `out` is cleared, then
+    /// holds one decision per key, each what [`check`](CompactLimiter::check) would have
+    /// returned at that point of the sequence, all at one instant (one clock read). The
+    /// batch's home lines are loaded back to back before any decision, so their cache misses
+    /// overlap; see [`KeyedLimiter::check_batch`](crate::KeyedLimiter::check_batch).
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
+    ///
+    /// let l = CompactLimiter::<u64, Gcra>::with_clock("10/s burst 2".parse()?, ManualClock::new());
+    /// let mut out = Vec::new();
+    /// l.check_batch(&[7, 8, 7, 7], &mut out);
+    /// let allowed: Vec<bool> = out.iter().map(|d| d.is_allowed()).collect();
+    /// assert_eq!(allowed, [true, true, true, false]);
+    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// ```
+    pub fn check_batch<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k K::Lookup>,
+        out: &mut Vec<Decision>,
+    ) where
+        K::Lookup: 'k,
+    {
+        out.clear();
+        let requests = keys.into_iter().map(|key| (key, 1));
+        // Cost 1 is never refused (capacities are at least 1): every answer is a decision.
+        self.decide_batch(requests, |_| Ok(()), |answer| out.extend(answer.ok()));
+    }
+
+    /// Decides a batch of `(key, cost)` requests in order, as one
+    /// [`check_n`](CompactLimiter::check_n) each: `out` is cleared, then holds one answer per
+    /// request; a refused cost is that request's error and counts nothing.
+    pub fn check_n_batch<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k K::Lookup, u64)>,
+        out: &mut Vec<Result<Decision, CostError>>,
+    ) where
+        K::Lookup: 'k,
+    {
+        out.clear();
+        let core = &self.table.core;
+        self.decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
+    }
+
+    #[inline(always)]
+    fn decide_batch<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k K::Lookup, u64)>,
+        valid: impl Fn(u64) -> Result<(), CostError>,
+        emit: impl FnMut(Result<Decision, CostError>),
+    ) where
+        K::Lookup: 'k,
+    {
+        let (table, core) = (&self.table, &self.table.core);
+        let now = core.clock.now();
+        let find = |key: &K::Lookup, cost| {
+            valid(cost)?;
+            let (repr, fp, home) = table.locate(key);
+            table.touch(fp, home);
+            Ok((repr, fp, home))
+        };
+        let decide = |_: &K::Lookup, cost, (repr, fp, home)| {
+            core.count(table.apply_at(repr, fp, home, |state| core.algo.update(state, now, cost)))
+        };
+        crate::batch::in_chunks(requests, find, decide, emit);
+    }
+
     #[inline(always)]
     fn decide(&self, key: &K::Lookup, cost: u64) -> Decision {
         let core = &self.table.core;

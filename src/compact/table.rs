@@ -196,8 +196,20 @@ where
     /// Runs `f` on `key`'s state, inserting the key fresh on first sight and retrying if its
     /// slot is freed under it. Every request path goes through here.
     #[inline(always)]
-    pub(crate) fn apply<T>(&self, key: &K::Lookup, mut f: impl FnMut(&mut A::State) -> T) -> T {
+    pub(crate) fn apply<T>(&self, key: &K::Lookup, f: impl FnMut(&mut A::State) -> T) -> T {
         let (repr, fp, home) = self.locate(key);
+        self.apply_at(repr, fp, home, f)
+    }
+
+    /// [`apply`](Table::apply) for a key already [located](Table::locate).
+    #[inline(always)]
+    pub(crate) fn apply_at<T>(
+        &self,
+        repr: K::Repr,
+        fp: u64,
+        home: usize,
+        mut f: impl FnMut(&mut A::State) -> T,
+    ) -> T {
         // Read once, before any attempt: a retry only makes a refit more likely, never less.
         let generation = self.core.generation();
         let refit = |fit: &dyn Fn(&mut A::State)| self.rewrite(repr, fp, home, fit);
@@ -216,6 +228,14 @@ where
             }
             // Freed (by a sweep or a window eviction) between the insert and the update.
         }
+    }
+
+    /// Loads the word of the slot where a key placed at `home` with `fp` most likely sits:
+    /// what a batch does for each key before deciding any (`crate::batch`), so that the
+    /// misses of a batch's keys overlap. The answer is only a hint.
+    #[inline(always)]
+    pub(crate) fn touch(&self, fp: u64, home: usize) -> bool {
+        self.lines[home].0[preferred_slot(fp)].looks_free()
     }
 
     /// A step on a copy of `key`'s state, or of a fresh one if the key is absent: the

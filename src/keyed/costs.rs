@@ -1,9 +1,11 @@
 //! The keyed limiter's requests beyond one decision at the limiter's own quota: partial grants,
-//! a provisional cost settled afterwards, and a quota that comes with the request. Each is one
-//! step on the key's state through [`Shared::apply`], the path every request takes.
+//! a provisional cost settled afterwards, a quota that comes with the request, and batches.
+//! Each is one step on the key's state through [`Shared::apply`], the path every request
+//! takes (a batch first locates its keys, then takes the same step on each).
 
 use super::{KeyedLimiter, Shared};
 use crate::algo::{Algorithm, Reconfigure};
+use crate::batch;
 use crate::clock::Clock;
 use crate::decision::{Decision, Ticket};
 use crate::error::{check_cost, CostError, QuotaError};
@@ -19,6 +21,56 @@ where
     C: Clock,
     V: Variant<A>,
 {
+    /// Decides a batch of requests of cost 1, one per key, in order: `out` is cleared, then
+    /// holds one decision per key, each what [`check`](KeyedLimiter::check) would have
+    /// returned for that key at that point of the sequence (a key twice in a batch is
+    /// decided twice, the second time after the first). The batch is decided at one instant
+    /// (one clock read).
+    ///
+    /// Faster than one `check` per key when the keys are many and spread (a proxy or broker
+    /// that receives requests in batches, a replay): the batch's look-ups are issued back to
+    /// back, so the CPU overlaps their cache misses. For one hot key it gains little.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+    ///
+    /// let l = CasLimiter::<u64, Gcra>::with_clock("10/s burst 2".parse()?, ManualClock::new());
+    /// let mut out = Vec::new();
+    /// l.check_batch(&[7, 8, 7, 7], &mut out);
+    /// let allowed: Vec<bool> = out.iter().map(|d| d.is_allowed()).collect();
+    /// assert_eq!(allowed, [true, true, true, false]); // key 7's burst is 2
+    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// ```
+    pub fn check_batch<'k, Q>(&self, keys: impl IntoIterator<Item = &'k Q>, out: &mut Vec<Decision>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+    {
+        out.clear();
+        let requests = keys.into_iter().map(|key| (key, 1));
+        // Cost 1 is never refused (capacities are at least 1): every answer is a decision.
+        self.shared
+            .decide_batch(requests, |_| Ok(()), |answer| out.extend(answer.ok()));
+    }
+
+    /// Decides a batch of `(key, cost)` requests in order, as one
+    /// [`check_n`](KeyedLimiter::check_n) each: `out` is cleared, then holds one answer per
+    /// request. A refused cost (0, or above the capacity) is that request's error and counts
+    /// nothing; the others are decided. See [`check_batch`](KeyedLimiter::check_batch).
+    pub fn check_n_batch<'k, Q>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k Q, u64)>,
+        out: &mut Vec<Result<Decision, CostError>>,
+    ) where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+    {
+        out.clear();
+        let core = &self.shared.core;
+        self.shared
+            .decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
+    }
+
     /// A partial grant: admits the most units available now, up to `n`, and says how many:
     /// `(granted, decision)`, `granted` in `0..=n`. For a batch of messages, a streaming
     /// response, a transfer cut to what the quota allows. `n` above the capacity is capped at
@@ -189,5 +241,42 @@ where
     #[inline(always)]
     fn apply<T>(&self, f: impl FnMut(&mut A::State) -> T) -> T {
         self.0.apply(self.1, &self.0.map.guard(), f)
+    }
+}
+
+impl<K, A, C, V> Shared<K, A, C, V>
+where
+    K: Hash + Eq + Send + Sync,
+    A: Algorithm,
+    C: Clock,
+    V: Variant<A>,
+{
+    /// A batch through [`batch::in_chunks`]: a chunk's cells looked up (absent keys are not
+    /// inserted yet), then each request decided on its cell as [`apply`](Shared::apply) would,
+    /// falling back to `apply` itself for a key absent at the look-up or a cell since killed.
+    #[inline(always)]
+    fn decide_batch<'k, Q>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k Q, u64)>,
+        valid: impl Fn(u64) -> Result<(), CostError>,
+        emit: impl FnMut(Result<Decision, CostError>),
+    ) where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
+    {
+        let (core, guard) = (&self.core, self.map.guard());
+        let now = core.clock.now();
+        let find = |key: &Q, cost| valid(cost).map(|()| self.map.get(key, &guard));
+        let decide = |key: &Q, cost, found: Option<&V::Cell>| {
+            let step = |state: &mut A::State| core.algo.update(state, now, cost);
+            let decided = found.and_then(|cell| core.update(cell, step));
+            core.count(decided.unwrap_or_else(|| {
+                if let Some(dead) = found {
+                    self.remove_dead(key, dead, &guard);
+                }
+                self.apply(key, &guard, step)
+            }))
+        };
+        batch::in_chunks(requests, find, decide, emit);
     }
 }
