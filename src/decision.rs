@@ -63,7 +63,7 @@ const NONE: u64 = u64::MAX;
 /// * [`rate`](Decision::rate): for the averaging algorithms (EARRRL, exponential), the measured
 ///   rate in requests (cost units) per second, so callers can run in dry-run/shadow mode.
 ///
-/// It is 40 bytes and `Copy`; the optional fields use sentinels internally.
+/// It is 48 bytes and `Copy`; the optional fields use sentinels internally.
 ///
 /// # Examples
 ///
@@ -84,7 +84,11 @@ const NONE: u64 = u64::MAX;
 pub struct Decision {
     allowed: bool,
     retry_after: u64,
+    /// The remaining count times `per` (or, with `per == 1`, the count, NONE if unknown):
+    /// GCRA's count is a division of times, left to [`remaining`](Decision::remaining) so
+    /// that a request whose caller never reads it does not wait on the divider.
     remaining: u64,
+    per: u64,
     reset_after: u64,
     rate: f64,
 }
@@ -97,6 +101,7 @@ impl Decision {
             allowed: true,
             retry_after: 0,
             remaining: NONE,
+            per: 1,
             reset_after: NONE,
             rate: f64::NAN,
         }
@@ -109,6 +114,7 @@ impl Decision {
             allowed: false,
             retry_after: retry_after_ns,
             remaining: NONE,
+            per: 1,
             reset_after: NONE,
             rate: f64::NAN,
         }
@@ -122,7 +128,30 @@ impl Decision {
         } else {
             remaining
         };
+        self.per = 1;
         self
+    }
+
+    /// Remaining `span / per` (a whole count, rounded down), divided only when read. `per`
+    /// must be at least 1.
+    #[inline]
+    pub(crate) const fn with_remaining_of(mut self, span: u64, per: u64) -> Self {
+        if per <= 1 {
+            return self.with_remaining(span);
+        }
+        self.remaining = span;
+        self.per = per;
+        self
+    }
+
+    /// The remaining count, NONE if unknown.
+    #[inline]
+    fn count(&self) -> u64 {
+        if self.per == 1 {
+            self.remaining
+        } else {
+            self.remaining / self.per
+        }
     }
 
     #[inline]
@@ -145,13 +174,13 @@ impl Decision {
         // allows later, so the longest of their waits is honest and tight.
         let wait = |d: &Self| if d.allowed { 0 } else { d.retry_after };
         let remaining = if allowed {
-            a.remaining.min(b.remaining)
+            a.count().min(b.count())
         } else {
             // A quota that allowed has at least the cost left; one that denied, less.
             [a, b]
                 .iter()
                 .filter(|d| !d.allowed)
-                .map(|d| d.remaining)
+                .map(Self::count)
                 .min()
                 .unwrap_or(NONE)
         };
@@ -159,6 +188,7 @@ impl Decision {
             allowed,
             retry_after: wait(&a).max(wait(&b)),
             remaining,
+            per: 1,
             // Unknown (NONE) if either is unknown: fresh needs both fresh.
             reset_after: if a.reset_after == NONE || b.reset_after == NONE {
                 NONE
@@ -198,7 +228,8 @@ impl Decision {
     /// knows it.
     #[inline]
     pub fn remaining(&self) -> Option<u64> {
-        (self.remaining != NONE).then_some(self.remaining)
+        let count = self.count();
+        (count != NONE).then_some(count)
     }
 
     /// How long until the key's state is back to that of a fresh key, where known.
@@ -220,7 +251,7 @@ impl PartialEq for Decision {
     fn eq(&self, other: &Self) -> bool {
         self.allowed == other.allowed
             && self.retry_after == other.retry_after
-            && self.remaining == other.remaining
+            && self.count() == other.count()
             && self.reset_after == other.reset_after
             && self.rate.to_bits() == other.rate.to_bits()
     }

@@ -253,7 +253,7 @@ impl Gcra {
         if let Some(new_tat) = new_tat.filter(|_| ahead <= self.tau) {
             return Step {
                 decision: Decision::allowed()
-                    .with_remaining((self.tau - ahead) / self.t)
+                    .with_remaining_of(self.tau - ahead, self.t)
                     .with_reset_after(ahead),
                 state: Some(new_tat),
             };
@@ -268,7 +268,7 @@ impl Gcra {
                 let wait = if new_tat.is_some() { debt } else { u64::MAX };
                 Step {
                     decision: Decision::denied(wait)
-                        .with_remaining(self.tau.saturating_sub(ahead_now) / self.t)
+                        .with_remaining_of(self.tau.saturating_sub(ahead_now), self.t)
                         .with_reset_after(ahead_now),
                     state: None,
                 }

@@ -1,0 +1,535 @@
+//! Fast at every scale (issue #33), all in one process: GCRA `check` at 1 key, 10k and 1M
+//! uniform keys (all present), 1 and 2 threads, for hotlimit's stores (one check at a time
+//! and batched), governor, rate-net and rateguard (single node), a bare papaya get + CAS and
+//! a flat array CAS; then, at one key and one thread, the check taken apart step by step on
+//! the exact and the coarse clock; then bytes per key at 1M keys, each store in a child
+//! process.
+//!
+//! Every variant runs the same key sequences; rounds interleave the variants (a round runs
+//! each once), each cell is the median of the rounds. Every quota admits everything, so
+//! every check writes. ns per check per thread.
+//!
+//! `cargo bench --bench scale` (7 rounds); `-- --quick` (3 rounds, fewer requests);
+//! `-- --steps` the step table only.
+
+mod common;
+
+use common::{gcra, rss_bytes};
+use governor::{Quota, RateLimiter as Governor};
+use hotlimit::{algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, QuantaClock};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+const MILLION: u64 = 1_000_000;
+
+/// A variant's loop over one thread's key sequence (`keys` and the same keys as strings,
+/// for rateguard, which takes `&str` only). One call per round per thread, so the loop inside
+/// is compiled with its check inlined, as a caller's would be.
+type Run<'a> = Box<dyn Fn(&[u64], &[&str]) + Sync + 'a>;
+
+/// ns per check per thread: each thread runs its whole sequence, released together.
+fn time(threads: usize, seqs: &[(Vec<u64>, Vec<&str>)], run: &Run) -> f64 {
+    let barrier = Barrier::new(threads);
+    let wall = std::thread::scope(|s| {
+        let hs: Vec<_> = seqs[..threads]
+            .iter()
+            .map(|(keys, names)| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let t0 = Instant::now();
+                    run(keys, names);
+                    t0.elapsed()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).max().unwrap()
+    });
+    wall.as_nanos() as f64 / seqs[0].0.len() as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The peers, each admitting everything.
+fn governor() -> governor::DefaultKeyedRateLimiter<u64> {
+    let max = NonZeroU32::MAX;
+    Governor::keyed(Quota::per_second(max).allow_burst(max))
+}
+
+fn rate_net(keys: u64) -> rate_net::RateLimiter {
+    rate_net::RateLimiter::builder()
+        .quota(u32::MAX, Duration::from_secs(1))
+        .burst(u32::MAX)
+        // Room for every key: its default cap would evict at 1M keys.
+        .eviction(rate_net::Eviction::capacity(2 * keys as usize + 1024))
+        .build()
+}
+
+fn rateguard(keys: u64, rt: &tokio::runtime::Runtime) -> rateguard::Guard {
+    let _enter = rt.enter();
+    rateguard::Guard::builder()
+        .bind("127.0.0.1:0")
+        .limit(u32::MAX)
+        .burst(rateguard_core_max_burst())
+        // Its ceiling is 2^20 keys: room for 1M.
+        .tracked_keys((2 * keys as usize + 1024).min(1 << 20))
+        .spawn()
+        .expect("rateguard, single node on loopback")
+}
+
+/// rateguard's largest burst (`rateguard_core::gcra::MAX_BURST`, not re-exported): the
+/// largest it accepts.
+fn rateguard_core_max_burst() -> u32 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _enter = rt.enter();
+    (0..32)
+        .rev()
+        .map(|bits| (1u32 << bits) - 1)
+        .find(|&b| {
+            rateguard::Guard::builder()
+                .bind("127.0.0.1:0")
+                .limit(1)
+                .burst(b)
+                .spawn()
+                .is_ok()
+        })
+        .unwrap_or(1)
+}
+
+/// A one-word GCRA-like step on `cell` at `now`: what any store's CAS does, with no
+/// look-up, no decision and no counting.
+#[inline(always)]
+fn bare_cas(cell: &AtomicU64, now: u64) {
+    let cur = cell.load(Ordering::Acquire);
+    let new = cur.max(now) + 1;
+    let _ = cell.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// The string form of each key, for rateguard.
+fn names(keys: u64) -> Vec<String> {
+    (0..keys).map(|k| format!("k{k}")).collect()
+}
+
+struct Stores {
+    cas: CasLimiter<u64, Gcra>,
+    compact: CompactLimiter<u64, Gcra>,
+    governor: governor::DefaultKeyedRateLimiter<u64>,
+    rate_net: rate_net::RateLimiter,
+    rateguard: rateguard::Guard,
+    papaya: papaya::HashMap<u64, AtomicU64, ahash::RandomState>,
+    flat: Vec<AtomicU64>,
+}
+
+impl Stores {
+    fn new(keys: u64, names: &[String], rt: &tokio::runtime::Runtime) -> Self {
+        let s = Self {
+            cas: CasLimiter::new(gcra()),
+            compact: CompactLimiter::builder(gcra())
+                .max_keys(keys as usize)
+                .build()
+                .unwrap(),
+            governor: governor(),
+            rate_net: rate_net(keys),
+            rateguard: rateguard(keys, rt),
+            papaya: papaya::HashMap::builder()
+                .hasher(ahash::RandomState::new())
+                .build(),
+            flat: (0..keys).map(|_| AtomicU64::new(0)).collect(),
+        };
+        let papaya = s.papaya.pin();
+        for k in 0..keys {
+            assert!(s.cas.check(&k).is_allowed());
+            assert!(s.compact.check(&k).is_allowed());
+            assert!(s.governor.check_key(&k).is_ok());
+            assert!(s.rate_net.check(k).is_allow());
+            assert!(s.rateguard.check(&names[k as usize]).is_allowed());
+            papaya.insert(k, AtomicU64::new(0));
+        }
+        drop(papaya);
+        s
+    }
+
+    /// The rows of the scale table: name and loop.
+    fn rows(&self) -> Vec<(String, Run<'_>)> {
+        let mut rows: Vec<(String, Run<'_>)> = vec![
+            (
+                "CasLimiter".into(),
+                Box::new(|keys, _| {
+                    keys.iter().for_each(|k| {
+                        black_box(self.cas.check(k));
+                    })
+                }),
+            ),
+            (
+                "CompactLimiter".into(),
+                Box::new(|keys, _| {
+                    keys.iter().for_each(|k| {
+                        black_box(self.compact.check(k));
+                    })
+                }),
+            ),
+        ];
+        for batch in [16, 64] {
+            rows.push((
+                format!("CasLimiter batch {batch}"),
+                Box::new(move |keys, _| {
+                    let mut out = Vec::with_capacity(batch);
+                    for chunk in keys.chunks(batch) {
+                        self.cas.check_batch(chunk, &mut out);
+                        black_box(&out);
+                    }
+                }),
+            ));
+            rows.push((
+                format!("CompactLimiter batch {batch}"),
+                Box::new(move |keys, _| {
+                    let mut out = Vec::with_capacity(batch);
+                    for chunk in keys.chunks(batch) {
+                        self.compact.check_batch(chunk, &mut out);
+                        black_box(&out);
+                    }
+                }),
+            ));
+        }
+        rows.push((
+            "governor".into(),
+            Box::new(|keys, _| {
+                keys.iter().for_each(|k| {
+                    let _ = black_box(self.governor.check_key(k));
+                })
+            }),
+        ));
+        rows.push((
+            "rate-net".into(),
+            Box::new(|keys, _| {
+                keys.iter().for_each(|&k| {
+                    let _ = black_box(self.rate_net.check(k));
+                })
+            }),
+        ));
+        rows.push((
+            "rateguard".into(),
+            Box::new(|_, names| {
+                names.iter().for_each(|k| {
+                    let _ = black_box(self.rateguard.check(k));
+                })
+            }),
+        ));
+        rows.push((
+            "bare papaya get+CAS, exact clock".into(),
+            Box::new(move |keys, _| {
+                let clock = QuantaClock::new();
+                for k in keys {
+                    let now = clock.now();
+                    let guard = self.papaya.guard();
+                    if let Some(cell) = self.papaya.get(k, &guard) {
+                        bare_cas(cell, now);
+                    }
+                }
+            }),
+        ));
+        rows.push((
+            "flat array CAS, exact clock".into(),
+            Box::new(move |keys, _| {
+                let clock = QuantaClock::new();
+                for &k in keys {
+                    bare_cas(&self.flat[k as usize], clock.now());
+                }
+            }),
+        ));
+        rows
+    }
+}
+
+/// One scale table's rows over `scenarios` ((keys, threads) each), interleaved by round.
+fn scale(rounds: usize, ops: usize, rt: &tokio::runtime::Runtime) {
+    let scenarios: [(u64, &[usize]); 3] = [(1, &[1, 2]), (10_000, &[1]), (MILLION, &[1, 2])];
+    let mut table: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut header = Vec::new();
+    for (keys, threads) in scenarios {
+        let names = names(keys);
+        let stores = Stores::new(keys, &names, rt);
+        let rows = stores.rows();
+        let seqs: Vec<(Vec<u64>, Vec<&str>)> = (0..2)
+            .map(|t| {
+                let mut rng = SmallRng::seed_from_u64(7 + t);
+                let seq: Vec<u64> = (0..ops).map(|_| rng.random_range(0..keys)).collect();
+                let strs = seq.iter().map(|&k| names[k as usize].as_str()).collect();
+                (seq, strs)
+            })
+            .collect();
+        for &threads in threads {
+            header.push(format!(
+                "{keys} keys, {threads} thread{}",
+                if threads > 1 { "s" } else { "" }
+            ));
+            let mut samples = vec![Vec::new(); rows.len()];
+            for (_, run) in &rows {
+                time(threads, &seqs, run); // warm-up, not recorded
+            }
+            for _ in 0..rounds {
+                for (s, (_, run)) in samples.iter_mut().zip(&rows) {
+                    s.push(time(threads, &seqs, run));
+                }
+            }
+            for ((name, _), s) in rows.iter().zip(samples) {
+                match table.iter_mut().find(|(n, _)| n == name) {
+                    Some((_, cells)) => cells.push(median(s)),
+                    None => table.push((name.clone(), vec![median(s)])),
+                }
+            }
+        }
+    }
+    println!("| variant | {} |", header.join(" | "));
+    println!("|---|{}", "---|".repeat(header.len()));
+    let governor = table
+        .iter()
+        .find(|(n, _)| n == "governor")
+        .unwrap()
+        .1
+        .clone();
+    for (name, cells) in &table {
+        let cells: Vec<String> = cells
+            .iter()
+            .zip(&governor)
+            .map(|(c, g)| format!("{c:.1} ({:.2}×)", g / c))
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+    println!("(in parentheses: governor's time ÷ the row's, > 1 is faster than governor)");
+}
+
+/// The check at one key and one thread taken apart: each row adds one step, on the exact
+/// (TSC) clock and on a 1 ms coarse clock.
+fn steps(rounds: usize, ops: usize) {
+    let coarse = CoarseClock::new(Duration::from_millis(1));
+    let exact = QuantaClock::new();
+    let papaya = papaya::HashMap::<u64, AtomicU64, _>::with_hasher(ahash::RandomState::new());
+    papaya.pin().insert(0, AtomicU64::new(0));
+    let cas = CasLimiter::<u64, Gcra>::new(gcra());
+    let cas_coarse = CasLimiter::<u64, Gcra, _>::with_clock(gcra(), coarse.clone());
+    let algo = gcra();
+    let seq = vec![0u64; ops];
+    type Step<'a> = (&'static str, Box<dyn Fn(&[u64]) + 'a>);
+    let get_cas = |k: &u64, now: u64| {
+        let guard = papaya.guard();
+        if let Some(cell) = papaya.get(k, &guard) {
+            bare_cas(cell, now);
+        }
+    };
+    let rows: Vec<Step> = vec![
+        (
+            "exact clock read",
+            Box::new(|s| {
+                s.iter().for_each(|_| {
+                    black_box(exact.now());
+                })
+            }),
+        ),
+        (
+            "coarse clock read",
+            Box::new(|s| {
+                s.iter().for_each(|_| {
+                    black_box(coarse.now());
+                })
+            }),
+        ),
+        (
+            "papaya guard + get + CAS (no clock)",
+            Box::new(|s| s.iter().for_each(|k| get_cas(k, 0))),
+        ),
+        (
+            "… + exact clock",
+            Box::new(|s| s.iter().for_each(|k| get_cas(k, exact.now()))),
+        ),
+        (
+            "… + coarse clock",
+            Box::new(|s| s.iter().for_each(|k| get_cas(k, coarse.now()))),
+        ),
+        (
+            "… + GCRA step and decision, exact clock",
+            Box::new(|s| {
+                for k in s {
+                    let now = exact.now();
+                    let guard = papaya.guard();
+                    if let Some(cell) = papaya.get(k, &guard) {
+                        let cur = cell.load(Ordering::Acquire);
+                        let mut new = cur;
+                        let d = hotlimit::algo::Algorithm::update(&algo, &mut new, now, 1);
+                        let _ = cell.compare_exchange_weak(
+                            cur,
+                            new,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
+                        black_box(d);
+                    }
+                }
+            }),
+        ),
+        (
+            "CasLimiter::check, exact clock",
+            Box::new(|s| {
+                s.iter().for_each(|k| {
+                    black_box(cas.check(k));
+                })
+            }),
+        ),
+        (
+            "CasLimiter::check, coarse clock",
+            Box::new(|s| {
+                s.iter().for_each(|k| {
+                    black_box(cas_coarse.check(k));
+                })
+            }),
+        ),
+        (
+            "CasLimiter pinned check, coarse clock",
+            Box::new(|s| {
+                let pinned = cas_coarse.pin();
+                s.iter().for_each(|k| {
+                    black_box(pinned.check(k));
+                })
+            }),
+        ),
+    ];
+    let mut samples = vec![Vec::new(); rows.len()];
+    for (_, run) in &rows {
+        run(&seq[..ops / 4]);
+    }
+    for _ in 0..rounds {
+        for (s, (_, run)) in samples.iter_mut().zip(&rows) {
+            let t0 = Instant::now();
+            run(&seq);
+            s.push(t0.elapsed().as_nanos() as f64 / ops as f64);
+        }
+    }
+    println!("| step (1 key, 1 thread) | ns per check |");
+    println!("|---|---|");
+    for ((name, _), s) in rows.iter().zip(samples) {
+        println!("| {name} | {:.1} |", median(s));
+    }
+}
+
+/// Child process: RSS growth per key after inserting `keys` keys into one store.
+fn bytes_per_key(variant: &str, keys: u64) -> f64 {
+    let names = if variant == "rateguard" {
+        names(keys)
+    } else {
+        Vec::new()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let before = rss_bytes();
+    let after = match variant {
+        "CasLimiter" => {
+            let l = CasLimiter::<u64, Gcra>::new(gcra());
+            (0..keys).for_each(|k| {
+                l.check(&k);
+            });
+            black_box(&l);
+            rss_bytes()
+        }
+        "CompactLimiter" => {
+            let l = CompactLimiter::<u64, Gcra>::builder(gcra())
+                .max_keys(keys as usize)
+                .build()
+                .unwrap();
+            (0..keys).for_each(|k| {
+                l.check(&k);
+            });
+            black_box(&l);
+            rss_bytes()
+        }
+        "governor" => {
+            let l = governor();
+            (0..keys).for_each(|k| {
+                let _ = l.check_key(&k);
+            });
+            black_box(&l);
+            rss_bytes()
+        }
+        "rate-net" => {
+            let l = rate_net(keys);
+            (0..keys).for_each(|k| {
+                let _ = l.check(k);
+            });
+            black_box(&l);
+            rss_bytes()
+        }
+        _ => {
+            // The key strings were made before `before`: they are the bench's, not counted.
+            let l = rateguard(keys, &rt);
+            names.iter().for_each(|k| {
+                let _ = l.check(k);
+            });
+            black_box(&l);
+            rss_bytes()
+        }
+    };
+    (after - before) as f64 / keys as f64
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--rss") {
+        println!("{:.1}", bytes_per_key(&args[i + 1], MILLION));
+        return;
+    }
+    if args.iter().any(|a| a == "--list") {
+        return; // `cargo bench -- --list`: nothing to list.
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let (rounds, ops) = if quick {
+        (3, 1_000_000)
+    } else {
+        (7, 2_000_000)
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    if args.iter().any(|a| a == "--steps") {
+        steps(rounds, ops * 5); // the step table only
+        return;
+    }
+    println!("GCRA check, uniform keys (all present); median ns per check per thread of {rounds} interleaved rounds of {ops} checks per thread");
+    println!();
+    scale(rounds, ops, &rt);
+    println!();
+    steps(rounds, ops * 5);
+    println!();
+    println!("| store | bytes per key at {MILLION} keys (RSS growth, child process) |");
+    println!("|---|---|");
+    let me = std::env::current_exe().unwrap();
+    for variant in [
+        "CasLimiter",
+        "CompactLimiter",
+        "governor",
+        "rate-net",
+        "rateguard",
+    ] {
+        let out = std::process::Command::new(&me)
+            .args(["--rss", variant])
+            .output()
+            .unwrap();
+        println!(
+            "| {variant} | {} |",
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
+    }
+}
