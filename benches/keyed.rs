@@ -142,6 +142,17 @@ impl<C: Clock + Clone> Hot<C> {
                 black_box(self.compact.check(k));
             })
         });
+        // The same keys through `check_batch`, a call per batch of up to 64.
+        bench(&format!("cas{suffix}-check_batch"), &|s, from, n| {
+            let mut out = Vec::with_capacity(BATCH as usize);
+            self.cas.check_batch(keys(s, from, n), &mut out);
+            black_box(&out);
+        });
+        bench(&format!("compact{suffix}-check_batch"), &|s, from, n| {
+            let mut out = Vec::with_capacity(BATCH as usize);
+            self.compact.check_batch(keys(s, from, n), &mut out);
+            black_box(&out);
+        });
         bench(&format!("sharded-mutex{suffix}"), &|s, from, n| {
             keys(s, from, n).for_each(|k| {
                 black_box(self.sharded.check(k));

@@ -30,9 +30,9 @@
 //!
 //! | limiter | keys | state per key | pick it when |
 //! |---|---|---|---|
-//! | [`CasLimiter`] | any `Hash + Eq` (looked up by borrow: `&str` for `String`) | a lock-free cell in a `papaya` map; grows, bounded by [`max_keys`](store::Builder::max_keys) | the default: any key, any number of keys |
+//! | [`CasLimiter`] | any `Hash + Eq` (looked up by borrow: `&str` for `String`) | a lock-free cell in a `papaya` map; grows, bounded by [`max_keys`](store::Builder::max_keys) | the default up to about 100k keys: any key, no capacity to choose |
 //! | [`MutexLimiter`] | the same | the same map, each state behind a mutex | to compare pessimistic locking on your workload |
-//! | [`CompactLimiter`] | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`](store::Hashed) | inline in a fixed table (16 bytes a slot for 64-bit keys and one-word states), allocated at build | millions of keys, memory known up front |
+//! | [`CompactLimiter`] | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`](store::Hashed) | inline in a fixed table (16 bytes a slot for 64-bit keys and one-word states), allocated at build | the default from about 100k keys: less than half the memory per key and the faster look-up at a million keys |
 //! | [`DirectLimiter`] | none (one global limit) | one cache-padded cell | a global cap |
 //!
 //! Every limiter offers the same operations under the same names: [`check`](KeyedLimiter::check)
@@ -51,7 +51,9 @@
 //! deserialize from configuration files; [`reserve`](KeyedLimiter::reserve) paces with GCRA; [`reconfigure`](KeyedLimiter::reconfigure) changes a [`Live`] quota while
 //! traffic flows, keeping every key's state; [`metrics`](KeyedLimiter::metrics) snapshots the
 //! counters (and [`Metrics`] can feed the `metrics` crate, feature `metrics`). The keyed ones
-//! add [`sweep`](KeyedLimiter::sweep), [`len`](KeyedLimiter::len),
+//! add [`check_batch`](KeyedLimiter::check_batch) and
+//! [`check_n_batch`](KeyedLimiter::check_n_batch) (a slice of requests decided in order, the
+//! cache misses of their keys overlapped), [`sweep`](KeyedLimiter::sweep), [`len`](KeyedLimiter::len),
 //! [`max_keys`](KeyedLimiter::max_keys) and [`sweep_every`](KeyedLimiter::sweep_every). Each
 //! is made by `new` (default clock), `with_clock`, or `builder` (one [`Builder`](store::Builder) shape:
 //! clock, metrics, and for keyed stores a capacity bound and a background sweeper). Code
@@ -128,7 +130,9 @@
 //! For a key already present, [`CasLimiter::check`](KeyedLimiter::check) takes no lock and
 //! allocates nothing: one hash, one lock-free `papaya` lookup, one clock read, the pure step
 //! and one `compare_exchange_weak`. A leaky denial writes nothing. [`KeyedLimiter::pin`] holds
-//! the map's epoch guard across a batch of requests, saving its cost per request. The clock
+//! the map's epoch guard across a batch of requests, saving its cost per request;
+//! [`check_batch`](KeyedLimiter::check_batch) also reads the clock once per batch and locates a
+//! chunk of keys before deciding any, which pays most at a million keys. The clock
 //! read is the other fixed cost: [`CoarseClock`] replaces the TSC read by one load of a word
 //! that a background thread refreshes (1 ms by default), for quotas whose burst covers that
 //! step (see its docs).

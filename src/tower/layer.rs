@@ -265,6 +265,9 @@ where
 
     /// Carries out `outcome` on the request's head: the headers for the inner service's
     /// response (`Ok`), or the layer's own answer (`Err`).
+    // Inlined into its one caller and taken apart at once: boxing the error would allocate
+    // on every denial for nothing.
+    #[allow(clippy::result_large_err)]
     #[inline(always)]
     fn admit(
         &self,
