@@ -8,9 +8,7 @@ mod common;
 
 use hotlimit::algo::{Algorithm, Gcra};
 use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
-use hotlimit::{
-    CasLimiter, Clock, CompactLimiter, CostError, Decision, ManualClock, MutexLimiter, Policy,
-};
+use hotlimit::{CasLimiter, Clock, CompactLimiter, CostError, Decision, ManualClock, MutexLimiter};
 use proptest::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,35 +30,28 @@ trait Store {
     fn keys(&self) -> usize;
 }
 
-impl<A: Algorithm, V: Variant<A>> Store for hotlimit::KeyedLimiter<u64, A, ManualClock, V> {
-    fn batch(&self, requests: &[(u64, u64)], out: &mut Vec<Result<Decision, CostError>>) {
-        self.check_n_batch(requests.iter().map(|(k, c)| (k, *c)), out);
-    }
-    fn batch_of_ones(&self, keys: &[u64], out: &mut Vec<Decision>) {
-        self.check_batch(keys, out);
-    }
-    fn one(&self, key: u64, cost: u64) -> Result<Decision, CostError> {
-        self.check_n(&key, cost)
-    }
-    fn keys(&self) -> usize {
-        self.len()
-    }
+/// The same calls on both keyed store types (their methods are inherent).
+macro_rules! store {
+    ($($t:tt)*) => {
+        $($t)* {
+            fn batch(&self, requests: &[(u64, u64)], out: &mut Vec<Result<Decision, CostError>>) {
+                self.check_n_batch(requests.iter().map(|(k, c)| (k, *c)), out);
+            }
+            fn batch_of_ones(&self, keys: &[u64], out: &mut Vec<Decision>) {
+                self.check_batch(keys, out);
+            }
+            fn one(&self, key: u64, cost: u64) -> Result<Decision, CostError> {
+                self.check_n(&key, cost)
+            }
+            fn keys(&self) -> usize {
+                self.len()
+            }
+        }
+    };
 }
 
-impl<A: Algorithm, V: CompactVariant<A>> Store for CompactLimiter<u64, A, ManualClock, V> {
-    fn batch(&self, requests: &[(u64, u64)], out: &mut Vec<Result<Decision, CostError>>) {
-        self.check_n_batch(requests.iter().map(|(k, c)| (k, *c)), out);
-    }
-    fn batch_of_ones(&self, keys: &[u64], out: &mut Vec<Decision>) {
-        self.check_batch(keys, out);
-    }
-    fn one(&self, key: u64, cost: u64) -> Result<Decision, CostError> {
-        self.check_n(&key, cost)
-    }
-    fn keys(&self) -> usize {
-        self.len()
-    }
-}
+store!(impl<A: Algorithm, V: Variant<A>> Store for hotlimit::KeyedLimiter<u64, A, ManualClock, V>);
+store!(impl<A: Algorithm, V: CompactVariant<A>> Store for CompactLimiter<u64, A, ManualClock, V>);
 
 impl<L: Store> Twin<'_, L> {
     /// Runs `trace`; every answer of a batch equals the one-by-one answer.
@@ -162,15 +153,11 @@ fn trace() -> impl Strategy<Value = Vec<Batch>> {
     prop::collection::vec((gap, batch), 1..12)
 }
 
-fn policy() -> impl Strategy<Value = Policy> {
-    prop_oneof![Just(Policy::Leaky), Just(Policy::Strict)]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_algorithm_and_store_batches_as_one_by_one(trace in trace(), policy in policy()) {
+    fn every_algorithm_and_store_batches_as_one_by_one(trace in trace(), policy in common::policy()) {
         common::on_every_algorithm(policy, &mut SameAsOneByOne(&trace))?;
     }
 }

@@ -91,15 +91,11 @@ fn trace() -> impl Strategy<Value = Trace> {
     prop::collection::vec((gap, 0u64..3, 1u64..=40), 1..120)
 }
 
-fn policy() -> impl Strategy<Value = Policy> {
-    prop_oneof![Just(Policy::Leaky), Just(Policy::Strict)]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_algorithm_and_store_grants_as_the_model(trace in trace(), policy in policy()) {
+    fn every_algorithm_and_store_grants_as_the_model(trace in trace(), policy in common::policy()) {
         common::on_every_algorithm(policy, &mut Model(&trace))?;
     }
 }

@@ -13,7 +13,7 @@ use hotlimit::algo::{
 use hotlimit::store::{Cas, CompactVariant, Locked, QuotaError, Variant};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, DirectLimiter, Field, Live,
-    ManualClock, MutexLimiter, Policy, Rate,
+    ManualClock, MutexLimiter, Rate,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -96,15 +96,11 @@ fn trace() -> impl Strategy<Value = Trace> {
     prop::collection::vec((gap, 0u64..3, 0usize..3, 1u64..=12), 1..120)
 }
 
-fn policy() -> impl Strategy<Value = Policy> {
-    prop_oneof![Just(Policy::Leaky), Just(Policy::Strict)]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_store_decides_each_plan_as_the_model(trace in trace(), policy in policy()) {
+    fn every_store_decides_each_plan_as_the_model(trace in trace(), policy in common::policy()) {
         let second = Duration::from_secs(1);
         let gcra = |q: &str| q.parse::<Gcra>().unwrap().with_policy(policy);
         same_as_model("gcra", &[gcra("100/s burst 20"), gcra("10/s burst 5"), gcra("1000/s burst 12")], &trace)?;
@@ -122,7 +118,7 @@ proptest! {
 
     /// The limiter's own quota given with the request decides exactly as `check_n`.
     #[test]
-    fn the_own_quota_with_the_request_is_check_n(trace in trace(), policy in policy()) {
+    fn the_own_quota_with_the_request_is_check_n(trace in trace(), policy in common::policy()) {
         let own = "100/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
         let clock = ManualClock::new();
         let a = CasLimiter::<u64, Gcra, _>::with_clock(own, clock.clone());

@@ -217,15 +217,11 @@ fn ops() -> impl Strategy<Value = Vec<(u64, Op)>> {
     prop::collection::vec((gap, op), 1..120)
 }
 
-fn policy() -> impl Strategy<Value = Policy> {
-    prop_oneof![Just(Policy::Leaky), Just(Policy::Strict)]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_algorithm_and_store_settles_as_the_model(ops in ops(), policy in policy()) {
+    fn every_algorithm_and_store_settles_as_the_model(ops in ops(), policy in common::policy()) {
         common::on_every_algorithm(policy, &mut Model(&ops))?;
     }
 
@@ -234,7 +230,7 @@ proptest! {
     /// a refund adds back (capped at `B·T`), an overrun takes more (below zero: a debt). Every
     /// take's decision (allowed, remaining, retry_after) must equal the credit's.
     #[test]
-    fn gcra_settles_as_a_token_credit(ops in ops(), policy in policy()) {
+    fn gcra_settles_as_a_token_credit(ops in ops(), policy in common::policy()) {
         const T: i128 = 10_000_000; // 100/s
         const TAU: i128 = 20 * T; // burst 20
         let gcra = "100/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);

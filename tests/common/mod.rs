@@ -165,6 +165,12 @@ pub fn cases() -> Vec<Case> {
     out
 }
 
+/// Either policy, for the property tests.
+pub fn policy() -> impl proptest::strategy::Strategy<Value = Policy> {
+    use proptest::prelude::*;
+    prop_oneof![Just(Policy::Leaky), Just(Policy::Strict)]
+}
+
 /// A test over one algorithm configuration, generic over the algorithm (which a closure
 /// cannot be): what [`on_every_algorithm`] runs.
 pub trait OnAlgorithm {
