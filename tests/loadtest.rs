@@ -69,10 +69,11 @@ fn small_rows(extra: &[&str]) -> Vec<Value> {
 }
 
 /// The keys of a row.
-const ROW_KEYS: [&str; 29] = [
+const ROW_KEYS: [&str; 30] = [
     "variant",
     "store",
     "clock",
+    "batch",
     "algo",
     "quota",
     "prefill",
@@ -575,10 +576,44 @@ fn table_states_the_parameters_and_how_each_column_was_measured() {
     assert!(header.contains("prefill=yes"), "{header}");
 }
 
+/// `--batch` runs the hotlimit rows' throughput passes through `check_batch`, on either store,
+/// with the same exact counts as one check each.
+#[test]
+fn batch_option_decides_through_check_batch_with_the_same_counts() {
+    for store in ["papaya", "compact"] {
+        let rows = json_rows(&[
+            "--threads",
+            "2",
+            "--keys",
+            "1",
+            "--dist",
+            "uniform",
+            "--requests",
+            "50",
+            "--latency-requests",
+            "0",
+            "--batch",
+            "16",
+            "--store",
+            store,
+        ]);
+        assert_eq!(rows.len(), 4, "{store}");
+        for row in &rows {
+            assert_eq!(row["batch"], 16);
+            for r in rounds(row) {
+                let counts = (&r["checks"], &r["allowed"]);
+                assert_eq!(counts, (&100.into(), &100.into()), "{row}");
+            }
+        }
+    }
+    assert!(small_rows(&[]).iter().all(|r| r["batch"] == 1));
+}
+
 #[test]
 fn bad_options_are_refused_naming_the_option() {
     for (args, option) in [
-        (&["--dist", "zipf:abc"][..], "--dist"),
+        (&["--batch", "0"][..], "--batch"),
+        (&["--dist", "zipf:abc"], "--dist"),
         (&["--abusive", "1.5"], "--abusive"),
         (&["--rounds", "0"], "--rounds"),
         (&["--latency-requests", "x"], "--latency-requests"),

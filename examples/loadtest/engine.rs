@@ -15,7 +15,9 @@ use hotlimit::algo::{
     DEFAULT_BUCKETS,
 };
 use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
-use hotlimit::{CasLimiter, Clock, CoarseClock, CompactLimiter, MutexLimiter, QuantaClock, Rate};
+use hotlimit::{
+    CasLimiter, Clock, CoarseClock, CompactLimiter, Decision, MutexLimiter, QuantaClock, Rate,
+};
 use rand::distr::Distribution;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -149,6 +151,12 @@ pub struct Args {
     /// (a 1 ms CoarseClock for hotlimit, a 1 ms quanta upkeep clock for governor).
     #[arg(long, value_enum, default_value_t = ClockKind::Exact)]
     clock: ClockKind,
+
+    /// hotlimit's cas and mutex variants (either store) decide their throughput pass in
+    /// slices of this many checks through `check_batch` (1: one `check` per key). The latency
+    /// pass still times single checks.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    batch: u16,
 
     /// Seed of the key streams (thread t uses seed + t).
     #[arg(long, default_value_t = 1)]
@@ -527,6 +535,30 @@ fn throughput(streams: &[Vec<u32>], check: &(impl Fn(u64) -> bool + Sync)) -> (D
     (end - start, results.iter().map(|r| r.2).sum())
 }
 
+/// A store's `check_batch`, for the throughput pass of `--batch`.
+type Batch<'a> = &'a (dyn Fn(&[u64], &mut Vec<Decision>) + Sync);
+
+/// The throughput pass in slices of `n` keys through `batch`: as [`throughput`], one call per
+/// slice (the slice widened to `u64` keys in a reused buffer, as a caller holding `u32` ids
+/// would).
+fn throughput_batched(streams: &[Vec<u32>], n: usize, batch: Batch) -> (Duration, u64) {
+    let results = on_threads(streams, |keys| {
+        let (mut slice, mut out) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let start = Instant::now();
+        let mut allowed = 0u64;
+        for chunk in keys.chunks(n) {
+            slice.clear();
+            slice.extend(chunk.iter().map(|&k| u64::from(k)));
+            batch(&slice, &mut out);
+            allowed += black_box(&out).iter().filter(|d| d.is_allowed()).count() as u64;
+        }
+        (start, Instant::now(), allowed)
+    });
+    let start = results.iter().map(|r| r.0).min().expect("a thread");
+    let end = results.iter().map(|r| r.1).max().expect("a thread");
+    (end - start, results.iter().map(|r| r.2).sum())
+}
+
 /// The latency pass: each thread checks the first `len` keys of its sequence, every check
 /// timed with two `Instant::now()` calls, so each value includes the timer's own cost.
 fn latency(
@@ -576,13 +608,29 @@ impl<C> Setup<'_, C> {
         check: impl Fn(u64) -> bool + Sync,
         retries: impl Fn() -> Option<u64>,
     ) -> Run {
+        self.passes_batched(variant, check, None, retries)
+    }
+
+    /// [`passes`](Setup::passes) with the throughput pass through `batch` in slices of
+    /// `--batch` keys, where the store has one and `--batch` is above 1.
+    fn passes_batched(
+        &self,
+        variant: VariantName,
+        check: impl Fn(u64) -> bool + Sync,
+        batch: Option<Batch>,
+        retries: impl Fn() -> Option<u64>,
+    ) -> Run {
         if self.args.prefill {
             for key in 0..self.args.keys {
                 check(key);
             }
         }
         let before = retries();
-        let (wall, allowed) = throughput(self.streams, &check);
+        let n = usize::from(self.args.batch);
+        let (wall, allowed) = match batch.filter(|_| n > 1) {
+            Some(batch) => throughput_batched(self.streams, n, batch),
+            None => throughput(self.streams, &check),
+        };
         let retries = retries().zip(before).map(|(after, before)| after - before);
         let latency = latency(self.streams, self.latency_len, &check);
         Run {
@@ -624,9 +672,10 @@ where
                 .clock(clock())
                 .build()
                 .expect("no sweeper thread to spawn");
-            setup.passes(
+            setup.passes_batched(
                 variant,
                 |key| black_box(limiter.check(&key)).is_allowed(),
+                Some(&|keys, out| limiter.check_batch(keys, out)),
                 || Some(limiter.metrics().cas_retries),
             )
         }
@@ -636,25 +685,28 @@ where
                 .clock(clock())
                 .build()
                 .expect("no sweeper thread to spawn");
-            setup.passes(
+            setup.passes_batched(
                 variant,
                 |key| black_box(limiter.check(&key)).is_allowed(),
+                Some(&|keys, out| limiter.check_batch(keys, out)),
                 || None,
             )
         }
         (VariantName::Cas, _) => {
             let limiter = CasLimiter::<u64, A>::with_clock(algo, clock());
-            setup.passes(
+            setup.passes_batched(
                 variant,
                 |key| black_box(limiter.check(&key)).is_allowed(),
+                Some(&|keys, out| limiter.check_batch(keys, out)),
                 || Some(limiter.metrics().cas_retries),
             )
         }
         (VariantName::Mutex, _) => {
             let limiter = MutexLimiter::<u64, A>::with_clock(algo, clock());
-            setup.passes(
+            setup.passes_batched(
                 variant,
                 |key| black_box(limiter.check(&key)).is_allowed(),
+                Some(&|keys, out| limiter.check_batch(keys, out)),
                 || None,
             )
         }

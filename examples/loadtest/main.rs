@@ -24,6 +24,8 @@
 //! --variants LIST        cas,mutex,sharded-mutex,governor (default: all four)
 //! --store papaya|compact the store of the cas and mutex variants (default papaya)
 //! --clock exact|coarse   the clock of every limiter (default exact; see below)
+//! --batch <N>           hotlimit's cas and mutex rows: throughput in slices of N checks
+//!                        through `check_batch` (default 1: one `check` each)
 //! --seed N               key stream seed (default 1)
 //! --json                 one JSON array of rows on stdout instead of the table
 //! ```
@@ -102,7 +104,7 @@
 //! * `vs CAS`: throughput relative to hotlimit CAS **in the same round**, its median and range
 //!   over rounds (so a round on a slow machine moves both sides of its ratio).
 //!
-//! JSON rows: `variant`, `store`, `clock`, `algo`, `quota` (`default` or `admit-all`),
+//! JSON rows: `variant`, `store`, `clock`, `batch`, `algo`, `quota` (`default` or `admit-all`),
 //! `prefill`, `threads`, `keys`, `dist`, `abusive`, `requests_per_thread`; `mops`,
 //! `ns_per_op` and `vs_cas` (medians; `vs_cas` null without a `cas` variant), each with
 //! `_min` and `_max`; `latency_requests_per_thread`, `latency_samples`, `timer_overhead_ns`

@@ -47,6 +47,7 @@ impl Report<'_> {
                     "variant": r.variant.name(),
                     "store": args.store.name(),
                     "clock": args.clock.name(),
+                    "batch": args.batch,
                     "algo": args.algo.name(),
                     "quota": if args.admit_all { "admit-all" } else { "default" },
                     "prefill": args.prefill,
@@ -106,6 +107,12 @@ impl Report<'_> {
             "throughput: no timer per check (one clock read per thread before and after its {} checks); median and min-max over {} round(s), each on fresh limiters, the variants interleaved (round r starts at the r-th)\n",
             self.requests, args.rounds,
         ));
+        if args.batch > 1 {
+            out.push_str(&format!(
+                "batch={}: the hotlimit cas and mutex rows' throughput passes call check_batch on slices of {} keys\n",
+                args.batch, args.batch,
+            ));
+        }
         if self.latency_requests == 0 {
             out.push_str("latency: not measured (--latency-requests 0)\n");
         } else {
