@@ -362,7 +362,12 @@ fn without_cas_there_is_no_ratio() {
 /// the counts are exact, in every round, for every variant (each round's limiter is fresh).
 #[test]
 fn allowed_counts_are_exact_within_the_burst() {
-    let rows = json_rows(&[
+    all_allowed(&burst_rows(&[]));
+}
+
+/// 2 threads × 50 checks of one key (the burst is 100), no latency pass, with `extra`.
+fn burst_rows(extra: &[&str]) -> Vec<Value> {
+    let base = [
         "--threads",
         "2",
         "--keys",
@@ -373,9 +378,15 @@ fn allowed_counts_are_exact_within_the_burst() {
         "50",
         "--latency-requests",
         "0",
-    ]);
-    assert_eq!(rows.len(), 4);
-    for row in &rows {
+    ];
+    let rows = json_rows(&base.iter().chain(extra).copied().collect::<Vec<_>>());
+    assert_eq!(rows.len(), 4, "{extra:?}");
+    rows
+}
+
+/// Every round of every row checked 100 and allowed 100.
+fn all_allowed(rows: &[Value]) {
+    for row in rows {
         for r in rounds(row) {
             assert_eq!(
                 (&r["checks"], &r["allowed"]),
@@ -581,30 +592,9 @@ fn table_states_the_parameters_and_how_each_column_was_measured() {
 #[test]
 fn batch_option_decides_through_check_batch_with_the_same_counts() {
     for store in ["papaya", "compact"] {
-        let rows = json_rows(&[
-            "--threads",
-            "2",
-            "--keys",
-            "1",
-            "--dist",
-            "uniform",
-            "--requests",
-            "50",
-            "--latency-requests",
-            "0",
-            "--batch",
-            "16",
-            "--store",
-            store,
-        ]);
-        assert_eq!(rows.len(), 4, "{store}");
-        for row in &rows {
-            assert_eq!(row["batch"], 16);
-            for r in rounds(row) {
-                let counts = (&r["checks"], &r["allowed"]);
-                assert_eq!(counts, (&100.into(), &100.into()), "{row}");
-            }
-        }
+        let rows = burst_rows(&["--batch", "16", "--store", store]);
+        assert!(rows.iter().all(|r| r["batch"] == 16), "{rows:?}");
+        all_allowed(&rows);
     }
     assert!(small_rows(&[]).iter().all(|r| r["batch"] == 1));
 }
