@@ -252,8 +252,9 @@ where
     V: Variant<A>,
 {
     /// A batch through [`batch::in_chunks`]: a chunk's cells looked up (absent keys are not
-    /// inserted yet), then each request decided on its cell as [`apply`](Shared::apply) would,
-    /// falling back to `apply` itself for a key absent at the look-up or a cell since killed.
+    /// inserted yet), then each request decided from its cell by
+    /// [`apply_found`](Shared::apply_found), which looks again for a key absent at the
+    /// look-up or a cell since killed.
     #[inline(always)]
     fn decide_batch<'k, Q>(
         &self,
@@ -267,15 +268,9 @@ where
         let (core, guard) = (&self.core, self.map.guard());
         let now = core.clock.now();
         let find = |key: &Q, cost| valid(cost).map(|()| self.map.get(key, &guard));
-        let decide = |key: &Q, cost, found: Option<&V::Cell>| {
+        let decide = |key: &Q, cost, found| {
             let step = |state: &mut A::State| core.algo.update(state, now, cost);
-            let decided = found.and_then(|cell| core.update(cell, step));
-            core.count(decided.unwrap_or_else(|| {
-                if let Some(dead) = found {
-                    self.remove_dead(key, dead, &guard);
-                }
-                self.apply(key, &guard, step)
-            }))
+            core.count(self.apply_found(key, found, &guard, step))
         };
         batch::in_chunks(requests, find, decide, emit);
     }

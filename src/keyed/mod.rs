@@ -573,14 +573,35 @@ where
         &self,
         key: &Q,
         guard: &impl papaya::Guard,
-        mut f: impl FnMut(&mut A::State) -> T,
+        f: impl FnMut(&mut A::State) -> T,
     ) -> T
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.apply_found(key, None, guard, f)
+    }
+
+    /// [`apply`](Shared::apply) starting from `found`, a cell the caller already looked up
+    /// for `key` (a batch's first pass), if any: it is tried first, and the look-up (insert
+    /// included) runs only when there is none or it turns out dead.
+    #[inline(always)]
+    pub(crate) fn apply_found<'g, Q, T>(
+        &self,
+        key: &Q,
+        mut found: Option<&'g V::Cell>,
+        guard: &'g impl papaya::Guard,
+        mut f: impl FnMut(&mut A::State) -> T,
+    ) -> T
+    where
+        K: Borrow<Q> + 'g,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         loop {
-            let cell = self.cell(key, guard);
+            let cell = match found.take() {
+                Some(cell) => cell,
+                None => self.cell(key, guard),
+            };
             match self.core.update(cell, &mut f) {
                 Some(out) => return out,
                 None => self.remove_dead(key, cell, guard),
