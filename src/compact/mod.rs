@@ -244,16 +244,17 @@ where
     {
         let (table, core) = (&self.table, &self.table.core);
         let now = core.clock.now();
-        let find = |key: &K::Lookup, cost| {
+        let place = |key: &K::Lookup, cost| {
             valid(cost)?;
-            let (repr, fp, home) = table.locate(key);
+            Ok(table.locate(key))
+        };
+        let find = |_: &K::Lookup, &mut (_, fp, home): &mut _| {
             table.touch(fp, home);
-            Ok((repr, fp, home))
         };
         let decide = |_: &K::Lookup, cost, (repr, fp, home)| {
             core.count(table.apply_at(repr, fp, home, |state| core.algo.update(state, now, cost)))
         };
-        crate::batch::in_chunks(requests, find, decide, emit);
+        crate::batch::in_chunks(requests, place, find, decide, emit);
     }
 
     #[inline(always)]
