@@ -1,6 +1,7 @@
 //! What a quota given with each request and a settled provisional cost cost, against a plain
 //! `check` in the same sitting: every variant runs the same key sequence, rounds interleave
-//! the variants, and each row reports the median of the rounds and its ratio to `check`.
+//! the variants, and each row reports the median of its rounds and the median of its ratios
+//! to the same round's `check`.
 //!
 //! `cargo bench --bench settle` (`-- --quick`: 9 rounds instead of 31). One thread, the exact
 //! clock (`QuantaClock`); 1 key (its cell in L1) and 10k uniform keys (in L2). The quotas admit
