@@ -32,9 +32,7 @@ const ROWS: [&str; 8] = [
 ];
 
 /// ns per request of `op` over `seq`: one loop per row (monomorphized), so no row pays for
-/// another's code. Every row passes its whole decision through `black_box`, as a caller that
-/// renders headers uses it: otherwise the compiler drops the `remaining` division from some
-/// rows and not others.
+/// another's code. Every row shows its whole answer through [`seen`].
 #[inline(never)]
 fn time(seq: &[u64], op: impl Fn(&u64) -> bool) -> f64 {
     let start = Instant::now();
@@ -43,9 +41,9 @@ fn time(seq: &[u64], op: impl Fn(&u64) -> bool) -> f64 {
     start.elapsed().as_nanos() as f64 / seq.len() as f64
 }
 
-/// `answer`, after the optimizer has had to assume it was read whole where it lies: every row
-/// hands its whole answer (a `Decision`, or a `Result` around one) to `black_box` by reference,
-/// so no row copies its answer out to show it and none can drop the work behind a field.
+/// `answer`, after the optimizer has had to assume it was read whole where it lies, as a
+/// caller rendering headers reads it: by reference, so no row copies its answer (a `Decision`,
+/// or a `Result` around one) out to show it, and none can drop the work behind a field.
 #[inline(always)]
 fn seen<T>(answer: T) -> T {
     black_box(&answer);

@@ -146,7 +146,7 @@ impl common::OnAlgorithm for SameAsOneByOne<'_> {
 fn trace() -> impl Strategy<Value = Vec<Batch>> {
     // Gaps from none to a few windows; keys from a small range (repeats within a batch);
     // costs mostly valid, some 0 or above every capacity.
-    let gap = prop_oneof![Just(0u64), 0u64..20_000_000, 0u64..2_000_000_000];
+    let gap = common::gap();
     let key = prop_oneof![0u64..4, 0u64..40];
     let cost = prop_oneof![8 => 1u64..=4, 1 => Just(0u64), 1 => Just(1_000_000u64)];
     let batch = prop::collection::vec((key, cost), 0..70);

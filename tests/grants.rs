@@ -87,7 +87,7 @@ where
 
 fn trace() -> impl Strategy<Value = Trace> {
     // Gaps from none to a few windows, so that some grants are full, some partial, some 0.
-    let gap = prop_oneof![Just(0u64), 0u64..20_000_000, 0u64..2_000_000_000];
+    let gap = common::gap();
     prop::collection::vec((gap, 0u64..3, 1u64..=40), 1..120)
 }
 

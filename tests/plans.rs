@@ -92,7 +92,7 @@ where
 }
 
 fn trace() -> impl Strategy<Value = Trace> {
-    let gap = prop_oneof![Just(0u64), 0u64..20_000_000, 0u64..2_000_000_000];
+    let gap = common::gap();
     prop::collection::vec((gap, 0u64..3, 0usize..3, 1u64..=12), 1..120)
 }
 

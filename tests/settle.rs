@@ -209,7 +209,7 @@ where
 fn ops() -> impl Strategy<Value = Vec<(u64, Op)>> {
     // Gaps from none to a few windows; settles refund (actual below the estimate), overrun
     // (above, up to 3× and past the burst) or match it, and pick tickets already settled too.
-    let gap = prop_oneof![Just(0u64), 0u64..20_000_000, 0u64..2_000_000_000];
+    let gap = common::gap();
     let op = prop_oneof![
         (0u64..3, 1u64..=10).prop_map(|(key, cost)| Op::Take { key, cost }),
         (any::<usize>(), 0u64..=30).prop_map(|(pick, actual)| Op::Settle { pick, actual }),

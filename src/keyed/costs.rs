@@ -180,7 +180,7 @@ where
     /// cost 1; see [`check_n_with`](KeyedLimiter::check_n_with). Errors only for a quota that
     /// cannot read the limiter's states (never for GCRA).
     // Always: left to LLVM it stays a call (the `Result` puts it past the inlining
-    // threshold), about 1.5 ns a request that `check`, inlined, does not pay.
+    // threshold), a cost `check`, inlined, does not pay (`BENCHMARKS.md`, issue #32).
     #[inline(always)]
     pub fn check_with<Q>(&self, key: &Q, quota: &A) -> Result<Decision, QuotaError>
     where

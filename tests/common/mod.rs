@@ -165,6 +165,13 @@ pub fn cases() -> Vec<Case> {
     out
 }
 
+/// Gaps between a property test's steps, in nanoseconds: none (one instant), within a
+/// window, or across a few windows.
+pub fn gap() -> impl proptest::strategy::Strategy<Value = u64> {
+    use proptest::prelude::*;
+    prop_oneof![Just(0u64), 0u64..20_000_000, 0u64..2_000_000_000]
+}
+
 /// Either policy, for the property tests.
 pub fn policy() -> impl proptest::strategy::Strategy<Value = Policy> {
     use proptest::prelude::*;
