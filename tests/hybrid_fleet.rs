@@ -160,7 +160,8 @@ fn skewed_demand_one_process_sends_ninety_percent() {
 }
 
 /// Many keys, each seen by an instance less than once a second: every algorithm admits
-/// within 10% of one exact limiter, and wrongly denies at most 2% of the requests.
+/// within 10% of one exact limiter, and wrongly denies at most [`wrongly_denied_bound`] of
+/// the requests.
 ///
 /// One algorithm at a time: each request on such a key is a write to Redis that every
 /// instance must hear of, and five limiters' worth of that (100,000 key updates a second)
@@ -185,7 +186,13 @@ fn sparse_bounds(run: &Run, rate: f64) {
         let c = compare(a, shape, |_| true);
         report(run, a, &c);
         assert!((0.9..=1.1).contains(&c.ratio()), "{}: {c:?}", a.name);
-        assert!(c.wrongly_denied_share() <= 0.02, "{}: {c:?}", a.name);
+        let most = wrongly_denied_bound(lag(a));
+        assert!(
+            c.wrongly_denied_share() <= most,
+            "{}: more than {most} wrongly denied at a lag of {:?}: {c:?}",
+            a.name,
+            lag(a)
+        );
         assert_eq!(total(a, "errors"), 0, "{}", a.name);
         if a.name == "gcra" {
             // Every key within `rate × span + burst` and the allowance.
@@ -197,6 +204,15 @@ fn sparse_bounds(run: &Run, rate: f64) {
             }
         }
     }
+}
+
+/// The share of a sparse run's requests the docs let the fleet deny wrongly: 2% while the
+/// run's lag stays within 50 ms, in proportion to the lag beyond. A request is decided
+/// wrongly only where another instance's request on its key fell within one lag before it
+/// (an admission the view lacks, then a denial the exact order would not make), and the
+/// chance of that grows with the lag.
+fn wrongly_denied_bound(lag: Duration) -> f64 {
+    0.02 * (lag.as_secs_f64() / 0.05).max(1.0)
 }
 
 #[test]
@@ -228,14 +244,21 @@ fn hot_keys_ride_out_a_redis_outage() {
         &run,
         Shape::Hot { skew: None }.burst() + gcra_allowance(run.shape),
     );
-    // Converged: from the second after Redis is back, GCRA and the windows admit the limit
-    // again (±15%): the outage's charges, back-dated, hold nobody back.
+    // Converged: from the second after Redis is back, GCRA and the windows admit at least
+    // 85% of the limit each second (the outage's charges, back-dated, hold nobody back) and
+    // no more than a second's bound with Redis up: GCRA's `rate + burst + allowance`, a
+    // window's limit plus what the others admit within one lag.
+    let shape = run.shape;
     for a in &run.algos[..3] {
         let per_s = per_second(&run, &a.trace, FLOOD);
+        let most = match a.name {
+            "gcra" => shape.limit() as u64 + shape.burst() + gcra_allowance(shape),
+            _ => shape.limit() as u64 + window_excess(&run, a, FLOOD),
+        };
         for (s, &n) in per_s.iter().enumerate().skip(7) {
             assert!(
-                (85..=115).contains(&n),
-                "{}: {n} admitted in second {s}: {per_s:?}",
+                (85..=most).contains(&n),
+                "{}: {n} admitted in second {s} (at most {most}): {per_s:?}",
                 a.name
             );
         }
