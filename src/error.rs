@@ -229,7 +229,9 @@ pub enum QuotaError {
     Cost(CostError),
     /// The quota cannot read the states this limiter keeps (another window, bucket layout or
     /// count width: [`Reconfigure::check_change`](crate::algo::Reconfigure::check_change)).
-    Quota(ConfigError),
+    /// Boxed: the error is rare, and a small one keeps `Result<Decision, QuotaError>` the
+    /// size of a [`Decision`](crate::Decision) (its niche), which the hot path returns.
+    Quota(Box<ConfigError>),
 }
 
 impl fmt::Display for QuotaError {
@@ -245,7 +247,7 @@ impl std::error::Error for QuotaError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             QuotaError::Cost(e) => Some(e),
-            QuotaError::Quota(e) => Some(e),
+            QuotaError::Quota(e) => Some(&**e),
         }
     }
 }
@@ -265,5 +267,26 @@ pub(crate) fn check_cost(cost: u64, capacity: u64) -> Result<(), CostError> {
         Err(CostError::ExceedsCapacity { cost, capacity })
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Decision;
+    use std::mem::size_of;
+
+    /// The fallible checks return their decision in a `Result` no larger than the decision:
+    /// the errors fit beside its niche, so the hot path writes no extra word.
+    #[test]
+    fn results_are_the_size_of_a_decision() {
+        assert_eq!(
+            size_of::<Result<Decision, CostError>>(),
+            size_of::<Decision>()
+        );
+        assert_eq!(
+            size_of::<Result<Decision, QuotaError>>(),
+            size_of::<Decision>()
+        );
     }
 }

@@ -420,7 +420,9 @@ impl<A: Reconfigure, C: Clock> Core<A, C> {
     /// check a live switch makes; a no-op for GCRA, a comparison of windows for the others).
     #[inline(always)]
     pub(crate) fn quota<'q>(&self, quota: &'q A) -> Result<&'q A, QuotaError> {
-        self.algo.check_change(quota).map_err(QuotaError::Quota)?;
+        self.algo
+            .check_change(quota)
+            .map_err(|e| QuotaError::Quota(Box::new(e)))?;
         Ok(quota)
     }
 }

@@ -182,8 +182,8 @@ fn incompatible_quotas_and_costs_are_errors() {
     let err = l.check_n_with("k", 1, &hour).unwrap_err();
     assert!(
         matches!(
-            err,
-            QuotaError::Quota(ConfigError::Unchangeable {
+            &err,
+            QuotaError::Quota(e) if matches!(**e, ConfigError::Unchangeable {
                 field: Field::Window,
                 ..
             })

@@ -47,7 +47,7 @@ where
         match self.check_n_with(key, cost, quota) {
             Ok(d) => Ok(Started::Decided(Ok(d))),
             Err(QuotaError::Cost(e)) => Ok(Started::Decided(Err(e))),
-            Err(QuotaError::Quota(e)) => Err(e),
+            Err(QuotaError::Quota(e)) => Err(*e),
         }
     }
 }
