@@ -105,10 +105,7 @@ fn hot_bounds(run: &Run, slack: u64) {
             match a.name {
                 "gcra" => {
                     let span = (t.last().unwrap().0 - t[0].0) as f64 / 1e9;
-                    let bound = (shape.limit() * span) as u64
-                        + shape.burst()
-                        + gcra_allowance(shape)
-                        + slack;
+                    let bound = gcra_most(shape, span) + slack;
                     let got = admitted(&a.trace, key);
                     assert!(got <= bound, "gcra key {key}: {got} > {bound}");
                 }
@@ -176,11 +173,11 @@ fn sparse(keys: u32, rate: f64) {
         let Some(run) = on_a_server_with(shape, &[name], SPARSE_SECS, None) else {
             return;
         };
-        sparse_bounds(&run, rate);
+        sparse_bounds(&run);
     }
 }
 
-fn sparse_bounds(run: &Run, rate: f64) {
+fn sparse_bounds(run: &Run) {
     let shape = run.shape;
     for a in &run.algos {
         let c = compare(a, shape, |_| true);
@@ -198,7 +195,7 @@ fn sparse_bounds(run: &Run, rate: f64) {
             // Every key within `rate × span + burst` and the allowance.
             for (key, t) in by_key(&a.trace) {
                 let span = (t.last().unwrap().0 - t[0].0) as f64 / 1e9;
-                let bound = (rate * span) as u64 + shape.burst() + gcra_allowance(shape);
+                let bound = gcra_most(shape, span);
                 let got = t.iter().filter(|r| r.1).count() as u64;
                 assert!(got <= bound, "gcra key {key}: {got} > {bound}");
             }
@@ -252,7 +249,7 @@ fn hot_keys_ride_out_a_redis_outage() {
     for a in &run.algos[..3] {
         let per_s = per_second(&run, &a.trace, FLOOD);
         let most = match a.name {
-            "gcra" => shape.limit() as u64 + shape.burst() + gcra_allowance(shape),
+            "gcra" => gcra_most(shape, 1.0),
             _ => shape.limit() as u64 + window_excess(&run, a, FLOOD),
         };
         for (s, &n) in per_s.iter().enumerate().skip(7) {
@@ -294,6 +291,6 @@ fn on_a_three_node_cluster() {
         );
         hot_bounds(&hot, 0);
         let run = run(&WORKER_ARGS, &target, sparse, &[name], SPARSE_SECS, None);
-        sparse_bounds(&run, 10.0);
+        sparse_bounds(&run);
     }
 }

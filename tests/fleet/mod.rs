@@ -586,6 +586,12 @@ pub fn gcra_allowance(shape: Shape) -> u64 {
     WORKERS as u64 * (shape.share() * shape.burst() as f64).floor() as u64
 }
 
+/// The most GCRA may admit of one key over `secs` seconds across the fleet, as the docs
+/// state: `rate × secs + burst` and the [`gcra_allowance`].
+pub fn gcra_most(shape: Shape, secs: f64) -> u64 {
+    (shape.limit() * secs) as u64 + shape.burst() + gcra_allowance(shape)
+}
+
 /// Script calls per key per sync interval over the run: the most any worker made, its keys
 /// being every key of the shape (each is called at most once per interval, whatever the
 /// rounds).
