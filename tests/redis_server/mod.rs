@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test file uses its own part of it
 
 use hotlimit::Decision;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -60,6 +60,45 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Spawns `redis-server` (configured by `args`) on `port` and waits until that very process
+/// answers there (its `INFO` names its pid); `None` if it exited first. A port from
+/// [`free_port`] is released before the server binds it, and another test's listener on port
+/// 0 can be handed it in between: the server then exits on "address in use" while a connect to
+/// the port still succeeds (CI once saw a test reach a neighbour's HTTP server, then nothing).
+fn spawn_on(port: u16, args: impl FnOnce(&mut Command)) -> Option<Child> {
+    let mut cmd = Command::new("redis-server");
+    args(&mut cmd);
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn redis-server");
+    let ours = format!("process_id:{}\r\n", child.id());
+    let answers = || -> redis::RedisResult<bool> {
+        let wait = Duration::from_millis(500);
+        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?
+            .get_connection_with_timeout(wait)?;
+        con.set_read_timeout(Some(wait))?;
+        let info: String = redis::cmd("INFO").arg("server").query(&mut con)?;
+        Ok(info.contains(&ours))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if child.try_wait().expect("redis-server status").is_some() {
+            return None;
+        }
+        if answers().unwrap_or(false) {
+            return Some(child);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("redis-server did not start on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A `redis-server` of its own on 127.0.0.1 (no persistence), killed on drop.
 pub struct Server {
     child: Child,
@@ -77,21 +116,30 @@ impl Server {
         if !installed(&["redis-server"], "Redis backend") {
             return None;
         }
-        let port = port.unwrap_or_else(free_port);
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        let server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Some(server)
+        let args = |cmd: &mut Command, port: u16| {
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"]);
+        };
+        let child = match port {
+            // A free port can be gone by the time the server binds it: take another.
+            None => (0..20).find_map(|_| {
+                let port = free_port();
+                spawn_on(port, |cmd| args(cmd, port)).map(|child| (child, port))
+            }),
+            // A restart needs its own port back: wait for whoever holds it to let go.
+            Some(port) => {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    if let Some(child) = spawn_on(port, |cmd| args(cmd, port)) {
+                        break Some((child, port));
+                    }
+                    assert!(Instant::now() < deadline, "port {port} stays taken");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        };
+        let (child, port) = child.expect("no free port kept for redis-server");
+        Some(Server { child, port })
     }
 
     pub fn url(&self) -> String {
@@ -160,33 +208,31 @@ impl Cluster {
             dir,
         };
         for _ in 0..3 * (1 + replicas) {
-            // Redis has no `--port 0`: take a free port from the OS, release it, hand it over.
-            let port = free_port();
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
-                // The live nodes keep serving their slots while one is down.
-                .args(["--cluster-require-full-coverage", "no"])
-                .arg("--cluster-config-file")
-                .arg(cluster.dir.join(format!("nodes-{port}.conf")))
-                .args(["--save", "", "--appendonly", "no", "--dir"])
-                .arg(&cluster.dir)
-                // A replica's full sync goes through an RDB file: one name per node, or the
-                // replicas of different primaries load each other's (they share the dir).
-                .arg("--dbfilename")
-                .arg(format!("dump-{port}.rdb"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server");
+            // A node listens on its port and on port + 10000 (the bus): if either is taken
+            // before it binds, it exits, and the node goes to another pair.
+            let (child, port) = (0..20)
+                .find_map(|_| {
+                    let port = free_port();
+                    let dir = &cluster.dir;
+                    spawn_on(port, |cmd| {
+                        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                            .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                            // The live nodes keep serving their slots while one is down.
+                            .args(["--cluster-require-full-coverage", "no"])
+                            .arg("--cluster-config-file")
+                            .arg(dir.join(format!("nodes-{port}.conf")))
+                            .args(["--save", "", "--appendonly", "no", "--dir"])
+                            .arg(dir)
+                            // A replica's full sync goes through an RDB file: one name per
+                            // node, or the replicas of different primaries load each other's
+                            // (they share the dir).
+                            .arg("--dbfilename")
+                            .arg(format!("dump-{port}.rdb"));
+                    })
+                    .map(|child| (child, port))
+                })
+                .expect("no free port kept for a cluster node");
             cluster.nodes.push((Some(child), port));
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for &(_, port) in &cluster.nodes {
-            while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "redis-server did not start");
-                std::thread::sleep(Duration::from_millis(10));
-            }
         }
         let out = Command::new("redis-cli")
             .arg("--cluster")
