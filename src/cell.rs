@@ -151,14 +151,14 @@ impl<W: AtomicWord> StateCell<W> for CasCell<W> {
             || stats.retry(),
             |current| {
                 if current == W::TOMBSTONE {
-                    return Round::Done(None);
+                    return Round::done(None);
                 }
                 let mut new = current;
                 let out = f(&mut new);
                 if new == current {
-                    Round::Done(Some(out))
+                    Round::done(Some(out))
                 } else {
-                    Round::Write(new, Some(out))
+                    Round::write(new, Some(out))
                 }
             },
         )
@@ -170,12 +170,12 @@ impl<W: AtomicWord> StateCell<W> for CasCell<W> {
             || {},
             |current| {
                 if current == W::TOMBSTONE {
-                    return Round::Done(false);
+                    return Round::done(false);
                 }
                 let mut new = current;
                 f(&mut new);
                 // Even when `new == current`: the CAS is the write that later updates read from.
-                Round::Write(new, true)
+                Round::write(new, true)
             },
         )
     }
@@ -188,9 +188,9 @@ impl<W: AtomicWord> StateCell<W> for CasCell<W> {
             || {},
             |current| {
                 if current == W::TOMBSTONE || !doomed(&current) {
-                    Round::Done(false)
+                    Round::done(false)
                 } else {
-                    Round::Write(W::TOMBSTONE, true)
+                    Round::write(W::TOMBSTONE, true)
                 }
             },
         )

@@ -214,15 +214,15 @@ impl TableSlot<u64, u64> for PairSlot {
             |current| {
                 let (k, state) = split(current);
                 if k != key || state == TOMB {
-                    return Round::Done(None);
+                    return Round::done(None);
                 }
                 let mut new = state;
                 let out = f(&mut new);
                 // A leaky denial writes nothing: linearized at the load, which saw `key` live.
                 if new == state {
-                    Round::Done(Some(out))
+                    Round::done(Some(out))
                 } else {
-                    Round::Write(pack(key, new), Some(out))
+                    Round::write(pack(key, new), Some(out))
                 }
             },
         )
@@ -235,12 +235,12 @@ impl TableSlot<u64, u64> for PairSlot {
             |current| {
                 let (k, state) = split(current);
                 if k != key || state == TOMB {
-                    return Round::Done(false);
+                    return Round::done(false);
                 }
                 let mut new = state;
                 fit(&mut new);
                 // Even when `new == state`: the CAS is the write later updates read from.
-                Round::Write(pack(key, new), true)
+                Round::write(pack(key, new), true)
             },
         )
     }
@@ -262,9 +262,9 @@ impl TableSlot<u64, u64> for PairSlot {
             || {},
             |current| {
                 if split(current).1 != TOMB {
-                    Round::Done(false)
+                    Round::done(false)
                 } else {
-                    Round::Write(pack(key, fresh), true)
+                    Round::write(pack(key, fresh), true)
                 }
             },
         )
@@ -277,10 +277,10 @@ impl TableSlot<u64, u64> for PairSlot {
             |current| {
                 let (k, state) = split(current);
                 if state == TOMB || !doomed(&state) {
-                    return Round::Done(false);
+                    return Round::done(false);
                 }
                 // The key stays as a harmless label: a free slot is told by its state alone.
-                Round::Write(pack(k, TOMB), true)
+                Round::write(pack(k, TOMB), true)
             },
         )
     }
