@@ -182,8 +182,8 @@ impl CasAtomic for Atomic128 {
 /// any, and what to return once it is installed (or at once, if there is none).
 ///
 /// A struct, not an enum with `T` in two variants: there `T` sits at a different offset in
-/// each, and LLVM copied a `Decision` through that layout in byte pieces (13 stores for 48
-/// bytes on every check whose caller keeps the decision, against 6 now; BENCHMARKS.md).
+/// each, and LLVM copied a `Decision` through that layout in byte pieces, twice the stores
+/// on every check whose caller keeps the decision (BENCHMARKS.md, the step table).
 pub(crate) struct Round<W, T> {
     write: Option<W>,
     out: T,
