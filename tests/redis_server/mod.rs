@@ -99,6 +99,17 @@ fn spawn_on(port: u16, args: impl FnOnce(&mut Command)) -> Option<Child> {
     }
 }
 
+/// [`spawn_on`] a port from [`free_port`] (`args` configures the server for it), taking
+/// another while the one handed over turns out taken.
+fn spawn_on_free_port(args: impl Fn(&mut Command, u16)) -> (Child, u16) {
+    (0..20)
+        .find_map(|_| {
+            let port = free_port();
+            spawn_on(port, |cmd| args(cmd, port)).map(|child| (child, port))
+        })
+        .expect("no free port kept for redis-server")
+}
+
 /// A `redis-server` of its own on 127.0.0.1 (no persistence), killed on drop.
 pub struct Server {
     child: Child,
@@ -120,25 +131,20 @@ impl Server {
             cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no"]);
         };
-        let child = match port {
-            // A free port can be gone by the time the server binds it: take another.
-            None => (0..20).find_map(|_| {
-                let port = free_port();
-                spawn_on(port, |cmd| args(cmd, port)).map(|child| (child, port))
-            }),
+        let (child, port) = match port {
+            None => spawn_on_free_port(args),
             // A restart needs its own port back: wait for whoever holds it to let go.
             Some(port) => {
                 let deadline = Instant::now() + Duration::from_secs(10);
                 loop {
                     if let Some(child) = spawn_on(port, |cmd| args(cmd, port)) {
-                        break Some((child, port));
+                        break (child, port);
                     }
                     assert!(Instant::now() < deadline, "port {port} stays taken");
                     std::thread::sleep(Duration::from_millis(50));
                 }
             }
         };
-        let (child, port) = child.expect("no free port kept for redis-server");
         Some(Server { child, port })
     }
 
@@ -210,28 +216,22 @@ impl Cluster {
         for _ in 0..3 * (1 + replicas) {
             // A node listens on its port and on port + 10000 (the bus): if either is taken
             // before it binds, it exits, and the node goes to another pair.
-            let (child, port) = (0..20)
-                .find_map(|_| {
-                    let port = free_port();
-                    let dir = &cluster.dir;
-                    spawn_on(port, |cmd| {
-                        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                            .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
-                            // The live nodes keep serving their slots while one is down.
-                            .args(["--cluster-require-full-coverage", "no"])
-                            .arg("--cluster-config-file")
-                            .arg(dir.join(format!("nodes-{port}.conf")))
-                            .args(["--save", "", "--appendonly", "no", "--dir"])
-                            .arg(dir)
-                            // A replica's full sync goes through an RDB file: one name per
-                            // node, or the replicas of different primaries load each other's
-                            // (they share the dir).
-                            .arg("--dbfilename")
-                            .arg(format!("dump-{port}.rdb"));
-                    })
-                    .map(|child| (child, port))
-                })
-                .expect("no free port kept for a cluster node");
+            let dir = &cluster.dir;
+            let (child, port) = spawn_on_free_port(|cmd, port| {
+                cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                    // The live nodes keep serving their slots while one is down.
+                    .args(["--cluster-require-full-coverage", "no"])
+                    .arg("--cluster-config-file")
+                    .arg(dir.join(format!("nodes-{port}.conf")))
+                    .args(["--save", "", "--appendonly", "no", "--dir"])
+                    .arg(dir)
+                    // A replica's full sync goes through an RDB file: one name per node, or
+                    // the replicas of different primaries load each other's (they share the
+                    // dir).
+                    .arg("--dbfilename")
+                    .arg(format!("dump-{port}.rdb"));
+            });
             cluster.nodes.push((Some(child), port));
         }
         let out = Command::new("redis-cli")
