@@ -16,7 +16,9 @@ if last then lt, lc = entry(last) end
 -- A clock read behind the newest entry counts as at it.
 local t_now = now
 if lt and lt > t_now then t_now = lt end
-local stored = redis.call('GET', nkey)
+-- The two keys' expiries are set by separate commands, each from its own clock read (Redis
+-- before 7.2), so the total may outlive its log by a millisecond: without a log it is stale.
+local stored = last and redis.call('GET', nkey)
 local total = 0
 if stored then total = tonumber(stored) elseif last then
   for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
