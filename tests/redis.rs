@@ -456,16 +456,21 @@ fn killed_server_gives_the_fail_mode_quickly() {
     let Some(server) = Server::start() else {
         return;
     };
-    let gcra: Gcra = "10/s burst 5".parse().unwrap();
+    // A second between retries (and one request a second): what happens "within
+    // reconnect_after" stays so through a stall on a loaded machine.
+    let gcra: Gcra = "1/s burst 5".parse().unwrap();
     let closed = FailMode::Closed {
         retry_after: Duration::from_secs(2),
     };
+    let reconnect = Duration::from_secs(1);
     let open = RedisLimiter::builder(server.url(), gcra)
         .fail_mode(FailMode::Open)
+        .reconnect_after(reconnect)
         .build()
         .unwrap();
     let shut = RedisLimiter::builder(server.url(), gcra)
         .fail_mode(closed)
+        .reconnect_after(reconnect)
         .build()
         .unwrap();
     for _ in 0..5 {
@@ -490,12 +495,12 @@ fn killed_server_gives_the_fail_mode_quickly() {
     }
     assert_eq!((open.failures(), shut.failures()), (3, 3));
     // The first attempt after the kill found the connection broken, the second could not
-    // connect; within reconnect_after (100 ms) no attempt is made at all.
+    // connect; within reconnect_after no attempt is made at all.
     assert!(matches!(
         open.try_check_n("k", 1),
         Err(BackendError::Unavailable)
     ));
-    std::thread::sleep(Duration::from_millis(150));
+    std::thread::sleep(reconnect + Duration::from_millis(50));
     assert!(matches!(
         open.try_check_n("k", 1),
         Err(BackendError::Connection(_))
@@ -506,7 +511,7 @@ fn killed_server_gives_the_fail_mode_quickly() {
     // The server returns (empty: no persistence) on the same port: once reconnect_after has
     // passed, both limiters decide from Redis again, counting no more failures.
     let _server = Server::start_on(Some(port)).unwrap();
-    std::thread::sleep(Duration::from_millis(150));
+    std::thread::sleep(reconnect + Duration::from_millis(50));
     // One key for both: a fresh key on the fresh server, then its second request.
     for (r, remaining) in [(&open, 4), (&shut, 3)] {
         let d = r.check("k");
@@ -769,7 +774,9 @@ fn server_time_decisions() {
     let Some(server) = Server::start() else {
         return;
     };
-    let r = limiter(&server, "10/s burst 5".parse::<Gcra>().unwrap());
+    // One per second, so the six requests, the wait and the check after it keep their
+    // meaning with a stall of up to half a second on a loaded machine.
+    let r = limiter(&server, "1/s burst 5".parse::<Gcra>().unwrap());
     let mut allowed = 0;
     let mut last = None;
     for _ in 0..6 {
@@ -779,9 +786,9 @@ fn server_time_decisions() {
     }
     assert_eq!(allowed, 5);
     let wait = last.unwrap().retry_after();
-    // 100 ms from the first request, less the time the six took (µs resolution).
+    // A second from the first request, less the time the six took (µs resolution).
     assert!(
-        wait <= Duration::from_millis(100) && wait > Duration::from_millis(50),
+        wait <= Duration::from_secs(1) && wait > Duration::from_millis(500),
         "{wait:?}"
     );
     std::thread::sleep(wait);
@@ -790,7 +797,8 @@ fn server_time_decisions() {
         .arg("test:{k}")
         .query(&mut server.raw())
         .unwrap();
-    assert!((400..=500).contains(&ttl), "{ttl}");
+    // The key is idle at its tat, six seconds after the first request: 5 s after the check.
+    assert!((4000..=5000).contains(&ttl), "{ttl}");
 }
 
 /// On Redis' clock (µs): each window algorithm admits its limit of six back-to-back requests
@@ -801,7 +809,9 @@ fn window_server_time_decisions() {
     let Some(server) = Server::start() else {
         return;
     };
-    let w = Duration::from_secs(1);
+    // Minute windows: a fixed window's boundary between the six requests would admit the
+    // sixth. The sub-window keeps 1/60 s buckets (its old buckets are empty).
+    let w = Duration::from_secs(60);
     fn six<A: RedisAlgorithm + std::fmt::Debug>(server: &Server, algo: A, window: Duration) {
         let name = format!("{algo:?}");
         let r = limiter(server, algo);
@@ -816,7 +826,8 @@ fn window_server_time_decisions() {
     six(&server, FixedWindow::new(5, w).unwrap(), w);
     six(&server, SlidingWindow::new(5, w).unwrap(), w * 2);
     six(&server, SlidingLog::new(5, w).unwrap(), w);
-    six(&server, SubWindow::new(5, w, 60).unwrap(), w * 61 / 60);
+    let s = Duration::from_secs(1);
+    six(&server, SubWindow::new(5, s, 60).unwrap(), s * 61 / 60);
 }
 
 #[test]
@@ -885,7 +896,8 @@ fn local_fast_path_on_server_time() {
     let Some(server) = Server::start() else {
         return;
     };
-    let r = RedisLimiter::builder(server.url(), "10/s burst 2".parse::<Gcra>().unwrap())
+    // One per second: a stall on a loaded machine does not admit the third request.
+    let r = RedisLimiter::builder(server.url(), "1/s burst 2".parse::<Gcra>().unwrap())
         .local_fast_path(10)
         .build()
         .unwrap();
