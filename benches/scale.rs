@@ -321,6 +321,17 @@ fn steps(rounds: usize, ops: usize) {
     let algo = gcra();
     let seq = vec![0u64; ops];
     type Step<'a> = (&'static str, Box<dyn Fn(&[u64]) + 'a>);
+    // The bare get+CAS with GCRA's step in place of the bare one, its decision kept.
+    let get_step = |k: &u64, now: u64| {
+        let guard = papaya.guard();
+        if let Some(cell) = papaya.get(k, &guard) {
+            let cur = cell.load(Ordering::Acquire);
+            let mut new = cur;
+            let d = hotlimit::algo::Algorithm::update(&algo, &mut new, now, 1);
+            let _ = cell.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire);
+            black_box(d);
+        }
+    };
     let get_cas = |k: &u64, now: u64| {
         let guard = papaya.guard();
         if let Some(cell) = papaya.get(k, &guard) {
@@ -358,24 +369,11 @@ fn steps(rounds: usize, ops: usize) {
         ),
         (
             "… + GCRA step and decision, exact clock",
-            Box::new(|s| {
-                for k in s {
-                    let now = exact.now();
-                    let guard = papaya.guard();
-                    if let Some(cell) = papaya.get(k, &guard) {
-                        let cur = cell.load(Ordering::Acquire);
-                        let mut new = cur;
-                        let d = hotlimit::algo::Algorithm::update(&algo, &mut new, now, 1);
-                        let _ = cell.compare_exchange_weak(
-                            cur,
-                            new,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        );
-                        black_box(d);
-                    }
-                }
-            }),
+            Box::new(|s| s.iter().for_each(|k| get_step(k, exact.now()))),
+        ),
+        (
+            "… + GCRA step and decision, coarse clock",
+            Box::new(|s| s.iter().for_each(|k| get_step(k, coarse.now()))),
         ),
         (
             "CasLimiter::check, exact clock",
@@ -419,7 +417,44 @@ fn steps(rounds: usize, ops: usize) {
     for ((name, _), s) in rows.iter().zip(samples) {
         println!("| {name} | {:.1} |", median(s));
     }
+    // The bound, `check` ≤ bare get+CAS + one clock read + 3 ns, paired: many short
+    // rounds, each timing the three rows back to back (in a rotating order), so a slow moment
+    // of the VM slows all three and the difference keeps what the check itself adds.
+    let row = |name: &str| rows.iter().position(|(n, _)| *n == name).unwrap();
+    let bare = row("papaya guard + get + CAS (no clock)");
+    let short = &seq[..ops / 50];
+    println!();
+    println!("| bound, paired ({PAIRED} rounds of {} checks) | check − bare − clock, ns: median (quartiles) | rounds within 3 ns |", short.len());
+    println!("|---|---|---|");
+    for (clock, check) in [
+        ("exact clock read", "CasLimiter::check, exact clock"),
+        ("coarse clock read", "CasLimiter::check, coarse clock"),
+    ] {
+        let three = [bare, row(clock), row(check)];
+        let mut over: Vec<f64> = (0..PAIRED)
+            .map(|r| {
+                let mut ns = [0.0; 3];
+                for i in (0..3).map(|i| (i + r) % 3) {
+                    let t0 = Instant::now();
+                    (rows[three[i]].1)(short);
+                    ns[i] = t0.elapsed().as_nanos() as f64 / short.len() as f64;
+                }
+                ns[2] - ns[0] - ns[1]
+            })
+            .collect();
+        over.sort_by(f64::total_cmp);
+        let within = over.iter().filter(|&&d| d <= 3.0).count();
+        println!(
+            "| {check} | {:.1} ({:.1} to {:.1}) | {within} of {PAIRED} |",
+            over[PAIRED / 2],
+            over[PAIRED / 4],
+            over[3 * PAIRED / 4]
+        );
+    }
 }
+
+/// Rounds of the paired bound measurement (odd: a median).
+const PAIRED: usize = 101;
 
 /// Child process: RSS growth per key after inserting `keys` keys into one store.
 fn bytes_per_key(variant: &str, keys: u64) -> f64 {
