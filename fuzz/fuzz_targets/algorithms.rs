@@ -24,7 +24,7 @@ use arbitrary::Arbitrary;
 use hotlimit::algo::Earrrl;
 use hotlimit_fuzz::{
     drive, earrrl_unit, exponential_unit, gcra_unit, EarrrlCfg, ExpCfg, GcraCfg, RateKind, Req,
-    Start,
+    Start, Timeline,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -46,9 +46,11 @@ fuzz_target!(|input: Input| {
         let mut allowed: u128 = 0;
         drive(
             &g,
-            gcra_unit(&g),
-            input.start,
-            &input.trace,
+            Timeline {
+                unit_ns: gcra_unit(&g),
+                start: input.start,
+                trace: &input.trace,
+            },
             RateKind::Any,
             |&w| w == u64::MAX,
             |_, _, _| {},
@@ -79,9 +81,11 @@ fuzz_target!(|input: Input| {
     if let Some(e) = input.earrrl.build() {
         drive(
             &e,
-            earrrl_unit(&e),
-            input.start,
-            &input.trace,
+            Timeline {
+                unit_ns: earrrl_unit(&e),
+                start: input.start,
+                trace: &input.trace,
+            },
             RateKind::Always,
             |&w| w == u64::MAX,
             |&s, t1, t2| check_decay(&e, s, t1, t2),
@@ -92,9 +96,11 @@ fuzz_target!(|input: Input| {
     if let Some(x) = input.exponential.build() {
         drive(
             &x,
-            exponential_unit(&x),
-            input.start,
-            &input.trace,
+            Timeline {
+                unit_ns: exponential_unit(&x),
+                start: input.start,
+                trace: &input.trace,
+            },
             RateKind::Always,
             |&w| w == u128::MAX,
             |_, _, _| {},

@@ -18,7 +18,7 @@ use hotlimit::algo::{
     Algorithm, Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::Decision;
-use hotlimit_fuzz::{drive, window_unit, RateKind, Req, Start, WindowCfg};
+use hotlimit_fuzz::{drive, window_unit, RateKind, Req, Start, Timeline, WindowCfg};
 use libfuzzer_sys::fuzz_target;
 use std::collections::{HashMap, VecDeque};
 
@@ -92,9 +92,11 @@ fn run<A>(
 {
     drive(
         algo,
-        unit_ns,
-        start,
-        trace,
+        Timeline {
+            unit_ns,
+            start,
+            trace,
+        },
         RateKind::Any,
         is_tombstone,
         |_, _, _| {},

@@ -227,6 +227,18 @@ pub struct Req {
     pub cost: Count,
 }
 
+/// A trace and the clock it runs on: `unit_ns`, the algorithm's unit (what a [`Delta`] and a
+/// [`Start`] count sixteenths of), and where the clock starts.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeline<'a> {
+    /// The algorithm's unit, ns.
+    pub unit_ns: f64,
+    /// Where the clock starts.
+    pub start: Start,
+    /// The requests, each after its delta.
+    pub trace: &'a [Req],
+}
+
 /// Whether the decisions of an algorithm carry a measured rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RateKind {
@@ -258,9 +270,11 @@ pub enum RateKind {
 /// Returns whether the clock saturated.
 pub fn drive<A>(
     algo: &A,
-    unit_ns: f64,
-    start: Start,
-    trace: &[Req],
+    Timeline {
+        unit_ns,
+        start,
+        trace,
+    }: Timeline,
     rate: RateKind,
     is_tombstone: impl Fn(&A::State) -> bool,
     mut idle: impl FnMut(&A::State, u64, u64),
