@@ -17,7 +17,7 @@ if last then lt, lc = entry(last) end
 local t_now = now
 if lt and lt > t_now then t_now = lt end
 -- The two keys' expiries are set by separate commands, each from its own clock read (Redis
--- before 7.2), so the total may outlive its log by a millisecond: without a log it is stale.
+-- 7.0 does so), so the total may outlive its log by a millisecond: without a log it is stale.
 local stored = last and redis.call('GET', nkey)
 local total = 0
 if stored then total = tonumber(stored) elseif last then
