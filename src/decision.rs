@@ -2,6 +2,7 @@
 //! ([`Policy`]).
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// What a denied request does to a key's state.
@@ -63,7 +64,7 @@ const NONE: u64 = u64::MAX;
 /// * [`rate`](Decision::rate): for the averaging algorithms (EARRRL, exponential), the measured
 ///   rate in requests (cost units) per second, so callers can run in dry-run/shadow mode.
 ///
-/// It is 48 bytes and `Copy`; the optional fields use sentinels internally.
+/// It is 40 bytes and `Copy`; the optional fields use sentinels internally.
 ///
 /// # Examples
 ///
@@ -82,15 +83,33 @@ const NONE: u64 = u64::MAX;
 /// ```
 #[derive(Clone, Copy)]
 pub struct Decision {
-    allowed: bool,
     retry_after: u64,
-    /// The remaining count times `per` (or, with `per == 1`, the count, NONE if unknown):
-    /// GCRA's count is a division of times, left to [`remaining`](Decision::remaining) so
-    /// that a request whose caller never reads it does not wait on the divider.
+    /// The remaining count times the divisor (or, with a divisor of 1, the count, NONE if
+    /// unknown): GCRA's count is a division of times, left to
+    /// [`remaining`](Decision::remaining) so that a request whose caller never reads it does
+    /// not wait on the divider.
     remaining: u64,
-    per: u64,
+    /// The divisor of `remaining` (at least 1, below 2^63: GCRA's emission interval) in the
+    /// low bits, [`ALLOWED`] in the top bit. One word instead of a `bool` beside it: the
+    /// decision has no padding for a copy to move in pieces, and the word's zero (never
+    /// used) is the niche a `Result` keeps its tag in.
+    per_allowed: NonZeroU64,
     reset_after: u64,
     rate: f64,
+}
+
+/// The top bit of [`Decision`]'s `per_allowed`: the request was admitted.
+const ALLOWED: u64 = 1 << 63;
+
+/// `per` (at least 1, below 2^63) and `allowed` as one word.
+#[inline(always)]
+const fn per_allowed(per: u64, allowed: bool) -> NonZeroU64 {
+    let word = per | if allowed { ALLOWED } else { 0 };
+    match NonZeroU64::new(word) {
+        Some(word) => word,
+        // Unreachable: every divisor is at least 1.
+        None => NonZeroU64::MIN,
+    }
 }
 
 impl Decision {
@@ -98,10 +117,9 @@ impl Decision {
     #[inline]
     pub(crate) const fn allowed() -> Self {
         Self {
-            allowed: true,
             retry_after: 0,
             remaining: NONE,
-            per: 1,
+            per_allowed: per_allowed(1, true),
             reset_after: NONE,
             rate: f64::NAN,
         }
@@ -111,13 +129,24 @@ impl Decision {
     #[inline]
     pub(crate) const fn denied(retry_after_ns: u64) -> Self {
         Self {
-            allowed: false,
             retry_after: retry_after_ns,
             remaining: NONE,
-            per: 1,
+            per_allowed: per_allowed(1, false),
             reset_after: NONE,
             rate: f64::NAN,
         }
+    }
+
+    /// Whether the request was admitted (the top bit of `per_allowed`).
+    #[inline(always)]
+    const fn allowed_bit(&self) -> bool {
+        self.per_allowed.get() & ALLOWED != 0
+    }
+
+    /// The divisor of `remaining`.
+    #[inline(always)]
+    const fn per(&self) -> u64 {
+        self.per_allowed.get() & !ALLOWED
     }
 
     #[inline]
@@ -128,29 +157,43 @@ impl Decision {
         } else {
             remaining
         };
-        self.per = 1;
+        self.per_allowed = per_allowed(1, self.allowed_bit());
         self
     }
 
     /// Remaining `span / per` (a whole count, rounded down), divided only when read. `per`
-    /// must be at least 1.
+    /// must be below 2^63 (any GCRA emission interval is).
     #[inline]
     pub(crate) const fn with_remaining_of(mut self, span: u64, per: u64) -> Self {
         if per <= 1 {
             return self.with_remaining(span);
         }
         self.remaining = span;
-        self.per = per;
+        self.per_allowed = per_allowed(per, self.allowed_bit());
         self
+    }
+
+    /// An allowed decision with `span / per` remaining and `reset_after_ns` to fresh, built
+    /// with no sentinel checks: both must be below NONE and `per` at least 1 and below 2^63
+    /// (GCRA's fast path, where both are at most its tolerance and `per` its interval).
+    #[inline(always)]
+    pub(crate) const fn allowed_within(span: u64, per: u64, reset_after_ns: u64) -> Self {
+        debug_assert!(span < NONE && reset_after_ns < NONE && per >= 1 && per < ALLOWED);
+        Self {
+            retry_after: 0,
+            remaining: span,
+            per_allowed: per_allowed(per, true),
+            reset_after: reset_after_ns,
+            rate: f64::NAN,
+        }
     }
 
     /// The remaining count, NONE if unknown.
     #[inline]
     fn count(&self) -> u64 {
-        if self.per == 1 {
-            self.remaining
-        } else {
-            self.remaining / self.per
+        match self.per() {
+            1 => self.remaining,
+            per => self.remaining / per,
         }
     }
 
@@ -169,26 +212,25 @@ impl Decision {
     /// Two quotas' decisions as one (see [`AllOf`](crate::algo::AllOf)).
     #[inline]
     pub(crate) fn all_of(a: Self, b: Self) -> Self {
-        let allowed = a.allowed && b.allowed;
+        let allowed = a.allowed_bit() && b.allowed_bit();
         // Only the quotas that denied hold the request back: one that allows now still
         // allows later, so the longest of their waits is honest and tight.
-        let wait = |d: &Self| if d.allowed { 0 } else { d.retry_after };
+        let wait = |d: &Self| if d.allowed_bit() { 0 } else { d.retry_after };
         let remaining = if allowed {
             a.count().min(b.count())
         } else {
             // A quota that allowed has at least the cost left; one that denied, less.
             [a, b]
                 .iter()
-                .filter(|d| !d.allowed)
+                .filter(|d| !d.allowed_bit())
                 .map(Self::count)
                 .min()
                 .unwrap_or(NONE)
         };
         Self {
-            allowed,
             retry_after: wait(&a).max(wait(&b)),
             remaining,
-            per: 1,
+            per_allowed: per_allowed(1, allowed),
             // Unknown (NONE) if either is unknown: fresh needs both fresh.
             reset_after: if a.reset_after == NONE || b.reset_after == NONE {
                 NONE
@@ -202,13 +244,13 @@ impl Decision {
     /// Whether the request is admitted.
     #[inline]
     pub fn is_allowed(&self) -> bool {
-        self.allowed
+        self.allowed_bit()
     }
 
     /// Whether the request is denied.
     #[inline]
     pub fn is_denied(&self) -> bool {
-        !self.allowed
+        !self.allowed_bit()
     }
 
     /// How long until the same request would be allowed, with no other traffic; zero when
@@ -249,7 +291,7 @@ impl Decision {
 impl PartialEq for Decision {
     /// Exact equality, the rate compared bit for bit (so two "no rate" decisions are equal).
     fn eq(&self, other: &Self) -> bool {
-        self.allowed == other.allowed
+        self.allowed_bit() == other.allowed_bit()
             && self.retry_after == other.retry_after
             && self.count() == other.count()
             && self.reset_after == other.reset_after
@@ -260,7 +302,7 @@ impl PartialEq for Decision {
 impl fmt::Debug for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Decision");
-        d.field("allowed", &self.allowed)
+        d.field("allowed", &self.allowed_bit())
             .field("retry_after", &self.retry_after());
         if let Some(r) = self.remaining() {
             d.field("remaining", &r);

@@ -245,16 +245,24 @@ impl Gcra {
         (ahead, now.checked_add(ahead).filter(|&t| t <= CLOCK_MAX))
     }
 
-    #[inline]
     /// The step by value: the decision and the new word (`None`: unchanged).
+    #[inline]
     pub(crate) fn decide(&self, tat: u64, now: u64, cost: u64) -> Step<u64> {
         let now = clamp(now);
-        let (ahead, new_tat) = self.ahead(tat, now, cost);
+        let increment = cost.saturating_mul(self.t);
+        // A stored tat ahead of `now` also covers a clock read that went backwards.
+        let base = tat.max(now);
+        // The new tat, if the clock can show it (saturating it instead would shorten `ahead`
+        // and admit everything near the end of the range). Computed from `base` directly:
+        // the CAS waits on this sum and nothing else.
+        let new_tat = base.checked_add(increment).filter(|&t| t <= CLOCK_MAX);
+        // Exact up to u64::MAX ns (a strict key's debt, a cost no burst admits), where it
+        // saturates and denies all the same.
+        let ahead = (base - now).saturating_add(increment);
         if let Some(new_tat) = new_tat.filter(|_| ahead <= self.tau) {
             return Step {
-                decision: Decision::allowed()
-                    .with_remaining_of(self.tau - ahead, self.t)
-                    .with_reset_after(ahead),
+                // ahead ≤ τ < 2^63: no sentinel to avoid.
+                decision: Decision::allowed_within(self.tau - ahead, self.t, ahead),
                 state: Some(new_tat),
             };
         }
@@ -264,7 +272,7 @@ impl Gcra {
         let debt = ahead.saturating_sub(self.tau);
         match self.policy {
             Policy::Leaky => {
-                let ahead_now = tat.max(now) - now;
+                let ahead_now = base - now;
                 let wait = if new_tat.is_some() { debt } else { u64::MAX };
                 Step {
                     decision: Decision::denied(wait)
@@ -274,7 +282,6 @@ impl Gcra {
                 }
             }
             Policy::Strict => {
-                let increment = cost.saturating_mul(self.t);
                 let retry_tat = new_tat.and_then(|t| t.checked_add(increment));
                 let wait = match retry_tat {
                     Some(t) if t <= CLOCK_MAX => debt.saturating_add(increment),
@@ -352,5 +359,104 @@ impl Reconfigure for Gcra {
             .saturating_add(self.tolerance())
             .min(u64::MAX - 1);
         *tat = (*tat).min(full);
+    }
+}
+
+// Not under loom: proptest is not built there (Cargo.toml).
+#[cfg(all(test, not(hotlimit_loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Values near the edges the general path guards (0, the clock's end, overflow) and
+    /// anything else.
+    fn word() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            Just(0u64),
+            Just(1),
+            Just(CLOCK_MAX),
+            Just(u64::MAX),
+            Just(MAX_TOLERANCE),
+            (0u64..1 << 20).prop_map(|d| CLOCK_MAX - d),
+            (0u64..1 << 40),
+            any::<u64>(),
+        ]
+    }
+
+    /// GCRA's step in `u128`, where nothing overflows: the model `decide` must equal. Only
+    /// the answer's fields are brought back to `u64` (a wait past `u64::MAX` ns saturates,
+    /// a reset of `u64::MAX` is the decision's own "unknown" mapping).
+    fn model(g: &Gcra, tat: u64, now: u64, cost: u64) -> Step<u64> {
+        let (t, tau, end) = (u128::from(g.t), u128::from(g.tau), u128::from(CLOCK_MAX));
+        let to_u64 = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
+        let now = u128::from(now).min(end);
+        let base = u128::from(tat).max(now);
+        let increment = u128::from(cost) * t;
+        let new_tat = base + increment;
+        let ahead = new_tat - now;
+        // A tat past the clock's range can never be stored: no wait admits it.
+        let in_range = new_tat <= end;
+        if in_range && ahead <= tau {
+            return Step {
+                decision: Decision::allowed()
+                    .with_remaining(to_u64((tau - ahead) / t))
+                    .with_reset_after(to_u64(ahead)),
+                state: Some(to_u64(new_tat)),
+            };
+        }
+        match g.policy {
+            Policy::Leaky => {
+                let ahead_now = base - now;
+                let wait = if in_range {
+                    to_u64(ahead - tau)
+                } else {
+                    u64::MAX
+                };
+                Step {
+                    decision: Decision::denied(wait)
+                        .with_remaining(to_u64(tau.saturating_sub(ahead_now) / t))
+                        .with_reset_after(to_u64(ahead_now)),
+                    state: None,
+                }
+            }
+            Policy::Strict => {
+                // Counted: the retry stores one more increment.
+                let retry_in_range = in_range && new_tat + increment <= end;
+                let wait = if retry_in_range {
+                    to_u64(ahead - tau + increment)
+                } else {
+                    u64::MAX
+                };
+                Step {
+                    decision: Decision::denied(wait)
+                        .with_remaining(0)
+                        .with_reset_after(to_u64(ahead)),
+                    state: Some(to_u64(new_tat.min(end))),
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+        /// `decide` answers and stores exactly what the model does, the ends of the clock's
+        /// range and saturating costs included.
+        #[test]
+        fn decide_equals_the_model(
+            t in prop_oneof![Just(1u64), 1u64..1_000_000_000, 1u64..=MAX_TOLERANCE],
+            burst in prop_oneof![Just(1u64), 1u64..1000, any::<u64>()],
+            strict in any::<bool>(),
+            tat in word(),
+            now in word(),
+            cost in prop_oneof![Just(0u64), Just(1), 1u64..100, word()],
+        ) {
+            let policy = if strict { Policy::Strict } else { Policy::Leaky };
+            let gcra = Gcra { t, tau: t, burst: 1, policy };
+            let gcra = gcra.with_burst(burst.min(MAX_TOLERANCE / t).max(1)).expect("within τ");
+            let (got, want) = (gcra.decide(tat, now, cost), model(&gcra, tat, now, cost));
+            prop_assert_eq!(got.decision, want.decision);
+            prop_assert_eq!(got.state, want.state);
+        }
     }
 }
