@@ -616,9 +616,22 @@ where
         K: Borrow<Q> + 'g,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(cell) = self.map.get(key, guard) {
-            return cell;
+        match self.map.get(key, guard) {
+            Some(cell) => cell,
+            None => self.insert_fresh(key, guard),
         }
+    }
+
+    /// The miss path of [`cell`](Shared::cell): evicts first if the map is full, then
+    /// inserts a fresh cell (or finds the one a racing insert put there). Out of line, so that
+    /// a hit keeps fewer values live across the look-up.
+    #[cold]
+    #[inline(never)]
+    fn insert_fresh<'g, Q>(&self, key: &Q, guard: &'g impl papaya::Guard) -> &'g V::Cell
+    where
+        K: Borrow<Q> + 'g,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         if let Some(max) = self.core.max_keys {
             let len = self.map.len();
             evict_before_insert(len, max, &self.core.totals, || {
