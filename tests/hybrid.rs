@@ -482,7 +482,14 @@ fn a_key_flood_against_max_keys_keeps_admitting_new_keys() {
         if i % 100 == 0 {
             fresh_admitted += l.check(&format!("client-{i}")).is_allowed() as u32;
         }
-        assert!(l.len() <= 1_000 + 1_000 / 4 + 2, "{} keys", l.len());
+        // Two threads insert: this one and the subscription's (a pushed state of a key
+        // evicted meanwhile makes it again).
+        let held = l.len();
+        assert!(
+            held <= 1_000 + 1_000 / 4 + 2,
+            "{held} keys at {i}: {:?}",
+            l.metrics()
+        );
     }
     assert_eq!(fresh_admitted, 200);
     assert!(l.metrics().evicted_capacity > 0);

@@ -8,7 +8,7 @@ use crate::algo::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::shared::{Core, Options};
-use crate::sweeper::{evict_before_insert, CapacityCut, SweepReport};
+use crate::sweeper::{evict_before_insert, evict_by, CapacityCut, SweepReport};
 use crate::sync::Mutex;
 use crossbeam_utils::CachePadded;
 use std::marker::PhantomData;
@@ -431,7 +431,7 @@ where
     /// anyway, so it collects every key's `idle_at` (8 bytes per key, for the sweep's
     /// duration) and selects the [`CapacityCut`] in linear time; one more pass kills the keys
     /// it dooms, ties spread over the table. Keys updated meanwhile are judged on their new
-    /// state.
+    /// state; a pass they leave far short is made up ([`evict_by`]).
     fn evict_capacity(&self, len: usize) -> u64 {
         let target = self.max_keys - self.max_keys / 8;
         let mut idle: Vec<u64> = self
@@ -444,18 +444,25 @@ where
             return 0;
         };
         drop(idle);
-        let mut evicted = 0;
-        for slot in self.slots() {
-            if self.core.signal.stopping() {
-                break;
-            }
-            let doomed = cut.judge();
-            if slot.kill_if(|state| doomed(self.core.algo.idle_at(state))) {
-                evicted += 1;
-                self.len.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
-        evicted
+        evict_by(
+            &cut,
+            excess,
+            || self.len() as u64,
+            |cut| {
+                let mut evicted = 0;
+                for slot in self.slots() {
+                    if self.core.signal.stopping() {
+                        break;
+                    }
+                    let doomed = cut.judge();
+                    if slot.kill_if(|state| doomed(self.core.algo.idle_at(state))) {
+                        evicted += 1;
+                        self.len.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+                evicted
+            },
+        )
     }
 
     pub(crate) fn probe_stats(&self) -> ProbeStats {

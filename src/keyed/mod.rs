@@ -18,7 +18,9 @@ use crate::limiter::{rate_limiter_by_inherent, Cas, Locked, Variant};
 use crate::live::Live;
 use crate::shared::{sealed, Builder, Core, KeyedStore, Options};
 use crate::stats::Metrics;
-use crate::sweeper::{evict_before_insert, CapacityCut, SweepReport, SweepTotals, Sweeper};
+use crate::sweeper::{
+    evict_before_insert, evict_by, CapacityCut, SweepReport, SweepTotals, Sweeper,
+};
 use crate::wait::{self, Jitter};
 use std::borrow::Borrow;
 use std::fmt;
@@ -749,7 +751,8 @@ where
     /// `idle_at` picks the [`CapacityCut`], one pass kills the keys it dooms. Sampled rather
     /// than exact so it needs no sort of the whole map and no per-key recency field (which
     /// would cost 8 bytes per key and a write per request); iteration order is hash order, so
-    /// the first keys are a uniform sample, and the cut spreads ties so it stays one.
+    /// the first keys are a uniform sample, and the cut spreads ties so it stays one. A pass
+    /// that keys updated meanwhile leave far short is made up ([`evict_by`]).
     fn evict_capacity(&self, len: usize, max: usize, guard: &impl papaya::Guard) -> u64 {
         let target = max - max / 8;
         let excess = (len - target) as u64;
@@ -762,7 +765,13 @@ where
         let Some(cut) = CapacityCut::new(&mut sample, excess, len as u64) else {
             return 0;
         };
-        self.kill_pass(guard, || cut.judge()).1
+        drop(sample);
+        evict_by(
+            &cut,
+            excess,
+            || self.map.len() as u64,
+            |cut| self.kill_pass(guard, || cut.judge()).1,
+        )
     }
 }
 
