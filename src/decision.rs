@@ -104,6 +104,7 @@ const ALLOWED: u64 = 1 << 63;
 /// `per` (at least 1, below 2^63) and `allowed` as one word.
 #[inline(always)]
 const fn per_allowed(per: u64, allowed: bool) -> NonZeroU64 {
+    debug_assert!(per >= 1 && per < ALLOWED);
     let word = per | if allowed { ALLOWED } else { 0 };
     match NonZeroU64::new(word) {
         Some(word) => word,
@@ -137,12 +138,6 @@ impl Decision {
         }
     }
 
-    /// Whether the request was admitted (the top bit of `per_allowed`).
-    #[inline(always)]
-    const fn allowed_bit(&self) -> bool {
-        self.per_allowed.get() & ALLOWED != 0
-    }
-
     /// The divisor of `remaining`.
     #[inline(always)]
     const fn per(&self) -> u64 {
@@ -157,7 +152,7 @@ impl Decision {
         } else {
             remaining
         };
-        self.per_allowed = per_allowed(1, self.allowed_bit());
+        self.per_allowed = per_allowed(1, self.is_allowed());
         self
     }
 
@@ -169,7 +164,7 @@ impl Decision {
             return self.with_remaining(span);
         }
         self.remaining = span;
-        self.per_allowed = per_allowed(per, self.allowed_bit());
+        self.per_allowed = per_allowed(per, self.is_allowed());
         self
     }
 
@@ -212,17 +207,17 @@ impl Decision {
     /// Two quotas' decisions as one (see [`AllOf`](crate::algo::AllOf)).
     #[inline]
     pub(crate) fn all_of(a: Self, b: Self) -> Self {
-        let allowed = a.allowed_bit() && b.allowed_bit();
+        let allowed = a.is_allowed() && b.is_allowed();
         // Only the quotas that denied hold the request back: one that allows now still
         // allows later, so the longest of their waits is honest and tight.
-        let wait = |d: &Self| if d.allowed_bit() { 0 } else { d.retry_after };
+        let wait = |d: &Self| if d.is_allowed() { 0 } else { d.retry_after };
         let remaining = if allowed {
             a.count().min(b.count())
         } else {
             // A quota that allowed has at least the cost left; one that denied, less.
             [a, b]
                 .iter()
-                .filter(|d| !d.allowed_bit())
+                .filter(|d| !d.is_allowed())
                 .map(Self::count)
                 .min()
                 .unwrap_or(NONE)
@@ -243,14 +238,15 @@ impl Decision {
 
     /// Whether the request is admitted.
     #[inline]
-    pub fn is_allowed(&self) -> bool {
-        self.allowed_bit()
+    pub const fn is_allowed(&self) -> bool {
+        // The top bit of `per_allowed`.
+        self.per_allowed.get() & ALLOWED != 0
     }
 
     /// Whether the request is denied.
     #[inline]
-    pub fn is_denied(&self) -> bool {
-        !self.allowed_bit()
+    pub const fn is_denied(&self) -> bool {
+        !self.is_allowed()
     }
 
     /// How long until the same request would be allowed, with no other traffic; zero when
@@ -291,7 +287,7 @@ impl Decision {
 impl PartialEq for Decision {
     /// Exact equality, the rate compared bit for bit (so two "no rate" decisions are equal).
     fn eq(&self, other: &Self) -> bool {
-        self.allowed_bit() == other.allowed_bit()
+        self.is_allowed() == other.is_allowed()
             && self.retry_after == other.retry_after
             && self.count() == other.count()
             && self.reset_after == other.reset_after
@@ -302,7 +298,7 @@ impl PartialEq for Decision {
 impl fmt::Debug for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Decision");
-        d.field("allowed", &self.allowed_bit())
+        d.field("allowed", &self.is_allowed())
             .field("retry_after", &self.retry_after());
         if let Some(r) = self.remaining() {
             d.field("remaining", &r);

@@ -195,7 +195,7 @@ impl Gcra {
         cost: u64,
         max_wait_ns: u64,
     ) -> (Reservation, Option<u64>) {
-        let (ahead, new_tat) = self.ahead(tat, clamp(now), cost);
+        let Ahead { ahead, new_tat, .. } = self.ahead(tat, clamp(now), cost);
         let delay = ahead.saturating_sub(self.tau);
         match new_tat {
             Some(new_tat) if delay <= max_wait_ns => {
@@ -231,34 +231,49 @@ impl FromStr for Gcra {
     }
 }
 
+/// Where a request would put a key's tat ([`Gcra::ahead`]).
+struct Ahead {
+    /// `max(tat, now)`: where the request's increment starts.
+    base: u64,
+    /// `cost · T`, saturating.
+    increment: u64,
+    /// The new tat, `base + increment`, if the clock can show it: a tat past [`CLOCK_MAX`] is
+    /// `None` (saturating it instead would shorten `ahead` and admit everything near the end
+    /// of the clock's range).
+    new_tat: Option<u64>,
+    /// How far the new tat is ahead of `now`: exact up to `u64::MAX` ns (far beyond τ: a
+    /// strict key's debt, or a cost no burst admits), where it saturates and denies all the
+    /// same.
+    ahead: u64,
+}
+
 impl Gcra {
-    /// How far ahead of `now` (clamped) the key's tat would be after a request of `cost`, and
-    /// that tat, if the clock can show it. `ahead` is exact up to `u64::MAX` ns (far beyond τ:
-    /// a strict key's debt, or a cost no burst admits), where it saturates and denies all the
-    /// same. A tat past [`CLOCK_MAX`] is `None`: saturating it instead would shorten `ahead`
-    /// and admit everything near the end of the clock's range.
+    /// Where a request of `cost` at `now` (clamped) would put the key's tat: see [`Ahead`].
+    /// The one computation `decide` and `reserve` share.
     #[inline(always)]
-    fn ahead(&self, tat: u64, now: u64, cost: u64) -> (u64, Option<u64>) {
+    fn ahead(&self, tat: u64, now: u64, cost: u64) -> Ahead {
+        let increment = cost.saturating_mul(self.t);
         // A stored tat ahead of `now` also covers a clock read that went backwards.
         let base = tat.max(now);
-        let ahead = (base - now).saturating_add(cost.saturating_mul(self.t));
-        (ahead, now.checked_add(ahead).filter(|&t| t <= CLOCK_MAX))
+        Ahead {
+            base,
+            increment,
+            // Summed from `base` directly: the CAS waits on this sum and nothing else.
+            new_tat: base.checked_add(increment).filter(|&t| t <= CLOCK_MAX),
+            ahead: (base - now).saturating_add(increment),
+        }
     }
 
     /// The step by value: the decision and the new word (`None`: unchanged).
     #[inline]
     pub(crate) fn decide(&self, tat: u64, now: u64, cost: u64) -> Step<u64> {
         let now = clamp(now);
-        let increment = cost.saturating_mul(self.t);
-        // A stored tat ahead of `now` also covers a clock read that went backwards.
-        let base = tat.max(now);
-        // The new tat, if the clock can show it (saturating it instead would shorten `ahead`
-        // and admit everything near the end of the range). Computed from `base` directly:
-        // the CAS waits on this sum and nothing else.
-        let new_tat = base.checked_add(increment).filter(|&t| t <= CLOCK_MAX);
-        // Exact up to u64::MAX ns (a strict key's debt, a cost no burst admits), where it
-        // saturates and denies all the same.
-        let ahead = (base - now).saturating_add(increment);
+        let Ahead {
+            base,
+            increment,
+            new_tat,
+            ahead,
+        } = self.ahead(tat, now, cost);
         if let Some(new_tat) = new_tat.filter(|_| ahead <= self.tau) {
             return Step {
                 // ahead ≤ τ < 2^63: no sentinel to avoid.
