@@ -175,7 +175,10 @@ pub struct PairSlot {
 }
 
 impl PairSlot {
-    /// The current `(key, state)`.
+    /// The current `(key, state)`. Inlined: a batch's loads pass calls it once a key, and
+    /// the fewer instructions stand between two keys' loads, the more of their misses the
+    /// CPU keeps in flight (`BENCHMARKS.md`, "Batches: what overlaps").
+    #[inline(always)]
     fn get(&self) -> (u64, u64) {
         split(self.word.load())
     }
