@@ -55,6 +55,13 @@ use table::{Table, SLOTS_PER_LINE};
 /// The table's design, its costs and the crates evaluated before writing it are in
 /// `docs/DESIGN.md` (section 7); measurements in `BENCHMARKS.md`.
 ///
+/// **Sizing.** `max_keys` is both the capacity bound and the table's size: full, the table
+/// holds keys in 3/4 of its slots, and about one key in seven sits past its home line, where
+/// a look-up scans further. A `max_keys` above the keys you expect to hold buys speed with
+/// memory: the look-ups get shorter, and while the table fits the CPU's cache every check
+/// gets faster; past the cache a larger table also misses more, so only batches gain there
+/// (`BENCHMARKS.md`, "the table's fill").
+///
 /// **The hot path.** With the [`Cas`] variant and a 64-bit key form ([`u64`], [`u32`], [`Ipv4Addr`](std::net::Ipv4Addr),
 /// [`Hashed`]) and a one-word state ([`Gcra`], [`Earrrl`](crate::algo::Earrrl),
 /// [`FixedWindow`](crate::algo::FixedWindow)), the hot path for a present key is: clock read
