@@ -39,6 +39,25 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// The decision [`check`](RateLimiter::check) would return now, without counting it.
     fn peek(&self, key: &Q) -> Decision;
 
+    /// Decides a batch of requests of cost 1, in order: `out` is cleared, then holds one
+    /// decision per key, each what [`check`](RateLimiter::check) would have returned at that
+    /// point of the sequence. The keyed in-memory stores answer with their batched form
+    /// ([`KeyedLimiter::check_batch`](crate::KeyedLimiter::check_batch), one clock read, the
+    /// batch's cache misses overlapped); by default, one `check` a key.
+    fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
+        out.clear();
+        out.extend(keys.iter().map(|key| self.check(key)));
+    }
+
+    /// Decides a batch of `(key, cost)` requests in order, as one
+    /// [`check_n`](RateLimiter::check_n) each: `out` is cleared, then holds one answer per
+    /// request, a refused cost that request's error. Batched as
+    /// [`check_batch`](RateLimiter::check_batch) is.
+    fn check_n_batch(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<Decision, CostError>>) {
+        out.clear();
+        out.extend(requests.iter().map(|&(key, cost)| self.check_n(key, cost)));
+    }
+
     /// Waits on the calling thread until a request of cost 1 for `key` is allowed, and
     /// returns that decision (or the denial, if the wait lies past the clock's range); see
     /// [`KeyedLimiter::until_ready_blocking`](crate::KeyedLimiter::until_ready_blocking).
@@ -62,7 +81,22 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 /// trait forwards to. `stateless` for a limiter that holds no keys itself (Redis holds them):
 /// `len` 0, `sweep` nothing.
 macro_rules! rate_limiter_by_inherent {
-    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { keys }) => {
+    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { keys, batches }) => {
+        $crate::limiter::rate_limiter_by_inherent!($(#[$attr])* impl[$($gen)*] RateLimiter<$q> for $ty $(where [$($bound)*])? { keys,
+            fn check_batch(&self, keys: &[&$q], out: &mut Vec<$crate::decision::Decision>) {
+                <$ty>::check_batch(self, keys.iter().copied(), out)
+            }
+
+            fn check_n_batch(
+                &self,
+                requests: &[(&$q, u64)],
+                out: &mut Vec<Result<$crate::decision::Decision, $crate::error::CostError>>,
+            ) {
+                <$ty>::check_n_batch(self, requests.iter().copied(), out)
+            }
+        });
+    };
+    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { keys $(, $($more:tt)*)? }) => {
         $crate::limiter::rate_limiter_by_inherent!(@impl [$(#[$attr])*] [$($gen)*] $q, $ty, [$($($bound)*)?], {
             fn len(&self) -> usize {
                 <$ty>::len(self)
@@ -71,6 +105,8 @@ macro_rules! rate_limiter_by_inherent {
             fn sweep(&self) -> $crate::sweeper::SweepReport {
                 <$ty>::sweep(self)
             }
+
+            $($($more)*)?
         });
     };
     ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { stateless }) => {

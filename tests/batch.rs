@@ -1,14 +1,18 @@
 //! Batched checks (`check_batch`, `check_n_batch`): on every algorithm (both policies) and
 //! every keyed store, a trace of batches decides exactly as one `check_n` per request in
 //! order on a twin limiter at the same instants: the same decisions, the same refused costs,
-//! the same keys held. Threads sending batches for shared keys at one instant get exactly
-//! each key's burst between them.
+//! the same keys held; through the inherent methods, through the `RateLimiter` trait, and
+//! through the trait's default (one by one) on a limiter that implements only its required
+//! methods. Threads sending batches for shared keys at one instant get exactly each key's
+//! burst between them.
 
 mod common;
 
 use hotlimit::algo::{Algorithm, Gcra};
-use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
-use hotlimit::{CasLimiter, Clock, CompactLimiter, CostError, Decision, ManualClock, MutexLimiter};
+use hotlimit::store::{Cas, CompactVariant, Locked, SweepReport, Variant};
+use hotlimit::{
+    CasLimiter, Clock, CompactLimiter, CostError, Decision, ManualClock, MutexLimiter, RateLimiter,
+};
 use proptest::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,29 +26,62 @@ struct Twin<'a, L> {
     single: &'a L,
 }
 
-/// The calls the test makes on a store.
-trait Store {
-    fn batch(&self, requests: &[(u64, u64)], out: &mut Vec<Result<Decision, CostError>>);
-    fn batch_of_ones(&self, keys: &[u64], out: &mut Vec<Decision>);
-    fn one(&self, key: u64, cost: u64) -> Result<Decision, CostError>;
-    fn keys(&self) -> usize;
+/// The calls the test makes on a store: batches through the inherent methods or, with
+/// `trait_`, through [`RateLimiter`]'s (slices of references, as a `dyn` caller has them).
+trait Store: RateLimiter<u64> {
+    fn batch(
+        &self,
+        requests: &[(u64, u64)],
+        out: &mut Vec<Result<Decision, CostError>>,
+        trait_: bool,
+    );
+    fn batch_of_ones(&self, keys: &[u64], out: &mut Vec<Decision>, trait_: bool);
+    fn one(&self, key: u64, cost: u64) -> Result<Decision, CostError> {
+        self.check_n(&key, cost)
+    }
+    fn keys(&self) -> usize {
+        self.len()
+    }
+}
+
+/// A batch through the `RateLimiter` trait, as a `dyn` caller makes it.
+fn trait_batch(
+    l: &dyn RateLimiter<u64>,
+    requests: &[(u64, u64)],
+    out: &mut Vec<Result<Decision, CostError>>,
+) {
+    let requests: Vec<(&u64, u64)> = requests.iter().map(|(k, c)| (k, *c)).collect();
+    l.check_n_batch(&requests, out);
+}
+
+/// [`trait_batch`] for `check_batch`.
+fn trait_batch_of_ones(l: &dyn RateLimiter<u64>, keys: &[u64], out: &mut Vec<Decision>) {
+    let keys: Vec<&u64> = keys.iter().collect();
+    l.check_batch(&keys, out);
 }
 
 /// The same calls on both keyed store types (their methods are inherent).
 macro_rules! store {
     ($($t:tt)*) => {
         $($t)* {
-            fn batch(&self, requests: &[(u64, u64)], out: &mut Vec<Result<Decision, CostError>>) {
-                self.check_n_batch(requests.iter().map(|(k, c)| (k, *c)), out);
+            fn batch(
+                &self,
+                requests: &[(u64, u64)],
+                out: &mut Vec<Result<Decision, CostError>>,
+                trait_: bool,
+            ) {
+                if trait_ {
+                    trait_batch(self, requests, out);
+                } else {
+                    self.check_n_batch(requests.iter().map(|(k, c)| (k, *c)), out);
+                }
             }
-            fn batch_of_ones(&self, keys: &[u64], out: &mut Vec<Decision>) {
-                self.check_batch(keys, out);
-            }
-            fn one(&self, key: u64, cost: u64) -> Result<Decision, CostError> {
-                self.check_n(&key, cost)
-            }
-            fn keys(&self) -> usize {
-                self.len()
+            fn batch_of_ones(&self, keys: &[u64], out: &mut Vec<Decision>, trait_: bool) {
+                if trait_ {
+                    trait_batch_of_ones(self, keys, out);
+                } else {
+                    self.check_batch(keys, out);
+                }
             }
         }
     };
@@ -53,14 +90,53 @@ macro_rules! store {
 store!(impl<A: Algorithm, V: Variant<A>> Store for hotlimit::KeyedLimiter<u64, A, ManualClock, V>);
 store!(impl<A: Algorithm, V: CompactVariant<A>> Store for CompactLimiter<u64, A, ManualClock, V>);
 
+/// A limiter that implements only the trait's required methods (as a user's own type would):
+/// its batches are the trait's defaults, one `check` / `check_n` a request.
+struct Plain<L>(L);
+
+impl<L: RateLimiter<u64>> RateLimiter<u64> for Plain<L> {
+    fn check_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
+        self.0.check_n(key, cost)
+    }
+    fn check(&self, key: &u64) -> Decision {
+        self.0.check(key)
+    }
+    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
+        self.0.peek_n(key, cost)
+    }
+    fn peek(&self, key: &u64) -> Decision {
+        self.0.peek(key)
+    }
+    fn until_ready_blocking(&self, key: &u64) -> Decision {
+        self.0.until_ready_blocking(key)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn sweep(&self) -> SweepReport {
+        self.0.sweep()
+    }
+}
+
+impl<L: RateLimiter<u64>> Store for Plain<L> {
+    fn batch(&self, requests: &[(u64, u64)], out: &mut Vec<Result<Decision, CostError>>, _: bool) {
+        trait_batch(self, requests, out);
+    }
+    fn batch_of_ones(&self, keys: &[u64], out: &mut Vec<Decision>, _: bool) {
+        trait_batch_of_ones(self, keys, out);
+    }
+}
+
 impl<L: Store> Twin<'_, L> {
     /// Runs `trace`; every answer of a batch equals the one-by-one answer.
     fn run(&self, clock: &ManualClock, trace: &[Batch], what: &str) -> Result<(), TestCaseError> {
         let (mut out, mut ones) = (Vec::new(), Vec::new());
         for (i, (gap, requests)) in trace.iter().enumerate() {
             clock.advance(Duration::from_nanos(*gap));
+            // Every other pair of batches through the `RateLimiter` trait.
+            let trait_ = i % 4 >= 2;
             if i % 2 == 0 {
-                self.batched.batch(requests, &mut out);
+                self.batched.batch(requests, &mut out, trait_);
                 let want: Vec<_> = requests
                     .iter()
                     .map(|&(k, c)| self.single.one(k, c))
@@ -69,7 +145,7 @@ impl<L: Store> Twin<'_, L> {
             } else {
                 // Every other batch through `check_batch` (cost 1 each).
                 let keys: Vec<u64> = requests.iter().map(|&(k, _)| k).collect();
-                self.batched.batch_of_ones(&keys, &mut ones);
+                self.batched.batch_of_ones(&keys, &mut ones, trait_);
                 let want: Vec<_> = keys.iter().map(|&k| self.single.one(k, 1)).collect();
                 let got: Vec<_> = ones.iter().copied().map(Ok).collect();
                 prop_assert_eq!(got, want, "{} batch of ones {}", what, i);
@@ -105,6 +181,12 @@ impl common::OnAlgorithm for SameAsOneByOne<'_> {
             single: &b,
         }
         .run(&clock, self.0, &format!("{name} cas"))?;
+        let (a, b) = (Plain(cas()), Plain(cas()));
+        Twin {
+            batched: &a,
+            single: &b,
+        }
+        .run(&clock, self.0, &format!("{name} trait default"))?;
         let mutex = || MutexLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
         let (a, b) = (mutex(), mutex());
         Twin {

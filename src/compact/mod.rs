@@ -562,7 +562,7 @@ where
 rate_limiter_by_inherent! {
     impl[K, A, C, V] RateLimiter<K::Lookup> for CompactLimiter<K, A, C, V>
     where [K: CompactKey, A: Algorithm, C: Clock, V: CompactVariant<A>]
-    { keys }
+    { keys, batches }
 }
 
 /// `key`'s slot in `table`: what the request paths of the core run their step on.

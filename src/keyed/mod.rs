@@ -784,7 +784,7 @@ rate_limiter_by_inherent! {
         C: Clock,
         V: Variant<A>,
     ]
-    { keys }
+    { keys, batches }
 }
 
 impl<K: Hash + Eq, A: Algorithm + fmt::Debug, C: fmt::Debug, V: Variant<A>> fmt::Debug
