@@ -43,7 +43,8 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// decision per key, each what [`check`](RateLimiter::check) would have returned at that
     /// point of the sequence. The keyed in-memory stores answer with their batched form
     /// ([`KeyedLimiter::check_batch`](crate::KeyedLimiter::check_batch), one clock read, the
-    /// batch's cache misses overlapped); by default, one `check` a key.
+    /// batch's cache misses overlapped), the sync Redis client with one round trip; by
+    /// default, one `check` a key.
     fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
         out.clear();
         out.extend(keys.iter().map(|key| self.check(key)));
@@ -79,24 +80,10 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 /// Implements [`RateLimiter`] for a limiter by its inherent methods of the same names, so each
 /// operation is written once, as an inherent method (callers need no trait import) that the
 /// trait forwards to. `stateless` for a limiter that holds no keys itself (Redis holds them):
-/// `len` 0, `sweep` nothing.
+/// `len` 0, `sweep` nothing. `, batches` for a limiter with inherent `check_batch` and
+/// `check_n_batch` (else the trait's one-by-one defaults answer).
 macro_rules! rate_limiter_by_inherent {
-    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { keys, batches }) => {
-        $crate::limiter::rate_limiter_by_inherent!($(#[$attr])* impl[$($gen)*] RateLimiter<$q> for $ty $(where [$($bound)*])? { keys,
-            fn check_batch(&self, keys: &[&$q], out: &mut Vec<$crate::decision::Decision>) {
-                <$ty>::check_batch(self, keys.iter().copied(), out)
-            }
-
-            fn check_n_batch(
-                &self,
-                requests: &[(&$q, u64)],
-                out: &mut Vec<Result<$crate::decision::Decision, $crate::error::CostError>>,
-            ) {
-                <$ty>::check_n_batch(self, requests.iter().copied(), out)
-            }
-        });
-    };
-    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { keys $(, $($more:tt)*)? }) => {
+    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { keys $(, $batches:ident)? }) => {
         $crate::limiter::rate_limiter_by_inherent!(@impl [$(#[$attr])*] [$($gen)*] $q, $ty, [$($($bound)*)?], {
             fn len(&self) -> usize {
                 <$ty>::len(self)
@@ -106,10 +93,10 @@ macro_rules! rate_limiter_by_inherent {
                 <$ty>::sweep(self)
             }
 
-            $($($more)*)?
+            $($crate::limiter::rate_limiter_by_inherent!(@$batches $q, $ty);)?
         });
     };
-    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { stateless }) => {
+    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { stateless $(, $batches:ident)? }) => {
         $crate::limiter::rate_limiter_by_inherent!(@impl [$(#[$attr])*] [$($gen)*] $q, $ty, [$($($bound)*)?], {
             /// 0: the keys are held by the backend, not here.
             fn len(&self) -> usize {
@@ -120,7 +107,22 @@ macro_rules! rate_limiter_by_inherent {
             fn sweep(&self) -> $crate::sweeper::SweepReport {
                 $crate::sweeper::SweepReport::default()
             }
+
+            $($crate::limiter::rate_limiter_by_inherent!(@$batches $q, $ty);)?
         });
+    };
+    (@batches $q:ty, $ty:ty) => {
+        fn check_batch(&self, keys: &[&$q], out: &mut Vec<$crate::decision::Decision>) {
+            <$ty>::check_batch(self, keys.iter().copied(), out)
+        }
+
+        fn check_n_batch(
+            &self,
+            requests: &[(&$q, u64)],
+            out: &mut Vec<Result<$crate::decision::Decision, $crate::error::CostError>>,
+        ) {
+            <$ty>::check_n_batch(self, requests.iter().copied(), out)
+        }
     };
     (@impl [$($attr:tt)*] [$($gen:tt)*] $q:ty, $ty:ty, [$($bound:tt)*], { $($keys:tt)* }) => {
         $($attr)*

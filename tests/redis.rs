@@ -8,7 +8,7 @@ use hotlimit::algo::{
 };
 use hotlimit::{
     redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter, MIN_EXPLICIT_TTL},
-    CasLimiter, CostError, Decision, ManualClock, Policy, Rate,
+    CasLimiter, CostError, Decision, ManualClock, Policy, Rate, RateLimiter,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -423,6 +423,128 @@ fn pipelined_batches_count_exactly() {
         r.try_check_pipelined(&[("p", 1), ("p", 51)]),
         Err(BackendError::Cost(CostError::ExceedsCapacity { .. }))
     ));
+}
+
+/// What a `(allowed, remaining)` pair of answers compares: at 1/h nothing refills while a
+/// test runs, so Redis on its clock and an in-memory twin at one instant agree on both.
+fn seen(a: &Result<Decision, CostError>) -> Result<(bool, Option<u64>), CostError> {
+    a.map(|d| (d.is_allowed(), d.remaining()))
+}
+
+/// A batch through the `RateLimiter` trait, as a `dyn` caller makes it: one round trip for the
+/// whole batch, each answer what one `check_n` gives (an in-memory twin), a refused cost its
+/// error and not sent.
+#[test]
+fn trait_batches_take_one_round_trip_and_decide_as_check_n() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra = Gcra::new("1/h".parse().unwrap())
+        .unwrap()
+        .with_burst(30)
+        .unwrap();
+    let r = limiter(&server, gcra);
+    let twin = CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::new());
+    let l: &dyn RateLimiter<str> = &r;
+    // Three keys, costs 1 to 4: each key runs out of its burst within the batch.
+    let mut requests: Vec<(&str, u64)> = (0..60)
+        .map(|i| (["a", "b", "c"][i % 3], 1 + (i % 4) as u64))
+        .collect();
+    requests.insert(7, ("a", 0));
+    requests.insert(20, ("b", 51));
+    let mut out = Vec::new();
+    let before = r.round_trips();
+    l.check_n_batch(&requests, &mut out);
+    assert_eq!(r.round_trips() - before, 1);
+    let want: Vec<_> = requests
+        .iter()
+        .map(|&(k, c)| seen(&twin.check_n(k, c)))
+        .collect();
+    let got: Vec<_> = out.iter().map(seen).collect();
+    assert_eq!(got, want);
+    assert_eq!(got[7], Err(CostError::Zero));
+    assert!(got.iter().any(|a| matches!(a, Ok((false, _)))));
+    // `check_batch`, cost 1 each (into a vector it clears first): a fresh key and the
+    // spent ones.
+    let keys = ["d", "a", "d", "b", "d"];
+    let mut ones = vec![twin.check("z")];
+    l.check_batch(&keys, &mut ones);
+    assert_eq!(r.round_trips() - before, 2);
+    let want: Vec<_> = keys.iter().map(|&k| seen(&Ok(twin.check(k)))).collect();
+    let got: Vec<_> = ones.iter().map(|&d| seen(&Ok(d))).collect();
+    assert_eq!(got, want);
+    assert_eq!((r.errors(), r.failures()), (0, 0));
+}
+
+/// A batch whose round trip fails answers every request it carried with the fail mode,
+/// counted once each; refused costs keep their errors.
+#[test]
+fn a_batch_in_an_outage_answers_the_fail_mode_for_each_request() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let retry_after = Duration::from_secs(2);
+    let r = RedisLimiter::builder(server.url(), "1/s burst 5".parse::<Gcra>().unwrap())
+        .fail_mode(FailMode::Closed { retry_after })
+        .build()
+        .unwrap();
+    assert!(r.check("k").is_allowed());
+    drop(server); // kills and reaps the child
+    let mut out = Vec::new();
+    for round in 1..=2 {
+        r.check_n_batch([("k", 1), ("k", 0), ("j", 2), ("k", 9)], &mut out);
+        let got: Vec<_> = out
+            .iter()
+            .map(|a| a.map(|d| (d.is_allowed(), d.retry_after())))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                Ok((false, retry_after)),
+                Err(CostError::Zero),
+                Ok((false, retry_after)),
+                Err(CostError::ExceedsCapacity {
+                    cost: 9,
+                    capacity: 5
+                }),
+            ],
+            "round {round}"
+        );
+        assert_eq!((r.failures(), r.errors()), (2 * round, 0));
+    }
+}
+
+/// With the local fast path, a batch answers the keys it knows are denied without sending
+/// them, and learns from the replies of the ones it sends.
+#[test]
+fn a_batch_uses_and_feeds_the_local_fast_path() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra = Gcra::new("1/h".parse().unwrap())
+        .unwrap()
+        .with_burst(3)
+        .unwrap();
+    let r = RedisLimiter::builder(server.url(), gcra)
+        .local_fast_path(100)
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    let before = r.round_trips();
+    r.check_batch(["k"; 5], &mut out);
+    assert_eq!(r.round_trips() - before, 1);
+    let allowed: Vec<bool> = out.iter().map(Decision::is_allowed).collect();
+    assert_eq!(allowed, [true, true, true, false, false]);
+    // Learned from the replies: "k" is denied for about an hour, so a batch of it alone
+    // takes no round trip, and one with a new key sends only the new key.
+    r.check_batch(["k"; 3], &mut out);
+    assert_eq!(r.round_trips() - before, 1);
+    assert!(out.iter().all(Decision::is_denied));
+    assert!(out[0].retry_after() > Duration::from_secs(3000));
+    r.check_batch(["k", "m", "k"], &mut out);
+    assert_eq!(r.round_trips() - before, 2);
+    let allowed: Vec<bool> = out.iter().map(Decision::is_allowed).collect();
+    assert_eq!(allowed, [false, true, false]);
 }
 
 #[test]

@@ -154,6 +154,89 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         requests: &[(&str, u64)],
     ) -> Result<Vec<Decision>, BackendError> {
         self.core.check_costs(requests)?;
+        self.send_pipelined(requests)
+    }
+
+    /// Decides a batch of requests of cost 1, in order, as one [`check`](RedisLimiter::check)
+    /// each: `out` is cleared, then holds one decision per key. Batched as
+    /// [`check_n_batch`](RedisLimiter::check_n_batch) is.
+    pub fn check_batch<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k str>,
+        out: &mut Vec<Decision>,
+    ) {
+        let mut answers = Vec::new();
+        self.check_n_batch(keys.into_iter().map(|key| (key, 1)), &mut answers);
+        out.clear();
+        // As `check`: cost 1 is always valid.
+        let fail_mode = self.core.config.fail_mode.decision();
+        out.extend(answers.into_iter().map(|a| a.unwrap_or(fail_mode)));
+    }
+
+    /// Decides a batch of `(key, cost)` requests in order, as one
+    /// [`check_n`](RedisLimiter::check_n) each (the [`FailMode`] answering an outage): `out` is
+    /// cleared, then holds one answer per request, a refused cost that request's error (it is
+    /// not sent). The local fast path, if enabled, answers from what it knew before the batch
+    /// and learns from the replies; the rest goes to Redis in **one round trip**, a pipeline of
+    /// atomic script calls as in [`try_check_pipelined`](RedisLimiter::try_check_pipelined).
+    /// A failed round trip answers every request it carried as `check_n` would have (counted
+    /// once each in [`failures`](RedisLimiter::failures) or [`errors`](RedisLimiter::errors));
+    /// which of them Redis counted is then unknown. On a Redis Cluster, one `check_n` after
+    /// another (see `try_check_pipelined` for why).
+    pub fn check_n_batch<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k str, u64)>,
+        out: &mut Vec<Result<Decision, CostError>>,
+    ) {
+        out.clear();
+        if self.target.is_cluster() {
+            out.extend(
+                requests
+                    .into_iter()
+                    .map(|(key, cost)| self.check_n(key, cost)),
+            );
+            return;
+        }
+        // `sent[j]` is where in `out` the answer to `batch[j]` goes.
+        let (mut sent, mut batch) = (Vec::new(), Vec::new());
+        for (key, cost) in requests {
+            match self
+                .core
+                .before(&Req::new(key, cost, At::Server, Mode::Check))
+            {
+                Ok(Some(d)) => out.push(Ok(d)),
+                Ok(None) => {
+                    sent.push(out.len());
+                    batch.push((key, cost));
+                    // A place for Redis' answer, filled below whatever the round trip gives.
+                    out.push(Ok(self.core.error_decision()));
+                }
+                Err(e) => out.push(self.core.fail_over(Err(e))),
+            }
+        }
+        if batch.is_empty() {
+            return;
+        }
+        match self.send_pipelined(&batch) {
+            Ok(decisions) => {
+                for ((&i, &(key, cost)), d) in sent.iter().zip(&batch).zip(decisions) {
+                    let req = Req::new(key, cost, At::Server, Mode::Check);
+                    self.core.after(&req, &Reply::Decided(d));
+                    out[i] = Ok(d);
+                }
+            }
+            Err(e) => {
+                let answer = self.core.fail_over_all(e, batch.len());
+                for &i in &sent {
+                    out[i] = answer;
+                }
+            }
+        }
+    }
+
+    /// One pipeline round trip (one script call a request, on a cluster one after another); a
+    /// connection it broke is dropped.
+    fn send_pipelined(&self, requests: &[(&str, u64)]) -> Result<Vec<Decision>, BackendError> {
         let mut guard = self.conn.lock();
         let result = self.pipelined(&mut guard, requests);
         if result.as_ref().is_err_and(BackendError::drops_connection) {

@@ -423,6 +423,20 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         }
     }
 
+    /// [`fail_over`](ClientCore::fail_over) for one failure that answers `n` requests at once
+    /// (a batch's round trip): the same answer for each, counted once each.
+    pub(super) fn fail_over_all(&self, e: BackendError, n: usize) -> Result<Decision, CostError> {
+        let (outage, cost) = (e.is_outage(), matches!(e, BackendError::Cost(_)));
+        let answer = self.fail_over(Err(e));
+        let more = n.saturating_sub(1) as u64;
+        if outage {
+            self.failures.fetch_add(more, Ordering::Relaxed);
+        } else if !cost {
+            self.errors.fetch_add(more, Ordering::Relaxed);
+        }
+        answer
+    }
+
     /// The one place a backend failure is classified and counted: an outage answers the fail
     /// mode, counted in `failures`; any other backend error is returned, counted in `errors`
     /// (the async trait returns it, so the tower layer answers 503); a cost error is the

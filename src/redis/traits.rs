@@ -27,7 +27,7 @@ rate_limiter_by_inherent! {
     ///
     /// The keys live in Redis, which expires them itself: [`len`](crate::RateLimiter::len) is 0 and
     /// [`sweep`](crate::RateLimiter::sweep) does nothing.
-    impl[A: RedisAlgorithm] RateLimiter<str> for RedisLimiter<A> { stateless }
+    impl[A: RedisAlgorithm] RateLimiter<str> for RedisLimiter<A> { stateless, batches }
 }
 
 #[cfg(feature = "http")]
