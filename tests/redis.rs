@@ -682,8 +682,29 @@ fn a_non_outage_error_is_a_denial_not_the_fail_mode() {
         }
         // The connection was kept and still decides other keys.
         assert!(r.check("other").is_allowed());
+        // In a batch the error is its request's alone: the others in the same round trip
+        // are decided, and it counts once.
+        let mut out = Vec::new();
+        let before = r.round_trips();
+        r.check_batch(["a", "k", "a"], &mut out);
+        assert_eq!(r.round_trips() - before, 1);
+        let got: Vec<_> = out
+            .iter()
+            .map(|d| (d.is_allowed(), d.retry_after()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (true, Duration::ZERO),
+                (false, expect),
+                (true, Duration::ZERO)
+            ],
+            "{mode:?}"
+        );
+        assert_eq!((r.errors(), r.failures()), (3, 0));
         redis::cmd("DEL")
             .arg(r.redis_key("k"))
+            .arg(r.redis_key("a"))
             .query::<()>(&mut server.raw())
             .unwrap();
     }

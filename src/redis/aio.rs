@@ -322,7 +322,11 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
                 .await
                 .map_err(BackendError::from_redis)?;
         }
-        self.core.batch_decisions(values, missed, again)
+        // The first request's error is the batch's, as on a cluster.
+        self.core
+            .batch_decisions(values, missed, again)
+            .into_iter()
+            .collect()
     }
 }
 

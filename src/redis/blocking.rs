@@ -12,6 +12,9 @@ use ::redis::{RedisError, Value};
 use parking_lot::Mutex;
 use std::fmt;
 
+/// Each request's answer in a pipelined batch.
+type Answers = Vec<Result<Decision, BackendError>>;
+
 /// A rate limiter whose state lives in Redis, shared by every process that uses the same
 /// server, key prefix and configuration. See the [module docs](super).
 ///
@@ -154,7 +157,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         requests: &[(&str, u64)],
     ) -> Result<Vec<Decision>, BackendError> {
         self.core.check_costs(requests)?;
-        self.send_pipelined(requests)
+        // The first request's error is the batch's, as on a cluster.
+        self.send_pipelined(requests)?.into_iter().collect()
     }
 
     /// Decides a batch of requests of cost 1, in order, as one [`check`](RedisLimiter::check)
@@ -218,15 +222,18 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             return;
         }
         match self.send_pipelined(&batch) {
-            Ok(decisions) => {
-                for ((&i, &(key, cost)), d) in sent.iter().zip(&batch).zip(decisions) {
-                    let req = Req::new(key, cost, At::Server, Mode::Check);
-                    self.core.after(&req, &Reply::Decided(d));
-                    out[i] = Ok(d);
+            Ok(answers) => {
+                for ((&i, &(key, cost)), answer) in sent.iter().zip(&batch).zip(answers) {
+                    if let Ok(d) = answer {
+                        let req = Req::new(key, cost, At::Server, Mode::Check);
+                        self.core.after(&req, &Reply::Decided(d));
+                    }
+                    // A script error (a key of the wrong type, say) is its request's alone.
+                    out[i] = self.core.fail_over(answer);
                 }
             }
             Err(e) => {
-                let answer = self.core.fail_over_all(e, batch.len());
+                let answer = self.core.fail_over_n(Err(e), batch.len() as u64);
                 for &i in &sent {
                     out[i] = answer;
                 }
@@ -234,9 +241,10 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         }
     }
 
-    /// One pipeline round trip (one script call a request, on a cluster one after another); a
+    /// One pipeline round trip (one script call a request, on a cluster one after another, the
+    /// first error ending it): each request's answer, or the error that failed the trip; a
     /// connection it broke is dropped.
-    fn send_pipelined(&self, requests: &[(&str, u64)]) -> Result<Vec<Decision>, BackendError> {
+    fn send_pipelined(&self, requests: &[(&str, u64)]) -> Result<Answers, BackendError> {
         let mut guard = self.conn.lock();
         let result = self.pipelined(&mut guard, requests);
         if result.as_ref().is_err_and(BackendError::drops_connection) {
@@ -301,7 +309,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         &self,
         slot: &mut ConnSlot,
         requests: &[(&str, u64)],
-    ) -> Result<Vec<Decision>, BackendError> {
+    ) -> Result<Answers, BackendError> {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
@@ -312,6 +320,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     let req = Req::new(key, cost, At::Server, Mode::Check);
                     self.core.decode(self.eval_one(slot, &req)?, At::Server)
                 })
+                .map(|answer| answer.map(Ok))
                 .collect();
         }
         let con = self.connection(slot)?;
@@ -333,7 +342,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 .req_packed_commands(&pipe.get_packed_pipeline(), 0, missed.len())
                 .map_err(BackendError::from_redis)?;
         }
-        self.core.batch_decisions(values, missed, again)
+        Ok(self.core.batch_decisions(values, missed, again))
     }
 }
 

@@ -285,14 +285,14 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         ((self.id_seed as u128) << 64) | self.ids.fetch_add(1, Ordering::Relaxed) as u128
     }
 
-    /// The decisions of a pipelined batch: its replies `values`, with `again` (the replies of
+    /// Each answer of a pipelined batch: its replies `values`, with `again` (the replies of
     /// the requests at `missed`, run again) in place of their `NOSCRIPT`s.
     pub(super) fn batch_decisions(
         &self,
         mut values: Vec<Value>,
         missed: Vec<usize>,
         again: Vec<Value>,
-    ) -> Result<Vec<Decision>, BackendError> {
+    ) -> Vec<Result<Decision, BackendError>> {
         for (i, v) in missed.into_iter().zip(again) {
             values[i] = v;
         }
@@ -416,43 +416,49 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         &self,
         r: Result<Decision, BackendError>,
     ) -> Result<Decision, CostError> {
-        match self.fail_over_outages(r) {
+        self.fail_over_n(r, 1)
+    }
+
+    /// [`fail_over`](ClientCore::fail_over) for an answer that stands for `n` requests (a
+    /// batch's failed round trip): counted `n` times.
+    pub(super) fn fail_over_n(
+        &self,
+        r: Result<Decision, BackendError>,
+        n: u64,
+    ) -> Result<Decision, CostError> {
+        match self.fail_over_outages_n(r, n) {
             Ok(d) => Ok(d),
             Err(BackendError::Cost(e)) => Err(e),
             Err(_) => Ok(self.error_decision()),
         }
     }
 
-    /// [`fail_over`](ClientCore::fail_over) for one failure that answers `n` requests at once
-    /// (a batch's round trip): the same answer for each, counted once each.
-    pub(super) fn fail_over_all(&self, e: BackendError, n: usize) -> Result<Decision, CostError> {
-        let (outage, cost) = (e.is_outage(), matches!(e, BackendError::Cost(_)));
-        let answer = self.fail_over(Err(e));
-        let more = n.saturating_sub(1) as u64;
-        if outage {
-            self.failures.fetch_add(more, Ordering::Relaxed);
-        } else if !cost {
-            self.errors.fetch_add(more, Ordering::Relaxed);
-        }
-        answer
-    }
-
-    /// The one place a backend failure is classified and counted: an outage answers the fail
-    /// mode, counted in `failures`; any other backend error is returned, counted in `errors`
-    /// (the async trait returns it, so the tower layer answers 503); a cost error is the
-    /// caller's, counted nowhere.
+    /// How a backend failure answers a request: an outage answers the fail mode; any other
+    /// backend error is returned (the async trait returns it, so the tower layer answers 503);
+    /// a cost error is the caller's. See [`fail_over_outages_n`](ClientCore::fail_over_outages_n).
     pub(super) fn fail_over_outages(
         &self,
         r: Result<Decision, BackendError>,
     ) -> Result<Decision, BackendError> {
+        self.fail_over_outages_n(r, 1)
+    }
+
+    /// The one place a backend failure is classified and counted, for an answer that stands
+    /// for `n` requests: an outage in `failures`, any other backend error in `errors`, a cost
+    /// error nowhere.
+    fn fail_over_outages_n(
+        &self,
+        r: Result<Decision, BackendError>,
+        n: u64,
+    ) -> Result<Decision, BackendError> {
         match r {
             Err(e) if e.is_outage() => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
+                self.failures.fetch_add(n, Ordering::Relaxed);
                 Ok(self.config.fail_mode.decision())
             }
             Err(e @ BackendError::Cost(_)) => Err(e),
             Err(e) => {
-                self.errors.fetch_add(1, Ordering::Relaxed);
+                self.errors.fetch_add(n, Ordering::Relaxed);
                 Err(e)
             }
             ok => ok,
