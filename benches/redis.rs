@@ -1,5 +1,6 @@
 //! Throughput of the Redis backend: checks per second from 1, 2 and 4 threads, each with its
-//! own connection, one `EVALSHA` per round trip or pipelined batches of them.
+//! own connection, one `EVALSHA` per round trip or pipelined batches of them (by
+//! `try_check_pipelined`, or by `check_batch` through the `RateLimiter` trait).
 //!
 //! `cargo bench --features redis --bench redis [-- SECONDS]`. Starts its own `redis-server`
 //! on 127.0.0.1 (a free port, no persistence); prints a markdown table. With
@@ -10,16 +11,26 @@ use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::redis::{RedisAlgorithm, RedisLimiter};
-use hotlimit::Rate;
+use hotlimit::{Rate, RateLimiter};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const KEYS: usize = 10_000;
 
-/// Checks per second with `threads` threads, each sending batches of `batch` requests
-/// (1: plain `EVALSHA`, no pipeline).
-fn run<A: RedisAlgorithm>(base: &RedisLimiter<A>, threads: usize, batch: usize, secs: f64) -> f64 {
+/// How a thread sends its requests.
+#[derive(Clone, Copy)]
+enum Sending {
+    /// One `try_check_n` (one `EVALSHA` a round trip).
+    One,
+    /// `try_check_pipelined` batches of this many.
+    Pipelined(usize),
+    /// `check_batch` batches of this many through `&dyn RateLimiter<str>`.
+    Trait(usize),
+}
+
+/// Checks per second with `threads` threads, each sending as `send` says.
+fn run<A: RedisAlgorithm>(base: &RedisLimiter<A>, threads: usize, send: Sending, secs: f64) -> f64 {
     let keys: Vec<String> = (0..KEYS).map(|i| format!("k{i}")).collect();
     let total: u64 = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -29,21 +40,35 @@ fn run<A: RedisAlgorithm>(base: &RedisLimiter<A>, threads: usize, batch: usize, 
                 s.spawn(move || {
                     let mut i = t * 7919;
                     let mut done = 0u64;
+                    let mut out = Vec::new();
                     let start = Instant::now();
                     while start.elapsed().as_secs_f64() < secs {
-                        if batch == 1 {
-                            r.try_check_n(&keys[i % KEYS], 1).expect("check");
-                            i += 1;
-                            done += 1;
-                        } else {
-                            let reqs: Vec<(&str, u64)> = (0..batch)
-                                .map(|j| (keys[(i + j) % KEYS].as_str(), 1))
-                                .collect();
-                            r.try_check_pipelined(&reqs).expect("pipeline");
-                            i += batch;
-                            done += batch as u64;
+                        match send {
+                            Sending::One => {
+                                r.try_check_n(&keys[i % KEYS], 1).expect("check");
+                                i += 1;
+                                done += 1;
+                            }
+                            Sending::Pipelined(batch) => {
+                                let reqs: Vec<(&str, u64)> = (0..batch)
+                                    .map(|j| (keys[(i + j) % KEYS].as_str(), 1))
+                                    .collect();
+                                r.try_check_pipelined(&reqs).expect("pipeline");
+                                i += batch;
+                                done += batch as u64;
+                            }
+                            Sending::Trait(batch) => {
+                                let reqs: Vec<&str> =
+                                    (0..batch).map(|j| keys[(i + j) % KEYS].as_str()).collect();
+                                let l: &dyn RateLimiter<str> = &r;
+                                l.check_batch(&reqs, &mut out);
+                                assert_eq!(out.len(), batch);
+                                i += batch;
+                                done += batch as u64;
+                            }
                         }
                     }
+                    assert_eq!((r.errors(), r.failures()), (0, 0), "every batch decided");
                     done
                 })
             })
@@ -59,9 +84,15 @@ fn table<A: RedisAlgorithm>(name: &str, url: &str, algo: A, secs: f64) {
         .build()
         .expect("connect");
     for threads in [1, 2, 4] {
-        let row: Vec<String> = [1, 16, 64]
+        let sends = [
+            Sending::One,
+            Sending::Pipelined(16),
+            Sending::Pipelined(64),
+            Sending::Trait(64),
+        ];
+        let row: Vec<String> = sends
             .iter()
-            .map(|&batch| format!("{:.0}", run(&base, threads, batch, secs)))
+            .map(|&send| format!("{:.0}", run(&base, threads, send, secs)))
             .collect();
         println!("| {name} | {threads} | {} |", row.join(" | "));
     }
@@ -141,8 +172,10 @@ fn main() {
     }
     let url = format!("redis://127.0.0.1:{port}/");
     println!("checks per second, {KEYS} keys round robin, {secs} s per cell\n");
-    println!("| algorithm | threads | unpipelined | pipelined ×16 | pipelined ×64 |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| algorithm | threads | unpipelined | pipelined ×16 | pipelined ×64 | `check_batch` ×64 (trait) |"
+    );
+    println!("|---|---|---|---|---|---|");
     // Quotas that admit everything: every request takes the write path.
     table(
         "gcra",
