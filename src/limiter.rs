@@ -43,7 +43,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// decision per key, each what [`check`](RateLimiter::check) would have returned at that
     /// point of the sequence. The keyed in-memory stores answer with their batched form
     /// ([`KeyedLimiter::check_batch`](crate::KeyedLimiter::check_batch), one clock read, the
-    /// batch's cache misses overlapped), the sync Redis client with one round trip; by
+    /// batch's cache misses overlapped), the sync Redis client in pipelined round trips; by
     /// default, one `check` a key.
     fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
         out.clear();

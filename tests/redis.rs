@@ -7,7 +7,7 @@ use hotlimit::algo::{
     SlidingWindow, SubWindow,
 };
 use hotlimit::{
-    redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter, MIN_EXPLICIT_TTL},
+    redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter, BATCH_TRIP, MIN_EXPLICIT_TTL},
     CasLimiter, CostError, Decision, ManualClock, Policy, Rate, RateLimiter,
 };
 use rand::rngs::StdRng;
@@ -432,8 +432,8 @@ fn seen(a: &Result<Decision, CostError>) -> Result<(bool, Option<u64>), CostErro
 }
 
 /// A batch through the `RateLimiter` trait, as a `dyn` caller makes it: one round trip for the
-/// whole batch, each answer what one `check_n` gives (an in-memory twin), a refused cost its
-/// error and not sent.
+/// whole batch (up to `BATCH_TRIP` requests), each answer what one `check_n` gives (an
+/// in-memory twin), a refused cost its error and not sent.
 #[test]
 fn trait_batches_take_one_round_trip_and_decide_as_check_n() {
     let Some(server) = Server::start() else {
@@ -473,6 +473,14 @@ fn trait_batches_take_one_round_trip_and_decide_as_check_n() {
     let want: Vec<_> = keys.iter().map(|&k| seen(&Ok(twin.check(k)))).collect();
     let got: Vec<_> = ones.iter().map(|&d| seen(&Ok(d))).collect();
     assert_eq!(got, want);
+    // A batch longer than a round trip carries goes in several, in order.
+    let long: Vec<(&str, u64)> = (0..2 * BATCH_TRIP + 10).map(|_| ("e", 1)).collect();
+    let before = r.round_trips();
+    r.check_n_batch(long.iter().copied(), &mut out);
+    assert_eq!(r.round_trips() - before, 3);
+    let allowed: Vec<bool> = out.iter().map(|a| a.unwrap().is_allowed()).collect();
+    assert_eq!(allowed.len(), long.len());
+    assert!(allowed[..30].iter().all(|&a| a) && !allowed[30..].iter().any(|&a| a));
     assert_eq!((r.errors(), r.failures()), (0, 0));
 }
 

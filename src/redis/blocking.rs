@@ -15,6 +15,11 @@ use std::fmt;
 /// Each request's answer in a pipelined batch.
 type Answers = Vec<Result<Decision, BackendError>>;
 
+/// The most requests [`RedisLimiter::check_n_batch`] sends in one round trip: past about 64
+/// the pipeline's rate no longer grows (`BENCHMARKS.md`, "Redis backend"), and a bound keeps a
+/// round trip well inside the I/O timeout whatever the batch.
+pub const BATCH_TRIP: usize = 256;
+
 /// A rate limiter whose state lives in Redis, shared by every process that uses the same
 /// server, key prefix and configuration. See the [module docs](super).
 ///
@@ -180,13 +185,15 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// Decides a batch of `(key, cost)` requests in order, as one
     /// [`check_n`](RedisLimiter::check_n) each (the [`FailMode`] answering an outage): `out` is
     /// cleared, then holds one answer per request, a refused cost that request's error (it is
-    /// not sent). The local fast path, if enabled, answers from what it knew before the batch
-    /// and learns from the replies; the rest goes to Redis in **one round trip**, a pipeline of
-    /// atomic script calls as in [`try_check_pipelined`](RedisLimiter::try_check_pipelined).
-    /// A failed round trip answers every request it carried as `check_n` would have (counted
-    /// once each in [`failures`](RedisLimiter::failures) or [`errors`](RedisLimiter::errors));
-    /// which of them Redis counted is then unknown. On a Redis Cluster, one `check_n` after
-    /// another (see `try_check_pipelined` for why).
+    /// not sent). The local fast path, if enabled, answers from what it knew before each round
+    /// trip and learns from its replies; the rest goes to Redis in **one round trip per
+    /// [`BATCH_TRIP`] requests**, a pipeline of atomic script calls as in
+    /// [`try_check_pipelined`](RedisLimiter::try_check_pipelined) (bounded, so that a huge
+    /// batch cannot outlast the I/O timeout). A failed round trip answers every request it
+    /// carried as `check_n` would have (counted once each in
+    /// [`failures`](RedisLimiter::failures) or [`errors`](RedisLimiter::errors)); which of them
+    /// Redis counted is then unknown. On a Redis Cluster, one `check_n` after another (see
+    /// `try_check_pipelined` for why).
     pub fn check_n_batch<'k>(
         &self,
         requests: impl IntoIterator<Item = (&'k str, u64)>,
@@ -201,8 +208,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             );
             return;
         }
-        // `sent[j]` is where in `out` the answer to `batch[j]` goes.
-        let (mut sent, mut batch) = (Vec::new(), Vec::new());
+        // `sent[j]` is where in `out` the answer to `trip[j]` goes.
+        let (mut sent, mut trip) = (Vec::new(), Vec::new());
         for (key, cost) in requests {
             match self
                 .core
@@ -211,19 +218,33 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 Ok(Some(d)) => out.push(Ok(d)),
                 Ok(None) => {
                     sent.push(out.len());
-                    batch.push((key, cost));
-                    // A place for Redis' answer, filled below whatever the round trip gives.
+                    trip.push((key, cost));
+                    // A place for Redis' answer, filled whatever the round trip gives.
                     out.push(Ok(self.core.error_decision()));
+                    if trip.len() == BATCH_TRIP {
+                        self.answer_trip(&trip, &sent, out);
+                        trip.clear();
+                        sent.clear();
+                    }
                 }
                 Err(e) => out.push(self.core.fail_over(Err(e))),
             }
         }
-        if batch.is_empty() {
-            return;
+        if !trip.is_empty() {
+            self.answer_trip(&trip, &sent, out);
         }
-        match self.send_pipelined(&batch) {
+    }
+
+    /// Sends one round trip of a batch and writes each request's answer at its place in `out`.
+    fn answer_trip(
+        &self,
+        trip: &[(&str, u64)],
+        places: &[usize],
+        out: &mut [Result<Decision, CostError>],
+    ) {
+        match self.send_pipelined(trip) {
             Ok(answers) => {
-                for ((&i, &(key, cost)), answer) in sent.iter().zip(&batch).zip(answers) {
+                for ((&i, &(key, cost)), answer) in places.iter().zip(trip).zip(answers) {
                     if let Ok(d) = answer {
                         let req = Req::new(key, cost, At::Server, Mode::Check);
                         self.core.after(&req, &Reply::Decided(d));
@@ -233,8 +254,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 }
             }
             Err(e) => {
-                let answer = self.core.fail_over_n(Err(e), batch.len() as u64);
-                for &i in &sent {
+                let answer = self.core.fail_over_n(Err(e), trip.len() as u64);
+                for &i in places {
                     out[i] = answer;
                 }
             }

@@ -190,7 +190,7 @@ mod traits;
 #[cfg(feature = "redis-async")]
 pub use aio::AsyncRedisLimiter;
 pub use bindings::RedisAlgorithm;
-pub use blocking::RedisLimiter;
+pub use blocking::{RedisLimiter, BATCH_TRIP};
 pub use builder::RedisBuilder;
 pub use hybrid::{Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, HybridStats, SyncError};
 
