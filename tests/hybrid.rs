@@ -9,7 +9,7 @@ use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::redis::{
     BackendError, Fallback, HybridAlgorithm, HybridLimiter, RedisLimiter, SyncError,
 };
-use hotlimit::{ConfigError, Rate};
+use hotlimit::{ConfigError, CostError, Decision, ManualClock, Rate, RateLimiter};
 use redis_server::Server;
 use std::time::{Duration, Instant};
 
@@ -458,6 +458,77 @@ fn a_limiter_built_while_redis_is_down_follows_the_fallback_then_converges() {
         .build()
         .unwrap();
     assert!(r.check("k").is_denied());
+}
+
+/// What two answers compare: the verdict, the wait and the headroom.
+fn seen(a: &Result<Decision, CostError>) -> Result<(bool, Duration, Option<u64>), CostError> {
+    a.map(|d| (d.is_allowed(), d.retry_after(), d.remaining()))
+}
+
+/// Batches decide locally, as one check each: two limiters on a Redis that is down (nothing
+/// syncs; the fallback decides), on one manual clock, one sending batches (through its own
+/// methods and through the `RateLimiter` trait), the other one request at a time, answer
+/// alike, refused costs included.
+#[test]
+fn batches_decide_as_one_check_each() {
+    let Some(probe) = Server::start() else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}/", probe.port);
+    drop(probe);
+    let clock = ManualClock::new();
+    let build = |prefix: &str| {
+        HybridLimiter::builder(url.clone(), "10/s burst 6".parse::<Gcra>().unwrap())
+            .key_prefix(prefix)
+            .sync_interval(Duration::from_millis(5))
+            .fallback(Fallback::share(0.5).unwrap())
+            .connect_timeout(Duration::from_millis(50))
+            .reconnect_after(Duration::from_millis(20))
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    };
+    let (batched, single) = (build("a:"), build("b:"));
+    // Until both sync threads have tried a round and found Redis down (their rounds run on
+    // the limiter's clock): from then on every key is decided by the fallback alone.
+    eventually("the outage noticed", || {
+        clock.advance(Duration::from_millis(10));
+        batched.check("warm-up");
+        single.check("warm-up");
+        batched.is_degraded() && single.is_degraded()
+    });
+    let keys = ["x", "y", "z", "x", "x", "w"];
+    let (mut out, mut ones) = (Vec::new(), Vec::new());
+    let (mut allowed, mut denied) = (0, 0);
+    for round in 0..8 {
+        clock.advance(Duration::from_millis(70));
+        let requests: Vec<(&str, u64)> = (0..24)
+            .map(|i| (keys[(i * 7 + round) % keys.len()], 1 + (i % 3) as u64))
+            .chain([("x", 0), ("y", 100)])
+            .collect();
+        if round % 2 == 0 {
+            batched.check_n_batch(requests.iter().copied(), &mut out);
+        } else {
+            let l: &dyn RateLimiter<str> = &batched;
+            l.check_n_batch(&requests, &mut out);
+        }
+        let want: Vec<_> = requests
+            .iter()
+            .map(|&(k, c)| seen(&single.check_n(k, c)))
+            .collect();
+        let got: Vec<_> = out.iter().map(seen).collect();
+        assert_eq!(got, want, "round {round}");
+        allowed += got.iter().filter(|a| matches!(a, Ok((true, ..)))).count();
+        denied += got.iter().filter(|a| matches!(a, Ok((false, ..)))).count();
+        batched.check_batch(keys, &mut ones);
+        let want: Vec<_> = keys.iter().map(|&k| seen(&Ok(single.check(k)))).collect();
+        let got: Vec<_> = ones.iter().map(|&d| seen(&Ok(d))).collect();
+        assert_eq!(got, want, "round {round}, cost 1");
+    }
+    assert!(
+        allowed > 0 && denied > 0,
+        "{allowed} allowed, {denied} denied"
+    );
 }
 
 /// A flood of new keys against `max_keys`: the store evicts the keys closest to fresh, so

@@ -354,6 +354,49 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         Ok(self.decide(key, cost))
     }
 
+    /// Decides a batch of requests of cost 1, in order, each as [`check`](Self::check) at that
+    /// point of the sequence, all at one instant: `out` is cleared, then holds one decision
+    /// per key. Locally, as every request; the entries of a chunk of keys are looked up back
+    /// to back first, as in [`KeyedLimiter::check_batch`](crate::KeyedLimiter::check_batch).
+    pub fn check_batch<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k str>,
+        out: &mut Vec<Decision>,
+    ) {
+        out.clear();
+        let requests = keys.into_iter().map(|key| (key, 1));
+        // Cost 1 is never refused (capacities are at least 1): every answer is a decision.
+        self.decide_batch(requests, |_| Ok(()), |answer| out.extend(answer.ok()));
+    }
+
+    /// Decides a batch of `(key, cost)` requests in order, as one
+    /// [`check_n`](Self::check_n) each: `out` is cleared, then holds one answer per request, a
+    /// refused cost that request's error. See [`check_batch`](Self::check_batch).
+    pub fn check_n_batch<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k str, u64)>,
+        out: &mut Vec<Result<Decision, CostError>>,
+    ) {
+        out.clear();
+        let core = &self.inner.store.core;
+        self.decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
+    }
+
+    fn decide_batch<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k str, u64)>,
+        valid: impl Fn(u64) -> Result<(), CostError>,
+        emit: impl FnMut(Result<Decision, CostError>),
+    ) {
+        let store = &self.inner.store;
+        let guard = store.map.guard();
+        let now = store.core.clock.now();
+        let place = |_: &str, cost| valid(cost).map(|()| None);
+        let find = |key: &str, found: &mut Option<_>| *found = store.map.get(key, &guard);
+        let decide = |key: &str, cost, found| self.decide_found(key, cost, now, found, &guard);
+        crate::batch::in_chunks(requests, place, find, decide, emit);
+    }
+
     /// What [`check`](Self::check) would answer now, without counting.
     pub fn peek(&self, key: &str) -> Decision {
         self.peek_n(key, 1).unwrap_or_else(|_| Decision::denied(1))
@@ -478,13 +521,24 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     }
 
     fn decide_at(&self, key: &str, cost: u64, now: u64) -> Decision {
-        self.step(key, cost, |fleet, w| {
-            (
-                (),
-                fleet
-                    .algo
-                    .decide_entry(&fleet.plan, &fleet.ctx, w, now, cost),
-            )
+        self.decide_found(key, cost, now, None, &self.inner.store.map.guard())
+    }
+
+    /// [`decide_at`](Self::decide_at) from `found`, the entry a batch looked up (see
+    /// [`step_found`](Self::step_found)).
+    fn decide_found<'g>(
+        &self,
+        key: &str,
+        cost: u64,
+        now: u64,
+        found: Option<&'g entry::HybridCell<A::Word>>,
+        guard: &'g impl papaya::Guard,
+    ) -> Decision {
+        self.step_found(key, cost, found, guard, |fleet, w| {
+            let entry = fleet
+                .algo
+                .decide_entry(&fleet.plan, &fleet.ctx, w, now, cost);
+            ((), entry)
         })
         .1
     }
@@ -496,15 +550,27 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         &self,
         key: &str,
         cost: u64,
+        step: impl FnMut(&Fleet<A>, &mut A::Word) -> (T, Verdict),
+    ) -> (T, Decision) {
+        self.step_found(key, cost, None, &self.inner.store.map.guard(), step)
+    }
+
+    /// [`step`](Self::step) starting from `found`, the entry a batch's first pass looked up for
+    /// `key`, if any (as [`Shared::apply_found`]).
+    fn step_found<'g, T>(
+        &self,
+        key: &str,
+        cost: u64,
+        mut found: Option<&'g entry::HybridCell<A::Word>>,
+        guard: &'g impl papaya::Guard,
         mut step: impl FnMut(&Fleet<A>, &mut A::Word) -> (T, Verdict),
     ) -> (T, Decision) {
         let store = &self.inner.store;
         let fleet = self.inner.fleet();
-        let guard = store.map.guard();
         loop {
-            let cell = store.cell(key, &guard);
+            let cell = found.take().unwrap_or_else(|| store.cell(key, guard));
             let Some((out, v)) = store.core.update(cell, |w| step(fleet, w)) else {
-                store.remove_dead(key, cell, &guard);
+                store.remove_dead(key, cell, guard);
                 continue;
             };
             let stats = &fleet.ctx.stats;
@@ -662,7 +728,7 @@ rate_limiter_by_inherent! {
     /// The hybrid limiter as a [`RateLimiter<str>`](crate::RateLimiter): every call is local, so through the
     /// blanket [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it never blocks an async task
     /// (the tower layer takes it as it takes the in-memory limiters).
-    impl[A: HybridAlgorithm, C: Clock] RateLimiter<str> for HybridLimiter<A, C> { keys }
+    impl[A: HybridAlgorithm, C: Clock] RateLimiter<str> for HybridLimiter<A, C> { keys, batches }
 }
 
 /// The algorithm's quota, as the in-memory limiters advertise it.
