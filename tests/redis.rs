@@ -1111,6 +1111,66 @@ mod async_client {
         });
     }
 
+    /// The async client's batches: a round trip per `BATCH_TRIP` requests, the answers of one
+    /// `check_n` each (an in-memory twin), refused costs not sent; then, the server killed,
+    /// the fail mode for each request, counted once each.
+    #[test]
+    fn batches_decide_as_check_n_and_fail_over_per_request() {
+        let Some(server) = Server::start() else {
+            return;
+        };
+        rt().block_on(async {
+            let gcra = Gcra::new("1/h".parse().unwrap())
+                .unwrap()
+                .with_burst(30)
+                .unwrap();
+            let retry_after = Duration::from_secs(2);
+            let a = RedisLimiter::builder(server.url(), gcra)
+                .key_prefix("async-batch:")
+                .fail_mode(FailMode::Closed { retry_after })
+                .build_async()
+                .await
+                .unwrap();
+            let twin = CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::new());
+            let mut requests: Vec<(&str, u64)> = (0..BATCH_TRIP + 40)
+                .map(|i| (["a", "b", "c"][i % 3], 1 + (i % 4) as u64))
+                .collect();
+            requests.insert(7, ("a", 0));
+            let (mut out, before) = (Vec::new(), a.round_trips());
+            a.check_n_batch(requests.iter().copied(), &mut out).await;
+            assert_eq!(a.round_trips() - before, 2);
+            let want: Vec<_> = requests
+                .iter()
+                .map(|&(k, c)| seen(&twin.check_n(k, c)))
+                .collect();
+            assert_eq!(out.iter().map(seen).collect::<Vec<_>>(), want);
+            let mut ones = Vec::new();
+            a.check_batch(["d", "a", "d"], &mut ones).await;
+            let want: Vec<_> = ["d", "a", "d"]
+                .iter()
+                .map(|&k| seen(&Ok(twin.check(k))))
+                .collect();
+            assert_eq!(ones.iter().map(|&d| seen(&Ok(d))).collect::<Vec<_>>(), want);
+            assert_eq!((a.errors(), a.failures()), (0, 0));
+            drop(server); // kills and reaps the child
+            a.check_n_batch([("a", 1), ("a", 0), ("e", 2)], &mut out)
+                .await;
+            let got: Vec<_> = out
+                .iter()
+                .map(|r| r.map(|d| (d.is_allowed(), d.retry_after())))
+                .collect();
+            assert_eq!(
+                got,
+                [
+                    Ok((false, retry_after)),
+                    Err(CostError::Zero),
+                    Ok((false, retry_after))
+                ]
+            );
+            assert_eq!((a.errors(), a.failures()), (0, 2));
+        });
+    }
+
     #[test]
     fn concurrent_tasks_get_exact_totals_and_flush_is_survived() {
         let Some(server) = Server::start() else {

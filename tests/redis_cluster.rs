@@ -631,5 +631,12 @@ async fn async_client_on_the_cluster_counts_exactly() {
         .map(|k| cluster.node_of(&a.redis_key(k)))
         .collect();
     assert_eq!(per_node.len(), 3);
+    // `check_batch`: the batch's keys once more, concurrently to every node: each key's
+    // seventh request, denied.
+    let mut out = Vec::new();
+    let keys: Vec<&str> = fresh.iter().map(String::as_str).collect();
+    a.check_batch(keys.iter().copied(), &mut out).await;
+    assert_eq!(out.len(), fresh.len());
+    assert!(out.iter().all(Decision::is_denied));
     assert_eq!((a.errors(), a.failures()), (0, 0));
 }

@@ -1,6 +1,6 @@
 //! The async client (feature `redis-async`, tokio): [`AsyncRedisLimiter`].
 
-use super::client::{client_accessors, At, ClientCore, Mode, Reply, Req};
+use super::client::{client_accessors, Answers, At, ClientCore, Mode, Reply, Req};
 use super::connection::{cluster_nodes_cmd, info_cluster_cmd, says_cluster, Target};
 use super::replies::{is_noscript_result, noscript_indices};
 #[cfg(doc)]
@@ -194,9 +194,73 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
+        // The first request's error in batch order is the batch's.
+        self.send_pipelined(requests).await?.into_iter().collect()
+    }
+
+    /// Decides a batch of requests of cost 1, in order, as one
+    /// [`check`](AsyncRedisLimiter::check) each: `out` is cleared, then holds one decision per
+    /// key. Batched as [`check_n_batch`](AsyncRedisLimiter::check_n_batch) is.
+    pub async fn check_batch<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k str>,
+        out: &mut Vec<Decision>,
+    ) {
+        let mut answers = Vec::new();
+        self.check_n_batch(keys.into_iter().map(|key| (key, 1)), &mut answers)
+            .await;
+        out.clear();
+        // As `check`: cost 1 is always valid.
+        let fail_mode = self.core.config.fail_mode.decision();
+        out.extend(answers.into_iter().map(|a| a.unwrap_or(fail_mode)));
+    }
+
+    /// Decides a batch of `(key, cost)` requests in order, as one
+    /// [`check_n`](AsyncRedisLimiter::check_n) each, as
+    /// [`RedisLimiter::check_n_batch`](super::RedisLimiter::check_n_batch) does: one round trip
+    /// per [`BATCH_TRIP`](super::BATCH_TRIP) requests, the local fast path before and after it,
+    /// the fail mode for a failed one. On a Redis Cluster a round trip's requests go
+    /// concurrently, each to its key's node.
+    pub async fn check_n_batch<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k str, u64)>,
+        out: &mut Vec<Result<Decision, CostError>>,
+    ) {
+        out.clear();
+        // `places[j]` is where in `out` the answer to `trip[j]` goes.
+        let (mut places, mut trip) = (Vec::new(), Vec::new());
+        for (key, cost) in requests {
+            if let Some(answer) = self.core.batch_before(key, cost) {
+                out.push(answer);
+                continue;
+            }
+            places.push(out.len());
+            trip.push((key, cost));
+            // A place for Redis' answer, filled whatever the round trip gives.
+            out.push(Ok(self.core.error_decision()));
+            if trip.len() == super::BATCH_TRIP {
+                let result = self.send_pipelined(&trip).await;
+                self.core.batch_after(&trip, &places, result, out);
+                trip.clear();
+                places.clear();
+            }
+        }
+        if !trip.is_empty() {
+            let result = self.send_pipelined(&trip).await;
+            self.core.batch_after(&trip, &places, result, out);
+        }
+    }
+
+    /// One round trip of a batch: each request's answer, or the error that failed the trip; a
+    /// connection an error broke is dropped.
+    async fn send_pipelined(&self, requests: &[(&str, u64)]) -> Result<Answers, BackendError> {
         let mut con = self.connection().await?;
         let result = self.pipelined(&mut con, requests).await;
         self.on_error(&result);
+        // On a cluster each request has its own connection's fate.
+        for answer in result.iter().flatten() {
+            self.on_error(answer);
+        }
         result
     }
 
@@ -286,7 +350,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         &self,
         con: &mut AsyncCon,
         requests: &[(&str, u64)],
-    ) -> Result<Vec<Decision>, BackendError> {
+    ) -> Result<Answers, BackendError> {
         let single = match con {
             AsyncCon::Single(single) => single,
             AsyncCon::Cluster(_) => {
@@ -299,7 +363,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
                         self.core.decode(v, At::Server)
                     }
                 });
-                return join_all(futures).await.into_iter().collect();
+                return Ok(join_all(futures).await);
             }
         };
         let pipe = self.core.pipeline(&self.core.sha(), requests);
@@ -322,11 +386,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
                 .await
                 .map_err(BackendError::from_redis)?;
         }
-        // The first request's error is the batch's, as on a cluster.
-        self.core
-            .batch_decisions(values, missed, again)
-            .into_iter()
-            .collect()
+        Ok(self.core.batch_decisions(values, missed, again))
     }
 }
 

@@ -1,6 +1,6 @@
 //! The sync client: [`RedisLimiter`].
 
-use super::client::{client_accessors, At, ClientCore, Mode, Reply, Req};
+use super::client::{client_accessors, Answers, At, ClientCore, Mode, Reply, Req};
 use super::connection::{Con, ConnSlot, Target};
 use super::replies::{is_noscript_result, noscript_indices};
 use super::{BackendError, RedisAlgorithm, RedisBuilder};
@@ -12,10 +12,8 @@ use ::redis::{RedisError, Value};
 use parking_lot::Mutex;
 use std::fmt;
 
-/// Each request's answer in a pipelined batch.
-type Answers = Vec<Result<Decision, BackendError>>;
-
-/// The most requests [`RedisLimiter::check_n_batch`] sends in one round trip: past about 64
+/// The most requests [`RedisLimiter::check_n_batch`] (and the async client's) sends in one
+/// round trip: past about 64
 /// the pipeline's rate no longer grows (`BENCHMARKS.md`, "Redis backend"), and a bound keeps a
 /// round trip well inside the I/O timeout whatever the batch.
 pub const BATCH_TRIP: usize = 256;
@@ -208,57 +206,27 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             );
             return;
         }
-        // `sent[j]` is where in `out` the answer to `trip[j]` goes.
-        let (mut sent, mut trip) = (Vec::new(), Vec::new());
+        // `places[j]` is where in `out` the answer to `trip[j]` goes.
+        let (mut places, mut trip) = (Vec::new(), Vec::new());
         for (key, cost) in requests {
-            match self
-                .core
-                .before(&Req::new(key, cost, At::Server, Mode::Check))
-            {
-                Ok(Some(d)) => out.push(Ok(d)),
-                Ok(None) => {
-                    sent.push(out.len());
-                    trip.push((key, cost));
-                    // A place for Redis' answer, filled whatever the round trip gives.
-                    out.push(Ok(self.core.error_decision()));
-                    if trip.len() == BATCH_TRIP {
-                        self.answer_trip(&trip, &sent, out);
-                        trip.clear();
-                        sent.clear();
-                    }
-                }
-                Err(e) => out.push(self.core.fail_over(Err(e))),
+            if let Some(answer) = self.core.batch_before(key, cost) {
+                out.push(answer);
+                continue;
+            }
+            places.push(out.len());
+            trip.push((key, cost));
+            // A place for Redis' answer, filled whatever the round trip gives.
+            out.push(Ok(self.core.error_decision()));
+            if trip.len() == BATCH_TRIP {
+                let result = self.send_pipelined(&trip);
+                self.core.batch_after(&trip, &places, result, out);
+                trip.clear();
+                places.clear();
             }
         }
         if !trip.is_empty() {
-            self.answer_trip(&trip, &sent, out);
-        }
-    }
-
-    /// Sends one round trip of a batch and writes each request's answer at its place in `out`.
-    fn answer_trip(
-        &self,
-        trip: &[(&str, u64)],
-        places: &[usize],
-        out: &mut [Result<Decision, CostError>],
-    ) {
-        match self.send_pipelined(trip) {
-            Ok(answers) => {
-                for ((&i, &(key, cost)), answer) in places.iter().zip(trip).zip(answers) {
-                    if let Ok(d) = answer {
-                        let req = Req::new(key, cost, At::Server, Mode::Check);
-                        self.core.after(&req, &Reply::Decided(d));
-                    }
-                    // A script error (a key of the wrong type, say) is its request's alone.
-                    out[i] = self.core.fail_over(answer);
-                }
-            }
-            Err(e) => {
-                let answer = self.core.fail_over_n(Err(e), trip.len() as u64);
-                for &i in places {
-                    out[i] = answer;
-                }
-            }
+            let result = self.send_pipelined(&trip);
+            self.core.batch_after(&trip, &places, result, out);
         }
     }
 

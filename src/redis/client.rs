@@ -11,6 +11,9 @@ use ::redis::Value;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Each request's answer in a pipelined batch.
+pub(super) type Answers = Vec<Result<Decision, BackendError>>;
+
 /// One request's time: the server's (µs) or an explicit one (ns).
 #[derive(Clone, Copy)]
 pub(super) enum At {
@@ -292,7 +295,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         mut values: Vec<Value>,
         missed: Vec<usize>,
         again: Vec<Value>,
-    ) -> Vec<Result<Decision, BackendError>> {
+    ) -> Answers {
         for (i, v) in missed.into_iter().zip(again) {
             values[i] = v;
         }
@@ -525,6 +528,46 @@ impl<A: RedisAlgorithm> ClientCore<A> {
             now.saturating_add(d.retry_after_nanos()),
             explicit,
         );
+    }
+
+    /// A batch's request before any round trip: its answer if its cost check or the local
+    /// fast path gives one, `None` if it must go to Redis.
+    pub(super) fn batch_before(&self, key: &str, cost: u64) -> Option<Result<Decision, CostError>> {
+        match self.before(&Req::new(key, cost, At::Server, Mode::Check)) {
+            Ok(Some(d)) => Some(Ok(d)),
+            Ok(None) => None,
+            Err(e) => Some(self.fail_over(Err(e))),
+        }
+    }
+
+    /// A batch's round trip done: writes each request of `trip` its answer at its place in
+    /// `out` (the local fast path learning from each decision), or, if the trip failed, the
+    /// answer to that failure for each request, counted once each.
+    pub(super) fn batch_after(
+        &self,
+        trip: &[(&str, u64)],
+        places: &[usize],
+        result: Result<Answers, BackendError>,
+        out: &mut [Result<Decision, CostError>],
+    ) {
+        match result {
+            Ok(answers) => {
+                for ((&i, &(key, cost)), answer) in places.iter().zip(trip).zip(answers) {
+                    if let Ok(d) = answer {
+                        let req = Req::new(key, cost, At::Server, Mode::Check);
+                        self.after(&req, &Reply::Decided(d));
+                    }
+                    // A script error (a key of the wrong type, say) is its request's alone.
+                    out[i] = self.fail_over(answer);
+                }
+            }
+            Err(e) => {
+                let answer = self.fail_over_n(Err(e), trip.len() as u64);
+                for &i in places {
+                    out[i] = answer;
+                }
+            }
+        }
     }
 
     pub(super) fn check_costs(&self, requests: &[(&str, u64)]) -> Result<(), BackendError> {
