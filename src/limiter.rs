@@ -41,10 +41,10 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 
     /// Decides a batch of requests of cost 1, in order: `out` is cleared, then holds one
     /// decision per key, each what [`check`](RateLimiter::check) would have returned at that
-    /// point of the sequence. The keyed in-memory stores answer with their batched form
-    /// ([`KeyedLimiter::check_batch`](crate::KeyedLimiter::check_batch), one clock read, the
-    /// batch's cache misses overlapped), the sync Redis client in pipelined round trips; by
-    /// default, one `check` a key.
+    /// point of the sequence. The keyed in-memory stores and the hybrid limiter answer with
+    /// their batched form ([`KeyedLimiter::check_batch`](crate::KeyedLimiter::check_batch), one
+    /// clock read, the batch's cache misses overlapped), the sync Redis client in pipelined
+    /// round trips; by default, one `check` a key.
     fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
         out.clear();
         out.extend(keys.iter().map(|key| self.check(key)));
