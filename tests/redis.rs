@@ -24,6 +24,14 @@ fn limiter<A: RedisAlgorithm>(server: &Server, algo: A) -> RedisLimiter<A> {
         .unwrap()
 }
 
+/// GCRA at 1/h with `burst`: nothing refills while a test runs, so every count is exact.
+fn hourly(burst: u64) -> Gcra {
+    Gcra::new("1/h".parse().unwrap())
+        .unwrap()
+        .with_burst(burst)
+        .unwrap()
+}
+
 /// One request of a trace: (key, time in ns, cost).
 type Req = (&'static str, u64, u64);
 
@@ -405,13 +413,7 @@ fn pipelined_batches_count_exactly() {
     let Some(server) = Server::start() else {
         return;
     };
-    let r = limiter(
-        &server,
-        Gcra::new("1/h".parse().unwrap())
-            .unwrap()
-            .with_burst(50)
-            .unwrap(),
-    );
+    let r = limiter(&server, hourly(50));
     let batch: Vec<(&str, u64)> = (0..40).map(|_| ("p", 1)).collect();
     let before = r.round_trips();
     let a = r.try_check_pipelined(&batch).unwrap();
@@ -439,10 +441,7 @@ fn trait_batches_take_one_round_trip_and_decide_as_check_n() {
     let Some(server) = Server::start() else {
         return;
     };
-    let gcra = Gcra::new("1/h".parse().unwrap())
-        .unwrap()
-        .with_burst(30)
-        .unwrap();
+    let gcra = hourly(30);
     let r = limiter(&server, gcra);
     let twin = CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::new());
     let l: &dyn RateLimiter<str> = &r;
@@ -529,10 +528,7 @@ fn a_batch_uses_and_feeds_the_local_fast_path() {
     let Some(server) = Server::start() else {
         return;
     };
-    let gcra = Gcra::new("1/h".parse().unwrap())
-        .unwrap()
-        .with_burst(3)
-        .unwrap();
+    let gcra = hourly(3);
     let r = RedisLimiter::builder(server.url(), gcra)
         .local_fast_path(100)
         .build()
@@ -1120,10 +1116,7 @@ mod async_client {
             return;
         };
         rt().block_on(async {
-            let gcra = Gcra::new("1/h".parse().unwrap())
-                .unwrap()
-                .with_burst(30)
-                .unwrap();
+            let gcra = hourly(30);
             let retry_after = Duration::from_secs(2);
             let a = RedisLimiter::builder(server.url(), gcra)
                 .key_prefix("async-batch:")
@@ -1177,10 +1170,7 @@ mod async_client {
             return;
         };
         rt().block_on(async {
-            let gcra = Gcra::new("1/h".parse().unwrap())
-                .unwrap()
-                .with_burst(300)
-                .unwrap();
+            let gcra = hourly(300);
             let a = Arc::new(limiter(&server, gcra).await);
             let tasks: Vec<_> = (0..8)
                 .map(|_| {

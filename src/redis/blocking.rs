@@ -1,6 +1,6 @@
 //! The sync client: [`RedisLimiter`].
 
-use super::client::{client_accessors, Answers, At, ClientCore, Mode, Reply, Req};
+use super::client::{client_accessors, Answers, At, ClientCore, Mode, Reply, Req, Trip};
 use super::connection::{Con, ConnSlot, Target};
 use super::replies::{is_noscript_result, noscript_indices};
 use super::{BackendError, RedisAlgorithm, RedisBuilder};
@@ -174,10 +174,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ) {
         let mut answers = Vec::new();
         self.check_n_batch(keys.into_iter().map(|key| (key, 1)), &mut answers);
-        out.clear();
-        // As `check`: cost 1 is always valid.
-        let fail_mode = self.core.config.fail_mode.decision();
-        out.extend(answers.into_iter().map(|a| a.unwrap_or(fail_mode)));
+        self.core.batch_of_ones(answers, out);
     }
 
     /// Decides a batch of `(key, cost)` requests in order, as one
@@ -206,27 +203,16 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             );
             return;
         }
-        // `places[j]` is where in `out` the answer to `trip[j]` goes.
-        let (mut places, mut trip) = (Vec::new(), Vec::new());
+        let mut trip = Trip::default();
         for (key, cost) in requests {
-            if let Some(answer) = self.core.batch_before(key, cost) {
-                out.push(answer);
-                continue;
-            }
-            places.push(out.len());
-            trip.push((key, cost));
-            // A place for Redis' answer, filled whatever the round trip gives.
-            out.push(Ok(self.core.error_decision()));
-            if trip.len() == BATCH_TRIP {
-                let result = self.send_pipelined(&trip);
-                self.core.batch_after(&trip, &places, result, out);
-                trip.clear();
-                places.clear();
+            if trip.add(&self.core, key, cost, out) {
+                let result = self.send_pipelined(trip.requests());
+                trip.finish(&self.core, result, out);
             }
         }
-        if !trip.is_empty() {
-            let result = self.send_pipelined(&trip);
-            self.core.batch_after(&trip, &places, result, out);
+        if !trip.requests().is_empty() {
+            let result = self.send_pipelined(trip.requests());
+            trip.finish(&self.core, result, out);
         }
     }
 

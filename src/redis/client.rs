@@ -3,7 +3,7 @@
 use super::keys::redis_key;
 use super::local_deny::LocalDeny;
 use super::lua;
-use super::{BackendError, FailMode, RedisAlgorithm, RedisBuilder, MAX_EXPLICIT_NOW};
+use super::{BackendError, FailMode, RedisAlgorithm, RedisBuilder, BATCH_TRIP, MAX_EXPLICIT_NOW};
 use crate::algo::Reconfigure;
 use crate::decision::{Decision, Ticket};
 use crate::error::{check_cost, CostError};
@@ -530,44 +530,16 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         );
     }
 
-    /// A batch's request before any round trip: its answer if its cost check or the local
-    /// fast path gives one, `None` if it must go to Redis.
-    pub(super) fn batch_before(&self, key: &str, cost: u64) -> Option<Result<Decision, CostError>> {
-        match self.before(&Req::new(key, cost, At::Server, Mode::Check)) {
-            Ok(Some(d)) => Some(Ok(d)),
-            Ok(None) => None,
-            Err(e) => Some(self.fail_over(Err(e))),
-        }
-    }
-
-    /// A batch's round trip done: writes each request of `trip` its answer at its place in
-    /// `out` (the local fast path learning from each decision), or, if the trip failed, the
-    /// answer to that failure for each request, counted once each.
-    pub(super) fn batch_after(
+    /// A batch of cost-1 answers as `check` gives them: cost 1 is always valid, so an error
+    /// (none comes) would be the fail mode's decision.
+    pub(super) fn batch_of_ones(
         &self,
-        trip: &[(&str, u64)],
-        places: &[usize],
-        result: Result<Answers, BackendError>,
-        out: &mut [Result<Decision, CostError>],
+        answers: Vec<Result<Decision, CostError>>,
+        out: &mut Vec<Decision>,
     ) {
-        match result {
-            Ok(answers) => {
-                for ((&i, &(key, cost)), answer) in places.iter().zip(trip).zip(answers) {
-                    if let Ok(d) = answer {
-                        let req = Req::new(key, cost, At::Server, Mode::Check);
-                        self.after(&req, &Reply::Decided(d));
-                    }
-                    // A script error (a key of the wrong type, say) is its request's alone.
-                    out[i] = self.fail_over(answer);
-                }
-            }
-            Err(e) => {
-                let answer = self.fail_over_n(Err(e), trip.len() as u64);
-                for &i in places {
-                    out[i] = answer;
-                }
-            }
-        }
+        out.clear();
+        let fail_mode = self.config.fail_mode.decision();
+        out.extend(answers.into_iter().map(|a| a.unwrap_or(fail_mode)));
     }
 
     pub(super) fn check_costs(&self, requests: &[(&str, u64)]) -> Result<(), BackendError> {
@@ -650,3 +622,74 @@ macro_rules! client_accessors {
     };
 }
 pub(super) use client_accessors;
+
+/// The requests of a batch (`check_n_batch`, both clients) waiting for one round trip, and
+/// where in the batch's answers each one's goes.
+#[derive(Default)]
+pub(super) struct Trip<'k> {
+    requests: Vec<(&'k str, u64)>,
+    places: Vec<usize>,
+}
+
+impl<'k> Trip<'k> {
+    /// Takes a batch's next request: answered at once into `out` if its cost check or the
+    /// local fast path answers it, else kept for the round trip, its place held in `out`.
+    /// `true` when the trip is full ([`BATCH_TRIP`]).
+    pub(super) fn add<A: RedisAlgorithm>(
+        &mut self,
+        core: &ClientCore<A>,
+        key: &'k str,
+        cost: u64,
+        out: &mut Vec<Result<Decision, CostError>>,
+    ) -> bool {
+        match core.before(&Req::new(key, cost, At::Server, Mode::Check)) {
+            Ok(Some(d)) => out.push(Ok(d)),
+            Ok(None) => {
+                self.places.push(out.len());
+                self.requests.push((key, cost));
+                // A place for Redis' answer, filled whatever the round trip gives.
+                out.push(Ok(core.error_decision()));
+            }
+            Err(e) => out.push(core.fail_over(Err(e))),
+        }
+        self.requests.len() == BATCH_TRIP
+    }
+
+    /// The requests to send.
+    pub(super) fn requests(&self) -> &[(&'k str, u64)] {
+        &self.requests
+    }
+
+    /// The round trip done: writes each request its answer at its place in `out` (the local
+    /// fast path learning from each decision), or, if the trip failed, the answer to that
+    /// failure for each request, counted once each; then empties the trip.
+    pub(super) fn finish<A: RedisAlgorithm>(
+        &mut self,
+        core: &ClientCore<A>,
+        result: Result<Answers, BackendError>,
+        out: &mut [Result<Decision, CostError>],
+    ) {
+        match result {
+            Ok(answers) => {
+                for ((&i, &(key, cost)), answer) in
+                    self.places.iter().zip(&self.requests).zip(answers)
+                {
+                    if let Ok(d) = answer {
+                        let req = Req::new(key, cost, At::Server, Mode::Check);
+                        core.after(&req, &Reply::Decided(d));
+                    }
+                    // A script error (a key of the wrong type, say) is its request's alone.
+                    out[i] = core.fail_over(answer);
+                }
+            }
+            Err(e) => {
+                let answer = core.fail_over_n(Err(e), self.requests.len() as u64);
+                for &i in &self.places {
+                    out[i] = answer;
+                }
+            }
+        }
+        self.requests.clear();
+        self.places.clear();
+    }
+}
