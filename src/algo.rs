@@ -115,6 +115,42 @@ pub trait Algorithm: Send + Sync + 'static {
     /// eviction forgets first the keys with the earliest `idle_at` (the least live state).
     fn idle_at(&self, state: &Self::State) -> u64;
 
+    /// How many words ([`debt`](Algorithm::debt)) describe what a state still owes: 1 for
+    /// every algorithm of the crate but [`AllOf`] (the sum of its two quotas'). 0 opts out of
+    /// remembering debts, so capacity eviction forgets a limited key: only for an algorithm
+    /// whose state is kept elsewhere too.
+    #[inline(always)]
+    fn debt_parts(&self) -> usize {
+        1
+    }
+
+    /// Part `part` of what a key in `state` still owes, as a word below 2^96 ([`DEBT_MAX`]);
+    /// 0 for nothing (a fresh state's debt is 0). Capacity eviction keeps it in the limiter's
+    /// debt table when it evicts a key that is not fresh, so that the key, inserted again,
+    /// starts from [`restore`](Algorithm::restore) instead of a fresh state. The word need
+    /// not be exact, only never more lenient: see `restore`.
+    fn debt(&self, state: &Self::State, part: usize) -> u128;
+
+    /// A debt word at least as limiting as both `a` and `b` (words of part `part`): what a
+    /// debt table cell keeps when two keys share it. The default is the larger word, right
+    /// for debts that are one time or one ordered word.
+    #[inline]
+    fn debt_join(&self, part: usize, a: u128, b: u128) -> u128 {
+        let _ = part;
+        a.max(b)
+    }
+
+    /// The time (ns) from which the debt word `debt` of part `part` limits nothing: its
+    /// restored state is then equivalent to a fresh one. A debt table cell whose debt is paid
+    /// is free for another key.
+    fn debt_paid_at(&self, part: usize, debt: u128) -> u64;
+
+    /// A state **at least as limited** as any state whose debt words are at most `debt(p)` for
+    /// each part `p` (a word of 0: that part owes nothing): from it, no sequence of requests is
+    /// admitted more, or earlier, than from the state that was evicted. All zeros restore
+    /// [`fresh`](Algorithm::fresh).
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> Self::State;
+
     /// A number that changes whenever the configuration does ([`Live`](crate::Live)); 0
     /// for fixed algorithms. A request that sees it change across its update re-fits the
     /// state it wrote. An algorithm whose configuration never changes keeps this default.
@@ -185,9 +221,11 @@ pub trait Algorithm: Send + Sync + 'static {
 /// The state of these algorithms is physical, not relative to the quota: GCRA keeps a time
 /// (how far ahead of the clock a key's budget is spent), EARRRL and the exponential limiter a
 /// measured rate. So a state kept under one configuration is still meaningful under another,
-/// and the only work left on a switch is to bring states the new quota could never have
-/// produced back within its reach ([`fit`](Reconfigure::fit)), instead of resetting them to
-/// fresh.
+/// and is kept as it is: **no switch or plan hands budget back**. A state spent further than the
+/// new quota could have spent it stays so until it is paid (clamping it to the new quota's
+/// reach would hand the difference back on a switch to a smaller quota and back). Every
+/// algorithm of the crate keeps [`fit`](Reconfigure::fit) a no-op; it is the hook for one
+/// whose states must be translated.
 ///
 /// What can change: every GCRA parameter (rate, burst, policy); EARRRL's limit and policy,
 /// not its half-life (the state is measured in it); the exponential limiter's limit and policy,
@@ -200,9 +238,8 @@ pub trait Reconfigure: Algorithm + Copy {
     /// [`Unchangeable`](crate::ConfigError::Unchangeable) error names the field that differs.
     fn check_change(&self, new: &Self) -> Result<(), ConfigError>;
 
-    /// Brings `state` (kept under any compatible configuration) within this configuration's
-    /// reach at `now`: the state a key could have under this quota that is closest to the
-    /// kept one and never more lenient than it.
+    /// Translates `state` (kept under any compatible configuration) for this configuration at
+    /// `now`, never into a more lenient one: nothing, for the crate's algorithms.
     fn fit(&self, state: &mut Self::State, now: u64);
 }
 
@@ -239,6 +276,10 @@ where
     }
 }
 
+/// The largest [`Algorithm::debt`] word: 96 bits, so that a debt table cell holds one with a
+/// 32-bit tag of its key in 128 bits.
+pub const DEBT_MAX: u128 = (1 << 96) - 1;
+
 /// The latest time the algorithms work with: `u64::MAX − 1` ns (584 years after the clock's
 /// origin). A later reading is taken as this one, so saturated times (`idle_at`, a
 /// `tat + cost·T`) never collide with `now` itself and the tombstone stays unreachable.
@@ -266,6 +307,37 @@ pub(crate) fn most_admitted(most: u64, mut admits: impl FnMut(u64) -> bool) -> u
         }
     }
     lo
+}
+
+/// Counts in debt words: 24 bits, exact below 2^19, above that a 5-bit exponent and a 19-bit
+/// mantissa rounded up (within 2^-18 of the count, never below it).
+pub(crate) fn count_up24(count: u64) -> u128 {
+    const M: u32 = 19;
+    if count < 1 << M {
+        return u128::from(count);
+    }
+    let mut e = 64 - count.leading_zeros() - M;
+    let mut m = count.div_ceil(1 << e);
+    if m == 1 << M {
+        (e, m) = (e + 1, 1 << (M - 1));
+    }
+    (u128::from(e) << M) | u128::from(m)
+}
+
+/// The count a 24-bit debt count stands for: at least the one encoded.
+pub(crate) fn count_from24(code: u128) -> u64 {
+    let (e, m) = ((code >> 19) as u32 & 31, (code & ((1 << 19) - 1)) as u64);
+    m.checked_shl(e).filter(|v| v >> e == m).unwrap_or(u64::MAX)
+}
+
+/// `x ≥ 0` as the smallest `f32` at least as large (its bits): a rate in a debt word.
+pub(crate) fn f32_up(x: f64) -> u32 {
+    let f = x as f32;
+    if (f as f64) < x && f.is_finite() {
+        f.to_bits() + 1
+    } else {
+        f.to_bits()
+    }
 }
 
 /// `now`, capped at [`CLOCK_MAX`].

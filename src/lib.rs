@@ -208,6 +208,7 @@ mod cell;
 mod clock;
 mod compact;
 mod config;
+mod debts;
 mod decision;
 #[cfg(feature = "serde")]
 mod deserialize;

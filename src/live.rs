@@ -37,8 +37,9 @@ use std::fmt;
 /// limiter.reconfigure("10/s burst 5".parse()?)?;
 /// // The key spent its budget: it stays spent under the new quota, not reset to fresh.
 /// assert!(limiter.check("k").is_denied());
-/// // ...and waits only as long as the new quota can make it wait.
-/// assert_eq!(limiter.peek("k").retry_after().as_millis(), 100);
+/// // ...and owes what it spent: a second of budget, of which the new burst covers 500 ms.
+/// // A switch never hands budget back (switching back would otherwise reset it).
+/// assert_eq!(limiter.peek("k").retry_after().as_millis(), 600);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Live<A> {
@@ -109,6 +110,27 @@ impl<A: Reconfigure> Algorithm for Live<A> {
         self.get().idle_at(state)
     }
 
+    // A debt means the same under every configuration a switch may reach (the state does).
+    fn debt_parts(&self) -> usize {
+        self.get().debt_parts()
+    }
+
+    fn debt(&self, state: &A::State, part: usize) -> u128 {
+        self.get().debt(state, part)
+    }
+
+    fn debt_join(&self, part: usize, a: u128, b: u128) -> u128 {
+        self.get().debt_join(part, a, b)
+    }
+
+    fn debt_paid_at(&self, part: usize, debt: u128) -> u64 {
+        self.get().debt_paid_at(part, debt)
+    }
+
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> A::State {
+        self.get().restore(debt)
+    }
+
     #[inline]
     fn settle(&self, state: &mut A::State, now: u64, taken_at: u64, charged: u64, actual: u64) {
         self.get().settle(state, now, taken_at, charged, actual);
@@ -147,11 +169,11 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn gcra_fit_clamps_to_a_spent_bucket_and_keeps_the_rest() {
+    fn gcra_fit_keeps_every_debt() {
         let g: Gcra = "10/s burst 5".parse().unwrap();
-        let mut far = 60_000_000_000; // a minute of debt from a larger quota
+        let mut far = 60_000_000_000; // a minute of debt from a larger quota: kept whole
         g.fit(&mut far, 1_000_000_000);
-        assert_eq!(far, 1_500_000_000);
+        assert_eq!(far, 60_000_000_000);
         let mut near = 1_200_000_000;
         g.fit(&mut near, 1_000_000_000);
         assert_eq!(near, 1_200_000_000);

@@ -8,12 +8,14 @@
 use crate::algo::{clamp, Algorithm, Gcra, Reconfigure, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
+use crate::debts::Debts;
 use crate::decision::{Decision, Ticket};
 use crate::error::{check_cost, ConfigError, CostError, QuotaError};
 use crate::live::Live;
 use crate::stats::{Metrics, Stats};
 use crate::sweeper::{Signal, SweepTotals, Sweeper, Totals};
 use crate::wait::{self, Jitter};
+use parking_lot::Mutex;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -31,6 +33,8 @@ pub(crate) struct Options {
     pub(crate) max_keys: Option<usize>,
     pub(crate) grace: Duration,
     pub(crate) metrics: bool,
+    /// [`Builder::forget_evicted_limits`]: no debt table.
+    pub(crate) forget: bool,
 }
 
 impl Default for Options {
@@ -40,6 +44,7 @@ impl Default for Options {
             max_keys: None,
             grace: DEFAULT_SWEEP_GRACE,
             metrics: false,
+            forget: false,
         }
     }
 }
@@ -118,17 +123,26 @@ pub trait KeyedStore: sealed::Keyed {}
 impl<L: KeyedStore, A, C> Builder<L, A, C> {
     /// Bounds the number of keys. When a sweep finds more, it evicts the keys whose state is
     /// closest to fresh (the earliest [`Algorithm::idle_at`]) down to 7/8 of the bound.
-    /// Unlike idle eviction this forgets live state: an evicted client starts over with a
-    /// fresh key.
+    ///
+    /// **A flood never resets a limit.** A key evicted while it still owes (its state is not
+    /// fresh) leaves its debt ([`Algorithm::debt`]) in a debt table beside the store, 12 bytes
+    /// per key of `max_keys` (per quota of an [`AllOf`](crate::algo::AllOf)); inserted again,
+    /// it starts from a state at least as limited as the one it lost
+    /// ([`Algorithm::restore`]), never from a fresh one. The table is bounded, so beyond what
+    /// it can tell apart it errs on the side of the limit: a new key whose cells are shared
+    /// with keys that owe starts from their joined debt (a false denial, never a false
+    /// admission). `docs/limiters.md` states the guarantee per algorithm and its measured
+    /// price; [`forget_evicted_limits`](Builder::forget_evicted_limits) opts out.
     ///
     /// The bound is kept in two steps. A request inserting a key beyond `max_keys` wakes the
     /// background sweeper (if there is one). A request inserting a key beyond
-    /// `max_keys + max_keys/4` runs one eviction pass itself before inserting, so however fast
-    /// new keys arrive, `len()` stays below `max_keys + max_keys/4` plus the number of threads
-    /// inserting at that moment. That request pays the pass in latency; it happens only under
-    /// floods that outrun the sweeper. The bound holds whatever the clock does: on a frozen or
-    /// coarse clock, where a flood's keys all tie in `idle_at`, the tied keys are evicted
-    /// evenly over the table.
+    /// `max_keys + max_keys/4` runs one eviction pass itself before inserting (one pass at a
+    /// time: a request that finds one running waits for it instead of starting its own), so
+    /// however fast new keys arrive, `len()` stays below `max_keys + max_keys/4` plus the
+    /// number of threads inserting at that moment. That request pays the pass in latency; it
+    /// happens only under floods that outrun the sweeper. The bound holds whatever the clock
+    /// does: on a frozen or coarse clock, where a flood's keys all tie in `idle_at`, the tied
+    /// keys are evicted evenly over the table.
     ///
     /// The papaya map is unbounded unless this is set. The compact table is sized by it, at a
     /// load of 3/4, allocated at build and never grown (default
@@ -144,6 +158,17 @@ impl<L: KeyedStore, A, C> Builder<L, A, C> {
     /// joined when the limiter is dropped.
     pub fn sweep_every(mut self, interval: Duration) -> Self {
         self.options.sweep_every = Some(interval);
+        self
+    }
+
+    /// Lets capacity eviction forget what an evicted key owes: the key, inserted again,
+    /// starts fresh, as if it had never been limited. Saves the debt table (12 bytes per key
+    /// of `max_keys`) and its false denials, at the price of the one promise a limiter makes:
+    /// a client that can make the store evict it (a flood of new keys from many addresses)
+    /// gets its quota back. For keys that cannot be made up by a client (a fixed set of
+    /// tenants), or where a reset is acceptable.
+    pub fn forget_evicted_limits(mut self) -> Self {
+        self.options.forget = true;
         self
     }
 
@@ -191,6 +216,10 @@ pub(crate) struct Core<A, C> {
     pub(crate) sweep_every: Option<Duration>,
     pub(crate) signal: Arc<Signal>,
     pub(crate) totals: Totals,
+    /// What keys evicted for capacity still owe (keyed stores with a bound, unless opted out).
+    pub(crate) debts: Option<Debts>,
+    /// Held by the capacity pass in flight: one at a time.
+    pub(crate) pass: Mutex<()>,
 }
 
 impl<A: Algorithm, C: Clock> Core<A, C> {
@@ -205,6 +234,56 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
             sweep_every: options.sweep_every,
             signal: Arc::default(),
             totals: Totals::default(),
+            debts: None,
+            pass: Mutex::new(()),
+        }
+    }
+
+    /// Adds the debt table a store bounded by `max_keys` keeps, unless the options opt out.
+    pub(crate) fn with_debts(
+        mut self,
+        options: &Options,
+    ) -> Result<Self, std::collections::TryReserveError> {
+        if let (Some(max), false) = (self.max_keys, options.forget) {
+            self.debts = Debts::new(&self.algo, max)?;
+        }
+        Ok(self)
+    }
+
+    /// Keeps what a key (hashed by `hash`) evicted for capacity in `state` still owes. Called
+    /// before the key's cell is killed, with the sweep's `now`.
+    #[inline]
+    pub(crate) fn keep_debt(&self, hash: impl FnOnce() -> u64, state: &A::State, now: u64) {
+        if let Some(debts) = &self.debts {
+            debts.keep(&self.algo, hash(), state, now);
+        }
+    }
+
+    /// The state a key (hashed by `hash`) starts from when inserted: what it owes, if the debt
+    /// table holds anything for it, else fresh.
+    #[inline]
+    pub(crate) fn start_state(&self, hash: impl FnOnce() -> u64) -> A::State {
+        let Some(debts) = &self.debts else {
+            return self.algo.fresh();
+        };
+        match debts.restore(&self.algo, hash(), self.sweep_now()) {
+            Some(state) => {
+                debts.restored_one();
+                state
+            }
+            None => self.algo.fresh(),
+        }
+    }
+
+    /// The decision for a key not held: from what it owes, or fresh.
+    #[inline]
+    pub(crate) fn peek_absent(&self, hash: impl FnOnce() -> u64, now: u64, cost: u64) -> Decision {
+        match &self.debts {
+            Some(debts) => match debts.restore(&self.algo, hash(), self.sweep_now()) {
+                Some(state) => self.algo.peek(&state, now, cost),
+                None => self.peek_fresh(now, cost),
+            },
+            None => self.peek_fresh(now, cost),
         }
     }
 
@@ -279,6 +358,12 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
     #[inline]
     pub(crate) fn peek_fresh(&self, now: u64, cost: u64) -> Decision {
         self.algo.peek(&self.algo.fresh(), now, cost)
+    }
+
+    /// Totals over every sweep, with the debt table's counts.
+    pub(crate) fn sweep_totals(&self) -> SweepTotals {
+        let debts = self.debts.as_ref().map_or((0, 0), Debts::counts);
+        self.totals.snapshot(debts)
     }
 
     /// The counters, with `totals` and `keys` from the store.
@@ -452,7 +537,7 @@ impl<A: fmt::Debug, C: fmt::Debug> fmt::Debug for Core<A, C> {
             .field("clock", &self.clock)
             .field("cas", &self.stats)
             .field("max_keys", &self.max_keys)
-            .field("sweeps", &self.totals.snapshot())
+            .field("sweeps", &self.totals.snapshot((0, 0)))
             .finish()
     }
 }

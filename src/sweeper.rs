@@ -44,7 +44,8 @@ pub struct SweepReport {
     pub scanned: u64,
     /// Keys dropped because their state was equivalent to a fresh key's (lossless).
     pub evicted_idle: u64,
-    /// Keys dropped to enforce `max_keys` (their live state is forgotten).
+    /// Keys dropped to enforce `max_keys` (what they still owed is kept in the debt table,
+    /// unless the limiter [forgets](crate::store::Builder::forget_evicted_limits)).
     pub evicted_capacity: u64,
     /// How long the sweep took.
     pub elapsed: Duration,
@@ -59,6 +60,13 @@ pub struct SweepTotals {
     pub evicted_idle: u64,
     /// Keys dropped to enforce `max_keys`.
     pub evicted_capacity: u64,
+    /// Keys evicted for capacity while they still owed, whose debt was kept.
+    pub debts_kept: u64,
+    /// Keys inserted with a kept debt: they started from it, not fresh.
+    pub debts_restored: u64,
+    /// The most capacity passes ever running at once: 1 (or 0 before the first), since a
+    /// pass never starts while another runs.
+    pub most_passes_at_once: u64,
     /// Time spent sweeping.
     pub busy: Duration,
 }
@@ -70,6 +78,9 @@ pub(crate) struct Totals {
     evicted_idle: AtomicU64,
     evicted_capacity: AtomicU64,
     busy_ns: AtomicU64,
+    /// Capacity passes running now, and the most ever at once.
+    passes: AtomicU64,
+    most_passes: AtomicU64,
 }
 
 impl Totals {
@@ -83,34 +94,64 @@ impl Totals {
         self.busy_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self) -> SweepTotals {
+    /// The totals, with the debt table's counts (kept, restored).
+    pub(crate) fn snapshot(&self, debts: (u64, u64)) -> SweepTotals {
         SweepTotals {
             sweeps: self.sweeps.load(Ordering::Relaxed),
             evicted_idle: self.evicted_idle.load(Ordering::Relaxed),
             evicted_capacity: self.evicted_capacity.load(Ordering::Relaxed),
+            debts_kept: debts.0,
+            debts_restored: debts.1,
+            most_passes_at_once: self.most_passes.load(Ordering::Relaxed),
             busy: Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed)),
         }
     }
+
+    /// Runs one capacity pass, counted as running while it runs.
+    fn run_pass(&self, pass: impl FnOnce() -> u64) -> u64 {
+        let at_once = self.passes.fetch_add(1, Ordering::AcqRel) + 1;
+        self.most_passes.fetch_max(at_once, Ordering::Relaxed);
+        let evicted = pass();
+        self.passes.fetch_sub(1, Ordering::AcqRel);
+        evicted
+    }
+}
+
+/// Runs a capacity pass (`evict`, returning the keys it evicted) under `gate`, so that passes
+/// never overlap: passes that overlap each see the same excess and together evict several
+/// times it, and each judges keys on states the others are changing. A sweep waits for the
+/// pass in flight, then runs its own.
+pub(crate) fn capacity_pass(gate: &Mutex<()>, totals: &Totals, evict: impl FnOnce() -> u64) -> u64 {
+    let _pass = gate.lock();
+    totals.run_pass(evict)
 }
 
 /// Before a request inserts a new key into a store holding `len` of `max_keys`: past
 /// `max_keys + max_keys/4` it runs `evict` (one capacity pass) here and now, so a flood of new
 /// keys that outruns the sweeper pays for its own eviction instead of growing the store; the
-/// pass is counted with the sweeps. Below that only the sweeper evicts. Both keyed stores
+/// pass is counted with the sweeps. Below that only the sweeper evicts. Single-flight: a
+/// request that finds a pass running (`gate` held) waits for it to end and inserts, without a
+/// pass of its own, since that pass brought the store back under the bound. Both keyed stores
 /// call it, so both keep `len()` below that plus one key per inserting thread.
 #[cold]
 pub(crate) fn evict_before_insert(
     len: usize,
     max_keys: usize,
+    gate: &Mutex<()>,
     totals: &Totals,
     evict: impl FnOnce() -> u64,
 ) {
-    if len >= max_keys.saturating_add(max_keys / 4) {
-        totals.add(&SweepReport {
-            evicted_capacity: evict(),
-            ..SweepReport::default()
-        });
+    if len < max_keys.saturating_add(max_keys / 4) {
+        return;
     }
+    let Some(_pass) = gate.try_lock() else {
+        drop(gate.lock());
+        return;
+    };
+    totals.add(&SweepReport {
+        evicted_capacity: totals.run_pass(evict),
+        ..SweepReport::default()
+    });
 }
 
 /// Which keys one capacity-eviction pass evicts, judged by their `idle_at` (the earliest
@@ -126,8 +167,7 @@ pub(crate) fn evict_before_insert(
 /// the order the pass meets them), and no cap on the count ends a pass early at some position.
 #[derive(Debug)]
 pub(crate) struct CapacityCut {
-    /// `None`: every key ties (an even spread whatever the states, see [`evict_by`]).
-    threshold: Option<u64>,
+    threshold: u64,
     /// Of the tied keys, `take` of every `of` are evicted.
     take: u64,
     of: u64,
@@ -150,19 +190,9 @@ impl CapacityCut {
         let below = idle.iter().filter(|&&t| t < threshold).count();
         let at = idle.iter().filter(|&&t| t == threshold).count();
         Some(Self {
-            threshold: Some(threshold),
+            threshold,
             take: (rank - below) as u64,
             of: at as u64,
-            acc: Cell::new(0),
-        })
-    }
-
-    /// The cut that evicts `excess` of `len` keys evenly spread, whatever their `idle_at`.
-    fn spread(excess: u64, len: u64) -> Option<Self> {
-        (excess > 0 && len > 0).then(|| Self {
-            threshold: None,
-            take: excess.min(len),
-            of: len,
             acc: Cell::new(0),
         })
     }
@@ -171,7 +201,7 @@ impl CapacityCut {
     /// (which may be asked more than once, if a CAS retries; a tie gets one turn per key).
     pub(crate) fn judge(&self) -> impl Fn(u64) -> bool + '_ {
         let turn = Cell::new(None);
-        move |idle_at| match self.threshold.map_or(Cmp::Equal, |t| idle_at.cmp(&t)) {
+        move |idle_at: u64| match idle_at.cmp(&self.threshold) {
             Cmp::Less => true,
             Cmp::Greater => false,
             Cmp::Equal => match turn.get() {
@@ -194,28 +224,33 @@ impl CapacityCut {
     }
 }
 
-/// One capacity pass: `pass` kills the keys `cut` dooms (of the `excess` it was drawn for) and
-/// says how many it killed. The cut was drawn from the states before the pass, and a key
+/// Cuts one capacity pass may draw: the first, and re-cuts for a pass left short.
+const CUTS: usize = 3;
+
+/// One capacity pass: `draw(n)` draws a cut to evict `n` keys from the states as they are now
+/// (`None`: nothing to evict), `pass` kills the keys a cut dooms and says how many. A key
 /// updated meanwhile is judged on its new state, so traffic that moves many keys at once can
-/// leave the pass far short: a fleet's sync thread granting leases to a flood's new keys (a
-/// key holding a lease is never closest to fresh) did, killing 25 of 375. A pass that kills
-/// less than half its excess is made up at once by a second one over the `live()` keys, the
-/// shortfall evenly spread whatever their states, so the bound `max_keys` promises holds
-/// however the keys move. The keys evicted, both passes together.
+/// leave a pass far short: a fleet's sync thread granting leases to a flood's new keys (a key
+/// holding a lease is never closest to fresh) did, killing 25 of 375. A pass that kills less
+/// than half its excess draws a new cut for the rest from the states as they are then (up to
+/// [`CUTS`] in all): every key evicted is at or below the threshold of the cut that judged it,
+/// so the keys closest to fresh go first, always. The keys evicted, all cuts together.
 pub(crate) fn evict_by(
-    cut: &CapacityCut,
     excess: u64,
-    live: impl FnOnce() -> u64,
+    mut draw: impl FnMut(u64) -> Option<CapacityCut>,
     pass: impl Fn(&CapacityCut) -> u64,
 ) -> u64 {
-    let killed = pass(cut);
-    if killed.saturating_mul(2) >= excess {
-        return killed;
+    let mut killed = 0u64;
+    for round in 0..CUTS {
+        if round > 0 && killed.saturating_mul(2) >= excess {
+            break;
+        }
+        let Some(cut) = draw(excess.saturating_sub(killed)) else {
+            break;
+        };
+        killed += pass(&cut);
     }
-    match CapacityCut::spread(excess - killed, live()) {
-        Some(rest) => killed + pass(&rest),
-        None => killed,
-    }
+    killed
 }
 
 /// How the limiter talks to its sweeper thread.
@@ -361,24 +396,46 @@ mod tests {
         killed
     }
 
+    /// A cut drawn from the keys of `idle` still there, for `n` of them.
+    fn draw(idle: &RefCell<Vec<Option<u64>>>, n: u64) -> Option<CapacityCut> {
+        let mut live: Vec<u64> = idle.borrow().iter().flatten().copied().collect();
+        let len = live.len() as u64;
+        CapacityCut::new(&mut live, n, len)
+    }
+
     #[test]
-    fn a_pass_the_states_moved_under_is_made_up_by_an_even_spread() {
-        // The cut is drawn for 250 of 1000 keys at idle_at 0..1000 (those below 250), then,
-        // before the pass, every key below 900 moves to u64::MAX (a lease granted): the pass
-        // dooms nothing below the threshold and the make-up takes 250 evenly.
+    fn a_pass_the_states_moved_under_is_recut_from_the_states_as_they_are() {
+        // The first cut is drawn for 250 of 1000 keys at idle_at 0..1000 (those below 250);
+        // before its pass every key below 900 moves to u64::MAX (a lease granted): it dooms
+        // nothing, so a second cut is drawn from the moved states: the 100 keys at 900..1000
+        // (the closest to fresh now) and 150 of the 900 tied at u64::MAX, spread. No key is
+        // ever evicted above the threshold of the cut that judged it.
         let idle: Vec<u64> = (0..1000).collect();
-        let cut = CapacityCut::new(&mut idle.clone(), 250, 1000).unwrap();
-        let moved: Vec<Option<u64>> = idle
-            .iter()
-            .map(|&t| Some(if t < 900 { u64::MAX } else { t }))
-            .collect();
-        let moved = RefCell::new(moved);
-        let live = || moved.borrow().iter().flatten().count() as u64;
-        assert_eq!(evict_by(&cut, 250, live, |c| kill(c, &moved)), 250);
+        let moved = RefCell::new(idle.iter().map(|&t| Some(t)).collect::<Vec<_>>());
+        let first = std::cell::Cell::new(true);
+        let cuts = std::cell::Cell::new(0);
+        let killed = evict_by(
+            250,
+            |n| {
+                cuts.set(cuts.get() + 1);
+                let cut = draw(&moved, n);
+                if first.replace(false) {
+                    for t in moved.borrow_mut().iter_mut().flatten() {
+                        if *t < 900 {
+                            *t = u64::MAX;
+                        }
+                    }
+                }
+                cut
+            },
+            |c| kill(c, &moved),
+        );
+        assert_eq!(cuts.get(), 2);
+        assert_eq!(killed, 250);
         let gone: Vec<usize> = (0..1000).filter(|&i| moved.borrow()[i].is_none()).collect();
-        assert_eq!(gone.len(), 250);
-        assert_eq!(gone[..3], [3, 7, 11]);
-        assert_eq!(gone.iter().filter(|&&i| i < 500).count(), 125);
+        assert!((900..1000).all(|i| gone.contains(&i)));
+        // The 150 tied at u64::MAX are spread evenly over the 900.
+        assert_eq!(gone.iter().filter(|&&i| i < 450).count(), 75);
     }
 
     #[test]
@@ -386,32 +443,27 @@ mod tests {
         // 1000 keys at idle_at 0..1000, a cut for 300; before the pass the 150 lowest move up.
         // The pass kills the other 150, half of 300: no second pass.
         let idle: Vec<u64> = (0..1000).collect();
-        let cut = CapacityCut::new(&mut idle.clone(), 300, 1000).unwrap();
-        let moved = RefCell::new(
-            idle.iter()
-                .map(|&t| Some(if t < 150 { u64::MAX } else { t }))
-                .collect::<Vec<_>>(),
-        );
-        let passes = std::cell::Cell::new(0);
-        let killed = evict_by(
-            &cut,
-            300,
-            || 1000,
-            |c| {
-                passes.set(passes.get() + 1);
-                kill(c, &moved)
-            },
-        );
-        assert_eq!((killed, passes.get()), (150, 1));
-        // One key fewer and the make-up runs: 149 + 151 spread.
-        let cut = CapacityCut::new(&mut idle.clone(), 300, 1000).unwrap();
-        let moved = RefCell::new(
-            idle.iter()
-                .map(|&t| Some(if t < 151 { u64::MAX } else { t }))
-                .collect::<Vec<_>>(),
-        );
-        let live = || moved.borrow().iter().flatten().count() as u64;
-        assert_eq!(evict_by(&cut, 300, live, |c| kill(c, &moved)), 300);
+        let run = |moved_below: u64| {
+            let cut = CapacityCut::new(&mut idle.clone(), 300, 1000);
+            let moved = RefCell::new(
+                idle.iter()
+                    .map(|&t| Some(if t < moved_below { u64::MAX } else { t }))
+                    .collect::<Vec<_>>(),
+            );
+            let (mut cut, passes) = (cut, std::cell::Cell::new(0));
+            let killed = evict_by(
+                300,
+                |n| cut.take().or_else(|| draw(&moved, n)),
+                |c| {
+                    passes.set(passes.get() + 1);
+                    kill(c, &moved)
+                },
+            );
+            (killed, passes.get())
+        };
+        assert_eq!(run(150), (150, 1));
+        // One key fewer and a second cut runs: 149, then 151 of the keys closest to fresh.
+        assert_eq!(run(151), (300, 2));
     }
 
     #[test]

@@ -41,7 +41,8 @@ fn flood_ends_within_the_bound(store: Store, clock: ClockKind, full: bool) {
         let t = r.totals;
         eprintln!(
             "{} / {} / sweeper {sweeper}: {:.2} M keys/s, peak len {} (bound {}), \
-             {} sweeps, {} evicted for capacity, {} idle, peak RSS growth {:.1} MiB",
+             {} sweeps, {} evicted for capacity, {} idle, peak RSS growth {:.1} MiB, \
+             {} new keys denied ({} debts kept, {} restored)",
             store.name(),
             clock.name(),
             r.keys_per_sec(&shape) / 1e6,
@@ -50,7 +51,10 @@ fn flood_ends_within_the_bound(store: Store, clock: ClockKind, full: bool) {
             t.sweeps,
             t.evicted_capacity,
             t.evicted_idle,
-            r.peak_rss_growth as f64 / (1 << 20) as f64
+            r.peak_rss_growth as f64 / (1 << 20) as f64,
+            r.denied,
+            t.debts_kept,
+            t.debts_restored,
         );
         assert!(
             r.peak_len <= r.bound,

@@ -205,6 +205,41 @@ where
         let (a, b) = <A::State as Pair<B::State>>::parts(state);
         self.first.idle_at(&a).max(self.second.idle_at(&b))
     }
+
+    /// Each quota's debt words, the first's then the second's: each restored on its own.
+    fn debt_parts(&self) -> usize {
+        self.first.debt_parts() + self.second.debt_parts()
+    }
+
+    fn debt(&self, state: &Self::State, part: usize) -> u128 {
+        let (a, b) = <A::State as Pair<B::State>>::parts(state);
+        match part.checked_sub(self.first.debt_parts()) {
+            None => self.first.debt(&a, part),
+            Some(part) => self.second.debt(&b, part),
+        }
+    }
+
+    fn debt_join(&self, part: usize, x: u128, y: u128) -> u128 {
+        match part.checked_sub(self.first.debt_parts()) {
+            None => self.first.debt_join(part, x, y),
+            Some(part) => self.second.debt_join(part, x, y),
+        }
+    }
+
+    fn debt_paid_at(&self, part: usize, debt: u128) -> u64 {
+        match part.checked_sub(self.first.debt_parts()) {
+            None => self.first.debt_paid_at(part, debt),
+            Some(part) => self.second.debt_paid_at(part, debt),
+        }
+    }
+
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> Self::State {
+        let k = self.first.debt_parts();
+        Pair::join(
+            self.first.restore(debt),
+            self.second.restore(&|part| debt(part + k)),
+        )
+    }
 }
 
 /// Both quotas change together; each state is fitted to its own.

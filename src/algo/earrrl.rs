@@ -336,6 +336,43 @@ impl Algorithm for Earrrl {
         // −∞ (fresh) becomes 0; `as` saturates a far future to u64::MAX.
         (idle_s * NANOS_PER_SEC).ceil().max(0.0) as u64
     }
+
+    /// The debt is the virtual time `S` (the rate at any later time grows with it), as an
+    /// order-preserving integer with a fresh key's `−∞` at 0: restored exactly, and the later
+    /// of two `S` is the more limited.
+    fn debt(&self, word: &u64, _: usize) -> u128 {
+        u128::from(ordered(*word) - ordered(f64::NEG_INFINITY.to_bits()))
+    }
+
+    fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
+        self.idle_at(&self.restore(&|_| debt))
+    }
+
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {
+        let d = u64::try_from(debt(0)).unwrap_or(u64::MAX);
+        let key = d.saturating_add(ordered(f64::NEG_INFINITY.to_bits()));
+        // Never the NaNs above +∞ (one of them is the tombstone): +∞ at most.
+        unordered(key.min(ordered(f64::INFINITY.to_bits())))
+    }
+}
+
+/// `f64` bits mapped to integers in the floats' order (negative floats reversed below the
+/// positive ones).
+fn ordered(bits: u64) -> u64 {
+    if bits >> 63 == 0 {
+        bits | 1 << 63
+    } else {
+        !bits
+    }
+}
+
+/// The inverse of [`ordered`].
+fn unordered(key: u64) -> u64 {
+    if key >> 63 == 1 {
+        key & !(1 << 63)
+    } else {
+        !key
+    }
 }
 
 /// EARRRL's textbook two-field state: `n` requests assumed to have arrived together at `t`

@@ -1,6 +1,6 @@
 //! Exim-style exponential rate limiting (Exim's `ratelimit` ACL condition).
 
-use super::{clamp, honest_wait, store, Algorithm, Reconfigure, Step};
+use super::{clamp, f32_up, honest_wait, store, Algorithm, Reconfigure, Step};
 use crate::config::{parse_count, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -295,6 +295,51 @@ impl Algorithm for Exponential {
         let periods = (2.0 * r).ln().max(2.0);
         // `as` saturates: a rate too large to decay within u64 nanoseconds is never idle.
         t_prev.saturating_add((periods * self.period_ns as f64).ceil() as u64)
+    }
+
+    /// The debt is `(t_prev, r)` with the rate as an `f32` rounded up: a later time and a
+    /// larger rate are each at least as limiting (the next smoothed rate grows with both).
+    fn debt(&self, word: &u128, _: usize) -> u128 {
+        let (t_prev, r) = Self::unpack(*word);
+        if r <= 0.0 {
+            return 0;
+        }
+        (u128::from(t_prev) << 32) | u128::from(f32_up(r))
+    }
+
+    /// At the later time, the larger of the two rates decayed to it (a hair more, so that the
+    /// decay's rounding never lowers it).
+    fn debt_join(&self, _: usize, a: u128, b: u128) -> u128 {
+        let ((ta, ra), (tb, rb)) = (self.split_debt(a), self.split_debt(b));
+        let t = ta.max(tb);
+        let decayed = |t0: u64, r: f64| {
+            if r == 0.0 {
+                0.0
+            } else {
+                r * (-((t - t0) as f64) / self.period_ns as f64).exp() * (1.0 + 1e-9)
+            }
+        };
+        let r = decayed(ta, ra).max(decayed(tb, rb));
+        if r <= 0.0 {
+            return 0;
+        }
+        (u128::from(t) << 32) | u128::from(f32_up(r))
+    }
+
+    fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
+        self.idle_at(&self.restore(&|_| debt))
+    }
+
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u128 {
+        let (t_prev, r) = self.split_debt(debt(0));
+        Self::pack(t_prev, r)
+    }
+}
+
+impl Exponential {
+    /// A debt word's `(t_prev, r)`.
+    fn split_debt(&self, debt: u128) -> (u64, f64) {
+        ((debt >> 32) as u64, f64::from(f32::from_bits(debt as u32)))
     }
 }
 

@@ -113,7 +113,9 @@ impl Algorithm for FixedWindow {
                 .with_reset_after(reset_after);
         }
         if self.config.policy == Policy::Strict {
-            *state = self.pack(index, new.min(limit + 1));
+            // Capped at limit + 1 (denied for the rest of the window), never below the count:
+            // a count kept under a larger limit (a plan, a live switch) must not drop.
+            *state = self.pack(index, new.min(limit + 1).max(count));
         }
         // Cost ≤ limit, so the request fits the next window.
         // A strict denial was counted: what remains is what remains after it, nothing.
@@ -140,7 +142,10 @@ impl Algorithm for FixedWindow {
             let index = (clamp(now) / w).max(stored);
             let count = if index == stored { count } else { 0 };
             let limit = self.config.limit;
-            let new = count.saturating_add(actual - charged).min(limit + 1);
+            let new = count
+                .saturating_add(actual - charged)
+                .min(limit + 1)
+                .max(count);
             *state = self.pack(index, new);
         }
     }
@@ -155,6 +160,21 @@ impl Algorithm for FixedWindow {
                 .saturating_add(1)
                 .saturating_mul(self.config.window_ns)
         }
+    }
+
+    /// The debt is the state word, `(index, count)` with the index in the high bits: restored
+    /// exactly (the count of the same window), and of two words the larger is the later window
+    /// or, in one window, the larger count: the more limited.
+    fn debt(&self, state: &u64, _: usize) -> u128 {
+        u128::from(*state)
+    }
+
+    fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
+        self.idle_at(&(debt as u64))
+    }
+
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {
+        debt(0) as u64
     }
 }
 

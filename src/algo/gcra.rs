@@ -149,6 +149,7 @@ impl Gcra {
     }
 
     /// The burst tolerance `B·T`, ns.
+    #[cfg(feature = "redis")]
     #[inline]
     pub(crate) fn tolerance(&self) -> u64 {
         self.tau
@@ -357,24 +358,32 @@ impl Algorithm for Gcra {
     fn idle_at(&self, tat: &u64) -> u64 {
         *tat
     }
+
+    /// The debt is `tat` itself: restored exactly, and the later of two is the more limited.
+    fn debt(&self, tat: &u64, _: usize) -> u128 {
+        u128::from(*tat)
+    }
+
+    fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
+        debt.min(u128::from(CLOCK_MAX)) as u64
+    }
+
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {
+        self.debt_paid_at(0, debt(0))
+    }
 }
 
-/// GCRA's state is the time at which the key's spent budget is paid back. A new quota keeps
-/// that time unless it lies beyond what the new burst can reach (`now + B·T`, a fully spent
-/// bucket), where it is clamped: a key that spent everything stays out of budget under the
-/// new quota, but not for longer than the new quota could ever keep it.
+/// GCRA's state is the time at which the key's spent budget is paid back, and a new quota
+/// keeps that time as it is, even past what the new burst could reach (`now + B·T`): a key
+/// that spent more than a smaller quota holds stays out until it is paid back, so a switch
+/// to a smaller quota and back never hands back budget (clamping it would, by the difference).
 impl Reconfigure for Gcra {
     #[inline]
     fn check_change(&self, _: &Self) -> Result<(), ConfigError> {
         Ok(())
     }
 
-    fn fit(&self, tat: &mut u64, now: u64) {
-        let full = clamp(now)
-            .saturating_add(self.tolerance())
-            .min(u64::MAX - 1);
-        *tat = (*tat).min(full);
-    }
+    fn fit(&self, _: &mut u64, _: u64) {}
 }
 
 // Not under loom: proptest is not built there (Cargo.toml).

@@ -213,6 +213,46 @@ impl Algorithm for SlidingLog {
             .back()
             .map_or(0, |&(t, _)| t.saturating_add(self.config.window_ns))
     }
+
+    /// The debt is the newest entry's time and the total cost in the log (saturating at
+    /// 2^32 − 1, which restores as a cost that fills any window): restored as one entry of
+    /// the whole total at the newest time. Every cost counted then stays in the window at
+    /// least as long as it did, so the log is at least as full at every later time; a key
+    /// evicted with an old and a new entry waits for the new one's expiry to get both back.
+    fn debt(&self, log: &LogState, _: usize) -> u128 {
+        match log.entries.back() {
+            Some(&(t, _)) if log.total > 0 => {
+                (u128::from(t) << 32) | log.total.min(u128::from(u32::MAX))
+            }
+            _ => 0,
+        }
+    }
+
+    /// The later time and the larger total.
+    fn debt_join(&self, _: usize, a: u128, b: u128) -> u128 {
+        ((a >> 32).max(b >> 32) << 32) | (a & 0xFFFF_FFFF).max(b & 0xFFFF_FFFF)
+    }
+
+    fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
+        self.idle_at(&self.restore(&|_| debt))
+    }
+
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> LogState {
+        let d = debt(0);
+        let (t, total) = ((d >> 32) as u64, (d & 0xFFFF_FFFF) as u64);
+        if total == 0 {
+            return LogState::default();
+        }
+        let cost = if total == u64::from(u32::MAX) {
+            u64::MAX
+        } else {
+            total
+        };
+        LogState {
+            entries: VecDeque::from([(t, cost)]),
+            total: u128::from(cost),
+        }
+    }
 }
 
 /// The counts mean the same under any limit and policy of the same window: a plan or a live

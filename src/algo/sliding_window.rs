@@ -2,7 +2,7 @@
 //! how much of it still overlaps the sliding window.
 
 use super::window::{check_u32_limit, same_window, validate, window_accessors, WindowConfig};
-use super::{clamp, honest_wait, Algorithm, Reconfigure};
+use super::{clamp, count_from24, count_up24, honest_wait, Algorithm, Reconfigure};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::time::Duration;
@@ -291,7 +291,57 @@ impl Algorithm for SlidingWindow {
             elapsed: 0,
         })
     }
+
+    /// The debt is the state in 96 bits: the window index in 48 (every index a window of
+    /// 65 µs or more reaches in 584 years; a later index is kept as "locked": it never pays
+    /// off) and each count in 24, rounded up past 2^19 (within 2^-18). Restored, it is the
+    /// same counts of the same windows, or a little more.
+    fn debt(&self, state: &u128, _: usize) -> u128 {
+        let (index, prev, cur) = Self::unpack(*state);
+        if prev == 0 && cur == 0 {
+            return 0;
+        }
+        let index = u128::from(index.min(DEBT_INDEX_LOCKED));
+        (index << 48) | (count_up24(prev) << 24) | count_up24(cur)
+    }
+
+    /// Both brought to the later window (the earlier one's counts shift or leave), then the
+    /// larger of each count: at least as limited as either at every later time.
+    fn debt_join(&self, _: usize, a: u128, b: u128) -> u128 {
+        let (a, b) = (self.restore(&|_| a), self.restore(&|_| b));
+        let (ia, ..) = Self::unpack(a);
+        let (ib, ..) = Self::unpack(b);
+        let index = ia.max(ib);
+        let at = |word: u128| {
+            let (i, prev, cur) = Self::unpack(word);
+            match index - i {
+                0 => (prev, cur),
+                1 => (cur, 0),
+                _ => (0, 0),
+            }
+        };
+        let ((pa, ca), (pb, cb)) = (at(a), at(b));
+        self.debt(&Self::pack(index, pa.max(pb), ca.max(cb)), 0)
+    }
+
+    fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
+        self.idle_at(&self.restore(&|_| debt))
+    }
+
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u128 {
+        let d = debt(0);
+        let index = (d >> 48) as u64;
+        let count = |code: u128| count_from24(code & 0xFF_FFFF).min(COUNT_MAX);
+        let (prev, cur) = (count(d >> 24), count(d));
+        if index >= DEBT_INDEX_LOCKED && (prev, cur) != (0, 0) {
+            return Self::pack(u64::MAX - 2, COUNT_MAX, COUNT_MAX);
+        }
+        Self::pack(index, prev, cur)
+    }
 }
+
+/// The largest window index a sliding window's debt word keeps; at it, "locked".
+const DEBT_INDEX_LOCKED: u64 = (1 << 48) - 1;
 
 impl SlidingWindow {
     fn idle_at_view(&self, v: &View) -> u64 {

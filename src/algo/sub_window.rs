@@ -270,10 +270,58 @@ impl Algorithm for SubWindow {
     /// Fresh once the newest non-empty bucket has left the span.
     fn idle_at(&self, st: &BucketState) -> u64 {
         let n = self.span();
+        self.newest(st)
+            .map_or(0, |b| b.saturating_add(n).saturating_mul(self.bucket_ns))
+    }
+
+    /// The debt is the newest non-empty bucket and the total counted (saturating at 2^32 − 1):
+    /// restored as the whole total in that bucket, so every count stays in the span at least
+    /// as long as it did (a key evicted with old and new counts waits for the newest bucket to
+    /// leave the span to get them all back).
+    fn debt(&self, st: &BucketState, _: usize) -> u128 {
+        match self.newest(st) {
+            Some(b) if st.total > 0 => {
+                (u128::from(b) << 32) | u128::from(st.total.min(u64::from(u32::MAX)))
+            }
+            _ => 0,
+        }
+    }
+
+    /// The newer bucket and the larger total.
+    fn debt_join(&self, _: usize, a: u128, b: u128) -> u128 {
+        ((a >> 32).max(b >> 32) << 32) | (a & 0xFFFF_FFFF).max(b & 0xFFFF_FFFF)
+    }
+
+    fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
+        self.idle_at(&self.restore(&|_| debt))
+    }
+
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> BucketState {
+        let d = debt(0);
+        let (head, total) = ((d >> 32) as u64, (d & 0xFFFF_FFFF) as u64);
+        if total == 0 {
+            return BucketState::default();
+        }
+        // At most COUNT_MAX in a bucket: above any limit, so it denies all the same.
+        let count = total.min(u64::from(COUNT_MAX)) as u32;
+        let n = self.span();
+        let mut counts = vec![0; n as usize].into_boxed_slice();
+        counts[(head % n) as usize] = count;
+        BucketState {
+            counts,
+            head,
+            total: u64::from(count),
+        }
+    }
+}
+
+impl SubWindow {
+    /// The newest bucket with a count, if any.
+    fn newest(&self, st: &BucketState) -> Option<u64> {
+        let n = self.span();
         (0..n.min(st.head + 1))
             .map(|back| st.head - back)
             .find(|&b| st.counts.get((b % n) as usize).is_some_and(|&c| c > 0))
-            .map_or(0, |b| b.saturating_add(n).saturating_mul(self.bucket_ns))
     }
 }
 

@@ -137,7 +137,7 @@ pub trait TableSlot<R, S>: Send + Sync + fmt::Debug + Sized {
     fn claim(&self, key: R, fp: u64, fresh: S) -> bool;
     /// Frees the slot if it is live and `doomed` holds for its state; `true` if this call freed
     /// it. A concurrent update makes the attempt fail and `doomed` is asked about the winner.
-    fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool;
+    fn kill_if(&self, doomed: impl Fn(R, &S) -> bool) -> bool;
     /// Looks at the key and state; `None` if free.
     fn inspect<T>(&self, f: impl FnOnce(R, &S) -> T) -> Option<T>;
 }
@@ -273,13 +273,13 @@ impl TableSlot<u64, u64> for PairSlot {
         )
     }
 
-    fn kill_if(&self, doomed: impl Fn(&u64) -> bool) -> bool {
+    fn kill_if(&self, doomed: impl Fn(u64, &u64) -> bool) -> bool {
         cas_loop(
             &self.word,
             || {},
             |current| {
                 let (k, state) = split(current);
-                if state == TOMB || !doomed(&state) {
+                if state == TOMB || !doomed(k, &state) {
                     return Round::done(false);
                 }
                 // The key stays as a harmless label: a free slot is told by its state alone.
@@ -382,9 +382,10 @@ where
         true
     }
 
-    fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool {
+    fn kill_if(&self, doomed: impl Fn(R, &S) -> bool) -> bool {
         let mut entry = self.entry.lock();
-        if !S::live(&entry.1).is_some_and(doomed) {
+        let key = entry.0;
+        if !S::live(&entry.1).is_some_and(|state| doomed(key, state)) {
             return false;
         }
         entry.1 = S::dead();

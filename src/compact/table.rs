@@ -8,7 +8,7 @@ use crate::algo::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::shared::{Core, Options};
-use crate::sweeper::{evict_before_insert, evict_by, CapacityCut, SweepReport};
+use crate::sweeper::{capacity_pass, evict_before_insert, evict_by, CapacityCut, SweepReport};
 use crate::sync::Mutex;
 use crossbeam_utils::CachePadded;
 use std::marker::PhantomData;
@@ -29,6 +29,9 @@ pub(crate) const WINDOW_LINES: usize = 128;
 /// The `max_keys` of a compact limiter built without [`Builder::max_keys`](crate::store::Builder::max_keys).
 pub const DEFAULT_MAX_KEYS: usize = 65_536;
 
+/// Slots a capacity pass samples to draw its cut.
+const SAMPLE: usize = 4096;
+
 /// Home-line lock stripes for inserts (cache-padded: 64 KiB).
 const STRIPES: usize = 1024;
 
@@ -41,8 +44,9 @@ pub(crate) type SlotOf<K, A, V> = <V as VariantSlot<A>>::Slot<<K as CompactKey>:
 /// Everything the requests and the sweeper thread share: the table and the store core.
 pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: CompactVariant<A>> {
     lines: Box<[Line<SlotOf<K, A, V>>]>,
-    /// Per home line: how many lines past it any of its keys was ever placed. Raised under
-    /// the line's stripe lock, never lowered; bounded by `window - 1`.
+    /// Per home line: how many lines past it any of its keys may sit. Raised under the line's
+    /// stripe lock before a key is placed there; lowered by sweeps (`lower_reach`), also under
+    /// it; bounded by `window - 1`.
     reach: Box<[AtomicU8]>,
     stripes: Box<[CachePadded<Mutex<()>>]>,
     /// Lines a key may be placed in, from its home line: `min(WINDOW_LINES, lines)`.
@@ -140,7 +144,7 @@ where
             stripes: filled(STRIPES.min(lines), || CachePadded::new(Mutex::new(())))?,
             window: WINDOW_LINES.min(lines),
             hasher: hasher(),
-            core: Core::new(algo, clock, &options),
+            core: Core::new(algo, clock, &options).with_debts(&options)?,
             len: CachePadded::new(AtomicI64::new(0)),
             max_keys,
             window_evictions: AtomicU64::new(0),
@@ -155,7 +159,7 @@ where
 
     /// Totals over every sweep, with the window evictions under `evicted_capacity`.
     pub(crate) fn sweep_totals(&self) -> crate::sweeper::SweepTotals {
-        let mut totals = self.core.totals.snapshot();
+        let mut totals = self.core.sweep_totals();
         totals.evicted_capacity += self.window_evictions.load(Ordering::Relaxed);
         totals
     }
@@ -257,7 +261,7 @@ where
                 }
             }
         }
-        self.core.peek_fresh(now, cost)
+        self.core.peek_absent(|| fp, now, cost)
     }
 
     /// The lock-free look-up: the home line, then (only if the key is not there) as many
@@ -300,9 +304,13 @@ where
         // Rather than let a flood fill the table, so that every new key scans a full window
         // and evicts one key from it. Before the stripe lock: a pass is long.
         let len = self.len();
-        evict_before_insert(len, self.max_keys, &self.core.totals, || {
-            self.evict_capacity(len)
-        });
+        evict_before_insert(
+            len,
+            self.max_keys,
+            &self.core.pass,
+            &self.core.totals,
+            || self.evict_capacity(),
+        );
         let _stripe = self.stripes[home % self.stripes.len()].lock();
         loop {
             // Only this stripe's holders raise this reach, so it is stable while we hold it.
@@ -322,7 +330,7 @@ where
                         // and waits for us.
                         self.reach[home].fetch_max(d as u8, Ordering::AcqRel);
                     }
-                    if slot.claim(repr, fp, self.core.algo.fresh()) {
+                    if slot.claim(repr, fp, self.core.start_state(|| fp)) {
                         let len = self.len.fetch_add(1, Ordering::Relaxed) + 1;
                         // Woken after the insert, so the sweep it triggers sees this key.
                         if len > self.max_keys as i64 {
@@ -365,7 +373,14 @@ where
             .filter_map(|s| s.inspect(|_, state| (self.core.algo.idle_at(state), s)))
             .min_by_key(|&(idle_at, _)| idle_at);
         if let Some((idle_at, slot)) = victim {
-            if slot.kill_if(|state| self.core.algo.idle_at(state) <= idle_at) {
+            let now = self.core.sweep_now();
+            if slot.kill_if(|repr, state| {
+                let doomed = self.core.algo.idle_at(state) <= idle_at;
+                if doomed {
+                    self.core.keep_debt(|| self.place(repr).0, state, now);
+                }
+                doomed
+            }) {
                 self.len.fetch_sub(1, Ordering::Relaxed);
                 self.window_evictions.fetch_add(1, Ordering::Relaxed);
             }
@@ -412,42 +427,45 @@ where
                 continue;
             }
             report.scanned += 1;
-            if slot.kill_if(|state| self.core.algo.idle_at(state) <= now) {
+            if slot.kill_if(|_, state| self.core.algo.idle_at(state) <= now) {
                 report.evicted_idle += 1;
                 self.len.fetch_sub(1, Ordering::Relaxed);
             }
         }
-        let len = self.len();
-        if len > self.max_keys {
-            report.evicted_capacity = self.evict_capacity(len);
+        if self.len() > self.max_keys {
+            report.evicted_capacity =
+                capacity_pass(&self.core.pass, &self.core.totals, || self.evict_capacity());
         }
+        self.lower_reach();
         report.elapsed = started.elapsed();
         self.core.totals.add(&report);
         report
     }
 
-    /// Evicts `len − 7/8·max_keys` keys, those closest to fresh (earliest `idle_at`) first.
-    /// Exact, unlike the papaya store's sampled threshold: the sweep walks the flat table
-    /// anyway, so it collects every key's `idle_at` (8 bytes per key, for the sweep's
-    /// duration) and selects the [`CapacityCut`] in linear time; one more pass kills the keys
-    /// it dooms, ties spread over the table. Keys updated meanwhile are judged on their new
-    /// state; a pass they leave far short is made up ([`evict_by`]).
-    fn evict_capacity(&self, len: usize) -> u64 {
+    /// Evicts `len − 7/8·max_keys` keys, those closest to fresh (earliest `idle_at`) first,
+    /// keeping what they owe: a [`CapacityCut`] drawn from a sample of `SAMPLE` slots spread
+    /// evenly over the table (keys sit in hash order, so it is a uniform sample), then one
+    /// pass kills the keys it dooms, ties spread over the table. Keys updated meanwhile are
+    /// judged on their new state; a pass they leave far short is re-cut ([`evict_by`]). The
+    /// sample is the only allocation, whatever the table's size.
+    fn evict_capacity(&self) -> u64 {
         let target = self.max_keys - self.max_keys / 8;
-        let mut idle: Vec<u64> = self
-            .slots()
-            .filter_map(|s| s.inspect(|_, state| self.core.algo.idle_at(state)))
-            .collect();
-        let held = idle.len() as u64;
-        let excess = (len.saturating_sub(target) as u64).min(held);
-        let Some(cut) = CapacityCut::new(&mut idle, excess, held) else {
-            return 0;
-        };
-        drop(idle);
+        let excess = self.len().saturating_sub(target) as u64;
+        let now = self.core.sweep_now();
         evict_by(
-            &cut,
             excess,
-            || self.len() as u64,
+            |n| {
+                let slots = self.lines.len() * SLOTS_PER_LINE;
+                let step = (slots / SAMPLE).max(1);
+                let mut sample: Vec<u64> = (0..slots)
+                    .step_by(step)
+                    .filter_map(|i| {
+                        self.lines[i / SLOTS_PER_LINE].0[i % SLOTS_PER_LINE]
+                            .inspect(|_, state| self.core.algo.idle_at(state))
+                    })
+                    .collect();
+                CapacityCut::new(&mut sample, n, self.len() as u64)
+            },
             |cut| {
                 let mut evicted = 0;
                 for slot in self.slots() {
@@ -455,7 +473,13 @@ where
                         break;
                     }
                     let doomed = cut.judge();
-                    if slot.kill_if(|state| doomed(self.core.algo.idle_at(state))) {
+                    if slot.kill_if(|repr, state| {
+                        let doomed = doomed(self.core.algo.idle_at(state));
+                        if doomed {
+                            self.core.keep_debt(|| self.place(repr).0, state, now);
+                        }
+                        doomed
+                    }) {
                         evicted += 1;
                         self.len.fetch_sub(1, Ordering::Relaxed);
                     }
@@ -463,6 +487,33 @@ where
                 evicted
             },
         )
+    }
+
+    /// Lowers each home line's reach to the farthest line one of its keys still sits in, so
+    /// that look-ups that miss (new keys) scan no further than they must once a flood has
+    /// passed. Under the line's stripe lock, the one every insert of its keys takes: no key
+    /// of it moves meanwhile, and a look-up that read the old reach and misses goes on to that
+    /// lock and looks again. A walk of the reaches, no allocation.
+    fn lower_reach(&self) {
+        for home in 0..self.lines.len() {
+            if self.reach[home].load(Ordering::Acquire) == 0 || self.core.signal.stopping() {
+                continue;
+            }
+            let _stripe = self.stripes[home % self.stripes.len()].lock();
+            let reach = self.reach[home].load(Ordering::Acquire) as usize;
+            let farthest = (1..=reach)
+                .rev()
+                .find(|&d| {
+                    self.line(home, d).0.iter().any(|slot| {
+                        slot.inspect(|repr, _| self.place(repr).1 == home)
+                            .unwrap_or(false)
+                    })
+                })
+                .unwrap_or(0);
+            if farthest < reach {
+                self.reach[home].store(farthest as u8, Ordering::Release);
+            }
+        }
     }
 
     pub(crate) fn probe_stats(&self) -> ProbeStats {

@@ -19,7 +19,7 @@ use crate::live::Live;
 use crate::shared::{sealed, Builder, Core, KeyedStore, Options};
 use crate::stats::Metrics;
 use crate::sweeper::{
-    evict_before_insert, evict_by, CapacityCut, SweepReport, SweepTotals, Sweeper,
+    capacity_pass, evict_before_insert, evict_by, CapacityCut, SweepReport, SweepTotals, Sweeper,
 };
 use crate::wait::{self, Jitter};
 use std::borrow::Borrow;
@@ -90,6 +90,8 @@ pub(crate) struct Shared<K, A: Algorithm, C, V: Variant<A>> {
     /// Told of every key an eviction kills, with the state it killed: what the hybrid
     /// limiter hands back to Redis. `None` for the keyed limiters.
     evicted: Option<EvictHook<K, A::State>>,
+    /// Hashes keys for the debt table (papaya keeps its own hasher to itself).
+    hasher: ahash::RandomState,
 }
 
 /// See `Shared::with_evict_hook` (feature `redis`).
@@ -133,9 +135,13 @@ where
 {
     /// Builds the limiter, starting the background sweeper if one was asked for.
     ///
-    /// Fails only if the sweeper thread cannot be spawned.
+    /// Fails only if the sweeper thread cannot be spawned, or the debt table of a `max_keys`
+    /// beyond memory cannot be allocated.
     pub fn build(self) -> std::io::Result<KeyedLimiter<K, A, C, V>> {
-        let shared = Arc::new(Shared::new(self.algo, self.clock, &self.options));
+        let shared = Shared::new(self.algo, self.clock, &self.options)
+            .with_debts(&self.options)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
+        let shared = Arc::new(shared);
         let sweeper = shared.core.spawn_sweeper(&shared, |s| {
             s.sweep();
         })?;
@@ -377,7 +383,7 @@ where
 
     /// Totals over every sweep so far, by hand or in the background.
     pub fn sweep_totals(&self) -> SweepTotals {
-        self.shared.core.totals.snapshot()
+        self.shared.core.sweep_totals()
     }
 
     /// The number of keys held. papaya sums it from per-thread counters one by one, so
@@ -491,7 +497,23 @@ where
                 .build(),
             core: Core::new(algo, clock, options),
             evicted: None,
+            hasher: ahash::RandomState::new(),
         }
+    }
+
+    /// Adds the debt table, if the options ask for a bounded store that remembers.
+    pub(crate) fn with_debts(
+        mut self,
+        options: &Options,
+    ) -> Result<Self, std::collections::TryReserveError> {
+        self.core = self.core.with_debts(options)?;
+        Ok(self)
+    }
+
+    /// The hash of `key` the debt table files it under.
+    #[inline]
+    fn debt_hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        self.hasher.hash_one(key)
     }
 
     /// Calls `hook` with the key and the state of every cell a sweep kills (idle or for
@@ -565,7 +587,7 @@ where
         self.map
             .get(key, guard)
             .and_then(|cell| cell.inspect(|state| self.core.algo.peek(state, now, cost)))
-            .unwrap_or_else(|| self.core.peek_fresh(now, cost))
+            .unwrap_or_else(|| self.core.peek_absent(|| self.debt_hash(key), now, cost))
     }
 
     /// Runs `f` on `key`'s state in its cell, retrying on a fresh cell if the sweeper killed
@@ -636,16 +658,17 @@ where
     {
         if let Some(max) = self.core.max_keys {
             let len = self.map.len();
-            evict_before_insert(len, max, &self.core.totals, || {
-                self.evict_capacity(len, max, guard)
+            evict_before_insert(len, max, &self.core.pass, &self.core.totals, || {
+                self.evict_capacity(max, guard)
             });
         }
+        let state = self.core.start_state(|| self.debt_hash(key));
         // `try_insert`, not `get_or_insert_with`: in papaya 0.2.5, filling a map through
         // `get_or_insert_with` under incremental resizing left later reads ~13x slower
         // (1.35 us vs 0.10 us per get at 1M keys, measured); `try_insert` does not.
         match self
             .map
-            .try_insert(key.to_owned(), V::Cell::new(self.core.algo.fresh()), guard)
+            .try_insert(key.to_owned(), V::Cell::new(state), guard)
         {
             Ok(cell) => {
                 // Woken after the insert, so the sweep it triggers sees this key: a wake
@@ -676,11 +699,12 @@ where
         let guard = self.map.guard();
         let mut report = SweepReport::default();
         (report.scanned, report.evicted_idle) =
-            self.kill_pass(&guard, || move |idle_at| idle_at <= now);
+            self.kill_pass(&guard, false, || move |idle_at| idle_at <= now);
         if let Some(max) = self.core.max_keys {
-            let len = self.map.len();
-            if len > max {
-                report.evicted_capacity = self.evict_capacity(len, max, &guard);
+            if self.map.len() > max {
+                report.evicted_capacity = capacity_pass(&self.core.pass, &self.core.totals, || {
+                    self.evict_capacity(max, &guard)
+                });
             }
         }
         report.elapsed = started.elapsed();
@@ -694,12 +718,17 @@ where
     /// table: no second hash and probe per evicted key, as `remove_if` would cost. It may ask
     /// about one key twice if the key changed meanwhile; a cell killed the first time is dead
     /// the second, so it is removed, not counted again.
+    ///
+    /// `keep`: a capacity pass, whose victims may still owe: each one's debt is kept before
+    /// its cell dies.
     fn kill_pass<F: Fn(u64) -> bool>(
         &self,
         guard: &impl papaya::Guard,
+        keep: bool,
         mut verdict: impl FnMut() -> F,
     ) -> (u64, u64) {
         let (mut scanned, mut killed) = (0, 0);
+        let now = self.core.sweep_now();
         self.map.retain(
             |key, cell| {
                 scanned += 1;
@@ -707,9 +736,13 @@ where
                     return true;
                 }
                 let doomed = verdict();
-                let Some(kill) =
-                    self.judge(key, cell, |state| doomed(self.core.algo.idle_at(state)))
-                else {
+                let Some(kill) = self.judge(key, cell, |state| {
+                    let doomed = doomed(self.core.algo.idle_at(state));
+                    if doomed && keep {
+                        self.core.keep_debt(|| self.debt_hash(key), state, now);
+                    }
+                    doomed
+                }) else {
                     return false;
                 };
                 killed += kill as u64;
@@ -748,29 +781,29 @@ where
     }
 
     /// Evicts about `len − 7/8·max` keys, those closest to fresh first: a sampled quantile of
-    /// `idle_at` picks the [`CapacityCut`], one pass kills the keys it dooms. Sampled rather
-    /// than exact so it needs no sort of the whole map and no per-key recency field (which
-    /// would cost 8 bytes per key and a write per request); iteration order is hash order, so
-    /// the first keys are a uniform sample, and the cut spreads ties so it stays one. A pass
-    /// that keys updated meanwhile leave far short is made up ([`evict_by`]).
-    fn evict_capacity(&self, len: usize, max: usize, guard: &impl papaya::Guard) -> u64 {
+    /// `idle_at` picks the [`CapacityCut`], one pass kills the keys it dooms, keeping what
+    /// they owe. Sampled rather than exact so it needs no sort of the whole map and no per-key
+    /// recency field (which would cost 8 bytes per key and a write per request); iteration
+    /// order is hash order, so the first keys are a uniform sample, and the cut spreads ties
+    /// so it stays one. A pass that keys updated meanwhile leave far short is re-cut
+    /// ([`evict_by`]). The sample is the only allocation: `CAPACITY_SAMPLE` words, whatever
+    /// the map's size.
+    fn evict_capacity(&self, max: usize, guard: &impl papaya::Guard) -> u64 {
         let target = max - max / 8;
-        let excess = (len - target) as u64;
-        let mut sample: Vec<u64> = self
-            .map
-            .iter(guard)
-            .filter_map(|(_, cell)| cell.inspect(|state| self.core.algo.idle_at(state)))
-            .take(CAPACITY_SAMPLE)
-            .collect();
-        let Some(cut) = CapacityCut::new(&mut sample, excess, len as u64) else {
-            return 0;
-        };
-        drop(sample);
+        let len = self.map.len();
+        let excess = len.saturating_sub(target) as u64;
         evict_by(
-            &cut,
             excess,
-            || self.map.len() as u64,
-            |cut| self.kill_pass(guard, || cut.judge()).1,
+            |n| {
+                let mut sample: Vec<u64> = self
+                    .map
+                    .iter(guard)
+                    .filter_map(|(_, cell)| cell.inspect(|state| self.core.algo.idle_at(state)))
+                    .take(CAPACITY_SAMPLE)
+                    .collect();
+                CapacityCut::new(&mut sample, n, self.map.len() as u64)
+            },
+            |cut| self.kill_pass(guard, true, || cut.judge()).1,
         )
     }
 }

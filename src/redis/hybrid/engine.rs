@@ -357,6 +357,24 @@ impl<A: Engine> Algorithm for Fleet<A> {
     fn idle_at(&self, w: &A::Word) -> u64 {
         self.algo.entry_idle_at(&self.ctx, w)
     }
+
+    /// No debt table: an evicted entry's state is handed back to Redis by the store's evict
+    /// hook, and the fleet's share of a limit lives there.
+    fn debt_parts(&self) -> usize {
+        0
+    }
+
+    fn debt(&self, _: &A::Word, _: usize) -> u128 {
+        0
+    }
+
+    fn debt_paid_at(&self, _: usize, _: u128) -> u64 {
+        0
+    }
+
+    fn restore(&self, _: &dyn Fn(usize) -> u128) -> A::Word {
+        self.fresh()
+    }
 }
 
 pub(super) type Store<A, C> = Shared<String, Fleet<A>, C, Hybrid>;

@@ -502,7 +502,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         let store = &self.inner.store;
         store
             .core
-            .metrics(store.core.totals.snapshot(), store.map.len())
+            .metrics(store.core.sweep_totals(), store.map.len())
     }
 
     /// Drops idle keys now (the sweeper does every second), and evicts beyond

@@ -1,0 +1,286 @@
+//! A flood never resets a limit: the attack of issue #46, against every store, algorithm and
+//! policy, on a frozen and a moving clock, from 1 and 8 threads.
+//!
+//! A target key spends its quota (an EARRRL abuser gets itself locked out), then a flood of
+//! fresh keys, each driven to the target's state, pushes the store far past `max_keys`, so the
+//! target is evicted (it spent first: it is the closest to fresh). Then the target asks again,
+//! once every 10 ms for a second (moving clock) or 100 times at the same instant (frozen). An
+//! unbounded limiter fed the target's requests at the same instants is the exact answer: the
+//! bounded one must never admit the target more, nor earlier. Before the debt table, 58 of
+//! 60 such cases reset the limit (GCRA 10/s burst 20: 29 admitted against 10).
+//!
+//! The default run floods 4x and 100x `max_keys` (100); `.ci/run` runs the whole matrix
+//! (2x, 4x, 10x, 100x; both clocks; 1 and 8 threads) in release (`--ignored`).
+
+use hotlimit::algo::{
+    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
+    SubWindow,
+};
+use hotlimit::store::{Cas, CompactVariant, Locked, SweepTotals, Variant};
+use hotlimit::{
+    CasLimiter, CompactLimiter, Live, ManualClock, MutexLimiter, Policy, QuantaClock, Rate,
+    RateLimiter,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+const MAX_KEYS: usize = 100;
+/// Requests the target (and each flood key) sends at once: twice any burst below.
+const SPEND: u64 = 40;
+/// The target's key; flood keys count up from 1.
+const TARGET: u64 = 0;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Clock {
+    Frozen,
+    Moving,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    /// Flood keys, as a multiple of `MAX_KEYS`.
+    flood: usize,
+    threads: usize,
+    clock: Clock,
+    /// Sweep by hand every 250 flood keys (the background sweeper's work, deterministic).
+    sweeps: bool,
+}
+
+type Limiter = Arc<dyn RateLimiter<u64>>;
+
+/// What the target got after the flood: admissions, and the index of the first one.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    admitted: usize,
+    first: Option<usize>,
+}
+
+/// The instants of the target's last phase (ns), from `t0`.
+fn asks(clock: Clock, t0: u64) -> Vec<u64> {
+    (0..100)
+        .map(|i| match clock {
+            Clock::Frozen => t0,
+            Clock::Moving => t0 + i * 10_000_000,
+        })
+        .collect()
+}
+
+/// The target's answers to `asks` on `limiter`, the clock set to each instant.
+fn ask(limiter: &dyn RateLimiter<u64>, clock: &ManualClock, at: &[u64]) -> Outcome {
+    let mut admitted = 0;
+    let mut first = None;
+    for (i, &t) in at.iter().enumerate() {
+        clock.set(Duration::from_nanos(t));
+        if limiter.check(&TARGET).is_allowed() {
+            admitted += 1;
+            first.get_or_insert(i);
+        }
+    }
+    Outcome { admitted, first }
+}
+
+/// Runs the attack on `bounded` (built on `clock`); returns the target's outcome and the
+/// instant its last phase started.
+fn attack(bounded: &Limiter, clock: &ManualClock, shape: Shape) -> (Outcome, u64) {
+    for _ in 0..SPEND {
+        let _ = bounded.check(&TARGET);
+    }
+    let keys = (shape.flood * MAX_KEYS) as u64;
+    let threads = shape.threads as u64;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                let mut key = 1 + t;
+                while key <= keys {
+                    if shape.clock == Clock::Moving {
+                        clock.advance(Duration::from_micros(10));
+                    }
+                    for _ in 0..SPEND {
+                        let _ = bounded.check(&key);
+                    }
+                    if shape.sweeps && t == 0 && key % 250 == 1 {
+                        bounded.sweep();
+                    }
+                    key += threads;
+                }
+            });
+        }
+    });
+    let t0 = clock.now_ns();
+    (ask(&**bounded, clock, &asks(shape.clock, t0)), t0)
+}
+
+/// The exact answer: the target alone, at the same instants, on an unbounded limiter.
+fn exact<A: Algorithm + Clone>(algo: &A, t0: u64, clock_kind: Clock) -> Outcome
+where
+    Cas: Variant<A>,
+{
+    let clock = ManualClock::new();
+    let l = CasLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
+    for _ in 0..SPEND {
+        let _ = l.check(&TARGET);
+    }
+    ask(&l, &clock, &asks(clock_kind, t0))
+}
+
+trait ClockExt {
+    fn now_ns(&self) -> u64;
+}
+
+impl ClockExt for ManualClock {
+    fn now_ns(&self) -> u64 {
+        hotlimit::Clock::now(self)
+    }
+}
+
+/// A bounded store under test, with its sweep totals.
+type Store = (&'static str, Limiter, Box<dyn Fn() -> SweepTotals>);
+
+/// The four bounded stores for `algo` on `clock`; `forget` opts out of the debt table.
+fn stores<A>(algo: &A, clock: &ManualClock, forget: bool) -> Vec<Store>
+where
+    A: Algorithm + Clone,
+    Cas: Variant<A> + CompactVariant<A>,
+    Locked: Variant<A> + CompactVariant<A>,
+{
+    macro_rules! build {
+        ($builder:expr) => {{
+            let b = $builder
+                .max_keys(MAX_KEYS)
+                .clock(clock.clone())
+                .sweep_grace(Duration::ZERO);
+            let b = if forget { b.forget_evicted_limits() } else { b };
+            let l = Arc::new(b.build().unwrap());
+            let totals = l.clone();
+            (
+                l as Limiter,
+                Box::new(move || totals.sweep_totals()) as Box<dyn Fn() -> SweepTotals>,
+            )
+        }};
+    }
+    let cas = build!(CasLimiter::<u64, A>::builder(algo.clone()));
+    let mutex = build!(MutexLimiter::<u64, A>::builder(algo.clone()));
+    let compact = build!(CompactLimiter::<u64, A, QuantaClock, Cas>::builder(
+        algo.clone()
+    ));
+    let compact_mutex = build!(CompactLimiter::<u64, A, QuantaClock, Locked>::builder(
+        algo.clone()
+    ));
+    vec![
+        ("cas", cas.0, cas.1),
+        ("mutex", mutex.0, mutex.1),
+        ("compact", compact.0, compact.1),
+        ("compact-mutex", compact_mutex.0, compact_mutex.1),
+    ]
+}
+
+/// Calls `$f(name, algo, $args..)` for every algorithm of the issue's table and the rest of
+/// the family, in `$policy`.
+macro_rules! every_algorithm {
+    ($policy:expr, $f:ident($($arg:expr),*)) => {{
+        let policy: Policy = $policy;
+        let minute = Duration::from_secs(60);
+        let gcra = "10/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
+        let slow = "1/min burst 5".parse::<Gcra>().unwrap().with_policy(policy);
+        let earrrl = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(10.0).unwrap())
+            .unwrap()
+            .with_policy(policy);
+        let exp = Exponential::new(20.0, minute).unwrap().with_policy(policy);
+        let fixed = FixedWindow::new(20, minute).unwrap().with_policy(policy);
+        let sliding = SlidingWindow::new(20, minute).unwrap().with_policy(policy);
+        let log = SlidingLog::new(20, minute).unwrap().with_policy(policy);
+        let sub = SubWindow::new(20, minute, 10)
+            .unwrap()
+            .with_policy(policy)
+            .with_bias(Bias::Lenient);
+        $f("gcra 10/s burst 20", gcra, $($arg),*);
+        $f("gcra 1/min burst 5", slow, $($arg),*);
+        $f("earrrl 10/s half-life 1 s", earrrl, $($arg),*);
+        $f("exponential 20/min", exp, $($arg),*);
+        $f("fixed window 20/min", fixed, $($arg),*);
+        $f("sliding window 20/min", sliding, $($arg),*);
+        $f("sliding log 20/min", log.clone(), $($arg),*);
+        $f("sub-window 20/min", sub, $($arg),*);
+        $f("all-of gcra + fixed window", AllOf::new(gcra, fixed), $($arg),*);
+        $f("live gcra", Live::new(gcra), $($arg),*);
+    }};
+}
+
+/// The attack in `shape` on every bounded store running `algo`: the target never gets more,
+/// nor earlier, than on the unbounded limiter.
+fn never_reset<A>(name: &str, algo: A, shape: Shape)
+where
+    A: Algorithm + Clone,
+    Cas: Variant<A> + CompactVariant<A>,
+    Locked: Variant<A> + CompactVariant<A>,
+{
+    let clock = ManualClock::new();
+    for (store, bounded, totals) in stores(&algo, &clock, false) {
+        clock.set(Duration::ZERO);
+        let (got, t0) = attack(&bounded, &clock, shape);
+        let want = exact(&algo, t0, shape.clock);
+        let totals = totals();
+        assert!(
+            totals.evicted_capacity > 0 && totals.debts_kept > 0,
+            "{name} / {store} / {shape:?}: no flood: {totals:?}"
+        );
+        assert!(totals.most_passes_at_once <= 1, "{totals:?}");
+        assert!(
+            got.admitted <= want.admitted
+                && got.first.unwrap_or(usize::MAX) >= want.first.unwrap_or(usize::MAX),
+            "{name} / {store} / {shape:?}: the target got {got:?} after the flood, \
+             {want:?} on an unbounded limiter",
+        );
+    }
+}
+
+fn matrix(floods: &[usize], threads: &[usize], clocks: &[Clock]) {
+    for policy in [Policy::Leaky, Policy::Strict] {
+        for &flood in floods {
+            for &threads in threads {
+                for &clock in clocks {
+                    let shape = Shape {
+                        flood,
+                        threads,
+                        clock,
+                        sweeps: clock == Clock::Moving,
+                    };
+                    every_algorithm!(policy, never_reset(shape));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_flood_never_resets_a_limit() {
+    matrix(&[4], &[1], &[Clock::Frozen]);
+    matrix(&[100], &[8], &[Clock::Moving]);
+}
+
+#[test]
+#[ignore = "the whole matrix: run in release (.ci/run does)"]
+fn a_flood_never_resets_a_limit_whole_matrix() {
+    matrix(&[2, 4, 10, 100], &[1, 8], &[Clock::Frozen, Clock::Moving]);
+}
+
+/// The test bites: with the debt table opted out, the same attack resets the limit (the bug
+/// of issue #46) on every store: GCRA 10/s burst 20, 29 admitted against 10.
+#[test]
+fn forgetting_resets_the_limit() {
+    let algo: Gcra = "10/s burst 20".parse().unwrap();
+    let clock = ManualClock::new();
+    let shape = Shape {
+        flood: 10,
+        threads: 1,
+        clock: Clock::Moving,
+        sweeps: false,
+    };
+    for (store, bounded, _) in stores(&algo, &clock, true) {
+        clock.set(Duration::ZERO);
+        let (got, t0) = attack(&bounded, &clock, shape);
+        let want = exact(&algo, t0, shape.clock);
+        assert_eq!(want.admitted, 10, "{store}");
+        assert_eq!(got.admitted, 29, "{store}: the limit was not reset");
+    }
+}

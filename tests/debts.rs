@@ -1,0 +1,176 @@
+//! What capacity eviction keeps of a key is never more lenient than what it evicted: for every
+//! algorithm in both policies, a state restored from its debt words
+//! ([`Algorithm::debt`] → [`Algorithm::restore`]), or from a join of them with another key's
+//! ([`Algorithm::debt_join`]), admits no request of any cost at any later time (with no traffic
+//! between) that the state itself would deny, and over any later trace of requests of cost 1
+//! admits no more of them, and no earlier; and it is not fresh before the state is.
+//!
+//! (Over traces of mixed costs, total units are not monotone for any limiter with a leaky
+//! policy: a more limited state that denies a large request may then admit several small
+//! ones the other state no longer has room for. Found here for EARRRL: 98 units against 97.)
+
+mod common;
+
+use common::{on_every_algorithm, OnAlgorithm};
+use hotlimit::algo::Algorithm;
+use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
+use hotlimit::Policy;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+/// A request: a gap before it (ns) and a cost (capped at the algorithm's capacity).
+type Trace = Vec<(u64, u64)>;
+
+fn trace(len: usize) -> impl Strategy<Value = Trace> {
+    prop::collection::vec((common::gap(), 1u64..8), 0..len)
+}
+
+/// A trace of requests of cost 1.
+fn ones(len: usize) -> impl Strategy<Value = Trace> {
+    prop::collection::vec((common::gap(), Just(1u64)), 0..len)
+}
+
+/// Runs `trace` from `state` at `start`: units admitted and the index of the first admission.
+fn run<A: Algorithm>(
+    algo: &A,
+    mut state: A::State,
+    start: u64,
+    trace: &Trace,
+) -> (u64, Option<usize>) {
+    let (mut now, mut units, mut first) = (start, 0, None);
+    for (i, &(gap, cost)) in trace.iter().enumerate() {
+        now += gap;
+        let cost = cost.min(algo.capacity());
+        if algo.update(&mut state, now, cost).is_allowed() {
+            units += cost;
+            first.get_or_insert(i);
+        }
+    }
+    (units, first)
+}
+
+/// The state after `trace` from fresh, and the time it ends at.
+fn spent<A: Algorithm>(algo: &A, trace: &Trace) -> (A::State, u64) {
+    let mut state = algo.fresh();
+    let mut now = 0;
+    for &(gap, cost) in trace {
+        now += gap;
+        algo.update(&mut state, now, cost.min(algo.capacity()));
+    }
+    (state, now)
+}
+
+fn restored<A: Algorithm>(algo: &A, state: &A::State) -> A::State {
+    algo.restore(&|part| algo.debt(state, part))
+}
+
+struct NeverMoreLenient;
+
+impl OnAlgorithm for NeverMoreLenient {
+    type Error = String;
+
+    fn run<A>(&mut self, name: &str, algo: A) -> Result<(), String>
+    where
+        A: Algorithm + Clone,
+        Cas: Variant<A> + CompactVariant<A>,
+        Locked: Variant<A> + CompactVariant<A>,
+    {
+        let mut runner = TestRunner::new(Config {
+            cases: 300,
+            ..Config::default()
+        });
+        let probes = prop::collection::vec((0u64..4_000_000_000, 1u64..8), 8);
+        let strategy = (trace(40), trace(40), 0u64..3_000_000_000, ones(60), probes);
+        runner
+            .run(&strategy, |(mine, other, pause, after, probes)| {
+                let (state, end) = spent(&algo, &mine);
+                let (other_state, other_end) = spent(&algo, &other);
+                let start = end.max(other_end) + pause;
+                let want = run(&algo, state.clone(), start, &after);
+                // Alone, and joined with another key's debt (as a shared bucket holds it).
+                let alone = restored(&algo, &state);
+                let joined = algo.restore(&|p| {
+                    algo.debt_join(p, algo.debt(&state, p), algo.debt(&other_state, p))
+                });
+                for (how, from) in [("alone", alone), ("joined", joined)] {
+                    for &(wait, cost) in &probes {
+                        let (at, cost) = (start + wait, cost.min(algo.capacity()));
+                        prop_assert!(
+                            !algo.peek(&from, at, cost).is_allowed()
+                                || algo.peek(&state, at, cost).is_allowed(),
+                            "{} restored {} admits {} at {} where the state denies",
+                            name,
+                            how,
+                            cost,
+                            at
+                        );
+                    }
+                    let got = run(&algo, from, start, &after);
+                    // Never admitted is later than any admission.
+                    let first = |f: Option<usize>| f.unwrap_or(usize::MAX);
+                    prop_assert!(
+                        got.0 <= want.0 && first(got.1) >= first(want.1),
+                        "{} restored {}: {:?} against {:?}",
+                        name,
+                        how,
+                        got,
+                        want
+                    );
+                }
+                // Paid exactly when the state is fresh again (never sooner).
+                for p in 0..algo.debt_parts() {
+                    let paid = algo.debt_paid_at(p, algo.debt(&state, p));
+                    prop_assert!(paid <= algo.idle_at(&state).max(paid));
+                    if algo.debt(&state, p) != 0 {
+                        prop_assert!(
+                            algo.idle_at(&restored(&algo, &state)) >= algo.idle_at(&state),
+                            "{} paid sooner",
+                            name
+                        );
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e: proptest::test_runner::TestError<_>| format!("{name}: {e}"))
+    }
+}
+
+#[test]
+fn a_restored_state_is_never_more_lenient() {
+    for policy in [Policy::Leaky, Policy::Strict] {
+        on_every_algorithm(policy, &mut NeverMoreLenient).unwrap();
+    }
+}
+
+/// A fresh state owes nothing, and nothing restores fresh.
+struct FreshOwesNothing;
+
+impl OnAlgorithm for FreshOwesNothing {
+    type Error = TestCaseError;
+
+    fn run<A>(&mut self, name: &str, algo: A) -> Result<(), TestCaseError>
+    where
+        A: Algorithm + Clone,
+        Cas: Variant<A> + CompactVariant<A>,
+        Locked: Variant<A> + CompactVariant<A>,
+    {
+        for p in 0..algo.debt_parts() {
+            prop_assert_eq!(algo.debt(&algo.fresh(), p), 0, "{}", name);
+        }
+        let restored = algo.restore(&|_| 0);
+        prop_assert_eq!(
+            algo.idle_at(&restored),
+            algo.idle_at(&algo.fresh()),
+            "{}",
+            name
+        );
+        Ok(())
+    }
+}
+
+#[test]
+fn fresh_owes_nothing() {
+    for policy in [Policy::Leaky, Policy::Strict] {
+        on_every_algorithm(policy, &mut FreshOwesNothing).unwrap();
+    }
+}
