@@ -129,8 +129,9 @@ impl Algorithm for FixedWindow {
     }
 
     /// A refund comes out of the window the request was counted in, if it is still the
-    /// current one; an overrun is counted in the current window, up to `limit + 1` (the
-    /// count's width: the key is denied for the rest of the window).
+    /// current one; an overrun is counted in the current window, up to `limit + 1` (the key is
+    /// denied for the rest of the window), never below the count already there (one kept
+    /// under a larger limit: a plan, a live switch).
     fn settle(&self, state: &mut u64, now: u64, taken_at: u64, charged: u64, actual: u64) {
         let w = self.config.window_ns;
         let (stored, count) = self.unpack(*state);
