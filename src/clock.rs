@@ -40,8 +40,19 @@ pub trait Clock: Send + Sync + 'static {
     }
 }
 
-/// The default clock: `quanta`'s TSC-backed monotonic clock, read as nanoseconds since the
-/// moment this value was created.
+/// The default clock: nanoseconds since the moment this value was created, read from the
+/// CPU's time-stamp counter through `quanta` **only where the machine's kernel itself keeps
+/// time by it**, and from the OS monotonic clock elsewhere.
+///
+/// The TSC is the cheapest clock there is (no system call, no vDSO page), but it is per core:
+/// on machines whose cores' counters disagree (quanta#111: one core 1.6 s off; governor#299)
+/// a request on a lagging core is denied wrongly and one on a leading core admitted early.
+/// The kernel checks its TSC at boot and under way, and keeps its own time by it only if it
+/// passes (Linux: the `tsc` clocksource, `/sys/devices/system/clocksource/clocksource0/
+/// current_clocksource`); so [`new`](QuantaClock::new) does the same, and on any other
+/// clocksource, or off Linux, reads the OS monotonic clock (`std::time::Instant`) instead.
+/// What each costs on the one-key path is in `BENCHMARKS.md` ("The default clock").
+/// [`tsc`](QuantaClock::tsc) and [`os`](QuantaClock::os) pick one outright.
 ///
 /// Clones share the origin, so every clone of one limiter's clock agrees.
 ///
@@ -53,20 +64,66 @@ pub trait Clock: Send + Sync + 'static {
 /// let clock = QuantaClock::new();
 /// let a = clock.now();
 /// assert!(clock.now() >= a);
+/// // The OS monotonic clock, whatever the kernel trusts.
+/// let os = QuantaClock::os();
+/// assert!(!os.uses_tsc());
 /// ```
 #[derive(Debug, Clone)]
 pub struct QuantaClock {
-    clock: quanta::Clock,
-    origin: u64,
+    source: Source,
+}
+
+#[derive(Debug, Clone)]
+enum Source {
+    Tsc { clock: quanta::Clock, origin: u64 },
+    Os(std::time::Instant),
 }
 
 impl QuantaClock {
-    /// A clock whose origin is now.
+    /// A clock whose origin is now: the TSC if the kernel keeps its time by it, else the OS
+    /// monotonic clock (see the type's docs).
     pub fn new() -> Self {
+        if kernel_trusts_tsc() {
+            Self::tsc()
+        } else {
+            Self::os()
+        }
+    }
+
+    /// `quanta`'s clock, whatever the kernel trusts: the TSC where quanta finds an invariant
+    /// one (quanta falls back to the OS clock itself where there is none).
+    pub fn tsc() -> Self {
         let clock = quanta::Clock::new();
         let origin = clock.raw();
-        Self { clock, origin }
+        Self {
+            source: Source::Tsc { clock, origin },
+        }
     }
+
+    /// The OS monotonic clock (`std::time::Instant`: `clock_gettime(CLOCK_MONOTONIC)` on
+    /// Linux), whatever the kernel trusts.
+    pub fn os() -> Self {
+        Self {
+            source: Source::Os(std::time::Instant::now()),
+        }
+    }
+
+    /// Whether this clock reads `quanta`'s counter rather than the OS clock.
+    pub fn uses_tsc(&self) -> bool {
+        matches!(self.source, Source::Tsc { .. })
+    }
+}
+
+/// Whether the kernel keeps its own time by the TSC, read once per process.
+fn kernel_trusts_tsc() -> bool {
+    static TRUSTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TRUSTED.get_or_init(|| {
+        cfg!(target_os = "linux")
+            && std::fs::read_to_string(
+                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            )
+            .is_ok_and(|s| s.trim() == "tsc")
+    })
 }
 
 impl Default for QuantaClock {
@@ -78,9 +135,12 @@ impl Default for QuantaClock {
 impl Clock for QuantaClock {
     #[inline]
     fn now(&self) -> u64 {
-        // `delta_as_nanos` returns 0 for a raw reading below the origin (TSC skew between
-        // cores), so the value never underflows.
-        self.clock.delta_as_nanos(self.origin, self.clock.raw())
+        match &self.source {
+            // `delta_as_nanos` returns 0 for a raw reading below the origin (TSC skew between
+            // cores), so the value never underflows.
+            Source::Tsc { clock, origin } => clock.delta_as_nanos(*origin, clock.raw()),
+            Source::Os(origin) => duration_to_nanos(origin.elapsed()),
+        }
     }
 }
 
@@ -344,6 +404,22 @@ mod tests {
             CoarseClock::new(Duration::ZERO).resolution(),
             Duration::from_micros(1)
         );
+    }
+
+    #[test]
+    fn the_default_clock_reads_the_tsc_only_where_the_kernel_keeps_time_by_it() {
+        let source = std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        );
+        let kernel_tsc = cfg!(target_os = "linux") && source.is_ok_and(|s| s.trim() == "tsc");
+        assert_eq!(QuantaClock::new().uses_tsc(), kernel_tsc);
+        assert!(QuantaClock::tsc().uses_tsc());
+        let os = QuantaClock::os();
+        assert!(!os.uses_tsc());
+        let (a, b) = (os.now(), os.clone().now());
+        assert!(b >= a);
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(os.now() >= a + 2_000_000);
     }
 
     #[test]

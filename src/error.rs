@@ -25,6 +25,9 @@ pub enum Field {
     Duration,
     /// A share of a quota (the hybrid limiter's fallback), in `(0, 1]`.
     Share,
+    /// The background sweeper's interval
+    /// ([`Builder::sweep_every`](crate::store::Builder::sweep_every)).
+    SweepInterval,
 }
 
 impl fmt::Display for Field {
@@ -38,6 +41,7 @@ impl fmt::Display for Field {
             Field::Window => "window",
             Field::Buckets => "buckets",
             Field::Duration => "duration",
+            Field::SweepInterval => "sweep interval",
             Field::Share => "share",
         })
     }

@@ -10,7 +10,7 @@ use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::debts::Debts;
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, ConfigError, CostError, QuotaError};
+use crate::error::{check_cost, ConfigError, CostError, Field, QuotaError};
 use crate::live::Live;
 use crate::stats::{Metrics, Stats};
 use crate::sweeper::{Signal, SweepTotals, Sweeper, Totals};
@@ -155,7 +155,10 @@ impl<L: KeyedStore, A, C> Builder<L, A, C> {
 
     /// Runs a background sweeper thread every `interval` (and sooner when the capacity bound
     /// is exceeded). It sleeps between sweeps, never blocks a request, and is stopped and
-    /// joined when the limiter is dropped.
+    /// joined when the limiter is dropped. A zero interval (a sweeper that would spin a core)
+    /// makes `build` fail with `ErrorKind::InvalidInput` carrying a
+    /// [`ConfigError::Zero`](crate::ConfigError::Zero) for
+    /// [`Field::SweepInterval`](crate::Field::SweepInterval).
     pub fn sweep_every(mut self, interval: Duration) -> Self {
         self.options.sweep_every = Some(interval);
         self
@@ -380,6 +383,14 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         let Some(interval) = self.sweep_every else {
             return Ok(None);
         };
+        if interval.is_zero() {
+            // A sweeper that never sleeps would spin a core.
+            let zero = ConfigError::Zero {
+                field: Field::SweepInterval,
+                value: "0s".into(),
+            };
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, zero));
+        }
         let s = shared.clone();
         Sweeper::spawn(self.signal.clone(), interval, move || sweep(&s)).map(Some)
     }

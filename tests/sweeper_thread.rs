@@ -76,3 +76,31 @@ fn sweeper_runs_and_is_joined_on_drop() {
         sweeper_threads()
     );
 }
+
+/// A zero interval would spin a core: `build` refuses it with a typed configuration error, on
+/// both keyed stores.
+#[test]
+fn a_zero_sweep_interval_is_a_config_error() {
+    let gcra: hotlimit::algo::Gcra = "10/s".parse().unwrap();
+    let want = hotlimit::ConfigError::Zero {
+        field: hotlimit::Field::SweepInterval,
+        value: "0s".into(),
+    };
+    let errors = [
+        hotlimit::CasLimiter::<u64, _>::builder(gcra)
+            .sweep_every(Duration::ZERO)
+            .build()
+            .unwrap_err(),
+        hotlimit::CompactLimiter::<u64, _>::builder(gcra)
+            .sweep_every(Duration::ZERO)
+            .build()
+            .unwrap_err(),
+    ];
+    for e in errors {
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        let inner = e
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<hotlimit::ConfigError>());
+        assert_eq!(inner, Some(&want));
+    }
+}
