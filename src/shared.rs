@@ -263,26 +263,66 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
     }
 
     /// The state a key (hashed by `hash`) starts from when inserted: what it owes, if the debt
-    /// table holds anything for it, else fresh.
+    /// table holds anything for it, else fresh. A store must read it while no eviction of the
+    /// key can run (the compact store: under the key's stripe lock, after finding it absent),
+    /// or [`catch_up`](Core::catch_up) after the insert.
     #[inline]
     pub(crate) fn start_state(&self, hash: impl FnOnce() -> u64) -> A::State {
         let Some(debts) = &self.debts else {
             return self.algo.fresh();
         };
-        match debts.restore(&self.algo, hash(), self.sweep_now()) {
-            Some(state) => {
+        match debts.restore(&self.algo, hash()) {
+            // A debt already paid restores a state as good as fresh: start fresh (cheaper, and
+            // counted apart from the keys that really start owing).
+            Some(state) if self.algo.idle_at(&state) > self.sweep_now() => {
                 debts.restored_one();
                 state
             }
-            None => self.algo.fresh(),
+            _ => self.algo.fresh(),
         }
+    }
+
+    /// The debt table's stamp for a key (see `Debts::stamp`), read before
+    /// [`start_state`](Core::start_state) by a store that inserts without excluding evictions.
+    #[inline]
+    pub(crate) fn debt_stamp(&self, hash: u64) -> u64 {
+        self.debts.as_ref().map_or(0, |d| d.stamp(hash))
+    }
+
+    /// After inserting a key with [`start_state`](Core::start_state) read at `stamp`: if a debt
+    /// was kept for it meanwhile (it was inserted, used and evicted by others in between), joins
+    /// that debt into the state inserted, through `rewrite` (the cell's read-modify-write).
+    #[inline]
+    pub(crate) fn catch_up(
+        &self,
+        hash: u64,
+        stamp: u64,
+        rewrite: impl FnOnce(&dyn Fn(&mut A::State)),
+    ) {
+        if let Some(debts) = &self.debts {
+            if debts.stamp(hash) != stamp {
+                self.join_debt(debts, hash, rewrite);
+            }
+        }
+    }
+
+    #[cold]
+    fn join_debt(&self, debts: &Debts, hash: u64, rewrite: impl FnOnce(&dyn Fn(&mut A::State))) {
+        let Some(owed) = debts.restore(&self.algo, hash) else {
+            return;
+        };
+        let algo = &self.algo;
+        rewrite(&|state| {
+            let joined = |p| algo.debt_join(p, algo.debt(state, p), algo.debt(&owed, p));
+            *state = algo.restore(&joined);
+        });
     }
 
     /// The decision for a key not held: from what it owes, or fresh.
     #[inline]
     pub(crate) fn peek_absent(&self, hash: impl FnOnce() -> u64, now: u64, cost: u64) -> Decision {
         match &self.debts {
-            Some(debts) => match debts.restore(&self.algo, hash(), self.sweep_now()) {
+            Some(debts) => match debts.restore(&self.algo, hash()) {
                 Some(state) => self.algo.peek(&state, now, cost),
                 None => self.peek_fresh(now, cost),
             },

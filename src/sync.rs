@@ -7,10 +7,10 @@
 //! dependencies.
 
 #[cfg(not(hotlimit_loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 #[cfg(hotlimit_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// The per-key lock of the pessimistic twin.
 #[cfg(not(hotlimit_loom))]

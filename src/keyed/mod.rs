@@ -662,7 +662,13 @@ where
                 self.evict_capacity(max, guard)
             });
         }
-        let state = self.core.start_state(|| self.debt_hash(key));
+        // Read before the insert, which excludes no eviction of this key: caught up after.
+        let hash = self.core.debts.as_ref().map(|_| self.debt_hash(key));
+        let stamp = hash.map(|h| self.core.debt_stamp(h));
+        let state = match hash {
+            Some(h) => self.core.start_state(|| h),
+            None => self.core.algo.fresh(),
+        };
         // `try_insert`, not `get_or_insert_with`: in papaya 0.2.5, filling a map through
         // `get_or_insert_with` under incremental resizing left later reads ~13x slower
         // (1.35 us vs 0.10 us per get at 1M keys, measured); `try_insert` does not.
@@ -671,6 +677,11 @@ where
             .try_insert(key.to_owned(), V::Cell::new(state), guard)
         {
             Ok(cell) => {
+                if let (Some(hash), Some(stamp)) = (hash, stamp) {
+                    self.core.catch_up(hash, stamp, |merge| {
+                        cell.rewrite(merge);
+                    });
+                }
                 // Woken after the insert, so the sweep it triggers sees this key: a wake
                 // consumed by a sweep that started before the insert would be lost.
                 if self.core.max_keys.is_some_and(|max| self.map.len() > max) {
