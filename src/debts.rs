@@ -341,9 +341,21 @@ impl Debts {
                 _ => None,
             }
         };
-        // Judged on copies (two reads, one write): the bucket that has the key takes it, else
-        // the emptier one; if it filled meanwhile, the other; if neither has room, it turns
-        // shared.
+        // The first bucket takes it at once while it has room to spare (one write: a capacity
+        // pass keeps thousands of debts, and each costs its cache misses).
+        let first = buckets[0].write(|b| {
+            let roomy = !b.shared() && b.free() > ENTRIES / 4;
+            if roomy || b.entries.iter().any(|&e| e != 0 && tag_of(e) == tag) {
+                file(b, false)
+            } else {
+                None
+            }
+        });
+        if first.is_some() {
+            return;
+        }
+        // Else, judged on copies: the bucket that has the key takes it, else the emptier one;
+        // if it filled meanwhile, the other; if neither has room, it turns shared.
         let copies = buckets.map(|b| {
             let mut copy = b.read();
             purge(algo, part, &mut copy, now);
