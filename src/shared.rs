@@ -157,8 +157,8 @@ impl<L: KeyedStore, A, C> Builder<L, A, C> {
     /// is exceeded). It sleeps between sweeps, never blocks a request, and is stopped and
     /// joined when the limiter is dropped. A zero interval (a sweeper that would spin a core)
     /// makes `build` fail with `ErrorKind::InvalidInput` carrying a
-    /// [`ConfigError::Zero`](crate::ConfigError::Zero) for
-    /// [`Field::SweepInterval`](crate::Field::SweepInterval).
+    /// [`ConfigError::Zero`] for
+    /// [`Field::SweepInterval`].
     pub fn sweep_every(mut self, interval: Duration) -> Self {
         self.options.sweep_every = Some(interval);
         self
