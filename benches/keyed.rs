@@ -170,6 +170,9 @@ struct Clocks {
 fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str, clocks: &Clocks) {
     let exact = Hot::new(keys_n, QuantaClock::new());
     let cached = Hot::new(keys_n, clocks.coarse.clone());
+    // The OS monotonic clock, which the default clock reads where the kernel does not keep
+    // time by the TSC: what that choice costs, on one key (BENCHMARKS.md, "The default clock").
+    let os = (keys_n == 1).then(|| Hot::new(keys_n, QuantaClock::os()));
     let max = NonZeroU32::MAX;
     let quota = Quota::per_second(max).allow_burst(max);
     let governor = Governor::keyed(quota);
@@ -198,6 +201,9 @@ fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str, clocks:
         };
         exact.rows("", &mut bench);
         cached.rows("-coarse", &mut bench);
+        if let Some(os) = &os {
+            os.rows("-osclock", &mut bench);
+        }
         bench("governor", &|s, from, n| {
             keys(s, from, n).for_each(|k| {
                 let _ = black_box(governor.check_key(k));
