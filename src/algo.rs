@@ -330,6 +330,12 @@ pub(crate) fn count_from24(code: u128) -> u64 {
     m.checked_shl(e).filter(|v| v >> e == m).unwrap_or(u64::MAX)
 }
 
+/// The join of two debt words `(time << 32) | count` (the sliding log's and the sub-window's):
+/// the later time and the larger count.
+pub(crate) fn join_time_and_count(a: u128, b: u128) -> u128 {
+    ((a >> 32).max(b >> 32) << 32) | (a & 0xFFFF_FFFF).max(b & 0xFFFF_FFFF)
+}
+
 /// `x ≥ 0` as the smallest `f32` at least as large (its bits): a rate in a debt word.
 pub(crate) fn f32_up(x: f64) -> u32 {
     let f = x as f32;

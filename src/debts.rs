@@ -248,7 +248,7 @@ impl Debts {
     }
 
     /// The memory the buckets take, in bytes.
-    #[cfg(test)]
+    #[cfg(all(test, not(hotlimit_loom)))]
     pub(crate) fn bytes(&self) -> usize {
         std::mem::size_of_val(&*self.buckets)
     }

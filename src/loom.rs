@@ -253,4 +253,35 @@ mod compact {
     fn loom_compact_evict_fresh_vs_check_strict() {
         evict_vs_check::<Cas>(Policy::Strict, false);
     }
+
+    /// A request for a spent key races the capacity pass that evicts it (it spent first: the
+    /// closest to fresh of four keys held against `max_keys(3)`). Whatever the interleaving,
+    /// the request is denied and the key keeps its exact state: the pass keeps the key's debt
+    /// before the key's slot dies, so a request that finds it gone starts from the debt.
+    /// With the debt table opted out (`forget_evicted_limits`) this model fails.
+    #[test]
+    fn loom_compact_capacity_eviction_vs_check_keeps_the_debt() {
+        loom::model(|| {
+            let (l, clock) = limiter::<Cas>(Policy::Leaky);
+            // tat = t + T: 7 at 10 ms, the others after it; none idle at 5 ms.
+            for (i, key) in [7u64, 8, 9, 10].into_iter().enumerate() {
+                clock.set_nanos(i as u64 * 1_000_000);
+                assert!(l.check(&key).is_allowed());
+            }
+            clock.set_nanos(5_000_000);
+            let l = Arc::new(l);
+            let a = {
+                let l = l.clone();
+                thread::spawn(move || l.check(&7).is_allowed())
+            };
+            let b = {
+                let l = l.clone();
+                thread::spawn(move || l.sweep().evicted_capacity)
+            };
+            assert!(!a.join().unwrap(), "the evicted key was admitted");
+            assert_eq!(b.join().unwrap(), 1);
+            // 7's tat is still 10 ms: a retry waits exactly 5 ms.
+            assert_eq!(leaky_wait(&l, 7), T / 2);
+        });
+    }
 }

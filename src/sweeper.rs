@@ -121,7 +121,11 @@ impl Totals {
 /// never overlap: passes that overlap each see the same excess and together evict several
 /// times it, and each judges keys on states the others are changing. A sweep waits for the
 /// pass in flight, then runs its own.
-pub(crate) fn capacity_pass(gate: &Mutex<()>, totals: &Totals, evict: impl FnOnce() -> u64) -> u64 {
+pub(crate) fn capacity_pass(
+    gate: &crate::sync::Mutex<()>,
+    totals: &Totals,
+    evict: impl FnOnce() -> u64,
+) -> u64 {
     let _pass = gate.lock();
     totals.run_pass(evict)
 }
@@ -137,7 +141,7 @@ pub(crate) fn capacity_pass(gate: &Mutex<()>, totals: &Totals, evict: impl FnOnc
 pub(crate) fn evict_before_insert(
     len: usize,
     max_keys: usize,
-    gate: &Mutex<()>,
+    gate: &crate::sync::Mutex<()>,
     totals: &Totals,
     evict: impl FnOnce() -> u64,
 ) {

@@ -31,6 +31,10 @@ impl<T> Mutex<T> {
         // A panic inside a model already fails the model; poisoning adds nothing.
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+        self.0.try_lock().ok()
+    }
 }
 
 /// A `Copy` value read by every request and replaced rarely: a live configuration. A

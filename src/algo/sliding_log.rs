@@ -1,7 +1,7 @@
 //! Sliding window log: the timestamps of the counted requests of the last window.
 
 use super::window::{same_window, validate, window_accessors, WindowConfig};
-use super::{clamp, Algorithm, Reconfigure};
+use super::{clamp, join_time_and_count, Algorithm, Reconfigure};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::collections::VecDeque;
@@ -230,7 +230,7 @@ impl Algorithm for SlidingLog {
 
     /// The later time and the larger total.
     fn debt_join(&self, _: usize, a: u128, b: u128) -> u128 {
-        ((a >> 32).max(b >> 32) << 32) | (a & 0xFFFF_FFFF).max(b & 0xFFFF_FFFF)
+        join_time_and_count(a, b)
     }
 
     fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {

@@ -1,7 +1,7 @@
 //! Sub-window counters: the window split into buckets, the last window's buckets summed.
 
 use super::window::{check_u32_limit, same_window, validate, window_accessors, WindowConfig};
-use super::{clamp, Algorithm, Reconfigure};
+use super::{clamp, join_time_and_count, Algorithm, Reconfigure};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
@@ -289,7 +289,7 @@ impl Algorithm for SubWindow {
 
     /// The newer bucket and the larger total.
     fn debt_join(&self, _: usize, a: u128, b: u128) -> u128 {
-        ((a >> 32).max(b >> 32) << 32) | (a & 0xFFFF_FFFF).max(b & 0xFFFF_FFFF)
+        join_time_and_count(a, b)
     }
 
     fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
