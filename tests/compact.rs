@@ -361,3 +361,44 @@ fn first_sight_races_never_duplicate_a_key() {
     first_sight_races::<hotlimit::store::Cas>();
     first_sight_races::<Locked>();
 }
+
+/// A flood lengthens the home lines' probe reach (inserts near the bound place keys far from
+/// home); sweeps bring each reach back to its farthest key, so later misses (new keys) scan no
+/// further than they must: 0 once the table is empty. Keys still held keep being found.
+#[test]
+fn a_flood_s_probe_reach_recovers() {
+    let clock = ManualClock::new();
+    let limiter = CompactLimiter::<u64, Gcra>::builder("10/s burst 1".parse().unwrap())
+        .max_keys(1000)
+        .clock(clock.clone())
+        .sweep_grace(Duration::ZERO)
+        .build()
+        .unwrap();
+    for key in 0..5_000u64 {
+        let _ = limiter.check(&key);
+    }
+    let flooded = limiter.probe_stats();
+    assert!(flooded.max_reach >= 2, "{flooded:?}");
+    // Half a window later a few keys are new and owe, the flood's are idle.
+    clock.set_nanos(150_000_000);
+    let kept: Vec<u64> = (10_000..10_050).collect();
+    for k in &kept {
+        assert!(limiter.check(k).is_allowed());
+    }
+    limiter.sweep();
+    let after = limiter.probe_stats();
+    assert_eq!(after.keys, kept.len() as u64);
+    // The reach covers the keys held and no more.
+    assert_eq!(after.max_reach + 1, after.max_lines.max(1), "{after:?}");
+    assert!(
+        after.max_reach < flooded.max_reach,
+        "{flooded:?} then {after:?}"
+    );
+    for k in &kept {
+        assert!(limiter.check(k).is_denied(), "key {k} lost");
+    }
+    clock.set_nanos(1_000_000_000);
+    limiter.sweep();
+    assert_eq!(limiter.probe_stats().max_reach, 0);
+    assert!(limiter.is_empty());
+}
