@@ -184,10 +184,18 @@ fn flood<V: hotlimit::store::CompactVariant<Gcra>>() {
         "not counted unless asked for"
     );
 
-    // A sweep brings it down to 7/8 of max_keys (nothing is idle: the clock is 1 s in).
+    // Over max_keys (below the inline pass's bound), a sweep brings it down to about 7/8 of
+    // max_keys: the cut is drawn from a sample and ties judged by their slot, so within a few
+    // percent (nothing is idle: the clock is 1 s in).
+    let mut key = 30_000;
+    while limiter.len() <= 1000 {
+        let _ = limiter.check(&key);
+        key += 1;
+    }
     let report = limiter.sweep();
     assert_eq!(report.evicted_idle, 0);
-    assert_eq!(limiter.len(), 1000 - 1000 / 8);
+    let len = limiter.len();
+    assert!((850..=900).contains(&len), "{len} after the sweep");
     assert!(limiter.check(&0).is_denied());
 }
 

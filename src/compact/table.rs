@@ -8,11 +8,14 @@ use crate::algo::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::shared::{Core, Options};
-use crate::sweeper::{capacity_pass, evict_before_insert, evict_by, CapacityCut, SweepReport};
+use crate::sweeper::{
+    capacity_pass, evict_before_insert, evict_by, CapacityCut, SharedCut, SweepReport,
+};
 use crate::sync::Mutex;
 use crossbeam_utils::CachePadded;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Slots per line: four 16-byte pair slots fill one 64-byte cache line.
@@ -34,6 +37,18 @@ const SAMPLE: usize = 4096;
 
 /// Home-line lock stripes for inserts (cache-padded: 64 KiB).
 const STRIPES: usize = 1024;
+
+/// A capacity pass shared out in chunks of slots (`Table::work_on`).
+struct SharedPass {
+    cut: SharedCut,
+    /// The sweep's `now`, for the debts kept.
+    now: u64,
+    /// The next chunk's first slot.
+    cursor: AtomicUsize,
+    /// Threads working on a chunk.
+    busy: AtomicUsize,
+    evicted: AtomicU64,
+}
 
 /// One cache line of slots.
 #[repr(align(64))]
@@ -58,6 +73,8 @@ pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: CompactVariant<A>> {
     pub(crate) max_keys: usize,
     /// Keys evicted by inserts that found their window full.
     window_evictions: AtomicU64,
+    /// The capacity pass running, for requests that find it running to take part.
+    pass_in_flight: Mutex<Option<Arc<SharedPass>>>,
     _key: PhantomData<fn() -> K>,
 }
 
@@ -148,6 +165,7 @@ where
             len: CachePadded::new(AtomicI64::new(0)),
             max_keys,
             window_evictions: AtomicU64::new(0),
+            pass_in_flight: Mutex::new(None),
             _key: PhantomData,
         })
     }
@@ -310,6 +328,7 @@ where
             &self.core.pass,
             &self.core.totals,
             || self.evict_capacity(),
+            || self.help_pass(),
         );
         let _stripe = self.stripes[home % self.stripes.len()].lock();
         loop {
@@ -467,26 +486,64 @@ where
                 CapacityCut::new(&mut sample, n, self.len() as u64)
             },
             |cut| {
-                let mut evicted = 0;
-                for slot in self.slots() {
-                    if self.core.signal.stopping() {
-                        break;
-                    }
-                    let doomed = cut.judge();
-                    if slot.kill_if(|repr, state| {
-                        let doomed = doomed(self.core.algo.idle_at(state));
-                        if doomed {
-                            self.core.keep_debt(|| self.place(repr).0, state, now);
-                        }
-                        doomed
-                    }) {
-                        evicted += 1;
-                        self.len.fetch_sub(1, Ordering::Relaxed);
-                    }
+                // Shared out: requests that find this pass running take chunks of it.
+                let pass = Arc::new(SharedPass {
+                    cut: cut.shared(),
+                    now,
+                    cursor: AtomicUsize::new(0),
+                    busy: AtomicUsize::new(0),
+                    evicted: AtomicU64::new(0),
+                });
+                *self.pass_in_flight.lock() = Some(pass.clone());
+                self.work_on(&pass);
+                *self.pass_in_flight.lock() = None;
+                // Helpers that took a chunk finish it before the pass counts.
+                let backoff = crate::sync::Backoff::new();
+                while pass.busy.load(Ordering::SeqCst) > 0 {
+                    backoff.spin();
                 }
-                evicted
+                pass.evicted.load(Ordering::SeqCst)
             },
         )
+    }
+
+    /// Takes part in the capacity pass running, if one is (a request that found the pass's
+    /// gate held, before it waits for the pass to end).
+    fn help_pass(&self) {
+        let pass = self.pass_in_flight.lock().clone();
+        if let Some(pass) = pass {
+            self.work_on(&pass);
+        }
+    }
+
+    /// Kills the keys `pass` dooms, a chunk of slots at a time, until every chunk is taken.
+    fn work_on(&self, pass: &SharedPass) {
+        const CHUNK: usize = 4096;
+        let slots = self.lines.len() * SLOTS_PER_LINE;
+        // Counted busy before taking a chunk, so the pass waits for every chunk taken.
+        pass.busy.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let start = pass.cursor.fetch_add(CHUNK, Ordering::SeqCst);
+            if start >= slots || self.core.signal.stopping() {
+                break;
+            }
+            let mut evicted = 0;
+            for i in start..(start + CHUNK).min(slots) {
+                let slot = &self.lines[i / SLOTS_PER_LINE].0[i % SLOTS_PER_LINE];
+                if slot.kill_if(|repr, state| {
+                    let doomed = pass.cut.dooms(i as u64, self.core.algo.idle_at(state));
+                    if doomed {
+                        self.core.keep_debt(|| self.place(repr).0, state, pass.now);
+                    }
+                    doomed
+                }) {
+                    evicted += 1;
+                    self.len.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+            pass.evicted.fetch_add(evicted, Ordering::SeqCst);
+        }
+        pass.busy.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Lowers each home line's reach to the farthest line one of its keys still sits in, so

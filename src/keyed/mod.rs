@@ -658,9 +658,15 @@ where
     {
         if let Some(max) = self.core.max_keys {
             let len = self.map.len();
-            evict_before_insert(len, max, &self.core.pass, &self.core.totals, || {
-                self.evict_capacity(max, guard)
-            });
+            // papaya's `retain` walks the map in one go: a waiting request cannot take part.
+            evict_before_insert(
+                len,
+                max,
+                &self.core.pass,
+                &self.core.totals,
+                || self.evict_capacity(max, guard),
+                || {},
+            );
         }
         // Read before the insert, which excludes no eviction of this key: caught up after.
         let hash = self.core.debts.as_ref().map(|_| self.debt_hash(key));
