@@ -4,7 +4,7 @@
 //! A key evicted for capacity in a state that is not fresh leaves its debt words
 //! ([`Algorithm::debt`]) here; a key inserted later starts from [`Algorithm::restore`] of what
 //! the table holds for it. Per debt part, the table is an array of 128-byte buckets; a key
-//! hashes to two of them (the less full takes it). A bucket holds two debt words (*slots*) and
+//! hashes to two of them (the first takes it while it has room to spare, else the emptier). A bucket holds two debt words (*slots*) and
 //! 48 entries of 16 bits: a 15-bit tag of a key's hash and the slot holding (at least) its
 //! debt. A bucket is a sequence lock: readers (every key inserted) copy it without writing
 //! shared memory and retry if a writer (an eviction) was inside; writers take turns.

@@ -321,11 +321,12 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
     /// The decision for a key not held: from what it owes, or fresh.
     #[inline]
     pub(crate) fn peek_absent(&self, hash: impl FnOnce() -> u64, now: u64, cost: u64) -> Decision {
-        match &self.debts {
-            Some(debts) => match debts.restore(&self.algo, hash()) {
-                Some(state) => self.algo.peek(&state, now, cost),
-                None => self.peek_fresh(now, cost),
-            },
+        match self
+            .debts
+            .as_ref()
+            .and_then(|d| d.restore(&self.algo, hash()))
+        {
+            Some(owed) => self.algo.peek(&owed, now, cost),
             None => self.peek_fresh(now, cost),
         }
     }

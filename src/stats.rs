@@ -127,8 +127,8 @@ pub struct Metrics {
     /// A retry is a CAS that lost a race: another thread changed the word between this
     /// request's load and its CAS, so the algorithm re-ran on the winner's word. Retries are
     /// counted on the slow path only: counting every attempt would put a shared-line
-    /// `fetch_add` on every request (see `BENCHMARKS.md`, section "What was measured, then
-    /// optimised"). The CAS attempts of `n` requests are therefore `writes + retries`, where
+    /// `fetch_add` on every request (measured when the counters were written; the sitting is
+    /// in `BENCHMARKS.md`'s git history). The CAS attempts of `n` requests are therefore `writes + retries`, where
     /// writes are the allowed requests plus, under the strict policy, the denied ones (a leaky
     /// denial writes nothing).
     ///

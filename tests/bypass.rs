@@ -411,7 +411,7 @@ where
     out
 }
 
-/// Prints the table BENCHMARKS.md keeps ("The price of never resetting a limit") and pins it:
+/// Prints the table BENCHMARKS.md keeps ("A flood never resets a limit") and pins it:
 /// up to 4x `max_keys` of spent keys, no more newcomers pay than tag collisions (≤ 0.3%); far
 /// past what the table can tell apart (10x, frozen clock: no debt ever paid) it errs on the
 /// side of the limit.

@@ -237,7 +237,7 @@ where
         let refit = |fit: &dyn Fn(&mut A::State)| self.rewrite(repr, fp, home, fit);
         loop {
             // No closure around the look-ups: wrapping them measurably slowed the hot path
-            // (`BENCHMARKS.md`, "One coherent core").
+            // (issue #19's sitting, in `BENCHMARKS.md`'s git history).
             let out = match self.find_apply(repr, fp, home, &mut f) {
                 Some(out) => Some(out),
                 None => self
