@@ -5,7 +5,7 @@
 
 mod redis_server;
 
-use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
+use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::redis::{
     BackendError, Fallback, HybridAlgorithm, HybridLimiter, RedisLimiter, SyncError,
 };
@@ -773,4 +773,83 @@ fn partial_grants_take_what_is_in_hand() {
         w.check_up_to("k", 0),
         Err(hotlimit::CostError::Zero)
     ));
+}
+
+/// Issue #46 in the fleet: a flood of new keys against `max_keys` evicts a key whose quota
+/// is spent; inserted again, the entry starts from what it owed (its own count, which it
+/// publishes whole over its field in the hash, and the others' as last heard), so neither
+/// this instance nor the one that hears its field admits it again. With
+/// `forget_evicted_limits` the same trace resets it: the entry starts as a key never heard
+/// of, admits on its own count alone, and publishes that over what it had counted.
+fn a_flood_never_resets_a_merged_limit<A: HybridAlgorithm>(server: &Server, name: &str, algo: A) {
+    let build = |prefix: String, max_keys: Option<usize>, forget: bool| {
+        let b = HybridLimiter::builder(server.url(), algo.clone())
+            .key_prefix(prefix)
+            .sync_interval(Duration::from_millis(5));
+        let b = match max_keys {
+            Some(max) => b.max_keys(max),
+            None => b,
+        };
+        current(
+            if forget { b.forget_evicted_limits() } else { b }
+                .build()
+                .unwrap(),
+        )
+    };
+    for forget in [false, true] {
+        let prefix = format!("reset:{name}:{forget}:");
+        let a = build(prefix.clone(), Some(100), forget);
+        let b = build(prefix, None, false);
+        // a spends the quota (10 a window or a period; EARRRL 14 at once) and asks on; b hears
+        // of it.
+        let sent = 20;
+        let spent = (0..sent).filter(|_| a.check("k").is_allowed()).count();
+        assert!(spent > 0 && a.peek("k").is_denied(), "{name}: {spent}");
+        eventually("b's view of a's spent quota", || b.peek("k").is_denied());
+        // 20× max_keys new keys, each driven to k's state (as many requests), so that k
+        // (which sent first) is the one closest to fresh.
+        for i in 0..2_000 {
+            let key = format!("flood-{i}");
+            for _ in 0..sent {
+                a.check(&key);
+            }
+        }
+        let totals = a.sweep_totals();
+        assert!(totals.evicted_capacity > 1_000, "{name}: {totals:?}");
+        let again = a.check("k").is_allowed();
+        // Two of a's rounds: whatever it publishes of "k" reaches b.
+        let ticks = a.stats().ticks;
+        eventually("two of a's rounds", || a.stats().ticks >= ticks + 2);
+        eventually("b's rounds", || b.stats().pushes > 0);
+        let b_again = b.check("k").is_allowed();
+        if forget {
+            assert!(
+                again,
+                "{name}: the forgetting limiter did not reset (k not evicted?)"
+            );
+        } else {
+            assert!(
+                !again && !b_again,
+                "{name}: admitted again after the flood (a {again}, b {b_again}): {totals:?}"
+            );
+            assert!(totals.debts_kept > 0 && a.sweep_totals().debts_restored > 0);
+        }
+    }
+}
+
+#[test]
+fn a_flood_of_new_keys_never_resets_a_merged_limit() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let hour = Duration::from_secs(3600);
+    a_flood_never_resets_a_merged_limit(&server, "fixed", FixedWindow::new(10, hour).unwrap());
+    a_flood_never_resets_a_merged_limit(&server, "sliding", SlidingWindow::new(10, hour).unwrap());
+    let per_hour = Rate::per_hour_of(10.0).unwrap();
+    a_flood_never_resets_a_merged_limit(&server, "earrrl", Earrrl::new(hour, per_hour).unwrap());
+    a_flood_never_resets_a_merged_limit(
+        &server,
+        "exponential",
+        Exponential::new(10.0, hour).unwrap(),
+    );
 }

@@ -46,7 +46,17 @@ pub enum Shape {
     /// `keys` keys, each with a quota of `rate` per second and a demand of `rate` per
     /// second across the fleet.
     Sparse { keys: u32, rate: f64 },
+    /// Issue #46 in the fleet: `legit` keys with a quota of 10 per second (a 1 s window)
+    /// and a demand of twice it across the fleet, under `one_off` new keys per second (one
+    /// request each, to a random worker), against [`FLOOD_MAX_KEYS`] per instance.
+    Flood { legit: u32, one_off: f64 },
 }
+
+/// Each instance's `max_keys` in a [`Shape::Flood`] run.
+pub const FLOOD_MAX_KEYS: usize = 1_000;
+/// The first one-off key of worker `w` is `ONE_OFF + w × ONE_OFF_PER_WORKER`.
+pub const ONE_OFF: u32 = 1_000;
+pub const ONE_OFF_PER_WORKER: u32 = 100_000_000;
 
 impl Shape {
     /// Every algorithm's limit per second (and per 1 s window).
@@ -54,6 +64,7 @@ impl Shape {
         match self {
             Shape::Hot { .. } => 100.0,
             Shape::Sparse { rate, .. } => *rate,
+            Shape::Flood { .. } => 10.0,
         }
     }
 
@@ -62,6 +73,7 @@ impl Shape {
         match self {
             Shape::Hot { .. } => 10,
             Shape::Sparse { rate, .. } => rate.ceil() as u64,
+            Shape::Flood { .. } => 10,
         }
     }
 
@@ -78,6 +90,7 @@ impl Shape {
         match self {
             Shape::Hot { .. } => 2,
             Shape::Sparse { keys, .. } => *keys,
+            Shape::Flood { legit, .. } => *legit,
         }
     }
 
@@ -96,13 +109,20 @@ impl Shape {
             Shape::Hot { .. } if key == FLOOD => 10.0 * self.limit() * self.part(w),
             Shape::Hot { .. } => 1.2 * self.limit() * self.part(w),
             Shape::Sparse { rate, .. } => rate / WORKERS as f64,
+            Shape::Flood { .. } => 2.0 * self.limit() / WORKERS as f64,
         }
+    }
+
+    /// Whether `key` is one of the shape's keys, not a one-off key of a flood.
+    pub fn is_legit(&self, key: u32) -> bool {
+        key < ONE_OFF
     }
 
     fn to_json(self) -> Value {
         match self {
             Shape::Hot { skew } => json!({"hot": skew}),
             Shape::Sparse { keys, rate } => json!({"sparse": [keys, rate]}),
+            Shape::Flood { legit, one_off } => json!({"flood": [legit, one_off]}),
         }
     }
 
@@ -110,6 +130,11 @@ impl Shape {
         if let Some(skew) = v.get("hot") {
             Shape::Hot {
                 skew: skew.as_f64(),
+            }
+        } else if let Some(f) = v.get("flood") {
+            Shape::Flood {
+                legit: f[0].as_u64().unwrap() as u32,
+                one_off: f[1].as_f64().unwrap(),
             }
         } else {
             let s = &v["sparse"];
@@ -225,16 +250,20 @@ fn with_limiter<A: HybridAlgorithm>(spec: &Value, name: &str, algo: A) -> Value 
         .iter()
         .map(|s| s.as_str().unwrap().to_owned())
         .collect();
-    let limiter = HybridLimiter::builder(spec["url"].as_str().unwrap(), algo)
+    let builder = HybridLimiter::builder(spec["url"].as_str().unwrap(), algo)
         .key_prefix(format!("fleet:{name}:"))
         .seed_nodes(seeds)
         .sync_interval(INTERVAL)
         .fallback(Fallback::share(shape.share()).unwrap())
         .connect_timeout(Duration::from_millis(100))
         .io_timeout(Duration::from_millis(200))
-        .reconnect_after(Duration::from_millis(50))
-        .build()
-        .unwrap();
+        .reconnect_after(Duration::from_millis(50));
+    let limiter = match shape {
+        Shape::Flood { .. } => builder.max_keys(FLOOD_MAX_KEYS),
+        _ => builder,
+    }
+    .build()
+    .unwrap();
     drive(&limiter, spec)
 }
 
@@ -269,7 +298,20 @@ fn schedule(shape: Shape, w: usize, start: u64, end: u64) -> Vec<(u64, u32)> {
                 }
             }
         }
-        Shape::Sparse { keys, .. } => {
+        Shape::Sparse { keys, .. } | Shape::Flood { legit: keys, .. } => {
+            if let Shape::Flood { one_off, .. } = shape {
+                // This worker's part of the one-off keys, Poisson arrivals.
+                let mean = 1e9 * WORKERS as f64 / one_off;
+                let (mut t, mut key) = (start as f64, ONE_OFF + w as u32 * ONE_OFF_PER_WORKER);
+                loop {
+                    t += -mean * (1.0 - rng.f64()).ln();
+                    if t >= end as f64 {
+                        break;
+                    }
+                    out.push((t as u64, key));
+                    key += 1;
+                }
+            }
             // Poisson arrivals per key: exponential gaps.
             for key in 0..keys {
                 let mean = 1e9 / shape.rate(w, key);
@@ -296,6 +338,7 @@ fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value) -> Value 
     let end = start + spec["duration_ms"].as_u64().unwrap() * 1_000_000;
     let names: Vec<String> = (0..shape.keys()).map(|k| format!("k{k}")).collect();
     let mut trace = Vec::new();
+    let mut one_off;
     for (t, key) in schedule(shape, w, start, end) {
         // Requests due within a millisecond go now: the thread sleeps in steps of that
         // order anyway. The time recorded is when the check ran.
@@ -304,7 +347,14 @@ fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value) -> Value 
             std::thread::sleep(Duration::from_nanos(t - now));
         }
         let at = unix_ns();
-        let ok = limiter.check(&names[key as usize]).is_allowed();
+        let name = match names.get(key as usize) {
+            Some(name) => name,
+            None => {
+                one_off = format!("k{key}");
+                &one_off
+            }
+        };
+        let ok = limiter.check(name).is_allowed();
         trace.push(json!([at, key, ok]));
     }
     let s: HybridStats = limiter.stats();
@@ -316,6 +366,9 @@ fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value) -> Value 
             "denied_limit": s.denied_limit, "denied_waiting": s.denied_waiting,
             "leased": s.leased, "returned": s.returned, "charged": s.charged,
             "pushes": s.pushes, "keys": limiter.len() as u64,
+            "evicted_capacity": limiter.sweep_totals().evicted_capacity,
+            "debts_kept": limiter.sweep_totals().debts_kept,
+            "debts_restored": limiter.sweep_totals().debts_restored,
             "sync_lag_max": s.sync_lag_max.as_nanos() as u64,
             "push_lag_max": s.push_lag_max.as_nanos() as u64,
             "last_error": limiter.last_error().map(|e| e.to_string()),

@@ -254,6 +254,33 @@ mod private {
         /// Forgets what is known of the fleet (after a gap in the subscription).
         fn forget(&self, w: &mut Self::Word);
 
+        /// How many debt words describe an entry (see [`Algorithm::debt_parts`]): 0, the
+        /// default, keeps no debt table (GCRA: an evicted entry's lease and debt go back to
+        /// Redis, which holds the key's TAT).
+        fn entry_debt_parts(&self) -> usize {
+            0
+        }
+        /// Part `part` of what an entry still owes ([`Algorithm::debt`]).
+        fn entry_debt(&self, w: &Self::Word, part: usize) -> u128 {
+            let _ = (w, part);
+            0
+        }
+        /// Two debt words of part `part` joined ([`Algorithm::debt_join`]).
+        fn entry_debt_join(&self, part: usize, a: u128, b: u128) -> u128 {
+            let _ = part;
+            a.max(b)
+        }
+        /// The shared time (Redis') from which a debt word limits nothing.
+        fn entry_debt_paid_at(&self, part: usize, debt: u128) -> u64 {
+            let _ = (part, debt);
+            0
+        }
+        /// An entry at least as limited as the debts ([`Algorithm::restore`]).
+        fn entry_restore(&self, debt: &dyn Fn(usize) -> u128) -> Self::Word {
+            let _ = debt;
+            self.unknown()
+        }
+
         /// The arguments every key of a batch shares, after the channel, the instance and
         /// the count.
         fn batch_args(&self) -> Vec<String>;
@@ -358,22 +385,29 @@ impl<A: Engine> Algorithm for Fleet<A> {
         self.algo.entry_idle_at(&self.ctx, w)
     }
 
-    /// No debt table: an evicted entry's state is handed back to Redis by the store's evict
-    /// hook, and the fleet's share of a limit lives there.
+    /// An entry's debt, in the words [`Engine::entry_debt`] gives: the merged states keep
+    /// both halves (this instance's own state, which it publishes whole, and the others'), so
+    /// a key evicted and inserted again neither publishes less than it counted nor decides as
+    /// if the others held nothing. GCRA keeps none (its leases go back to Redis).
     fn debt_parts(&self) -> usize {
-        0
+        self.algo.entry_debt_parts()
     }
 
-    fn debt(&self, _: &A::Word, _: usize) -> u128 {
-        0
+    fn debt(&self, w: &A::Word, part: usize) -> u128 {
+        self.algo.entry_debt(w, part)
     }
 
-    fn debt_paid_at(&self, _: usize, _: u128) -> u64 {
-        0
+    fn debt_join(&self, part: usize, a: u128, b: u128) -> u128 {
+        self.algo.entry_debt_join(part, a, b)
     }
 
-    fn restore(&self, _: &dyn Fn(usize) -> u128) -> A::Word {
-        self.fresh()
+    /// In local time, as every time the store compares.
+    fn debt_paid_at(&self, part: usize, debt: u128) -> u64 {
+        self.ctx.local(self.algo.entry_debt_paid_at(part, debt))
+    }
+
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> A::Word {
+        self.algo.entry_restore(debt)
     }
 }
 

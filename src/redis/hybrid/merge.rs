@@ -366,6 +366,41 @@ where
         *w = A::Entry::join(w.split().0, A::UNKNOWN);
     }
 
+    /// Part 0: the own state's debt; part 1: the others' (none while unknown). Each is the
+    /// algorithm's own debt word, so each half restores at least as limited as it was: the
+    /// own state never publishes less than this instance counted (the others would lose
+    /// it: a publish overwrites this instance's field), and the merged view never holds
+    /// less than the fleet's as last heard, until the next push replaces it.
+    fn entry_debt_parts(&self) -> usize {
+        2
+    }
+
+    fn entry_debt(&self, w: &A::Entry, part: usize) -> u128 {
+        let (own, others) = w.split();
+        match part {
+            0 => self.debt(&own, 0),
+            _ if others == A::UNKNOWN => 0,
+            _ => self.debt(&others, 0),
+        }
+    }
+
+    fn entry_debt_join(&self, _: usize, a: u128, b: u128) -> u128 {
+        self.debt_join(0, a, b)
+    }
+
+    fn entry_debt_paid_at(&self, _: usize, debt: u128) -> u64 {
+        self.debt_paid_at(0, debt)
+    }
+
+    fn entry_restore(&self, debt: &dyn Fn(usize) -> u128) -> A::Entry {
+        let own = self.restore(&|_| debt(0));
+        let others = match debt(1) {
+            0 => A::UNKNOWN,
+            d => self.restore(&|_| d),
+        };
+        A::Entry::join(own, others)
+    }
+
     fn batch_args(&self) -> Vec<String> {
         Vec::new()
     }

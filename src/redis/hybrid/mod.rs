@@ -32,7 +32,7 @@ use crate::keyed::Shared;
 use crate::limiter::rate_limiter_by_inherent;
 use crate::shared::Options;
 use crate::stats::Metrics;
-use crate::sweeper::{SweepReport, Sweeper};
+use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -212,9 +212,23 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
 
     /// The most keys held (default 2^20): beyond it, the store evicts the keys closest to
     /// fresh, as [`crate::store::Builder::max_keys`] describes, handing back a GCRA key's lease and
-    /// debt first. Every instance holds every key the fleet is using: set it above that.
+    /// debt first, and keeping what a merged state (windows, EARRRL, exponential) still owes
+    /// in a debt table of 25.6 bytes per key of `max_keys` (27 MB at the default), so an
+    /// entry inserted again starts at least as limited. Every instance holds every key the
+    /// fleet is using: set it above that.
     pub fn max_keys(mut self, max: usize) -> Self {
         self.options.max_keys = Some(max.max(1));
+        self
+    }
+
+    /// Lets capacity eviction forget what an evicted key owes, as
+    /// [`crate::store::Builder::forget_evicted_limits`] describes: an entry inserted again
+    /// starts as a key this instance has not heard of (the windows, EARRRL and exponential:
+    /// its own count lost, published over its field, until the pushes bring the others'
+    /// back). Saves the debt table (25.6 bytes per key of `max_keys`). GCRA keeps no table
+    /// either way: an evicted key's lease and debt go back to Redis.
+    pub fn forget_evicted_limits(mut self) -> Self {
+        self.options.forget = true;
         self
     }
 
@@ -298,9 +312,12 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
             ctx: ctx.clone(),
         };
         let hook_ctx = ctx.clone();
-        let store = Shared::new(fleet, self.clock, &self.options).with_evict_hook(Box::new(
-            move |key: &String, w: &A::Word| algo.evicted(&hook_ctx, key, w),
-        ));
+        let store = Shared::new(fleet, self.clock, &self.options)
+            .with_debts(&self.options)
+            .map_err(|e| BackendError::Reply(format!("cannot allocate the debt table: {e}")))?
+            .with_evict_hook(Box::new(move |key: &String, w: &A::Word| {
+                algo.evicted(&hook_ctx, key, w)
+            }));
         let inner = Arc::new(Inner {
             store,
             prefix: self.redis.prefix.clone(),
@@ -503,6 +520,12 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         store
             .core
             .metrics(store.core.sweep_totals(), store.map.len())
+    }
+
+    /// Totals over every sweep this limiter has run, with its debt table's counts (see
+    /// [`crate::store::Builder::max_keys`]).
+    pub fn sweep_totals(&self) -> SweepTotals {
+        self.inner.store.core.sweep_totals()
     }
 
     /// Drops idle keys now (the sweeper does every second), and evicts beyond
