@@ -33,6 +33,7 @@
 
 use crate::algo::{Algorithm, DEBT_MAX};
 use crate::sync::{fence, AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
 
 /// Entries per bucket; with two 96-bit slots and the sequence word, 128 bytes.
 const ENTRIES: usize = 48;
@@ -132,6 +133,42 @@ impl Bucket {
         }
     }
 
+    /// The slots a key of `tag` owes in this bucket (0 where it owes nothing), from a
+    /// consistent read: a key's read on insert, which needs neither the entries' copy nor a
+    /// slot no entry of it points to.
+    fn claims(&self, tag: u16) -> [u128; 2] {
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            if before & 1 == 0 {
+                let mut hit = [false; 2];
+                for word in &self.entries {
+                    let w = word.load(Ordering::Relaxed);
+                    for j in 0..PER_WORD {
+                        let e = (w >> (16 * j)) as u16;
+                        if e != 0 && (tag_of(e) == tag || tag_of(e) == SHARED) {
+                            hit[slot_of(e)] = true;
+                        }
+                    }
+                }
+                let slots = if hit == [false; 2] {
+                    [0; 2]
+                } else {
+                    let [a, b] = slots_of(std::array::from_fn(|i| {
+                        self.slots[i].load(Ordering::Relaxed)
+                    }));
+                    [if hit[0] { a } else { 0 }, if hit[1] { b } else { 0 }]
+                };
+                fence(Ordering::Acquire);
+                if self.seq.load(Ordering::Relaxed) == before {
+                    return slots;
+                }
+            }
+            std::hint::spin_loop();
+            #[cfg(hotlimit_loom)]
+            loom::thread::yield_now();
+        }
+    }
+
     /// Runs `f` on the bucket with no other writer inside, and writes back what it changed.
     fn write<T>(&self, f: impl FnOnce(&mut Plain) -> T) -> T {
         let backoff = crate::sync::Backoff::new();
@@ -200,18 +237,20 @@ pub(crate) struct Debts {
     buckets: Box<[Bucket]>,
     per_part: usize,
     parts: usize,
-    /// Keys whose debt was kept (evicted while they owed).
-    kept: AtomicU64,
-    /// Keys inserted with a debt read back.
-    restored: AtomicU64,
+    /// Per stripe (picked by the key's hash): keys whose debt was kept (evicted while they
+    /// owed), keys inserted with a debt read back. Striped: a flood restores on every insert,
+    /// and one counter would bounce its cache line between the inserting threads.
+    counts: Box<[CachePadded<[AtomicU64; 2]>]>,
 }
+
+/// Counter stripes.
+const COUNT_STRIPES: usize = 8;
 
 impl std::fmt::Debug for Debts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Debts")
             .field("buckets", &self.buckets.len())
-            .field("kept", &self.kept.load(Ordering::Relaxed))
-            .field("restored", &self.restored.load(Ordering::Relaxed))
+            .field("counts", &self.counts())
             .finish()
     }
 }
@@ -242,8 +281,9 @@ impl Debts {
             buckets: buckets.into_boxed_slice(),
             per_part,
             parts,
-            kept: AtomicU64::new(0),
-            restored: AtomicU64::new(0),
+            counts: (0..COUNT_STRIPES)
+                .map(|_| CachePadded::new([AtomicU64::new(0), AtomicU64::new(0)]))
+                .collect(),
         }))
     }
 
@@ -255,15 +295,23 @@ impl Debts {
 
     /// Keys kept, keys restored so far.
     pub(crate) fn counts(&self) -> (u64, u64) {
-        (
-            self.kept.load(Ordering::Relaxed),
-            self.restored.load(Ordering::Relaxed),
-        )
+        let sum = |i: usize| {
+            self.counts
+                .iter()
+                .map(|c| c[i].load(Ordering::Relaxed))
+                .sum()
+        };
+        (sum(0), sum(1))
     }
 
-    /// Counts a key inserted with a debt read back.
-    pub(crate) fn restored_one(&self) {
-        self.restored.fetch_add(1, Ordering::Relaxed);
+    /// Counts one more key of hash `hash`: kept (`i` 0) or restored (1).
+    fn count(&self, hash: u64, i: usize) {
+        self.counts[(hash >> 61) as usize % COUNT_STRIPES][i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a key (hashed to `hash`) inserted with a debt read back.
+    pub(crate) fn restored_one(&self, hash: u64) {
+        self.count(hash, 1);
     }
 
     /// The two buckets of a key hashed to `hash` for debt part `part` (distinct).
@@ -292,7 +340,7 @@ impl Debts {
             self.keep_part(algo, part, hash, debt, paid_at, now);
         }
         if owed {
-            self.kept.fetch_add(1, Ordering::Relaxed);
+            self.count(hash, 0);
         }
     }
 
@@ -383,12 +431,7 @@ impl Debts {
         let tag = tag(hash);
         let mut owed = 0;
         for bucket in self.pair(hash, part) {
-            let b = bucket.read();
-            for &e in &b.entries {
-                if e == 0 || (tag_of(e) != tag && tag_of(e) != SHARED) {
-                    continue;
-                }
-                let debt = b.slots[slot_of(e)];
+            for debt in bucket.claims(tag) {
                 if debt != 0 {
                     owed = if owed == 0 {
                         debt

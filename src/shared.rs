@@ -271,11 +271,12 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         let Some(debts) = &self.debts else {
             return self.algo.fresh();
         };
-        match debts.restore(&self.algo, hash()) {
+        let hash = hash();
+        match debts.restore(&self.algo, hash) {
             // A debt already paid restores a state as good as fresh: start fresh (cheaper, and
             // counted apart from the keys that really start owing).
             Some(state) if self.algo.idle_at(&state) > self.sweep_now() => {
-                debts.restored_one();
+                debts.restored_one(hash);
                 state
             }
             _ => self.algo.fresh(),
