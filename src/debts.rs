@@ -12,6 +12,9 @@
 //! - Keeping a key's debt joins it ([`Algorithm::debt_join`]) into a slot of one of its
 //!   buckets (the slot whose debt is paid closest to its own, so that keys of like debts share)
 //!   and files an entry with the key's tag there; a key already filed there joins its entry.
+//!   A debt its buckets already cover (its own entry's slot, or a shared bucket's, owes at
+//!   least as much) is not written at all: it neither grows a slot nor takes an entry, and a
+//!   read of a shared bucket touches one cache line.
 //! - Reading a key back joins the slots of every live entry of its two buckets that carries its
 //!   tag. A slot only ever grows while an entry needs it, so a key never comes back owing less
 //!   than it left with: **no over-admission, whatever the flood**.
@@ -141,7 +144,13 @@ impl Bucket {
             let before = self.seq.load(Ordering::Acquire);
             if before & 1 == 0 {
                 let mut hit = [false; 2];
-                for word in &self.entries {
+                let first = self.entries[0].load(Ordering::Relaxed);
+                // A shared bucket (its one entry first) claims slot 0 for every key: the rest
+                // of its entries are empty, and its second cache line need not be read.
+                let shared = tag_of(first as u16) == SHARED && first as u16 != 0;
+                let words = if shared { 0..0 } else { 0..self.entries.len() };
+                hit[0] |= shared;
+                for word in &self.entries[words] {
                     let w = word.load(Ordering::Relaxed);
                     for j in 0..PER_WORD {
                         let e = (w >> (16 * j)) as u16;
@@ -355,6 +364,17 @@ impl Debts {
     ) {
         let tag = tag(hash);
         let buckets = self.pair(hash, part);
+        // Already owed (its own entry, or a shared bucket, holds as much): nothing to write. A
+        // flood's keys mostly land here once the table shares, and a read touches one cache
+        // line of a shared bucket where a write would touch both.
+        let owed = buckets
+            .iter()
+            .flat_map(|b| b.claims(tag))
+            .filter(|&d| d != 0)
+            .reduce(|a, b| algo.debt_join(part, a, b));
+        if owed.is_some_and(|o| algo.debt_join(part, o, debt) == o) {
+            return;
+        }
         let join = |held: u128| {
             if held == 0 {
                 debt

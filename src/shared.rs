@@ -137,7 +137,8 @@ impl<L: KeyedStore, A, C> Builder<L, A, C> {
     /// The bound is kept in two steps. A request inserting a key beyond `max_keys` wakes the
     /// background sweeper (if there is one). A request inserting a key beyond
     /// `max_keys + max_keys/4` runs one eviction pass itself before inserting (one pass at a
-    /// time: a request that finds one running waits for it instead of starting its own), so
+    /// time: a request that finds one running starts none of its own; it helps it or waits
+    /// until the store is back under that bound), so
     /// however fast new keys arrive, `len()` stays below `max_keys + max_keys/4` plus the
     /// number of threads inserting at that moment. That request pays the pass in latency; it
     /// happens only under floods that outrun the sweeper. The bound holds whatever the clock

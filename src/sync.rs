@@ -79,6 +79,10 @@ impl Backoff {
     pub(crate) fn spin(&self) {
         loom::thread::yield_now();
     }
+
+    pub(crate) fn snooze(&self) {
+        loom::thread::yield_now();
+    }
 }
 
 /// A word that one compare-and-swap replaces whole: [`AtomicU64`], or [`Atomic128`] for the

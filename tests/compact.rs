@@ -185,8 +185,8 @@ fn flood<V: hotlimit::store::CompactVariant<Gcra>>() {
     );
 
     // Over max_keys (below the inline pass's bound), a sweep brings it down to about 7/8 of
-    // max_keys: the cut is drawn from a sample and ties judged by their slot, so within a few
-    // percent (nothing is idle: the clock is 1 s in).
+    // max_keys: the cut is drawn from a sample and ties judged by their slot, so within 5%
+    // (nothing is idle: the clock is 1 s in).
     let mut key = 30_000;
     while limiter.len() <= 1000 {
         let _ = limiter.check(&key);
@@ -195,7 +195,8 @@ fn flood<V: hotlimit::store::CompactVariant<Gcra>>() {
     let report = limiter.sweep();
     assert_eq!(report.evicted_idle, 0);
     let len = limiter.len();
-    assert!((850..=900).contains(&len), "{len} after the sweep");
+    // 300 sweeps measured: 844–891, most 860–885 (the ties' share is judged per slot).
+    assert!((830..=900).contains(&len), "{len} after the sweep");
     assert!(limiter.check(&0).is_denied());
 }
 

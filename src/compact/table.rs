@@ -321,14 +321,13 @@ where
     fn insert(&self, repr: K::Repr, fp: u64, home: usize) -> &SlotOf<K, A, V> {
         // Rather than let a flood fill the table, so that every new key scans a full window
         // and evicts one key from it. Before the stripe lock: a pass is long.
-        let len = self.len();
         evict_before_insert(
-            len,
+            || self.len(),
             self.max_keys,
             &self.core.pass,
             &self.core.totals,
             || self.evict_capacity(),
-            || self.help_pass(),
+            Some(&|| self.help_pass()),
         );
         let _stripe = self.stripes[home % self.stripes.len()].lock();
         loop {
@@ -508,7 +507,7 @@ where
     }
 
     /// Takes part in the capacity pass running, if one is (a request that found the pass's
-    /// gate held, before it waits for the pass to end).
+    /// gate held, before it inserts beside the pass).
     fn help_pass(&self) {
         let pass = self.pass_in_flight.lock().clone();
         if let Some(pass) = pass {

@@ -656,15 +656,14 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if let Some(max) = self.core.max_keys {
-            let len = self.map.len();
             // papaya's `retain` walks the map in one go: a waiting request cannot take part.
             evict_before_insert(
-                len,
+                || self.map.len(),
                 max,
                 &self.core.pass,
                 &self.core.totals,
                 || self.evict_capacity(max, guard),
-                || {},
+                None,
             );
         }
         // Read before the insert, which excludes no eviction of this key: caught up after.
