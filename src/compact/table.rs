@@ -60,8 +60,8 @@ pub(crate) type SlotOf<K, A, V> = <V as VariantSlot<A>>::Slot<<K as CompactKey>:
 pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: CompactVariant<A>> {
     lines: Box<[Line<SlotOf<K, A, V>>]>,
     /// Per home line: how many lines past it any of its keys may sit. Raised under the line's
-    /// stripe lock before a key is placed there; lowered by sweeps (`lower_reach`), also under
-    /// it; bounded by `window - 1`.
+    /// stripe lock before a key is placed there; lowered by sweeps and capacity passes
+    /// (`lower_reach`), also under it; bounded by `window - 1`.
     reach: Box<[AtomicU8]>,
     stripes: Box<[CachePadded<Mutex<()>>]>,
     /// Lines a key may be placed in, from its home line: `min(WINDOW_LINES, lines)`.
@@ -470,7 +470,7 @@ where
         let target = self.max_keys - self.max_keys / 8;
         let excess = self.len().saturating_sub(target) as u64;
         let now = self.core.sweep_now();
-        evict_by(
+        let evicted = evict_by(
             excess,
             |n| {
                 let slots = self.lines.len() * SLOTS_PER_LINE;
@@ -503,7 +503,11 @@ where
                 }
                 pass.evicted.load(Ordering::SeqCst)
             },
-        )
+        );
+        // The keys left sit nearer their homes than the flood's fullest moment did: misses
+        // (every new key's look-up) scan only as far as they must.
+        self.lower_reach();
+        evicted
     }
 
     /// Takes part in the capacity pass running, if one is (a request that found the pass's
