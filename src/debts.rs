@@ -119,15 +119,15 @@ impl Bucket {
         }
     }
 
-    /// A consistent copy, written by no writer while it was read.
-    fn read(&self) -> Plain {
+    /// What `load` reads of the bucket while no writer is inside (retried until so).
+    fn consistent<T>(&self, load: impl Fn() -> T) -> T {
         loop {
             let before = self.seq.load(Ordering::Acquire);
             if before & 1 == 0 {
-                let plain = self.load();
+                let read = load();
                 fence(Ordering::Acquire);
                 if self.seq.load(Ordering::Relaxed) == before {
-                    return plain;
+                    return read;
                 }
             }
             std::hint::spin_loop();
@@ -136,46 +136,40 @@ impl Bucket {
         }
     }
 
+    /// A consistent copy, written by no writer while it was read.
+    fn read(&self) -> Plain {
+        self.consistent(|| self.load())
+    }
+
     /// The slots a key of `tag` owes in this bucket (0 where it owes nothing), from a
     /// consistent read: a key's read on insert, which needs neither the entries' copy nor a
     /// slot no entry of it points to.
     fn claims(&self, tag: u16) -> [u128; 2] {
-        loop {
-            let before = self.seq.load(Ordering::Acquire);
-            if before & 1 == 0 {
-                let mut hit = [false; 2];
-                let first = self.entries[0].load(Ordering::Relaxed);
-                // A shared bucket (its one entry first) claims slot 0 for every key: the rest
-                // of its entries are empty, and its second cache line need not be read.
-                let shared = tag_of(first as u16) == SHARED && first as u16 != 0;
-                let words = if shared { 0..0 } else { 0..self.entries.len() };
-                hit[0] |= shared;
-                for word in &self.entries[words] {
-                    let w = word.load(Ordering::Relaxed);
-                    for j in 0..PER_WORD {
-                        let e = (w >> (16 * j)) as u16;
-                        if e != 0 && (tag_of(e) == tag || tag_of(e) == SHARED) {
-                            hit[slot_of(e)] = true;
-                        }
+        self.consistent(|| {
+            let mut hit = [false; 2];
+            let first = self.entries[0].load(Ordering::Relaxed);
+            // A shared bucket (its one entry first) claims slot 0 for every key: the rest of
+            // its entries are empty, and its second cache line need not be read.
+            let shared = tag_of(first as u16) == SHARED && first as u16 != 0;
+            let words = if shared { 0..0 } else { 0..self.entries.len() };
+            hit[0] |= shared;
+            for word in &self.entries[words] {
+                let w = word.load(Ordering::Relaxed);
+                for j in 0..PER_WORD {
+                    let e = (w >> (16 * j)) as u16;
+                    if e != 0 && (tag_of(e) == tag || tag_of(e) == SHARED) {
+                        hit[slot_of(e)] = true;
                     }
                 }
-                let slots = if hit == [false; 2] {
-                    [0; 2]
-                } else {
-                    let [a, b] = slots_of(std::array::from_fn(|i| {
-                        self.slots[i].load(Ordering::Relaxed)
-                    }));
-                    [if hit[0] { a } else { 0 }, if hit[1] { b } else { 0 }]
-                };
-                fence(Ordering::Acquire);
-                if self.seq.load(Ordering::Relaxed) == before {
-                    return slots;
-                }
             }
-            std::hint::spin_loop();
-            #[cfg(hotlimit_loom)]
-            loom::thread::yield_now();
-        }
+            if hit == [false; 2] {
+                return [0; 2];
+            }
+            let [a, b] = slots_of(std::array::from_fn(|i| {
+                self.slots[i].load(Ordering::Relaxed)
+            }));
+            [if hit[0] { a } else { 0 }, if hit[1] { b } else { 0 }]
+        })
     }
 
     /// Runs `f` on the bucket with no other writer inside, and writes back what it changed.
