@@ -9,7 +9,7 @@ use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::redis::{
     BackendError, Fallback, HybridAlgorithm, HybridLimiter, RedisLimiter, SyncError,
 };
-use hotlimit::{ConfigError, CostError, Decision, ManualClock, Rate, RateLimiter};
+use hotlimit::{ConfigError, CostError, Decision, Field, ManualClock, Rate, RateLimiter};
 use redis_server::Server;
 use std::time::{Duration, Instant};
 
@@ -364,6 +364,21 @@ fn a_share_that_rounds_to_nothing_is_a_config_error() {
         .fallback(Fallback::DENY)
         .build();
     assert!(ok.is_ok());
+    // A sweeper that would spin: refused as a configuration error, before any thread starts.
+    let e = HybridLimiter::builder(url, "4/s burst 4".parse::<Gcra>().unwrap())
+        .sweep_every(Duration::ZERO)
+        .build()
+        .map(|_| ());
+    assert!(
+        matches!(
+            e,
+            Err(BackendError::Config(ConfigError::Zero {
+                field: Field::SweepInterval,
+                ..
+            }))
+        ),
+        "{e:?}"
+    );
     // EARRRL's part is a rate: never rounded.
     let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
     assert!(HybridLimiter::builder(url, e)

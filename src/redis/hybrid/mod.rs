@@ -27,7 +27,7 @@ pub use report::{HybridStats, SyncError};
 use super::{BackendError, RedisBuilder};
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
-use crate::error::CostError;
+use crate::error::{ConfigError, CostError, Field};
 use crate::keyed::Shared;
 use crate::limiter::rate_limiter_by_inherent;
 use crate::shared::Options;
@@ -287,10 +287,19 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
     /// (`hotlimit-push`) and the sweeper. Needs no Redis: until it is reached, decisions
     /// follow the [`Fallback`]. Fails on a configuration error ([`BackendError::Config`]: a
     /// fallback share that leaves an instance less than one request, a GCRA burst above
-    /// 2^29 units) or an invalid URL.
+    /// 2^29 units, a zero [`sweep_every`](HybridBuilder::sweep_every)) or an invalid URL;
+    /// before any thread starts.
     pub fn build(self) -> Result<HybridLimiter<A, C>, BackendError> {
         let algo = self.redis.algo.clone();
         let plan = algo.plan(self.fallback).map_err(BackendError::Config)?;
+        if self.options.sweep_every.is_some_and(|d| d.is_zero()) {
+            // A sweeper that never sleeps would spin a core; refused here, not after the sync
+            // and push threads have started (they would be left running).
+            return Err(BackendError::Config(ConfigError::Zero {
+                field: Field::SweepInterval,
+                value: "0s".into(),
+            }));
+        }
         // The URLs parse now: a typo is an error here, not an outage later.
         for url in std::iter::once(&self.redis.url).chain(&self.redis.seeds) {
             ::redis::Client::open(url.as_str()).map_err(BackendError::from_redis)?;
