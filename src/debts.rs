@@ -4,10 +4,11 @@
 //! A key evicted for capacity in a state that is not fresh leaves its debt words
 //! ([`Algorithm::debt`]) here; a key inserted later starts from [`Algorithm::restore`] of what
 //! the table holds for it. Per debt part, the table is an array of 128-byte buckets; a key
-//! hashes to two of them (the first takes it while it has room to spare, else the emptier). A bucket holds two debt words (*slots*) and
-//! 48 entries of 16 bits: a 15-bit tag of a key's hash and the slot holding (at least) its
-//! debt. A bucket is a sequence lock: readers (every key inserted) copy it without writing
-//! shared memory and retry if a writer (an eviction) was inside; writers take turns.
+//! hashes to two of them (the first takes it while it has room to spare, else the emptier).
+//! A bucket holds two debt words (*slots*) and 48 entries of 16 bits: a 15-bit tag of a key's
+//! hash and the slot holding (at least) its debt. A bucket is a sequence lock: readers (every
+//! key inserted) read it without writing shared memory and retry if a writer (an eviction)
+//! was inside; writers take turns.
 //!
 //! - Keeping a key's debt joins it ([`Algorithm::debt_join`]) into a slot of one of its
 //!   buckets (the slot whose debt is paid closest to its own, so that keys of like debts share)
@@ -361,12 +362,8 @@ impl Debts {
         // Already owed (its own entry, or a shared bucket, holds as much): nothing to write. A
         // flood's keys mostly land here once the table shares, and a read touches one cache
         // line of a shared bucket where a write would touch both.
-        let owed = buckets
-            .iter()
-            .flat_map(|b| b.claims(tag))
-            .filter(|&d| d != 0)
-            .reduce(|a, b| algo.debt_join(part, a, b));
-        if owed.is_some_and(|o| algo.debt_join(part, o, debt) == o) {
+        let owed = self.owed(algo, hash, part);
+        if owed != 0 && algo.debt_join(part, owed, debt) == owed {
             return;
         }
         let join = |held: u128| {

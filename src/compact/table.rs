@@ -326,7 +326,14 @@ where
             self.max_keys,
             &self.core.pass,
             &self.core.totals,
-            || self.evict_capacity(),
+            || {
+                let evicted = self.evict_capacity();
+                // The keys left sit nearer their homes than the flood's fullest moment did:
+                // misses (every new key's look-up) scan only as far as they must. (A sweep
+                // lowers the reach once, after its own passes.)
+                self.lower_reach();
+                evicted
+            },
             Some(&|| self.help_pass()),
         );
         let _stripe = self.stripes[home % self.stripes.len()].lock();
@@ -470,7 +477,7 @@ where
         let target = self.max_keys - self.max_keys / 8;
         let excess = self.len().saturating_sub(target) as u64;
         let now = self.core.sweep_now();
-        let evicted = evict_by(
+        evict_by(
             excess,
             |n| {
                 let slots = self.lines.len() * SLOTS_PER_LINE;
@@ -503,11 +510,7 @@ where
                 }
                 pass.evicted.load(Ordering::SeqCst)
             },
-        );
-        // The keys left sit nearer their homes than the flood's fullest moment did: misses
-        // (every new key's look-up) scan only as far as they must.
-        self.lower_reach();
-        evicted
+        )
     }
 
     /// Takes part in the capacity pass running, if one is (a request that found the pass's
