@@ -252,7 +252,7 @@ fn with_limiter<A: HybridAlgorithm>(spec: &Value, name: &str, algo: A) -> Value 
         .collect();
     let builder = HybridLimiter::builder(spec["url"].as_str().unwrap(), algo)
         .key_prefix(format!("fleet:{name}:"))
-        .seed_nodes(seeds)
+        .seed_nodes(seeds.clone())
         .sync_interval(INTERVAL)
         .fallback(Fallback::share(shape.share()).unwrap())
         .connect_timeout(Duration::from_millis(100))
@@ -264,7 +264,53 @@ fn with_limiter<A: HybridAlgorithm>(spec: &Value, name: &str, algo: A) -> Value 
     }
     .build()
     .unwrap();
-    drive(&limiter, spec)
+    // From halfway through the run (the states of a window's requests idle when it ends,
+    // and a hash with them: at the end no fixed window's state may be left), how many ids
+    // the merged states are under: read again while Redis is away or its hashes are not
+    // back yet (an outage), until the run ends.
+    let ids = (name != "gcra" && seeds.is_empty()).then(|| {
+        let (url, name) = (spec["url"].as_str().unwrap().to_owned(), name.to_owned());
+        let start = spec["start"].as_u64().unwrap();
+        let span = spec["duration_ms"].as_u64().unwrap() * 1_000_000;
+        std::thread::spawn(move || {
+            let mut found = None;
+            let mut at = start + span / 2;
+            while at < start + span && found.unwrap_or(0) == 0 {
+                std::thread::sleep(Duration::from_nanos(at.saturating_sub(unix_ns())));
+                found = instances(&url, &name).ok().or(found);
+                at = unix_ns() + 100_000_000;
+            }
+            found
+        })
+    });
+    let mut out = drive(&limiter, spec);
+    if let Some(ids) = ids {
+        out["stats"]["instances"] = json!(ids.join().unwrap());
+    }
+    out
+}
+
+/// How many instance ids the merged states of `name`'s keys are under, read from the
+/// server: one field per instance in each key's hash. Two workers under one id each take
+/// the other's field for its own and never count the other's traffic.
+fn instances(url: &str, name: &str) -> redis::RedisResult<usize> {
+    let mut con = redis::Client::open(url)?.get_connection()?;
+    let keys: Vec<String> = redis::cmd("SCAN")
+        .cursor_arg(0)
+        .arg("MATCH")
+        .arg(format!("fleet:{name}:*"))
+        .arg("TYPE")
+        .arg("hash")
+        .clone()
+        .iter(&mut con)?
+        .collect();
+    let mut pipe = redis::pipe();
+    for k in &keys {
+        pipe.cmd("HKEYS").arg(k);
+    }
+    let fields: Vec<Vec<String>> = pipe.query(&mut con)?;
+    let ids: std::collections::HashSet<String> = fields.into_iter().flatten().collect();
+    Ok(ids.len())
 }
 
 /// Worker `w`'s requests: `(Unix ns, key)`, sorted.
@@ -445,6 +491,13 @@ pub fn run(
                     )
                 }));
             per_algo[i].1.push(a["stats"].clone());
+        }
+    }
+    // Each worker, from halfway through, found every worker's state under an id of its own
+    // (null: Redis never answered it).
+    for (name, (_, stats)) in algos.iter().zip(&per_algo) {
+        for ids in stats.iter().filter_map(|s| s.get("instances")) {
+            assert_eq!(*ids, WORKERS, "{name}: instance ids in the hashes");
         }
     }
     Run {

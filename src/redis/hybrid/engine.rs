@@ -94,11 +94,28 @@ pub(crate) enum Mode {
     Degraded,
 }
 
+/// A new instance's id: 64 bits keyed by the OS's entropy (std's `RandomState` draws its
+/// keys from it), hashing the process id, a per-process count and the time. Never a
+/// time-seeded generator's: fastrand's seeds from the monotonic clock and the thread id, so
+/// two processes started within one tick of a coarse clock get one id, and each then takes
+/// the other's field for its own and never counts its traffic (a fleet test admitted 13%
+/// above one exact limiter when two of its four processes shared an id).
+fn instance_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u64(MADE.fetch_add(1, Ordering::Relaxed));
+    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    h.write_u128(unix.map_or(0, |d| d.as_nanos()));
+    format!("{:016x}", h.finish())
+}
+
 impl FleetContext {
     /// A context at local time `now`, Unix time `unix` (ns), not subscribed yet.
     pub(super) fn new(interval: u64, share: f64, now: u64, unix: u64) -> Self {
         FleetContext {
-            instance: format!("{:016x}", fastrand::u64(..)),
+            instance: instance_id(),
             interval,
             share,
             offset: AtomicU64::new(unix.saturating_sub(now)),
