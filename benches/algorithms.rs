@@ -20,7 +20,7 @@ const MS: u64 = 1_000_000;
 fn history<A: Algorithm>(algo: &A, n: u64, now: u64) -> A::State {
     let mut state = algo.fresh();
     for i in 0..n {
-        algo.update(&mut state, now - 500 * MS + i * 500 * MS / n, 1);
+        let _ = algo.update(&mut state, now - 500 * MS + i * 500 * MS / n, 1);
     }
     state
 }
@@ -35,7 +35,7 @@ where
         if algo.update(&mut state.clone(), now, 1).is_denied() {
             break;
         }
-        algo.update(&mut state, now, 1);
+        let _ = algo.update(&mut state, now, 1);
     }
     state
 }

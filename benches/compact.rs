@@ -69,7 +69,7 @@ fn measure_rss(variant: &str, keys: u64) -> f64 {
                 .build()
                 .unwrap();
             (0..keys).for_each(|k| {
-                l.check(&k);
+                let _ = l.check(&k);
             });
             assert_eq!(l.len() as u64, keys, "no key evicted at the design load");
             black_box(&l);
@@ -87,7 +87,7 @@ fn measure_rss(variant: &str, keys: u64) -> f64 {
         "papaya" => {
             let l = CasLimiter::<u64, Gcra>::with_clock(gcra(), clock);
             (0..keys).for_each(|k| {
-                l.check(&k);
+                let _ = l.check(&k);
             });
             black_box(&l);
             rss_bytes()
@@ -238,7 +238,7 @@ impl Floor<Words16> {
             }
             loop {
                 let mut new = cur as u64;
-                black_box(algo.update(&mut new, now, 1));
+                let _ = black_box(algo.update(&mut new, now, 1));
                 let pair = (cur >> 64 << 64) | u128::from(new);
                 match slot.compare_exchange_weak(cur, pair, AcqRel, Acquire) {
                     Ok(_) => return,
@@ -302,10 +302,10 @@ fn main() {
     let governor_upkeep = Governor::dashmap_with_clock(quota, upkeep);
     let flat: Vec<AtomicU64> = (0..KEYS).map(|_| AtomicU64::new(algo.fresh())).collect();
     for k in 0..KEYS {
-        compact.check(&k);
-        compact_manual.check(&k);
-        compact_coarse.check(&k);
-        papaya.check(&k);
+        let _ = compact.check(&k);
+        let _ = compact_manual.check(&k);
+        let _ = compact_coarse.check(&k);
+        let _ = papaya.check(&k);
         let _ = governor.check_key(&k);
         let _ = governor_upkeep.check_key(&k);
     }
@@ -329,12 +329,12 @@ fn main() {
             let mut new = cur;
             let d = algo.update(&mut new, now, 1);
             if new == cur {
-                black_box(d);
+                let _ = black_box(d);
                 return;
             }
             match cell.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    black_box(d);
+                    let _ = black_box(d);
                     return;
                 }
                 Err(actual) => cur = actual,
@@ -355,19 +355,19 @@ fn main() {
         let _ = cell.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire);
     };
     let compact_check = |k: u64| {
-        black_box(compact.check(&k));
+        let _ = black_box(compact.check(&k));
     };
     let papaya_check = |k: u64| {
-        black_box(papaya.check(&k));
+        let _ = black_box(papaya.check(&k));
     };
     let governor_check = |k: u64| {
         let _ = black_box(governor.check_key(&k));
     };
     let manual_check = |k: u64| {
-        black_box(compact_manual.check(&k));
+        let _ = black_box(compact_manual.check(&k));
     };
     let coarse_check = |k: u64| {
-        black_box(compact_coarse.check(&k));
+        let _ = black_box(compact_coarse.check(&k));
     };
     let governor_upkeep_check = |k: u64| {
         let _ = black_box(governor_upkeep.check_key(&k));

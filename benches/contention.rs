@@ -79,19 +79,19 @@ fn contention(c: &mut Criterion) {
             });
         };
         bench("keyed-cas", Some(&keyed_ops), &|| {
-            black_box(keyed_cas.check(&7));
+            let _ = black_box(keyed_cas.check(&7));
         });
         bench("keyed-mutex", None, &|| {
-            black_box(keyed_mutex.check(&7));
+            let _ = black_box(keyed_mutex.check(&7));
         });
         bench("governor", None, &|| {
             let _ = black_box(governor.check_key(&7u64));
         });
         bench("direct-cas", Some(&direct_ops), &|| {
-            black_box(direct_cas.check());
+            let _ = black_box(direct_cas.check());
         });
         bench("direct-mutex", None, &|| {
-            black_box(direct_mutex.check());
+            let _ = black_box(direct_mutex.check());
         });
         g.finish();
         // Warm-up and measurement together: every request the CAS rows made.

@@ -107,10 +107,10 @@ impl<C: Clock + Clone> Hot<C> {
                 .unwrap(),
         };
         for k in 0..keys_n {
-            hot.cas.check(&k);
-            hot.mutex.check(&k);
-            hot.sharded.check(&k);
-            hot.compact.check(&k);
+            let _ = hot.cas.check(&k);
+            let _ = hot.mutex.check(&k);
+            let _ = hot.sharded.check(&k);
+            let _ = hot.compact.check(&k);
         }
         hot
     }
@@ -123,23 +123,23 @@ impl<C: Clock + Clone> Hot<C> {
     ) {
         bench(&format!("cas{suffix}"), &|s, from, n| {
             keys(s, from, n).for_each(|k| {
-                black_box(self.cas.check(k));
+                let _ = black_box(self.cas.check(k));
             })
         });
         bench(&format!("cas{suffix}-pinned-batch"), &|s, from, n| {
             let pinned = self.cas.pin();
             keys(s, from, n).for_each(|k| {
-                black_box(pinned.check(k));
+                let _ = black_box(pinned.check(k));
             })
         });
         bench(&format!("mutex{suffix}"), &|s, from, n| {
             keys(s, from, n).for_each(|k| {
-                black_box(self.mutex.check(k));
+                let _ = black_box(self.mutex.check(k));
             })
         });
         bench(&format!("compact{suffix}"), &|s, from, n| {
             keys(s, from, n).for_each(|k| {
-                black_box(self.compact.check(k));
+                let _ = black_box(self.compact.check(k));
             })
         });
         // The same keys through `check_batch`, a call per batch of up to 64.
@@ -155,7 +155,7 @@ impl<C: Clock + Clone> Hot<C> {
         });
         bench(&format!("sharded-mutex{suffix}"), &|s, from, n| {
             keys(s, from, n).for_each(|k| {
-                black_box(self.sharded.check(k));
+                let _ = black_box(self.sharded.check(k));
             })
         });
     }

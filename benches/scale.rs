@@ -166,7 +166,7 @@ impl Stores {
                 "CasLimiter".into(),
                 Box::new(|keys, _| {
                     keys.iter().for_each(|k| {
-                        black_box(self.cas.check(k));
+                        let _ = black_box(self.cas.check(k));
                     })
                 }),
             ),
@@ -174,7 +174,7 @@ impl Stores {
                 "CompactLimiter".into(),
                 Box::new(|keys, _| {
                     keys.iter().for_each(|k| {
-                        black_box(self.compact.check(k));
+                        let _ = black_box(self.compact.check(k));
                     })
                 }),
             ),
@@ -329,7 +329,7 @@ fn steps(rounds: usize, ops: usize) {
             let mut new = cur;
             let d = hotlimit::algo::Algorithm::update(&algo, &mut new, now, 1);
             let _ = cell.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire);
-            black_box(d);
+            let _ = black_box(d);
         }
     };
     let get_cas = |k: &u64, now: u64| {
@@ -379,7 +379,7 @@ fn steps(rounds: usize, ops: usize) {
             "CasLimiter::check, exact clock",
             Box::new(|s| {
                 s.iter().for_each(|k| {
-                    black_box(cas.check(k));
+                    let _ = black_box(cas.check(k));
                 })
             }),
         ),
@@ -387,7 +387,7 @@ fn steps(rounds: usize, ops: usize) {
             "CasLimiter::check, coarse clock",
             Box::new(|s| {
                 s.iter().for_each(|k| {
-                    black_box(cas_coarse.check(k));
+                    let _ = black_box(cas_coarse.check(k));
                 })
             }),
         ),
@@ -396,7 +396,7 @@ fn steps(rounds: usize, ops: usize) {
             Box::new(|s| {
                 let pinned = cas_coarse.pin();
                 s.iter().for_each(|k| {
-                    black_box(pinned.check(k));
+                    let _ = black_box(pinned.check(k));
                 })
             }),
         ),
@@ -473,7 +473,7 @@ fn bytes_per_key(variant: &str, keys: u64) -> f64 {
         "CasLimiter" => {
             let l = CasLimiter::<u64, Gcra>::new(gcra());
             (0..keys).for_each(|k| {
-                l.check(&k);
+                let _ = l.check(&k);
             });
             black_box(&l);
             rss_bytes()
@@ -484,7 +484,7 @@ fn bytes_per_key(variant: &str, keys: u64) -> f64 {
                 .build()
                 .unwrap();
             (0..keys).for_each(|k| {
-                l.check(&k);
+                let _ = l.check(&k);
             });
             black_box(&l);
             rss_bytes()

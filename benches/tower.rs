@@ -134,7 +134,7 @@ fn benches(c: &mut Criterion) {
     let strict = Arc::new(CasLimiter::<String, Gcra>::new(
         "1/h burst 1".parse().unwrap(),
     ));
-    strict.check(KEY);
+    let _ = strict.check(KEY);
     let mut svc = RateLimitLayer::builder(strict, header())
         .build()
         .layer(inner(&slot));

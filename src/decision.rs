@@ -1,6 +1,7 @@
 //! The answer to a request ([`Decision`]) and what a denied request does to the state
 //! ([`Policy`]).
 
+use crate::error::{ConfigError, Field};
 use std::fmt;
 use std::num::NonZeroU64;
 use std::time::Duration;
@@ -14,8 +15,11 @@ use std::time::Duration;
 ///
 /// assert_eq!("strict".parse::<Policy>(), Ok(Policy::Strict));
 /// assert_eq!(Policy::Leaky.to_string(), "leaky");
+/// let err = "lenient".parse::<Policy>().unwrap_err();
+/// assert_eq!(err.to_string(), "cannot parse policy `lenient`: expected leaky or strict");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Policy {
     /// Only allowed requests change the state: a client that retries after a denial is not
     /// punished further.
@@ -34,16 +38,19 @@ impl fmt::Display for Policy {
     }
 }
 
+/// `leaky` or `strict`; anything else is a [`ConfigError::Parse`] of [`Field::Policy`].
 impl std::str::FromStr for Policy {
-    type Err = String;
+    type Err = ConfigError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
         match s {
             "leaky" => Ok(Policy::Leaky),
             "strict" => Ok(Policy::Strict),
-            other => Err(format!(
-                "unknown policy `{other}` (expected leaky or strict)"
-            )),
+            other => Err(ConfigError::Parse {
+                field: Field::Policy,
+                input: other.to_owned(),
+                reason: "expected leaky or strict",
+            }),
         }
     }
 }
@@ -82,6 +89,7 @@ const NONE: u64 = u64::MAX;
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 #[derive(Clone, Copy)]
+#[must_use = "a decision is the limiter's answer: a request not checked for it is admitted unlimited"]
 pub struct Decision {
     retry_after: u64,
     /// The remaining count times the divisor (or, with a divisor of 1, the count, NONE if

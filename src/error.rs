@@ -28,6 +28,8 @@ pub enum Field {
     /// The background sweeper's interval
     /// ([`Builder::sweep_every`](crate::store::Builder::sweep_every)).
     SweepInterval,
+    /// What a denied request does ([`Policy`](crate::Policy)).
+    Policy,
 }
 
 impl fmt::Display for Field {
@@ -43,6 +45,7 @@ impl fmt::Display for Field {
             Field::Duration => "duration",
             Field::SweepInterval => "sweep interval",
             Field::Share => "share",
+            Field::Policy => "policy",
         })
     }
 }
@@ -184,6 +187,7 @@ impl std::error::Error for ConfigError {}
 /// assert_eq!(err.to_string(), "cost 7 exceeds the capacity 5: it can never be allowed");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CostError {
     /// A cost of zero: every request costs at least 1.
     Zero,
@@ -228,6 +232,7 @@ impl std::error::Error for CostError {}
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum QuotaError {
     /// The cost is 0 or more than the quota can ever admit.
     Cost(CostError),
@@ -238,11 +243,14 @@ pub enum QuotaError {
     Quota(Box<ConfigError>),
 }
 
+/// A cause is either printed or returned by `source`, never both (a report walking the
+/// chain would print it twice): the cost error is this error, word for word, so it prints and
+/// has no source; the quota's configuration error is the cause, returned by `source`.
 impl fmt::Display for QuotaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             QuotaError::Cost(e) => e.fmt(f),
-            QuotaError::Quota(e) => write!(f, "this quota cannot be used on this limiter: {e}"),
+            QuotaError::Quota(_) => f.write_str("this quota cannot be used on this limiter"),
         }
     }
 }
@@ -250,7 +258,7 @@ impl fmt::Display for QuotaError {
 impl std::error::Error for QuotaError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            QuotaError::Cost(e) => Some(e),
+            QuotaError::Cost(_) => None,
             QuotaError::Quota(e) => Some(&**e),
         }
     }
@@ -292,5 +300,31 @@ mod tests {
             size_of::<Result<Decision, QuotaError>>(),
             size_of::<Decision>()
         );
+    }
+
+    /// A report that prints an error and then its sources prints each cause once.
+    #[test]
+    fn a_quota_error_chain_prints_each_cause_once() {
+        fn report(e: &dyn std::error::Error) -> String {
+            let mut out = e.to_string();
+            let mut next = e.source();
+            while let Some(s) = next {
+                out = format!("{out}: {s}");
+                next = s.source();
+            }
+            out
+        }
+        let config = ConfigError::Unchangeable {
+            field: Field::Window,
+            from: "1s".into(),
+            to: "1m".into(),
+        };
+        let e = QuotaError::Quota(Box::new(config.clone()));
+        assert_eq!(
+            report(&e),
+            format!("this quota cannot be used on this limiter: {config}")
+        );
+        let cost = CostError::ExceedsCapacity { cost: 7, capacity: 5 };
+        assert_eq!(report(&QuotaError::Cost(cost)), cost.to_string());
     }
 }

@@ -108,9 +108,8 @@ impl Stats {
 ///     .clock(ManualClock::new())
 ///     .metrics(true)
 ///     .build()?;
-/// for key in [1, 1, 1, 2] {
-///     limiter.check(&key);
-/// }
+/// let allowed = [1, 1, 1, 2].map(|key| limiter.check(&key).is_allowed());
+/// assert_eq!(allowed, [true, true, false, true]);
 /// let m = limiter.metrics();
 /// assert_eq!((m.allowed, m.denied, m.keys), (3, 1, 2));
 /// # Ok::<(), Box<dyn std::error::Error>>(())

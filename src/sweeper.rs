@@ -29,8 +29,8 @@ use std::time::Duration;
 ///     .clock(clock.clone())
 ///     .sweep_grace(Duration::ZERO)
 ///     .build()?;
-/// limiter.check(&1);
-/// limiter.check(&2);
+/// assert!(limiter.check(&1).is_allowed());
+/// assert!(limiter.check(&2).is_allowed());
 /// assert_eq!(limiter.sweep().evicted_idle, 0); // both still counting down
 /// clock.advance(Duration::from_millis(100));
 /// let report = limiter.sweep();

@@ -82,7 +82,7 @@ proptest! {
                         let p = peeked.peek_n(&op.key, op.cost).unwrap();
                         prop_assert_eq!(p, want, "{} {}: peek", case.name, variant);
                         // A peek of a key never checked inserts nothing.
-                        peeked.peek(&99);
+                        let _ = peeked.peek(&99);
                     }
                     let got = peeked.check_n(&op.key, op.cost).unwrap();
                     prop_assert_eq!(got, want, "{} {}", case.name, variant);
@@ -138,8 +138,8 @@ proptest! {
                 for op in &trace {
                     clock.advance(Duration::from_millis(op.advance_ms));
                     replica_clock.advance(Duration::from_millis(op.advance_ms));
-                    limiter.check_n(&op.key, op.cost).unwrap();
-                    replica.check_n(&op.key, op.cost).unwrap();
+                    let _ = limiter.check_n(&op.key, op.cost).unwrap();
+                    let _ = replica.check_n(&op.key, op.cost).unwrap();
                 }
                 let start = clock.now();
                 let waited = limiter.until_ready_blocking(&0);
@@ -346,7 +346,7 @@ fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
     let r = |n| Rate::per_second_of(n).unwrap();
     let e = Earrrl::new(Duration::from_secs(1), r(2.0)).unwrap();
     let l = CasLimiter::<u64, _>::with_clock(Live::new(e), ManualClock::new());
-    l.check(&1);
+    let _ = l.check(&1);
     let other = Earrrl::new(Duration::from_secs(9), r(2.0)).unwrap();
     let err = l.reconfigure(other).unwrap_err();
     assert_eq!(err.field(), hotlimit::Field::HalfLife);
@@ -394,7 +394,7 @@ fn metrics_equal_decisions<V: Variant<Gcra>>() {
                     };
                     counter.fetch_add(1, Ordering::Relaxed);
                     if i % 5_000 == 0 {
-                        limiter.peek(&key); // not a decision: not counted
+                        let _ = limiter.peek(&key); // not a decision: not counted
                     }
                 }
             });
@@ -421,16 +421,16 @@ fn metrics_totals_equal_the_decisions_returned() {
     metrics_equal_decisions::<Locked>();
     // Off by default: decisions are not counted, the rest is.
     let l = CasLimiter::<u64, _>::with_clock("1/s".parse::<Gcra>().unwrap(), ManualClock::new());
-    l.check(&1);
-    l.check(&1);
+    let _ = l.check(&1);
+    let _ = l.check(&1);
     let m = l.metrics();
     assert_eq!((m.allowed, m.denied, m.keys), (0, 0, 1));
     let d = DirectLimiter::<Gcra>::builder("1/s".parse().unwrap())
         .clock(ManualClock::new())
         .metrics(true)
         .build();
-    d.check();
-    d.check();
+    let _ = d.check();
+    let _ = d.check();
     assert_eq!((d.metrics().allowed, d.metrics().denied), (1, 1));
 }
 
@@ -471,7 +471,7 @@ fn until_ready_on<V: Variant<Gcra>>() {
     for _ in 0..20 {
         let before = clock.now();
         let honest = before + l.peek("k").retry_after_nanos();
-        l.until_ready_blocking_with("k", 1, jitter).unwrap();
+        let _ = l.until_ready_blocking_with("k", 1, jitter).unwrap();
         assert!((honest..=honest + 40_000_000).contains(&clock.now()));
     }
     assert!(block_on(l.until_ready("k", sleep)).is_allowed());
@@ -484,7 +484,7 @@ fn until_ready_waits_exactly_the_honest_time() {
     let clock = ManualClock::new();
     let d = DirectLimiter::<_>::with_clock("2/s burst 1".parse::<Gcra>().unwrap(), clock.clone());
     assert!(d.until_ready_blocking().is_allowed());
-    d.until_ready_blocking_with(1, Jitter::NONE).unwrap();
+    let _ = d.until_ready_blocking_with(1, Jitter::NONE).unwrap();
     assert_eq!(clock.now(), 500_000_000);
     let sleep = |t: Duration| {
         clock.advance(t);
@@ -548,7 +548,7 @@ fn a_wait_ends_when_a_reconfiguration_makes_its_cost_impossible() {
         Live::new("10/s burst 5".parse::<Gcra>().unwrap()),
         clock.clone(),
     );
-    l.check_n(&1, 5).unwrap();
+    let _ = l.check_n(&1, 5).unwrap();
     let sleeps = std::cell::Cell::new(0);
     let sleep = |d: Duration| {
         if sleeps.replace(sleeps.get() + 1) == 0 {

@@ -55,7 +55,7 @@ fn spent<A: Algorithm>(algo: &A, trace: &Trace) -> (A::State, u64) {
     let mut now = 0;
     for &(gap, cost) in trace {
         now += gap;
-        algo.update(&mut state, now, cost.min(algo.capacity()));
+        let _ = algo.update(&mut state, now, cost.min(algo.capacity()));
     }
     (state, now)
 }

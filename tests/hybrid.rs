@@ -140,7 +140,7 @@ fn a_quiet_key_returns_its_lease_to_the_shared_state() {
     assert_eq!(h.redis_key("k"), r.redis_key("k"));
     // Demand of 3 in one interval: a lease of up to 2 intervals' demand (6).
     for _ in 0..3 {
-        h.check("k");
+        let _ = h.check("k");
     }
     eventually("a lease", || h.stats().leased > 0);
     let leased = h.stats().leased;
@@ -251,7 +251,7 @@ fn sliding_window_and_earrrl_states_merge() {
         hybrid(&server, e, Fallback::FULL),
     );
     for _ in 0..4 {
-        a.check("e");
+        let _ = a.check("e");
     }
     let own = a.peek("e").rate().unwrap();
     assert!(own > 2.7, "a's own rate {own}");
@@ -272,12 +272,12 @@ fn a_foreign_state_in_the_hash_is_an_error() {
     let w = SlidingWindow::new(5, Duration::from_secs(3600)).unwrap();
     let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
     let sliding = hybrid(&server, w, Fallback::FULL);
-    sliding.check("k");
+    let _ = sliding.check("k");
     eventually("the sliding window's publish", || {
         sliding.stats().calls >= 1
     });
     let earrrl = hybrid(&server, e, Fallback::FULL);
-    earrrl.check("k");
+    let _ = earrrl.check("k");
     eventually("the error", || earrrl.stats().errors >= 1);
     let err = earrrl.last_error().unwrap();
     assert!(
@@ -311,7 +311,7 @@ fn an_outage_degrades_to_the_fallback_and_reconciles() {
     assert!((10..100).contains(&charged), "{:?}", h.stats());
     drop(server);
     eventually("the outage noticed", || {
-        h.check("k");
+        let _ = h.check("k");
         h.is_degraded()
     });
     // A new key meets the fallback: 10% of the burst, 10.
@@ -508,8 +508,8 @@ fn batches_decide_as_one_check_each() {
     // the limiter's clock): from then on every key is decided by the fallback alone.
     eventually("the outage noticed", || {
         clock.advance(Duration::from_millis(10));
-        batched.check("warm-up");
-        single.check("warm-up");
+        let _ = batched.check("warm-up");
+        let _ = single.check("warm-up");
         batched.is_degraded() && single.is_degraded()
     });
     let keys = ["x", "y", "z", "x", "x", "w"];
@@ -564,7 +564,7 @@ fn a_key_flood_against_max_keys_keeps_admitting_new_keys() {
     let mut fresh_admitted = 0;
     for i in 0..20_000u32 {
         // An attacker's new key, then now and then a new legitimate client.
-        l.check(&format!("attacker-{i}"));
+        let _ = l.check(&format!("attacker-{i}"));
         if i % 100 == 0 {
             fresh_admitted += l.check(&format!("client-{i}")).is_allowed() as u32;
         }
@@ -826,7 +826,7 @@ fn a_flood_never_resets_a_merged_limit<A: HybridAlgorithm>(server: &Server, name
         for i in 0..2_000 {
             let key = format!("flood-{i}");
             for _ in 0..sent {
-                a.check(&key);
+                let _ = a.check(&key);
             }
         }
         let totals = a.sweep_totals();

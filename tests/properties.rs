@@ -592,8 +592,8 @@ proptest! {
         let reqs = absolute(&trace, half_life_ns as f64 / 4.0, half_life_ns as f64 * 20.0);
         let (mut se, mut sx) = (e.fresh(), x.fresh());
         for &(now, cost) in &reqs {
-            e.update(&mut se, now, cost);
-            x.update(&mut sx, now, cost.min(x.capacity()));
+            let _ = e.update(&mut se, now, cost);
+            let _ = x.update(&mut sx, now, cost.min(x.capacity()));
         }
         let last = reqs.last().map_or(0, |r| r.0);
         let mut times: Vec<u64> = probes.iter().map(|p| last + p).collect();

@@ -212,7 +212,7 @@ fn all_of_same_decisions_as_in_memory_field_for_field() {
             "7/s burst 5".parse::<Gcra>().unwrap(),
         ),
     );
-    r.try_check_n_at("k", 1, 0).unwrap();
+    let _ = r.try_check_n_at("k", 1, 0).unwrap();
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}*", r.redis_key("k")))
         .query(&mut server.raw())
@@ -752,42 +752,42 @@ fn keys_expire_when_the_state_is_fresh_again() {
     let r = limiter(&server, gcra);
     let mut tat = gcra.fresh();
     for _ in 0..2 {
-        gcra.update(&mut tat, 40 * ms, 1);
-        r.try_check_n_at("g", 1, 40 * ms).unwrap();
+        let _ = gcra.update(&mut tat, 40 * ms, 1);
+        let _ = r.try_check_n_at("g", 1, 40 * ms).unwrap();
     }
-    gcra.update(&mut tat, 40 * ms, 1);
+    let _ = gcra.update(&mut tat, 40 * ms, 1);
     expires_after(
         &mut raw,
         &r.redis_key("g"),
         gcra.idle_at(&tat) - 40 * ms,
         || {
-            r.try_check_n_at("g", 1, 40 * ms).unwrap();
+            let _ = r.try_check_n_at("g", 1, 40 * ms).unwrap();
         },
     );
 
     let e = Earrrl::new(Duration::from_secs(60), Rate::per_second_of(0.1).unwrap()).unwrap();
     let r = limiter(&server, e);
     let mut s = e.fresh();
-    e.update(&mut s, 7 * ms, 2);
+    let _ = e.update(&mut s, 7 * ms, 2);
     expires_after(&mut raw, &r.redis_key("e"), e.idle_at(&s) - 7 * ms, || {
-        r.try_check_n_at("e", 2, 7 * ms).unwrap();
+        let _ = r.try_check_n_at("e", 2, 7 * ms).unwrap();
     });
 
     let x = Exponential::new(10.0, Duration::from_secs(60)).unwrap();
     let r = limiter(&server, x);
     let mut w = x.fresh();
     for _ in 0..3 {
-        x.update(&mut w, 9 * ms, 2);
-        r.try_check_n_at("x", 2, 9 * ms).unwrap();
+        let _ = x.update(&mut w, 9 * ms, 2);
+        let _ = r.try_check_n_at("x", 2, 9 * ms).unwrap();
     }
-    x.update(&mut w, 9 * ms, 2);
+    let _ = x.update(&mut w, 9 * ms, 2);
     expires_after(&mut raw, &r.redis_key("x"), x.idle_at(&w) - 9 * ms, || {
-        r.try_check_n_at("x", 2, 9 * ms).unwrap();
+        let _ = r.try_check_n_at("x", 2, 9 * ms).unwrap();
     });
 
     // A leaky denial writes nothing, expiry included.
     let r = limiter(&server, "1/s burst 1".parse::<Gcra>().unwrap());
-    r.try_check_n_at("d", 1, 0).unwrap();
+    let _ = r.try_check_n_at("d", 1, 0).unwrap();
     let mut expiry = || -> i64 {
         redis::cmd("PEXPIRETIME")
             .arg(r.redis_key("d"))
@@ -844,13 +844,13 @@ fn window_keys_expire_when_fresh_and_keep_no_stale_fields() {
         let mut state = algo.fresh();
         let (&last, rest) = times.split_last().unwrap();
         for &t in rest {
-            algo.update(&mut state, t, 1);
-            r.try_check_n_at(key, 1, t).unwrap();
+            let _ = algo.update(&mut state, t, 1);
+            let _ = r.try_check_n_at(key, 1, t).unwrap();
         }
-        algo.update(&mut state, last, 1);
+        let _ = algo.update(&mut state, last, 1);
         let idle = algo.idle_at(&state) - last;
         expires_after(raw, &r.redis_key(key), idle, || {
-            r.try_check_n_at(key, 1, last).unwrap();
+            let _ = r.try_check_n_at(key, 1, last).unwrap();
         });
         r
     }

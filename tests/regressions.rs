@@ -86,7 +86,7 @@ fn sub_window_at_the_end_of_time() {
 fn out_of_contract_costs_do_not_panic() {
     let sw = SlidingWindow::new(10, Duration::from_secs(1)).unwrap();
     let mut s = sw.fresh();
-    sw.update(&mut s, 0, 1);
+    let _ = sw.update(&mut s, 0, 1);
     assert!(sw.update(&mut s, 0, u64::MAX).is_denied());
     let strict = sw.with_policy(Policy::Strict);
     assert!(strict.update(&mut s, 0, u64::MAX).is_denied());
@@ -123,7 +123,7 @@ fn saturated_idle_at_is_never_reached() {
         .build()
         .unwrap();
     for _ in 0..6 {
-        l.check_n("k", 10).unwrap();
+        let _ = l.check_n("k", 10).unwrap();
     }
     clock.set_nanos(u64::MAX);
     assert_eq!(l.sweep().evicted_idle, 0);

@@ -264,6 +264,7 @@ proptest! {
                                 prop_assert_eq!(d.retry_after_nanos(), debt + need as u64);
                                 credit -= need;
                             }
+                            _ => unreachable!("a policy this model does not know"),
                         }
                     }
                     tickets.push((t, cost));

@@ -419,7 +419,7 @@ fn keyed_stores_sweep_and_report_alike() {
     ];
     for (name, s) in &stores {
         for k in 0..10 {
-            s.check(k);
+            let _ = s.check(k);
         }
         assert_eq!(s.len(), 10, "{name}");
         assert_eq!(s.max_keys(), Some(100), "{name}");

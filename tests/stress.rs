@@ -44,8 +44,8 @@ fn concurrent(make: &common::Make, times: &[u64], per_thread: usize) -> u64 {
                     let n = (0..per_thread)
                         .filter(|i| {
                             if i % 4 == 0 {
-                                limiter.peek(&7);
-                                limiter.peek(&8);
+                                let _ = limiter.peek(&7);
+                                let _ = limiter.peek(&8);
                             }
                             limiter.check(&7).is_allowed()
                         })
@@ -119,13 +119,13 @@ fn direct_limiter_totals_under_threads() {
                 s.spawn(|| {
                     let a = (0..PER_THREAD)
                         .filter(|_| {
-                            cas.peek();
+                            let _ = cas.peek();
                             cas.check().is_allowed()
                         })
                         .count();
                     let b = (0..PER_THREAD)
                         .filter(|_| {
-                            mutex.peek();
+                            let _ = mutex.peek();
                             mutex.check().is_allowed()
                         })
                         .count();

@@ -228,6 +228,7 @@ proptest! {
                 let remaining = match policy {
                     Policy::Leaky => limit - count,
                     Policy::Strict => 0,
+                    _ => unreachable!("a policy this model does not know"),
                 };
                 (remaining, (i + 1) * window - now)
             };
@@ -506,6 +507,7 @@ proptest! {
                 (true, _) => limit - c - cost,
                 (false, Policy::Leaky) => limit - c,
                 (false, Policy::Strict) => 0,
+                _ => unreachable!("a policy this model does not know"),
             };
             prop_assert_eq!(
                 d.remaining(), Some(remaining),

@@ -317,7 +317,7 @@ fn sliding_window_floor_allows_what_exact_denies() {
         let w = sliding_4_per_10s(rounding, Policy::Leaky);
         let mut state = w.fresh();
         for &(at, cost) in &prefix {
-            w.update(&mut state, at, cost);
+            let _ = w.update(&mut state, at, cost);
         }
         // Exact: 4.8 > 4 denies; floor: ⌊4.8⌋ = 4 ≤ 4 allows.
         let d = w.update(&mut state, 13 * S, 1);

@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(tat, allowed * 10_000_000);
         let mut alone = earrrl.fresh();
         for _ in 0..10 {
-            earrrl.update(&mut alone, 0, 1);
+            let _ = earrrl.update(&mut alone, 0, 1);
         }
         assert_eq!(e, alone);
         assert_eq!(q.idle_at(&s), gcra.idle_at(&tat).max(earrrl.idle_at(&e)));

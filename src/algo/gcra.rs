@@ -55,6 +55,7 @@ const MAX_TOLERANCE: u64 = CLOCK_MAX / 2;
 
 /// The outcome of [`Gcra::reserve`]: admit now with a delay (pacing) or deny.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Reservation {
     /// Admitted and counted: the caller should wait `delay` before acting.
     Admitted {

@@ -393,9 +393,8 @@ where
     ///     .clock(ManualClock::new())
     ///     .metrics(true)
     ///     .build()?;
-    /// for key in [1, 1, 1, 2] {
-    ///     limiter.check(&key);
-    /// }
+    /// let allowed = [1, 1, 1, 2].map(|key| limiter.check(&key).is_allowed());
+    /// assert_eq!(allowed, [true, true, false, true]);
     /// let m = limiter.metrics();
     /// assert_eq!((m.allowed, m.denied, m.keys), (3, 1, 2));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -415,7 +414,7 @@ where
     ///     .clock(ManualClock::new())
     ///     .build()?;
     /// for key in 0..10_000 {
-    ///     l.check(&key);
+    ///     assert!(l.check(&key).is_allowed());
     /// }
     /// let stats = l.probe_stats();
     /// assert_eq!(stats.keys, 10_000);

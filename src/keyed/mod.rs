@@ -253,7 +253,7 @@ where
     /// # }
     /// let clock = ManualClock::new();
     /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
-    /// limiter.check(&1);
+    /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
     /// // With tokio: `limiter.until_ready(&1, tokio::time::sleep).await`.
     /// let fake_sleep = |d| {
     ///     clock.advance(d);
@@ -311,7 +311,7 @@ where
     ///
     /// let clock = ManualClock::new();
     /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
-    /// limiter.check(&1);
+    /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
     /// assert!(limiter.until_ready_blocking(&1).is_allowed());
     /// assert_eq!(clock.now(), 250_000_000);
     /// # Ok::<(), hotlimit::ConfigError>(())
