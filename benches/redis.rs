@@ -1,6 +1,6 @@
 //! Throughput of the Redis backend: checks per second from 1, 2 and 4 threads, each with its
 //! own connection, one `EVALSHA` per round trip or pipelined batches of them (by
-//! `try_check_pipelined`, or by `check_batch` through the `RateLimiter` trait).
+//! `try_check_pipelined`, or by `check_batch`).
 //!
 //! `cargo bench --features redis --bench redis [-- SECONDS]`. Starts its own `redis-server`
 //! on 127.0.0.1 (a free port, no persistence); prints a markdown table. With
@@ -11,7 +11,7 @@ use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::redis::{RedisAlgorithm, RedisLimiter};
-use hotlimit::{Rate, RateLimiter};
+use hotlimit::Rate;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,8 +25,8 @@ enum Sending {
     One,
     /// `try_check_pipelined` batches of this many.
     Pipelined(usize),
-    /// `check_batch` batches of this many through `&dyn RateLimiter<str>`.
-    Trait(usize),
+    /// `check_batch` batches of this many (the pipeline with `check`'s answers around it).
+    Batch(usize),
 }
 
 /// Checks per second with `threads` threads, each sending as `send` says.
@@ -57,11 +57,9 @@ fn run<A: RedisAlgorithm>(base: &RedisLimiter<A>, threads: usize, send: Sending,
                                 i += batch;
                                 done += batch as u64;
                             }
-                            Sending::Trait(batch) => {
-                                let reqs: Vec<&str> =
-                                    (0..batch).map(|j| keys[(i + j) % KEYS].as_str()).collect();
-                                let l: &dyn RateLimiter<str> = &r;
-                                l.check_batch(&reqs, &mut out);
+                            Sending::Batch(batch) => {
+                                let reqs = (0..batch).map(|j| keys[(i + j) % KEYS].as_str());
+                                r.check_batch(reqs, &mut out);
                                 assert_eq!(out.len(), batch);
                                 i += batch;
                                 done += batch as u64;
@@ -88,7 +86,7 @@ fn table<A: RedisAlgorithm>(name: &str, url: &str, algo: A, secs: f64) {
             Sending::One,
             Sending::Pipelined(16),
             Sending::Pipelined(64),
-            Sending::Trait(64),
+            Sending::Batch(64),
         ];
         let row: Vec<String> = sends
             .iter()

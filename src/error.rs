@@ -324,7 +324,10 @@ mod tests {
             report(&e),
             format!("this quota cannot be used on this limiter: {config}")
         );
-        let cost = CostError::ExceedsCapacity { cost: 7, capacity: 5 };
+        let cost = CostError::ExceedsCapacity {
+            cost: 7,
+            capacity: 5,
+        };
         assert_eq!(report(&QuotaError::Cost(cost)), cost.to_string());
     }
 }

@@ -11,6 +11,11 @@ use std::future::{ready, Future, Ready};
 /// Anything that decides requests for keys of type `Q`: every keyed limiter of the crate.
 /// Tests, benches and tools are written against this trait.
 ///
+/// A decision never waits on I/O (in memory, or the hybrid limiter's local entries), so
+/// every `RateLimiter` is an [`AsyncRateLimiter`] at no cost, which the tower layer takes.
+/// The blocking Redis client (`redis::RedisLimiter`, each decision a round trip) is none,
+/// so the types keep it out of an async server; its async twin is an `AsyncRateLimiter`.
+///
 /// # Examples
 ///
 /// ```

@@ -1,12 +1,15 @@
-//! The crate's limiter traits for the Redis limiters: [`RateLimiter<str>`](crate::RateLimiter) for the sync
-//! [`RedisLimiter`] (and so `AsyncRateLimiter<str>` through the blanket impl, blocking), the
-//! error kind of [`BackendError`], and the tower layer's `AdvertisedQuota` for both clients.
-//! `AsyncRedisLimiter`'s `AsyncRateLimiter<str>` is beside it, in `aio.rs`. Only the
+//! The crate's traits for the Redis limiters: the error kind of [`BackendError`] and the tower
+//! layer's `AdvertisedQuota` for both clients. `AsyncRedisLimiter`'s `AsyncRateLimiter<str>`
+//! is in `aio.rs`. The sync `RedisLimiter` is no [`RateLimiter`](crate::RateLimiter): that
+//! trait's decisions never wait on I/O (every one is an `AsyncRateLimiter` at no cost, which
+//! the tower layer takes), and each of its decisions is a blocking round trip. Only the
 //! limiters' public API is used here.
 
-use super::{BackendError, RedisAlgorithm, RedisLimiter};
+use super::BackendError;
+#[cfg(feature = "http")]
+use super::{RedisAlgorithm, RedisLimiter};
 use crate::error::CostError;
-use crate::limiter::{rate_limiter_by_inherent, LimiterError};
+use crate::limiter::LimiterError;
 
 /// A backend failure is not the request's fault; a cost error is.
 impl LimiterError for BackendError {
@@ -16,18 +19,6 @@ impl LimiterError for BackendError {
             _ => None,
         }
     }
-}
-
-rate_limiter_by_inherent! {
-    /// The sync client as a [`RateLimiter<str>`](crate::RateLimiter): decisions through [`RedisLimiter::check_n`]
-    /// (the [`FailMode`](super::FailMode) answering outages, a denial any other backend error).
-    /// Every call is a blocking round trip, so through the blanket
-    /// [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it blocks the async task that awaits
-    /// it: in an async server use `AsyncRedisLimiter` (feature `redis-async`).
-    ///
-    /// The keys live in Redis, which expires them itself: [`len`](crate::RateLimiter::len) is 0 and
-    /// [`sweep`](crate::RateLimiter::sweep) does nothing.
-    impl[A: RedisAlgorithm] RateLimiter<str> for RedisLimiter<A> { stateless, batches }
 }
 
 #[cfg(feature = "http")]

@@ -109,9 +109,33 @@
 //! (without a `RateLimit` field: no remaining is known), closed answers 429 with its
 //! `Retry-After`. Any other backend error (a script error, a wrong type, a misrouted command:
 //! a misconfiguration, not an outage) answers 503 without rate-limit headers, never an allow,
-//! and is counted in the limiter's `errors()`. The sync `RedisLimiter` is a
-//! [`RateLimiter<str>`](crate::RateLimiter) too, but its round trip blocks the thread: not for
-//! an async server.
+//! and is counted in the limiter's `errors()`.
+//!
+//! The sync `RedisLimiter` does not compile behind the layer: its round trip would block a
+//! runtime thread in `call`. Only the async client's type differs between these two:
+//!
+#![cfg_attr(
+    feature = "redis-async",
+    doc = r#"
+```
+use hotlimit::{algo::Gcra, redis::AsyncRedisLimiter, tower::{HeaderKey, RateLimitLayer}};
+use std::sync::Arc;
+
+fn layer(limiter: AsyncRedisLimiter<Gcra>) {
+    let _ = RateLimitLayer::builder(Arc::new(limiter), HeaderKey::from_static("x-api-key"));
+}
+```
+
+```compile_fail,E0277
+use hotlimit::{algo::Gcra, redis::RedisLimiter, tower::{HeaderKey, RateLimitLayer}};
+use std::sync::Arc;
+
+fn layer(limiter: RedisLimiter<Gcra>) {
+    let _ = RateLimitLayer::builder(Arc::new(limiter), HeaderKey::from_static("x-api-key"));
+}
+```
+"#
+)]
 //!
 //! # Cost when unused
 //!
