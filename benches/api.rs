@@ -67,7 +67,7 @@ fn api(c: &mut Criterion) {
         });
         bench("take-2+settle-1", &|k| {
             let mut t = plain.take(k, 2).unwrap();
-            plain.settle(k, &mut t, 1)
+            plain.settle(k, &mut t, 1).unwrap()
         });
         g.finish();
     }

@@ -68,7 +68,7 @@ fn run(l: &CasLimiter<u64, Gcra>, own: &Gcra, other: &Gcra, row: usize, seq: &[u
         6 => time(seq, |k| seen(l.take(k, 2)).is_ok_and(|t| t.is_allowed())),
         _ => time(seq, |k| {
             let mut t = l.take(k, 2).unwrap();
-            l.settle(k, &mut t, 1)
+            l.settle(k, &mut t, 1).unwrap()
         }),
     }
 }

@@ -1,7 +1,7 @@
 //! The answer to a request ([`Decision`]) and what a denied request does to the state
 //! ([`Policy`]).
 
-use crate::error::{ConfigError, Field};
+use crate::error::{ConfigError, Field, TicketError};
 use std::fmt;
 use std::num::NonZeroU64;
 use std::time::Duration;
@@ -331,8 +331,9 @@ impl fmt::Debug for Decision {
 /// dropped one) simply stands as charged. A denied ticket holds nothing to settle. Not
 /// `Clone`: two copies of one reservation could settle it twice.
 ///
-/// Settle with the limiter and key the ticket was taken from; what a settle means for each
-/// algorithm is [`Algorithm::settle`](crate::algo::Algorithm::settle).
+/// Settle with the limiter and key the ticket was taken from (anywhere else, a settle is a
+/// [`TicketError`] and changes nothing); what a settle means for each algorithm is
+/// [`Algorithm::settle`](crate::algo::Algorithm::settle).
 ///
 /// ```
 /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
@@ -341,8 +342,8 @@ impl fmt::Debug for Decision {
 /// let l = CasLimiter::<String, Gcra>::with_clock("100/min".parse()?, ManualClock::new());
 /// let mut ticket = l.take("key", 30)?;
 /// assert!(ticket.decision().is_allowed());
-/// assert!(l.settle("key", &mut ticket, 12)); // 18 unused tokens come back
-/// assert!(!l.settle("key", &mut ticket, 12)); // settled once
+/// assert!(l.settle("key", &mut ticket, 12)?); // 18 unused tokens come back
+/// assert!(!l.settle("key", &mut ticket, 12)?); // settled once
 /// assert_eq!(l.peek("key").remaining(), Some(87)); // 100 − 12 − the peeked unit
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -356,6 +357,9 @@ pub struct Ticket {
     /// The reservation's id where a shared backend keeps its settle idempotent (Redis marks
     /// it settled); 0 in memory.
     id: u128,
+    /// Where it was taken: the limiter's id (0: a Redis client, bound by its key alone) and
+    /// the key's hash, checked by every settle.
+    origin: (u64, u64),
 }
 
 impl Ticket {
@@ -367,6 +371,24 @@ impl Ticket {
             taken_at,
             open: decision.is_allowed(),
             id: 0,
+            origin: (0, 0),
+        }
+    }
+
+    /// The ticket bound to `limiter` and the key whose hash is `key`.
+    pub(crate) fn bound(mut self, limiter: u64, key: u64) -> Self {
+        self.origin = (limiter, key);
+        self
+    }
+
+    /// Whether a settle on `limiter` for the key whose hash is `key` may settle this ticket.
+    pub(crate) fn check_origin(&self, limiter: u64, key: u64) -> Result<(), TicketError> {
+        if self.origin.0 != limiter {
+            Err(TicketError::OtherLimiter)
+        } else if self.origin.1 != key {
+            Err(TicketError::OtherKey)
+        } else {
+            Ok(())
         }
     }
 

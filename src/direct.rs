@@ -4,6 +4,7 @@ use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
+use crate::error::TicketError;
 use crate::error::{ConfigError, CostError, QuotaError};
 use crate::limiter::{Cas, Variant};
 use crate::live::Live;
@@ -186,7 +187,7 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
 
     /// Settles `ticket` with the actual cost. See
     /// [`KeyedLimiter::settle`](crate::KeyedLimiter::settle).
-    pub fn settle(&self, ticket: &mut Ticket, actual: u64) -> bool {
+    pub fn settle(&self, ticket: &mut Ticket, actual: u64) -> Result<bool, TicketError> {
         self.core.settle(&self.core.algo, ticket, actual, self)
     }
 
@@ -229,7 +230,7 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> DirectLimiter<A, C, V> {
         A: Reconfigure,
     {
         let quota = self.core.quota(quota)?;
-        Ok(self.core.settle(quota, ticket, actual, self))
+        Ok(self.core.settle(quota, ticket, actual, self)?)
     }
 
     /// The algorithm.
@@ -258,6 +259,10 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> KeyState<A::State> for &DirectLimite
         self.core
             .update(&*self.cell, &mut f)
             .unwrap_or_else(|| f(fresh.insert(self.core.algo.fresh())))
+    }
+
+    fn key_print(&self) -> u64 {
+        0
     }
 }
 

@@ -241,6 +241,8 @@ pub enum QuotaError {
     /// Boxed: the error is rare, and a small one keeps `Result<Decision, QuotaError>` the
     /// size of a [`Decision`](crate::Decision) (its niche), which the hot path returns.
     Quota(Box<ConfigError>),
+    /// A settle's ticket was taken from another limiter or for another key (`settle_with`).
+    Ticket(TicketError),
 }
 
 /// A cause is either printed or returned by `source`, never both (a report walking the
@@ -251,6 +253,7 @@ impl fmt::Display for QuotaError {
         match self {
             QuotaError::Cost(e) => e.fmt(f),
             QuotaError::Quota(_) => f.write_str("this quota cannot be used on this limiter"),
+            QuotaError::Ticket(e) => e.fmt(f),
         }
     }
 }
@@ -258,7 +261,7 @@ impl fmt::Display for QuotaError {
 impl std::error::Error for QuotaError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            QuotaError::Cost(_) => None,
+            QuotaError::Cost(_) | QuotaError::Ticket(_) => None,
             QuotaError::Quota(e) => Some(&**e),
         }
     }
@@ -267,6 +270,48 @@ impl std::error::Error for QuotaError {
 impl From<CostError> for QuotaError {
     fn from(e: CostError) -> Self {
         QuotaError::Cost(e)
+    }
+}
+
+/// Why a settle was refused: the [`Ticket`](crate::Ticket) was taken from another limiter or
+/// for another key. Nothing changed and the ticket stays open, so the right settle can follow
+/// (settled where it was not taken, it would refund or charge another client).
+///
+/// ```
+/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, TicketError};
+///
+/// let l = CasLimiter::<String, Gcra>::with_clock("100/min".parse()?, ManualClock::new());
+/// let mut ticket = l.take("alice", 30)?;
+/// assert_eq!(l.settle("bob", &mut ticket, 0), Err(TicketError::OtherKey));
+/// let other = CasLimiter::<String, Gcra>::with_clock("100/min".parse()?, ManualClock::new());
+/// assert_eq!(other.settle("alice", &mut ticket, 0), Err(TicketError::OtherLimiter));
+/// assert_eq!(l.settle("alice", &mut ticket, 0), Ok(true)); // still open: refunded here
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TicketError {
+    /// The ticket was taken from another limiter (or another kind of store: in memory, the
+    /// hybrid limiter, a Redis client of another key prefix).
+    OtherLimiter,
+    /// The ticket was taken for another key.
+    OtherKey,
+}
+
+impl fmt::Display for TicketError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TicketError::OtherLimiter => "the ticket was taken from another limiter",
+            TicketError::OtherKey => "the ticket was taken for another key",
+        })
+    }
+}
+
+impl std::error::Error for TicketError {}
+
+impl From<TicketError> for QuotaError {
+    fn from(e: TicketError) -> Self {
+        QuotaError::Ticket(e)
     }
 }
 

@@ -234,7 +234,7 @@ pub use compact::CompactLimiter;
 pub use config::Rate;
 pub use decision::{Decision, Policy};
 pub use direct::DirectLimiter;
-pub use error::{ConfigError, CostError, Field};
+pub use error::{ConfigError, CostError, Field, TicketError};
 pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
 pub use limiter::{AsyncRateLimiter, RateLimiter};
 pub use live::Live;

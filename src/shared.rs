@@ -10,7 +10,7 @@ use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::debts::Debts;
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, ConfigError, CostError, Field, QuotaError};
+use crate::error::{check_cost, ConfigError, CostError, Field, QuotaError, TicketError};
 use crate::live::Live;
 use crate::stats::{Metrics, Stats};
 use crate::sweeper::{Signal, SweepTotals, Sweeper, Totals};
@@ -205,6 +205,28 @@ pub(crate) trait KeyState<S> {
     /// Runs `f` on the state (possibly several times, on fresh copies: see
     /// [`Algorithm::update`]) and returns the last result.
     fn apply<T>(&self, f: impl FnMut(&mut S) -> T) -> T;
+
+    /// The key's hash, which binds a [`Ticket`] to it (0 for an unkeyed limiter).
+    fn key_print(&self) -> u64;
+}
+
+/// A key's hash for binding a [`Ticket`] to it: fixed seeds, the same in every limiter (the
+/// tickets never leave the process, and no table is built on it to flood).
+pub(crate) fn key_print<Q: std::hash::Hash + ?Sized>(key: &Q) -> u64 {
+    static PRINT: ahash::RandomState = ahash::RandomState::with_seeds(
+        0x243f_6a88_85a3_08d3,
+        0x1319_8a2e_0370_7344,
+        0xa409_3822_299f_31d0,
+        0x082e_fa98_ec4e_6c89,
+    );
+    PRINT.hash_one(key)
+}
+
+/// A new limiter's id, which binds its [`Ticket`]s to it (never 0: a Redis client's).
+pub(crate) fn new_limiter_id() -> u64 {
+    // std's, not loom's: a count, never part of a modelled race.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// What every store keeps beside its table, and the request paths that do not depend on how
@@ -224,6 +246,8 @@ pub(crate) struct Core<A, C> {
     pub(crate) debts: Option<Debts>,
     /// Held by the capacity pass in flight: one at a time.
     pub(crate) pass: Mutex<()>,
+    /// This limiter's id: its tickets settle here only.
+    pub(crate) id: u64,
 }
 
 impl<A: Algorithm, C: Clock> Core<A, C> {
@@ -240,6 +264,7 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
             totals: Totals::default(),
             debts: None,
             pass: Mutex::new(()),
+            id: new_limiter_id(),
         }
     }
 
@@ -478,12 +503,14 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         cost: u64,
         at: impl KeyState<A::State>,
     ) -> Result<Ticket, CostError> {
+        let key = at.key_print();
         let (decision, now) = self.charge(algo, cost, at)?;
-        Ok(Ticket::new(decision, cost, now))
+        Ok(Ticket::new(decision, cost, now).bound(self.id, key))
     }
 
     /// `settle` of every store: closes `ticket` and, if it was open and the cost differs,
-    /// runs `algo`'s settle on the key's state `at` (the same CAS path as a request).
+    /// runs `algo`'s settle on the key's state `at` (the same CAS path as a request). A ticket
+    /// taken elsewhere is an error, and stays as it was.
     #[inline(always)]
     pub(crate) fn settle(
         &self,
@@ -491,15 +518,16 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         ticket: &mut Ticket,
         actual: u64,
         at: impl KeyState<A::State>,
-    ) -> bool {
+    ) -> Result<bool, TicketError> {
+        ticket.check_origin(self.id, at.key_print())?;
         let Some((taken_at, charged)) = ticket.close() else {
-            return false;
+            return Ok(false);
         };
         if actual != charged {
             let now = self.clock.now();
             at.apply(|state| algo.settle(state, now, taken_at, charged, actual));
         }
-        true
+        Ok(true)
     }
 
     /// The wait of every store's `until_ready*`: `peek` (which may fail, for a cost a live

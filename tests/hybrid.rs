@@ -9,7 +9,10 @@ use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::redis::{
     BackendError, Fallback, HybridAlgorithm, HybridLimiter, RedisLimiter, SyncError,
 };
-use hotlimit::{ConfigError, CostError, Decision, Field, ManualClock, Rate, RateLimiter};
+use hotlimit::{
+    CasLimiter, ConfigError, CostError, Decision, Field, ManualClock, Rate, RateLimiter,
+    TicketError,
+};
 use redis_server::Server;
 use std::time::{Duration, Instant};
 
@@ -693,7 +696,7 @@ fn drain_takes<A: HybridAlgorithm>(
     loop {
         let mut ticket = l.take(key, cost).unwrap();
         if ticket.is_allowed() {
-            assert!(l.settle(key, &mut ticket, actual));
+            assert!(l.settle(key, &mut ticket, actual).unwrap());
             admitted += 1;
             until = l.stats().ticks + syncs;
         } else if l.stats().ticks >= until {
@@ -752,8 +755,20 @@ fn settled_costs_reach_the_shared_state() {
             ticket = h.take("k", estimate).unwrap();
             ticket.is_allowed()
         });
-        assert!(h.settle("k", &mut ticket, actual));
-        assert!(!h.settle("k", &mut ticket, actual), "settled once");
+        // Another key, or a ticket of another limiter: an error, and the ticket stays open.
+        assert_eq!(
+            h.settle("j", &mut ticket, actual),
+            Err(TicketError::OtherKey)
+        );
+        let mut foreign = CasLimiter::<String, Gcra>::new(gcra)
+            .take("k", estimate)
+            .unwrap();
+        assert_eq!(
+            h.settle("k", &mut foreign, actual),
+            Err(TicketError::OtherLimiter)
+        );
+        assert!(h.settle("k", &mut ticket, actual).unwrap());
+        assert!(!h.settle("k", &mut ticket, actual).unwrap(), "settled once");
         drop(h); // the last round: the lease handed back, the debt charged
         let r = RedisLimiter::builder(server.url(), gcra)
             .key_prefix(prefix.as_str())

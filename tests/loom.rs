@@ -191,7 +191,7 @@ fn settle_racing_a_request_is_one_sequential_order() {
             let mut ticket = limiter.take(3).unwrap();
             let l = limiter.clone();
             let request = thread::spawn(move || l.check_n(2).unwrap().is_allowed());
-            assert!(limiter.settle(&mut ticket, 1));
+            assert!(limiter.settle(&mut ticket, 1).unwrap());
             let allowed = request.join().unwrap();
             let tat = match (allowed, policy) {
                 // Refund first: T, then the request: 3T.
@@ -218,7 +218,7 @@ fn overrun_racing_a_request_lands_both() {
         let mut ticket = limiter.take(1).unwrap();
         let l = limiter.clone();
         let request = thread::spawn(move || l.check().is_allowed());
-        assert!(limiter.settle(&mut ticket, 3));
+        assert!(limiter.settle(&mut ticket, 3).unwrap());
         let allowed = request.join().unwrap();
         // Either order: tat = 3T + T = 4T, the request admitted within burst 4.
         assert!(allowed);

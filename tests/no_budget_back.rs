@@ -77,7 +77,7 @@ macro_rules! stores {
                 $ty::take(self, &0, cost)
             }
             fn settle(&self, t: &mut Ticket, actual: u64) {
-                $ty::settle(self, &0, t, actual);
+                $ty::settle(self, &0, t, actual).unwrap();
             }
             fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
                 $ty::reconfigure(self, new)

@@ -10,7 +10,7 @@ use hotlimit::algo::{
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
 use hotlimit::store::{Cas, Ticket, Variant};
-use hotlimit::{CasLimiter, ConfigError, Decision, ManualClock, Policy, Rate};
+use hotlimit::{CasLimiter, ConfigError, Decision, ManualClock, Policy, Rate, TicketError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
@@ -95,7 +95,7 @@ where
                     1 => m.charged() + rng.random_range(1..=most),
                     _ => m.charged(),
                 };
-                let ms = mem.settle(*key, m, actual);
+                let ms = mem.settle(*key, m, actual).unwrap();
                 let rs = red.try_settle_at(key, r, actual, t).unwrap();
                 assert_eq!(ms, rs, "{what}: settle {pick} with {actual}");
                 assert!(!r.is_open(), "{what}");
@@ -298,6 +298,26 @@ fn settle_and_plan_edges() {
     let t = 1_000_000_000;
     let mut ticket = red.try_take_at("k", 3, t).unwrap();
     let trips = red.round_trips();
+    // Another key, another prefix, an in-memory ticket: errors, nothing sent, still open.
+    assert!(matches!(
+        red.try_settle_at("j", &mut ticket, 0, t),
+        Err(BackendError::Ticket(TicketError::OtherKey))
+    ));
+    let elsewhere = RedisLimiter::builder(server.url(), FixedWindow::new(3, w).unwrap())
+        .key_prefix(prefix())
+        .build()
+        .unwrap();
+    assert!(matches!(
+        elsewhere.try_settle_at("k", &mut ticket, 0, t),
+        Err(BackendError::Ticket(TicketError::OtherKey))
+    ));
+    let mem = CasLimiter::<String, _>::new(FixedWindow::new(3, w).unwrap());
+    let mut foreign = mem.take("k", 1).unwrap();
+    assert!(matches!(
+        red.try_settle_at("k", &mut foreign, 0, t),
+        Err(BackendError::Ticket(TicketError::OtherLimiter))
+    ));
+    assert!(ticket.is_open());
     assert!(red.try_settle_at("k", &mut ticket, 3, t).unwrap());
     assert!(!red.try_settle_at("k", &mut ticket, 1, t).unwrap());
     assert_eq!(red.round_trips(), trips, "neither needed Redis");

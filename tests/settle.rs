@@ -100,14 +100,14 @@ where
     fn settle(&self, key: u64, t: &mut Tickets, actual: u64) -> Vec<bool> {
         let [a, b, c, d] = &mut t.0;
         let mut out = vec![
-            self.cas.settle(&key, a, actual),
-            self.mutex.settle(&key, b, actual),
-            self.compact.settle(&key, c, actual),
-            self.compact_locked.settle(&key, d, actual),
+            self.cas.settle(&key, a, actual).unwrap(),
+            self.mutex.settle(&key, b, actual).unwrap(),
+            self.compact.settle(&key, c, actual).unwrap(),
+            self.compact_locked.settle(&key, d, actual).unwrap(),
         ];
         if let Some([e, f]) = &mut t.1 {
-            out.push(self.direct.settle(e, actual));
-            out.push(self.direct_locked.settle(f, actual));
+            out.push(self.direct.settle(e, actual).unwrap());
+            out.push(self.direct_locked.settle(f, actual).unwrap());
         }
         out
     }
@@ -276,7 +276,7 @@ proptest! {
                     let n = tickets.len();
                     let (t, charged) = &mut tickets[pick % n];
                     let open = t.is_open();
-                    prop_assert_eq!(l.settle(&0, t, actual), open);
+                    prop_assert_eq!(l.settle(&0, t, actual).unwrap(), open);
                     if open {
                         credit = (credit + (*charged as i128 - actual as i128) * T).min(TAU);
                     }
@@ -296,7 +296,7 @@ fn a_debt_is_paid_off_exactly() {
     let mut t = l.take("k", 10).unwrap();
     assert!(t.is_allowed());
     // 40 used, 10 charged: 30 units of debt beyond an empty bucket, 3 s at 10/s.
-    assert!(l.settle("k", &mut t, 40));
+    assert!(l.settle("k", &mut t, 40).unwrap());
     let denied = l.check("k");
     assert_eq!(denied.retry_after(), Duration::from_millis(3_100));
     clock.advance(Duration::from_millis(3_100) - Duration::from_nanos(1));
@@ -317,16 +317,16 @@ fn refunds_repeats_denials_and_dropped_tickets() {
     let mut denied = l.take("k", 5).unwrap();
     assert!(denied.decision().is_denied() && !denied.is_open());
     assert!(
-        !l.settle("k", &mut denied, 0),
+        !l.settle("k", &mut denied, 0).unwrap(),
         "a denied ticket holds nothing"
     );
-    assert!(l.settle("k", &mut t, 3));
+    assert!(l.settle("k", &mut t, 3).unwrap());
     assert!(!t.is_open());
     assert_eq!(l.peek_n("k", 7).unwrap().remaining(), Some(0));
-    assert!(!l.settle("k", &mut t, 0), "settled once");
+    assert!(!l.settle("k", &mut t, 0).unwrap(), "settled once");
     assert_eq!(l.peek_n("k", 7).unwrap().remaining(), Some(0));
     let mut same = l.take("k", 2).unwrap();
-    assert!(l.settle("k", &mut same, 2));
+    assert!(l.settle("k", &mut same, 2).unwrap());
     assert_eq!(l.peek("k").remaining(), Some(4));
     let _ = l.take("k", 5).unwrap(); // dropped: stands
     assert!(l.check("k").is_denied());
@@ -348,20 +348,20 @@ fn windows_and_rates_settle_as_documented() {
     );
     let mut t = fixed.take("k", 10).unwrap();
     assert!(
-        fixed.settle("k", &mut t, 4),
+        fixed.settle("k", &mut t, 4).unwrap(),
         "refunded in the window it was counted in"
     );
     assert_eq!(fixed.peek("k").remaining(), Some(5));
     let mut late = fixed.take("k", 6).unwrap();
     clock.advance(second);
     assert!(
-        fixed.settle("k", &mut late, 0),
+        fixed.settle("k", &mut late, 0).unwrap(),
         "the window has ended: nothing to refund"
     );
     assert_eq!(fixed.peek("k").remaining(), Some(9));
     let mut over = fixed.take("k", 1).unwrap();
     assert!(
-        fixed.settle("k", &mut over, 50),
+        fixed.settle("k", &mut over, 50).unwrap(),
         "an overrun fills the current window"
     );
     assert!(fixed.check("k").is_denied());
@@ -379,7 +379,7 @@ fn windows_and_rates_settle_as_documented() {
         let l = CasLimiter::<String, A, _>::with_clock(algo, clock.clone());
         let mut t = l.take("k", 10).unwrap();
         assert!(l.check("k").is_denied());
-        assert!(l.settle("k", &mut t, 4));
+        assert!(l.settle("k", &mut t, 4).unwrap());
         assert_eq!(l.peek("k").remaining(), Some(5));
     }
     refund_in_window(SlidingWindow::new(10, second).unwrap(), &clock);
@@ -392,14 +392,14 @@ fn windows_and_rates_settle_as_documented() {
     let mut t = e.take("k", 5).unwrap();
     clock.advance(Duration::from_millis(500));
     assert!(e.peek("k").rate().unwrap() > 0.0);
-    assert!(e.settle("k", &mut t, 0));
+    assert!(e.settle("k", &mut t, 0).unwrap());
     assert_eq!(e.peek("k").rate(), Some(0.0));
     // An overrun is an impulse at the take, decayed: half a half-life later, 100 units more
     // show as 100·λ·2^(−1/2) on top of what the estimate left.
     let mut t = e.take("k", 1).unwrap();
     clock.advance(Duration::from_millis(500));
     let before = e.peek("k").rate().unwrap();
-    assert!(e.settle("k", &mut t, 101));
+    assert!(e.settle("k", &mut t, 101).unwrap());
     let added = e.peek("k").rate().unwrap() - before;
     let want = 100.0 * std::f64::consts::LN_2 * 0.5f64.sqrt();
     assert!((added / want - 1.0).abs() < 1e-9, "{added} vs {want}");
@@ -409,7 +409,7 @@ fn windows_and_rates_settle_as_documented() {
     let x = CasLimiter::<String, _, _>::with_clock(exp, clock.clone());
     let mut t = x.take("k", 8).unwrap();
     assert!(x.check_n("k", 3).unwrap().is_denied());
-    assert!(x.settle("k", &mut t, 2));
+    assert!(x.settle("k", &mut t, 2).unwrap());
     assert!(x.check_n("k", 3).unwrap().is_allowed());
 }
 
@@ -456,22 +456,40 @@ fn threads_taking_and_settling_lose_nothing() {
     let runs: [(&str, Run, Peek); 4] = [
         (
             "cas",
-            Arc::new(move |s| work(|c| c1.take(&7, c).unwrap(), |t, a| c1.settle(&7, t, a), s)),
+            Arc::new(move |s| {
+                work(
+                    |c| c1.take(&7, c).unwrap(),
+                    |t, a| c1.settle(&7, t, a).unwrap(),
+                    s,
+                )
+            }),
             Box::new(move || c2.peek(&7)),
         ),
         (
             "mutex",
-            Arc::new(move |s| work(|c| m1.take(&7, c).unwrap(), |t, a| m1.settle(&7, t, a), s)),
+            Arc::new(move |s| {
+                work(
+                    |c| m1.take(&7, c).unwrap(),
+                    |t, a| m1.settle(&7, t, a).unwrap(),
+                    s,
+                )
+            }),
             Box::new(move || m2.peek(&7)),
         ),
         (
             "compact",
-            Arc::new(move |s| work(|c| k1.take(&7, c).unwrap(), |t, a| k1.settle(&7, t, a), s)),
+            Arc::new(move |s| {
+                work(
+                    |c| k1.take(&7, c).unwrap(),
+                    |t, a| k1.settle(&7, t, a).unwrap(),
+                    s,
+                )
+            }),
             Box::new(move || k2.peek(&7)),
         ),
         (
             "direct",
-            Arc::new(move |s| work(|c| d1.take(c).unwrap(), |t, a| d1.settle(t, a), s)),
+            Arc::new(move |s| work(|c| d1.take(c).unwrap(), |t, a| d1.settle(t, a).unwrap(), s)),
             Box::new(move || d2.peek()),
         ),
     ];
@@ -502,4 +520,49 @@ impl common::OnAlgorithm for Model<'_> {
     {
         same_as_model(name, algo, self.0)
     }
+}
+
+/// A ticket settles only on the limiter and key it was taken for, on every store: anywhere
+/// else the settle is an error that changes nothing and leaves the ticket open, which then
+/// settles where it belongs.
+#[test]
+fn a_ticket_settles_only_where_it_was_taken() {
+    use hotlimit::TicketError::{OtherKey, OtherLimiter};
+    let gcra: Gcra = "10/s burst 10".parse().unwrap();
+    let clock = ManualClock::new();
+    let (a, b) = (Stores::new(&gcra, &clock), Stores::new(&gcra, &clock));
+    let remaining = |s: &Stores<Gcra>, key: u64| {
+        [
+            s.cas.peek(&key).remaining(),
+            s.mutex.peek(&key).remaining(),
+            s.compact.peek(&key).remaining(),
+            s.compact_locked.peek(&key).remaining(),
+        ]
+    };
+    let mut t = a.take(0, 6);
+    let [w, x, y, z] = &mut t.0;
+    // Another key of the same limiter.
+    assert_eq!(a.cas.settle(&1, w, 0), Err(OtherKey));
+    assert_eq!(a.mutex.settle(&1, x, 0), Err(OtherKey));
+    assert_eq!(a.compact.settle(&1, y, 0), Err(OtherKey));
+    assert_eq!(a.compact_locked.settle(&1, z, 0), Err(OtherKey));
+    // The same key on another limiter, or a ticket of another store.
+    assert_eq!(b.cas.settle(&0, w, 0), Err(OtherLimiter));
+    assert_eq!(b.mutex.settle(&0, x, 0), Err(OtherLimiter));
+    assert_eq!(b.compact.settle(&0, y, 0), Err(OtherLimiter));
+    assert_eq!(b.compact_locked.settle(&0, z, 0), Err(OtherLimiter));
+    assert_eq!(a.mutex.settle(&0, w, 0), Err(OtherLimiter));
+    let [e, f] = t.1.as_mut().unwrap();
+    assert_eq!(b.direct.settle(e, 0), Err(OtherLimiter));
+    assert_eq!(a.direct_locked.settle(e, 0), Err(OtherLimiter));
+    assert_eq!(a.cas.settle(&0, e, 0), Err(OtherLimiter));
+    assert_eq!(b.direct_locked.settle(f, 0), Err(OtherLimiter));
+    // Nothing moved: 10 − 6 − the peeked unit; key 1 and the other limiter untouched.
+    assert_eq!(remaining(&a, 0), [Some(3); 4]);
+    assert_eq!(remaining(&a, 1), [Some(9); 4]);
+    assert_eq!(remaining(&b, 0), [Some(9); 4]);
+    // Still open: each settles where it was taken, once.
+    assert!(a.settle(0, &mut t, 0).iter().all(|&settled| settled));
+    assert!(a.settle(0, &mut t, 0).iter().all(|&settled| !settled));
+    assert_eq!(remaining(&a, 0), [Some(9); 4]);
 }

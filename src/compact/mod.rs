@@ -13,6 +13,7 @@ pub use table::{ProbeStats, DEFAULT_MAX_KEYS};
 use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
+use crate::error::TicketError;
 use crate::error::{ConfigError, CostError, QuotaError};
 use crate::limiter::{rate_limiter_by_inherent, Cas};
 use crate::live::Live;
@@ -501,7 +502,12 @@ where
 
     /// Settles `ticket` with the actual cost. See
     /// [`KeyedLimiter::settle`](crate::KeyedLimiter::settle).
-    pub fn settle(&self, key: &K::Lookup, ticket: &mut Ticket, actual: u64) -> bool {
+    pub fn settle(
+        &self,
+        key: &K::Lookup,
+        ticket: &mut Ticket,
+        actual: u64,
+    ) -> Result<bool, TicketError> {
         let core = &self.table.core;
         core.settle(&core.algo, ticket, actual, At(&*self.table, key))
     }
@@ -554,7 +560,7 @@ where
     {
         let core = &self.table.core;
         let quota = core.quota(quota)?;
-        Ok(core.settle(quota, ticket, actual, At(&*self.table, key)))
+        Ok(core.settle(quota, ticket, actual, At(&*self.table, key))?)
     }
 }
 
@@ -577,6 +583,10 @@ where
     #[inline(always)]
     fn apply<T>(&self, f: impl FnMut(&mut A::State) -> T) -> T {
         self.0.apply(self.1, f)
+    }
+
+    fn key_print(&self) -> u64 {
+        self.0.locate(self.1).1
     }
 }
 

@@ -8,6 +8,7 @@ use crate::algo::{Algorithm, Reconfigure};
 use crate::batch;
 use crate::clock::Clock;
 use crate::decision::{Decision, Ticket};
+use crate::error::TicketError;
 use crate::error::{check_cost, CostError, QuotaError};
 use crate::limiter::Variant;
 use crate::shared::KeyState;
@@ -108,7 +109,7 @@ where
     ///
     /// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 10".parse()?, ManualClock::new());
     /// let mut ticket = l.take("k", 4)?;
-    /// assert!(l.settle("k", &mut ticket, 9)); // 5 more than estimated: charged now
+    /// assert!(l.settle("k", &mut ticket, 9)?); // 5 more than estimated: charged now
     /// assert_eq!(l.peek("k").remaining(), Some(0)); // 10 − 9 − the peeked unit
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -128,8 +129,10 @@ where
     ///
     /// Returns whether this call settled the ticket: `false` if it was already settled (a
     /// retried settle changes nothing) or was denied (it holds nothing). Any `actual` is
-    /// valid, 0 included (a full refund).
-    pub fn settle<Q>(&self, key: &Q, ticket: &mut Ticket, actual: u64) -> bool
+    /// valid, 0 included (a full refund). A ticket taken from another limiter or for another
+    /// key is a [`TicketError`], and stays open: settled here it would refund or charge
+    /// another client.
+    pub fn settle<Q>(&self, key: &Q, ticket: &mut Ticket, actual: u64) -> Result<bool, TicketError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -224,7 +227,7 @@ where
     {
         let sh = &*self.shared;
         let quota = sh.core.quota(quota)?;
-        Ok(sh.core.settle(quota, ticket, actual, At(sh, key)))
+        Ok(sh.core.settle(quota, ticket, actual, At(sh, key))?)
     }
 }
 
@@ -243,6 +246,10 @@ where
     #[inline(always)]
     fn apply<T>(&self, f: impl FnMut(&mut A::State) -> T) -> T {
         self.0.apply(self.1, &self.0.map.guard(), f)
+    }
+
+    fn key_print(&self) -> u64 {
+        crate::shared::key_print(self.1)
     }
 }
 

@@ -491,6 +491,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         actual: u64,
         quota: Option<&A>,
     ) -> Result<bool, BackendError> {
+        self.core.check_ticket(key, ticket)?;
         let req = match self.core.settle_req(key, ticket, actual, At::Server) {
             Ok(req) => req,
             Err(answer) => {

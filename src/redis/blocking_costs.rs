@@ -174,6 +174,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         at: At,
         quota: Option<&A>,
     ) -> Result<bool, BackendError> {
+        self.core.check_ticket(key, ticket)?;
         let req = match self.core.settle_req(key, ticket, actual, at) {
             Ok(req) => req,
             Err(answer) => {

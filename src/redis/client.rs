@@ -274,13 +274,23 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         Ok(Req::new(key, ticket.charged(), at, mode))
     }
 
-    /// The ticket of a take's reply (a local fast-path denial holds nothing).
+    /// The ticket of a take's reply (a local fast-path denial holds nothing), bound to the
+    /// key's Redis key: any client of the same prefix may settle it, as Redis keeps the state.
     pub(super) fn ticket(&self, req: &Req<'_, A>, reply: Reply) -> Result<Ticket, BackendError> {
+        let print = crate::shared::key_print(&self.redis_key(req.key));
         match reply {
-            Reply::Taken(d, at) => Ok(Ticket::new(d, req.cost, at).with_id(self.next_id())),
-            Reply::Decided(d) if d.is_denied() => Ok(Ticket::new(d, req.cost, 0)),
+            Reply::Taken(d, at) => Ok(Ticket::new(d, req.cost, at)
+                .with_id(self.next_id())
+                .bound(0, print)),
+            Reply::Decided(d) if d.is_denied() => Ok(Ticket::new(d, req.cost, 0).bound(0, print)),
             _ => Err(BackendError::Reply("not a take".into())),
         }
+    }
+
+    /// Whether `ticket` was taken for `key` by a client of this prefix.
+    pub(super) fn check_ticket(&self, key: &str, ticket: &Ticket) -> Result<(), BackendError> {
+        let print = crate::shared::key_print(&self.redis_key(key));
+        ticket.check_origin(0, print).map_err(BackendError::Ticket)
     }
 
     /// A new reservation id, unique across clients.

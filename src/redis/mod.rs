@@ -201,7 +201,7 @@ use crate::algo::{
 use crate::decision::Decision;
 #[cfg(doc)]
 use crate::decision::Policy;
-use crate::error::{ConfigError, CostError};
+use crate::error::{ConfigError, CostError, TicketError};
 use ::redis::{ErrorKind, RedisError};
 use std::fmt;
 use std::time::Duration;
@@ -290,6 +290,9 @@ pub enum BackendError {
     /// per-request quota that cannot read the limiter's states
     /// ([`RedisLimiter::try_check_n_with`]).
     Config(ConfigError),
+    /// A settle's ticket was taken for another key, or from another limiter (in memory, or
+    /// a client of another key prefix); nothing was sent and the ticket stays open.
+    Ticket(TicketError),
 }
 
 impl BackendError {
@@ -305,7 +308,8 @@ impl BackendError {
             BackendError::Cost(_)
             | BackendError::Unavailable
             | BackendError::TimeOutOfRange(_)
-            | BackendError::Config(_) => false,
+            | BackendError::Config(_)
+            | BackendError::Ticket(_) => false,
         }
     }
 
@@ -343,12 +347,15 @@ impl BackendError {
     }
 }
 
+/// A cause is printed or returned by `source`, never both (a report walking the chain would
+/// print it twice): Redis' errors are causes; a cost, configuration or ticket error is this
+/// error itself, word for word.
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BackendError::Cost(e) => e.fmt(f),
-            BackendError::Connection(e) => write!(f, "redis connection failed: {e}"),
-            BackendError::Script(e) => write!(f, "redis script failed: {e}"),
+            BackendError::Connection(_) => f.write_str("redis connection failed"),
+            BackendError::Script(_) => f.write_str("redis script failed"),
             BackendError::Reply(s) => write!(f, "unexpected reply from redis: {s}"),
             BackendError::Unavailable => {
                 f.write_str("redis unreachable at the last attempt; not retried yet")
@@ -358,6 +365,7 @@ impl fmt::Display for BackendError {
                 "explicit now {now} ns is above {MAX_EXPLICIT_NOW} (2^53 − 1), which Lua cannot count exactly"
             ),
             BackendError::Config(e) => e.fmt(f),
+            BackendError::Ticket(e) => e.fmt(f),
         }
     }
 }
@@ -365,9 +373,7 @@ impl fmt::Display for BackendError {
 impl std::error::Error for BackendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            BackendError::Cost(e) => Some(e),
             BackendError::Connection(e) | BackendError::Script(e) => Some(e),
-            BackendError::Config(e) => Some(e),
             _ => None,
         }
     }

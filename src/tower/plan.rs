@@ -48,6 +48,7 @@ where
             Ok(d) => Ok(Started::Decided(Ok(d))),
             Err(QuotaError::Cost(e)) => Ok(Started::Decided(Err(e))),
             Err(QuotaError::Quota(e)) => Err(*e),
+            Err(QuotaError::Ticket(_)) => unreachable!("a check settles no ticket"),
         }
     }
 }

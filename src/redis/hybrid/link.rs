@@ -266,6 +266,7 @@ fn copy(e: &BackendError) -> BackendError {
         BackendError::Cost(c) => BackendError::Cost(*c),
         BackendError::TimeOutOfRange(t) => BackendError::TimeOutOfRange(*t),
         BackendError::Config(c) => BackendError::Config(c.clone()),
+        BackendError::Ticket(t) => BackendError::Ticket(*t),
     }
 }
 

@@ -27,6 +27,7 @@ pub use report::{HybridStats, SyncError};
 use super::{BackendError, RedisBuilder};
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
+use crate::error::TicketError;
 use crate::error::{ConfigError, CostError, Field};
 use crate::keyed::Shared;
 use crate::limiter::rate_limiter_by_inherent;
@@ -681,7 +682,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     pub fn take(&self, key: &str, cost: u64) -> Result<Ticket, CostError> {
         self.inner.store.core.cost(cost)?;
         let now = self.inner.store.core.clock.now();
-        Ok(Ticket::new(self.decide_at(key, cost, now), cost, now))
+        let ticket = Ticket::new(self.decide_at(key, cost, now), cost, now);
+        Ok(ticket.bound(self.inner.store.core.id, crate::shared::key_print(key)))
     }
 
     /// Settles `ticket` (taken from this limiter for `key`) with the `actual` cost, locally
@@ -696,13 +698,16 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     /// next round publishes it.
     ///
     /// Returns whether this call settled the ticket: `false` if it was settled before or
-    /// denied. A ticket never settled stands as charged.
-    pub fn settle(&self, key: &str, ticket: &mut Ticket, actual: u64) -> bool {
+    /// denied. A ticket never settled stands as charged. A ticket taken from another
+    /// limiter or for another key is an error, and stays open.
+    pub fn settle(&self, key: &str, ticket: &mut Ticket, actual: u64) -> Result<bool, TicketError> {
+        let print = crate::shared::key_print(key);
+        ticket.check_origin(self.inner.store.core.id, print)?;
         let Some((taken_at, charged)) = ticket.close() else {
-            return false;
+            return Ok(false);
         };
         if actual == charged {
-            return true;
+            return Ok(true);
         }
         let store = &self.inner.store;
         let fleet = self.inner.fleet();
@@ -720,7 +725,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
                 continue;
             }
             self.queue(key, cell);
-            return true;
+            return Ok(true);
         }
     }
 }
