@@ -203,7 +203,7 @@ mod compact {
             let pref = |k: u64| preferred_slot(l.table.locate(&k).1);
             let other = (8..).find(|&k| pref(k) == pref(7)).unwrap();
             if prefill {
-                l.check(&7); // tat = T
+                assert!(l.check(&7).is_allowed()); // tat = T
             }
             clock.set_nanos(NOW); // 7 is idle now
             let l = Arc::new(l);

@@ -200,6 +200,7 @@ fn settle_racing_a_request_is_one_sequential_order() {
                 (false, Policy::Leaky) => T,
                 // Strict counts the denial (5T), the refund leaves 3T.
                 (false, Policy::Strict) => 3 * T,
+                _ => unreachable!("a policy this model does not know"),
             };
             // The state left, as a request of one unit sees it.
             assert_eq!(limiter.peek(), gcra(3, policy).peek(&tat, 0, 1));

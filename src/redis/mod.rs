@@ -390,3 +390,35 @@ impl From<CostError> for BackendError {
         BackendError::Cost(e)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::hybrid::SyncError;
+    use super::*;
+
+    fn report(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut next = e.source();
+        while let Some(s) = next {
+            out = format!("{out}: {s}");
+            next = s.source();
+        }
+        out
+    }
+
+    /// A report that prints an error and then its sources prints each cause once.
+    #[test]
+    fn backend_and_sync_errors_print_each_cause_once() {
+        let refused = || RedisError::from((ErrorKind::IoError, "refused"));
+        let e = BackendError::Connection(refused());
+        let cause = refused().to_string();
+        assert_eq!(report(&e), format!("redis connection failed: {cause}"));
+        let sync = SyncError::Outage(std::sync::Arc::new(BackendError::Connection(refused())));
+        assert_eq!(
+            report(&sync),
+            format!("Redis unreachable: redis connection failed: {cause}")
+        );
+        let cost = BackendError::Cost(CostError::Zero);
+        assert_eq!(report(&cost), CostError::Zero.to_string());
+    }
+}

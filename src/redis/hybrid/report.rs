@@ -48,8 +48,8 @@ impl SyncError {
 impl fmt::Display for SyncError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SyncError::Outage(e) => write!(f, "Redis unreachable: {e}"),
-            SyncError::Backend(e) => write!(f, "Redis error: {e}"),
+            SyncError::Outage(_) => f.write_str("Redis unreachable"),
+            SyncError::Backend(_) => f.write_str("Redis error"),
             SyncError::ForeignState { key, found } => write!(
                 f,
                 "key {key:?}: not a state of this algorithm in Redis: {found:?} (another \
@@ -60,7 +60,16 @@ impl fmt::Display for SyncError {
     }
 }
 
-impl std::error::Error for SyncError {}
+/// The backend's error is the cause, returned by `source` (not printed: a report walking the
+/// chain would print it twice).
+impl std::error::Error for SyncError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SyncError::Outage(e) | SyncError::Backend(e) => Some(&**e),
+            _ => None,
+        }
+    }
+}
 
 /// The hybrid limiter's counters; from [`HybridLimiter::stats`](super::HybridLimiter::stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
