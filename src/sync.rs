@@ -122,7 +122,8 @@ impl CasAtomic for AtomicU64 {
 }
 
 /// A 128-bit word updated by one double-width compare-and-swap: `portable-atomic`'s
-/// `AtomicU128` (lock-free `cmpxchg16b` / `CASP`, detected at run time).
+/// `AtomicU128` (lock-free `cmpxchg16b` / `CASP`, detected at run time; on a CPU without
+/// them, portable-atomic's lock fallback, as `docs/limiters.md` says).
 ///
 /// loom has no 128-bit atomic. Under `--cfg hotlimit_loom` this is a loom mutex around a
 /// `u128` behind the same three operations: each is one indivisible step, which is exactly

@@ -5,7 +5,7 @@
 
 mod common;
 
-use hotlimit::algo::{Algorithm, Gcra};
+use hotlimit::algo::{Algorithm, Earrrl, Gcra};
 use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
@@ -169,6 +169,26 @@ fn zero_is_an_error_and_more_than_the_capacity_is_capped() {
     assert_eq!(decision.retry_after(), Duration::from_secs(1));
     clock.advance(Duration::from_secs(2));
     assert_eq!(l.check_up_to(&1, 10).unwrap().0, 2);
+}
+
+/// EARRRL admits a request while the rate before it is at most `R`, so its capacity is the
+/// cost that takes a fresh key to `R` (`⌊R/λ⌋`: 14 at 10/s with a 1 s half-life): a grant
+/// of `u64::MAX` units is 14, and a cost above 14 is an error, not an admission.
+#[test]
+fn earrrl_grants_at_most_the_cost_that_takes_a_fresh_key_to_its_rate() {
+    let earrrl = Earrrl::new(Duration::from_secs(1), "10/s".parse().unwrap()).unwrap();
+    let want = (10.0 / std::f64::consts::LN_2).floor() as u64;
+    assert_eq!((earrrl.capacity(), want), (14, 14));
+    let l = CasLimiter::<u64, Earrrl, _>::with_clock(earrrl, ManualClock::new());
+    let (granted, decision) = l.check_up_to(&1, u64::MAX).unwrap();
+    assert!(decision.is_allowed());
+    assert_eq!(granted, 14);
+    assert!(decision.rate().unwrap() <= 10.0);
+    assert_eq!(
+        l.check_n(&2, 15),
+        Err(CostError::ExceedsCapacity { cost: 15, capacity: 14 })
+    );
+    assert_eq!(l.len(), 1, "an error inserts nothing");
 }
 
 /// Under the strict policy a grant of nothing counts as a denied unit, as `check` does; under

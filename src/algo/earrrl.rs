@@ -289,10 +289,13 @@ impl Algorithm for Earrrl {
         f64::NEG_INFINITY.to_bits()
     }
 
-    /// Any cost is admitted while the rate is at most `R`.
+    /// The cost that takes a fresh key's rate to `R`: `⌊R/λ⌋` (`R·half-life/ln 2`), at least
+    /// 1. A request is admitted while the rate before it is at most `R`, so without this
+    /// bound one request could take any number of units (`check_up_to(key, u64::MAX)` granted
+    /// `u64::MAX`) for a lockout of a few dozen half-lives. `as` saturates.
     #[inline]
     fn capacity(&self) -> u64 {
-        u64::MAX
+        ((self.max_rate / self.lambda).floor() as u64).max(1)
     }
 
     #[inline]

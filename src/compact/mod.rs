@@ -32,19 +32,34 @@ use table::{Table, SLOTS_PER_LINE};
 /// [`Hashed`]), with each key's state inline next to it.
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
+/// use hotlimit::{algo::Gcra, store::Hashed, CompactLimiter, ManualClock};
 /// use std::net::{IpAddr, Ipv4Addr};
 ///
-/// // Up to a million clients by IP, 10 requests per second each, bursts of 5.
-/// let limiter = CompactLimiter::<IpAddr, Gcra>::builder("10/s burst 5".parse()?)
+/// // Up to a million IPv4 clients, 10 requests per second each, bursts of 5: lock-free.
+/// let limiter = CompactLimiter::<Ipv4Addr, Gcra>::builder("10/s burst 5".parse()?)
 ///     .max_keys(1_000_000)
 ///     .clock(ManualClock::new())
 ///     .build()?;
-/// let client = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7));
+/// let client = Ipv4Addr::new(203, 0, 113, 7);
 /// let allowed = (0..10).filter(|_| limiter.check(&client).is_allowed()).count();
 /// assert_eq!(allowed, 5);
+///
+/// // Any address, IPv6 too, lock-free as a 64-bit keyed hash (see `Hashed` for collisions).
+/// let any = CompactLimiter::<Hashed<IpAddr>, Gcra>::builder("10/s burst 5".parse()?)
+///     .clock(ManualClock::new())
+///     .build()?;
+/// assert!(any.check(&IpAddr::V6("2001:db8::7".parse()?)).is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// **Which slots are lock-free.** A key form of 64 bits (`u32`, `u64`, `Ipv4Addr`,
+/// [`Hashed`]) with a 64-bit state (GCRA, EARRRL, the fixed window) shares one 128-bit word
+/// with its state, updated by one CAS: the lock-free slot. A 128-bit key form (`u128`,
+/// `Ipv6Addr`, `IpAddr`) or a 128-bit state (the sliding and sub-windows, exponential, a
+/// pair of quotas) needs more than one CAS covers, so its slot takes a per-slot lock (held
+/// for one step, never across a call out) under either variant. On a target without a
+/// 16-byte CAS (`portable-atomic` falls back to a lock there), every 128-bit word is behind
+/// a lock.
 ///
 /// **When to pick it.** The papaya store ([`KeyedLimiter`](crate::KeyedLimiter)) takes any
 /// key and grows; this one takes fixed-size keys, reserves its memory at build (about
