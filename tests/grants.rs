@@ -186,7 +186,10 @@ fn earrrl_grants_at_most_the_cost_that_takes_a_fresh_key_to_its_rate() {
     assert!(decision.rate().unwrap() <= 10.0);
     assert_eq!(
         l.check_n(&2, 15),
-        Err(CostError::ExceedsCapacity { cost: 15, capacity: 14 })
+        Err(CostError::ExceedsCapacity {
+            cost: 15,
+            capacity: 14
+        })
     );
     assert_eq!(l.len(), 1, "an error inserts nothing");
 }
