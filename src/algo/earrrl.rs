@@ -289,10 +289,11 @@ impl Algorithm for Earrrl {
         f64::NEG_INFINITY.to_bits()
     }
 
-    /// The cost that takes a fresh key's rate to `R`: `⌊R/λ⌋` (`R·half-life/ln 2`), at least
-    /// 1. A request is admitted while the rate before it is at most `R`, so without this
-    /// bound one request could take any number of units (`check_up_to(key, u64::MAX)` granted
-    /// `u64::MAX`) for a lockout of a few dozen half-lives. `as` saturates.
+    /// The cost that takes a fresh key's rate to `R`: `⌊R/λ⌋` (`R·half-life/ln 2`), and at
+    /// least one unit. A request is admitted while the rate before it is at most `R`, so
+    /// without this bound one request could take any number of units
+    /// (`check_up_to(key, u64::MAX)` granted `u64::MAX`) for a lockout of a few dozen
+    /// half-lives. `as` saturates.
     #[inline]
     fn capacity(&self) -> u64 {
         ((self.max_rate / self.lambda).floor() as u64).max(1)
