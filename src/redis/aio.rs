@@ -309,25 +309,27 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         }
     }
 
-    /// On a cluster, redis-rs sends `SCRIPT LOAD` to every primary.
-    async fn reload(&self, con: &mut AsyncCon) -> Result<String, BackendError> {
+    /// `SCRIPT LOAD`, by redis-rs (on a cluster, on every primary).
+    async fn reload(&self, con: &mut AsyncCon) -> Result<(), BackendError> {
         self.core.trip();
-        let v = con
-            .send(&self.core.load_cmd())
-            .await
-            .map_err(BackendError::from_redis)?;
-        self.core.loaded(v)
+        let script = &self.core.script;
+        match con {
+            AsyncCon::Single(c) => script.load_async(c).await,
+            AsyncCon::Cluster(c) => script.load_async(c).await,
+        }
+        .map(drop)
+        .map_err(BackendError::from_redis)
     }
 
     /// The script's raw reply to `req`.
     async fn eval_one(&self, con: &mut AsyncCon, req: &Req<'_, A>) -> Result<Value, BackendError> {
-        let sha = self.core.sha();
+        let cmd = self.core.evalsha(req);
         self.core.trip();
-        let mut r = con.send(&self.core.evalsha(&sha, req)).await;
+        let mut r = con.send(&cmd).await;
         if is_noscript_result(&r) {
-            let sha = self.reload(con).await?;
+            self.reload(con).await?;
             self.core.trip();
-            r = con.send(&self.core.evalsha(&sha, req)).await;
+            r = con.send(&cmd).await;
         }
         r.map_err(BackendError::from_redis)
     }
@@ -352,7 +354,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
                 return Ok(join_all(futures).await);
             }
         };
-        let pipe = self.core.pipeline(&self.core.sha(), requests);
+        let pipe = self.core.pipeline(requests);
         self.core.trip();
         let values = single
             .send_packed_commands(&pipe, 0, requests.len())
@@ -361,11 +363,11 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         let missed = noscript_indices(&values);
         let mut again = Vec::new();
         if !missed.is_empty() {
-            let sha = self.reload(con).await?;
+            self.reload(con).await?;
             let AsyncCon::Single(single) = con else {
                 unreachable!("a standalone connection stays one");
             };
-            let pipe = self.core.retry_pipeline(&sha, requests, &missed);
+            let pipe = self.core.retry_pipeline(requests, &missed);
             self.core.trip();
             again = single
                 .send_packed_commands(&pipe, 0, missed.len())

@@ -254,28 +254,26 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         slot.connection(&self.target, &self.core.config)
     }
 
-    /// `SCRIPT LOAD`: returns the script's SHA1 and keeps it.
-    /// On a cluster, redis-rs sends `SCRIPT LOAD` to every primary.
-    fn reload(&self, con: &mut Con) -> Result<String, BackendError> {
+    /// `SCRIPT LOAD`, by redis-rs (on a cluster, on every primary).
+    fn reload(&self, con: &mut Con) -> Result<(), BackendError> {
         self.core.trip();
-        let v = con
-            .like()
-            .req_packed_command(&self.core.load_cmd().get_packed_command())
-            .map_err(BackendError::from_redis)?;
-        self.core.loaded(v)
+        self.core
+            .script
+            .load(con.like())
+            .map(drop)
+            .map_err(BackendError::from_redis)
     }
 
     /// The script's raw reply to `req`.
     fn eval_one(&self, slot: &mut ConnSlot, req: &Req<'_, A>) -> Result<Value, BackendError> {
         let con = self.connection(slot)?;
-        let cmd = |sha: &str| self.core.evalsha(sha, req).get_packed_command();
+        let cmd = self.core.evalsha(req).get_packed_command();
         self.core.trip();
-        let mut r: Result<Value, RedisError> =
-            con.like().req_packed_command(&cmd(&self.core.sha()));
+        let mut r: Result<Value, RedisError> = con.like().req_packed_command(&cmd);
         if is_noscript_result(&r) {
-            let sha = self.reload(con)?;
+            self.reload(con)?;
             self.core.trip();
-            r = con.like().req_packed_command(&cmd(&sha));
+            r = con.like().req_packed_command(&cmd);
         }
         r.map_err(BackendError::from_redis)
     }
@@ -299,7 +297,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 .collect();
         }
         let con = self.connection(slot)?;
-        let pipe = self.core.pipeline(&self.core.sha(), requests);
+        let pipe = self.core.pipeline(requests);
         self.core.trip();
         let values = con
             .like()
@@ -309,8 +307,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let missed = noscript_indices(&values);
         let mut again = Vec::new();
         if !missed.is_empty() {
-            let sha = self.reload(con)?;
-            let pipe = self.core.retry_pipeline(&sha, requests, &missed);
+            self.reload(con)?;
+            let pipe = self.core.retry_pipeline(requests, &missed);
             self.core.trip();
             again = con
                 .like()

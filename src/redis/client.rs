@@ -8,7 +8,6 @@ use crate::algo::Reconfigure;
 use crate::decision::{Decision, Ticket};
 use crate::error::{check_cost, CostError};
 use ::redis::Value;
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Each request's answer in a pipelined batch.
@@ -131,12 +130,12 @@ impl Reply {
     }
 }
 
-/// What the sync and async limiters share: the configuration, the script and its SHA1, the
-/// parameters, the local fast path and the counters. Everything but the connection.
+/// What the sync and async limiters share: the configuration, the script (a `redis::Script`:
+/// its SHA1 computed once, loaded by redis-rs), the parameters, the local fast path and the
+/// counters. Everything but the connection.
 pub(super) struct ClientCore<A> {
     pub(super) config: RedisBuilder<A>,
-    script: String,
-    sha: Mutex<String>,
+    pub(super) script: ::redis::Script,
     /// ARGV 5.. in microseconds (server time) and in nanoseconds (explicit `now`).
     params_server: Vec<String>,
     params_explicit: Vec<String>,
@@ -177,8 +176,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
             suffixes: config.algo.key_suffixes(),
             params_server: config.algo.params(1e3),
             params_explicit: config.algo.params(1.0),
-            script,
-            sha: Mutex::new(String::new()),
+            script: ::redis::Script::new(&script),
             local: config.local.map(LocalDeny::new),
             round_trips: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -341,26 +339,9 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         self.errors.load(Ordering::Relaxed)
     }
 
-    pub(super) fn sha(&self) -> String {
-        self.sha.lock().clone()
-    }
-
-    pub(super) fn load_cmd(&self) -> ::redis::Cmd {
-        let mut cmd = ::redis::cmd("SCRIPT");
-        cmd.arg("LOAD").arg(&self.script);
-        cmd
-    }
-
-    /// Reads `SCRIPT LOAD`'s reply (the SHA1) and keeps it.
-    pub(super) fn loaded(&self, v: Value) -> Result<String, BackendError> {
-        let v = v.extract_error().map_err(BackendError::from_redis)?;
-        let sha = ::redis::from_redis_value::<String>(&v)
-            .map_err(|e| BackendError::Reply(e.to_string()))?;
-        *self.sha.lock() = sha.clone();
-        Ok(sha)
-    }
-
-    pub(super) fn evalsha(&self, sha: &str, req: &Req<'_, A>) -> ::redis::Cmd {
+    /// `EVALSHA` of the script for `req` (its keys and arguments); a `NOSCRIPT` reply asks
+    /// for [`Script::load`](::redis::Script::load) and the same command again.
+    pub(super) fn evalsha(&self, req: &Req<'_, A>) -> ::redis::Cmd {
         let mut cmd = ::redis::cmd("EVALSHA");
         let base = self.redis_key(req.key);
         let settle = match req.mode {
@@ -371,7 +352,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
             } => Some((taken_at, actual, id)),
             _ => None,
         };
-        cmd.arg(sha)
+        cmd.arg(self.script.get_hash())
             .arg(self.suffixes.len() + usize::from(settle.is_some()));
         for suffix in &self.suffixes {
             if suffix.is_empty() {
@@ -559,11 +540,11 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         Ok(())
     }
 
-    pub(super) fn pipeline(&self, sha: &str, requests: &[(&str, u64)]) -> ::redis::Pipeline {
+    pub(super) fn pipeline(&self, requests: &[(&str, u64)]) -> ::redis::Pipeline {
         let mut pipe = ::redis::pipe();
         for &(key, cost) in requests {
             let req = Req::new(key, cost, At::Server, Mode::Check);
-            pipe.add_command(self.evalsha(sha, &req));
+            pipe.add_command(self.evalsha(&req));
         }
         pipe
     }
@@ -572,12 +553,11 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     /// [`noscript_indices`](super::replies::noscript_indices)).
     pub(super) fn retry_pipeline(
         &self,
-        sha: &str,
         requests: &[(&str, u64)],
         missed: &[usize],
     ) -> ::redis::Pipeline {
         let again: Vec<(&str, u64)> = missed.iter().map(|&i| requests[i]).collect();
-        self.pipeline(sha, &again)
+        self.pipeline(&again)
     }
 }
 

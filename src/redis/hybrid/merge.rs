@@ -34,6 +34,12 @@ pub trait Merge: WordStep<State = Self::Word> + Clone + Debug + Send + Sync + 's
     /// How long a state can stay live without a write: see [`Engine::horizon`].
     fn horizon(&self) -> u64;
 
+    /// The units a fallback share is a part of (a share that rounds to none of them is a
+    /// configuration error): the capacity, for the algorithms that count units.
+    fn fallback_units(&self) -> u64 {
+        self.capacity()
+    }
+
     /// The state of the union of two instances' traffic, as of `now` (shared time, ns).
     fn merge(&self, a: Self::Word, b: Self::Word, now: u64) -> Self::Word;
 
@@ -139,6 +145,11 @@ impl Merge for Earrrl {
     /// Four half-lives: a rate at the limit has decayed to a sixteenth of it.
     fn horizon(&self) -> u64 {
         4 * self.half_life().as_nanos() as u64
+    }
+
+    /// A share of a rate ([`degraded`](Merge::degraded)), never rounded to units.
+    fn fallback_units(&self) -> u64 {
+        u64::MAX
     }
 
     /// Rates add: `λe^{λ(S−t)} = λe^{λ(Sa−t)} + λe^{λ(Sb−t)}`, so `S` is the log-sum-exp of
@@ -281,7 +292,7 @@ where
     const EXTRA_KEYS: &'static [&'static str] = &[];
 
     fn plan(&self, fallback: Fallback) -> Result<f64, ConfigError> {
-        fallback.part(self.capacity())?;
+        fallback.part(self.fallback_units())?;
         Ok(fallback.local_share())
     }
 
