@@ -273,7 +273,7 @@ impl From<CostError> for QuotaError {
     }
 }
 
-/// Why a settle was refused: the [`Ticket`](crate::Ticket) was taken from another limiter or
+/// Why a settle was refused: the [`Ticket`](crate::store::Ticket) was taken from another limiter or
 /// for another key. Nothing changed and the ticket stays open, so the right settle can follow
 /// (settled where it was not taken, it would refund or charge another client).
 ///
