@@ -38,6 +38,9 @@ pub const IDLE_EPSILON: f64 = 1e-9;
 /// A key whose rate has decayed below [`IDLE_EPSILON`]`·R` is treated as fresh, so idle eviction
 /// is exactly lossless.
 ///
+/// The largest cost of one request ([`capacity`](Algorithm::capacity)) is `⌊R/λ⌋`, the cost
+/// that takes a fresh key's rate to `R`; a larger one is a [`CostError`](crate::CostError).
+///
 /// A clock read earlier than the last update cannot be seen in the one-word form (it stores
 /// `S`, not `T`); it is evaluated as is, which makes the rate slightly higher (errs strict) and
 /// never produces NaN.
