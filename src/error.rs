@@ -327,6 +327,19 @@ pub(crate) fn check_cost(cost: u64, capacity: u64) -> Result<(), CostError> {
     }
 }
 
+/// What a report prints of `e`: its message, then each source's after a colon (tests: every
+/// cause must show once).
+#[cfg(test)]
+pub(crate) fn report(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out = format!("{out}: {s}");
+        next = s.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,15 +363,6 @@ mod tests {
     /// A report that prints an error and then its sources prints each cause once.
     #[test]
     fn a_quota_error_chain_prints_each_cause_once() {
-        fn report(e: &dyn std::error::Error) -> String {
-            let mut out = e.to_string();
-            let mut next = e.source();
-            while let Some(s) = next {
-                out = format!("{out}: {s}");
-                next = s.source();
-            }
-            out
-        }
         let config = ConfigError::Unchangeable {
             field: Field::Window,
             from: "1s".into(),

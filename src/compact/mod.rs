@@ -486,7 +486,7 @@ where
     ) -> Result<Reservation, CostError> {
         self.table
             .core
-            .reserve(cost, max_wait, At(&*self.table, key))
+            .reserve(cost, max_wait, At::new(&self.table, key))
     }
 }
 
@@ -505,14 +505,14 @@ where
     /// as one denied unit under the strict policy). Errors only for `n == 0`.
     /// See [`KeyedLimiter::check_up_to`](crate::KeyedLimiter::check_up_to).
     pub fn check_up_to(&self, key: &K::Lookup, n: u64) -> Result<(u64, Decision), CostError> {
-        self.table.core.grant_up_to(n, At(&*self.table, key))
+        self.table.core.grant_up_to(n, At::new(&self.table, key))
     }
 
     /// Takes a provisional cost, to settle once the actual one is known. See
     /// [`KeyedLimiter::take`](crate::KeyedLimiter::take).
     pub fn take(&self, key: &K::Lookup, cost: u64) -> Result<Ticket, CostError> {
         let core = &self.table.core;
-        core.take(&core.algo, cost, At(&*self.table, key))
+        core.take(&core.algo, cost, At::new(&self.table, key))
     }
 
     /// Settles `ticket` with the actual cost. See
@@ -524,7 +524,7 @@ where
         actual: u64,
     ) -> Result<bool, TicketError> {
         let core = &self.table.core;
-        core.settle(&core.algo, ticket, actual, At(&*self.table, key))
+        core.settle(&core.algo, ticket, actual, At::new(&self.table, key))
     }
 
     /// A request of cost 1 under a quota that comes with it. See
@@ -549,7 +549,7 @@ where
     {
         let core = &self.table.core;
         let quota = core.quota(quota)?;
-        Ok(core.charge(quota, cost, At(&*self.table, key))?.0)
+        Ok(core.charge(quota, cost, At::new(&self.table, key))?.0)
     }
 
     /// [`take`](CompactLimiter::take) under a quota that comes with the request.
@@ -559,7 +559,7 @@ where
     {
         let core = &self.table.core;
         let quota = core.quota(quota)?;
-        Ok(core.take(quota, cost, At(&*self.table, key))?)
+        Ok(core.take(quota, cost, At::new(&self.table, key))?)
     }
 
     /// [`settle`](CompactLimiter::settle) under the quota the ticket was taken with.
@@ -575,7 +575,7 @@ where
     {
         let core = &self.table.core;
         let quota = core.quota(quota)?;
-        Ok(core.settle(quota, ticket, actual, At(&*self.table, key))?)
+        Ok(core.settle(quota, ticket, actual, At::new(&self.table, key))?)
     }
 }
 
@@ -585,10 +585,30 @@ rate_limiter_by_inherent! {
     { keys, batches }
 }
 
-/// `key`'s slot in `table`: what the request paths of the core run their step on.
-struct At<'a, T, L: ?Sized>(&'a T, &'a L);
+/// `key`'s slot in `table`, located once (its inline form, fingerprint and home line): what
+/// the request paths of the core run their step on, and, by the fingerprint, what binds a
+/// ticket to the key (no second hash).
+struct At<'a, K: CompactKey, A: Algorithm, C, V: CompactVariant<A>> {
+    table: &'a Table<K, A, C, V>,
+    repr: K::Repr,
+    fp: u64,
+    home: usize,
+}
 
-impl<K, A, C, V> KeyState<A::State> for At<'_, Table<K, A, C, V>, K::Lookup>
+impl<'a, K: CompactKey, A: Algorithm, C: Clock, V: CompactVariant<A>> At<'a, K, A, C, V> {
+    #[inline(always)]
+    fn new(table: &'a Table<K, A, C, V>, key: &K::Lookup) -> Self {
+        let (repr, fp, home) = table.locate(key);
+        At {
+            table,
+            repr,
+            fp,
+            home,
+        }
+    }
+}
+
+impl<K, A, C, V> KeyState<A::State> for At<'_, K, A, C, V>
 where
     K: CompactKey,
     A: Algorithm,
@@ -597,11 +617,11 @@ where
 {
     #[inline(always)]
     fn apply<T>(&self, f: impl FnMut(&mut A::State) -> T) -> T {
-        self.0.apply(self.1, f)
+        self.table.apply_at(self.repr, self.fp, self.home, f)
     }
 
     fn key_print(&self) -> u64 {
-        self.0.locate(self.1).1
+        self.fp
     }
 }
 

@@ -151,8 +151,11 @@ pub(super) struct ClientCore<A> {
     ids: AtomicU64,
 }
 
-/// 64 random bits from the standard library's randomly keyed hasher (no RNG dependency).
-fn random_seed() -> u64 {
+/// 64 random bits from the standard library's randomly keyed hasher (no RNG dependency): its
+/// keys come from the OS's entropy, and each call in a thread draws new ones, so no two
+/// processes or calls share a seed (a generator seeded by the clock and the thread id can:
+/// see the hybrid limiter's instance id).
+pub(super) fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
@@ -275,7 +278,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     /// The ticket of a take's reply (a local fast-path denial holds nothing), bound to the
     /// key's Redis key: any client of the same prefix may settle it, as Redis keeps the state.
     pub(super) fn ticket(&self, req: &Req<'_, A>, reply: Reply) -> Result<Ticket, BackendError> {
-        let print = crate::shared::key_print(&self.redis_key(req.key));
+        let print = self.key_print(req.key);
         match reply {
             Reply::Taken(d, at) => Ok(Ticket::new(d, req.cost, at)
                 .with_id(self.next_id())
@@ -287,8 +290,15 @@ impl<A: RedisAlgorithm> ClientCore<A> {
 
     /// Whether `ticket` was taken for `key` by a client of this prefix.
     pub(super) fn check_ticket(&self, key: &str, ticket: &Ticket) -> Result<(), BackendError> {
-        let print = crate::shared::key_print(&self.redis_key(key));
-        ticket.check_origin(0, print).map_err(BackendError::Ticket)
+        ticket
+            .check_origin(0, self.key_print(key))
+            .map_err(BackendError::Ticket)
+    }
+
+    /// What binds a ticket to `key` under this prefix: the pair's hash (the Redis key, built
+    /// from the same two, is not allocated for it).
+    fn key_print(&self, key: &str) -> u64 {
+        crate::shared::key_print(&(self.config.prefix.as_str(), key))
     }
 
     /// A new reservation id, unique across clients.

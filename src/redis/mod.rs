@@ -395,16 +395,7 @@ impl From<CostError> for BackendError {
 mod tests {
     use super::hybrid::SyncError;
     use super::*;
-
-    fn report(e: &dyn std::error::Error) -> String {
-        let mut out = e.to_string();
-        let mut next = e.source();
-        while let Some(s) = next {
-            out = format!("{out}: {s}");
-            next = s.source();
-        }
-        out
-    }
+    use crate::error::report;
 
     /// A report that prints an error and then its sources prints each cause once.
     #[test]

@@ -94,21 +94,13 @@ pub(crate) enum Mode {
     Degraded,
 }
 
-/// A new instance's id: 64 bits keyed by the OS's entropy (std's `RandomState` draws its
-/// keys from it), hashing the process id, a per-process count and the time. Never a
+/// A new instance's id: [`random_seed`](super::super::client::random_seed)'s 64 bits. Never a
 /// time-seeded generator's: fastrand's seeds from the monotonic clock and the thread id, so
-/// two processes started within one tick of a coarse clock get one id, and each then takes
-/// the other's field for its own and never counts its traffic (a fleet test admitted 13%
+/// two processes started within one tick of a coarse clock got one id, and each then took
+/// the other's field for its own and never counted its traffic (a fleet test admitted 13%
 /// above one exact limiter when two of its four processes shared an id).
 fn instance_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    static MADE: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.write_u64(MADE.fetch_add(1, Ordering::Relaxed));
-    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    h.write_u128(unix.map_or(0, |d| d.as_nanos()));
-    format!("{:016x}", h.finish())
+    format!("{:016x}", super::super::client::random_seed())
 }
 
 impl FleetContext {
