@@ -88,10 +88,10 @@ fn contention(c: &mut Criterion) {
             let _ = black_box(governor.check_key(&7u64));
         });
         bench("direct-cas", Some(&direct_ops), &|| {
-            let _ = black_box(direct_cas.check());
+            let _ = black_box(direct_cas.check(&()));
         });
         bench("direct-mutex", None, &|| {
-            let _ = black_box(direct_mutex.check());
+            let _ = black_box(direct_mutex.check(&()));
         });
         g.finish();
         // Warm-up and measurement together: every request the CAS rows made.

@@ -39,7 +39,7 @@ pub(crate) mod sealed {
 /// whose state cannot fit one, a small owned value kept behind a per-key lock. Sealed. How a
 /// store keeps each one is the store's business (its cell or slot), not the algorithm's.
 ///
-/// `Clone` so that [`peek`](crate::KeyedLimiter::peek) can run a step on a copy.
+/// `Clone` so that [`peek`](crate::Limiter::peek) can run a step on a copy.
 pub trait State: sealed::Sealed + Clone + Send + Sync + Debug + 'static {}
 
 /// A plain integer state word that the lock-free store can compare-and-swap: `u64` or `u128`.
@@ -231,7 +231,7 @@ pub trait Algorithm: Send + Sync + 'static {
 /// not its half-life (the state is measured in it); the exponential limiter's limit and policy,
 /// not its period; the window algorithms' limit and policy, not their window (their counts
 /// are laid out for it; nor the sub-window's buckets and bias, nor the fixed window's count
-/// width). The same check admits a per-request quota ([`KeyedLimiter::check_n_with`](crate::KeyedLimiter::check_n_with)):
+/// width). The same check admits a per-request quota ([`Limiter::check_n_with`](crate::Limiter::check_n_with)(crate::Limiter::check_n_with)):
 /// a quota that can read the key's state.
 pub trait Reconfigure: Algorithm + Copy {
     /// Whether a state kept under `self` means the same under `new`; an

@@ -214,7 +214,7 @@ impl fmt::Display for CostError {
 
 impl std::error::Error for CostError {}
 
-/// Why a request with its own quota ([`KeyedLimiter::check_n_with`](crate::KeyedLimiter::check_n_with))
+/// Why a request with its own quota ([`Limiter::check_n_with`](crate::Limiter::check_n_with)(crate::Limiter::check_n_with))
 /// was refused before it was decided; nothing was counted.
 ///
 /// ```

@@ -35,26 +35,26 @@
 //! | [`CompactLimiter`] | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`](store::Hashed) | inline in a fixed table (16 bytes a slot for 64-bit keys and one-word states), allocated at build | the default from about 100k keys: less than half the memory per key and the faster look-up at a million keys |
 //! | [`DirectLimiter`] | none (one global limit) | one cache-padded cell | a global cap |
 //!
-//! Every limiter offers the same operations under the same names: [`check`](KeyedLimiter::check)
-//! and [`check_n`](KeyedLimiter::check_n) decide a request (of cost 1, or of any cost: bytes,
+//! Every limiter offers the same operations under the same names: [`check`](crate::Limiter::check)
+//! and [`check_n`](crate::Limiter::check_n) decide a request (of cost 1, or of any cost: bytes,
 //! tokens; a cost that could never be admitted is a [`CostError`], not an endless denial);
-//! [`peek`](KeyedLimiter::peek) and [`peek_n`](KeyedLimiter::peek_n) evaluate without
-//! counting; [`until_ready`](KeyedLimiter::until_ready) (async, any runtime) and
-//! [`until_ready_blocking`](KeyedLimiter::until_ready_blocking), with `_with` forms taking a
+//! [`peek`](crate::Limiter::peek) and [`peek_n`](crate::Limiter::peek_n) evaluate without
+//! counting; [`until_ready`](crate::Limiter::until_ready) (async, any runtime) and
+//! [`until_ready_blocking`](crate::Limiter::until_ready_blocking), with `_with` forms taking a
 //! cost and a [`Jitter`], wait for a client limiting itself;
-//! [`check_up_to`](KeyedLimiter::check_up_to) grants the most units available now, up to
-//! `n`; [`take`](KeyedLimiter::take) charges an estimate and
-//! [`settle`](KeyedLimiter::settle) settles it with the actual cost once known (refund, or an
-//! overrun charged as a debt; an LLM response's tokens); [`check_with`](KeyedLimiter::check_with)
-//! and [`check_n_with`](KeyedLimiter::check_n_with) decide under a quota that comes with the
+//! [`check_up_to`](crate::Limiter::check_up_to) grants the most units available now, up to
+//! `n`; [`take`](crate::Limiter::take) charges an estimate and
+//! [`settle`](crate::Limiter::settle) settles it with the actual cost once known (refund, or an
+//! overrun charged as a debt; an LLM response's tokens); [`check_with`](crate::Limiter::check_with)
+//! and [`check_n_with`](crate::Limiter::check_n_with) decide under a quota that comes with the
 //! request (a plan per client, one limiter for every plan); with the `serde` feature the quotas
-//! deserialize from configuration files; [`reserve`](KeyedLimiter::reserve) paces with GCRA; [`reconfigure`](KeyedLimiter::reconfigure) changes a [`Live`] quota while
-//! traffic flows, keeping every key's state; [`metrics`](KeyedLimiter::metrics) snapshots the
+//! deserialize from configuration files; [`reserve`](crate::Limiter::reserve) paces with GCRA; [`reconfigure`](crate::Limiter::reconfigure) changes a [`Live`] quota while
+//! traffic flows, keeping every key's state; [`metrics`](crate::Limiter::metrics) snapshots the
 //! counters (and [`Metrics`] can feed the `metrics` crate, feature `metrics`). The keyed ones
-//! add [`check_batch`](KeyedLimiter::check_batch) and
-//! [`check_n_batch`](KeyedLimiter::check_n_batch) (a slice of requests decided in order, the
-//! cache misses of their keys overlapped), [`sweep`](KeyedLimiter::sweep), [`len`](KeyedLimiter::len),
-//! [`max_keys`](KeyedLimiter::max_keys) and [`sweep_every`](KeyedLimiter::sweep_every). Each
+//! add [`check_batch`](crate::Limiter::check_batch) and
+//! [`check_n_batch`](crate::Limiter::check_n_batch) (a slice of requests decided in order, the
+//! cache misses of their keys overlapped), [`sweep`](crate::Limiter::sweep), [`len`](crate::Limiter::len),
+//! [`max_keys`](crate::Limiter::max_keys) and [`sweep_every`](crate::Limiter::sweep_every). Each
 //! is made by `new` (default clock), `with_clock`, or `builder` (one [`Builder`](store::Builder) shape:
 //! clock, metrics, and for keyed stores a capacity bound and a background sweeper). Code
 //! generic over limiters uses the [`RateLimiter`] trait, or [`AsyncRateLimiter`] to take the
@@ -85,7 +85,7 @@
 //! tests, simulations and trace replay, [`CoarseClock`] where a clock read per request costs
 //! too much.
 //!
-//! Keys whose state is back to fresh are dropped by [`KeyedLimiter::sweep`], by hand or by a
+//! Keys whose state is back to fresh are dropped by [`Limiter::sweep`](crate::Limiter::sweep), by hand or by a
 //! background sweeper ([`Builder::sweep_every`](store::Builder::sweep_every)), without changing any decision; a capacity
 //! bound ([`Builder::max_keys`](store::Builder::max_keys)) keeps memory bounded under floods of new keys,
 //! and a flood never resets a limit: a key evicted while it still owes comes back at least as
@@ -101,7 +101,7 @@
 //!
 //! | algorithm | state per key | default policy | use it when |
 //! |---|---|---|---|
-//! | [`algo::Gcra`] | 1 × u64 | leaky | you want a rate with a burst: the default; also the token bucket ([`algo::Gcra::token_bucket`]) and leaky bucket ([`algo::Gcra::leaky_bucket`]), and pacing ([`CasLimiter::reserve`](KeyedLimiter::reserve)) |
+//! | [`algo::Gcra`] | 1 × u64 | leaky | you want a rate with a burst: the default; also the token bucket ([`algo::Gcra::token_bucket`]) and leaky bucket ([`algo::Gcra::leaky_bucket`]), and pacing ([`CasLimiter::reserve`](crate::Limiter::reserve)) |
 //! | [`algo::Earrrl`] | 1 × u64 (f64 bits) | strict | abusers must stay locked out while they keep abusing; the measured rate decays with a half-life |
 //! | [`algo::Exponential`] | 1 × u128 | leaky | you want Exim's `ratelimit` semantics: a smoothed rate over a period, bursts up to the limit |
 //! | [`algo::FixedWindow`] | 1 × u64 | leaky | "N per minute" as most APIs document it; cheapest, but allows 2N across a window boundary |
@@ -130,11 +130,11 @@
 //!
 //! # Performance
 //!
-//! For a key already present, [`CasLimiter::check`](KeyedLimiter::check) takes no lock and
+//! For a key already present, [`CasLimiter::check`](crate::Limiter::check) takes no lock and
 //! allocates nothing: one hash, one lock-free `papaya` lookup, one clock read, the pure step
-//! and one `compare_exchange_weak`. A leaky denial writes nothing. [`KeyedLimiter::pin`] holds
+//! and one `compare_exchange_weak`. A leaky denial writes nothing. [`Limiter::pin`](crate::Limiter::pin) holds
 //! the map's epoch guard across a batch of requests, saving its cost per request;
-//! [`check_batch`](KeyedLimiter::check_batch) also reads the clock once per batch and locates a
+//! [`check_batch`](crate::Limiter::check_batch) also reads the clock once per batch and locates a
 //! chunk of keys before deciding any, which pays most at a million keys. The clock
 //! read is the other fixed cost: [`CoarseClock`] replaces the TSC read by one load of a word
 //! that a background thread refreshes (1 ms by default), for quotas whose burst covers that
@@ -222,6 +222,7 @@ mod limiter;
 mod live;
 #[cfg(all(test, hotlimit_loom))]
 mod loom;
+mod ops;
 mod shared;
 mod stats;
 pub mod store;
@@ -238,6 +239,7 @@ pub use error::{ConfigError, CostError, Field, TicketError};
 pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
 pub use limiter::{AsyncRateLimiter, RateLimiter};
 pub use live::Live;
+pub use ops::Limiter;
 pub use stats::Metrics;
 pub use wait::Jitter;
 

@@ -47,7 +47,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// Decides a batch of requests of cost 1, in order: `out` is cleared, then holds one
     /// decision per key, each what [`check`](RateLimiter::check) would have returned at that
     /// point of the sequence. The keyed in-memory stores and the hybrid limiter answer with
-    /// their batched form ([`KeyedLimiter::check_batch`](crate::KeyedLimiter::check_batch), one
+    /// their batched form ([`Limiter::check_batch`](crate::Limiter::check_batch)(crate::Limiter::check_batch), one
     /// clock read, the batch's cache misses overlapped), the sync Redis client in pipelined
     /// round trips; by default, one `check` a key.
     fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
@@ -66,7 +66,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 
     /// Waits on the calling thread until a request of cost 1 for `key` is allowed, and
     /// returns that decision (or the denial, if the wait lies past the clock's range); see
-    /// [`KeyedLimiter::until_ready_blocking`](crate::KeyedLimiter::until_ready_blocking).
+    /// [`Limiter::until_ready_blocking`](crate::Limiter::until_ready_blocking)(crate::Limiter::until_ready_blocking).
     fn until_ready_blocking(&self, key: &Q) -> Decision;
 
     /// The number of keys currently held.
@@ -81,89 +81,6 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// enforces the capacity bound if one is set.
     fn sweep(&self) -> SweepReport;
 }
-
-/// Implements [`RateLimiter`] for a limiter by its inherent methods of the same names, so each
-/// operation is written once, as an inherent method (callers need no trait import) that the
-/// trait forwards to. `stateless` for a limiter that holds no keys itself (Redis holds them):
-/// `len` 0, `sweep` nothing. `, batches` for a limiter with inherent `check_batch` and
-/// `check_n_batch` (else the trait's one-by-one defaults answer).
-macro_rules! rate_limiter_by_inherent {
-    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { keys $(, $batches:ident)? }) => {
-        $crate::limiter::rate_limiter_by_inherent!(@impl [$(#[$attr])*] [$($gen)*] $q, $ty, [$($($bound)*)?], {
-            fn len(&self) -> usize {
-                <$ty>::len(self)
-            }
-
-            fn sweep(&self) -> $crate::sweeper::SweepReport {
-                <$ty>::sweep(self)
-            }
-
-            $($crate::limiter::rate_limiter_by_inherent!(@$batches $q, $ty);)?
-        });
-    };
-    ($(#[$attr:meta])* impl[$($gen:tt)*] RateLimiter<$q:ty> for $ty:ty $(where [$($bound:tt)*])? { stateless $(, $batches:ident)? }) => {
-        $crate::limiter::rate_limiter_by_inherent!(@impl [$(#[$attr])*] [$($gen)*] $q, $ty, [$($($bound)*)?], {
-            /// 0: the keys are held by the backend, not here.
-            fn len(&self) -> usize {
-                0
-            }
-
-            /// Nothing to sweep: the backend expires each key when its state is fresh again.
-            fn sweep(&self) -> $crate::sweeper::SweepReport {
-                $crate::sweeper::SweepReport::default()
-            }
-
-            $($crate::limiter::rate_limiter_by_inherent!(@$batches $q, $ty);)?
-        });
-    };
-    (@batches $q:ty, $ty:ty) => {
-        fn check_batch(&self, keys: &[&$q], out: &mut Vec<$crate::decision::Decision>) {
-            <$ty>::check_batch(self, keys.iter().copied(), out)
-        }
-
-        fn check_n_batch(
-            &self,
-            requests: &[(&$q, u64)],
-            out: &mut Vec<Result<$crate::decision::Decision, $crate::error::CostError>>,
-        ) {
-            <$ty>::check_n_batch(self, requests.iter().copied(), out)
-        }
-    };
-    (@impl [$($attr:tt)*] [$($gen:tt)*] $q:ty, $ty:ty, [$($bound:tt)*], { $($keys:tt)* }) => {
-        $($attr)*
-        impl<$($gen)*> $crate::limiter::RateLimiter<$q> for $ty
-        where
-            $($bound)*
-        {
-            #[inline]
-            fn check_n(&self, key: &$q, cost: u64) -> Result<$crate::decision::Decision, $crate::error::CostError> {
-                <$ty>::check_n(self, key, cost)
-            }
-
-            #[inline]
-            fn check(&self, key: &$q) -> $crate::decision::Decision {
-                <$ty>::check(self, key)
-            }
-
-            #[inline]
-            fn peek_n(&self, key: &$q, cost: u64) -> Result<$crate::decision::Decision, $crate::error::CostError> {
-                <$ty>::peek_n(self, key, cost)
-            }
-
-            #[inline]
-            fn peek(&self, key: &$q) -> $crate::decision::Decision {
-                <$ty>::peek(self, key)
-            }
-
-            fn until_ready_blocking(&self, key: &$q) -> $crate::decision::Decision {
-                <$ty>::until_ready_blocking(self, key)
-            }
-
-            $($keys)*
-        }
-    };
-}
-pub(crate) use rate_limiter_by_inherent;
 
 /// A limiter whose decision may need I/O (a round trip to a shared store), so it is a
 /// future: what `hotlimit::tower::RateLimitLayer` is generic over.

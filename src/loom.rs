@@ -200,7 +200,7 @@ mod compact {
             let (l, clock) = limiter::<V>(policy);
             // A second key that prefers the same slot as 7, so it takes 7's slot when the
             // sweep frees it (the reuse under test), not a free neighbour.
-            let pref = |k: u64| preferred_slot(l.table.locate(&k).1);
+            let pref = |k: u64| preferred_slot(l.store.0.locate(&k).1);
             let other = (8..).find(|&k| pref(k) == pref(7)).unwrap();
             if prefill {
                 assert!(l.check(&7).is_allowed()); // tat = T

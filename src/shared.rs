@@ -28,7 +28,7 @@ pub(crate) const DEFAULT_SWEEP_GRACE: Duration = Duration::from_secs(1);
 
 /// The settings a [`Builder`] collects.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Options {
+pub struct Options {
     pub(crate) sweep_every: Option<Duration>,
     pub(crate) max_keys: Option<usize>,
     pub(crate) grace: Duration,
@@ -201,7 +201,7 @@ impl<L, A: fmt::Debug, C: fmt::Debug> fmt::Debug for Builder<L, A, C> {
 /// One key's state in a store, as the request paths of [`Core`] reach it: `apply` runs a step
 /// on it through the store's CAS loop (or lock). A trait rather than a closure so that the
 /// step is inlined into the loop (a `dyn FnMut` there cost ~10 ns a request).
-pub(crate) trait KeyState<S> {
+pub trait KeyState<S> {
     /// Runs `f` on the state (possibly several times, on fresh copies: see
     /// [`Algorithm::update`]) and returns the last result.
     fn apply<T>(&self, f: impl FnMut(&mut S) -> T) -> T;
@@ -231,7 +231,7 @@ pub(crate) fn new_limiter_id() -> u64 {
 
 /// What every store keeps beside its table, and the request paths that do not depend on how
 /// keys are kept.
-pub(crate) struct Core<A, C> {
+pub struct Core<A, C> {
     pub(crate) algo: A,
     pub(crate) clock: C,
     pub(crate) stats: Stats,

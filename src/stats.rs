@@ -93,8 +93,8 @@ impl Stats {
 /// What a limiter has done so far: a snapshot of its counters, cheap to take (a few dozen
 /// loads), for dashboards and exporters.
 ///
-/// `allowed` and `denied` are counted only when asked for (`Builder::metrics(true)`,
-/// `DirectLimiter::with_metrics`), because counting costs a `fetch_add` per request (on a
+/// `allowed` and `denied` are counted only when asked for (`Builder::metrics(true)`),
+/// because counting costs a `fetch_add` per request (on a
 /// per-thread stripe, so threads do not contend on it); otherwise they stay 0. Every other
 /// field is always kept. Counts are exact: with counting on, `allowed + denied` is the number
 /// of decisions returned (checks and reservations; peeks are not counted).

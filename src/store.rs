@@ -4,12 +4,15 @@
 //! a sweep reports; and the plumbing of [`AsyncRateLimiter`](crate::AsyncRateLimiter)
 //! ([`Started`], [`LimiterError`]). The limiters themselves are at the crate root.
 
+pub use crate::compact::Compact;
 pub use crate::compact::{
     CompactKey, CompactState, CompactVariant, Hashed, KeyRepr, ProbeStats, DEFAULT_MAX_KEYS,
 };
 pub use crate::decision::Ticket;
+pub use crate::direct::Single;
 pub use crate::error::QuotaError;
-pub use crate::keyed::Pinned;
+pub use crate::keyed::{Map, Pinned};
 pub use crate::limiter::{Cas, LimiterError, Locked, Started, Variant};
+pub use crate::ops::{Keys, Store};
 pub use crate::shared::{Builder, KeyedStore};
 pub use crate::sweeper::{SweepReport, SweepTotals};

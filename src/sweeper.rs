@@ -347,7 +347,7 @@ impl Signal {
 
 /// The handle of a running sweeper thread; stops and joins it on drop.
 #[derive(Debug)]
-pub(crate) struct Sweeper {
+pub struct Sweeper {
     signal: Arc<Signal>,
     thread: Option<JoinHandle<()>>,
 }

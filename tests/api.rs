@@ -362,11 +362,11 @@ fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
         Live::new("10/s burst 10".parse::<Gcra>().unwrap()),
         ManualClock::new(),
     );
-    assert_eq!((0..20).filter(|_| d.check().is_allowed()).count(), 10);
+    assert_eq!((0..20).filter(|_| d.check(&()).is_allowed()).count(), 10);
     d.reconfigure("1/s burst 2".parse().unwrap()).unwrap();
     // The debt is kept as time: 1 s, half of the new 2 s bucket, so one more is allowed.
-    assert!(d.check().is_allowed());
-    assert_eq!(d.check().retry_after(), Duration::from_secs(1));
+    assert!(d.check(&()).is_allowed());
+    assert_eq!(d.check(&()).retry_after(), Duration::from_secs(1));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -428,9 +428,10 @@ fn metrics_totals_equal_the_decisions_returned() {
     let d = DirectLimiter::<Gcra>::builder("1/s".parse().unwrap())
         .clock(ManualClock::new())
         .metrics(true)
-        .build();
-    let _ = d.check();
-    let _ = d.check();
+        .build()
+        .unwrap();
+    let _ = d.check(&());
+    let _ = d.check(&());
     assert_eq!((d.metrics().allowed, d.metrics().denied), (1, 1));
 }
 
@@ -483,14 +484,14 @@ fn until_ready_waits_exactly_the_honest_time() {
     until_ready_on::<Locked>();
     let clock = ManualClock::new();
     let d = DirectLimiter::<_>::with_clock("2/s burst 1".parse::<Gcra>().unwrap(), clock.clone());
-    assert!(d.until_ready_blocking().is_allowed());
-    let _ = d.until_ready_blocking_with(1, Jitter::NONE).unwrap();
+    assert!(d.until_ready_blocking(&()).is_allowed());
+    let _ = d.until_ready_blocking_with(&(), 1, Jitter::NONE).unwrap();
     assert_eq!(clock.now(), 500_000_000);
     let sleep = |t: Duration| {
         clock.advance(t);
         std::future::ready(())
     };
-    assert!(block_on(d.until_ready(sleep)).is_allowed());
+    assert!(block_on(d.until_ready(&(), sleep)).is_allowed());
     assert_eq!(clock.now(), 1_000_000_000);
 }
 

@@ -72,13 +72,13 @@ where
         }
         if key == 0 {
             prop_assert_eq!(
-                direct.check_up_to(n).unwrap(),
+                direct.check_up_to(&(), n).unwrap(),
                 want,
                 "{} direct step {}",
                 name,
                 i
             );
-            let got = direct_locked.check_up_to(n).unwrap();
+            let got = direct_locked.check_up_to(&(), n).unwrap();
             prop_assert_eq!(got, want, "{} direct-locked step {}", name, i);
         }
     }
@@ -127,7 +127,10 @@ fn threads_share_one_burst_exactly() {
             "compact",
             Arc::new(move || compact.check_up_to(&7, 3).unwrap().0),
         ),
-        ("direct", Arc::new(move || direct.check_up_to(3).unwrap().0)),
+        (
+            "direct",
+            Arc::new(move || direct.check_up_to(&(), 3).unwrap().0),
+        ),
     ];
     for (name, grant) in stores {
         let handles: Vec<_> = (0..4)

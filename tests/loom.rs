@@ -30,11 +30,15 @@ where
     let handles: Vec<_> = (0..threads)
         .map(|_| {
             let l = limiter.clone();
-            thread::spawn(move || (0..per_thread).filter(|_| l.check().is_allowed()).count())
+            thread::spawn(move || {
+                (0..per_thread)
+                    .filter(|_| l.check(&()).is_allowed())
+                    .count()
+            })
         })
         .collect();
     let allowed = handles.into_iter().map(|h| h.join().unwrap()).sum();
-    let after = limiter.check();
+    let after = limiter.check(&());
     assert!(after.is_denied());
     (allowed, after.retry_after_nanos())
 }
@@ -165,14 +169,14 @@ fn live_switch_racing_a_request_keeps_what_the_request_wrote() {
             clock.clone(),
         ));
         clock.set_nanos(50_000_000);
-        assert!(limiter.check().is_allowed()); // tat = 150 ms
+        assert!(limiter.check(&()).is_allowed()); // tat = 150 ms
         clock.set_nanos(100_000_000);
         let l = limiter.clone();
-        let request = thread::spawn(move || l.check().is_allowed());
+        let request = thread::spawn(move || l.check(&()).is_allowed());
         limiter.reconfigure(new).unwrap();
         let raced = request.join().unwrap();
         clock.set_nanos(200_000_000);
-        assert_eq!(limiter.check().is_allowed(), !raced);
+        assert_eq!(limiter.check(&()).is_allowed(), !raced);
     });
 }
 
@@ -188,10 +192,10 @@ fn settle_racing_a_request_is_one_sequential_order() {
                 gcra(3, policy),
                 ManualClock::new(),
             ));
-            let mut ticket = limiter.take(3).unwrap();
+            let mut ticket = limiter.take(&(), 3).unwrap();
             let l = limiter.clone();
-            let request = thread::spawn(move || l.check_n(2).unwrap().is_allowed());
-            assert!(limiter.settle(&mut ticket, 1).unwrap());
+            let request = thread::spawn(move || l.check_n(&(), 2).unwrap().is_allowed());
+            assert!(limiter.settle(&(), &mut ticket, 1).unwrap());
             let allowed = request.join().unwrap();
             let tat = match (allowed, policy) {
                 // Refund first: T, then the request: 3T.
@@ -203,7 +207,7 @@ fn settle_racing_a_request_is_one_sequential_order() {
                 _ => unreachable!("a policy this model does not know"),
             };
             // The state left, as a request of one unit sees it.
-            assert_eq!(limiter.peek(), gcra(3, policy).peek(&tat, 0, 1));
+            assert_eq!(limiter.peek(&()), gcra(3, policy).peek(&tat, 0, 1));
         });
     }
 }
@@ -216,13 +220,13 @@ fn overrun_racing_a_request_lands_both() {
             gcra(4, Policy::Leaky),
             ManualClock::new(),
         ));
-        let mut ticket = limiter.take(1).unwrap();
+        let mut ticket = limiter.take(&(), 1).unwrap();
         let l = limiter.clone();
-        let request = thread::spawn(move || l.check().is_allowed());
-        assert!(limiter.settle(&mut ticket, 3).unwrap());
+        let request = thread::spawn(move || l.check(&()).is_allowed());
+        assert!(limiter.settle(&(), &mut ticket, 3).unwrap());
         let allowed = request.join().unwrap();
         // Either order: tat = 3T + T = 4T, the request admitted within burst 4.
         assert!(allowed);
-        assert_eq!(limiter.peek().retry_after_nanos(), T);
+        assert_eq!(limiter.peek(&()).retry_after_nanos(), T);
     });
 }

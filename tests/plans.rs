@@ -81,9 +81,9 @@ where
         }
         if key == 0 {
             let got = if cost == 1 {
-                direct.check_with(quota)
+                direct.check_with(&(), quota)
             } else {
-                direct.check_n_with(cost, quota)
+                direct.check_n_with(&(), cost, quota)
             };
             prop_assert_eq!(got, Ok(want), "{} direct step {}", name, i);
         }
@@ -167,9 +167,12 @@ fn take_and_settle_under_a_plan() {
         Some(59)
     );
     let direct = DirectLimiter::<Gcra, _>::with_clock(free, ManualClock::new());
-    let mut t = direct.take_with(100, &pro).unwrap();
-    assert_eq!(direct.settle_with(&mut t, 40, &pro), Ok(true));
-    assert_eq!(direct.check_n_with(1, &pro).unwrap().remaining(), Some(59));
+    let mut t = direct.take_with(&(), 100, &pro).unwrap();
+    assert_eq!(direct.settle_with(&(), &mut t, 40, &pro), Ok(true));
+    assert_eq!(
+        direct.check_n_with(&(), 1, &pro).unwrap().remaining(),
+        Some(59)
+    );
 }
 
 /// A quota that cannot read the state and a cost beyond the quota are typed errors; nothing

@@ -89,8 +89,8 @@ where
         ];
         let direct = (key == 0).then(|| {
             [
-                self.direct.take(cost).unwrap(),
-                self.direct_locked.take(cost).unwrap(),
+                self.direct.take(&(), cost).unwrap(),
+                self.direct_locked.take(&(), cost).unwrap(),
             ]
         });
         Tickets(keyed, direct)
@@ -106,8 +106,8 @@ where
             self.compact_locked.settle(&key, d, actual).unwrap(),
         ];
         if let Some([e, f]) = &mut t.1 {
-            out.push(self.direct.settle(e, actual).unwrap());
-            out.push(self.direct_locked.settle(f, actual).unwrap());
+            out.push(self.direct.settle(&(), e, actual).unwrap());
+            out.push(self.direct_locked.settle(&(), f, actual).unwrap());
         }
         out
     }
@@ -121,8 +121,8 @@ where
             self.compact_locked.peek_n(&key, cost).unwrap(),
         ];
         if key == 0 {
-            out.push(self.direct.peek_n(cost).unwrap());
-            out.push(self.direct_locked.peek_n(cost).unwrap());
+            out.push(self.direct.peek_n(&(), cost).unwrap());
+            out.push(self.direct_locked.peek_n(&(), cost).unwrap());
         }
         out
     }
@@ -489,8 +489,14 @@ fn threads_taking_and_settling_lose_nothing() {
         ),
         (
             "direct",
-            Arc::new(move |s| work(|c| d1.take(c).unwrap(), |t, a| d1.settle(t, a).unwrap(), s)),
-            Box::new(move || d2.peek()),
+            Arc::new(move |s| {
+                work(
+                    |c| d1.take(&(), c).unwrap(),
+                    |t, a| d1.settle(&(), t, a).unwrap(),
+                    s,
+                )
+            }),
+            Box::new(move || d2.peek(&())),
         ),
     ];
     for (name, run, peek) in runs {
@@ -553,10 +559,10 @@ fn a_ticket_settles_only_where_it_was_taken() {
     assert_eq!(b.compact_locked.settle(&0, z, 0), Err(OtherLimiter));
     assert_eq!(a.mutex.settle(&0, w, 0), Err(OtherLimiter));
     let [e, f] = t.1.as_mut().unwrap();
-    assert_eq!(b.direct.settle(e, 0), Err(OtherLimiter));
-    assert_eq!(a.direct_locked.settle(e, 0), Err(OtherLimiter));
+    assert_eq!(b.direct.settle(&(), e, 0), Err(OtherLimiter));
+    assert_eq!(a.direct_locked.settle(&(), e, 0), Err(OtherLimiter));
     assert_eq!(a.cas.settle(&0, e, 0), Err(OtherLimiter));
-    assert_eq!(b.direct_locked.settle(f, 0), Err(OtherLimiter));
+    assert_eq!(b.direct_locked.settle(&(), f, 0), Err(OtherLimiter));
     // Nothing moved: 10 − 6 − the peeked unit; key 1 and the other limiter untouched.
     assert_eq!(remaining(&a, 0), [Some(3); 4]);
     assert_eq!(remaining(&a, 1), [Some(9); 4]);

@@ -181,8 +181,16 @@ store!(CasGcra, CasLimiter<u64, Live<Gcra>, ManualClock>, |k| &k);
 store!(MutexGcra, MutexLimiter<u64, Live<Gcra>, ManualClock>, |k| &k);
 store!(CompactGcra, CompactLimiter<u64, Live<Gcra>, ManualClock, Cas>, |k| &k);
 store!(CompactMutexGcra, CompactLimiter<u64, Live<Gcra>, ManualClock, Locked>, |k| &k);
-store!(DirectGcra, DirectLimiter<Live<Gcra>, ManualClock, Cas>, |_k|);
-store!(DirectMutexGcra, DirectLimiter<Live<Gcra>, ManualClock, Locked>, |_k|);
+store!(
+    DirectGcra,
+    DirectLimiter<Live<Gcra>, ManualClock, Cas>,
+    |_k| &()
+);
+store!(
+    DirectMutexGcra,
+    DirectLimiter<Live<Gcra>, ManualClock, Locked>,
+    |_k| &()
+);
 keyed!(CasGcra, MutexGcra, CompactGcra, CompactMutexGcra);
 
 /// Builds every store the same way, through its one builder shape: `$algo` on `$clock`, with
@@ -217,7 +225,8 @@ macro_rules! every_store {
                     DirectLimiter::<_, _, Cas>::builder(algo.clone())
                         .clock(clock.clone())
                         .metrics(true)
-                        .build(),
+                        .build()
+                        .unwrap(),
                 ),
             ),
             (
@@ -226,7 +235,8 @@ macro_rules! every_store {
                     DirectLimiter::<_, _, Locked>::builder(algo.clone())
                         .clock(clock.clone())
                         .metrics(true)
-                        .build(),
+                        .build()
+                        .unwrap(),
                 ),
             ),
         ];

@@ -119,14 +119,14 @@ fn direct_limiter_totals_under_threads() {
                 s.spawn(|| {
                     let a = (0..PER_THREAD)
                         .filter(|_| {
-                            let _ = cas.peek();
-                            cas.check().is_allowed()
+                            let _ = cas.peek(&());
+                            cas.check(&()).is_allowed()
                         })
                         .count();
                     let b = (0..PER_THREAD)
                         .filter(|_| {
-                            let _ = mutex.peek();
-                            mutex.check().is_allowed()
+                            let _ = mutex.peek(&());
+                            mutex.check(&()).is_allowed()
                         })
                         .count();
                     (a, b)

@@ -3,16 +3,13 @@
 #[cfg(doc)]
 use super::RateLimitHeaders;
 use crate::algo::{
-    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow,
-    SubWindow,
+    Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
 };
-use crate::clock::Clock;
-use crate::compact::{CompactKey, CompactLimiter, CompactVariant};
-use crate::keyed::KeyedLimiter;
-use crate::limiter::{RateLimiter, Variant};
+
+use crate::limiter::RateLimiter;
 use crate::live::Live;
+use crate::ops::{Limiter, Store};
 use std::fmt;
-use std::hash::Hash;
 use std::time::Duration;
 
 /// A quota policy as `RateLimit-Policy` advertises it: `quota` units per `window` whole
@@ -288,12 +285,10 @@ impl AdvertisedQuota for Earrrl {
     }
 }
 
-impl<K, A, C, V> AdvertisedQuota for KeyedLimiter<K, A, C, V>
+/// Every in-memory limiter advertises its algorithm's quota.
+impl<S: Store> AdvertisedQuota for Limiter<S>
 where
-    K: Hash + Eq + Send + Sync,
-    A: Algorithm + AdvertisedQuota,
-    C: Clock,
-    V: Variant<A>,
+    S::Algo: AdvertisedQuota,
 {
     fn advertised_quota(&self) -> Option<QuotaPolicy> {
         self.algorithm().advertised_quota()
@@ -304,18 +299,6 @@ where
 impl<A: Reconfigure + AdvertisedQuota> AdvertisedQuota for Live<A> {
     fn advertised_quota(&self) -> Option<QuotaPolicy> {
         self.get().advertised_quota()
-    }
-}
-
-impl<K, A, C, V> AdvertisedQuota for CompactLimiter<K, A, C, V>
-where
-    K: CompactKey,
-    A: Algorithm + AdvertisedQuota,
-    C: Clock,
-    V: CompactVariant<A>,
-{
-    fn advertised_quota(&self) -> Option<QuotaPolicy> {
-        self.algorithm().advertised_quota()
     }
 }
 
@@ -330,6 +313,7 @@ impl AdvertisedQuota for dyn RateLimiter<str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{CompactLimiter, KeyedLimiter};
 
     #[test]
     fn policy_names_are_checked() {

@@ -10,28 +10,25 @@ use costs::At;
 
 pub use pinned::Pinned;
 
-use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
+use crate::algo::Algorithm;
 use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
-use crate::error::{ConfigError, CostError};
-use crate::limiter::{rate_limiter_by_inherent, Cas, Locked, Variant};
-use crate::live::Live;
-use crate::shared::{sealed, Builder, Core, KeyedStore, Options};
-use crate::stats::Metrics;
-use crate::sweeper::{evict_before_insert, SweepReport, SweepTotals, Sweeper};
-use crate::wait::{self, Jitter};
+use crate::error::CostError;
+use crate::limiter::{Cas, Locked, Variant};
+use crate::ops::sealed::{Lookup, Table};
+use crate::ops::Limiter;
+use crate::shared::{sealed, Core, KeyedStore, Options};
+use crate::sweeper::{evict_before_insert, SweepReport, Sweeper};
 use std::borrow::Borrow;
 use std::fmt;
-use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Keys sampled to pick the capacity-eviction threshold.
 const CAPACITY_SAMPLE: usize = 1024;
 
-/// A keyed rate limiter: a `papaya` concurrent map (hashed with `ahash`) from key to a cell of
+/// A keyed rate limiter over a [`Map`]: a `papaya` concurrent map (hashed with `ahash`) from key to a cell of
 /// state, the cell chosen by `V`.
 ///
 /// With [`Cas`] ([`CasLimiter`]) the hot path for a known key is: clock read → hash →
@@ -41,49 +38,26 @@ const CAPACITY_SAMPLE: usize = 1024;
 /// same map holds each key's state behind a `parking_lot::Mutex`, and the same step runs under
 /// it.
 ///
-/// **Consistency.** Decisions are linearizable per key: whatever the threads and
-/// interleavings, they equal those of some sequential order of the same requests. At one fixed
-/// `now`, N threads firing at one key get exactly as many allowed as one thread would.
-/// Different keys are independent. Eviction never loses an update (see [`sweep`]).
-///
 /// Look-ups borrow: a `KeyedLimiter<String, _>` is checked with `&str`, so a request
-/// allocates nothing for a known key.
-///
-/// [`sweep`]: KeyedLimiter::sweep
-///
-/// # Examples
-///
-/// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
-/// use std::time::Duration;
-///
-/// let clock = ManualClock::new();
-/// let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 2".parse()?, clock.clone());
-/// assert!(limiter.check("alice").is_allowed());
-/// assert!(limiter.check("alice").is_allowed());
-/// let denied = limiter.check("alice");
-/// assert_eq!(denied.retry_after(), Duration::from_millis(100));
-/// assert!(limiter.check("bob").is_allowed());
-/// clock.advance(Duration::from_millis(100));
-/// assert!(limiter.check("alice").is_allowed());
-/// assert_eq!(limiter.len(), 2);
-/// # Ok::<(), hotlimit::ConfigError>(())
-/// ```
-pub struct KeyedLimiter<K, A: Algorithm, C = QuantaClock, V: Variant<A> = Cas> {
-    shared: Arc<Shared<K, A, C, V>>,
-    /// Stops and joins the background sweeper (if any) when the limiter is dropped.
-    _sweeper: Option<Sweeper>,
-}
+/// allocates nothing for a known key. Every operation is [`Limiter`]'s.
+pub type KeyedLimiter<K, A, C = QuantaClock, V = Cas> = Limiter<Map<K, A, C, V>>;
 
 /// The lock-free keyed limiter.
-pub type CasLimiter<K, A, C = QuantaClock> = KeyedLimiter<K, A, C, Cas>;
+pub type CasLimiter<K, A, C = QuantaClock> = Limiter<Map<K, A, C, Cas>>;
 
 /// The pessimistic twin: the same map and algorithm, each key's state behind a mutex.
-pub type MutexLimiter<K, A, C = QuantaClock> = KeyedLimiter<K, A, C, Locked>;
+pub type MutexLimiter<K, A, C = QuantaClock> = Limiter<Map<K, A, C, Locked>>;
+
+/// The keyed [`Store`](crate::store::Store) of any key: a `papaya` concurrent map (hashed
+/// with `ahash`) from key to a cell of state, the cell chosen by `V` ([`Cas`] or [`Locked`]);
+/// see [`KeyedLimiter`].
+pub struct Map<K, A: Algorithm, C = QuantaClock, V: Variant<A> = Cas>(
+    pub(crate) Arc<Shared<K, A, C, V>>,
+);
 
 /// Everything the requests and the sweeper thread share: the keyed store itself, which the
 /// hybrid limiter (feature `redis`) also keeps its entries in.
-pub(crate) struct Shared<K, A: Algorithm, C, V: Variant<A>> {
+pub struct Shared<K, A: Algorithm, C, V: Variant<A>> {
     pub(crate) map: papaya::HashMap<K, V::Cell, ahash::RandomState>,
     pub(crate) core: Core<A, C>,
     /// Told of every key an eviction kills, with the state it killed: what the hybrid
@@ -96,258 +70,104 @@ pub(crate) struct Shared<K, A: Algorithm, C, V: Variant<A>> {
 /// See `Shared::with_evict_hook` (feature `redis`).
 pub(crate) type EvictHook<K, S> = Box<dyn Fn(&K, &S) + Send + Sync>;
 
-impl<K, A, V> KeyedLimiter<K, A, QuantaClock, V>
-where
-    K: Hash + Eq + Send + Sync,
-    A: Algorithm,
-    V: Variant<A>,
-{
-    /// A limiter running `algo` on the default (`quanta`) clock, without background sweeps.
-    pub fn new(algo: A) -> Self {
-        Self::with_clock(algo, QuantaClock::new())
-    }
+impl<K: 'static, A: Algorithm, V: Variant<A>> sealed::Keyed for Map<K, A, QuantaClock, V> {}
+impl<K: 'static, A: Algorithm, V: Variant<A>> KeyedStore for Map<K, A, QuantaClock, V> {}
 
-    /// A limiter running `algo` on `clock`, without background sweeps.
-    pub fn with_clock<C: Clock>(algo: A, clock: C) -> KeyedLimiter<K, A, C, V> {
-        KeyedLimiter {
-            shared: Arc::new(Shared::new(algo, clock, &Options::default())),
-            _sweeper: None,
-        }
-    }
-
-    /// A builder for a limiter running `algo`: clock, background sweeper, capacity bound,
-    /// metrics.
-    pub fn builder(algo: A) -> Builder<Self, A> {
-        Builder::new(algo)
-    }
-}
-
-impl<K, A: Algorithm, V: Variant<A>> sealed::Keyed for KeyedLimiter<K, A, QuantaClock, V> {}
-impl<K, A: Algorithm, V: Variant<A>> KeyedStore for KeyedLimiter<K, A, QuantaClock, V> {}
-
-impl<K, A, C, V> Builder<KeyedLimiter<K, A, QuantaClock, V>, A, C>
+impl<K, A, C, V> Table for Map<K, A, C, V>
 where
     K: Hash + Eq + Send + Sync + 'static,
     A: Algorithm,
     C: Clock,
     V: Variant<A>,
 {
-    /// Builds the limiter, starting the background sweeper if one was asked for.
-    ///
-    /// Fails only if the sweeper thread cannot be spawned, or the debt table of a `max_keys`
-    /// beyond memory cannot be allocated.
-    pub fn build(self) -> std::io::Result<KeyedLimiter<K, A, C, V>> {
-        let shared = Shared::new(self.algo, self.clock, &self.options)
-            .with_debts(&self.options)
+    type Algo = A;
+    type Clock = C;
+    type WithClock<C2: Clock> = Map<K, A, C2, V>;
+
+    fn build(algo: A, clock: C, options: &Options) -> std::io::Result<(Self, Option<Sweeper>)> {
+        let shared = Shared::new(algo, clock, options)
+            .with_debts(options)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
         let shared = Arc::new(shared);
         let sweeper = shared.core.spawn_sweeper(&shared, |s| {
             s.sweep();
         })?;
-        Ok(KeyedLimiter {
-            shared,
-            _sweeper: sweeper,
-        })
+        Ok((Map(shared), sweeper))
+    }
+
+    #[inline(always)]
+    fn core(&self) -> &Core<A, C> {
+        &self.0.core
+    }
+
+    fn keys(&self) -> usize {
+        self.0.map.len()
+    }
+
+    fn sweep(&self) -> SweepReport {
+        self.0.sweep()
+    }
+
+    fn rewrite_all(&self, fit: &dyn Fn(&mut A::State)) {
+        let guard = self.0.map.guard();
+        for (_, cell) in self.0.map.iter(&guard) {
+            cell.rewrite(fit);
+        }
     }
 }
 
-impl<K, A, C, V> KeyedLimiter<K, A, C, V>
+impl<K, A, C, V, Q> Lookup<Q> for Map<K, A, C, V>
 where
-    K: Hash + Eq + Send + Sync,
+    K: Hash + Eq + Send + Sync + Borrow<Q> + 'static,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     A: Algorithm,
     C: Clock,
     V: Variant<A>,
 {
-    /// Decides a request of cost 1 for `key`.
+    type At<'a>
+        = At<'a, Shared<K, A, C, V>, Q>
+    where
+        Self: 'a,
+        Q: 'a;
+
+    #[inline(always)]
+    fn at<'a>(&'a self, key: &'a Q) -> Self::At<'a> {
+        At(&self.0, key)
+    }
+
+    #[inline(always)]
+    fn decide(&self, algo: &A, key: &Q, cost: u64, now: u64) -> Decision {
+        let sh = &*self.0;
+        sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost))
+    }
+
     #[inline]
-    pub fn check<Q>(&self, key: &Q) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        // Cost 1 never exceeds a capacity (capacities are at least 1).
-        self.shared.decide(key, 1)
+    fn peek(&self, key: &Q, cost: u64, now: u64) -> Decision {
+        self.0.peek(key, cost, now, &self.0.map.guard())
     }
 
-    /// Decides a request of `cost` for `key`.
-    ///
-    /// Errors (and counts nothing) if `cost` is 0 or above the algorithm's capacity, since
-    /// such a request could never be allowed.
-    #[inline]
-    pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.shared.core.cost(cost)?;
-        Ok(self.shared.decide(key, cost))
-    }
-
-    /// The decision [`check`](KeyedLimiter::check) would return now, without counting the
-    /// request: the key's state is left untouched and an unknown key is not inserted.
-    ///
-    /// Use it to compute a `Retry-After` across several limits, or for dashboards. Under
-    /// concurrency it is a snapshot: another request may change the state right after.
-    ///
-    /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
-    ///
-    /// let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::new());
-    /// assert!(limiter.peek("k").is_allowed());
-    /// assert!(limiter.peek("k").is_allowed()); // nothing was counted
-    /// assert_eq!(limiter.len(), 0);
-    /// assert!(limiter.check("k").is_allowed());
-    /// assert!(limiter.peek("k").is_denied());
-    /// # Ok::<(), hotlimit::ConfigError>(())
-    /// ```
-    #[inline]
-    pub fn peek<Q>(&self, key: &Q) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let now = self.shared.core.clock.now();
-        self.shared.peek(key, 1, now, &self.shared.map.guard())
-    }
-
-    /// The decision [`check_n`](KeyedLimiter::check_n) would return now, without counting
-    /// it; errors as `check_n` does.
-    #[inline]
-    pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.shared.core.cost(cost)?;
-        let now = self.shared.core.clock.now();
-        Ok(self.shared.peek(key, cost, now, &self.shared.map.guard()))
-    }
-
-    /// Waits until a request of cost 1 for `key` is allowed and returns that decision (the
-    /// request is counted): client-side self-limiting. `sleep` is the runtime's timer, e.g.
-    /// `tokio::time::sleep`, so this works on any runtime.
-    ///
-    /// It peeks while it waits and sleeps each honest `retry_after`, so it is never counted as
-    /// denied while it waits and returns at the earliest time the limiter allows (plus any
-    /// [`Jitter`] of [`until_ready_with`](KeyedLimiter::until_ready_with)). Under a strict
-    /// policy a peek's `retry_after` also covers the denial it would have counted, so the
-    /// wait can be longer than the least one, never shorter. Other callers may take the
-    /// budget first; it then waits again. A wait the limiter's clock cannot reach (past
-    /// [`CLOCK_MAX`](crate::algo::CLOCK_MAX), where a clock saturates) returns the denial
-    /// instead: no sleep would end it.
-    ///
-    /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
-    /// use std::time::Duration;
-    ///
-    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    /// #     struct Noop;
-    /// #     impl std::task::Wake for Noop { fn wake(self: std::sync::Arc<Self>) {} }
-    /// #     let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
-    /// #     let mut f = std::pin::pin!(f);
-    /// #     loop {
-    /// #         if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut std::task::Context::from_waker(&waker)) {
-    /// #             return out;
-    /// #         }
-    /// #     }
-    /// # }
-    /// let clock = ManualClock::new();
-    /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
-    /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
-    /// // With tokio: `limiter.until_ready(&1, tokio::time::sleep).await`.
-    /// let fake_sleep = |d| {
-    ///     clock.advance(d);
-    ///     std::future::ready(())
-    /// };
-    /// assert!(block_on(limiter.until_ready(&1, fake_sleep)).is_allowed());
-    /// assert_eq!(clock.now(), 250_000_000);
-    /// # Ok::<(), hotlimit::ConfigError>(())
-    /// ```
-    pub async fn until_ready<Q, F, Fut>(&self, key: &Q, sleep: F) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-        F: FnMut(Duration) -> Fut,
-        Fut: Future<Output = ()>,
-    {
-        let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
-        wait::infallible(
-            self.shared
-                .core
-                .until_ready(Jitter::NONE, peek, check, sleep)
-                .await,
-        )
-    }
-
-    /// [`until_ready`](KeyedLimiter::until_ready) for a request of `cost`, adding `jitter` to
-    /// each wait; errors if the cost can never be admitted (at once, or as soon as a live
-    /// reconfiguration makes it so).
-    pub async fn until_ready_with<Q, F, Fut>(
+    #[inline(always)]
+    fn decide_batch<'k>(
         &self,
-        key: &Q,
-        cost: u64,
-        jitter: Jitter,
-        sleep: F,
-    ) -> Result<Decision, CostError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-        F: FnMut(Duration) -> Fut,
-        Fut: Future<Output = ()>,
+        requests: impl IntoIterator<Item = (&'k Q, u64)>,
+        valid: impl Fn(u64) -> Result<(), CostError>,
+        emit: impl FnMut(Result<Decision, CostError>),
+    ) where
+        Q: 'k,
     {
-        let (peek, check) = (|| self.peek_n(key, cost), || self.shared.decide(key, cost));
-        self.shared
-            .core
-            .until_ready(jitter, peek, check, sleep)
-            .await
+        self.0.decide_batch(requests, valid, emit);
     }
+}
 
-    /// [`until_ready`](KeyedLimiter::until_ready) on the calling thread, sleeping with the
-    /// limiter's clock ([`Clock::sleep`]: a real sleep, or a [`ManualClock`](crate::ManualClock)
-    /// moving itself forward).
-    ///
-    /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
-    ///
-    /// let clock = ManualClock::new();
-    /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
-    /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
-    /// assert!(limiter.until_ready_blocking(&1).is_allowed());
-    /// assert_eq!(clock.now(), 250_000_000);
-    /// # Ok::<(), hotlimit::ConfigError>(())
-    /// ```
-    pub fn until_ready_blocking<Q>(&self, key: &Q) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
-        wait::infallible(
-            self.shared
-                .core
-                .until_ready_blocking(Jitter::NONE, peek, check),
-        )
-    }
-
-    /// [`until_ready_blocking`](KeyedLimiter::until_ready_blocking) for a request of `cost`,
-    /// adding `jitter` to each wait; errors if the cost can never be admitted (at once, or as
-    /// soon as a live reconfiguration makes it so).
-    pub fn until_ready_blocking_with<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        jitter: Jitter,
-    ) -> Result<Decision, CostError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let (peek, check) = (|| self.peek_n(key, cost), || self.shared.decide(key, cost));
-        self.shared.core.until_ready_blocking(jitter, peek, check)
-    }
-
+impl<K, A, C, V> Limiter<Map<K, A, C, V>>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    A: Algorithm,
+    C: Clock,
+    V: Variant<A>,
+{
     /// Pins the map for a batch of checks from this thread, saving the pin each
-    /// [`check`](KeyedLimiter::check) otherwise pays (an epoch-based reclamation guard,
+    /// [`check`](Limiter::check) otherwise pays (an epoch-based reclamation guard,
     /// dearer under contention; `BENCHMARKS.md` has its cost).
     ///
     /// While a [`Pinned`] lives, memory of entries removed meanwhile (evicted keys) is not
@@ -366,119 +186,30 @@ where
     /// # Ok::<(), hotlimit::ConfigError>(())
     /// ```
     pub fn pin(&self) -> Pinned<'_, K, A, C, V> {
+        let shared = &*self.store.0;
         Pinned {
-            shared: &self.shared,
-            guard: self.shared.map.guard(),
+            shared,
+            guard: shared.map.guard(),
         }
     }
+}
 
-    /// Drops every key whose state is equivalent to a fresh key's at `now − grace` (so no
-    /// future decision changes), then, if a capacity bound is set and still exceeded, evicts
-    /// down to 7/8 of it. Safe to run while other threads `check`: see the protocol in the
-    /// crate's Implementation notes. Returns what it did.
-    pub fn sweep(&self) -> SweepReport {
-        self.shared.sweep()
-    }
-
-    /// Totals over every sweep so far, by hand or in the background.
-    pub fn sweep_totals(&self) -> SweepTotals {
-        self.shared.core.sweep_totals()
-    }
-
-    /// The number of keys held. papaya sums it from per-thread counters one by one, so
-    /// while other threads insert and evict it is a snapshot that can be off by what they did
-    /// during the read.
-    pub fn len(&self) -> usize {
-        self.shared.map.len()
-    }
-
-    /// Whether no key is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The capacity bound ([`Builder::max_keys`]), if one is set.
-    pub fn max_keys(&self) -> Option<usize> {
-        self.shared.core.max_keys
-    }
-
-    /// The background sweeper's interval ([`Builder::sweep_every`]), if one runs.
-    pub fn sweep_every(&self) -> Option<Duration> {
-        self.shared.core.sweep_every
-    }
-
-    /// The algorithm.
-    pub fn algorithm(&self) -> &A {
-        &self.shared.core.algo
-    }
-
-    /// The clock.
-    pub fn clock(&self) -> &C {
-        &self.shared.core.clock
-    }
-
-    /// A snapshot of the counters: decisions (if [counted](Builder::metrics)), CAS retries,
-    /// sweeps, evictions, keys.
-    pub fn metrics(&self) -> Metrics {
-        self.shared.core.metrics(self.sweep_totals(), self.len())
+impl<K: Hash + Eq, A: Algorithm + fmt::Debug, C: fmt::Debug, V: Variant<A>> fmt::Debug
+    for Map<K, A, C, V>
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
 }
 
-impl<K, A, C, V> KeyedLimiter<K, Live<A>, C, V>
-where
-    K: Hash + Eq + Send + Sync,
-    A: Reconfigure,
-    C: Clock,
-    V: Variant<Live<A>>,
+impl<K: Hash + Eq, A: Algorithm + fmt::Debug, C: fmt::Debug, V: Variant<A>> fmt::Debug
+    for Shared<K, A, C, V>
 {
-    /// Switches to the configuration `new` while traffic flows, keeping every key: each
-    /// request runs entirely under the old or the new configuration, then every kept state is
-    /// [fitted](Reconfigure::fit) to the new quota (clamped, never reset to fresh). Returns the
-    /// configuration replaced; errors, changing nothing, if `new` would change what the kept
-    /// states mean (see [`Reconfigure`]). See [`Live`] for the guarantees.
-    pub fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
-        let sh = &*self.shared;
-        sh.core.reconfigure(new, |fit| {
-            let guard = sh.map.guard();
-            for (_, cell) in sh.map.iter(&guard) {
-                cell.rewrite(fit);
-            }
-        })
-    }
-}
-
-impl<K, C, V> KeyedLimiter<K, Gcra, C, V>
-where
-    K: Hash + Eq + Send + Sync,
-    C: Clock,
-    V: Variant<Gcra>,
-{
-    /// Pacing: admits a request of `cost` for `key` now with the delay after which it
-    /// conforms, if that delay is at most `max_wait`; otherwise counts nothing.
-    /// See [`Gcra::reserve`].
-    ///
-    /// ```
-    /// use hotlimit::{algo::{Gcra, Reservation}, CasLimiter, ManualClock};
-    /// use std::time::Duration;
-    ///
-    /// let l = CasLimiter::<u32, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::new());
-    /// let wait = Duration::from_secs(1);
-    /// assert_eq!(l.reserve(&7, 1, wait), Ok(Reservation::Admitted { delay: Duration::ZERO }));
-    /// assert_eq!(l.reserve(&7, 1, wait), Ok(Reservation::Admitted { delay: Duration::from_millis(100) }));
-    /// # Ok::<(), hotlimit::ConfigError>(())
-    /// ```
-    pub fn reserve<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<Reservation, CostError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let sh = &*self.shared;
-        sh.core.reserve(cost, max_wait, At(sh, key))
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Map")
+            .field("core", &self.core)
+            .field("keys", &self.map.len())
+            .finish()
     }
 }
 
@@ -522,18 +253,6 @@ where
     pub(crate) fn with_evict_hook(mut self, hook: EvictHook<K, A::State>) -> Self {
         self.evicted = Some(hook);
         self
-    }
-
-    #[inline(always)]
-    fn decide<Q>(&self, key: &Q, cost: u64) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        // Clock first: the TSC read is not serializing, so it can overlap the pin, hash and
-        // probe.
-        let now = self.core.clock.now();
-        self.decide_pinned(key, cost, now, &self.map.guard())
     }
 
     #[inline(always)]
@@ -706,28 +425,5 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let _ = self.map.remove_if(key, |_, c| std::ptr::eq(c, cell), guard);
-    }
-}
-
-rate_limiter_by_inherent! {
-    impl[K, Q, A, C, V] RateLimiter<Q> for KeyedLimiter<K, A, C, V>
-    where [
-        K: Hash + Eq + Send + Sync + Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-        A: Algorithm,
-        C: Clock,
-        V: Variant<A>,
-    ]
-    { keys, batches }
-}
-
-impl<K: Hash + Eq, A: Algorithm + fmt::Debug, C: fmt::Debug, V: Variant<A>> fmt::Debug
-    for KeyedLimiter<K, A, C, V>
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedLimiter")
-            .field("core", &self.shared.core)
-            .field("keys", &self.shared.map.len())
-            .finish()
     }
 }

@@ -11,7 +11,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 
-/// A [`KeyedLimiter`](crate::KeyedLimiter) pinned for a batch of checks; see [`KeyedLimiter::pin`](crate::KeyedLimiter::pin).
+/// A [`KeyedLimiter`](crate::KeyedLimiter) pinned for a batch of checks; see [`Limiter::pin`](crate::Limiter::pin)(crate::Limiter::pin).
 pub struct Pinned<'l, K, A: Algorithm, C, V: Variant<A>> {
     pub(crate) shared: &'l Shared<K, A, C, V>,
     pub(crate) guard: papaya::LocalGuard<'l>,
@@ -24,7 +24,7 @@ where
     C: Clock,
     V: Variant<A>,
 {
-    /// Decides a request of cost 1 for `key`, as [`KeyedLimiter::check`](crate::KeyedLimiter::check).
+    /// Decides a request of cost 1 for `key`, as [`Limiter::check`](crate::Limiter::check)(crate::Limiter::check).
     #[inline]
     pub fn check<Q>(&self, key: &Q) -> Decision
     where
@@ -35,7 +35,7 @@ where
         self.shared.decide_pinned(key, 1, now, &self.guard)
     }
 
-    /// Decides a request of `cost` for `key`, as [`KeyedLimiter::check_n`](crate::KeyedLimiter::check_n).
+    /// Decides a request of `cost` for `key`, as [`Limiter::check_n`](crate::Limiter::check_n)(crate::Limiter::check_n).
     #[inline]
     pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
@@ -47,7 +47,7 @@ where
         Ok(self.shared.decide_pinned(key, cost, now, &self.guard))
     }
 
-    /// As [`KeyedLimiter::peek`](crate::KeyedLimiter::peek).
+    /// As [`Limiter::peek`](crate::Limiter::peek)(crate::Limiter::peek).
     #[inline]
     pub fn peek<Q>(&self, key: &Q) -> Decision
     where

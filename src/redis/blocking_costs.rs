@@ -10,7 +10,7 @@ use crate::algo::Reconfigure;
 use crate::decision::{Decision, Ticket};
 
 impl<A: RedisAlgorithm> RedisLimiter<A> {
-    /// A partial grant, as the in-memory [`check_up_to`](crate::KeyedLimiter::check_up_to):
+    /// A partial grant, as the in-memory [`check_up_to`](crate::Limiter::check_up_to):
     /// admits the most units available now, up to `n` (capped at the capacity), and says how
     /// many; with none available, 0 and the denial of one unit. One script call: the script
     /// finds the count by bisection on the key's state and counts it, atomically.
@@ -31,7 +31,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.run(req)?.granted()
     }
 
-    /// Takes a provisional cost, as the in-memory [`take`](crate::KeyedLimiter::take):
+    /// Takes a provisional cost, as the in-memory [`take`](crate::Limiter::take):
     /// decides and counts `cost` like [`try_check_n`](RedisLimiter::try_check_n) and returns
     /// a [`Ticket`] to [`try_settle`](RedisLimiter::try_settle) once the actual cost is known.
     /// The ticket carries Redis' time of the decision and a reservation id unique across the
@@ -63,7 +63,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     /// Settles `ticket` (taken from this limiter, or another with the same configuration, for
     /// `key`) with the `actual` cost, as the in-memory
-    /// [`settle`](crate::KeyedLimiter::settle): unused units refunded, an overrun charged now,
+    /// [`settle`](crate::Limiter::settle): unused units refunded, an overrun charged now,
     /// past the burst if need be. One script call, atomic with every other request on the key.
     ///
     /// Idempotent per reservation: the script first marks the ticket's reservation settled
@@ -103,7 +103,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     /// Decides a request of `cost` for `key` under `quota`, a quota that comes with the
     /// request (a client's plan), as the in-memory
-    /// [`check_n_with`](crate::KeyedLimiter::check_n_with): one limiter, and one set of Redis
+    /// [`check_n_with`](crate::Limiter::check_n_with): one limiter, and one set of Redis
     /// keys, for every plan. `quota` must read the limiter's states
     /// ([`Reconfigure::check_change`]), else [`BackendError::Config`]; nothing is sent on an
     /// error.

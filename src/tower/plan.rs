@@ -2,18 +2,17 @@
 
 use super::AdvertisedQuota;
 use crate::algo::Reconfigure;
-use crate::clock::Clock;
 use crate::error::{ConfigError, QuotaError};
 use crate::headers::QuotaPolicy;
-use crate::keyed::KeyedLimiter;
-use crate::limiter::{AsyncRateLimiter, Started, Variant};
+use crate::limiter::{AsyncRateLimiter, Started};
+use crate::ops::{Keys, Limiter};
 use http::request::Parts;
 use std::fmt;
 
 /// A limiter that decides a request under a quota given with it, for
 /// [`LayerBuilder::plans`](super::LayerBuilder::plans): the in-memory keyed limiters
 /// ([`CasLimiter`](crate::CasLimiter), [`MutexLimiter`](crate::MutexLimiter), by
-/// [`check_n_with`](crate::KeyedLimiter::check_n_with)) and, with the `redis-async` feature,
+/// [`check_n_with`](crate::Limiter::check_n_with)) and, with the `redis-async` feature,
 /// `AsyncRedisLimiter` (by its `try_check_n_with`).
 pub trait PlanLimiter: AsyncRateLimiter<str> {
     /// A quota: the limiter's algorithm, configured per plan.
@@ -30,19 +29,17 @@ pub trait PlanLimiter: AsyncRateLimiter<str> {
     ) -> Result<Started<Self::Future, Self::Error>, ConfigError>;
 }
 
-impl<A, C, V> PlanLimiter for KeyedLimiter<String, A, C, V>
+impl<S: Keys<str>> PlanLimiter for Limiter<S>
 where
-    A: Reconfigure + AdvertisedQuota + Send + Sync + 'static,
-    C: Clock,
-    V: Variant<A>,
+    S::Algo: Reconfigure + AdvertisedQuota,
 {
-    type Quota = A;
+    type Quota = S::Algo;
 
     fn start_check_n_with(
         &self,
         key: &str,
         cost: u64,
-        quota: &A,
+        quota: &S::Algo,
     ) -> Result<Started<Self::Future, Self::Error>, ConfigError> {
         match self.check_n_with(key, cost, quota) {
             Ok(d) => Ok(Started::Decided(Ok(d))),

@@ -30,7 +30,6 @@ use crate::decision::{Decision, Ticket};
 use crate::error::TicketError;
 use crate::error::{ConfigError, CostError, Field};
 use crate::keyed::Shared;
-use crate::limiter::rate_limiter_by_inherent;
 use crate::shared::Options;
 use crate::stats::Metrics;
 use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
@@ -384,7 +383,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     /// Decides a batch of requests of cost 1, in order, each as [`check`](Self::check) at that
     /// point of the sequence, all at one instant: `out` is cleared, then holds one decision
     /// per key. Locally, as every request; the entries of a chunk of keys are looked up back
-    /// to back first, as in [`KeyedLimiter::check_batch`](crate::KeyedLimiter::check_batch).
+    /// to back first, as in [`Limiter::check_batch`](crate::Limiter::check_batch)(crate::Limiter::check_batch).
     pub fn check_batch<'k>(
         &self,
         keys: impl IntoIterator<Item = &'k str>,
@@ -651,7 +650,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
 impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     /// A partial grant: admits the most units available now, up to `n` (capped at the
     /// capacity), and says how many; with none, 0 and the denial of one unit. As the
-    /// in-memory [`check_up_to`](crate::KeyedLimiter::check_up_to), on what this instance
+    /// in-memory [`check_up_to`](crate::Limiter::check_up_to), on what this instance
     /// holds and knows (for GCRA: its lease first, then the fleet's TAT as known).
     pub fn check_up_to(&self, key: &str, n: u64) -> Result<(u64, Decision), CostError> {
         if n == 0 {
@@ -761,11 +760,47 @@ impl<A: HybridAlgorithm, C: Clock> Drop for HybridLimiter<A, C> {
     }
 }
 
-rate_limiter_by_inherent! {
-    /// The hybrid limiter as a [`RateLimiter<str>`](crate::RateLimiter): every call is local, so through the
-    /// blanket [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it never blocks an async task
-    /// (the tower layer takes it as it takes the in-memory limiters).
-    impl[A: HybridAlgorithm, C: Clock] RateLimiter<str> for HybridLimiter<A, C> { keys, batches }
+/// The hybrid limiter as a [`RateLimiter<str>`](crate::RateLimiter): every call is local, so
+/// through the blanket [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it never blocks an
+/// async task (the tower layer takes it as it takes the in-memory limiters).
+impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, C> {
+    #[inline]
+    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        HybridLimiter::check_n(self, key, cost)
+    }
+
+    #[inline]
+    fn check(&self, key: &str) -> Decision {
+        HybridLimiter::check(self, key)
+    }
+
+    fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        HybridLimiter::peek_n(self, key, cost)
+    }
+
+    fn peek(&self, key: &str) -> Decision {
+        HybridLimiter::peek(self, key)
+    }
+
+    fn check_batch(&self, keys: &[&str], out: &mut Vec<Decision>) {
+        HybridLimiter::check_batch(self, keys.iter().copied(), out)
+    }
+
+    fn check_n_batch(&self, requests: &[(&str, u64)], out: &mut Vec<Result<Decision, CostError>>) {
+        HybridLimiter::check_n_batch(self, requests.iter().copied(), out)
+    }
+
+    fn until_ready_blocking(&self, key: &str) -> Decision {
+        HybridLimiter::until_ready_blocking(self, key)
+    }
+
+    fn len(&self) -> usize {
+        HybridLimiter::len(self)
+    }
+
+    fn sweep(&self) -> SweepReport {
+        HybridLimiter::sweep(self)
+    }
 }
 
 /// The algorithm's quota, as the in-memory limiters advertise it.
