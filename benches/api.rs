@@ -49,16 +49,22 @@ fn api(c: &mut Criterion) {
         let both = CasLimiter::<u64, _>::new(AllOf::new(gcra(), gcra()));
         bench("check-all-of-2", &|k| both.check(k).is_allowed());
 
-        bench("peek", &|k| plain.peek(k).is_allowed());
+        bench("peek", &|k| plain.request(k).peek().unwrap().is_allowed());
 
         let own = gcra();
         bench("check-with-own-quota", &|k| {
-            plain.check_n_with(k, 1, &own).is_ok_and(|d| d.is_allowed())
+            plain
+                .request(k)
+                .quota(&own)
+                .check()
+                .is_ok_and(|d| d.is_allowed())
         });
         let other = gcra().with_burst(own.burst() * 2).unwrap();
         bench("check-with-other-plan", &|k| {
             plain
-                .check_n_with(k, 1, &other)
+                .request(k)
+                .quota(&other)
+                .check()
                 .is_ok_and(|d| d.is_allowed())
         });
 
@@ -66,8 +72,8 @@ fn api(c: &mut Criterion) {
             plain.check_n(k, 2).is_ok_and(|d| d.is_allowed())
         });
         bench("take-2+settle-1", &|k| {
-            let mut t = plain.take(k, 2).unwrap();
-            plain.settle(k, &mut t, 1).unwrap()
+            let mut t = plain.request(k).cost(2).take().unwrap();
+            plain.request(k).settle(&mut t, 1).unwrap()
         });
         g.finish();
     }

@@ -33,7 +33,6 @@ fn keys(n: usize) -> (Vec<String>, Vec<usize>) {
 fn pair<A>(c: &mut Criterion, url: &str, name: &str, algo: A)
 where
     A: HybridAlgorithm + Copy,
-    hotlimit::store::Cas: hotlimit::store::Variant<A>,
 {
     for n in [1, 10_000] {
         let (names, seq) = keys(n);

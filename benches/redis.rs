@@ -45,7 +45,7 @@ fn run<A: RedisAlgorithm>(base: &RedisLimiter<A>, threads: usize, send: Sending,
                     while start.elapsed().as_secs_f64() < secs {
                         match send {
                             Sending::One => {
-                                let _ = r.try_check_n(&keys[i % KEYS], 1).expect("check");
+                                let _ = r.request(&keys[i % KEYS]).check().expect("check");
                                 i += 1;
                                 done += 1;
                             }
@@ -123,7 +123,7 @@ fn run_async(url: &str, tasks: usize, secs: f64) -> f64 {
                     let mut i = t * 7919;
                     while start.elapsed().as_secs_f64() < secs {
                         let key = format!("k{}", i % KEYS);
-                        let _ = limiter.try_check_n(&key, 1).await.expect("check");
+                        let _ = limiter.request(&key).check().await.expect("check");
                         i += 1;
                         done += 1;
                     }

@@ -55,20 +55,22 @@ fn run(l: &CasLimiter<u64, Gcra>, own: &Gcra, other: &Gcra, row: usize, seq: &[u
     match row {
         0 => time(seq, |k| seen(l.check(k)).is_allowed()),
         1 => time(seq, |k| {
-            seen(l.check_with(k, black_box(own))).is_ok_and(|d| d.is_allowed())
+            seen(l.request(k).quota(black_box(own)).check()).is_ok_and(|d| d.is_allowed())
         }),
         2 => time(seq, |k| {
-            seen(l.check_with(k, black_box(other))).is_ok_and(|d| d.is_allowed())
+            seen(l.request(k).quota(black_box(other)).check()).is_ok_and(|d| d.is_allowed())
         }),
         3 => time(seq, |k| seen(l.check_n(k, 1)).is_ok_and(|d| d.is_allowed())),
         4 => time(seq, |k| {
-            seen(l.check_n_with(k, 1, black_box(other))).is_ok_and(|d| d.is_allowed())
+            seen(l.request(k).quota(black_box(other)).check()).is_ok_and(|d| d.is_allowed())
         }),
         5 => time(seq, |k| seen(l.check_n(k, 2)).is_ok_and(|d| d.is_allowed())),
-        6 => time(seq, |k| seen(l.take(k, 2)).is_ok_and(|t| t.is_allowed())),
+        6 => time(seq, |k| {
+            seen(l.request(k).cost(2).take()).is_ok_and(|t| t.is_allowed())
+        }),
         _ => time(seq, |k| {
-            let mut t = l.take(k, 2).unwrap();
-            l.settle(k, &mut t, 1).unwrap()
+            let mut t = l.request(k).cost(2).take().unwrap();
+            l.request(k).settle(&mut t, 1).unwrap()
         }),
     }
 }

@@ -2,8 +2,8 @@
 //! estimated up front and settled with the real count when the response ends.
 //!
 //! A request's tokens are known only after the model answered. So the gateway takes the
-//! estimate (prompt tokens + `max_tokens`) when the request arrives (`take_with`, under the
-//! key's plan), and settles with the real count (`settle_with`): unused tokens come back at
+//! estimate (prompt tokens + `max_tokens`) when the request arrives (`take`, under the
+//! key's plan), and settles with the real count (`settle`): unused tokens come back at
 //! once, and a response that ran past its estimate is charged anyway, past the burst if need
 //! be (a debt the key pays before its next admission). One limiter serves every plan.
 //!
@@ -63,7 +63,7 @@ fn main() {
         let prompt = 200 + next(800);
         let estimate = prompt + 1_000;
         let t = tally.entry(key).or_default();
-        let mut ticket = match limiter.take_with(key, estimate, quota) {
+        let mut ticket = match limiter.request(key).cost(estimate).quota(quota).take() {
             Ok(ticket) if ticket.is_allowed() => ticket,
             // A 429 whose Retry-After is `denied.decision().retry_after()`.
             Ok(_denied) => {
@@ -81,7 +81,9 @@ fn main() {
         let generated = 50 + next(1_150);
         let used = prompt + generated;
         limiter
-            .settle_with(key, &mut ticket, used, quota)
+            .request(key)
+            .quota(quota)
+            .settle(&mut ticket, used)
             .expect("the plan reads the limiter's states");
         t.admitted += 1;
         t.estimated += estimate;

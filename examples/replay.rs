@@ -60,7 +60,7 @@ use hotlimit::algo::{
     parse_duration, Algorithm, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
     SlidingWindow, SubWindow, DEFAULT_BUCKETS,
 };
-use hotlimit::store::{Cas, CompactVariant, Hashed, Locked, DEFAULT_MAX_KEYS};
+use hotlimit::store::{Cas, Hashed, Locked, DEFAULT_MAX_KEYS};
 use hotlimit::{
     CasLimiter, CompactLimiter, ConfigError, Decision, Field, ManualClock, MutexLimiter, Policy,
     QuantaClock, Rate, RateLimiter,
@@ -415,8 +415,6 @@ impl Setup<'_> {
     ) -> Result<(), Fatal>
     where
         A: Algorithm,
-        Cas: hotlimit::store::Variant<A> + CompactVariant<A>,
-        Locked: hotlimit::store::Variant<A> + CompactVariant<A>,
     {
         opts.finish(self.algo)?;
         let algo = match self.policy {
@@ -433,24 +431,33 @@ impl Setup<'_> {
                 let limiter = MutexLimiter::<String, A>::with_clock(algo, clock.clone());
                 replay_stdio(&limiter, &clock)
             }
-            (Store::Compact, Variant::Cas) => self.replay_compact::<A, Cas>(algo, clock),
-            (Store::Compact, Variant::Mutex) => self.replay_compact::<A, Locked>(algo, clock),
+            // `--store compact`: string keys as 64-bit keyed hashes in a table for
+            // `--max-keys`.
+            (Store::Compact, Variant::Cas) => {
+                let limiter = CompactLimiter::<Hashed<str>, A, QuantaClock, Cas>::builder(algo)
+                    .max_keys(self.max_keys)
+                    .clock(clock.clone())
+                    .build();
+                replay_built(limiter, &clock)
+            }
+            (Store::Compact, Variant::Mutex) => {
+                let limiter = CompactLimiter::<Hashed<str>, A, QuantaClock, Locked>::builder(algo)
+                    .max_keys(self.max_keys)
+                    .clock(clock.clone())
+                    .build();
+                replay_built(limiter, &clock)
+            }
         }
     }
+}
 
-    /// `--store compact`: string keys as 64-bit keyed hashes in a table for `--max-keys`.
-    fn replay_compact<A: Algorithm, V: CompactVariant<A>>(
-        &self,
-        algo: A,
-        clock: ManualClock,
-    ) -> Result<(), Fatal> {
-        let limiter = CompactLimiter::<Hashed<str>, A, QuantaClock, V>::builder(algo)
-            .max_keys(self.max_keys)
-            .clock(clock.clone())
-            .build()
-            .map_err(|e| Fatal::io("building the limiter", e))?;
-        replay_stdio(&limiter, &clock)
-    }
+/// [`replay_stdio`] on a limiter that may have failed to build.
+fn replay_built(
+    limiter: io::Result<impl RateLimiter<str>>,
+    clock: &ManualClock,
+) -> Result<(), Fatal> {
+    let limiter = limiter.map_err(|e| Fatal::io("building the limiter", e))?;
+    replay_stdio(&limiter, clock)
 }
 
 /// Replays stdin to a buffered stdout, flushing what was decided even when a line fails.

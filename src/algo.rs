@@ -27,6 +27,7 @@ pub use sub_window::{Bias, BucketState, SubWindow, DEFAULT_BUCKETS};
 
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
+use crate::storage::{StateCells, StateSlot};
 use std::fmt::Debug;
 
 pub(crate) mod sealed {
@@ -39,8 +40,11 @@ pub(crate) mod sealed {
 /// whose state cannot fit one, a small owned value kept behind a per-key lock. Sealed. How a
 /// store keeps each one is the store's business (its cell or slot), not the algorithm's.
 ///
-/// `Clone` so that [`peek`](crate::Limiter::peek) can run a step on a copy.
-pub trait State: sealed::Sealed + Clone + Send + Sync + Debug + 'static {}
+/// `Clone` so that [`peek`](crate::Request::peek) can run a step on a copy.
+pub trait State:
+    sealed::Sealed + StateCells + StateSlot + Clone + Send + Sync + Debug + 'static
+{
+}
 
 /// A plain integer state word that the lock-free store can compare-and-swap: `u64` or `u128`.
 ///
@@ -104,6 +108,19 @@ pub trait Algorithm: Send + Sync + 'static {
 
     /// What a denied request does to the state.
     fn policy(&self) -> Policy;
+
+    /// Whether `quota` may decide a request on the states this configuration keeps (a quota
+    /// that comes with the request: [`Request::quota`](crate::Request::quota)). The crate's
+    /// algorithms admit the quotas their [`Reconfigure::check_change`] admits; by default
+    /// none ([`ConfigError::Unchangeable`] for [`Field::Quota`](crate::Field::Quota)).
+    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
+        let _ = quota;
+        Err(ConfigError::Unchangeable {
+            field: crate::Field::Quota,
+            from: "this limiter's configuration".into(),
+            to: "a per-request quota".into(),
+        })
+    }
 
     /// Decides one request of `cost` at `now` (nanoseconds since the clock's origin) and
     /// updates `state` accordingly.
@@ -231,7 +248,7 @@ pub trait Algorithm: Send + Sync + 'static {
 /// not its half-life (the state is measured in it); the exponential limiter's limit and policy,
 /// not its period; the window algorithms' limit and policy, not their window (their counts
 /// are laid out for it; nor the sub-window's buckets and bias, nor the fixed window's count
-/// width). The same check admits a per-request quota ([`Limiter::check_n_with`](crate::Limiter::check_n_with)(crate::Limiter::check_n_with)):
+/// width). The same check admits a per-request quota ([`Request::quota`](crate::Request::quota)):
 /// a quota that can read the key's state.
 pub trait Reconfigure: Algorithm + Copy {
     /// Whether a state kept under `self` means the same under `new`; an

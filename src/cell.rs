@@ -11,6 +11,7 @@
 
 use crate::algo::{BucketState, LogState, PairState, State};
 use crate::stats::Stats;
+pub use crate::storage::{StateCell, StateCells};
 use crate::sync::{cas_loop, Atomic128, AtomicU64, CasAtomic, Mutex, Round};
 use std::fmt;
 
@@ -30,22 +31,6 @@ impl AtomicWord for u64 {
 impl AtomicWord for u128 {
     const TOMBSTONE: u128 = u128::MAX;
     type Atomic = Atomic128;
-}
-
-/// How the stores keep a state: the cell of the lock-free store, and how a lock (a
-/// [`LockCell`], or the compact store's lock slot) marks the state dead. Implemented here, for
-/// every state type of `algo`, so that the algorithms know nothing of their storage; the bound
-/// sits where a store is chosen ([`Variant`](crate::store::Variant)). Sealed (private module).
-pub trait StateCells: State {
-    /// The cell of the lock-free store: a CAS cell for words, a lock cell for the rest.
-    type CasCell: StateCell<Self>;
-    /// The state as a lock keeps it: a word with its tombstone, any other state in an
-    /// `Option` (`None` once dead), so no algorithm state carries a storage flag.
-    type Kept: Send + Sync + fmt::Debug;
-    fn keep(state: Self) -> Self::Kept;
-    fn dead() -> Self::Kept;
-    fn live(kept: &Self::Kept) -> Option<&Self>;
-    fn live_mut(kept: &mut Self::Kept) -> Option<&mut Self>;
 }
 
 macro_rules! word_cells {
@@ -100,25 +85,6 @@ macro_rules! locked_cells {
     )*};
 }
 locked_cells!(LogState; BucketState; PairState<A, B>, <A, B>);
-
-/// The operations every cell offers the stores.
-pub trait StateCell<S>: Send + Sync + fmt::Debug {
-    /// A cell holding `state`.
-    fn new(state: S) -> Self;
-    /// Runs `f` on the state (a copy of the word, or the state under the lock) and keeps what
-    /// it leaves; `None` if the cell is dead (evicted) and nothing ran. `f` may run more than
-    /// once (a lost CAS race re-runs it on the word that won), so it must be pure.
-    fn update<T>(&self, stats: &Stats, f: impl FnMut(&mut S) -> T) -> Option<T>;
-    /// Runs `f` on the state and writes the result back even if unchanged: a
-    /// read-modify-write, so that any later update of the cell synchronizes with it (a live
-    /// reconfiguration relies on it). `false` if the cell is dead.
-    fn rewrite(&self, f: impl FnMut(&mut S)) -> bool;
-    /// Replaces the state with the tombstone if `doomed` holds for it; `true` if this call
-    /// killed the cell.
-    fn kill_if(&self, doomed: impl Fn(&S) -> bool) -> bool;
-    /// Looks at the state; `None` if dead.
-    fn inspect<T>(&self, f: impl FnOnce(&S) -> T) -> Option<T>;
-}
 
 /// A state word updated by compare-and-swap.
 pub struct CasCell<W: AtomicWord> {

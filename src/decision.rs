@@ -340,11 +340,11 @@ impl fmt::Debug for Decision {
 ///
 /// // 100 tokens per minute, estimated at 30 per request up front.
 /// let l = CasLimiter::<String, Gcra>::with_clock("100/min".parse()?, ManualClock::new());
-/// let mut ticket = l.take("key", 30)?;
+/// let mut ticket = l.request("key").cost(30).take()?;
 /// assert!(ticket.decision().is_allowed());
-/// assert!(l.settle("key", &mut ticket, 12)?); // 18 unused tokens come back
-/// assert!(!l.settle("key", &mut ticket, 12)?); // settled once
-/// assert_eq!(l.peek("key").remaining(), Some(87)); // 100 − 12 − the peeked unit
+/// assert!(l.request("key").settle(&mut ticket, 12)?); // 18 unused tokens come back
+/// assert!(!l.request("key").settle(&mut ticket, 12)?); // settled once
+/// assert_eq!(l.request("key").peek()?.remaining(), Some(87)); // 100 − 12 − the peeked unit
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, PartialEq)]

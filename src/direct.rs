@@ -5,7 +5,7 @@ use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::limiter::{Cas, Variant};
-use crate::ops::sealed::{Lookup, Table};
+use crate::ops::sealed::{Build, Lookup, Table};
 use crate::ops::Limiter;
 use crate::shared::{Core, KeyState, Options};
 use crate::sweeper::{SweepReport, Sweeper};
@@ -39,15 +39,6 @@ pub struct Single<A: Algorithm, C = QuantaClock, V: Variant<A> = Cas> {
 impl<A: Algorithm, C: Clock, V: Variant<A>> Table for Single<A, C, V> {
     type Algo = A;
     type Clock = C;
-    type WithClock<C2: Clock> = Single<A, C2, V>;
-
-    fn build(algo: A, clock: C, options: &Options) -> std::io::Result<(Self, Option<Sweeper>)> {
-        let single = Self {
-            cell: CachePadded::new(V::Cell::new(algo.fresh())),
-            core: Core::new(algo, clock, options),
-        };
-        Ok((single, None))
-    }
 
     #[inline(always)]
     fn core(&self) -> &Core<A, C> {
@@ -69,6 +60,18 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> Table for Single<A, C, V> {
     }
 }
 
+impl<A: Algorithm, C: Clock, V: Variant<A>> Build for Single<A, C, V> {
+    type WithClock<C2: Clock> = Single<A, C2, V>;
+
+    fn build(algo: A, clock: C, options: &Options) -> std::io::Result<(Self, Option<Sweeper>)> {
+        let single = Self {
+            cell: CachePadded::new(V::Cell::new(algo.fresh())),
+            core: Core::new(algo, clock, options),
+        };
+        Ok((single, None))
+    }
+}
+
 impl<A: Algorithm, C: Clock, V: Variant<A>> Lookup<()> for Single<A, C, V> {
     type At<'a> = &'a Self;
 
@@ -83,11 +86,11 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> Lookup<()> for Single<A, C, V> {
     }
 
     #[inline]
-    fn peek(&self, _: &(), cost: u64, now: u64) -> Decision {
-        let core = &self.core;
+    fn peek(&self, algo: &A, _: &(), cost: u64, now: u64) -> Decision {
+        // Never dead (never swept); were it ever, a fresh state is what it was equivalent to.
         self.cell
-            .inspect(|state| core.algo.peek(state, now, cost))
-            .unwrap_or_else(|| core.peek_fresh(now, cost))
+            .inspect(|state| algo.peek(state, now, cost))
+            .unwrap_or_else(|| algo.peek(&algo.fresh(), now, cost))
     }
 }
 

@@ -30,6 +30,8 @@ pub enum Field {
     SweepInterval,
     /// What a denied request does ([`Policy`](crate::Policy)).
     Policy,
+    /// A quota that comes with a request ([`Request::quota`](crate::Request::quota)).
+    Quota,
 }
 
 impl fmt::Display for Field {
@@ -46,6 +48,7 @@ impl fmt::Display for Field {
             Field::SweepInterval => "sweep interval",
             Field::Share => "share",
             Field::Policy => "policy",
+            Field::Quota => "quota",
         })
     }
 }
@@ -214,7 +217,7 @@ impl fmt::Display for CostError {
 
 impl std::error::Error for CostError {}
 
-/// Why a request with its own quota ([`Limiter::check_n_with`](crate::Limiter::check_n_with)(crate::Limiter::check_n_with))
+/// Why a request with its own quota ([`Request::quota`](crate::Request::quota))
 /// was refused before it was decided; nothing was counted.
 ///
 /// ```
@@ -223,10 +226,10 @@ impl std::error::Error for CostError {}
 ///
 /// let l = CasLimiter::<String, _>::new(FixedWindow::new(100, Duration::from_secs(60))?);
 /// let per_hour = FixedWindow::new(100, Duration::from_secs(3600))?;
-/// assert!(matches!(l.check_n_with("k", 1, &per_hour), Err(QuotaError::Quota(_))));
+/// assert!(matches!(l.request("k").quota(&per_hour).check(), Err(QuotaError::Quota(_))));
 /// let small = FixedWindow::new(10, Duration::from_secs(60))?;
 /// assert_eq!(
-///     l.check_n_with("k", 11, &small),
+///     l.request("k").cost(11).quota(&small).check(),
 ///     Err(QuotaError::Cost(CostError::ExceedsCapacity { cost: 11, capacity: 10 })),
 /// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -278,14 +281,16 @@ impl From<CostError> for QuotaError {
 /// (settled where it was not taken, it would refund or charge another client).
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, TicketError};
+/// use hotlimit::{algo::Gcra, store::QuotaError, CasLimiter, ManualClock, TicketError};
 ///
 /// let l = CasLimiter::<String, Gcra>::with_clock("100/min".parse()?, ManualClock::new());
-/// let mut ticket = l.take("alice", 30)?;
-/// assert_eq!(l.settle("bob", &mut ticket, 0), Err(TicketError::OtherKey));
+/// let mut ticket = l.request("alice").cost(30).take()?;
+/// let other_key = l.request("bob").settle(&mut ticket, 0);
+/// assert_eq!(other_key, Err(QuotaError::Ticket(TicketError::OtherKey)));
 /// let other = CasLimiter::<String, Gcra>::with_clock("100/min".parse()?, ManualClock::new());
-/// assert_eq!(other.settle("alice", &mut ticket, 0), Err(TicketError::OtherLimiter));
-/// assert_eq!(l.settle("alice", &mut ticket, 0), Ok(true)); // still open: refunded here
+/// let elsewhere = other.request("alice").settle(&mut ticket, 0);
+/// assert_eq!(elsewhere, Err(QuotaError::Ticket(TicketError::OtherLimiter)));
+/// assert_eq!(l.request("alice").settle(&mut ticket, 0), Ok(true)); // still open: refunded here
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -308,6 +313,12 @@ impl fmt::Display for TicketError {
 }
 
 impl std::error::Error for TicketError {}
+
+impl From<ConfigError> for QuotaError {
+    fn from(e: ConfigError) -> Self {
+        QuotaError::Quota(Box::new(e))
+    }
+}
 
 impl From<TicketError> for QuotaError {
     fn from(e: TicketError) -> Self {

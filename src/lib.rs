@@ -26,39 +26,46 @@
 //!
 //! Pick an algorithm from [`algo`], configure it (constructors validate and return
 //! [`ConfigError`]; [`Rate`] and [`algo::Gcra`] also parse strings such as `"100/s"`,
-//! `"600/h"`, `"10/min burst 20"`), and put it in a limiter:
+//! `"600/h"`, `"10/min burst 20"`), and put it in a [`Limiter`] over the [`store`] that suits
+//! your keys:
 //!
-//! | limiter | keys | state per key | pick it when |
-//! |---|---|---|---|
-//! | [`CasLimiter`] | any `Hash + Eq` (looked up by borrow: `&str` for `String`) | a lock-free cell in a `papaya` map; grows, bounded by [`max_keys`](store::Builder::max_keys) | the default up to about 100k keys: any key, no capacity to choose |
-//! | [`MutexLimiter`] | the same | the same map, each state behind a mutex | to compare pessimistic locking on your workload |
-//! | [`CompactLimiter`] | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`](store::Hashed) | inline in a fixed table (16 bytes a slot for 64-bit keys and one-word states), allocated at build | the default from about 100k keys: less than half the memory per key and the faster look-up at a million keys |
-//! | [`DirectLimiter`] | none (one global limit) | one cache-padded cell | a global cap |
+//! | limiter | store | keys | state per key | pick it when |
+//! |---|---|---|---|---|
+//! | [`CasLimiter`] | [`Map`](store::Map) | any `Hash + Eq` (looked up by borrow: `&str` for `String`) | a lock-free cell in a `papaya` map; grows, bounded by [`max_keys`](store::Builder::max_keys) | the default up to about 100k keys: any key, no capacity to choose |
+//! | [`MutexLimiter`] | [`Map`](store::Map) with [`Locked`](store::Locked) | the same | the same map, each state behind a mutex | to compare pessimistic locking on your workload |
+//! | [`CompactLimiter`] | [`Compact`](store::Compact) | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`](store::Hashed) | inline in a fixed table (16 bytes a slot for 64-bit keys and one-word states), allocated at build | the default from about 100k keys: less than half the memory per key and the faster look-up at a million keys |
+//! | [`DirectLimiter`] | [`Single`](store::Single) | `()` (one global limit) | one cache-padded cell | a global cap |
 //!
-//! Every limiter offers the same operations under the same names: [`check`](crate::Limiter::check)
-//! and [`check_n`](crate::Limiter::check_n) decide a request (of cost 1, or of any cost: bytes,
-//! tokens; a cost that could never be admitted is a [`CostError`], not an endless denial);
-//! [`peek`](crate::Limiter::peek) and [`peek_n`](crate::Limiter::peek_n) evaluate without
-//! counting; [`until_ready`](crate::Limiter::until_ready) (async, any runtime) and
-//! [`until_ready_blocking`](crate::Limiter::until_ready_blocking), with `_with` forms taking a
-//! cost and a [`Jitter`], wait for a client limiting itself;
-//! [`check_up_to`](crate::Limiter::check_up_to) grants the most units available now, up to
-//! `n`; [`take`](crate::Limiter::take) charges an estimate and
-//! [`settle`](crate::Limiter::settle) settles it with the actual cost once known (refund, or an
-//! overrun charged as a debt; an LLM response's tokens); [`check_with`](crate::Limiter::check_with)
-//! and [`check_n_with`](crate::Limiter::check_n_with) decide under a quota that comes with the
-//! request (a plan per client, one limiter for every plan); with the `serde` feature the quotas
-//! deserialize from configuration files; [`reserve`](crate::Limiter::reserve) paces with GCRA; [`reconfigure`](crate::Limiter::reconfigure) changes a [`Live`] quota while
-//! traffic flows, keeping every key's state; [`metrics`](crate::Limiter::metrics) snapshots the
-//! counters (and [`Metrics`] can feed the `metrics` crate, feature `metrics`). The keyed ones
-//! add [`check_batch`](crate::Limiter::check_batch) and
-//! [`check_n_batch`](crate::Limiter::check_n_batch) (a slice of requests decided in order, the
-//! cache misses of their keys overlapped), [`sweep`](crate::Limiter::sweep), [`len`](crate::Limiter::len),
-//! [`max_keys`](crate::Limiter::max_keys) and [`sweep_every`](crate::Limiter::sweep_every). Each
-//! is made by `new` (default clock), `with_clock`, or `builder` (one [`Builder`](store::Builder) shape:
-//! clock, metrics, and for keyed stores a capacity bound and a background sweeper). Code
-//! generic over limiters uses the [`RateLimiter`] trait, or [`AsyncRateLimiter`] to take the
-//! Redis backend's async client too (every `RateLimiter` is one, its future ready at once).
+//! They are one type, [`Limiter`], so every operation is the same everywhere, written once:
+//! [`check`](Limiter::check) and [`check_n`](Limiter::check_n) decide a request (of cost 1, or
+//! of any cost: bytes, tokens; a cost that could never be admitted is a [`CostError`], not an
+//! endless denial). Everything else is one [`Request`], from
+//! [`request(key)`](Limiter::request): set its [`cost`](Request::cost), a
+//! [`quota`](Request::quota) that comes with it (a plan per client, one limiter for every
+//! plan; with the `serde` feature the quotas deserialize from configuration files) or an
+//! instant ([`at`](Request::at)), then [`check`](Request::check) it,
+//! [`peek`](Request::peek) at it without counting, grant [`up_to`](Request::up_to) its cost
+//! (the most units available now), [`take`](Request::take) it as an estimate and
+//! [`settle`](Request::settle) the actual cost once known (refund, or an overrun charged as a
+//! debt; an LLM response's tokens), wait [`until_ready`](Request::until_ready) (async, any
+//! runtime) or [`until_ready_blocking`](Request::until_ready_blocking) with a [`Jitter`], or
+//! [`reserve`](Request::reserve) a slot (GCRA pacing). The options compose: a plan *and* a
+//! partial grant is `limiter.request(key).quota(&plan).cost(n).up_to()`.
+//! [`reconfigure`](Limiter::reconfigure) changes a [`Live`] quota while traffic flows, keeping
+//! every key's state; [`metrics`](Limiter::metrics) snapshots the counters (and [`Metrics`] can
+//! feed the `metrics` crate, feature `metrics`); [`check_batch`](Limiter::check_batch) and
+//! [`check_n_batch`](Limiter::check_n_batch) decide a slice of requests in order, the cache
+//! misses of their keys overlapped; [`sweep`](Limiter::sweep), [`len`](Limiter::len),
+//! [`max_keys`](Limiter::max_keys) and [`sweep_every`](Limiter::sweep_every) tell and keep the
+//! keys held. A limiter is made by `new` (default clock), `with_clock`, or `builder` (one
+//! [`Builder`](store::Builder) shape: clock, metrics, and for keyed stores a capacity bound
+//! and a background sweeper).
+//!
+//! Code generic over limiters uses [`RateLimiter`] (object-safe: check, peek, batches, waits),
+//! [`Requests`] (every [`Request`], on every limiter: in memory, the hybrid one and the
+//! blocking Redis client), or [`AsyncRateLimiter`], which the tower layer takes: every
+//! `RateLimiter` is one, its future ready at once, and so is the Redis backend's async
+//! client; the blocking one is not, by construction.
 //!
 //! The [`Decision`] says whether the request is allowed, and when denied how long until the
 //! same request would pass (`retry_after`, honest: never rounded down). It also carries
@@ -101,7 +108,7 @@
 //!
 //! | algorithm | state per key | default policy | use it when |
 //! |---|---|---|---|
-//! | [`algo::Gcra`] | 1 × u64 | leaky | you want a rate with a burst: the default; also the token bucket ([`algo::Gcra::token_bucket`]) and leaky bucket ([`algo::Gcra::leaky_bucket`]), and pacing ([`CasLimiter::reserve`](crate::Limiter::reserve)) |
+//! | [`algo::Gcra`] | 1 × u64 | leaky | you want a rate with a burst: the default; also the token bucket ([`algo::Gcra::token_bucket`]) and leaky bucket ([`algo::Gcra::leaky_bucket`]), and pacing ([`Request::reserve`]) |
 //! | [`algo::Earrrl`] | 1 × u64 (f64 bits) | strict | abusers must stay locked out while they keep abusing; the measured rate decays with a half-life |
 //! | [`algo::Exponential`] | 1 × u128 | leaky | you want Exim's `ratelimit` semantics: a smoothed rate over a period, bursts up to the limit |
 //! | [`algo::FixedWindow`] | 1 × u64 | leaky | "N per minute" as most APIs document it; cheapest, but allows 2N across a window boundary |
@@ -130,7 +137,7 @@
 //!
 //! # Performance
 //!
-//! For a key already present, [`CasLimiter::check`](crate::Limiter::check) takes no lock and
+//! For a key already present, [`CasLimiter::check`](Limiter::check) takes no lock and
 //! allocates nothing: one hash, one lock-free `papaya` lookup, one clock read, the pure step
 //! and one `compare_exchange_weak`. A leaky denial writes nothing. [`Limiter::pin`](crate::Limiter::pin) holds
 //! the map's epoch guard across a batch of requests, saving its cost per request;
@@ -159,9 +166,13 @@
 //! * `shared.rs`: the store core every limiter shares (cost check, counting, waits,
 //!   reservations, live switches, metrics, the sweeper's start) and the one
 //!   [`Builder`](store::Builder).
-//! * `keyed.rs`, `compact/` (key types, table, slots), `direct.rs`: the limiters, each only
-//!   its own table; `limiter.rs`: the [`RateLimiter`] trait and the [`Cas`](store::Cas) / [`Locked`](store::Locked)
-//!   variants; `sweeper.rs`: capacity cuts and the background sweeper thread; `live.rs`:
+//! * `ops.rs`: [`Limiter`], every operation written once over the sealed store traits;
+//!   `request.rs`: [`Request`]; `keyed/` (the papaya [`Map`](store::Map) and its pinned
+//!   view), `compact/` (key types, table, slots), `direct.rs` (the [`Single`](store::Single)
+//!   cell): the stores, each only its own table; `storage.rs`: how every state is kept, as
+//!   traits every [`algo::State`] implies; `limiter.rs`: the [`RateLimiter`] and [`Requests`]
+//!   traits and the [`Cas`](store::Cas) / [`Locked`](store::Locked) variants; `sweeper.rs`:
+//!   capacity cuts and the background sweeper thread; `live.rs`:
 //!   [`Live`]; `loom.rs`: the loom models of the private parts. The sharded
 //!   `Mutex<HashMap>` the benchmarks compare against is not in the library:
 //!   `benches/common/sharded.rs`, on the public API.
@@ -223,8 +234,10 @@ mod live;
 #[cfg(all(test, hotlimit_loom))]
 mod loom;
 mod ops;
+mod request;
 mod shared;
 mod stats;
+mod storage;
 pub mod store;
 mod sweeper;
 mod sync;
@@ -240,6 +253,7 @@ pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
 pub use limiter::{AsyncRateLimiter, RateLimiter};
 pub use live::Live;
 pub use ops::Limiter;
+pub use request::{Request, Requests};
 pub use stats::Metrics;
 pub use wait::Jitter;
 

@@ -8,13 +8,16 @@ use crate::error::CostError;
 use crate::sweeper::SweepReport;
 use std::future::{ready, Future, Ready};
 
-/// Anything that decides requests for keys of type `Q`: every keyed limiter of the crate.
-/// Tests, benches and tools are written against this trait.
+/// Anything that decides requests for keys of type `Q` without waiting on I/O: the
+/// in-memory [`Limiter`](crate::Limiter) over every store, and the hybrid limiter (feature
+/// `redis`). Object-safe, so a `dyn RateLimiter<Q>` can hold any of them;
+/// [`Requests`](crate::Requests) reaches every other operation, through one
+/// [`Request`](crate::Request).
 ///
-/// A decision never waits on I/O (in memory, or the hybrid limiter's local entries), so
-/// every `RateLimiter` is an [`AsyncRateLimiter`] at no cost, which the tower layer takes.
-/// The blocking Redis client (`redis::RedisLimiter`, each decision a round trip) is none,
-/// so the types keep it out of an async server; its async twin is an `AsyncRateLimiter`.
+/// A decision never waits on I/O, so every `RateLimiter` is an [`AsyncRateLimiter`] at no
+/// cost, which the tower layer takes. The blocking Redis client (`redis::RedisLimiter`, each
+/// decision a round trip) is none, so the types keep it out of an async server (it takes
+/// [`Requests`](crate::Requests)); its async twin is an `AsyncRateLimiter`.
 ///
 /// # Examples
 ///
@@ -30,26 +33,19 @@ use std::future::{ready, Future, Ready};
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 pub trait RateLimiter<Q: ?Sized>: Send + Sync {
-    /// Decides a request of `cost` for `key`. Errors if the cost is 0 or can never be
-    /// admitted.
-    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError>;
-
     /// Decides a request of cost 1 for `key`.
     fn check(&self, key: &Q) -> Decision;
 
-    /// The decision [`check_n`](RateLimiter::check_n) would return now, without counting
-    /// the request (state untouched, no key inserted).
-    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError>;
-
-    /// The decision [`check`](RateLimiter::check) would return now, without counting it.
-    fn peek(&self, key: &Q) -> Decision;
+    /// Decides a request of `cost` for `key`. Errors (and counts nothing) if the cost is 0
+    /// or can never be admitted.
+    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError>;
 
     /// Decides a batch of requests of cost 1, in order: `out` is cleared, then holds one
     /// decision per key, each what [`check`](RateLimiter::check) would have returned at that
     /// point of the sequence. The keyed in-memory stores and the hybrid limiter answer with
-    /// their batched form ([`Limiter::check_batch`](crate::Limiter::check_batch)(crate::Limiter::check_batch), one
-    /// clock read, the batch's cache misses overlapped), the sync Redis client in pipelined
-    /// round trips; by default, one `check` a key.
+    /// their batched form ([`Limiter::check_batch`](crate::Limiter::check_batch), one clock
+    /// read, the batch's cache misses overlapped), the sync Redis client in pipelined round
+    /// trips; by default, one `check` a key.
     fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
         out.clear();
         out.extend(keys.iter().map(|key| self.check(key)));
@@ -64,12 +60,19 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
         out.extend(requests.iter().map(|&(key, cost)| self.check_n(key, cost)));
     }
 
+    /// The decision [`check_n`](RateLimiter::check_n) would return now, without counting the
+    /// request (state untouched, no key inserted).
+    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError>;
+
+    /// The decision [`check`](RateLimiter::check) would return now, without counting it.
+    fn peek(&self, key: &Q) -> Decision;
+
     /// Waits on the calling thread until a request of cost 1 for `key` is allowed, and
     /// returns that decision (or the denial, if the wait lies past the clock's range); see
-    /// [`Limiter::until_ready_blocking`](crate::Limiter::until_ready_blocking)(crate::Limiter::until_ready_blocking).
+    /// [`Request::until_ready_blocking`](crate::Request::until_ready_blocking).
     fn until_ready_blocking(&self, key: &Q) -> Decision;
 
-    /// The number of keys currently held.
+    /// The number of keys held.
     fn len(&self) -> usize;
 
     /// Whether no key is held.
@@ -204,19 +207,17 @@ pub(crate) mod sealed {
     }
 }
 
-/// How a [`KeyedLimiter`](crate::KeyedLimiter) or [`DirectLimiter`](crate::DirectLimiter)
-/// keeps each key's state: [`Cas`] or [`Locked`]. Sealed.
+/// How a store keeps each key's state: [`Cas`] or [`Locked`], the last parameter of
+/// [`KeyedLimiter`](crate::KeyedLimiter), [`CompactLimiter`](crate::CompactLimiter) and
+/// [`DirectLimiter`](crate::DirectLimiter). Sealed.
 ///
-/// Both are implemented for every algorithm of the crate. The algorithms name no storage, so
-/// code generic over the algorithm states the store it builds as a bound on the variant:
+/// Both are implemented for every algorithm, so code generic over the algorithm names no
+/// storage bound:
 ///
 /// ```
-/// use hotlimit::{algo::Algorithm, store::{Cas, Variant}, CasLimiter, ManualClock};
+/// use hotlimit::{algo::Algorithm, CasLimiter, ManualClock};
 ///
-/// fn first_two<A: Algorithm>(algo: A) -> [bool; 2]
-/// where
-///     Cas: Variant<A>,
-/// {
+/// fn first_two<A: Algorithm>(algo: A) -> [bool; 2] {
 ///     let l = CasLimiter::<u64, A>::with_clock(algo, ManualClock::new());
 ///     [l.check(&1).is_allowed(), l.check(&1).is_allowed()]
 /// }
@@ -235,20 +236,14 @@ pub enum Cas {}
 #[derive(Debug, Clone, Copy)]
 pub enum Locked {}
 
-impl<A: Algorithm> Variant<A> for Cas where A::State: StateCells {}
-impl<A: Algorithm> Variant<A> for Locked where A::State: StateCells {}
+impl<A: Algorithm> Variant<A> for Cas {}
+impl<A: Algorithm> Variant<A> for Locked {}
 
-impl<A: Algorithm> sealed::VariantCell<A> for Cas
-where
-    A::State: StateCells,
-{
+impl<A: Algorithm> sealed::VariantCell<A> for Cas {
     type Cell = <A::State as StateCells>::CasCell;
 }
 
-impl<A: Algorithm> sealed::VariantCell<A> for Locked
-where
-    A::State: StateCells,
-{
+impl<A: Algorithm> sealed::VariantCell<A> for Locked {
     type Cell = LockCell<A::State>;
 }
 

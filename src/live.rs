@@ -39,7 +39,7 @@ use std::fmt;
 /// assert!(limiter.check("k").is_denied());
 /// // ...and owes what it spent: a second of budget, of which the new burst covers 500 ms.
 /// // A switch never hands budget back (switching back would otherwise reset it).
-/// assert_eq!(limiter.peek("k").retry_after().as_millis(), 600);
+/// assert_eq!(limiter.request("k").peek()?.retry_after().as_millis(), 600);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Live<A> {

@@ -5,15 +5,18 @@
 use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, ConfigError, CostError, QuotaError, TicketError};
+use crate::error::{check_cost, ConfigError, CostError, QuotaError};
 use crate::live::Live;
+use crate::request::{Ask, Request, Requests};
 use crate::shared::{Builder, KeyedStore, Options};
 use crate::stats::Metrics;
 use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
-use crate::wait::{self, Jitter};
-use sealed::Table;
-use std::fmt;
+use crate::wait;
 use std::future::Future;
+
+use sealed::Build;
+use std::fmt;
+
 use std::time::Duration;
 
 /// The store's side of a limiter: what each store implements. Sealed (private module): a
@@ -27,20 +30,12 @@ pub(crate) mod sealed {
     use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
 
     /// A store's table with its [`Core`].
-    pub trait Table: Send + Sync + Sized + 'static {
+    pub trait Table: Sized {
         /// The algorithm.
         type Algo: Algorithm;
         /// The clock.
         type Clock: Clock;
-        /// The same store on another clock (what a builder's `clock` makes).
-        type WithClock<C: Clock>: Table<Algo = Self::Algo, Clock = C>;
 
-        /// The store, and its background sweeper if the options ask for one.
-        fn build(
-            algo: Self::Algo,
-            clock: Self::Clock,
-            options: &Options,
-        ) -> std::io::Result<(Self, Option<Sweeper>)>;
         /// The core every store shares.
         fn core(&self) -> &Core<Self::Algo, Self::Clock>;
         /// The keys held.
@@ -59,6 +54,19 @@ pub(crate) mod sealed {
         fn rewrite_all(&self, fit: &dyn Fn(&mut <Self::Algo as Algorithm>::State));
     }
 
+    /// A table a limiter owns, built from its options (every store but a pinned view).
+    pub trait Build: Table + Send + Sync + 'static {
+        /// The same store on another clock (what a builder's `clock` makes).
+        type WithClock<C: Clock>: Build<Algo = Self::Algo, Clock = C>;
+
+        /// The store, and its background sweeper if the options ask for one.
+        fn build(
+            algo: Self::Algo,
+            clock: Self::Clock,
+            options: &Options,
+        ) -> std::io::Result<(Self, Option<Sweeper>)>;
+    }
+
     /// A table whose keys are looked up by `&Q`.
     pub trait Lookup<Q: ?Sized>: Table {
         /// `key`'s state, located once, for the core's request paths.
@@ -73,9 +81,9 @@ pub(crate) mod sealed {
         /// The hot path: `algo`'s step for a request of `cost` at `now` (not counted).
         fn decide(&self, algo: &Self::Algo, key: &Q, cost: u64, now: u64) -> Decision;
 
-        /// The decision of a request of `cost` at `now`, without counting it or inserting the
-        /// key.
-        fn peek(&self, key: &Q, cost: u64, now: u64) -> Decision;
+        /// `algo`'s decision of a request of `cost` at `now`, without counting it or
+        /// inserting the key.
+        fn peek(&self, algo: &Self::Algo, key: &Q, cost: u64, now: u64) -> Decision;
 
         /// Decides `requests` in order at one clock reading (counted); a cost `valid` refuses
         /// is that request's error. By default, one request at a time.
@@ -146,7 +154,7 @@ pub struct Limiter<S: Store> {
     _sweeper: Option<Sweeper>,
 }
 
-impl<S: Store<Clock = QuantaClock>> Limiter<S> {
+impl<S: Store + Build<Clock = QuantaClock>> Limiter<S> {
     /// A limiter running `algo` on the default (`quanta`) clock, without background sweeps
     /// (the compact store sized for [`DEFAULT_MAX_KEYS`](crate::store::DEFAULT_MAX_KEYS)).
     pub fn new(algo: S::Algo) -> Self {
@@ -181,7 +189,7 @@ fn out_of_memory() -> ! {
     std::alloc::handle_alloc_error(std::alloc::Layout::new::<[u8; 64]>())
 }
 
-impl<S: Store<Clock = QuantaClock>, C: Clock> Builder<Limiter<S>, S::Algo, C> {
+impl<S: Store + Build<Clock = QuantaClock>, C: Clock> Builder<Limiter<S>, S::Algo, C> {
     /// Builds the limiter, starting the background sweeper if one was asked for.
     ///
     /// Fails only if the sweeper thread cannot be spawned, or a table or debt table sized for
@@ -196,6 +204,14 @@ impl<S: Store<Clock = QuantaClock>, C: Clock> Builder<Limiter<S>, S::Algo, C> {
 }
 
 impl<S: Store> Limiter<S> {
+    /// A limiter over `store`, with no sweeper of its own (a pinned view).
+    pub(crate) fn from_store(store: S) -> Self {
+        Limiter {
+            store,
+            _sweeper: None,
+        }
+    }
+
     /// Decides a request of cost 1 for `key`.
     #[inline]
     pub fn check<Q: ?Sized>(&self, key: &Q) -> Decision
@@ -224,41 +240,26 @@ impl<S: Store> Limiter<S> {
         Ok(core.count(self.store.decide(&core.algo, key, cost, now)))
     }
 
-    /// The decision [`check`](Limiter::check) would return now, without counting the
-    /// request: the key's state is left untouched and an unknown key is not inserted.
-    ///
-    /// Use it to compute a `Retry-After` across several limits, or for dashboards. Under
-    /// concurrency it is a snapshot: another request may change the state right after.
+    /// A request beyond a plain check, for `key`: its cost, a quota that comes with it, an
+    /// instant; then `check`, `peek`, `up_to` (a partial grant), `take` and `settle` (a cost
+    /// known afterwards), `until_ready` (waits) or `reserve` (pacing). See [`Request`].
     ///
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
     /// let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::new());
-    /// assert!(limiter.peek("k").is_allowed());
-    /// assert!(limiter.peek("k").is_allowed()); // nothing was counted
-    /// assert_eq!(limiter.len(), 0);
+    /// assert!(limiter.request("k").peek()?.is_allowed());
+    /// assert_eq!(limiter.len(), 0); // a peek counts nothing, inserts nothing
     /// assert!(limiter.check("k").is_allowed());
-    /// assert!(limiter.peek("k").is_denied());
-    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// assert!(limiter.request("k").peek()?.is_denied());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[inline]
-    pub fn peek<Q: ?Sized>(&self, key: &Q) -> Decision
+    #[inline(always)]
+    pub fn request<'a, Q: ?Sized>(&'a self, key: &'a Q) -> Request<'a, Self, Q, S::Algo>
     where
-        S: Keys<Q>,
+        S: Keys<Q> + Send + Sync,
     {
-        self.store.peek(key, 1, self.store.core().clock.now())
-    }
-
-    /// The decision [`check_n`](Limiter::check_n) would return now, without counting it;
-    /// errors as `check_n` does.
-    #[inline]
-    pub fn peek_n<Q: ?Sized>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
-    where
-        S: Keys<Q>,
-    {
-        let core = self.store.core();
-        core.cost(cost)?;
-        Ok(self.store.peek(key, cost, core.clock.now()))
+        Request::new(self, key)
     }
 
     /// Decides a batch of requests of cost 1, one per key, in order: `out` is cleared, then
@@ -311,292 +312,6 @@ impl<S: Store> Limiter<S> {
         let core = self.store.core();
         self.store
             .decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
-    }
-
-    /// Waits until a request of cost 1 for `key` is allowed and returns that decision (the
-    /// request is counted): client-side self-limiting. `sleep` is the runtime's timer, e.g.
-    /// `tokio::time::sleep`, so this works on any runtime.
-    ///
-    /// It peeks while it waits and sleeps each honest `retry_after`, so it is never counted as
-    /// denied while it waits and returns at the earliest time the limiter allows (plus any
-    /// [`Jitter`] of [`until_ready_with`](Limiter::until_ready_with)). Under a strict
-    /// policy a peek's `retry_after` also covers the denial it would have counted, so the
-    /// wait can be longer than the least one, never shorter. Other callers may take the
-    /// budget first; it then waits again. A wait the limiter's clock cannot reach (past
-    /// [`CLOCK_MAX`](crate::algo::CLOCK_MAX), where a clock saturates) returns the denial
-    /// instead: no sleep would end it.
-    ///
-    /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
-    /// use std::time::Duration;
-    ///
-    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    /// #     struct Noop;
-    /// #     impl std::task::Wake for Noop { fn wake(self: std::sync::Arc<Self>) {} }
-    /// #     let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
-    /// #     let mut f = std::pin::pin!(f);
-    /// #     loop {
-    /// #         if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut std::task::Context::from_waker(&waker)) {
-    /// #             return out;
-    /// #         }
-    /// #     }
-    /// # }
-    /// let clock = ManualClock::new();
-    /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
-    /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
-    /// // With tokio: `limiter.until_ready(&1, tokio::time::sleep).await`.
-    /// let fake_sleep = |d| {
-    ///     clock.advance(d);
-    ///     std::future::ready(())
-    /// };
-    /// assert!(block_on(limiter.until_ready(&1, fake_sleep)).is_allowed());
-    /// assert_eq!(clock.now(), 250_000_000);
-    /// # Ok::<(), hotlimit::ConfigError>(())
-    /// ```
-    pub async fn until_ready<Q: ?Sized, F, Fut>(&self, key: &Q, sleep: F) -> Decision
-    where
-        S: Keys<Q>,
-        F: FnMut(Duration) -> Fut,
-        Fut: Future<Output = ()>,
-    {
-        let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
-        let core = self.store.core();
-        wait::infallible(core.until_ready(Jitter::NONE, peek, check, sleep).await)
-    }
-
-    /// [`until_ready`](Limiter::until_ready) for a request of `cost`, adding `jitter` to
-    /// each wait; errors if the cost can never be admitted (at once, or as soon as a live
-    /// reconfiguration makes it so).
-    pub async fn until_ready_with<Q: ?Sized, F, Fut>(
-        &self,
-        key: &Q,
-        cost: u64,
-        jitter: Jitter,
-        sleep: F,
-    ) -> Result<Decision, CostError>
-    where
-        S: Keys<Q>,
-        F: FnMut(Duration) -> Fut,
-        Fut: Future<Output = ()>,
-    {
-        let (peek, check) = (|| self.peek_n(key, cost), || self.decide(key, cost));
-        let core = self.store.core();
-        core.until_ready(jitter, peek, check, sleep).await
-    }
-
-    /// [`until_ready`](Limiter::until_ready) on the calling thread, sleeping with the
-    /// limiter's clock ([`Clock::sleep`]: a real sleep, or a [`ManualClock`](crate::ManualClock)
-    /// moving itself forward).
-    ///
-    /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
-    ///
-    /// let clock = ManualClock::new();
-    /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
-    /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
-    /// assert!(limiter.until_ready_blocking(&1).is_allowed());
-    /// assert_eq!(clock.now(), 250_000_000);
-    /// # Ok::<(), hotlimit::ConfigError>(())
-    /// ```
-    pub fn until_ready_blocking<Q: ?Sized>(&self, key: &Q) -> Decision
-    where
-        S: Keys<Q>,
-    {
-        let (peek, check) = (|| Ok(self.peek(key)), || self.check(key));
-        let core = self.store.core();
-        wait::infallible(core.until_ready_blocking(Jitter::NONE, peek, check))
-    }
-
-    /// [`until_ready_blocking`](Limiter::until_ready_blocking) for a request of `cost`,
-    /// adding `jitter` to each wait; errors if the cost can never be admitted (at once, or as
-    /// soon as a live reconfiguration makes it so).
-    pub fn until_ready_blocking_with<Q: ?Sized>(
-        &self,
-        key: &Q,
-        cost: u64,
-        jitter: Jitter,
-    ) -> Result<Decision, CostError>
-    where
-        S: Keys<Q>,
-    {
-        let (peek, check) = (|| self.peek_n(key, cost), || self.decide(key, cost));
-        self.store.core().until_ready_blocking(jitter, peek, check)
-    }
-
-    /// A request of a cost already checked, by the limiter's own quota; counted.
-    #[inline(always)]
-    fn decide<Q: ?Sized>(&self, key: &Q, cost: u64) -> Decision
-    where
-        S: Keys<Q>,
-    {
-        let core = self.store.core();
-        let now = core.clock.now();
-        core.count(self.store.decide(&core.algo, key, cost, now))
-    }
-
-    /// A partial grant: admits the most units available now, up to `n`, and says how many:
-    /// `(granted, decision)`, `granted` in `0..=n`. For a batch of messages, a streaming
-    /// response, a transfer cut to what the quota allows. `n` above the capacity is capped at
-    /// it (no request is ever admitted more at once). With nothing available, `granted` is 0
-    /// and the decision is the denial of one unit, with its honest `retry_after` (and counted
-    /// as one denied unit under the strict policy). Errors only for `n == 0`.
-    ///
-    /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
-    ///
-    /// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 8".parse()?, ManualClock::new());
-    /// assert_eq!(l.check_up_to("k", 5)?.0, 5);
-    /// let (granted, decision) = l.check_up_to("k", 5)?; // 3 units left
-    /// assert_eq!((granted, decision.is_allowed()), (3, true));
-    /// let (granted, decision) = l.check_up_to("k", 5)?;
-    /// assert_eq!((granted, decision.is_denied()), (0, true));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn check_up_to<Q: ?Sized>(&self, key: &Q, n: u64) -> Result<(u64, Decision), CostError>
-    where
-        S: Keys<Q>,
-    {
-        self.store.core().grant_up_to(n, self.store.at(key))
-    }
-
-    /// Takes a provisional cost: decides and charges `cost` like
-    /// [`check_n`](Limiter::check_n), and returns a [`Ticket`] to
-    /// [`settle`](Limiter::settle) once the actual cost is known (an LLM response's
-    /// tokens, a body's bytes). Same errors as `check_n`.
-    ///
-    /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
-    ///
-    /// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 10".parse()?, ManualClock::new());
-    /// let mut ticket = l.take("k", 4)?;
-    /// assert!(l.settle("k", &mut ticket, 9)?); // 5 more than estimated: charged now
-    /// assert_eq!(l.peek("k").remaining(), Some(0)); // 10 − 9 − the peeked unit
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn take<Q: ?Sized>(&self, key: &Q, cost: u64) -> Result<Ticket, CostError>
-    where
-        S: Keys<Q>,
-    {
-        let core = self.store.core();
-        core.take(&core.algo, cost, self.store.at(key))
-    }
-
-    /// Settles `ticket` (taken from this limiter for `key`) with the `actual` cost: unused
-    /// units are refunded, an overrun is charged now, past the burst if need be (a debt the
-    /// key pays before its next admission); [`Algorithm::settle`]
-    /// says what each algorithm makes of it. Lock-free, on the same CAS path as a request.
-    ///
-    /// Returns whether this call settled the ticket: `false` if it was already settled (a
-    /// retried settle changes nothing) or was denied (it holds nothing). Any `actual` is
-    /// valid, 0 included (a full refund). A ticket taken from another limiter or for another
-    /// key is a [`TicketError`], and stays open: settled here it would refund or charge
-    /// another client.
-    pub fn settle<Q: ?Sized>(
-        &self,
-        key: &Q,
-        ticket: &mut Ticket,
-        actual: u64,
-    ) -> Result<bool, TicketError>
-    where
-        S: Keys<Q>,
-    {
-        let core = self.store.core();
-        core.settle(&core.algo, ticket, actual, self.store.at(key))
-    }
-
-    /// Decides a request of `cost` for `key` under `quota`, a quota that comes with the
-    /// request (a client's plan, a tenant's contract) instead of the limiter's own: one
-    /// limiter serves every plan. The key's state means the same whatever quota reads it
-    /// (GCRA: the time its spent budget is paid back; the windows: their counts), so a key
-    /// whose plan changes keeps what it spent: moved to a larger burst it gains the
-    /// difference at once, to a smaller one it waits until its spending fits the new burst.
-    ///
-    /// `quota` must be able to read the limiter's states
-    /// ([`Reconfigure::check_change`]: any GCRA; a
-    /// window of the same length; EARRRL of the same half-life), else
-    /// [`QuotaError::Quota`]; a cost of 0 or above the quota's capacity is
-    /// [`QuotaError::Cost`]. Nothing is counted on an error. The sweeper judges idleness by
-    /// the state alone, which every quota reads alike.
-    ///
-    /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
-    ///
-    /// let free: Gcra = "10/min".parse()?;
-    /// let pro: Gcra = "1000/min burst 100".parse()?;
-    /// let l = CasLimiter::<String, Gcra>::with_clock(free, ManualClock::new());
-    /// assert_eq!(l.check_n_with("alice", 50, &pro)?.remaining(), Some(50));
-    /// assert!(l.check_n_with("bob", 50, &free).is_err()); // more than the free burst
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn check_n_with<Q: ?Sized>(
-        &self,
-        key: &Q,
-        cost: u64,
-        quota: &S::Algo,
-    ) -> Result<Decision, QuotaError>
-    where
-        S: Keys<Q>,
-        S::Algo: Reconfigure,
-    {
-        let core = self.store.core();
-        let quota = core.quota(quota)?;
-        check_cost(cost, quota.capacity())?;
-        // The path of `check`, by the request's quota: clock first.
-        let now = core.clock.now();
-        Ok(core.count(self.store.decide(quota, key, cost, now)))
-    }
-
-    /// [`check`](Limiter::check) under a quota that comes with the request: a request of
-    /// cost 1; see [`check_n_with`](Limiter::check_n_with). Errors only for a quota that
-    /// cannot read the limiter's states (never for GCRA).
-    // Always: left to LLVM it stays a call (the `Result` puts it past the inlining
-    // threshold), a cost `check`, inlined, does not pay (`BENCHMARKS.md`, issue #32).
-    #[inline(always)]
-    pub fn check_with<Q: ?Sized>(&self, key: &Q, quota: &S::Algo) -> Result<Decision, QuotaError>
-    where
-        S: Keys<Q>,
-        S::Algo: Reconfigure,
-    {
-        let core = self.store.core();
-        let quota = core.quota(quota)?;
-        // The path of `check`, by the request's quota; cost 1 never exceeds a capacity.
-        let now = core.clock.now();
-        Ok(core.count(self.store.decide(quota, key, 1, now)))
-    }
-
-    /// [`take`](Limiter::take) under a quota that comes with the request; see
-    /// [`check_n_with`](Limiter::check_n_with).
-    pub fn take_with<Q: ?Sized>(
-        &self,
-        key: &Q,
-        cost: u64,
-        quota: &S::Algo,
-    ) -> Result<Ticket, QuotaError>
-    where
-        S: Keys<Q>,
-        S::Algo: Reconfigure,
-    {
-        let core = self.store.core();
-        let quota = core.quota(quota)?;
-        Ok(core.take(quota, cost, self.store.at(key))?)
-    }
-
-    /// [`settle`](Limiter::settle) under the quota the ticket was taken with (GCRA
-    /// refunds and charges in its emission interval).
-    pub fn settle_with<Q: ?Sized>(
-        &self,
-        key: &Q,
-        ticket: &mut Ticket,
-        actual: u64,
-        quota: &S::Algo,
-    ) -> Result<bool, QuotaError>
-    where
-        S: Keys<Q>,
-        S::Algo: Reconfigure,
-    {
-        let core = self.store.core();
-        let quota = core.quota(quota)?;
-        Ok(core.settle(quota, ticket, actual, self.store.at(key))?)
     }
 
     /// Drops every key whose state is equivalent to a fresh key's at `now − grace` (so no
@@ -669,32 +384,23 @@ impl<S: Store> Limiter<S> {
 }
 
 impl<S: Store<Algo = Gcra>> Limiter<S> {
-    /// Pacing: admits a request of `cost` for `key` now with the delay after which it
-    /// conforms, if that delay is at most `max_wait`; otherwise counts nothing.
-    /// See [`Gcra::reserve`].
-    ///
-    /// ```
-    /// use hotlimit::{algo::{Gcra, Reservation}, CasLimiter, ManualClock};
-    /// use std::time::Duration;
-    ///
-    /// let l = CasLimiter::<u32, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::new());
-    /// let wait = Duration::from_secs(1);
-    /// assert_eq!(l.reserve(&7, 1, wait), Ok(Reservation::Admitted { delay: Duration::ZERO }));
-    /// assert_eq!(l.reserve(&7, 1, wait), Ok(Reservation::Admitted { delay: Duration::from_millis(100) }));
-    /// # Ok::<(), hotlimit::ConfigError>(())
-    /// ```
-    pub fn reserve<Q: ?Sized>(
+    /// `reserve` of [`Request`]: pacing by GCRA.
+    pub(crate) fn reserve<Q: ?Sized>(
         &self,
         key: &Q,
-        cost: u64,
+        ask: Ask<'_, Gcra>,
         max_wait: Duration,
-    ) -> Result<Reservation, CostError>
+    ) -> Result<Reservation, QuotaError>
     where
         S: Keys<Q>,
     {
-        self.store
-            .core()
-            .reserve(cost, max_wait, self.store.at(key))
+        let core = self.store.core();
+        if ask.quota.is_some() {
+            // Pacing reserves by the limiter's own emission interval only.
+            core.pick(ask.quota)?;
+        }
+        let now = core.now(ask.at);
+        Ok(core.reserve(ask.cost, max_wait, now, self.store.at(key))?)
     }
 }
 
@@ -711,25 +417,15 @@ impl<A: Reconfigure, S: Store<Algo = Live<A>>> Limiter<S> {
 }
 
 /// Every in-memory limiter, through the one request path.
-impl<Q: ?Sized, S: Keys<Q>> crate::RateLimiter<Q> for Limiter<S> {
-    #[inline]
-    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-        Limiter::check_n(self, key, cost)
-    }
-
+impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::RateLimiter<Q> for Limiter<S> {
     #[inline]
     fn check(&self, key: &Q) -> Decision {
         Limiter::check(self, key)
     }
 
     #[inline]
-    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-        Limiter::peek_n(self, key, cost)
-    }
-
-    #[inline]
-    fn peek(&self, key: &Q) -> Decision {
-        Limiter::peek(self, key)
+    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+        Limiter::check_n(self, key, cost)
     }
 
     fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
@@ -740,8 +436,23 @@ impl<Q: ?Sized, S: Keys<Q>> crate::RateLimiter<Q> for Limiter<S> {
         Limiter::check_n_batch(self, requests.iter().copied(), out)
     }
 
+    #[inline]
+    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+        let core = self.store.core();
+        core.cost(cost)?;
+        Ok(self.store.peek(&core.algo, key, cost, core.clock.now()))
+    }
+
+    #[inline]
+    fn peek(&self, key: &Q) -> Decision {
+        let core = self.store.core();
+        self.store.peek(&core.algo, key, 1, core.clock.now())
+    }
+
     fn until_ready_blocking(&self, key: &Q) -> Decision {
-        Limiter::until_ready_blocking(self, key)
+        // Cost 1, the limiter's own quota: no error can be returned.
+        let waited = self.request(key).until_ready_blocking();
+        waited.unwrap_or_else(|_| Decision::denied(1))
     }
 
     fn len(&self) -> usize {
@@ -750,6 +461,168 @@ impl<Q: ?Sized, S: Keys<Q>> crate::RateLimiter<Q> for Limiter<S> {
 
     fn sweep(&self) -> SweepReport {
         Limiter::sweep(self)
+    }
+}
+
+impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
+    type Algo = S::Algo;
+    type Error = QuotaError;
+
+    #[inline]
+    fn decide(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Decision, QuotaError> {
+        let core = self.store.core();
+        let algo = core.pick(ask.quota)?;
+        check_cost(ask.cost, algo.capacity())?;
+        // The path of `check`, by the request's quota: clock first.
+        let now = core.now(ask.at);
+        Ok(core.count(self.store.decide(algo, key, ask.cost, now)))
+    }
+
+    #[inline]
+    fn preview(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Decision, QuotaError> {
+        let core = self.store.core();
+        let algo = core.pick(ask.quota)?;
+        check_cost(ask.cost, algo.capacity())?;
+        Ok(self.store.peek(algo, key, ask.cost, core.now(ask.at)))
+    }
+
+    fn grant(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<(u64, Decision), QuotaError> {
+        let core = self.store.core();
+        let algo = core.pick(ask.quota)?;
+        let now = core.now(ask.at);
+        Ok(core.grant_up_to(algo, ask.cost, now, self.store.at(key))?)
+    }
+
+    fn take(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Ticket, QuotaError> {
+        let core = self.store.core();
+        let algo = core.pick(ask.quota)?;
+        let now = core.now(ask.at);
+        Ok(core.take(algo, ask.cost, now, self.store.at(key))?)
+    }
+
+    fn settle(
+        &self,
+        key: &Q,
+        ticket: &mut Ticket,
+        actual: u64,
+        ask: Ask<'_, S::Algo>,
+    ) -> Result<bool, QuotaError> {
+        let core = self.store.core();
+        let algo = core.pick(ask.quota)?;
+        Ok(core.settle(algo, ticket, actual, ask.at, self.store.at(key))?)
+    }
+}
+
+/// The waits and pacing of the in-memory limiter's [`Request`]: they run on its clock.
+impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo> {
+    /// Waits until the request is allowed and returns that decision (the request is
+    /// counted): client-side self-limiting. `sleep` is the runtime's timer, e.g.
+    /// `tokio::time::sleep`, so this works on any runtime.
+    ///
+    /// It peeks while it waits and sleeps each honest `retry_after` (plus the
+    /// [`jitter`](Request::jitter)), so it is never counted as denied while it waits and
+    /// returns at the earliest time the limiter allows. Under a strict policy a peek's
+    /// `retry_after` also covers the denial it would have counted, so the wait can be longer
+    /// than the least one, never shorter. Other callers may take the budget first; it then
+    /// waits again. A wait the limiter's clock cannot reach (past
+    /// [`CLOCK_MAX`](crate::algo::CLOCK_MAX), where a clock saturates) returns the denial
+    /// instead: no sleep would end it. Errors if the cost can never be admitted (at once, or
+    /// as soon as a live reconfiguration makes it so). An [`at`](Request::at) is ignored:
+    /// a wait runs on the clock.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
+    ///
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     struct Noop;
+    /// #     impl std::task::Wake for Noop { fn wake(self: std::sync::Arc<Self>) {} }
+    /// #     let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     loop {
+    /// #         if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut std::task::Context::from_waker(&waker)) {
+    /// #             return out;
+    /// #         }
+    /// #     }
+    /// # }
+    /// let clock = ManualClock::new();
+    /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
+    /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
+    /// // With tokio: `limiter.request(&1).until_ready(tokio::time::sleep).await`.
+    /// let fake_sleep = |d| {
+    ///     clock.advance(d);
+    ///     std::future::ready(())
+    /// };
+    /// assert!(block_on(limiter.request(&1).until_ready(fake_sleep))?.is_allowed());
+    /// assert_eq!(clock.now(), 250_000_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn until_ready<F, Fut>(self, sleep: F) -> Result<Decision, QuotaError>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let (l, key) = (self.limiter, self.key);
+        let ask = Ask {
+            at: None,
+            ..self.ask
+        };
+        let clock = l.clock();
+        let check = || l.decide(key, ask);
+        wait::until_ready(
+            || l.preview(key, ask),
+            check,
+            || clock.now(),
+            self.jitter,
+            sleep,
+        )
+        .await
+    }
+
+    /// [`until_ready`](Request::until_ready) on the calling thread, sleeping with the
+    /// limiter's clock ([`Clock::sleep`]: a real sleep, or a
+    /// [`ManualClock`](crate::ManualClock) moving itself forward).
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
+    /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
+    /// assert!(limiter.request(&1).until_ready_blocking()?.is_allowed());
+    /// assert_eq!(clock.now(), 250_000_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn until_ready_blocking(self) -> Result<Decision, QuotaError> {
+        let (l, key) = (self.limiter, self.key);
+        let ask = Ask {
+            at: None,
+            ..self.ask
+        };
+        let clock = l.clock();
+        let check = || l.decide(key, ask);
+        let (now, sleep) = (|| clock.now(), |d| clock.sleep(d));
+        wait::until_ready_blocking(|| l.preview(key, ask), check, now, self.jitter, sleep)
+    }
+}
+
+impl<'a, S: Keys<Q> + Store<Algo = Gcra> + Send + Sync, Q: ?Sized>
+    Request<'a, Limiter<S>, Q, Gcra>
+{
+    /// Pacing: admits the request now with the delay after which it conforms, if that delay
+    /// is at most `max_wait`; otherwise counts nothing. See [`Gcra::reserve`].
+    ///
+    /// ```
+    /// use hotlimit::{algo::{Gcra, Reservation}, CasLimiter, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let l = CasLimiter::<u32, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::new());
+    /// let wait = Duration::from_secs(1);
+    /// assert_eq!(l.request(&7).reserve(wait)?, Reservation::Admitted { delay: Duration::ZERO });
+    /// assert_eq!(l.request(&7).reserve(wait)?, Reservation::Admitted { delay: Duration::from_millis(100) });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve(self, max_wait: Duration) -> Result<Reservation, QuotaError> {
+        self.limiter.reserve(self.key, self.ask, max_wait)
     }
 }
 

@@ -10,14 +10,14 @@ use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::debts::Debts;
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, ConfigError, CostError, Field, QuotaError, TicketError};
+use crate::error::{check_cost, ConfigError, CostError, Field, TicketError};
 use crate::live::Live;
 use crate::stats::{Metrics, Stats};
 use crate::sweeper::{Signal, SweepTotals, Sweeper, Totals};
 use crate::sync::Mutex;
-use crate::wait::{self, Jitter};
+
 use std::fmt;
-use std::future::Future;
+
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
@@ -347,14 +347,20 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
 
     /// The decision for a key not held: from what it owes, or fresh.
     #[inline]
-    pub(crate) fn peek_absent(&self, hash: impl FnOnce() -> u64, now: u64, cost: u64) -> Decision {
+    pub(crate) fn peek_absent(
+        &self,
+        algo: &A,
+        hash: impl FnOnce() -> u64,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
         match self
             .debts
             .as_ref()
             .and_then(|d| d.restore(&self.algo, hash()))
         {
-            Some(owed) => self.algo.peek(&owed, now, cost),
-            None => self.peek_fresh(now, cost),
+            Some(owed) => algo.peek(&owed, now, cost),
+            None => algo.peek(&algo.fresh(), now, cost),
         }
     }
 
@@ -424,13 +430,6 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         rewrite(&|state| self.algo.refit(state, now));
     }
 
-    /// The decision for a key not held (absent, or dead: what a dead cell's state was
-    /// equivalent to).
-    #[inline]
-    pub(crate) fn peek_fresh(&self, now: u64, cost: u64) -> Decision {
-        self.algo.peek(&self.algo.fresh(), now, cost)
-    }
-
     /// Totals over every sweep, with the debt table's counts.
     pub(crate) fn sweep_totals(&self) -> SweepTotals {
         let debts = self.debts.as_ref().map_or((0, 0), Debts::counts);
@@ -463,36 +462,56 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         Sweeper::spawn(self.signal.clone(), interval, move || sweep(&s)).map(Some)
     }
 
-    /// `check_up_to` of every store, on the key's state `at`. `n` is
-    /// capped at the capacity (no request gets more at once); 0 is an error.
+    /// The algorithm a request runs by: `quota` if it comes with one (checked to read this
+    /// limiter's states), else the limiter's own.
+    #[inline(always)]
+    pub(crate) fn pick<'q>(&'q self, quota: Option<&'q A>) -> Result<&'q A, ConfigError> {
+        match quota {
+            None => Ok(&self.algo),
+            Some(quota) => self.algo.check_quota(quota).map(|()| quota),
+        }
+    }
+
+    /// `at`, or the clock's reading.
+    #[inline(always)]
+    pub(crate) fn now(&self, at: Option<u64>) -> u64 {
+        match at {
+            Some(at) => at,
+            None => self.clock.now(),
+        }
+    }
+
+    /// A partial grant by `algo` on the key's state `at`: `n` is capped at the capacity (no
+    /// request gets more at once); 0 is an error.
     #[inline]
     pub(crate) fn grant_up_to(
         &self,
+        algo: &A,
         n: u64,
+        now: u64,
         at: impl KeyState<A::State>,
     ) -> Result<(u64, Decision), CostError> {
         if n == 0 {
             return Err(CostError::Zero);
         }
-        let most = n.min(self.algo.capacity());
-        let now = self.clock.now();
-        let (granted, decision) = at.apply(|state| self.algo.update_up_to(state, now, most));
+        let most = n.min(algo.capacity());
+        let (granted, decision) = at.apply(|state| algo.update_up_to(state, now, most));
         Ok((granted, self.count(decision)))
     }
 
     /// A request of `cost` decided by `algo` (the limiter's own, or a per-request quota) on
-    /// the key's state `at`; counted. Returns the decision and the clock reading.
+    /// the key's state `at` at `now`; counted.
     #[inline(always)]
     pub(crate) fn charge(
         &self,
         algo: &A,
         cost: u64,
+        now: u64,
         at: impl KeyState<A::State>,
-    ) -> Result<(Decision, u64), CostError> {
+    ) -> Result<Decision, CostError> {
         check_cost(cost, algo.capacity())?;
-        let now = self.clock.now();
         let decision = at.apply(|state| algo.update(state, now, cost));
-        Ok((self.count(decision), now))
+        Ok(self.count(decision))
     }
 
     /// `take` of every store: [`charge`](Core::charge) that returns a [`Ticket`] to settle.
@@ -501,10 +520,11 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         &self,
         algo: &A,
         cost: u64,
+        now: u64,
         at: impl KeyState<A::State>,
     ) -> Result<Ticket, CostError> {
         let key = at.key_print();
-        let (decision, now) = self.charge(algo, cost, at)?;
+        let decision = self.charge(algo, cost, now, at)?;
         Ok(Ticket::new(decision, cost, now).bound(self.id, key))
     }
 
@@ -517,6 +537,7 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         algo: &A,
         ticket: &mut Ticket,
         actual: u64,
+        now: Option<u64>,
         at: impl KeyState<A::State>,
     ) -> Result<bool, TicketError> {
         ticket.check_origin(self.id, at.key_print())?;
@@ -524,51 +545,24 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
             return Ok(false);
         };
         if actual != charged {
-            let now = self.clock.now();
+            let now = self.now(now);
             at.apply(|state| algo.settle(state, now, taken_at, charged, actual));
         }
         Ok(true)
     }
-
-    /// The wait of every store's `until_ready*`: `peek` (which may fail, for a cost a live
-    /// reconfiguration made impossible) and `check` decide for the request's key and cost.
-    pub(crate) async fn until_ready<E, F, Fut>(
-        &self,
-        jitter: Jitter,
-        peek: impl Fn() -> Result<Decision, E>,
-        check: impl Fn() -> Decision,
-        sleep: F,
-    ) -> Result<Decision, E>
-    where
-        F: FnMut(Duration) -> Fut,
-        Fut: Future<Output = ()>,
-    {
-        wait::until_ready(peek, check, || self.clock.now(), jitter, sleep).await
-    }
-
-    /// [`until_ready`](Core::until_ready) on the calling thread, sleeping with the clock.
-    pub(crate) fn until_ready_blocking<E>(
-        &self,
-        jitter: Jitter,
-        peek: impl Fn() -> Result<Decision, E>,
-        check: impl Fn() -> Decision,
-    ) -> Result<Decision, E> {
-        let (now, sleep) = (|| self.clock.now(), |d| self.clock.sleep(d));
-        wait::until_ready_blocking(peek, check, now, jitter, sleep)
-    }
 }
 
 impl<C: Clock> Core<Gcra, C> {
-    /// `reserve` of every store, on the key's state word `at`.
+    /// `reserve` of every store, on the key's state word `at`, at `now`.
     pub(crate) fn reserve(
         &self,
         cost: u64,
         max_wait: Duration,
+        now: u64,
         at: impl KeyState<u64>,
     ) -> Result<Reservation, CostError> {
         self.cost(cost)?;
         let max_wait = duration_to_nanos(max_wait);
-        let now = self.clock.now();
         let reservation = at.apply(|tat| {
             let (reservation, new) = self.algo.reserve(*tat, now, cost, max_wait);
             *tat = new.unwrap_or(*tat);
@@ -579,18 +573,6 @@ impl<C: Clock> Core<Gcra, C> {
                 .decided(matches!(reservation, Reservation::Admitted { .. }));
         }
         Ok(reservation)
-    }
-}
-
-impl<A: Reconfigure, C: Clock> Core<A, C> {
-    /// Admits `quota` for one request if it can read the states this limiter keeps (the
-    /// check a live switch makes; a no-op for GCRA, a comparison of windows for the others).
-    #[inline(always)]
-    pub(crate) fn quota<'q>(&self, quota: &'q A) -> Result<&'q A, QuotaError> {
-        self.algo
-            .check_change(quota)
-            .map_err(|e| QuotaError::Quota(Box::new(e)))?;
-        Ok(quota)
     }
 }
 

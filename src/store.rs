@@ -6,7 +6,7 @@
 
 pub use crate::compact::Compact;
 pub use crate::compact::{
-    CompactKey, CompactState, CompactVariant, Hashed, KeyRepr, ProbeStats, DEFAULT_MAX_KEYS,
+    CompactKey, CompactVariant, Hashed, KeyRepr, ProbeStats, DEFAULT_MAX_KEYS,
 };
 pub use crate::decision::Ticket;
 pub use crate::direct::Single;
@@ -14,5 +14,6 @@ pub use crate::error::QuotaError;
 pub use crate::keyed::{Map, Pinned};
 pub use crate::limiter::{Cas, LimiterError, Locked, Started, Variant};
 pub use crate::ops::{Keys, Store};
+pub use crate::request::Ask;
 pub use crate::shared::{Builder, KeyedStore};
 pub use crate::sweeper::{SweepReport, SweepTotals};

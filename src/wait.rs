@@ -4,7 +4,6 @@
 use crate::algo::CLOCK_MAX;
 use crate::clock::duration_to_nanos;
 use crate::decision::Decision;
-use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
@@ -60,7 +59,7 @@ impl Jitter {
 /// (past [`CLOCK_MAX`], where a clock saturates) ends with the denial: no sleep would help.
 pub(crate) async fn until_ready<E, F, Fut>(
     mut peek: impl FnMut() -> Result<Decision, E>,
-    mut check: impl FnMut() -> Decision,
+    mut check: impl FnMut() -> Result<Decision, E>,
     now: impl Fn() -> u64,
     jitter: Jitter,
     mut sleep: F,
@@ -81,7 +80,7 @@ where
 /// [`until_ready`], sleeping on the calling thread.
 pub(crate) fn until_ready_blocking<E>(
     mut peek: impl FnMut() -> Result<Decision, E>,
-    mut check: impl FnMut() -> Decision,
+    mut check: impl FnMut() -> Result<Decision, E>,
     now: impl Fn() -> u64,
     jitter: Jitter,
     mut sleep: impl FnMut(Duration),
@@ -98,14 +97,14 @@ pub(crate) fn until_ready_blocking<E>(
 /// wait before the next round.
 fn next<E>(
     peek: &mut impl FnMut() -> Result<Decision, E>,
-    check: &mut impl FnMut() -> Decision,
+    check: &mut impl FnMut() -> Result<Decision, E>,
     now: &impl Fn() -> u64,
 ) -> Result<Result<Decision, Duration>, E> {
     let peeked = peek()?;
     let denied = if peeked.is_denied() {
         peeked
     } else {
-        let decided = check();
+        let decided = check()?;
         if decided.is_allowed() {
             return Ok(Ok(decided));
         }
@@ -116,12 +115,4 @@ fn next<E>(
         .checked_add(duration_to_nanos(wait))
         .is_some_and(|at| at <= CLOCK_MAX);
     Ok(if reachable { Err(wait) } else { Ok(denied) })
-}
-
-/// The result of a wait whose peek cannot fail (cost 1 is always admissible).
-pub(crate) fn infallible(result: Result<Decision, Infallible>) -> Decision {
-    match result {
-        Ok(decision) => decision,
-        Err(never) => match never {},
-    }
 }

@@ -352,11 +352,11 @@ fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
     assert_eq!(err.field(), hotlimit::Field::HalfLife);
     assert_eq!(l.algorithm().get(), e);
     // The limit can change; the measured rate is kept.
-    let before = l.peek(&1);
+    let before = l.request(&1).peek().unwrap();
     l.reconfigure(Earrrl::new(Duration::from_secs(1), r(0.5)).unwrap())
         .unwrap();
-    assert_eq!(l.peek(&1).rate(), before.rate());
-    assert!(l.peek(&1).is_denied()); // rate 0.69/s > 0.5/s
+    assert_eq!(l.request(&1).peek().unwrap().rate(), before.rate());
+    assert!(l.request(&1).peek().unwrap().is_denied()); // rate 0.69/s > 0.5/s
 
     let d = DirectLimiter::<_>::with_clock(
         Live::new("10/s burst 10".parse::<Gcra>().unwrap()),
@@ -394,7 +394,7 @@ fn metrics_equal_decisions<V: Variant<Gcra>>() {
                     };
                     counter.fetch_add(1, Ordering::Relaxed);
                     if i % 5_000 == 0 {
-                        let _ = limiter.peek(&key); // not a decision: not counted
+                        let _ = limiter.request(&key).peek().unwrap(); // not a decision: not counted
                     }
                 }
             });
@@ -446,7 +446,7 @@ fn until_ready_on<V: Variant<Gcra>>() {
         .unwrap();
     // Blocking, on the manual clock: two immediate, then one every 250 ms exactly.
     for want_ms in [0, 0, 250, 500, 750] {
-        assert!(l.until_ready_blocking("k").is_allowed());
+        assert!(l.request("k").until_ready_blocking().unwrap().is_allowed());
         assert_eq!(clock.now(), want_ms * 1_000_000);
     }
     // Async with a caller's sleep; a cost of 2 waits for two intervals.
@@ -454,28 +454,35 @@ fn until_ready_on<V: Variant<Gcra>>() {
         clock.advance(d);
         std::future::ready(())
     };
-    let d = block_on(l.until_ready_with("k", 2, Jitter::NONE, sleep)).unwrap();
+    let d = block_on(l.request("k").cost(2).until_ready(sleep)).unwrap();
     assert!(d.is_allowed());
     assert_eq!(clock.now(), 1_250_000_000);
     // A cost that can never be admitted errors at once, without waiting.
-    let err = block_on(l.until_ready_with("k", 3, Jitter::NONE, sleep)).unwrap_err();
+    let err = block_on(l.request("k").cost(3).until_ready(sleep)).unwrap_err();
     assert_eq!(
         err,
         hotlimit::CostError::ExceedsCapacity {
             cost: 3,
             capacity: 2
         }
+        .into()
     );
     assert_eq!(clock.now(), 1_250_000_000);
     // Jitter only ever delays, by at most its maximum.
     let jitter = Jitter::up_to(Duration::from_millis(40));
     for _ in 0..20 {
         let before = clock.now();
-        let honest = before + l.peek("k").retry_after_nanos();
-        let _ = l.until_ready_blocking_with("k", 1, jitter).unwrap();
+        let honest = before + l.request("k").peek().unwrap().retry_after_nanos();
+        let _ = l
+            .request("k")
+            .jitter(jitter)
+            .until_ready_blocking()
+            .unwrap();
         assert!((honest..=honest + 40_000_000).contains(&clock.now()));
     }
-    assert!(block_on(l.until_ready("k", sleep)).is_allowed());
+    assert!(block_on(l.request("k").until_ready(sleep))
+        .unwrap()
+        .is_allowed());
 }
 
 #[test]
@@ -484,14 +491,16 @@ fn until_ready_waits_exactly_the_honest_time() {
     until_ready_on::<Locked>();
     let clock = ManualClock::new();
     let d = DirectLimiter::<_>::with_clock("2/s burst 1".parse::<Gcra>().unwrap(), clock.clone());
-    assert!(d.until_ready_blocking(&()).is_allowed());
-    let _ = d.until_ready_blocking_with(&(), 1, Jitter::NONE).unwrap();
+    assert!(d.request(&()).until_ready_blocking().unwrap().is_allowed());
+    let _ = d.request(&()).until_ready_blocking().unwrap();
     assert_eq!(clock.now(), 500_000_000);
     let sleep = |t: Duration| {
         clock.advance(t);
         std::future::ready(())
     };
-    assert!(block_on(d.until_ready(&(), sleep)).is_allowed());
+    assert!(block_on(d.request(&()).until_ready(sleep))
+        .unwrap()
+        .is_allowed());
     assert_eq!(clock.now(), 1_000_000_000);
 }
 
@@ -504,9 +513,9 @@ fn until_ready_under_a_strict_policy_is_not_counted_while_waiting() {
     let clock = ManualClock::new();
     let l = MutexLimiter::<u64, _>::with_clock(e, clock.clone());
     while l.check(&1).is_allowed() {}
-    let waiting = l.peek(&1).retry_after_nanos();
+    let waiting = l.request(&1).peek().unwrap().retry_after_nanos();
     let start = clock.now();
-    assert!(l.until_ready_blocking(&1).is_allowed());
+    assert!(l.request(&1).until_ready_blocking().unwrap().is_allowed());
     assert_eq!(clock.now() - start, waiting);
 }
 
@@ -527,7 +536,7 @@ fn concurrent_waiters_never_over_admit() {
             for _ in 0..THREADS {
                 s.spawn(|| {
                     for _ in 0..200 {
-                        assert!(l.until_ready_blocking(&1).is_allowed());
+                        assert!(l.request(&1).until_ready_blocking().unwrap().is_allowed());
                     }
                 });
             }
@@ -558,13 +567,14 @@ fn a_wait_ends_when_a_reconfiguration_makes_its_cost_impossible() {
         clock.advance(d);
         std::future::ready(())
     };
-    let got = block_on(l.until_ready_with(&1, 4, Jitter::NONE, sleep));
+    let got = block_on(l.request(&1).cost(4).until_ready(sleep));
     assert_eq!(
         got,
         Err(hotlimit::CostError::ExceedsCapacity {
             cost: 4,
             capacity: 2
-        })
+        }
+        .into())
     );
     assert_eq!(sleeps.get(), 1);
 }

@@ -9,7 +9,7 @@
 mod common;
 
 use hotlimit::algo::{Algorithm, Gcra};
-use hotlimit::store::{Cas, CompactVariant, Locked, SweepReport, Variant};
+use hotlimit::store::{CompactVariant, Locked, SweepReport, Variant};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, ManualClock, MutexLimiter, RateLimiter,
 };
@@ -170,8 +170,6 @@ impl common::OnAlgorithm for SameAsOneByOne<'_> {
     fn run<A>(&mut self, name: &str, algo: A) -> Result<(), TestCaseError>
     where
         A: Algorithm + Clone,
-        Cas: Variant<A> + CompactVariant<A>,
-        Locked: Variant<A> + CompactVariant<A>,
     {
         let clock = ManualClock::new();
         let cas = || CasLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());

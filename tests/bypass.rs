@@ -16,7 +16,7 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
     SubWindow,
 };
-use hotlimit::store::{Cas, CompactVariant, Locked, SweepTotals, Variant};
+use hotlimit::store::{Cas, Locked, SweepTotals};
 use hotlimit::{
     CasLimiter, CompactLimiter, Live, ManualClock, MutexLimiter, Policy, QuantaClock, Rate,
     RateLimiter,
@@ -111,10 +111,7 @@ fn attack(bounded: &Limiter, clock: &ManualClock, shape: Shape) -> (Outcome, u64
 }
 
 /// The exact answer: the target alone, at the same instants, on an unbounded limiter.
-fn exact<A: Algorithm + Clone>(algo: &A, t0: u64, clock_kind: Clock) -> Outcome
-where
-    Cas: Variant<A>,
-{
+fn exact<A: Algorithm + Clone>(algo: &A, t0: u64, clock_kind: Clock) -> Outcome {
     let clock = ManualClock::new();
     let l = CasLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
     for _ in 0..SPEND {
@@ -140,8 +137,6 @@ type Store = (&'static str, Limiter, Box<dyn Fn() -> SweepTotals>);
 fn stores<A>(algo: &A, clock: &ManualClock, forget: bool) -> Vec<Store>
 where
     A: Algorithm + Clone,
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
 {
     macro_rules! build {
         ($builder:expr) => {{
@@ -211,8 +206,6 @@ macro_rules! every_algorithm {
 fn never_reset<A>(name: &str, algo: A, shape: Shape)
 where
     A: Algorithm + Clone,
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
 {
     let clock = ManualClock::new();
     for (store, bounded, totals) in stores(&algo, &clock, false) {
@@ -377,8 +370,6 @@ fn newcomers_denied<A>(
 ) -> Vec<(&'static str, f64)>
 where
     A: Algorithm + Clone,
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
 {
     let clock = ManualClock::new();
     let mut out = Vec::new();

@@ -223,10 +223,13 @@ fn metrics_count_every_decision_once_and_the_sweeps() {
         "an invalid cost decides nothing"
     );
     assert!(limiter.check_n(&2, 2).unwrap().is_allowed());
-    assert!(limiter.peek(&3).is_allowed(), "a peek is not a decision");
+    assert!(
+        limiter.request(&3).peek().unwrap().is_allowed(),
+        "a peek is not a decision"
+    );
     let reserved: Vec<bool> = (0..3)
         .map(|_| {
-            let r = limiter.reserve(&4, 1, Duration::ZERO).unwrap();
+            let r = limiter.request(&4).reserve(Duration::ZERO).unwrap();
             matches!(r, hotlimit::algo::Reservation::Admitted { .. })
         })
         .collect();

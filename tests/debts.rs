@@ -13,7 +13,6 @@ mod common;
 
 use common::{on_every_algorithm, OnAlgorithm};
 use hotlimit::algo::Algorithm;
-use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
 use hotlimit::Policy;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -72,8 +71,6 @@ impl OnAlgorithm for NeverMoreLenient {
     fn run<A>(&mut self, name: &str, algo: A) -> Result<(), String>
     where
         A: Algorithm + Clone,
-        Cas: Variant<A> + CompactVariant<A>,
-        Locked: Variant<A> + CompactVariant<A>,
     {
         let mut runner = TestRunner::new(Config {
             cases: 300,
@@ -151,8 +148,6 @@ impl OnAlgorithm for FreshOwesNothing {
     fn run<A>(&mut self, name: &str, algo: A) -> Result<(), TestCaseError>
     where
         A: Algorithm + Clone,
-        Cas: Variant<A> + CompactVariant<A>,
-        Locked: Variant<A> + CompactVariant<A>,
     {
         for p in 0..algo.debt_parts() {
             prop_assert_eq!(algo.debt(&algo.fresh(), p), 0, "{}", name);

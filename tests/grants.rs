@@ -6,7 +6,7 @@
 mod common;
 
 use hotlimit::algo::{Algorithm, Earrrl, Gcra};
-use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
+use hotlimit::store::Locked;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
     MutexLimiter, Policy,
@@ -34,8 +34,6 @@ type Trace = Vec<(u64, u64, u64)>;
 fn same_as_model<A>(name: &str, algo: A, trace: &Trace) -> Result<(), TestCaseError>
 where
     A: Algorithm + Clone,
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
 {
     let clock = ManualClock::new();
     let cas = CasLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
@@ -59,12 +57,12 @@ where
         let state = states.entry(key).or_insert_with(|| algo.fresh());
         let want = model(&algo, state, clock.now(), n);
         let got = [
-            ("cas", cas.check_up_to(&key, n).unwrap()),
-            ("mutex", mutex.check_up_to(&key, n).unwrap()),
-            ("compact", compact.check_up_to(&key, n).unwrap()),
+            ("cas", cas.request(&key).cost(n).up_to().unwrap()),
+            ("mutex", mutex.request(&key).cost(n).up_to().unwrap()),
+            ("compact", compact.request(&key).cost(n).up_to().unwrap()),
             (
                 "compact-locked",
-                compact_locked.check_up_to(&key, n).unwrap(),
+                compact_locked.request(&key).cost(n).up_to().unwrap(),
             ),
         ];
         for (store, got) in got {
@@ -72,13 +70,13 @@ where
         }
         if key == 0 {
             prop_assert_eq!(
-                direct.check_up_to(&(), n).unwrap(),
+                direct.request(&()).cost(n).up_to().unwrap(),
                 want,
                 "{} direct step {}",
                 name,
                 i
             );
-            let got = direct_locked.check_up_to(&(), n).unwrap();
+            let got = direct_locked.request(&()).cost(n).up_to().unwrap();
             prop_assert_eq!(got, want, "{} direct-locked step {}", name, i);
         }
     }
@@ -118,18 +116,21 @@ fn threads_share_one_burst_exactly() {
     let direct = Arc::new(DirectLimiter::<Gcra, _>::with_clock(gcra, clock.clone()));
     type Grant = Arc<dyn Fn() -> u64 + Send + Sync>;
     let stores: [(&str, Grant); 4] = [
-        ("cas", Arc::new(move || cas.check_up_to(&7, 3).unwrap().0)),
+        (
+            "cas",
+            Arc::new(move || cas.request(&7).cost(3).up_to().unwrap().0),
+        ),
         (
             "mutex",
-            Arc::new(move || mutex.check_up_to(&7, 3).unwrap().0),
+            Arc::new(move || mutex.request(&7).cost(3).up_to().unwrap().0),
         ),
         (
             "compact",
-            Arc::new(move || compact.check_up_to(&7, 3).unwrap().0),
+            Arc::new(move || compact.request(&7).cost(3).up_to().unwrap().0),
         ),
         (
             "direct",
-            Arc::new(move || direct.check_up_to(&(), 3).unwrap().0),
+            Arc::new(move || direct.request(&()).cost(3).up_to().unwrap().0),
         ),
     ];
     for (name, grant) in stores {
@@ -163,15 +164,15 @@ fn threads_share_one_burst_exactly() {
 fn zero_is_an_error_and_more_than_the_capacity_is_capped() {
     let clock = ManualClock::new();
     let l = CasLimiter::<u64, Gcra, _>::with_clock("1/s burst 5".parse().unwrap(), clock.clone());
-    assert_eq!(l.check_up_to(&1, 0), Err(CostError::Zero));
+    assert_eq!(l.request(&1).cost(0).up_to(), Err(CostError::Zero.into()));
     assert_eq!(l.len(), 0, "an error inserts nothing");
-    let (granted, decision) = l.check_up_to(&1, u64::MAX).unwrap();
+    let (granted, decision) = l.request(&1).cost(u64::MAX).up_to().unwrap();
     assert_eq!((granted, decision.remaining()), (5, Some(0)));
-    let (granted, decision) = l.check_up_to(&1, u64::MAX).unwrap();
+    let (granted, decision) = l.request(&1).cost(u64::MAX).up_to().unwrap();
     assert_eq!(granted, 0);
     assert_eq!(decision.retry_after(), Duration::from_secs(1));
     clock.advance(Duration::from_secs(2));
-    assert_eq!(l.check_up_to(&1, 10).unwrap().0, 2);
+    assert_eq!(l.request(&1).cost(10).up_to().unwrap().0, 2);
 }
 
 /// EARRRL admits a request while the rate before it is at most `R`, so its capacity is the
@@ -183,7 +184,7 @@ fn earrrl_grants_at_most_the_cost_that_takes_a_fresh_key_to_its_rate() {
     let want = (10.0 / std::f64::consts::LN_2).floor() as u64;
     assert_eq!((earrrl.capacity(), want), (14, 14));
     let l = CasLimiter::<u64, Earrrl, _>::with_clock(earrrl, ManualClock::new());
-    let (granted, decision) = l.check_up_to(&1, u64::MAX).unwrap();
+    let (granted, decision) = l.request(&1).cost(u64::MAX).up_to().unwrap();
     assert!(decision.is_allowed());
     assert_eq!(granted, 14);
     assert!(decision.rate().unwrap() <= 10.0);
@@ -206,15 +207,15 @@ fn a_grant_of_nothing_counts_as_one_denied_unit() {
         let clock = ManualClock::new();
         let grants = CasLimiter::<u64, Gcra, _>::with_clock(algo, clock.clone());
         let checks = CasLimiter::<u64, Gcra, _>::with_clock(algo, clock.clone());
-        assert_eq!(grants.check_up_to(&1, 2).unwrap().0, 2);
+        assert_eq!(grants.request(&1).cost(2).up_to().unwrap().0, 2);
         assert!(checks.check_n(&1, 2).unwrap().is_allowed());
         for _ in 0..3 {
-            let (granted, denied) = grants.check_up_to(&1, 2).unwrap();
+            let (granted, denied) = grants.request(&1).cost(2).up_to().unwrap();
             assert_eq!((granted, denied), (0, checks.check(&1)), "{policy}");
         }
         clock.advance(Duration::from_millis(100));
         assert_eq!(
-            grants.check_up_to(&1, 2).unwrap().1,
+            grants.request(&1).cost(2).up_to().unwrap().1,
             checks.check(&1),
             "{policy}"
         );
@@ -230,8 +231,6 @@ impl common::OnAlgorithm for Model<'_> {
     fn run<A>(&mut self, name: &str, algo: A) -> Result<(), TestCaseError>
     where
         A: Algorithm + Clone,
-        Cas: Variant<A> + CompactVariant<A>,
-        Locked: Variant<A> + CompactVariant<A>,
     {
         same_as_model(name, algo, self.0)
     }

@@ -215,11 +215,13 @@ fn window_counts_merge_across_instances() {
     assert_eq!(got_a, 6);
     // b hears of a's 6 and admits the other 4.
     eventually("b's view of a's count", || {
-        b.peek("k").remaining() == Some(3)
+        b.request("k").peek().unwrap().remaining() == Some(3)
     });
     assert_eq!(drain(&b, "k", 3), 4);
     // a hears of b's 4: a is full too.
-    eventually("a's view of b's count", || a.peek("k").is_denied());
+    eventually("a's view of b's count", || {
+        a.request("k").peek().unwrap().is_denied()
+    });
     // Nothing was decided without knowing the others.
     assert_eq!((a.stats().degraded, b.stats().degraded), (0, 0));
 }
@@ -240,7 +242,9 @@ fn sliding_window_and_earrrl_states_merge() {
         assert!(a.check("k").is_allowed());
     }
     assert!(a.check("k").is_denied());
-    eventually("b's view of a's count", || b.peek("k").is_denied());
+    eventually("b's view of a's count", || {
+        b.request("k").peek().unwrap().is_denied()
+    });
     assert!(b.check("k").is_denied());
     assert_eq!(b.stats().degraded, 0);
 
@@ -256,13 +260,17 @@ fn sliding_window_and_earrrl_states_merge() {
     for _ in 0..4 {
         let _ = a.check("e");
     }
-    let own = a.peek("e").rate().unwrap();
+    let own = a.request("e").peek().unwrap().rate().unwrap();
     assert!(own > 2.7, "a's own rate {own}");
     // b, without a request, sees a's rate (decayed a little since).
     eventually("b's view of a's rate", || {
-        b.peek("e").rate().is_some_and(|r| r > 1.5)
+        b.request("e")
+            .peek()
+            .unwrap()
+            .rate()
+            .is_some_and(|r| r > 1.5)
     });
-    assert!(b.peek("e").is_denied());
+    assert!(b.request("e").peek().unwrap().is_denied());
 }
 
 /// A state that is not the algorithm's (another limiter on the same prefix and key) is an
@@ -433,7 +441,9 @@ fn a_key_never_seen_here_is_decided_on_the_pushed_state() {
         hybrid(&server, w, Fallback::FULL),
     );
     assert_eq!((0..5).filter(|_| a.check("w").is_allowed()).count(), 3);
-    eventually("the push of a's count", || b.peek("w").is_denied());
+    eventually("the push of a's count", || {
+        b.request("w").peek().unwrap().is_denied()
+    });
     assert_eq!(b.stats().degraded, 0);
 }
 
@@ -694,9 +704,9 @@ fn drain_takes<A: HybridAlgorithm>(
     let mut admitted = 0;
     let mut until = l.stats().ticks + syncs;
     loop {
-        let mut ticket = l.take(key, cost).unwrap();
+        let mut ticket = l.request(key).cost(cost).take().unwrap();
         if ticket.is_allowed() {
-            assert!(l.settle(key, &mut ticket, actual).unwrap());
+            assert!(l.request(key).settle(&mut ticket, actual).unwrap());
             admitted += 1;
             until = l.stats().ticks + syncs;
         } else if l.stats().ticks >= until {
@@ -750,25 +760,30 @@ fn settled_costs_reach_the_shared_state() {
                 .build()
                 .unwrap(),
         );
-        let mut ticket = h.take("k", estimate).unwrap();
+        let mut ticket = h.request("k").cost(estimate).take().unwrap();
         eventually("an admitted take", || {
-            ticket = h.take("k", estimate).unwrap();
+            ticket = h.request("k").cost(estimate).take().unwrap();
             ticket.is_allowed()
         });
         // Another key, or a ticket of another limiter: an error, and the ticket stays open.
         assert_eq!(
-            h.settle("j", &mut ticket, actual),
-            Err(TicketError::OtherKey)
+            h.request("j").settle(&mut ticket, actual),
+            Err(TicketError::OtherKey.into())
         );
         let mut foreign = CasLimiter::<String, Gcra>::new(gcra)
-            .take("k", estimate)
+            .request("k")
+            .cost(estimate)
+            .take()
             .unwrap();
         assert_eq!(
-            h.settle("k", &mut foreign, actual),
-            Err(TicketError::OtherLimiter)
+            h.request("k").settle(&mut foreign, actual),
+            Err(TicketError::OtherLimiter.into())
         );
-        assert!(h.settle("k", &mut ticket, actual).unwrap());
-        assert!(!h.settle("k", &mut ticket, actual).unwrap(), "settled once");
+        assert!(h.request("k").settle(&mut ticket, actual).unwrap());
+        assert!(
+            !h.request("k").settle(&mut ticket, actual).unwrap(),
+            "settled once"
+        );
         drop(h); // the last round: the lease handed back, the debt charged
         let r = RedisLimiter::builder(server.url(), gcra)
             .key_prefix(prefix.as_str())
@@ -794,14 +809,14 @@ fn partial_grants_take_what_is_in_hand() {
         FixedWindow::new(7, Duration::from_secs(3600)).unwrap(),
         Fallback::DENY,
     );
-    assert_eq!(w.check_up_to("k", 5).unwrap().0, 5);
-    let (granted, d) = w.check_up_to("k", 5).unwrap();
+    assert_eq!(w.request("k").cost(5).up_to().unwrap().0, 5);
+    let (granted, d) = w.request("k").cost(5).up_to().unwrap();
     assert_eq!((granted, d.remaining()), (2, Some(0)));
-    let (granted, d) = w.check_up_to("k", 5).unwrap();
+    let (granted, d) = w.request("k").cost(5).up_to().unwrap();
     assert!(granted == 0 && d.is_denied());
     assert!(matches!(
-        w.check_up_to("k", 0),
-        Err(hotlimit::CostError::Zero)
+        w.request("k").cost(0).up_to(),
+        Err(hotlimit::store::QuotaError::Cost(hotlimit::CostError::Zero))
     ));
 }
 
@@ -834,8 +849,13 @@ fn a_flood_never_resets_a_merged_limit<A: HybridAlgorithm>(server: &Server, name
         // of it.
         let sent = 20;
         let spent = (0..sent).filter(|_| a.check("k").is_allowed()).count();
-        assert!(spent > 0 && a.peek("k").is_denied(), "{name}: {spent}");
-        eventually("b's view of a's spent quota", || b.peek("k").is_denied());
+        assert!(
+            spent > 0 && a.request("k").peek().unwrap().is_denied(),
+            "{name}: {spent}"
+        );
+        eventually("b's view of a's spent quota", || {
+            b.request("k").peek().unwrap().is_denied()
+        });
         // 20× max_keys new keys, each driven to k's state (as many requests), so that k
         // (which sent first) is the one closest to fresh.
         for i in 0..2_000 {

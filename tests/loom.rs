@@ -192,10 +192,10 @@ fn settle_racing_a_request_is_one_sequential_order() {
                 gcra(3, policy),
                 ManualClock::new(),
             ));
-            let mut ticket = limiter.take(&(), 3).unwrap();
+            let mut ticket = limiter.request(&()).cost(3).take().unwrap();
             let l = limiter.clone();
             let request = thread::spawn(move || l.check_n(&(), 2).unwrap().is_allowed());
-            assert!(limiter.settle(&(), &mut ticket, 1).unwrap());
+            assert!(limiter.request(&()).settle(&mut ticket, 1).unwrap());
             let allowed = request.join().unwrap();
             let tat = match (allowed, policy) {
                 // Refund first: T, then the request: 3T.
@@ -207,7 +207,10 @@ fn settle_racing_a_request_is_one_sequential_order() {
                 _ => unreachable!("a policy this model does not know"),
             };
             // The state left, as a request of one unit sees it.
-            assert_eq!(limiter.peek(&()), gcra(3, policy).peek(&tat, 0, 1));
+            assert_eq!(
+                limiter.request(&()).peek().unwrap(),
+                gcra(3, policy).peek(&tat, 0, 1)
+            );
         });
     }
 }
@@ -220,13 +223,13 @@ fn overrun_racing_a_request_lands_both() {
             gcra(4, Policy::Leaky),
             ManualClock::new(),
         ));
-        let mut ticket = limiter.take(&(), 1).unwrap();
+        let mut ticket = limiter.request(&()).take().unwrap();
         let l = limiter.clone();
         let request = thread::spawn(move || l.check(&()).is_allowed());
-        assert!(limiter.settle(&(), &mut ticket, 3).unwrap());
+        assert!(limiter.request(&()).settle(&mut ticket, 3).unwrap());
         let allowed = request.join().unwrap();
         // Either order: tat = 3T + T = 4T, the request admitted within burst 4.
         assert!(allowed);
-        assert_eq!(limiter.peek(&()).retry_after_nanos(), T);
+        assert_eq!(limiter.request(&()).peek().unwrap().retry_after_nanos(), T);
     });
 }

@@ -15,7 +15,7 @@ use hotlimit::algo::{
     Algorithm, AllOf, Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog,
     SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Cas, CompactVariant, Locked, QuotaError, Ticket, Variant};
+use hotlimit::store::{Cas, Locked, QuotaError, Ticket};
 use hotlimit::{
     CasLimiter, CompactLimiter, ConfigError, Decision, Live, ManualClock, MutexLimiter, Policy,
     Rate,
@@ -38,49 +38,42 @@ trait PlanStore<A: Reconfigure>: Peek {
 
 /// A store on `Live<A>`: the B-phase under a live switch to B.
 trait LiveStore<A: Reconfigure>: Peek {
-    fn check_n(&self, cost: u64) -> Result<Decision, hotlimit::CostError>;
-    fn take(&self, cost: u64) -> Result<Ticket, hotlimit::CostError>;
+    fn check_n(&self, cost: u64) -> Result<Decision, QuotaError>;
+    fn take(&self, cost: u64) -> Result<Ticket, QuotaError>;
     fn settle(&self, t: &mut Ticket, actual: u64);
     fn reconfigure(&self, new: A) -> Result<A, ConfigError>;
 }
 
 macro_rules! stores {
     ($($ty:ident $(, $v:ty)?);*) => {$(
-        impl<A: Algorithm> Peek for $ty<u64, A, ManualClock $(, $v)?>
-        where Cas: Variant<A> + CompactVariant<A>, Locked: Variant<A> + CompactVariant<A>,
-        {
+        impl<A: Algorithm> Peek for $ty<u64, A, ManualClock $(, $v)?> {
             fn peek_n(&self, cost: u64) -> Decision {
-                $ty::peek_n(self, &0, cost).unwrap()
+                self.request(&0).cost(cost).peek().unwrap()
             }
         }
-        impl<A: Reconfigure> PlanStore<A> for $ty<u64, A, ManualClock $(, $v)?>
-        where Cas: Variant<A> + CompactVariant<A>, Locked: Variant<A> + CompactVariant<A>,
-        {
+        impl<A: Reconfigure> PlanStore<A> for $ty<u64, A, ManualClock $(, $v)?> {
             fn check_n_with(&self, cost: u64, quota: &A) -> Result<Decision, QuotaError> {
-                $ty::check_n_with(self, &0, cost, quota)
+                self.request(&0).cost(cost).quota(quota).check()
             }
             fn take_with(&self, cost: u64, quota: &A) -> Result<Ticket, QuotaError> {
-                $ty::take_with(self, &0, cost, quota)
+                self.request(&0).cost(cost).quota(quota).take()
             }
             fn settle_with(&self, t: &mut Ticket, actual: u64, quota: &A) {
-                $ty::settle_with(self, &0, t, actual, quota).unwrap();
+                self.request(&0).quota(quota).settle(t, actual).unwrap();
             }
         }
-        impl<A: Reconfigure> LiveStore<A> for $ty<u64, Live<A>, ManualClock $(, $v)?>
-        where Cas: Variant<Live<A>> + CompactVariant<Live<A>>,
-              Locked: Variant<Live<A>> + CompactVariant<Live<A>>,
-        {
-            fn check_n(&self, cost: u64) -> Result<Decision, hotlimit::CostError> {
-                $ty::check_n(self, &0, cost)
+        impl<A: Reconfigure> LiveStore<A> for $ty<u64, Live<A>, ManualClock $(, $v)?> {
+            fn check_n(&self, cost: u64) -> Result<Decision, QuotaError> {
+                self.request(&0).cost(cost).check()
             }
-            fn take(&self, cost: u64) -> Result<Ticket, hotlimit::CostError> {
-                $ty::take(self, &0, cost)
+            fn take(&self, cost: u64) -> Result<Ticket, QuotaError> {
+                self.request(&0).cost(cost).take()
             }
             fn settle(&self, t: &mut Ticket, actual: u64) {
-                $ty::settle(self, &0, t, actual).unwrap();
+                self.request(&0).settle(t, actual).unwrap();
             }
             fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
-                $ty::reconfigure(self, new)
+                self.reconfigure(new)
             }
         }
     )*};
@@ -202,11 +195,7 @@ fn b_phase<T>(
     }
 }
 
-fn check<A: Reconfigure>(name: &str, a: A, b: A)
-where
-    Cas: Variant<A> + CompactVariant<A> + Variant<Live<A>> + CompactVariant<Live<A>>,
-    Locked: Variant<A> + CompactVariant<A> + Variant<Live<A>> + CompactVariant<Live<A>>,
-{
+fn check<A: Reconfigure>(name: &str, a: A, b: A) {
     let mut runner = TestRunner::new(Config {
         cases: 32,
         ..Config::default()
@@ -312,17 +301,17 @@ fn a_fixed_window_keeps_its_count_under_a_smaller_limit() {
     for _ in 0..8 {
         assert!(plans.check(&1).is_allowed());
     }
-    assert_eq!(plans.peek(&1).remaining(), Some(11));
-    assert!(plans.check_with(&1, &b).unwrap().is_denied());
-    assert_eq!(plans.peek(&1).remaining(), Some(11));
+    assert_eq!(plans.request(&1).peek().unwrap().remaining(), Some(11));
+    assert!(plans.request(&1).quota(&b).check().unwrap().is_denied());
+    assert_eq!(plans.request(&1).peek().unwrap().remaining(), Some(11));
 
-    let mut ticket = plans.take_with(&2, 1, &b).unwrap();
+    let mut ticket = plans.request(&2).quota(&b).take().unwrap();
     for _ in 0..11 {
         assert!(plans.check(&2).is_allowed());
     }
-    assert_eq!(plans.peek(&2).remaining(), Some(7));
-    assert!(plans.settle_with(&2, &mut ticket, 2, &b).unwrap());
-    assert_eq!(plans.peek(&2).remaining(), Some(7));
+    assert_eq!(plans.request(&2).peek().unwrap().remaining(), Some(7));
+    assert!(plans.request(&2).quota(&b).settle(&mut ticket, 2).unwrap());
+    assert_eq!(plans.request(&2).peek().unwrap().remaining(), Some(7));
 
     let live = CasLimiter::<u64, _, _>::with_clock(Live::new(a), clock.clone());
     for _ in 0..8 {
@@ -331,5 +320,5 @@ fn a_fixed_window_keeps_its_count_under_a_smaller_limit() {
     live.reconfigure(b).unwrap();
     assert!(live.check(&1).is_denied());
     live.reconfigure(a).unwrap();
-    assert_eq!(live.peek(&1).remaining(), Some(11));
+    assert_eq!(live.request(&1).peek().unwrap().remaining(), Some(11));
 }

@@ -10,7 +10,7 @@ mod common;
 use hotlimit::algo::{
     Bias, Earrrl, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Cas, CompactVariant, Locked, QuotaError, Variant};
+use hotlimit::store::{Locked, QuotaError};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, DirectLimiter, Field, Live,
     ManualClock, MutexLimiter, Rate,
@@ -28,8 +28,6 @@ type Trace = Vec<(u64, u64, usize, u64)>;
 fn same_as_model<A>(name: &str, plans: &[A], trace: &Trace) -> Result<(), TestCaseError>
 where
     A: Reconfigure,
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
 {
     let own = plans[0];
     let clock = ManualClock::new();
@@ -57,23 +55,23 @@ where
             (
                 "cas",
                 if cost == 1 {
-                    cas.check_with(&key, quota)
+                    cas.request(&key).quota(quota).check()
                 } else {
-                    cas.check_n_with(&key, cost, quota)
+                    cas.request(&key).cost(cost).quota(quota).check()
                 },
             ),
-            ("mutex", mutex.check_n_with(&key, cost, quota)),
+            ("mutex", mutex.request(&key).cost(cost).quota(quota).check()),
             (
                 "compact",
                 if cost == 1 {
-                    compact.check_with(&key, quota)
+                    compact.request(&key).quota(quota).check()
                 } else {
-                    compact.check_n_with(&key, cost, quota)
+                    compact.request(&key).cost(cost).quota(quota).check()
                 },
             ),
             (
                 "compact-locked",
-                compact_locked.check_n_with(&key, cost, quota),
+                compact_locked.request(&key).cost(cost).quota(quota).check(),
             ),
         ];
         for (store, got) in got {
@@ -81,9 +79,9 @@ where
         }
         if key == 0 {
             let got = if cost == 1 {
-                direct.check_with(&(), quota)
+                direct.request(&()).quota(quota).check()
             } else {
-                direct.check_n_with(&(), cost, quota)
+                direct.request(&()).cost(cost).quota(quota).check()
             };
             prop_assert_eq!(got, Ok(want), "{} direct step {}", name, i);
         }
@@ -125,8 +123,8 @@ proptest! {
         let b = CasLimiter::<u64, Gcra, _>::with_clock(own, clock.clone());
         for &(gap, key, _, cost) in &trace {
             clock.advance(Duration::from_nanos(gap));
-            prop_assert_eq!(a.check_n_with(&key, cost, &own), Ok(b.check_n(&key, cost).unwrap()));
-            prop_assert_eq!(a.check_with(&key, &own), Ok(b.check(&key)));
+            prop_assert_eq!(a.request(&key).cost(cost).quota(&own).check(), Ok(b.check_n(&key, cost).unwrap()));
+            prop_assert_eq!(a.request(&key).quota(&own).check(), Ok(b.check(&key)));
         }
     }
 }
@@ -139,13 +137,27 @@ fn a_key_changing_plan_keeps_what_it_spent() {
     let pro: Gcra = "10/s burst 100".parse().unwrap();
     let clock = ManualClock::new();
     let l = CasLimiter::<String, Gcra, _>::with_clock(free, clock.clone());
-    assert!(l.check_n_with("k", 100, &pro).unwrap().is_allowed()); // tat = 10 s
-    let d = l.check_n_with("k", 1, &free).unwrap();
+    assert!(l
+        .request("k")
+        .cost(100)
+        .quota(&pro)
+        .check()
+        .unwrap()
+        .is_allowed()); // tat = 10 s
+    let d = l.request("k").quota(&free).check().unwrap();
     // tat + T − now ≤ 10·T once now ≥ 9.1 s.
     assert_eq!(d.retry_after(), Duration::from_millis(9_100));
     clock.advance(Duration::from_millis(9_100) - Duration::from_nanos(1));
-    assert!(l.check_n_with("k", 1, &free).unwrap().is_denied());
-    assert_eq!(l.check_n_with("k", 80, &pro).unwrap().remaining(), Some(10));
+    assert!(l.request("k").quota(&free).check().unwrap().is_denied());
+    assert_eq!(
+        l.request("k")
+            .cost(80)
+            .quota(&pro)
+            .check()
+            .unwrap()
+            .remaining(),
+        Some(10)
+    );
 }
 
 /// Settling under a plan refunds in that plan's emission interval.
@@ -154,23 +166,26 @@ fn take_and_settle_under_a_plan() {
     let free: Gcra = "10/s burst 10".parse().unwrap();
     let pro: Gcra = "100/s burst 100".parse().unwrap();
     let l = CasLimiter::<String, Gcra, _>::with_clock(free, ManualClock::new());
-    let mut t = l.take_with("k", 100, &pro).unwrap();
+    let mut t = l.request("k").cost(100).quota(&pro).take().unwrap();
     assert!(t.is_allowed());
-    assert_eq!(l.settle_with("k", &mut t, 40, &pro), Ok(true));
-    assert_eq!(l.check_n_with("k", 1, &pro).unwrap().remaining(), Some(59));
-    assert_eq!(l.settle_with("k", &mut t, 40, &pro), Ok(false));
-    let compact = CompactLimiter::<u64, Gcra, _>::with_clock(free, ManualClock::new());
-    let mut t = compact.take_with(&1, 100, &pro).unwrap();
-    assert_eq!(compact.settle_with(&1, &mut t, 40, &pro), Ok(true));
+    assert_eq!(l.request("k").quota(&pro).settle(&mut t, 40), Ok(true));
     assert_eq!(
-        compact.check_n_with(&1, 1, &pro).unwrap().remaining(),
+        l.request("k").quota(&pro).check().unwrap().remaining(),
+        Some(59)
+    );
+    assert_eq!(l.request("k").quota(&pro).settle(&mut t, 40), Ok(false));
+    let compact = CompactLimiter::<u64, Gcra, _>::with_clock(free, ManualClock::new());
+    let mut t = compact.request(&1).cost(100).quota(&pro).take().unwrap();
+    assert_eq!(compact.request(&1).quota(&pro).settle(&mut t, 40), Ok(true));
+    assert_eq!(
+        compact.request(&1).quota(&pro).check().unwrap().remaining(),
         Some(59)
     );
     let direct = DirectLimiter::<Gcra, _>::with_clock(free, ManualClock::new());
-    let mut t = direct.take_with(&(), 100, &pro).unwrap();
-    assert_eq!(direct.settle_with(&(), &mut t, 40, &pro), Ok(true));
+    let mut t = direct.request(&()).cost(100).quota(&pro).take().unwrap();
+    assert_eq!(direct.request(&()).quota(&pro).settle(&mut t, 40), Ok(true));
     assert_eq!(
-        direct.check_n_with(&(), 1, &pro).unwrap().remaining(),
+        direct.request(&()).quota(&pro).check().unwrap().remaining(),
         Some(59)
     );
 }
@@ -182,7 +197,7 @@ fn incompatible_quotas_and_costs_are_errors() {
     let minute = Duration::from_secs(60);
     let l = CasLimiter::<String, _>::new(FixedWindow::new(20, minute).unwrap());
     let hour = FixedWindow::new(20, Duration::from_secs(3600)).unwrap();
-    let err = l.check_n_with("k", 1, &hour).unwrap_err();
+    let err = l.request("k").quota(&hour).check().unwrap_err();
     assert!(
         matches!(
             &err,
@@ -196,7 +211,12 @@ fn incompatible_quotas_and_costs_are_errors() {
     // Every limit of one window reads the same states.
     let wide = FixedWindow::new(1_000_000, minute).unwrap();
     assert_eq!(
-        l.check_n_with("k", 30, &wide).unwrap().remaining(),
+        l.request("k")
+            .cost(30)
+            .quota(&wide)
+            .check()
+            .unwrap()
+            .remaining(),
         Some(999_970)
     );
     assert!(
@@ -205,30 +225,33 @@ fn incompatible_quotas_and_costs_are_errors() {
     );
     let small = FixedWindow::new(10, minute).unwrap();
     assert_eq!(
-        l.check_n_with("k", 11, &small),
+        l.request("k").cost(11).quota(&small).check(),
         Err(QuotaError::Cost(CostError::ExceedsCapacity {
             cost: 11,
             capacity: 10
         }))
     );
     assert_eq!(
-        l.check_n_with("k", 0, &small),
+        l.request("k").cost(0).quota(&small).check(),
         Err(QuotaError::Cost(CostError::Zero))
     );
-    assert!(l.take_with("k", 1, &hour).is_err());
+    assert!(l.request("k").quota(&hour).take().is_err());
     assert_eq!(
         l.len(),
         1,
         "only the request that was decided inserted its key"
     );
     let fresh = CasLimiter::<String, _>::new(FixedWindow::new(20, minute).unwrap());
-    assert!(fresh.check_n_with("k", 1, &hour).is_err() && fresh.take_with("k", 1, &hour).is_err());
-    assert!(fresh.check_n_with("k", 0, &small).is_err());
+    assert!(
+        fresh.request("k").quota(&hour).check().is_err()
+            && fresh.request("k").quota(&hour).take().is_err()
+    );
+    assert!(fresh.request("k").cost(0).quota(&small).check().is_err());
     assert_eq!(fresh.len(), 0, "an error inserts nothing");
     let sub = CasLimiter::<String, _>::new(SubWindow::new(20, minute, 6).unwrap());
     let other_buckets = SubWindow::new(20, minute, 12).unwrap();
     assert!(matches!(
-        sub.check_n_with("k", 1, &other_buckets),
+        sub.request("k").quota(&other_buckets).check(),
         Err(QuotaError::Quota(_))
     ));
     let earrrl = CasLimiter::<String, _>::new(
@@ -237,7 +260,7 @@ fn incompatible_quotas_and_costs_are_errors() {
     let other_half_life =
         Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
     assert!(matches!(
-        earrrl.check_n_with("k", 1, &other_half_life),
+        earrrl.request("k").quota(&other_half_life).check(),
         Err(QuotaError::Quota(_))
     ));
 }

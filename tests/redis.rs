@@ -61,10 +61,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
     algo: A,
     trace: &[Req],
     same: impl Fn(usize, &Decision, &Decision),
-) -> (usize, usize)
-where
-    hotlimit::store::Cas: hotlimit::store::Variant<A>,
-{
+) -> (usize, usize) {
     let clock = ManualClock::new();
     let mem = CasLimiter::<String, _>::with_clock(algo.clone(), clock.clone());
     // A fresh prefix per run: the server outlives it.
@@ -79,12 +76,12 @@ where
         clock.set_nanos(t);
         if i % 5 == 0 {
             // A peek reads the same state and writes nothing, in both.
-            let m = mem.peek_n(key, cost).unwrap();
-            let r = red.try_peek_n_at(key, cost, t).unwrap();
+            let m = mem.request(key).cost(cost).peek().unwrap();
+            let r = red.request(key).cost(cost).at(t).peek().unwrap();
             same(i, &m, &r);
         }
         let m = mem.check_n(key, cost).unwrap();
-        let r = red.try_check_n_at(key, cost, t).unwrap();
+        let r = red.request(key).cost(cost).at(t).check().unwrap();
         same(i, &m, &r);
         if m.is_allowed() {
             allowed += 1;
@@ -212,7 +209,7 @@ fn all_of_same_decisions_as_in_memory_field_for_field() {
             "7/s burst 5".parse::<Gcra>().unwrap(),
         ),
     );
-    let _ = r.try_check_n_at("k", 1, 0).unwrap();
+    let _ = r.request("k").at(0).check().unwrap();
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}*", r.redis_key("k")))
         .query(&mut server.raw())
@@ -261,27 +258,27 @@ fn gcra_spec_vector() {
     let r = limiter(&server, "10/s burst 5".parse::<Gcra>().unwrap());
     let ms = 1_000_000;
     for left in (0..5).rev() {
-        let d = r.try_check_n_at("k", 1, 0).unwrap();
+        let d = r.request("k").at(0).check().unwrap();
         assert!(d.is_allowed());
         assert_eq!(d.remaining(), Some(left));
     }
-    let d = r.try_check_n_at("k", 1, 0).unwrap();
+    let d = r.request("k").at(0).check().unwrap();
     assert_eq!(d.retry_after(), Duration::from_millis(100));
-    assert!(r.try_check_n_at("k", 1, 100 * ms).unwrap().is_allowed());
+    assert!(r.request("k").at(100 * ms).check().unwrap().is_allowed());
     assert_eq!(
-        r.try_check_n_at("k", 1, 100 * ms).unwrap().retry_after(),
+        r.request("k").at(100 * ms).check().unwrap().retry_after(),
         Duration::from_millis(100)
     );
     assert_eq!(
-        r.try_check_n_at("k", 1, 350 * ms).unwrap().remaining(),
+        r.request("k").at(350 * ms).check().unwrap().remaining(),
         Some(1)
     );
     assert_eq!(
-        r.try_check_n_at("k", 1, 350 * ms).unwrap().remaining(),
+        r.request("k").at(350 * ms).check().unwrap().remaining(),
         Some(0)
     );
     assert_eq!(
-        r.try_check_n_at("k", 1, 350 * ms).unwrap().retry_after(),
+        r.request("k").at(350 * ms).check().unwrap().retry_after(),
         Duration::from_millis(50)
     );
 }
@@ -318,7 +315,7 @@ fn earrrl_spec_vector() {
     let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0).unwrap()).unwrap();
     let r = limiter(&server, e);
     let rates: Vec<Decision> = (0..19)
-        .map(|i| r.try_check_n_at("k", 1, i * 250_000_000).unwrap())
+        .map(|i| r.request("k").at(i * 250_000_000).check().unwrap())
         .collect();
     assert!((rates[1].rate().unwrap() - 0.317809383554).abs() < 1e-12);
     assert!((rates[8].rate().unwrap() - 1.914607625636).abs() < 1e-12);
@@ -363,7 +360,14 @@ fn exponential_burst_is_floor_of_limit_over_cost() {
     for cost in [1, 3, 4] {
         let key = format!("burst{cost}");
         let allowed = (0..20)
-            .filter(|_| r.try_check_n_at(&key, cost, 5).unwrap().is_allowed())
+            .filter(|_| {
+                r.request(&key)
+                    .cost(cost)
+                    .at(5)
+                    .check()
+                    .unwrap()
+                    .is_allowed()
+            })
             .count();
         assert_eq!(allowed as u64, 10 / cost, "cost {cost}");
     }
@@ -392,8 +396,8 @@ fn concurrent_clients_get_exact_totals() {
                         (0..150)
                             .filter(|_| {
                                 match at {
-                                    Some(now) => r.try_check_n_at(key, 1, now),
-                                    None => r.try_check_n(key, 1),
+                                    Some(now) => r.request(key).at(now).check(),
+                                    None => r.request(key).check(),
                                 }
                                 .unwrap()
                                 .is_allowed()
@@ -555,14 +559,14 @@ fn script_flush_is_survived() {
         return;
     };
     let r = limiter(&server, "10/s burst 5".parse::<Gcra>().unwrap());
-    assert!(r.try_check_n_at("k", 1, 0).unwrap().is_allowed());
+    assert!(r.request("k").at(0).check().unwrap().is_allowed());
     let mut raw = server.raw();
     redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query::<()>(&mut raw)
         .unwrap();
     let before = r.round_trips();
-    let d = r.try_check_n_at("k", 1, 0).unwrap();
+    let d = r.request("k").at(0).check().unwrap();
     assert_eq!(d.remaining(), Some(3), "the flush lost no state");
     // NOSCRIPT, SCRIPT LOAD, EVALSHA again.
     assert_eq!(r.round_trips() - before, 3);
@@ -572,7 +576,7 @@ fn script_flush_is_survived() {
         .unwrap();
     let batch = r.try_check_pipelined(&[("q", 1), ("q", 1)]).unwrap();
     assert!(batch.iter().all(Decision::is_allowed));
-    assert_eq!(r.try_check_n_at("k", 1, 0).unwrap().remaining(), Some(2));
+    assert_eq!(r.request("k").at(0).check().unwrap().remaining(), Some(2));
 }
 
 #[test]
@@ -621,12 +625,12 @@ fn killed_server_gives_the_fail_mode_quickly() {
     // The first attempt after the kill found the connection broken, the second could not
     // connect; within reconnect_after no attempt is made at all.
     assert!(matches!(
-        open.try_check_n("k", 1),
+        open.request("k").check(),
         Err(BackendError::Unavailable)
     ));
     std::thread::sleep(reconnect + Duration::from_millis(50));
     assert!(matches!(
-        open.try_check_n("k", 1),
+        open.request("k").check(),
         Err(BackendError::Connection(_))
     ));
     // A cost error is the caller's, not the backend's: no fail mode.
@@ -676,9 +680,9 @@ fn a_non_outage_error_is_a_denial_not_the_fail_mode() {
         };
         assert_eq!(d.retry_after(), expect);
         assert_eq!((r.errors(), r.failures()), (1, 0));
-        assert!(r.peek("k").is_denied());
+        assert!(r.request("k").peek().unwrap().is_denied());
         assert_eq!((r.errors(), r.failures()), (2, 0));
-        match r.try_check_n("k", 1) {
+        match r.request("k").check() {
             Err(e @ BackendError::Script(_)) => assert!(!e.is_outage(), "{e}"),
             other => panic!("{other:?}"),
         }
@@ -751,7 +755,7 @@ fn keys_expire_when_the_state_is_fresh_again() {
     let mut tat = gcra.fresh();
     for _ in 0..2 {
         let _ = gcra.update(&mut tat, 40 * ms, 1);
-        let _ = r.try_check_n_at("g", 1, 40 * ms).unwrap();
+        let _ = r.request("g").at(40 * ms).check().unwrap();
     }
     let _ = gcra.update(&mut tat, 40 * ms, 1);
     expires_after(
@@ -759,7 +763,7 @@ fn keys_expire_when_the_state_is_fresh_again() {
         &r.redis_key("g"),
         gcra.idle_at(&tat) - 40 * ms,
         || {
-            let _ = r.try_check_n_at("g", 1, 40 * ms).unwrap();
+            let _ = r.request("g").at(40 * ms).check().unwrap();
         },
     );
 
@@ -768,7 +772,7 @@ fn keys_expire_when_the_state_is_fresh_again() {
     let mut s = e.fresh();
     let _ = e.update(&mut s, 7 * ms, 2);
     expires_after(&mut raw, &r.redis_key("e"), e.idle_at(&s) - 7 * ms, || {
-        let _ = r.try_check_n_at("e", 2, 7 * ms).unwrap();
+        let _ = r.request("e").cost(2).at(7 * ms).check().unwrap();
     });
 
     let x = Exponential::new(10.0, Duration::from_secs(60)).unwrap();
@@ -776,16 +780,16 @@ fn keys_expire_when_the_state_is_fresh_again() {
     let mut w = x.fresh();
     for _ in 0..3 {
         let _ = x.update(&mut w, 9 * ms, 2);
-        let _ = r.try_check_n_at("x", 2, 9 * ms).unwrap();
+        let _ = r.request("x").cost(2).at(9 * ms).check().unwrap();
     }
     let _ = x.update(&mut w, 9 * ms, 2);
     expires_after(&mut raw, &r.redis_key("x"), x.idle_at(&w) - 9 * ms, || {
-        let _ = r.try_check_n_at("x", 2, 9 * ms).unwrap();
+        let _ = r.request("x").cost(2).at(9 * ms).check().unwrap();
     });
 
     // A leaky denial writes nothing, expiry included.
     let r = limiter(&server, "1/s burst 1".parse::<Gcra>().unwrap());
-    let _ = r.try_check_n_at("d", 1, 0).unwrap();
+    let _ = r.request("d").at(0).check().unwrap();
     let mut expiry = || -> i64 {
         redis::cmd("PEXPIRETIME")
             .arg(r.redis_key("d"))
@@ -793,7 +797,7 @@ fn keys_expire_when_the_state_is_fresh_again() {
             .unwrap()
     };
     let before = expiry();
-    assert!(r.try_check_n_at("d", 1, 0).unwrap().is_denied());
+    assert!(r.request("d").at(0).check().unwrap().is_denied());
     assert_eq!(expiry(), before);
 }
 
@@ -843,12 +847,12 @@ fn window_keys_expire_when_fresh_and_keep_no_stale_fields() {
         let (&last, rest) = times.split_last().unwrap();
         for &t in rest {
             let _ = algo.update(&mut state, t, 1);
-            let _ = r.try_check_n_at(key, 1, t).unwrap();
+            let _ = r.request(key).at(t).check().unwrap();
         }
         let _ = algo.update(&mut state, last, 1);
         let idle = algo.idle_at(&state) - last;
         expires_after(raw, &r.redis_key(key), idle, || {
-            let _ = r.try_check_n_at(key, 1, last).unwrap();
+            let _ = r.request(key).at(last).check().unwrap();
         });
         r
     }
@@ -893,7 +897,7 @@ fn window_keys_expire_when_fresh_and_keep_no_stale_fields() {
         .arg(3)
         .query(&mut raw)
         .unwrap();
-    let d = log.try_check_n_at("log", 3, 30 * s).unwrap();
+    let d = log.request("log").cost(3).at(30 * s).check().unwrap();
     assert!(d.is_allowed());
     assert_eq!(d.remaining(), Some(0));
 
@@ -961,7 +965,7 @@ fn window_server_time_decisions() {
         let name = format!("{algo:?}");
         let r = limiter(server, algo);
         // One key per algorithm: states of different algorithms must not share a key.
-        let d: Vec<Decision> = (0..6).map(|_| r.try_check_n(&name, 1).unwrap()).collect();
+        let d: Vec<Decision> = (0..6).map(|_| r.request(&name).check().unwrap()).collect();
         let allowed = d.iter().filter(|d| d.is_allowed()).count();
         assert_eq!(allowed, 5, "{name}: {d:?}");
         let wait = d[5].retry_after();
@@ -982,13 +986,13 @@ fn peek_counts_nothing_and_costs_are_checked_before_the_round_trip() {
     };
     let r = limiter(&server, "10/s burst 2".parse::<Gcra>().unwrap());
     for _ in 0..3 {
-        assert!(r.try_peek_n_at("k", 2, 0).unwrap().is_allowed());
+        assert!(r.request("k").cost(2).at(0).peek().unwrap().is_allowed());
     }
-    assert!(r.try_check_n_at("k", 2, 0).unwrap().is_allowed());
-    assert!(r.try_peek_n_at("k", 1, 0).unwrap().is_denied());
+    assert!(r.request("k").cost(2).at(0).check().unwrap().is_allowed());
+    assert!(r.request("k").at(0).peek().unwrap().is_denied());
     let before = r.round_trips();
     assert!(matches!(
-        r.try_check_n("k", 3),
+        r.request("k").cost(3).check(),
         Err(BackendError::Cost(CostError::ExceedsCapacity {
             cost: 3,
             capacity: 2
@@ -997,7 +1001,7 @@ fn peek_counts_nothing_and_costs_are_checked_before_the_round_trip() {
     assert_eq!(r.check_n("k", 0), Err(CostError::Zero));
     assert_eq!(r.round_trips(), before);
     assert!(matches!(
-        r.try_check_n_at("k", 1, 1 << 53),
+        r.request("k").at(1 << 53).check(),
         Err(BackendError::TimeOutOfRange(_))
     ));
 }
@@ -1021,8 +1025,8 @@ fn local_fast_path_saves_round_trips_and_keeps_decisions() {
     let (p0, f0) = (plain.round_trips(), fast.round_trips());
     let mut denied = 0;
     for (i, &(key, now, cost)) in t.iter().enumerate() {
-        let a = plain.try_check_n_at(key, cost, now).unwrap();
-        let b = fast.try_check_n_at(key, cost, now).unwrap();
+        let a = plain.request(key).cost(cost).at(now).check().unwrap();
+        let b = fast.request(key).cost(cost).at(now).check().unwrap();
         assert_eq!(a.is_allowed(), b.is_allowed(), "request {i}");
         assert_eq!(a.retry_after(), b.retry_after(), "request {i}");
         denied += a.is_denied() as u64;
@@ -1099,8 +1103,12 @@ mod async_client {
                 .build()
                 .unwrap();
             for (i, &(key, t, cost)) in trace(5, 1000, 600_000_000, 5).iter().enumerate() {
-                let x = a.try_check_n_at(key, cost, t).await.unwrap();
-                assert_eq!(x, s.try_check_n_at(key, cost, t).unwrap(), "request {i}");
+                let x = a.request(key).cost(cost).at(t).check().await.unwrap();
+                assert_eq!(
+                    x,
+                    s.request(key).cost(cost).at(t).check().unwrap(),
+                    "request {i}"
+                );
             }
         });
     }
@@ -1176,7 +1184,7 @@ mod async_client {
                     tokio::spawn(async move {
                         let mut n = 0;
                         for _ in 0..50 {
-                            n += a.try_check_n("k", 1).await.unwrap().is_allowed() as usize;
+                            n += a.request("k").check().await.unwrap().is_allowed() as usize;
                         }
                         n
                     })
@@ -1192,7 +1200,7 @@ mod async_client {
                 .arg("FLUSH")
                 .query::<()>(&mut server.raw())
                 .unwrap();
-            assert!(a.try_check_n("other", 1).await.unwrap().is_allowed());
+            assert!(a.request("other").check().await.unwrap().is_allowed());
             let batch = a.try_check_pipelined(&[("p", 1), ("p", 1)]).await.unwrap();
             assert!(batch.iter().all(Decision::is_allowed));
         });

@@ -39,7 +39,7 @@ fn standalone_url_is_upgraded_and_every_key_is_limited_exactly() {
     let keys = keys(1000);
     for key in &keys {
         let decisions: Vec<Decision> = (0..8)
-            .map(|_| r.try_check_n_at(key, 1, 1_000_000_000).unwrap())
+            .map(|_| r.request(key).at(1_000_000_000).check().unwrap())
             .collect();
         let allowed = decisions.iter().filter(|d| d.is_allowed()).count();
         assert_eq!(allowed, 5, "{key}");
@@ -208,10 +208,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
     mean_gap: u64,
     max_cost: u64,
     same: impl Fn(usize, &Decision, &Decision),
-) -> (usize, usize)
-where
-    hotlimit::store::Cas: hotlimit::store::Variant<A>,
-{
+) -> (usize, usize) {
     let keys = keys(40);
     let clock = ManualClock::new();
     let mem = CasLimiter::<String, _>::with_clock(algo.clone(), clock.clone());
@@ -237,7 +234,7 @@ where
         let cost = rng.random_range(1..=max_cost);
         clock.set_nanos(t);
         let m = mem.check_n(key, cost).unwrap();
-        let r = red.try_check_n_at(key, cost, t).unwrap();
+        let r = red.request(key).cost(cost).at(t).check().unwrap();
         same(i, &m, &r);
         if m.is_allowed() {
             allowed += 1;
@@ -386,7 +383,7 @@ fn a_multi_key_script_stays_in_one_slot() {
     let mut per_node = [0usize; 3];
     for key in &keys {
         let allowed = (0..6u64)
-            .filter(|&i| r.try_check_n_at(key, 1, i).unwrap().is_allowed())
+            .filter(|&i| r.request(key).at(i).check().unwrap().is_allowed())
             .count();
         assert_eq!(allowed, 4, "{key}");
         let (log_key, total_key) = (r.redis_key(key), r.redis_key(key) + ":n");
@@ -415,11 +412,11 @@ fn script_flush_on_all_nodes_is_survived() {
         .unwrap();
     let keys = keys(30);
     for key in &keys {
-        assert!(r.try_check_n_at(key, 1, 0).unwrap().is_allowed());
+        assert!(r.request(key).at(0).check().unwrap().is_allowed());
     }
     cluster.script_flush_all();
     for key in &keys {
-        assert_eq!(r.try_check_n_at(key, 1, 0).unwrap().remaining(), Some(3));
+        assert_eq!(r.request(key).at(0).check().unwrap().remaining(), Some(3));
     }
     cluster.script_flush_all();
     // Batches run on server time: keys of their own.
@@ -432,10 +429,10 @@ fn script_flush_on_all_nodes_is_survived() {
         .all(Decision::is_allowed));
     cluster.script_flush_all();
     for key in &keys {
-        assert_eq!(r.try_check_n_at(key, 1, 0).unwrap().remaining(), Some(2));
-        assert_eq!(r.try_check_n_at(key, 1, 0).unwrap().remaining(), Some(1));
-        assert_eq!(r.try_check_n_at(key, 1, 0).unwrap().remaining(), Some(0));
-        assert!(r.try_check_n_at(key, 1, 0).unwrap().is_denied());
+        assert_eq!(r.request(key).at(0).check().unwrap().remaining(), Some(2));
+        assert_eq!(r.request(key).at(0).check().unwrap().remaining(), Some(1));
+        assert_eq!(r.request(key).at(0).check().unwrap().remaining(), Some(0));
+        assert!(r.request(key).at(0).check().unwrap().is_denied());
     }
     assert_eq!((r.errors(), r.failures()), (0, 0));
 }
@@ -485,14 +482,14 @@ fn killed_node_gives_the_fail_mode_for_its_keys_only() {
             "{:?}",
             start.elapsed()
         );
-        match open.try_check_n(key, 1) {
+        match open.request(key).check() {
             Err(e) => assert!(e.is_outage(), "{e}"),
             Ok(d) => panic!("a decision from a dead node: {d:?}"),
         }
     }
     // The live nodes still decide (a denial with Redis' own retry_after, not the fail mode).
     for key in &alive {
-        let d = open.try_check_n(key, 1).unwrap();
+        let d = open.request(key).check().unwrap();
         assert!(d.is_denied());
         assert!(d.retry_after() > Duration::from_secs(1000), "{d:?}");
     }
@@ -606,7 +603,9 @@ async fn async_client_on_the_cluster_counts_exactly() {
         let mut allowed = 0;
         for _ in 0..7 {
             allowed += a
-                .try_check_n_at(key, 1, 1_000_000_000)
+                .request(key)
+                .at(1_000_000_000)
+                .check()
                 .await
                 .unwrap()
                 .is_allowed() as usize;

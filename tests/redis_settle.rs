@@ -9,7 +9,7 @@ use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
-use hotlimit::store::{Cas, Ticket, Variant};
+use hotlimit::store::Ticket;
 use hotlimit::{CasLimiter, ConfigError, Decision, ManualClock, Policy, Rate, TicketError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -52,7 +52,6 @@ fn prefix() -> String {
 fn run_trace<A>(url: &str, algo: A, plan: A, seed: u64, agree: Agree) -> (usize, usize)
 where
     A: RedisAlgorithm + Reconfigure,
-    Cas: Variant<A>,
 {
     let clock = ManualClock::new();
     let mem = CasLimiter::<String, A>::with_clock(algo, clock.clone());
@@ -76,8 +75,8 @@ where
         match rng.random_range(0..10) {
             0..=3 => {
                 let cost = rng.random_range(1..=most);
-                let m = mem.take(key, cost).unwrap();
-                let r = red.try_take_at(key, cost, t).unwrap();
+                let m = mem.request(key).cost(cost).take().unwrap();
+                let r = red.request(key).cost(cost).at(t).take().unwrap();
                 agree.check(&what, &m.decision(), &r.decision());
                 assert_eq!(r.taken_at(), t, "{what}");
                 if m.is_allowed() {
@@ -95,29 +94,35 @@ where
                     1 => m.charged() + rng.random_range(1..=most),
                     _ => m.charged(),
                 };
-                let ms = mem.settle(*key, m, actual).unwrap();
-                let rs = red.try_settle_at(key, r, actual, t).unwrap();
+                let ms = mem.request(*key).settle(m, actual).unwrap();
+                let rs = red.request(key).at(t).settle(r, actual).unwrap();
                 assert_eq!(ms, rs, "{what}: settle {pick} with {actual}");
                 assert!(!r.is_open(), "{what}");
             }
             7 => {
                 let n = rng.random_range(1..=most + 2);
-                let (mg, md) = mem.check_up_to(key, n).unwrap();
-                let (rg, rd) = red.try_check_up_to_at(key, n, t).unwrap();
+                let (mg, md) = mem.request(key).cost(n).up_to().unwrap();
+                let (rg, rd) = red.request(key).cost(n).at(t).up_to().unwrap();
                 assert_eq!(mg, rg, "{what}: up to {n}");
                 agree.check(&what, &md, &rd);
             }
             _ => {
                 let cost = rng.random_range(1..=plan.capacity().min(most));
-                let m = mem.check_n_with(key, cost, &plan).unwrap();
-                let r = red.try_check_n_with_at(key, cost, &plan, t).unwrap();
+                let m = mem.request(key).cost(cost).quota(&plan).check().unwrap();
+                let r = red
+                    .request(key)
+                    .cost(cost)
+                    .quota(&plan)
+                    .at(t)
+                    .check()
+                    .unwrap();
                 agree.check(&what, &m, &r);
             }
         }
         if i % 7 == 0 {
             // The states agree, as what a peek reads.
-            let m = mem.peek(key);
-            let r = red.try_peek_n_at(key, 1, t).unwrap();
+            let m = mem.request(key).peek().unwrap();
+            let r = red.request(key).at(t).peek().unwrap();
             agree.check(&format!("{what} (peek)"), &m, &r);
         }
     }
@@ -252,9 +257,9 @@ fn a_settle_retried_after_a_lost_reply_refunds_once() {
         .build()
         .unwrap();
     let t = 5_000_000_000;
-    let mut ticket = red.try_take_at("k", 8, t).unwrap();
+    let mut ticket = red.request("k").cost(8).at(t).take().unwrap();
     server.signal("-STOP");
-    let lost = red.try_settle_at("k", &mut ticket, 2, t);
+    let lost = red.request("k").at(t).settle(&mut ticket, 2);
     assert!(matches!(lost, Err(ref e) if e.is_outage()), "{lost:?}");
     assert!(
         ticket.is_open(),
@@ -264,14 +269,14 @@ fn a_settle_retried_after_a_lost_reply_refunds_once() {
     // The frozen settle ran when the server resumed: its mark is there, so the retry is a
     // no-op (false), and the key holds exactly one refund: 10 − 2 − the peeked unit.
     let retried = loop {
-        match red.try_settle_at("k", &mut ticket, 2, t) {
+        match red.request("k").at(t).settle(&mut ticket, 2) {
             Err(e) if e.is_outage() => std::thread::sleep(Duration::from_millis(5)),
             other => break other.unwrap(),
         }
     };
     assert!(!retried, "the first attempt had settled it");
     assert!(!ticket.is_open());
-    assert_eq!(red.try_peek_n_at("k", 1, t).unwrap().remaining(), Some(7));
+    assert_eq!(red.request("k").at(t).peek().unwrap().remaining(), Some(7));
     // The mark expires on its own.
     let mut raw = server.raw();
     let marks: Vec<String> = redis::cmd("KEYS")
@@ -296,11 +301,11 @@ fn settle_and_plan_edges() {
         .build()
         .unwrap();
     let t = 1_000_000_000;
-    let mut ticket = red.try_take_at("k", 3, t).unwrap();
+    let mut ticket = red.request("k").cost(3).at(t).take().unwrap();
     let trips = red.round_trips();
     // Another key, another prefix, an in-memory ticket: errors, nothing sent, still open.
     assert!(matches!(
-        red.try_settle_at("j", &mut ticket, 0, t),
+        red.request("j").at(t).settle(&mut ticket, 0),
         Err(BackendError::Ticket(TicketError::OtherKey))
     ));
     let elsewhere = RedisLimiter::builder(server.url(), FixedWindow::new(3, w).unwrap())
@@ -308,29 +313,29 @@ fn settle_and_plan_edges() {
         .build()
         .unwrap();
     assert!(matches!(
-        elsewhere.try_settle_at("k", &mut ticket, 0, t),
+        elsewhere.request("k").at(t).settle(&mut ticket, 0),
         Err(BackendError::Ticket(TicketError::OtherKey))
     ));
     let mem = CasLimiter::<String, _>::new(FixedWindow::new(3, w).unwrap());
-    let mut foreign = mem.take("k", 1).unwrap();
+    let mut foreign = mem.request("k").take().unwrap();
     assert!(matches!(
-        red.try_settle_at("k", &mut foreign, 0, t),
+        red.request("k").at(t).settle(&mut foreign, 0),
         Err(BackendError::Ticket(TicketError::OtherLimiter))
     ));
     assert!(ticket.is_open());
-    assert!(red.try_settle_at("k", &mut ticket, 3, t).unwrap());
-    assert!(!red.try_settle_at("k", &mut ticket, 1, t).unwrap());
+    assert!(red.request("k").at(t).settle(&mut ticket, 3).unwrap());
+    assert!(!red.request("k").at(t).settle(&mut ticket, 1).unwrap());
     assert_eq!(red.round_trips(), trips, "neither needed Redis");
-    let mut denied = red.try_take_at("k", 1, t).unwrap();
+    let mut denied = red.request("k").at(t).take().unwrap();
     assert!(denied.decision().is_denied() && !denied.is_open());
-    assert!(!red.try_settle_at("k", &mut denied, 0, t).unwrap());
+    assert!(!red.request("k").at(t).settle(&mut denied, 0).unwrap());
     let other = FixedWindow::new(3, w * 2).unwrap();
     assert!(matches!(
-        red.try_check_n_with_at("k", 1, &other, t),
+        red.request("k").quota(&other).at(t).check(),
         Err(BackendError::Config(ConfigError::Unchangeable { .. }))
     ));
     assert!(matches!(
-        red.try_check_up_to_at("k", 0, t),
+        red.request("k").cost(0).at(t).up_to(),
         Err(BackendError::Cost(hotlimit::CostError::Zero))
     ));
     assert_eq!(
@@ -339,7 +344,12 @@ fn settle_and_plan_edges() {
         "errors are found before a round trip"
     );
     // A grant above the capacity is capped at it, in the next window.
-    let (granted, d) = red.try_check_up_to_at("k", 50, t + 1_000_000_000).unwrap();
+    let (granted, d) = red
+        .request("k")
+        .cost(50)
+        .at(t + 1_000_000_000)
+        .up_to()
+        .unwrap();
     assert_eq!((granted, d.remaining()), (3, Some(0)));
 }
 
@@ -354,14 +364,14 @@ fn settle_on_the_server_clock() {
         .key_prefix(prefix())
         .build()
         .unwrap();
-    let mut ticket = red.try_take("k", 6).unwrap();
+    let mut ticket = red.request("k").cost(6).take().unwrap();
     assert!(ticket.is_allowed() && ticket.taken_at() > 0);
-    assert!(red.try_settle("k", &mut ticket, 1).unwrap());
-    assert_eq!(red.try_peek_n("k", 1).unwrap().remaining(), Some(8));
-    let mut ticket = red.try_take("k", 9).unwrap();
-    assert!(red.try_settle("k", &mut ticket, 12).unwrap());
+    assert!(red.request("k").settle(&mut ticket, 1).unwrap());
+    assert_eq!(red.request("k").peek().unwrap().remaining(), Some(8));
+    let mut ticket = red.request("k").cost(9).take().unwrap();
+    assert!(red.request("k").settle(&mut ticket, 12).unwrap());
     // 1 + 12 spent of 10: a debt: 4 minutes until one unit fits the burst again (within a second of it).
-    let d = red.try_peek_n("k", 1).unwrap();
+    let d = red.request("k").peek().unwrap();
     assert!(d.is_denied());
     let wait = d.retry_after().as_secs_f64();
     assert!((239.0..=241.0).contains(&wait), "{wait}");

@@ -138,8 +138,18 @@ fn plans_from_a_config_file() {
         from(r#"{ "free": "10/min", "pro": { "rate": "1000/min", "burst": 100 } }"#).unwrap();
     let l = CasLimiter::<String, Gcra, _>::with_clock(plans["free"], ManualClock::new());
     assert_eq!(
-        l.check_n_with("a", 60, &plans["pro"]).unwrap().remaining(),
+        l.request("a")
+            .cost(60)
+            .quota(&plans["pro"])
+            .check()
+            .unwrap()
+            .remaining(),
         Some(40)
     );
-    assert!(l.check_n_with("b", 60, &plans["free"]).is_err());
+    assert!(l
+        .request("b")
+        .cost(60)
+        .quota(&plans["free"])
+        .check()
+        .is_err());
 }

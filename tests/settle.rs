@@ -9,7 +9,7 @@ mod common;
 use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Cas, CompactVariant, Locked, Ticket, Variant};
+use hotlimit::store::{Locked, QuotaError, Ticket};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
     MutexLimiter, Policy, Rate,
@@ -38,11 +38,7 @@ struct ModelTicket {
 }
 
 /// Every in-memory store of one algorithm, on one clock.
-struct Stores<A: Algorithm>
-where
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
-{
+struct Stores<A: Algorithm> {
     cas: CasLimiter<u64, A, ManualClock>,
     mutex: MutexLimiter<u64, A, ManualClock>,
     compact: CompactLimiter<u64, A, ManualClock>,
@@ -58,8 +54,6 @@ struct Tickets([Ticket; 4], Option<[Ticket; 2]>);
 impl<A> Stores<A>
 where
     A: Algorithm + Clone,
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
 {
     fn new(algo: &A, clock: &ManualClock) -> Self {
         Self {
@@ -82,15 +76,15 @@ where
 
     fn take(&self, key: u64, cost: u64) -> Tickets {
         let keyed = [
-            self.cas.take(&key, cost).unwrap(),
-            self.mutex.take(&key, cost).unwrap(),
-            self.compact.take(&key, cost).unwrap(),
-            self.compact_locked.take(&key, cost).unwrap(),
+            self.cas.request(&key).cost(cost).take().unwrap(),
+            self.mutex.request(&key).cost(cost).take().unwrap(),
+            self.compact.request(&key).cost(cost).take().unwrap(),
+            self.compact_locked.request(&key).cost(cost).take().unwrap(),
         ];
         let direct = (key == 0).then(|| {
             [
-                self.direct.take(&(), cost).unwrap(),
-                self.direct_locked.take(&(), cost).unwrap(),
+                self.direct.request(&()).cost(cost).take().unwrap(),
+                self.direct_locked.request(&()).cost(cost).take().unwrap(),
             ]
         });
         Tickets(keyed, direct)
@@ -100,14 +94,14 @@ where
     fn settle(&self, key: u64, t: &mut Tickets, actual: u64) -> Vec<bool> {
         let [a, b, c, d] = &mut t.0;
         let mut out = vec![
-            self.cas.settle(&key, a, actual).unwrap(),
-            self.mutex.settle(&key, b, actual).unwrap(),
-            self.compact.settle(&key, c, actual).unwrap(),
-            self.compact_locked.settle(&key, d, actual).unwrap(),
+            self.cas.request(&key).settle(a, actual).unwrap(),
+            self.mutex.request(&key).settle(b, actual).unwrap(),
+            self.compact.request(&key).settle(c, actual).unwrap(),
+            self.compact_locked.request(&key).settle(d, actual).unwrap(),
         ];
         if let Some([e, f]) = &mut t.1 {
-            out.push(self.direct.settle(&(), e, actual).unwrap());
-            out.push(self.direct_locked.settle(&(), f, actual).unwrap());
+            out.push(self.direct.request(&()).settle(e, actual).unwrap());
+            out.push(self.direct_locked.request(&()).settle(f, actual).unwrap());
         }
         out
     }
@@ -115,14 +109,14 @@ where
     /// `peek_n` of every store for `key` (the direct ones for key 0).
     fn peek(&self, key: u64, cost: u64) -> Vec<Decision> {
         let mut out = vec![
-            self.cas.peek_n(&key, cost).unwrap(),
-            self.mutex.peek_n(&key, cost).unwrap(),
-            self.compact.peek_n(&key, cost).unwrap(),
-            self.compact_locked.peek_n(&key, cost).unwrap(),
+            self.cas.request(&key).cost(cost).peek().unwrap(),
+            self.mutex.request(&key).cost(cost).peek().unwrap(),
+            self.compact.request(&key).cost(cost).peek().unwrap(),
+            self.compact_locked.request(&key).cost(cost).peek().unwrap(),
         ];
         if key == 0 {
-            out.push(self.direct.peek_n(&(), cost).unwrap());
-            out.push(self.direct_locked.peek_n(&(), cost).unwrap());
+            out.push(self.direct.request(&()).cost(cost).peek().unwrap());
+            out.push(self.direct_locked.request(&()).cost(cost).peek().unwrap());
         }
         out
     }
@@ -134,8 +128,6 @@ where
 fn same_as_model<A>(name: &str, algo: A, ops: &[(u64, Op)]) -> Result<(), TestCaseError>
 where
     A: Algorithm + Clone,
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
 {
     let clock = ManualClock::new();
     let stores = Stores::new(&algo, &clock);
@@ -246,7 +238,7 @@ proptest! {
             match *op {
                 Op::Take { cost, .. } => {
                     let need = cost as i128 * T;
-                    let t = l.take(&0, cost).unwrap();
+                    let t = l.request(&0).cost(cost).take().unwrap();
                     let d = t.decision();
                     if need <= credit {
                         credit -= need;
@@ -276,7 +268,7 @@ proptest! {
                     let n = tickets.len();
                     let (t, charged) = &mut tickets[pick % n];
                     let open = t.is_open();
-                    prop_assert_eq!(l.settle(&0, t, actual).unwrap(), open);
+                    prop_assert_eq!(l.request(&0).settle(t, actual).unwrap(), open);
                     if open {
                         credit = (credit + (*charged as i128 - actual as i128) * T).min(TAU);
                     }
@@ -293,10 +285,10 @@ fn a_debt_is_paid_off_exactly() {
     let clock = ManualClock::new();
     let l =
         CasLimiter::<String, Gcra, _>::with_clock("10/s burst 10".parse().unwrap(), clock.clone());
-    let mut t = l.take("k", 10).unwrap();
+    let mut t = l.request("k").cost(10).take().unwrap();
     assert!(t.is_allowed());
     // 40 used, 10 charged: 30 units of debt beyond an empty bucket, 3 s at 10/s.
-    assert!(l.settle("k", &mut t, 40).unwrap());
+    assert!(l.request("k").settle(&mut t, 40).unwrap());
     let denied = l.check("k");
     assert_eq!(denied.retry_after(), Duration::from_millis(3_100));
     clock.advance(Duration::from_millis(3_100) - Duration::from_nanos(1));
@@ -312,27 +304,30 @@ fn a_debt_is_paid_off_exactly() {
 fn refunds_repeats_denials_and_dropped_tickets() {
     let clock = ManualClock::new();
     let l = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 10".parse().unwrap(), clock);
-    let mut t = l.take("k", 8).unwrap();
+    let mut t = l.request("k").cost(8).take().unwrap();
     assert_eq!(t.decision().remaining(), Some(2));
-    let mut denied = l.take("k", 5).unwrap();
+    let mut denied = l.request("k").cost(5).take().unwrap();
     assert!(denied.decision().is_denied() && !denied.is_open());
     assert!(
-        !l.settle("k", &mut denied, 0).unwrap(),
+        !l.request("k").settle(&mut denied, 0).unwrap(),
         "a denied ticket holds nothing"
     );
-    assert!(l.settle("k", &mut t, 3).unwrap());
+    assert!(l.request("k").settle(&mut t, 3).unwrap());
     assert!(!t.is_open());
-    assert_eq!(l.peek_n("k", 7).unwrap().remaining(), Some(0));
-    assert!(!l.settle("k", &mut t, 0).unwrap(), "settled once");
-    assert_eq!(l.peek_n("k", 7).unwrap().remaining(), Some(0));
-    let mut same = l.take("k", 2).unwrap();
-    assert!(l.settle("k", &mut same, 2).unwrap());
-    assert_eq!(l.peek("k").remaining(), Some(4));
-    let _ = l.take("k", 5).unwrap(); // dropped: stands
+    assert_eq!(l.request("k").cost(7).peek().unwrap().remaining(), Some(0));
+    assert!(!l.request("k").settle(&mut t, 0).unwrap(), "settled once");
+    assert_eq!(l.request("k").cost(7).peek().unwrap().remaining(), Some(0));
+    let mut same = l.request("k").cost(2).take().unwrap();
+    assert!(l.request("k").settle(&mut same, 2).unwrap());
+    assert_eq!(l.request("k").peek().unwrap().remaining(), Some(4));
+    let _ = l.request("k").cost(5).take().unwrap(); // dropped: stands
     assert!(l.check("k").is_denied());
-    assert_eq!(l.take("k", 0).unwrap_err(), CostError::Zero);
     assert_eq!(
-        l.take("k", 11).unwrap_err().to_string(),
+        l.request("k").cost(0).take().unwrap_err(),
+        QuotaError::Cost(CostError::Zero)
+    );
+    assert_eq!(
+        l.request("k").cost(11).take().unwrap_err().to_string(),
         l.check_n("k", 11).unwrap_err().to_string()
     );
 }
@@ -346,22 +341,22 @@ fn windows_and_rates_settle_as_documented() {
         FixedWindow::new(10, second).unwrap(),
         clock.clone(),
     );
-    let mut t = fixed.take("k", 10).unwrap();
+    let mut t = fixed.request("k").cost(10).take().unwrap();
     assert!(
-        fixed.settle("k", &mut t, 4).unwrap(),
+        fixed.request("k").settle(&mut t, 4).unwrap(),
         "refunded in the window it was counted in"
     );
-    assert_eq!(fixed.peek("k").remaining(), Some(5));
-    let mut late = fixed.take("k", 6).unwrap();
+    assert_eq!(fixed.request("k").peek().unwrap().remaining(), Some(5));
+    let mut late = fixed.request("k").cost(6).take().unwrap();
     clock.advance(second);
     assert!(
-        fixed.settle("k", &mut late, 0).unwrap(),
+        fixed.request("k").settle(&mut late, 0).unwrap(),
         "the window has ended: nothing to refund"
     );
-    assert_eq!(fixed.peek("k").remaining(), Some(9));
-    let mut over = fixed.take("k", 1).unwrap();
+    assert_eq!(fixed.request("k").peek().unwrap().remaining(), Some(9));
+    let mut over = fixed.request("k").take().unwrap();
     assert!(
-        fixed.settle("k", &mut over, 50).unwrap(),
+        fixed.request("k").settle(&mut over, 50).unwrap(),
         "an overrun fills the current window"
     );
     assert!(fixed.check("k").is_denied());
@@ -372,15 +367,12 @@ fn windows_and_rates_settle_as_documented() {
     );
 
     // The other windows: a refund in the window (or bucket) counted in comes straight back.
-    fn refund_in_window<A: Algorithm>(algo: A, clock: &ManualClock)
-    where
-        Cas: Variant<A>,
-    {
+    fn refund_in_window<A: Algorithm>(algo: A, clock: &ManualClock) {
         let l = CasLimiter::<String, A, _>::with_clock(algo, clock.clone());
-        let mut t = l.take("k", 10).unwrap();
+        let mut t = l.request("k").cost(10).take().unwrap();
         assert!(l.check("k").is_denied());
-        assert!(l.settle("k", &mut t, 4).unwrap());
-        assert_eq!(l.peek("k").remaining(), Some(5));
+        assert!(l.request("k").settle(&mut t, 4).unwrap());
+        assert_eq!(l.request("k").peek().unwrap().remaining(), Some(5));
     }
     refund_in_window(SlidingWindow::new(10, second).unwrap(), &clock);
     refund_in_window(SlidingLog::new(10, second).unwrap(), &clock);
@@ -389,27 +381,27 @@ fn windows_and_rates_settle_as_documented() {
     // EARRRL: a full refund of a lone request leaves the key as fresh as it was.
     let earrrl = Earrrl::new(second, Rate::per_second_of(10.0).unwrap()).unwrap();
     let e = CasLimiter::<String, _, _>::with_clock(earrrl, clock.clone());
-    let mut t = e.take("k", 5).unwrap();
+    let mut t = e.request("k").cost(5).take().unwrap();
     clock.advance(Duration::from_millis(500));
-    assert!(e.peek("k").rate().unwrap() > 0.0);
-    assert!(e.settle("k", &mut t, 0).unwrap());
-    assert_eq!(e.peek("k").rate(), Some(0.0));
+    assert!(e.request("k").peek().unwrap().rate().unwrap() > 0.0);
+    assert!(e.request("k").settle(&mut t, 0).unwrap());
+    assert_eq!(e.request("k").peek().unwrap().rate(), Some(0.0));
     // An overrun is an impulse at the take, decayed: half a half-life later, 100 units more
     // show as 100·λ·2^(−1/2) on top of what the estimate left.
-    let mut t = e.take("k", 1).unwrap();
+    let mut t = e.request("k").take().unwrap();
     clock.advance(Duration::from_millis(500));
-    let before = e.peek("k").rate().unwrap();
-    assert!(e.settle("k", &mut t, 101).unwrap());
-    let added = e.peek("k").rate().unwrap() - before;
+    let before = e.request("k").peek().unwrap().rate().unwrap();
+    assert!(e.request("k").settle(&mut t, 101).unwrap());
+    let added = e.request("k").peek().unwrap().rate().unwrap() - before;
     let want = 100.0 * std::f64::consts::LN_2 * 0.5f64.sqrt();
     assert!((added / want - 1.0).abs() < 1e-9, "{added} vs {want}");
 
     // Exponential: an impulse on the smoothed rate, decayed from the take to the state's time.
     let exp = Exponential::new(10.0, second).unwrap();
     let x = CasLimiter::<String, _, _>::with_clock(exp, clock.clone());
-    let mut t = x.take("k", 8).unwrap();
+    let mut t = x.request("k").cost(8).take().unwrap();
     assert!(x.check_n("k", 3).unwrap().is_denied());
-    assert!(x.settle("k", &mut t, 2).unwrap());
+    assert!(x.request("k").settle(&mut t, 2).unwrap());
     assert!(x.check_n("k", 3).unwrap().is_allowed());
 }
 
@@ -458,45 +450,45 @@ fn threads_taking_and_settling_lose_nothing() {
             "cas",
             Arc::new(move |s| {
                 work(
-                    |c| c1.take(&7, c).unwrap(),
-                    |t, a| c1.settle(&7, t, a).unwrap(),
+                    |c| c1.request(&7).cost(c).take().unwrap(),
+                    |t, a| c1.request(&7).settle(t, a).unwrap(),
                     s,
                 )
             }),
-            Box::new(move || c2.peek(&7)),
+            Box::new(move || c2.request(&7).peek().unwrap()),
         ),
         (
             "mutex",
             Arc::new(move |s| {
                 work(
-                    |c| m1.take(&7, c).unwrap(),
-                    |t, a| m1.settle(&7, t, a).unwrap(),
+                    |c| m1.request(&7).cost(c).take().unwrap(),
+                    |t, a| m1.request(&7).settle(t, a).unwrap(),
                     s,
                 )
             }),
-            Box::new(move || m2.peek(&7)),
+            Box::new(move || m2.request(&7).peek().unwrap()),
         ),
         (
             "compact",
             Arc::new(move |s| {
                 work(
-                    |c| k1.take(&7, c).unwrap(),
-                    |t, a| k1.settle(&7, t, a).unwrap(),
+                    |c| k1.request(&7).cost(c).take().unwrap(),
+                    |t, a| k1.request(&7).settle(t, a).unwrap(),
                     s,
                 )
             }),
-            Box::new(move || k2.peek(&7)),
+            Box::new(move || k2.request(&7).peek().unwrap()),
         ),
         (
             "direct",
             Arc::new(move |s| {
                 work(
-                    |c| d1.take(&(), c).unwrap(),
-                    |t, a| d1.settle(&(), t, a).unwrap(),
+                    |c| d1.request(&()).cost(c).take().unwrap(),
+                    |t, a| d1.request(&()).settle(t, a).unwrap(),
                     s,
                 )
             }),
-            Box::new(move || d2.peek(&())),
+            Box::new(move || d2.request(&()).peek().unwrap()),
         ),
     ];
     for (name, run, peek) in runs {
@@ -521,8 +513,6 @@ impl common::OnAlgorithm for Model<'_> {
     fn run<A>(&mut self, name: &str, algo: A) -> Result<(), TestCaseError>
     where
         A: Algorithm + Clone,
-        Cas: Variant<A> + CompactVariant<A>,
-        Locked: Variant<A> + CompactVariant<A>,
     {
         same_as_model(name, algo, self.0)
     }
@@ -539,30 +529,69 @@ fn a_ticket_settles_only_where_it_was_taken() {
     let (a, b) = (Stores::new(&gcra, &clock), Stores::new(&gcra, &clock));
     let remaining = |s: &Stores<Gcra>, key: u64| {
         [
-            s.cas.peek(&key).remaining(),
-            s.mutex.peek(&key).remaining(),
-            s.compact.peek(&key).remaining(),
-            s.compact_locked.peek(&key).remaining(),
+            s.cas.request(&key).peek().unwrap().remaining(),
+            s.mutex.request(&key).peek().unwrap().remaining(),
+            s.compact.request(&key).peek().unwrap().remaining(),
+            s.compact_locked.request(&key).peek().unwrap().remaining(),
         ]
     };
     let mut t = a.take(0, 6);
     let [w, x, y, z] = &mut t.0;
     // Another key of the same limiter.
-    assert_eq!(a.cas.settle(&1, w, 0), Err(OtherKey));
-    assert_eq!(a.mutex.settle(&1, x, 0), Err(OtherKey));
-    assert_eq!(a.compact.settle(&1, y, 0), Err(OtherKey));
-    assert_eq!(a.compact_locked.settle(&1, z, 0), Err(OtherKey));
+    assert_eq!(
+        a.cas.request(&1).settle(w, 0),
+        Err(QuotaError::Ticket(OtherKey))
+    );
+    assert_eq!(
+        a.mutex.request(&1).settle(x, 0),
+        Err(QuotaError::Ticket(OtherKey))
+    );
+    assert_eq!(
+        a.compact.request(&1).settle(y, 0),
+        Err(QuotaError::Ticket(OtherKey))
+    );
+    assert_eq!(
+        a.compact_locked.request(&1).settle(z, 0),
+        Err(QuotaError::Ticket(OtherKey))
+    );
     // The same key on another limiter, or a ticket of another store.
-    assert_eq!(b.cas.settle(&0, w, 0), Err(OtherLimiter));
-    assert_eq!(b.mutex.settle(&0, x, 0), Err(OtherLimiter));
-    assert_eq!(b.compact.settle(&0, y, 0), Err(OtherLimiter));
-    assert_eq!(b.compact_locked.settle(&0, z, 0), Err(OtherLimiter));
-    assert_eq!(a.mutex.settle(&0, w, 0), Err(OtherLimiter));
+    assert_eq!(
+        b.cas.request(&0).settle(w, 0),
+        Err(QuotaError::Ticket(OtherLimiter))
+    );
+    assert_eq!(
+        b.mutex.request(&0).settle(x, 0),
+        Err(QuotaError::Ticket(OtherLimiter))
+    );
+    assert_eq!(
+        b.compact.request(&0).settle(y, 0),
+        Err(QuotaError::Ticket(OtherLimiter))
+    );
+    assert_eq!(
+        b.compact_locked.request(&0).settle(z, 0),
+        Err(QuotaError::Ticket(OtherLimiter))
+    );
+    assert_eq!(
+        a.mutex.request(&0).settle(w, 0),
+        Err(QuotaError::Ticket(OtherLimiter))
+    );
     let [e, f] = t.1.as_mut().unwrap();
-    assert_eq!(b.direct.settle(&(), e, 0), Err(OtherLimiter));
-    assert_eq!(a.direct_locked.settle(&(), e, 0), Err(OtherLimiter));
-    assert_eq!(a.cas.settle(&0, e, 0), Err(OtherLimiter));
-    assert_eq!(b.direct_locked.settle(&(), f, 0), Err(OtherLimiter));
+    assert_eq!(
+        b.direct.request(&()).settle(e, 0),
+        Err(QuotaError::Ticket(OtherLimiter))
+    );
+    assert_eq!(
+        a.direct_locked.request(&()).settle(e, 0),
+        Err(QuotaError::Ticket(OtherLimiter))
+    );
+    assert_eq!(
+        a.cas.request(&0).settle(e, 0),
+        Err(QuotaError::Ticket(OtherLimiter))
+    );
+    assert_eq!(
+        b.direct_locked.request(&()).settle(f, 0),
+        Err(QuotaError::Ticket(OtherLimiter))
+    );
     // Nothing moved: 10 − 6 − the peeked unit; key 1 and the other limiter untouched.
     assert_eq!(remaining(&a, 0), [Some(3); 4]);
     assert_eq!(remaining(&a, 1), [Some(9); 4]);

@@ -1,22 +1,20 @@
-//! Every store offers the same operations under the same names and meanings: one generic test
-//! body per operation, run over the papaya store (CAS and mutex), the compact store (CAS and
-//! mutex) and the direct limiter (CAS and mutex).
+//! Every store answers every operation alike: one generic test body per operation, run over
+//! the papaya store (CAS and mutex), the compact store (CAS and mutex) and the single cell
+//! (CAS and mutex).
 //!
-//! The `Store` traits below are the test's view of a limiter. Their impls are written once, by
-//! a macro that calls each store's *inherent* methods by name (`check`, `check_n`, `peek`,
-//! `peek_n`, `until_ready`, `until_ready_with`, `until_ready_blocking`,
-//! `until_ready_blocking_with`, `reserve`, `reconfigure`, `metrics`, and for keyed stores
-//! `sweep`, `len`, `max_keys`, `sweep_every`), so a store that lacks one, or names or types it
-//! differently, does not compile. The generic tests then assert that every store gives the
-//! same exact answers.
+//! The operations are written once, on [`Limiter`], whatever its store; the `Store` trait
+//! below is the test's view of one limiter and its key (the single cell's is `()`), with one
+//! generic impl over every store. The tests then assert that every store gives the same
+//! exact answers.
 
 use hotlimit::algo::{Algorithm, Gcra, Reservation};
-use hotlimit::store::{Cas, Locked, SweepReport};
+use hotlimit::store::{Cas, Keys, Locked, QuotaError, SweepReport};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, Decision, DirectLimiter, Jitter,
-    Live, ManualClock, Metrics, MutexLimiter,
+    Limiter, Live, ManualClock, Metrics, MutexLimiter, RateLimiter,
 };
 use std::future::Future;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 const MS: u64 = 1_000_000;
@@ -38,24 +36,90 @@ fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// A store's key from the test's `u64` (the single cell's is `()`).
+trait Key: 'static {
+    fn of(k: u64) -> Self;
+}
+
+impl Key for u64 {
+    fn of(k: u64) -> Self {
+        k
+    }
+}
+
+impl Key for () {
+    fn of(_: u64) -> Self {}
+}
+
+/// A limiter over store `S`, asked for keys of type `Q`.
+struct On<S: hotlimit::store::Store, Q>(Limiter<S>, PhantomData<fn(Q)>);
+
+fn on<S: hotlimit::store::Store, Q>(limiter: Limiter<S>) -> On<S, Q> {
+    On(limiter, PhantomData)
+}
+
 /// The operations of every store over GCRA (the direct limiter ignores the key).
 trait Store {
     fn check(&self, key: u64) -> Decision;
     fn check_n(&self, key: u64, cost: u64) -> Result<Decision, CostError>;
-    fn peek(&self, key: u64) -> Decision;
-    fn peek_n(&self, key: u64, cost: u64) -> Result<Decision, CostError>;
-    /// `until_ready` with a sleep that advances `clock`.
-    fn until_ready(&self, key: u64, clock: &ManualClock) -> Decision;
-    fn until_ready_with(
+    fn peek(&self, key: u64) -> Result<Decision, QuotaError>;
+    fn peek_n(&self, key: u64, cost: u64) -> Result<Decision, QuotaError>;
+    /// `until_ready` with a sleep that advances `clock`, of `cost` (and jitter none).
+    fn until_ready(&self, key: u64, cost: u64, clock: &ManualClock)
+        -> Result<Decision, QuotaError>;
+    fn until_ready_blocking(&self, key: u64, cost: u64) -> Result<Decision, QuotaError>;
+    fn reserve(&self, key: u64, cost: u64, max_wait: Duration) -> Result<Reservation, QuotaError>;
+    fn metrics(&self) -> Metrics;
+}
+
+impl<S, Q> Store for On<S, Q>
+where
+    S: Keys<Q> + hotlimit::store::Store<Algo = Gcra> + Send + Sync,
+    Q: Key,
+{
+    fn check(&self, key: u64) -> Decision {
+        self.0.check(&Q::of(key))
+    }
+    fn check_n(&self, key: u64, cost: u64) -> Result<Decision, CostError> {
+        self.0.check_n(&Q::of(key), cost)
+    }
+    fn peek(&self, key: u64) -> Result<Decision, QuotaError> {
+        self.0.request(&Q::of(key)).peek()
+    }
+    fn peek_n(&self, key: u64, cost: u64) -> Result<Decision, QuotaError> {
+        self.0.request(&Q::of(key)).cost(cost).peek()
+    }
+    fn until_ready(
         &self,
         key: u64,
         cost: u64,
         clock: &ManualClock,
-    ) -> Result<Decision, CostError>;
-    fn until_ready_blocking(&self, key: u64) -> Decision;
-    fn until_ready_blocking_with(&self, key: u64, cost: u64) -> Result<Decision, CostError>;
-    fn reserve(&self, key: u64, cost: u64, max_wait: Duration) -> Result<Reservation, CostError>;
-    fn metrics(&self) -> Metrics;
+    ) -> Result<Decision, QuotaError> {
+        let sleep = |d| {
+            clock.advance(d);
+            std::future::ready(())
+        };
+        let key = Q::of(key);
+        block_on(
+            self.0
+                .request(&key)
+                .cost(cost)
+                .jitter(Jitter::NONE)
+                .until_ready(sleep),
+        )
+    }
+    fn until_ready_blocking(&self, key: u64, cost: u64) -> Result<Decision, QuotaError> {
+        self.0
+            .request(&Q::of(key))
+            .cost(cost)
+            .until_ready_blocking()
+    }
+    fn reserve(&self, key: u64, cost: u64, max_wait: Duration) -> Result<Reservation, QuotaError> {
+        self.0.request(&Q::of(key)).cost(cost).reserve(max_wait)
+    }
+    fn metrics(&self) -> Metrics {
+        self.0.metrics()
+    }
 }
 
 /// The same store over `Live<Gcra>`.
@@ -63,6 +127,22 @@ trait LiveStore {
     fn check(&self, key: u64) -> Decision;
     fn peek(&self, key: u64) -> Decision;
     fn reconfigure(&self, new: Gcra) -> Result<Gcra, ConfigError>;
+}
+
+impl<S, Q> LiveStore for On<S, Q>
+where
+    S: Keys<Q> + hotlimit::store::Store<Algo = Live<Gcra>> + Send + Sync,
+    Q: Key,
+{
+    fn check(&self, key: u64) -> Decision {
+        self.0.check(&Q::of(key))
+    }
+    fn peek(&self, key: u64) -> Decision {
+        RateLimiter::peek(&self.0, &Q::of(key))
+    }
+    fn reconfigure(&self, new: Gcra) -> Result<Gcra, ConfigError> {
+        self.0.reconfigure(new)
+    }
 }
 
 /// What the keyed stores add.
@@ -74,124 +154,23 @@ trait Keyed {
     fn sweep_every(&self) -> Option<Duration>;
 }
 
-/// `Store` and `LiveStore` for a limiter type, calling its inherent methods with `$key(k)` as
-/// the key argument list (`&k` for keyed stores, nothing for the direct one).
-macro_rules! store {
-    ($ty:ty, $live:ty, |$k:ident| $($key:expr)?) => {
-        impl Store for $ty {
-            fn check(&self, $k: u64) -> Decision {
-                <$ty>::check(self $(, $key)?)
-            }
-            fn check_n(&self, $k: u64, cost: u64) -> Result<Decision, CostError> {
-                <$ty>::check_n(self, $($key,)? cost)
-            }
-            fn peek(&self, $k: u64) -> Decision {
-                <$ty>::peek(self $(, $key)?)
-            }
-            fn peek_n(&self, $k: u64, cost: u64) -> Result<Decision, CostError> {
-                <$ty>::peek_n(self, $($key,)? cost)
-            }
-            fn until_ready(&self, $k: u64, clock: &ManualClock) -> Decision {
-                let sleep = |d| {
-                    clock.advance(d);
-                    std::future::ready(())
-                };
-                block_on(<$ty>::until_ready(self, $($key,)? sleep))
-            }
-            fn until_ready_with(
-                &self,
-                $k: u64,
-                cost: u64,
-                clock: &ManualClock,
-            ) -> Result<Decision, CostError> {
-                let sleep = |d| {
-                    clock.advance(d);
-                    std::future::ready(())
-                };
-                block_on(<$ty>::until_ready_with(self, $($key,)? cost, Jitter::NONE, sleep))
-            }
-            fn until_ready_blocking(&self, $k: u64) -> Decision {
-                <$ty>::until_ready_blocking(self $(, $key)?)
-            }
-            fn until_ready_blocking_with(
-                &self,
-                $k: u64,
-                cost: u64,
-            ) -> Result<Decision, CostError> {
-                <$ty>::until_ready_blocking_with(self, $($key,)? cost, Jitter::NONE)
-            }
-            fn reserve(
-                &self,
-                $k: u64,
-                cost: u64,
-                max_wait: Duration,
-            ) -> Result<Reservation, CostError> {
-                <$ty>::reserve(self, $($key,)? cost, max_wait)
-            }
-            fn metrics(&self) -> Metrics {
-                <$ty>::metrics(self)
-            }
-        }
-
-        impl LiveStore for $live {
-            fn check(&self, $k: u64) -> Decision {
-                <$live>::check(self $(, $key)?)
-            }
-            fn peek(&self, $k: u64) -> Decision {
-                <$live>::peek(self $(, $key)?)
-            }
-            fn reconfigure(&self, new: Gcra) -> Result<Gcra, ConfigError> {
-                <$live>::reconfigure(self, new)
-            }
-        }
-    };
+impl<S: Keys<u64> + hotlimit::store::Store + Send + Sync> Keyed for Limiter<S> {
+    fn check(&self, key: u64) -> Decision {
+        Limiter::check(self, &key)
+    }
+    fn sweep(&self) -> SweepReport {
+        Limiter::sweep(self)
+    }
+    fn len(&self) -> usize {
+        Limiter::len(self)
+    }
+    fn max_keys(&self) -> Option<usize> {
+        Limiter::max_keys(self)
+    }
+    fn sweep_every(&self) -> Option<Duration> {
+        Limiter::sweep_every(self)
+    }
 }
-
-/// `Keyed` for a keyed limiter type.
-macro_rules! keyed {
-    ($($ty:ty),*) => {$(
-        impl Keyed for $ty {
-            fn check(&self, k: u64) -> Decision {
-                <$ty>::check(self, &k)
-            }
-            fn sweep(&self) -> SweepReport {
-                <$ty>::sweep(self)
-            }
-            fn len(&self) -> usize {
-                <$ty>::len(self)
-            }
-            fn max_keys(&self) -> Option<usize> {
-                <$ty>::max_keys(self)
-            }
-            fn sweep_every(&self) -> Option<Duration> {
-                <$ty>::sweep_every(self)
-            }
-        }
-    )*};
-}
-
-type CasGcra = CasLimiter<u64, Gcra, ManualClock>;
-type MutexGcra = MutexLimiter<u64, Gcra, ManualClock>;
-type CompactGcra = CompactLimiter<u64, Gcra, ManualClock, Cas>;
-type CompactMutexGcra = CompactLimiter<u64, Gcra, ManualClock, Locked>;
-type DirectGcra = DirectLimiter<Gcra, ManualClock, Cas>;
-type DirectMutexGcra = DirectLimiter<Gcra, ManualClock, Locked>;
-
-store!(CasGcra, CasLimiter<u64, Live<Gcra>, ManualClock>, |k| &k);
-store!(MutexGcra, MutexLimiter<u64, Live<Gcra>, ManualClock>, |k| &k);
-store!(CompactGcra, CompactLimiter<u64, Live<Gcra>, ManualClock, Cas>, |k| &k);
-store!(CompactMutexGcra, CompactLimiter<u64, Live<Gcra>, ManualClock, Locked>, |k| &k);
-store!(
-    DirectGcra,
-    DirectLimiter<Live<Gcra>, ManualClock, Cas>,
-    |_k| &()
-);
-store!(
-    DirectMutexGcra,
-    DirectLimiter<Live<Gcra>, ManualClock, Locked>,
-    |_k| &()
-);
-keyed!(CasGcra, MutexGcra, CompactGcra, CompactMutexGcra);
 
 /// Builds every store the same way, through its one builder shape: `$algo` on `$clock`, with
 /// decisions counted, and for the keyed stores `max_keys(100)` and a sweep grace of zero.
@@ -201,43 +180,55 @@ macro_rules! every_store {
         let stores: Vec<(&str, Box<$as>)> = vec![
             (
                 "cas",
-                Box::new(keyed_build!(CasLimiter::<u64, _>, algo, clock)),
+                Box::new(on::<_, u64>(keyed_build!(
+                    CasLimiter::<u64, _>,
+                    algo,
+                    clock
+                ))),
             ),
             (
                 "mutex",
-                Box::new(keyed_build!(MutexLimiter::<u64, _>, algo, clock)),
+                Box::new(on::<_, u64>(keyed_build!(
+                    MutexLimiter::<u64, _>,
+                    algo,
+                    clock
+                ))),
             ),
             (
                 "compact",
-                Box::new(keyed_build!(CompactLimiter::<u64, _, _, Cas>, algo, clock)),
+                Box::new(on::<_, u64>(keyed_build!(
+                    CompactLimiter::<u64, _, _, Cas>,
+                    algo,
+                    clock
+                ))),
             ),
             (
                 "compact-mutex",
-                Box::new(keyed_build!(
+                Box::new(on::<_, u64>(keyed_build!(
                     CompactLimiter::<u64, _, _, Locked>,
                     algo,
                     clock
-                )),
+                ))),
             ),
             (
                 "direct",
-                Box::new(
+                Box::new(on::<_, ()>(
                     DirectLimiter::<_, _, Cas>::builder(algo.clone())
                         .clock(clock.clone())
                         .metrics(true)
                         .build()
                         .unwrap(),
-                ),
+                )),
             ),
             (
                 "direct-mutex",
-                Box::new(
+                Box::new(on::<_, ()>(
                     DirectLimiter::<_, _, Locked>::builder(algo.clone())
                         .clock(clock.clone())
                         .metrics(true)
                         .build()
                         .unwrap(),
-                ),
+                )),
             ),
         ];
         stores
@@ -264,7 +255,7 @@ fn gcra(quota: &str) -> Gcra {
 fn check_and_peek_decide_alike_everywhere() {
     let clock = ManualClock::new();
     for (name, s) in every_store!(gcra("10/s burst 2"), clock.clone(), dyn Store) {
-        assert!(s.peek(7).is_allowed(), "{name}");
+        assert!(s.peek(7).unwrap().is_allowed(), "{name}");
         assert!(
             s.peek_n(7, 2).unwrap().is_allowed(),
             "{name}: peeks count nothing"
@@ -273,14 +264,15 @@ fn check_and_peek_decide_alike_everywhere() {
         assert!(s.check_n(7, 1).unwrap().is_allowed(), "{name}");
         let denied = s.check(7);
         assert_eq!(denied.retry_after_nanos(), 100 * MS, "{name}");
-        assert_eq!(s.peek(7).retry_after_nanos(), 100 * MS, "{name}");
+        assert_eq!(s.peek(7).unwrap().retry_after_nanos(), 100 * MS, "{name}");
         assert_eq!(s.check_n(7, 0), Err(CostError::Zero), "{name}");
         assert_eq!(
             s.peek_n(7, 3),
             Err(CostError::ExceedsCapacity {
                 cost: 3,
                 capacity: 2
-            }),
+            }
+            .into()),
             "{name}"
         );
         let m = s.metrics();
@@ -299,31 +291,26 @@ fn the_waits_end_at_the_honest_time_everywhere() {
         let clock = ManualClock::new();
         let (name, s) = every_store!(gcra("10/s burst 1"), clock.clone(), dyn Store).swap_remove(i);
         assert!(s.check(1).is_allowed(), "{name}");
-        assert!(s.until_ready_blocking(1).is_allowed(), "{name}");
+        assert!(s.until_ready_blocking(1, 1).unwrap().is_allowed(), "{name}");
         assert_eq!(clock.now(), 100 * MS, "{name}");
-        assert!(s.until_ready(1, &clock).is_allowed(), "{name}");
+        assert!(s.until_ready(1, 1, &clock).unwrap().is_allowed(), "{name}");
         assert_eq!(clock.now(), 200 * MS, "{name}");
-        assert!(
-            s.until_ready_blocking_with(1, 1).unwrap().is_allowed(),
-            "{name}"
-        );
+        assert!(s.until_ready_blocking(1, 1).unwrap().is_allowed(), "{name}");
         assert_eq!(clock.now(), 300 * MS, "{name}");
-        assert!(
-            s.until_ready_with(1, 1, &clock).unwrap().is_allowed(),
-            "{name}"
-        );
+        assert!(s.until_ready(1, 1, &clock).unwrap().is_allowed(), "{name}");
         assert_eq!(clock.now(), 400 * MS, "{name}");
         assert_eq!(
-            s.until_ready_with(1, 2, &clock),
+            s.until_ready(1, 2, &clock),
             Err(CostError::ExceedsCapacity {
                 cost: 2,
                 capacity: 1
-            }),
+            }
+            .into()),
             "{name}"
         );
         assert_eq!(
-            s.until_ready_blocking_with(1, 0),
-            Err(CostError::Zero),
+            s.until_ready_blocking(1, 0),
+            Err(CostError::Zero.into()),
             "{name}"
         );
         assert_eq!(
@@ -373,7 +360,7 @@ fn reserve_paces_alike_everywhere() {
             matches!(delays[2], Ok(Reservation::Denied { .. })),
             "{name}"
         );
-        assert_eq!(s.reserve(3, 0, wait), Err(CostError::Zero), "{name}");
+        assert_eq!(s.reserve(3, 0, wait), Err(CostError::Zero.into()), "{name}");
         let m = s.metrics();
         assert_eq!((m.allowed, m.denied), (2, 1), "{name}");
     }

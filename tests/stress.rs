@@ -119,13 +119,13 @@ fn direct_limiter_totals_under_threads() {
                 s.spawn(|| {
                     let a = (0..PER_THREAD)
                         .filter(|_| {
-                            let _ = cas.peek(&());
+                            let _ = cas.request(&()).peek().unwrap();
                             cas.check(&()).is_allowed()
                         })
                         .count();
                     let b = (0..PER_THREAD)
                         .filter(|_| {
-                            let _ = mutex.peek(&());
+                            let _ = mutex.request(&()).peek().unwrap();
                             mutex.check(&()).is_allowed()
                         })
                         .count();

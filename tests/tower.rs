@@ -314,8 +314,13 @@ async fn an_empty_key_is_a_missing_key() {
         .await
         .starts_with("HTTP/1.1 200 "));
     assert_eq!(limiter.len(), 1);
-    assert!(limiter.peek("127.0.0.1").is_allowed());
-    assert!(limiter.peek_n("127.0.0.1", 4).unwrap().is_denied());
+    assert!(limiter.request("127.0.0.1").peek().unwrap().is_allowed());
+    assert!(limiter
+        .request("127.0.0.1")
+        .cost(4)
+        .peek()
+        .unwrap()
+        .is_denied());
 
     // A closure that yields an empty key is treated the same way, before the limiter.
     let limiter = gcra_limiter("5/s burst 5", &clock);
@@ -327,8 +332,18 @@ async fn an_empty_key_is_a_missing_key() {
     let (addr, client) = serve(hello().layer(layer)).await;
     assert_eq!(get_plain(&client, addr).await.0, StatusCode::OK);
     assert_eq!(limiter.len(), 1);
-    assert!(limiter.peek_n("anonymous", 5).unwrap().is_denied());
-    assert!(limiter.peek_n("anonymous", 4).unwrap().is_allowed());
+    assert!(limiter
+        .request("anonymous")
+        .cost(5)
+        .peek()
+        .unwrap()
+        .is_denied());
+    assert!(limiter
+        .request("anonymous")
+        .cost(4)
+        .peek()
+        .unwrap()
+        .is_allowed());
 }
 
 #[tokio::test]

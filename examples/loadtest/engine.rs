@@ -14,7 +14,7 @@ use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
     DEFAULT_BUCKETS,
 };
-use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
+use hotlimit::store::{Cas, Locked};
 use hotlimit::{
     CasLimiter, Clock, CoarseClock, CompactLimiter, Decision, MutexLimiter, QuantaClock, Rate,
 };
@@ -657,11 +657,7 @@ fn run_variant<A: Algorithm + Copy, C: Clock + Clone>(
     algo: A,
     variant: VariantName,
     setup: &Setup<'_, C>,
-) -> Run
-where
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
-{
+) -> Run {
     // A table for exactly `keys` keys (at its design load of 3/4).
     let max_keys = usize::try_from(setup.args.keys).unwrap_or(usize::MAX);
     let clock = || setup.clocks.hotlimit.clone();
@@ -750,11 +746,7 @@ fn run_all<A: Algorithm + Copy>(
     streams: &[Vec<u32>],
     latency_len: usize,
     stderr: &mut dyn Write,
-) -> Vec<Run>
-where
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
-{
+) -> Vec<Run> {
     let governor_quota = if args.admit_all {
         Quota::per_second(NonZeroU32::MAX).allow_burst(NonZeroU32::MAX)
     } else {
@@ -813,11 +805,7 @@ fn run_rounds<A: Algorithm + Copy, C: Clock + Clone>(
     variants: &[VariantName],
     setup: &Setup<'_, C>,
     stderr: &mut dyn Write,
-) -> Vec<Run>
-where
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
-{
+) -> Vec<Run> {
     let rounds = setup.args.rounds as usize;
     let mut runs = Vec::new();
     for round in 0..rounds {

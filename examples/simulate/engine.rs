@@ -13,7 +13,7 @@ use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
     DEFAULT_BUCKETS,
 };
-use hotlimit::store::{Cas, Variant};
+
 use hotlimit::{CasLimiter, ManualClock, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -257,10 +257,7 @@ pub fn run<A: Algorithm>(
     scenario: &Scenario,
     events: &[Event],
     grid: Option<Grid>,
-) -> Run
-where
-    Cas: Variant<A>,
-{
+) -> Run {
     let clock = ManualClock::new();
     let limiter = CasLimiter::<u32, A>::with_clock(algo, clock.clone());
     let mut records = Vec::with_capacity(events.len());
@@ -273,7 +270,7 @@ where
             }
             clock.set_nanos(s);
             for client in 0..scenario.clients.len() as u32 {
-                if let Some(rate) = limiter.peek(&client).rate() {
+                if let Some(rate) = limiter.request(&client).peek().unwrap().rate() {
                     samples.push(Sample { t: s, client, rate });
                 }
             }

@@ -55,11 +55,7 @@ struct Input {
 
 type Compact<A, V> = CompactLimiter<u64, A, ManualClock, V>;
 
-struct Twins<A: Algorithm>
-where
-    Cas: CompactVariant<A>,
-    Locked: CompactVariant<A>,
-{
+struct Twins<A: Algorithm> {
     algo: A,
     clock: ManualClock,
     cas: Compact<A, Cas>,
@@ -76,11 +72,7 @@ fn build<A: Algorithm, V: CompactVariant<A>>(algo: A, clock: &ManualClock) -> Co
         .expect("a table of 1024 keys, no sweeper thread")
 }
 
-impl<A: Algorithm + Clone> Twins<A>
-where
-    Cas: CompactVariant<A>,
-    Locked: CompactVariant<A>,
-{
+impl<A: Algorithm + Clone> Twins<A> {
     fn new(algo: A) -> Self {
         let clock = ManualClock::new();
         Self {
@@ -177,8 +169,8 @@ where
                     let key = self.key(key);
                     self.clock.advance_nanos(delta.nanos(unit_ns));
                     let (now, cost) = (self.clock.now(), cost.value());
-                    let cas = self.cas.peek_n(&key, cost);
-                    let locked = self.locked.peek_n(&key, cost);
+                    let cas = self.cas.request(&key).cost(cost).peek();
+                    let locked = self.locked.request(&key).cost(cost).peek();
                     assert_eq!(
                         cas, locked,
                         "peek({key}, {cost}) at {now} ns: cas vs locked"
@@ -189,7 +181,8 @@ where
                         self.algo.peek(state, now, cost)
                     });
                     assert_eq!(
-                        cas, expected,
+                        cas,
+                        expected.map_err(Into::into),
                         "peek({key}, {cost}) at {now} ns: cas vs model"
                     );
                     self.check_len();
@@ -255,8 +248,8 @@ fuzz_target!(|input: Input| {
 fn reserve_gcra(t: &mut Twins<Gcra>, key: u64, cost: u64, max_wait: Span) {
     let now = t.clock.now();
     let max_wait = max_wait.duration();
-    let cas = t.cas.reserve(&key, cost, max_wait);
-    let locked = t.locked.reserve(&key, cost, max_wait);
+    let cas = t.cas.request(&key).cost(cost).reserve(max_wait);
+    let locked = t.locked.request(&key).cost(cost).reserve(max_wait);
     assert_eq!(
         cas, locked,
         "reserve({key}, {cost}, {max_wait:?}) at {now} ns: cas vs locked"
@@ -269,7 +262,8 @@ fn reserve_gcra(t: &mut Twins<Gcra>, key: u64, cost: u64, max_wait: Span) {
         outcome
     });
     assert_eq!(
-        cas, expected,
+        cas,
+        expected.map_err(Into::into),
         "reserve({key}, {cost}, {max_wait:?}) at {now} ns: cas vs model"
     );
     t.check_len();

@@ -17,7 +17,6 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Algorithm, AllOf, Gcra, CLOCK_MAX};
-use hotlimit::store::{Cas, Locked, Variant};
 use hotlimit::{CasLimiter, Clock, ManualClock, MutexLimiter};
 use hotlimit_fuzz::{
     earrrl_unit, expected, exponential_unit, gcra_unit, EarrrlCfg, ExpCfg, GcraCfg, Span,
@@ -53,11 +52,7 @@ struct Input {
     ops: Vec<Op>,
 }
 
-struct Twins<A: Algorithm>
-where
-    Cas: Variant<A>,
-    Locked: Variant<A>,
-{
+struct Twins<A: Algorithm> {
     algo: A,
     clock: ManualClock,
     cas: CasLimiter<Vec<u8>, A, ManualClock>,
@@ -66,11 +61,7 @@ where
     keys: Vec<Vec<u8>>,
 }
 
-impl<A: Algorithm + Clone> Twins<A>
-where
-    Cas: Variant<A>,
-    Locked: Variant<A>,
-{
+impl<A: Algorithm + Clone> Twins<A> {
     fn new(algo: A) -> Self {
         let clock = ManualClock::new();
         Self {
@@ -182,7 +173,10 @@ where
                     let key = self.key(key);
                     self.clock.advance_nanos(delta.nanos(unit_ns));
                     let (now, cost) = (self.clock.now(), cost.value());
-                    let (cas, mutex) = (self.cas.peek_n(&key, cost), self.mutex.peek_n(&key, cost));
+                    let (cas, mutex) = (
+                        self.cas.request(&key).cost(cost).peek(),
+                        self.mutex.request(&key).cost(cost).peek(),
+                    );
                     assert_eq!(
                         cas, mutex,
                         "peek({key:?}, {cost}) at {now} ns: cas vs mutex"
@@ -193,7 +187,8 @@ where
                         self.algo.peek(state, now, cost)
                     });
                     assert_eq!(
-                        cas, expected,
+                        cas,
+                        expected.map_err(Into::into),
                         "peek({key:?}, {cost}) at {now} ns: cas vs model"
                     );
                     self.check_len();
@@ -252,8 +247,8 @@ fuzz_target!(|input: Input| {
 fn reserve_gcra(t: &mut Twins<Gcra>, key: &[u8], cost: u64, max_wait: Span) {
     let now = t.clock.now();
     let max_wait = max_wait.duration();
-    let cas = t.cas.reserve(key, cost, max_wait);
-    let mutex = t.mutex.reserve(key, cost, max_wait);
+    let cas = t.cas.request(key).cost(cost).reserve(max_wait);
+    let mutex = t.mutex.request(key).cost(cost).reserve(max_wait);
     assert_eq!(
         cas, mutex,
         "reserve({key:?}, {cost}, {max_wait:?}) at {now} ns: cas vs mutex"
@@ -266,7 +261,8 @@ fn reserve_gcra(t: &mut Twins<Gcra>, key: &[u8], cost: u64, max_wait: Span) {
         outcome
     });
     assert_eq!(
-        cas, expected,
+        cas,
+        expected.map_err(Into::into),
         "reserve({key:?}, {cost}, {max_wait:?}) at {now} ns: cas vs model"
     );
     t.check_len();

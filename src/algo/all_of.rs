@@ -155,6 +155,12 @@ where
 {
     type State = <A::State as Pair<B::State>>::Both;
 
+    /// A quota pair whose halves each read their half.
+    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
+        self.first.check_quota(&quota.first)?;
+        self.second.check_quota(&quota.second)
+    }
+
     #[inline]
     fn fresh(&self) -> Self::State {
         Pair::join(self.first.fresh(), self.second.fresh())

@@ -285,6 +285,11 @@ impl Earrrl {
 }
 
 impl Algorithm for Earrrl {
+    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
+    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
+        self.check_change(quota)
+    }
+
     type State = u64;
 
     #[inline]

@@ -240,6 +240,11 @@ impl Exponential {
 }
 
 impl Algorithm for Exponential {
+    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
+    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
+        self.check_change(quota)
+    }
+
     type State = u128;
 
     #[inline]

@@ -79,6 +79,11 @@ impl FixedWindow {
 }
 
 impl Algorithm for FixedWindow {
+    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
+    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
+        self.check_change(quota)
+    }
+
     type State = u64;
 
     fn fresh(&self) -> u64 {

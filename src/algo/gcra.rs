@@ -316,6 +316,11 @@ impl Gcra {
 }
 
 impl Algorithm for Gcra {
+    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
+    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
+        self.check_change(quota)
+    }
+
     type State = u64;
 
     #[inline]

@@ -142,6 +142,11 @@ impl SlidingLog {
 }
 
 impl Algorithm for SlidingLog {
+    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
+    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
+        self.check_change(quota)
+    }
+
     type State = LogState;
 
     fn fresh(&self) -> LogState {

@@ -205,6 +205,11 @@ impl SlidingWindow {
 }
 
 impl Algorithm for SlidingWindow {
+    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
+    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
+        self.check_change(quota)
+    }
+
     type State = u128;
 
     fn fresh(&self) -> u128 {

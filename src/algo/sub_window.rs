@@ -194,6 +194,11 @@ impl SubWindow {
 }
 
 impl Algorithm for SubWindow {
+    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
+    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
+        self.check_change(quota)
+    }
+
     type State = BucketState;
 
     fn fresh(&self) -> BucketState {

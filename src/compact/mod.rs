@@ -3,11 +3,11 @@
 //! and its slots ([`slot`]). The table's design is in `docs/DESIGN.md`, section 7.
 
 mod key;
-mod slot;
+pub(crate) mod slot;
 pub(crate) mod table;
 
 pub use key::{CompactKey, Hashed};
-pub use slot::{CompactState, CompactVariant, KeyRepr};
+pub use slot::{CompactVariant, KeyRepr};
 pub use table::{ProbeStats, DEFAULT_MAX_KEYS};
 
 use crate::algo::Algorithm;
@@ -15,7 +15,7 @@ use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::limiter::Cas;
-use crate::ops::sealed::{Lookup, Table as StoreTable};
+use crate::ops::sealed::{Build, Lookup, Table as StoreTable};
 use crate::ops::Limiter;
 use crate::shared::{sealed, Core, KeyState, KeyedStore, Options};
 use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
@@ -132,19 +132,6 @@ where
 {
     type Algo = A;
     type Clock = C;
-    type WithClock<C2: Clock> = Compact<K, A, C2, V>;
-
-    /// Allocates the table (`ErrorKind::OutOfMemory` if it cannot be) and starts the
-    /// background sweeper if one was asked for.
-    fn build(algo: A, clock: C, options: &Options) -> std::io::Result<(Self, Option<Sweeper>)> {
-        let table = Table::new(algo, clock, options)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
-        let table = Arc::new(table);
-        let sweeper = table.core.spawn_sweeper(&table, |t| {
-            t.sweep();
-        })?;
-        Ok((Compact(table), sweeper))
-    }
 
     #[inline(always)]
     fn core(&self) -> &Core<A, C> {
@@ -173,6 +160,28 @@ where
     }
 }
 
+impl<K, A, C, V> Build for Compact<K, A, C, V>
+where
+    K: CompactKey,
+    A: Algorithm,
+    C: Clock,
+    V: CompactVariant<A>,
+{
+    type WithClock<C2: Clock> = Compact<K, A, C2, V>;
+
+    /// Allocates the table (`ErrorKind::OutOfMemory` if it cannot be) and starts the
+    /// background sweeper if one was asked for.
+    fn build(algo: A, clock: C, options: &Options) -> std::io::Result<(Self, Option<Sweeper>)> {
+        let table = Table::new(algo, clock, options)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
+        let table = Arc::new(table);
+        let sweeper = table.core.spawn_sweeper(&table, |t| {
+            t.sweep();
+        })?;
+        Ok((Compact(table), sweeper))
+    }
+}
+
 impl<K, A, C, V> Lookup<K::Lookup> for Compact<K, A, C, V>
 where
     K: CompactKey,
@@ -196,8 +205,8 @@ where
     }
 
     #[inline]
-    fn peek(&self, key: &K::Lookup, cost: u64, now: u64) -> Decision {
-        self.0.peek(key, cost, now)
+    fn peek(&self, algo: &A, key: &K::Lookup, cost: u64, now: u64) -> Decision {
+        self.0.peek(algo, key, cost, now)
     }
 
     /// The batch's home lines are loaded back to back before any decision, so their cache

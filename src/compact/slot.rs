@@ -6,27 +6,15 @@ use crate::algo::Algorithm;
 use crate::cell::{AtomicWord, StateCells};
 use crate::limiter::{Cas, Locked, Variant};
 use crate::stats::Stats;
+pub use crate::storage::{KeyRepr, ReprSlot, StateSlot, TableSlot};
 use crate::sync::{cas_loop, Atomic128, AtomicU64, CasAtomic, Mutex, Ordering, Round};
 use std::fmt;
-use std::hash::Hash;
 
 /// The slot types behind the public traits of this module, sealed: a caller can name the
 /// traits in bounds but neither implement them nor reach the slots.
 pub(crate) mod sealed {
     use super::{KeyRepr, TableSlot};
     use crate::algo::Algorithm;
-
-    /// The lock-free slot for a key form holding a 64-bit state word.
-    pub trait ReprSlot: Sized {
-        /// The slot.
-        type WordSlot: TableSlot<Self, u64>;
-    }
-
-    /// The slot of the lock-free ([`Cas`](crate::store::Cas)) variant for a state type.
-    pub trait StateSlot: Sized {
-        /// The slot, for keys of form `R`.
-        type CasSlot<R: KeyRepr>: TableSlot<R, Self>;
-    }
 
     /// The slot of a variant for an algorithm's state.
     pub trait VariantSlot<A: Algorithm> {
@@ -35,13 +23,7 @@ pub(crate) mod sealed {
     }
 }
 
-use sealed::{ReprSlot, StateSlot, VariantSlot};
-
-/// A key's inline form in a slot: `u64` or `u128`. Sealed.
-pub trait KeyRepr:
-    ReprSlot + Copy + Eq + Hash + Default + Send + Sync + fmt::Debug + 'static
-{
-}
+use sealed::VariantSlot;
 
 impl KeyRepr for u64 {}
 impl KeyRepr for u128 {}
@@ -56,13 +38,6 @@ impl ReprSlot for u64 {
 impl ReprSlot for u128 {
     type WordSlot = LockSlot<u128, u64>;
 }
-
-/// Which slot the lock-free ([`Cas`]) compact store uses for a state: implemented
-/// here for every state type of `algo`, bound where the compact store is chosen
-/// ([`CompactVariant`]). Sealed (private module).
-pub trait CompactState: StateCells + StateSlot {}
-
-impl<S: StateCells + StateSlot> CompactState for S {}
 
 impl StateSlot for u64 {
     type CasSlot<R: KeyRepr> = R::WordSlot;
@@ -91,55 +66,15 @@ impl<A: crate::algo::State, B: crate::algo::State> StateSlot for crate::algo::Pa
 /// slot otherwise) and [`Locked`] (always a lock slot).
 pub trait CompactVariant<A: Algorithm>: Variant<A> + VariantSlot<A> {}
 
-impl<A: Algorithm> CompactVariant<A> for Cas where A::State: CompactState {}
-impl<A: Algorithm> CompactVariant<A> for Locked where A::State: CompactState {}
+impl<A: Algorithm> CompactVariant<A> for Cas {}
+impl<A: Algorithm> CompactVariant<A> for Locked {}
 
-impl<A: Algorithm> VariantSlot<A> for Cas
-where
-    A::State: CompactState,
-{
+impl<A: Algorithm> VariantSlot<A> for Cas {
     type Slot<R: KeyRepr> = <A::State as StateSlot>::CasSlot<R>;
 }
 
-impl<A: Algorithm> VariantSlot<A> for Locked
-where
-    A::State: CompactState,
-{
+impl<A: Algorithm> VariantSlot<A> for Locked {
     type Slot<R: KeyRepr> = LockSlot<R, A::State>;
-}
-
-/// What every slot offers the table. A slot is free (its state is the tombstone) or holds one
-/// key's live state.
-pub trait TableSlot<R, S>: Send + Sync + fmt::Debug + Sized {
-    /// A free slot.
-    fn empty() -> Self;
-    /// Runs `f` on the state if the slot holds `key` live, keeping what it leaves; `None` if
-    /// it does not (or stopped doing so before `f`'s result could be installed). `f` may run
-    /// more than once (a lost CAS race re-runs it on the word that won), so it must be pure.
-    /// `fp` is `key`'s fingerprint (odd).
-    fn try_update<T>(
-        &self,
-        key: R,
-        fp: u64,
-        stats: &Stats,
-        f: &mut impl FnMut(&mut S) -> T,
-    ) -> Option<T>;
-    /// Runs `fit` on the state if the slot holds `key` live and writes the result back even
-    /// if unchanged (a read-modify-write, which a live reconfiguration relies on, as
-    /// [`StateCell::rewrite`](crate::cell::StateCell::rewrite)); `false` if it does not.
-    fn rewrite(&self, key: R, fp: u64, fit: &dyn Fn(&mut S)) -> bool;
-    /// Whether the slot holds `key` live (exact: verified under the lock for a lock slot).
-    fn holds(&self, key: R, fp: u64) -> bool;
-    /// Whether the slot looks free (a hint for the insert path; [`claim`](TableSlot::claim) is
-    /// the authority).
-    fn looks_free(&self) -> bool;
-    /// Installs `key` with `fresh` if the slot is free; `true` on success.
-    fn claim(&self, key: R, fp: u64, fresh: S) -> bool;
-    /// Frees the slot if it is live and `doomed` holds for its state; `true` if this call freed
-    /// it. A concurrent update makes the attempt fail and `doomed` is asked about the winner.
-    fn kill_if(&self, doomed: impl Fn(R, &S) -> bool) -> bool;
-    /// Looks at the key and state; `None` if free.
-    fn inspect<T>(&self, f: impl FnOnce(R, &S) -> T) -> Option<T>;
 }
 
 /// The per-line reach counters (see `compact.rs`): loom's under `--cfg hotlimit_loom`.

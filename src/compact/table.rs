@@ -262,7 +262,7 @@ where
 
     /// A step on a copy of `key`'s state, or of a fresh one if the key is absent: the
     /// look-up of `find_apply` without the write, and no insert.
-    pub(crate) fn peek(&self, key: &K::Lookup, cost: u64, now: u64) -> Decision {
+    pub(crate) fn peek(&self, algo: &A, key: &K::Lookup, cost: u64, now: u64) -> Decision {
         let (repr, fp, home) = self.locate(key);
         let reach = self.reach[home].load(Ordering::Acquire) as usize;
         for d in 0..=reach {
@@ -272,14 +272,14 @@ where
                 if !slot.holds(repr, fp) {
                     continue;
                 }
-                let peeked = slot
-                    .inspect(|k, state| (k == repr).then(|| self.core.algo.peek(state, now, cost)));
+                let peeked =
+                    slot.inspect(|k, state| (k == repr).then(|| algo.peek(state, now, cost)));
                 if let Some(Some(decision)) = peeked {
                     return decision;
                 }
             }
         }
-        self.core.peek_absent(|| fp, now, cost)
+        self.core.peek_absent(algo, || fp, now, cost)
     }
 
     /// The lock-free look-up: the home line, then (only if the key is not there) as many

@@ -16,7 +16,7 @@ use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::limiter::{Cas, Locked, Variant};
-use crate::ops::sealed::{Lookup, Table};
+use crate::ops::sealed::{Build, Lookup, Table};
 use crate::ops::Limiter;
 use crate::shared::{sealed, Core, KeyedStore, Options};
 use crate::sweeper::{evict_before_insert, SweepReport, Sweeper};
@@ -82,18 +82,6 @@ where
 {
     type Algo = A;
     type Clock = C;
-    type WithClock<C2: Clock> = Map<K, A, C2, V>;
-
-    fn build(algo: A, clock: C, options: &Options) -> std::io::Result<(Self, Option<Sweeper>)> {
-        let shared = Shared::new(algo, clock, options)
-            .with_debts(options)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
-        let shared = Arc::new(shared);
-        let sweeper = shared.core.spawn_sweeper(&shared, |s| {
-            s.sweep();
-        })?;
-        Ok((Map(shared), sweeper))
-    }
 
     #[inline(always)]
     fn core(&self) -> &Core<A, C> {
@@ -113,6 +101,27 @@ where
         for (_, cell) in self.0.map.iter(&guard) {
             cell.rewrite(fit);
         }
+    }
+}
+
+impl<K, A, C, V> Build for Map<K, A, C, V>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    A: Algorithm,
+    C: Clock,
+    V: Variant<A>,
+{
+    type WithClock<C2: Clock> = Map<K, A, C2, V>;
+
+    fn build(algo: A, clock: C, options: &Options) -> std::io::Result<(Self, Option<Sweeper>)> {
+        let shared = Shared::new(algo, clock, options)
+            .with_debts(options)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
+        let shared = Arc::new(shared);
+        let sweeper = shared.core.spawn_sweeper(&shared, |s| {
+            s.sweep();
+        })?;
+        Ok((Map(shared), sweeper))
     }
 }
 
@@ -142,8 +151,8 @@ where
     }
 
     #[inline]
-    fn peek(&self, key: &Q, cost: u64, now: u64) -> Decision {
-        self.0.peek(key, cost, now, &self.0.map.guard())
+    fn peek(&self, algo: &A, key: &Q, cost: u64, now: u64) -> Decision {
+        self.0.peek(algo, key, cost, now, &self.0.map.guard())
     }
 
     #[inline(always)]
@@ -185,12 +194,12 @@ where
     /// assert_eq!(allowed, [true, true, true, false]);
     /// # Ok::<(), hotlimit::ConfigError>(())
     /// ```
-    pub fn pin(&self) -> Pinned<'_, K, A, C, V> {
+    pub fn pin(&self) -> Limiter<Pinned<'_, K, A, C, V>> {
         let shared = &*self.store.0;
-        Pinned {
+        Limiter::from_store(Pinned {
             shared,
             guard: shared.map.guard(),
-        }
+        })
     }
 }
 
@@ -255,44 +264,12 @@ where
         self
     }
 
-    #[inline(always)]
-    pub(crate) fn decide_pinned<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        now: u64,
-        guard: &impl papaya::Guard,
-    ) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.decide_pinned_by(&self.core.algo, key, cost, now, guard)
-    }
-
-    /// [`decide_pinned`](Shared::decide_pinned) by `algo` (the limiter's or a request's quota).
-    #[inline(always)]
-    pub(crate) fn decide_pinned_by<Q>(
-        &self,
-        algo: &A,
-        key: &Q,
-        cost: u64,
-        now: u64,
-        guard: &impl papaya::Guard,
-    ) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.core
-            .count(self.apply(key, guard, |state| algo.update(state, now, cost)))
-    }
-
     /// A step on a copy of `key`'s state (a fresh one if the key is absent or being
     /// evicted, which is what a dead cell's state was equivalent to).
     #[inline]
     pub(crate) fn peek<Q>(
         &self,
+        algo: &A,
         key: &Q,
         cost: u64,
         now: u64,
@@ -304,8 +281,11 @@ where
     {
         self.map
             .get(key, guard)
-            .and_then(|cell| cell.inspect(|state| self.core.algo.peek(state, now, cost)))
-            .unwrap_or_else(|| self.core.peek_absent(|| self.debt_hash(key), now, cost))
+            .and_then(|cell| cell.inspect(|state| algo.peek(state, now, cost)))
+            .unwrap_or_else(|| {
+                self.core
+                    .peek_absent(algo, || self.debt_hash(key), now, cost)
+            })
     }
 
     /// Runs `f` on `key`'s state in its cell, retrying on a fresh cell if the sweeper killed

@@ -6,8 +6,7 @@ use super::replies::{is_noscript_result, noscript_indices};
 #[cfg(doc)]
 use super::FailMode;
 use super::{BackendError, RedisAlgorithm, RedisBuilder};
-use crate::algo::Reconfigure;
-use crate::decision::{Decision, Ticket};
+use crate::decision::Decision;
 use crate::error::CostError;
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
 use ::redis::cluster_async::ClusterConnection;
@@ -48,7 +47,7 @@ use std::time::Instant;
 /// ```
 pub struct AsyncRedisLimiter<A> {
     // Each behind an `Arc`: a clone shares them all (the async trait's future owns a clone).
-    core: Arc<ClientCore<A>>,
+    pub(super) core: Arc<ClientCore<A>>,
     target: Arc<Target>,
     conn: Arc<Mutex<AsyncSlot>>,
 }
@@ -152,33 +151,16 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
     /// error, a denial, as
     /// [`RedisLimiter::check_n`](super::RedisLimiter::check_n).
     pub async fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        self.core.fail_over(self.try_check_n(key, cost).await)
+        let req = Req::new(key, cost, At::Server, Mode::Check);
+        self.core.fail_over(self.decide(req).await)
     }
 
-    /// Decides a request of `cost`, returning the backend's failure instead of applying the
-    /// [`FailMode`].
-    pub async fn try_check_n(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
-        self.decide(Req::new(key, cost, At::Server, Mode::Check))
-            .await
-    }
-
-    /// [`try_check_n`](AsyncRedisLimiter::try_check_n) at an explicit `now` (nanoseconds, at
-    /// most [`MAX_EXPLICIT_NOW`](super::MAX_EXPLICIT_NOW)), for tests and replay.
-    pub async fn try_check_n_at(
-        &self,
-        key: &str,
-        cost: u64,
-        now_ns: u64,
-    ) -> Result<Decision, BackendError> {
-        self.decide(Req::new(key, cost, At::Explicit(now_ns), Mode::Check))
-            .await
-    }
-
-    /// What [`try_check_n`](AsyncRedisLimiter::try_check_n) would answer, without counting
-    /// the request.
-    pub async fn try_peek_n(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
-        self.decide(Req::new(key, cost, At::Server, Mode::Peek))
-            .await
+    /// A request beyond a plain check, for `key`: a cost, a quota that comes with it, an
+    /// explicit instant (see [`RedisLimiter::request`](super::RedisLimiter::request)); then the
+    /// async `check`, `peek`, `up_to`, `take` and `settle`, each returning the backend's
+    /// failure rather than the [`FailMode`]'s answer.
+    pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
+        crate::Request::new(self, key)
     }
 
     /// A batch of requests in one round trip, as
@@ -399,112 +381,9 @@ impl<A: RedisAlgorithm> crate::AsyncRateLimiter<str> for AsyncRedisLimiter<A> {
         let limiter = self.clone();
         let key = key.to_owned();
         Box::pin(async move {
-            let r = limiter.try_check_n(&key, cost).await;
+            let r = limiter.request(&key).cost(cost).check().await;
             limiter.core.fail_over_outages(r)
         })
-    }
-}
-
-/// The async client's partial grants, provisional costs and per-request quotas: as the sync
-/// client's (see [`RedisLimiter::try_take`](super::RedisLimiter::try_take) and its
-/// neighbours), on Redis' clock.
-impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
-    /// A partial grant of up to `n` units; see
-    /// [`RedisLimiter::try_check_up_to`](super::RedisLimiter::try_check_up_to).
-    pub async fn try_check_up_to(
-        &self,
-        key: &str,
-        n: u64,
-    ) -> Result<(u64, Decision), BackendError> {
-        self.run(self.core.up_to_req(key, n, At::Server)?)
-            .await?
-            .granted()
-    }
-
-    /// Takes a provisional cost; see [`RedisLimiter::try_take`](super::RedisLimiter::try_take).
-    pub async fn try_take(&self, key: &str, cost: u64) -> Result<Ticket, BackendError> {
-        let req = Req::new(key, cost, At::Server, Mode::Take);
-        self.core.ticket(&req, self.run(req).await?)
-    }
-
-    /// Settles a ticket, once per reservation; see
-    /// [`RedisLimiter::try_settle`](super::RedisLimiter::try_settle).
-    pub async fn try_settle(
-        &self,
-        key: &str,
-        ticket: &mut Ticket,
-        actual: u64,
-    ) -> Result<bool, BackendError> {
-        self.settle_by(key, ticket, actual, None).await
-    }
-
-    /// A request under a quota that comes with it; see
-    /// [`RedisLimiter::try_check_n_with`](super::RedisLimiter::try_check_n_with).
-    pub async fn try_check_n_with(
-        &self,
-        key: &str,
-        cost: u64,
-        quota: &A,
-    ) -> Result<Decision, BackendError>
-    where
-        A: Reconfigure,
-    {
-        let quota = self.core.quota(quota)?;
-        let req = Req::new(key, cost, At::Server, Mode::Check).with(quota);
-        self.run(req).await?.decision()
-    }
-
-    /// [`try_take`](AsyncRedisLimiter::try_take) under a quota that comes with the request.
-    pub async fn try_take_with(
-        &self,
-        key: &str,
-        cost: u64,
-        quota: &A,
-    ) -> Result<Ticket, BackendError>
-    where
-        A: Reconfigure,
-    {
-        let quota = self.core.quota(quota)?;
-        let req = Req::new(key, cost, At::Server, Mode::Take).with(quota);
-        self.core.ticket(&req, self.run(req).await?)
-    }
-
-    /// [`try_settle`](AsyncRedisLimiter::try_settle) under the quota the ticket was taken
-    /// with.
-    pub async fn try_settle_with(
-        &self,
-        key: &str,
-        ticket: &mut Ticket,
-        actual: u64,
-        quota: &A,
-    ) -> Result<bool, BackendError>
-    where
-        A: Reconfigure,
-    {
-        let quota = self.core.quota(quota)?;
-        self.settle_by(key, ticket, actual, Some(quota)).await
-    }
-
-    /// A settle; the ticket is closed once Redis answered (left open on an error, to retry).
-    async fn settle_by(
-        &self,
-        key: &str,
-        ticket: &mut Ticket,
-        actual: u64,
-        quota: Option<&A>,
-    ) -> Result<bool, BackendError> {
-        self.core.check_ticket(key, ticket)?;
-        let req = match self.core.settle_req(key, ticket, actual, At::Server) {
-            Ok(req) => req,
-            Err(answer) => {
-                ticket.close();
-                return Ok(answer);
-            }
-        };
-        let req = quota.map_or(req, |q| req.with(q));
-        let applied = self.run(req).await?.settled()?;
-        ticket.close();
-        Ok(applied)
     }
 }
 
@@ -513,7 +392,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
 #[cfg(feature = "tower")]
 impl<A> crate::tower::PlanLimiter for AsyncRedisLimiter<A>
 where
-    A: RedisAlgorithm + Reconfigure + crate::headers::AdvertisedQuota + Send + Sync + 'static,
+    A: RedisAlgorithm + Copy + crate::headers::AdvertisedQuota + Send + Sync + 'static,
 {
     type Quota = A;
 
@@ -523,10 +402,10 @@ where
         cost: u64,
         quota: &A,
     ) -> Result<crate::limiter::Started<Self::Future, BackendError>, crate::ConfigError> {
-        self.algorithm().check_change(quota)?;
+        crate::algo::Algorithm::check_quota(self.algorithm(), quota)?;
         let (limiter, key, quota) = (self.clone(), key.to_owned(), *quota);
         Ok(crate::limiter::Started::Waiting(Box::pin(async move {
-            let r = limiter.try_check_n_with(&key, cost, &quota).await;
+            let r = limiter.request(&key).cost(cost).quota(&quota).check().await;
             limiter.core.fail_over_outages(r)
         })))
     }

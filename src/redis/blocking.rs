@@ -70,42 +70,21 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// [`FailMode`] and counts it in [`failures`](RedisLimiter::failures); on any other
     /// backend error answers a denial (with the `retry_after` of [`FailMode::Closed`] if that
     /// is the mode, else 1 s) and counts it in [`errors`](RedisLimiter::errors): a
-    /// misconfiguration is never let through. Only a cost error is returned.
+    /// misconfiguration is never let through. Only a cost error is returned; a
+    /// [`request`](RedisLimiter::request)'s `check` returns the backend's failure instead.
     pub fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        self.core.fail_over(self.try_check_n(key, cost))
+        let req = Req::new(key, cost, At::Server, Mode::Check);
+        self.core.fail_over(self.decide_req(req))
     }
 
-    /// Decides a request of `cost`, returning the backend's failure instead of applying the
-    /// [`FailMode`].
-    pub fn try_check_n(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
-        self.decide(Req::new(key, cost, At::Server, Mode::Check))
-    }
-
-    /// [`try_check_n`](RedisLimiter::try_check_n) at an explicit `now` (nanoseconds on the
-    /// caller's timeline, at most [`MAX_EXPLICIT_NOW`]) instead of Redis' clock: for tests and
-    /// trace replay. Never mix with server-time calls on one key.
-    pub fn try_check_n_at(
-        &self,
-        key: &str,
-        cost: u64,
-        now_ns: u64,
-    ) -> Result<Decision, BackendError> {
-        self.decide(Req::new(key, cost, At::Explicit(now_ns), Mode::Check))
-    }
-
-    /// What [`check`](RedisLimiter::check) would answer, without counting the request; on an
-    /// outage, the [`FailMode`]; on another error, a denial.
-    pub fn peek(&self, key: &str) -> Decision {
-        match self.core.fail_over(self.try_peek_n(key, 1)) {
-            Ok(d) => d,
-            Err(_) => self.core.config.fail_mode.decision(),
-        }
-    }
-
-    /// What [`check_n`](RedisLimiter::check_n) would answer, without counting the request;
-    /// an outage or an error answers and counts as there.
-    pub fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        self.core.fail_over(self.try_peek_n(key, cost))
+    /// A request beyond a plain check, for `key`: a cost, a quota that comes with it, an
+    /// explicit instant (nanoseconds on the caller's timeline, at most [`MAX_EXPLICIT_NOW`],
+    /// instead of Redis' clock: tests and trace replay; never mix with server-time calls on
+    /// one key); then `check`, `peek`, `up_to`, `take` and `settle`, each returning the
+    /// backend's failure rather than the [`FailMode`]'s answer. See
+    /// [`Request`](crate::Request).
+    pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
+        crate::Requests::request(self, key)
     }
 
     /// Waits on the calling thread until a request of cost 1 for `key` is allowed: sleeps for
@@ -115,7 +94,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// denial at once rather than wait on a misconfiguration forever.
     pub fn until_ready_blocking(&self, key: &str) -> Decision {
         loop {
-            let d = match self.core.fail_over_outages(self.try_check_n(key, 1)) {
+            let req = Req::new(key, 1, At::Server, Mode::Check);
+            let d = match self.core.fail_over_outages(self.decide_req(req)) {
                 Ok(d) => d,
                 // Not an outage (cost 1 is always valid): counted, and answered at once.
                 Err(_) => return self.core.error_decision(),
@@ -126,23 +106,6 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             // At least 1 ms, so a zero wait cannot spin on the server.
             std::thread::sleep(d.retry_after().max(std::time::Duration::from_millis(1)));
         }
-    }
-
-    /// What [`try_check_n`](RedisLimiter::try_check_n) would answer, without counting the
-    /// request. Never answered by the local fast path.
-    pub fn try_peek_n(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
-        self.decide(Req::new(key, cost, At::Server, Mode::Peek))
-    }
-
-    /// [`try_peek_n`](RedisLimiter::try_peek_n) at an explicit `now` (see
-    /// [`try_check_n_at`](RedisLimiter::try_check_n_at)).
-    pub fn try_peek_n_at(
-        &self,
-        key: &str,
-        cost: u64,
-        now_ns: u64,
-    ) -> Result<Decision, BackendError> {
-        self.decide(Req::new(key, cost, At::Explicit(now_ns), Mode::Peek))
     }
 
     /// Decides a batch of requests `(key, cost)` in one round trip (a pipeline of `EVALSHA`),
@@ -228,7 +191,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         result
     }
 
-    fn decide(&self, req: Req<'_, A>) -> Result<Decision, BackendError> {
+    fn decide_req(&self, req: Req<'_, A>) -> Result<Decision, BackendError> {
         self.run(req)?.decision()
     }
 

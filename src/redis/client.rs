@@ -4,9 +4,9 @@ use super::keys::redis_key;
 use super::local_deny::LocalDeny;
 use super::lua;
 use super::{BackendError, FailMode, RedisAlgorithm, RedisBuilder, BATCH_TRIP, MAX_EXPLICIT_NOW};
-use crate::algo::Reconfigure;
 use crate::decision::{Decision, Ticket};
 use crate::error::{check_cost, CostError};
+use crate::request::Ask;
 use ::redis::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -21,6 +21,11 @@ pub(super) enum At {
 }
 
 impl At {
+    /// `at`, or the server's clock.
+    pub(super) fn of(at: Option<u64>) -> At {
+        at.map_or(At::Server, At::Explicit)
+    }
+
     /// The scripts' time unit for this request, in nanoseconds.
     pub(super) fn unit_ns(self) -> f64 {
         match self {
@@ -80,13 +85,6 @@ impl<'a, A> Req<'a, A> {
             at,
             mode,
             quota: None,
-        }
-    }
-
-    pub(super) fn with(self, quota: &'a A) -> Self {
-        Req {
-            quota: Some(quota),
-            ..self
         }
     }
 }
@@ -231,26 +229,34 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     }
 
     /// The quota of a `_with` request: one that reads the limiter's states, else the error.
-    pub(super) fn quota<'q>(&self, quota: &'q A) -> Result<&'q A, BackendError>
-    where
-        A: Reconfigure,
-    {
-        self.config.algo.check_change(quota)?;
-        Ok(quota)
-    }
-
-    /// A partial grant of up to `n` units: `n` capped at the quota's capacity; 0 is an error.
-    pub(super) fn up_to_req<'a>(
+    /// `ask` for `key` as one script call in `mode`: its quota checked against the states
+    /// this limiter keeps, at its instant (else the server's clock). A partial grant's cost
+    /// is capped at the quota's capacity; 0 is an error.
+    pub(super) fn ask<'a>(
         &self,
         key: &'a str,
-        n: u64,
-        at: At,
+        ask: Ask<'a, A>,
+        mode: Mode,
     ) -> Result<Req<'a, A>, BackendError> {
-        if n == 0 {
-            return Err(CostError::Zero.into());
+        let algo = match ask.quota {
+            Some(quota) => {
+                self.config.algo.check_quota(quota)?;
+                quota
+            }
+            None => &self.config.algo,
+        };
+        let mut cost = ask.cost;
+        if matches!(mode, Mode::UpTo) {
+            if cost == 0 {
+                return Err(CostError::Zero.into());
+            }
+            cost = cost.min(algo.capacity());
         }
-        let most = n.min(self.config.algo.capacity());
-        Ok(Req::new(key, most, at, Mode::UpTo))
+        let req = Req::new(key, cost, At::of(ask.at), mode);
+        Ok(Req {
+            quota: ask.quota,
+            ..req
+        })
     }
 
     /// The settle of `ticket` with `actual`, or, without a round trip, the answer: `false`
@@ -261,7 +267,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         key: &'a str,
         ticket: &Ticket,
         actual: u64,
-        at: At,
+        at: Option<u64>,
     ) -> Result<Req<'a, A>, bool> {
         if !ticket.is_open() || actual == ticket.charged() {
             return Err(ticket.is_open());
@@ -272,7 +278,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
             actual,
             id,
         };
-        Ok(Req::new(key, ticket.charged(), at, mode))
+        Ok(Req::new(key, ticket.charged(), At::of(at), mode))
     }
 
     /// The ticket of a take's reply (a local fast-path denial holds nothing), bound to the

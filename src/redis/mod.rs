@@ -16,7 +16,7 @@
 //!     println!("429, retry after {:?}", decision.retry_after());
 //! }
 //! // The same call, with the backend's failures visible instead of the fail mode applied:
-//! match limiter.try_check_n("203.0.113.7", 1) {
+//! match limiter.request("203.0.113.7").check() {
 //!     Ok(d) => println!("{d:?}"),
 //!     Err(e) => eprintln!("rate limiter backend: {e}"),
 //! }
@@ -99,9 +99,9 @@
 //! [`reconnect_after`](RedisBuilder::reconnect_after) (default 100 ms) fail at once
 //! ([`BackendError::Unavailable`]) instead of each waiting for a connect timeout.
 //!
-//! [`RedisLimiter::try_check_n`] (and the other `try_` methods) return every
-//! [`BackendError`]. [`RedisLimiter::check`], [`check_n`](RedisLimiter::check_n) and
-//! [`peek`](RedisLimiter::peek) tell two kinds apart ([`BackendError::is_outage`]):
+//! [`RedisLimiter::request`]'s operations return every
+//! [`BackendError`]. [`RedisLimiter::check`] and [`check_n`](RedisLimiter::check_n) tell two
+//! kinds apart ([`BackendError::is_outage`]):
 //!
 //! - an **outage** (a connection refused, reset or closed, an I/O timeout,
 //!   [`BackendError::Unavailable`], a cluster that answers `CLUSTERDOWN`, `TRYAGAIN` or
@@ -126,13 +126,13 @@
 //!
 //! # Settle, partial grants, plans
 //!
-//! As the in-memory stores: [`RedisLimiter::try_take`] returns a [`Ticket`](crate::store::Ticket)
-//! (with Redis' time of the decision and a reservation id), [`RedisLimiter::try_settle`] refunds or
+//! As the in-memory stores: [`RedisLimiter::request`]'s `take` returns a [`Ticket`](crate::store::Ticket)
+//! (with Redis' time of the decision and a reservation id), its `settle` refunds or
 //! charges the difference in one script call, **idempotent per reservation**: the script sets a
 //! mark key (`SET NX`, kept [`SETTLE_MARK_TTL`]) before it applies anything, and a retried settle
 //! that finds the mark changes nothing; a failed settle leaves the ticket open to retry.
-//! [`RedisLimiter::try_check_up_to`] grants the most units available, up to `n`, bisecting on the
-//! key's state inside the script; [`RedisLimiter::try_check_n_with`] decides under a quota that
+//! [`RedisLimiter::request`]'s `up_to` grants the most units available, up to `n`, bisecting on the
+//! key's state inside the script; [`RedisLimiter::request`] decides under a quota that
 //! comes with the request, on the same keys (the script with the quota's parameters).
 //!
 //! # Local fast path
@@ -176,7 +176,6 @@
 mod aio;
 mod bindings;
 mod blocking;
-mod blocking_costs;
 mod builder;
 mod client;
 mod connection;
@@ -185,6 +184,7 @@ mod keys;
 mod local_deny;
 mod lua;
 mod replies;
+mod requests;
 mod traits;
 
 #[cfg(feature = "redis-async")]
@@ -288,7 +288,7 @@ pub enum BackendError {
     TimeOutOfRange(u64),
     /// A configuration the limiter cannot run (see [`HybridBuilder::build`]), or a
     /// per-request quota that cannot read the limiter's states
-    /// ([`RedisLimiter::try_check_n_with`]).
+    /// ([`RedisLimiter::request`]).
     Config(ConfigError),
     /// A settle's ticket was taken for another key, or from another limiter (in memory, or
     /// a client of another key prefix); nothing was sent and the ticket stays open.

@@ -209,7 +209,7 @@ where
     /// key's plan, a tenant's contract), `None` for the limiter's own. The limiter decides the
     /// request under it ([`PlanLimiter`]: the in-memory keyed limiters, `AsyncRedisLimiter`),
     /// on the key's one state whatever the plan (see
-    /// [`check_n_with`](crate::Limiter::check_n_with)), and the headers advertise the
+    /// [`Request::quota`](crate::Request::quota)), and the headers advertise the
     /// plan's policy (its [`AdvertisedQuota`], under the name of the layer's policy; none if
     /// [`LayerBuilder::quota`] is `None`). A plan
     /// whose quota cannot read the limiter's states (another window, say) is a

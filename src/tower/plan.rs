@@ -1,8 +1,10 @@
 //! Plans: a quota per request, picked from the request, decided and advertised by the layer.
 
 use super::AdvertisedQuota;
-use crate::algo::Reconfigure;
-use crate::error::{ConfigError, QuotaError};
+use crate::algo::Algorithm;
+use crate::clock::Clock;
+use crate::error::{check_cost, ConfigError};
+
 use crate::headers::QuotaPolicy;
 use crate::limiter::{AsyncRateLimiter, Started};
 use crate::ops::{Keys, Limiter};
@@ -12,7 +14,7 @@ use std::fmt;
 /// A limiter that decides a request under a quota given with it, for
 /// [`LayerBuilder::plans`](super::LayerBuilder::plans): the in-memory keyed limiters
 /// ([`CasLimiter`](crate::CasLimiter), [`MutexLimiter`](crate::MutexLimiter), by
-/// [`check_n_with`](crate::Limiter::check_n_with)) and, with the `redis-async` feature,
+/// [`Request::quota`](crate::Request::quota)) and, with the `redis-async` feature,
 /// `AsyncRedisLimiter` (by its `try_check_n_with`).
 pub trait PlanLimiter: AsyncRateLimiter<str> {
     /// A quota: the limiter's algorithm, configured per plan.
@@ -20,7 +22,7 @@ pub trait PlanLimiter: AsyncRateLimiter<str> {
 
     /// Starts deciding a request of `cost` for `key` under `quota`; the
     /// [`ConfigError`] of a quota that cannot read the limiter's states
-    /// ([`Reconfigure::check_change`]).
+    /// ([`Algorithm::check_quota`]).
     fn start_check_n_with(
         &self,
         key: &str,
@@ -29,9 +31,9 @@ pub trait PlanLimiter: AsyncRateLimiter<str> {
     ) -> Result<Started<Self::Future, Self::Error>, ConfigError>;
 }
 
-impl<S: Keys<str>> PlanLimiter for Limiter<S>
+impl<S: Keys<str> + Send + Sync> PlanLimiter for Limiter<S>
 where
-    S::Algo: Reconfigure + AdvertisedQuota,
+    S::Algo: AdvertisedQuota + Send + Sync,
 {
     type Quota = S::Algo;
 
@@ -41,12 +43,13 @@ where
         cost: u64,
         quota: &S::Algo,
     ) -> Result<Started<Self::Future, Self::Error>, ConfigError> {
-        match self.check_n_with(key, cost, quota) {
-            Ok(d) => Ok(Started::Decided(Ok(d))),
-            Err(QuotaError::Cost(e)) => Ok(Started::Decided(Err(e))),
-            Err(QuotaError::Quota(e)) => Err(*e),
-            Err(QuotaError::Ticket(_)) => unreachable!("a check settles no ticket"),
-        }
+        let core = self.store.core();
+        let quota = core.pick(Some(quota))?;
+        let decided = check_cost(cost, quota.capacity()).map(|()| {
+            let now = core.clock.now();
+            core.count(self.store.decide(quota, key, cost, now))
+        });
+        Ok(Started::Decided(decided))
     }
 }
 

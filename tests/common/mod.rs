@@ -8,7 +8,7 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
     SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Cas, CompactVariant, Locked, Variant};
+use hotlimit::store::{Cas, Locked};
 use hotlimit::{
     CasLimiter, CompactLimiter, Live, ManualClock, MutexLimiter, Policy, QuantaClock, Rate,
     RateLimiter,
@@ -32,8 +32,6 @@ pub struct Case {
 fn variants<A>(algo: A) -> Vec<(&'static str, Make)>
 where
     A: Algorithm + Clone,
-    Cas: Variant<A> + CompactVariant<A>,
-    Locked: Variant<A> + CompactVariant<A>,
 {
     let (a, b, c) = (algo.clone(), algo.clone(), algo.clone());
     let (d, e) = (algo.clone(), algo);
@@ -184,9 +182,7 @@ pub trait OnAlgorithm {
     type Error;
     fn run<A>(&mut self, name: &str, algo: A) -> Result<(), Self::Error>
     where
-        A: Algorithm + Clone,
-        Cas: Variant<A> + CompactVariant<A>,
-        Locked: Variant<A> + CompactVariant<A>;
+        A: Algorithm + Clone;
 }
 
 /// Runs `test` on every algorithm in `policy` (both roundings and biases), two `AllOf` pairs and

@@ -546,10 +546,7 @@ pub fn on_a_server(
 
 /// What one exact in-memory limiter answers to the same requests, in the same order.
 pub fn exact(name: &str, shape: Shape, t: &Trace) -> Vec<bool> {
-    fn replay<A: Algorithm>(algo: A, t: &Trace) -> Vec<bool>
-    where
-        hotlimit::store::Cas: hotlimit::store::Variant<A>,
-    {
+    fn replay<A: Algorithm>(algo: A, t: &Trace) -> Vec<bool> {
         let clock = ManualClock::new();
         let l = CasLimiter::<u32, A>::with_clock(algo, clock.clone());
         t.iter()

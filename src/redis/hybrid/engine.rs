@@ -7,7 +7,6 @@ use super::report::Counters;
 use super::{Fallback, SyncError};
 use crate::algo::Algorithm;
 use crate::algo::{clamp, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
-use crate::cell::StateCells;
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use crate::keyed::Shared;
@@ -211,7 +210,7 @@ mod private {
     pub trait Engine: Algorithm + Clone + fmt::Debug + Send + Sync + 'static {
         /// The state the store keeps per key: this instance's own and what it knows of the
         /// fleet's.
-        type Word: StateCells + Copy + fmt::Debug;
+        type Word: crate::algo::State + Copy + fmt::Debug;
         /// What the limiter fixes at build from the fallback share.
         type Plan: fmt::Debug + Send + Sync + 'static;
         /// The sync thread's bookkeeping of a key it watches.

@@ -104,6 +104,11 @@ pub struct Pair {
 impl Sealed for Pair {}
 impl State for Pair {}
 
+/// Two 128-bit words: a lock slot, were the hybrid's entries ever kept in a compact table.
+impl crate::storage::StateSlot for Pair {
+    type CasSlot<R: crate::storage::KeyRepr> = crate::compact::slot::LockSlot<R, Pair>;
+}
+
 impl StateCells for Pair {
     type CasCell = LockCell<Pair>;
     type Kept = Option<Pair>;

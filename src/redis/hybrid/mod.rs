@@ -28,8 +28,9 @@ use super::{BackendError, RedisBuilder};
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
 use crate::error::TicketError;
-use crate::error::{ConfigError, CostError, Field};
+use crate::error::{ConfigError, CostError, Field, QuotaError};
 use crate::keyed::Shared;
+use crate::request::Ask;
 use crate::shared::Options;
 use crate::stats::Metrics;
 use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
@@ -423,17 +424,11 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         crate::batch::in_chunks(requests, place, find, decide, emit);
     }
 
-    /// What [`check`](Self::check) would answer now, without counting.
-    pub fn peek(&self, key: &str) -> Decision {
-        self.peek_n(key, 1).unwrap_or_else(|_| Decision::denied(1))
-    }
-
-    /// What [`check_n`](Self::check_n) would answer now, without counting.
-    pub fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        let store = &self.inner.store;
-        store.core.cost(cost)?;
-        let now = store.core.clock.now();
-        Ok(store.peek(key, cost, now, &store.map.guard()))
+    /// A request beyond a plain check, for `key`: a cost, an instant; then `check`, `peek`,
+    /// `up_to` (a partial grant), `take` and `settle`. See [`Request`](crate::Request). The
+    /// hybrid limiter takes no per-request quota.
+    pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
+        crate::Request::new(self, key)
     }
 
     /// Checks until allowed, sleeping (on the limiter's clock) for each denial's
@@ -650,14 +645,13 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
 impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     /// A partial grant: admits the most units available now, up to `n` (capped at the
     /// capacity), and says how many; with none, 0 and the denial of one unit. As the
-    /// in-memory [`check_up_to`](crate::Limiter::check_up_to), on what this instance
+    /// in-memory [`up_to`](crate::Request::up_to), on what this instance
     /// holds and knows (for GCRA: its lease first, then the fleet's TAT as known).
-    pub fn check_up_to(&self, key: &str, n: u64) -> Result<(u64, Decision), CostError> {
+    fn grant_up_to(&self, key: &str, n: u64, now: u64) -> Result<(u64, Decision), CostError> {
         if n == 0 {
             return Err(CostError::Zero);
         }
         let most = n.min(self.algorithm().capacity());
-        let now = self.inner.store.core.clock.now();
         let (granted, d) = self.step(key, 1, |fleet, w| {
             let (algo, plan, ctx) = (&fleet.algo, &fleet.plan, &*fleet.ctx);
             let fits = |c: u64| {
@@ -676,11 +670,10 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     }
 
     /// Takes a provisional cost: decides and counts `cost` like
-    /// [`check_n`](HybridLimiter::check_n), and returns a [`Ticket`] to
-    /// [`settle`](HybridLimiter::settle) once the actual cost is known.
-    pub fn take(&self, key: &str, cost: u64) -> Result<Ticket, CostError> {
+    /// [`check_n`](HybridLimiter::check_n), and returns a [`Ticket`] to settle once the actual
+    /// cost is known.
+    fn take_at(&self, key: &str, cost: u64, now: u64) -> Result<Ticket, CostError> {
         self.inner.store.core.cost(cost)?;
-        let now = self.inner.store.core.clock.now();
         let ticket = Ticket::new(self.decide_at(key, cost, now), cost, now);
         Ok(ticket.bound(self.inner.store.core.id, crate::shared::key_print(key)))
     }
@@ -699,7 +692,13 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     /// Returns whether this call settled the ticket: `false` if it was settled before or
     /// denied. A ticket never settled stands as charged. A ticket taken from another
     /// limiter or for another key is an error, and stays open.
-    pub fn settle(&self, key: &str, ticket: &mut Ticket, actual: u64) -> Result<bool, TicketError> {
+    fn settle_at(
+        &self,
+        key: &str,
+        ticket: &mut Ticket,
+        actual: u64,
+        now: Option<u64>,
+    ) -> Result<bool, TicketError> {
         let print = crate::shared::key_print(key);
         ticket.check_origin(self.inner.store.core.id, print)?;
         let Some((taken_at, charged)) = ticket.close() else {
@@ -710,7 +709,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         }
         let store = &self.inner.store;
         let fleet = self.inner.fleet();
-        let now = store.core.clock.now();
+        let now = store.core.now(now);
         let guard = store.map.guard();
         loop {
             let cell = store.cell(key, &guard);
@@ -762,24 +761,17 @@ impl<A: HybridAlgorithm, C: Clock> Drop for HybridLimiter<A, C> {
 
 /// The hybrid limiter as a [`RateLimiter<str>`](crate::RateLimiter): every call is local, so
 /// through the blanket [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it never blocks an
-/// async task (the tower layer takes it as it takes the in-memory limiters).
+/// async task (the tower layer takes it as it takes the in-memory limiters). A request's
+/// quota is refused ([`QuotaError::Quota`]): the fleet shares one configuration.
 impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, C> {
-    #[inline]
-    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        HybridLimiter::check_n(self, key, cost)
-    }
-
     #[inline]
     fn check(&self, key: &str) -> Decision {
         HybridLimiter::check(self, key)
     }
 
-    fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        HybridLimiter::peek_n(self, key, cost)
-    }
-
-    fn peek(&self, key: &str) -> Decision {
-        HybridLimiter::peek(self, key)
+    #[inline]
+    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        HybridLimiter::check_n(self, key, cost)
     }
 
     fn check_batch(&self, keys: &[&str], out: &mut Vec<Decision>) {
@@ -788,6 +780,18 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
 
     fn check_n_batch(&self, requests: &[(&str, u64)], out: &mut Vec<Result<Decision, CostError>>) {
         HybridLimiter::check_n_batch(self, requests.iter().copied(), out)
+    }
+
+    fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        let store = &self.inner.store;
+        store.core.cost(cost)?;
+        let now = store.core.clock.now();
+        Ok(store.peek(&store.core.algo, key, cost, now, &store.map.guard()))
+    }
+
+    fn peek(&self, key: &str) -> Decision {
+        // Cost 1 is valid for every algorithm.
+        crate::RateLimiter::peek_n(self, key, 1).unwrap_or_else(|_| Decision::denied(1))
     }
 
     fn until_ready_blocking(&self, key: &str) -> Decision {
@@ -800,6 +804,60 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
 
     fn sweep(&self) -> SweepReport {
         HybridLimiter::sweep(self)
+    }
+}
+
+impl<A: HybridAlgorithm, C: Clock> crate::Requests<str> for HybridLimiter<A, C> {
+    type Algo = A;
+    type Error = QuotaError;
+
+    fn decide(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, QuotaError> {
+        let now = self.ask_now(&ask)?;
+        self.inner.store.core.cost(ask.cost)?;
+        Ok(self.decide_at(key, ask.cost, now))
+    }
+
+    fn preview(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, QuotaError> {
+        let now = self.ask_now(&ask)?;
+        let store = &self.inner.store;
+        store.core.cost(ask.cost)?;
+        Ok(store.peek(&store.core.algo, key, ask.cost, now, &store.map.guard()))
+    }
+
+    fn grant(&self, key: &str, ask: Ask<'_, A>) -> Result<(u64, Decision), QuotaError> {
+        let now = self.ask_now(&ask)?;
+        Ok(self.grant_up_to(key, ask.cost, now)?)
+    }
+
+    fn take(&self, key: &str, ask: Ask<'_, A>) -> Result<Ticket, QuotaError> {
+        let now = self.ask_now(&ask)?;
+        Ok(self.take_at(key, ask.cost, now)?)
+    }
+
+    fn settle(
+        &self,
+        key: &str,
+        ticket: &mut Ticket,
+        actual: u64,
+        ask: Ask<'_, A>,
+    ) -> Result<bool, QuotaError> {
+        self.ask_now(&ask)?;
+        Ok(self.settle_at(key, ticket, actual, ask.at)?)
+    }
+}
+
+impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
+    /// The instant `ask` is decided at; a quota with it is refused.
+    fn ask_now(&self, ask: &Ask<'_, A>) -> Result<u64, QuotaError> {
+        if ask.quota.is_some() {
+            let e = ConfigError::Unchangeable {
+                field: Field::Quota,
+                from: "the fleet's configuration".into(),
+                to: "a per-request quota".into(),
+            };
+            return Err(QuotaError::Quota(Box::new(e)));
+        }
+        Ok(self.inner.store.core.now(ask.at))
     }
 }
 

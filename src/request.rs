@@ -1,0 +1,251 @@
+//! [`Request`]: every request beyond a plain `check`, built by a limiter's `request(key)`: its
+//! cost, the quota it comes with, the instant it is decided at; then what to do with it. Each
+//! option is written once here and composes with every operation (a plan *and* a partial
+//! grant), on every limiter, through the one [`Requests`] trait.
+
+use crate::decision::{Decision, Ticket};
+use crate::error::CostError;
+use crate::wait::Jitter;
+use std::fmt;
+
+/// What a request asks of a limiter ([`Requests`]): its cost, the quota it comes with (else the
+/// limiter's own) and the instant it is decided at (else the limiter's clock). Made by a
+/// [`Request`]; read by the limiter.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Ask<'q, A> {
+    /// The request's cost (1 unless set; for a partial grant, the most it asks).
+    pub cost: u64,
+    /// A quota that comes with the request: the limiter's algorithm, configured per client
+    /// (a plan, a tenant's contract).
+    pub quota: Option<&'q A>,
+    /// The instant, in the limiter's clock's nanoseconds, to decide at instead of reading
+    /// the clock (a replay, a request stamped upstream).
+    pub at: Option<u64>,
+}
+
+impl<A> Clone for Ask<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Ask<'_, A> {}
+
+impl<A> Default for Ask<'_, A> {
+    fn default() -> Self {
+        Ask {
+            cost: 1,
+            quota: None,
+            at: None,
+        }
+    }
+}
+
+/// One request to a limiter, from its `request(key)`: set what differs from a plain check,
+/// then run it. Options: [`cost`](Request::cost), [`quota`](Request::quota),
+/// [`at`](Request::at), [`jitter`](Request::jitter) (waits). Operations:
+/// [`check`](Request::check), [`peek`](Request::peek), [`up_to`](Request::up_to),
+/// [`take`](Request::take) and [`settle`](Request::settle) on every limiter;
+/// [`until_ready`](Request::until_ready), [`until_ready_blocking`](Request::until_ready_blocking)
+/// and (GCRA) [`reserve`](Request::reserve) in memory.
+///
+/// ```
+/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+///
+/// let free: Gcra = "10/min burst 10".parse()?;
+/// let pro: Gcra = "1000/min burst 100".parse()?;
+/// let l = CasLimiter::<String, Gcra>::with_clock(free, ManualClock::new());
+/// // A plan and a partial grant at once: up to 150 units under the pro quota.
+/// let (granted, decision) = l.request("alice").quota(&pro).cost(150).up_to()?;
+/// assert_eq!((granted, decision.is_allowed()), (100, true));
+/// assert!(l.request("alice").quota(&pro).peek()?.is_denied()); // the pro burst, spent
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// `A` is the limiter's algorithm, the type of a request's quota.
+#[must_use = "a request does nothing until it is run"]
+pub struct Request<'a, L: ?Sized, Q: ?Sized, A> {
+    pub(crate) limiter: &'a L,
+    pub(crate) key: &'a Q,
+    pub(crate) ask: Ask<'a, A>,
+    pub(crate) jitter: Jitter,
+}
+
+impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
+    /// A request of cost 1 for `key`, under the limiter's own quota, now.
+    pub(crate) fn new(limiter: &'a L, key: &'a Q) -> Self {
+        Request {
+            limiter,
+            key,
+            ask: Ask::default(),
+            jitter: Jitter::NONE,
+        }
+    }
+
+    /// The request's cost (default 1): bytes, tokens, a batch's messages. A cost of 0, or
+    /// above what the quota can ever admit, is an error and counts nothing.
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.ask.cost = cost;
+        self
+    }
+
+    /// Decides the request under `quota` instead of the limiter's own: one limiter serves
+    /// every plan. The key's state means the same whatever quota reads it (GCRA: the time its
+    /// spent budget is paid back; the windows: their counts), so a key whose plan changes
+    /// keeps what it spent. `quota` must be able to read the limiter's states
+    /// ([`Reconfigure::check_change`](crate::algo::Reconfigure::check_change): any GCRA; a
+    /// window of the same length; EARRRL of the same half-life), else the error says so.
+    pub fn quota(mut self, quota: &'a A) -> Self {
+        self.ask.quota = Some(quota);
+        self
+    }
+
+    /// Decides at `now` (nanoseconds of the limiter's clock) instead of reading the clock: a
+    /// replay, or a request stamped upstream. A `now` behind the key's state counts as the
+    /// state's time, never as an error.
+    pub fn at(mut self, now: u64) -> Self {
+        self.ask.at = Some(now);
+        self
+    }
+
+    /// Adds `jitter` to each wait of [`until_ready`](Request::until_ready) and
+    /// [`until_ready_blocking`](Request::until_ready_blocking).
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+}
+
+impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
+    /// Decides the request, counting it.
+    pub fn check(self) -> Result<Decision, L::Error> {
+        self.limiter.decide(self.key, self.ask)
+    }
+
+    /// The decision [`check`](Request::check) would return now, without counting it: the
+    /// key's state is left untouched and an unknown key is not inserted. Under concurrency a
+    /// snapshot: another request may change the state right after.
+    pub fn peek(self) -> Result<Decision, L::Error> {
+        self.limiter.preview(self.key, self.ask)
+    }
+
+    /// A partial grant: admits the most units available now, up to the request's cost, and
+    /// says how many: `(granted, decision)`. For a batch of messages, a streaming response, a
+    /// transfer cut to what the quota allows. A cost above the quota's capacity is capped at
+    /// it. With nothing available, `granted` is 0 and the decision is the denial of one unit,
+    /// with its honest `retry_after` (counted as one denied unit under the strict policy).
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+    ///
+    /// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 8".parse()?, ManualClock::new());
+    /// assert_eq!(l.request("k").cost(5).up_to()?.0, 5);
+    /// let (granted, decision) = l.request("k").cost(5).up_to()?; // 3 units left
+    /// assert_eq!((granted, decision.is_allowed()), (3, true));
+    /// let (granted, decision) = l.request("k").cost(5).up_to()?;
+    /// assert_eq!((granted, decision.is_denied()), (0, true));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn up_to(self) -> Result<(u64, Decision), L::Error> {
+        self.limiter.grant(self.key, self.ask)
+    }
+
+    /// Takes a provisional cost: decides and charges the request like
+    /// [`check`](Request::check), and returns a [`Ticket`] to [`settle`](Request::settle)
+    /// once the actual cost is known (an LLM response's tokens, a body's bytes).
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+    ///
+    /// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 10".parse()?, ManualClock::new());
+    /// let mut ticket = l.request("k").cost(4).take()?;
+    /// assert!(l.request("k").settle(&mut ticket, 9)?); // 5 more than estimated: charged now
+    /// assert_eq!(l.request("k").peek()?.remaining(), Some(0)); // 10 − 9 − the peeked unit
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take(self) -> Result<Ticket, L::Error> {
+        self.limiter.take(self.key, self.ask)
+    }
+
+    /// Settles `ticket` (taken from this limiter for this key, under this request's quota)
+    /// with the `actual` cost: unused units are refunded, an overrun is charged now, past the
+    /// burst if need be (a debt the key pays before its next admission);
+    /// [`Algorithm::settle`](crate::algo::Algorithm::settle) says what each algorithm makes
+    /// of it. The request's cost is not used.
+    ///
+    /// Returns whether this call settled the ticket: `false` if it was already settled (a
+    /// retried settle changes nothing) or was denied (it holds nothing). Any `actual` is
+    /// valid, 0 included (a full refund). A ticket taken from another limiter or for another
+    /// key is an error, and stays open: settled here it would refund or charge another
+    /// client.
+    pub fn settle(self, ticket: &mut Ticket, actual: u64) -> Result<bool, L::Error> {
+        self.limiter.settle(self.key, ticket, actual, self.ask)
+    }
+}
+
+/// A limiter that takes every request a [`Request`] can make: a cost, a quota that comes
+/// with the request, an instant; then check, peek, a partial grant, a provisional cost and its
+/// settle. Every limiter of the crate is one: in memory, hybrid, and the blocking Redis
+/// client. Generic code reaches every operation through it; a limiter implements the five
+/// methods below, and [`request`](Requests::request) builds the request that calls them.
+///
+/// ```
+/// use hotlimit::{algo::Gcra, CasLimiter, CompactLimiter, ManualClock, Requests};
+///
+/// // A partial grant under a plan, on any limiter.
+/// fn granted<L: Requests<u64, Algo = Gcra>>(l: &L, plan: &Gcra) -> u64 {
+///     l.request(&7).quota(plan).cost(50).up_to().map_or(0, |(n, _)| n)
+/// }
+/// let (own, plan): (Gcra, Gcra) = ("10/s burst 3".parse()?, "100/s burst 20".parse()?);
+/// assert_eq!(granted(&CasLimiter::<u64, _>::with_clock(own, ManualClock::new()), &plan), 20);
+/// assert_eq!(granted(&CompactLimiter::<u64, _>::with_clock(own, ManualClock::new()), &plan), 20);
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+pub trait Requests<Q: ?Sized>: Send + Sync {
+    /// The limiter's algorithm: what a request's [`quota`](Request::quota) is.
+    type Algo;
+
+    /// Why a [`Request`] could not be decided: a cost that can never be admitted, a quota
+    /// that cannot read the limiter's states, a ticket from elsewhere
+    /// ([`QuotaError`](crate::store::QuotaError) in memory), a backend's failure.
+    type Error: std::error::Error + From<CostError> + Send + Sync + 'static;
+
+    /// A [`Request`] for `key`: a cost, a quota, an instant, then what to do with it.
+    fn request<'a>(&'a self, key: &'a Q) -> Request<'a, Self, Q, Self::Algo>
+    where
+        Self: Sized,
+    {
+        Request::new(self, key)
+    }
+
+    /// [`Request::check`]: decides `ask` for `key`, counting it.
+    fn decide(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Decision, Self::Error>;
+
+    /// [`Request::peek`]: the decision of `ask` for `key` now, counting nothing.
+    fn preview(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Decision, Self::Error>;
+
+    /// [`Request::up_to`]: a partial grant of at most `ask.cost`.
+    fn grant(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<(u64, Decision), Self::Error>;
+
+    /// [`Request::take`]: decides and charges `ask`, returning a ticket to settle.
+    fn take(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Ticket, Self::Error>;
+
+    /// [`Request::settle`]: settles `ticket` with the `actual` cost.
+    fn settle(
+        &self,
+        key: &Q,
+        ticket: &mut Ticket,
+        actual: u64,
+        ask: Ask<'_, Self::Algo>,
+    ) -> Result<bool, Self::Error>;
+}
+
+impl<L: ?Sized, Q: ?Sized, A: fmt::Debug> fmt::Debug for Request<'_, L, Q, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("ask", &self.ask)
+            .field("jitter", &self.jitter)
+            .finish_non_exhaustive()
+    }
+}
