@@ -74,6 +74,7 @@ pub struct Request<'a, L: ?Sized, Q: ?Sized, A> {
 
 impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// A request of cost 1 for `key`, under the limiter's own quota, now.
+    #[inline]
     pub(crate) fn new(limiter: &'a L, key: &'a Q) -> Self {
         Request {
             limiter,
@@ -85,6 +86,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 
     /// The request's cost (default 1): bytes, tokens, a batch's messages. A cost of 0, or
     /// above what the quota can ever admit, is an error and counts nothing.
+    #[inline]
     pub fn cost(mut self, cost: u64) -> Self {
         self.ask.cost = cost;
         self
@@ -96,6 +98,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// keeps what it spent. `quota` must be able to read the limiter's states
     /// ([`Reconfigure::check_change`](crate::algo::Reconfigure::check_change): any GCRA; a
     /// window of the same length; EARRRL of the same half-life), else the error says so.
+    #[inline]
     pub fn quota(mut self, quota: &'a A) -> Self {
         self.ask.quota = Some(quota);
         self
@@ -104,6 +107,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// Decides at `now` (nanoseconds of the limiter's clock) instead of reading the clock: a
     /// replay, or a request stamped upstream. A `now` behind the key's state counts as the
     /// state's time, never as an error.
+    #[inline]
     pub fn at(mut self, now: u64) -> Self {
         self.ask.at = Some(now);
         self
@@ -111,6 +115,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 
     /// Adds `jitter` to each wait of [`until_ready`](Request::until_ready) and
     /// [`until_ready_blocking`](Request::until_ready_blocking).
+    #[inline]
     pub fn jitter(mut self, jitter: Jitter) -> Self {
         self.jitter = jitter;
         self
@@ -119,6 +124,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 
 impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// Decides the request, counting it.
+    #[inline]
     pub fn check(self) -> Result<Decision, L::Error> {
         self.limiter.decide(self.key, self.ask)
     }
@@ -126,6 +132,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// The decision [`check`](Request::check) would return now, without counting it: the
     /// key's state is left untouched and an unknown key is not inserted. Under concurrency a
     /// snapshot: another request may change the state right after.
+    #[inline]
     pub fn peek(self) -> Result<Decision, L::Error> {
         self.limiter.preview(self.key, self.ask)
     }
@@ -147,6 +154,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// assert_eq!((granted, decision.is_denied()), (0, true));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn up_to(self) -> Result<(u64, Decision), L::Error> {
         self.limiter.grant(self.key, self.ask)
     }
@@ -164,6 +172,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// assert_eq!(l.request("k").peek()?.remaining(), Some(0)); // 10 − 9 − the peeked unit
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn take(self) -> Result<Ticket, L::Error> {
         self.limiter.take(self.key, self.ask)
     }
@@ -179,6 +188,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// valid, 0 included (a full refund). A ticket taken from another limiter or for another
     /// key is an error, and stays open: settled here it would refund or charge another
     /// client.
+    #[inline]
     pub fn settle(self, ticket: &mut Ticket, actual: u64) -> Result<bool, L::Error> {
         self.limiter.settle(self.key, ticket, actual, self.ask)
     }
