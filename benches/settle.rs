@@ -22,12 +22,12 @@ use std::time::Instant;
 
 const ROWS: [&str; 8] = [
     "check",
-    "check_with own quota",
-    "check_with another plan",
+    "request.quota(own).check",
+    "request.quota(other).check",
     "check_n(1)",
-    "check_n_with(1) another plan",
+    "request.cost(2).quota(other).check",
     "check_n(2)",
-    "take(2), ticket dropped",
+    "request.cost(2).take, ticket dropped",
     "take(2) + settle(1)",
 ];
 
@@ -62,7 +62,8 @@ fn run(l: &CasLimiter<u64, Gcra>, own: &Gcra, other: &Gcra, row: usize, seq: &[u
         }),
         3 => time(seq, |k| seen(l.check_n(k, 1)).is_ok_and(|d| d.is_allowed())),
         4 => time(seq, |k| {
-            seen(l.request(k).quota(black_box(other)).check()).is_ok_and(|d| d.is_allowed())
+            let r = l.request(k).cost(2).quota(black_box(other));
+            seen(r.check()).is_ok_and(|d| d.is_allowed())
         }),
         5 => time(seq, |k| seen(l.check_n(k, 2)).is_ok_and(|d| d.is_allowed())),
         6 => time(seq, |k| {

@@ -468,7 +468,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
     type Algo = S::Algo;
     type Error = QuotaError;
 
-    #[inline]
+    #[inline(always)]
     fn decide(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Decision, QuotaError> {
         let core = self.store.core();
         let algo = core.pick(ask.quota)?;
@@ -478,7 +478,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
         Ok(core.count(self.store.decide(algo, key, ask.cost, now)))
     }
 
-    #[inline]
+    #[inline(always)]
     fn preview(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Decision, QuotaError> {
         let core = self.store.core();
         let algo = core.pick(ask.quota)?;
@@ -486,6 +486,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
         Ok(self.store.peek(algo, key, ask.cost, core.now(ask.at)))
     }
 
+    #[inline(always)]
     fn grant(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<(u64, Decision), QuotaError> {
         let core = self.store.core();
         let algo = core.pick(ask.quota)?;
@@ -493,6 +494,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
         Ok(core.grant_up_to(algo, ask.cost, now, self.store.at(key))?)
     }
 
+    #[inline(always)]
     fn take(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Ticket, QuotaError> {
         let core = self.store.core();
         let algo = core.pick(ask.quota)?;
@@ -500,6 +502,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
         Ok(core.take(algo, ask.cost, now, self.store.at(key))?)
     }
 
+    #[inline(always)]
     fn settle(
         &self,
         key: &Q,

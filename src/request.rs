@@ -73,9 +73,10 @@ pub struct Request<'a, L: ?Sized, Q: ?Sized, A> {
 }
 
 impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
-    /// A request of cost 1 for `key`, under the limiter's own quota, now.
-    #[inline]
-    pub(crate) fn new(limiter: &'a L, key: &'a Q) -> Self {
+    /// A request of cost 1 for `key` to `limiter`, under its own quota, now: what a
+    /// limiter's `request(key)` returns, and how generic code over [`Requests`] starts one.
+    #[inline(always)]
+    pub fn new(limiter: &'a L, key: &'a Q) -> Self {
         Request {
             limiter,
             key,
@@ -86,7 +87,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 
     /// The request's cost (default 1): bytes, tokens, a batch's messages. A cost of 0, or
     /// above what the quota can ever admit, is an error and counts nothing.
-    #[inline]
+    #[inline(always)]
     pub fn cost(mut self, cost: u64) -> Self {
         self.ask.cost = cost;
         self
@@ -98,7 +99,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// keeps what it spent. `quota` must be able to read the limiter's states
     /// ([`Reconfigure::check_change`](crate::algo::Reconfigure::check_change): any GCRA; a
     /// window of the same length; EARRRL of the same half-life), else the error says so.
-    #[inline]
+    #[inline(always)]
     pub fn quota(mut self, quota: &'a A) -> Self {
         self.ask.quota = Some(quota);
         self
@@ -107,7 +108,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// Decides at `now` (nanoseconds of the limiter's clock) instead of reading the clock: a
     /// replay, or a request stamped upstream. A `now` behind the key's state counts as the
     /// state's time, never as an error.
-    #[inline]
+    #[inline(always)]
     pub fn at(mut self, now: u64) -> Self {
         self.ask.at = Some(now);
         self
@@ -115,7 +116,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 
     /// Adds `jitter` to each wait of [`until_ready`](Request::until_ready) and
     /// [`until_ready_blocking`](Request::until_ready_blocking).
-    #[inline]
+    #[inline(always)]
     pub fn jitter(mut self, jitter: Jitter) -> Self {
         self.jitter = jitter;
         self
@@ -124,7 +125,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 
 impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// Decides the request, counting it.
-    #[inline]
+    #[inline(always)]
     pub fn check(self) -> Result<Decision, L::Error> {
         self.limiter.decide(self.key, self.ask)
     }
@@ -132,7 +133,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// The decision [`check`](Request::check) would return now, without counting it: the
     /// key's state is left untouched and an unknown key is not inserted. Under concurrency a
     /// snapshot: another request may change the state right after.
-    #[inline]
+    #[inline(always)]
     pub fn peek(self) -> Result<Decision, L::Error> {
         self.limiter.preview(self.key, self.ask)
     }
@@ -154,7 +155,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// assert_eq!((granted, decision.is_denied()), (0, true));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn up_to(self) -> Result<(u64, Decision), L::Error> {
         self.limiter.grant(self.key, self.ask)
     }
@@ -172,7 +173,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// assert_eq!(l.request("k").peek()?.remaining(), Some(0)); // 10 − 9 − the peeked unit
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn take(self) -> Result<Ticket, L::Error> {
         self.limiter.take(self.key, self.ask)
     }
@@ -188,7 +189,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// valid, 0 included (a full refund). A ticket taken from another limiter or for another
     /// key is an error, and stays open: settled here it would refund or charge another
     /// client.
-    #[inline]
+    #[inline(always)]
     pub fn settle(self, ticket: &mut Ticket, actual: u64) -> Result<bool, L::Error> {
         self.limiter.settle(self.key, ticket, actual, self.ask)
     }
@@ -198,14 +199,15 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 /// with the request, an instant; then check, peek, a partial grant, a provisional cost and its
 /// settle. Every limiter of the crate is one: in memory, hybrid, and the blocking Redis
 /// client. Generic code reaches every operation through it; a limiter implements the five
-/// methods below, and [`request`](Requests::request) builds the request that calls them.
+/// methods below, and a [`Request`] ([`Request::new`], or the limiter's `request(key)`) calls
+/// them.
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, CompactLimiter, ManualClock, Requests};
+/// use hotlimit::{algo::Gcra, CasLimiter, CompactLimiter, ManualClock, Request, Requests};
 ///
 /// // A partial grant under a plan, on any limiter.
 /// fn granted<L: Requests<u64, Algo = Gcra>>(l: &L, plan: &Gcra) -> u64 {
-///     l.request(&7).quota(plan).cost(50).up_to().map_or(0, |(n, _)| n)
+///     Request::new(l, &7).quota(plan).cost(50).up_to().map_or(0, |(n, _)| n)
 /// }
 /// let (own, plan): (Gcra, Gcra) = ("10/s burst 3".parse()?, "100/s burst 20".parse()?);
 /// assert_eq!(granted(&CasLimiter::<u64, _>::with_clock(own, ManualClock::new()), &plan), 20);
@@ -220,14 +222,6 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
     /// that cannot read the limiter's states, a ticket from elsewhere
     /// ([`QuotaError`](crate::store::QuotaError) in memory), a backend's failure.
     type Error: std::error::Error + From<CostError> + Send + Sync + 'static;
-
-    /// A [`Request`] for `key`: a cost, a quota, an instant, then what to do with it.
-    fn request<'a>(&'a self, key: &'a Q) -> Request<'a, Self, Q, Self::Algo>
-    where
-        Self: Sized,
-    {
-        Request::new(self, key)
-    }
 
     /// [`Request::check`]: decides `ask` for `key`, counting it.
     fn decide(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Decision, Self::Error>;
@@ -249,6 +243,16 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
         actual: u64,
         ask: Ask<'_, Self::Algo>,
     ) -> Result<bool, Self::Error>;
+}
+
+/// A `dyn Requests` builds requests too: a list of limiters of one algorithm (every store, a
+/// test's or a tool's) reaches every operation through one trait object.
+impl<'l, Q: ?Sized, A, E> dyn Requests<Q, Algo = A, Error = E> + 'l {
+    /// A [`Request`] for `key`, as a limiter's own `request(key)`.
+    #[inline(always)]
+    pub fn request<'a>(&'a self, key: &'a Q) -> Request<'a, Self, Q, A> {
+        Request::new(self, key)
+    }
 }
 
 impl<L: ?Sized, Q: ?Sized, A: fmt::Debug> fmt::Debug for Request<'_, L, Q, A> {

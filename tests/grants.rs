@@ -6,7 +6,6 @@
 mod common;
 
 use hotlimit::algo::{Algorithm, Earrrl, Gcra};
-use hotlimit::store::Locked;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
     MutexLimiter, Policy,
@@ -36,48 +35,18 @@ where
     A: Algorithm + Clone,
 {
     let clock = ManualClock::new();
-    let cas = CasLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
-    let mutex = MutexLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
-    let compact = CompactLimiter::<u64, A, _>::builder(algo.clone())
-        .clock(clock.clone())
-        .max_keys(common::COMPACT_KEYS)
-        .build()
-        .unwrap();
-    let compact_locked = CompactLimiter::<u64, A, _, Locked>::builder(algo.clone())
-        .clock(clock.clone())
-        .max_keys(common::COMPACT_KEYS)
-        .build()
-        .unwrap();
-    // The direct limiters see key 0's requests only.
-    let direct = DirectLimiter::<A, _>::with_clock(algo.clone(), clock.clone());
-    let direct_locked = DirectLimiter::<A, _, Locked>::with_clock(algo.clone(), clock.clone());
+    // Every store, through the one trait; the single cell sees key 0's requests only.
+    let stores = common::stores(&algo, &clock);
     let mut states: HashMap<u64, A::State> = HashMap::new();
     for (i, &(gap, key, n)) in trace.iter().enumerate() {
         clock.advance(Duration::from_nanos(gap));
         let state = states.entry(key).or_insert_with(|| algo.fresh());
         let want = model(&algo, state, clock.now(), n);
-        let got = [
-            ("cas", cas.request(&key).cost(n).up_to().unwrap()),
-            ("mutex", mutex.request(&key).cost(n).up_to().unwrap()),
-            ("compact", compact.request(&key).cost(n).up_to().unwrap()),
-            (
-                "compact-locked",
-                compact_locked.request(&key).cost(n).up_to().unwrap(),
-            ),
-        ];
-        for (store, got) in got {
-            prop_assert_eq!(got, want, "{} {} step {}", name, store, i);
-        }
-        if key == 0 {
-            prop_assert_eq!(
-                direct.request(&()).cost(n).up_to().unwrap(),
-                want,
-                "{} direct step {}",
-                name,
-                i
-            );
-            let got = direct_locked.request(&()).cost(n).up_to().unwrap();
-            prop_assert_eq!(got, want, "{} direct-locked step {}", name, i);
+        for (store, s, keyed) in &stores {
+            if *keyed || key == 0 {
+                let got = s.request(&key).cost(n).up_to().unwrap();
+                prop_assert_eq!(got, want, "{} {} step {}", name, store, i);
+            }
         }
     }
     Ok(())

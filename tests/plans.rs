@@ -10,10 +10,10 @@ mod common;
 use hotlimit::algo::{
     Bias, Earrrl, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Locked, QuotaError};
+use hotlimit::store::QuotaError;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, DirectLimiter, Field, Live,
-    ManualClock, MutexLimiter, Rate,
+    ManualClock, Rate,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -31,19 +31,8 @@ where
 {
     let own = plans[0];
     let clock = ManualClock::new();
-    let cas = CasLimiter::<u64, A, _>::with_clock(own, clock.clone());
-    let mutex = MutexLimiter::<u64, A, _>::with_clock(own, clock.clone());
-    let compact = CompactLimiter::<u64, A, _>::builder(own)
-        .clock(clock.clone())
-        .max_keys(common::COMPACT_KEYS)
-        .build()
-        .unwrap();
-    let compact_locked = CompactLimiter::<u64, A, _, Locked>::builder(own)
-        .clock(clock.clone())
-        .max_keys(common::COMPACT_KEYS)
-        .build()
-        .unwrap();
-    let direct = DirectLimiter::<A, _>::with_clock(own, clock.clone());
+    // Every store, through the one trait; the single cell sees key 0's requests only.
+    let stores = common::stores(&own, &clock);
     let mut states: HashMap<u64, A::State> = HashMap::new();
     for (i, &(gap, key, plan, cost)) in trace.iter().enumerate() {
         clock.advance(Duration::from_nanos(gap));
@@ -51,39 +40,11 @@ where
         let cost = cost.min(quota.capacity());
         let state = states.entry(key).or_insert_with(|| own.fresh());
         let want = quota.update(state, clock.now(), cost);
-        let got = [
-            (
-                "cas",
-                if cost == 1 {
-                    cas.request(&key).quota(quota).check()
-                } else {
-                    cas.request(&key).cost(cost).quota(quota).check()
-                },
-            ),
-            ("mutex", mutex.request(&key).cost(cost).quota(quota).check()),
-            (
-                "compact",
-                if cost == 1 {
-                    compact.request(&key).quota(quota).check()
-                } else {
-                    compact.request(&key).cost(cost).quota(quota).check()
-                },
-            ),
-            (
-                "compact-locked",
-                compact_locked.request(&key).cost(cost).quota(quota).check(),
-            ),
-        ];
-        for (store, got) in got {
-            prop_assert_eq!(got, Ok(want), "{} {} step {}", name, store, i);
-        }
-        if key == 0 {
-            let got = if cost == 1 {
-                direct.request(&()).quota(quota).check()
-            } else {
-                direct.request(&()).cost(cost).quota(quota).check()
-            };
-            prop_assert_eq!(got, Ok(want), "{} direct step {}", name, i);
+        for (store, s, keyed) in &stores {
+            if *keyed || key == 0 {
+                let got = s.request(&key).cost(cost).quota(quota).check();
+                prop_assert_eq!(got, Ok(want), "{} {} step {}", name, store, i);
+            }
         }
     }
     Ok(())

@@ -9,7 +9,7 @@ mod common;
 use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Locked, QuotaError, Ticket};
+use hotlimit::store::{QuotaError, Ticket};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
     MutexLimiter, Policy, Rate,
@@ -37,88 +37,53 @@ struct ModelTicket {
     open: bool,
 }
 
-/// Every in-memory store of one algorithm, on one clock.
-struct Stores<A: Algorithm> {
-    cas: CasLimiter<u64, A, ManualClock>,
-    mutex: MutexLimiter<u64, A, ManualClock>,
-    compact: CompactLimiter<u64, A, ManualClock>,
-    compact_locked: CompactLimiter<u64, A, ManualClock, Locked>,
-    /// The direct limiters see key 0's requests only.
-    direct: DirectLimiter<A, ManualClock>,
-    direct_locked: DirectLimiter<A, ManualClock, Locked>,
-}
+/// Every in-memory store of one algorithm, on one clock, through the one trait
+/// ([`common::stores`]).
+struct Stores<A: Algorithm>(Vec<(&'static str, common::Store<A>, bool)>);
 
-/// The tickets each store gave for one take (the direct ones only for key 0).
-struct Tickets([Ticket; 4], Option<[Ticket; 2]>);
+/// The tickets each store gave for one take (`None`: the single cells, for a key but 0).
+struct Tickets(Vec<Option<Ticket>>);
 
 impl<A> Stores<A>
 where
     A: Algorithm + Clone,
 {
     fn new(algo: &A, clock: &ManualClock) -> Self {
-        Self {
-            cas: CasLimiter::with_clock(algo.clone(), clock.clone()),
-            mutex: MutexLimiter::with_clock(algo.clone(), clock.clone()),
-            compact: CompactLimiter::builder(algo.clone())
-                .clock(clock.clone())
-                .max_keys(common::COMPACT_KEYS)
-                .build()
-                .unwrap(),
-            compact_locked: CompactLimiter::builder(algo.clone())
-                .clock(clock.clone())
-                .max_keys(common::COMPACT_KEYS)
-                .build()
-                .unwrap(),
-            direct: DirectLimiter::with_clock(algo.clone(), clock.clone()),
-            direct_locked: DirectLimiter::with_clock(algo.clone(), clock.clone()),
-        }
+        Stores(common::stores(algo, clock))
+    }
+
+    /// The stores that see `key`'s requests (the single cells only key 0's).
+    fn serving(&self, key: u64) -> impl Iterator<Item = (usize, &common::Store<A>)> {
+        let keyed = move |&(_, (_, _, keyed)): &(usize, &(&str, _, bool))| *keyed || key == 0;
+        self.0
+            .iter()
+            .enumerate()
+            .filter(keyed)
+            .map(|(i, (_, s, _))| (i, s))
     }
 
     fn take(&self, key: u64, cost: u64) -> Tickets {
-        let keyed = [
-            self.cas.request(&key).cost(cost).take().unwrap(),
-            self.mutex.request(&key).cost(cost).take().unwrap(),
-            self.compact.request(&key).cost(cost).take().unwrap(),
-            self.compact_locked.request(&key).cost(cost).take().unwrap(),
-        ];
-        let direct = (key == 0).then(|| {
-            [
-                self.direct.request(&()).cost(cost).take().unwrap(),
-                self.direct_locked.request(&()).cost(cost).take().unwrap(),
-            ]
-        });
-        Tickets(keyed, direct)
+        let mut out: Vec<Option<Ticket>> = (0..self.0.len()).map(|_| None).collect();
+        for (i, s) in self.serving(key) {
+            out[i] = Some(s.request(&key).cost(cost).take().unwrap());
+        }
+        Tickets(out)
     }
 
     /// Settles each store's ticket; returns what each settle returned.
     fn settle(&self, key: u64, t: &mut Tickets, actual: u64) -> Vec<bool> {
-        let [a, b, c, d] = &mut t.0;
-        let mut out = vec![
-            self.cas.request(&key).settle(a, actual).unwrap(),
-            self.mutex.request(&key).settle(b, actual).unwrap(),
-            self.compact.request(&key).settle(c, actual).unwrap(),
-            self.compact_locked.request(&key).settle(d, actual).unwrap(),
-        ];
-        if let Some([e, f]) = &mut t.1 {
-            out.push(self.direct.request(&()).settle(e, actual).unwrap());
-            out.push(self.direct_locked.request(&()).settle(f, actual).unwrap());
+        let mut out = Vec::new();
+        for (i, s) in self.serving(key) {
+            let ticket = t.0[i].as_mut().unwrap();
+            out.push(s.request(&key).settle(ticket, actual).unwrap());
         }
         out
     }
 
-    /// `peek_n` of every store for `key` (the direct ones for key 0).
+    /// `peek` of a request of `cost` on every store for `key` (the single cells for key 0).
     fn peek(&self, key: u64, cost: u64) -> Vec<Decision> {
-        let mut out = vec![
-            self.cas.request(&key).cost(cost).peek().unwrap(),
-            self.mutex.request(&key).cost(cost).peek().unwrap(),
-            self.compact.request(&key).cost(cost).peek().unwrap(),
-            self.compact_locked.request(&key).cost(cost).peek().unwrap(),
-        ];
-        if key == 0 {
-            out.push(self.direct.request(&()).cost(cost).peek().unwrap());
-            out.push(self.direct_locked.request(&()).cost(cost).peek().unwrap());
-        }
-        out
+        let peek = |s: &common::Store<A>| s.request(&key).cost(cost).peek().unwrap();
+        self.serving(key).map(|(_, s)| peek(s)).collect()
     }
 }
 
@@ -142,7 +107,7 @@ where
                 let state = states.entry(key).or_insert_with(|| algo.fresh());
                 let want = algo.update(state, now, cost);
                 let got = stores.take(key, cost);
-                for t in got.0.iter().chain(got.1.iter().flatten()) {
+                for t in got.0.iter().flatten() {
                     prop_assert_eq!(t.decision(), want, "{} take at step {}", name, i);
                     prop_assert_eq!(t.is_open(), want.is_allowed());
                     prop_assert_eq!((t.charged(), t.taken_at()), (cost, now));
@@ -527,77 +492,33 @@ fn a_ticket_settles_only_where_it_was_taken() {
     let gcra: Gcra = "10/s burst 10".parse().unwrap();
     let clock = ManualClock::new();
     let (a, b) = (Stores::new(&gcra, &clock), Stores::new(&gcra, &clock));
+    let n = a.0.len();
     let remaining = |s: &Stores<Gcra>, key: u64| {
-        [
-            s.cas.request(&key).peek().unwrap().remaining(),
-            s.mutex.request(&key).peek().unwrap().remaining(),
-            s.compact.request(&key).peek().unwrap().remaining(),
-            s.compact_locked.request(&key).peek().unwrap().remaining(),
-        ]
+        s.peek(key, 1)
+            .iter()
+            .map(|d| d.remaining())
+            .collect::<Vec<_>>()
     };
     let mut t = a.take(0, 6);
-    let [w, x, y, z] = &mut t.0;
-    // Another key of the same limiter.
-    assert_eq!(
-        a.cas.request(&1).settle(w, 0),
-        Err(QuotaError::Ticket(OtherKey))
-    );
-    assert_eq!(
-        a.mutex.request(&1).settle(x, 0),
-        Err(QuotaError::Ticket(OtherKey))
-    );
-    assert_eq!(
-        a.compact.request(&1).settle(y, 0),
-        Err(QuotaError::Ticket(OtherKey))
-    );
-    assert_eq!(
-        a.compact_locked.request(&1).settle(z, 0),
-        Err(QuotaError::Ticket(OtherKey))
-    );
-    // The same key on another limiter, or a ticket of another store.
-    assert_eq!(
-        b.cas.request(&0).settle(w, 0),
-        Err(QuotaError::Ticket(OtherLimiter))
-    );
-    assert_eq!(
-        b.mutex.request(&0).settle(x, 0),
-        Err(QuotaError::Ticket(OtherLimiter))
-    );
-    assert_eq!(
-        b.compact.request(&0).settle(y, 0),
-        Err(QuotaError::Ticket(OtherLimiter))
-    );
-    assert_eq!(
-        b.compact_locked.request(&0).settle(z, 0),
-        Err(QuotaError::Ticket(OtherLimiter))
-    );
-    assert_eq!(
-        a.mutex.request(&0).settle(w, 0),
-        Err(QuotaError::Ticket(OtherLimiter))
-    );
-    let [e, f] = t.1.as_mut().unwrap();
-    assert_eq!(
-        b.direct.request(&()).settle(e, 0),
-        Err(QuotaError::Ticket(OtherLimiter))
-    );
-    assert_eq!(
-        a.direct_locked.request(&()).settle(e, 0),
-        Err(QuotaError::Ticket(OtherLimiter))
-    );
-    assert_eq!(
-        a.cas.request(&0).settle(e, 0),
-        Err(QuotaError::Ticket(OtherLimiter))
-    );
-    assert_eq!(
-        b.direct_locked.request(&()).settle(f, 0),
-        Err(QuotaError::Ticket(OtherLimiter))
-    );
+    for (i, (name, store, keyed)) in a.0.iter().enumerate() {
+        let ticket = t.0[i].as_mut().unwrap();
+        if *keyed {
+            // Another key of the same limiter.
+            let other_key = store.request(&1).settle(ticket, 0);
+            assert_eq!(other_key, Err(QuotaError::Ticket(OtherKey)), "{name}");
+        }
+        // The same key on the twin limiter, and on the next store of the same algorithm.
+        let twin = b.0[i].1.request(&0).settle(ticket, 0);
+        assert_eq!(twin, Err(QuotaError::Ticket(OtherLimiter)), "{name}");
+        let next = a.0[(i + 1) % n].1.request(&0).settle(ticket, 0);
+        assert_eq!(next, Err(QuotaError::Ticket(OtherLimiter)), "{name}");
+    }
     // Nothing moved: 10 − 6 − the peeked unit; key 1 and the other limiter untouched.
-    assert_eq!(remaining(&a, 0), [Some(3); 4]);
+    assert_eq!(remaining(&a, 0), [Some(3); 6]);
     assert_eq!(remaining(&a, 1), [Some(9); 4]);
-    assert_eq!(remaining(&b, 0), [Some(9); 4]);
+    assert_eq!(remaining(&b, 0), [Some(9); 6]);
     // Still open: each settles where it was taken, once.
     assert!(a.settle(0, &mut t, 0).iter().all(|&settled| settled));
     assert!(a.settle(0, &mut t, 0).iter().all(|&settled| !settled));
-    assert_eq!(remaining(&a, 0), [Some(9); 4]);
+    assert_eq!(remaining(&a, 0), [Some(9); 6]);
 }

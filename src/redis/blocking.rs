@@ -84,7 +84,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// backend's failure rather than the [`FailMode`]'s answer. See
     /// [`Request`](crate::Request).
     pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
-        crate::Requests::request(self, key)
+        crate::Request::new(self, key)
     }
 
     /// Waits on the calling thread until a request of cost 1 for `key` is allowed: sleeps for

@@ -8,10 +8,10 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
     SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Cas, Locked};
+use hotlimit::store::{Ask, Cas, Locked, QuotaError, Ticket};
 use hotlimit::{
-    CasLimiter, CompactLimiter, Live, ManualClock, MutexLimiter, Policy, QuantaClock, Rate,
-    RateLimiter,
+    CasLimiter, CompactLimiter, Decision, DirectLimiter, Live, ManualClock, MutexLimiter, Policy,
+    QuantaClock, Rate, RateLimiter, Requests,
 };
 use sharded::ShardedLimiter;
 use std::time::Duration;
@@ -78,6 +78,103 @@ where
                         .unwrap(),
                 )
             }),
+        ),
+    ]
+}
+
+/// One in-memory store of algorithm `A` under test, through the one trait every limiter
+/// implements: each operation of a `Request` reaches every store the same way.
+pub type Store<A> = Box<dyn Requests<u64, Algo = A, Error = QuotaError>>;
+
+/// The single cell as a store of `u64` keys: every key is its one key `()`.
+pub struct OneKey<L>(pub L);
+
+impl<L: Requests<(), Error = QuotaError>> Requests<u64> for OneKey<L> {
+    type Algo = L::Algo;
+    type Error = QuotaError;
+    fn decide(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<Decision, QuotaError> {
+        self.0.decide(&(), ask)
+    }
+    fn preview(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<Decision, QuotaError> {
+        self.0.preview(&(), ask)
+    }
+    fn grant(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<(u64, Decision), QuotaError> {
+        self.0.grant(&(), ask)
+    }
+    fn take(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<Ticket, QuotaError> {
+        self.0.take(&(), ask)
+    }
+    fn settle(
+        &self,
+        _: &u64,
+        t: &mut Ticket,
+        actual: u64,
+        ask: Ask<'_, L::Algo>,
+    ) -> Result<bool, QuotaError> {
+        self.0.settle(&(), t, actual, ask)
+    }
+}
+
+/// Every in-memory store of `algo` on `clock`, named, through [`Store`]: the papaya map and
+/// the compact table (CAS and mutex), and the single cell (CAS and mutex; `false`: it sees one
+/// key, so a test gives it key 0's requests only).
+pub fn stores<A: Algorithm + Clone>(
+    algo: &A,
+    clock: &ManualClock,
+) -> Vec<(&'static str, Store<A>, bool)> {
+    let compact = |locked: bool| -> Store<A> {
+        if locked {
+            Box::new(
+                CompactLimiter::<u64, A, QuantaClock, Locked>::builder(algo.clone())
+                    .max_keys(COMPACT_KEYS)
+                    .clock(clock.clone())
+                    .build()
+                    .unwrap(),
+            )
+        } else {
+            Box::new(
+                CompactLimiter::<u64, A>::builder(algo.clone())
+                    .max_keys(COMPACT_KEYS)
+                    .clock(clock.clone())
+                    .build()
+                    .unwrap(),
+            )
+        }
+    };
+    vec![
+        (
+            "cas",
+            Box::new(CasLimiter::<u64, A>::with_clock(
+                algo.clone(),
+                clock.clone(),
+            )),
+            true,
+        ),
+        (
+            "mutex",
+            Box::new(MutexLimiter::<u64, A>::with_clock(
+                algo.clone(),
+                clock.clone(),
+            )),
+            true,
+        ),
+        ("compact", compact(false), true),
+        ("compact-mutex", compact(true), true),
+        (
+            "direct",
+            Box::new(OneKey(DirectLimiter::<A>::with_clock(
+                algo.clone(),
+                clock.clone(),
+            ))),
+            false,
+        ),
+        (
+            "direct-mutex",
+            Box::new(OneKey(DirectLimiter::<A, QuantaClock, Locked>::with_clock(
+                algo.clone(),
+                clock.clone(),
+            ))),
+            false,
         ),
     ]
 }
