@@ -244,7 +244,7 @@ pub enum QuotaError {
     /// Boxed: the error is rare, and a small one keeps `Result<Decision, QuotaError>` the
     /// size of a [`Decision`](crate::Decision) (its niche), which the hot path returns.
     Quota(Box<ConfigError>),
-    /// A settle's ticket was taken from another limiter or for another key (`settle_with`).
+    /// A settle's ticket was taken from another limiter or for another key.
     Ticket(TicketError),
 }
 

@@ -213,7 +213,10 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Decides a request of cost 1 for `key`.
-    #[inline]
+    // Always: behind the store's trait methods, `#[inline]` left the compact and mutex stores'
+    // one-key check 1–2 ns slower than their own inherent `check`s had been (BENCHMARKS.md,
+    // issue #47).
+    #[inline(always)]
     pub fn check<Q: ?Sized>(&self, key: &Q) -> Decision
     where
         S: Keys<Q>,
@@ -229,7 +232,7 @@ impl<S: Store> Limiter<S> {
     ///
     /// Errors (and counts nothing) if `cost` is 0 or above the algorithm's capacity, since
     /// such a request could never be allowed.
-    #[inline]
+    #[inline(always)]
     pub fn check_n<Q: ?Sized>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
         S: Keys<Q>,

@@ -49,10 +49,8 @@ impl Default for Options {
     }
 }
 
-/// Configures a limiter: made by [`KeyedLimiter::builder`](crate::KeyedLimiter::builder),
-/// [`CompactLimiter::builder`](crate::CompactLimiter::builder) and
-/// [`DirectLimiter::builder`](crate::DirectLimiter::builder). `L` names the limiter it
-/// builds (on the default clock), `C` the clock chosen.
+/// Configures a limiter: made by [`Limiter::builder`](crate::Limiter::builder) on every store.
+/// `L` names the limiter it builds (on the default clock), `C` the clock chosen.
 ///
 /// Every limiter takes [`clock`](Builder::clock) and [`metrics`](Builder::metrics); the keyed
 /// ones also [`max_keys`](Builder::max_keys), [`sweep_every`](Builder::sweep_every) and

@@ -300,7 +300,7 @@ impl Algorithm for Earrrl {
     /// The cost that takes a fresh key's rate to `R`: `⌊R/λ⌋` (`R·half-life/ln 2`), and at
     /// least one unit. A request is admitted while the rate before it is at most `R`, so
     /// without this bound one request could take any number of units
-    /// (`check_up_to(key, u64::MAX)` granted `u64::MAX`) for a lockout of a few dozen
+    /// (a partial grant of up to `u64::MAX` granted `u64::MAX`) for a lockout of a few dozen
     /// half-lives. `as` saturates.
     #[inline]
     fn capacity(&self) -> u64 {
