@@ -9,8 +9,7 @@ use crate::sync::{AtomicCell, AtomicU64, Mutex, Ordering};
 use std::fmt;
 
 /// An algorithm whose configuration can be swapped at run time: give a limiter `Live<A>` and
-/// call its `reconfigure` ([`Limiter::reconfigure`](crate::Limiter::reconfigure)(crate::Limiter::reconfigure),
-/// [`Limiter::reconfigure`](crate::Limiter::reconfigure)(crate::Limiter::reconfigure)).
+/// call its [`reconfigure`](crate::Limiter::reconfigure).
 ///
 /// The configuration sits in a `crossbeam` `AtomicCell` (a sequence lock: a read is two loads
 /// and a copy, no write), read once per step; limiters built on a plain `A` pay nothing.

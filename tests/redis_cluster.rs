@@ -7,6 +7,7 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
     SlidingWindow, SubWindow,
 };
+use hotlimit::RateLimiter as _;
 use hotlimit::{
     redis::{FailMode, RedisAlgorithm, RedisLimiter},
     CasLimiter, Decision, ManualClock, Policy, Rate,

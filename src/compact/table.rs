@@ -24,7 +24,7 @@ pub(crate) const SLOTS_PER_LINE: usize = 4;
 /// The probe window: a key lives at most `WINDOW_LINES - 1` lines past its home line. At the
 /// design load (3/4) most keys sit in their home line, but linear probing has a long thin
 /// tail (the longest probes measured at 10^6 and 10^7 keys are in `BENCHMARKS.md`, from
-/// [`Limiter::probe_stats`](crate::Limiter::probe_stats)(crate::Limiter::probe_stats)); the window is about
+/// [`Limiter::probe_stats`](crate::Limiter::probe_stats)); the window is about
 /// twice the longest, which leaves room to grow, so it fills only when the table itself is
 /// nearly full.
 pub(crate) const WINDOW_LINES: usize = 128;
@@ -79,7 +79,7 @@ pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: CompactVariant<A>> {
 }
 
 /// Probe lengths of the keys held: how far from its home line each key sits. See
-/// [`Limiter::probe_stats`](crate::Limiter::probe_stats)(crate::Limiter::probe_stats).
+/// [`Limiter::probe_stats`](crate::Limiter::probe_stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ProbeStats {
     /// Keys held.

@@ -48,6 +48,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// ```no_run
 /// use hotlimit::algo::Gcra;
 /// use hotlimit::redis::{Fallback, HybridLimiter};
+/// use hotlimit::RateLimiter; // its decisions: `check`, `check_n`, batches
 /// use std::time::Duration;
 ///
 /// // 100/s with bursts of 20 per client, shared by every instance using this Redis.
@@ -366,52 +367,9 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
 }
 
 impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
-    /// Decides a request of cost 1 for `key`, counting it.
-    #[inline]
-    pub fn check(&self, key: &str) -> Decision {
-        // Cost 1 is valid for every algorithm (capacity ≥ 1).
-        self.decide(key, 1)
-    }
-
-    /// Decides a request of `cost` for `key`, counting it; a cost that can never be
-    /// admitted is a [`CostError`].
-    #[inline]
-    pub fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        self.inner.store.core.cost(cost)?;
-        Ok(self.decide(key, cost))
-    }
-
-    /// Decides a batch of requests of cost 1, in order, each as [`check`](Self::check) at that
-    /// point of the sequence, all at one instant: `out` is cleared, then holds one decision
-    /// per key. Locally, as every request; the entries of a chunk of keys are looked up back
-    /// to back first, as in [`Limiter::check_batch`](crate::Limiter::check_batch)(crate::Limiter::check_batch).
-    pub fn check_batch<'k>(
-        &self,
-        keys: impl IntoIterator<Item = &'k str>,
-        out: &mut Vec<Decision>,
-    ) {
-        out.clear();
-        let requests = keys.into_iter().map(|key| (key, 1));
-        // Cost 1 is never refused (capacities are at least 1): every answer is a decision.
-        self.decide_batch(requests, |_| Ok(()), |answer| out.extend(answer.ok()));
-    }
-
-    /// Decides a batch of `(key, cost)` requests in order, as one
-    /// [`check_n`](Self::check_n) each: `out` is cleared, then holds one answer per request, a
-    /// refused cost that request's error. See [`check_batch`](Self::check_batch).
-    pub fn check_n_batch<'k>(
-        &self,
-        requests: impl IntoIterator<Item = (&'k str, u64)>,
-        out: &mut Vec<Result<Decision, CostError>>,
-    ) {
-        out.clear();
-        let core = &self.inner.store.core;
-        self.decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
-    }
-
     fn decide_batch<'k>(
         &self,
-        requests: impl IntoIterator<Item = (&'k str, u64)>,
+        requests: impl Iterator<Item = (&'k str, u64)>,
         valid: impl Fn(u64) -> Result<(), CostError>,
         emit: impl FnMut(Result<Decision, CostError>),
     ) {
@@ -431,38 +389,9 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         crate::Request::new(self, key)
     }
 
-    /// Checks until allowed, sleeping (on the limiter's clock) for each denial's
-    /// `retry_after`, at least 1 ms.
-    pub fn until_ready_blocking(&self, key: &str) -> Decision {
-        // Not the in-memory limiters' loop (`wait::until_ready_blocking`): it peeks before
-        // it checks, and a peek asks Redis for nothing, so a waiter on an empty lease would
-        // wait for a lease nobody asks for. Each check here is the demand that brings it.
-        loop {
-            let d = self.check(key);
-            if d.is_allowed() {
-                return d;
-            }
-            self.inner
-                .store
-                .core
-                .clock
-                .sleep(d.retry_after().max(Duration::from_millis(1)));
-        }
-    }
-
     /// The algorithm.
     pub fn algorithm(&self) -> &A {
         &self.inner.fleet().algo
-    }
-
-    /// The keys held: this instance's and every other key the fleet is using.
-    pub fn len(&self) -> usize {
-        self.inner.store.map.len()
-    }
-
-    /// Whether no key is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The capacity bound ([`HybridBuilder::max_keys`]).
@@ -530,12 +459,6 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     /// [`crate::store::Builder::max_keys`]).
     pub fn sweep_totals(&self) -> SweepTotals {
         self.inner.store.core.sweep_totals()
-    }
-
-    /// Drops idle keys now (the sweeper does every second), and evicts beyond
-    /// [`max_keys`](HybridBuilder::max_keys).
-    pub fn sweep(&self) -> SweepReport {
-        self.inner.store.sweep()
     }
 
     /// The Redis key holding `key`'s shared state.
@@ -670,7 +593,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     }
 
     /// Takes a provisional cost: decides and counts `cost` like
-    /// [`check_n`](HybridLimiter::check_n), and returns a [`Ticket`] to settle once the actual
+    /// [`check_n`](crate::RateLimiter::check_n), and returns a [`Ticket`] to settle once the actual
     /// cost is known.
     fn take_at(&self, key: &str, cost: u64, now: u64) -> Result<Ticket, CostError> {
         self.inner.store.core.cost(cost)?;
@@ -759,27 +682,40 @@ impl<A: HybridAlgorithm, C: Clock> Drop for HybridLimiter<A, C> {
     }
 }
 
-/// The hybrid limiter as a [`RateLimiter<str>`](crate::RateLimiter): every call is local, so
-/// through the blanket [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it never blocks an
-/// async task (the tower layer takes it as it takes the in-memory limiters). A request's
-/// quota is refused ([`QuotaError::Quota`]): the fleet shares one configuration.
+/// The hybrid limiter's decisions, as a [`RateLimiter<str>`](crate::RateLimiter) (import the
+/// trait to call them): every call is local, so through the blanket
+/// [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it never blocks an async task (the tower
+/// layer takes it as it takes the in-memory limiters).
 impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, C> {
+    /// Decides a request of cost 1 for `key`, counting it.
     #[inline]
     fn check(&self, key: &str) -> Decision {
-        HybridLimiter::check(self, key)
+        // Cost 1 is valid for every algorithm (capacity ≥ 1).
+        self.decide(key, 1)
     }
 
+    /// Decides a request of `cost` for `key`, counting it; a cost that can never be
+    /// admitted is a [`CostError`].
     #[inline]
     fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        HybridLimiter::check_n(self, key, cost)
+        self.inner.store.core.cost(cost)?;
+        Ok(self.decide(key, cost))
     }
 
+    /// Locally, as every request, all at one instant; the entries of a chunk of keys are
+    /// looked up back to back first, as in [`Limiter::check_batch`](crate::Limiter::check_batch).
     fn check_batch(&self, keys: &[&str], out: &mut Vec<Decision>) {
-        HybridLimiter::check_batch(self, keys.iter().copied(), out)
+        out.clear();
+        let requests = keys.iter().map(|&key| (key, 1));
+        // Cost 1 is never refused (capacities are at least 1): every answer is a decision.
+        self.decide_batch(requests, |_| Ok(()), |answer| out.extend(answer.ok()));
     }
 
     fn check_n_batch(&self, requests: &[(&str, u64)], out: &mut Vec<Result<Decision, CostError>>) {
-        HybridLimiter::check_n_batch(self, requests.iter().copied(), out)
+        out.clear();
+        let core = &self.inner.store.core;
+        let requests = requests.iter().copied();
+        self.decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
     }
 
     fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
@@ -794,19 +730,36 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
         crate::RateLimiter::peek_n(self, key, 1).unwrap_or_else(|_| Decision::denied(1))
     }
 
+    /// Checks until allowed, sleeping (on the limiter's clock) for each denial's
+    /// `retry_after`, at least 1 ms.
     fn until_ready_blocking(&self, key: &str) -> Decision {
-        HybridLimiter::until_ready_blocking(self, key)
+        // Not the in-memory limiters' loop (`wait::until_ready_blocking`): it peeks before
+        // it checks, and a peek asks Redis for nothing, so a waiter on an empty lease would
+        // wait for a lease nobody asks for. Each check here is the demand that brings it.
+        loop {
+            let d = self.decide(key, 1);
+            if d.is_allowed() {
+                return d;
+            }
+            let clock = &self.inner.store.core.clock;
+            clock.sleep(d.retry_after().max(Duration::from_millis(1)));
+        }
     }
 
+    /// The keys held: this instance's and every other key the fleet is using.
     fn len(&self) -> usize {
-        HybridLimiter::len(self)
+        self.inner.store.map.len()
     }
 
+    /// Drops idle keys now (the sweeper does every second), and evicts beyond
+    /// [`max_keys`](HybridBuilder::max_keys).
     fn sweep(&self) -> SweepReport {
-        HybridLimiter::sweep(self)
+        self.inner.store.sweep()
     }
 }
 
+/// Every other request, through [`request`](HybridLimiter::request). A request's quota is
+/// refused ([`QuotaError::Quota`]): the fleet shares one configuration.
 impl<A: HybridAlgorithm, C: Clock> crate::Requests<str> for HybridLimiter<A, C> {
     type Algo = A;
     type Error = QuotaError;
