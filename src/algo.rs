@@ -109,6 +109,17 @@ pub trait Algorithm: Send + Sync + 'static {
     /// What a denied request does to the state.
     fn policy(&self) -> Policy;
 
+    /// The largest actual cost a settle of a request charged `charged` accepts: above it the
+    /// debt could not be held before the end of the clock ([`CLOCK_MAX`]), so the settle is a
+    /// [`CostError::ExceedsCapacity`](crate::CostError::ExceedsCapacity) that changes nothing
+    /// and leaves the ticket open (a debt that large is a caller's bug or a hostile count, not
+    /// a response's size). GCRA: `charged + CLOCK_MAX / T`; by default, and for the
+    /// algorithms whose debt stops at a window's end or decays, any.
+    fn settle_limit(&self, charged: u64) -> u64 {
+        let _ = charged;
+        u64::MAX
+    }
+
     /// Whether `quota` may decide a request on the states this configuration keeps (a quota
     /// that comes with the request: [`Request::quota`](crate::Request::quota)). The crate's
     /// algorithms admit the quotas their [`Reconfigure::check_change`] admits; by default
@@ -205,7 +216,8 @@ pub trait Algorithm: Send + Sync + 'static {
     /// in force.
     ///
     /// `actual == charged` changes nothing. The default, for algorithms outside the crate,
-    /// leaves the provisional charge standing.
+    /// leaves the provisional charge standing. An `actual` above
+    /// [`settle_limit`](Algorithm::settle_limit) never reaches it: the settle is an error.
     #[inline]
     fn settle(
         &self,

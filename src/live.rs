@@ -131,6 +131,10 @@ impl<A: Reconfigure> Algorithm for Live<A> {
     }
 
     #[inline]
+    fn settle_limit(&self, charged: u64) -> u64 {
+        self.get().settle_limit(charged)
+    }
+
     fn settle(&self, state: &mut A::State, now: u64, taken_at: u64, charged: u64, actual: u64) {
         self.get().settle(state, now, taken_at, charged, actual);
     }

@@ -515,7 +515,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
     ) -> Result<bool, QuotaError> {
         let core = self.store.core();
         let algo = core.pick(ask.quota)?;
-        Ok(core.settle(algo, ticket, actual, ask.at, self.store.at(key))?)
+        core.settle(algo, ticket, actual, ask.at, self.store.at(key))
     }
 }
 

@@ -10,7 +10,7 @@ use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::debts::Debts;
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, ConfigError, CostError, Field, TicketError};
+use crate::error::{check_cost, ConfigError, CostError, Field, QuotaError};
 use crate::live::Live;
 use crate::stats::{Metrics, Stats};
 use crate::sweeper::{Signal, SweepTotals, Sweeper, Totals};
@@ -537,8 +537,9 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         actual: u64,
         now: Option<u64>,
         at: impl KeyState<A::State>,
-    ) -> Result<bool, TicketError> {
+    ) -> Result<bool, QuotaError> {
         ticket.check_origin(self.id, at.key_print())?;
+        settle_limit(algo, ticket, actual)?;
         let Some((taken_at, charged)) = ticket.close() else {
             return Ok(false);
         };
@@ -548,6 +549,23 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         }
         Ok(true)
     }
+}
+
+/// An open `ticket`'s settle with `actual` refused if `algo` could not hold the debt
+/// ([`Algorithm::settle_limit`]); the ticket stays open.
+pub(crate) fn settle_limit<A: Algorithm>(
+    algo: &A,
+    ticket: &Ticket,
+    actual: u64,
+) -> Result<(), CostError> {
+    let limit = algo.settle_limit(ticket.charged());
+    if ticket.is_open() && actual > limit {
+        return Err(CostError::ExceedsCapacity {
+            cost: actual,
+            capacity: limit,
+        });
+    }
+    Ok(())
 }
 
 impl<C: Clock> Core<Gcra, C> {

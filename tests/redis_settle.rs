@@ -10,7 +10,9 @@ use hotlimit::algo::{
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
 use hotlimit::store::Ticket;
-use hotlimit::{CasLimiter, ConfigError, Decision, ManualClock, Policy, Rate, TicketError};
+use hotlimit::{
+    CasLimiter, ConfigError, CostError, Decision, ManualClock, Policy, Rate, TicketError,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
@@ -375,4 +377,35 @@ fn settle_on_the_server_clock() {
     assert!(d.is_denied());
     let wait = d.retry_after().as_secs_f64();
     assert!((239.0..=241.0).contains(&wait), "{wait}");
+}
+
+/// A settle whose debt the clock could not hold (GCRA: more than `CLOCK_MAX / T` units past
+/// the charge; `u64::MAX` here) is a cost error over Redis as in memory: nothing sent, the
+/// ticket still open, and a sane settle then applies.
+#[test]
+fn a_debt_past_the_clock_is_an_error_and_changes_nothing() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra: Gcra = "10/s burst 5".parse().unwrap();
+    let red = RedisLimiter::builder(server.url(), gcra)
+        .key_prefix(prefix())
+        .build()
+        .unwrap();
+    let t = 1_000_000_000;
+    let mut ticket = red.request("k").cost(2).at(t).take().unwrap();
+    let trips = red.round_trips();
+    let limit = 2 + hotlimit::algo::CLOCK_MAX / 100_000_000;
+    match red.request("k").at(t).settle(&mut ticket, u64::MAX) {
+        Err(BackendError::Cost(CostError::ExceedsCapacity { cost, capacity })) => {
+            assert_eq!((cost, capacity), (u64::MAX, limit));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(red.round_trips(), trips, "nothing sent");
+    assert!(ticket.is_open());
+    assert!(red.request("k").at(t).settle(&mut ticket, 3).unwrap());
+    // 3 of the burst of 5 spent at t: 2 left.
+    let d = red.request("k").at(t).peek().unwrap();
+    assert_eq!(d.remaining(), Some(1)); // 5 − 3 − the peeked unit
 }

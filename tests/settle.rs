@@ -522,3 +522,40 @@ fn a_ticket_settles_only_where_it_was_taken() {
     assert!(a.settle(0, &mut t, 0).iter().all(|&settled| !settled));
     assert_eq!(remaining(&a, 0), [Some(9); 6]);
 }
+
+/// A settle whose debt the clock could not hold is a cost error on every store, changing
+/// nothing and leaving the ticket open: GCRA's limit is `charged + CLOCK_MAX / T` (a settle of
+/// `u64::MAX` would otherwise lock the key until the clock's end). A fixed window, whose debt
+/// stops at the window's end, takes any count.
+#[test]
+fn a_debt_past_the_clock_is_an_error_and_changes_nothing() {
+    let gcra: Gcra = "10/s burst 5".parse().unwrap();
+    let clock = ManualClock::new();
+    let limit = 2 + hotlimit::algo::CLOCK_MAX / 100_000_000;
+    let refused = QuotaError::Cost(CostError::ExceedsCapacity {
+        cost: u64::MAX,
+        capacity: limit,
+    });
+    for (name, s, _) in common::stores(&gcra, &clock) {
+        let mut t = s.request(&0).cost(2).take().unwrap();
+        assert_eq!(
+            s.request(&0).settle(&mut t, u64::MAX),
+            Err(refused.clone()),
+            "{name}"
+        );
+        assert!(t.is_open(), "{name}");
+        assert_eq!(s.request(&0).peek().unwrap().remaining(), Some(2), "{name}");
+        assert_eq!(
+            s.request(&0).settle(&mut t, limit),
+            Ok(true),
+            "{name}: the limit is taken"
+        );
+        assert!(s.request(&0).peek().unwrap().is_denied(), "{name}");
+    }
+    let fixed = FixedWindow::new(5, Duration::from_secs(1)).unwrap();
+    for (name, s, _) in common::stores(&fixed, &clock) {
+        let mut t = s.request(&0).cost(2).take().unwrap();
+        assert_eq!(s.request(&0).settle(&mut t, u64::MAX), Ok(true), "{name}");
+        assert!(s.request(&0).peek().unwrap().is_denied(), "{name}");
+    }
+}

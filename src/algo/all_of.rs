@@ -197,6 +197,12 @@ where
         Decision::all_of(da, db)
     }
 
+    /// Both quotas settle it, so both must hold the debt.
+    fn settle_limit(&self, charged: u64) -> u64 {
+        let first = self.first.settle_limit(charged);
+        first.min(self.second.settle_limit(charged))
+    }
+
     /// Both quotas admitted the request, so both settle it.
     fn settle(&self, state: &mut Self::State, now: u64, taken_at: u64, charged: u64, actual: u64) {
         let (mut a, mut b) = <A::State as Pair<B::State>>::parts(state);

@@ -31,6 +31,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     ) -> Result<Settle<'a, A>, BackendError> {
         self.check_ticket(key, ticket)?;
         let quota = self.ask(key, ask, Mode::Check)?.quota;
+        crate::shared::settle_limit(quota.unwrap_or(&self.config.algo), ticket, actual)?;
         match self.settle_req(key, ticket, actual, ask.at) {
             Ok(req) => Ok(Settle::Send(Req { quota, ..req })),
             Err(answer) => {

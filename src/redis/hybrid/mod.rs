@@ -27,7 +27,6 @@ pub use report::{HybridStats, SyncError};
 use super::{BackendError, RedisBuilder};
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
-use crate::error::TicketError;
 use crate::error::{ConfigError, CostError, Field, QuotaError};
 use crate::keyed::Shared;
 use crate::request::Ask;
@@ -621,9 +620,10 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         ticket: &mut Ticket,
         actual: u64,
         now: Option<u64>,
-    ) -> Result<bool, TicketError> {
+    ) -> Result<bool, QuotaError> {
         let print = crate::shared::key_print(key);
         ticket.check_origin(self.inner.store.core.id, print)?;
+        crate::shared::settle_limit(self.algorithm(), ticket, actual)?;
         let Some((taken_at, charged)) = ticket.close() else {
             return Ok(false);
         };
@@ -795,7 +795,7 @@ impl<A: HybridAlgorithm, C: Clock> crate::Requests<str> for HybridLimiter<A, C> 
         ask: Ask<'_, A>,
     ) -> Result<bool, QuotaError> {
         self.ask_now(&ask)?;
-        Ok(self.settle_at(key, ticket, actual, ask.at)?)
+        self.settle_at(key, ticket, actual, ask.at)
     }
 }
 
