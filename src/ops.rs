@@ -567,21 +567,9 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
         F: FnMut(Duration) -> Fut,
         Fut: Future<Output = ()>,
     {
-        let (l, key) = (self.limiter, self.key);
-        let ask = Ask {
-            at: None,
-            ..self.ask
-        };
-        let clock = l.clock();
-        let check = || l.decide(key, ask);
-        wait::until_ready(
-            || l.preview(key, ask),
-            check,
-            || clock.now(),
-            self.jitter,
-            sleep,
-        )
-        .await
+        let (peek, check) = self.steps();
+        let clock = self.limiter.clock();
+        wait::until_ready(peek, check, || clock.now(), self.jitter, sleep).await
     }
 
     /// [`until_ready`](Request::until_ready) on the calling thread, sleeping with the
@@ -599,15 +587,25 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn until_ready_blocking(self) -> Result<Decision, QuotaError> {
+        let (peek, check) = self.steps();
+        let clock = self.limiter.clock();
+        let (now, sleep) = (|| clock.now(), |d| clock.sleep(d));
+        wait::until_ready_blocking(peek, check, now, self.jitter, sleep)
+    }
+
+    /// A wait's two steps, this request's peek and check, on the clock (a wait ignores `at`).
+    fn steps(
+        &self,
+    ) -> (
+        impl Fn() -> Result<Decision, QuotaError> + 'a,
+        impl Fn() -> Result<Decision, QuotaError> + 'a,
+    ) {
         let (l, key) = (self.limiter, self.key);
         let ask = Ask {
             at: None,
             ..self.ask
         };
-        let clock = l.clock();
-        let check = || l.decide(key, ask);
-        let (now, sleep) = (|| clock.now(), |d| clock.sleep(d));
-        wait::until_ready_blocking(|| l.preview(key, ask), check, now, self.jitter, sleep)
+        (move || l.preview(key, ask), move || l.decide(key, ask))
     }
 }
 
