@@ -109,7 +109,7 @@ where
 fn bench_layer<X: KeyExtractor>(c: &mut Criterion, name: &str, key: X, headers: bool) {
     let slot = Slot::default();
     let svc = RateLimitLayer::builder(roomy(), key)
-        .headers_on_allowed(headers)
+        .headers(|h| h.on_allowed = headers)
         .build()
         .layer(inner(&slot));
     bench_reusing(c, name, &slot, svc);

@@ -41,7 +41,7 @@ use clap::Parser;
 use hotlimit::algo::Gcra;
 use hotlimit::headers::{AdvertisedQuota, Draft, Mode};
 use hotlimit::tower::{
-    ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, PeerIp, RateLimitLayer,
+    ForwardedIp, HeaderKey, Key, KeyExtractor, PeerIp, RateLimitLayer,
     ShadowDecision,
 };
 use hotlimit::{AsyncRateLimiter, CasLimiter, Rate};
@@ -100,10 +100,7 @@ fn parse_key(s: &str) -> Result<KeyArg, String> {
             .map(|n| KeyArg::Header(HeaderKey::new(n)))
             .map_err(|e| format!("bad header name `{name}`: {e}")),
         Some(("forwarded", n)) => match n.parse::<usize>() {
-            Ok(n @ 1..) => Ok(KeyArg::Forwarded(ForwardedIp::new(
-                ForwardedHeader::XForwardedFor,
-                n,
-            ))),
+            Ok(n @ 1..) => Ok(KeyArg::Forwarded(ForwardedIp::x_forwarded_for(n))),
             _ => Err(format!(
                 "bad proxy count `{n}` (expected the number of trusted proxies, at least 1)"
             )),
@@ -177,16 +174,13 @@ where
 {
     let mode = args.mode;
     let layer = RateLimitLayer::builder(limiter, args.key.clone())
-        .mode(mode)
-        .headers_on_allowed(true)
-        .legacy_headers(args.legacy_headers)
-        .draft(args.draft)
+        .headers(|h| (h.mode, h.on_allowed, h.legacy, h.draft) = (mode, true, args.legacy_headers, args.draft))
         .on_decision(move |r| {
-            if r.denied() && mode != Mode::Enforce {
+            if r.decision.is_denied() && mode != Mode::Enforce {
                 eprintln!(
                     "{mode}: would deny {} (retry after {:?})",
-                    r.key(),
-                    r.decision().retry_after()
+                    r.key,
+                    r.decision.retry_after()
                 );
             }
         })

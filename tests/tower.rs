@@ -117,9 +117,8 @@ async fn burst_passes_then_429_with_retry_after_then_passes_after_the_clock_move
     let decisions = Arc::new(Mutex::new(Vec::<Decision>::new()));
     let seen = decisions.clone();
     let layer = RateLimitLayer::builder(limiter.clone(), peer_ip())
-        .headers_on_allowed(true)
-        .legacy_headers(true)
-        .on_decision(move |r| seen.lock().unwrap().push(r.decision()))
+        .headers(|h| (h.on_allowed, h.legacy) = (true, true))
+        .on_decision(move |r| seen.lock().unwrap().push(r.decision))
         .build();
     let (addr, client) = serve(hello().layer(layer)).await;
 
@@ -182,8 +181,8 @@ async fn headers_parse_and_match_the_limiters_decisions() {
     let decisions = Arc::new(Mutex::new(Vec::<Decision>::new()));
     let seen = decisions.clone();
     let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
-        .headers_on_allowed(true)
-        .on_decision(move |r| seen.lock().unwrap().push(r.decision()))
+        .headers(|h| h.on_allowed = true)
+        .on_decision(move |r| seen.lock().unwrap().push(r.decision))
         .build();
     let (addr, client) = serve(hello().layer(layer)).await;
 
@@ -224,13 +223,13 @@ async fn dry_run_never_denies_and_reports_would_be_denials() {
     let would_deny = Arc::new(Mutex::new(Vec::<(String, Decision)>::new()));
     let seen = would_deny.clone();
     let layer = RateLimitLayer::builder(limiter, peer_ip())
-        .mode(Mode::DryRun)
+        .headers(|h| h.mode = Mode::DryRun)
         .on_decision(move |r| {
-            assert_eq!(r.mode(), Mode::DryRun);
-            if r.denied() {
+            assert_eq!(r.mode, Mode::DryRun);
+            if r.decision.is_denied() {
                 seen.lock()
                     .unwrap()
-                    .push((r.key().to_owned(), r.decision()));
+                    .push((r.key.to_owned(), r.decision));
             }
         })
         .build();
@@ -327,7 +326,7 @@ async fn an_empty_key_is_a_missing_key() {
     let layer = RateLimitLayer::builder(limiter.clone(), |_: &http::request::Parts| {
         Some(String::new())
     })
-    .missing_key(MissingKey::fallback("anonymous"))
+    .missing_key(MissingKey::Fallback("anonymous".into()))
     .build();
     let (addr, client) = serve(hello().layer(layer)).await;
     assert_eq!(get_plain(&client, addr).await.0, StatusCode::OK);
@@ -351,7 +350,7 @@ async fn keyless_requests_share_the_fallback_key() {
     let clock = ManualClock::new();
     let limiter = gcra_limiter("1/s burst 2", &clock);
     let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
-        .missing_key(MissingKey::fallback("anonymous"))
+        .missing_key(MissingKey::Fallback("anonymous".into()))
         .build();
     let (addr, client) = serve(hello().layer(layer)).await;
 
@@ -374,7 +373,7 @@ async fn hostile_keys_are_bounded() {
     let keys = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = keys.clone();
     let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
-        .on_decision(move |r| seen.lock().unwrap().push(r.key().to_owned()))
+        .on_decision(move |r| seen.lock().unwrap().push(r.key.to_owned()))
         .build();
     let (addr, client) = serve(hello().layer(layer.clone())).await;
 
@@ -445,7 +444,7 @@ async fn shadow_mode_lets_everything_through_and_tells_the_handler() {
     let hooked = Arc::new(Mutex::new(0u32));
     let count = hooked.clone();
     let layer = RateLimitLayer::builder(limiter, peer_ip())
-        .headers_on_allowed(true)
+        .headers(|h| h.on_allowed = true)
         .shadow_hook(move |decision, parts| {
             *count.lock().unwrap() += 1;
             if decision.is_denied() {
@@ -520,7 +519,7 @@ async fn cost_function_free_and_impossible_requests() {
             "/huge" => 11,
             _ => 1,
         })
-        .headers_on_allowed(true)
+        .headers(|h| h.on_allowed = true)
         .build();
     let app = Router::new()
         .route("/health", get(|| async { "up" }))
@@ -566,7 +565,7 @@ async fn any_algorithm_and_variant_behind_the_layer() {
         .named("per-10s")
         .unwrap();
     let layer = RateLimitLayer::builder(limiter, peer_ip())
-        .quota(Some(policy))
+        .headers(|h| h.quota = Some(policy))
         .build();
     let (addr, client) = serve(hello().layer(layer)).await;
     assert_eq!(get_plain(&client, addr).await.0, StatusCode::OK);
@@ -606,23 +605,23 @@ async fn any_algorithm_and_variant_behind_the_layer() {
 async fn nested_layers_advertise_both_policies() {
     let clock = ManualClock::new();
     let per_ip = RateLimitLayer::builder(gcra_limiter("10/s burst 10", &clock), peer_ip())
-        .quota(Some(
+        .headers(|h| h.quota = Some(
             QuotaPolicy::new(10, Duration::from_secs(1))
                 .named("per-ip")
                 .unwrap(),
         ))
-        .headers_on_allowed(true)
+        .headers(|h| h.on_allowed = true)
         .build();
     let per_key = RateLimitLayer::builder(
         gcra_limiter("1/s burst 1", &clock),
         HeaderKey::from_static("x-api-key"),
     )
-    .quota(Some(
+    .headers(|h| h.quota = Some(
         QuotaPolicy::new(1, Duration::from_secs(1))
             .named("per-key")
             .unwrap(),
     ))
-    .headers_on_allowed(true)
+    .headers(|h| h.on_allowed = true)
     .build();
     // The last layer added runs first: per IP, then per key.
     let (addr, client) = serve(hello().layer(per_key).layer(per_ip)).await;
@@ -655,7 +654,7 @@ async fn dry_run_and_shadow_never_refuse_keyless_or_oversized_requests() {
         let clock = ManualClock::new();
         let limiter = gcra_limiter("1/s burst 1", &clock);
         let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
-            .mode(mode)
+            .headers(|h| h.mode = mode)
             .max_key_len(8)
             .oversized_key(OversizedKey::Reject)
             .build();
@@ -741,7 +740,7 @@ async fn a_pending_decision_serves_the_same_responses_as_a_ready_one() {
         l: Arc<L>,
     ) -> RateLimitLayer<L, HeaderKey> {
         RateLimitLayer::builder(l, HeaderKey::from_static("x-api-key"))
-            .headers_on_allowed(true)
+            .headers(|h| h.on_allowed = true)
             .build()
     }
     let ready = header_trace(
@@ -775,7 +774,7 @@ async fn a_pending_decision_in_shadow_mode_reaches_the_hook_and_the_handler() {
     let reports = Arc::new(Mutex::new(Vec::<(String, bool)>::new()));
     let seen = reports.clone();
     let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
-        .on_decision(move |r| seen.lock().unwrap().push((r.key().to_owned(), r.denied())))
+        .on_decision(move |r| seen.lock().unwrap().push((r.key.to_owned(), r.decision.is_denied())))
         .shadow_hook(|decision, parts| {
             if decision.is_denied() {
                 parts
@@ -863,8 +862,7 @@ async fn a_backend_error_answers_503_without_headers_and_never_allows() {
     let reports = Arc::new(Mutex::new(0u32));
     let seen = reports.clone();
     let layer = RateLimitLayer::builder(Arc::new(Broken), HeaderKey::from_static("x-api-key"))
-        .headers_on_allowed(true)
-        .legacy_headers(true)
+        .headers(|h| (h.on_allowed, h.legacy) = (true, true))
         .cost(|p: &http::request::Parts| {
             p.headers
                 .get("x-cost")
@@ -895,7 +893,7 @@ async fn a_backend_error_answers_503_without_headers_and_never_allows() {
 
     // Dry-run never refuses: the request passes, uncounted and without headers.
     let layer = RateLimitLayer::builder(Arc::new(Broken), HeaderKey::from_static("x-api-key"))
-        .mode(Mode::DryRun)
+        .headers(|h| h.mode = Mode::DryRun)
         .build();
     let (addr, client) = serve(hello().layer(layer)).await;
     let (status, h, body) = get_with(&client, addr, "/", &[("x-api-key", "k")]).await;
@@ -1051,8 +1049,7 @@ async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
     ) {
         assert_eq!(quota.unwrap().to_string(), policy);
         let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
-            .quota(quota)
-            .headers_on_allowed(true)
+            .headers(|h| (h.quota, h.on_allowed) = (quota, true))
             .build();
         let n = 1200;
         let (allowed, denied, secs) = paced_client(hello().layer(layer), &clock, n).await;
@@ -1109,9 +1106,7 @@ async fn every_drafts_fields_follow_its_grammar() {
             gcra_limiter("2/s burst 3", &clock),
             HeaderKey::from_static("x-api-key"),
         )
-        .draft(draft)
-        .legacy_headers(true)
-        .headers_on_allowed(true)
+        .headers(|h| (h.draft, h.legacy, h.on_allowed) = (draft, true, true))
         .build();
         let (addr, client) = serve(hello().layer(layer)).await;
         let mut statuses = Vec::new();
@@ -1183,7 +1178,7 @@ async fn plans_decide_and_advertise_each_requests_quota() {
     let limiter = gcra_limiter("2/s burst 2", &clock);
     let pro: Gcra = "10/s burst 5".parse().unwrap();
     let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
-        .headers_on_allowed(true)
+        .headers(|h| h.on_allowed = true)
         .plans(move |_parts, key| key.starts_with("pro_").then_some(pro))
         .build();
     let (addr, client) = serve(hello().layer(layer)).await;

@@ -88,8 +88,7 @@ fn same_headers_as_the_in_memory_layer_and_one_limit_for_two_servers() {
     rt().block_on(async {
         let layer = |l| {
             RateLimitLayer::builder(l, HeaderKey::from_static("x-api-key"))
-                .headers_on_allowed(true)
-                .legacy_headers(true)
+                .headers(|h| (h.on_allowed, h.legacy) = (true, true))
                 .build()
         };
         let redis: Arc<AsyncRedisLimiter<Gcra>> = Arc::new(
@@ -105,8 +104,7 @@ fn same_headers_as_the_in_memory_layer_and_one_limit_for_two_servers() {
             ManualClock::new(),
         ));
         let memory_layer = RateLimitLayer::builder(memory, HeaderKey::from_static("x-api-key"))
-            .headers_on_allowed(true)
-            .legacy_headers(true)
+            .headers(|h| (h.on_allowed, h.legacy) = (true, true))
             .build();
         let (memory_addr, _) = serve(hello().layer(memory_layer)).await;
 
@@ -202,7 +200,7 @@ fn the_hybrid_limiter_behind_the_layer_shares_one_limit_for_two_servers() {
         };
         let layer = |l: Arc<HybridLimiter<Gcra>>| {
             RateLimitLayer::builder(l, HeaderKey::from_static("x-api-key"))
-                .headers_on_allowed(true)
+                .headers(|h| h.on_allowed = true)
                 .build()
         };
         let (a, b) = (hybrid(), hybrid());
@@ -267,7 +265,7 @@ fn frozen_server(fail_mode: FailMode) {
                 .unwrap(),
         );
         let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
-            .headers_on_allowed(true)
+            .headers(|h| h.on_allowed = true)
             .build();
         let svc = layer.layer(tower::service_fn(|_: Request<String>| async {
             Ok::<_, Infallible>(Response::new(String::from("hello")))

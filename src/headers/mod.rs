@@ -5,16 +5,16 @@
 //! Enabled by the `http` feature (which `tower` turns on).
 //!
 //! ```
-//! use hotlimit::{algo::Gcra, headers::RateLimitHeaders, CasLimiter, ManualClock};
+//! use hotlimit::{algo::Gcra, headers::{Action, RateLimitHeaders}, CasLimiter, ManualClock};
 //! use http::{HeaderMap, StatusCode};
 //!
 //! let limiter = CasLimiter::<String, Gcra>::with_clock("100/s burst 10".parse()?, ManualClock::new());
 //! let headers = RateLimitHeaders::for_limiter(&limiter);
 //! for _ in 0..10 {
-//!     assert!(!headers.verdict(limiter.check("alice")).deny());
+//!     assert_eq!(headers.verdict(limiter.check("alice")).action, Action::Pass);
 //! }
 //! let verdict = headers.verdict(limiter.check("alice"));
-//! assert_eq!(verdict.status(), Some(StatusCode::TOO_MANY_REQUESTS));
+//! assert_eq!(verdict.action, Action::Answer(StatusCode::TOO_MANY_REQUESTS));
 //! let mut map = HeaderMap::new();
 //! verdict.apply(&mut map);
 //! assert_eq!(map["retry-after"], "1"); // 10 ms, rounded up to whole seconds
@@ -27,7 +27,7 @@
 //! # The fields
 //!
 //! They follow the newest draft-ietf-httpapi-ratelimit-headers by default
-//! ([`Draft::Ietf10`]); [`RateLimitHeaders::with_draft`] picks an older one, since the draft
+//! ([`Draft::Ietf10`]); [`RateLimitHeaders::draft`] picks an older one, since the draft
 //! still changes:
 //!
 //! | field | [`Draft::Ietf10`] (default), [`Draft::Ietf09`] | [`Draft::Ietf07`] |
@@ -68,9 +68,9 @@
 //!
 //! | mode | denied | allowed |
 //! |---|---|---|
-//! | [`Mode::Enforce`] | 429 with `Retry-After` and the fields | pass; the fields if [`RateLimitHeaders::with_on_allowed`] |
+//! | [`Mode::Enforce`] | 429 with `Retry-After` and the fields | pass; the fields if [`RateLimitHeaders::on_allowed`] |
 //! | [`Mode::DryRun`] | pass, with the fields (that is how a dry run reports) | pass, with the fields |
-//! | [`Mode::Shadow`] | pass, no fields (they would tip the client off); [`Verdict::shadow`] tells the application | pass; the fields if `with_on_allowed` |
+//! | [`Mode::Shadow`] | pass, no fields (they would tip the client off); [`Action::Shadow`] tells the application | pass; the fields if `on_allowed` |
 
 mod buf;
 mod quota;
@@ -84,8 +84,7 @@ pub(crate) use quota::ceil_secs;
 pub use quota::{AdvertisedQuota, InvalidPolicyName, QuotaPolicy};
 pub(crate) use render::Fields;
 #[cfg(feature = "tower")]
-pub(crate) use verdict::Action;
-pub use verdict::{HeaderField, RateLimitHeaders, Verdict};
+pub use verdict::{Action, HeaderField, RateLimitHeaders, Verdict};
 
 #[cfg(doc)]
 use crate::decision::Decision;
@@ -174,10 +173,10 @@ pub enum Mode {
     /// Never deny: every request goes through, and its response carries the rate-limit
     /// headers of the decision; for trying a limit on live traffic.
     DryRun,
-    /// Let every request through and leave the choice to the application ([`Verdict::shadow`]),
+    /// Let every request through and leave the choice to the application ([`Action::Shadow`]),
     /// which can, say, answer 200 but drop the side effect (a shadow ban). Denied requests get
     /// no rate-limit headers (they would tip the client off); allowed ones get them when
-    /// [`RateLimitHeaders::with_on_allowed`] is set.
+    /// [`RateLimitHeaders::on_allowed`] is set.
     Shadow,
 }
 

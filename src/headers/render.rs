@@ -40,9 +40,9 @@ impl Fields {
         if d.is_denied() {
             return Some(d.retry_after_nanos());
         }
-        Some(match self.headers.draft() {
+        Some(match self.headers.draft {
             Draft::Ietf07 | Draft::Ietf09 => reset,
-            Draft::Ietf10 => match self.headers.quota().and_then(|q| q.refill_interval()) {
+            Draft::Ietf10 => match self.headers.quota.and_then(|q| q.refill_interval()) {
                 // An allowed GCRA state is at most a burst ahead, and the next unit comes
                 // back when `reset` is a whole number of units again.
                 Some(t) if reset > 0 => {
@@ -69,8 +69,8 @@ impl Fields {
             );
         }
         let t = self.t_nanos().map(|ns| ns.div_ceil(1_000_000_000));
-        let ietf07 = h.draft() == Draft::Ietf07;
-        if let Some(q) = h.quota() {
+        let ietf07 = h.draft == Draft::Ietf07;
+        if let Some(q) = h.quota {
             emit(
                 RATELIMIT_POLICY,
                 header_value(|b| {
@@ -100,7 +100,7 @@ impl Fields {
         if let Some(r) = d.remaining() {
             let value = if ietf07 {
                 header_value(|b| {
-                    if let Some(q) = h.quota() {
+                    if let Some(q) = h.quota {
                         b.push(b"limit=")?;
                         b.push_u64(q.quota())?;
                         b.push(b", ")?;
@@ -116,7 +116,7 @@ impl Fields {
                     }
                 })
             } else {
-                let name = h.quota().map_or("default", |q| q.name());
+                let name = h.quota.map_or("default", |q| q.name());
                 header_value(|b| {
                     b.push(b"\"")?;
                     b.push(name.as_bytes())?;
@@ -133,8 +133,8 @@ impl Fields {
             };
             emit(RATELIMIT, value, true);
         }
-        if h.legacy() {
-            if let Some(q) = h.quota() {
+        if h.legacy {
+            if let Some(q) = h.quota {
                 emit(X_RATELIMIT_LIMIT, HeaderValue::from(q.quota()), false);
             }
             if let Some(r) = d.remaining() {

@@ -12,34 +12,42 @@ use http::{HeaderMap, StatusCode};
 ///
 /// ```
 /// use hotlimit::{algo::FixedWindow, CasLimiter, ManualClock, RateLimiter};
-/// use hotlimit::headers::{Draft, Mode, RateLimitHeaders};
+/// use hotlimit::headers::{Action, Draft, Mode, RateLimitHeaders};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
 /// let limiter = CasLimiter::<String, _>::with_clock(FixedWindow::new(2, Duration::from_secs(60))?, clock.clone());
-/// let headers = RateLimitHeaders::for_limiter(&limiter)
-///     .with_draft(Draft::Ietf07)
-///     .with_mode(Mode::DryRun);
+/// let mut headers = RateLimitHeaders::for_limiter(&limiter);
+/// (headers.draft, headers.mode) = (Draft::Ietf07, Mode::DryRun);
 /// limiter.check_n("alice", 2)?;
 /// clock.advance(Duration::from_secs(15));
 /// let verdict = headers.verdict(limiter.check("alice"));
-/// assert!(!verdict.deny()); // a dry run never denies...
+/// assert_eq!(verdict.action, Action::Pass); // a dry run never denies...
 /// let fields: Vec<_> = verdict.fields().map(|f| format!("{}: {}", f.name, f.value.to_str().unwrap())).collect();
 /// assert_eq!(fields, ["ratelimit-policy: 2;w=60", "ratelimit: limit=2, remaining=0, reset=45"]); // ...but reports
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RateLimitHeaders {
-    quota: Option<QuotaPolicy>,
-    draft: Draft,
-    mode: Mode,
-    legacy: bool,
-    on_allowed: bool,
+    /// The policy advertised (`None`: no `RateLimit-Policy` or `X-RateLimit-Limit`).
+    pub quota: Option<QuotaPolicy>,
+    /// The draft followed (default: the newest, [`Draft::Ietf10`]).
+    pub draft: Draft,
+    /// What a denial does (default [`Mode::Enforce`]).
+    pub mode: Mode,
+    /// Also send the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
+    /// `X-RateLimit-Reset` (default off).
+    pub legacy: bool,
+    /// The fields on allowed responses too (default off: only denials, and every response in
+    /// dry-run, carry them). A client pacing itself needs them.
+    pub on_allowed: bool,
 }
 
 impl RateLimitHeaders {
     /// Headers advertising `quota` (`None`: no `RateLimit-Policy` or `X-RateLimit-Limit`),
-    /// in [`Mode::Enforce`], the newest draft, without legacy fields, on denials only.
+    /// in [`Mode::Enforce`], the newest draft, without legacy fields, on denials only; set
+    /// the fields to change that.
     pub fn new(quota: Option<QuotaPolicy>) -> Self {
         Self {
             quota,
@@ -53,61 +61,6 @@ impl RateLimitHeaders {
     /// [`RateLimitHeaders::new`] with the limiter's own policy ([`AdvertisedQuota`]).
     pub fn for_limiter<L: AdvertisedQuota + ?Sized>(limiter: &L) -> Self {
         Self::new(limiter.advertised_quota())
-    }
-
-    /// The same, following `draft` (default: the newest, [`Draft::Ietf10`]).
-    pub fn with_draft(self, draft: Draft) -> Self {
-        Self { draft, ..self }
-    }
-
-    /// The same, in `mode` (default [`Mode::Enforce`]).
-    pub fn with_mode(self, mode: Mode) -> Self {
-        Self { mode, ..self }
-    }
-
-    /// The same, also sending the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
-    /// `X-RateLimit-Reset` (default off).
-    pub fn with_legacy(self, on: bool) -> Self {
-        Self { legacy: on, ..self }
-    }
-
-    /// The same, with the fields on allowed responses too (default off: only denials, and
-    /// every response in dry-run, carry them). A client pacing itself needs them.
-    pub fn with_on_allowed(self, on: bool) -> Self {
-        Self {
-            on_allowed: on,
-            ..self
-        }
-    }
-
-    /// The same, advertising `quota` instead.
-    pub fn with_quota(self, quota: Option<QuotaPolicy>) -> Self {
-        Self { quota, ..self }
-    }
-
-    /// The advertised policy.
-    pub fn quota(&self) -> Option<QuotaPolicy> {
-        self.quota
-    }
-
-    /// The draft the fields follow.
-    pub fn draft(&self) -> Draft {
-        self.draft
-    }
-
-    /// The mode.
-    pub fn mode(&self) -> Mode {
-        self.mode
-    }
-
-    /// Whether the legacy fields go out.
-    pub fn legacy(&self) -> bool {
-        self.legacy
-    }
-
-    /// Whether allowed responses carry the fields.
-    pub fn on_allowed(&self) -> bool {
-        self.on_allowed
     }
 
     /// What to do with a request the limiter decided `decision`: see the
@@ -173,50 +126,25 @@ impl RateLimitHeaders {
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[must_use]
 pub struct Verdict {
-    pub(crate) action: Action,
+    /// What to do with the request.
+    pub action: Action,
     pub(crate) fields: Option<Fields>,
 }
 
 /// What a [`Verdict`] does with the request.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Action {
+#[non_exhaustive]
+pub enum Action {
+    /// Pass it on to the service (allowed, or any request in [`Mode::DryRun`]).
     Pass,
+    /// [`Mode::Shadow`]: pass it on; the decision is for the application to act on.
     Shadow(Decision),
+    /// Answer it with this status instead of passing it on: 429 for a denial in
+    /// [`Mode::Enforce`], 413 for [`RateLimitHeaders::too_large`].
     Answer(StatusCode),
 }
 
 impl Verdict {
-    /// Whether to answer the request yourself ([`Verdict::status`]) instead of passing it on.
-    #[inline]
-    pub fn deny(&self) -> bool {
-        matches!(self.action, Action::Answer(_))
-    }
-
-    /// The status to answer with: 429 for a denial in [`Mode::Enforce`], 413 for
-    /// [`RateLimitHeaders::too_large`]; `None`: pass the request on.
-    #[inline]
-    pub fn status(&self) -> Option<StatusCode> {
-        match self.action {
-            Action::Answer(status) => Some(status),
-            Action::Pass | Action::Shadow(_) => None,
-        }
-    }
-
-    /// In [`Mode::Shadow`], the decision, for the application to act on.
-    #[inline]
-    pub fn shadow(&self) -> Option<Decision> {
-        match self.action {
-            Action::Shadow(decision) => Some(decision),
-            Action::Pass | Action::Answer(_) => None,
-        }
-    }
-
-    /// Whether the response gets header fields.
-    #[inline]
-    pub fn has_fields(&self) -> bool {
-        self.fields.is_some()
-    }
-
     /// Adds the header fields to a response's `headers` (the two IETF fields are appended, the
     /// others replace a value already there).
     pub fn apply(&self, headers: &mut HeaderMap) {

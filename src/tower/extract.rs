@@ -20,8 +20,8 @@ use std::ops::Deref;
 /// use hotlimit::tower::Key;
 /// use std::net::{IpAddr, Ipv4Addr};
 ///
-/// assert_eq!(Key::borrowed("alice").as_str(), "alice");
-/// assert_eq!(Key::owned(String::from("bob")).as_str(), "bob");
+/// assert_eq!(Key::from("alice").as_str(), "alice");
+/// assert_eq!(Key::from(String::from("bob")).as_str(), "bob");
 /// assert_eq!(Key::from(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7))).as_str(), "203.0.113.7");
 /// ```
 #[derive(Clone)]
@@ -59,16 +59,6 @@ fn write_v4(buf: &mut Inline, ip: std::net::Ipv4Addr) -> fmt::Result {
 }
 
 impl<'a> Key<'a> {
-    /// A key borrowed from the request (a header value, a path segment).
-    pub fn borrowed(key: &'a str) -> Self {
-        Key(Repr::Borrowed(key))
-    }
-
-    /// A key built for this request.
-    pub fn owned(key: String) -> Self {
-        Key(Repr::Owned(key))
-    }
-
     /// A key formatted on the stack (an IP address, a hash).
     pub(super) fn inline(key: Inline) -> Key<'static> {
         Key(Repr::Inline(key))
@@ -104,6 +94,20 @@ impl<'a> Key<'a> {
             ip => write!(inline, "{ip}"),
         };
         Key::inline(inline)
+    }
+}
+
+/// A key borrowed from the request (a header value, a path segment).
+impl<'a> From<&'a str> for Key<'a> {
+    fn from(key: &'a str) -> Self {
+        Key(Repr::Borrowed(key))
+    }
+}
+
+/// A key built for this request.
+impl From<String> for Key<'static> {
+    fn from(key: String) -> Self {
+        Key(Repr::Owned(key))
     }
 }
 
@@ -158,7 +162,7 @@ where
     F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
 {
     fn extract<'a>(&self, parts: &'a Parts) -> Option<Key<'a>> {
-        self(parts).map(Key::owned)
+        self(parts).map(Key::from)
     }
 }
 
@@ -271,7 +275,7 @@ impl KeyExtractor for PeerIp {
 
 /// Which forwarded header [`ForwardedIp`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ForwardedHeader {
+enum ForwardedHeader {
     /// `X-Forwarded-For: client, proxy1, proxy2` (the de facto standard).
     XForwardedFor,
     /// `Forwarded: for=client, for=proxy1` (RFC 7239); the `for=` parameter of each element.
@@ -318,7 +322,7 @@ pub struct ForwardedIp {
 impl ForwardedIp {
     /// Reads `header`, behind `trusted_proxies` proxies (0 is taken as 1: the header is only
     /// there because a proxy wrote it).
-    pub fn new(header: ForwardedHeader, trusted_proxies: usize) -> Self {
+    fn new(header: ForwardedHeader, trusted_proxies: usize) -> Self {
         Self {
             header,
             trusted_proxies: trusted_proxies.max(1),
@@ -326,7 +330,8 @@ impl ForwardedIp {
         }
     }
 
-    /// Reads `X-Forwarded-For` behind `trusted_proxies` proxies.
+    /// Reads `X-Forwarded-For` behind `trusted_proxies` proxies (0 is taken as 1: the header
+    /// is only there because a proxy wrote it).
     pub fn x_forwarded_for(trusted_proxies: usize) -> Self {
         Self::new(ForwardedHeader::XForwardedFor, trusted_proxies)
     }
@@ -458,7 +463,7 @@ impl KeyExtractor for HeaderKey {
             .to_str()
             .ok()
             .filter(|v| !v.is_empty())
-            .map(Key::borrowed)
+            .map(Key::from)
     }
 }
 

@@ -59,7 +59,7 @@ where
     /// `AsyncRedisLimiter` (one limit shared by every instance; the response future awaits
     /// the round trip). For a limiter without a quota to advertise (a `ShardedLimiter`, your
     /// own), pass it as `Arc<dyn RateLimiter<str>>` and set the policy with
-    /// [`LayerBuilder::quota`].
+    /// [`LayerBuilder::headers`] (`quota`).
     pub fn builder(limiter: Arc<L>, key: X) -> LayerBuilder<L, X, UnitCost, NoPlans> {
         let headers = RateLimitHeaders::for_limiter(&*limiter);
         LayerBuilder {
@@ -167,7 +167,7 @@ where
 {
     /// Refuses in enforce mode; lets through uncounted otherwise.
     fn refuse(&self, status: StatusCode) -> Outcome {
-        match self.headers.mode() {
+        match self.headers.mode {
             Mode::Enforce => Outcome::Refuse(Some(status)),
             Mode::DryRun | Mode::Shadow => Outcome::Refuse(None),
         }
@@ -184,7 +184,7 @@ where
         let key = match self.key.extract(parts) {
             Some(key) if !key.as_str().is_empty() => key,
             _ => match &self.missing {
-                MissingKey::Fallback(k) => Key::borrowed(k),
+                MissingKey::Fallback(k) => Key::from(&**k),
                 MissingKey::Reject => return Stage::Now(self.refuse(StatusCode::BAD_REQUEST)),
             },
         };
@@ -231,13 +231,14 @@ where
     ) -> Outcome {
         // The request's plan's policy, under the layer's policy's name (nested layers keep
         // theirs), if it has a plan; else the layer's.
-        let headers = match (policy, self.headers.quota()) {
-            (None, _) => self.headers,
-            (Some(Some(plan)), Some(own)) => self
-                .headers
-                .with_quota(Some(plan.named(own.name()).unwrap_or(plan))),
-            (Some(_), _) => self.headers.with_quota(None),
-        };
+        let mut headers = self.headers;
+        match (policy, self.headers.quota) {
+            (None, _) => {}
+            (Some(Some(plan)), Some(own)) => {
+                headers.quota = Some(plan.named(own.name()).unwrap_or(plan));
+            }
+            (Some(_), _) => headers.quota = None,
+        }
         let decision = match result {
             Ok(d) => d,
             Err(e) => {
@@ -257,7 +258,7 @@ where
                 key,
                 cost,
                 decision,
-                mode: self.headers.mode(),
+                mode: self.headers.mode,
             });
         }
         Outcome::Verdict(headers.verdict(decision))

@@ -59,14 +59,14 @@
 //!
 //! The [`headers`](crate::headers) module renders them, and its docs say what each field
 //! means: `Retry-After` on denials, the `RateLimit-Policy` / `RateLimit` pair of the newest
-//! draft-ietf-httpapi-ratelimit-headers ([`LayerBuilder::draft`] picks an older one), the legacy
+//! draft-ietf-httpapi-ratelimit-headers ([`LayerBuilder::headers`] picks an older one), the legacy
 //! `X-RateLimit-*` fields on request ([`LayerBuilder::legacy_headers`]). The policy is the limiter's
 //! sustained rate over a whole-second window ([`AdvertisedQuota`]; `"default";q=5;w=1` above
 //! is 5 per second), its burst the vendor parameter `hotlimit-burst`, so a client that spaces
 //! its requests `w/q` apart gets the whole rate without a 429; for such a client, set
-//! [`LayerBuilder::headers_on_allowed`]. All values come from the very [`Decision`] that decided the
+//! [`RateLimitHeaders::on_allowed`](crate::headers::RateLimitHeaders::on_allowed). All values come from the very [`Decision`] that decided the
 //! request. Denials always carry the headers; allowed responses carry them when
-//! [`LayerBuilder::headers_on_allowed`] is set; dry-run responses always carry them (that is how a
+//! [`RateLimitHeaders::on_allowed`](crate::headers::RateLimitHeaders::on_allowed) is set; dry-run responses always carry them (that is how a
 //! dry run reports). The two IETF fields are lists and are appended, so nested layers (per IP,
 //! then per API key) advertise both policies: give them distinct names
 //! ([`QuotaPolicy::named`]).
@@ -158,7 +158,7 @@ mod options;
 mod plan;
 
 pub use cost::{RequestCost, UnitCost};
-pub use extract::{ForwardedHeader, ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
+pub use extract::{ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
 pub use layer::{Pending, RateLimit, RateLimitLayer, ResponseFuture};
 pub use options::{LayerBuilder, MissingKey, OversizedKey, Report, ShadowDecision};
 pub use plan::{NoPlans, PlanLimiter, Planned, Plans, RequestPlan};

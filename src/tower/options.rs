@@ -6,7 +6,7 @@ use super::plan::{NoPlans, PlanLimiter, Plans, RequestPlan};
 use super::{AdvertisedQuota, DEFAULT_MAX_KEY_LEN};
 use super::{KeyExtractor, RateLimitLayer, RequestCost, UnitCost};
 use crate::decision::Decision;
-use crate::headers::{Draft, Mode, QuotaPolicy, RateLimitHeaders};
+use crate::headers::{Mode, RateLimitHeaders};
 use crate::limiter::AsyncRateLimiter;
 use http::request::Parts;
 use std::borrow::Cow;
@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// ```
 /// use hotlimit::tower::MissingKey;
 ///
-/// let anonymous = MissingKey::fallback("anonymous"); // all keyless requests share one budget
+/// let anonymous = MissingKey::Fallback("anonymous".into()); // all keyless requests share one budget
 /// assert_ne!(anonymous, MissingKey::Reject);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -31,13 +31,6 @@ pub enum MissingKey {
     Reject,
     /// Count it under this key, shared by every keyless request.
     Fallback(Cow<'static, str>),
-}
-
-impl MissingKey {
-    /// [`MissingKey::Fallback`] to `key`.
-    pub fn fallback(key: impl Into<Cow<'static, str>>) -> Self {
-        MissingKey::Fallback(key.into())
-    }
 }
 
 /// What to do with a key longer than [`LayerBuilder::max_key_len`].
@@ -66,39 +59,17 @@ pub struct ShadowDecision(pub Decision);
 
 /// What [`LayerBuilder::on_decision`] is told about each decided request.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Report<'a> {
-    pub(super) key: &'a str,
-    pub(super) cost: u64,
-    pub(super) decision: Decision,
-    pub(super) mode: Mode,
-}
-
-impl<'a> Report<'a> {
     /// The key the request was counted under (after [`MissingKey`] and [`OversizedKey`]).
-    pub fn key(&self) -> &'a str {
-        self.key
-    }
-
+    pub key: &'a str,
     /// The request's cost.
-    pub fn cost(&self) -> u64 {
-        self.cost
-    }
-
-    /// The limiter's decision.
-    pub fn decision(&self) -> Decision {
-        self.decision
-    }
-
-    /// The layer's mode.
-    pub fn mode(&self) -> Mode {
-        self.mode
-    }
-
-    /// Whether the limiter denied the request: answered 429 in [`Mode::Enforce`], "would have
+    pub cost: u64,
+    /// The limiter's decision: a denial was answered 429 in [`Mode::Enforce`], "would have
     /// been denied" in the other modes.
-    pub fn denied(&self) -> bool {
-        self.decision.is_denied()
-    }
+    pub decision: Decision,
+    /// The layer's mode.
+    pub mode: Mode,
 }
 
 type OnDecision = Box<dyn Fn(&Report<'_>) + Send + Sync>;
@@ -134,10 +105,9 @@ pub(super) struct Shared<L: ?Sized, X, C, P> {
 /// let would_deny = Arc::new(AtomicU64::new(0));
 /// let counter = would_deny.clone();
 /// let layer = RateLimitLayer::builder(limiter, ForwardedIp::x_forwarded_for(1))
-///     .mode(Mode::DryRun)
-///     .on_decision(move |r| if r.denied() { counter.fetch_add(1, Ordering::Relaxed); })
-///     .missing_key(MissingKey::fallback("unknown-client"))
-///     .legacy_headers(true)
+///     .headers(|h| (h.mode, h.legacy) = (Mode::DryRun, true))
+///     .on_decision(move |r| if r.decision.is_denied() { counter.fetch_add(1, Ordering::Relaxed); })
+///     .missing_key(MissingKey::Fallback("unknown-client".into()))
 ///     .build();
 /// # let _ = layer;
 /// # Ok::<(), hotlimit::ConfigError>(())
@@ -211,7 +181,7 @@ where
     /// on the key's one state whatever the plan (see
     /// [`Request::quota`](crate::Request::quota)), and the headers advertise the
     /// plan's policy (its [`AdvertisedQuota`], under the name of the layer's policy; none if
-    /// [`LayerBuilder::quota`] is `None`). A plan
+    /// [`RateLimitHeaders::quota`] is `None`). A plan
     /// whose quota cannot read the limiter's states (another window, say) is a
     /// misconfiguration: answered `503` in [`Mode::Enforce`], never an allow.
     ///
@@ -236,9 +206,23 @@ where
         self.rebuild(|cost, _| (cost, Plans::new(pick)))
     }
 
-    /// The mode (default [`Mode::Enforce`]).
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.shared.headers = self.shared.headers.with_mode(mode);
+    /// The mode, the policy advertised and which fields go out, set on the layer's
+    /// [`RateLimitHeaders`]: by default [`Mode::Enforce`], the limiter's
+    /// [`AdvertisedQuota`] (`quota = None` leaves `RateLimit-Policy` and `X-RateLimit-Limit`
+    /// out), the newest draft, no legacy fields, fields on denials only.
+    ///
+    /// ```
+    /// # use hotlimit::{algo::Gcra, headers::{Draft, Mode}, tower::{HeaderKey, RateLimitLayer}, CasLimiter};
+    /// # use std::sync::Arc;
+    /// # let limiter = Arc::new(CasLimiter::<String, Gcra>::new("10/s".parse()?));
+    /// let layer = RateLimitLayer::builder(limiter, HeaderKey::new(http::header::AUTHORIZATION))
+    ///     .headers(|h| (h.mode, h.draft, h.on_allowed) = (Mode::DryRun, Draft::Ietf07, true))
+    ///     .build();
+    /// # let _ = layer;
+    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// ```
+    pub fn headers(mut self, set: impl FnOnce(&mut RateLimitHeaders)) -> Self {
+        set(&mut self.shared.headers);
         self
     }
 
@@ -253,41 +237,13 @@ where
     /// Sets [`Mode::Shadow`] and calls `hook` for every decided request, after the
     /// [`ShadowDecision`] is inserted, with the request's head to inspect or change (add a
     /// header for the upstream, an extension for the handler). The hook runs in shadow mode
-    /// only: a later [`LayerBuilder::mode`] to another mode disables it.
+    /// only: a later [`LayerBuilder::headers`] setting another mode disables it.
     pub fn shadow_hook(
         mut self,
         hook: impl Fn(&Decision, &mut Parts) + Send + Sync + 'static,
     ) -> Self {
-        self.shared.headers = self.shared.headers.with_mode(Mode::Shadow);
+        self.shared.headers.mode = Mode::Shadow;
         self.shared.shadow_hook = Some(Box::new(hook));
-        self
-    }
-
-    /// The policy advertised in `RateLimit-Policy` and `X-RateLimit-Limit` (default: the
-    /// limiter's [`AdvertisedQuota`]); `None` leaves those fields out.
-    pub fn quota(mut self, quota: Option<QuotaPolicy>) -> Self {
-        self.shared.headers = self.shared.headers.with_quota(quota);
-        self
-    }
-
-    /// The revision of draft-ietf-httpapi-ratelimit-headers the fields follow (default: the
-    /// newest, [`Draft::Ietf10`]).
-    pub fn draft(mut self, draft: Draft) -> Self {
-        self.shared.headers = self.shared.headers.with_draft(draft);
-        self
-    }
-
-    /// Also send the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
-    /// `X-RateLimit-Reset` (default off).
-    pub fn legacy_headers(mut self, on: bool) -> Self {
-        self.shared.headers = self.shared.headers.with_legacy(on);
-        self
-    }
-
-    /// Add the rate-limit headers to allowed responses too (default off: only denials, and
-    /// every response in dry-run, carry them). A client pacing itself by them needs them.
-    pub fn headers_on_allowed(mut self, on: bool) -> Self {
-        self.shared.headers = self.shared.headers.with_on_allowed(on);
         self
     }
 

@@ -196,11 +196,9 @@ where
     L: RateLimiter<str> + AdvertisedQuota + 'static,
 {
     // The fields on allowed responses too, as examples/proxy.rs: clients can pace themselves.
-    let headers = RateLimitHeaders::for_limiter(&limiter)
-        .with_mode(args.mode)
-        .with_draft(args.draft)
-        .with_legacy(args.legacy_headers)
-        .with_on_allowed(true);
+    let mut headers = RateLimitHeaders::for_limiter(&limiter);
+    (headers.mode, headers.draft) = (args.mode, args.draft);
+    (headers.legacy, headers.on_allowed) = (args.legacy_headers, true);
     // Resolved once: pingora would resolve a host name for every request.
     let upstream = args
         .upstream

@@ -2,7 +2,7 @@
 //! it on, and add the rate-limit headers to the upstream's response.
 
 use async_trait::async_trait;
-use hotlimit::headers::{HeaderField, Mode, RateLimitHeaders, Verdict};
+use hotlimit::headers::{Action, HeaderField, Mode, RateLimitHeaders, Verdict};
 use hotlimit::tower::{ForwardedIp, Key, KeyExtractor};
 use hotlimit::RateLimiter;
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
@@ -106,23 +106,23 @@ impl<L: RateLimiter<str> + 'static> ProxyHttp for RateLimitProxy<L> {
         // the other modes, which never deny.
         let key = match self.key.key(session) {
             Some(key) if !key.as_str().is_empty() => key,
-            _ if self.headers.mode() == Mode::Enforce => {
+            _ if self.headers.mode == Mode::Enforce => {
                 answer(session, 400, std::iter::empty()).await?;
                 return Ok(true);
             }
             _ => return Ok(false),
         };
         let decision = self.limiter.check(key.as_str());
-        if decision.is_denied() && self.headers.mode() != Mode::Enforce {
+        if decision.is_denied() && self.headers.mode != Mode::Enforce {
             eprintln!(
                 "{}: would deny {} (retry after {:?})",
-                self.headers.mode(),
+                self.headers.mode,
                 key.as_str(),
                 decision.retry_after()
             );
         }
         let verdict = self.headers.verdict(decision);
-        if let Some(status) = verdict.status() {
+        if let Action::Answer(status) = verdict.action {
             answer(session, status.as_u16(), verdict.fields()).await?;
             return Ok(true);
         }
@@ -155,14 +155,14 @@ impl<L: RateLimiter<str> + 'static> ProxyHttp for RateLimitProxy<L> {
         }
         // Shadow mode: the upstream decides what a denial means (answer as usual but skip the
         // work, log it, ...). A client's own `hotlimit-shadow` is replaced, never trusted.
-        if self.headers.mode() == Mode::Shadow {
-            match ctx.verdict.and_then(|v| v.shadow()) {
-                Some(d) => {
+        if self.headers.mode == Mode::Shadow {
+            match ctx.verdict.map(|v| v.action) {
+                Some(Action::Shadow(d)) => {
                     let value = if d.is_denied() { "denied" } else { "allowed" };
                     upstream_request.insert_header(SHADOW_HEADER, value)?;
                 }
                 // No key, so no decision.
-                None => {
+                _ => {
                     upstream_request.remove_header(&SHADOW_HEADER);
                 }
             }
