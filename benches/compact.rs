@@ -59,7 +59,7 @@ fn time<F: Fn(u64) + Sync>(threads: usize, ops: usize, seqs: &[Vec<u64>], check:
 /// Child process: RSS growth per key after inserting `keys` keys into one store.
 fn measure_rss(variant: &str, keys: u64) -> f64 {
     let before = rss_bytes();
-    let clock = hotlimit::ManualClock::new();
+    let clock = hotlimit::ManualClock::default();
     // Each arm reads the RSS while its store is still alive.
     let after = match variant {
         "compact" => {
@@ -285,7 +285,7 @@ fn main() {
         .unwrap();
     let compact_manual = CompactLimiter::<u64, Gcra>::builder(algo)
         .max_keys(KEYS as usize)
-        .clock(hotlimit::ManualClock::new())
+        .clock(hotlimit::ManualClock::default())
         .build()
         .unwrap();
     let coarse = CoarseClock::new(Duration::from_millis(1));

@@ -79,7 +79,12 @@ fn filled<C: Clock>(
 /// Child process: RSS growth for 1M keys in one variant (the compact store's table included).
 fn measure_rss(variant: &str) -> f64 {
     let before = rss_bytes();
-    let limiter = filled(variant, gcra(), ManualClock::new(), Duration::from_secs(1));
+    let limiter = filled(
+        variant,
+        gcra(),
+        ManualClock::default(),
+        Duration::from_secs(1),
+    );
     let after = rss_bytes();
     black_box(&limiter);
     (after - before) as f64 / KEYS as f64
@@ -97,7 +102,7 @@ fn child_rss(variant: &str) -> String {
 /// finishes papaya's pending incremental resize) and the next one; then all idle (all
 /// evicted).
 fn sweep_times(variant: &str) -> (Duration, Duration, Duration) {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = filled(variant, gcra(), clock.clone(), Duration::ZERO);
     let first = limiter.sweep();
     let live = limiter.sweep();

@@ -41,7 +41,7 @@ fn main() {
         ("key-bob", "free"),
         ("key-carol", "free"),
     ];
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     // The limiter's own quota is the smallest plan; every request brings its key's.
     let limiter = CasLimiter::<String, Gcra, _>::with_clock(plans["free"], clock.clone());
     let mut tally: BTreeMap<&str, Tally> = BTreeMap::new();

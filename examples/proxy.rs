@@ -41,8 +41,7 @@ use clap::Parser;
 use hotlimit::algo::Gcra;
 use hotlimit::headers::{AdvertisedQuota, Draft, Mode};
 use hotlimit::tower::{
-    ForwardedIp, HeaderKey, Key, KeyExtractor, PeerIp, RateLimitLayer,
-    ShadowDecision,
+    ForwardedIp, HeaderKey, Key, KeyExtractor, PeerIp, RateLimitLayer, ShadowDecision,
 };
 use hotlimit::{AsyncRateLimiter, CasLimiter, Rate};
 use http::request::Parts;
@@ -174,7 +173,10 @@ where
 {
     let mode = args.mode;
     let layer = RateLimitLayer::builder(limiter, args.key.clone())
-        .headers(|h| (h.mode, h.on_allowed, h.legacy, h.draft) = (mode, true, args.legacy_headers, args.draft))
+        .headers(|h| {
+            (h.mode, h.on_allowed, h.legacy, h.draft) =
+                (mode, true, args.legacy_headers, args.draft)
+        })
         .on_decision(move |r| {
             if r.decision.is_denied() && mode != Mode::Enforce {
                 eprintln!(

@@ -421,7 +421,7 @@ impl Setup<'_> {
             Some(policy) => with_policy(algo, policy),
             None => algo,
         };
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         match (self.store, self.variant) {
             (Store::Papaya, Variant::Cas) => {
                 let limiter = CasLimiter::<String, A>::with_clock(algo, clock.clone());
@@ -503,7 +503,7 @@ fn replay<L: RateLimiter<str> + ?Sized>(
             ));
         }
         last_nanos = request.nanos;
-        clock.set_nanos(request.nanos);
+        clock.set(Duration::from_nanos(request.nanos));
         let decision = limiter
             .check_n(request.key, request.cost)
             .map_err(|e| Fatal::line(number, e))?;

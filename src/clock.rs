@@ -22,7 +22,7 @@ use std::time::Duration;
 /// use hotlimit::{Clock, ManualClock};
 /// use std::time::Duration;
 ///
-/// let clock = ManualClock::new();
+/// let clock = ManualClock::default();
 /// assert_eq!(clock.now(), 0);
 /// clock.advance(Duration::from_millis(5));
 /// assert_eq!(clock.now(), 5_000_000);
@@ -280,7 +280,7 @@ impl Drop for Ticker {
 
 /// A clock that only moves when told to: for tests, simulation and trace replay.
 ///
-/// It starts at 0. Clones are handles to the same time, so a test keeps one handle and gives
+/// It starts at 0 ([`ManualClock::default`]). Clones are handles to the same time, so a test keeps one handle and gives
 /// the limiter another. Moving it backwards is allowed (the algorithms tolerate it).
 ///
 /// # Examples
@@ -289,7 +289,7 @@ impl Drop for Ticker {
 /// use hotlimit::{Clock, ManualClock};
 /// use std::time::Duration;
 ///
-/// let clock = ManualClock::new();
+/// let clock = ManualClock::default();
 /// let handle = clock.clone();
 /// handle.set(Duration::from_secs(2));
 /// handle.advance(Duration::from_millis(250));
@@ -301,18 +301,9 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
-    /// A clock at time 0.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Moves the clock forward by `by` (saturating at `u64::MAX` nanoseconds).
     pub fn advance(&self, by: Duration) {
-        self.advance_nanos(duration_to_nanos(by));
-    }
-
-    /// Moves the clock forward by `nanos` nanoseconds (saturating).
-    pub fn advance_nanos(&self, nanos: u64) {
+        let nanos = duration_to_nanos(by);
         // fetch_update rather than fetch_add: saturate instead of wrapping around to 0.
         let _ = self
             .nanos
@@ -323,12 +314,7 @@ impl ManualClock {
 
     /// Sets the clock to `at` after its origin (saturating at `u64::MAX` nanoseconds).
     pub fn set(&self, at: Duration) {
-        self.set_nanos(duration_to_nanos(at));
-    }
-
-    /// Sets the clock to `nanos` nanoseconds after its origin.
-    pub fn set_nanos(&self, nanos: u64) {
-        self.nanos.store(nanos, Ordering::Release);
+        self.nanos.store(duration_to_nanos(at), Ordering::Release);
     }
 }
 
@@ -355,9 +341,9 @@ mod tests {
 
     #[test]
     fn manual_clock_saturates_and_can_step_back() {
-        let c = ManualClock::new();
-        c.set_nanos(u64::MAX - 1);
-        c.advance_nanos(10);
+        let c = ManualClock::default();
+        c.set(Duration::from_nanos(u64::MAX - 1));
+        c.advance(Duration::from_nanos(10));
         assert_eq!(c.now(), u64::MAX);
         c.set(Duration::from_secs(1));
         assert_eq!(c.now(), 1_000_000_000);

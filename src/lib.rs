@@ -6,7 +6,7 @@
 //! use std::time::Duration;
 //!
 //! // 10 requests per second per client, bursts of up to 5.
-//! let clock = ManualClock::new(); // tests and replays; `CasLimiter::new` uses the TSC clock
+//! let clock = ManualClock::default(); // tests and replays; `CasLimiter::new` uses the TSC clock
 //! let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 5".parse()?, clock.clone());
 //!
 //! for _ in 0..5 {

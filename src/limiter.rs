@@ -28,8 +28,8 @@ use std::future::{ready, Future, Ready};
 ///     (0..n).filter(|_| l.check("k").is_allowed()).count()
 /// }
 /// let g: Gcra = "10/s burst 3".parse()?;
-/// assert_eq!(admitted(&CasLimiter::<String, _>::with_clock(g, ManualClock::new()), 10), 3);
-/// assert_eq!(admitted(&MutexLimiter::<String, _>::with_clock(g, ManualClock::new()), 10), 3);
+/// assert_eq!(admitted(&CasLimiter::<String, _>::with_clock(g, ManualClock::default()), 10), 3);
+/// assert_eq!(admitted(&MutexLimiter::<String, _>::with_clock(g, ManualClock::default()), 10), 3);
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 pub trait RateLimiter<Q: ?Sized>: Send + Sync {
@@ -108,7 +108,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 ///     }
 ///     allowed
 /// }
-/// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 3".parse()?, ManualClock::new());
+/// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 3".parse()?, ManualClock::default());
 /// let rt = tokio::runtime::Builder::new_current_thread().build()?;
 /// assert_eq!(rt.block_on(admitted(&l, 10)), 3);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -218,7 +218,7 @@ pub(crate) mod sealed {
 /// use hotlimit::{algo::Algorithm, CasLimiter, ManualClock};
 ///
 /// fn first_two<A: Algorithm>(algo: A) -> [bool; 2] {
-///     let l = CasLimiter::<u64, A>::with_clock(algo, ManualClock::new());
+///     let l = CasLimiter::<u64, A>::with_clock(algo, ManualClock::default());
 ///     [l.check(&1).is_allowed(), l.check(&1).is_allowed()]
 /// }
 /// assert_eq!(first_two("1/s".parse::<hotlimit::algo::Gcra>()?), [true, false]);
@@ -281,7 +281,7 @@ mod tests {
     #[test]
     fn every_in_memory_limiter_decides_at_once() {
         let g: Gcra = "10/s burst 2".parse().unwrap();
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let cas = CasLimiter::<String, Gcra, _>::with_clock(g, clock.clone());
         ready_future::<str, _>(&cas);
         ready_future::<str, _>(&MutexLimiter::<String, Gcra, _>::with_clock(

@@ -29,7 +29,7 @@ use std::fmt;
 ///
 /// let limiter = CasLimiter::<String, _>::with_clock(
 ///     Live::new("100/s burst 100".parse::<Gcra>()?),
-///     ManualClock::new(),
+///     ManualClock::default(),
 /// );
 /// let allowed = (0..150).filter(|_| limiter.check("k").is_allowed()).count();
 /// assert_eq!(allowed, 100);

@@ -137,7 +137,7 @@ mod compact {
 
     fn limiter<V: CompactVariant<Gcra>>(policy: Policy) -> (Limiter<V>, ManualClock) {
         let g = "100/s burst 1".parse::<Gcra>().unwrap().with_policy(policy);
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let l = CompactLimiter::builder(g)
             .max_keys(3)
             .clock(clock.clone())
@@ -160,7 +160,7 @@ mod compact {
     fn concurrent_inserts<V: CompactVariant<Gcra>>() {
         loom::model(|| {
             let (l, clock) = limiter::<V>(Policy::Leaky);
-            clock.set_nanos(NOW);
+            clock.set(Duration::from_nanos(NOW));
             let l = Arc::new(l);
             let hs: Vec<_> = (0..2)
                 .map(|_| {
@@ -205,7 +205,7 @@ mod compact {
             if prefill {
                 assert!(l.check(&7).is_allowed()); // tat = T
             }
-            clock.set_nanos(NOW); // 7 is idle now
+            clock.set(Duration::from_nanos(NOW)); // 7 is idle now
             let l = Arc::new(l);
             let a = {
                 let l = l.clone();
@@ -265,10 +265,10 @@ mod compact {
             let (l, clock) = limiter::<Cas>(Policy::Leaky);
             // tat = t + T: 7 at 10 ms, the others after it; none idle at 5 ms.
             for (i, key) in [7u64, 8, 9, 10].into_iter().enumerate() {
-                clock.set_nanos(i as u64 * 1_000_000);
+                clock.set(Duration::from_nanos(i as u64 * 1_000_000));
                 assert!(l.check(&key).is_allowed());
             }
-            clock.set_nanos(5_000_000);
+            clock.set(Duration::from_nanos(5_000_000));
             let l = Arc::new(l);
             let a = {
                 let l = l.clone();

@@ -136,7 +136,7 @@ impl<Q: ?Sized, T: sealed::Lookup<Q>> Keys<Q> for T {}
 /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
 /// use std::time::Duration;
 ///
-/// let clock = ManualClock::new();
+/// let clock = ManualClock::default();
 /// let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 2".parse()?, clock.clone());
 /// assert!(limiter.check("alice").is_allowed());
 /// assert!(limiter.check("alice").is_allowed());
@@ -250,7 +250,7 @@ impl<S: Store> Limiter<S> {
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
-    /// let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::new());
+    /// let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::default());
     /// assert!(limiter.request("k").peek()?.is_allowed());
     /// assert_eq!(limiter.len(), 0); // a peek counts nothing, inserts nothing
     /// assert!(limiter.check("k").is_allowed());
@@ -279,7 +279,7 @@ impl<S: Store> Limiter<S> {
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
-    /// let l = CasLimiter::<u64, Gcra>::with_clock("10/s burst 2".parse()?, ManualClock::new());
+    /// let l = CasLimiter::<u64, Gcra>::with_clock("10/s burst 2".parse()?, ManualClock::default());
     /// let mut out = Vec::new();
     /// l.check_batch(&[7, 8, 7, 7], &mut out);
     /// let allowed: Vec<bool> = out.iter().map(|d| d.is_allowed()).collect();
@@ -372,7 +372,7 @@ impl<S: Store> Limiter<S> {
     /// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
     ///
     /// let limiter = CompactLimiter::<u64, Gcra>::builder("10/s burst 2".parse()?)
-    ///     .clock(ManualClock::new())
+    ///     .clock(ManualClock::default())
     ///     .metrics(true)
     ///     .build()?;
     /// let allowed = [1, 1, 1, 2].map(|key| limiter.check(&key).is_allowed());
@@ -550,7 +550,7 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
     /// #         }
     /// #     }
     /// # }
-    /// let clock = ManualClock::new();
+    /// let clock = ManualClock::default();
     /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
     /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
     /// // With tokio: `limiter.request(&1).until_ready(tokio::time::sleep).await`.
@@ -579,7 +579,7 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
     ///
-    /// let clock = ManualClock::new();
+    /// let clock = ManualClock::default();
     /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
     /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
     /// assert!(limiter.request(&1).until_ready_blocking()?.is_allowed());
@@ -619,7 +619,7 @@ impl<'a, S: Keys<Q> + Store<Algo = Gcra> + Send + Sync, Q: ?Sized>
     /// use hotlimit::{algo::{Gcra, Reservation}, CasLimiter, ManualClock};
     /// use std::time::Duration;
     ///
-    /// let l = CasLimiter::<u32, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::new());
+    /// let l = CasLimiter::<u32, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::default());
     /// let wait = Duration::from_secs(1);
     /// assert_eq!(l.request(&7).reserve(wait)?, Reservation::Admitted { delay: Duration::ZERO });
     /// assert_eq!(l.request(&7).reserve(wait)?, Reservation::Admitted { delay: Duration::from_millis(100) });

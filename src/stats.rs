@@ -105,7 +105,7 @@ impl Stats {
 /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
 ///
 /// let limiter = CasLimiter::<u64, Gcra, _>::builder("10/s burst 2".parse()?)
-///     .clock(ManualClock::new())
+///     .clock(ManualClock::default())
 ///     .metrics(true)
 ///     .build()?;
 /// let allowed = [1, 1, 1, 2].map(|key| limiter.check(&key).is_allowed());

@@ -24,7 +24,7 @@ use std::time::Duration;
 /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
 /// use std::time::Duration;
 ///
-/// let clock = ManualClock::new();
+/// let clock = ManualClock::default();
 /// let limiter = CasLimiter::<u64, Gcra, _>::builder("10/s".parse()?)
 ///     .clock(clock.clone())
 ///     .sweep_grace(Duration::ZERO)

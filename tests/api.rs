@@ -71,7 +71,7 @@ proptest! {
     fn peek_never_changes_a_decision_sequence(trace in ops()) {
         for case in common::cases() {
             for (variant, make) in &case.variants {
-                let (clock, peeked_clock) = (ManualClock::new(), ManualClock::new());
+                let (clock, peeked_clock) = (ManualClock::default(), ManualClock::default());
                 let plain = make(clock.clone());
                 let peeked = make(peeked_clock.clone());
                 for op in &trace {
@@ -132,7 +132,7 @@ proptest! {
     fn until_ready_returns_at_the_honest_time(trace in ops()) {
         for case in common::cases() {
             for (variant, make) in &case.variants {
-                let (clock, replica_clock) = (ManualClock::new(), ManualClock::new());
+                let (clock, replica_clock) = (ManualClock::default(), ManualClock::default());
                 let limiter = make(clock.clone());
                 let replica = make(replica_clock.clone());
                 for op in &trace {
@@ -146,7 +146,7 @@ proptest! {
                 prop_assert!(waited.is_allowed(), "{} {}", case.name, variant);
                 let at = clock.now();
                 if at > start && case.name.ends_with("leaky") {
-                    replica_clock.set_nanos(at - 1);
+                    replica_clock.set(Duration::from_nanos(at - 1));
                     prop_assert!(replica.peek(&0).is_denied(), "{} {}: woke late", case.name, variant);
                 }
             }
@@ -169,9 +169,9 @@ fn multi_quota_under_threads<A, V>(
     A: Algorithm,
     V: Variant<A>,
 {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = make(clock.clone());
-    let sequential = make(ManualClock::new());
+    let sequential = make(ManualClock::default());
     let allowed = AtomicU64::new(0);
     let (start, done) = (Barrier::new(THREADS + 1), Barrier::new(THREADS + 1));
     let phases = 200u64;
@@ -189,8 +189,8 @@ fn multi_quota_under_threads<A, V>(
         let mut want = 0u64;
         for p in 0..phases {
             let now = p * 25_000_000;
-            clock.set_nanos(now);
-            sequential.clock().set_nanos(now);
+            clock.set(Duration::from_nanos(now));
+            sequential.clock().set(Duration::from_nanos(now));
             start.wait();
             want += (0..THREADS * 50)
                 .filter(|_| sequential.check(&7).is_allowed())
@@ -240,7 +240,7 @@ fn reconfiguration_under_load<V: Variant<Live<Gcra>>>() {
     let old: Gcra = "100/s burst 100".parse().unwrap();
     let new: Gcra = "10/s burst 5".parse().unwrap();
     let keys = 64u64;
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = KeyedLimiter::<u64, _, _, V>::builder(Live::new(old))
         .clock(clock.clone())
         .metrics(true)
@@ -345,7 +345,7 @@ fn reconfiguration_under_load_keeps_every_key_and_fits_its_state() {
 fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
     let r = |n| Rate::per_second_of(n).unwrap();
     let e = Earrrl::new(Duration::from_secs(1), r(2.0)).unwrap();
-    let l = CasLimiter::<u64, _>::with_clock(Live::new(e), ManualClock::new());
+    let l = CasLimiter::<u64, _>::with_clock(Live::new(e), ManualClock::default());
     let _ = l.check(&1);
     let other = Earrrl::new(Duration::from_secs(9), r(2.0)).unwrap();
     let err = l.reconfigure(other).unwrap_err();
@@ -360,7 +360,7 @@ fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
 
     let d = DirectLimiter::<_>::with_clock(
         Live::new("10/s burst 10".parse::<Gcra>().unwrap()),
-        ManualClock::new(),
+        ManualClock::default(),
     );
     assert_eq!((0..20).filter(|_| d.check(&()).is_allowed()).count(), 10);
     d.reconfigure("1/s burst 2".parse().unwrap()).unwrap();
@@ -373,7 +373,7 @@ fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
 // metrics
 
 fn metrics_equal_decisions<V: Variant<Gcra>>() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = KeyedLimiter::<u64, Gcra, _, V>::builder("100/s burst 20".parse().unwrap())
         .clock(clock.clone())
         .sweep_grace(Duration::ZERO)
@@ -420,13 +420,14 @@ fn metrics_totals_equal_the_decisions_returned() {
     metrics_equal_decisions::<hotlimit::store::Cas>();
     metrics_equal_decisions::<Locked>();
     // Off by default: decisions are not counted, the rest is.
-    let l = CasLimiter::<u64, _>::with_clock("1/s".parse::<Gcra>().unwrap(), ManualClock::new());
+    let l =
+        CasLimiter::<u64, _>::with_clock("1/s".parse::<Gcra>().unwrap(), ManualClock::default());
     let _ = l.check(&1);
     let _ = l.check(&1);
     let m = l.metrics();
     assert_eq!((m.allowed, m.denied, m.keys), (0, 0, 1));
     let d = DirectLimiter::<Gcra>::builder("1/s".parse().unwrap())
-        .clock(ManualClock::new())
+        .clock(ManualClock::default())
         .metrics(true)
         .build()
         .unwrap();
@@ -439,7 +440,7 @@ fn metrics_totals_equal_the_decisions_returned() {
 // waiting
 
 fn until_ready_on<V: Variant<Gcra>>() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let l = KeyedLimiter::<String, Gcra, _, V>::builder("4/s burst 2".parse().unwrap())
         .clock(clock.clone())
         .build()
@@ -489,7 +490,7 @@ fn until_ready_on<V: Variant<Gcra>>() {
 fn until_ready_waits_exactly_the_honest_time() {
     until_ready_on::<hotlimit::store::Cas>();
     until_ready_on::<Locked>();
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let d = DirectLimiter::<_>::with_clock("2/s burst 1".parse::<Gcra>().unwrap(), clock.clone());
     assert!(d.request(&()).until_ready_blocking().unwrap().is_allowed());
     let _ = d.request(&()).until_ready_blocking().unwrap();
@@ -510,7 +511,7 @@ fn until_ready_waits_exactly_the_honest_time() {
 #[test]
 fn until_ready_under_a_strict_policy_is_not_counted_while_waiting() {
     let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(2.0).unwrap()).unwrap();
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let l = MutexLimiter::<u64, _>::with_clock(e, clock.clone());
     while l.check(&1).is_allowed() {}
     let waiting = l.request(&1).peek().unwrap().retry_after_nanos();
@@ -526,7 +527,7 @@ fn until_ready_under_a_strict_policy_is_not_counted_while_waiting() {
 fn concurrent_waiters_never_over_admit() {
     fn run<V: Variant<Gcra>>() {
         let g: Gcra = "100/s burst 5".parse().unwrap();
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let l = KeyedLimiter::<u64, Gcra, _, V>::builder(g)
             .clock(clock.clone())
             .metrics(true)
@@ -553,7 +554,7 @@ fn concurrent_waiters_never_over_admit() {
 /// instead of waiting forever.
 #[test]
 fn a_wait_ends_when_a_reconfiguration_makes_its_cost_impossible() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let l = CasLimiter::<u64, _>::with_clock(
         Live::new("10/s burst 5".parse::<Gcra>().unwrap()),
         clock.clone(),

@@ -171,7 +171,7 @@ impl common::OnAlgorithm for SameAsOneByOne<'_> {
     where
         A: Algorithm + Clone,
     {
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let cas = || CasLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
         let (a, b) = (cas(), cas());
         Twin {
@@ -248,7 +248,7 @@ proptest! {
 fn a_refused_cost_is_its_own_answer() {
     let l = CasLimiter::<String, Gcra, _>::with_clock(
         "10/s burst 3".parse().unwrap(),
-        ManualClock::new(),
+        ManualClock::default(),
     );
     let mut out = Vec::new();
     l.check_n_batch([("a", 2), ("b", 0), ("c", 4), ("a", 1), ("a", 1)], &mut out);
@@ -286,7 +286,7 @@ fn a_refused_cost_is_its_own_answer() {
 fn threads_batching_shared_keys_get_each_burst_exactly() {
     const KEYS: u64 = 50;
     let gcra: Gcra = "1/s burst 40".parse().unwrap();
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let cas = Arc::new(CasLimiter::<u64, Gcra, _>::with_clock(gcra, clock.clone()));
     let mutex = Arc::new(MutexLimiter::<u64, Gcra, _>::with_clock(
         gcra,

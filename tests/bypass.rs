@@ -112,7 +112,7 @@ fn attack(bounded: &Limiter, clock: &ManualClock, shape: Shape) -> (Outcome, u64
 
 /// The exact answer: the target alone, at the same instants, on an unbounded limiter.
 fn exact<A: Algorithm + Clone>(algo: &A, t0: u64, clock_kind: Clock) -> Outcome {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let l = CasLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
     for _ in 0..SPEND {
         let _ = l.check(&TARGET);
@@ -207,7 +207,7 @@ fn never_reset<A>(name: &str, algo: A, shape: Shape)
 where
     A: Algorithm + Clone,
 {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     for (store, bounded, totals) in stores(&algo, &clock, false) {
         clock.set(Duration::ZERO);
         let (got, t0) = attack(&bounded, &clock, shape);
@@ -262,7 +262,7 @@ fn a_flood_never_resets_a_limit_whole_matrix() {
 #[test]
 fn forgetting_resets_the_limit() {
     let algo: Gcra = "10/s burst 20".parse().unwrap();
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let shape = Shape {
         flood: 10,
         threads: 1,
@@ -287,7 +287,7 @@ fn forgetting_resets_the_limit() {
 fn threaded_flood(runs: usize, spent: u64, new_keys: u64, max_keys: usize) {
     let algo: Gcra = "10/s burst 5".parse().unwrap();
     for run in 0..runs {
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         macro_rules! build {
             ($builder:expr) => {
                 Arc::new(
@@ -371,7 +371,7 @@ fn newcomers_denied<A>(
 where
     A: Algorithm + Clone,
 {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let mut out = Vec::new();
     macro_rules! run {
         ($name:expr, $builder:expr) => {{

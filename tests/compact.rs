@@ -49,13 +49,13 @@ fn trace(len: usize, keys: u64, seed: u64) -> Vec<(u64, u64, u64)> {
 
 /// Replays `trace` through `make`'s limiter, sweeping every `sweep_every` requests.
 fn replay(make: &common::Make, trace: &[(u64, u64, u64)], sweep_every: usize) -> Vec<Decision> {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = make(clock.clone());
     trace
         .iter()
         .enumerate()
         .map(|(i, &(now, key, cost))| {
-            clock.set_nanos(now);
+            clock.set(Duration::from_nanos(now));
             if i % sweep_every == 0 {
                 limiter.sweep();
             }
@@ -96,7 +96,7 @@ fn same_decisions_as_the_papaya_store_over_many_keys_with_sweeps() {
 fn every_key_type_decides_like_the_papaya_store() {
     let gcra: Gcra = "10/s burst 3".parse().unwrap();
     let trace = trace(5_000, 300, 7);
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let papaya = CasLimiter::<u64, Gcra>::with_clock(gcra, clock.clone());
     let c32 = CompactLimiter::<u32, Gcra>::with_clock(gcra, clock.clone());
     let c128 = CompactLimiter::<u128, Gcra>::with_clock(gcra, clock.clone());
@@ -106,7 +106,7 @@ fn every_key_type_decides_like_the_papaya_store() {
     let hashed = CompactLimiter::<Hashed<str>, Gcra, _>::with_clock(gcra, clock.clone());
     let locked = CompactLimiter::<u128, Gcra, _, Locked>::with_clock(gcra, clock.clone());
     for &(now, key, cost) in &trace {
-        clock.set_nanos(now);
+        clock.set(Duration::from_nanos(now));
         let want = papaya.check_n(&key, cost).unwrap();
         let k32 = key as u32;
         let ip4 = Ipv4Addr::from(k32);
@@ -138,7 +138,7 @@ fn every_key_type_decides_like_the_papaya_store() {
 /// each owing 100 ms overflow the debt table, which then errs on the side of the limit), and
 /// the hammering key stays limited throughout.
 fn flood<V: hotlimit::store::CompactVariant<Gcra>>() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let gcra = "10/s burst 5"
         .parse::<Gcra>()
         .unwrap()
@@ -208,7 +208,7 @@ fn capacity_bound_holds_under_a_flood() {
 
 #[test]
 fn metrics_count_every_decision_once_and_the_sweeps() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = CompactLimiter::<u64, Gcra>::builder("10/s burst 2".parse().unwrap())
         .max_keys(100)
         .clock(clock.clone())
@@ -280,7 +280,7 @@ fn background_sweeper_keeps_the_table_below_max_keys() {
 fn probes(keys: impl Iterator<Item = u64>, n: usize) -> hotlimit::store::ProbeStats {
     let limiter = CompactLimiter::<u64, Gcra>::builder("1/s".parse().unwrap())
         .max_keys(n)
-        .clock(ManualClock::new())
+        .clock(ManualClock::default())
         .build()
         .unwrap();
     for key in keys {
@@ -328,8 +328,8 @@ fn adversarial_keys_keep_probes_short() {
 fn first_sight_races<V: hotlimit::store::CompactVariant<Gcra>>() {
     const KEYS: u64 = 20_000;
     const THREADS: u64 = 3;
-    let clock = ManualClock::new();
-    clock.set_nanos(1_000_000_000);
+    let clock = ManualClock::default();
+    clock.set(Duration::from_nanos(1_000_000_000));
     let limiter =
         CompactLimiter::<u64, Gcra, hotlimit::QuantaClock, V>::builder("1/s".parse().unwrap())
             .max_keys(KEYS as usize)
@@ -379,7 +379,7 @@ fn first_sight_races_never_duplicate_a_key() {
 /// further than they must: 0 once the table is empty. Keys still held keep being found.
 #[test]
 fn a_flood_s_probe_reach_recovers() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = CompactLimiter::<u64, Gcra>::builder("10/s burst 1".parse().unwrap())
         .max_keys(1000)
         .clock(clock.clone())
@@ -392,7 +392,7 @@ fn a_flood_s_probe_reach_recovers() {
     let flooded = limiter.probe_stats();
     assert!(flooded.max_reach >= 2, "{flooded:?}");
     // Half a window later a few keys are new and owe, the flood's are idle.
-    clock.set_nanos(150_000_000);
+    clock.set(Duration::from_nanos(150_000_000));
     let kept: Vec<u64> = (10_000..10_050).collect();
     for k in &kept {
         assert!(limiter.check(k).is_allowed());
@@ -409,7 +409,7 @@ fn a_flood_s_probe_reach_recovers() {
     for k in &kept {
         assert!(limiter.check(k).is_denied(), "key {k} lost");
     }
-    clock.set_nanos(1_000_000_000);
+    clock.set(Duration::from_nanos(1_000_000_000));
     limiter.sweep();
     assert_eq!(limiter.probe_stats().max_reach, 0);
     assert!(limiter.is_empty());

@@ -40,14 +40,14 @@ fn replay(
     trace: &[(u64, u64, u64)],
     sweep_every: usize,
 ) -> (Vec<Decision>, u64) {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = make(clock.clone());
     let mut evicted = 0;
     let decisions = trace
         .iter()
         .enumerate()
         .map(|(i, &(now, key, cost))| {
-            clock.set_nanos(now);
+            clock.set(Duration::from_nanos(now));
             if sweep_every > 0 && i % sweep_every == 0 {
                 evicted += limiter.sweep().evicted_idle;
             }
@@ -94,11 +94,11 @@ fn concurrent_sweeps_lose_no_update() {
         for (variant, make) in case.variants.iter().filter(|(v, _)| *v != "sharded") {
             // Sequential reference: each phase's requests, key by key (order within a phase
             // and key does not matter: same cost, same instant).
-            let clock = ManualClock::new();
+            let clock = ManualClock::default();
             let reference = make(clock.clone());
             let mut want = 0;
             for &t in &times {
-                clock.set_nanos(t);
+                clock.set(Duration::from_nanos(t));
                 for key in 0..KEYS {
                     for _ in 0..PER_PHASE * THREADS as u64 / KEYS {
                         want += reference.check(&key).is_allowed() as u64;
@@ -106,7 +106,7 @@ fn concurrent_sweeps_lose_no_update() {
                 }
             }
 
-            let clock = ManualClock::new();
+            let clock = ManualClock::default();
             let limiter = make(clock.clone());
             let allowed = AtomicU64::new(0);
             let evicted = AtomicU64::new(0);
@@ -138,7 +138,7 @@ fn concurrent_sweeps_lose_no_update() {
                     });
                 }
                 for (phase, &t) in times.iter().enumerate() {
-                    clock.set_nanos(t);
+                    clock.set(Duration::from_nanos(t));
                     // Even phases: let two whole sweeps see the idle keys first (evictions
                     // guaranteed). Odd phases: release at once (sweeps race the requests).
                     if phase % 2 == 0 {
@@ -182,7 +182,7 @@ const BOUND: usize = 100_000 + 100_000 / 4 + 1;
 #[test]
 fn capacity_bound_holds_under_a_flood() {
     let gcra: Gcra = "10/s burst 5".parse().unwrap();
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let cas = CasLimiter::<u64, Gcra>::builder(gcra)
         .clock(clock.clone())
         .max_keys(100_000)
@@ -193,7 +193,7 @@ fn capacity_bound_holds_under_a_flood() {
     assert!(peak <= BOUND, "cas peak {peak}");
     assert!(cas.sweep_totals().evicted_capacity >= 1_800_000);
 
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let mutex = MutexLimiter::<u64, Gcra>::builder(gcra)
         .clock(clock.clone())
         .max_keys(100_000)

@@ -118,7 +118,7 @@ floods! {
 fn one_thread_on_a_frozen_clock_passes_four_times_max_keys() {
     use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     let l = CasLimiter::<u64, Gcra>::builder("10/s burst 10".parse().unwrap())
-        .clock(ManualClock::new())
+        .clock(ManualClock::default())
         .max_keys(10_000)
         .build()
         .unwrap();

@@ -34,7 +34,7 @@ fn same_as_model<A>(name: &str, algo: A, trace: &Trace) -> Result<(), TestCaseEr
 where
     A: Algorithm + Clone,
 {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     // Every store, through the one trait; the single cell sees key 0's requests only.
     let stores = common::stores(&algo, &clock);
     let mut states: HashMap<u64, A::State> = HashMap::new();
@@ -72,7 +72,7 @@ proptest! {
 #[test]
 fn threads_share_one_burst_exactly() {
     let gcra: Gcra = "10/s burst 100".parse().unwrap();
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let cas = Arc::new(CasLimiter::<u64, Gcra, _>::with_clock(gcra, clock.clone()));
     let mutex = Arc::new(MutexLimiter::<u64, Gcra, _>::with_clock(
         gcra,
@@ -131,7 +131,7 @@ fn threads_share_one_burst_exactly() {
 
 #[test]
 fn zero_is_an_error_and_more_than_the_capacity_is_capped() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let l = CasLimiter::<u64, Gcra, _>::with_clock("1/s burst 5".parse().unwrap(), clock.clone());
     assert_eq!(l.request(&1).cost(0).up_to(), Err(CostError::Zero.into()));
     assert_eq!(l.len(), 0, "an error inserts nothing");
@@ -152,7 +152,7 @@ fn earrrl_grants_at_most_the_cost_that_takes_a_fresh_key_to_its_rate() {
     let earrrl = Earrrl::new(Duration::from_secs(1), "10/s".parse().unwrap()).unwrap();
     let want = (10.0 / std::f64::consts::LN_2).floor() as u64;
     assert_eq!((earrrl.capacity(), want), (14, 14));
-    let l = CasLimiter::<u64, Earrrl, _>::with_clock(earrrl, ManualClock::new());
+    let l = CasLimiter::<u64, Earrrl, _>::with_clock(earrrl, ManualClock::default());
     let (granted, decision) = l.request(&1).cost(u64::MAX).up_to().unwrap();
     assert!(decision.is_allowed());
     assert_eq!(granted, 14);
@@ -173,7 +173,7 @@ fn earrrl_grants_at_most_the_cost_that_takes_a_fresh_key_to_its_rate() {
 fn a_grant_of_nothing_counts_as_one_denied_unit() {
     for policy in [Policy::Leaky, Policy::Strict] {
         let algo = "10/s burst 2".parse::<Gcra>().unwrap().with_policy(policy);
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let grants = CasLimiter::<u64, Gcra, _>::with_clock(algo, clock.clone());
         let checks = CasLimiter::<u64, Gcra, _>::with_clock(algo, clock.clone());
         assert_eq!(grants.request(&1).cost(2).up_to().unwrap().0, 2);

@@ -504,7 +504,7 @@ fn batches_decide_as_one_check_each() {
     };
     let url = format!("redis://127.0.0.1:{}/", probe.port);
     drop(probe);
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let build = |prefix: &str| {
         HybridLimiter::builder(url.clone(), "10/s burst 6".parse::<Gcra>().unwrap())
             .key_prefix(prefix)

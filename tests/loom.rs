@@ -25,7 +25,7 @@ where
 {
     let limiter = Arc::new(DirectLimiter::<A, QuantaClock, V>::with_clock(
         algo,
-        ManualClock::new(),
+        ManualClock::default(),
     ));
     let handles: Vec<_> = (0..threads)
         .map(|_| {
@@ -163,19 +163,19 @@ fn live_switch_racing_a_request_keeps_what_the_request_wrote() {
     loom::model(|| {
         let old: Gcra = "10/s burst 10".parse().unwrap();
         let new: Gcra = "10/s burst 1".parse().unwrap();
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let limiter = Arc::new(DirectLimiter::<_>::with_clock(
             Live::new(old),
             clock.clone(),
         ));
-        clock.set_nanos(50_000_000);
+        clock.set(Duration::from_nanos(50_000_000));
         assert!(limiter.check(&()).is_allowed()); // tat = 150 ms
-        clock.set_nanos(100_000_000);
+        clock.set(Duration::from_nanos(100_000_000));
         let l = limiter.clone();
         let request = thread::spawn(move || l.check(&()).is_allowed());
         limiter.reconfigure(new).unwrap();
         let raced = request.join().unwrap();
-        clock.set_nanos(200_000_000);
+        clock.set(Duration::from_nanos(200_000_000));
         assert_eq!(limiter.check(&()).is_allowed(), !raced);
     });
 }
@@ -190,7 +190,7 @@ fn settle_racing_a_request_is_one_sequential_order() {
         loom::model(move || {
             let limiter = Arc::new(DirectLimiter::<Gcra>::with_clock(
                 gcra(3, policy),
-                ManualClock::new(),
+                ManualClock::default(),
             ));
             let mut ticket = limiter.request(&()).cost(3).take().unwrap();
             let l = limiter.clone();
@@ -221,7 +221,7 @@ fn overrun_racing_a_request_lands_both() {
     loom::model(|| {
         let limiter = Arc::new(DirectLimiter::<Gcra>::with_clock(
             gcra(4, Policy::Leaky),
-            ManualClock::new(),
+            ManualClock::default(),
         ));
         let mut ticket = limiter.request(&()).take().unwrap();
         let l = limiter.clone();

@@ -202,7 +202,7 @@ fn check<A: Reconfigure>(name: &str, a: A, b: A) {
     });
     runner
         .run(&(0u64..30, ops()), |(spend, ops)| {
-            let clock = ManualClock::new();
+            let clock = ManualClock::default();
             // Plans: B passed with each request to a store on A.
             let reals = every_store!(a, &clock, PlanStore);
             let twins = every_store!(a, &clock, PlanStore);
@@ -296,7 +296,7 @@ fn a_fixed_window_keeps_its_count_under_a_smaller_limit() {
     let b = FixedWindow::new(3, minute)
         .unwrap()
         .with_policy(Policy::Strict);
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let plans = CasLimiter::<u64, _, _>::with_clock(a, clock.clone());
     for _ in 0..8 {
         assert!(plans.check(&1).is_allowed());

@@ -30,7 +30,7 @@ where
     A: Reconfigure,
 {
     let own = plans[0];
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     // Every store, through the one trait; the single cell sees key 0's requests only.
     let stores = common::stores(&own, &clock);
     let mut states: HashMap<u64, A::State> = HashMap::new();
@@ -79,7 +79,7 @@ proptest! {
     #[test]
     fn the_own_quota_with_the_request_is_check_n(trace in trace(), policy in common::policy()) {
         let own = "100/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let a = CasLimiter::<u64, Gcra, _>::with_clock(own, clock.clone());
         let b = CasLimiter::<u64, Gcra, _>::with_clock(own, clock.clone());
         for &(gap, key, _, cost) in &trace {
@@ -96,7 +96,7 @@ proptest! {
 fn a_key_changing_plan_keeps_what_it_spent() {
     let free: Gcra = "10/s burst 10".parse().unwrap();
     let pro: Gcra = "10/s burst 100".parse().unwrap();
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let l = CasLimiter::<String, Gcra, _>::with_clock(free, clock.clone());
     assert!(l
         .request("k")
@@ -126,7 +126,7 @@ fn a_key_changing_plan_keeps_what_it_spent() {
 fn take_and_settle_under_a_plan() {
     let free: Gcra = "10/s burst 10".parse().unwrap();
     let pro: Gcra = "100/s burst 100".parse().unwrap();
-    let l = CasLimiter::<String, Gcra, _>::with_clock(free, ManualClock::new());
+    let l = CasLimiter::<String, Gcra, _>::with_clock(free, ManualClock::default());
     let mut t = l.request("k").cost(100).quota(&pro).take().unwrap();
     assert!(t.is_allowed());
     assert_eq!(l.request("k").quota(&pro).settle(&mut t, 40), Ok(true));
@@ -135,14 +135,14 @@ fn take_and_settle_under_a_plan() {
         Some(59)
     );
     assert_eq!(l.request("k").quota(&pro).settle(&mut t, 40), Ok(false));
-    let compact = CompactLimiter::<u64, Gcra, _>::with_clock(free, ManualClock::new());
+    let compact = CompactLimiter::<u64, Gcra, _>::with_clock(free, ManualClock::default());
     let mut t = compact.request(&1).cost(100).quota(&pro).take().unwrap();
     assert_eq!(compact.request(&1).quota(&pro).settle(&mut t, 40), Ok(true));
     assert_eq!(
         compact.request(&1).quota(&pro).check().unwrap().remaining(),
         Some(59)
     );
-    let direct = DirectLimiter::<Gcra, _>::with_clock(free, ManualClock::new());
+    let direct = DirectLimiter::<Gcra, _>::with_clock(free, ManualClock::default());
     let mut t = direct.request(&()).cost(100).quota(&pro).take().unwrap();
     assert_eq!(direct.request(&()).quota(&pro).settle(&mut t, 40), Ok(true));
     assert_eq!(
@@ -232,7 +232,7 @@ fn a_live_window_changes_its_limit_and_keeps_its_counts() {
     let minute = Duration::from_secs(60);
     let l = CasLimiter::<String, _>::with_clock(
         Live::new(SlidingLog::new(10, minute).unwrap()),
-        ManualClock::new(),
+        ManualClock::default(),
     );
     assert!(l.check_n("k", 8).unwrap().is_allowed());
     l.reconfigure(SlidingLog::new(5, minute).unwrap()).unwrap();

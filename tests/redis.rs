@@ -62,7 +62,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
     trace: &[Req],
     same: impl Fn(usize, &Decision, &Decision),
 ) -> (usize, usize) {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let mem = CasLimiter::<String, _>::with_clock(algo.clone(), clock.clone());
     // A fresh prefix per run: the server outlives it.
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -73,7 +73,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
         .unwrap();
     let (mut allowed, mut denied) = (0, 0);
     for (i, &(key, t, cost)) in trace.iter().enumerate() {
-        clock.set_nanos(t);
+        clock.set(Duration::from_nanos(t));
         if i % 5 == 0 {
             // A peek reads the same state and writes nothing, in both.
             let m = mem.request(key).cost(cost).peek().unwrap();
@@ -446,7 +446,7 @@ fn batches_take_one_round_trip_and_decide_as_check_n() {
     };
     let gcra = hourly(30);
     let r = limiter(&server, gcra);
-    let twin = CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::new());
+    let twin = CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::default());
     // Three keys, costs 1 to 4: each key runs out of its burst within the batch.
     let mut requests: Vec<(&str, u64)> = (0..60)
         .map(|i| (["a", "b", "c"][i % 3], 1 + (i % 4) as u64))
@@ -1132,7 +1132,7 @@ mod async_client {
                 .build_async()
                 .await
                 .unwrap();
-            let twin = CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::new());
+            let twin = CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::default());
             let mut requests: Vec<(&str, u64)> = (0..BATCH_TRIP + 40)
                 .map(|i| (["a", "b", "c"][i % 3], 1 + (i % 4) as u64))
                 .collect();

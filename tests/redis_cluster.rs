@@ -211,7 +211,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
     same: impl Fn(usize, &Decision, &Decision),
 ) -> (usize, usize) {
     let keys = keys(40);
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let mem = CasLimiter::<String, _>::with_clock(algo.clone(), clock.clone());
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -233,7 +233,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
             &keys[rng.random_range(0..keys.len())]
         };
         let cost = rng.random_range(1..=max_cost);
-        clock.set_nanos(t);
+        clock.set(Duration::from_nanos(t));
         let m = mem.check_n(key, cost).unwrap();
         let r = red.request(key).cost(cost).at(t).check().unwrap();
         same(i, &m, &r);

@@ -55,7 +55,7 @@ fn run_trace<A>(url: &str, algo: A, plan: A, seed: u64, agree: Agree) -> (usize,
 where
     A: RedisAlgorithm + Reconfigure,
 {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let mem = CasLimiter::<String, A>::with_clock(algo, clock.clone());
     let red = RedisLimiter::builder(url, algo)
         .key_prefix(prefix())
@@ -71,7 +71,7 @@ where
         if rng.random_bool(0.4) {
             t += rng.random_range(0..400_000_000);
         }
-        clock.set_nanos(t);
+        clock.set(Duration::from_nanos(t));
         let key = keys[rng.random_range(0..3)];
         let what = format!("step {i} at {t} on {key}");
         match rng.random_range(0..10) {

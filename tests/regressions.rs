@@ -116,7 +116,7 @@ fn saturated_idle_at_is_never_reached() {
     let x = Exponential::new(10.0, Duration::from_nanos(u64::MAX / 2))
         .unwrap()
         .with_policy(Policy::Strict);
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let l = CasLimiter::<String, Exponential>::builder(x)
         .clock(clock.clone())
         .sweep_grace(Duration::ZERO)
@@ -125,7 +125,7 @@ fn saturated_idle_at_is_never_reached() {
     for _ in 0..6 {
         let _ = l.check_n("k", 10).unwrap();
     }
-    clock.set_nanos(u64::MAX);
+    clock.set(Duration::from_nanos(u64::MAX));
     assert_eq!(l.sweep().evicted_idle, 0);
     assert!(l.check_n("k", 10).unwrap().is_denied());
 }
@@ -136,8 +136,8 @@ fn saturated_idle_at_is_never_reached() {
 #[test]
 fn gcra_near_the_end_of_the_clock_holds_its_limit() {
     let never = Duration::from_nanos(u64::MAX);
-    let clock = ManualClock::new();
-    clock.set_nanos(CLOCK_MAX - 1_000_000_000);
+    let clock = ManualClock::default();
+    clock.set(Duration::from_nanos(CLOCK_MAX - 1_000_000_000));
     let l = CasLimiter::<u64, Gcra>::with_clock("10/s burst 10".parse().unwrap(), clock.clone());
     let decisions: Vec<_> = (0..100).map(|_| l.check(&1)).collect();
     assert_eq!(decisions.iter().filter(|d| d.is_allowed()).count(), 10);
@@ -145,10 +145,10 @@ fn gcra_near_the_end_of_the_clock_holds_its_limit() {
     // The key's tat is now CLOCK_MAX itself: any later request would pass the end of the
     // clock, so no wait admits it, and the denial says so.
     assert_eq!(decisions[10].retry_after(), never);
-    clock.set_nanos(CLOCK_MAX);
+    clock.set(Duration::from_nanos(CLOCK_MAX));
     assert_eq!(l.check(&1).retry_after(), never);
     // Two seconds before the end the waits are the usual ones, and honest.
-    clock.set_nanos(CLOCK_MAX - 2_000_000_000);
+    clock.set(Duration::from_nanos(CLOCK_MAX - 2_000_000_000));
     assert_eq!((0..20).filter(|_| l.check(&2).is_allowed()).count(), 10);
     let denied = l.check(&2);
     assert_eq!(denied.retry_after(), Duration::from_millis(100));
@@ -270,8 +270,8 @@ fn gcra_largest_burst_is_exact() {
 fn waits_past_the_end_of_the_clock_end() {
     for case in common::cases() {
         for (variant, make) in &case.variants {
-            let clock = ManualClock::new();
-            clock.set_nanos(u64::MAX);
+            let clock = ManualClock::default();
+            clock.set(Duration::from_nanos(u64::MAX));
             let limiter = make(clock.clone());
             // Spend the key's budget at the end of time (every quota here admits < 1000).
             let spent = (0..1000).find(|_| limiter.check(&7).is_denied());

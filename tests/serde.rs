@@ -136,7 +136,7 @@ fn bad_values_fail_with_the_constructors_errors() {
 fn plans_from_a_config_file() {
     let plans: BTreeMap<String, Gcra> =
         from(r#"{ "free": "10/min", "pro": { "rate": "1000/min", "burst": 100 } }"#).unwrap();
-    let l = CasLimiter::<String, Gcra, _>::with_clock(plans["free"], ManualClock::new());
+    let l = CasLimiter::<String, Gcra, _>::with_clock(plans["free"], ManualClock::default());
     assert_eq!(
         l.request("a")
             .cost(60)

@@ -94,7 +94,7 @@ fn same_as_model<A>(name: &str, algo: A, ops: &[(u64, Op)]) -> Result<(), TestCa
 where
     A: Algorithm + Clone,
 {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let stores = Stores::new(&algo, &clock);
     let mut states: HashMap<u64, A::State> = HashMap::new();
     let mut model_tickets: Vec<ModelTicket> = Vec::new();
@@ -191,7 +191,7 @@ proptest! {
         const T: i128 = 10_000_000; // 100/s
         const TAU: i128 = 20 * T; // burst 20
         let gcra = "100/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let l = CasLimiter::<u64, Gcra, _>::with_clock(gcra, clock.clone());
         let (mut credit, mut last) = (TAU, 0i128);
         let mut tickets: Vec<(Ticket, u64)> = Vec::new();
@@ -247,7 +247,7 @@ proptest! {
 /// nanosecond, and the denial says when.
 #[test]
 fn a_debt_is_paid_off_exactly() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let l =
         CasLimiter::<String, Gcra, _>::with_clock("10/s burst 10".parse().unwrap(), clock.clone());
     let mut t = l.request("k").cost(10).take().unwrap();
@@ -267,7 +267,7 @@ fn a_debt_is_paid_off_exactly() {
 /// estimate change nothing; a dropped ticket stands as charged.
 #[test]
 fn refunds_repeats_denials_and_dropped_tickets() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let l = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 10".parse().unwrap(), clock);
     let mut t = l.request("k").cost(8).take().unwrap();
     assert_eq!(t.decision().remaining(), Some(2));
@@ -301,7 +301,7 @@ fn refunds_repeats_denials_and_dropped_tickets() {
 #[test]
 fn windows_and_rates_settle_as_documented() {
     let second = Duration::from_secs(1);
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let fixed = CasLimiter::<String, _, _>::with_clock(
         FixedWindow::new(10, second).unwrap(),
         clock.clone(),
@@ -376,7 +376,7 @@ fn windows_and_rates_settle_as_documented() {
 #[test]
 fn threads_taking_and_settling_lose_nothing() {
     let gcra: Gcra = "10/s burst 4000".parse().unwrap();
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     type Run = Arc<dyn Fn(u64) -> u64 + Send + Sync>;
     type Peek = Box<dyn Fn() -> Decision>;
     // Each thread: 100 takes of 10, settled with 0..=19 (refunds and overruns); returns the
@@ -490,7 +490,7 @@ impl common::OnAlgorithm for Model<'_> {
 fn a_ticket_settles_only_where_it_was_taken() {
     use hotlimit::TicketError::{OtherKey, OtherLimiter};
     let gcra: Gcra = "10/s burst 10".parse().unwrap();
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let (a, b) = (Stores::new(&gcra, &clock), Stores::new(&gcra, &clock));
     let n = a.0.len();
     let remaining = |s: &Stores<Gcra>, key: u64| {
@@ -530,7 +530,7 @@ fn a_ticket_settles_only_where_it_was_taken() {
 #[test]
 fn a_debt_past_the_clock_is_an_error_and_changes_nothing() {
     let gcra: Gcra = "10/s burst 5".parse().unwrap();
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limit = 2 + hotlimit::algo::CLOCK_MAX / 100_000_000;
     let refused = QuotaError::Cost(CostError::ExceedsCapacity {
         cost: u64::MAX,

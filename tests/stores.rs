@@ -253,7 +253,7 @@ fn gcra(quota: &str) -> Gcra {
 
 #[test]
 fn check_and_peek_decide_alike_everywhere() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     for (name, s) in every_store!(gcra("10/s burst 2"), clock.clone(), dyn Store) {
         assert!(s.peek(7).unwrap().is_allowed(), "{name}");
         assert!(
@@ -288,7 +288,7 @@ fn check_and_peek_decide_alike_everywhere() {
 fn the_waits_end_at_the_honest_time_everywhere() {
     // One clock per store: each wait moves its own clock.
     for i in 0..6 {
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let (name, s) = every_store!(gcra("10/s burst 1"), clock.clone(), dyn Store).swap_remove(i);
         assert!(s.check(1).is_allowed(), "{name}");
         assert!(s.until_ready_blocking(1, 1).unwrap().is_allowed(), "{name}");
@@ -329,7 +329,7 @@ fn the_waits_end_at_the_honest_time_everywhere() {
 
 #[test]
 fn reserve_paces_alike_everywhere() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     for (name, s) in every_store!(gcra("10/s burst 1"), clock.clone(), dyn Store) {
         let wait = Duration::from_millis(150);
         let delays: Vec<_> = (0..3).map(|_| s.reserve(3, 1, wait)).collect();
@@ -368,7 +368,7 @@ fn reserve_paces_alike_everywhere() {
 
 #[test]
 fn reconfigure_keeps_the_state_everywhere() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let live = Live::new(gcra("100/s burst 100"));
     for (name, s) in every_store!(live, clock.clone(), dyn LiveStore) {
         let allowed = (0..150).filter(|_| s.check(9).is_allowed()).count();
@@ -387,7 +387,7 @@ fn reconfigure_keeps_the_state_everywhere() {
 
 #[test]
 fn keyed_stores_sweep_and_report_alike() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let stores: Vec<(&str, Box<dyn Keyed>)> = vec![
         (
             "cas",

@@ -10,17 +10,18 @@ use hotlimit::ManualClock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;
+use std::time::Duration;
 
 const THREADS: usize = 4;
 const PER_THREAD: usize = 10_000;
 
 /// Single-threaded reference: `phases` of `n` requests each, at the given times.
 fn sequential(make: &common::Make, phases: &[(u64, usize)]) -> u64 {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = make(clock.clone());
     let mut allowed = 0;
     for &(at, n) in phases {
-        clock.set_nanos(at);
+        clock.set(Duration::from_nanos(at));
         allowed += (0..n).filter(|_| limiter.check(&7).is_allowed()).count() as u64;
     }
     allowed
@@ -29,7 +30,7 @@ fn sequential(make: &common::Make, phases: &[(u64, usize)]) -> u64 {
 /// `THREADS` threads; in each phase the main thread sets the clock, then every thread sends
 /// `per_thread` requests to key 7.
 fn concurrent(make: &common::Make, times: &[u64], per_thread: usize) -> u64 {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = make(clock.clone());
     let allowed = AtomicU64::new(0);
     let start = Barrier::new(THREADS + 1);
@@ -56,7 +57,7 @@ fn concurrent(make: &common::Make, times: &[u64], per_thread: usize) -> u64 {
             });
         }
         for &t in times {
-            clock.set_nanos(t);
+            clock.set(Duration::from_nanos(t));
             start.wait();
             done.wait();
         }
@@ -111,8 +112,8 @@ fn moving_clock_totals_equal_sequential_replay() {
 fn direct_limiter_totals_under_threads() {
     use hotlimit::{algo::Gcra, store::Locked, DirectLimiter};
     let gcra: Gcra = "100/s burst 20".parse().unwrap();
-    let cas = DirectLimiter::<_>::with_clock(gcra, ManualClock::new());
-    let mutex = DirectLimiter::<_, _, Locked>::with_clock(gcra, ManualClock::new());
+    let cas = DirectLimiter::<_>::with_clock(gcra, ManualClock::default());
+    let mutex = DirectLimiter::<_, _, Locked>::with_clock(gcra, ManualClock::default());
     let (a, b) = thread::scope(|s| {
         let hs: Vec<_> = (0..THREADS)
             .map(|_| {

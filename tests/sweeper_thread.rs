@@ -31,7 +31,7 @@ fn eventually(mut cond: impl FnMut() -> bool) -> bool {
 #[test]
 fn sweeper_runs_and_is_joined_on_drop() {
     let gcra: Gcra = "10/s burst 5".parse().unwrap();
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     // An interval of an hour: the sweeps below can only come from wake-ups, and dropping
     // must not wait for the interval either.
     let cas = CasLimiter::<u64, Gcra>::builder(gcra)

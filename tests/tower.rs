@@ -112,7 +112,7 @@ fn peer_ip() -> PeerIp {
 
 #[tokio::test]
 async fn burst_passes_then_429_with_retry_after_then_passes_after_the_clock_moves() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = gcra_limiter("5/s burst 5", &clock);
     let decisions = Arc::new(Mutex::new(Vec::<Decision>::new()));
     let seen = decisions.clone();
@@ -172,7 +172,7 @@ async fn burst_passes_then_429_with_retry_after_then_passes_after_the_clock_move
 #[tokio::test]
 async fn headers_parse_and_match_the_limiters_decisions() {
     // A fixed window of 3 per minute, 5 s into it: the reset is 55 s away.
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     clock.set(Duration::from_secs(5));
     let limiter = Arc::new(CasLimiter::<String, _>::with_clock(
         FixedWindow::new(3, Duration::from_secs(60)).unwrap(),
@@ -218,7 +218,7 @@ async fn headers_parse_and_match_the_limiters_decisions() {
 
 #[tokio::test]
 async fn dry_run_never_denies_and_reports_would_be_denials() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = gcra_limiter("5/s burst 5", &clock);
     let would_deny = Arc::new(Mutex::new(Vec::<(String, Decision)>::new()));
     let seen = would_deny.clone();
@@ -227,9 +227,7 @@ async fn dry_run_never_denies_and_reports_would_be_denials() {
         .on_decision(move |r| {
             assert_eq!(r.mode, Mode::DryRun);
             if r.decision.is_denied() {
-                seen.lock()
-                    .unwrap()
-                    .push((r.key.to_owned(), r.decision));
+                seen.lock().unwrap().push((r.key.to_owned(), r.decision));
             }
         })
         .build();
@@ -254,7 +252,7 @@ async fn dry_run_never_denies_and_reports_would_be_denials() {
 
 #[tokio::test]
 async fn missing_key_is_rejected_with_400_by_default() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = gcra_limiter("5/s burst 5", &clock);
     let layer =
         RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key")).build();
@@ -288,7 +286,7 @@ async fn raw_get_with_empty_key(addr: SocketAddr) -> String {
 
 #[tokio::test]
 async fn an_empty_key_is_a_missing_key() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = gcra_limiter("5/s burst 5", &clock);
     let layer =
         RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key")).build();
@@ -347,7 +345,7 @@ async fn an_empty_key_is_a_missing_key() {
 
 #[tokio::test]
 async fn keyless_requests_share_the_fallback_key() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = gcra_limiter("1/s burst 2", &clock);
     let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
         .missing_key(MissingKey::Fallback("anonymous".into()))
@@ -368,7 +366,7 @@ async fn keyless_requests_share_the_fallback_key() {
 
 #[tokio::test]
 async fn hostile_keys_are_bounded() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = gcra_limiter("5/s burst 5", &clock);
     let keys = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = keys.clone();
@@ -439,7 +437,7 @@ async fn hostile_keys_are_bounded() {
 
 #[tokio::test]
 async fn shadow_mode_lets_everything_through_and_tells_the_handler() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = gcra_limiter("5/s burst 2", &clock);
     let hooked = Arc::new(Mutex::new(0u32));
     let count = hooked.clone();
@@ -486,7 +484,7 @@ async fn shadow_mode_lets_everything_through_and_tells_the_handler() {
 
 #[tokio::test]
 async fn forwarded_ip_keys_by_the_proxys_entry_not_the_clients() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = gcra_limiter("1/s burst 1", &clock);
     let layer = RateLimitLayer::builder(limiter.clone(), ForwardedIp::x_forwarded_for(1)).build();
     let (addr, client) = serve(hello().layer(layer)).await;
@@ -510,7 +508,7 @@ async fn forwarded_ip_keys_by_the_proxys_entry_not_the_clients() {
 
 #[tokio::test]
 async fn cost_function_free_and_impossible_requests() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = gcra_limiter("10/s burst 10", &clock);
     let layer = RateLimitLayer::builder(limiter.clone(), peer_ip())
         .cost(|p: &http::request::Parts| match p.uri.path() {
@@ -556,7 +554,7 @@ async fn cost_function_free_and_impossible_requests() {
 #[tokio::test]
 async fn any_algorithm_and_variant_behind_the_layer() {
     // The mutex twin with a sliding window, and a named policy.
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = Arc::new(MutexLimiter::<String, _>::with_clock(
         SlidingWindow::new(2, Duration::from_secs(10)).unwrap(),
         clock.clone(),
@@ -581,7 +579,7 @@ async fn any_algorithm_and_variant_behind_the_layer() {
         .starts_with(r#""per-10s";r=0;t="#));
 
     // EARRRL as a `dyn` limiter: no quota, no remaining, so only Retry-After.
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let earrrl = Earrrl::new(Duration::from_secs(2), "3/s".parse().unwrap()).unwrap();
     let limiter: Arc<dyn RateLimiter<str>> =
         Arc::new(CasLimiter::<String, _>::with_clock(earrrl, clock.clone()));
@@ -603,24 +601,28 @@ async fn any_algorithm_and_variant_behind_the_layer() {
 
 #[tokio::test]
 async fn nested_layers_advertise_both_policies() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let per_ip = RateLimitLayer::builder(gcra_limiter("10/s burst 10", &clock), peer_ip())
-        .headers(|h| h.quota = Some(
-            QuotaPolicy::new(10, Duration::from_secs(1))
-                .named("per-ip")
-                .unwrap(),
-        ))
+        .headers(|h| {
+            h.quota = Some(
+                QuotaPolicy::new(10, Duration::from_secs(1))
+                    .named("per-ip")
+                    .unwrap(),
+            )
+        })
         .headers(|h| h.on_allowed = true)
         .build();
     let per_key = RateLimitLayer::builder(
         gcra_limiter("1/s burst 1", &clock),
         HeaderKey::from_static("x-api-key"),
     )
-    .headers(|h| h.quota = Some(
-        QuotaPolicy::new(1, Duration::from_secs(1))
-            .named("per-key")
-            .unwrap(),
-    ))
+    .headers(|h| {
+        h.quota = Some(
+            QuotaPolicy::new(1, Duration::from_secs(1))
+                .named("per-key")
+                .unwrap(),
+        )
+    })
     .headers(|h| h.on_allowed = true)
     .build();
     // The last layer added runs first: per IP, then per key.
@@ -651,7 +653,7 @@ async fn nested_layers_advertise_both_policies() {
 #[tokio::test]
 async fn dry_run_and_shadow_never_refuse_keyless_or_oversized_requests() {
     for mode in [Mode::DryRun, Mode::Shadow] {
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let limiter = gcra_limiter("1/s burst 1", &clock);
         let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
             .headers(|h| h.mode = mode)
@@ -744,11 +746,14 @@ async fn a_pending_decision_serves_the_same_responses_as_a_ready_one() {
             .build()
     }
     let ready = header_trace(
-        hello().layer(layer(gcra_limiter("3/s burst 3", &ManualClock::new()))),
+        hello().layer(layer(gcra_limiter("3/s burst 3", &ManualClock::default()))),
         5,
     )
     .await;
-    let deferred = Arc::new(Deferred(gcra_limiter("3/s burst 3", &ManualClock::new())));
+    let deferred = Arc::new(Deferred(gcra_limiter(
+        "3/s burst 3",
+        &ManualClock::default(),
+    )));
     let pending = header_trace(hello().layer(layer(deferred)), 5).await;
     let allowed = |r: u64| (200, None, Some(format!(r#""default";r={r};t=1"#)));
     let denied = (
@@ -769,12 +774,16 @@ async fn a_pending_decision_serves_the_same_responses_as_a_ready_one() {
 
 #[tokio::test]
 async fn a_pending_decision_in_shadow_mode_reaches_the_hook_and_the_handler() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = Arc::new(Deferred(gcra_limiter("5/s burst 1", &clock)));
     let reports = Arc::new(Mutex::new(Vec::<(String, bool)>::new()));
     let seen = reports.clone();
     let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
-        .on_decision(move |r| seen.lock().unwrap().push((r.key.to_owned(), r.decision.is_denied())))
+        .on_decision(move |r| {
+            seen.lock()
+                .unwrap()
+                .push((r.key.to_owned(), r.decision.is_denied()))
+        })
         .shadow_hook(|decision, parts| {
             if decision.is_denied() {
                 parts
@@ -1061,7 +1070,7 @@ async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
         assert!(got >= 0.9 * rate, "{policy}: {got:.2}/s of {rate}/s");
         assert!(got <= rate, "{policy}: {got:.2}/s of {rate}/s");
     }
-    let clock = ManualClock::new;
+    let clock = ManualClock::default;
     let gcra = |spec: &str, clock: &ManualClock| {
         let l = gcra_limiter(spec, clock);
         (l.advertised_quota(), l as Arc<dyn RateLimiter<str>>)
@@ -1101,7 +1110,7 @@ async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
 async fn every_drafts_fields_follow_its_grammar() {
     use hotlimit::headers::Draft;
     for draft in [Draft::Ietf07, Draft::Ietf09, Draft::Ietf10] {
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let layer = RateLimitLayer::builder(
             gcra_limiter("2/s burst 3", &clock),
             HeaderKey::from_static("x-api-key"),
@@ -1174,7 +1183,7 @@ async fn every_drafts_fields_follow_its_grammar() {
 /// cannot run (another window) is a 503, never an allow.
 #[tokio::test]
 async fn plans_decide_and_advertise_each_requests_quota() {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = gcra_limiter("2/s burst 2", &clock);
     let pro: Gcra = "10/s burst 5".parse().unwrap();
     let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))

@@ -101,7 +101,7 @@ fn same_headers_as_the_in_memory_layer_and_one_limit_for_two_servers() {
         let (redis_addr, client) = serve(hello().layer(layer(redis))).await;
         let memory = Arc::new(CasLimiter::<String, Gcra, _>::with_clock(
             quota(),
-            ManualClock::new(),
+            ManualClock::default(),
         ));
         let memory_layer = RateLimitLayer::builder(memory, HeaderKey::from_static("x-api-key"))
             .headers(|h| (h.on_allowed, h.legacy) = (true, true))

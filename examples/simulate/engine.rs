@@ -258,7 +258,7 @@ pub fn run<A: Algorithm>(
     events: &[Event],
     grid: Option<Grid>,
 ) -> Run {
-    let clock = ManualClock::new();
+    let clock = ManualClock::default();
     let limiter = CasLimiter::<u32, A>::with_clock(algo, clock.clone());
     let mut records = Vec::with_capacity(events.len());
     let mut samples = Vec::new();
@@ -268,7 +268,7 @@ pub fn run<A: Algorithm>(
             if s > t || s >= scenario.end {
                 break;
             }
-            clock.set_nanos(s);
+            clock.set(Duration::from_nanos(s));
             for client in 0..scenario.clients.len() as u32 {
                 if let Some(rate) = limiter.request(&client).peek().unwrap().rate() {
                     samples.push(Sample { t: s, client, rate });
@@ -280,7 +280,7 @@ pub fn run<A: Algorithm>(
     for e in events {
         // Samples at a request's own time see the rate just before it, like `Decision::rate`.
         sample_until(e.t.saturating_sub(1), &mut samples);
-        clock.set_nanos(e.t);
+        clock.set(Duration::from_nanos(e.t));
         let d = limiter.check(&e.client);
         records.push(Record {
             t: e.t,

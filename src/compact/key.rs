@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// ```
 /// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
 ///
-/// let l = CompactLimiter::<u64, Gcra, _>::with_clock("1/s".parse()?, ManualClock::new());
+/// let l = CompactLimiter::<u64, Gcra, _>::with_clock("1/s".parse()?, ManualClock::default());
 /// assert!(l.check(&42).is_allowed());
 /// assert!(l.check(&42).is_denied());
 /// # Ok::<(), hotlimit::ConfigError>(())
@@ -109,7 +109,7 @@ impl CompactKey for IpAddr {
 /// ```
 /// use hotlimit::{algo::Gcra, store::Hashed, CompactLimiter, ManualClock};
 ///
-/// let l = CompactLimiter::<Hashed<str>, Gcra, _>::with_clock("10/s burst 1".parse()?, ManualClock::new());
+/// let l = CompactLimiter::<Hashed<str>, Gcra, _>::with_clock("10/s burst 1".parse()?, ManualClock::default());
 /// assert!(l.check("alice").is_allowed());
 /// assert!(l.check("alice").is_denied());
 /// assert!(l.check("bob").is_allowed());

@@ -34,7 +34,7 @@ use table::{Table, SLOTS_PER_LINE};
 /// // Up to a million IPv4 clients, 10 requests per second each, bursts of 5: lock-free.
 /// let limiter = CompactLimiter::<Ipv4Addr, Gcra>::builder("10/s burst 5".parse()?)
 ///     .max_keys(1_000_000)
-///     .clock(ManualClock::new())
+///     .clock(ManualClock::default())
 ///     .build()?;
 /// let client = Ipv4Addr::new(203, 0, 113, 7);
 /// let allowed = (0..10).filter(|_| limiter.check(&client).is_allowed()).count();
@@ -42,7 +42,7 @@ use table::{Table, SLOTS_PER_LINE};
 ///
 /// // Any address, IPv6 too, lock-free as a 64-bit keyed hash (see `Hashed` for collisions).
 /// let any = CompactLimiter::<Hashed<IpAddr>, Gcra>::builder("10/s burst 5".parse()?)
-///     .clock(ManualClock::new())
+///     .clock(ManualClock::default())
 ///     .build()?;
 /// assert!(any.check(&IpAddr::V6("2001:db8::7".parse()?)).is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -91,7 +91,7 @@ use table::{Table, SLOTS_PER_LINE};
 /// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
 /// use std::time::Duration;
 ///
-/// let clock = ManualClock::new();
+/// let clock = ManualClock::default();
 /// let limiter = CompactLimiter::<u64, Gcra>::builder("10/s burst 2".parse()?)
 ///     .max_keys(1000)
 ///     .clock(clock.clone())
@@ -256,7 +256,7 @@ where
     ///
     /// let l = CompactLimiter::<u64, Gcra>::builder("1/s".parse()?)
     ///     .max_keys(10_000)
-    ///     .clock(ManualClock::new())
+    ///     .clock(ManualClock::default())
     ///     .build()?;
     /// for key in 0..10_000 {
     ///     assert!(l.check(&key).is_allowed());

@@ -380,10 +380,12 @@ mod tests {
             live.advertised_quota().map(|p| p.to_string()),
             Some(r#""default";q=20;w=1;hotlimit-burst=5"#.to_owned())
         );
-        let keyed = KeyedLimiter::<String, Gcra>::with_clock(g, ManualClock::new());
+        let keyed = KeyedLimiter::<String, Gcra>::with_clock(g, ManualClock::default());
         assert_eq!(keyed.advertised_quota(), want);
-        let compact =
-            CompactLimiter::<crate::store::Hashed<str>, Gcra>::with_clock(g, ManualClock::new());
+        let compact = CompactLimiter::<crate::store::Hashed<str>, Gcra>::with_clock(
+            g,
+            ManualClock::default(),
+        );
         assert_eq!(compact.advertised_quota(), want);
     }
 }

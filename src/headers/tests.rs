@@ -22,7 +22,6 @@ fn render(headers: RateLimitHeaders, decision: Decision) -> Vec<String> {
     from_iter
 }
 
-
 /// The headers with `set` applied: a one-line variant in these tests.
 trait With: Sized {
     fn with(self, set: impl FnOnce(&mut Self)) -> Self;
@@ -135,7 +134,10 @@ fn t_of_draft_10_is_the_time_to_more_quota() {
     assert_eq!(render(gcra, denied)[..1], ["retry-after: 2".to_owned()]);
     // Without a unit interval (a window), the time until the state is fresh.
     let window = RateLimitHeaders::new(Some(QuotaPolicy::new(10, Duration::from_secs(60))));
-    assert_eq!(t(window.with(|h| h.on_allowed = true), allowed(s(7))), Some(7));
+    assert_eq!(
+        t(window.with(|h| h.on_allowed = true), allowed(s(7))),
+        Some(7)
+    );
     // No reset known, no t; no remaining known, no RateLimit at all.
     assert_eq!(
         t(
@@ -171,7 +173,9 @@ fn modes_decide_what_goes_out() {
             r#"ratelimit: "default";r=0;t=1"#
         ]
     );
-    let shadow = h.with(|h| h.mode = Mode::Shadow).with(|h| h.on_allowed = true);
+    let shadow = h
+        .with(|h| h.mode = Mode::Shadow)
+        .with(|h| h.on_allowed = true);
     assert_eq!(shadow.verdict(denied).action, Action::Shadow(denied));
     assert!(render(shadow, denied).is_empty());
     assert_eq!(render(shadow, allowed).len(), 2);

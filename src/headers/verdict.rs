@@ -15,7 +15,7 @@ use http::{HeaderMap, StatusCode};
 /// use hotlimit::headers::{Action, Draft, Mode, RateLimitHeaders};
 /// use std::time::Duration;
 ///
-/// let clock = ManualClock::new();
+/// let clock = ManualClock::default();
 /// let limiter = CasLimiter::<String, _>::with_clock(FixedWindow::new(2, Duration::from_secs(60))?, clock.clone());
 /// let mut headers = RateLimitHeaders::for_limiter(&limiter);
 /// (headers.draft, headers.mode) = (Draft::Ietf07, Mode::DryRun);

@@ -163,7 +163,7 @@ pub fn run(shape: Shape, deadline: Duration) -> Result<Report, String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let target = match shape.clock {
-            ClockKind::Frozen => build(&shape, ManualClock::new()),
+            ClockKind::Frozen => build(&shape, ManualClock::default()),
             ClockKind::Coarse => build(&shape, CoarseClock::new(Duration::from_millis(1))),
             ClockKind::Exact => build(&shape, QuantaClock::new()),
         };

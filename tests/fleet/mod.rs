@@ -548,11 +548,11 @@ pub fn on_a_server(
 /// What one exact in-memory limiter answers to the same requests, in the same order.
 pub fn exact(name: &str, shape: Shape, t: &Trace) -> Vec<bool> {
     fn replay<A: Algorithm>(algo: A, t: &Trace) -> Vec<bool> {
-        let clock = ManualClock::new();
+        let clock = ManualClock::default();
         let l = CasLimiter::<u32, A>::with_clock(algo, clock.clone());
         t.iter()
             .map(|&(at, key, _)| {
-                clock.set_nanos(at);
+                clock.set(Duration::from_nanos(at));
                 l.check(&key).is_allowed()
             })
             .collect()
