@@ -103,12 +103,12 @@ impl Rate {
     }
 
     /// The period in nanoseconds.
-    pub fn period_nanos(&self) -> u64 {
+    pub(crate) fn period_nanos(&self) -> u64 {
         self.period_ns
     }
 
     /// Events per second.
-    pub fn per_second(&self) -> f64 {
+    pub(crate) fn per_second(&self) -> f64 {
         // Divided first: `count · 1e9` overflows for counts a rate per second still holds.
         self.count / (self.period_ns as f64 / NANOS_PER_SEC)
     }

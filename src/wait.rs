@@ -40,7 +40,7 @@ impl Jitter {
     }
 
     /// One random extra delay in `[0, max]`.
-    pub fn sample(&self) -> Duration {
+    pub(crate) fn sample(&self) -> Duration {
         if self.max.is_zero() {
             return Duration::ZERO;
         }

@@ -134,13 +134,13 @@ impl Exponential {
 
     /// Packs `(t_prev, r)` into the state word.
     #[inline]
-    pub fn pack(t_prev: u64, rate: f64) -> u128 {
+    pub(crate) fn pack(t_prev: u64, rate: f64) -> u128 {
         ((t_prev as u128) << 64) | rate.to_bits() as u128
     }
 
     /// Unpacks the state word into `(t_prev, r)`.
     #[inline]
-    pub fn unpack(word: u128) -> (u64, f64) {
+    pub(crate) fn unpack(word: u128) -> (u64, f64) {
         ((word >> 64) as u64, f64::from_bits(word as u64))
     }
 

@@ -52,18 +52,8 @@ pub struct LogState {
 
 impl LogState {
     /// The counted cost still in the log (saturating at `u64::MAX`).
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         u64::try_from(self.total).unwrap_or(u64::MAX)
-    }
-
-    /// The number of entries (a measure of the memory held).
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether the log is empty.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 
     /// Drops the entries that left the window `(now − window, now]`.

@@ -84,13 +84,6 @@ pub struct BucketState {
     total: u64,
 }
 
-impl BucketState {
-    /// The cost counted in the buckets.
-    pub fn total(&self) -> u64 {
-        self.total
-    }
-}
-
 impl SubWindow {
     /// At most `limit` per `window`, counted in `buckets` buckets; erring strict, policy leaky.
     pub fn new(limit: u64, window: Duration, buckets: u32) -> Result<Self, ConfigError> {
