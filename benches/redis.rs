@@ -11,7 +11,7 @@ use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::redis::{RedisAlgorithm, RedisLimiter};
-use hotlimit::Rate;
+use hotlimit::{Rate, RateLimiter};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -58,8 +58,9 @@ fn run<A: RedisAlgorithm>(base: &RedisLimiter<A>, threads: usize, send: Sending,
                                 done += batch as u64;
                             }
                             Sending::Batch(batch) => {
-                                let reqs = (0..batch).map(|j| keys[(i + j) % KEYS].as_str());
-                                r.check_batch(reqs, &mut out);
+                                let reqs: Vec<&str> =
+                                    (0..batch).map(|j| keys[(i + j) % KEYS].as_str()).collect();
+                                r.check_batch(&reqs, &mut out);
                                 assert_eq!(out.len(), batch);
                                 i += batch;
                                 done += batch as u64;

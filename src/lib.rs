@@ -250,7 +250,7 @@ pub use decision::{Decision, Policy};
 pub use direct::DirectLimiter;
 pub use error::{ConfigError, CostError, Field, TicketError};
 pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
-pub use limiter::{AsyncRateLimiter, RateLimiter};
+pub use limiter::{AsyncRateLimiter, NonBlocking, RateLimiter};
 pub use live::Live;
 pub use ops::Limiter;
 pub use request::{Request, Requests};

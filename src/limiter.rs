@@ -8,16 +8,15 @@ use crate::error::CostError;
 use crate::sweeper::SweepReport;
 use std::future::{ready, Future, Ready};
 
-/// Anything that decides requests for keys of type `Q` without waiting on I/O: the
-/// in-memory [`Limiter`](crate::Limiter) over every store, and the hybrid limiter (feature
-/// `redis`). Object-safe, so a `dyn RateLimiter<Q>` can hold any of them;
+/// A synchronous limiter of keys of type `Q`, decided in the call: the in-memory
+/// [`Limiter`](crate::Limiter) over every store, the hybrid limiter and the blocking Redis
+/// client (features `redis`). Object-safe, so a `dyn RateLimiter<Q>` can hold any of them;
 /// [`Requests`](crate::Requests) reaches every other operation, through one
 /// [`Request`](crate::Request).
 ///
-/// A decision never waits on I/O, so every `RateLimiter` is an [`AsyncRateLimiter`] at no
-/// cost, which the tower layer takes. The blocking Redis client (`redis::RedisLimiter`, each
-/// decision a round trip) is none, so the types keep it out of an async server (it takes
-/// [`Requests`](crate::Requests)); its async twin is an `AsyncRateLimiter`.
+/// A call may block (the blocking Redis client's is a round trip). Those that never wait on
+/// I/O are also [`NonBlocking`], and so [`AsyncRateLimiter`]s at no cost, which the tower
+/// layer takes: the types keep a blocking client out of an async server.
 ///
 /// # Examples
 ///
@@ -72,7 +71,8 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// [`Request::until_ready_blocking`](crate::Request::until_ready_blocking).
     fn until_ready_blocking(&self, key: &Q) -> Decision;
 
-    /// The number of keys held.
+    /// The number of keys held in this process (the blocking Redis client: those of its local
+    /// fast path).
     fn len(&self) -> usize;
 
     /// Whether no key is held.
@@ -85,11 +85,27 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     fn sweep(&self) -> SweepReport;
 }
 
+/// A [`RateLimiter`] whose calls never wait on I/O, so it is an [`AsyncRateLimiter`] at no
+/// cost (its future is ready at once): every in-memory [`Limiter`](crate::Limiter) and the
+/// hybrid limiter. Implement it for a limiter of your own that never blocks, to hand it to the
+/// tower layer; never for one that does I/O in `check` (the blocking Redis client is not one).
+///
+/// ```
+/// use hotlimit::{algo::Gcra, AsyncRateLimiter, CasLimiter, NonBlocking};
+/// use std::sync::Arc;
+///
+/// fn serves<L: AsyncRateLimiter<str> + ?Sized>(_: &L) {}
+/// let l: Arc<dyn NonBlocking<str>> = Arc::new(CasLimiter::<String, Gcra>::new("10/s".parse()?));
+/// serves(&*l);
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+pub trait NonBlocking<Q: ?Sized>: RateLimiter<Q> {}
+
 /// A limiter whose decision may need I/O (a round trip to a shared store), so it is a
 /// future: what `hotlimit::tower::RateLimitLayer` is generic over.
 ///
-/// Every [`RateLimiter`] is one, at no cost: its future is [`std::future::Ready`], the
-/// decision taken synchronously in the call, nothing boxed or allocated. The Redis backend's
+/// Every [`NonBlocking`] limiter is one, at no cost: its future is [`std::future::Ready`],
+/// the decision taken synchronously in the call, nothing boxed or allocated. The Redis backend's
 /// `AsyncRedisLimiter` (feature `redis-async`) is the one that waits on the network.
 ///
 /// The future is an associated type, `Send + 'static` (it owns what it needs, so a caller can
@@ -131,7 +147,7 @@ pub trait AsyncRateLimiter<Q: ?Sized>: Send + Sync {
     }
 
     /// [`check_n_async`](AsyncRateLimiter::check_n_async), with the decision taken on the
-    /// spot when the limiter needs no I/O: every [`RateLimiter`] answers
+    /// spot when the limiter needs no I/O: every [`NonBlocking`] limiter answers
     /// [`Started::Decided`], so a caller like the tower layer pays nothing for the future on
     /// the hot path; a limiter with a backend answers [`Started::Waiting`] (the default).
     #[inline]
@@ -168,8 +184,8 @@ impl LimiterError for CostError {
     }
 }
 
-/// Every synchronous limiter, decided in the call: the future is ready at once.
-impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> AsyncRateLimiter<Q> for L {
+/// Every limiter that never blocks, decided in the call: the future is ready at once.
+impl<Q: ?Sized, L: NonBlocking<Q> + ?Sized> AsyncRateLimiter<Q> for L {
     type Error = CostError;
     type Future = Ready<Result<Decision, CostError>>;
 
@@ -292,7 +308,7 @@ mod tests {
             g,
             clock.clone(),
         ));
-        let dynamic: &dyn RateLimiter<str> = &cas;
+        let dynamic: &dyn NonBlocking<str> = &cas;
         ready_future::<str, _>(dynamic);
 
         // The same decisions as the sync calls, taken in the call.

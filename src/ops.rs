@@ -317,6 +317,18 @@ impl<S: Store> Limiter<S> {
             .decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
     }
 
+    /// The number of keys held (1 for the single cell). The papaya map sums it from
+    /// per-thread counters one by one, so while other threads insert and evict it is a
+    /// snapshot that can be off by what they did during the read.
+    pub fn len(&self) -> usize {
+        self.store.keys()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Drops every key whose state is equivalent to a fresh key's at `now − grace` (so no
     /// future decision changes), then, if a capacity bound is set and still exceeded, evicts
     /// down to 7/8 of it. Safe to run while other threads `check`: see the protocol in the
@@ -330,18 +342,6 @@ impl<S: Store> Limiter<S> {
     /// full).
     pub fn sweep_totals(&self) -> SweepTotals {
         self.store.sweep_totals()
-    }
-
-    /// The number of keys held (1 for the single cell). The papaya map sums it from
-    /// per-thread counters one by one, so while other threads insert and evict it is a
-    /// snapshot that can be off by what they did during the read.
-    pub fn len(&self) -> usize {
-        self.store.keys()
-    }
-
-    /// Whether no key is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The capacity bound ([`Builder::max_keys`]), if one is set (always for the compact
@@ -382,7 +382,9 @@ impl<S: Store> Limiter<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn metrics(&self) -> Metrics {
-        self.store.core().metrics(self.sweep_totals(), self.len())
+        self.store
+            .core()
+            .metrics(self.sweep_totals(), self.store.keys())
     }
 }
 
@@ -466,6 +468,9 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::RateLimiter<Q> for Limiter<S> {
         Limiter::sweep(self)
     }
 }
+
+/// Every in-memory limiter decides in the call, never waiting on I/O.
+impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::NonBlocking<Q> for Limiter<S> {}
 
 impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
     type Algo = S::Algo;

@@ -535,7 +535,12 @@ fn check_parsers(s: &str) -> Result<(), TestCaseError> {
                 s,
                 r
             );
-            prop_assert!(r.period() >= std::time::Duration::from_nanos(1), "{:?} -> {:?}", s, r);
+            prop_assert!(
+                r.period() >= std::time::Duration::from_nanos(1),
+                "{:?} -> {:?}",
+                s,
+                r
+            );
         }
         Err(e) => check_error(&e)?,
     }

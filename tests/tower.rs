@@ -15,7 +15,7 @@ use hotlimit::tower::{
 };
 use hotlimit::{
     store::LimiterError, AsyncRateLimiter, CasLimiter, CostError, Decision, ManualClock,
-    MutexLimiter, RateLimiter,
+    MutexLimiter, NonBlocking, RateLimiter,
 };
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
@@ -581,7 +581,7 @@ async fn any_algorithm_and_variant_behind_the_layer() {
     // EARRRL as a `dyn` limiter: no quota, no remaining, so only Retry-After.
     let clock = ManualClock::default();
     let earrrl = Earrrl::new(Duration::from_secs(2), "3/s".parse().unwrap()).unwrap();
-    let limiter: Arc<dyn RateLimiter<str>> =
+    let limiter: Arc<dyn NonBlocking<str>> =
         Arc::new(CasLimiter::<String, _>::with_clock(earrrl, clock.clone()));
     let layer = RateLimitLayer::builder(limiter, peer_ip()).build();
     let (addr, client) = serve(hello().layer(layer)).await;
@@ -1050,7 +1050,7 @@ async fn paced_client(app: Router, clock: &ManualClock, n: u32) -> (u32, u32, f6
 #[tokio::test]
 async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
     async fn run(
-        limiter: Arc<dyn RateLimiter<str>>,
+        limiter: Arc<dyn NonBlocking<str>>,
         quota: Option<QuotaPolicy>,
         clock: ManualClock,
         rate: f64,
@@ -1073,7 +1073,7 @@ async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
     let clock = ManualClock::default;
     let gcra = |spec: &str, clock: &ManualClock| {
         let l = gcra_limiter(spec, clock);
-        (l.advertised_quota(), l as Arc<dyn RateLimiter<str>>)
+        (l.advertised_quota(), l as Arc<dyn NonBlocking<str>>)
     };
     // A burst of 10 ms × 10 = 0.1 s.
     let c = clock();
@@ -1100,7 +1100,7 @@ async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
         FixedWindow::new(100, s(10)).unwrap(),
         c.clone(),
     ));
-    let (q, l) = (l.advertised_quota(), l as Arc<dyn RateLimiter<str>>);
+    let (q, l) = (l.advertised_quota(), l as Arc<dyn NonBlocking<str>>);
     run(l, q, c, 10.0, r#""default";q=100;w=10"#).await;
 }
 

@@ -6,7 +6,7 @@ use crate::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
 };
 
-use crate::limiter::RateLimiter;
+use crate::limiter::NonBlocking;
 use crate::live::Live;
 use crate::ops::{Limiter, Store};
 use std::fmt;
@@ -302,9 +302,9 @@ impl<A: Reconfigure + AdvertisedQuota> AdvertisedQuota for Live<A> {
     }
 }
 
-/// A `dyn` limiter advertises nothing; set the policy with the layer's `Builder::quota` or
+/// A `dyn` limiter advertises nothing; set the policy with the layer's `headers` or
 /// [`RateLimitHeaders::new`].
-impl AdvertisedQuota for dyn RateLimiter<str> {
+impl AdvertisedQuota for dyn NonBlocking<str> {
     fn advertised_quota(&self) -> Option<QuotaPolicy> {
         None
     }

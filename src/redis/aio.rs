@@ -29,7 +29,7 @@ use std::time::Instant;
 /// response timeout is [`RedisBuilder::io_timeout`]. Needs a tokio runtime.
 ///
 /// It is an [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter) (its future applies the
-/// [`FailMode`], as [`check_n`](AsyncRedisLimiter::check_n) does), so the `tower` feature's
+/// [`FailMode`] to an outage and returns any other backend error), so the `tower` feature's
 /// `RateLimitLayer` can put it in front of a service: one limit shared by every instance.
 ///
 /// ```no_run
@@ -138,23 +138,6 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
 impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
     client_accessors!(build_async);
 
-    /// Decides a request of cost 1; on an outage, answers the [`FailMode`]; on another backend
-    /// error, a denial.
-    pub async fn check(&self, key: &str) -> Decision {
-        match self.check_n(key, 1).await {
-            Ok(d) => d,
-            Err(_) => self.core.config.fail_mode.decision(),
-        }
-    }
-
-    /// Decides a request of `cost`; on an outage, answers the [`FailMode`]; on another backend
-    /// error, a denial, as
-    /// [`RedisLimiter::check_n`](super::RedisLimiter::check_n).
-    pub async fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        let req = Req::new(key, cost, At::Server, Mode::Check);
-        self.core.fail_over(self.decide(req).await)
-    }
-
     /// A request beyond a plain check, for `key`: a cost, a quota that comes with it, an
     /// explicit instant (see [`RedisLimiter::request`](super::RedisLimiter::request)); then the
     /// async `check`, `peek`, `up_to`, `take` and `settle`, each returning the backend's
@@ -180,9 +163,8 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         self.send_pipelined(requests).await?.into_iter().collect()
     }
 
-    /// Decides a batch of requests of cost 1, in order, as one
-    /// [`check`](AsyncRedisLimiter::check) each: `out` is cleared, then holds one decision per
-    /// key. Batched as [`check_n_batch`](AsyncRedisLimiter::check_n_batch) is.
+    /// Decides a batch of requests of cost 1, in order: `out` is cleared, then holds one
+    /// decision per key. Batched as [`check_n_batch`](AsyncRedisLimiter::check_n_batch) is.
     pub async fn check_batch<'k>(
         &self,
         keys: impl IntoIterator<Item = &'k str>,
@@ -194,9 +176,9 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         self.core.batch_of_ones(answers, out);
     }
 
-    /// Decides a batch of `(key, cost)` requests in order, as one
-    /// [`check_n`](AsyncRedisLimiter::check_n) each, as
-    /// [`RedisLimiter::check_n_batch`](super::RedisLimiter::check_n_batch) does: one round trip
+    /// Decides a batch of `(key, cost)` requests in order, as the sync client's
+    /// [`check_n_batch`](crate::RateLimiter::check_n_batch) does (an outage answered by the
+    /// [`FailMode`], another backend error by a denial, each counted): one round trip
     /// per [`BATCH_TRIP`](super::BATCH_TRIP) requests, the local fast path before and after it,
     /// the fail mode for a failed one. On a Redis Cluster a round trip's requests go
     /// concurrently, each to its key's node.
@@ -230,10 +212,6 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
             self.on_error(answer);
         }
         result
-    }
-
-    async fn decide(&self, req: Req<'_, A>) -> Result<Decision, BackendError> {
-        self.run(req).await?.decision()
     }
 
     /// One script call: the checks and the local fast path, the round trip, the reply.

@@ -8,11 +8,13 @@ use super::{BackendError, RedisAlgorithm, RedisBuilder};
 use super::{FailMode, MAX_EXPLICIT_NOW};
 use crate::decision::Decision;
 use crate::error::CostError;
+use crate::limiter::RateLimiter;
+use crate::sweeper::SweepReport;
 use ::redis::{RedisError, Value};
 use parking_lot::Mutex;
 use std::fmt;
 
-/// The most requests [`RedisLimiter::check_n_batch`] (and the async client's) sends in one
+/// The most requests [`RateLimiter::check_n_batch`] of [`RedisLimiter`] (and the async client's) sends in one
 /// round trip: past about 64
 /// the pipeline's rate no longer grows (`BENCHMARKS.md`, "Redis backend"), and a bound keeps a
 /// round trip well inside the I/O timeout whatever the batch.
@@ -56,27 +58,6 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     client_accessors!(build);
 
-    /// Decides a request of cost 1; on an outage, answers the [`FailMode`]; on any other
-    /// backend error, a denial (see [`check_n`](RedisLimiter::check_n)).
-    pub fn check(&self, key: &str) -> Decision {
-        match self.check_n(key, 1) {
-            Ok(d) => d,
-            // Cost 1 is always valid.
-            Err(_) => self.core.config.fail_mode.decision(),
-        }
-    }
-
-    /// Decides a request of `cost`. On an outage ([`BackendError::is_outage`]) answers the
-    /// [`FailMode`] and counts it in [`failures`](RedisLimiter::failures); on any other
-    /// backend error answers a denial (with the `retry_after` of [`FailMode::Closed`] if that
-    /// is the mode, else 1 s) and counts it in [`errors`](RedisLimiter::errors): a
-    /// misconfiguration is never let through. Only a cost error is returned; a
-    /// [`request`](RedisLimiter::request)'s `check` returns the backend's failure instead.
-    pub fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        let req = Req::new(key, cost, At::Server, Mode::Check);
-        self.core.fail_over(self.decide_req(req))
-    }
-
     /// A request beyond a plain check, for `key`: a cost, a quota that comes with it, an
     /// explicit instant (nanoseconds on the caller's timeline, at most [`MAX_EXPLICIT_NOW`],
     /// instead of Redis' clock: tests and trace replay; never mix with server-time calls on
@@ -85,27 +66,6 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// [`Request`](crate::Request).
     pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
         crate::Request::new(self, key)
-    }
-
-    /// Waits on the calling thread until a request of cost 1 for `key` is allowed: sleeps for
-    /// each denial's `retry_after` and asks again (other instances may take the freed quota
-    /// first, so it may wait more than once). An outage answers the [`FailMode`] (open: at
-    /// once; closed: its `retry_after`, then again). An error that is not an outage returns its
-    /// denial at once rather than wait on a misconfiguration forever.
-    pub fn until_ready_blocking(&self, key: &str) -> Decision {
-        loop {
-            let req = Req::new(key, 1, At::Server, Mode::Check);
-            let d = match self.core.fail_over_outages(self.decide_req(req)) {
-                Ok(d) => d,
-                // Not an outage (cost 1 is always valid): counted, and answered at once.
-                Err(_) => return self.core.error_decision(),
-            };
-            if d.is_allowed() {
-                return d;
-            }
-            // At least 1 ms, so a zero wait cannot spin on the server.
-            std::thread::sleep(d.retry_after().max(std::time::Duration::from_millis(1)));
-        }
     }
 
     /// Decides a batch of requests `(key, cost)` in one round trip (a pipeline of `EVALSHA`),
@@ -125,58 +85,6 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.core.check_costs(requests)?;
         // The first request's error is the batch's, as on a cluster.
         self.send_pipelined(requests)?.into_iter().collect()
-    }
-
-    /// Decides a batch of requests of cost 1, in order, as one [`check`](RedisLimiter::check)
-    /// each: `out` is cleared, then holds one decision per key. Batched as
-    /// [`check_n_batch`](RedisLimiter::check_n_batch) is.
-    pub fn check_batch<'k>(
-        &self,
-        keys: impl IntoIterator<Item = &'k str>,
-        out: &mut Vec<Decision>,
-    ) {
-        let mut answers = Vec::new();
-        self.check_n_batch(keys.into_iter().map(|key| (key, 1)), &mut answers);
-        self.core.batch_of_ones(answers, out);
-    }
-
-    /// Decides a batch of `(key, cost)` requests in order, as one
-    /// [`check_n`](RedisLimiter::check_n) each (the [`FailMode`] answering an outage): `out` is
-    /// cleared, then holds one answer per request, a refused cost that request's error (it is
-    /// not sent). The local fast path, if enabled, answers from what it knew before each round
-    /// trip and learns from its replies; the rest goes to Redis in **one round trip per
-    /// [`BATCH_TRIP`] requests**, a pipeline of atomic script calls as in
-    /// [`try_check_pipelined`](RedisLimiter::try_check_pipelined) (bounded, so that a huge
-    /// batch cannot outlast the I/O timeout). A failed round trip answers every request it
-    /// carried as `check_n` would have (counted once each in
-    /// [`failures`](RedisLimiter::failures) or [`errors`](RedisLimiter::errors)); which of them
-    /// Redis counted is then unknown. On a Redis Cluster, one `check_n` after another (see
-    /// `try_check_pipelined` for why).
-    pub fn check_n_batch<'k>(
-        &self,
-        requests: impl IntoIterator<Item = (&'k str, u64)>,
-        out: &mut Vec<Result<Decision, CostError>>,
-    ) {
-        out.clear();
-        if self.target.is_cluster() {
-            out.extend(
-                requests
-                    .into_iter()
-                    .map(|(key, cost)| self.check_n(key, cost)),
-            );
-            return;
-        }
-        let mut trip = Trip::default();
-        for (key, cost) in requests {
-            if trip.add(&self.core, key, cost, out) {
-                let result = self.send_pipelined(trip.requests());
-                trip.finish(&self.core, result, out);
-            }
-        }
-        if !trip.requests().is_empty() {
-            let result = self.send_pipelined(trip.requests());
-            trip.finish(&self.core, result, out);
-        }
     }
 
     /// One pipeline round trip (one script call a request, on a cluster one after another, the
@@ -279,6 +187,121 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 .map_err(BackendError::from_redis)?;
         }
         Ok(self.core.batch_decisions(values, missed, again))
+    }
+}
+
+/// The sync client's decisions, each a round trip (or the local fast path's answer): a
+/// [`RateLimiter`] (import the trait to call them), so code generic over a blocking limiter
+/// takes it; not [`NonBlocking`](crate::NonBlocking), so never an async one (the tower layer
+/// takes the async client). An outage answers the [`FailMode`].
+impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
+    /// Decides a request of cost 1; on an outage, answers the [`FailMode`]; on any other
+    /// backend error, a denial (see [`check_n`](RateLimiter::check_n)).
+    fn check(&self, key: &str) -> Decision {
+        match RateLimiter::check_n(self, key, 1) {
+            Ok(d) => d,
+            // Cost 1 is always valid.
+            Err(_) => self.core.config.fail_mode.decision(),
+        }
+    }
+
+    /// Decides a request of `cost`. On an outage ([`BackendError::is_outage`]) answers the
+    /// [`FailMode`] and counts it in [`failures`](RedisLimiter::failures); on any other
+    /// backend error answers a denial (with the `retry_after` of [`FailMode::Closed`] if that
+    /// is the mode, else 1 s) and counts it in [`errors`](RedisLimiter::errors): a
+    /// misconfiguration is never let through. Only a cost error is returned; a
+    /// [`request`](RedisLimiter::request)'s `check` returns the backend's failure instead.
+    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        let req = Req::new(key, cost, At::Server, Mode::Check);
+        self.core.fail_over(self.decide_req(req))
+    }
+
+    /// Decides a batch of requests of cost 1, in order, as one [`check`](RateLimiter::check)
+    /// each: `out` is cleared, then holds one decision per key. Batched as
+    /// [`check_n_batch`](RateLimiter::check_n_batch) is.
+    fn check_batch(&self, keys: &[&str], out: &mut Vec<Decision>) {
+        let mut answers = Vec::new();
+        let requests: Vec<_> = keys.iter().map(|&key| (key, 1)).collect();
+        RateLimiter::check_n_batch(self, &requests, &mut answers);
+        self.core.batch_of_ones(answers, out);
+    }
+
+    /// Decides a batch of `(key, cost)` requests in order, as one
+    /// [`check_n`](RateLimiter::check_n) each (the [`FailMode`] answering an outage): `out` is
+    /// cleared, then holds one answer per request, a refused cost that request's error (it is
+    /// not sent). The local fast path, if enabled, answers from what it knew before each round
+    /// trip and learns from its replies; the rest goes to Redis in **one round trip per
+    /// [`BATCH_TRIP`] requests**, a pipeline of atomic script calls as in
+    /// [`try_check_pipelined`](RedisLimiter::try_check_pipelined) (bounded, so that a huge
+    /// batch cannot outlast the I/O timeout). A failed round trip answers every request it
+    /// carried as `check_n` would have (counted once each in
+    /// [`failures`](RedisLimiter::failures) or [`errors`](RedisLimiter::errors)); which of them
+    /// Redis counted is then unknown. On a Redis Cluster, one `check_n` after another (see
+    /// `try_check_pipelined` for why).
+    fn check_n_batch(&self, requests: &[(&str, u64)], out: &mut Vec<Result<Decision, CostError>>) {
+        out.clear();
+        if self.target.is_cluster() {
+            out.extend(
+                requests
+                    .iter()
+                    .map(|&(key, cost)| RateLimiter::check_n(self, key, cost)),
+            );
+            return;
+        }
+        let mut trip = Trip::default();
+        for &(key, cost) in requests {
+            if trip.add(&self.core, key, cost, out) {
+                let result = self.send_pipelined(trip.requests());
+                trip.finish(&self.core, result, out);
+            }
+        }
+        if !trip.requests().is_empty() {
+            let result = self.send_pipelined(trip.requests());
+            trip.finish(&self.core, result, out);
+        }
+    }
+
+    /// The decision `check_n` would return, without counting it (never answered by the local
+    /// fast path); an outage answers the [`FailMode`].
+    fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        let req = Req::new(key, cost, At::Server, Mode::Peek);
+        self.core.fail_over(self.decide_req(req))
+    }
+
+    fn peek(&self, key: &str) -> Decision {
+        // Cost 1 is always valid.
+        RateLimiter::peek_n(self, key, 1).unwrap_or_else(|_| self.core.config.fail_mode.decision())
+    }
+
+    /// Waits on the calling thread until a request of cost 1 for `key` is allowed: sleeps for
+    /// each denial's `retry_after` and asks again (other instances may take the freed quota
+    /// first, so it may wait more than once). An outage answers the [`FailMode`] (open: at
+    /// once; closed: its `retry_after`, then again). An error that is not an outage returns its
+    /// denial at once rather than wait on a misconfiguration forever.
+    fn until_ready_blocking(&self, key: &str) -> Decision {
+        loop {
+            let req = Req::new(key, 1, At::Server, Mode::Check);
+            let d = match self.core.fail_over_outages(self.decide_req(req)) {
+                Ok(d) => d,
+                // Not an outage (cost 1 is always valid): counted, and answered at once.
+                Err(_) => return self.core.error_decision(),
+            };
+            if d.is_allowed() {
+                return d;
+            }
+            // At least 1 ms, so a zero wait cannot spin on the server.
+            std::thread::sleep(d.retry_after().max(std::time::Duration::from_millis(1)));
+        }
+    }
+
+    /// The keys the local fast path holds (every other key's state is in Redis).
+    fn len(&self) -> usize {
+        self.core.local.as_ref().map_or(0, |l| l.len())
+    }
+
+    /// Nothing to sweep here: Redis expires the keys, the local fast path is bounded.
+    fn sweep(&self) -> SweepReport {
+        SweepReport::default()
     }
 }
 

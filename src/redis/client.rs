@@ -137,7 +137,7 @@ pub(super) struct ClientCore<A> {
     /// ARGV 5.. in microseconds (server time) and in nanoseconds (explicit `now`).
     params_server: Vec<String>,
     params_explicit: Vec<String>,
-    local: Option<LocalDeny>,
+    pub(super) local: Option<LocalDeny>,
     round_trips: AtomicU64,
     failures: AtomicU64,
     errors: AtomicU64,

@@ -39,6 +39,11 @@ impl LocalDeny {
         (c == cost && e == explicit && until > now).then(|| Decision::denied(until - now))
     }
 
+    /// The keys it holds.
+    pub(super) fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
     pub(super) fn forget(&self, key: &str) {
         let mut map = self.map.lock();
         if !map.is_empty() {

@@ -100,7 +100,7 @@
 //! ([`BackendError::Unavailable`]) instead of each waiting for a connect timeout.
 //!
 //! [`RedisLimiter::request`]'s operations return every
-//! [`BackendError`]. [`RedisLimiter::check`] and [`check_n`](RedisLimiter::check_n) tell two
+//! [`BackendError`]. [`check`](crate::RateLimiter::check) of [`RedisLimiter`] and [`check_n`](crate::RateLimiter::check_n) tell two
 //! kinds apart ([`BackendError::is_outage`]):
 //!
 //! - an **outage** (a connection refused, reset or closed, an I/O timeout,
@@ -219,7 +219,7 @@ pub const SETTLE_MARK_TTL: Duration = Duration::from_secs(60);
 /// The latest explicit `now` (ns) the scripts count exactly: 2^53 − 1 (about 104 days).
 pub const MAX_EXPLICIT_NOW: u64 = (1 << 53) - 1;
 
-/// What [`RedisLimiter::check`] answers when the backend fails.
+/// What [`check`](crate::RateLimiter::check) of [`RedisLimiter`] answers when the backend fails.
 ///
 /// ```
 /// use hotlimit::redis::FailMode;

@@ -47,8 +47,8 @@
 //!    [`OversizedKey`], so a hostile header never becomes a huge key;
 //! 3. decides it with the limiter (under the request's own quota if a plan picks one:
 //!    [`LayerBuilder::plans`]), any [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter):
-//!    every [`RateLimiter<str>`](crate::RateLimiter) (every algorithm and variant of the crate,
-//!    a [`ManualClock`](crate::ManualClock) one in tests, a `dyn RateLimiter<str>`), decided in
+//!    every [`NonBlocking`](crate::NonBlocking) limiter (every algorithm and store of the
+//!    crate, a [`ManualClock`](crate::ManualClock) one in tests, a `dyn NonBlocking<str>`), decided in
 //!    `call` at no cost, or the Redis backend's `AsyncRedisLimiter` (see *Over Redis*), whose
 //!    round trip the response future awaits;
 //! 4. acts according to the [`Mode`]: enforce (deny with `429 Too Many Requests`), dry-run
@@ -105,7 +105,7 @@
 //! The layer polls the limiter's future once in `call`; pending, the response future keeps
 //! the request and the ready inner service and awaits it, so a slow or frozen server never
 //! blocks the runtime. An outage (refused, reset, timed out after the I/O timeout) answers the
-//! limiter's `FailMode`, as `AsyncRedisLimiter::check_n` does: open lets the request through
+//! limiter's `FailMode`: open lets the request through
 //! (without a `RateLimit` field: no remaining is known), closed answers 429 with its
 //! `Retry-After`. Any other backend error (a script error, a wrong type, a misrouted command:
 //! a misconfiguration, not an outage) answers 503 without rate-limit headers, never an allow,

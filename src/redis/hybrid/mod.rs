@@ -479,9 +479,9 @@ impl<A: HybridAlgorithm, C: Clock> Drop for HybridLimiter<A, C> {
 }
 
 /// The hybrid limiter's decisions, as a [`RateLimiter<str>`](crate::RateLimiter) (import the
-/// trait to call them): every call is local, so through the blanket
-/// [`AsyncRateLimiter`](crate::AsyncRateLimiter) impl it never blocks an async task (the tower
-/// layer takes it as it takes the in-memory limiters).
+/// trait to call them): every call is local, so it is [`NonBlocking`](crate::NonBlocking)
+/// and through it an [`AsyncRateLimiter`](crate::AsyncRateLimiter) that never blocks an async
+/// task (the tower layer takes it as it takes the in-memory limiters).
 impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, C> {
     /// Decides a request of cost 1 for `key`, counting it.
     #[inline]
@@ -553,6 +553,9 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
         self.inner.store.sweep()
     }
 }
+
+/// Every decision is local: Redis is only reached by the background sync.
+impl<A: HybridAlgorithm, C: Clock> crate::NonBlocking<str> for HybridLimiter<A, C> {}
 
 /// Every other request, through [`request`](HybridLimiter::request). A request's quota is
 /// refused ([`QuotaError::Quota`]): the fleet shares one configuration.
