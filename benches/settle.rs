@@ -67,7 +67,7 @@ fn run(l: &CasLimiter<u64, Gcra>, own: &Gcra, other: &Gcra, row: usize, seq: &[u
         }),
         5 => time(seq, |k| seen(l.check_n(k, 2)).is_ok_and(|d| d.is_allowed())),
         6 => time(seq, |k| {
-            seen(l.request(k).cost(2).take()).is_ok_and(|t| t.is_allowed())
+            seen(l.request(k).cost(2).take()).is_ok_and(|t| t.decision().is_allowed())
         }),
         _ => time(seq, |k| {
             let mut t = l.request(k).cost(2).take().unwrap();

@@ -64,7 +64,7 @@ fn main() {
         let estimate = prompt + 1_000;
         let t = tally.entry(key).or_default();
         let mut ticket = match limiter.request(key).cost(estimate).quota(quota).take() {
-            Ok(ticket) if ticket.is_allowed() => ticket,
+            Ok(ticket) if ticket.decision().is_allowed() => ticket,
             // A 429 whose Retry-After is `denied.decision().retry_after()`.
             Ok(_denied) => {
                 t.denied += 1;

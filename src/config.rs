@@ -77,19 +77,9 @@ impl Rate {
         Ok(rate)
     }
 
-    /// `count` events per second.
+    /// `count` events per second (other periods: [`Rate::new`], or parse `"10/min"`).
     pub fn per_second_of(count: f64) -> Result<Self, ConfigError> {
         Self::new(count, Duration::from_secs(1))
-    }
-
-    /// `count` events per minute.
-    pub fn per_minute_of(count: f64) -> Result<Self, ConfigError> {
-        Self::new(count, Duration::from_secs(60))
-    }
-
-    /// `count` events per hour.
-    pub fn per_hour_of(count: f64) -> Result<Self, ConfigError> {
-        Self::new(count, Duration::from_secs(3600))
     }
 
     /// The number of events per period.

@@ -410,11 +410,6 @@ impl Ticket {
         self.decision
     }
 
-    /// Whether the provisional cost was admitted (and so is to be settled).
-    pub fn is_allowed(&self) -> bool {
-        self.decision.is_allowed()
-    }
-
     /// The provisional cost the ticket was taken for.
     pub fn charged(&self) -> u64 {
         self.charged

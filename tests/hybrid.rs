@@ -27,7 +27,7 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 /// GCRA at 1/h with `burst`: nothing refills during a test, so every count is exact.
 fn hourly(burst: u64) -> Gcra {
-    Gcra::new(Rate::per_hour_of(1.0).unwrap())
+    Gcra::new("1/h".parse::<Rate>().unwrap())
         .unwrap()
         .with_burst(burst)
         .unwrap()
@@ -87,7 +87,7 @@ fn fallback_shares_are_validated() {
         Err(ConfigError::TooLarge { .. })
     ));
     assert_eq!(Fallback::share(1.0).unwrap(), Fallback::FULL);
-    assert_eq!(Fallback::DENY.local_share(), 0.0);
+    assert_eq!(Fallback::share(0.0).unwrap(), Fallback::DENY);
 }
 
 /// Two instances, Redis' quota of 10 (1/h: no refill during the test): leases admit exactly
@@ -412,7 +412,7 @@ fn a_key_never_seen_here_is_decided_on_the_pushed_state() {
         let build = || {
             current(
                 HybridLimiter::builder(server.url(), gcra)
-                    .key_prefix(format!("s{}:", share.local_share()))
+                    .key_prefix(format!("s{share:?}:"))
                     .sync_interval(Duration::from_millis(5))
                     .fallback(share)
                     .build()
@@ -705,7 +705,7 @@ fn drain_takes<A: HybridAlgorithm>(
     let mut until = l.stats().ticks + syncs;
     loop {
         let mut ticket = l.request(key).cost(cost).take().unwrap();
-        if ticket.is_allowed() {
+        if ticket.decision().is_allowed() {
             assert!(l.request(key).settle(&mut ticket, actual).unwrap());
             admitted += 1;
             until = l.stats().ticks + syncs;
@@ -763,7 +763,7 @@ fn settled_costs_reach_the_shared_state() {
         let mut ticket = h.request("k").cost(estimate).take().unwrap();
         eventually("an admitted take", || {
             ticket = h.request("k").cost(estimate).take().unwrap();
-            ticket.is_allowed()
+            ticket.decision().is_allowed()
         });
         // Another key, or a ticket of another limiter: an error, and the ticket stays open.
         assert_eq!(
@@ -895,7 +895,7 @@ fn a_flood_of_new_keys_never_resets_a_merged_limit() {
     let hour = Duration::from_secs(3600);
     a_flood_never_resets_a_merged_limit(&server, "fixed", FixedWindow::new(10, hour).unwrap());
     a_flood_never_resets_a_merged_limit(&server, "sliding", SlidingWindow::new(10, hour).unwrap());
-    let per_hour = Rate::per_hour_of(10.0).unwrap();
+    let per_hour: Rate = "10/h".parse().unwrap();
     a_flood_never_resets_a_merged_limit(&server, "earrrl", Earrrl::new(hour, per_hour).unwrap());
     a_flood_never_resets_a_merged_limit(
         &server,

@@ -128,7 +128,7 @@ fn take_and_settle_under_a_plan() {
     let pro: Gcra = "100/s burst 100".parse().unwrap();
     let l = CasLimiter::<String, Gcra, _>::with_clock(free, ManualClock::default());
     let mut t = l.request("k").cost(100).quota(&pro).take().unwrap();
-    assert!(t.is_allowed());
+    assert!(t.decision().is_allowed());
     assert_eq!(l.request("k").quota(&pro).settle(&mut t, 40), Ok(true));
     assert_eq!(
         l.request("k").quota(&pro).check().unwrap().remaining(),

@@ -81,7 +81,7 @@ where
                 let r = red.request(key).cost(cost).at(t).take().unwrap();
                 agree.check(&what, &m.decision(), &r.decision());
                 assert_eq!(r.taken_at(), t, "{what}");
-                if m.is_allowed() {
+                if m.decision().is_allowed() {
                     admitted += 1;
                 } else {
                     denied += 1;
@@ -367,7 +367,7 @@ fn settle_on_the_server_clock() {
         .build()
         .unwrap();
     let mut ticket = red.request("k").cost(6).take().unwrap();
-    assert!(ticket.is_allowed() && ticket.taken_at() > 0);
+    assert!(ticket.decision().is_allowed() && ticket.taken_at() > 0);
     assert!(red.request("k").settle(&mut ticket, 1).unwrap());
     assert_eq!(red.request("k").peek().unwrap().remaining(), Some(8));
     let mut ticket = red.request("k").cost(9).take().unwrap();

@@ -251,7 +251,7 @@ fn a_debt_is_paid_off_exactly() {
     let l =
         CasLimiter::<String, Gcra, _>::with_clock("10/s burst 10".parse().unwrap(), clock.clone());
     let mut t = l.request("k").cost(10).take().unwrap();
-    assert!(t.is_allowed());
+    assert!(t.decision().is_allowed());
     // 40 used, 10 charged: 30 units of debt beyond an empty bucket, 3 s at 10/s.
     assert!(l.request("k").settle(&mut t, 40).unwrap());
     let denied = l.check("k");
@@ -389,7 +389,7 @@ fn threads_taking_and_settling_lose_nothing() {
         (0..100)
             .map(|i| {
                 let mut t = take(10);
-                assert!(t.is_allowed());
+                assert!(t.decision().is_allowed());
                 let actual = (seed * 7 + i * 13) % 20;
                 assert!(settle(&mut t, actual));
                 actual

@@ -119,7 +119,7 @@ impl SubWindow {
     }
 
     /// The bucket width.
-    pub fn bucket(&self) -> Duration {
+    pub(crate) fn bucket(&self) -> Duration {
         Duration::from_nanos(self.bucket_ns)
     }
 

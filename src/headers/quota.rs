@@ -153,27 +153,27 @@ impl QuotaPolicy {
     }
 
     /// The policy's name.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         self.name
     }
 
     /// The quota per window, in the limiter's units.
-    pub fn quota(&self) -> u64 {
+    pub(crate) fn quota(&self) -> u64 {
         self.quota
     }
 
     /// The window in whole seconds.
-    pub fn window_secs(&self) -> u64 {
+    pub(crate) fn window_secs(&self) -> u64 {
         self.window_secs
     }
 
     /// The burst, if advertised.
-    pub fn burst(&self) -> Option<u64> {
+    pub(crate) fn burst(&self) -> Option<u64> {
         self.burst
     }
 
     /// The time one unit takes to come back, if quota comes back one unit at a time.
-    pub fn refill_interval(&self) -> Option<Duration> {
+    pub(crate) fn refill_interval(&self) -> Option<Duration> {
         (self.refill_ns > 0).then(|| Duration::from_nanos(self.refill_ns))
     }
 }
@@ -222,7 +222,7 @@ impl std::error::Error for InvalidPolicyName {}
 /// | [`Exponential`] | the limit (rounded down) per period | | the time until the rate is back under the limit |
 /// | [`Earrrl`] | none: a decaying average has no quota window | | |
 ///
-/// Override with the layer's `Builder::quota` or [`RateLimitHeaders::new`].
+/// Override with the layer's `headers` or [`RateLimitHeaders::new`].
 ///
 /// # Examples
 ///
@@ -232,7 +232,6 @@ impl std::error::Error for InvalidPolicyName {}
 ///
 /// let g: Gcra = "100/min burst 10".parse()?;
 /// let p = g.advertised_quota().unwrap();
-/// assert_eq!((p.quota(), p.window_secs(), p.burst()), (100, 60, Some(10)));
 /// assert_eq!(p.to_string(), r#""default";q=100;w=60;hotlimit-burst=10"#);
 /// let w = FixedWindow::new(1000, Duration::from_secs(3600))?;
 /// assert_eq!(w.advertised_quota(), Some(QuotaPolicy::new(1000, Duration::from_secs(3600))));

@@ -45,11 +45,6 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         RedisBuilder::new(url.into(), algo)
     }
 
-    /// A limiter with the default options ([`FailMode::Open`], prefix `hotlimit:`).
-    pub fn connect(url: impl Into<String>, algo: A) -> Result<Self, BackendError> {
-        Self::builder(url, algo).build()
-    }
-
     /// Another limiter with the same configuration and its own connection (and its own local
     /// fast path), for another thread.
     pub fn try_clone(&self) -> Result<Self, BackendError> {

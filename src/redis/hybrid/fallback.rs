@@ -34,7 +34,7 @@ use crate::error::{ConfigError, Field};
 ///
 /// // Four instances: each may decide a quarter of the quota on its own.
 /// let quarter = Fallback::share(0.25)?;
-/// assert_eq!(quarter.local_share(), 0.25);
+/// assert_ne!(quarter, Fallback::FULL);
 /// assert!(Fallback::share(1.5).is_err());
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
@@ -79,7 +79,7 @@ impl Fallback {
     }
 
     /// The share of the quota decided locally (0 for [`Fallback::DENY`]).
-    pub fn local_share(&self) -> f64 {
+    pub(crate) fn local_share(&self) -> f64 {
         self.share
     }
 
