@@ -42,7 +42,7 @@ where
         let cas = CasLimiter::<String, A>::new(algo);
         let build = |prefix: String| {
             HybridLimiter::builder(url, algo)
-                .key_prefix(prefix)
+                .redis(|r| r.key_prefix(prefix))
                 .build()
                 .expect("connect")
         };

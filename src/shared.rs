@@ -70,31 +70,43 @@ impl Default for Options {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use]
-pub struct Builder<L, A, C = QuantaClock> {
+pub struct Builder<L, A, C = QuantaClock, X = ()> {
     pub(crate) algo: A,
     pub(crate) clock: C,
     pub(crate) options: Options,
+    /// What a limiter with more to configure keeps beside (the hybrid limiter's Redis and
+    /// sync settings).
+    pub(crate) extra: X,
     _limiter: PhantomData<fn() -> L>,
 }
 
 impl<L, A> Builder<L, A> {
     pub(crate) fn new(algo: A) -> Self {
+        Self::with(algo, Options::default(), ())
+    }
+}
+
+impl<L, A, X> Builder<L, A, QuantaClock, X> {
+    /// A builder with these options and `extra`, on the default clock.
+    pub(crate) fn with(algo: A, options: Options, extra: X) -> Self {
         Self {
             algo,
             clock: QuantaClock::new(),
-            options: Options::default(),
+            options,
+            extra,
             _limiter: PhantomData,
         }
     }
 }
 
-impl<L, A, C> Builder<L, A, C> {
+impl<L, A, C, X> Builder<L, A, C, X> {
     /// Uses `clock` instead of the default TSC clock ([`QuantaClock`]).
-    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<L, A, C2> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<L, A, C2, X> {
         Builder {
             algo: self.algo,
             clock,
             options: self.options,
+            extra: self.extra,
             _limiter: PhantomData,
         }
     }
@@ -118,7 +130,7 @@ pub(crate) mod sealed {
 /// Sealed.
 pub trait KeyedStore: sealed::Keyed {}
 
-impl<L: KeyedStore, A, C> Builder<L, A, C> {
+impl<L: KeyedStore, A, C, X> Builder<L, A, C, X> {
     /// Bounds the number of keys. When a sweep finds more, it evicts the keys whose state is
     /// closest to fresh (the earliest [`Algorithm::idle_at`]) down to 7/8 of the bound.
     ///
@@ -186,12 +198,13 @@ impl<L: KeyedStore, A, C> Builder<L, A, C> {
     }
 }
 
-impl<L, A: fmt::Debug, C: fmt::Debug> fmt::Debug for Builder<L, A, C> {
+impl<L, A: fmt::Debug, C: fmt::Debug, X: fmt::Debug> fmt::Debug for Builder<L, A, C, X> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("algo", &self.algo)
             .field("clock", &self.clock)
             .field("options", &self.options)
+            .field("extra", &self.extra)
             .finish()
     }
 }

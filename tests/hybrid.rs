@@ -38,7 +38,7 @@ fn hourly(burst: u64) -> Gcra {
 fn hybrid<A: HybridAlgorithm>(server: &Server, algo: A, fallback: Fallback) -> HybridLimiter<A> {
     current(
         HybridLimiter::builder(server.url(), algo)
-            .key_prefix("t:")
+            .redis(|r| r.key_prefix("t:"))
             .sync_interval(Duration::from_millis(5))
             .fallback(fallback)
             .build()
@@ -174,7 +174,7 @@ fn admissions_beyond_the_lease_are_charged() {
     // A long interval: the checks below all come before the next sync.
     let h = current(
         HybridLimiter::builder(server.url(), gcra)
-            .key_prefix("t:")
+            .redis(|r| r.key_prefix("t:"))
             .sync_interval(Duration::from_secs(1))
             .fallback(Fallback::share(0.5).unwrap())
             .build()
@@ -307,12 +307,14 @@ fn an_outage_degrades_to_the_fallback_and_reconciles() {
     let port = server.port;
     let gcra = hourly(100);
     let h = HybridLimiter::builder(server.url(), gcra)
-        .key_prefix("t:")
+        .redis(|r| r.key_prefix("t:"))
         .sync_interval(Duration::from_millis(5))
         .fallback(Fallback::share(0.1).unwrap())
-        .connect_timeout(Duration::from_millis(50))
-        .io_timeout(Duration::from_millis(50))
-        .reconnect_after(Duration::from_millis(10))
+        .redis(|r| {
+            r.connect_timeout(Duration::from_millis(50))
+                .io_timeout(Duration::from_millis(50))
+                .reconnect_after(Duration::from_millis(10))
+        })
         .build()
         .unwrap();
     assert_eq!(drain(&h, "k", 3), 100);
@@ -412,7 +414,7 @@ fn a_key_never_seen_here_is_decided_on_the_pushed_state() {
         let build = || {
             current(
                 HybridLimiter::builder(server.url(), gcra)
-                    .key_prefix(format!("s{share:?}:"))
+                    .redis(|r| r.key_prefix(format!("s{share:?}:")))
                     .sync_interval(Duration::from_millis(5))
                     .fallback(share)
                     .build()
@@ -460,11 +462,13 @@ fn a_limiter_built_while_redis_is_down_follows_the_fallback_then_converges() {
     let url = format!("redis://127.0.0.1:{port}/");
     let build = || {
         HybridLimiter::builder(url.clone(), gcra)
-            .key_prefix("t:")
+            .redis(|r| r.key_prefix("t:"))
             .sync_interval(Duration::from_millis(5))
             .fallback(Fallback::share(0.5).unwrap())
-            .connect_timeout(Duration::from_millis(50))
-            .reconnect_after(Duration::from_millis(20))
+            .redis(|r| {
+                r.connect_timeout(Duration::from_millis(50))
+                    .reconnect_after(Duration::from_millis(20))
+            })
             .build()
             .unwrap()
     };
@@ -507,11 +511,13 @@ fn batches_decide_as_one_check_each() {
     let clock = ManualClock::default();
     let build = |prefix: &str| {
         HybridLimiter::builder(url.clone(), "10/s burst 6".parse::<Gcra>().unwrap())
-            .key_prefix(prefix)
+            .redis(|r| r.key_prefix(prefix))
             .sync_interval(Duration::from_millis(5))
             .fallback(Fallback::share(0.5).unwrap())
-            .connect_timeout(Duration::from_millis(50))
-            .reconnect_after(Duration::from_millis(20))
+            .redis(|r| {
+                r.connect_timeout(Duration::from_millis(50))
+                    .reconnect_after(Duration::from_millis(20))
+            })
             .clock(clock.clone())
             .build()
             .unwrap()
@@ -568,7 +574,7 @@ fn a_key_flood_against_max_keys_keeps_admitting_new_keys() {
     };
     let gcra: Gcra = "10/s burst 5".parse().unwrap();
     let l = HybridLimiter::builder(server.url(), gcra)
-        .key_prefix("flood:")
+        .redis(|r| r.key_prefix("flood:"))
         .sync_interval(Duration::from_millis(5))
         .fallback(Fallback::share(0.5).unwrap())
         .max_keys(1_000)
@@ -604,7 +610,7 @@ fn evicting_a_key_hands_its_lease_back() {
     let gcra = hourly(10);
     let h = current(
         HybridLimiter::builder(server.url(), gcra)
-            .key_prefix("t:")
+            .redis(|r| r.key_prefix("t:"))
             // A long interval: a lease goes quiet (and back) only after two of them.
             .sync_interval(Duration::from_secs(1))
             // One unit (a tenth of 10) beyond a lease: a new key holds a debt until its
@@ -667,7 +673,7 @@ fn an_instance_joining_a_live_fleet_is_current_after_the_horizon() {
     assert!(a.check("old").is_allowed());
     eventually("a's round", || a.stats().calls >= 1);
     let b = HybridLimiter::builder(server.url(), gcra)
-        .key_prefix("t:")
+        .redis(|r| r.key_prefix("t:"))
         .sync_interval(Duration::from_millis(5))
         .fallback(Fallback::share(0.5).unwrap())
         .build()
@@ -754,7 +760,7 @@ fn settled_costs_reach_the_shared_state() {
         let prefix = format!("s{estimate}:");
         let h = current(
             HybridLimiter::builder(server.url(), gcra)
-                .key_prefix(prefix.as_str())
+                .redis(|r| r.key_prefix(prefix.as_str()))
                 .sync_interval(Duration::from_millis(5))
                 .fallback(Fallback::DENY)
                 .build()
@@ -829,7 +835,7 @@ fn partial_grants_take_what_is_in_hand() {
 fn a_flood_never_resets_a_merged_limit<A: HybridAlgorithm>(server: &Server, name: &str, algo: A) {
     let build = |prefix: String, max_keys: Option<usize>, forget: bool| {
         let b = HybridLimiter::builder(server.url(), algo.clone())
-            .key_prefix(prefix)
+            .redis(|r| r.key_prefix(prefix))
             .sync_interval(Duration::from_millis(5));
         let b = match max_keys {
             Some(max) => b.max_keys(max),

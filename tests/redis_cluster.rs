@@ -75,7 +75,7 @@ fn hybrid_instances_share_each_limit_on_the_cluster() {
     };
     let build = |i: usize| {
         HybridLimiter::builder(cluster.url(i), "1/h burst 5".parse::<Gcra>().unwrap())
-            .key_prefix("hy:")
+            .redis(|r| r.key_prefix("hy:"))
             .sync_interval(Duration::from_millis(5))
             .fallback(Fallback::DENY)
             .build()

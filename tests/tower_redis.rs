@@ -191,7 +191,7 @@ fn the_hybrid_limiter_behind_the_layer_shares_one_limit_for_two_servers() {
         let hybrid = || {
             Arc::new(
                 HybridLimiter::builder(server.url(), quota())
-                    .key_prefix("hybrid:")
+                    .redis(|r| r.key_prefix("hybrid:"))
                     .sync_interval(Duration::from_millis(5))
                     .fallback(Fallback::DENY)
                     .build()

@@ -1,8 +1,8 @@
 //! The configuration: [`RedisBuilder`], from [`RedisLimiter::builder`].
 
+use super::FailMode;
 #[cfg(doc)]
 use super::{BackendError, RedisLimiter};
-use super::{FailMode, RedisAlgorithm};
 use std::fmt;
 use std::time::Duration;
 
@@ -48,7 +48,7 @@ impl<A> RedisBuilder<A> {
     }
 }
 
-impl<A: RedisAlgorithm> RedisBuilder<A> {
+impl<A> RedisBuilder<A> {
     /// The prefix of every Redis key (default `hotlimit:`).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();

@@ -192,7 +192,9 @@ pub use aio::AsyncRedisLimiter;
 pub use bindings::RedisAlgorithm;
 pub use blocking::{RedisLimiter, BATCH_TRIP};
 pub use builder::RedisBuilder;
-pub use hybrid::{Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, HybridStats, SyncError};
+pub use hybrid::{
+    Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, HybridSettings, HybridStats, SyncError,
+};
 
 #[cfg(doc)]
 use crate::algo::{
@@ -286,7 +288,7 @@ pub enum BackendError {
     Unavailable,
     /// An explicit `now` above [`MAX_EXPLICIT_NOW`].
     TimeOutOfRange(u64),
-    /// A configuration the limiter cannot run (see [`HybridBuilder::build`]), or a
+    /// A configuration the limiter cannot run (see [`HybridLimiter::builder`]), or a
     /// per-request quota that cannot read the limiter's states
     /// ([`RedisLimiter::request`]).
     Config(ConfigError),

@@ -252,13 +252,17 @@ fn with_limiter<A: HybridAlgorithm>(spec: &Value, name: &str, algo: A) -> Value 
         .map(|s| s.as_str().unwrap().to_owned())
         .collect();
     let builder = HybridLimiter::builder(spec["url"].as_str().unwrap(), algo)
-        .key_prefix(format!("fleet:{name}:"))
-        .seed_nodes(seeds.clone())
+        .redis(|r| {
+            r.key_prefix(format!("fleet:{name}:"))
+                .seed_nodes(seeds.clone())
+        })
         .sync_interval(INTERVAL)
         .fallback(Fallback::share(shape.share()).unwrap())
-        .connect_timeout(Duration::from_millis(100))
-        .io_timeout(Duration::from_millis(200))
-        .reconnect_after(Duration::from_millis(50));
+        .redis(|r| {
+            r.connect_timeout(Duration::from_millis(100))
+                .io_timeout(Duration::from_millis(200))
+        })
+        .redis(|r| r.reconnect_after(Duration::from_millis(50)));
     let limiter = match shape {
         Shape::Flood { .. } => builder.max_keys(FLOOD_MAX_KEYS),
         _ => builder,

@@ -180,7 +180,7 @@ fn run(args: Args) -> Result<Infallible, Box<dyn std::error::Error>> {
             // Connects now: a Redis that cannot be reached fails the start. Its sync thread
             // removes idle clients itself.
             let limiter = HybridLimiter::builder(url.as_str(), gcra)
-                .key_prefix("pingora:")
+                .redis(|r| r.key_prefix("pingora:"))
                 .sync_interval(SYNC_INTERVAL)
                 .fallback(args.fallback_share.unwrap_or(Fallback::FULL))
                 .build()

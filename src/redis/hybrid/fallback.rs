@@ -20,7 +20,7 @@ use crate::error::{ConfigError, Field};
 ///
 /// The rule is the same for every algorithm: each instance's part must be at least one
 /// request. A share whose part rounds to nothing (`share(0.25)` of a limit of 2 is half a
-/// request) is refused by [`HybridBuilder::build`](super::HybridBuilder::build) with a [`ConfigError`] naming the share,
+/// request) is refused by the [`HybridBuilder`](super::HybridBuilder)'s `build` with a [`ConfigError`] naming the share,
 /// rather than quietly becoming [`Fallback::DENY`]. With `N` instances, `share(1/N)` keeps the
 /// fleet within the quota even when every instance decides alone.
 ///

@@ -18,7 +18,7 @@ mod push;
 mod report;
 mod worker;
 
-pub use builder::HybridBuilder;
+pub use builder::{HybridBuilder, HybridSettings};
 pub use engine::HybridAlgorithm;
 pub(crate) use engine::{
     Engine, Evicted, Fleet, FleetContext, Inner, Mode, Reason, Verdict, Visit,
@@ -54,7 +54,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 ///
 /// // 100/s with bursts of 20 per client, shared by every instance using this Redis.
 /// let limiter = HybridLimiter::builder("redis://127.0.0.1:6379/", "100/s burst 20".parse::<Gcra>()?)
-///     .key_prefix("api:")
+///     .redis(|r| r.key_prefix("api:"))
 ///     .sync_interval(Duration::from_millis(10))
 ///     .fallback(Fallback::share(0.25)?) // 4 instances: a quarter each on their own
 ///     .build()?;
@@ -66,7 +66,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// # What each instance knows
 ///
 /// Every instance keeps, per key, its own traffic's state and the fleet's as it last heard
-/// it. Each sync round (every [`sync_interval`](HybridBuilder::sync_interval), 10 ms by
+/// it. Each sync round (every [`sync_interval`](crate::store::Builder::sync_interval), 10 ms by
 /// default) sends the keys that changed here to Redis in one batch; the script that writes
 /// them publishes the keys' new shared states on a channel every instance subscribes to. So
 /// every instance learns every change within one sync lag (the interval plus a round trip,
@@ -74,7 +74,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// the key, and however long ago it last did: a key each instance sees once a minute is
 /// decided on the fleet's state as of a few milliseconds ago, not as a fresh key. The cost
 /// is that every instance holds every key the fleet is using (bounded by
-/// [`max_keys`](HybridBuilder::max_keys)) and reads every change.
+/// [`max_keys`](crate::store::Builder::max_keys)) and reads every change.
 ///
 /// A key this instance has not heard of is fresh for the fleet, once the subscription has
 /// run for a horizon (a full burst's payback, a window, a few half-lives: what a state can
@@ -120,7 +120,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 ///
 /// # Outages and start
 ///
-/// [`build`](HybridBuilder::build) needs no Redis: a limiter that starts while Redis is
+/// [`build`](crate::store::Builder::build) needs no Redis: a limiter that starts while Redis is
 /// down decides by the [`Fallback`] ([`is_degraded`](HybridLimiter::is_degraded), counted in
 /// [`HybridStats::degraded`]) and connects when Redis comes back. While a sync fails on an
 /// outage, leases are spent to the last unit and the fallback decides the rest, continuing
@@ -134,7 +134,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// # Memory and cost
 ///
 /// The keys live in the crate's keyed store ([`CasLimiter`](crate::CasLimiter)'s): its
-/// capacity bound ([`max_keys`](HybridBuilder::max_keys): the keys closest to fresh are
+/// capacity bound ([`max_keys`](crate::store::Builder::max_keys): the keys closest to fresh are
 /// evicted, a GCRA key's lease and debt handed back first), its sweeper (idle keys dropped
 /// losslessly, every second by default) and its [`Metrics`]. `check` is a map lookup, a
 /// clock read and one CAS (the sliding window and the exponential limiter, whose entries are
@@ -189,7 +189,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         &self.inner.fleet().algo
     }
 
-    /// The capacity bound ([`HybridBuilder::max_keys`]).
+    /// The capacity bound ([`max_keys`](crate::store::Builder::max_keys)).
     pub fn max_keys(&self) -> Option<usize> {
         self.inner.store.core.max_keys
     }
@@ -241,7 +241,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         }
     }
 
-    /// The store's counters: decisions (if [counted](HybridBuilder::metrics)), CAS retries,
+    /// The store's counters: decisions (if [counted](crate::store::Builder::metrics)), CAS retries,
     /// sweeps, evictions, keys.
     pub fn metrics(&self) -> Metrics {
         let store = &self.inner.store;
@@ -548,7 +548,7 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
     }
 
     /// Drops idle keys now (the sweeper does every second), and evicts beyond
-    /// [`max_keys`](HybridBuilder::max_keys).
+    /// [`max_keys`](crate::store::Builder::max_keys).
     fn sweep(&self) -> SweepReport {
         self.inner.store.sweep()
     }
