@@ -47,7 +47,7 @@ fn hybrid<A: HybridAlgorithm>(server: &Server, algo: A, fallback: Fallback) -> H
 }
 
 fn current<A: HybridAlgorithm>(l: HybridLimiter<A>) -> HybridLimiter<A> {
-    eventually("the limiter current", || l.is_current());
+    eventually("the limiter current", || l.stats().current);
     l
 }
 
@@ -325,7 +325,7 @@ fn an_outage_degrades_to_the_fallback_and_reconciles() {
     drop(server);
     eventually("the outage noticed", || {
         let _ = h.check("k");
-        h.is_degraded()
+        h.stats().outage
     });
     // A new key meets the fallback: 10% of the burst, 10.
     let before = h.stats().degraded;
@@ -338,7 +338,7 @@ fn an_outage_degrades_to_the_fallback_and_reconciles() {
     assert!(h.stats().failed_calls > 0);
     let _back = Server::start_on(Some(port)).unwrap();
     eventually("the debt charged", || h.stats().charged >= charged + 10);
-    assert!(!h.is_degraded());
+    assert!(!h.stats().outage);
     assert_eq!(h.stats().charged, charged + 10);
 }
 
@@ -476,13 +476,13 @@ fn a_limiter_built_while_redis_is_down_follows_the_fallback_then_converges() {
     // The fallback: half the burst, 3, while nothing is known.
     assert_eq!((0..6).filter(|_| a.check("k").is_allowed()).count(), 3);
     assert_eq!(a.stats().degraded, 6);
-    eventually("the outage noticed", || a.is_degraded());
+    eventually("the outage noticed", || a.stats().outage);
     assert!(a.last_error().is_some_and(|e| e.is_outage()));
     let _server = Server::start_on(Some(port)).unwrap();
     // Redis up: the debt of 3 is charged, the error clears, and the key is known.
     eventually("the charge", || a.stats().charged == 3);
     eventually("the error cleared", || a.last_error().is_none());
-    assert!(!a.is_degraded());
+    assert!(!a.stats().outage);
     // Converged: a admits the 3 left of the quota, no more, and Redis holds all 6.
     assert_eq!(drain(&a, "k", 3), 3, "{:?}", a.stats());
     let r = RedisLimiter::builder(url.clone(), gcra)
@@ -529,7 +529,7 @@ fn batches_decide_as_one_check_each() {
         clock.advance(Duration::from_millis(10));
         let _ = batched.check("warm-up");
         let _ = single.check("warm-up");
-        batched.is_degraded() && single.is_degraded()
+        batched.stats().outage && single.stats().outage
     });
     let keys = ["x", "y", "z", "x", "x", "w"];
     let (mut out, mut ones) = (Vec::new(), Vec::new());
@@ -681,14 +681,14 @@ fn an_instance_joining_a_live_fleet_is_current_after_the_horizon() {
     let joined = Instant::now();
     eventually("b's subscription", || b.stats().subscribed == 1);
     assert!(joined.elapsed() < Duration::from_millis(500), "slow start");
-    assert!(!b.is_current());
+    assert!(!b.stats().current);
     assert!(b.check("unheard").is_allowed());
     assert_eq!(
         b.stats().degraded,
         1,
         "a key not heard of, before the horizon"
     );
-    eventually("b current", || b.is_current());
+    eventually("b current", || b.stats().current);
     assert!(joined.elapsed() >= Duration::from_millis(900));
     assert!(b.check("later").is_allowed());
     assert_eq!(

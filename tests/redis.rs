@@ -420,10 +420,10 @@ fn pipelined_batches_count_exactly() {
     };
     let r = limiter(&server, hourly(50));
     let batch: Vec<(&str, u64)> = (0..40).map(|_| ("p", 1)).collect();
-    let before = r.round_trips();
+    let before = r.stats().round_trips;
     let a = r.try_check_pipelined(&batch).unwrap();
     let b = r.try_check_pipelined(&batch).unwrap();
-    assert_eq!(r.round_trips() - before, 2);
+    assert_eq!(r.stats().round_trips - before, 2);
     let allowed = a.iter().chain(&b).filter(|d| d.is_allowed()).count();
     assert_eq!(allowed, 50);
     assert!(matches!(
@@ -455,9 +455,9 @@ fn batches_take_one_round_trip_and_decide_as_check_n() {
     requests.insert(7, ("a", 0));
     requests.insert(20, ("b", 51));
     let mut out = Vec::new();
-    let before = r.round_trips();
+    let before = r.stats().round_trips;
     r.check_n_batch(&requests, &mut out);
-    assert_eq!(r.round_trips() - before, 1);
+    assert_eq!(r.stats().round_trips - before, 1);
     let want: Vec<_> = requests
         .iter()
         .map(|&(k, c)| seen(&twin.check_n(k, c)))
@@ -471,19 +471,19 @@ fn batches_take_one_round_trip_and_decide_as_check_n() {
     let keys = ["d", "a", "d", "b", "d"];
     let mut ones = vec![twin.check("z")];
     r.check_batch(&keys, &mut ones);
-    assert_eq!(r.round_trips() - before, 2);
+    assert_eq!(r.stats().round_trips - before, 2);
     let want: Vec<_> = keys.iter().map(|&k| seen(&Ok(twin.check(k)))).collect();
     let got: Vec<_> = ones.iter().map(|&d| seen(&Ok(d))).collect();
     assert_eq!(got, want);
     // A batch longer than a round trip carries goes in several, in order.
     let long: Vec<(&str, u64)> = (0..2 * BATCH_TRIP + 10).map(|_| ("e", 1)).collect();
-    let before = r.round_trips();
+    let before = r.stats().round_trips;
     r.check_n_batch(&long, &mut out);
-    assert_eq!(r.round_trips() - before, 3);
+    assert_eq!(r.stats().round_trips - before, 3);
     let allowed: Vec<bool> = out.iter().map(|a| a.unwrap().is_allowed()).collect();
     assert_eq!(allowed.len(), long.len());
     assert!(allowed[..30].iter().all(|&a| a) && !allowed[30..].iter().any(|&a| a));
-    assert_eq!((r.errors(), r.failures()), (0, 0));
+    assert_eq!((r.stats().errors, r.stats().failures), (0, 0));
 }
 
 /// A batch whose round trip fails answers every request it carried with the fail mode,
@@ -520,7 +520,7 @@ fn a_batch_in_an_outage_answers_the_fail_mode_for_each_request() {
             ],
             "round {round}"
         );
-        assert_eq!((r.failures(), r.errors()), (2 * round, 0));
+        assert_eq!((r.stats().failures, r.stats().errors), (2 * round, 0));
     }
 }
 
@@ -537,19 +537,19 @@ fn a_batch_uses_and_feeds_the_local_fast_path() {
         .build()
         .unwrap();
     let mut out = Vec::new();
-    let before = r.round_trips();
+    let before = r.stats().round_trips;
     r.check_batch(&["k"; 5], &mut out);
-    assert_eq!(r.round_trips() - before, 1);
+    assert_eq!(r.stats().round_trips - before, 1);
     let allowed: Vec<bool> = out.iter().map(Decision::is_allowed).collect();
     assert_eq!(allowed, [true, true, true, false, false]);
     // Learned from the replies: "k" is denied for about an hour, so a batch of it alone
     // takes no round trip, and one with a new key sends only the new key.
     r.check_batch(&["k"; 3], &mut out);
-    assert_eq!(r.round_trips() - before, 1);
+    assert_eq!(r.stats().round_trips - before, 1);
     assert!(out.iter().all(Decision::is_denied));
     assert!(out[0].retry_after() > Duration::from_secs(3000));
     r.check_batch(&["k", "m", "k"], &mut out);
-    assert_eq!(r.round_trips() - before, 2);
+    assert_eq!(r.stats().round_trips - before, 2);
     let allowed: Vec<bool> = out.iter().map(Decision::is_allowed).collect();
     assert_eq!(allowed, [false, true, false]);
 }
@@ -566,11 +566,11 @@ fn script_flush_is_survived() {
         .arg("FLUSH")
         .query::<()>(&mut raw)
         .unwrap();
-    let before = r.round_trips();
+    let before = r.stats().round_trips;
     let d = r.request("k").at(0).check().unwrap();
     assert_eq!(d.remaining(), Some(3), "the flush lost no state");
     // NOSCRIPT, SCRIPT LOAD, EVALSHA again.
-    assert_eq!(r.round_trips() - before, 3);
+    assert_eq!(r.stats().round_trips - before, 3);
     redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query::<()>(&mut raw)
@@ -622,7 +622,7 @@ fn killed_server_gives_the_fail_mode_quickly() {
         assert!(d.is_denied());
         assert_eq!(d.retry_after(), Duration::from_secs(2));
     }
-    assert_eq!((open.failures(), shut.failures()), (3, 3));
+    assert_eq!((open.stats().failures, shut.stats().failures), (3, 3));
     // The first attempt after the kill found the connection broken, the second could not
     // connect; within reconnect_after no attempt is made at all.
     assert!(matches!(
@@ -646,7 +646,7 @@ fn killed_server_gives_the_fail_mode_quickly() {
         let d = r.check("k");
         assert!(d.is_allowed(), "{d:?}");
         assert_eq!(d.remaining(), Some(remaining));
-        assert_eq!((r.failures(), r.errors()), (3, 0));
+        assert_eq!((r.stats().failures, r.stats().errors), (3, 0));
     }
 }
 
@@ -680,7 +680,7 @@ fn a_non_outage_error_is_a_denial_not_the_fail_mode() {
             FailMode::Closed { retry_after } => retry_after,
         };
         assert_eq!(d.retry_after(), expect);
-        assert_eq!((r.errors(), r.failures()), (1, 0));
+        assert_eq!((r.stats().errors, r.stats().failures), (1, 0));
         // A request returns the error (no fail mode): the caller sees it, nothing counts it.
         for answer in [r.request("k").peek(), r.request("k").check()] {
             match answer {
@@ -688,15 +688,15 @@ fn a_non_outage_error_is_a_denial_not_the_fail_mode() {
                 other => panic!("{other:?}"),
             }
         }
-        assert_eq!((r.errors(), r.failures()), (1, 0));
+        assert_eq!((r.stats().errors, r.stats().failures), (1, 0));
         // The connection was kept and still decides other keys.
         assert!(r.check("other").is_allowed());
         // In a batch the error is its request's alone: the others in the same round trip
         // are decided, and it counts once.
         let mut out = Vec::new();
-        let before = r.round_trips();
+        let before = r.stats().round_trips;
         r.check_batch(&["a", "k", "a"], &mut out);
-        assert_eq!(r.round_trips() - before, 1);
+        assert_eq!(r.stats().round_trips - before, 1);
         let got: Vec<_> = out
             .iter()
             .map(|d| (d.is_allowed(), d.retry_after()))
@@ -710,7 +710,7 @@ fn a_non_outage_error_is_a_denial_not_the_fail_mode() {
             ],
             "{mode:?}"
         );
-        assert_eq!((r.errors(), r.failures()), (2, 0));
+        assert_eq!((r.stats().errors, r.stats().failures), (2, 0));
         redis::cmd("DEL")
             .arg(r.redis_key("k"))
             .arg(r.redis_key("a"))
@@ -739,7 +739,7 @@ fn hung_server_times_out_into_the_fail_mode() {
     server.signal("-CONT");
     assert!(d.is_denied());
     assert!(took < Duration::from_secs(2), "{took:?}");
-    assert_eq!(r.failures(), 1);
+    assert_eq!(r.stats().failures, 1);
     // The connection that timed out was dropped; a fresh one works again.
     assert!(r.check("k").is_allowed());
 }
@@ -993,7 +993,7 @@ fn peek_counts_nothing_and_costs_are_checked_before_the_round_trip() {
     }
     assert!(r.request("k").cost(2).at(0).check().unwrap().is_allowed());
     assert!(r.request("k").at(0).peek().unwrap().is_denied());
-    let before = r.round_trips();
+    let before = r.stats().round_trips;
     assert!(matches!(
         r.request("k").cost(3).check(),
         Err(BackendError::Cost(CostError::ExceedsCapacity {
@@ -1002,7 +1002,7 @@ fn peek_counts_nothing_and_costs_are_checked_before_the_round_trip() {
         }))
     ));
     assert_eq!(r.check_n("k", 0), Err(CostError::Zero));
-    assert_eq!(r.round_trips(), before);
+    assert_eq!(r.stats().round_trips, before);
     assert!(matches!(
         r.request("k").at(1 << 53).check(),
         Err(BackendError::TimeOutOfRange(_))
@@ -1025,7 +1025,7 @@ fn local_fast_path_saves_round_trips_and_keeps_decisions() {
         .build()
         .unwrap();
     let t = trace(4, 2000, 20_000_000, 2);
-    let (p0, f0) = (plain.round_trips(), fast.round_trips());
+    let (p0, f0) = (plain.stats().round_trips, fast.stats().round_trips);
     let mut denied = 0;
     for (i, &(key, now, cost)) in t.iter().enumerate() {
         let a = plain.request(key).cost(cost).at(now).check().unwrap();
@@ -1034,7 +1034,7 @@ fn local_fast_path_saves_round_trips_and_keeps_decisions() {
         assert_eq!(a.retry_after(), b.retry_after(), "request {i}");
         denied += a.is_denied() as u64;
     }
-    let (p, f) = (plain.round_trips() - p0, fast.round_trips() - f0);
+    let (p, f) = (plain.stats().round_trips - p0, fast.stats().round_trips - f0);
     assert_eq!(p, t.len() as u64);
     assert!(
         p - f > denied / 3,
@@ -1056,19 +1056,19 @@ fn local_fast_path_on_server_time() {
     assert!(r.check("k").is_allowed() && r.check("k").is_allowed());
     let first = r.check("k");
     assert!(first.is_denied());
-    let trips = r.round_trips();
+    let trips = r.stats().round_trips;
     let again = r.check("k");
     assert!(again.is_denied() && again.retry_after() <= first.retry_after());
-    assert_eq!(r.round_trips(), trips, "denied locally");
+    assert_eq!(r.stats().round_trips, trips, "denied locally");
     // Another cost is not known locally: it goes to Redis.
     assert!(matches!(r.check_n("k", 2), Ok(d) if d.is_denied()));
-    assert_eq!(r.round_trips(), trips + 1);
+    assert_eq!(r.stats().round_trips, trips + 1);
     std::thread::sleep(first.retry_after());
     assert!(
         r.check("k").is_allowed(),
         "never denied past Redis' retry_after"
     );
-    assert_eq!(r.round_trips(), trips + 2);
+    assert_eq!(r.stats().round_trips, trips + 2);
 }
 
 #[cfg(feature = "redis-async")]
@@ -1138,9 +1138,9 @@ mod async_client {
                 .map(|i| (["a", "b", "c"][i % 3], 1 + (i % 4) as u64))
                 .collect();
             requests.insert(7, ("a", 0));
-            let (mut out, before) = (Vec::new(), a.round_trips());
+            let (mut out, before) = (Vec::new(), a.stats().round_trips);
             a.check_n_batch(requests.iter().copied(), &mut out).await;
-            assert_eq!(a.round_trips() - before, 2);
+            assert_eq!(a.stats().round_trips - before, 2);
             let want: Vec<_> = requests
                 .iter()
                 .map(|&(k, c)| seen(&twin.check_n(k, c)))
@@ -1153,7 +1153,7 @@ mod async_client {
                 .map(|&k| seen(&Ok(twin.check(k))))
                 .collect();
             assert_eq!(ones.iter().map(|&d| seen(&Ok(d))).collect::<Vec<_>>(), want);
-            assert_eq!((a.errors(), a.failures()), (0, 0));
+            assert_eq!((a.stats().errors, a.stats().failures), (0, 0));
             drop(server); // kills and reaps the child
             a.check_n_batch([("a", 1), ("a", 0), ("e", 2)], &mut out)
                 .await;
@@ -1169,7 +1169,7 @@ mod async_client {
                     Ok((false, retry_after))
                 ]
             );
-            assert_eq!((a.errors(), a.failures()), (0, 2));
+            assert_eq!((a.stats().errors, a.stats().failures), (0, 2));
         });
     }
 
@@ -1239,7 +1239,7 @@ mod async_client {
                     start.elapsed()
                 );
             }
-            assert_eq!(a.failures(), 3);
+            assert_eq!(a.stats().failures, 3);
         });
     }
 }

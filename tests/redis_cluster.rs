@@ -53,7 +53,7 @@ fn standalone_url_is_upgraded_and_every_key_is_limited_exactly() {
         let allowed = (0..6).filter(|_| r.check(&key).is_allowed()).count();
         assert_eq!(allowed, 5, "{key}");
     }
-    assert_eq!((r.errors(), r.failures()), (0, 0));
+    assert_eq!((r.stats().errors, r.stats().failures), (0, 0));
     let mut per_node = [0usize; 3];
     for key in &keys {
         per_node[cluster.node_of(&r.redis_key(key))] += 1;
@@ -185,7 +185,7 @@ fn pipelined_batches_across_nodes_count_exactly() {
         *allowed.entry(k).or_default() += d.is_allowed() as usize;
     }
     assert!(allowed.values().all(|&n| n == 3), "{allowed:?}");
-    assert_eq!((r.errors(), r.failures()), (0, 0));
+    assert_eq!((r.stats().errors, r.stats().failures), (0, 0));
     // Through `check_n_batch` (one `check_n` after another on a cluster): the same counts, on
     // keys of their own.
     let t = RedisLimiter::builder(cluster.url(0), gcra)
@@ -198,7 +198,7 @@ fn pipelined_batches_across_nodes_count_exactly() {
     t.check_n_batch(&batch, &mut out);
     assert!(out[..60].iter().all(|a| a.is_ok_and(|d| d.is_allowed())));
     assert!(out[60..].iter().all(|a| a.is_ok_and(|d| d.is_denied())));
-    assert_eq!((t.errors(), t.failures()), (0, 0));
+    assert_eq!((t.stats().errors, t.stats().failures), (0, 0));
 }
 
 /// The in-memory limiter and the cluster, at the same explicit times, over many keys.
@@ -243,7 +243,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
             denied += 1;
         }
     }
-    assert_eq!((red.errors(), red.failures()), (0, 0));
+    assert_eq!((red.stats().errors, red.stats().failures), (0, 0));
     (allowed, denied)
 }
 
@@ -398,7 +398,7 @@ fn a_multi_key_script_stays_in_one_slot() {
         assert_eq!(total, "4", "{key}");
     }
     assert!(per_node.iter().all(|&n| n > 60), "{per_node:?}");
-    assert_eq!((r.errors(), r.failures()), (0, 0));
+    assert_eq!((r.stats().errors, r.stats().failures), (0, 0));
 }
 
 /// `SCRIPT FLUSH` on every node between requests: each is reloaded (on every primary) and
@@ -435,7 +435,7 @@ fn script_flush_on_all_nodes_is_survived() {
         assert_eq!(r.request(key).at(0).check().unwrap().remaining(), Some(0));
         assert!(r.request(key).at(0).check().unwrap().is_denied());
     }
-    assert_eq!((r.errors(), r.failures()), (0, 0));
+    assert_eq!((r.stats().errors, r.stats().failures), (0, 0));
 }
 
 /// One node SIGKILLed: its keys get the fail mode (open and closed), counted as failures, not
@@ -495,8 +495,8 @@ fn killed_node_gives_the_fail_mode_for_its_keys_only() {
         assert!(d.retry_after() > Duration::from_secs(1000), "{d:?}");
     }
     let n = on_dead.len() as u64;
-    assert_eq!((open.failures(), open.errors()), (n, 0));
-    assert_eq!((shut.failures(), shut.errors()), (n, 0));
+    assert_eq!((open.stats().failures, open.stats().errors), (n, 0));
+    assert_eq!((shut.stats().failures, shut.stats().errors), (n, 0));
 }
 
 /// A primary killed and its replica promoted (3 primaries, 3 replicas): while the slots have
@@ -559,7 +559,7 @@ fn a_failed_over_primary_gives_the_fail_mode_then_real_decisions() {
         }
         assert_eq!(d.retry_after(), closed, "{d:?}");
         outages += 1;
-        assert_eq!((r.failures(), r.errors()), (outages, 0));
+        assert_eq!((r.stats().failures, r.stats().errors), (outages, 0));
         assert!(Instant::now() < deadline, "no replica promoted");
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -580,7 +580,7 @@ fn a_failed_over_primary_gives_the_fail_mode_then_real_decisions() {
     for key in &keys[1..] {
         assert_eq!(r.check(key).remaining(), Some(2), "{key}");
     }
-    assert_eq!((r.failures(), r.errors()), (outages, 0));
+    assert_eq!((r.stats().failures, r.stats().errors), (outages, 0));
 }
 
 #[cfg(feature = "redis-async")]
@@ -637,5 +637,5 @@ async fn async_client_on_the_cluster_counts_exactly() {
     a.check_batch(keys.iter().copied(), &mut out).await;
     assert_eq!(out.len(), fresh.len());
     assert!(out.iter().all(Decision::is_denied));
-    assert_eq!((a.errors(), a.failures()), (0, 0));
+    assert_eq!((a.stats().errors, a.stats().failures), (0, 0));
 }

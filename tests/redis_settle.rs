@@ -304,7 +304,7 @@ fn settle_and_plan_edges() {
         .unwrap();
     let t = 1_000_000_000;
     let mut ticket = red.request("k").cost(3).at(t).take().unwrap();
-    let trips = red.round_trips();
+    let trips = red.stats().round_trips;
     // Another key, another prefix, an in-memory ticket: errors, nothing sent, still open.
     assert!(matches!(
         red.request("j").at(t).settle(&mut ticket, 0),
@@ -327,7 +327,7 @@ fn settle_and_plan_edges() {
     assert!(ticket.is_open());
     assert!(red.request("k").at(t).settle(&mut ticket, 3).unwrap());
     assert!(!red.request("k").at(t).settle(&mut ticket, 1).unwrap());
-    assert_eq!(red.round_trips(), trips, "neither needed Redis");
+    assert_eq!(red.stats().round_trips, trips, "neither needed Redis");
     let mut denied = red.request("k").at(t).take().unwrap();
     assert!(denied.decision().is_denied() && !denied.is_open());
     assert!(!red.request("k").at(t).settle(&mut denied, 0).unwrap());
@@ -341,7 +341,7 @@ fn settle_and_plan_edges() {
         Err(BackendError::Cost(hotlimit::CostError::Zero))
     ));
     assert_eq!(
-        red.round_trips(),
+        red.stats().round_trips,
         trips + 1,
         "errors are found before a round trip"
     );
@@ -394,7 +394,7 @@ fn a_debt_past_the_clock_is_an_error_and_changes_nothing() {
         .unwrap();
     let t = 1_000_000_000;
     let mut ticket = red.request("k").cost(2).at(t).take().unwrap();
-    let trips = red.round_trips();
+    let trips = red.stats().round_trips;
     let limit = 2 + hotlimit::algo::CLOCK_MAX / 100_000_000;
     match red.request("k").at(t).settle(&mut ticket, u64::MAX) {
         Err(BackendError::Cost(CostError::ExceedsCapacity { cost, capacity })) => {
@@ -402,7 +402,7 @@ fn a_debt_past_the_clock_is_an_error_and_changes_nothing() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(red.round_trips(), trips, "nothing sent");
+    assert_eq!(red.stats().round_trips, trips, "nothing sent");
     assert!(ticket.is_open());
     assert!(red.request("k").at(t).settle(&mut ticket, 3).unwrap());
     // 3 of the burst of 5 spent at t: 2 left.

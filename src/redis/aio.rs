@@ -346,9 +346,9 @@ fn single_config<A>(config: &RedisBuilder<A>) -> AsyncConnectionConfig {
 }
 
 /// The limiter behind the tower layer: an outage answers the [`FailMode`] (counted in
-/// [`failures`](AsyncRedisLimiter::failures)); any other backend error (a script error, a
+/// [`failures`](super::ClientStats::failures)); any other backend error (a script error, a
 /// wrong type, a misrouted command) is returned, counted in
-/// [`errors`](AsyncRedisLimiter::errors), so the layer answers 503 rather than pass or deny
+/// [`errors`](super::ClientStats::errors), so the layer answers 503 rather than pass or deny
 /// as if the limit said so. The future owns a clone of the limiter and the key.
 impl<A: RedisAlgorithm> crate::AsyncRateLimiter<str> for AsyncRedisLimiter<A> {
     type Error = BackendError;

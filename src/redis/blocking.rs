@@ -201,9 +201,9 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
     }
 
     /// Decides a request of `cost`. On an outage ([`BackendError::is_outage`]) answers the
-    /// [`FailMode`] and counts it in [`failures`](RedisLimiter::failures); on any other
+    /// [`FailMode`] and counts it in [`failures`](super::ClientStats::failures); on any other
     /// backend error answers a denial (with the `retry_after` of [`FailMode::Closed`] if that
-    /// is the mode, else 1 s) and counts it in [`errors`](RedisLimiter::errors): a
+    /// is the mode, else 1 s) and counts it in [`errors`](super::ClientStats::errors): a
     /// misconfiguration is never let through. Only a cost error is returned; a
     /// [`request`](RedisLimiter::request)'s `check` returns the backend's failure instead.
     fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
@@ -230,7 +230,7 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
     /// [`try_check_pipelined`](RedisLimiter::try_check_pipelined) (bounded, so that a huge
     /// batch cannot outlast the I/O timeout). A failed round trip answers every request it
     /// carried as `check_n` would have (counted once each in
-    /// [`failures`](RedisLimiter::failures) or [`errors`](RedisLimiter::errors)); which of them
+    /// [`failures`](super::ClientStats::failures) or [`errors`](super::ClientStats::errors)); which of them
     /// Redis counted is then unknown. On a Redis Cluster, one `check_n` after another (see
     /// `try_check_pipelined` for why).
     fn check_n_batch(&self, requests: &[(&str, u64)], out: &mut Vec<Result<Decision, CostError>>) {

@@ -607,23 +607,13 @@ macro_rules! client_accessors {
             self.target.is_cluster()
         }
 
-        /// Requests sent to Redis so far (each a round trip; a pipelined batch counts once).
-        pub fn round_trips(&self) -> u64 {
-            self.core.round_trips()
-        }
-
-        /// Outages ([`BackendError::is_outage`](super::BackendError::is_outage)) that
-        /// [`check`](Self::check) and the other fail-mode methods answered with the
-        /// [`FailMode`](super::FailMode).
-        pub fn failures(&self) -> u64 {
-            self.core.failures()
-        }
-
-        /// Errors that are not outages (a script error, a wrong type, a misrouted command, a
-        /// bad reply) that [`check`](Self::check) and the other fail-mode methods answered
-        /// with a denial.
-        pub fn errors(&self) -> u64 {
-            self.core.errors()
+        /// The counters: round trips, outages answered by the fail mode, other errors.
+        pub fn stats(&self) -> super::ClientStats {
+            super::ClientStats {
+                round_trips: self.core.round_trips(),
+                failures: self.core.failures(),
+                errors: self.core.errors(),
+            }
         }
     };
 }

@@ -106,11 +106,11 @@
 //! - an **outage** (a connection refused, reset or closed, an I/O timeout,
 //!   [`BackendError::Unavailable`], a cluster that answers `CLUSTERDOWN`, `TRYAGAIN` or
 //!   `MASTERDOWN`, or a slot whose node cannot be reached) gets the [`FailMode`] (open:
-//!   allow; closed: deny with a fixed `retry_after`), counted in [`RedisLimiter::failures`];
+//!   allow; closed: deny with a fixed `retry_after`), counted in [`ClientStats::failures`];
 //! - **any other error** (a script error, a key of the wrong type, a `MOVED`/`ASK` that
 //!   surfaced, `CROSSSLOT`, a malformed reply) is a misconfiguration or a bug, not an outage:
 //!   it is **denied** whatever the fail mode (with the closed mode's `retry_after`, or 1 s
-//!   under [`FailMode::Open`]), counted in [`RedisLimiter::errors`]. Letting it through would
+//!   under [`FailMode::Open`]), counted in [`ClientStats::errors`]. Letting it through would
 //!   turn a wrong setup into no rate limit at all.
 //!
 //! # Hybrid: local decisions, one limit
@@ -220,6 +220,20 @@ pub const SETTLE_MARK_TTL: Duration = Duration::from_secs(60);
 
 /// The latest explicit `now` (ns) the scripts count exactly: 2^53 − 1 (about 104 days).
 pub const MAX_EXPLICIT_NOW: u64 = (1 << 53) - 1;
+
+/// A Redis client's counters, from `stats()` on [`RedisLimiter`] and the async client.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientStats {
+    /// Requests sent to Redis so far (each a round trip; a pipelined batch counts once).
+    pub round_trips: u64,
+    /// Outages ([`BackendError::is_outage`]) that [`check`](crate::RateLimiter::check) and
+    /// the other fail-mode paths answered with the [`FailMode`].
+    pub failures: u64,
+    /// Errors that are not outages (a script error, a wrong type, a misrouted command, a bad
+    /// reply) that `check` and the other fail-mode paths answered with a denial.
+    pub errors: u64,
+}
 
 /// What [`check`](crate::RateLimiter::check) of [`RedisLimiter`] answers when the backend fails.
 ///

@@ -109,7 +109,7 @@
 //! (without a `RateLimit` field: no remaining is known), closed answers 429 with its
 //! `Retry-After`. Any other backend error (a script error, a wrong type, a misrouted command:
 //! a misconfiguration, not an outage) answers 503 without rate-limit headers, never an allow,
-//! and is counted in the limiter's `errors()`.
+//! and is counted in the limiter's `stats().errors`.
 //!
 //! The sync `RedisLimiter` does not compile behind the layer: its round trip would block a
 //! runtime thread in `call`. Only the async client's type differs between these two:

@@ -121,7 +121,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// # Outages and start
 ///
 /// [`build`](crate::store::Builder::build) needs no Redis: a limiter that starts while Redis is
-/// down decides by the [`Fallback`] ([`is_degraded`](HybridLimiter::is_degraded), counted in
+/// down decides by the [`Fallback`] ([`stats().outage`](HybridStats::outage), counted in
 /// [`HybridStats::degraded`]) and connects when Redis comes back. While a sync fails on an
 /// outage, leases are spent to the last unit and the fallback decides the rest, continuing
 /// from the fleet's state as last known; a failed key is sent again the next round, never
@@ -194,20 +194,6 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         self.inner.store.core.max_keys
     }
 
-    /// Whether the last sync round found Redis unreachable (decisions use the [`Fallback`]).
-    pub fn is_degraded(&self) -> bool {
-        self.inner.ctx().is_down()
-    }
-
-    /// Whether this instance knows the fleet's state of every key: Redis reachable,
-    /// subscribed, and past the horizon after subscribing (at once if no state of the prefix
-    /// was live then). Until then a key it has not heard of is decided by the [`Fallback`].
-    pub fn is_current(&self) -> bool {
-        let ctx = self.inner.ctx();
-        let now = self.inner.store.core.clock.now();
-        !ctx.is_down() && now >= ctx.mirror_since.load(Ordering::Relaxed)
-    }
-
     /// The last error the sync met: what [`HybridStats::failed_calls`] and
     /// [`HybridStats::errors`] count. An outage or a Redis error is cleared by the next
     /// round that reaches Redis cleanly; a state this limiter cannot read
@@ -216,9 +202,11 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         self.inner.ctx().last_error.lock().clone()
     }
 
-    /// The counters.
+    /// The counters, and whether Redis is reachable and this instance current.
     pub fn stats(&self) -> HybridStats {
-        let s = &self.inner.ctx().stats;
+        let ctx = self.inner.ctx();
+        let now = self.inner.store.core.clock.now();
+        let s = &ctx.stats;
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let d = |a: &AtomicU64| Duration::from_nanos(r(a));
         HybridStats {
@@ -238,6 +226,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             sync_lag: d(&s.lag),
             sync_lag_max: d(&s.lag_max),
             push_lag_max: d(&s.push_lag_max),
+            outage: ctx.is_down(),
+            current: !ctx.is_down() && now >= ctx.mirror_since.load(Ordering::Relaxed),
         }
     }
 

@@ -113,6 +113,14 @@ pub struct HybridStats {
     pub sync_lag_max: Duration,
     /// The largest delay seen between a state's write in Redis and its push's arrival here.
     pub push_lag_max: Duration,
+    /// Whether the last sync round found Redis unreachable (decisions use the
+    /// [`Fallback`](super::Fallback)).
+    pub outage: bool,
+    /// Whether this instance knows the fleet's state of every key: Redis reachable,
+    /// subscribed, and past the horizon after subscribing (at once if no state of the prefix
+    /// was live then). Until then a key it has not heard of is decided by the
+    /// [`Fallback`](super::Fallback).
+    pub current: bool,
 }
 
 #[derive(Debug, Default)]
