@@ -67,7 +67,11 @@ fn run<A: RedisAlgorithm>(base: &RedisLimiter<A>, threads: usize, send: Sending,
                             }
                         }
                     }
-                    assert_eq!((r.stats().errors, r.stats().failures), (0, 0), "every batch decided");
+                    assert_eq!(
+                        (r.stats().errors, r.stats().failures),
+                        (0, 0),
+                        "every batch decided"
+                    );
                     done
                 })
             })

@@ -125,7 +125,7 @@ fn benches(c: &mut Criterion) {
     let header = || HeaderKey::from_static("x-api-key");
     bench_layer(c, "tower/layer/header-key", header(), false);
     bench_layer(c, "tower/layer/header-key+headers", header(), true);
-    bench_layer(c, "tower/layer/peer-ip", PeerIp::new(), false);
+    bench_layer(c, "tower/layer/peer-ip", PeerIp::default(), false);
     let xff = ForwardedIp::x_forwarded_for(1);
     bench_layer(c, "tower/layer/x-forwarded-for", xff, false);
 

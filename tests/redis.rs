@@ -1034,7 +1034,10 @@ fn local_fast_path_saves_round_trips_and_keeps_decisions() {
         assert_eq!(a.retry_after(), b.retry_after(), "request {i}");
         denied += a.is_denied() as u64;
     }
-    let (p, f) = (plain.stats().round_trips - p0, fast.stats().round_trips - f0);
+    let (p, f) = (
+        plain.stats().round_trips - p0,
+        fast.stats().round_trips - f0,
+    );
     assert_eq!(p, t.len() as u64);
     assert!(
         p - f > denied / 3,

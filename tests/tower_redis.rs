@@ -401,7 +401,11 @@ fn a_backend_error_is_a_503_under_either_fail_mode() {
             let (status, headers) = fetch(&client, addr, "mallory").await;
             assert_eq!(status, 503, "{mode:?}");
             assert_eq!(headers, vec![None; 6], "{mode:?}");
-            assert_eq!((limiter.stats().errors, limiter.stats().failures), (1, 0), "{mode:?}");
+            assert_eq!(
+                (limiter.stats().errors, limiter.stats().failures),
+                (1, 0),
+                "{mode:?}"
+            );
             assert_eq!(fetch(&client, addr, "alice").await.0, 200, "{mode:?}");
         }
     });

@@ -56,12 +56,12 @@ impl<A, B> AllOf<A, B> {
     }
 
     /// The first quota.
-    pub fn first(&self) -> &A {
+    pub(crate) fn first(&self) -> &A {
         &self.first
     }
 
     /// The second quota.
-    pub fn second(&self) -> &B {
+    pub(crate) fn second(&self) -> &B {
         &self.second
     }
 }

@@ -120,7 +120,7 @@ impl Earrrl {
     }
 
     /// The half-life.
-    pub fn half_life(&self) -> Duration {
+    pub(crate) fn half_life(&self) -> Duration {
         self.half_life
     }
 

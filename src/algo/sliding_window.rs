@@ -104,7 +104,7 @@ impl SlidingWindow {
     }
 
     /// How the weighted count is compared with the limit.
-    pub fn rounding(&self) -> Rounding {
+    pub(crate) fn rounding(&self) -> Rounding {
         self.rounding
     }
 

@@ -123,18 +123,6 @@ impl SubWindow {
         Duration::from_nanos(self.bucket_ns)
     }
 
-    /// Buckets summed: the current one and the `k` (strict) or `k − 1` (lenient) before it.
-    /// The number of buckets the window is split into.
-    pub fn buckets(&self) -> u32 {
-        self.buckets
-    }
-
-    /// Whether a request is counted against the current partial bucket plus `buckets` whole
-    /// ones ([`Bias::Strict`]) or `buckets` including the current one ([`Bias::Lenient`]).
-    pub fn bias(&self) -> Bias {
-        self.bias
-    }
-
     /// How many buckets a request is counted against.
     pub(crate) fn span(&self) -> u64 {
         match self.bias {

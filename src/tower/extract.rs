@@ -141,7 +141,7 @@ impl fmt::Debug for Key<'_> {
 /// assert_eq!(tenant.extract(&parts).unwrap().as_str(), "acme");
 ///
 /// // An API key if the client sent one, else the connection's address.
-/// let key = HeaderKey::from_static("x-api-key").or(PeerIp::new());
+/// let key = HeaderKey::from_static("x-api-key").or(PeerIp::default());
 /// assert!(key.extract(&parts).is_none()); // neither here
 /// ```
 pub trait KeyExtractor: Send + Sync + 'static {
@@ -179,7 +179,7 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
 /// The client's IP address, from the connection: the socket address the server put in the
 /// request's extensions.
 ///
-/// [`PeerIp::new`] reads a `std::net::SocketAddr` extension (insert one yourself when you
+/// [`PeerIp::default`] reads a `std::net::SocketAddr` extension (insert one yourself when you
 /// serve with hyper directly). axum puts `axum::extract::ConnectInfo<SocketAddr>` there when
 /// the app is served with `into_make_service_with_connect_info::<SocketAddr>()`; read it with
 /// [`PeerIp::from_extension`]:
@@ -207,8 +207,8 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
 /// let mut req = http::Request::new(());
 /// req.extensions_mut().insert("[2001:db8::7]:4711".parse::<SocketAddr>()?);
 /// let (parts, ()) = req.into_parts();
-/// assert_eq!(PeerIp::new().extract(&parts).unwrap().as_str(), "2001:db8::7");
-/// assert_eq!(PeerIp::new().ipv6_prefix(64).extract(&parts).unwrap().as_str(), "2001:db8::/64");
+/// assert_eq!(PeerIp::default().extract(&parts).unwrap().as_str(), "2001:db8::7");
+/// assert_eq!(PeerIp::default().ipv6_prefix(64).extract(&parts).unwrap().as_str(), "2001:db8::/64");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy)]
@@ -218,14 +218,6 @@ pub struct PeerIp {
 }
 
 impl PeerIp {
-    /// Reads a `SocketAddr` from the request's extensions.
-    pub fn new() -> Self {
-        Self {
-            lookup: |ext| ext.get::<SocketAddr>().copied(),
-            ipv6_prefix: 128,
-        }
-    }
-
     /// Reads an extension of type `T` that dereferences to a `SocketAddr`, such as axum's
     /// `ConnectInfo<SocketAddr>`.
     pub fn from_extension<T>() -> Self
@@ -252,9 +244,13 @@ impl PeerIp {
     }
 }
 
+/// Reads a `SocketAddr` from the request's extensions.
 impl Default for PeerIp {
     fn default() -> Self {
-        Self::new()
+        Self {
+            lookup: |ext| ext.get::<SocketAddr>().copied(),
+            ipv6_prefix: 128,
+        }
     }
 }
 
@@ -421,7 +417,7 @@ impl KeyExtractor for ForwardedIp {
 /// authentication layer in front.
 ///
 /// The value is used as sent, borrowed (no allocation). An empty value, or one that is not
-/// visible ASCII, means no key (so `HeaderKey::from_static("x-api-key").or(PeerIp::new())`
+/// visible ASCII, means no key (so `HeaderKey::from_static("x-api-key").or(PeerIp::default())`
 /// falls through to the peer for `x-api-key:` with nothing after it, rather than putting every
 /// such client in one bucket); the header sent several times keys by its first value.
 ///
