@@ -10,7 +10,7 @@ use crate::live::Live;
 use crate::request::{Ask, Request, Requests};
 use crate::shared::{Builder, KeyedStore, Options};
 use crate::stats::Metrics;
-use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
+use crate::sweeper::{SweepReport, Sweeper};
 use crate::wait;
 use std::future::Future;
 
@@ -337,13 +337,6 @@ impl<S: Store> Limiter<S> {
         self.store.sweep()
     }
 
-    /// Totals over every sweep so far, by hand or in the background (the compact store's
-    /// `evicted_capacity` also counts keys evicted by inserts that found their probe window
-    /// full).
-    pub fn sweep_totals(&self) -> SweepTotals {
-        self.store.sweep_totals()
-    }
-
     /// The capacity bound ([`Builder::max_keys`]), if one is set (always for the compact
     /// store, sized by it).
     pub fn max_keys(&self) -> Option<usize> {
@@ -384,7 +377,7 @@ impl<S: Store> Limiter<S> {
     pub fn metrics(&self) -> Metrics {
         self.store
             .core()
-            .metrics(self.sweep_totals(), self.store.keys())
+            .metrics(self.store.sweep_totals(), self.store.keys())
     }
 }
 

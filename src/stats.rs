@@ -1,6 +1,7 @@
 //! CAS retry statistics, counted only where a retry happens so that counting never becomes
 //! the hot spot it measures.
 
+use crate::sweeper::SweepTotals;
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -133,26 +134,22 @@ pub struct Metrics {
     ///
     /// [`Locked`]: crate::store::Locked
     pub cas_retries: u64,
-    /// Sweeps run.
-    pub sweeps: u64,
-    /// Keys dropped as idle.
-    pub evicted_idle: u64,
-    /// Keys dropped to enforce the capacity bound.
-    pub evicted_capacity: u64,
+    /// Totals over every sweep so far, by hand or in the background: sweeps, keys evicted
+    /// as idle and to the capacity bound (the compact store's capacity evictions also count
+    /// keys evicted by inserts that found their probe window full), debts kept and restored.
+    pub sweep: SweepTotals,
     /// Keys held now.
     pub keys: u64,
 }
 
 impl Metrics {
-    pub(crate) fn new(stats: &Stats, sweeps: crate::sweeper::SweepTotals, keys: usize) -> Self {
+    pub(crate) fn new(stats: &Stats, sweep: SweepTotals, keys: usize) -> Self {
         let (allowed, denied) = stats.decisions();
         Self {
             allowed,
             denied,
             cas_retries: stats.retries(),
-            sweeps: sweeps.sweeps,
-            evicted_idle: sweeps.evicted_idle,
-            evicted_capacity: sweeps.evicted_capacity,
+            sweep,
             keys: keys as u64,
         }
     }
@@ -169,18 +166,18 @@ impl Metrics {
         counter!("hotlimit_allowed_total", "limiter" => name).absolute(self.allowed);
         counter!("hotlimit_denied_total", "limiter" => name).absolute(self.denied);
         counter!("hotlimit_cas_retries_total", "limiter" => name).absolute(self.cas_retries);
-        counter!("hotlimit_sweeps_total", "limiter" => name).absolute(self.sweeps);
+        counter!("hotlimit_sweeps_total", "limiter" => name).absolute(self.sweep.sweeps);
         counter!("hotlimit_evicted_total", "limiter" => name, "reason" => "idle")
-            .absolute(self.evicted_idle);
+            .absolute(self.sweep.evicted_idle);
         counter!("hotlimit_evicted_total", "limiter" => name, "reason" => "capacity")
-            .absolute(self.evicted_capacity);
+            .absolute(self.sweep.evicted_capacity);
         gauge!("hotlimit_keys", "limiter" => name).set(self.keys as f64);
     }
 }
 
 #[cfg(all(test, feature = "metrics"))]
 mod metrics_tests {
-    use super::Metrics;
+    use super::{Metrics, SweepTotals};
     use metrics::{
         Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder,
         SharedString, Unit,
@@ -244,9 +241,12 @@ mod metrics_tests {
             allowed: 7,
             denied: 3,
             cas_retries: 2,
-            sweeps: 1,
-            evicted_idle: 5,
-            evicted_capacity: 4,
+            sweep: SweepTotals {
+                sweeps: 1,
+                evicted_idle: 5,
+                evicted_capacity: 4,
+                ..SweepTotals::default()
+            },
             keys: 9,
         };
         let recorder = Last::default();

@@ -409,7 +409,7 @@ fn metrics_equal_decisions<V: Variant<Gcra>>() {
     let report = limiter.sweep();
     let m = limiter.metrics();
     assert_eq!(
-        (m.sweeps, m.evicted_idle, m.keys),
+        (m.sweep.sweeps, m.sweep.evicted_idle, m.keys),
         (1, report.evicted_idle, 0)
     );
     assert_eq!(report.evicted_idle, 500);

@@ -149,7 +149,7 @@ where
             let totals = l.clone();
             (
                 l as Limiter,
-                Box::new(move || totals.sweep_totals()) as Box<dyn Fn() -> SweepTotals>,
+                Box::new(move || totals.metrics().sweep) as Box<dyn Fn() -> SweepTotals>,
             )
         }};
     }
@@ -309,9 +309,9 @@ fn threaded_flood(runs: usize, spent: u64, new_keys: u64, max_keys: usize) {
             ("compact", compact.clone(), SweepTotals::default()),
         ];
         let totals = [
-            Box::new(move || cas.sweep_totals()) as Box<dyn Fn() -> SweepTotals>,
-            Box::new(move || mutex.sweep_totals()),
-            Box::new(move || compact.sweep_totals()),
+            Box::new(move || cas.metrics().sweep) as Box<dyn Fn() -> SweepTotals>,
+            Box::new(move || mutex.metrics().sweep),
+            Box::new(move || compact.metrics().sweep),
         ];
         for ((store, limiter, _), totals) in stores.iter().zip(&totals) {
             for key in 0..spent {

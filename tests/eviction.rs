@@ -191,7 +191,7 @@ fn capacity_bound_holds_under_a_flood() {
         .unwrap();
     let peak = flood(&cas, &clock);
     assert!(peak <= BOUND, "cas peak {peak}");
-    assert!(cas.sweep_totals().evicted_capacity >= 1_800_000);
+    assert!(cas.metrics().sweep.evicted_capacity >= 1_800_000);
 
     let clock = ManualClock::default();
     let mutex = MutexLimiter::<u64, Gcra>::builder(gcra)

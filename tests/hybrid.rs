@@ -597,7 +597,7 @@ fn a_key_flood_against_max_keys_keeps_admitting_new_keys() {
         );
     }
     assert_eq!(fresh_admitted, 200);
-    assert!(l.metrics().evicted_capacity > 0);
+    assert!(l.metrics().sweep.evicted_capacity > 0);
 }
 
 /// A key evicted for capacity while it holds a lease hands its units back: Redis gets them,
@@ -640,7 +640,7 @@ fn evicting_a_key_hands_its_lease_back() {
         h.stats().returned > 0
     });
     let s = h.stats();
-    assert!(h.metrics().evicted_capacity >= 1);
+    assert!(h.metrics().sweep.evicted_capacity >= 1);
     let r = RedisLimiter::builder(server.url(), gcra)
         .key_prefix("t:")
         .build()
@@ -870,7 +870,7 @@ fn a_flood_never_resets_a_merged_limit<A: HybridAlgorithm>(server: &Server, name
                 let _ = a.check(&key);
             }
         }
-        let totals = a.sweep_totals();
+        let totals = a.metrics().sweep;
         assert!(totals.evicted_capacity > 1_000, "{name}: {totals:?}");
         let again = a.check("k").is_allowed();
         // Two of a's rounds: whatever it publishes of "k" reaches b.
@@ -888,7 +888,7 @@ fn a_flood_never_resets_a_merged_limit<A: HybridAlgorithm>(server: &Server, name
                 !again && !b_again,
                 "{name}: admitted again after the flood (a {again}, b {b_again}): {totals:?}"
             );
-            assert!(totals.debts_kept > 0 && a.sweep_totals().debts_restored > 0);
+            assert!(totals.debts_kept > 0 && a.metrics().sweep.debts_restored > 0);
         }
     }
 }

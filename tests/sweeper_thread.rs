@@ -57,10 +57,10 @@ fn sweeper_runs_and_is_joined_on_drop() {
     // Keys disappear while a sweep runs and its totals are recorded when it ends, so wait for
     // both. The interval is an hour: only a wake-up can have run it.
     assert!(
-        eventually(|| cas.len() <= 1_000 && cas.sweep_totals().evicted_capacity >= 100),
+        eventually(|| cas.len() <= 1_000 && cas.metrics().sweep.evicted_capacity >= 100),
         "len {}, {:?}",
         cas.len(),
-        cas.sweep_totals()
+        cas.metrics().sweep
     );
 
     drop(cas);

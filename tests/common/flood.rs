@@ -112,7 +112,7 @@ impl<V: Variant<Gcra>, C: Clock> Target for KeyedLimiter<u64, Gcra, C, V> {
         KeyedLimiter::len(self)
     }
     fn totals(&self) -> SweepTotals {
-        self.sweep_totals()
+        self.metrics().sweep
     }
 }
 
@@ -124,7 +124,7 @@ impl<C: Clock> Target for CompactLimiter<u64, Gcra, C> {
         CompactLimiter::len(self)
     }
     fn totals(&self) -> SweepTotals {
-        self.sweep_totals()
+        self.metrics().sweep
     }
 }
 

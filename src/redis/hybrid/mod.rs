@@ -34,7 +34,7 @@ use crate::keyed::Shared;
 use crate::request::Ask;
 use crate::shared::Options;
 use crate::stats::Metrics;
-use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
+use crate::sweeper::{SweepReport, Sweeper};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -238,12 +238,6 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         store
             .core
             .metrics(store.core.sweep_totals(), store.map.len())
-    }
-
-    /// Totals over every sweep this limiter has run, with its debt table's counts (see
-    /// [`crate::store::Builder::max_keys`]).
-    pub fn sweep_totals(&self) -> SweepTotals {
-        self.inner.store.core.sweep_totals()
     }
 
     /// The Redis key holding `key`'s shared state.
