@@ -11,7 +11,7 @@ use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::redis::{RedisAlgorithm, RedisLimiter};
-use hotlimit::{Rate, RateLimiter};
+use hotlimit::{Rate, RateLimiter, Requests};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -76,7 +76,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// A request of cost 1 for `key` to `limiter`, under its own quota, now: what a
     /// limiter's `request(key)` returns, and how generic code over [`Requests`] starts one.
     #[inline(always)]
-    pub fn new(limiter: &'a L, key: &'a Q) -> Self {
+    pub(crate) fn new(limiter: &'a L, key: &'a Q) -> Self {
         Request {
             limiter,
             key,
@@ -199,15 +199,14 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 /// with the request, an instant; then check, peek, a partial grant, a provisional cost and its
 /// settle. Every limiter of the crate is one: in memory, hybrid, and the blocking Redis
 /// client. Generic code reaches every operation through it; a limiter implements the five
-/// methods below, and a [`Request`] ([`Request::new`], or the limiter's `request(key)`) calls
-/// them.
+/// methods below, and a [`Request`] (from [`request`](Requests::request)) calls them.
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, CompactLimiter, ManualClock, Request, Requests};
+/// use hotlimit::{algo::Gcra, CasLimiter, CompactLimiter, ManualClock, Requests};
 ///
 /// // A partial grant under a plan, on any limiter.
 /// fn granted<L: Requests<u64, Algo = Gcra>>(l: &L, plan: &Gcra) -> u64 {
-///     Request::new(l, &7).quota(plan).cost(50).up_to().map_or(0, |(n, _)| n)
+///     l.request(&7).quota(plan).cost(50).up_to().map_or(0, |(n, _)| n)
 /// }
 /// let (own, plan): (Gcra, Gcra) = ("10/s burst 3".parse()?, "100/s burst 20".parse()?);
 /// assert_eq!(granted(&CasLimiter::<u64, _>::with_clock(own, ManualClock::default()), &plan), 20);
@@ -243,15 +242,49 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
         actual: u64,
         ask: Ask<'_, Self::Algo>,
     ) -> Result<bool, Self::Error>;
+
+    /// A [`Request`] for `key`: its options (cost, quota, instant), then one operation.
+    #[inline(always)]
+    fn request<'a>(&'a self, key: &'a Q) -> Request<'a, Self, Q, Self::Algo>
+    where
+        Self: Sized,
+    {
+        Request::new(self, key)
+    }
 }
 
-/// A `dyn Requests` builds requests too: a list of limiters of one algorithm (every store, a
-/// test's or a tool's) reaches every operation through one trait object.
-impl<'l, Q: ?Sized, A, E> dyn Requests<Q, Algo = A, Error = E> + 'l {
-    /// A [`Request`] for `key`, as a limiter's own `request(key)`.
-    #[inline(always)]
-    pub fn request<'a>(&'a self, key: &'a Q) -> Request<'a, Self, Q, A> {
-        Request::new(self, key)
+/// A boxed limiter is one too, so a list of limiters of one algorithm as
+/// `Box<dyn Requests<Q, Algo = A, Error = E>>` (every store, a test's or a tool's) reaches
+/// every operation through one trait object.
+impl<Q: ?Sized, L: Requests<Q> + ?Sized> Requests<Q> for Box<L> {
+    type Algo = L::Algo;
+    type Error = L::Error;
+
+    #[inline]
+    fn decide(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
+        (**self).decide(key, ask)
+    }
+
+    fn preview(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
+        (**self).preview(key, ask)
+    }
+
+    fn grant(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<(u64, Decision), L::Error> {
+        (**self).grant(key, ask)
+    }
+
+    fn take(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Ticket, L::Error> {
+        (**self).take(key, ask)
+    }
+
+    fn settle(
+        &self,
+        key: &Q,
+        ticket: &mut Ticket,
+        actual: u64,
+        ask: Ask<'_, L::Algo>,
+    ) -> Result<bool, L::Error> {
+        (**self).settle(key, ticket, actual, ask)
     }
 }
 

@@ -236,7 +236,10 @@ fn metrics_count_every_decision_once_and_the_sweeps() {
     assert_eq!(reserved, [true, true, false]);
     let m = limiter.metrics();
     assert_eq!((m.allowed, m.denied, m.keys), (5, 2, 3));
-    assert_eq!((m.sweep.sweeps, m.sweep.evicted_idle, m.cas_retries), (0, 0, 0));
+    assert_eq!(
+        (m.sweep.sweeps, m.sweep.evicted_idle, m.cas_retries),
+        (0, 0, 0)
+    );
 
     clock.advance(Duration::from_secs(1));
     assert_eq!(limiter.sweep().evicted_idle, 3);

@@ -6,6 +6,7 @@
 mod common;
 
 use hotlimit::algo::{Algorithm, Earrrl, Gcra};
+use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
     MutexLimiter, Policy,

@@ -9,6 +9,7 @@ use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::redis::{
     BackendError, Fallback, HybridAlgorithm, HybridLimiter, RedisLimiter, SyncError,
 };
+use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, ConfigError, CostError, Decision, Field, ManualClock, Rate, RateLimiter,
     TicketError,

@@ -11,6 +11,7 @@ use hotlimit::algo::{
     Bias, Earrrl, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::store::QuotaError;
+use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, DirectLimiter, Field, Live,
     ManualClock, Rate,

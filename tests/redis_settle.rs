@@ -10,6 +10,7 @@ use hotlimit::algo::{
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
 use hotlimit::store::Ticket;
+use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, ConfigError, CostError, Decision, ManualClock, Policy, Rate, TicketError,
 };

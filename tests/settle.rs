@@ -10,6 +10,7 @@ use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::store::{QuotaError, Ticket};
+use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
     MutexLimiter, Policy, Rate,

@@ -53,16 +53,6 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     client_accessors!(build);
 
-    /// A request beyond a plain check, for `key`: a cost, a quota that comes with it, an
-    /// explicit instant (nanoseconds on the caller's timeline, at most [`MAX_EXPLICIT_NOW`],
-    /// instead of Redis' clock: tests and trace replay; never mix with server-time calls on
-    /// one key); then `check`, `peek`, `up_to`, `take` and `settle`, each returning the
-    /// backend's failure rather than the [`FailMode`]'s answer. See
-    /// [`Request`](crate::Request).
-    pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
-        crate::Request::new(self, key)
-    }
-
     /// Decides a batch of requests `(key, cost)` in one round trip (a pipeline of `EVALSHA`),
     /// in order, each atomic on its own. Every cost is checked before anything is sent. The
     /// local fast path is not used. On a connection failure nothing is known of which requests

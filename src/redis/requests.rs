@@ -42,9 +42,13 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     }
 }
 
-/// The sync client: every request a round trip (or the local fast path's answer). Not a
-/// [`RateLimiter`](crate::RateLimiter), so never an async one: the tower layer takes the
-/// async client.
+/// The sync client's requests beyond a plain check (`request(key)`, with [`Requests`] in
+/// scope): a cost, a quota that comes with it, an explicit instant (nanoseconds on the
+/// caller's timeline, at most [`MAX_EXPLICIT_NOW`](super::MAX_EXPLICIT_NOW), instead of
+/// Redis' clock: tests and trace replay; never mix with server-time calls on one key); then
+/// `check`, `peek`, `up_to`, `take` and `settle`, each a round trip (or the local fast path's
+/// answer) returning the backend's failure rather than the [`FailMode`](super::FailMode)'s
+/// answer.
 impl<A: RedisAlgorithm> Requests<str> for RedisLimiter<A> {
     type Algo = A;
     type Error = BackendError;

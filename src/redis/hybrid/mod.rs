@@ -177,13 +177,6 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         crate::batch::in_chunks(requests, place, find, decide, emit);
     }
 
-    /// A request beyond a plain check, for `key`: a cost, an instant; then `check`, `peek`,
-    /// `up_to` (a partial grant), `take` and `settle`. See [`Request`](crate::Request). The
-    /// hybrid limiter takes no per-request quota.
-    pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
-        crate::Request::new(self, key)
-    }
-
     /// The algorithm.
     pub fn algorithm(&self) -> &A {
         &self.inner.fleet().algo
@@ -541,7 +534,8 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
 /// Every decision is local: Redis is only reached by the background sync.
 impl<A: HybridAlgorithm, C: Clock> crate::NonBlocking<str> for HybridLimiter<A, C> {}
 
-/// Every other request, through [`request`](HybridLimiter::request). A request's quota is
+/// Every other request, through [`request`](crate::Requests::request): a cost, an instant;
+/// then `check`, `peek`, `up_to` (a partial grant), `take` and `settle`. A request's quota is
 /// refused ([`QuotaError::Quota`]): the fleet shares one configuration.
 impl<A: HybridAlgorithm, C: Clock> crate::Requests<str> for HybridLimiter<A, C> {
     type Algo = A;
