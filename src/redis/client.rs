@@ -586,11 +586,6 @@ macro_rules! client_accessors {
             &self.core.config.algo
         }
 
-        /// The fail mode.
-        pub fn fail_mode(&self) -> super::FailMode {
-            self.core.config.fail_mode
-        }
-
         /// The Redis key that holds `key`'s state: `prefix{escaped key}` (see the module docs).
         pub fn redis_key(&self, key: &str) -> String {
             self.core.redis_key(key)

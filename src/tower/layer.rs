@@ -81,12 +81,6 @@ where
     }
 }
 
-impl<L: ?Sized, X, C, P> RateLimitLayer<L, X, C, P> {
-    /// The limiter.
-    pub fn limiter(&self) -> &Arc<L> {
-        &self.shared.limiter
-    }
-}
 
 impl<S, L: ?Sized, X, C, P> tower_layer::Layer<S> for RateLimitLayer<L, X, C, P> {
     type Service = RateLimit<S, L, X, C, P>;
