@@ -24,7 +24,6 @@ pub(crate) const NANOS_PER_SEC: f64 = 1e9;
 /// let r: Rate = "600/h".parse()?;
 /// assert_eq!(r.count(), 600.0);
 /// assert_eq!(r.period(), Duration::from_secs(3600));
-/// assert_eq!(r.per_second(), 600.0 / 3600.0);
 /// assert_eq!(r, Rate::new(600.0, Duration::from_secs(3600))?);
 /// assert_eq!(r.to_string(), "600/h");
 /// # Ok::<(), hotlimit::ConfigError>(())

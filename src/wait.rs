@@ -16,12 +16,18 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::Jitter;
+/// use hotlimit::{algo::Gcra, CasLimiter, Clock, Jitter, ManualClock};
 /// use std::time::Duration;
 ///
-/// let j = Jitter::up_to(Duration::from_millis(50));
-/// assert!(j.sample() <= Duration::from_millis(50));
-/// assert_eq!(Jitter::NONE.sample(), Duration::ZERO);
+/// let clock = ManualClock::default();
+/// let l = CasLimiter::<u64, Gcra>::with_clock("10/s burst 1".parse()?, clock.clone());
+/// assert!(l.check(&7).is_allowed());
+/// // The next unit is 100 ms away; the wait adds up to 50 ms (a manual clock moves instead of
+/// // sleeping).
+/// let d = l.request(&7).jitter(Jitter::up_to(Duration::from_millis(50))).until_ready_blocking()?;
+/// assert!(d.is_allowed());
+/// assert!((100_000_000..=150_000_000).contains(&clock.now()), "{}", clock.now());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Jitter {

@@ -34,12 +34,13 @@ use std::time::Instant;
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-/// use hotlimit::{algo::Gcra, redis::RedisLimiter};
+/// use hotlimit::{algo::Gcra, redis::RedisLimiter, AsyncRateLimiter};
 ///
 /// let limiter = RedisLimiter::builder("redis://127.0.0.1:6379/", "10/s".parse::<Gcra>()?)
 ///     .build_async()
 ///     .await?;
-/// if limiter.check("203.0.113.7").await.is_denied() {
+/// // An outage answers the fail mode; another backend error is returned.
+/// if limiter.check_async("203.0.113.7").await?.is_denied() {
 ///     // 429
 /// }
 /// # Ok(())
