@@ -162,7 +162,9 @@ fuzz_target!(|input: Input| {
         let s = s.with_policy(policy).with_bias(bias);
         let k = u64::from(input.buckets);
         let spanned = if input.lenient { k - 1 } else { k };
-        let span_ns = (s.bucket().as_nanos() as u64).saturating_mul(spanned);
+        // The bucket width, as the algorithm computes it (the window split evenly, rounded down).
+        let bucket_ns = s.window().as_nanos() as u64 / k;
+        let span_ns = bucket_ns.saturating_mul(spanned);
         run(
             &s,
             window_unit(limit, window),

@@ -104,6 +104,7 @@ impl SlidingWindow {
     }
 
     /// How the weighted count is compared with the limit.
+    #[cfg(feature = "redis")]
     pub(crate) fn rounding(&self) -> Rounding {
         self.rounding
     }

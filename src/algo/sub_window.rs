@@ -119,6 +119,7 @@ impl SubWindow {
     }
 
     /// The bucket width.
+    #[cfg(feature = "redis")]
     pub(crate) fn bucket(&self) -> Duration {
         Duration::from_nanos(self.bucket_ns)
     }
