@@ -81,7 +81,6 @@ where
     }
 }
 
-
 impl<S, L: ?Sized, X, C, P> tower_layer::Layer<S> for RateLimitLayer<L, X, C, P> {
     type Service = RateLimit<S, L, X, C, P>;
 
