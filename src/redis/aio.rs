@@ -140,7 +140,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
     client_accessors!(build_async);
 
     /// A request beyond a plain check, for `key`: a cost, a quota that comes with it, an
-    /// explicit instant (see [`RedisLimiter::request`](super::RedisLimiter::request)); then the
+    /// explicit instant (see [`request`](crate::Requests::request) of [`RedisLimiter`](super::RedisLimiter)); then the
     /// async `check`, `peek`, `up_to`, `take` and `settle`, each returning the backend's
     /// failure rather than the [`FailMode`]'s answer.
     pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {

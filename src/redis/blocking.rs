@@ -195,7 +195,7 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
     /// backend error answers a denial (with the `retry_after` of [`FailMode::Closed`] if that
     /// is the mode, else 1 s) and counts it in [`errors`](super::ClientStats::errors): a
     /// misconfiguration is never let through. Only a cost error is returned; a
-    /// [`request`](RedisLimiter::request)'s `check` returns the backend's failure instead.
+    /// [`request`](crate::Requests::request)'s `check` returns the backend's failure instead.
     fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
         let req = Req::new(key, cost, At::Server, Mode::Check);
         self.core.fail_over(self.decide_req(req))

@@ -99,7 +99,7 @@
 //! [`reconnect_after`](RedisBuilder::reconnect_after) (default 100 ms) fail at once
 //! ([`BackendError::Unavailable`]) instead of each waiting for a connect timeout.
 //!
-//! [`RedisLimiter::request`]'s operations return every
+//! [`request`](crate::Requests::request)'s operations return every
 //! [`BackendError`]. [`check`](crate::RateLimiter::check) of [`RedisLimiter`] and [`check_n`](crate::RateLimiter::check_n) tell two
 //! kinds apart ([`BackendError::is_outage`]):
 //!
@@ -126,13 +126,13 @@
 //!
 //! # Settle, partial grants, plans
 //!
-//! As the in-memory stores: [`RedisLimiter::request`]'s `take` returns a [`Ticket`](crate::store::Ticket)
+//! As the in-memory stores: [`request`](crate::Requests::request)'s `take` returns a [`Ticket`](crate::store::Ticket)
 //! (with Redis' time of the decision and a reservation id), its `settle` refunds or
 //! charges the difference in one script call, **idempotent per reservation**: the script sets a
 //! mark key (`SET NX`, kept [`SETTLE_MARK_TTL`]) before it applies anything, and a retried settle
 //! that finds the mark changes nothing; a failed settle leaves the ticket open to retry.
-//! [`RedisLimiter::request`]'s `up_to` grants the most units available, up to `n`, bisecting on the
-//! key's state inside the script; [`RedisLimiter::request`] decides under a quota that
+//! [`request`](crate::Requests::request)'s `up_to` grants the most units available, up to `n`, bisecting on the
+//! key's state inside the script; [`request`](crate::Requests::request) decides under a quota that
 //! comes with the request, on the same keys (the script with the quota's parameters).
 //!
 //! # Local fast path
@@ -304,7 +304,7 @@ pub enum BackendError {
     TimeOutOfRange(u64),
     /// A configuration the limiter cannot run (see [`HybridLimiter::builder`]), or a
     /// per-request quota that cannot read the limiter's states
-    /// ([`RedisLimiter::request`]).
+    /// ([`request`](crate::Requests::request)).
     Config(ConfigError),
     /// A settle's ticket was taken for another key, or from another limiter (in memory, or
     /// a client of another key prefix); nothing was sent and the ticket stays open.

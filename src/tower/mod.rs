@@ -60,7 +60,7 @@
 //! The [`headers`](crate::headers) module renders them, and its docs say what each field
 //! means: `Retry-After` on denials, the `RateLimit-Policy` / `RateLimit` pair of the newest
 //! draft-ietf-httpapi-ratelimit-headers ([`LayerBuilder::headers`] picks an older one), the legacy
-//! `X-RateLimit-*` fields on request ([`LayerBuilder::legacy_headers`]). The policy is the limiter's
+//! `X-RateLimit-*` fields on request ([`LayerBuilder::headers`]). The policy is the limiter's
 //! sustained rate over a whole-second window ([`AdvertisedQuota`]; `"default";q=5;w=1` above
 //! is 5 per second), its burst the vendor parameter `hotlimit-burst`, so a client that spaces
 //! its requests `w/q` apart gets the whole rate without a 429; for such a client, set
