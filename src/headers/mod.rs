@@ -83,7 +83,6 @@ pub(crate) use buf::Buf;
 pub(crate) use quota::ceil_secs;
 pub use quota::{AdvertisedQuota, InvalidPolicyName, QuotaPolicy};
 pub(crate) use render::Fields;
-#[cfg(feature = "tower")]
 pub use verdict::{Action, HeaderField, RateLimitHeaders, Verdict};
 
 #[cfg(doc)]
