@@ -169,8 +169,13 @@ impl<S: Store + Build<Clock = QuantaClock>> Limiter<S> {
 
     /// A limiter running `algo` on `clock`, without background sweeps.
     pub fn with_clock<C: Clock>(algo: S::Algo, clock: C) -> Limiter<S::WithClock<C>> {
-        match Builder::<Self, S::Algo>::new(algo).clock(clock).build() {
-            Ok(limiter) => limiter,
+        // Not through `Builder::new`: that would start (and calibrate) a default clock only
+        // to drop it.
+        match S::WithClock::<C>::build(algo, clock, &Options::default()) {
+            Ok((store, sweeper)) => Limiter {
+                store,
+                _sweeper: sweeper,
+            },
             Err(_) => out_of_memory(),
         }
     }
