@@ -204,6 +204,16 @@ where
         self.0.apply(key, |state| algo.update(state, now, cost))
     }
 
+    #[inline(always)]
+    fn check(&self, key: &K::Lookup, cost: u64) -> Decision {
+        let table = &*self.0;
+        let now = table.core.clock.now();
+        let algo = &table.core.algo;
+        table
+            .core
+            .count(table.apply(key, |state| algo.update(state, now, cost)))
+    }
+
     #[inline]
     fn peek(&self, algo: &A, key: &K::Lookup, cost: u64, now: u64) -> Decision {
         self.0.peek(algo, key, cost, now)

@@ -150,6 +150,15 @@ where
         sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost))
     }
 
+    #[inline(always)]
+    fn check(&self, key: &Q, cost: u64) -> Decision {
+        let sh = &*self.0;
+        let now = sh.core.clock.now();
+        let algo = &sh.core.algo;
+        sh.core
+            .count(sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost)))
+    }
+
     #[inline]
     fn peek(&self, algo: &A, key: &Q, cost: u64, now: u64) -> Decision {
         self.0.peek(algo, key, cost, now, &self.0.map.guard())
