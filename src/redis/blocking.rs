@@ -72,6 +72,35 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.send_pipelined(requests)?.into_iter().collect()
     }
 
+    /// Both batches: `(key, cost)` requests in order, as `check_n_batch` describes, without
+    /// collecting them first.
+    fn decide_batch<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k str, u64)>,
+        out: &mut Vec<Result<Decision, CostError>>,
+    ) {
+        out.clear();
+        if self.target.is_cluster() {
+            out.extend(
+                requests
+                    .into_iter()
+                    .map(|(key, cost)| RateLimiter::check_n(self, key, cost)),
+            );
+            return;
+        }
+        let mut trip = Trip::default();
+        for (key, cost) in requests {
+            if trip.add(&self.core, key, cost, out) {
+                let result = self.send_pipelined(trip.requests());
+                trip.finish(&self.core, result, out);
+            }
+        }
+        if !trip.requests().is_empty() {
+            let result = self.send_pipelined(trip.requests());
+            trip.finish(&self.core, result, out);
+        }
+    }
+
     /// One pipeline round trip (one script call a request, on a cluster one after another, the
     /// first error ending it): each request's answer, or the error that failed the trip; a
     /// connection it broke is dropped.
@@ -206,8 +235,7 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
     /// [`check_n_batch`](RateLimiter::check_n_batch) is.
     fn check_batch(&self, keys: &[&str], out: &mut Vec<Decision>) {
         let mut answers = Vec::new();
-        let requests: Vec<_> = keys.iter().map(|&key| (key, 1)).collect();
-        RateLimiter::check_n_batch(self, &requests, &mut answers);
+        self.decide_batch(keys.iter().map(|&key| (key, 1)), &mut answers);
         self.core.batch_of_ones(answers, out);
     }
 
@@ -224,28 +252,8 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
     /// Redis counted is then unknown. On a Redis Cluster, one `check_n` after another (see
     /// `try_check_pipelined` for why).
     fn check_n_batch(&self, requests: &[(&str, u64)], out: &mut Vec<Result<Decision, CostError>>) {
-        out.clear();
-        if self.target.is_cluster() {
-            out.extend(
-                requests
-                    .iter()
-                    .map(|&(key, cost)| RateLimiter::check_n(self, key, cost)),
-            );
-            return;
-        }
-        let mut trip = Trip::default();
-        for &(key, cost) in requests {
-            if trip.add(&self.core, key, cost, out) {
-                let result = self.send_pipelined(trip.requests());
-                trip.finish(&self.core, result, out);
-            }
-        }
-        if !trip.requests().is_empty() {
-            let result = self.send_pipelined(trip.requests());
-            trip.finish(&self.core, result, out);
-        }
+        self.decide_batch(requests.iter().copied(), out);
     }
-
     /// The decision `check_n` would return, without counting it (never answered by the local
     /// fast path); an outage answers the [`FailMode`].
     fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {

@@ -176,13 +176,13 @@
 mod aio;
 mod bindings;
 mod blocking;
-mod builder;
 mod client;
 mod connection;
 mod hybrid;
 mod keys;
 mod local_deny;
 mod lua;
+mod redis_builder;
 mod replies;
 mod requests;
 mod traits;
@@ -191,10 +191,10 @@ mod traits;
 pub use aio::AsyncRedisLimiter;
 pub use bindings::RedisAlgorithm;
 pub use blocking::{RedisLimiter, BATCH_TRIP};
-pub use builder::RedisBuilder;
 pub use hybrid::{
     Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, HybridSettings, HybridStats, SyncError,
 };
+pub use redis_builder::RedisBuilder;
 
 #[cfg(doc)]
 use crate::algo::{

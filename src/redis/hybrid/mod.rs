@@ -7,7 +7,6 @@
 //! changes), `link.rs` (the sync thread's connection);
 //! the Lua is in `src/redis/lua/`.
 
-mod builder;
 mod engine;
 mod entry;
 mod fallback;
@@ -16,15 +15,16 @@ mod link;
 mod merge;
 mod push;
 mod report;
+mod settings;
 mod worker;
 
-pub use builder::{HybridBuilder, HybridSettings};
 pub use engine::HybridAlgorithm;
 pub(crate) use engine::{
     Engine, Evicted, Fleet, FleetContext, Inner, Mode, Reason, Verdict, Visit,
 };
 pub use fallback::Fallback;
 pub use report::{HybridStats, SyncError};
+pub use settings::{HybridBuilder, HybridSettings};
 
 use super::{BackendError, RedisBuilder};
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
