@@ -254,6 +254,7 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
     fn check_n_batch(&self, requests: &[(&str, u64)], out: &mut Vec<Result<Decision, CostError>>) {
         self.decide_batch(requests.iter().copied(), out);
     }
+
     /// The decision `check_n` would return, without counting it (never answered by the local
     /// fast path); an outage answers the [`FailMode`].
     fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
