@@ -1,0 +1,722 @@
+//! envoyproxy/ratelimit's YAML configuration, as its README documents it: domains, nested
+//! descriptors, key/value and wildcard values, `rate_limit` (`unit`, `requests_per_unit`,
+//! `name`, `replaces`, `unlimited`), `shadow_mode`, `quota_mode`, `share_threshold`,
+//! `detailed_metric`, `value_to_metric`, `metadata`; plus hotlimit's per-rule algorithm.
+//!
+//! A file is validated whole before it is used: a bad one is rejected with its file, line and
+//! reason, and the running configuration is kept.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hotlimit::algo::{
+    parse_duration, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
+};
+use hotlimit::{Policy, Rate};
+use serde::Deserialize;
+
+/// A rate limit's time unit, as Envoy's `RateLimitResponse.RateLimit.Unit` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// One minute.
+    Minute,
+    /// One hour.
+    Hour,
+    /// One day.
+    Day,
+    /// Seven days.
+    Week,
+    /// Thirty days (envoyproxy/ratelimit's divider).
+    Month,
+    /// 365 days (envoyproxy/ratelimit's divider).
+    Year,
+}
+
+impl Unit {
+    /// The unit's length.
+    pub fn duration(self) -> Duration {
+        Duration::from_secs(match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        })
+    }
+
+    /// Parses a unit as envoyproxy/ratelimit does: case-insensitive.
+    pub fn parse(s: &str) -> Option<Unit> {
+        Some(match s.to_ascii_uppercase().as_str() {
+            "SECOND" => Unit::Second,
+            "MINUTE" => Unit::Minute,
+            "HOUR" => Unit::Hour,
+            "DAY" => Unit::Day,
+            "WEEK" => Unit::Week,
+            "MONTH" => Unit::Month,
+            "YEAR" => Unit::Year,
+            _ => return None,
+        })
+    }
+
+    /// The unit's name in Envoy's enum (`SECOND`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
+        }
+    }
+}
+
+/// How a rule decides: envoyproxy/ratelimit's fixed window by default, or one of hotlimit's
+/// algorithms (the `algorithm` extension), built from `requests_per_unit` per `unit`.
+#[derive(Debug, Clone)]
+pub enum Algorithm {
+    /// `requests_per_unit: 0`: every request is over the limit (a block list entry).
+    DenyAll,
+    /// `fixed_window` (the default): `requests_per_unit` per window of one `unit`.
+    FixedWindow(FixedWindow),
+    /// `sliding_window`: the weighted estimate over the previous and current windows.
+    SlidingWindow(SlidingWindow),
+    /// `sub_window`: a window of `buckets` buckets (default 60).
+    SubWindow(SubWindow),
+    /// `sliding_log`: exact in every window; O(limit) memory per key.
+    SlidingLog(SlidingLog),
+    /// `gcra`: `requests_per_unit` per `unit`, evenly spread, with a `burst` (default
+    /// `requests_per_unit`).
+    Gcra(Gcra),
+    /// `earrrl`: a decaying average rate of at most `requests_per_unit` per `unit`, with a
+    /// `half_life` (default one `unit`); abusers stay locked out while they keep abusing.
+    Earrrl(Earrrl),
+    /// `exponential`: Exim's smoothed rate of `requests_per_unit` per `unit`.
+    Exponential(Exponential),
+}
+
+impl Algorithm {
+    /// The extension's name for it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::DenyAll => "deny_all",
+            Algorithm::FixedWindow(_) => "fixed_window",
+            Algorithm::SlidingWindow(_) => "sliding_window",
+            Algorithm::SubWindow(_) => "sub_window",
+            Algorithm::SlidingLog(_) => "sliding_log",
+            Algorithm::Gcra(_) => "gcra",
+            Algorithm::Earrrl(_) => "earrrl",
+            Algorithm::Exponential(_) => "exponential",
+        }
+    }
+}
+
+/// What a matched descriptor is limited by.
+#[derive(Debug, Clone)]
+pub enum Limit {
+    /// `unlimited: true`: always OK, never counted.
+    Unlimited,
+    /// A limit of `requests_per_unit` per `unit`.
+    Limited {
+        /// The configured count.
+        requests_per_unit: u32,
+        /// The configured unit.
+        unit: Unit,
+        /// How the rule decides.
+        algorithm: Algorithm,
+    },
+}
+
+/// One `rate_limit` block, at its place in a domain's descriptor tree.
+#[derive(Debug)]
+pub struct Rule {
+    /// The domain.
+    pub domain: String,
+    /// The rule's place: `domain.key_value.key` as envoyproxy/ratelimit names it in its stats.
+    pub id: String,
+    /// The limit.
+    pub limit: Limit,
+    /// `rate_limit.name` (empty if unset): what another rule's `replaces` names.
+    pub name: String,
+    /// The names of the rules this one replaces when both match one request.
+    pub replaces: Vec<String>,
+    /// `shadow_mode`: decided and counted, but always answered OK.
+    pub shadow_mode: bool,
+    /// `quota_mode`: over the limit only when every quota-mode descriptor is.
+    pub quota_mode: bool,
+    /// What identifies the rule's state across reloads: its place and its limit. A reload
+    /// keeps the state of every rule whose fingerprint is unchanged.
+    pub fingerprint: String,
+}
+
+/// A configuration error: the file, the line and column where known, and the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file.
+    pub file: PathBuf,
+    /// Line and column (1-based), where the YAML parser knows them.
+    pub location: Option<(usize, usize)>,
+    /// Why it was rejected.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.location {
+            Some((line, column)) => write!(
+                f,
+                "{}:{line}:{column}: {}",
+                self.file.display(),
+                self.reason
+            ),
+            None => write!(f, "{}: {}", self.file.display(), self.reason),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+// ---- The YAML as written ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoot {
+    #[serde(default)]
+    domain: String,
+    #[serde(default)]
+    descriptors: Siblings,
+}
+
+/// A descriptor list: its entries' `key_value`s are unique (checked as it is read, so the
+/// error points into the list).
+#[derive(Default)]
+struct Siblings(Vec<Descriptor>);
+
+impl<'de> Deserialize<'de> for Siblings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let list = Option::<Vec<Descriptor>>::deserialize(d)?.unwrap_or_default();
+        let mut seen = std::collections::HashSet::new();
+        for descriptor in &list {
+            if !seen.insert(descriptor.composite.as_str()) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate descriptor composite key '{}'",
+                    descriptor.composite
+                )));
+            }
+        }
+        Ok(Siblings(list))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDescriptor {
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    value: String,
+    rate_limit: Option<RawRateLimit>,
+    #[serde(default)]
+    descriptors: Siblings,
+    #[serde(default)]
+    shadow_mode: bool,
+    #[serde(default)]
+    quota_mode: bool,
+    #[serde(default)]
+    detailed_metric: bool,
+    #[serde(default)]
+    value_to_metric: bool,
+    #[serde(default)]
+    share_threshold: bool,
+    /// Arbitrary; accepted, not used (no dynamic metadata in responses).
+    #[serde(default)]
+    #[allow(dead_code)]
+    metadata: Option<serde_yaml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    #[serde(default)]
+    unit: Option<String>,
+    #[serde(default)]
+    requests_per_unit: u32,
+    #[serde(default)]
+    unlimited: bool,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    replaces: Vec<RawReplaces>,
+    // hotlimit's extension.
+    #[serde(default)]
+    algorithm: Option<String>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    half_life: Option<String>,
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    buckets: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReplaces {
+    #[serde(default)]
+    name: String,
+}
+
+/// A descriptor, validated (as it is read, so the error has its line).
+#[derive(Deserialize)]
+#[serde(try_from = "RawDescriptor")]
+struct Descriptor {
+    key: String,
+    value: String,
+    /// `key` or `key_value`: its name among its siblings.
+    composite: String,
+    limit: Option<(Limit, String, Vec<String>)>,
+    descriptors: Vec<Descriptor>,
+    shadow_mode: bool,
+    quota_mode: bool,
+    share_threshold: bool,
+}
+
+impl TryFrom<RawDescriptor> for Descriptor {
+    type Error = String;
+
+    fn try_from(raw: RawDescriptor) -> Result<Self, String> {
+        if raw.key.is_empty() {
+            return Err("descriptor has empty key".into());
+        }
+        let composite = if raw.value.is_empty() {
+            raw.key.clone()
+        } else {
+            format!("{}_{}", raw.key, raw.value)
+        };
+        if raw.share_threshold && !raw.value.contains('*') {
+            return Err(format!(
+                "share_threshold can only be used with wildcard values (containing '*'), but found key '{composite}'"
+            ));
+        }
+        let _ = (raw.detailed_metric, raw.value_to_metric);
+        let limit = raw.rate_limit.map(validate_rate_limit).transpose()?;
+        Ok(Descriptor {
+            key: raw.key,
+            value: raw.value,
+            composite,
+            limit,
+            descriptors: raw.descriptors.0,
+            shadow_mode: raw.shadow_mode,
+            quota_mode: raw.quota_mode,
+            share_threshold: raw.share_threshold,
+        })
+    }
+}
+
+fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>), String> {
+    for r in &raw.replaces {
+        if r.name.is_empty() {
+            return Err("should not have an empty replaces entry".into());
+        }
+        if r.name == raw.name {
+            return Err("replaces should not contain name of same descriptor".into());
+        }
+    }
+    let replaces = raw.replaces.into_iter().map(|r| r.name).collect();
+    let unit = match raw.unit.as_deref() {
+        None | Some("") => None,
+        Some(u) => match Unit::parse(u) {
+            Some(unit) => Some(unit),
+            None if raw.unlimited => None,
+            None => return Err(format!("invalid rate limit unit '{u}'")),
+        },
+    };
+    if raw.unlimited {
+        if unit.is_some() {
+            return Err("should not specify rate limit unit when unlimited".into());
+        }
+        return Ok((Limit::Unlimited, raw.name, replaces));
+    }
+    let Some(unit) = unit else {
+        return Err(format!(
+            "invalid rate limit unit '{}'",
+            raw.unit.unwrap_or_default()
+        ));
+    };
+    let n = raw.requests_per_unit;
+    let window = unit.duration();
+    let policy = raw
+        .policy
+        .as_deref()
+        .map(|p| p.parse::<Policy>().map_err(|e| e.to_string()))
+        .transpose()?;
+    let name = raw.algorithm.as_deref().unwrap_or("fixed_window");
+    let only = |allowed: &[&str]| -> Result<(), String> {
+        let given = [
+            ("burst", raw.burst.is_some()),
+            ("half_life", raw.half_life.is_some()),
+            ("buckets", raw.buckets.is_some()),
+        ];
+        match given.iter().find(|(k, set)| *set && !allowed.contains(k)) {
+            Some((k, _)) => Err(format!("'{k}' does not apply to algorithm '{name}'")),
+            None => Ok(()),
+        }
+    };
+    let e = |e: hotlimit::ConfigError| e.to_string();
+    let algorithm = match name {
+        _ if n == 0 => {
+            only(&[])?;
+            Algorithm::DenyAll
+        }
+        "fixed_window" => {
+            only(&[])?;
+            let q = FixedWindow::new(n.into(), window).map_err(e)?;
+            Algorithm::FixedWindow(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "sliding_window" => {
+            only(&[])?;
+            let q = SlidingWindow::new(n.into(), window).map_err(e)?;
+            Algorithm::SlidingWindow(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "sub_window" => {
+            only(&["buckets"])?;
+            let q = SubWindow::new(n.into(), window, raw.buckets.unwrap_or(60)).map_err(e)?;
+            Algorithm::SubWindow(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "sliding_log" => {
+            only(&[])?;
+            let q = SlidingLog::new(n.into(), window).map_err(e)?;
+            Algorithm::SlidingLog(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "gcra" => {
+            only(&["burst"])?;
+            let rate = Rate::new(f64::from(n), window).map_err(e)?;
+            let q = Gcra::new(rate)
+                .and_then(|g| g.with_burst(raw.burst.unwrap_or(n.into())))
+                .map_err(e)?;
+            Algorithm::Gcra(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "earrrl" => {
+            only(&["half_life"])?;
+            let half_life = match &raw.half_life {
+                Some(h) => parse_duration(h).map_err(e)?,
+                None => window,
+            };
+            let rate = Rate::new(f64::from(n), window).map_err(e)?;
+            let q = Earrrl::new(half_life, rate).map_err(e)?;
+            Algorithm::Earrrl(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "exponential" => {
+            only(&[])?;
+            let q = Exponential::new(f64::from(n), window).map_err(e)?;
+            Algorithm::Exponential(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        other => {
+            return Err(format!(
+                "unknown algorithm '{other}' (expected fixed_window, sliding_window, sub_window, sliding_log, gcra, earrrl or exponential)"
+            ))
+        }
+    };
+    Ok((
+        Limit::Limited {
+            requests_per_unit: n,
+            unit,
+            algorithm,
+        },
+        raw.name,
+        replaces,
+    ))
+}
+
+// ---- The loaded configuration ----
+
+/// A node of a domain's descriptor tree.
+#[derive(Default, Debug)]
+struct Node {
+    /// By `key` or `key_value`.
+    children: HashMap<String, Node>,
+    /// The children whose value has a `*`: (the pattern split on `*`, its composite key).
+    wildcards: Vec<(Vec<String>, String)>,
+    rule: Option<Arc<Rule>>,
+    /// With `share_threshold`: the wildcard value every match counts under.
+    shared_pattern: Option<String>,
+}
+
+/// Every domain's rules, as loaded from one or more files.
+#[derive(Debug, Default)]
+pub struct Config {
+    domains: HashMap<String, Node>,
+    rules: Vec<Arc<Rule>>,
+}
+
+/// A descriptor matched to a rule.
+#[derive(Debug, Clone)]
+pub struct Match {
+    /// The rule.
+    pub rule: Arc<Rule>,
+    /// The state's key: the domain and every entry (a `share_threshold` entry by its pattern).
+    pub key: String,
+}
+
+impl Config {
+    /// Loads the YAML files: each is one domain. `name` is what errors name the file by.
+    pub fn from_sources<'a>(
+        sources: impl IntoIterator<Item = (&'a Path, &'a str)>,
+    ) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        let mut owner: HashMap<String, PathBuf> = HashMap::new();
+        for (file, text) in sources {
+            let raw: RawRoot = serde_yaml::from_str(text).map_err(|err| ConfigError {
+                file: file.to_path_buf(),
+                location: err.location().map(|l| (l.line(), l.column())),
+                reason: strip_location(&err.to_string()),
+            })?;
+            let whole = |reason: String| ConfigError {
+                file: file.to_path_buf(),
+                location: None,
+                reason,
+            };
+            if raw.domain.is_empty() {
+                return Err(whole("config file cannot have empty domain".into()));
+            }
+            if let Some(first) = owner.insert(raw.domain.clone(), file.to_path_buf()) {
+                return Err(whole(format!(
+                    "duplicate domain '{}' in config file (also in {})",
+                    raw.domain,
+                    first.display()
+                )));
+            }
+            let mut root = Node::default();
+            let prefix = format!("{}.", raw.domain);
+            load(
+                &mut root,
+                &raw.domain,
+                &prefix,
+                raw.descriptors.0,
+                &mut config.rules,
+            );
+            config.domains.insert(raw.domain, root);
+        }
+        Ok(config)
+    }
+
+    /// Loads a file, or every `*.yaml` / `*.yml` file of a directory (sorted by name).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let texts = read_sources(path)?;
+        Config::from_sources(texts.iter().map(|(p, t)| (p.as_path(), t.as_str())))
+    }
+
+    /// Every rule, in file order.
+    pub fn rules(&self) -> &[Arc<Rule>] {
+        &self.rules
+    }
+
+    /// Whether `domain` is configured.
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
+    /// The rule a descriptor's entries match, as envoyproxy/ratelimit matches it: level by
+    /// level, `key_value` first, then a wildcard value, then the bare `key`; a rule applies
+    /// only at the depth of the descriptor's last entry.
+    pub fn matching(&self, domain: &str, entries: &[(&str, &str)]) -> Option<Match> {
+        let mut node = self.domains.get(domain)?;
+        let mut shared: Vec<Option<&str>> = Vec::new();
+        let mut found = None;
+        for (i, &(key, value)) in entries.iter().enumerate() {
+            let composite = format!("{key}_{value}");
+            let mut next = node.children.get(&composite);
+            let mut by_wildcard = false;
+            if next.is_none() {
+                if let Some((_, child)) = node
+                    .wildcards
+                    .iter()
+                    .find(|(parts, _)| wildcard_match(parts, &composite))
+                {
+                    next = node.children.get(child);
+                    by_wildcard = true;
+                }
+            }
+            if next.is_none() {
+                next = node.children.get(key);
+            }
+            let Some(n) = next else { break };
+            if by_wildcard {
+                if let Some(pattern) = &n.shared_pattern {
+                    shared.resize(i + 1, None);
+                    shared[i] = Some(pattern);
+                }
+            }
+            if let Some(rule) = &n.rule {
+                if i == entries.len() - 1 {
+                    found = Some(rule.clone());
+                }
+            }
+            if n.children.is_empty() {
+                break;
+            }
+            node = n;
+        }
+        let rule = found?;
+        let mut key = String::with_capacity(64);
+        push_escaped(&mut key, domain);
+        for (i, &(k, v)) in entries.iter().enumerate() {
+            key.push('|');
+            push_escaped(&mut key, k);
+            key.push('=');
+            push_escaped(&mut key, shared.get(i).copied().flatten().unwrap_or(v));
+        }
+        Some(Match { rule, key })
+    }
+}
+
+/// `|`, `=` and `\` escaped, so that no two descriptors share a key.
+fn push_escaped(out: &mut String, s: &str) {
+    for c in s.chars() {
+        if matches!(c, '|' | '=' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+}
+
+fn load(node: &mut Node, domain: &str, parent: &str, list: Vec<Descriptor>, rules: &mut Vec<Arc<Rule>>) {
+    for d in list {
+        let id = format!("{parent}{}", d.composite);
+        let mut child = Node::default();
+        if d.value.contains('*') {
+            node.wildcards.push((
+                d.composite.split('*').map(str::to_owned).collect(),
+                d.composite.clone(),
+            ));
+            if d.share_threshold {
+                child.shared_pattern = Some(d.value.clone());
+            }
+        }
+        if let Some((limit, name, replaces)) = d.limit {
+            let fingerprint = format!("{id} {limit:?} shadow={}", d.shadow_mode);
+            let rule = Arc::new(Rule {
+                domain: domain.to_owned(),
+                id: id.clone(),
+                limit,
+                name,
+                replaces,
+                shadow_mode: d.shadow_mode,
+                quota_mode: d.quota_mode,
+                fingerprint,
+            });
+            rules.push(rule.clone());
+            child.rule = Some(rule);
+        }
+        let _ = &d.key;
+        load(&mut child, domain, &format!("{id}."), d.descriptors, rules);
+        node.children.insert(d.composite, child);
+    }
+}
+
+/// Whether `value` matches a pattern split on `*`, each `*` matching any run of characters.
+fn wildcard_match(parts: &[String], value: &str) -> bool {
+    let (first, last) = (&parts[0], &parts[parts.len() - 1]);
+    if parts.len() == 1 {
+        return first == value;
+    }
+    if value.len() < first.len() + last.len()
+        || !value.starts_with(first.as_str())
+        || !value.ends_with(last.as_str())
+    {
+        return false;
+    }
+    let mut rest = &value[first.len()..value.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part.as_str()) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// serde_yaml's message without its trailing " at line L column C" (the error carries both).
+fn strip_location(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// The files a path names, with their text.
+pub fn read_sources(path: &Path) -> Result<Vec<(PathBuf, String)>, ConfigError> {
+    let io = |file: &Path, e: std::io::Error| ConfigError {
+        file: file.to_path_buf(),
+        location: None,
+        reason: e.to_string(),
+    };
+    let files = if path.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| io(path, e))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.is_file()
+                    && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+            })
+            .collect();
+        files.sort();
+        files
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files
+        .into_iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(&file).map_err(|e| io(&file, e))?;
+            Ok((file, text))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_match_like_envoyproxy_ratelimit() {
+        let split = |p: &str| p.split('*').map(str::to_owned).collect::<Vec<_>>();
+        assert!(wildcard_match(&split("key1_value*"), "key1_value1"));
+        assert!(wildcard_match(&split("key1_value*"), "key1_value"));
+        assert!(!wildcard_match(&split("key1_value*"), "key1_valu"));
+        assert!(wildcard_match(&split("path_/api/*/action"), "path_/api/123/action"));
+        assert!(!wildcard_match(&split("path_/api/*/action"), "path_/api/123/other"));
+        assert!(wildcard_match(
+            &split("route_/api/*/resource/*/action"),
+            "route_/api/v1/resource/123/action"
+        ));
+        assert!(!wildcard_match(
+            &split("route_/api/*/resource/*/action"),
+            "route_/api/v1/resource/action"
+        ));
+        // "ab*ba" must not match "aba": the prefix and suffix may not overlap.
+        assert!(!wildcard_match(&split("ab*ba"), "aba"));
+    }
+
+    #[test]
+    fn keys_escape_their_separators() {
+        let config = Config::from_sources([(
+            Path::new("t.yaml"),
+            "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 1}\n",
+        )])
+        .unwrap();
+        let one = config.matching("d", &[("a", "x|b=y"), ("b", "z")]).unwrap();
+        let two = config.matching("d", &[("a", "x"), ("b", "y|b=z")]).unwrap();
+        assert_ne!(one.key, two.key);
+        assert_eq!(one.rule.id, "d.a.b");
+    }
+}

@@ -1,0 +1,183 @@
+//! `hotlimit-server --config ratelimit.yaml`: Envoy's rate limit service (gRPC) and a JSON
+//! API (HTTP) over envoyproxy/ratelimit's configuration. `--help` lists the options.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use hotlimit_server::engine::Backend;
+use hotlimit_server::service::{HeaderStyle, Service, Settings};
+use tokio::net::TcpListener;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BackendKind {
+    /// In this process.
+    Memory,
+    /// Every decision in Redis or Redis Cluster: exact across replicas.
+    Redis,
+    /// The fleet limiter: decisions in memory, one limit across replicas through Redis.
+    Hybrid,
+}
+
+/// A rate limit service: Envoy's RLS v3 gRPC API and a JSON HTTP API, configured as
+/// envoyproxy/ratelimit is.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// A YAML file, or a directory of them (one domain a file).
+    #[arg(long, env = "HOTLIMIT_CONFIG")]
+    config: PathBuf,
+    /// The gRPC address (Envoy's rate limit service cluster points here).
+    #[arg(long, env = "HOTLIMIT_GRPC", default_value = "127.0.0.1:8081")]
+    grpc: SocketAddr,
+    /// The HTTP address: the JSON API, /healthcheck, /metrics.
+    #[arg(long, env = "HOTLIMIT_HTTP", default_value = "127.0.0.1:8080")]
+    http: SocketAddr,
+    /// Where state lives.
+    #[arg(long, env = "HOTLIMIT_BACKEND", value_enum, default_value = "memory")]
+    backend: BackendKind,
+    /// Redis (redis, hybrid): `redis://host:port/`; a cluster node's URL gives a cluster.
+    #[arg(long, env = "HOTLIMIT_REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
+    redis_url: String,
+    /// Prefixes every Redis key.
+    #[arg(long, env = "HOTLIMIT_REDIS_PREFIX", default_value = "hotlimit:")]
+    redis_prefix: String,
+    /// The hybrid backend's exchange interval, in milliseconds.
+    #[arg(long, env = "HOTLIMIT_SYNC_MS", default_value_t = 50)]
+    sync_ms: u64,
+    /// At most this many keys per rule in memory (memory, hybrid).
+    #[arg(long, env = "HOTLIMIT_MAX_KEYS", default_value_t = 100_000)]
+    max_keys: usize,
+    /// The rate limit headers: off, draft-10, x-ratelimit or both.
+    #[arg(long, env = "HOTLIMIT_HEADERS", default_value = "draft-10")]
+    headers: HeaderStyle,
+    /// Answer OK to everything, still counting (envoyproxy/ratelimit's SHADOW_MODE).
+    #[arg(long, env = "HOTLIMIT_SHADOW_MODE")]
+    shadow_mode: bool,
+    /// How often the configuration is read again (reloaded if it changed), in ms; 0: only
+    /// on SIGHUP.
+    #[arg(long, env = "HOTLIMIT_RELOAD_MS", default_value_t = 1000)]
+    reload_ms: u64,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hotlimit-server: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let backend = match args.backend {
+        BackendKind::Memory => Backend::Memory {
+            max_keys: args.max_keys,
+            clock: None,
+        },
+        BackendKind::Redis => Backend::Redis {
+            url: args.redis_url,
+            prefix: args.redis_prefix,
+        },
+        BackendKind::Hybrid => Backend::Hybrid {
+            url: args.redis_url,
+            prefix: args.redis_prefix,
+            sync_interval: Duration::from_millis(args.sync_ms),
+            max_keys: args.max_keys,
+        },
+    };
+    let settings = Settings {
+        backend,
+        headers: args.headers,
+        global_shadow_mode: args.shadow_mode,
+        ..Settings::memory()
+    };
+    let service = Arc::new(Service::from_path(&args.config, settings).await?);
+    let grpc = TcpListener::bind(args.grpc).await?;
+    let http = TcpListener::bind(args.http).await?;
+    eprintln!(
+        "hotlimit-server: {} rules from {}, {} backend; gRPC on {}, HTTP on {}",
+        service.rule_ids().len(),
+        args.config.display(),
+        service.settings().backend.name(),
+        grpc.local_addr()?,
+        http.local_addr()?,
+    );
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let grpc_task = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(hotlimit_server::grpc::Rls::server(service.clone()))
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(grpc),
+                stopped(stop_rx.clone()),
+            ),
+    );
+    let http_task = tokio::spawn({
+        let serve = axum::serve(http, hotlimit_server::http::router(service.clone()))
+            .with_graceful_shutdown(stopped(stop_rx.clone()));
+        async move { serve.await }
+    });
+    tokio::spawn(reloads(service.clone(), args.reload_ms));
+
+    shutdown_signal().await;
+    eprintln!("hotlimit-server: shutting down (in-flight requests finish)");
+    let _ = stop_tx.send(true);
+    grpc_task.await??;
+    http_task.await??;
+    Ok(())
+}
+
+/// Reads the configuration again every `every_ms` and on SIGHUP; a rejected one is logged
+/// with its file and line, and the running one kept.
+async fn reloads(service: Arc<Service>, every_ms: u64) {
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    loop {
+        let tick = async {
+            if every_ms == 0 {
+                std::future::pending::<()>().await
+            } else {
+                tokio::time::sleep(Duration::from_millis(every_ms)).await
+            }
+        };
+        let hup_recv = async {
+            match hup.as_mut() {
+                Some(h) => {
+                    h.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tick => {}
+            _ = hup_recv => {}
+        }
+        match service.reload().await {
+            Ok(true) => eprintln!("hotlimit-server: configuration reloaded"),
+            Ok(false) => {}
+            Err(e) => eprintln!("hotlimit-server: configuration rejected, the running one kept: {e}"),
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
