@@ -184,6 +184,17 @@ impl LimiterError for CostError {
     }
 }
 
+/// An in-memory limiter's [`Requests`](crate::Requests) error: only its cost error is the
+/// request's; a quota or ticket error is the caller's configuration.
+impl LimiterError for crate::store::QuotaError {
+    fn cost_error(&self) -> Option<CostError> {
+        match self {
+            crate::store::QuotaError::Cost(e) => Some(*e),
+            _ => None,
+        }
+    }
+}
+
 /// Every limiter that never blocks, decided in the call: the future is ready at once.
 impl<Q: ?Sized, L: NonBlocking<Q> + ?Sized> AsyncRateLimiter<Q> for L {
     type Error = CostError;

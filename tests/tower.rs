@@ -1240,3 +1240,136 @@ async fn plans_decide_and_advertise_each_requests_quota() {
     let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "even")]).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// Settle at response time: a provisional cost from the request (`x-estimate`), settled with
+/// what the response reports (`x-used`): fewer units refunded, more charged as a debt.
+#[tokio::test]
+async fn settle_refunds_what_the_response_did_not_use_and_charges_an_overrun_as_debt() {
+    let clock = ManualClock::default();
+    let limiter = Arc::new(CasLimiter::<String, Gcra>::with_clock(
+        "10/min burst 10".parse().unwrap(),
+        clock.clone(),
+    ));
+    // The handler reports what it used, from the path: /use/3 used 3.
+    let app = Router::new().route(
+        "/use/{n}",
+        get(
+            |axum::extract::Path(n): axum::extract::Path<u64>| async move {
+                Response::builder()
+                    .header("x-used", n.to_string())
+                    .body(Body::empty())
+                    .unwrap()
+            },
+        ),
+    );
+    let estimate = |p: &http::request::Parts| -> u64 {
+        p.headers
+            .get("x-estimate")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    };
+    let used = |r: &Response<Body>| -> Option<u64> {
+        r.headers().get("x-used")?.to_str().ok()?.parse().ok()
+    };
+    let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-user"))
+        .cost(estimate)
+        .settle(used);
+    let (addr, client) = serve(app.layer(layer)).await;
+    let send = |path: &'static str, estimate: &'static str| {
+        let client = client.clone();
+        async move {
+            get_with(
+                &client,
+                addr,
+                path,
+                &[("x-user", "u"), ("x-estimate", estimate)],
+            )
+            .await
+            .0
+        }
+    };
+    let left = || limiter.request("u").peek().unwrap().remaining();
+
+    // Estimated 5, used 2: 3 refunded. 10 − 2 = 8 left (a peek of one unit says 7).
+    assert_eq!(send("/use/2", "5").await, StatusCode::OK);
+    assert_eq!(left(), Some(7));
+    // Estimated 5, used 8: 3 more charged. 8 − 8 = 0 left: the next unit is denied.
+    assert_eq!(send("/use/8", "5").await, StatusCode::OK);
+    assert!(limiter.request("u").peek().unwrap().is_denied());
+    assert_eq!(send("/use/1", "1").await, StatusCode::TOO_MANY_REQUESTS);
+    // 6 s later one unit is back (10/min); a denied request was charged nothing.
+    clock.advance(Duration::from_secs(6));
+    assert_eq!(left(), Some(0));
+    // Estimated 1, used 4: a debt of 3, paid before the next admission (3 × 6 s).
+    assert_eq!(send("/use/4", "1").await, StatusCode::OK);
+    clock.advance(Duration::from_secs(18));
+    assert!(limiter.request("u").peek().unwrap().is_denied());
+    clock.advance(Duration::from_secs(6));
+    assert_eq!(left(), Some(0));
+    // A response without `x-used` keeps the provisional charge.
+    let (status, _, _) = get_with(
+        &client,
+        addr,
+        "/nowhere",
+        &[("x-user", "v"), ("x-estimate", "4")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(limiter.request("v").peek().unwrap().remaining(), Some(5));
+}
+
+/// A login endpoint that counts failed attempts only: every response but a 401 is refunded in
+/// full, so a user who logs in right is never limited, and one who guesses gets 3 a minute.
+#[tokio::test]
+async fn a_login_endpoint_counts_only_401s() {
+    let clock = ManualClock::default();
+    let limiter = Arc::new(CasLimiter::<String, FixedWindow>::with_clock(
+        FixedWindow::new(3, Duration::from_secs(60)).unwrap(),
+        clock.clone(),
+    ));
+    let app = Router::new().route(
+        "/login",
+        get(|headers: HeaderMap| async move {
+            let right = headers.get("x-password").is_some_and(|p| p == "right");
+            let status = if right {
+                StatusCode::OK
+            } else {
+                StatusCode::UNAUTHORIZED
+            };
+            Response::builder()
+                .status(status)
+                .body(Body::empty())
+                .unwrap()
+        }),
+    );
+    let layer = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-user"))
+        .settle(|r: &Response<Body>| Some(u64::from(r.status() == StatusCode::UNAUTHORIZED)));
+    let (addr, client) = serve(app.layer(layer)).await;
+    let login = |password: &'static str| {
+        let client = client.clone();
+        async move {
+            get_with(
+                &client,
+                addr,
+                "/login",
+                &[("x-user", "ann"), ("x-password", password)],
+            )
+            .await
+            .0
+        }
+    };
+    // Twenty good logins: none counted.
+    for _ in 0..20 {
+        assert_eq!(login("right").await, StatusCode::OK);
+    }
+    // Three wrong passwords are answered 401, the fourth attempt 429: locked out, the right
+    // password included, until the window ends.
+    for _ in 0..3 {
+        assert_eq!(login("wrong").await, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(login("wrong").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(login("right").await, StatusCode::TOO_MANY_REQUESTS);
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(login("right").await, StatusCode::OK);
+    assert_eq!(limiter.request("ann").peek().unwrap().remaining(), Some(2));
+}

@@ -132,7 +132,7 @@ impl<S, L: ?Sized, X, C, P> RateLimit<S, L, X, C, P> {
 }
 
 /// What the layer decided to do with one request.
-enum Outcome {
+pub(super) enum Outcome {
     /// What [`RateLimitHeaders`] makes of a decision, or of a cost over capacity.
     Verdict(Verdict),
     /// Answer with this status, without headers (400, 503); or, with `None`, let the request
@@ -160,7 +160,7 @@ where
     P: RequestPlan<L>,
 {
     /// Refuses in enforce mode; lets through uncounted otherwise.
-    fn refuse(&self, status: StatusCode) -> Outcome {
+    pub(super) fn refuse(&self, status: StatusCode) -> Outcome {
         match self.headers.mode {
             Mode::Enforce => Outcome::Refuse(Some(status)),
             Mode::DryRun | Mode::Shadow => Outcome::Refuse(None),
@@ -173,25 +173,10 @@ where
         if cost == 0 {
             return Stage::Now(Outcome::Refuse(None));
         }
-        // An empty key from any extractor is a missing key: one shared bucket for every
-        // client that sends nothing would be a key nobody chose.
-        let key = match self.key.extract(parts) {
-            Some(key) if !key.as_str().is_empty() => key,
-            _ => match &self.missing {
-                MissingKey::Fallback(k) => Key::from(&**k),
-                MissingKey::Reject => return Stage::Now(self.refuse(StatusCode::BAD_REQUEST)),
-            },
-        };
-        let hashed;
-        let key = match key.as_str() {
-            k if k.len() <= self.max_key_len => k,
-            k => match self.oversized {
-                OversizedKey::Reject => return Stage::Now(self.refuse(StatusCode::BAD_REQUEST)),
-                OversizedKey::Hash => {
-                    hashed = self.hashed(k);
-                    hashed.as_str()
-                }
-            },
+        let (mut extracted, mut hashed) = (None, None);
+        let key = match self.key_of(parts, &mut extracted, &mut hashed) {
+            Ok(key) => key,
+            Err(status) => return Stage::Now(self.refuse(status)),
         };
         let Planned { started, policy } = self.plan.start(&*self.limiter, parts, key, cost);
         // A plan whose quota cannot read the limiter's states: a misconfiguration, never an
@@ -208,6 +193,34 @@ where
                 key: self.on_decision.as_ref().map(|_| key.to_owned()),
                 cost,
                 policy,
+            },
+        }
+    }
+
+    /// The request's key: extracted (an empty one is missing), or the fallback, or hashed if
+    /// over the length bound; or the status to [`refuse`](Self::refuse) a missing or
+    /// oversized key with. `extracted` and `hashed` hold what the key borrows.
+    #[inline(always)]
+    pub(super) fn key_of<'k>(
+        &'k self,
+        parts: &'k Parts,
+        extracted: &'k mut Option<Key<'k>>,
+        hashed: &'k mut Option<Key<'static>>,
+    ) -> Result<&'k str, StatusCode> {
+        // An empty key from any extractor is a missing key: one shared bucket for every
+        // client that sends nothing would be a key nobody chose.
+        let key = extracted.insert(match self.key.extract(parts) {
+            Some(key) if !key.as_str().is_empty() => key,
+            _ => match &self.missing {
+                MissingKey::Fallback(k) => Key::from(&**k),
+                MissingKey::Reject => return Err(StatusCode::BAD_REQUEST),
+            },
+        });
+        match key.as_str() {
+            k if k.len() <= self.max_key_len => Ok(k),
+            k => match self.oversized {
+                OversizedKey::Reject => Err(StatusCode::BAD_REQUEST),
+                OversizedKey::Hash => Ok(hashed.insert(self.hashed(k)).as_str()),
             },
         }
     }
@@ -264,7 +277,7 @@ where
     // on every denial for nothing.
     #[allow(clippy::result_large_err)]
     #[inline(always)]
-    fn admit(
+    pub(super) fn admit(
         &self,
         outcome: Outcome,
         parts: &mut Parts,

@@ -156,12 +156,14 @@ mod extract;
 mod layer;
 mod options;
 mod plan;
+mod settle;
 
 pub use cost::{RequestCost, UnitCost};
 pub use extract::{ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
 pub use layer::{Pending, RateLimit, RateLimitLayer, ResponseFuture};
 pub use options::{LayerBuilder, MissingKey, OversizedKey, Report, ShadowDecision};
 pub use plan::{NoPlans, PlanLimiter, Planned, Plans, RequestPlan};
+pub use settle::{ResponseCost, Settle, SettleFuture, SettleLayer};
 
 // The layer's headers, modes and policies are `crate::headers`' own, with one path each.
 #[cfg(doc)]
