@@ -14,7 +14,8 @@
 //! ```text
 //! cargo run --release -- --listen 127.0.0.1:6188 --upstream 127.0.0.1:8080 \
 //!     --rate 5/s --burst 5 [--key ip|forwarded:<n>] [--mode enforce|dry-run|shadow] \
-//!     [--redis redis://127.0.0.1:6379/ [--fallback-share 0.25]]
+//!     [--redis redis://127.0.0.1:6379/ [--fallback-share 0.25]] \
+//!     [--cost-header x-estimate] [--settle-header x-tokens-used] [--count-status 401]
 //!
 //! --listen ADDR        address to listen on (default 127.0.0.1:6188; port 0 picks one)
 //! --upstream HOST:PORT the HTTP server to proxy to (plain HTTP, no TLS)
@@ -33,6 +34,12 @@
 //! --fallback-share F   with --redis: the share of a client's quota, 0 < F <= 1, that this
 //!                      proxy admits on its own while it holds none from Redis (a client's
 //!                      first request here, an outage); default 1, the whole quota
+//! --cost-header NAME   settle at response time: the request header with the provisional
+//!                      cost (default 1)
+//! --settle-header NAME settle at response time with the cost the upstream reports in this
+//!                      response header (its usage: tokens, bytes)
+//! --count-status CODE  settle at response time: only responses with this status count
+//!                      (401: failed logins); the others are refunded
 //! ```
 //!
 //! It prints `listening on <addr>` once it accepts connections.
@@ -56,6 +63,17 @@
 //! A request without a key (`--key forwarded:N` and no `X-Forwarded-For`, or fewer than N
 //! entries) is answered 400 in enforce mode, as the tower layer does, and let through
 //! uncounted in the other modes.
+//!
+//! # Settle at response time
+//!
+//! With any of `--cost-header`, `--settle-header` or `--count-status`, a request's cost is a
+//! provisional charge (hotlimit's `take`), settled in `response_filter` with what the
+//! upstream's response says (hotlimit's `settle`): units not used come back, an overrun is a
+//! debt the client pays before its next admission. A token budget is charged the tokens really
+//! used (`--cost-header x-estimate --settle-header x-tokens-used`); a login endpoint counts only
+//! failed attempts (`--count-status 401`). A denied request is charged nothing; a response
+//! without the settle header keeps the provisional charge. The rate-limit fields on a response
+//! are those of the provisional decision.
 //!
 //! # A fleet
 //!
@@ -86,11 +104,12 @@ use clap::Parser;
 use hotlimit::algo::Gcra;
 use hotlimit::headers::{AdvertisedQuota, Draft, Mode, RateLimitHeaders};
 use hotlimit::redis::{Fallback, HybridLimiter};
-use hotlimit::{CasLimiter, Rate, RateLimiter};
+use hotlimit::{CasLimiter, Rate, RateLimiter, Requests};
+use http::HeaderName;
 use listener::Prebound;
 use pingora::prelude::{http_proxy_service, Server};
 use pingora::server::configuration::ServerConf;
-use proxy::{KeyArg, RateLimitProxy};
+use proxy::{KeyArg, RateLimitProxy, SettleArgs};
 use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::process::ExitCode;
@@ -134,6 +153,17 @@ struct Args {
     /// proxy holds none from Redis (default 1).
     #[arg(long, value_name = "F", requires = "redis", value_parser = parse_share)]
     fallback_share: Option<Fallback>,
+    /// Settle at response time: the request header with the provisional cost (default 1).
+    #[arg(long, value_name = "NAME")]
+    cost_header: Option<HeaderName>,
+    /// Settle at response time with the cost the upstream reports in this response header
+    /// (refunded if less than taken, charged as a debt if more).
+    #[arg(long, value_name = "NAME")]
+    settle_header: Option<HeaderName>,
+    /// Settle at response time: only responses with this status count (401: failed logins);
+    /// the others are refunded.
+    #[arg(long, value_name = "CODE")]
+    count_status: Option<u16>,
 }
 
 /// `--fallback-share`: a share of the quota in (0, 1].
@@ -193,7 +223,7 @@ fn run(args: Args) -> Result<Infallible, Box<dyn std::error::Error>> {
 /// Sets the proxy up with `limiter` and serves until the process is stopped.
 fn serve<L>(args: &Args, limiter: L) -> Result<Infallible, Box<dyn std::error::Error>>
 where
-    L: RateLimiter<str> + AdvertisedQuota + 'static,
+    L: RateLimiter<str> + Requests<str> + AdvertisedQuota + 'static,
 {
     // The fields on allowed responses too, as examples/proxy.rs: clients can pace themselves.
     let mut headers = RateLimitHeaders::for_limiter(&limiter);
@@ -221,7 +251,17 @@ where
     let bind = args.listen.to_string();
     let mut service = http_proxy_service(
         &server.configuration,
-        RateLimitProxy::new(limiter, args.key, headers, upstream),
+        RateLimitProxy::new(
+            limiter,
+            args.key,
+            headers,
+            upstream,
+            SettleArgs {
+                cost_header: args.cost_header.clone(),
+                settle_header: args.settle_header.clone(),
+                count_status: args.count_status,
+            },
+        ),
     );
     service.add_tcp(&bind);
     server.add_service(Prebound::new(service, listener, bind)?);

@@ -3,8 +3,9 @@
 
 use async_trait::async_trait;
 use hotlimit::headers::{Action, HeaderField, Mode, RateLimitHeaders, Verdict};
+use hotlimit::store::Ticket;
 use hotlimit::tower::{ForwardedIp, Key, KeyExtractor};
-use hotlimit::RateLimiter;
+use hotlimit::{RateLimiter, Requests};
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
 
 /// `X-Forwarded-For`, to which the proxy appends the client's address for the upstream.
@@ -58,6 +59,47 @@ impl KeyArg {
     }
 }
 
+/// Settle at response time: a provisional cost taken from the request, settled with the real
+/// one from the upstream's response (hotlimit's take and settle).
+#[derive(Debug, Clone, Default)]
+pub struct SettleArgs {
+    /// The request header with the provisional cost (default 1).
+    pub cost_header: Option<HeaderName>,
+    /// The response header with the real cost (the upstream's usage report); without it, or
+    /// without a valid number in it, the provisional cost stands.
+    pub settle_header: Option<HeaderName>,
+    /// Only responses with this status count (401: failed logins); the others are refunded.
+    pub count_status: Option<u16>,
+}
+
+impl SettleArgs {
+    /// Whether any settle option is set.
+    pub fn enabled(&self) -> bool {
+        self.cost_header.is_some() || self.settle_header.is_some() || self.count_status.is_some()
+    }
+
+    /// The request's provisional cost.
+    fn provisional(&self, req: &RequestHeader) -> u64 {
+        self.cost_header
+            .as_ref()
+            .and_then(|h| req.headers.get(h)?.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    }
+
+    /// The real cost the response reports; `None`: as taken.
+    fn actual(&self, resp: &ResponseHeader, charged: u64) -> Option<u64> {
+        if let Some(code) = self.count_status {
+            if resp.status.as_u16() != code {
+                return Some(0);
+            }
+        }
+        match &self.settle_header {
+            Some(h) => resp.headers.get(h)?.to_str().ok()?.parse().ok(),
+            None => Some(charged),
+        }
+    }
+}
+
 /// A reverse proxy to one upstream, limiting each client with any hotlimit limiter keyed by
 /// text: this process's own (`CasLimiter<String, Gcra>`) or the fleet's
 /// (`hotlimit::redis::HybridLimiter<Gcra>`, whose decisions are as local).
@@ -67,17 +109,26 @@ pub struct RateLimitProxy<L> {
     key: KeyArg,
     headers: RateLimitHeaders,
     upstream: SocketAddr,
+    settle: SettleArgs,
 }
 
 impl<L> RateLimitProxy<L> {
     /// A proxy to `upstream` that limits with `limiter`, keyed by `key`, its answers and header
-    /// fields as `headers` says (mode, draft, legacy fields).
-    pub fn new(limiter: L, key: KeyArg, headers: RateLimitHeaders, upstream: SocketAddr) -> Self {
+    /// fields as `headers` says (mode, draft, legacy fields), settling at response time as
+    /// `settle` says.
+    pub fn new(
+        limiter: L,
+        key: KeyArg,
+        headers: RateLimitHeaders,
+        upstream: SocketAddr,
+        settle: SettleArgs,
+    ) -> Self {
         Self {
             limiter,
             key,
             headers,
             upstream,
+            settle,
         }
     }
 }
@@ -88,12 +139,14 @@ pub struct Ctx {
     /// The limiter's verdict; `None` for a request without a key in dry-run or shadow mode
     /// (let through uncounted).
     verdict: Option<Verdict>,
+    /// With settle: the key and the ticket of the provisional charge.
+    open: Option<(String, Ticket)>,
 }
 
 // `check` must not block: it runs on pingora's async worker threads. Both limiters decide in
 // memory (the hybrid one syncs with Redis on a thread of its own).
 #[async_trait]
-impl<L: RateLimiter<str> + 'static> ProxyHttp for RateLimitProxy<L> {
+impl<L: RateLimiter<str> + Requests<str> + 'static> ProxyHttp for RateLimitProxy<L> {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {
@@ -112,7 +165,26 @@ impl<L: RateLimiter<str> + 'static> ProxyHttp for RateLimitProxy<L> {
             }
             _ => return Ok(false),
         };
-        let decision = self.limiter.check(key.as_str());
+        let decision = if self.settle.enabled() {
+            let cost = self.settle.provisional(session.req_header());
+            match self.limiter.request(key.as_str()).cost(cost).take() {
+                Ok(ticket) => {
+                    let decision = ticket.decision();
+                    if decision.is_allowed() {
+                        ctx.open = Some((key.as_str().to_owned(), ticket));
+                    }
+                    decision
+                }
+                // A cost no burst can admit: 429, as a too-large request.
+                Err(_) => {
+                    let fields = self.headers.too_large().fields().collect::<Vec<_>>();
+                    answer(session, 429, fields.into_iter()).await?;
+                    return Ok(true);
+                }
+            }
+        } else {
+            self.limiter.check(key.as_str())
+        };
         if decision.is_denied() && self.headers.mode != Mode::Enforce {
             eprintln!(
                 "{}: would deny {} (retry after {:?})",
@@ -176,6 +248,13 @@ impl<L: RateLimiter<str> + 'static> ProxyHttp for RateLimitProxy<L> {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> pingora::Result<()> {
+        if let Some((key, mut ticket)) = ctx.open.take() {
+            if let Some(cost) = self.settle.actual(upstream_response, ticket.charged()) {
+                // Units not used come back; an overrun is a debt paid before the next
+                // admission. The ticket is this limiter's, for this key: it settles.
+                let _ = self.limiter.request(key.as_str()).settle(&mut ticket, cost);
+            }
+        }
         if let Some(verdict) = ctx.verdict {
             for field in verdict.fields() {
                 set(upstream_response, field)?;

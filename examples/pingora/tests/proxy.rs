@@ -45,7 +45,16 @@ async fn upstream() -> (SocketAddr, Seen) {
                 log.lock()
                     .unwrap()
                     .push((header("hotlimit-shadow"), header("x-forwarded-for")));
-                async { Ok::<_, Infallible>(Response::new("upstream".to_owned())) }
+                // The settle tests' paths: `/used/N` reports N units used (`x-used`),
+                // `/login-fail` answers 401.
+                let mut resp = Response::new("upstream".to_owned());
+                let path = req.uri().path();
+                if let Some(n) = path.strip_prefix("/used/") {
+                    resp.headers_mut().insert("x-used", n.parse().unwrap());
+                } else if path == "/login-fail" {
+                    *resp.status_mut() = StatusCode::UNAUTHORIZED;
+                }
+                async { Ok::<_, Infallible>(resp) }
             });
             tokio::spawn(async move {
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -163,7 +172,12 @@ fn client() -> HttpClient {
 
 /// `GET /` through the proxy, with `headers`.
 async fn get(client: &HttpClient, proxy: &Proxy, headers: &[(&str, &str)]) -> Got {
-    let mut req = Request::get(format!("http://{}/", proxy.addr));
+    get_path(client, proxy, "/", headers).await
+}
+
+/// `GET path` through the proxy, with `headers`.
+async fn get_path(client: &HttpClient, proxy: &Proxy, path: &str, headers: &[(&str, &str)]) -> Got {
+    let mut req = Request::get(format!("http://{}{path}", proxy.addr));
     for (name, value) in headers {
         req = req.header(*name, *value);
     }
@@ -544,4 +558,85 @@ async fn two_proxies_share_one_limit_through_redis() {
     println!("fleet: 6 admitted in all (A {by_a}, B {by_b}), then 20 denied");
     // The denied requests never reached the upstream.
     assert_eq!(seen.lock().unwrap().len(), 6);
+}
+
+/// Settle at response time: the provisional cost from `x-estimate`, settled with the upstream's
+/// `x-used`: fewer units refunded, more charged as a debt (clients told apart by
+/// X-Forwarded-For).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_refunds_unused_units_and_charges_an_overrun_as_debt() {
+    let (up, _) = upstream().await;
+    let args = [
+        "--rate",
+        "1/h",
+        "--burst",
+        "10",
+        "--key",
+        "forwarded:1",
+        "--cost-header",
+        "x-estimate",
+        "--settle-header",
+        "x-used",
+    ];
+    let proxy = Proxy::start_with(up, &args);
+    let client = client();
+    let send = |path: &'static str, client_ip: &'static str, estimate: &'static str| {
+        let (client, proxy) = (&client, &proxy);
+        async move {
+            get_path(
+                client,
+                proxy,
+                path,
+                &[("x-forwarded-for", client_ip), ("x-estimate", estimate)],
+            )
+            .await
+        }
+    };
+    // Estimated 5 of 10, used 2: the response says 5 left (as taken), 3 come back.
+    let g = send("/used/2", "10.0.0.1", "5").await;
+    assert_eq!(g.status, StatusCode::OK);
+    assert_eq!(g.header("ratelimit"), Some("\"default\";r=5;t=3600"));
+    // So 8 can be taken now (without the refund, 5 left: a 429).
+    let g = send("/used/8", "10.0.0.1", "8").await;
+    assert_eq!(g.status, StatusCode::OK);
+    assert_eq!(g.header("ratelimit"), Some("\"default\";r=0;t=3600"));
+    assert_eq!(
+        send("/used/1", "10.0.0.1", "1").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // Estimated 5, used 15: 10 more charged, 5 past the burst, a debt. Without it, 5 would
+    // be left for the next request.
+    assert_eq!(
+        send("/used/15", "10.0.0.2", "5").await.status,
+        StatusCode::OK
+    );
+    let g = send("/used/1", "10.0.0.2", "1").await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+    // The debt's wait: 6 units short (5 owed and this one) at 1/h.
+    assert_eq!(g.header("retry-after"), Some("21600"));
+}
+
+/// A login endpoint behind the proxy counting only 401s (`--count-status 401`): good logins are
+/// refunded in full; the fourth failure in the burst of 3 is a 429, for good logins too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_endpoint_counts_only_failed_attempts() {
+    let (up, _) = upstream().await;
+    let proxy = Proxy::start_with(
+        up,
+        &["--rate", "1/h", "--burst", "3", "--count-status", "401"],
+    );
+    let client = client();
+    for i in 0..10 {
+        let g = get_path(&client, &proxy, "/login-ok", &[]).await;
+        assert_eq!(g.status, StatusCode::OK, "good login {i}");
+    }
+    for i in 0..3 {
+        let g = get_path(&client, &proxy, "/login-fail", &[]).await;
+        assert_eq!(g.status, StatusCode::UNAUTHORIZED, "failed login {i}");
+    }
+    let g = get_path(&client, &proxy, "/login-fail", &[]).await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
+    let g = get_path(&client, &proxy, "/login-ok", &[]).await;
+    assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
 }
