@@ -195,24 +195,70 @@ struct RawRoot {
     descriptors: Siblings,
 }
 
-/// A descriptor list: its entries' `key_value`s are unique (checked as it is read, so the
-/// error points into the list).
+/// A descriptor list: its entries' `key_value`s are unique.
 #[derive(Default)]
 struct Siblings(Vec<Descriptor>);
 
 impl<'de> Deserialize<'de> for Siblings {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let list = Option::<Vec<Descriptor>>::deserialize(d)?.unwrap_or_default();
+        d.deserialize_seq(SiblingsVisitor)
+    }
+}
+
+struct SiblingsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SiblingsVisitor {
+    type Value = Siblings;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of descriptors")
+    }
+
+    fn visit_unit<E>(self) -> Result<Siblings, E> {
+        Ok(Siblings::default())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Siblings, A::Error> {
         let mut seen = std::collections::HashSet::new();
-        for descriptor in &list {
-            if !seen.insert(descriptor.composite.as_str()) {
-                return Err(serde::de::Error::custom(format_args!(
-                    "duplicate descriptor composite key '{}'",
-                    descriptor.composite
-                )));
-            }
+        let mut list = Vec::new();
+        while let Some(d) = seq.next_element_seed(DescriptorSeed(&mut seen))? {
+            list.push(d);
         }
         Ok(Siblings(list))
+    }
+}
+
+/// Reads one descriptor of a list and validates it inside its own mapping, so that an error
+/// carries the descriptor's line (serde_yaml marks an error with the node being read when it
+/// is raised), a duplicate's included: `seen` holds its siblings' `key_value`s.
+struct DescriptorSeed<'s>(&'s mut std::collections::HashSet<String>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for DescriptorSeed<'_> {
+    type Value = Descriptor;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Descriptor, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for DescriptorSeed<'_> {
+    type Value = Descriptor;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a descriptor (a map with a `key`)")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Descriptor, A::Error> {
+        use serde::de::Error;
+        let raw = RawDescriptor::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        let d = Descriptor::try_from(raw).map_err(A::Error::custom)?;
+        if !self.0.insert(d.composite.clone()) {
+            return Err(A::Error::custom(format_args!(
+                "duplicate descriptor composite key '{}'",
+                d.composite
+            )));
+        }
+        Ok(d)
     }
 }
 
@@ -275,9 +321,7 @@ struct RawReplaces {
     name: String,
 }
 
-/// A descriptor, validated (as it is read, so the error has its line).
-#[derive(Deserialize)]
-#[serde(try_from = "RawDescriptor")]
+/// A descriptor, validated.
 struct Descriptor {
     key: String,
     value: String,
@@ -372,33 +416,37 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
         }
     };
     let e = |e: hotlimit::ConfigError| e.to_string();
-    let algorithm = match name {
-        _ if n == 0 => {
-            only(&[])?;
-            Algorithm::DenyAll
+    only(match name {
+        "fixed_window" | "sliding_window" | "sliding_log" | "exponential" => &[],
+        "sub_window" => &["buckets"],
+        "gcra" => &["burst"],
+        "earrrl" => &["half_life"],
+        other => {
+            return Err(format!(
+                "unknown algorithm '{other}' (expected fixed_window, sliding_window, sub_window, sliding_log, gcra, earrrl or exponential)"
+            ))
         }
+    })?;
+    let algorithm = match name {
+        // Nothing admitted: no algorithm to build (its options were checked above).
+        _ if n == 0 => Algorithm::DenyAll,
         "fixed_window" => {
-            only(&[])?;
             let q = FixedWindow::new(n.into(), window).map_err(e)?;
             Algorithm::FixedWindow(policy.map_or(q, |p| q.with_policy(p)))
         }
         "sliding_window" => {
-            only(&[])?;
             let q = SlidingWindow::new(n.into(), window).map_err(e)?;
             Algorithm::SlidingWindow(policy.map_or(q, |p| q.with_policy(p)))
         }
         "sub_window" => {
-            only(&["buckets"])?;
             let q = SubWindow::new(n.into(), window, raw.buckets.unwrap_or(60)).map_err(e)?;
             Algorithm::SubWindow(policy.map_or(q, |p| q.with_policy(p)))
         }
         "sliding_log" => {
-            only(&[])?;
             let q = SlidingLog::new(n.into(), window).map_err(e)?;
             Algorithm::SlidingLog(policy.map_or(q, |p| q.with_policy(p)))
         }
         "gcra" => {
-            only(&["burst"])?;
             let rate = Rate::new(f64::from(n), window).map_err(e)?;
             let q = Gcra::new(rate)
                 .and_then(|g| g.with_burst(raw.burst.unwrap_or(n.into())))
@@ -406,7 +454,6 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
             Algorithm::Gcra(policy.map_or(q, |p| q.with_policy(p)))
         }
         "earrrl" => {
-            only(&["half_life"])?;
             let half_life = match &raw.half_life {
                 Some(h) => parse_duration(h).map_err(e)?,
                 None => window,
@@ -416,15 +463,10 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
             Algorithm::Earrrl(policy.map_or(q, |p| q.with_policy(p)))
         }
         "exponential" => {
-            only(&[])?;
             let q = Exponential::new(f64::from(n), window).map_err(e)?;
             Algorithm::Exponential(policy.map_or(q, |p| q.with_policy(p)))
         }
-        other => {
-            return Err(format!(
-                "unknown algorithm '{other}' (expected fixed_window, sliding_window, sub_window, sliding_log, gcra, earrrl or exponential)"
-            ))
-        }
+        _ => unreachable!("checked above"),
     };
     Ok((
         Limit::Limited {
@@ -589,7 +631,13 @@ fn push_escaped(out: &mut String, s: &str) {
     }
 }
 
-fn load(node: &mut Node, domain: &str, parent: &str, list: Vec<Descriptor>, rules: &mut Vec<Arc<Rule>>) {
+fn load(
+    node: &mut Node,
+    domain: &str,
+    parent: &str,
+    list: Vec<Descriptor>,
+    rules: &mut Vec<Arc<Rule>>,
+) {
     for d in list {
         let id = format!("{parent}{}", d.composite);
         let mut child = Node::default();
@@ -693,8 +741,14 @@ mod tests {
         assert!(wildcard_match(&split("key1_value*"), "key1_value1"));
         assert!(wildcard_match(&split("key1_value*"), "key1_value"));
         assert!(!wildcard_match(&split("key1_value*"), "key1_valu"));
-        assert!(wildcard_match(&split("path_/api/*/action"), "path_/api/123/action"));
-        assert!(!wildcard_match(&split("path_/api/*/action"), "path_/api/123/other"));
+        assert!(wildcard_match(
+            &split("path_/api/*/action"),
+            "path_/api/123/action"
+        ));
+        assert!(!wildcard_match(
+            &split("path_/api/*/action"),
+            "path_/api/123/other"
+        ));
         assert!(wildcard_match(
             &split("route_/api/*/resource/*/action"),
             "route_/api/v1/resource/123/action"

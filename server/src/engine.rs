@@ -7,7 +7,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use hotlimit::algo::{Algorithm as Algo, FixedWindow};
-use hotlimit::redis::{AsyncRedisLimiter, BackendError, HybridAlgorithm, HybridLimiter, RedisAlgorithm};
+use hotlimit::redis::{
+    AsyncRedisLimiter, BackendError, HybridAlgorithm, HybridLimiter, RedisAlgorithm,
+};
 use hotlimit::store::Ticket;
 use hotlimit::{CasLimiter, Clock, Decision, ManualClock, QuantaClock, Requests};
 
@@ -68,7 +70,9 @@ pub enum EngineError {
 impl std::fmt::Display for EngineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            EngineError::Cost(e) | EngineError::Ticket(e) | EngineError::Backend(e) => f.write_str(e),
+            EngineError::Cost(e) | EngineError::Ticket(e) | EngineError::Backend(e) => {
+                f.write_str(e)
+            }
         }
     }
 }
@@ -121,8 +125,7 @@ impl From<Decision> for Outcome {
     }
 }
 
-impl Outcome {
-}
+impl Outcome {}
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Answer<T>> + Send + 'a>>;
 
 /// A limiter that answers in memory: one call, no await.
@@ -156,7 +159,12 @@ trait Remote: Send + Sync {
     fn check<'a>(&'a self, key: &'a str, cost: u64) -> BoxFuture<'a, Decision>;
     fn peek<'a>(&'a self, key: &'a str, cost: u64) -> BoxFuture<'a, Decision>;
     fn take<'a>(&'a self, key: &'a str, cost: u64) -> BoxFuture<'a, Ticket>;
-    fn settle<'a>(&'a self, key: &'a str, ticket: &'a mut Ticket, actual: u64) -> BoxFuture<'a, bool>;
+    fn settle<'a>(
+        &'a self,
+        key: &'a str,
+        ticket: &'a mut Ticket,
+        actual: u64,
+    ) -> BoxFuture<'a, bool>;
 }
 
 impl<A: RedisAlgorithm + Send + Sync + 'static> Remote for AsyncRedisLimiter<A> {
@@ -169,7 +177,12 @@ impl<A: RedisAlgorithm + Send + Sync + 'static> Remote for AsyncRedisLimiter<A> 
     fn take<'a>(&'a self, key: &'a str, cost: u64) -> BoxFuture<'a, Ticket> {
         Box::pin(async move { Ok(self.request(key).cost(cost).take().await?) })
     }
-    fn settle<'a>(&'a self, key: &'a str, ticket: &'a mut Ticket, actual: u64) -> BoxFuture<'a, bool> {
+    fn settle<'a>(
+        &'a self,
+        key: &'a str,
+        ticket: &'a mut Ticket,
+        actual: u64,
+    ) -> BoxFuture<'a, bool> {
         Box::pin(async move { Ok(self.request(key).settle(ticket, actual).await?) })
     }
 }
@@ -213,7 +226,12 @@ impl Engine {
                 url: url.clone(),
                 prefix: format!("{prefix}{tag}"),
             },
-            Backend::Hybrid { url, prefix, sync_interval, max_keys } => Backend::Hybrid {
+            Backend::Hybrid {
+                url,
+                prefix,
+                sync_interval,
+                max_keys,
+            } => Backend::Hybrid {
                 url: url.clone(),
                 prefix: format!("{prefix}{tag}"),
                 sync_interval: *sync_interval,
@@ -228,13 +246,13 @@ impl Engine {
                 let _ = limiter.check(&0);
                 Engine(Kind::DenyAll(limiter))
             }
-            Algorithm::FixedWindow(q) => on(q.clone(), backend).await?,
-            Algorithm::SlidingWindow(q) => on(q.clone(), backend).await?,
+            Algorithm::FixedWindow(q) => on(*q, backend).await?,
+            Algorithm::SlidingWindow(q) => on(*q, backend).await?,
             Algorithm::Gcra(q) => on(*q, backend).await?,
-            Algorithm::Earrrl(q) => on(q.clone(), backend).await?,
-            Algorithm::Exponential(q) => on(q.clone(), backend).await?,
-            Algorithm::SubWindow(q) => not_hybrid(q.clone(), backend).await?,
-            Algorithm::SlidingLog(q) => not_hybrid(q.clone(), backend).await?,
+            Algorithm::Earrrl(q) => on(*q, backend).await?,
+            Algorithm::Exponential(q) => on(*q, backend).await?,
+            Algorithm::SubWindow(q) => not_hybrid(*q, backend).await?,
+            Algorithm::SlidingLog(q) => not_hybrid(*q, backend).await?,
         })
     }
 
@@ -350,4 +368,3 @@ where
         .map_err(|e| e.to_string())?;
     Ok(Box::new(limiter))
 }
-

@@ -172,37 +172,37 @@ async fn decide(service: &Service, body: JsonRequest, op: Op) -> HttpResponse {
 }
 
 /// The body as JSON, whatever its `Content-Type` (curl's default form type included).
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, HttpResponse> {
-    serde_json::from_slice(body).map_err(|e| error(ServiceError::Invalid(e.to_string())))
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ServiceError> {
+    serde_json::from_slice(body).map_err(|e| ServiceError::Invalid(e.to_string()))
 }
 
 async fn check(State(s): State<Arc<Service>>, body: Bytes) -> HttpResponse {
     match parse(&body) {
         Ok(body) => decide(&s, body, Op::Check).await,
-        Err(e) => e,
+        Err(e) => error(e),
     }
 }
 
 async fn peek(State(s): State<Arc<Service>>, body: Bytes) -> HttpResponse {
     match parse(&body) {
         Ok(body) => decide(&s, body, Op::Peek).await,
-        Err(e) => e,
+        Err(e) => error(e),
     }
 }
 
 async fn take(State(s): State<Arc<Service>>, body: Bytes) -> HttpResponse {
     match parse(&body) {
         Ok(body) => decide(&s, body, Op::Take).await,
-        Err(e) => e,
+        Err(e) => error(e),
     }
 }
 
 async fn settle(State(s): State<Arc<Service>>, body: Bytes) -> HttpResponse {
-    let body: SettleRequest = match parse(&body) {
-        Ok(body) => body,
-        Err(e) => return e,
+    let result = match parse::<SettleRequest>(&body) {
+        Ok(body) => s.settle(body.ticket, body.actual).await,
+        Err(e) => Err(e),
     };
-    match s.settle(body.ticket, body.actual).await {
+    match result {
         Ok(()) => Json(serde_json::json!({ "settled": true })).into_response(),
         Err(e) => error(e),
     }
@@ -243,6 +243,9 @@ mod tests {
         use std::time::Duration;
         assert_eq!(super::duration(Duration::from_secs(59)), "59s");
         assert_eq!(super::duration(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(super::duration(Duration::from_nanos(1_000_000_001)), "1.000000001s");
+        assert_eq!(
+            super::duration(Duration::from_nanos(1_000_000_001)),
+            "1.000000001s"
+        );
     }
 }

@@ -39,7 +39,11 @@ struct Args {
     #[arg(long, env = "HOTLIMIT_BACKEND", value_enum, default_value = "memory")]
     backend: BackendKind,
     /// Redis (redis, hybrid): `redis://host:port/`; a cluster node's URL gives a cluster.
-    #[arg(long, env = "HOTLIMIT_REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
+    #[arg(
+        long,
+        env = "HOTLIMIT_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/"
+    )]
     redis_url: String,
     /// Prefixes every Redis key.
     #[arg(long, env = "HOTLIMIT_REDIS_PREFIX", default_value = "hotlimit:")]
@@ -162,7 +166,9 @@ async fn reloads(service: Arc<Service>, every_ms: u64) {
         match service.reload().await {
             Ok(true) => eprintln!("hotlimit-server: configuration reloaded"),
             Ok(false) => {}
-            Err(e) => eprintln!("hotlimit-server: configuration rejected, the running one kept: {e}"),
+            Err(e) => {
+                eprintln!("hotlimit-server: configuration rejected, the running one kept: {e}")
+            }
         }
     }
 }

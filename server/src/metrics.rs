@@ -41,11 +41,7 @@ impl Default for Metrics {
             config_load_error: Counter::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "allowed",
-            "Hits admitted, by rule",
-            m.allowed.clone(),
-        );
+        registry.register("allowed", "Hits admitted, by rule", m.allowed.clone());
         registry.register(
             "over_limit",
             "Hits over the limit and answered so, by rule",

@@ -256,20 +256,19 @@ impl Service {
     /// Replaces the configuration with `sources` if they load; the state of every rule whose
     /// place and limit are unchanged is kept. On an error the running configuration stays.
     pub async fn reload_from(&self, sources: &[(PathBuf, String)]) -> Result<bool, ConfigError> {
-        {
-            let mut last = self.last_text.lock().expect("poisoned");
-            if *last == sources {
-                return Ok(false);
-            }
-            *last = sources.to_vec();
+        if *self.last_text.lock().expect("poisoned") == sources {
+            return Ok(false);
         }
-        let config = match Config::from_sources(sources.iter().map(|(p, t)| (p.as_path(), t.as_str()))) {
-            Ok(c) => c,
-            Err(e) => {
-                self.metrics.config_loaded(false);
-                return Err(e);
-            }
-        };
+        let config =
+            match Config::from_sources(sources.iter().map(|(p, t)| (p.as_path(), t.as_str()))) {
+                Ok(c) => c,
+                Err(e) => {
+                    // The same text fails the same way: not read again until it changes.
+                    *self.last_text.lock().expect("poisoned") = sources.to_vec();
+                    self.metrics.config_loaded(false);
+                    return Err(e);
+                }
+            };
         let current = self.current();
         let kept: HashMap<&str, &Arc<Engine>> = current
             .config
@@ -286,6 +285,8 @@ impl Service {
             .collect();
         match build(config, &self.settings, &self.metrics, &kept).await {
             Ok(loaded) => {
+                // Remembered only once running: a backend that failed is tried again.
+                *self.last_text.lock().expect("poisoned") = sources.to_vec();
                 *self.loaded.write().expect("poisoned") = Arc::new(loaded);
                 self.metrics.config_loaded(true);
                 Ok(true)
@@ -316,14 +317,21 @@ impl Service {
 
     /// Every configured rule's id.
     pub fn rule_ids(&self) -> Vec<String> {
-        self.current().config.rules().iter().map(|r| r.id.clone()).collect()
+        self.current()
+            .config
+            .rules()
+            .iter()
+            .map(|r| r.id.clone())
+            .collect()
     }
 
     /// Answers a request: every descriptor matched and decided (`Check`), previewed (`Peek`)
     /// or charged for a later settle (`Take`).
     pub async fn decide(&self, request: &Request, op: Op) -> Result<Response, ServiceError> {
         if request.domain.is_empty() {
-            return Err(ServiceError::Invalid("rate limit domain must not be empty".into()));
+            return Err(ServiceError::Invalid(
+                "rate limit domain must not be empty".into(),
+            ));
         }
         if request.descriptors.is_empty() {
             return Err(ServiceError::Invalid(
@@ -469,7 +477,11 @@ impl Service {
 
     /// The headers of the descriptor closest to its limit (the first over it), as
     /// envoyproxy/ratelimit picks it.
-    fn headers(&self, statuses: &[Status], outcomes: &[Option<(&Rule, Outcome)>]) -> Vec<(String, String)> {
+    fn headers(
+        &self,
+        statuses: &[Status],
+        outcomes: &[Option<(&Rule, Outcome)>],
+    ) -> Vec<(String, String)> {
         if self.settings.headers == HeaderStyle::Off {
             return Vec::new();
         }
@@ -498,8 +510,14 @@ impl Service {
         )));
         h.draft = Draft::Ietf10;
         h.on_allowed = true;
-        h.legacy = matches!(self.settings.headers, HeaderStyle::XRateLimit | HeaderStyle::Both);
-        let draft = matches!(self.settings.headers, HeaderStyle::Draft10 | HeaderStyle::Both);
+        h.legacy = matches!(
+            self.settings.headers,
+            HeaderStyle::XRateLimit | HeaderStyle::Both
+        );
+        let draft = matches!(
+            self.settings.headers,
+            HeaderStyle::Draft10 | HeaderStyle::Both
+        );
         h.verdict(outcome.decision)
             .fields()
             .filter(|f| draft || f.name.as_str().starts_with("x-ratelimit"))
@@ -594,7 +612,13 @@ async fn build(
             unit, algorithm, ..
         } = &rule.limit
         else {
-            rules.insert(rule.id.clone(), Slot { engine: None, counters });
+            rules.insert(
+                rule.id.clone(),
+                Slot {
+                    engine: None,
+                    counters,
+                },
+            );
             continue;
         };
         let engine = match kept.get(&rule.fingerprint) {
@@ -606,8 +630,8 @@ async fn build(
                     unit.duration(),
                     &settings.backend,
                 )
-                    .await
-                    .map_err(|e| format!("{}: {e}", rule.id))?,
+                .await
+                .map_err(|e| format!("{}: {e}", rule.id))?,
             ),
         };
         rules.insert(

@@ -304,9 +304,8 @@ fn two_replicas_on_redis_share_one_limit_behind_envoy() {
     assert_eq!(ip[..4], [200; 4]);
     assert_eq!(count(&ip, 429), 5);
     // Both replicas decided some of them.
-    let served = |http| {
-        counter(http, "allowed", "edge.user") + counter(http, "over_limit", "edge.user")
-    };
+    let served =
+        |http| counter(http, "allowed", "edge.user") + counter(http, "over_limit", "edge.user");
     assert_eq!(served(a.http) + served(b.http), 10);
     assert!(served(a.http) > 0 && served(b.http) > 0, "one replica idle");
     // replaces across replicas too.

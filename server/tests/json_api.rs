@@ -36,8 +36,13 @@ fn a_python_client_checks_takes_and_settles() {
         .arg(format!("http://127.0.0.1:{}", srv.http))
         .output()
         .expect("run python3");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the Python client failed:\n{text}");
     // Every check ran (the script stops at the first failure).
-    assert_eq!(text.lines().filter(|l| l.starts_with("ok ")).count(), 23, "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("ok ")).count(),
+        23,
+        "{text}"
+    );
 }

@@ -216,7 +216,11 @@ pub fn client() -> ureq::Agent {
 }
 
 /// `GET url` with headers: the status and the response's headers (lowercase names).
-pub fn get(agent: &ureq::Agent, url: &str, headers: &[(&str, &str)]) -> (u16, Vec<(String, String)>) {
+pub fn get(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>) {
     let mut req = agent.get(url);
     for (k, v) in headers {
         req = req.header(*k, *v);
@@ -253,7 +257,13 @@ pub fn envoy(dir: &Scratch, bootstrap: impl FnOnce(u16, u16) -> String) -> Optio
     let child = Command::new("envoy")
         .arg("-c")
         .arg(&path)
-        .args(["--disable-hot-restart", "-l", "warning", "--concurrency", "1"])
+        .args([
+            "--disable-hot-restart",
+            "-l",
+            "warning",
+            "--concurrency",
+            "1",
+        ])
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
