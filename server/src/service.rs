@@ -556,6 +556,7 @@ impl Service {
             .lock()
             .expect("poisoned")
             .remove(&ticket)
+            .filter(|t| t.taken.elapsed() < self.settings.ticket_ttl)
             .ok_or_else(|| ServiceError::Ticket(format!("no open ticket {ticket}")))?;
         for (engine, key, mut t) in open.parts {
             match engine.settle(&key, &mut t, actual).await {

@@ -285,3 +285,107 @@ pub fn envoy(dir: &Scratch, bootstrap: impl FnOnce(u16, u16) -> String) -> Optio
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A 3-node Redis Cluster (three primaries, no replicas) on free ports; the nodes stop on drop.
+pub struct Cluster {
+    pub nodes: Vec<Proc>,
+    pub ports: Vec<u16>,
+    pub dir: Scratch,
+}
+
+impl Cluster {
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.ports[0])
+    }
+}
+
+/// Sends `command` (inline form) to `port` and reads what arrives within a moment.
+fn raw(port: u16, command: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(300)));
+    let _ = s.write_all(format!("{command}\r\n").as_bytes());
+    let mut buf = vec![0u8; 8192];
+    let n = s.read(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+pub fn cluster() -> Option<Cluster> {
+    if !installed(
+        "redis-server",
+        "HOTLIMIT_REQUIRE_REDIS",
+        "apt-get install redis-server",
+    ) || !installed(
+        "redis-cli",
+        "HOTLIMIT_REQUIRE_REDIS",
+        "apt-get install redis-tools",
+    ) {
+        return None;
+    }
+    let dir = Scratch::new("cluster");
+    let mut nodes = Vec::new();
+    let mut ports = Vec::new();
+    for _ in 0..3 {
+        // A node's bus is its port + 10000: take ports whose bus is free too.
+        let port = loop {
+            let p = free_port();
+            if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+                break p;
+            }
+        };
+        let child = Command::new("redis-server")
+            .current_dir(&dir.0)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--cluster-enabled", "yes", "--cluster-config-file"])
+            .arg(format!("nodes-{port}.conf"))
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let mut proc = Proc(child);
+        wait_port(port, &mut proc, "redis-server (cluster node)");
+        nodes.push(proc);
+        ports.push(port);
+    }
+    let out = Command::new("redis-cli")
+        .arg("--cluster")
+        .arg("create")
+        .args(ports.iter().map(|p| format!("127.0.0.1:{p}")))
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        out.status.success(),
+        "cluster create: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ports
+        .iter()
+        .all(|&p| raw(p, "CLUSTER INFO").contains("cluster_state:ok"))
+    {
+        assert!(Instant::now() < deadline, "the cluster never became ok");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(Cluster { nodes, ports, dir })
+}
+
+/// `POST path` on a server's JSON API: the status and the body.
+pub fn post(http: u16, path: &str, body: &str) -> (u16, serde_json::Value) {
+    let mut resp = client()
+        .post(format!("http://127.0.0.1:{http}{path}"))
+        .send(body)
+        .expect("a response");
+    let status = resp.status().as_u16();
+    let body = resp.body_mut().read_json().expect("a JSON body");
+    (status, body)
+}
+
+/// A check of one descriptor `(key, value)` in `domain` through the JSON API: its status.
+pub fn check(http: u16, domain: &str, key: &str, value: &str) -> u16 {
+    let body = format!(
+        r#"{{"domain":"{domain}","descriptors":[{{"entries":[{{"key":"{key}","value":"{value}"}}]}}]}}"#
+    );
+    post(http, "/v1/check", &body).0
+}

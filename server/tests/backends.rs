@@ -1,0 +1,131 @@
+//! The backends in real processes: two replicas on a Redis Cluster share one exact limit; two
+//! on the fleet limiter share one; a configuration changed on disk is reloaded by the running
+//! server, keeping the state of unchanged rules, and a bad one is rejected with the running one
+//! kept. Through the JSON API.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{check, post, server, Scratch};
+
+const RULES: &str = r#"
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 4}
+  - key: token
+    rate_limit: {unit: day, requests_per_unit: 20, algorithm: gcra}
+"#;
+
+/// Waits (at most 10 s) until `ready` holds.
+fn until(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn two_replicas_on_a_redis_cluster_share_one_exact_limit() {
+    let Some(cluster) = common::cluster() else {
+        return;
+    };
+    let dir = Scratch::new("backends-cluster");
+    let config = dir.write("d.yaml", RULES);
+    let args = ["--backend", "redis", "--redis-url", &cluster.url()];
+    let (a, b) = (server(&config, &args), server(&config, &args));
+    // Alternating replicas, many users (keys on every node): exactly 4 each.
+    for user in 0..12 {
+        let user = format!("u{user}");
+        let codes: Vec<u16> = (0..7)
+            .map(|i| check(if i % 2 == 0 { a.http } else { b.http }, "d", "user", &user))
+            .collect();
+        assert_eq!(codes, [200, 200, 200, 200, 429, 429, 429], "user {user}");
+    }
+}
+
+#[test]
+fn two_replicas_on_the_fleet_limiter_share_one_limit() {
+    let Some(redis) = common::redis() else {
+        return;
+    };
+    let dir = Scratch::new("backends-hybrid");
+    let config = dir.write("d.yaml", RULES);
+    let args = [
+        "--backend",
+        "hybrid",
+        "--redis-url",
+        &redis.url(),
+        "--sync-ms",
+        "10",
+    ];
+    let (a, b) = (server(&config, &args), server(&config, &args));
+    // A spends the token's 20 (GCRA shares by leases: never over the limit once leased).
+    let on_a: usize = (0..25)
+        .filter(|_| check(a.http, "d", "token", "t1") == 200)
+        .count();
+    assert_eq!(on_a, 20);
+    // Once A's state has reached B through Redis, B denies the token too.
+    until("B to learn A's spending", || {
+        post(
+            b.http,
+            "/v1/peek",
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"token","value":"t1"}]}]}"#,
+        )
+        .0 == 429
+    });
+    assert_eq!(check(b.http, "d", "token", "t1"), 429);
+    assert_eq!(check(a.http, "d", "token", "t1"), 429);
+    // Another token is untouched on both.
+    assert_eq!(check(b.http, "d", "token", "t2"), 200);
+}
+
+#[test]
+fn a_running_server_reloads_a_changed_file_and_keeps_unchanged_rules_state() {
+    let dir = Scratch::new("backends-reload");
+    let config = dir.write("d.yaml", RULES);
+    let srv = server(&config, &["--reload-ms", "20"]);
+    let used: Vec<u16> = (0..5)
+        .map(|_| check(srv.http, "d", "user", "ann"))
+        .collect();
+    assert_eq!(used, [200, 200, 200, 200, 429]);
+    assert_eq!(check(srv.http, "d", "token", "t"), 200);
+
+    // `user` unchanged, `token` now 1 a day, a new rule for `ip`.
+    let changed = RULES.replace(
+        "{unit: day, requests_per_unit: 20, algorithm: gcra}",
+        "{unit: day, requests_per_unit: 1, algorithm: gcra}",
+    ) + "  - key: ip\n    rate_limit: {unit: day, requests_per_unit: 2}\n";
+    std::fs::write(&config, &changed).unwrap();
+    until("the new rule", || {
+        let (_, body) = post(
+            srv.http,
+            "/v1/peek",
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"ip","value":"x"}]}]}"#,
+        );
+        body["statuses"][0].get("currentLimit").is_some()
+    });
+    // ann's four stand; the changed rule starts afresh with its 1; the new one has its 2.
+    assert_eq!(check(srv.http, "d", "user", "ann"), 429);
+    assert_eq!(check(srv.http, "d", "token", "t"), 200);
+    assert_eq!(check(srv.http, "d", "token", "t"), 429);
+    assert_eq!(check(srv.http, "d", "ip", "x"), 200);
+
+    // A bad file: rejected, counted, the running configuration kept.
+    std::fs::write(&config, changed.replace("unit: day", "unit: fortnight")).unwrap();
+    until("the rejection", || {
+        let metrics = common::client()
+            .get(format!("http://127.0.0.1:{}/metrics", srv.http))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        metrics.contains("hotlimit_config_load_error_total 1")
+    });
+    assert_eq!(check(srv.http, "d", "ip", "x"), 200);
+    assert_eq!(check(srv.http, "d", "ip", "x"), 429);
+    assert_eq!(check(srv.http, "d", "user", "bob"), 200);
+}
