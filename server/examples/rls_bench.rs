@@ -115,7 +115,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tokio::spawn(stream(
                 client,
                 args,
-                0x9E37_79B9_7F4A_7C15 ^ (i as u64 + 1) * 0xBF58_476D_1CE4_E5B9,
+                0x9E37_79B9_7F4A_7C15 ^ ((i as u64 + 1) * 0xBF58_476D_1CE4_E5B9),
                 start,
                 end,
             ))
