@@ -308,7 +308,14 @@ fn two_replicas_on_redis_share_one_limit_behind_envoy() {
         |http| counter(http, "allowed", "edge.user") + counter(http, "over_limit", "edge.user");
     assert_eq!(served(a.http) + served(b.http), 10);
     assert!(served(a.http) > 0 && served(b.http) > 0, "one replica idle");
-    // replaces across replicas too.
+    // replaces and shadow_mode across replicas too.
     let both = statuses(&e, "/both", &[("x-user", "erin")], 8);
     assert_eq!(both, [200, 200, 200, 200, 200, 429, 429, 429]);
+    assert_eq!(count(&statuses(&e, "/soft", &[], 4), 200), 4);
+    let shadowed =
+        counter(a.http, "shadow_mode", "edge.soft") + counter(b.http, "shadow_mode", "edge.soft");
+    assert_eq!(shadowed, 3);
+    // Redis gone: the replicas answer UNAVAILABLE, and Envoy's failure_mode_deny a 500.
+    drop(redis);
+    assert_eq!(statuses(&e, "/user", &[("x-user", "fay")], 2), [500, 500]);
 }
