@@ -276,16 +276,17 @@ struct RawDescriptor {
     shadow_mode: bool,
     #[serde(default)]
     quota_mode: bool,
-    #[serde(default)]
-    detailed_metric: bool,
-    #[serde(default)]
-    value_to_metric: bool,
+    /// Accepted, not used: metrics are per rule, never per request value.
+    #[serde(default, rename = "detailed_metric")]
+    _detailed_metric: bool,
+    /// Accepted, not used, as `detailed_metric`.
+    #[serde(default, rename = "value_to_metric")]
+    _value_to_metric: bool,
     #[serde(default)]
     share_threshold: bool,
     /// Arbitrary; accepted, not used (no dynamic metadata in responses).
-    #[serde(default)]
-    #[allow(dead_code)]
-    metadata: Option<serde_yaml::Value>,
+    #[serde(default, rename = "metadata")]
+    _metadata: Option<serde_yaml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -323,7 +324,6 @@ struct RawReplaces {
 
 /// A descriptor, validated.
 struct Descriptor {
-    key: String,
     value: String,
     /// `key` or `key_value`: its name among its siblings.
     composite: String,
@@ -351,10 +351,8 @@ impl TryFrom<RawDescriptor> for Descriptor {
                 "share_threshold can only be used with wildcard values (containing '*'), but found key '{composite}'"
             ));
         }
-        let _ = (raw.detailed_metric, raw.value_to_metric);
         let limit = raw.rate_limit.map(validate_rate_limit).transpose()?;
         Ok(Descriptor {
-            key: raw.key,
             value: raw.value,
             composite,
             limit,
@@ -665,7 +663,6 @@ fn load(
             rules.push(rule.clone());
             child.rule = Some(rule);
         }
-        let _ = &d.key;
         load(&mut child, domain, &format!("{id}."), d.descriptors, rules);
         node.children.insert(d.composite, child);
     }
