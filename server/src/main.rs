@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use hotlimit_server::engine::Backend;
 use hotlimit_server::service::{HeaderStyle, Service, Settings};
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -120,11 +121,16 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         tonic::transport::Server::builder()
             .add_service(hotlimit_server::grpc::Rls::server(service.clone()))
             .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(grpc),
+                // As tonic's own `serve` does: a small answer is sent at once, not after
+                // Nagle's delay.
+                tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true)),
                 stopped(stop_rx.clone()),
             ),
     );
     let http_task = tokio::spawn({
+        let http = http.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let serve = axum::serve(http, hotlimit_server::http::router(service.clone()))
             .with_graceful_shutdown(stopped(stop_rx.clone()));
         async move { serve.await }
