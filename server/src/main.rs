@@ -65,11 +65,29 @@ struct Args {
     /// on SIGHUP.
     #[arg(long, env = "HOTLIMIT_RELOAD_MS", default_value_t = 1000)]
     reload_ms: u64,
+    /// Worker threads (default: the CPUs this process may run on). With 1, a current-thread
+    /// runtime: no work stealing to pay for on a single core.
+    #[arg(long, env = "HOTLIMIT_THREADS")]
+    threads: Option<usize>,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    match run(Args::parse()).await {
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let runtime = match threads {
+        0 | 1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    };
+    let result = match runtime {
+        Ok(rt) => rt.block_on(run(args)),
+        Err(e) => Err(e.into()),
+    };
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hotlimit-server: {e}");
