@@ -414,58 +414,60 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
         }
     };
     let e = |e: hotlimit::ConfigError| e.to_string();
-    only(match name {
-        "fixed_window" | "sliding_window" | "sliding_log" | "exponential" => &[],
-        "sub_window" => &["buckets"],
-        "gcra" => &["burst"],
-        "earrrl" => &["half_life"],
+    // A block-all rule (0 a unit) has its options checked all the same, on a one-unit build.
+    let m = n.max(1);
+    let algorithm = match name {
+        "fixed_window" => {
+            only(&[])?;
+            let q = FixedWindow::new(m.into(), window).map_err(e)?;
+            Algorithm::FixedWindow(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "sliding_window" => {
+            only(&[])?;
+            let q = SlidingWindow::new(m.into(), window).map_err(e)?;
+            Algorithm::SlidingWindow(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "sub_window" => {
+            only(&["buckets"])?;
+            let q = SubWindow::new(m.into(), window, raw.buckets.unwrap_or(60)).map_err(e)?;
+            Algorithm::SubWindow(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "sliding_log" => {
+            only(&[])?;
+            let q = SlidingLog::new(m.into(), window).map_err(e)?;
+            Algorithm::SlidingLog(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "gcra" => {
+            only(&["burst"])?;
+            let rate = Rate::new(f64::from(m), window).map_err(e)?;
+            let q = Gcra::new(rate)
+                .and_then(|g| g.with_burst(raw.burst.unwrap_or(m.into())))
+                .map_err(e)?;
+            Algorithm::Gcra(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "earrrl" => {
+            only(&["half_life"])?;
+            let half_life = match &raw.half_life {
+                Some(h) => parse_duration(h).map_err(e)?,
+                None => window,
+            };
+            let rate = Rate::new(f64::from(m), window).map_err(e)?;
+            let q = Earrrl::new(half_life, rate).map_err(e)?;
+            Algorithm::Earrrl(policy.map_or(q, |p| q.with_policy(p)))
+        }
+        "exponential" => {
+            only(&[])?;
+            let q = Exponential::new(f64::from(m), window).map_err(e)?;
+            Algorithm::Exponential(policy.map_or(q, |p| q.with_policy(p)))
+        }
         other => {
             return Err(format!(
                 "unknown algorithm '{other}' (expected fixed_window, sliding_window, sub_window, sliding_log, gcra, earrrl or exponential)"
             ))
         }
-    })?;
-    let algorithm = match name {
-        // Nothing admitted: no algorithm to build (its options were checked above).
-        _ if n == 0 => Algorithm::DenyAll,
-        "fixed_window" => {
-            let q = FixedWindow::new(n.into(), window).map_err(e)?;
-            Algorithm::FixedWindow(policy.map_or(q, |p| q.with_policy(p)))
-        }
-        "sliding_window" => {
-            let q = SlidingWindow::new(n.into(), window).map_err(e)?;
-            Algorithm::SlidingWindow(policy.map_or(q, |p| q.with_policy(p)))
-        }
-        "sub_window" => {
-            let q = SubWindow::new(n.into(), window, raw.buckets.unwrap_or(60)).map_err(e)?;
-            Algorithm::SubWindow(policy.map_or(q, |p| q.with_policy(p)))
-        }
-        "sliding_log" => {
-            let q = SlidingLog::new(n.into(), window).map_err(e)?;
-            Algorithm::SlidingLog(policy.map_or(q, |p| q.with_policy(p)))
-        }
-        "gcra" => {
-            let rate = Rate::new(f64::from(n), window).map_err(e)?;
-            let q = Gcra::new(rate)
-                .and_then(|g| g.with_burst(raw.burst.unwrap_or(n.into())))
-                .map_err(e)?;
-            Algorithm::Gcra(policy.map_or(q, |p| q.with_policy(p)))
-        }
-        "earrrl" => {
-            let half_life = match &raw.half_life {
-                Some(h) => parse_duration(h).map_err(e)?,
-                None => window,
-            };
-            let rate = Rate::new(f64::from(n), window).map_err(e)?;
-            let q = Earrrl::new(half_life, rate).map_err(e)?;
-            Algorithm::Earrrl(policy.map_or(q, |p| q.with_policy(p)))
-        }
-        "exponential" => {
-            let q = Exponential::new(f64::from(n), window).map_err(e)?;
-            Algorithm::Exponential(policy.map_or(q, |p| q.with_policy(p)))
-        }
-        _ => unreachable!("checked above"),
     };
+    // Nothing admitted: the options were valid, nothing to build.
+    let algorithm = if n == 0 { Algorithm::DenyAll } else { algorithm };
     Ok((
         Limit::Limited {
             requests_per_unit: n,
