@@ -467,7 +467,11 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
         }
     };
     // Nothing admitted: the options were valid, nothing to build.
-    let algorithm = if n == 0 { Algorithm::DenyAll } else { algorithm };
+    let algorithm = if n == 0 {
+        Algorithm::DenyAll
+    } else {
+        algorithm
+    };
     Ok((
         Limit::Limited {
             requests_per_unit: n,

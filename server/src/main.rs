@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use clap::{Parser, ValueEnum};
 use hotlimit_server::engine::Backend;
 use hotlimit_server::service::{HeaderStyle, Service, Settings};
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -77,7 +77,9 @@ fn main() -> std::process::ExitCode {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let runtime = match threads {
-        0 | 1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        0 | 1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
         n => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(n)
             .enable_all()
