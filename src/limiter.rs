@@ -186,10 +186,10 @@ impl LimiterError for CostError {
 
 /// An in-memory limiter's [`Requests`](crate::Requests) error: only its cost error is the
 /// request's; a quota or ticket error is the caller's configuration.
-impl LimiterError for crate::store::QuotaError {
+impl LimiterError for crate::error::QuotaError {
     fn cost_error(&self) -> Option<CostError> {
         match self {
-            crate::store::QuotaError::Cost(e) => Some(*e),
+            crate::error::QuotaError::Cost(e) => Some(*e),
             _ => None,
         }
     }
