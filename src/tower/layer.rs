@@ -229,12 +229,12 @@ where
     /// inlined: its second caller (the cold wait) would otherwise keep it out of line, and
     /// `call` pays a call and a returned `Outcome` through memory.
     #[inline(always)]
-    fn outcome(
+    pub(super) fn outcome<E: LimiterError>(
         &self,
         key: &str,
         cost: u64,
         policy: Option<Option<QuotaPolicy>>,
-        result: Result<Decision, L::Error>,
+        result: Result<Decision, E>,
     ) -> Outcome {
         // The request's plan's policy, under the layer's policy's name (nested layers keep
         // theirs), if it has a plan; else the layer's.

@@ -7,7 +7,6 @@ use super::layer::Outcome;
 use super::options::Shared;
 use super::plan::NoPlans;
 use super::{KeyExtractor, LayerBuilder, RequestCost};
-use crate::error::CostError;
 use crate::headers::Fields;
 use crate::limiter::{AsyncRateLimiter, LimiterError};
 use crate::request::Requests;
@@ -183,30 +182,23 @@ where
         let (outcome, open) = match key {
             Err(None) => (Outcome::Refuse(None), None),
             Err(Some(status)) => (shared.refuse(status), None),
-            Ok(key) => match shared.limiter.request(key).cost(cost).take() {
-                Ok(ticket) => {
-                    let decision = ticket.decision();
-                    let open = decision.is_allowed().then(|| Open {
-                        key: key.to_owned(),
-                        ticket,
-                    });
-                    if let Some(f) = &shared.on_decision {
-                        f(&super::Report {
-                            key,
-                            cost,
-                            decision,
-                            mode: shared.headers.mode,
+            Ok(key) => {
+                // The layer's own answer to a decision or an error (the report, the headers, a
+                // cost over capacity, a limiter that could not decide); the ticket kept if
+                // admitted.
+                let (decision, open) = match shared.limiter.request(key).cost(cost).take() {
+                    Ok(ticket) => {
+                        let decision = ticket.decision();
+                        let open = decision.is_allowed().then(|| Open {
+                            key: key.to_owned(),
+                            ticket,
                         });
+                        (Ok(decision), open)
                     }
-                    (Outcome::Verdict(shared.headers.verdict(decision)), open)
-                }
-                Err(e) => match e.cost_error() {
-                    Some(CostError::ExceedsCapacity { .. }) => {
-                        (Outcome::Verdict(shared.headers.too_large()), None)
-                    }
-                    _ => (shared.refuse(StatusCode::SERVICE_UNAVAILABLE), None),
-                },
-            },
+                    Err(e) => (Err(e), None),
+                };
+                (shared.outcome(key, cost, None, decision), open)
+            }
         };
         let kind = match shared.admit(outcome, &mut parts) {
             Ok(fields) => SettleKind::Inner {
