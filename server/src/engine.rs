@@ -98,34 +98,6 @@ impl From<BackendError> for EngineError {
 
 type Answer<T> = Result<T, EngineError>;
 
-/// A rule's answer to one request.
-#[derive(Clone, Copy)]
-pub struct Outcome {
-    /// The limiter's decision (the response headers are rendered from it).
-    pub decision: Decision,
-    /// Admitted.
-    pub allowed: bool,
-    /// What is left of the limit after this request, where the algorithm knows it.
-    pub remaining: Option<u64>,
-    /// Until the limit is whole again, where the algorithm knows it.
-    pub reset_after: Option<Duration>,
-    /// Until a denied request can be admitted (zero when allowed).
-    pub retry_after: Duration,
-}
-
-impl From<Decision> for Outcome {
-    fn from(d: Decision) -> Outcome {
-        Outcome {
-            decision: d,
-            allowed: d.is_allowed(),
-            remaining: d.remaining(),
-            reset_after: d.reset_after(),
-            retry_after: d.retry_after(),
-        }
-    }
-}
-
-impl Outcome {}
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Answer<T>> + Send + 'a>>;
 
 /// A limiter that answers in memory: one call, no await.
@@ -257,33 +229,33 @@ impl Engine {
     }
 
     /// Decides `cost` for `key`, counting it.
-    pub async fn check(&self, key: &str, cost: u64) -> Answer<Outcome> {
+    pub async fn check(&self, key: &str, cost: u64) -> Answer<Decision> {
         match &self.0 {
-            Kind::DenyAll(l) => Ok(Outcome::from(l.check(&0))),
-            Kind::Local(l) => l.check(key, cost).map(Outcome::from),
-            Kind::Remote(r) => r.check(key, cost).await.map(Outcome::from),
+            Kind::DenyAll(l) => Ok(l.check(&0)),
+            Kind::Local(l) => l.check(key, cost),
+            Kind::Remote(r) => r.check(key, cost).await,
         }
     }
 
     /// The decision `cost` would get now, counting nothing.
-    pub async fn peek(&self, key: &str, cost: u64) -> Answer<Outcome> {
+    pub async fn peek(&self, key: &str, cost: u64) -> Answer<Decision> {
         match &self.0 {
-            Kind::DenyAll(l) => Ok(Outcome::from(l.check(&0))),
-            Kind::Local(l) => l.peek(key, cost).map(Outcome::from),
-            Kind::Remote(r) => r.peek(key, cost).await.map(Outcome::from),
+            Kind::DenyAll(l) => Ok(l.check(&0)),
+            Kind::Local(l) => l.peek(key, cost),
+            Kind::Remote(r) => r.peek(key, cost).await,
         }
     }
 
     /// Decides and charges `cost`, returning the outcome and, when admitted, a ticket to
     /// settle with the real cost.
-    pub async fn take(&self, key: &str, cost: u64) -> Answer<(Outcome, Option<Ticket>)> {
+    pub async fn take(&self, key: &str, cost: u64) -> Answer<(Decision, Option<Ticket>)> {
         let ticket = match &self.0 {
-            Kind::DenyAll(l) => return Ok((Outcome::from(l.check(&0)), None)),
+            Kind::DenyAll(l) => return Ok((l.check(&0), None)),
             Kind::Local(l) => l.take(key, cost)?,
             Kind::Remote(r) => r.take(key, cost).await?,
         };
-        let outcome = Outcome::from(ticket.decision());
-        Ok((outcome, outcome.allowed.then_some(ticket)))
+        let decision = ticket.decision();
+        Ok((decision, decision.is_allowed().then_some(ticket)))
     }
 
     /// Settles `ticket` with the `actual` cost: a refund or a debt.

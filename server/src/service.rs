@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use hotlimit::headers::{Draft, QuotaPolicy, RateLimitHeaders};
 use hotlimit::store::Ticket;
+use hotlimit::Decision;
 
-use crate::config::{Config, ConfigError, Limit, Rule, Unit};
-use crate::engine::{Backend, Engine, EngineError, Outcome};
+use crate::config::{Config, ConfigError, Limit, Unit};
+use crate::engine::{Backend, Engine, EngineError};
 use crate::metrics::{Metrics, RuleCounters};
 
 /// Which rate limit headers a response carries (`response_headers_to_add` over gRPC).
@@ -359,14 +360,14 @@ impl Service {
             .collect();
 
         let mut statuses = Vec::with_capacity(matched.len());
-        let mut outcomes: Vec<Option<(&Rule, Outcome)>> = Vec::with_capacity(matched.len());
+        let mut decisions: Vec<Option<Decision>> = Vec::with_capacity(matched.len());
         let mut parts = Vec::new();
         for (d, m) in request.descriptors.iter().zip(&matched) {
             let cost = d.hits.unwrap_or(request.hits).max(1);
             let Some(m) = m.as_ref().filter(|_| !d.negative) else {
                 self.metrics.unmatched();
                 statuses.push(ok_without_limit(0));
-                outcomes.push(None);
+                decisions.push(None);
                 continue;
             };
             let rule = &*m.rule;
@@ -375,7 +376,7 @@ impl Service {
                 Limit::Unlimited => {
                     slot.counters.allowed.inc_by(cost);
                     statuses.push(ok_without_limit(u32::MAX));
-                    outcomes.push(None);
+                    decisions.push(None);
                     continue;
                 }
                 Limit::Limited {
@@ -387,7 +388,7 @@ impl Service {
             if !rule.name.is_empty() && replaced.contains(&rule.name.as_str()) {
                 // Replaced: not evaluated, its limit untouched.
                 statuses.push(ok_without_limit(0));
-                outcomes.push(None);
+                decisions.push(None);
                 continue;
             }
             let engine = slot.engine.as_ref().expect("a limited rule has an engine");
@@ -396,12 +397,12 @@ impl Service {
                 Op::Peek => engine.peek(&m.key, cost).await.map(|o| (o, None)),
                 Op::Take => engine.take(&m.key, cost).await,
             };
-            let outcome = match answer {
-                Ok((outcome, ticket)) => {
+            let decision = match answer {
+                Ok((decision, ticket)) => {
                     if let Some(t) = ticket {
                         parts.push((engine.clone(), m.key.clone(), t));
                     }
-                    Some(outcome)
+                    Some(decision)
                 }
                 // More than the limit can ever admit: over the limit, as a counter would say.
                 Err(EngineError::Cost(_)) => None,
@@ -410,7 +411,7 @@ impl Service {
                     return Err(ServiceError::Unavailable(format!("{}: {e}", rule.id)));
                 }
             };
-            let over = outcome.is_none_or(|o| !o.allowed);
+            let over = decision.is_none_or(|d| d.is_denied());
             if op != Op::Peek {
                 match (over, rule.shadow_mode || self.settings.global_shadow_mode) {
                     (false, _) => slot.counters.allowed.inc_by(cost),
@@ -418,11 +419,11 @@ impl Service {
                     (true, true) => slot.counters.shadow.inc_by(cost),
                 };
             }
-            let remaining = outcome
-                .and_then(|o| o.remaining)
+            let remaining = decision
+                .and_then(|d| d.remaining())
                 .map_or(0, |r| r.min(u64::from(u32::MAX)) as u32);
-            let reset = outcome
-                .map(|o| o.reset_after.unwrap_or(o.retry_after))
+            let reset = decision
+                .map(|d| d.reset_after().unwrap_or(d.retry_after()))
                 .unwrap_or(unit.duration());
             statuses.push(Status {
                 code: if over && !rule.shadow_mode {
@@ -438,7 +439,7 @@ impl Service {
                 limit_remaining: if over { 0 } else { remaining },
                 duration_until_reset: Some(reset),
             });
-            outcomes.push(outcome.map(|o| (rule, o)));
+            decisions.push(decision);
         }
 
         // Over the limit if any rate-limit descriptor is, or every quota-mode one is.
@@ -462,7 +463,7 @@ impl Service {
         if overall == Code::OverLimit && self.settings.global_shadow_mode {
             overall = Code::Ok;
         }
-        let headers = self.headers(&statuses, &outcomes);
+        let headers = self.headers(&statuses, &decisions);
         let ticket = match parts.is_empty() {
             true => None,
             false => Some(self.open(parts)?),
@@ -480,14 +481,14 @@ impl Service {
     fn headers(
         &self,
         statuses: &[Status],
-        outcomes: &[Option<(&Rule, Outcome)>],
+        decisions: &[Option<Decision>],
     ) -> Vec<(String, String)> {
         if self.settings.headers == HeaderStyle::Off {
             return Vec::new();
         }
         let mut pick: Option<(usize, u32)> = None;
         for (i, s) in statuses.iter().enumerate() {
-            if s.current_limit.is_none() || outcomes[i].is_none() {
+            if s.current_limit.is_none() || decisions[i].is_none() {
                 continue;
             }
             if s.code == Code::OverLimit {
@@ -501,7 +502,7 @@ impl Service {
         let Some((i, _)) = pick else {
             return Vec::new();
         };
-        let (Some(limit), Some((_, outcome))) = (&statuses[i].current_limit, outcomes[i]) else {
+        let (Some(limit), Some(decision)) = (&statuses[i].current_limit, decisions[i]) else {
             return Vec::new();
         };
         let mut h = RateLimitHeaders::new(Some(QuotaPolicy::new(
@@ -518,7 +519,7 @@ impl Service {
             self.settings.headers,
             HeaderStyle::Draft10 | HeaderStyle::Both
         );
-        h.verdict(outcome.decision)
+        h.verdict(decision)
             .fields()
             .filter(|f| draft || f.name.as_str().starts_with("x-ratelimit"))
             .filter_map(|f| Some((f.name.to_string(), f.value.to_str().ok()?.to_owned())))
