@@ -574,12 +574,22 @@ impl Config {
     /// The rule a descriptor's entries match, as envoyproxy/ratelimit matches it: level by
     /// level, `key_value` first, then a wildcard value, then the bare `key`; a rule applies
     /// only at the depth of the descriptor's last entry.
-    pub fn matching(&self, domain: &str, entries: &[(&str, &str)]) -> Option<Match> {
+    pub fn matching<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        domain: &str,
+        entries: &[(K, V)],
+    ) -> Option<Match> {
         let mut node = self.domains.get(domain)?;
         let mut shared: Vec<Option<&str>> = Vec::new();
         let mut found = None;
-        for (i, &(key, value)) in entries.iter().enumerate() {
-            let composite = format!("{key}_{value}");
+        // One buffer for every level's `key_value`.
+        let mut composite = String::new();
+        for (i, (key, value)) in entries.iter().enumerate() {
+            let (key, value) = (key.as_ref(), value.as_ref());
+            composite.clear();
+            composite.push_str(key);
+            composite.push('_');
+            composite.push_str(value);
             let mut next = node.children.get(&composite);
             let mut by_wildcard = false;
             if next.is_none() {
@@ -615,11 +625,14 @@ impl Config {
         let rule = found?;
         let mut key = String::with_capacity(64);
         push_escaped(&mut key, domain);
-        for (i, &(k, v)) in entries.iter().enumerate() {
+        for (i, (k, v)) in entries.iter().enumerate() {
             key.push('|');
-            push_escaped(&mut key, k);
+            push_escaped(&mut key, k.as_ref());
             key.push('=');
-            push_escaped(&mut key, shared.get(i).copied().flatten().unwrap_or(v));
+            push_escaped(
+                &mut key,
+                shared.get(i).copied().flatten().unwrap_or(v.as_ref()),
+            );
         }
         Some(Match { rule, key })
     }

@@ -346,12 +346,7 @@ impl Service {
             if d.entries.is_empty() {
                 return Err(ServiceError::Invalid("a descriptor has no entries".into()));
             }
-            let entries: Vec<(&str, &str)> = d
-                .entries
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            matched.push(loaded.config.matching(&request.domain, &entries));
+            matched.push(loaded.config.matching(&request.domain, &d.entries));
         }
         let replaced: Vec<&str> = matched
             .iter()
