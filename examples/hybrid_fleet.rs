@@ -34,9 +34,8 @@ fn fleet_run(
 }
 
 fn main() -> Res {
-    if let Ok(spec) = std::env::var(WORKER_ENV) {
-        let spec: serde_json::Value = serde_json::from_str(&spec)?;
-        println!("FLEET-RESULT {}", worker(&spec));
+    if std::env::var(WORKER_ENV).is_ok() {
+        worker_main();
         return Ok(());
     }
     let hot = Shape::Hot { skew: None };

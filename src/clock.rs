@@ -339,6 +339,7 @@ pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
 mod tests {
     use super::*;
 
+    // Pins G4, G5.
     #[test]
     fn manual_clock_saturates_and_can_step_back() {
         let c = ManualClock::default();
@@ -351,6 +352,7 @@ mod tests {
         assert_eq!(c.now(), u64::MAX);
     }
 
+    // Pins G5.
     #[test]
     fn coarse_clock_moves_forward_and_stops_with_its_last_clone() {
         let clock = CoarseClock::new(Duration::from_micros(50));
@@ -392,6 +394,7 @@ mod tests {
         );
     }
 
+    // Pins G5.
     #[test]
     fn the_default_clock_reads_the_tsc_only_where_the_kernel_keeps_time_by_it() {
         let source = std::fs::read_to_string(
@@ -408,6 +411,7 @@ mod tests {
         assert!(os.now() >= a + 2_000_000);
     }
 
+    // Pins G5.
     #[test]
     fn quanta_clock_clones_share_origin() {
         let a = QuantaClock::new();

@@ -399,6 +399,7 @@ mod tests {
         assert_eq!(nanos("3d"), Ok(259_200_000_000_000));
     }
 
+    // Pins G16.
     #[test]
     fn bad_durations_are_typed() {
         let p = |input: &str, reason| {
@@ -469,6 +470,7 @@ mod tests {
         assert_eq!("10/min".parse::<Rate>().unwrap().to_string(), "10/min");
     }
 
+    // Pins G16.
     #[test]
     fn bad_rates_are_typed() {
         let p = |input: &str, reason| {
@@ -545,6 +547,7 @@ mod tests {
         ));
     }
 
+    // Pins G16.
     #[test]
     fn quotas_and_counts() {
         let (r, b) = parse_quota("10/min burst 20").unwrap();

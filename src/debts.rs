@@ -524,6 +524,7 @@ mod tests {
     use crate::algo::{FixedWindow, Gcra, WordStep};
     use std::time::Duration;
 
+    // Pins G26.
     #[test]
     fn slots_pack_into_three_words() {
         let (a, b) = (DEBT_MAX, 0x0123_4567_89AB_CDEF_0011_2233);
@@ -531,6 +532,7 @@ mod tests {
         assert_eq!(slots_of(slot_words([b, 7])), [b, 7]);
     }
 
+    // Pins G26.
     #[test]
     fn a_bucket_is_two_cache_lines() {
         assert_eq!(std::mem::size_of::<Bucket>(), 128);
@@ -562,6 +564,7 @@ mod tests {
         (owing(0..n), owing(n..2 * n))
     }
 
+    // Pins G24.
     #[test]
     fn every_kept_key_comes_back_owing_and_few_new_ones_do() {
         // 40,000 keys kept in a table for 10,000 (5 entries per key): all back, and the new
@@ -575,6 +578,7 @@ mod tests {
         assert!(new > 180_000, "{new}");
     }
 
+    // Pins G25.
     #[test]
     fn paid_debts_free_their_entries() {
         let gcra: Gcra = "10/s burst 20".parse().unwrap();
@@ -605,6 +609,7 @@ mod tests {
         assert_eq!(debts.restore(&gcra, last), Some(now + second / 10));
     }
 
+    // Pins G25.
     #[test]
     fn a_window_debt_comes_back_with_its_count() {
         let w = FixedWindow::new(20, Duration::from_secs(60)).unwrap();

@@ -305,6 +305,7 @@ mod tests {
     {
     }
 
+    // Pins G61.
     #[test]
     fn every_in_memory_limiter_decides_at_once() {
         let g: Gcra = "10/s burst 2".parse().unwrap();

@@ -171,6 +171,7 @@ mod tests {
     use crate::Rate;
     use std::time::Duration;
 
+    // Pins G27.
     #[test]
     fn gcra_fit_keeps_every_debt() {
         let g: Gcra = "10/s burst 5".parse().unwrap();
@@ -185,6 +186,7 @@ mod tests {
         assert_eq!(fresh, g.fresh());
     }
 
+    // Pins G33.
     #[test]
     fn a_half_life_or_period_cannot_change() {
         let r = Rate::per_second_of(1.0).unwrap();

@@ -20,10 +20,10 @@ mod cells {
     use loom::sync::{Arc, Mutex};
     use loom::thread;
 
-    type Cell = Arc<CasCell<u64>>;
+    pub(super) type Cell = Arc<CasCell<u64>>;
 
     /// The key's entry in the map: its current cell, if any.
-    struct MapEntry(Mutex<Option<Cell>>);
+    pub(super) struct MapEntry(pub(super) Mutex<Option<Cell>>);
 
     impl MapEntry {
         fn get_or_insert(&self, fresh: u64) -> Cell {
@@ -32,12 +32,23 @@ mod cells {
                 .clone()
         }
 
-        fn get(&self) -> Option<Cell> {
+        pub(super) fn get(&self) -> Option<Cell> {
             self.0.lock().unwrap().clone()
         }
 
+        /// papaya's `try_insert`: the cell in the slot, and whether it is a new one of `state`.
+        pub(super) fn try_insert(&self, state: u64) -> (Cell, bool) {
+            let mut slot = self.0.lock().unwrap();
+            let inserted = slot.is_none();
+            (
+                slot.get_or_insert_with(|| Arc::new(StateCell::new(state)))
+                    .clone(),
+                inserted,
+            )
+        }
+
         /// papaya's `remove_if(key, |_, c| ptr::eq(c, cell))`.
-        fn remove_if_same(&self, cell: &Cell) {
+        pub(super) fn remove_if_same(&self, cell: &Cell) {
             let mut slot = self.0.lock().unwrap();
             if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, cell)) {
                 *slot = None;
@@ -98,16 +109,102 @@ mod cells {
         });
     }
 
+    // Pins G3.
     #[test]
     fn loom_sweep_vs_checks_leaky() {
         // One admitted (tat = now + T); the denial writes nothing.
         model(Policy::Leaky, 1, 1_000_000_000 + 10_000_000);
     }
 
+    // Pins G3.
     #[test]
     fn loom_sweep_vs_checks_strict() {
         // One admitted, both counted: tat = now + 2T.
         model(Policy::Strict, 1, 1_000_000_000 + 20_000_000);
+    }
+}
+
+// loom model of the papaya store's capacity eviction with its debt table: `cells`' one-slot
+// map, the real cells, the real `Core` and debt table. `check` follows `Shared::apply` and
+// `insert_fresh` (the debt's stamp, the start state, the insert, the catch-up) step by step,
+// `evict` a capacity pass's `kill_pass` on a key its cut dooms (the debt kept, then the kill).
+mod capacity {
+    use super::cells::{Cell, MapEntry};
+    use crate::algo::{Algorithm, Gcra};
+    use crate::cell::StateCell;
+    use crate::clock::ManualClock;
+    use crate::shared::{Core, Options};
+    use loom::sync::{Arc, Mutex};
+    use loom::thread;
+    use std::time::Duration;
+
+    type Shared = (MapEntry, Core<Gcra, ManualClock>);
+    const HASH: u64 = 0x9E37_79B9_7F4A_7C15; // the key's debt hash
+    const NOW: u64 = 1_000_000_000;
+
+    fn check((slot, core): &Shared) -> bool {
+        loop {
+            let cell = slot.get().unwrap_or_else(|| {
+                let stamp = core.debt_stamp(HASH);
+                let (cell, inserted) = slot.try_insert(core.start_state(|| HASH));
+                if inserted {
+                    core.catch_up(HASH, stamp, |merge| _ = cell.rewrite(merge));
+                }
+                cell
+            });
+            match core.update(&*cell, |w| core.algo.update(w, NOW, 1).is_allowed()) {
+                Some(allowed) => return allowed,
+                None => slot.remove_if_same(&cell),
+            }
+        }
+    }
+
+    fn evict((slot, core): &Shared) {
+        if let Some(cell) = slot.get() {
+            let now = core.sweep_now();
+            if cell.kill_if(|w| {
+                core.keep_debt(|| HASH, w, now);
+                true
+            }) {
+                slot.remove_if_same(&cell);
+            }
+        }
+    }
+
+    /// Two requests for a new key race, one thread then evicting it for capacity: whatever the
+    /// interleaving, one is admitted, and the key ends owing it (held, or in the debt table).
+    /// The other may insert the key fresh after reading no debt, while the first inserts,
+    /// spends and evicts it: only the catch-up (the stamp changed) denies it.
+    // Pins G24.
+    #[test]
+    fn loom_papaya_capacity_eviction_vs_inserts_keeps_the_debt() {
+        loom::model(|| {
+            let g = "100/s burst 1".parse::<Gcra>().unwrap();
+            let (clock, grace) = (ManualClock::default(), Duration::ZERO);
+            clock.set(Duration::from_nanos(NOW));
+            let options = Options {
+                max_keys: Some(3),
+                grace,
+                ..Options::default()
+            };
+            let core = Core::new(g, clock, &options).with_debts(&options).unwrap();
+            let shared = Arc::new((MapEntry(Mutex::new(None)), core));
+            let a = {
+                let s = shared.clone();
+                thread::spawn(move || check(&s))
+            };
+            let b = {
+                let s = shared.clone();
+                thread::spawn(move || (check(&s), evict(&s)).0)
+            };
+            assert_eq!(a.join().unwrap() as u8 + b.join().unwrap() as u8, 1);
+            let (slot, core) = &*shared;
+            let held = slot.get().and_then(|c: Cell| c.inspect(|&w| w));
+            assert_eq!(
+                held.unwrap_or_else(|| core.start_state(|| HASH)),
+                NOW + 10_000_000
+            );
+        });
     }
 }
 
@@ -176,12 +273,14 @@ mod compact {
         });
     }
 
+    // Pins G3.
     #[test]
     fn loom_compact_concurrent_inserts_of_one_key() {
         concurrent_inserts::<Cas>();
     }
 
     /// The same through lock slots: the hint word read without the lock, the entry under it.
+    // Pins G3.
     #[test]
     fn loom_compact_locked_concurrent_inserts_of_one_key() {
         concurrent_inserts::<Locked>();
@@ -234,21 +333,25 @@ mod compact {
         });
     }
 
+    // Pins G3.
     #[test]
     fn loom_compact_evict_idle_vs_check_leaky() {
         evict_vs_check::<Cas>(Policy::Leaky, true);
     }
 
+    // Pins G3.
     #[test]
     fn loom_compact_evict_fresh_vs_check_leaky() {
         evict_vs_check::<Cas>(Policy::Leaky, false);
     }
 
+    // Pins G3.
     #[test]
     fn loom_compact_locked_evict_fresh_vs_check_leaky() {
         evict_vs_check::<Locked>(Policy::Leaky, false);
     }
 
+    // Pins G3.
     #[test]
     fn loom_compact_evict_fresh_vs_check_strict() {
         evict_vs_check::<Cas>(Policy::Strict, false);
@@ -259,6 +362,7 @@ mod compact {
     /// the request is denied and the key keeps its exact state: the pass keeps the key's debt
     /// before the key's slot dies, so a request that finds it gone starts from the debt.
     /// With the debt table opted out (`forget_evicted_limits`) this model fails.
+    // Pins G24.
     #[test]
     fn loom_compact_capacity_eviction_vs_check_keeps_the_debt() {
         loom::model(|| {

@@ -235,6 +235,7 @@ mod metrics_tests {
         }
     }
 
+    // Pins G34.
     #[test]
     fn publish_sets_every_value_under_the_limiter_label() {
         let m = Metrics {

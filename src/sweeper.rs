@@ -410,6 +410,7 @@ mod tests {
         (0..idle.len()).filter(|&i| cut.judge()(idle[i])).collect()
     }
 
+    // Pins G20.
     #[test]
     fn ties_are_evicted_evenly_over_the_table() {
         // 1000 keys with one idle_at: 250 go, every fourth, not the first 250.
@@ -421,6 +422,7 @@ mod tests {
         assert_eq!(gone[..3], [3, 7, 11]);
     }
 
+    // Pins G20.
     #[test]
     fn keys_below_the_threshold_all_go_then_a_share_of_the_ties() {
         // idle_at 0..100 once each, then 900 keys at 100: 300 go = the 100 below + 200 of 900.
@@ -436,6 +438,7 @@ mod tests {
         );
     }
 
+    // Pins G20.
     #[test]
     fn a_sample_scales_to_the_whole_table() {
         // A sample of 4 for a table of 100 with 50 to go: two of the sample's rank.
@@ -466,6 +469,7 @@ mod tests {
         CapacityCut::new(&mut live, n, len)
     }
 
+    // Pins G20.
     #[test]
     fn a_pass_the_states_moved_under_is_recut_from_the_states_as_they_are() {
         // The first cut is drawn for 250 of 1000 keys at idle_at 0..1000 (those below 250);
@@ -501,6 +505,7 @@ mod tests {
         assert_eq!(gone.iter().filter(|&&i| i < 450).count(), 75);
     }
 
+    // Pins G20.
     #[test]
     fn a_pass_that_kills_half_its_excess_is_not_made_up() {
         // 1000 keys at idle_at 0..1000, a cut for 300; before the pass the 150 lowest move up.
@@ -529,6 +534,7 @@ mod tests {
         assert_eq!(run(151), (300, 2));
     }
 
+    // Pins G20.
     #[test]
     fn a_shared_cut_spreads_ties_by_index() {
         // 1000 keys with one idle_at, 250 to go, whichever thread asks: a quarter of any run
@@ -546,6 +552,7 @@ mod tests {
         assert!(cut.dooms(5, 6) && !cut.dooms(3, 8));
     }
 
+    // Pins G20.
     #[test]
     fn a_key_asked_twice_keeps_its_turn() {
         let cut = CapacityCut::new(&mut [5; 10], 5, 10).unwrap();

@@ -67,6 +67,7 @@ proptest! {
     /// Interleaving peeks into a trace changes none of its decisions, and each peek answers
     /// exactly what the check right after it (same time, same cost) gets. Every algorithm,
     /// every store.
+    // Pins G28.
     #[test]
     fn peek_never_changes_a_decision_sequence(trace in ops()) {
         for case in common::cases() {
@@ -94,6 +95,7 @@ proptest! {
 
     /// `AllOf` decides exactly as the model: step each quota on its own copy, keep both new
     /// states if both allow, else keep only what the denying quotas' policies made of it.
+    // Pins G13.
     #[test]
     fn all_of_matches_the_all_or_nothing_model(trace in ops(), strict in any::<bool>()) {
         let policy = if strict { Policy::Strict } else { Policy::Leaky };
@@ -128,6 +130,7 @@ proptest! {
     /// `until_ready` returns at the first time the limiter allows: allowed then, and (under
     /// the leaky policy, where waiting is not counted) a peek one nanosecond earlier, on a
     /// replica with the same history, is denied. Every algorithm, every store.
+    // Pins G15.
     #[test]
     fn until_ready_returns_at_the_honest_time(trace in ops()) {
         for case in common::cases() {
@@ -211,6 +214,7 @@ fn gcra_bound(g: &Gcra, now: u64) -> u64 {
     g.burst() + now / g.emission_interval().as_nanos() as u64
 }
 
+// Pins G1, G13.
 #[test]
 fn multi_quota_never_exceeds_any_quota_under_threads() {
     let per_second: Gcra = "40/s burst 10".parse().unwrap();
@@ -335,12 +339,14 @@ fn reconfiguration_under_load<V: Variant<Live<Gcra>>>() {
     assert_eq!(limiter.len(), 2 * keys as usize);
 }
 
+// Pins G27, G33.
 #[test]
 fn reconfiguration_under_load_keeps_every_key_and_fits_its_state() {
     reconfiguration_under_load::<hotlimit::store::Cas>();
     reconfiguration_under_load::<Locked>();
 }
 
+// Pins G33.
 #[test]
 fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
     let r = |n| Rate::per_second_of(n).unwrap();
@@ -415,6 +421,7 @@ fn metrics_equal_decisions<V: Variant<Gcra>>() {
     assert_eq!(report.evicted_idle, 500);
 }
 
+// Pins G34.
 #[test]
 fn metrics_totals_equal_the_decisions_returned() {
     metrics_equal_decisions::<hotlimit::store::Cas>();
@@ -486,6 +493,7 @@ fn until_ready_on<V: Variant<Gcra>>() {
         .is_allowed());
 }
 
+// Pins G15.
 #[test]
 fn until_ready_waits_exactly_the_honest_time() {
     until_ready_on::<hotlimit::store::Cas>();
@@ -508,6 +516,7 @@ fn until_ready_waits_exactly_the_honest_time() {
 /// A strict EARRRL client that waits is not punished for waiting: `until_ready` peeks, so its
 /// wait is what the rate's decay takes, while a client that retries by `check` pushes its own
 /// wait further each time.
+// Pins G15.
 #[test]
 fn until_ready_under_a_strict_policy_is_not_counted_while_waiting() {
     let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(2.0).unwrap()).unwrap();
@@ -523,6 +532,7 @@ fn until_ready_under_a_strict_policy_is_not_counted_while_waiting() {
 /// Four threads wait on one key at once, each sleeping on the shared manual clock (which each
 /// sleep moves). Every wait ends allowed, and together they never get more than the quota
 /// allows by the time they are done: `burst + elapsed/T`.
+// Pins G1, G15.
 #[test]
 fn concurrent_waiters_never_over_admit() {
     fn run<V: Variant<Gcra>>() {
@@ -552,6 +562,7 @@ fn concurrent_waiters_never_over_admit() {
 
 /// A waiter whose cost a live reconfiguration makes impossible stops with the cost error
 /// instead of waiting forever.
+// Pins G15.
 #[test]
 fn a_wait_ends_when_a_reconfiguration_makes_its_cost_impossible() {
     let clock = ManualClock::default();

@@ -236,6 +236,7 @@ fn trace() -> impl Strategy<Value = Vec<Batch>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
+    // Pins G32.
     #[test]
     fn every_algorithm_and_store_batches_as_one_by_one(trace in trace(), policy in common::policy()) {
         common::on_every_algorithm(policy, &mut SameAsOneByOne(&trace))?;
@@ -244,6 +245,7 @@ proptest! {
 
 /// A refused cost answers its error in place and inserts nothing; the requests around it are
 /// decided.
+// Pins G17, G32.
 #[test]
 fn a_refused_cost_is_its_own_answer() {
     let l = CasLimiter::<String, Gcra, _>::with_clock(
@@ -282,6 +284,7 @@ fn a_refused_cost_is_its_own_answer() {
 
 /// Threads sending batches over shared keys at one instant are admitted exactly each key's
 /// burst between them: no lost update between a batch's look-up and its decision.
+// Pins G1, G32.
 #[test]
 fn threads_batching_shared_keys_get_each_burst_exactly() {
     const KEYS: u64 = 50;

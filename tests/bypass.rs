@@ -245,12 +245,14 @@ fn matrix(floods: &[usize], threads: &[usize], clocks: &[Clock]) {
     }
 }
 
+// Pins G20, G24.
 #[test]
 fn a_flood_never_resets_a_limit() {
     matrix(&[4], &[1], &[Clock::Frozen]);
     matrix(&[100], &[8], &[Clock::Moving]);
 }
 
+// Pins G24.
 #[test]
 #[ignore = "the whole matrix: run in release (.ci/run does)"]
 fn a_flood_never_resets_a_limit_whole_matrix() {
@@ -259,6 +261,7 @@ fn a_flood_never_resets_a_limit_whole_matrix() {
 
 /// The test bites: with the debt table opted out, the same attack resets the limit (the bug
 /// of issue #46) on every store: GCRA 10/s burst 20, 29 admitted against 10.
+// Pins G24.
 #[test]
 fn forgetting_resets_the_limit() {
     let algo: Gcra = "10/s burst 20".parse().unwrap();
@@ -346,11 +349,13 @@ fn threaded_flood(runs: usize, spent: u64, new_keys: u64, max_keys: usize) {
     }
 }
 
+// Pins G24.
 #[test]
 fn spent_keys_survive_a_threaded_flood() {
     threaded_flood(1, 750, 100_000, 2_500);
 }
 
+// Pins G24.
 #[test]
 #[ignore = "20 runs of 400,000 new keys: run in release (.ci/run does)"]
 fn spent_keys_survive_a_threaded_flood_20_runs() {
@@ -407,6 +412,7 @@ where
 /// bucket that a key's two choices could not keep from sharing (0.06–0.31% measured: ≤ 0.5%); far
 /// past what the table can tell apart (10x, frozen clock: no debt ever paid) it errs on the
 /// side of the limit.
+// Pins G26.
 #[test]
 #[ignore = "floods of up to 10x 10,000 keys: run in release (.ci/run does)"]
 fn newcomers_false_denials() {

@@ -64,6 +64,7 @@ fn replay(make: &common::Make, trace: &[(u64, u64, u64)], sweep_every: usize) ->
         .collect()
 }
 
+// Pins G2, G23.
 #[test]
 fn same_decisions_as_the_papaya_store_over_many_keys_with_sweeps() {
     // 1000 keys: within the common cases' compact `max_keys`, so no capacity eviction.
@@ -92,6 +93,7 @@ fn same_decisions_as_the_papaya_store_over_many_keys_with_sweeps() {
     }
 }
 
+// Pins G2.
 #[test]
 fn every_key_type_decides_like_the_papaya_store() {
     let gcra: Gcra = "10/s burst 3".parse().unwrap();
@@ -200,12 +202,14 @@ fn flood<V: hotlimit::store::CompactVariant<Gcra>>() {
     assert!(limiter.check(&0).is_denied());
 }
 
+// Pins G19.
 #[test]
 fn capacity_bound_holds_under_a_flood() {
     flood::<hotlimit::store::Cas>();
     flood::<Locked>();
 }
 
+// Pins G34.
 #[test]
 fn metrics_count_every_decision_once_and_the_sweeps() {
     let clock = ManualClock::default();
@@ -248,6 +252,7 @@ fn metrics_count_every_decision_once_and_the_sweeps() {
     assert_eq!((m.allowed, m.denied), (5, 2));
 }
 
+// Pins G16.
 #[test]
 fn an_impossible_table_is_an_error_not_an_abort() {
     let err = CompactLimiter::<u64, Gcra>::builder("1/s".parse().unwrap())
@@ -257,6 +262,7 @@ fn an_impossible_table_is_an_error_not_an_abort() {
     assert_eq!(err.kind(), std::io::ErrorKind::OutOfMemory);
 }
 
+// Pins G19, G21.
 #[test]
 fn background_sweeper_keeps_the_table_below_max_keys() {
     let limiter = CompactLimiter::<u64, Gcra>::builder("10/s".parse().unwrap())
@@ -305,6 +311,7 @@ fn probes(keys: impl Iterator<Item = u64>, n: usize) -> hotlimit::store::ProbeSt
 /// 10^6 keys in the same simulation. So: mean < 1.5, at least 80% at home, and no key beyond
 /// the window (no insert ever had to evict, checked in `probes`). An attack would show as
 /// one long chain: mean and max both near n / 4.
+// Pins G22.
 #[test]
 fn adversarial_keys_keep_probes_short() {
     const N: usize = 200_000;
@@ -371,6 +378,7 @@ fn first_sight_races<V: hotlimit::store::CompactVariant<Gcra>>() {
     }
 }
 
+// Pins G1, G3.
 #[test]
 fn first_sight_races_never_duplicate_a_key() {
     first_sight_races::<hotlimit::store::Cas>();
@@ -380,6 +388,7 @@ fn first_sight_races_never_duplicate_a_key() {
 /// A flood lengthens the home lines' probe reach (inserts near the bound place keys far from
 /// home); sweeps bring each reach back to its farthest key, so later misses (new keys) scan no
 /// further than they must: 0 once the table is empty. Keys still held keep being found.
+// Pins G22.
 #[test]
 fn a_flood_s_probe_reach_recovers() {
     let clock = ManualClock::default();

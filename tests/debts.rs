@@ -132,6 +132,7 @@ impl OnAlgorithm for NeverMoreLenient {
     }
 }
 
+// Pins G25.
 #[test]
 fn a_restored_state_is_never_more_lenient() {
     for policy in [Policy::Leaky, Policy::Strict] {
@@ -163,6 +164,7 @@ impl OnAlgorithm for FreshOwesNothing {
     }
 }
 
+// Pins G25.
 #[test]
 fn fresh_owes_nothing() {
     for policy in [Policy::Leaky, Policy::Strict] {

@@ -57,6 +57,7 @@ fn replay(
     (decisions, evicted)
 }
 
+// Pins G23.
 #[test]
 fn idle_sweeps_change_no_decision() {
     let trace = trace(20_000, 16, 0x5eed);
@@ -81,6 +82,7 @@ fn idle_sweeps_change_no_decision() {
     }
 }
 
+// Pins G3.
 #[test]
 fn concurrent_sweeps_lose_no_update() {
     const THREADS: usize = 3;
@@ -179,6 +181,7 @@ fn flood<L: hotlimit::RateLimiter<u64>>(limiter: &L, clock: &ManualClock) -> usi
 /// The documented bound: `max_keys + max_keys/4` plus one key per inserting thread.
 const BOUND: usize = 100_000 + 100_000 / 4 + 1;
 
+// Pins G19.
 #[test]
 fn capacity_bound_holds_under_a_flood() {
     let gcra: Gcra = "10/s burst 5".parse().unwrap();

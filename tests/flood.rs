@@ -21,6 +21,7 @@ use std::time::Duration;
 /// seconds), so only a livelock reaches it.
 const DEADLINE: Duration = Duration::from_secs(180);
 
+// Pins G19.
 fn flood_ends_within_the_bound(store: Store, clock: ClockKind, full: bool) {
     let (max_keys, keys_per_thread) = if full {
         (100_000, 1_000_000)
@@ -101,6 +102,7 @@ macro_rules! floods {
     )*};
 }
 
+// Pins G19: every store on every clock kind, each with and without a sweeper.
 floods! {
     cas_frozen, full_cas_frozen: Store::Cas, ClockKind::Frozen;
     cas_coarse, full_cas_coarse: Store::Cas, ClockKind::Coarse;
@@ -114,6 +116,7 @@ floods! {
 }
 
 /// The issue's own reproduction, one thread: it never returned.
+// Pins G19.
 #[test]
 fn one_thread_on_a_frozen_clock_passes_four_times_max_keys() {
     use hotlimit::{algo::Gcra, CasLimiter, ManualClock};

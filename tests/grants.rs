@@ -62,6 +62,7 @@ fn trace() -> impl Strategy<Value = Trace> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
+    // Pins G30.
     #[test]
     fn every_algorithm_and_store_grants_as_the_model(trace in trace(), policy in common::policy()) {
         common::on_every_algorithm(policy, &mut Model(&trace))?;
@@ -70,6 +71,7 @@ proptest! {
 
 /// Threads asking one key for up to 3 units at one instant are granted exactly the burst
 /// between them: no unit lost to a race, none granted twice.
+// Pins G1, G30.
 #[test]
 fn threads_share_one_burst_exactly() {
     let gcra: Gcra = "10/s burst 100".parse().unwrap();
@@ -130,6 +132,7 @@ fn threads_share_one_burst_exactly() {
     }
 }
 
+// Pins G17, G30.
 #[test]
 fn zero_is_an_error_and_more_than_the_capacity_is_capped() {
     let clock = ManualClock::default();
@@ -148,6 +151,7 @@ fn zero_is_an_error_and_more_than_the_capacity_is_capped() {
 /// EARRRL admits a request while the rate before it is at most `R`, so its capacity is the
 /// cost that takes a fresh key to `R` (`⌊R/λ⌋`: 14 at 10/s with a 1 s half-life): a grant
 /// of `u64::MAX` units is 14, and a cost above 14 is an error, not an admission.
+// Pins G7.
 #[test]
 fn earrrl_grants_at_most_the_cost_that_takes_a_fresh_key_to_its_rate() {
     let earrrl = Earrrl::new(Duration::from_secs(1), "10/s".parse().unwrap()).unwrap();
@@ -170,6 +174,7 @@ fn earrrl_grants_at_most_the_cost_that_takes_a_fresh_key_to_its_rate() {
 
 /// Under the strict policy a grant of nothing counts as a denied unit, as `check` does; under
 /// the leaky policy it changes nothing.
+// Pins G30.
 #[test]
 fn a_grant_of_nothing_counts_as_one_denied_unit() {
     for policy in [Policy::Leaky, Policy::Strict] {

@@ -3,8 +3,10 @@
 //! `RedisLimiter`. Waits for the sync thread poll its counters with a deadline; nothing
 //! asserts a duration.
 
+mod fault_proxy;
 mod redis_server;
 
+use fault_proxy::Proxy;
 use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::redis::{
     BackendError, Fallback, HybridAlgorithm, HybridLimiter, RedisLimiter, SyncError,
@@ -69,6 +71,7 @@ fn drain<A: HybridAlgorithm>(l: &HybridLimiter<A>, key: &str, syncs: u64) -> u64
     }
 }
 
+// Pins G53.
 #[test]
 fn fallback_shares_are_validated() {
     assert!(matches!(
@@ -92,6 +95,7 @@ fn fallback_shares_are_validated() {
 
 /// Two instances, Redis' quota of 10 (1/h: no refill during the test): leases admit exactly
 /// 10 between them, whatever the interleaving, and never one more.
+// Pins G46.
 #[test]
 fn two_instances_share_one_gcra_quota_exactly() {
     let Some(server) = Server::start() else {
@@ -129,6 +133,7 @@ fn two_instances_share_one_gcra_quota_exactly() {
 
 /// A quiet key hands its lease back, and the units are leasable again, here by the
 /// `RedisLimiter`, which reads the same key.
+// Pins G46.
 #[test]
 fn a_quiet_key_returns_its_lease_to_the_shared_state() {
     let Some(server) = Server::start() else {
@@ -165,6 +170,7 @@ fn a_quiet_key_returns_its_lease_to_the_shared_state() {
 
 /// Beyond its lease an instance admits its share of the burst ahead of Redis, and that is
 /// charged to Redis.
+// Pins G47.
 #[test]
 fn admissions_beyond_the_lease_are_charged() {
     let Some(server) = Server::start() else {
@@ -202,6 +208,7 @@ fn admissions_beyond_the_lease_are_charged() {
 }
 
 /// Merged windows: what one instance counted is seen by the other after a sync.
+// Pins G48.
 #[test]
 fn window_counts_merge_across_instances() {
     let Some(server) = Server::start() else {
@@ -228,6 +235,7 @@ fn window_counts_merge_across_instances() {
 
 /// Sliding windows and EARRRL merge too: b sees a's traffic as its own, pushed to it before
 /// it has a request of its own.
+// Pins G48, G49.
 #[test]
 fn sliding_window_and_earrrl_states_merge() {
     let Some(server) = Server::start() else {
@@ -275,6 +283,7 @@ fn sliding_window_and_earrrl_states_merge() {
 
 /// A state that is not the algorithm's (another limiter on the same prefix and key) is an
 /// error, counted and visible, not a silent zero.
+// Pins G53.
 #[test]
 fn a_foreign_state_in_the_hash_is_an_error() {
     let Some(server) = Server::start() else {
@@ -299,6 +308,7 @@ fn a_foreign_state_in_the_hash_is_an_error() {
 
 /// Redis killed and restarted on the same port: decisions go on (the fallback, counted),
 /// nothing panics, the debt is charged once Redis is back.
+// Pins G52.
 #[test]
 fn an_outage_degrades_to_the_fallback_and_reconciles() {
     let Some(server) = Server::start() else {
@@ -344,6 +354,7 @@ fn an_outage_degrades_to_the_fallback_and_reconciles() {
 
 /// A share whose part of the quota is less than one request is refused, for every
 /// algorithm alike, instead of quietly becoming `DENY`.
+// Pins G53.
 #[test]
 fn a_share_that_rounds_to_nothing_is_a_config_error() {
     fn refused<A: HybridAlgorithm>(algo: A, share: Fallback) {
@@ -402,6 +413,7 @@ fn a_share_that_rounds_to_nothing_is_a_config_error() {
 
 /// A key one instance has never seen is decided on the fleet's state, which the push brought:
 /// no fallback, no round trip, whatever the gap.
+// Pins G51.
 #[test]
 fn a_key_never_seen_here_is_decided_on_the_pushed_state() {
     let Some(server) = Server::start() else {
@@ -451,6 +463,7 @@ fn a_key_never_seen_here_is_decided_on_the_pushed_state() {
 
 /// Started while Redis is down: built all the same, deciding by the fallback (counted), and
 /// on the shared state once Redis is up.
+// Pins G52, G53.
 #[test]
 fn a_limiter_built_while_redis_is_down_follows_the_fallback_then_converges() {
     let Some(probe) = Server::start() else {
@@ -501,6 +514,7 @@ fn seen(a: &Result<Decision, CostError>) -> Result<(bool, Duration, Option<u64>)
 /// syncs; the fallback decides), on one manual clock, one sending batches (through its own
 /// methods and through the `RateLimiter` trait), the other one request at a time, answer
 /// alike, refused costs included.
+// Pins G32, G52.
 #[test]
 fn batches_decide_as_one_check_each() {
     let Some(probe) = Server::start() else {
@@ -567,6 +581,7 @@ fn batches_decide_as_one_check_each() {
 
 /// A flood of new keys against `max_keys`: the store evicts the keys closest to fresh, so
 /// new legitimate keys keep being admitted, and memory stays bounded.
+// Pins G19, G55.
 #[test]
 fn a_key_flood_against_max_keys_keeps_admitting_new_keys() {
     let Some(server) = Server::start() else {
@@ -602,6 +617,7 @@ fn a_key_flood_against_max_keys_keeps_admitting_new_keys() {
 
 /// A key evicted for capacity while it holds a lease hands its units back: Redis gets them,
 /// and another instance (here a `RedisLimiter` on the same keys) can take them.
+// Pins G46, G55.
 #[test]
 fn evicting_a_key_hands_its_lease_back() {
     let Some(server) = Server::start() else {
@@ -662,6 +678,7 @@ fn evicting_a_key_hands_its_lease_back() {
 /// on, but cannot know the states written before: until a horizon has passed (a burst's
 /// payback, 1 s here) a key it has not heard of is decided by the fallback, and then as
 /// fresh.
+// Pins G51.
 #[test]
 fn an_instance_joining_a_live_fleet_is_current_after_the_horizon() {
     let Some(server) = Server::start() else {
@@ -726,6 +743,7 @@ fn drain_takes<A: HybridAlgorithm>(
 /// A settle goes through the lease: takes of 3 settled at 1 spend 1 unit of the fleet's 10
 /// each (the refunds return to the lease, where the next takes spend them), and what the
 /// taker cannot use goes back to the fleet: exactly 10 units are used in all.
+// Pins G46.
 #[test]
 fn a_refund_returns_units_to_the_lease_and_on_to_the_fleet() {
     let Some(server) = Server::start() else {
@@ -750,6 +768,7 @@ fn a_refund_returns_units_to_the_lease_and_on_to_the_fleet() {
 
 /// A settle's refund and overrun reach the shared state: what a `RedisLimiter` on the same
 /// key can still admit afterwards is the quota minus the actual costs, exactly.
+// Pins G46.
 #[test]
 fn settled_costs_reach_the_shared_state() {
     let Some(server) = Server::start() else {
@@ -805,6 +824,7 @@ fn settled_costs_reach_the_shared_state() {
 
 /// A partial grant spends what the lease holds and no more; on a window's merged state, the
 /// count left in the window.
+// Pins G46.
 #[test]
 fn partial_grants_take_what_is_in_hand() {
     let Some(server) = Server::start() else {
@@ -893,6 +913,7 @@ fn a_flood_never_resets_a_merged_limit<A: HybridAlgorithm>(server: &Server, name
     }
 }
 
+// Pins G55.
 #[test]
 fn a_flood_of_new_keys_never_resets_a_merged_limit() {
     let Some(server) = Server::start() else {
@@ -908,4 +929,165 @@ fn a_flood_of_new_keys_never_resets_a_merged_limit() {
         "exponential",
         Exponential::new(10.0, hour).unwrap(),
     );
+}
+
+/// A key fresh to the fleet, its instances deciding at once beyond their leases: each admits
+/// its `⌊share × B⌋` ahead of Redis, `N × ⌊share × B⌋` in all, charged at the next round:
+/// within the burst once the shares add up to at most 1 (`share ≤ 1/N`), above it by what they
+/// add up to beyond 1 otherwise (the case G47's `N⌊f·B⌋` allows for). "At once" made exact:
+/// the instances reach Redis through a proxy stalled during the requests, so no round's
+/// charge or push can land between them (the rounds wait, well within the I/O timeout).
+// Pins G70.
+#[test]
+fn a_fresh_key_at_once_on_every_instance_stays_within_the_burst_once_shares_add_to_one() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let proxy = Proxy::start(([127, 0, 0, 1], server.port).into());
+    let burst = 8;
+    let gcra = hourly(burst);
+    for (n, share) in [(4usize, 0.25), (3, 1.0 / 3.0), (2, 0.5), (4, 0.5)] {
+        // A prefix per case: another case's states would be live here for a horizon.
+        let prefix = format!("g70-{n}-{share}:");
+        let fleet: Vec<_> = (0..n)
+            .map(|_| {
+                current(
+                    HybridLimiter::builder(proxy.url(), gcra)
+                        .redis(|r| {
+                            r.key_prefix(prefix.as_str())
+                                .io_timeout(Duration::from_secs(10))
+                        })
+                        .sync_interval(Duration::from_millis(5))
+                        .fallback(Fallback::share(share).unwrap())
+                        .build()
+                        .unwrap(),
+                )
+            })
+            .collect();
+        proxy.faults.stall(true);
+        // Interleaved, as requests arriving at every instance at once.
+        let mut allowed = 0;
+        for _ in 0..burst {
+            for l in &fleet {
+                allowed += l.check("k").is_allowed() as u64;
+            }
+        }
+        proxy.faults.stall(false);
+        let each = (share * burst as f64).floor() as u64;
+        assert_eq!(allowed, n as u64 * each, "{n} instances at {share}");
+        if share <= 1.0 / n as f64 {
+            assert!(allowed <= burst, "{n} instances at {share}: {allowed}");
+        }
+        for l in &fleet {
+            let s = l.stats();
+            assert_eq!((s.degraded, s.denied_waiting), (0, burst - each), "{s:?}");
+        }
+        // Closing rounds charge what each admitted: Redis' TAT holds every admission.
+        drop(fleet);
+        let r = RedisLimiter::builder(server.url(), gcra)
+            .key_prefix(prefix.as_str())
+            .build()
+            .unwrap();
+        let left = (0..2 * burst).filter(|_| r.check("k").is_allowed()).count() as u64;
+        assert_eq!(
+            left,
+            burst.saturating_sub(allowed),
+            "{n} instances at {share}"
+        );
+    }
+}
+
+/// What one instance cut off from Redis admits of a fresh key, and how it counted its 40
+/// decisions: (allowed, degraded, denied waiting for quota).
+fn alone<A: HybridAlgorithm>(algo: A, fallback: Fallback) -> (u64, u64, u64) {
+    // Nothing listens on port 1: every round fails at once; decisions never wait for it.
+    let l = HybridLimiter::builder("redis://127.0.0.1:1/", algo)
+        .redis(|r| r.connect_timeout(Duration::from_millis(50)))
+        .fallback(fallback)
+        .build()
+        .unwrap();
+    let allowed = (0..40).filter(|_| l.check("k").is_allowed()).count() as u64;
+    let s = l.stats();
+    (allowed, s.degraded, s.denied_waiting)
+}
+
+/// One exact in-memory limiter's admissions of 40 requests at once.
+fn exact<A: hotlimit::algo::Algorithm + Clone>(algo: A) -> u64 {
+    let l = CasLimiter::<String, A, _>::with_clock(algo, ManualClock::default());
+    (0..40).filter(|_| l.check("k").is_allowed()).count() as u64
+}
+
+/// Each algorithm's fallback without Redis, against one exact limiter of the share's part:
+/// GCRA at `f` of the rate and `⌊f × B⌋` of the burst; the windows and exponential with the
+/// others taken to hold all of the limit but `⌊f × limit⌋`; EARRRL with the others' rate taken
+/// as `(1 − f) × R`. `Fallback::DENY` admits nothing, every decision counted degraded.
+// Pins G71.
+#[test]
+fn each_algorithm_falls_back_on_its_own_assumption() {
+    let quarter = Fallback::share(0.25).unwrap();
+    let hour = Duration::from_secs(3600);
+    let per_hour = |n: u64| format!("{n}/h").parse::<Rate>().unwrap();
+    let cases: Vec<(&str, (u64, u64, u64), u64)> = vec![
+        (
+            "gcra",
+            alone(hourly(8), quarter),
+            exact(Gcra::new(per_hour(1)).unwrap().with_burst(2).unwrap()),
+        ),
+        (
+            "fixed",
+            alone(FixedWindow::new(8, hour).unwrap(), quarter),
+            exact(FixedWindow::new(2, hour).unwrap()),
+        ),
+        (
+            "sliding",
+            alone(SlidingWindow::new(8, hour).unwrap(), quarter),
+            exact(SlidingWindow::new(2, hour).unwrap()),
+        ),
+        (
+            "exponential",
+            alone(Exponential::new(8.0, hour).unwrap(), quarter),
+            exact(Exponential::new(2.0, hour).unwrap()),
+        ),
+        (
+            // A rate of 8/h with 6/h assumed taken: room for 2/h.
+            "earrrl",
+            alone(Earrrl::new(hour, per_hour(8)).unwrap(), quarter),
+            exact(Earrrl::new(hour, per_hour(2)).unwrap()),
+        ),
+    ];
+    for (name, (allowed, degraded, _), want) in cases {
+        assert_eq!(allowed, want, "{name}");
+        assert_eq!(degraded, 40, "{name}");
+    }
+    // DENY: GCRA admits from leases only, none without Redis (each denial waits for the round
+    // a lease would come by); the merged states deny by the fallback.
+    assert_eq!(alone(hourly(8), Fallback::DENY), (0, 0, 40));
+    let deny = [
+        alone(FixedWindow::new(8, hour).unwrap(), Fallback::DENY),
+        alone(SlidingWindow::new(8, hour).unwrap(), Fallback::DENY),
+        alone(Exponential::new(8.0, hour).unwrap(), Fallback::DENY),
+        alone(Earrrl::new(hour, per_hour(8)).unwrap(), Fallback::DENY),
+    ];
+    assert_eq!(deny, [(0, 40, 40); 4]);
+}
+
+/// A new subscription wakes the sync thread for its look-up of the live marker: an instance
+/// with a long interval is current (deciding on the fleet's state, not its fallback) right
+/// after subscribing, not an interval later.
+// Pins G51.
+#[test]
+fn a_long_interval_does_not_delay_being_current() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let l = HybridLimiter::builder(server.url(), hourly(4))
+        .redis(|r| r.key_prefix("slow:"))
+        .sync_interval(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    // Within `eventually`'s 10 s, against an interval of 10 minutes.
+    let l = current(l);
+    let before = l.stats().degraded;
+    assert!(l.check("k").is_allowed());
+    assert_eq!(l.stats().degraded, before);
 }

@@ -18,18 +18,8 @@ use std::time::Duration;
 #[test]
 #[ignore = "a fleet worker process's main, started by the fleet tests"]
 fn fleet_worker() {
-    let spec = std::env::var(WORKER_ENV).expect("started by a fleet test, with its spec");
-    let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
-    println!("FLEET-RESULT {}", worker(&spec));
+    worker_main();
 }
-
-const WORKER_ARGS: [&str; 5] = [
-    "--exact",
-    "fleet_worker",
-    "--ignored",
-    "--nocapture",
-    "--test-threads=1",
-];
 
 const SECS: Duration = Duration::from_secs(10);
 
@@ -98,39 +88,13 @@ fn hot_bounds(run: &Run, slack: u64) {
             }
         }
         assert!(calls_per_key_interval(run, a) <= 1.0, "{}", a.name);
-        let keys = by_key(&a.trace);
         for key in [FLOOD, PACED] {
-            let t = &keys[&key];
-            let excess = window_excess(run, a, key);
-            match a.name {
-                "gcra" => {
-                    let span = (t.last().unwrap().0 - t[0].0) as f64 / 1e9;
-                    let bound = gcra_most(shape, span) + slack;
-                    let got = admitted(&a.trace, key);
-                    assert!(got <= bound, "gcra key {key}: {got} > {bound}");
-                }
-                "fixed" => {
-                    let worst = max_per_window(t);
-                    let bound = shape.limit() as u64 + excess + slack;
-                    assert!(
-                        worst <= bound,
-                        "fixed key {key}: {worst} in a window > {bound}"
-                    );
-                }
-                "sliding" => {
-                    let worst = max_sliding_estimate(t);
-                    let bound = shape.limit() + (excess + slack) as f64;
-                    assert!(
-                        worst <= bound,
-                        "sliding key {key}: estimate {worst} > {bound}"
-                    );
-                }
-                _ => {}
-            }
+            assert_gcra_or_window_bound(run, a, key, slack, 0);
         }
     }
 }
 
+// Pins G47, G48, G49, G50, G54.
 #[test]
 fn hot_keys_four_processes_share_each_limit() {
     let Some(run) = on_a_server_all(Shape::Hot { skew: None }, None) else {
@@ -148,6 +112,7 @@ fn hot_keys_four_processes_share_each_limit() {
 
 /// One instance sends 90% of both keys' demand: the others' view of it lags one sync round
 /// plus a push, as every instance's does, and the bounds hold as on even traffic.
+// Pins G47, G48, G49, G50, G54.
 #[test]
 fn skewed_demand_one_process_sends_ninety_percent() {
     let Some(run) = on_a_server_all(Shape::Hot { skew: Some(0.9) }, None) else {
@@ -217,16 +182,19 @@ fn wrongly_denied_bound(lag: Duration) -> f64 {
     0.02 * (lag.as_secs_f64() / 0.05).max(1.0)
 }
 
+// Pins G47, G50.
 #[test]
 fn sparse_ten_thousand_keys_at_two_per_second() {
     sparse(10_000, 2.0);
 }
 
+// Pins G47, G50.
 #[test]
 fn sparse_two_thousand_keys_at_ten_per_second() {
     sparse(2_000, 10.0);
 }
 
+// Pins G49, G52, G54.
 #[test]
 fn hot_keys_ride_out_a_redis_outage() {
     let outage = Some((Duration::from_millis(3500), Duration::from_secs(3)));
@@ -271,6 +239,7 @@ fn hot_keys_ride_out_a_redis_outage() {
 /// accuracy, as on a server. One algorithm at a time (on a cluster each key is one script
 /// call, each publishing to every node: two limiters' worth of sparse keys is more than three
 /// nodes sharing two cores with the fleet keep up with).
+// Pins G47, G48, G50, G54.
 #[test]
 fn on_a_three_node_cluster() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -310,6 +279,7 @@ fn on_a_three_node_cluster() {
 /// exponential within 10% of exact), where forgetting admitted 1.92× exact (fixed window) and
 /// 2.05× (sliding window) on this shape. The
 /// one-off keys' false denials (a newcomer whose debt buckets are shared) are printed.
+// Pins G47, G48, G55.
 #[test]
 fn a_flood_of_one_off_keys_against_max_keys_resets_no_limit() {
     let shape = Shape::Flood {

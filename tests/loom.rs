@@ -52,6 +52,7 @@ fn gcra(burst: u64, policy: Policy) -> Gcra {
         .with_policy(policy)
 }
 
+// Pins G1.
 #[test]
 fn gcra_leaky_two_threads_two_requests_each() {
     loom::model(|| {
@@ -63,6 +64,7 @@ fn gcra_leaky_two_threads_two_requests_each() {
     });
 }
 
+// Pins G1.
 #[test]
 fn gcra_leaky_three_threads() {
     loom::model(|| {
@@ -73,6 +75,7 @@ fn gcra_leaky_three_threads() {
     });
 }
 
+// Pins G1.
 #[test]
 fn gcra_strict_counts_every_request_once() {
     loom::model(|| {
@@ -85,6 +88,7 @@ fn gcra_strict_counts_every_request_once() {
     });
 }
 
+// Pins G1.
 #[test]
 fn earrrl_strict_two_threads() {
     let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
@@ -106,6 +110,7 @@ fn earrrl_strict_two_threads() {
 
 /// The 128-bit cell: the exponential limiter's `(t_prev, r)` word through the same CAS loop,
 /// its atomic loom's model of one indivisible 16-byte CAS (`sync::Atomic128`).
+// Pins G1.
 #[test]
 fn exponential_two_word_state() {
     let x = Exponential::new(3.0, Duration::from_secs(1)).unwrap();
@@ -121,6 +126,7 @@ fn exponential_two_word_state() {
     });
 }
 
+// Pins G1.
 #[test]
 fn mutex_twin_same_totals() {
     loom::model(|| {
@@ -128,6 +134,7 @@ fn mutex_twin_same_totals() {
     });
 }
 
+// Pins G1.
 #[test]
 fn fixed_window_packed_word() {
     loom::model(|| {
@@ -137,6 +144,7 @@ fn fixed_window_packed_word() {
     });
 }
 
+// Pins G1.
 #[test]
 fn sliding_log_behind_its_per_key_lock() {
     loom::model(|| {
@@ -157,6 +165,7 @@ fn sliding_log_behind_its_per_key_lock() {
 /// The state is `tat` = 150 ms at `now` = 100 ms. Under the old quota (burst 10) the request is
 /// allowed and writes 250 ms; under the new one (burst 1) it is denied and leaves 150 ms. So a
 /// request at 200 ms under the new quota is allowed exactly when the racing one was denied.
+// Pins G27, G33.
 #[test]
 fn live_switch_racing_a_request_keeps_what_the_request_wrote() {
     use hotlimit::Live;
@@ -184,6 +193,7 @@ fn live_switch_racing_a_request_keeps_what_the_request_wrote() {
 /// outcome is one of the two sequential orders. Burst 3, 3 units taken: refunding 2 before the
 /// request of 2 admits it (tat back to T, then 3T); after it, the request is denied and the
 /// refund leaves T. Any other final state is a lost update.
+// Pins G1, G29.
 #[test]
 fn settle_racing_a_request_is_one_sequential_order() {
     for policy in [Policy::Leaky, Policy::Strict] {
@@ -216,6 +226,7 @@ fn settle_racing_a_request_is_one_sequential_order() {
 }
 
 /// An overrun racing a request: the debt and the request's charge both land.
+// Pins G1, G29.
 #[test]
 fn overrun_racing_a_request_lands_both() {
     loom::model(|| {

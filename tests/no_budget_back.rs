@@ -252,6 +252,7 @@ fn check<A: Reconfigure>(name: &str, a: A, b: A) {
         .unwrap();
 }
 
+// Pins G27.
 #[test]
 fn no_plan_or_switch_gives_budget_back() {
     let minute = Duration::from_secs(60);
@@ -287,6 +288,7 @@ fn no_plan_or_switch_gives_budget_back() {
 /// read 15) and through a live switch 20 → 3 → 20; a limit-3 ticket overrunning by 1 on a key
 /// at 12 leaves it at 12 (7 remaining; the bug read 15): past the plan's `limit + 1` its count
 /// saturates, as a strict count does, never below what is there.
+// Pins G27.
 #[test]
 fn a_fixed_window_keeps_its_count_under_a_smaller_limit() {
     let minute = Duration::from_secs(60);

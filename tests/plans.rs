@@ -59,6 +59,7 @@ fn trace() -> impl Strategy<Value = Trace> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
+    // Pins G31.
     #[test]
     fn every_store_decides_each_plan_as_the_model(trace in trace(), policy in common::policy()) {
         let second = Duration::from_secs(1);
@@ -77,6 +78,7 @@ proptest! {
     }
 
     /// The limiter's own quota given with the request decides exactly as `check_n`.
+    // Pins G31.
     #[test]
     fn the_own_quota_with_the_request_is_check_n(trace in trace(), policy in common::policy()) {
         let own = "100/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
@@ -93,6 +95,7 @@ proptest! {
 
 /// A key that spent its pro burst and moves to the free plan waits until its spending fits
 /// the free burst, to the nanosecond; moved back, it gains the pro burst at once.
+// Pins G31.
 #[test]
 fn a_key_changing_plan_keeps_what_it_spent() {
     let free: Gcra = "10/s burst 10".parse().unwrap();
@@ -123,6 +126,7 @@ fn a_key_changing_plan_keeps_what_it_spent() {
 }
 
 /// Settling under a plan refunds in that plan's emission interval.
+// Pins G31.
 #[test]
 fn take_and_settle_under_a_plan() {
     let free: Gcra = "10/s burst 10".parse().unwrap();
@@ -154,6 +158,7 @@ fn take_and_settle_under_a_plan() {
 
 /// A quota that cannot read the state and a cost beyond the quota are typed errors; nothing
 /// is counted or inserted.
+// Pins G17, G31.
 #[test]
 fn incompatible_quotas_and_costs_are_errors() {
     let minute = Duration::from_secs(60);
@@ -228,6 +233,7 @@ fn incompatible_quotas_and_costs_are_errors() {
 }
 
 /// The windows are reconfigurable now: a live limit change keeps the counts.
+// Pins G33.
 #[test]
 fn a_live_window_changes_its_limit_and_keeps_its_counts() {
     let minute = Duration::from_secs(60);

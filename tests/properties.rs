@@ -86,6 +86,7 @@ proptest! {
     /// DESIGN §3.2: the one-word form (virtual time `S`) and the textbook two-field form `(N, T)`
     /// are the same algorithm, so over long traces they must agree on every decision, and on the
     /// measured rate and retry_after up to float rounding.
+    // Pins G7.
     #[test]
     fn earrrl_one_word_matches_two_field_form(
         half_life_ns in 10_000_000u64..3_600_000_000_000,
@@ -182,6 +183,7 @@ proptest! {
     /// DESIGN §3.1: the GCRA state seen as a token bucket is exactly a (tokens, last refill)
     /// bucket: same decisions, `remaining`, `reset_after`, `retry_after` and token count, and
     /// the leaky-bucket constructor decides the same.
+    // Pins G6.
     #[test]
     fn gcra_token_bucket_matches_two_field_model(
         capacity in 1u64..=50,
@@ -217,6 +219,7 @@ proptest! {
 
     /// DESIGN §3.1: GCRA never admits more than `B + ⌊t/T⌋` cost from a fresh key over [0, t],
     /// under either policy (a strict denial only pushes `tat` further).
+    // Pins G6.
     #[test]
     fn gcra_never_exceeds_burst_plus_elapsed(
         burst in 1u64..=50,
@@ -245,6 +248,7 @@ proptest! {
 
     /// DESIGN §1 and 3.3: whatever the time deltas (none, huge, saturating at u64::MAX, or
     /// backwards), the exponential rate is finite and non-negative and a denial says to wait.
+    // Pins G4, G8.
     #[test]
     fn exponential_rate_is_always_finite(
         limit in 1.0..1e6f64,
@@ -421,6 +425,7 @@ proptest! {
     #![proptest_config(config(512))]
 
     /// DESIGN §2 and 3.1: a GCRA retry_after is exact (honest and tight), under both policies.
+    // Pins G14.
     #[test]
     fn gcra_retry_after_is_honest_and_tight(case in gcra_case()) {
         check_retry_after(&case, true)?;
@@ -428,12 +433,14 @@ proptest! {
 
     /// DESIGN §2 and 3.2: an EARRRL retry after the given wait is allowed, under both policies
     /// (strict: from the state that counted the denied request).
+    // Pins G14.
     #[test]
     fn earrrl_retry_after_is_honest(case in earrrl_case()) {
         check_retry_after(&case, false)?;
     }
 
     /// DESIGN §3.2: the EARRRL retry_after is the earliest such wait, to the nanosecond.
+    // Pins G14.
     #[test]
     fn earrrl_retry_after_is_tight(case in earrrl_case()) {
         check_retry_after(&case, true)?;
@@ -441,12 +448,14 @@ proptest! {
 
     /// DESIGN §2 and 3.3: an exponential retry after the given wait is allowed, under both
     /// policies (the wait accounts for the retried request's own contribution).
+    // Pins G14.
     #[test]
     fn exponential_retry_after_is_honest(case in exponential_case()) {
         check_retry_after(&case, false)?;
     }
 
     /// DESIGN §3.3 ("the earliest wait"): the exponential retry_after is tight to the nanosecond.
+    // Pins G14.
     #[test]
     fn exponential_retry_after_is_tight(case in exponential_case()) {
         check_retry_after(&case, true)?;
@@ -562,12 +571,14 @@ proptest! {
     #![proptest_config(config(4096))]
 
     /// DESIGN §6 on arbitrary strings.
+    // Pins G18.
     #[test]
     fn parsers_never_panic_on_any_string(s in ".*") {
         check_parsers(&s)?;
     }
 
     /// DESIGN §6 on strings close to the grammar, which reach far deeper into it.
+    // Pins G18.
     #[test]
     fn parsers_never_panic_on_near_misses(s in near_misses()) {
         check_parsers(&s)?;
@@ -580,6 +591,7 @@ proptest! {
     /// DESIGN §3.2–3.3, issue "fuzzing and property tests": after any trace, the measured rate
     /// of EARRRL and of the exponential limiter is finite, non-negative, and never rises while
     /// the key stays idle. Probes are evaluated on copies of the state, so the key stays idle.
+    // Pins G7, G8.
     #[test]
     fn averaging_rates_decay_monotonically_when_idle(
         half_life_ns in 1_000_000u64..100_000_000_000,

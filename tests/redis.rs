@@ -94,6 +94,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
     (allowed, denied)
 }
 
+// Pins G38.
 #[test]
 fn gcra_same_decisions_as_in_memory_field_for_field() {
     let Some(server) = Server::start() else {
@@ -113,6 +114,7 @@ fn gcra_same_decisions_as_in_memory_field_for_field() {
 
 /// The window algorithms are integer arithmetic in both: every field of every decision
 /// agrees, for both policies and every rounding and bias.
+// Pins G38.
 #[test]
 fn windows_same_decisions_as_in_memory_field_for_field() {
     let Some(server) = Server::start() else {
@@ -171,6 +173,7 @@ fn windows_same_decisions_as_in_memory_field_for_field() {
 
 /// Several quotas on one key in one script call: every field of every decision as the
 /// in-memory `AllOf`, nested too, both policies; each quota's state under its own key.
+// Pins G38.
 #[test]
 fn all_of_same_decisions_as_in_memory_field_for_field() {
     let Some(server) = Server::start() else {
@@ -230,6 +233,7 @@ fn all_of_same_decisions_as_in_memory_field_for_field() {
 
 /// A 3-day sliding window in nanoseconds: its weighted counts (up to 10^3 × 2.6·10^14) are
 /// beyond what an `f64` counts exactly, and still agree field for field.
+// Pins G38.
 #[test]
 fn sliding_window_beyond_2_pow_53_same_decisions() {
     let Some(server) = Server::start() else {
@@ -252,6 +256,7 @@ fn sliding_window_beyond_2_pow_53_same_decisions() {
     }
 }
 
+// Pins G38.
 #[test]
 fn gcra_spec_vector() {
     let Some(server) = Server::start() else {
@@ -285,6 +290,7 @@ fn gcra_spec_vector() {
     );
 }
 
+// Pins G38.
 #[test]
 fn earrrl_same_decisions_as_in_memory() {
     let Some(server) = Server::start() else {
@@ -309,6 +315,7 @@ fn earrrl_same_decisions_as_in_memory() {
     }
 }
 
+// Pins G38.
 #[test]
 fn earrrl_spec_vector() {
     let Some(server) = Server::start() else {
@@ -326,6 +333,7 @@ fn earrrl_spec_vector() {
     assert!((rates[18].rate().unwrap() - 3.024221906765).abs() < 1e-12);
 }
 
+// Pins G38.
 #[test]
 fn exponential_same_decisions_as_in_memory() {
     let Some(server) = Server::start() else {
@@ -350,6 +358,7 @@ fn exponential_same_decisions_as_in_memory() {
     }
 }
 
+// Pins G38.
 #[test]
 fn exponential_burst_is_floor_of_limit_over_cost() {
     let Some(server) = Server::start() else {
@@ -375,6 +384,7 @@ fn exponential_burst_is_floor_of_limit_over_cost() {
     }
 }
 
+// Pins G39.
 #[test]
 fn concurrent_clients_get_exact_totals() {
     let Some(server) = Server::start() else {
@@ -414,6 +424,7 @@ fn concurrent_clients_get_exact_totals() {
     }
 }
 
+// Pins G45.
 #[test]
 fn pipelined_batches_count_exactly() {
     let Some(server) = Server::start() else {
@@ -441,6 +452,7 @@ fn seen(a: &Result<Decision, CostError>) -> Result<(bool, Option<u64>), CostErro
 
 /// A batch: one round trip for the whole batch (up to `BATCH_TRIP` requests), each answer what one `check_n` gives (an
 /// in-memory twin), a refused cost its error and not sent.
+// Pins G45.
 #[test]
 fn batches_take_one_round_trip_and_decide_as_check_n() {
     let Some(server) = Server::start() else {
@@ -489,6 +501,7 @@ fn batches_take_one_round_trip_and_decide_as_check_n() {
 
 /// A batch whose round trip fails answers every request it carried with the fail mode,
 /// counted once each; refused costs keep their errors.
+// Pins G42.
 #[test]
 fn a_batch_in_an_outage_answers_the_fail_mode_for_each_request() {
     let Some(server) = Server::start() else {
@@ -527,6 +540,7 @@ fn a_batch_in_an_outage_answers_the_fail_mode_for_each_request() {
 
 /// With the local fast path, a batch answers the keys it knows are denied without sending
 /// them, and learns from the replies of the ones it sends.
+// Pins G43.
 #[test]
 fn a_batch_uses_and_feeds_the_local_fast_path() {
     let Some(server) = Server::start() else {
@@ -555,6 +569,7 @@ fn a_batch_uses_and_feeds_the_local_fast_path() {
     assert_eq!(allowed, [false, true, false]);
 }
 
+// Pins G39.
 #[test]
 fn script_flush_is_survived() {
     let Some(server) = Server::start() else {
@@ -581,6 +596,7 @@ fn script_flush_is_survived() {
     assert_eq!(r.request("k").at(0).check().unwrap().remaining(), Some(2));
 }
 
+// Pins G42.
 #[test]
 fn killed_server_gives_the_fail_mode_quickly() {
     let Some(server) = Server::start() else {
@@ -653,6 +669,7 @@ fn killed_server_gives_the_fail_mode_quickly() {
 
 /// An error that is not an outage (here a key of the wrong type: `WRONGTYPE` from the script)
 /// is never let through by the fail mode: `check` denies and counts it in `errors()`.
+// Pins G42.
 #[test]
 fn a_non_outage_error_is_a_denial_not_the_fail_mode() {
     let Some(server) = Server::start() else {
@@ -720,6 +737,7 @@ fn a_non_outage_error_is_a_denial_not_the_fail_mode() {
     }
 }
 
+// Pins G42.
 #[test]
 fn hung_server_times_out_into_the_fail_mode() {
     let Some(server) = Server::start() else {
@@ -745,6 +763,7 @@ fn hung_server_times_out_into_the_fail_mode() {
     assert!(r.check("k").is_allowed());
 }
 
+// Pins G41.
 #[test]
 fn keys_expire_when_the_state_is_fresh_again() {
     let Some(server) = Server::start() else {
@@ -829,6 +848,7 @@ fn expires_after(raw: &mut redis::Connection, key: &str, idle_in_ns: u64, write:
 /// Every window algorithm's keys expire when its state is equivalent to a fresh key's (the
 /// in-memory `idle_at` of the same state), and a sub-window hash keeps no field that left
 /// the span.
+// Pins G41.
 #[test]
 fn window_keys_expire_when_fresh_and_keep_no_stale_fields() {
     let Some(server) = Server::start() else {
@@ -922,6 +942,7 @@ fn window_keys_expire_when_fresh_and_keep_no_stale_fields() {
     assert_eq!(fields, ["6", "h"]);
 }
 
+// Pins G40.
 #[test]
 fn server_time_decisions() {
     let Some(server) = Server::start() else {
@@ -957,6 +978,7 @@ fn server_time_decisions() {
 /// On Redis' clock (µs): each window algorithm admits its limit of six back-to-back requests
 /// and denies the sixth with an honest wait within the window. The sub-window's 60 buckets of
 /// 1/60 s are not whole microseconds.
+// Pins G40.
 #[test]
 fn window_server_time_decisions() {
     let Some(server) = Server::start() else {
@@ -983,6 +1005,7 @@ fn window_server_time_decisions() {
     six(&server, SubWindow::new(5, s, 60).unwrap(), s * 61 / 60);
 }
 
+// Pins G17, G28.
 #[test]
 fn peek_counts_nothing_and_costs_are_checked_before_the_round_trip() {
     let Some(server) = Server::start() else {
@@ -1010,6 +1033,7 @@ fn peek_counts_nothing_and_costs_are_checked_before_the_round_trip() {
     ));
 }
 
+// Pins G43.
 #[test]
 fn local_fast_path_saves_round_trips_and_keeps_decisions() {
     let Some(server) = Server::start() else {
@@ -1047,6 +1071,7 @@ fn local_fast_path_saves_round_trips_and_keeps_decisions() {
     eprintln!("local fast path: {f} round trips instead of {p} ({denied} denials)");
 }
 
+// Pins G40, G43.
 #[test]
 fn local_fast_path_on_server_time() {
     let Some(server) = Server::start() else {
@@ -1097,6 +1122,7 @@ mod async_client {
             .unwrap()
     }
 
+    // Pins G38.
     #[test]
     fn same_decisions_as_the_sync_client() {
         let Some(server) = Server::start() else {
@@ -1123,6 +1149,7 @@ mod async_client {
     /// The async client's batches: a round trip per `BATCH_TRIP` requests, the answers of one
     /// `check_n` each (an in-memory twin), refused costs not sent; then, the server killed,
     /// the fail mode for each request, counted once each.
+    // Pins G42, G45.
     #[test]
     fn batches_decide_as_check_n_and_fail_over_per_request() {
         let Some(server) = Server::start() else {
@@ -1177,6 +1204,7 @@ mod async_client {
         });
     }
 
+    // Pins G39.
     #[test]
     fn concurrent_tasks_get_exact_totals_and_flush_is_survived() {
         let Some(server) = Server::start() else {

@@ -27,6 +27,7 @@ fn keys(n: usize) -> Vec<String> {
 
 /// 1,000 keys through the standalone URL of one node: upgraded to a cluster client, every key
 /// limited exactly, keys on all three nodes, no errors, no fail-mode decisions.
+// Pins G39.
 #[test]
 fn standalone_url_is_upgraded_and_every_key_is_limited_exactly() {
     let Some(cluster) = Cluster::start() else {
@@ -68,6 +69,7 @@ fn standalone_url_is_upgraded_and_every_key_is_limited_exactly() {
 /// The hybrid limiter on a cluster: two instances lease from the same GCRA states (each
 /// client key in its own slot, over all three nodes, a call per key per interval routed by
 /// slot) and publish merged window counts; between them, exactly each quota.
+// Pins G46, G48.
 #[test]
 fn hybrid_instances_share_each_limit_on_the_cluster() {
     use hotlimit::redis::{Fallback, HybridLimiter};
@@ -127,6 +129,7 @@ fn hybrid_instances_share_each_limit_on_the_cluster() {
 }
 
 /// The hash tag: one key's Redis key hashes by the escaped client key alone.
+// Pins G39.
 #[test]
 fn redis_keys_carry_a_hash_tag() {
     let Some(cluster) = Cluster::start() else {
@@ -153,6 +156,7 @@ fn redis_keys_carry_a_hash_tag() {
 
 /// A batch over keys on every node, in order, with exact counts; twice, so the second batch
 /// sees the first's state.
+// Pins G45.
 #[test]
 fn pipelined_batches_across_nodes_count_exactly() {
     let Some(cluster) = Cluster::start() else {
@@ -248,6 +252,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
     (allowed, denied)
 }
 
+// Pins G38.
 #[test]
 fn same_decisions_as_in_memory_on_the_cluster() {
     let Some(cluster) = Cluster::start() else {
@@ -284,6 +289,7 @@ fn same_decisions_as_in_memory_on_the_cluster() {
 
 /// The four window algorithms and an `AllOf` on the cluster: every field of every decision as
 /// in memory.
+// Pins G38.
 #[test]
 fn windows_same_decisions_as_in_memory_on_the_cluster() {
     let Some(cluster) = Cluster::start() else {
@@ -371,6 +377,7 @@ fn windows_same_decisions_as_in_memory_on_the_cluster() {
 /// The sliding log's script touches two keys (the log and its total): the hash tag keeps
 /// each client's two in one slot, while 300 clients spread over all three nodes, each limited
 /// exactly.
+// Pins G39.
 #[test]
 fn a_multi_key_script_stays_in_one_slot() {
     let Some(cluster) = Cluster::start() else {
@@ -404,6 +411,7 @@ fn a_multi_key_script_stays_in_one_slot() {
 
 /// `SCRIPT FLUSH` on every node between requests: each is reloaded (on every primary) and
 /// the counts stay exact, for single requests and batches.
+// Pins G39.
 #[test]
 fn script_flush_on_all_nodes_is_survived() {
     let Some(cluster) = Cluster::start() else {
@@ -441,6 +449,7 @@ fn script_flush_on_all_nodes_is_survived() {
 
 /// One node SIGKILLed: its keys get the fail mode (open and closed), counted as failures, not
 /// errors; the other nodes' keys still get real decisions.
+// Pins G42.
 #[test]
 fn killed_node_gives_the_fail_mode_for_its_keys_only() {
     let Some(mut cluster) = Cluster::start() else {
@@ -504,6 +513,7 @@ fn killed_node_gives_the_fail_mode_for_its_keys_only() {
 /// no primary its keys get the fail mode, each counted, none an error; once the replica has
 /// taken over, the limiter finds it by itself and decides from the replicated state, exactly
 /// (the script reloaded there if its cache lacks it).
+// Pins G42.
 #[test]
 fn a_failed_over_primary_gives_the_fail_mode_then_real_decisions() {
     let Some(mut cluster) = Cluster::start_with(1) else {
@@ -584,6 +594,7 @@ fn a_failed_over_primary_gives_the_fail_mode_then_real_decisions() {
     assert_eq!((r.stats().failures, r.stats().errors), (outages, 0));
 }
 
+// Pins G39.
 #[cfg(feature = "redis-async")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_client_on_the_cluster_counts_exactly() {

@@ -228,6 +228,7 @@ fn every_algorithm(url: &str) {
     }
 }
 
+// Pins G44.
 #[test]
 fn settle_grants_and_plans_decide_as_in_memory_on_one_server() {
     let Some(server) = Server::start() else {
@@ -236,6 +237,7 @@ fn settle_grants_and_plans_decide_as_in_memory_on_one_server() {
     every_algorithm(&server.url());
 }
 
+// Pins G44.
 #[test]
 fn settle_grants_and_plans_decide_as_in_memory_on_a_cluster() {
     let Some(cluster) = Cluster::start() else {
@@ -247,6 +249,7 @@ fn settle_grants_and_plans_decide_as_in_memory_on_a_cluster() {
 /// The lost reply: the server is frozen while a settle is in flight, so the client times out
 /// and the ticket stays open; the frozen server then runs the settle anyway. The retry finds
 /// the reservation's mark and changes nothing: one refund, not two.
+// Pins G44.
 #[test]
 fn a_settle_retried_after_a_lost_reply_refunds_once() {
     let Some(server) = Server::start() else {
@@ -293,6 +296,7 @@ fn a_settle_retried_after_a_lost_reply_refunds_once() {
 
 /// The answers without a round trip, and the errors: a settle at the charged cost, a denied
 /// ticket, a plan of another window, a grant of zero.
+// Pins G44.
 #[test]
 fn settle_and_plan_edges() {
     let Some(server) = Server::start() else {
@@ -357,6 +361,7 @@ fn settle_and_plan_edges() {
 }
 
 /// On Redis' own clock: a refund comes back and an overrun is a debt, exactly for GCRA.
+// Pins G40.
 #[test]
 fn settle_on_the_server_clock() {
     let Some(server) = Server::start() else {
@@ -383,6 +388,7 @@ fn settle_on_the_server_clock() {
 /// A settle whose debt the clock could not hold (GCRA: more than `CLOCK_MAX / T` units past
 /// the charge; `u64::MAX` here) is a cost error over Redis as in memory: nothing sent, the
 /// ticket still open, and a sane settle then applies.
+// Pins G44.
 #[test]
 fn a_debt_past_the_clock_is_an_error_and_changes_nothing() {
     let Some(server) = Server::start() else {

@@ -16,6 +16,7 @@ use std::time::Duration;
 ///    asserted the request there was allowed; that admission was the saturation of #8 below:
 ///    a tat past the end of the clock cannot be kept, so the request is denied, and no wait
 ///    helps.)
+// Pins G4.
 #[test]
 fn gcra_at_the_end_of_time() {
     let g: Gcra = "10/s".parse().unwrap();
@@ -32,6 +33,7 @@ fn gcra_at_the_end_of_time() {
 }
 
 /// 2. A fixed-window limit of u64::MAX overflowed `limit + 1` while sizing the count field.
+// Pins G16.
 #[test]
 fn fixed_window_limit_u64_max_is_a_typed_error() {
     assert!(matches!(
@@ -45,6 +47,7 @@ fn fixed_window_limit_u64_max_is_a_typed_error() {
 
 /// 3. A sliding log with a huge limit overflowed its total, and strict denials grew it
 ///    without bound. The total is now u128 and tracks the entries exactly.
+// Pins G11, G18.
 #[test]
 fn sliding_log_huge_costs() {
     let l = SlidingLog::new(u64::MAX, Duration::from_secs(1)).unwrap();
@@ -60,6 +63,7 @@ fn sliding_log_huge_costs() {
 }
 
 /// 4. At now = u64::MAX the log forgot everything (`t + window` saturated to `now`).
+// Pins G4.
 #[test]
 fn sliding_log_at_the_end_of_time() {
     let l = SlidingLog::new(1, Duration::from_secs(1)).unwrap();
@@ -71,6 +75,7 @@ fn sliding_log_at_the_end_of_time() {
 }
 
 /// 5. Sub-windows of 1 ns near the end of the clock overflowed `bucket + n`.
+// Pins G4.
 #[test]
 fn sub_window_at_the_end_of_time() {
     let w = SubWindow::new(1, Duration::from_nanos(60), 60).unwrap();
@@ -82,6 +87,7 @@ fn sub_window_at_the_end_of_time() {
 }
 
 /// 6. Costs the limiters reject (0, above capacity) must still not panic the pure step.
+// Pins G17, G18.
 #[test]
 fn out_of_contract_costs_do_not_panic() {
     let sw = SlidingWindow::new(10, Duration::from_secs(1)).unwrap();
@@ -111,6 +117,7 @@ fn out_of_contract_costs_do_not_panic() {
 
 /// 7. An `idle_at` saturated to u64::MAX counted as idle at a clock of u64::MAX, so a sweep
 ///    dropped live state. Sweeps now cap the clock like the algorithms do.
+// Pins G4, G23.
 #[test]
 fn saturated_idle_at_is_never_reached() {
     let x = Exponential::new(10.0, Duration::from_nanos(u64::MAX / 2))
@@ -133,6 +140,7 @@ fn saturated_idle_at_is_never_reached() {
 /// 8. GCRA near the end of the clock admitted everything: at `CLOCK_MAX − 1 s` a `10/s burst
 ///    10` key allowed 100 of 100, because `tat'` saturated below the tombstone and so
 ///    `tat' − now ≤ τ` always held. It now holds its limit there.
+// Pins G4, G6.
 #[test]
 fn gcra_near_the_end_of_the_clock_holds_its_limit() {
     let never = Duration::from_nanos(u64::MAX);
@@ -183,6 +191,7 @@ fn gcra_near_the_end_of_the_clock_holds_its_limit() {
 ///    allowed 10 of 10 at t = 0 with `retry_after` 0, and `1/213000d` (T = 1.84·10^19 ns,
 ///    `2·T` past u64) answered a `retry_after` 422× too early. A quota whose `T`, `B·T` or
 ///    `B·T + cost·T` does not fit is now a typed error; one per century still works exactly.
+// Pins G16.
 #[test]
 fn gcra_rates_too_slow_to_represent_are_errors() {
     for slow in ["0.00000000001/s", "1/213000d"] {
@@ -223,6 +232,7 @@ fn gcra_rates_too_slow_to_represent_are_errors() {
 /// 10. `1/ns` with burst `u64::MAX` admitted a cost of `u64::MAX` twice at one instant (both
 ///     `tat'` saturated to the same value). The burst is now bounded so that `B·T + cost·T`
 ///     fits; at the bound a full-burst cost is admitted once, and honestly denied after.
+// Pins G6.
 #[test]
 fn gcra_largest_burst_is_exact() {
     let err = Gcra::new(Rate::new(1.0, Duration::from_nanos(1)).unwrap())
@@ -266,6 +276,7 @@ fn gcra_largest_burst_is_exact() {
 ///     saturated at the end of its range), for every algorithm but GCRA: each round slept the
 ///     denial's wait, the clock stayed put, and the denial repeated. A wait the clock cannot
 ///     reach now ends with the denial, in every store.
+// Pins G4, G15.
 #[test]
 fn waits_past_the_end_of_the_clock_end() {
     for case in common::cases() {
@@ -286,6 +297,7 @@ fn waits_past_the_end_of_the_clock_end() {
 /// 12. `Rate::per_second` (now crate-private) computed `count · 10^9` before dividing, so `1e300` per second
 ///     overflowed to infinity and EARRRL called it too small. Rates are now checked where
 ///     they are made, each error naming what is wrong.
+// Pins G16.
 #[test]
 fn huge_and_tiny_rates_get_the_right_error() {
     let huge = Rate::new(1e300, Duration::from_secs(1)).unwrap();
@@ -341,6 +353,7 @@ fn kind(r: &Result<Rate, ConfigError>) -> &'static str {
 /// 13. A parsed rate skipped `Rate::new`'s checks: 10^300 per nanosecond parsed to a rate of
 ///     infinity per second (which `Rate::new` refuses as too large, and EARRRL then refused as
 ///     too *small*), and 5·10^-324 per day to a rate of exactly 0 per second.
+// Pins G16.
 #[test]
 fn parsed_rates_are_checked_as_constructed_ones() {
     let huge = format!("1{}/ns", "0".repeat(300));
@@ -377,6 +390,7 @@ proptest::proptest! {
     /// `"<count>/<unit>"` parses exactly when `Rate::new(count, unit)` constructs, to the
     /// same rate, and fails with the same kind of error: over counts from 10^-330 to 10^310
     /// (both ends of f64 and beyond) and every unit.
+    // Pins G16.
     #[test]
     fn parse_and_new_agree_on_every_value(
         mantissa in 1u32..10_000,

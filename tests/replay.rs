@@ -74,6 +74,7 @@ fn replay_ok(args: &[&str], stdin: &str) -> Run {
 
 const GCRA_10_BURST_5: &[&str] = &["--algo", "gcra", "--rate", "10/s", "--burst", "5"];
 
+// Pins G6.
 #[test]
 fn burst_trace_reproduces_the_spec_gcra_vector() {
     let trace = std::fs::read_to_string(concat!(
@@ -144,6 +145,7 @@ fn generated_trace(n: usize) -> String {
     trace
 }
 
+// Pins G9.
 #[test]
 fn fixed_window_trace_reproduces_the_spec_vector() {
     let trace = std::fs::read_to_string(concat!(
@@ -266,6 +268,7 @@ fn window_options_are_applied() {
     );
 }
 
+// Pins G2.
 #[test]
 fn cas_and_mutex_variants_print_the_same_decisions() {
     let trace = generated_trace(3000);
@@ -341,6 +344,7 @@ fn cas_and_mutex_variants_print_the_same_decisions() {
     }
 }
 
+// Pins G2.
 #[test]
 fn papaya_and_compact_stores_print_the_same_decisions() {
     let trace = generated_trace(2000);
@@ -379,6 +383,7 @@ fn papaya_and_compact_stores_print_the_same_decisions() {
     }
 }
 
+// Pins G7.
 #[test]
 fn earrrl_trace_prints_rates_and_first_denies_request_18() {
     let trace: String = (0..40u64)

@@ -22,6 +22,7 @@ fn starts_with_error<T: std::fmt::Debug>(got: Result<T, String>, err: ConfigErro
     assert!(got.starts_with(&err.to_string()), "{got:?} vs {err}");
 }
 
+// Pins G35.
 #[test]
 fn strings_and_fields_build_what_the_constructors_build() {
     let minute = Duration::from_secs(60);
@@ -82,6 +83,7 @@ fn strings_and_fields_build_what_the_constructors_build() {
     );
 }
 
+// Pins G16, G35.
 #[test]
 fn bad_values_fail_with_the_constructors_errors() {
     starts_with_error(from::<Rate>(r#""0/s""#), "0/s".parse::<Rate>().unwrap_err());
@@ -132,6 +134,7 @@ fn bad_values_fail_with_the_constructors_errors() {
 }
 
 /// Plans from a configuration file, one limiter serving them all.
+// Pins G31, G35.
 #[test]
 fn plans_from_a_config_file() {
     let plans: BTreeMap<String, Gcra> =

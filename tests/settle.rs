@@ -178,6 +178,7 @@ fn ops() -> impl Strategy<Value = Vec<(u64, Op)>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
+    // Pins G29.
     #[test]
     fn every_algorithm_and_store_settles_as_the_model(ops in ops(), policy in common::policy()) {
         common::on_every_algorithm(policy, &mut Model(&ops))?;
@@ -187,6 +188,7 @@ proptest! {
     /// `B·T`, negative while in debt), refilled by elapsed time. A take needs `cost·T` of it;
     /// a refund adds back (capped at `B·T`), an overrun takes more (below zero: a debt). Every
     /// take's decision (allowed, remaining, retry_after) must equal the credit's.
+    // Pins G29.
     #[test]
     fn gcra_settles_as_a_token_credit(ops in ops(), policy in common::policy()) {
         const T: i128 = 10_000_000; // 100/s
@@ -246,6 +248,7 @@ proptest! {
 
 /// An overrun past the burst is a debt: nothing is admitted until it is paid, to the
 /// nanosecond, and the denial says when.
+// Pins G14, G29.
 #[test]
 fn a_debt_is_paid_off_exactly() {
     let clock = ManualClock::default();
@@ -266,6 +269,7 @@ fn a_debt_is_paid_off_exactly() {
 
 /// A refund returns units at once; a repeated settle, a denied ticket and a settle equal to the
 /// estimate change nothing; a dropped ticket stands as charged.
+// Pins G17, G29.
 #[test]
 fn refunds_repeats_denials_and_dropped_tickets() {
     let clock = ManualClock::default();
@@ -299,6 +303,7 @@ fn refunds_repeats_denials_and_dropped_tickets() {
 }
 
 /// What the windows, EARRRL and the exponential limiter make of a settle.
+// Pins G29.
 #[test]
 fn windows_and_rates_settle_as_documented() {
     let second = Duration::from_secs(1);
@@ -374,6 +379,7 @@ fn windows_and_rates_settle_as_documented() {
 /// Threads each taking and settling on one key at one instant, every take admitted: the key
 /// ends with exactly the sum of the actual costs charged, on every store (a lost refund or
 /// overrun would show).
+// Pins G1, G29.
 #[test]
 fn threads_taking_and_settling_lose_nothing() {
     let gcra: Gcra = "10/s burst 4000".parse().unwrap();
@@ -487,6 +493,7 @@ impl common::OnAlgorithm for Model<'_> {
 /// A ticket settles only on the limiter and key it was taken for, on every store: anywhere
 /// else the settle is an error that changes nothing and leaves the ticket open, which then
 /// settles where it belongs.
+// Pins G29.
 #[test]
 fn a_ticket_settles_only_where_it_was_taken() {
     use hotlimit::TicketError::{OtherKey, OtherLimiter};
@@ -528,6 +535,7 @@ fn a_ticket_settles_only_where_it_was_taken() {
 /// nothing and leaving the ticket open: GCRA's limit is `charged + CLOCK_MAX / T` (a settle of
 /// `u64::MAX` would otherwise lock the key until the clock's end). A fixed window, whose debt
 /// stops at the window's end, takes any count.
+// Pins G29.
 #[test]
 fn a_debt_past_the_clock_is_an_error_and_changes_nothing() {
     let gcra: Gcra = "10/s burst 5".parse().unwrap();

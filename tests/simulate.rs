@@ -116,6 +116,7 @@ fn abuser_sends_250_then_150_requests() {
     }
 }
 
+// Pins G9.
 #[test]
 fn abuser_fixed_window_lets_the_abuser_through_at_every_window() {
     let (run, st) = abuser_run("fixed-window");
@@ -143,6 +144,7 @@ fn abuser_fixed_window_lets_the_abuser_through_at_every_window() {
     assert_eq!(st.steady_from, Some(3 * WINDOW_NS));
 }
 
+// Pins G6.
 #[test]
 fn abuser_gcra_never_exceeds_burst_plus_rate_and_admits_the_compliant_client_at_once() {
     let (run, st) = abuser_run("gcra");
@@ -262,6 +264,7 @@ fn mixed_abusers_are_mostly_denied_and_strict_earrrl_shuts_them_out() {
     }
 }
 
+// Pins G9.
 #[test]
 fn mixed_window_algorithms_admit_each_steady_abuser_exactly_the_limit() {
     let r = mixed_report();
@@ -273,6 +276,7 @@ fn mixed_window_algorithms_admit_each_steady_abuser_exactly_the_limit() {
     }
 }
 
+// Pins G7.
 #[test]
 fn mixed_page_loads_are_denied_only_by_earrrl_beyond_its_burst() {
     let r = mixed_report();

@@ -7,11 +7,14 @@
 //! generic impl over every store. The tests then assert that every store gives the same
 //! exact answers.
 
-use hotlimit::algo::{Algorithm, Gcra, Reservation};
+use hotlimit::algo::{
+    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, Reservation, SlidingLog, SlidingWindow,
+    SubWindow,
+};
 use hotlimit::store::{Cas, Keys, Locked, QuotaError, SweepReport};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, Decision, DirectLimiter, Jitter,
-    Limiter, Live, ManualClock, Metrics, MutexLimiter, RateLimiter,
+    Limiter, Live, ManualClock, Metrics, MutexLimiter, Policy, RateLimiter,
 };
 use std::future::Future;
 use std::marker::PhantomData;
@@ -251,6 +254,7 @@ fn gcra(quota: &str) -> Gcra {
     quota.parse().unwrap()
 }
 
+// Pins G2, G17, G28.
 #[test]
 fn check_and_peek_decide_alike_everywhere() {
     let clock = ManualClock::default();
@@ -284,6 +288,7 @@ fn check_and_peek_decide_alike_everywhere() {
     }
 }
 
+// Pins G2, G15.
 #[test]
 fn the_waits_end_at_the_honest_time_everywhere() {
     // One clock per store: each wait moves its own clock.
@@ -327,6 +332,7 @@ fn the_waits_end_at_the_honest_time_everywhere() {
     }
 }
 
+// Pins G2, G15.
 #[test]
 fn reserve_paces_alike_everywhere() {
     let clock = ManualClock::default();
@@ -366,6 +372,7 @@ fn reserve_paces_alike_everywhere() {
     }
 }
 
+// Pins G2, G33.
 #[test]
 fn reconfigure_keeps_the_state_everywhere() {
     let clock = ManualClock::default();
@@ -385,6 +392,7 @@ fn reconfigure_keeps_the_state_everywhere() {
     }
 }
 
+// Pins G2, G21.
 #[test]
 fn keyed_stores_sweep_and_report_alike() {
     let clock = ManualClock::default();
@@ -429,6 +437,7 @@ fn keyed_stores_sweep_and_report_alike() {
     }
 }
 
+// Pins G21.
 #[test]
 fn sweep_every_is_reported_by_every_keyed_store() {
     let every = Duration::from_secs(3600);
@@ -447,5 +456,84 @@ fn sweep_every_is_reported_by_every_keyed_store() {
     assert_eq!(
         CompactLimiter::<u64, Gcra>::new(g).max_keys(),
         Some(hotlimit::store::DEFAULT_MAX_KEYS)
+    );
+}
+
+/// Both policies, every algorithm (docs/GUARANTEES.md, "Each algorithm's bound"): a leaky
+/// denial writes nothing, a strict one counts. Two limiters filled alike, one denied once
+/// more: a moment later the two answer alike if the denial wrote nothing (a peek cannot show
+/// it on one limiter: under a strict policy it answers as if it were counted).
+// Pins G6, G7, G8, G9, G10, G11, G12.
+#[test]
+fn a_leaky_denial_writes_nothing_a_strict_one_counts() {
+    fn each<A: Algorithm + Clone + Send + Sync + 'static>(name: &str, leaky: A, strict: A) {
+        for (algo, writes) in [(leaky, false), (strict, true)] {
+            let clock = ManualClock::default();
+            clock.set(Duration::from_secs(1_000));
+            // Filled a millisecond apart (a log's entries then differ), both alike.
+            let (denied, kept) = [(); 2]
+                .map(|_| CasLimiter::<String, A, _>::with_clock(algo.clone(), clock.clone()))
+                .into();
+            while denied.check("k").is_allowed() {
+                assert!(kept.check("k").is_allowed(), "{name}");
+                clock.advance(Duration::from_millis(1));
+            }
+            assert!(kept.check("k").is_denied(), "{name}");
+            clock.advance(Duration::from_millis(1));
+            assert!(denied.check("k").is_denied(), "{name}");
+            clock.advance(Duration::from_millis(1));
+            let (a, b) = (denied.request("k").peek(), kept.request("k").peek());
+            let (a, b) = (a.unwrap(), b.unwrap());
+            // A window's strict count past its limit goes into its newest window, bucket or
+            // entry, which leaves last: no answer shows it (the others' do).
+            let visible = writes && !matches!(name, "fixed" | "sub" | "log");
+            if writes && !visible {
+                continue;
+            }
+            assert_eq!(a != b, visible, "{name}: {a:?} against {b:?}");
+        }
+    }
+    let w = Duration::from_secs(10);
+    let g: Gcra = "5/s burst 3".parse().unwrap();
+    each(
+        "gcra",
+        g.with_policy(Policy::Leaky),
+        g.with_policy(Policy::Strict),
+    );
+    let f = FixedWindow::new(3, w).unwrap();
+    each(
+        "fixed",
+        f.with_policy(Policy::Leaky),
+        f.with_policy(Policy::Strict),
+    );
+    let s = SlidingWindow::new(3, w).unwrap();
+    each(
+        "sliding",
+        s.with_policy(Policy::Leaky),
+        s.with_policy(Policy::Strict),
+    );
+    let log = SlidingLog::new(3, w).unwrap();
+    each(
+        "log",
+        log.with_policy(Policy::Leaky),
+        log.with_policy(Policy::Strict),
+    );
+    let sub = SubWindow::new(3, w, 10).unwrap();
+    each(
+        "sub",
+        sub.with_policy(Policy::Leaky),
+        sub.with_policy(Policy::Strict),
+    );
+    let e = Earrrl::new(Duration::from_secs(2), "3/s".parse().unwrap()).unwrap();
+    each(
+        "earrrl",
+        e.with_policy(Policy::Leaky),
+        e.with_policy(Policy::Strict),
+    );
+    let x = Exponential::new(3.0, w).unwrap();
+    each(
+        "exponential",
+        x.with_policy(Policy::Leaky),
+        x.with_policy(Policy::Strict),
     );
 }

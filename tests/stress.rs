@@ -66,6 +66,7 @@ fn concurrent(make: &common::Make, times: &[u64], per_thread: usize) -> u64 {
     allowed.into_inner()
 }
 
+// Pins G1, G28.
 #[test]
 fn frozen_clock_totals_equal_one_thread() {
     for case in common::cases() {
@@ -92,6 +93,7 @@ fn frozen_clock_totals_equal_one_thread() {
     }
 }
 
+// Pins G1.
 #[test]
 fn moving_clock_totals_equal_sequential_replay() {
     // 40 phases, 37 ms apart, 250 requests per thread per phase.
@@ -108,6 +110,7 @@ fn moving_clock_totals_equal_sequential_replay() {
     }
 }
 
+// Pins G1.
 #[test]
 fn direct_limiter_totals_under_threads() {
     use hotlimit::{algo::Gcra, store::Locked, DirectLimiter};

@@ -28,6 +28,7 @@ fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     false
 }
 
+// Pins G21.
 #[test]
 fn sweeper_runs_and_is_joined_on_drop() {
     let gcra: Gcra = "10/s burst 5".parse().unwrap();
@@ -79,6 +80,7 @@ fn sweeper_runs_and_is_joined_on_drop() {
 
 /// A zero interval would spin a core: `build` refuses it with a typed configuration error, on
 /// both keyed stores.
+// Pins G16.
 #[test]
 fn a_zero_sweep_interval_is_a_config_error() {
     let gcra: hotlimit::algo::Gcra = "10/s".parse().unwrap();

@@ -110,6 +110,7 @@ fn peer_ip() -> PeerIp {
     PeerIp::from_extension::<ConnectInfo<SocketAddr>>()
 }
 
+// Pins G57.
 #[tokio::test]
 async fn burst_passes_then_429_with_retry_after_then_passes_after_the_clock_moves() {
     let clock = ManualClock::default();
@@ -169,6 +170,7 @@ async fn burst_passes_then_429_with_retry_after_then_passes_after_the_clock_move
     assert_eq!(decisions.lock().unwrap().len(), 8);
 }
 
+// Pins G57.
 #[tokio::test]
 async fn headers_parse_and_match_the_limiters_decisions() {
     // A fixed window of 3 per minute, 5 s into it: the reset is 55 s away.
@@ -216,6 +218,7 @@ async fn headers_parse_and_match_the_limiters_decisions() {
     assert_eq!(header(&h, "ratelimit"), Some(r#""default";r=0;t=48"#));
 }
 
+// Pins G59.
 #[tokio::test]
 async fn dry_run_never_denies_and_reports_would_be_denials() {
     let clock = ManualClock::default();
@@ -250,6 +253,7 @@ async fn dry_run_never_denies_and_reports_would_be_denials() {
     assert_eq!(denials[0].1.retry_after(), Duration::from_millis(200));
 }
 
+// Pins G60.
 #[tokio::test]
 async fn missing_key_is_rejected_with_400_by_default() {
     let clock = ManualClock::default();
@@ -284,6 +288,7 @@ async fn raw_get_with_empty_key(addr: SocketAddr) -> String {
     .unwrap()
 }
 
+// Pins G60.
 #[tokio::test]
 async fn an_empty_key_is_a_missing_key() {
     let clock = ManualClock::default();
@@ -343,6 +348,7 @@ async fn an_empty_key_is_a_missing_key() {
         .is_allowed());
 }
 
+// Pins G60.
 #[tokio::test]
 async fn keyless_requests_share_the_fallback_key() {
     let clock = ManualClock::default();
@@ -364,6 +370,7 @@ async fn keyless_requests_share_the_fallback_key() {
     assert!(limiter.check("anonymous").is_denied());
 }
 
+// Pins G60.
 #[tokio::test]
 async fn hostile_keys_are_bounded() {
     let clock = ManualClock::default();
@@ -435,6 +442,7 @@ async fn hostile_keys_are_bounded() {
     assert_eq!(status, StatusCode::OK);
 }
 
+// Pins G59.
 #[tokio::test]
 async fn shadow_mode_lets_everything_through_and_tells_the_handler() {
     let clock = ManualClock::default();
@@ -482,6 +490,7 @@ async fn shadow_mode_lets_everything_through_and_tells_the_handler() {
     assert_eq!(*hooked.lock().unwrap(), 4);
 }
 
+// Pins G60.
 #[tokio::test]
 async fn forwarded_ip_keys_by_the_proxys_entry_not_the_clients() {
     let clock = ManualClock::default();
@@ -506,6 +515,7 @@ async fn forwarded_ip_keys_by_the_proxys_entry_not_the_clients() {
     assert_eq!(limiter.len(), 2);
 }
 
+// Pins G17, G60.
 #[tokio::test]
 async fn cost_function_free_and_impossible_requests() {
     let clock = ManualClock::default();
@@ -551,6 +561,7 @@ async fn cost_function_free_and_impossible_requests() {
     assert_eq!(header(&h, "ratelimit"), Some(r#""default";r=2;t=1"#));
 }
 
+// Pins G57.
 #[tokio::test]
 async fn any_algorithm_and_variant_behind_the_layer() {
     // The mutex twin with a sliding window, and a named policy.
@@ -599,6 +610,7 @@ async fn any_algorithm_and_variant_behind_the_layer() {
     assert_eq!(statuses.iter().position(|&s| s == 429), Some(18));
 }
 
+// Pins G57.
 #[tokio::test]
 async fn nested_layers_advertise_both_policies() {
     let clock = ManualClock::default();
@@ -650,6 +662,7 @@ async fn nested_layers_advertise_both_policies() {
     assert_eq!(h.get_all("ratelimit").iter().count(), 2);
 }
 
+// Pins G59.
 #[tokio::test]
 async fn dry_run_and_shadow_never_refuse_keyless_or_oversized_requests() {
     for mode in [Mode::DryRun, Mode::Shadow] {
@@ -736,6 +749,7 @@ async fn header_trace(app: Router, n: usize) -> Vec<(u16, Option<String>, Option
     out
 }
 
+// Pins G61.
 #[tokio::test]
 async fn a_pending_decision_serves_the_same_responses_as_a_ready_one() {
     fn layer<L: AsyncRateLimiter<str> + AdvertisedQuota>(
@@ -772,6 +786,7 @@ async fn a_pending_decision_serves_the_same_responses_as_a_ready_one() {
     assert_eq!(pending, want);
 }
 
+// Pins G59.
 #[tokio::test]
 async fn a_pending_decision_in_shadow_mode_reaches_the_hook_and_the_handler() {
     let clock = ManualClock::default();
@@ -866,6 +881,7 @@ impl AdvertisedQuota for Broken {
     }
 }
 
+// Pins G61.
 #[tokio::test]
 async fn a_backend_error_answers_503_without_headers_and_never_allows() {
     let reports = Arc::new(Mutex::new(0u32));
@@ -1047,6 +1063,7 @@ async fn paced_client(app: Router, clock: &ManualClock, n: u32) -> (u32, u32, f6
 /// algorithms' `t` is the time until the key is fresh, later than their next unit: a client
 /// that waits it out whenever `r` is 0 gets about half the rate of a sliding window counter;
 /// see the `headers` module docs.)
+// Pins G58.
 #[tokio::test]
 async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
     async fn run(
@@ -1106,6 +1123,7 @@ async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
 
 /// Every draft's fields parse by that draft's grammar (structured fields, RFC 9651), on
 /// allowed and denied responses, with the legacy fields as plain integers.
+// Pins G57.
 #[tokio::test]
 async fn every_drafts_fields_follow_its_grammar() {
     use hotlimit::headers::Draft;
@@ -1181,6 +1199,7 @@ async fn every_drafts_fields_follow_its_grammar() {
 /// Plans: the quota comes from the request (here the API key's prefix), one limiter serves
 /// every plan, and each response advertises the plan that decided it. A plan the limiter
 /// cannot run (another window) is a 503, never an allow.
+// Pins G61, G62.
 #[tokio::test]
 async fn plans_decide_and_advertise_each_requests_quota() {
     let clock = ManualClock::default();
@@ -1243,6 +1262,7 @@ async fn plans_decide_and_advertise_each_requests_quota() {
 
 /// Settle at response time: a provisional cost from the request (`x-estimate`), settled with
 /// what the response reports (`x-used`): fewer units refunded, more charged as a debt.
+// Pins G62.
 #[tokio::test]
 async fn settle_refunds_what_the_response_did_not_use_and_charges_an_overrun_as_debt() {
     let clock = ManualClock::default();
@@ -1320,6 +1340,7 @@ async fn settle_refunds_what_the_response_did_not_use_and_charges_an_overrun_as_
 
 /// A login endpoint that counts failed attempts only: every response but a 401 is refunded in
 /// full, so a user who logs in right is never limited, and one who guesses gets 3 a minute.
+// Pins G62.
 #[tokio::test]
 async fn a_login_endpoint_counts_only_401s() {
     let clock = ManualClock::default();

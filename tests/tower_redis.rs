@@ -80,6 +80,7 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+// Pins G61.
 #[test]
 fn same_headers_as_the_in_memory_layer_and_one_limit_for_two_servers() {
     let Some(server) = Server::start() else {
@@ -181,6 +182,7 @@ fn same_headers_as_the_in_memory_layer_and_one_limit_for_two_servers() {
 /// The hybrid limiter behind the layer, as any in-memory limiter: two servers, each with
 /// its own `HybridLimiter` on one Redis, share each client's quota (5, no fallback: every
 /// admission leased); allowed responses carry the quota's policy, denials a 429.
+// Pins G46.
 #[test]
 fn the_hybrid_limiter_behind_the_layer_shares_one_limit_for_two_servers() {
     use hotlimit::redis::{Fallback, HybridLimiter};
@@ -344,6 +346,7 @@ fn frozen_server(fail_mode: FailMode) {
     });
 }
 
+// Pins G42, G61.
 #[test]
 fn frozen_server_closed_mode_denies_within_the_timeout_without_blocking_the_runtime() {
     frozen_server(FailMode::Closed {
@@ -351,6 +354,7 @@ fn frozen_server_closed_mode_denies_within_the_timeout_without_blocking_the_runt
     });
 }
 
+// Pins G42, G61.
 #[test]
 fn frozen_server_open_mode_allows_within_the_timeout_without_blocking_the_runtime() {
     frozen_server(FailMode::Open);
@@ -360,6 +364,7 @@ fn frozen_server_open_mode_allows_within_the_timeout_without_blocking_the_runtim
 /// script) is neither an allow nor a rate-limit denial, whatever the fail mode: the layer
 /// answers 503 without rate-limit headers, and the limiter counts it in `errors()`, not
 /// `failures()`. Other keys are unaffected.
+// Pins G42, G61.
 #[test]
 fn a_backend_error_is_a_503_under_either_fail_mode() {
     let Some(server) = Server::start() else {
@@ -413,6 +418,7 @@ fn a_backend_error_is_a_503_under_either_fail_mode() {
 
 /// Plans over Redis: the layer hands the request's quota to `AsyncRedisLimiter`, whose script
 /// runs it on the key's one state, and advertises it.
+// Pins G62.
 #[test]
 fn plans_over_redis_decide_and_advertise_each_requests_quota() {
     let Some(server) = Server::start() else {

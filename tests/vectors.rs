@@ -22,6 +22,7 @@ fn summary(ds: &[Decision]) -> Vec<(bool, Option<u64>, u64)> {
         .collect()
 }
 
+// Pins G6.
 #[test]
 fn gcra_spec_vector_leaky() {
     // 10/s, burst 5: T = 100 ms, B·T = 500 ms.
@@ -59,6 +60,7 @@ fn gcra_spec_vector_leaky() {
     assert_eq!(summary(&run(&g, &reqs)), expected);
 }
 
+// Pins G14.
 #[test]
 fn gcra_strict_retry_counts_the_denied_request() {
     let g = "10/s burst 5"
@@ -85,6 +87,7 @@ fn rel(a: f64, b: f64) -> f64 {
     ((a - b) / b).abs()
 }
 
+// Pins G7.
 #[test]
 fn earrrl_spec_vector() {
     // h = 2 s, R = 3/s, one request every 0.25 s from t = 0; default policy strict.
@@ -120,6 +123,7 @@ fn earrrl_spec_vector() {
     }
 }
 
+// Pins G14.
 #[test]
 fn earrrl_retry_after_is_honest_and_tight() {
     for policy in [Policy::Leaky, Policy::Strict] {
@@ -144,6 +148,7 @@ fn earrrl_retry_after_is_honest_and_tight() {
     }
 }
 
+// Pins G8.
 #[test]
 fn exponential_burst_at_one_instant() {
     for (limit, cost, want) in [(10.0, 1, 10), (10.0, 3, 3), (10.0, 10, 1), (7.5, 2, 3)] {
@@ -155,6 +160,7 @@ fn exponential_burst_at_one_instant() {
     }
 }
 
+// Pins G14.
 #[test]
 fn exponential_retry_after_is_honest_and_beats_exims_estimate() {
     for policy in [Policy::Leaky, Policy::Strict] {

@@ -194,6 +194,7 @@ proptest! {
     /// Fixed window (both policies) against the counted list: count = the cost counted in
     /// `now`'s window; allowed iff count + cost ≤ limit; the same `remaining` (leaky: what is
     /// left; a strict denial: 0) and `retry_after` = the end of the window − now for a denial.
+    // Pins G9, G14.
     #[test]
     fn fixed_window_matches_reference(
         limit in 1u64..50,
@@ -252,6 +253,7 @@ proptest! {
     /// iff `prev·(w − elapsed) + (cur + cost)·w ≤ limit·w` (exact) or `< (limit + 1)·w`
     /// (floor), in u128. A denial's retry_after is honest and tight against the reference:
     /// with no new requests, the same request is allowed after it and denied 1 ns before.
+    // Pins G10, G14.
     #[test]
     fn sliding_window_matches_reference(
         limit in 1u64..50,
@@ -317,6 +319,7 @@ proptest! {
     /// Sliding log, leaky, against the list of allowed requests: allowed iff the cost with
     /// `t + w > now` plus cost ≤ limit; the same `remaining`; retry_after = the earliest time
     /// (one of the entries' `t + w`) at which the reference allows the same request, − now.
+    // Pins G11, G14.
     #[test]
     fn sliding_log_leaky_matches_reference(
         limit in 1u64..50,
@@ -380,6 +383,7 @@ proptest! {
     ///   `remaining` are identical (on a trace with no denial, all of them);
     /// * a denial's retry_after is honest and tight against the implementation's own state, and
     ///   honest against the exact reference (which only counts less).
+    // Pins G11, G14.
     #[test]
     fn sliding_log_strict_never_more_lenient_than_exact(
         limit in 1u64..50,
@@ -462,6 +466,7 @@ proptest! {
     /// (lenient); allowed iff the cost with `bucket(now) − span < bucket(t) ≤ bucket(now)`
     /// plus cost ≤ limit. The same `remaining` (a strict denial: 0); a denial's retry_after is
     /// honest and tight against the reference.
+    // Pins G12, G14.
     #[test]
     fn sub_window_matches_reference(
         limit in 1u64..50,
@@ -530,5 +535,63 @@ proptest! {
             }
             check_idle(&algo, &st, k, limit, window)?;
         }
+    }
+}
+
+/// `peek` against `update` on a copy of the state, before each request of a trace: the
+/// same decision for the request's own cost, one unit, the limit and one over it, at its
+/// time and at a time behind the state's newest (which both count as the newest).
+fn peek_is_update_on_a_copy<A: Algorithm>(
+    algo: &A,
+    trace: &[(u64, u64)],
+    limit: u64,
+) -> Result<(), TestCaseError> {
+    let mut st = algo.fresh();
+    for (k, &(now, cost)) in trace.iter().enumerate() {
+        for at in [now, now.saturating_sub(1 + now / 7)] {
+            for c in [cost, 1, limit, limit + 1] {
+                prop_assert_eq!(
+                    algo.peek(&st, at, c),
+                    algo.update(&mut st.clone(), at, c),
+                    "request {} at {} ns, probe cost {}",
+                    k,
+                    at,
+                    c
+                );
+            }
+        }
+        let _ = algo.update(&mut st, now, cost);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(CASES))]
+
+    /// The sub-window and the log peek in place, without the copy the default makes
+    /// (tests/alloc.rs): the same decision as `update` on a copy, both policies, both biases.
+    // Pins G36, G28.
+    #[test]
+    fn sub_window_and_log_peek_in_place_as_update_on_a_copy(
+        limit in 1u64..50,
+        window in window_ns(),
+        buckets in 1u32..12,
+        bias in bias(),
+        policy in policy(),
+        start in start(),
+        load in load(),
+        steps in steps(),
+    ) {
+        let sub = SubWindow::new(limit, Duration::from_nanos(window), buckets)
+            .unwrap()
+            .with_bias(bias)
+            .with_policy(policy);
+        let bucket = window / buckets as u64;
+        let trace = requests(start, &steps, limit, load, window, bucket);
+        peek_is_update_on_a_copy(&sub, &trace, limit)?;
+        let log = SlidingLog::new(limit, Duration::from_nanos(window))
+            .unwrap()
+            .with_policy(policy);
+        peek_is_update_on_a_copy(&log, &trace, limit)?;
     }
 }

@@ -170,6 +170,7 @@ fn fixed_3_per_60s(policy: Policy) -> FixedWindow {
         .with_policy(policy)
 }
 
+// Pins G9.
 #[test]
 fn fixed_window_spec_vector_leaky() {
     let w = fixed_3_per_60s(Policy::Leaky);
@@ -194,6 +195,7 @@ fn fixed_window_spec_vector_leaky() {
 }
 
 /// One trace, both policies: requests at 5, 10 (cost 1), 20 (cost 2), 30, 60 s.
+// Pins G9.
 #[test]
 fn fixed_window_strict_counts_the_denied_cost() {
     play(
@@ -240,6 +242,7 @@ fn sliding_4_per_10s(rounding: Rounding, policy: Policy) -> SlidingWindow {
         .with_policy(policy)
 }
 
+// Pins G10.
 #[test]
 fn sliding_window_exact_leaky() {
     let w = sliding_4_per_10s(Rounding::Exact, Policy::Leaky);
@@ -273,6 +276,7 @@ fn sliding_window_exact_leaky() {
     check_idle("sliding exact leaky", &w, &state, 30 * S, 4);
 }
 
+// Pins G10.
 #[test]
 fn sliding_window_floor_leaky() {
     let w = sliding_4_per_10s(Rounding::Floor, Policy::Leaky);
@@ -302,6 +306,7 @@ fn sliding_window_floor_leaky() {
     check_idle("sliding floor leaky", &w, &state, 30 * S, 4);
 }
 
+// Pins G10.
 #[test]
 fn sliding_window_floor_allows_what_exact_denies() {
     // The common prefix of the two vectors above, then the request at 13 s: prev 4, cur 1,
@@ -325,6 +330,7 @@ fn sliding_window_floor_allows_what_exact_denies() {
     }
 }
 
+// Pins G10.
 #[test]
 fn sliding_window_exact_strict() {
     let w = sliding_4_per_10s(Rounding::Exact, Policy::Strict);
@@ -360,6 +366,7 @@ fn sliding_window_exact_strict() {
     check_idle("sliding exact strict", &w, &state, 30 * S, 4);
 }
 
+// Pins G10.
 #[test]
 fn sliding_window_floor_strict() {
     let w = sliding_4_per_10s(Rounding::Floor, Policy::Strict);
@@ -402,6 +409,7 @@ fn log_5_per_10s(policy: Policy) -> SlidingLog {
         .with_policy(policy)
 }
 
+// Pins G11.
 #[test]
 fn sliding_log_leaky() {
     let w = log_5_per_10s(Policy::Leaky);
@@ -430,6 +438,7 @@ fn sliding_log_leaky() {
     check_idle("log leaky", &w, &state, 22 * S, 5);
 }
 
+// Pins G11.
 #[test]
 fn sliding_log_strict() {
     let w = log_5_per_10s(Policy::Strict);
@@ -473,6 +482,7 @@ fn sub_3_per_10s(bias: Bias, policy: Policy) -> SubWindow {
         .with_policy(policy)
 }
 
+// Pins G12.
 #[test]
 fn sub_window_strict_bias_leaky() {
     let w = sub_3_per_10s(Bias::Strict, Policy::Leaky);
@@ -499,6 +509,7 @@ fn sub_window_strict_bias_leaky() {
     check_idle("sub strict-bias leaky", &w, &state, 24 * S, 3);
 }
 
+// Pins G12.
 #[test]
 fn sub_window_lenient_bias_leaky() {
     let w = sub_3_per_10s(Bias::Lenient, Policy::Leaky);
@@ -525,6 +536,7 @@ fn sub_window_lenient_bias_leaky() {
     check_idle("sub lenient-bias leaky", &w, &state, 20 * S, 3);
 }
 
+// Pins G12.
 #[test]
 fn sub_window_strict_bias_strict() {
     let w = sub_3_per_10s(Bias::Strict, Policy::Strict);
@@ -554,6 +566,7 @@ fn sub_window_strict_bias_strict() {
     check_idle("sub strict-bias strict", &w, &state, 28 * S, 3);
 }
 
+// Pins G12.
 #[test]
 fn sub_window_lenient_bias_strict() {
     let w = sub_3_per_10s(Bias::Lenient, Policy::Strict);
@@ -583,6 +596,7 @@ fn sub_window_lenient_bias_strict() {
 // ---------------------------------------------------------------------------------------------
 // Config errors.
 
+// Pins G16.
 #[test]
 fn zero_limit_window_and_buckets_are_refused() {
     let w = Duration::from_secs(60);
@@ -645,6 +659,7 @@ fn zero_limit_window_and_buckets_are_refused() {
     );
 }
 
+// Pins G16.
 #[test]
 fn limits_beyond_the_state_packing_are_too_large() {
     let too_large_limit = |e: ConfigError| {

@@ -18,6 +18,8 @@
 //!   at 0, anywhere, or just before `CLOCK_MAX`, and rates reach one per century and beyond
 //!   (`Span::Days`);
 //! * EARRRL: with no request, the rate a state shows never increases as time goes on.
+//!
+//! Pins G4, G6, G7, G8, G14, G18, G23 (docs/GUARANTEES.md).
 #![no_main]
 
 use arbitrary::Arbitrary;

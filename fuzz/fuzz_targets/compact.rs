@@ -11,6 +11,8 @@
 //! A sweep must evict exactly the keys whose model state is idle. Keys are capped at 512
 //! distinct ones against `max_keys(1024)`, so capacity eviction (whose victims are the store's
 //! choice) never runs and every decision has one right answer.
+//!
+//! Pins G2, G18, G23 (docs/GUARANTEES.md).
 #![no_main]
 
 use arbitrary::Arbitrary;

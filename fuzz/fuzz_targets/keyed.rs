@@ -13,6 +13,8 @@
 //! a model that went through the same evictions.
 //! Single-threaded: this checks the map, the keying, the cells and the sweep, not the
 //! concurrency (that is `tests/stress.rs`, `tests/eviction.rs` and the loom models).
+//!
+//! Pins G2, G4, G18, G23 (docs/GUARANTEES.md).
 #![no_main]
 
 use arbitrary::Arbitrary;

@@ -5,6 +5,8 @@
 //! 1 ns, and prints to a string that parses back to the same rate; an accepted duration is at
 //! least 1 ns; an accepted GCRA has a non-zero emission interval and a burst of at least 1;
 //! every refusal has a non-empty message (and a `ConfigError` names its field).
+//!
+//! Pins G16, G18 (docs/GUARANTEES.md).
 #![no_main]
 
 use hotlimit::algo::{parse_duration, Exponential, Gcra};

@@ -11,6 +11,8 @@
 //! * sub-window counters: the cost allowed within any `(now − span, now]` never exceeds
 //!   `limit`, where `span` is `k` buckets (strict bias, `k + 1` buckets summed) or `k − 1`
 //!   buckets (lenient, `k` summed).
+//!
+//! Pins G9, G10, G11, G12, G14, G18, G23 (docs/GUARANTEES.md).
 #![no_main]
 
 use arbitrary::Arbitrary;

@@ -282,6 +282,7 @@ mod tests {
     use crate::Rate;
     use std::time::Duration;
 
+    // Pins G13.
     #[test]
     fn two_u64_words_pack_into_one_u128() {
         let q = AllOf::new(
@@ -301,6 +302,7 @@ mod tests {
         );
     }
 
+    // Pins G13.
     #[test]
     fn a_denial_charges_only_the_quotas_that_denied() {
         let loose: Gcra = "10/s burst 10".parse().unwrap();
@@ -315,6 +317,7 @@ mod tests {
         assert_eq!(denied.decision.remaining(), Some(0));
     }
 
+    // Pins G13.
     #[test]
     fn strict_earrrl_counts_its_denial_while_gcra_keeps_its_budget() {
         let gcra: Gcra = "100/s burst 100".parse().unwrap();
@@ -337,6 +340,7 @@ mod tests {
         assert_eq!(q.idle_at(&s), gcra.idle_at(&tat).max(earrrl.idle_at(&e)));
     }
 
+    // Pins G13.
     #[test]
     fn other_pairs_go_behind_the_lock_and_nest() {
         let log = SlidingLog::new(2, Duration::from_secs(1)).unwrap();

@@ -477,6 +477,7 @@ mod tests {
 
         /// `decide` answers and stores exactly what the model does, the ends of the clock's
         /// range and saturating costs included.
+        // Pins G6.
         #[test]
         fn decide_equals_the_model(
             t in prop_oneof![Just(1u64), 1u64..1_000_000_000, 1u64..=MAX_TOLERANCE],

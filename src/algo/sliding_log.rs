@@ -116,18 +116,29 @@ impl SlidingLog {
 
     /// When enough of the oldest entries leave the window for `cost` to fit.
     fn retry_at(&self, log: &LogState, cost: u64) -> u64 {
-        let excess = (log.total + cost as u128).saturating_sub(self.config.limit as u128);
+        self.retry_at_of(log.entries.iter().copied(), log.total, cost)
+    }
+
+    /// [`retry_at`](Self::retry_at) over `entries` (oldest first) totalling `total`: also
+    /// what a peek reads, a view of the log it does not change.
+    fn retry_at_of(
+        &self,
+        entries: impl Iterator<Item = (u64, u64)>,
+        total: u128,
+        cost: u64,
+    ) -> u64 {
+        let excess = (total + cost as u128).saturating_sub(self.config.limit as u128);
         let mut dropped = 0u128;
-        for &(t, c) in &log.entries {
+        let mut last = None;
+        for (t, c) in entries {
             dropped += c as u128;
             if dropped >= excess {
                 return t.saturating_add(self.config.window_ns);
             }
+            last = Some(t);
         }
         // Unreachable for cost ≤ limit: dropping every entry leaves cost ≤ limit.
-        log.entries
-            .back()
-            .map_or(0, |&(t, _)| t.saturating_add(self.config.window_ns))
+        last.map_or(0, |t| t.saturating_add(self.config.window_ns))
     }
 }
 
@@ -181,6 +192,69 @@ impl Algorithm for SlidingLog {
         Decision::denied(self.retry_at(log, cost).saturating_sub(now).max(1))
             .with_remaining(remaining)
             .with_reset_after(self.idle_at(log).saturating_sub(now))
+    }
+
+    /// [`update`](Algorithm::update)'s decision read off the log in place: the default would
+    /// copy the log (an allocation per peek and per partial grant's probe).
+    fn peek(&self, log: &LogState, now: u64, cost: u64) -> Decision {
+        let (limit, w) = (self.config.limit, self.config.window_ns);
+        let now = log
+            .entries
+            .back()
+            .map_or(clamp(now), |&(t, _)| clamp(now).max(t));
+        // What `expire` would drop: the entries that have left the window by `now`.
+        let gone = log
+            .entries
+            .partition_point(|&(t, _)| t.saturating_add(w) <= now);
+        let dropped: u128 = log.entries.range(..gone).map(|&(_, c)| c as u128).sum();
+        let total = log.total - dropped;
+        if total + cost as u128 <= limit as u128 {
+            // `update` pushes the cost at `now`: the log then idles a window after it.
+            return Decision::allowed()
+                .with_remaining(limit - (total as u64 + cost))
+                .with_reset_after(now.saturating_add(w) - now);
+        }
+        let kept = log.entries.range(gone..).copied();
+        let (retry_at, idle_at) = match self.config.policy {
+            Policy::Leaky => (
+                self.retry_at_of(kept, total, cost),
+                log.entries
+                    .back()
+                    .filter(|_| gone < log.entries.len())
+                    .map_or(0, |&(t, _)| t.saturating_add(w)),
+            ),
+            // A strict denial is counted: merged into the newest entry, moved to `now` (or
+            // the log's only entry).
+            Policy::Strict => {
+                let last = log.entries.len() - gone;
+                let grown = |(i, (t, c)): (usize, (u64, u64))| {
+                    if i + 1 == last {
+                        (now, c.saturating_add(cost))
+                    } else {
+                        (t, c)
+                    }
+                };
+                let (entries, total) = match log.entries.back() {
+                    Some(&(_, c)) if last > 0 => (
+                        Some(kept.enumerate().map(grown)),
+                        total + (c.saturating_add(cost) - c) as u128,
+                    ),
+                    _ => (None, cost as u128),
+                };
+                let retry_at = match entries {
+                    Some(e) => self.retry_at_of(e, total, cost),
+                    None => self.retry_at_of(std::iter::once((now, cost)), total, cost),
+                };
+                (retry_at, now.saturating_add(w))
+            }
+        };
+        let remaining = match self.config.policy {
+            Policy::Leaky => limit.saturating_sub(u64::try_from(total).unwrap_or(u64::MAX)),
+            Policy::Strict => 0,
+        };
+        Decision::denied(retry_at.saturating_sub(now).max(1))
+            .with_remaining(remaining)
+            .with_reset_after(idle_at.saturating_sub(now))
     }
 
     /// A refund comes out of the entry the request was logged in (the first at or after

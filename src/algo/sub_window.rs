@@ -158,20 +158,39 @@ impl SubWindow {
     /// to fit.
     fn retry_at(&self, st: &BucketState, cost: u64) -> u64 {
         let n = self.span();
-        let excess = st
-            .total
-            .saturating_add(cost)
-            .saturating_sub(self.config.limit);
-        let oldest = st.head.saturating_sub(n - 1);
+        self.retry_at_of(st.head, st.total, cost, |b| st.counts[(b % n) as usize])
+    }
+
+    /// [`retry_at`](Self::retry_at) for buckets up to `head` totalling `total`, bucket `b`
+    /// counting `count(b)`: also what a peek reads, a view of the ring it does not change.
+    fn retry_at_of(&self, head: u64, total: u64, cost: u64, count: impl Fn(u64) -> u32) -> u64 {
+        let n = self.span();
+        let excess = total.saturating_add(cost).saturating_sub(self.config.limit);
+        let oldest = head.saturating_sub(n - 1);
         let mut dropped = 0;
-        for b in oldest..=st.head {
-            dropped += st.counts[(b % n) as usize] as u64;
+        for b in oldest..=head {
+            dropped += count(b) as u64;
             if dropped >= excess {
                 // Bucket b leaves the span when bucket b + n starts.
                 return b.saturating_add(n).saturating_mul(self.bucket_ns);
             }
         }
-        st.head.saturating_add(n).saturating_mul(self.bucket_ns)
+        head.saturating_add(n).saturating_mul(self.bucket_ns)
+    }
+
+    /// When the newest bucket up to `head` with a count leaves the span (0: none): the
+    /// state's [`idle_at`](Algorithm::idle_at), and a peek's of the ring as it would be.
+    fn idle_at_of(&self, head: u64, count: impl Fn(u64) -> u32) -> u64 {
+        let n = self.span();
+        self.newest_of(head, count)
+            .map_or(0, |b| b.saturating_add(n).saturating_mul(self.bucket_ns))
+    }
+
+    /// The newest bucket up to `head` (within the span) whose count is not 0.
+    fn newest_of(&self, head: u64, count: impl Fn(u64) -> u32) -> Option<u64> {
+        (0..self.span().min(head + 1))
+            .map(|back| head - back)
+            .find(|&b| count(b) > 0)
     }
 }
 
@@ -228,6 +247,53 @@ impl Algorithm for SubWindow {
             .with_reset_after(self.idle_at(st).saturating_sub(now))
     }
 
+    /// [`update`](Algorithm::update)'s decision read off the ring in place: the default would
+    /// copy the ring (an allocation per peek and per partial grant's probe).
+    fn peek(&self, st: &BucketState, now: u64, cost: u64) -> Decision {
+        let (limit, n) = (self.config.limit, self.span());
+        let now = clamp(now);
+        let bucket = (now / self.bucket_ns).max(st.head);
+        // The ring as `advance` would leave it: bucket `b` of the span ending at `bucket`
+        // counts what the ring holds for it, nothing if it is newer than the ring's head.
+        let held = |b: u64| if b <= st.head { self.held(st, b) } else { 0 };
+        let total = if bucket - st.head >= n {
+            0
+        } else {
+            // `advance` empties the slots of buckets head + 1..=bucket: the ones that left.
+            let slot = |b: u64| u64::from(self.held(st, b));
+            st.total - (st.head + 1..=bucket).map(slot).sum::<u64>()
+        };
+        if total.saturating_add(cost) <= limit {
+            let after = total + cost;
+            let idle_at = if cost > 0 {
+                bucket.saturating_add(n).saturating_mul(self.bucket_ns)
+            } else {
+                self.idle_at_of(bucket, held)
+            };
+            return Decision::allowed()
+                .with_remaining(limit - after)
+                .with_reset_after(idle_at.saturating_sub(now));
+        }
+        let (remaining, added) = match self.config.policy {
+            Policy::Leaky => (limit.saturating_sub(total), 0),
+            // A strict denial is counted in the current bucket (saturating).
+            Policy::Strict => {
+                let before = held(bucket);
+                let after = (before as u64).saturating_add(cost).min(COUNT_MAX as u64) as u32;
+                (0, after - before)
+            }
+        };
+        let count = |b: u64| held(b) + if b == bucket { added } else { 0 };
+        let total = total + added as u64;
+        Decision::denied(
+            self.retry_at_of(bucket, total, cost, count)
+                .saturating_sub(now)
+                .max(1),
+        )
+        .with_remaining(remaining)
+        .with_reset_after(self.idle_at_of(bucket, count).saturating_sub(now))
+    }
+
     /// A refund comes out of the bucket the request was counted in while that bucket is in
     /// the span; an overrun is counted in the current bucket (32-bit buckets saturate).
     fn settle(&self, st: &mut BucketState, now: u64, taken_at: u64, charged: u64, actual: u64) {
@@ -256,9 +322,7 @@ impl Algorithm for SubWindow {
 
     /// Fresh once the newest non-empty bucket has left the span.
     fn idle_at(&self, st: &BucketState) -> u64 {
-        let n = self.span();
-        self.newest(st)
-            .map_or(0, |b| b.saturating_add(n).saturating_mul(self.bucket_ns))
+        self.idle_at_of(st.head, |b| self.held(st, b))
     }
 
     /// The debt is the newest non-empty bucket and the total counted (saturating at 2^32 − 1):
@@ -305,10 +369,15 @@ impl Algorithm for SubWindow {
 impl SubWindow {
     /// The newest bucket with a count, if any.
     fn newest(&self, st: &BucketState) -> Option<u64> {
-        let n = self.span();
-        (0..n.min(st.head + 1))
-            .map(|back| st.head - back)
-            .find(|&b| st.counts.get((b % n) as usize).is_some_and(|&c| c > 0))
+        self.newest_of(st.head, |b| self.held(st, b))
+    }
+
+    /// The count `st`'s ring holds in bucket `b`'s slot (0 for a fresh, empty ring).
+    fn held(&self, st: &BucketState, b: u64) -> u32 {
+        st.counts
+            .get((b % self.span()) as usize)
+            .copied()
+            .unwrap_or(0)
     }
 }
 

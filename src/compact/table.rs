@@ -482,13 +482,12 @@ where
             |n| {
                 let slots = self.lines.len() * SLOTS_PER_LINE;
                 let step = (slots / SAMPLE).max(1);
-                let mut sample: Vec<u64> = (0..slots)
-                    .step_by(step)
-                    .filter_map(|i| {
-                        self.lines[i / SLOTS_PER_LINE].0[i % SLOTS_PER_LINE]
-                            .inspect(|_, state| self.core.algo.idle_at(state))
-                    })
-                    .collect();
+                // Its full size at once: one allocation, not a doubling series.
+                let mut sample = Vec::with_capacity(slots.div_ceil(step));
+                sample.extend((0..slots).step_by(step).filter_map(|i| {
+                    self.lines[i / SLOTS_PER_LINE].0[i % SLOTS_PER_LINE]
+                        .inspect(|_, state| self.core.algo.idle_at(state))
+                }));
                 CapacityCut::new(&mut sample, n, self.len() as u64)
             },
             |cut| {

@@ -329,6 +329,7 @@ mod tests {
         (p.quota(), p.window_secs())
     }
 
+    // Pins G58.
     #[test]
     fn a_rate_goes_out_over_the_shortest_whole_second_window_that_carries_it() {
         let s = Duration::from_secs;
@@ -362,6 +363,7 @@ mod tests {
         }
     }
 
+    // Pins G58.
     #[test]
     fn every_store_and_a_live_configuration_advertise_their_quota() {
         use crate::ManualClock;

@@ -34,6 +34,7 @@ impl With for RateLimitHeaders {
     }
 }
 
+// Pins G57.
 #[test]
 fn long_policy_names_still_format() {
     let name = "a-policy-name-long-enough-to-overflow-the-stack-buffer-of-one-hundred-and-twenty-eight-bytes-used-for-header-values";
@@ -59,6 +60,7 @@ fn long_policy_names_still_format() {
     );
 }
 
+// Pins G57.
 #[test]
 fn ceil_secs_rounds_up() {
     assert_eq!(ceil_secs(Duration::ZERO), 0);
@@ -67,6 +69,7 @@ fn ceil_secs_rounds_up() {
     assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
 }
 
+// Pins G57.
 #[test]
 fn every_draft_renders_its_own_syntax() {
     // GCRA 1/s burst 5, three units spent: the next comes back in 0.5 s, all in 2.5 s.
@@ -100,6 +103,7 @@ fn every_draft_renders_its_own_syntax() {
     );
 }
 
+// Pins G58.
 #[test]
 fn t_of_draft_10_is_the_time_to_more_quota() {
     let s = |n: u64| n * 1_000_000_000;
@@ -152,6 +156,7 @@ fn t_of_draft_10_is_the_time_to_more_quota() {
     );
 }
 
+// Pins G59.
 #[test]
 fn modes_decide_what_goes_out() {
     let h = RateLimitHeaders::new(Some(QuotaPolicy::new(10, Duration::from_secs(1))));
@@ -200,6 +205,7 @@ fn render_verdict(v: Verdict) -> Vec<String> {
         .collect()
 }
 
+// Pins G57.
 #[test]
 fn drafts_parse_and_print() {
     for d in [Draft::Ietf07, Draft::Ietf09, Draft::Ietf10] {

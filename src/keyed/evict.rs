@@ -119,12 +119,14 @@ where
         evict_by(
             excess,
             |n| {
-                let mut sample: Vec<u64> = self
-                    .map
-                    .iter(guard)
-                    .filter_map(|(_, cell)| cell.inspect(|state| self.core.algo.idle_at(state)))
-                    .take(CAPACITY_SAMPLE)
-                    .collect();
+                // Its full size at once: one allocation, not a doubling series.
+                let mut sample = Vec::with_capacity(CAPACITY_SAMPLE.min(self.map.len()));
+                sample.extend(
+                    self.map
+                        .iter(guard)
+                        .filter_map(|(_, cell)| cell.inspect(|state| self.core.algo.idle_at(state)))
+                        .take(CAPACITY_SAMPLE),
+                );
                 CapacityCut::new(&mut sample, n, self.map.len() as u64)
             },
             |cut| self.kill_pass(guard, true, || cut.judge()).1,

@@ -87,8 +87,10 @@
 //! everywhere and runs the request again. A batch ([`RedisLimiter::try_check_pipelined`]) may
 //! span nodes: the sync client sends its requests one after another, the async one
 //! concurrently. The timeouts and [`reconnect_after`](RedisBuilder::reconnect_after) hold as for
-//! one server: a request retries a redirection or a lost node connection at most 3 times,
-//! with waits of at most 50 ms, and an outage drops the whole cluster connection, so the next
+//! one server: a request is retried at most 3 times (a redirection or a lost node connection at
+//! once, `TRYAGAIN` or `CLUSTERDOWN` after a wait of at most 50 ms; a node that never answers
+//! a connect costs a try its connect timeout, not a hang), and an outage drops the
+//! whole cluster connection, so the next
 //! request reads the slot map afresh (after a failover, the new primary's).
 //!
 //! # Failures

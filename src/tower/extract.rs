@@ -471,6 +471,7 @@ mod tests {
         f(http::Request::builder()).body(()).unwrap().into_parts().0
     }
 
+    // Pins G60.
     #[test]
     fn forwarded_nodes() {
         let ip = |s: &str| parse_node(s.as_bytes()).map(|ip| ip.to_string());
@@ -484,6 +485,7 @@ mod tests {
         assert_eq!(ip(""), None);
     }
 
+    // Pins G60.
     #[test]
     fn forwarded_lines_count_from_the_right() {
         let p = parts(|b| {
@@ -515,6 +517,7 @@ mod tests {
         assert_eq!(fwd(2), None);
     }
 
+    // Pins G60.
     #[test]
     fn ip_keys_are_canonical() {
         let k = |s: &str, prefix| Key::ip(s.parse().unwrap(), prefix).as_str().to_owned();
@@ -529,6 +532,7 @@ mod tests {
         );
     }
 
+    // Pins G60.
     #[test]
     fn ipv4_keys_match_display() {
         for ip in [

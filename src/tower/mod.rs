@@ -1,3 +1,4 @@
+// G61 (docs/GUARANTEES.md) is pinned by this module's compile_fail doc test.
 //! A [`tower`](https://docs.rs/tower) layer that rate-limits HTTP requests: for servers built
 //! on tower (axum, hyper, tonic). Enabled by the `tower` feature (off by default); it depends
 //! only on `http`, `tower-layer` and `tower-service`, never on a runtime or a server.

@@ -172,11 +172,36 @@ pub fn exponential(s: Shape) -> Exponential {
     Exponential::new(s.limit(), Duration::from_secs(1)).unwrap()
 }
 
+/// The true Unix time (ns): the system clock, less this process's offset where a run
+/// offset its clock ([`FAKETIME`]).
 pub fn unix_ns() -> u64 {
-    SystemTime::now()
+    let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
-        .as_nanos() as u64
+        .as_nanos() as i64;
+    (t - CLOCK_OFFSET.load(std::sync::atomic::Ordering::Relaxed)) as u64
+}
+
+/// This process's clock offset (ns): 0 but in a worker started with one.
+static CLOCK_OFFSET: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// libfaketime, which offsets a process's system clock (`CLOCK_REALTIME`, what
+/// `SystemTime` reads): how a worker is given a clock that disagrees with the others'. Its
+/// monotonic clock is left alone, as NTP would leave it.
+pub const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// Whether libfaketime is here; if not, a message, and a failure under
+/// `HOTLIMIT_REQUIRE_FAKETIME=1` (set by `.ci/run`, which installs it).
+pub fn faketime_installed() -> bool {
+    if std::path::Path::new(FAKETIME).exists() {
+        return true;
+    }
+    assert!(
+        std::env::var("HOTLIMIT_REQUIRE_FAKETIME").as_deref() != Ok("1"),
+        "{FAKETIME} is missing (Debian: libfaketime), but HOTLIMIT_REQUIRE_FAKETIME=1"
+    );
+    eprintln!("skipped: {FAKETIME} is missing (Debian package libfaketime)");
+    false
 }
 
 /// Requests merged over the fleet and sorted: `(Unix ns, key, allowed)`.
@@ -213,8 +238,27 @@ pub struct Outage<'a> {
     pub restart: Box<dyn FnOnce() + 'a>,
 }
 
+/// The arguments that make a fleet test binary run only its `fleet_worker` test: each binary
+/// of the harness has one, ignored in a plain run, whose body is [`worker_main`].
+pub const WORKER_ARGS: [&str; 5] = [
+    "--exact",
+    "fleet_worker",
+    "--ignored",
+    "--nocapture",
+    "--test-threads=1",
+];
+
+/// A worker process's main: runs the spec in [`WORKER_ENV`] and prints its result line.
+pub fn worker_main() {
+    let spec = std::env::var(WORKER_ENV).expect("started by a fleet test, with its spec");
+    let spec: Value = serde_json::from_str(&spec).unwrap();
+    println!("FLEET-RESULT {}", worker(&spec));
+}
+
 /// The worker's side: runs every algorithm of `spec` and returns the results (JSON).
 pub fn worker(spec: &Value) -> Value {
+    let offset = spec["clock_offset_ns"].as_i64().unwrap_or(0);
+    CLOCK_OFFSET.store(offset, std::sync::atomic::Ordering::Relaxed);
     let shape = Shape::from_json(&spec["shape"]);
     let threads: Vec<_> = spec["algos"]
         .as_array()
@@ -245,6 +289,10 @@ pub fn worker(spec: &Value) -> Value {
 
 fn with_limiter<A: HybridAlgorithm>(spec: &Value, name: &str, algo: A) -> Value {
     let shape = Shape::from_json(&spec["shape"]);
+    // A late joiner builds its limiter (and takes requests) only from its time.
+    if let Some(join) = spec["join_at"].as_u64() {
+        std::thread::sleep(Duration::from_nanos(join.saturating_sub(unix_ns())));
+    }
     let seeds: Vec<String> = spec["seeds"]
         .as_array()
         .unwrap()
@@ -273,8 +321,10 @@ fn with_limiter<A: HybridAlgorithm>(spec: &Value, name: &str, algo: A) -> Value 
     // and a hash with them: at the end no fixed window's state may be left), the most ids
     // the merged states were seen under: read again while Redis is away, or until every
     // worker has written again after a restart emptied it (an outage), until the run ends.
-    let ids = (name != "gcra" && seeds.is_empty()).then(|| {
-        let (url, name) = (spec["url"].as_str().unwrap().to_owned(), name.to_owned());
+    let skip = spec["skip_ids"].as_bool().unwrap_or(false);
+    let ids = (name != "gcra" && seeds.is_empty() && !skip).then(|| {
+        let url = spec["observer_url"].as_str().or(spec["url"].as_str());
+        let (url, name) = (url.unwrap().to_owned(), name.to_owned());
         let start = spec["start"].as_u64().unwrap();
         let span = spec["duration_ms"].as_u64().unwrap() * 1_000_000;
         std::thread::spawn(move || {
@@ -392,7 +442,11 @@ fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value) -> Value 
     let names: Vec<String> = (0..shape.keys()).map(|k| format!("k{k}")).collect();
     let mut trace = Vec::new();
     let mut one_off;
+    let joined = spec["join_at"].as_u64().unwrap_or(0);
     for (t, key) in schedule(shape, w, start, end) {
+        if t < joined {
+            continue;
+        }
         // Requests due within a millisecond go now: the thread sleeps in steps of that
         // order anyway. The time recorded is when the check ran.
         let now = unix_ns();
@@ -419,6 +473,7 @@ fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value) -> Value 
             "denied_limit": s.denied_limit, "denied_waiting": s.denied_waiting,
             "leased": s.leased, "returned": s.returned, "charged": s.charged,
             "pushes": s.pushes, "keys": limiter.len() as u64,
+            "subscribed": s.subscribed, "deaf": s.deaf,
             "evicted_capacity": limiter.metrics().sweep.evicted_capacity,
             "debts_kept": limiter.metrics().sweep.debts_kept,
             "debts_restored": limiter.metrics().sweep.debts_restored,
@@ -440,41 +495,103 @@ pub fn run(
     duration: Duration,
     outage: Option<Outage<'_>>,
 ) -> Run {
+    let mut events: Vec<Event<'_>> = Vec::new();
+    let mut window = None;
+    if let Some(o) = outage {
+        window = Some((o.at, o.at + o.down_for));
+        events.push((o.at, o.kill));
+        events.push((o.at + o.down_for, o.restart));
+    }
+    run_with(
+        args,
+        target,
+        shape,
+        algos,
+        duration,
+        Setup {
+            events,
+            window,
+            ..Setup::default()
+        },
+    )
+}
+
+/// Something done to the fleet's surroundings `at` this long into the run.
+pub type Event<'a> = (Duration, Box<dyn FnOnce() + 'a>);
+
+/// How a run is set up beyond its traffic.
+#[derive(Default)]
+pub struct Setup<'a> {
+    /// Done at their times (from the start of the traffic), in order.
+    pub events: Vec<Event<'a>>,
+    /// The fault's window, from the start of the traffic (the run's `outage`).
+    pub window: Option<(Duration, Duration)>,
+    /// Each worker's clock offset, seconds (empty: none), through [`FAKETIME`].
+    pub clock_offsets: Vec<f64>,
+    /// Workers started this long before the traffic (default 2 s: every worker is up,
+    /// connected and subscribed by then).
+    pub lead: Option<Duration>,
+    /// Where a worker reads the instance ids in the hashes from, if not the fleet's URL (a
+    /// proxy's faults are the fleet's, not the observer's).
+    pub observer_url: Option<String>,
+    /// A worker that joins late: `(worker, after)`, its limiter built and its requests taken
+    /// from `after` into the traffic (the others' demand unchanged).
+    pub late: Option<(usize, Duration)>,
+    /// No look at the instance ids in the hashes (a fault that keeps every call from
+    /// completing leaves them as the calls that got through by chance wrote them).
+    pub skip_ids: bool,
+}
+
+/// [`run`] with events at their times and the workers' clocks offset as `setup` says.
+pub fn run_with(
+    args: &[&str],
+    target: &Target,
+    shape: Shape,
+    algos: &[&'static str],
+    duration: Duration,
+    setup: Setup<'_>,
+) -> Run {
     let exe = std::env::current_exe().unwrap();
-    // Start in 2 s: every worker is up, connected and subscribed by then.
-    let start = unix_ns() + 2_000_000_000;
+    let lead = setup.lead.unwrap_or(Duration::from_secs(2));
+    let start = unix_ns() + lead.as_nanos() as u64;
     let children: Vec<_> = (0..WORKERS)
         .map(|w| {
+            let offset = setup.clock_offsets.get(w).copied().unwrap_or(0.0);
             let spec = json!({
                 "url": target.url, "seeds": target.seeds, "worker": w, "start": start,
                 "duration_ms": duration.as_millis() as u64, "shape": shape.to_json(),
-                "algos": algos,
+                "algos": algos, "clock_offset_ns": (offset * 1e9) as i64,
+                "observer_url": setup.observer_url, "skip_ids": setup.skip_ids,
+                "join_at": setup.late.filter(|l| l.0 == w).map(|l| start + l.1.as_nanos() as u64),
             });
-            Command::new(&exe)
-                .args(args)
+            let mut cmd = Command::new(&exe);
+            cmd.args(args)
                 .env(WORKER_ENV, spec.to_string())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn a worker")
+                .stderr(Stdio::inherit());
+            if offset != 0.0 {
+                cmd.env("LD_PRELOAD", FAKETIME)
+                    .env("FAKETIME", format!("{offset:+.3}"))
+                    .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                    .env("FAKETIME_NO_CACHE", "1");
+            }
+            cmd.spawn().expect("spawn a worker")
         })
         .collect();
-    let mut window = None;
-    if let Some(o) = outage {
-        let wait_until = |t: u64| {
-            let now = unix_ns();
-            if t > now {
-                std::thread::sleep(Duration::from_nanos(t - now));
-            }
-        };
-        let from = start + o.at.as_nanos() as u64;
-        wait_until(from);
-        (o.kill)();
-        let to = from + o.down_for.as_nanos() as u64;
-        wait_until(to);
-        (o.restart)();
-        window = Some((from, to));
+    let wait_until = |t: u64| {
+        let now = unix_ns();
+        if t > now {
+            std::thread::sleep(Duration::from_nanos(t - now));
+        }
+    };
+    for (at, event) in setup.events {
+        // An event before the traffic (a negative lead is not expressible) happens at once.
+        wait_until(start + at.as_nanos() as u64);
+        event();
     }
+    let window = setup
+        .window
+        .map(|(from, to)| (start + from.as_nanos() as u64, start + to.as_nanos() as u64));
     let mut per_algo: Vec<(Trace, Vec<Value>)> =
         algos.iter().map(|_| (Vec::new(), Vec::new())).collect();
     for child in children {
@@ -700,6 +817,50 @@ pub fn gcra_allowance(shape: Shape) -> u64 {
 /// state: `rate × secs + burst` and the [`gcra_allowance`].
 pub fn gcra_most(shape: Shape, secs: f64) -> u64 {
     (shape.limit() * secs) as u64 + shape.burst() + gcra_allowance(shape)
+}
+
+/// GCRA's and the windows' bound on a hot `key` (G47, G48): GCRA never above
+/// [`gcra_most`] plus `slack`; a window's worst (count, or sliding estimate) never above its
+/// limit plus what the others admit within one lag ([`window_excess`]), `slack` and
+/// `window_extra` (the fallback's shares where it decided). False for the algorithms it does
+/// not bound (EARRRL, exponential: their callers compare with one exact limiter).
+pub fn assert_gcra_or_window_bound(
+    run: &Run,
+    a: &AlgoRun,
+    key: u32,
+    slack: u64,
+    window_extra: u64,
+) -> bool {
+    let shape = run.shape;
+    let keys = by_key(&a.trace);
+    let t = &keys[&key];
+    let excess = window_excess(run, a, key);
+    match a.name {
+        "gcra" => {
+            let span = (t.last().unwrap().0 - t[0].0) as f64 / 1e9;
+            let bound = gcra_most(shape, span) + slack;
+            let got = admitted(&a.trace, key);
+            assert!(got <= bound, "gcra key {key}: {got} > {bound}");
+        }
+        "fixed" => {
+            let worst = max_per_window(t);
+            let bound = shape.limit() as u64 + excess + slack + window_extra;
+            assert!(
+                worst <= bound,
+                "fixed key {key}: {worst} in a window > {bound}"
+            );
+        }
+        "sliding" => {
+            let worst = max_sliding_estimate(t);
+            let bound = shape.limit() + (excess + slack + window_extra) as f64;
+            assert!(
+                worst <= bound,
+                "sliding key {key}: estimate {worst} > {bound}"
+            );
+        }
+        _ => return false,
+    }
+    true
 }
 
 /// Script calls per key per sync interval over the run: the most any worker made, its keys

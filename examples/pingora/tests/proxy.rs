@@ -207,6 +207,7 @@ fn ratelimit(remaining: u64) -> String {
     format!("ratelimit: \"default\";r={remaining};t=3600")
 }
 
+// Pins G57.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enforce_answers_429_itself_with_the_headers() {
     let (up, seen) = upstream().await;
@@ -242,6 +243,7 @@ async fn enforce_answers_429_itself_with_the_headers() {
     assert_eq!(seen.lock().unwrap().len(), 5);
 }
 
+// Pins G60.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_clients_have_their_own_budgets() {
     let (up, seen) = upstream().await;
@@ -279,6 +281,7 @@ async fn forwarded_clients_have_their_own_budgets() {
     );
 }
 
+// Pins G59.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_never_denies_and_reports_on_the_upstreams_responses() {
     let (up, seen) = upstream().await;
@@ -303,6 +306,7 @@ async fn dry_run_never_denies_and_reports_on_the_upstreams_responses() {
     assert_eq!(seen.lock().unwrap().len(), 8);
 }
 
+// Pins G59.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_tells_the_upstream_and_hides_denials_from_the_client() {
     let (up, seen) = upstream().await;
@@ -333,6 +337,7 @@ async fn shadow_tells_the_upstream_and_hides_denials_from_the_client() {
     assert_eq!(seen[5..], [Some("denied"); 3]);
 }
 
+// Pins G57.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_fields_and_an_older_draft() {
     let (up, _) = upstream().await;
@@ -462,6 +467,7 @@ async fn wait_for_units(redis: &mut redis::Connection, units: u64) {
     }
 }
 
+// Pins G46.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_proxies_share_one_limit_through_redis() {
     let Some(server) = RedisServer::start() else {
@@ -563,6 +569,7 @@ async fn two_proxies_share_one_limit_through_redis() {
 /// Settle at response time: the provisional cost from `x-estimate`, settled with the upstream's
 /// `x-used`: fewer units refunded, more charged as a debt (clients told apart by
 /// X-Forwarded-For).
+// Pins G62.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settle_refunds_unused_units_and_charges_an_overrun_as_debt() {
     let (up, _) = upstream().await;
@@ -619,6 +626,7 @@ async fn settle_refunds_unused_units_and_charges_an_overrun_as_debt() {
 
 /// A login endpoint behind the proxy counting only 401s (`--count-status 401`): good logins are
 /// refunded in full; the fourth failure in the burst of 3 is a 429, for good logins too.
+// Pins G62.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_endpoint_counts_only_failed_attempts() {
     let (up, _) = upstream().await;

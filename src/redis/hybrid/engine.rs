@@ -51,6 +51,17 @@ pub struct FleetContext {
     pub(super) sync_thread: std::sync::OnceLock<std::thread::Thread>,
     /// Local time of the next sync round.
     pub(super) next_tick: AtomicU64,
+    /// Script calls that published (their reply came back): the subscription should hear
+    /// each as a push of its own.
+    pub(super) published: AtomicU64,
+    /// This instance's own pushes heard, counted from [`published`](Self::published) as it
+    /// stood at the subscription: behind it for long, the subscription has gone deaf.
+    pub(super) heard_own: AtomicU64,
+    /// The round trip (ns) of the sample the offset was last set from, and its local time:
+    /// the offset follows the quickest round trips, whose error (half the asymmetry of the
+    /// way there and back) is the smallest.
+    time_rtt: AtomicU64,
+    time_at: AtomicU64,
     pub(super) stats: Counters,
     pub(super) last_error: Mutex<Option<SyncError>>,
     /// Keys for the sync thread (each queued once until it takes them).
@@ -116,6 +127,10 @@ impl FleetContext {
             subscribed_at: AtomicU64::new(0),
             sync_thread: std::sync::OnceLock::new(),
             next_tick: AtomicU64::new(now.saturating_add(interval)),
+            published: AtomicU64::new(0),
+            heard_own: AtomicU64::new(0),
+            time_rtt: AtomicU64::new(u64::MAX),
+            time_at: AtomicU64::new(0),
             stats: Counters::default(),
             last_error: Mutex::new(None),
             queue: Mutex::new(Vec::new()),
@@ -160,8 +175,21 @@ impl FleetContext {
             .clamp(1, self.interval.max(1))
     }
 
-    /// Redis said `redis_ns` at about local time `local`.
-    pub(super) fn observe_time(&self, redis_ns: u64, local: u64) {
+    /// Redis said `redis_ns` at about local time `local`, the midpoint of a round trip of
+    /// `rtt` ns. Taken if the round trip is within a quarter (or 1 ms) of the quickest one the
+    /// offset was set from, or that sample is 10 s old: with jitter on the way, a slow round
+    /// trip's midpoint can be off by half of it, and each such jump would shift every
+    /// decision's time (only the sync thread calls this).
+    pub(super) fn observe_time(&self, redis_ns: u64, local: u64, rtt: u64) {
+        let best = self.time_rtt.load(Ordering::Relaxed);
+        let stale = local.saturating_sub(self.time_at.load(Ordering::Relaxed)) > 10_000_000_000;
+        if rtt > best.saturating_add((best / 4).max(1_000_000)) && !stale {
+            return;
+        }
+        if rtt <= best || stale {
+            self.time_rtt.store(rtt, Ordering::Relaxed);
+            self.time_at.store(local, Ordering::Relaxed);
+        }
         self.offset
             .store(redis_ns.saturating_sub(local), Ordering::Relaxed);
     }

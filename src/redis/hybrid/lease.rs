@@ -633,6 +633,7 @@ mod loom_model {
         }
     }
 
+    // Pins G46.
     #[test]
     fn loom_hybrid_lease_vs_sync_vs_sweep() {
         loom::model(|| {

@@ -40,6 +40,17 @@ pub trait Merge: WordStep<State = Self::Word> + Clone + Debug + Send + Sync + 's
         self.capacity()
     }
 
+    /// `word` as of `now` if it is stamped in a later window than `now`'s: its counts kept,
+    /// in `now`'s window. An instance decides by its own clock until Redis' time is known
+    /// (a cold start), so its states can be stamped ahead of the fleet's time by its clock's
+    /// error; taken as they are, the merged state's window is the latest, which drops every
+    /// other instance's count of the current one (a fleet whose clocks were ±2 s apart
+    /// admitted 1.3–1.9× one exact limiter's windows). Counted now, the requests behind them
+    /// (all in the past) are counted at most early, never lost.
+    fn pull_back(&self, word: Self::Word, _now: u64) -> Self::Word {
+        word
+    }
+
     /// The state of the union of two instances' traffic, as of `now` (shared time, ns).
     fn merge(&self, a: Self::Word, b: Self::Word, now: u64) -> Self::Word;
 
@@ -80,12 +91,25 @@ impl Merge for FixedWindow {
         self.window().as_nanos() as u64
     }
 
+    fn pull_back(&self, word: u64, now: u64) -> u64 {
+        let (index, count) = self.unpack(word);
+        let now_index = now / self.window().as_nanos() as u64;
+        if index > now_index {
+            self.pack(now_index, count)
+        } else {
+            word
+        }
+    }
+
     fn merge(&self, a: u64, b: u64, now: u64) -> u64 {
-        let w = self.window().as_nanos() as u64;
-        let ((ia, ca), (ib, cb)) = (self.unpack(a), self.unpack(b));
-        let index = (now / w).max(ia).max(ib);
-        let at = |i, c| if i == index { c } else { 0 };
-        self.pack(index, (at(ia, ca) + at(ib, cb)).min(self.limit() + 1))
+        let index = now / self.window().as_nanos() as u64;
+        // Now's window: a count of an earlier one is over, one stamped in a later one is
+        // counted here ([`pull_back`](Merge::pull_back)).
+        let at = |word| match self.unpack(word) {
+            (i, c) if i >= index => c,
+            _ => 0,
+        };
+        self.pack(index, (at(a) + at(b)).min(self.limit() + 1))
     }
 
     fn count(&self, own: u64, now: u64, cost: u64) -> u64 {
@@ -111,12 +135,20 @@ impl Merge for SlidingWindow {
         2 * self.window().as_nanos() as u64
     }
 
+    fn pull_back(&self, word: u128, now: u64) -> u128 {
+        let (index, prev, cur) = Self::unpack(word);
+        let now_index = now / self.window().as_nanos() as u64;
+        if index > now_index {
+            Self::pack(now_index, prev, cur)
+        } else {
+            word
+        }
+    }
+
     fn merge(&self, a: u128, b: u128, now: u64) -> u128 {
-        let (ia, ib) = (Self::unpack(a).0, Self::unpack(b).0);
-        let w = self.window().as_nanos() as u64;
-        // Both seen from the later of their windows and now's.
-        let at = now.max(ia.max(ib).saturating_mul(w));
-        let (va, vb) = (self.view(a, at), self.view(b, at));
+        // Both seen from now's window, a state stamped in a later one pulled back to it.
+        let view = |word| self.view(self.pull_back(word, now), now);
+        let (va, vb) = (view(a), view(b));
         let max = u32::MAX as u64 - 1;
         Self::pack(
             va.index.max(vb.index),
@@ -309,9 +341,22 @@ where
         local: u64,
         cost: u64,
     ) -> Verdict {
-        let (own, others) = w.split();
+        let (stored, others) = w.split();
         let now = ctx.shared_now(local);
+        // Re-stamped for good (and published): counted again in its own window later, a
+        // state stamped ahead would deny what the fleet's time allows then.
+        let own = self.pull_back(stored, now);
         let mode = ctx.mode(others != A::UNKNOWN, local);
+        if mode != Mode::Known && *share == 0.0 {
+            // `Fallback::DENY`: nothing decided without the fleet's state. (Standing in for the
+            // others as holding the whole limit is not enough: EARRRL's union would then sit at
+            // exactly its limit, which admits, once per key per idle period.)
+            return Verdict {
+                decision: Decision::denied(ctx.until_tick(local)).with_remaining(0),
+                reason: Reason::Fallback,
+                sync: mode == Mode::Unknown,
+            };
+        }
         let view = match mode {
             Mode::Known if others == A::UNKNOWN => self.fresh(),
             Mode::Known => others,
@@ -325,8 +370,9 @@ where
         } else {
             self.decide_merged(own, view, now, cost)
         };
-        if let Some(own) = counted {
-            *w = A::Entry::join(own, others);
+        let after = counted.unwrap_or(own);
+        if after != stored {
+            *w = A::Entry::join(after, others);
         }
         Verdict {
             decision,
@@ -337,7 +383,7 @@ where
             },
             // Publish what changed; and ask for a key whose fleet state is unknown (the
             // publish's push brings it).
-            sync: counted.is_some() || mode == Mode::Unknown,
+            sync: counted.is_some() || own != stored || mode == Mode::Unknown,
         }
     }
 
@@ -512,5 +558,46 @@ where
         _: u64,
     ) {
         *w = A::Entry::join(w.split().0, *others);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Merge;
+    use crate::algo::{FixedWindow, SlidingWindow};
+    use std::time::Duration;
+
+    const S: u64 = 1_000_000_000;
+
+    /// A state stamped two windows ahead (an instance's clock before Redis' time was known)
+    /// is counted in the current window beside the others', not taken for the newest window
+    /// (which dropped the others' counts: a cold start with clocks ±2 s admitted 1.6–1.9×).
+    // Pins G56.
+    #[test]
+    fn a_window_state_stamped_ahead_is_counted_in_the_current_window() {
+        let fixed = FixedWindow::new(100, Duration::from_secs(1)).unwrap();
+        let now = 10 * S + S / 2;
+        let (ahead, current) = (fixed.pack(12, 30), fixed.pack(10, 50));
+        assert_eq!(fixed.merge(ahead, current, now), fixed.pack(10, 80));
+        assert_eq!(fixed.merge(current, ahead, now), fixed.pack(10, 80));
+        assert_eq!(fixed.pull_back(current, now), current);
+        // Counted on it, the own state is re-stamped in the current window.
+        assert_eq!(fixed.count(ahead, now, 1), fixed.pack(10, 31));
+
+        let sliding = SlidingWindow::new(100, Duration::from_secs(1)).unwrap();
+        let (ahead, current) = (
+            SlidingWindow::pack(12, 5, 30),
+            SlidingWindow::pack(10, 20, 50),
+        );
+        assert_eq!(
+            sliding.merge(ahead, current, now),
+            SlidingWindow::pack(10, 25, 80)
+        );
+        assert_eq!(sliding.pull_back(current, now), current);
+        // A state of the previous window is seen from now's, as before.
+        assert_eq!(
+            sliding.merge(SlidingWindow::pack(9, 7, 40), current, now),
+            SlidingWindow::pack(10, 60, 50)
+        );
     }
 }

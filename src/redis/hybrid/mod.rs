@@ -216,6 +216,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             charged: r(&s.charged),
             pushes: r(&s.pushes),
             subscribed: r(&s.subscribed),
+            deaf: r(&s.deaf),
             sync_lag: d(&s.lag),
             sync_lag_max: d(&s.lag_max),
             push_lag_max: d(&s.push_lag_max),
@@ -600,5 +601,47 @@ where
 {
     fn advertised_quota(&self) -> Option<crate::headers::QuotaPolicy> {
         self.inner.fleet().algo.advertised_quota()
+    }
+}
+
+#[cfg(all(test, not(hotlimit_loom)))]
+mod tests {
+    use super::HybridLimiter;
+    use crate::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
+    use crate::redis::HybridAlgorithm;
+    use std::time::Duration;
+
+    /// The bytes of the debt table of a limiter for `max_keys` (a dead URL: `build` needs no
+    /// Redis), `None` without one.
+    fn table<A: HybridAlgorithm>(algo: A, max_keys: Option<usize>) -> Option<usize> {
+        let b = HybridLimiter::builder("redis://127.0.0.1:1/", algo);
+        let l = match max_keys {
+            Some(m) => b.max_keys(m),
+            None => b,
+        }
+        .build()
+        .unwrap();
+        l.inner.store.core.debts.as_ref().map(|d| d.bytes())
+    }
+
+    /// The merged states keep two halves per key (own and others'): 25.6 bytes per key of
+    /// `max_keys`, 27 MB at the default bound; GCRA keeps none (leases go back to Redis).
+    // Pins G72.
+    #[test]
+    fn the_fleet_debt_table_is_25_6_bytes_per_key_of_max_keys() {
+        let w = Duration::from_secs(1);
+        let m = Some(1_000_000);
+        assert_eq!(table(FixedWindow::new(10, w).unwrap(), m), Some(25_600_000));
+        assert_eq!(
+            table(SlidingWindow::new(10, w).unwrap(), m),
+            Some(25_600_000)
+        );
+        let earrrl = Earrrl::new(w, "10/s".parse().unwrap()).unwrap();
+        assert_eq!(table(earrrl, m), Some(25_600_000));
+        let exponential = Exponential::new(10.0, w).unwrap();
+        assert_eq!(table(exponential, m), Some(25_600_000));
+        assert_eq!(table("10/s".parse::<Gcra>().unwrap(), m), None);
+        let default = table(FixedWindow::new(10, w).unwrap(), None).unwrap();
+        assert_eq!((default as f64 / 1e6).round(), 27.0, "{default}");
     }
 }

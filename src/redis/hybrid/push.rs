@@ -107,6 +107,18 @@ fn listen<A: Engine, C: Clock>(
     sub.set_read_timeout(Some(POLL))?;
     sub.subscribe(channel)?;
     ctx.stats.subscribed.fetch_add(1, Ordering::Relaxed);
+    // Own pushes are counted from here: what was published before may never arrive.
+    ctx.heard_own
+        .store(ctx.published.load(Ordering::Relaxed), Ordering::Relaxed);
+    let mut behind_since: Option<Instant> = None;
+    // A push comes back within milliseconds of its call's reply; this long behind, the
+    // subscription is taken for deaf (a late push costs a resubscription, decided by the
+    // fallback meanwhile; a deaf one undetected, decisions on the others' states as they were).
+    let interval = Duration::from_nanos(ctx.interval);
+    let deaf_after = (5 * interval)
+        .max(Duration::from_millis(100))
+        .min(config.io_timeout.max(Duration::from_millis(1)));
+    sub.set_read_timeout(Some(POLL.min(deaf_after / 2).max(Duration::from_millis(1))))?;
     ctx.recovered();
     // From here on every change is heard of; a state written before lives at most a horizon
     // without a write (sooner, if the sync thread finds no live marker: see `worker.rs`).
@@ -127,6 +139,33 @@ fn listen<A: Engine, C: Clock>(
             Ok(msg) => merge(inner, msg.get_payload_bytes()),
             Err(e) if e.is_timeout() => {}
             Err(e) => return Err(e),
+        }
+        // A half-open subscription (its peer gone without a word, or a proxy that stopped
+        // forwarding) reads nothing and never fails, while the sync rounds' commands pass:
+        // the instance would decide on the others' states as they were, for good. Its own
+        // calls' pushes not coming back within `deaf_after` are the sign.
+        let (sent, heard) = (
+            ctx.published.load(Ordering::Relaxed),
+            ctx.heard_own.load(Ordering::Relaxed),
+        );
+        if heard >= sent {
+            behind_since = None;
+        } else if let Some(behind) = behind_since
+            .get_or_insert_with(Instant::now)
+            .elapsed()
+            .checked_sub(deaf_after)
+        {
+            ctx.stats.deaf.fetch_add(1, Ordering::Relaxed);
+            // The pushes lagged that long at least: the lag the others' changes reached
+            // this instance with.
+            let lag = (behind + deaf_after).as_nanos() as u64;
+            ctx.stats.push_lag_max.fetch_max(lag, Ordering::Relaxed);
+            return Err((
+                ::redis::ErrorKind::IoError,
+                "subscription deaf",
+                format!("{} own pushes not heard back", sent - heard),
+            )
+                .into());
         }
     }
 }
@@ -159,6 +198,9 @@ fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
         .push_lag_max
         .fetch_max(now.saturating_sub(written), Ordering::Relaxed);
     let own = from == ctx.instance;
+    if own {
+        ctx.heard_own.fetch_add(1, Ordering::Relaxed);
+    }
     let guard = store.map.guard();
     let mut pushes = 0;
     while !r.is_empty() {

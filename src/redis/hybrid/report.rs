@@ -105,6 +105,9 @@ pub struct HybridStats {
     pub pushes: u64,
     /// Times the subscription was (re)established.
     pub subscribed: u64,
+    /// Times the subscription was found deaf (half-open: this instance's own pushes not
+    /// heard back within the I/O timeout while its calls succeeded) and made again.
+    pub deaf: u64,
     /// The last sync round's lag: from the start of the round before it (the oldest change
     /// it sent) to its replies. What the others' view of this instance's traffic lags by,
     /// before the push's delivery.
@@ -139,6 +142,7 @@ pub(super) struct Counters {
     pub(super) charged: AtomicU64,
     pub(super) pushes: AtomicU64,
     pub(super) subscribed: AtomicU64,
+    pub(super) deaf: AtomicU64,
     pub(super) lag: AtomicU64,
     pub(super) lag_max: AtomicU64,
     pub(super) push_lag_max: AtomicU64,

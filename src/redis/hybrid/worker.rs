@@ -66,8 +66,9 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
     // What a round waits for more keys once one is queued.
     let gather = (interval / 8).clamp(Duration::from_micros(100), Duration::from_millis(1));
     let mut link = Link::new(config);
-    // The subscription whose live marker was looked at.
-    let mut checked = 0;
+    // The subscription whose live marker was looked at, and the last one a round was run
+    // early for (once each: a look-up that failed waits for the next interval).
+    let (mut checked, mut hurried) = (0, 0);
     // The keys queued or watched.
     let mut books: HashMap<String, Watch<A::KeyBook>> = HashMap::new();
     let mut prev_start = store.core.clock.now();
@@ -139,6 +140,13 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
         let mut extra = Vec::new();
         if subscribed > checked {
             extra.push(::redis::cmd("EXISTS").arg(&live).clone());
+            // And Redis' time, before any request needs it: until then decisions are timed
+            // by this machine's clock, which may be off (see `observe_time`). Not on a
+            // cluster, whose pipelines route by key (its first round's reply says it).
+            link.connect();
+            if !link.is_cluster() {
+                extra.push(::redis::cmd("TIME"));
+            }
         }
         let check = !extra.is_empty();
         if !calls.is_empty() {
@@ -148,15 +156,23 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
         }
         if !calls.is_empty() || check {
             let writes = !calls.is_empty();
+            let t0 = store.core.clock.now();
             let replies = run_round(
                 inner, &mut link, &channel, &mut books, calls, extra, &guard, now,
             );
             if check {
-                if let Some(Ok(v)) = replies.into_iter().next() {
+                let done = store.core.clock.now();
+                let mut replies = replies.into_iter();
+                if let Some(Ok(v)) = replies.next() {
                     checked = subscribed;
                     if ::redis::from_redis_value::<u64>(&v).is_ok_and(|n| n == 0) {
                         ctx.mirror_since.fetch_min(now, Ordering::Relaxed);
                     }
+                }
+                // `TIME`'s reply is a round reply's head: seconds, microseconds.
+                if let Some(Ok(Ok((redis_ns, _)))) = replies.next().map(|r| r.map(split_reply)) {
+                    let mid = t0 + done.saturating_sub(t0) / 2;
+                    ctx.observe_time(redis_ns, mid, done.saturating_sub(t0));
                 }
             }
             if writes {
@@ -179,6 +195,13 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
         let tick = started + interval;
         loop {
             if ctx.stop.load(Ordering::Acquire) {
+                break;
+            }
+            // A new subscription (it wakes this thread): its look-up now, not an interval on
+            // (until it, no key is fresh for the fleet: every decision is the fallback's).
+            let subscribed = ctx.subscribed_at.load(Ordering::Acquire);
+            if subscribed > checked && subscribed != hurried {
+                hurried = subscribed;
                 break;
             }
             if !ctx.queue.lock().is_empty() || !ctx.evicted.lock().is_empty() {
@@ -288,13 +311,15 @@ fn run_round<A: Engine, C: crate::Clock>(
             .unwrap_or(Err(super::BackendError::Unavailable));
         let items = reply.map_err(SyncError::from_backend).and_then(|v| {
             let (redis_ns, items) = split_reply(v)?;
-            ctx.observe_time(redis_ns, mid);
+            ctx.observe_time(redis_ns, mid, done.saturating_sub(t0));
             Ok(items)
         });
         let chunk = calls.by_ref().take(batch.calls).collect::<Vec<_>>();
         match items {
             Ok(items) => {
                 reached = true;
+                // The call published: its push should come back to this instance too.
+                ctx.published.fetch_add(1, Ordering::Relaxed);
                 let mut items = items.into_iter();
                 for call in chunk {
                     let item = items.next().unwrap_or(Value::Nil);
