@@ -238,6 +238,7 @@ pub fn router(service: Arc<Service>) -> Router {
 
 #[cfg(test)]
 mod tests {
+    // Pins G67.
     #[test]
     fn durations_in_protobuf_json_form() {
         use std::time::Duration;

@@ -11,6 +11,7 @@ use clap::{Parser, ValueEnum};
 use hotlimit_server::engine::Backend;
 use hotlimit_server::service::{HeaderStyle, Service, Settings};
 use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum BackendKind {
@@ -99,6 +100,11 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    // The handlers before the ports listen: a signal that comes once they do never gets its
+    // default action (the process ended at once, requests in flight dropped).
+    let term = signal(SignalKind::terminate()).ok();
+    let interrupt = signal(SignalKind::interrupt()).ok();
+    let hangup = signal(SignalKind::hangup()).ok();
     let backend = match args.backend {
         BackendKind::Memory => Backend::Memory {
             max_keys: args.max_keys,
@@ -155,9 +161,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .with_graceful_shutdown(stopped(stop_rx.clone()));
         async move { serve.await }
     });
-    tokio::spawn(reloads(service.clone(), args.reload_ms));
+    tokio::spawn(reloads(service.clone(), args.reload_ms, hangup));
 
-    shutdown_signal().await;
+    tokio::select! {
+        _ = received(term) => {}
+        _ = received(interrupt) => {}
+    }
     eprintln!("hotlimit-server: shutting down (in-flight requests finish)");
     let _ = stop_tx.send(true);
     grpc_task.await??;
@@ -165,10 +174,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Reads the configuration again every `every_ms` and on SIGHUP; a rejected one is logged
-/// with its file and line, and the running one kept.
-async fn reloads(service: Arc<Service>, every_ms: u64) {
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+/// Reads the configuration again every `every_ms` and on SIGHUP (`hup`); a rejected one is
+/// logged with its file and line, and the running one kept.
+async fn reloads(service: Arc<Service>, every_ms: u64, mut hup: Option<Signal>) {
     loop {
         let tick = async {
             if every_ms == 0 {
@@ -199,17 +207,12 @@ async fn reloads(service: Arc<Service>, every_ms: u64) {
     }
 }
 
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// The next delivery of `signal`; never, without its handler.
+async fn received(signal: Option<Signal>) {
+    match signal {
+        Some(mut s) => {
+            s.recv().await;
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
+        None => std::future::pending::<()>().await,
     }
 }

@@ -150,7 +150,8 @@ pub struct Response {
 /// Why a request could not be answered.
 #[derive(Debug)]
 pub enum ServiceError {
-    /// Malformed: no domain, no descriptors, an empty entry key (gRPC `INVALID_ARGUMENT`).
+    /// Malformed: no domain, no descriptors, a descriptor without entries (gRPC
+    /// `INVALID_ARGUMENT`).
     Invalid(String),
     /// A backend failed (gRPC `UNAVAILABLE`: Envoy's `failure_mode_deny` decides).
     Unavailable(String),
@@ -359,12 +360,18 @@ impl Service {
         let mut parts = Vec::new();
         for (d, m) in request.descriptors.iter().zip(&matched) {
             let cost = d.hits.unwrap_or(request.hits).max(1);
-            let Some(m) = m.as_ref().filter(|_| !d.negative) else {
+            let Some(m) = m.as_ref() else {
                 self.metrics.unmatched();
                 statuses.push(ok_without_limit(0));
                 decisions.push(None);
                 continue;
             };
+            if d.negative {
+                // A refund: answered OK, nothing counted (it matched, so not `unmatched`).
+                statuses.push(ok_without_limit(0));
+                decisions.push(None);
+                continue;
+            }
             let rule = &*m.rule;
             let slot = loaded.rules.get(&rule.id).expect("a slot per rule");
             let (requests_per_unit, unit) = match &rule.limit {
@@ -461,7 +468,7 @@ impl Service {
         let headers = self.headers(&statuses, &decisions);
         let ticket = match parts.is_empty() {
             true => None,
-            false => Some(self.open(parts)?),
+            false => Some(self.open(parts).await?),
         };
         Ok(Response {
             overall_code: overall,
@@ -521,38 +528,61 @@ impl Service {
             .collect()
     }
 
-    fn open(&self, parts: Vec<(Arc<Engine>, String, Ticket)>) -> Result<u64, ServiceError> {
+    /// Holds a take's charges under a new ticket. Refused (503) while `max_open_tickets` are
+    /// open and none has expired: then the charges are given back first, so a refused take
+    /// costs nothing (the client has no ticket to settle them with).
+    async fn open(&self, parts: Vec<(Arc<Engine>, String, Ticket)>) -> Result<u64, ServiceError> {
+        match self.open_at(parts, Instant::now()) {
+            Ok(id) => Ok(id),
+            Err((e, parts)) => {
+                for (engine, key, mut t) in parts {
+                    // A refund that fails leaves the charge standing, as a lost ticket does.
+                    let _ = engine.settle(&key, &mut t, 0).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// [`open`](Self::open) at `now` (a seam: tests move time without sleeping); refused, the
+    /// charges come back with the error.
+    #[allow(clippy::type_complexity)]
+    fn open_at(
+        &self,
+        parts: Vec<(Arc<Engine>, String, Ticket)>,
+        now: Instant,
+    ) -> Result<u64, (ServiceError, Vec<(Arc<Engine>, String, Ticket)>)> {
         let mut tickets = self.tickets.lock().expect("poisoned");
         if tickets.len() >= self.settings.max_open_tickets {
             let ttl = self.settings.ticket_ttl;
-            tickets.retain(|_, t| t.taken.elapsed() < ttl);
+            tickets.retain(|_, t| now.saturating_duration_since(t.taken) < ttl);
             if tickets.len() >= self.settings.max_open_tickets {
-                return Err(ServiceError::Busy(format!(
+                let e = ServiceError::Busy(format!(
                     "{} tickets open: settle some first",
-                    tickets.len()
-                )));
+                    self.settings.max_open_tickets
+                ));
+                return Err((e, parts));
             }
         }
         let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
-        tickets.insert(
-            id,
-            Open {
-                taken: Instant::now(),
-                parts,
-            },
-        );
+        tickets.insert(id, Open { taken: now, parts });
         Ok(id)
     }
 
     /// Settles a ticket from a take with the `actual` cost of each descriptor it charged:
     /// the difference is refunded, or charged as a debt. A ticket settles once.
     pub async fn settle(&self, ticket: u64, actual: u64) -> Result<(), ServiceError> {
+        self.settle_at(ticket, actual, Instant::now()).await
+    }
+
+    /// [`settle`](Self::settle) at `now` (a seam: tests move time without sleeping).
+    async fn settle_at(&self, ticket: u64, actual: u64, now: Instant) -> Result<(), ServiceError> {
         let open = self
             .tickets
             .lock()
             .expect("poisoned")
             .remove(&ticket)
-            .filter(|t| t.taken.elapsed() < self.settings.ticket_ttl)
+            .filter(|t| now.saturating_duration_since(t.taken) < self.settings.ticket_ttl)
             .ok_or_else(|| ServiceError::Ticket(format!("no open ticket {ticket}")))?;
         for (engine, key, mut t) in open.parts {
             match engine.settle(&key, &mut t, actual).await {
@@ -640,4 +670,153 @@ async fn build(
         );
     }
     Ok(Loaded { config, rules })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hotlimit::ManualClock;
+
+    /// A service with `hotlimit-server`'s ticket settings (`Settings::memory()`), a rule of
+    /// `limit` a day on a frozen clock.
+    async fn service(limit: u32) -> Service {
+        let settings = Settings {
+            backend: Backend::Memory {
+                max_keys: 1_000,
+                clock: Some(ManualClock::default()),
+            },
+            ..Settings::memory()
+        };
+        let yaml = format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: day, requests_per_unit: {limit}}}\n"
+        );
+        Service::from_sources(&[(PathBuf::from("d.yaml"), yaml)], settings)
+            .await
+            .unwrap()
+    }
+
+    /// One descriptor `k=value` costing `cost`.
+    fn request(value: &str, cost: u64) -> Request {
+        Request {
+            domain: "d".into(),
+            descriptors: vec![Descriptor {
+                entries: vec![("k".into(), value.into())],
+                hits: Some(cost),
+                negative: false,
+            }],
+            hits: 0,
+        }
+    }
+
+    /// The overall codes of checks of `k=value` at these costs, in order.
+    async fn checks(s: &Service, value: &str, costs: &[u64]) -> Vec<Code> {
+        let mut codes = Vec::new();
+        for &cost in costs {
+            let r = s.decide(&request(value, cost), Op::Check).await.unwrap();
+            codes.push(r.overall_code);
+        }
+        codes
+    }
+
+    /// A take of `k=value` at `cost`: its ticket and the instant the service took it at.
+    async fn take(s: &Service, value: &str, cost: u64) -> (u64, Instant) {
+        let r = s.decide(&request(value, cost), Op::Take).await.unwrap();
+        let id = r.ticket.expect("an admitted take has a ticket");
+        (id, s.tickets.lock().unwrap()[&id].taken)
+    }
+
+    /// The message of a settle refused for want of an open ticket (a 404 on the JSON API).
+    fn no_ticket(r: Result<(), ServiceError>) -> String {
+        match r {
+            Err(ServiceError::Ticket(e)) => e,
+            other => panic!("expected no open ticket, got {other:?}"),
+        }
+    }
+
+    // A ticket settles until it is 10 minutes old (the refund lands); from 10 minutes on a
+    // settle is refused (404), once and for good, and the charge stands. No sleeping: the
+    // settles are made at chosen instants.
+    // Pins G74.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_ticket_settles_until_10_minutes_then_is_gone_with_its_charge_standing() {
+        let s = service(5).await;
+        let ttl = Duration::from_secs(600);
+        assert_eq!(s.settings.ticket_ttl, ttl);
+
+        // 3 of 5 taken, settled with 0 used 1 ns before 10 minutes: all 5 back.
+        let (id, at) = take(&s, "a", 3).await;
+        let just_before = at + ttl - Duration::from_nanos(1);
+        s.settle_at(id, 0, just_before).await.unwrap();
+        assert_eq!(checks(&s, "a", &[5, 1]).await, [Code::Ok, Code::OverLimit]);
+
+        // 3 of 5 taken, settled at 10 minutes: refused, and the 3 stay charged.
+        let (id, at) = take(&s, "b", 3).await;
+        let e = no_ticket(s.settle_at(id, 0, at + ttl).await);
+        assert_eq!(e, format!("no open ticket {id}"));
+        // Gone for good: not even a settle dated within the 10 minutes finds it.
+        no_ticket(s.settle_at(id, 0, at).await);
+        assert_eq!(checks(&s, "b", &[2, 1]).await, [Code::Ok, Code::OverLimit]);
+        assert!(s.tickets.lock().unwrap().is_empty());
+    }
+
+    // At 100,000 open tickets a take is refused until some are settled or 10 minutes old: the
+    // expired are dropped to make room, never a live one.
+    // Pins G74.
+    #[tokio::test(flavor = "current_thread")]
+    async fn at_100_000_open_tickets_only_expired_ones_make_room() {
+        let s = service(1_000_000).await;
+        assert_eq!(s.settings.max_open_tickets, 100_000);
+        let ttl = s.settings.ticket_ttl;
+        let (first, first_at) = take(&s, "t", 1).await;
+        let mut last = (first, first_at);
+        for _ in 1..100_000 {
+            last = take(&s, "t", 1).await;
+        }
+        assert_eq!((first, last.0), (1, 100_000));
+
+        // 1 ns before the oldest is 10 minutes old: none expired, no room.
+        let busy = s.open_at(Vec::new(), first_at + ttl - Duration::from_nanos(1));
+        match busy {
+            Err((ServiceError::Busy(e), _)) => {
+                assert_eq!(e, "100000 tickets open: settle some first")
+            }
+            other => panic!("expected busy, got {other:?}"),
+        }
+        assert_eq!(s.tickets.lock().unwrap().len(), 100_000);
+
+        // Once the newest is 10 minutes old, all 100,000 are dropped for the new one.
+        let id = s
+            .open_at(Vec::new(), last.1 + ttl)
+            .map_err(|e| e.0)
+            .unwrap();
+        assert_eq!(id, 100_001);
+        let open: Vec<u64> = s.tickets.lock().unwrap().keys().copied().collect();
+        assert_eq!(open, [100_001]);
+    }
+
+    // A take refused for want of a ticket costs nothing: its charge is given back (with one
+    // ticket open at most, a rule of 5: a take of 2 held, a take of 2 refused, then exactly 3
+    // more admitted).
+    // Pins G74.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_take_refused_for_want_of_a_ticket_charges_nothing() {
+        let settings = Settings {
+            backend: Backend::Memory {
+                max_keys: 1_000,
+                clock: Some(ManualClock::default()),
+            },
+            max_open_tickets: 1,
+            ..Settings::memory()
+        };
+        let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 5}\n";
+        let s = Service::from_sources(&[(PathBuf::from("d.yaml"), yaml.into())], settings)
+            .await
+            .unwrap();
+        take(&s, "r", 2).await;
+        match s.decide(&request("r", 2), Op::Take).await {
+            Err(ServiceError::Busy(e)) => assert_eq!(e, "1 tickets open: settle some first"),
+            other => panic!("expected busy, got {other:?}"),
+        }
+        assert_eq!(checks(&s, "r", &[3, 1]).await, [Code::Ok, Code::OverLimit]);
+    }
 }

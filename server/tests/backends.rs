@@ -27,6 +27,7 @@ fn until(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
+// Pins G65.
 #[test]
 fn two_replicas_on_a_redis_cluster_share_one_exact_limit() {
     let Some(cluster) = common::cluster() else {
@@ -46,6 +47,7 @@ fn two_replicas_on_a_redis_cluster_share_one_exact_limit() {
     }
 }
 
+// Pins G46, G65.
 #[test]
 fn two_replicas_on_the_fleet_limiter_share_one_limit() {
     let Some(redis) = common::redis() else {
@@ -82,6 +84,7 @@ fn two_replicas_on_the_fleet_limiter_share_one_limit() {
     assert_eq!(check(b.http, "d", "token", "t2"), 200);
 }
 
+// Pins G66.
 #[test]
 fn a_running_server_reloads_a_changed_file_and_keeps_unchanged_rules_state() {
     let dir = Scratch::new("backends-reload");

@@ -128,6 +128,7 @@ descriptors:
 "#;
 
 // Example 1: users and default each 500/s independently, other values unmatched, next second restarts.
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn example_1_two_values_500_per_second_each() {
     let (s, clock) = service(EXAMPLE_1).await;
@@ -190,6 +191,7 @@ descriptors:
 "#;
 
 // Example 2: nested marketing 5/day per number, 100/day per number, both descriptors -> logical OR.
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn example_2_nested_descriptors_and_logical_or() {
     let (s, _clock) = service(EXAMPLE_2).await;
@@ -258,6 +260,7 @@ descriptors:
 "#;
 
 // Example 3: 10/s per IP; key/value is matched before key, so 50.0.0.5 (0/s) is always over.
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn example_3_most_specific_match_first() {
     let (s, _clock) = service(EXAMPLE_3).await;
@@ -297,6 +300,7 @@ descriptors:
 "#;
 
 // Example 4: a two-entry descriptor skips a one-level rule and matches the nested one (300/s).
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn example_4_rules_apply_at_the_descriptors_depth() {
     let two = req("example4", &[&[("key", "value"), ("subkey", "subvalue")]]);
@@ -333,6 +337,7 @@ descriptors:
 "#;
 
 // Example 5: an unlimited descriptor is OK with LimitRemaining = MaxUint32; azure 100/min.
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn example_5_unlimited() {
     let (s, _clock) = service(EXAMPLE_5).await;
@@ -384,6 +389,7 @@ descriptors:
 "#;
 
 // Example 6: shadow_mode user-a never limited but its breaches of 10/s counted; user-b 20/s.
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn example_6_shadow_mode() {
     let (s, _clock) = service(EXAMPLE_6).await;
@@ -457,6 +463,7 @@ descriptors:
 "#;
 
 // Example 7: key_1 5/s, key_2 10/s, both together 10/s with specific_limit neither decided nor counted.
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn example_7_replaces() {
     let key_1: &[(&str, &str)] = &[("key_1", "value_1"), ("user", "bkthomps")];
@@ -518,6 +525,7 @@ descriptors:
 "#;
 
 // Example 8: detailed_metric accepted; key1=<any> 10/min per value, key1=value1 20/min.
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn example_8_detailed_metric() {
     let (s, _clock) = service(EXAMPLE_8).await;
@@ -577,6 +585,7 @@ async fn assert_wildcard(yaml: &str, key: &str, matching: &[&str], other: &[&str
 }
 
 // Example 9: trailing/middle/multiple wildcards match as listed, 20/min per distinct value.
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn example_9_wildcards() {
     assert_wildcard(
@@ -632,6 +641,7 @@ descriptors:
 "#;
 
 // Example 10: value_to_metric configurations load; 60/min and 100/min per full descriptor.
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn example_10_value_to_metric() {
     let (s, _clock) = service(EXAMPLE_10).await;
@@ -710,6 +720,7 @@ descriptors:
 "#;
 
 // Example 11: files/* shares 10/hour (5 a.pdf + 5 b.csv, c.txt over), files_no_share/* 10 each.
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn example_11_share_threshold() {
     let (s, _clock) = service(EXAMPLE_11).await;
@@ -766,6 +777,7 @@ async fn example_11_share_threshold() {
 // ---- Rejected configurations (envoyproxy/ratelimit's own rejection cases) ----
 
 // envoyproxy/ratelimit: "config file cannot have empty domain" (missing or empty).
+// Pins G63.
 #[test]
 fn rejects_an_empty_domain() {
     let err = reject("domain: \"\"\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n");
@@ -776,6 +788,7 @@ fn rejects_an_empty_domain() {
 }
 
 // envoyproxy/ratelimit: "descriptor has empty key" (missing or empty), pointing at it.
+// Pins G63.
 #[test]
 fn rejects_a_descriptor_without_a_key() {
     let missing = r#"domain: d
@@ -799,6 +812,7 @@ descriptors:
 }
 
 // envoyproxy/ratelimit: "duplicate descriptor composite key" among siblings (not cousins).
+// Pins G63.
 #[test]
 fn rejects_duplicate_composite_keys() {
     let text = r#"domain: d
@@ -858,6 +872,7 @@ descriptors:
 }
 
 // envoyproxy/ratelimit rejects unknown keys (its strict YAML unmarshal): at every level.
+// Pins G63.
 #[test]
 fn rejects_unknown_fields() {
     let misspelled = r#"domain: d
@@ -892,6 +907,7 @@ descriptors:
 }
 
 // envoyproxy/ratelimit: a descriptor list entry must be a map.
+// Pins G63.
 #[test]
 fn rejects_descriptors_that_are_not_maps() {
     let text = "domain: d\ndescriptors:\n  - a\n  - b\n";
@@ -901,6 +917,7 @@ fn rejects_descriptors_that_are_not_maps() {
 }
 
 // envoyproxy/ratelimit: "invalid rate limit unit" (unknown or missing, when not unlimited).
+// Pins G63.
 #[test]
 fn rejects_an_invalid_unit() {
     let text = r#"domain: d
@@ -924,6 +941,7 @@ descriptors:
 }
 
 // envoyproxy/ratelimit: "should not specify rate limit unit when unlimited".
+// Pins G63.
 #[test]
 fn rejects_a_unit_on_an_unlimited_rule() {
     let text = r#"domain: d
@@ -941,6 +959,7 @@ descriptors:
 }
 
 // envoyproxy/ratelimit: "should not have an empty replaces entry".
+// Pins G63.
 #[test]
 fn rejects_an_empty_replaces_name() {
     let text = r#"domain: d
@@ -966,6 +985,7 @@ descriptors:
 }
 
 // envoyproxy/ratelimit: "replaces should not contain name of same descriptor".
+// Pins G63.
 #[test]
 fn rejects_replacing_itself() {
     let text = r#"domain: d
@@ -986,6 +1006,7 @@ descriptors:
 }
 
 // envoyproxy/ratelimit: "share_threshold can only be used with wildcard values".
+// Pins G63.
 #[test]
 fn rejects_share_threshold_without_a_wildcard() {
     let text = r#"domain: d
@@ -1012,6 +1033,7 @@ descriptors:
 }
 
 // envoyproxy/ratelimit: one domain per file, never the same domain in two files.
+// Pins G63.
 #[test]
 fn rejects_a_duplicate_domain() {
     let a = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
@@ -1024,6 +1046,7 @@ fn rejects_a_duplicate_domain() {
 }
 
 // hotlimit's extension: an unknown algorithm is rejected, naming it.
+// Pins G63.
 #[test]
 fn rejects_an_unknown_algorithm() {
     let text = r#"domain: d
@@ -1048,6 +1071,7 @@ fn loads(text: &str) -> bool {
 }
 
 // hotlimit's extension: `burst` is a GCRA setting, rejected on a fixed window.
+// Pins G63.
 #[test]
 fn rejects_burst_on_a_fixed_window() {
     let text = r#"domain: d
@@ -1072,6 +1096,7 @@ descriptors:
 }
 
 // hotlimit's extension: gcra with burst 20 admits exactly 20 at an instant, then 1 per 100 ms.
+// Pins G63.
 #[tokio::test(flavor = "current_thread")]
 async fn gcra_with_a_burst() {
     let text = r#"domain: d
@@ -1122,6 +1147,7 @@ descriptors:
 "#;
 
 // Reload: an unchanged rule keeps its count, a changed one restarts, a rejected file changes nothing.
+// Pins G66.
 #[tokio::test(flavor = "current_thread")]
 async fn reload_keeps_unchanged_rules_and_survives_a_bad_file() {
     let (s, _clock) = service(RELOAD_BEFORE).await;

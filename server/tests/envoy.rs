@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{client, envoy, get, server, upstream, Envoy, Scratch};
+use common::{client, envoy, get, metrics, server, upstream, Envoy, Scratch};
 
 /// The rules: per user (a header), per client address, `replaces` (envoyproxy/ratelimit's
 /// README, example 7) and `shadow_mode` (example 6).
@@ -164,19 +164,14 @@ fn count(statuses: &[u16], code: u16) -> usize {
 
 /// The counter `name` for `rule` in a server's `/metrics`.
 fn counter(http: u16, name: &str, rule: &str) -> u64 {
-    let body = client()
-        .get(format!("http://127.0.0.1:{http}/metrics"))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
     let prefix = format!("hotlimit_{name}_total{{domain=\"edge\",rule=\"{rule}\"}} ");
-    body.lines()
+    metrics(http)
+        .lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .map_or(0, |v| v.parse().unwrap())
 }
 
+// Pins G57, G64.
 #[test]
 fn denials_answer_429_with_headers_and_the_configured_count_per_descriptor() {
     let dir = Scratch::new("envoy-basic");
@@ -236,6 +231,7 @@ fn denials_answer_429_with_headers_and_the_configured_count_per_descriptor() {
     assert_eq!(counter(srv.http, "over_limit", "edge.remote_address"), 3);
 }
 
+// Pins G64.
 #[test]
 fn replaces_and_shadow_mode_behave_as_envoyproxy_ratelimit_documents() {
     let dir = Scratch::new("envoy-replaces");
@@ -260,6 +256,7 @@ fn replaces_and_shadow_mode_behave_as_envoyproxy_ratelimit_documents() {
     assert_eq!(counter(srv.http, "shadow_mode", "edge.soft"), 5);
 }
 
+// Pins G64.
 #[test]
 fn failure_mode_deny_is_honoured_when_the_service_is_stopped() {
     let dir = Scratch::new("envoy-fail");
@@ -281,6 +278,7 @@ fn failure_mode_deny_is_honoured_when_the_service_is_stopped() {
     assert_eq!(statuses(&e, "/user", &[], 2), [200, 200]);
 }
 
+// Pins G65.
 #[test]
 fn two_replicas_on_redis_share_one_limit_behind_envoy() {
     let Some(redis) = common::redis() else {

@@ -22,6 +22,7 @@ descriptors:
       algorithm: gcra
 "#;
 
+// Pins G67.
 #[test]
 fn a_python_client_checks_takes_and_settles() {
     if !installed("python3", "HOTLIMIT_REQUIRE_PYTHON", "install python3") {

@@ -122,17 +122,25 @@ pub struct Server {
     pub http: u16,
 }
 
-/// Starts `hotlimit-server` on `config` with `args` (backend, headers...) and waits until
-/// both its ports listen.
-pub fn server(config: &std::path::Path, args: &[&str]) -> Server {
-    let (grpc, http) = (free_port(), free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_hotlimit-server"))
+/// The command that starts `hotlimit-server` on `config` with `args`, its gRPC and HTTP
+/// ports on loopback (stdout discarded).
+pub fn server_command(config: &std::path::Path, args: &[&str], grpc: u16, http: u16) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hotlimit-server"));
+    command
         .arg("--config")
         .arg(config)
         .args(["--grpc", &format!("127.0.0.1:{grpc}")])
         .args(["--http", &format!("127.0.0.1:{http}")])
         .args(args)
-        .stdout(Stdio::null())
+        .stdout(Stdio::null());
+    command
+}
+
+/// Starts `hotlimit-server` on `config` with `args` (backend, headers...) and waits until
+/// both its ports listen.
+pub fn server(config: &std::path::Path, args: &[&str]) -> Server {
+    let (grpc, http) = (free_port(), free_port());
+    let child = server_command(config, args, grpc, http)
         .spawn()
         .expect("spawn hotlimit-server");
     let mut proc = Proc(child);
@@ -213,6 +221,17 @@ pub fn client() -> ureq::Agent {
         .timeout_global(Some(Duration::from_secs(10)))
         .build()
         .into()
+}
+
+/// A server's `/metrics` page (Prometheus' text format).
+pub fn metrics(http: u16) -> String {
+    client()
+        .get(format!("http://127.0.0.1:{http}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap()
 }
 
 /// `GET url` with headers: the status and the response's headers (lowercase names).
