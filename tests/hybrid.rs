@@ -17,6 +17,7 @@ use hotlimit::{
     TicketError,
 };
 use redis_server::Server;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Polls `cond` until it holds, at most 10 s.
@@ -995,6 +996,50 @@ fn a_fresh_key_at_once_on_every_instance_stays_within_the_burst_once_shares_add_
             "{n} instances at {share}"
         );
     }
+}
+
+/// Beyond its lease an instance admits at most `⌊share × B⌋` ahead of Redis, and a round's
+/// call that is out (sent, its reply not back) has not charged anything yet: the units it
+/// carries still count against that budget until the reply comes. (They once left it as the
+/// call was sent, so a slow Redis let each instance run twice its budget ahead: a CI run found
+/// 10 admitted of a burst of 8 by four instances at a quarter each.)
+// Pins G47.
+#[test]
+fn a_call_out_to_redis_still_counts_against_the_budget_ahead_of_it() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let proxy = Proxy::start(([127, 0, 0, 1], server.port).into());
+    let (burst, share) = (8, 0.25);
+    let l = current(
+        HybridLimiter::builder(proxy.url(), hourly(burst))
+            .redis(|r| r.key_prefix("g47-out:").io_timeout(Duration::from_secs(10)))
+            .sync_interval(Duration::from_millis(5))
+            .fallback(Fallback::share(share).unwrap())
+            .build()
+            .unwrap(),
+    );
+    proxy.faults.stall(true);
+    // The budget, ⌊0.25 × 8⌋ = 2, ahead of Redis.
+    assert_eq!((0..2).filter(|_| l.check("k").is_allowed()).count(), 2);
+    // The round charging them is out, held on its way.
+    eventually("the round's call out", || {
+        proxy.faults.held_calls.load(Ordering::Relaxed) > 0
+    });
+    // Still two ahead until Redis answers: every request waits.
+    let while_out = (0..4).filter(|_| l.check("k").is_allowed()).count();
+    assert_eq!(while_out, 0, "admitted while the call was out");
+    let s = l.stats();
+    assert_eq!((s.degraded, s.denied_waiting), (0, 4), "{s:?}");
+    proxy.faults.stall(false);
+    // Charged: the rest of the burst, and no more (nothing refills in the test's time).
+    assert_eq!(drain(&l, "k", 5), burst - 2);
+    drop(l);
+    let r = RedisLimiter::builder(server.url(), hourly(burst))
+        .key_prefix("g47-out:")
+        .build()
+        .unwrap();
+    assert!(!r.check("k").is_allowed(), "Redis did not hold all {burst}");
 }
 
 /// What one instance cut off from Redis admits of a fresh key, and how it counted its 40

@@ -42,6 +42,9 @@ pub struct Faults {
     /// Chunks held back by a loss, bytes dropped on deaf subscriptions: the fault happened.
     pub lost: AtomicU64,
     pub dropped: AtomicU64,
+    /// Script calls (`EVAL`, `EVALSHA`) a stall has held on their way to Redis: a round is
+    /// out, and waits.
+    pub held_calls: AtomicU64,
 }
 
 impl Faults {
@@ -230,6 +233,9 @@ fn pump(
             if !wait.is_zero() {
                 std::thread::sleep(wait);
             }
+            if upward && faults.stalled.load(Ordering::Relaxed) && contains(&chunk, b"EVAL") {
+                faults.held_calls.fetch_add(1, Ordering::Relaxed);
+            }
             while faults.stalled.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -249,7 +255,12 @@ fn pump(
 
 /// Whether a client's chunk is a subscription (RESP: the command name as a bulk string).
 fn is_subscribe(chunk: &[u8]) -> bool {
+    contains(chunk, b"SUBSCRIBE")
+}
+
+/// Whether `chunk` holds `word`, in any case.
+fn contains(chunk: &[u8], word: &[u8]) -> bool {
     chunk
-        .windows(b"SUBSCRIBE".len())
-        .any(|w| w.eq_ignore_ascii_case(b"SUBSCRIBE"))
+        .windows(word.len())
+        .any(|w| w.eq_ignore_ascii_case(word))
 }

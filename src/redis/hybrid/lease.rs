@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | 0–63 | `view` | the key's TAT as this instance knows it (local clock, ns): the last pushed shared TAT, plus what this instance admitted beyond its lease since |
 //! | 64–95 | `units` | lease units left |
-//! | 96–124 | `debt` | units admitted beyond the lease (or, strict, denied) and not yet sent to Redis |
+//! | 96–124 | `debt` | units admitted beyond the lease (or, strict, denied) and not yet charged: a call in flight still counts them until its reply |
 //! | 125 | `known` | `view` holds a pushed TAT (not only the fallback's own) |
 //! | 126 | `back` | the debt includes units admitted while Redis was away: charged back-dated |
 //!
@@ -95,11 +95,11 @@ pub struct KeyBook {
     quiet: u32,
 }
 
-/// What one key's call took from its entry, to owe again if the call fails.
+/// What one key's call carries: the debt it charges (still in the entry until the reply),
+/// the units it asks for and those it hands back.
 #[derive(Debug)]
 pub struct Sent {
     debt: u64,
-    back: bool,
     want: u64,
     give: u64,
 }
@@ -299,16 +299,10 @@ impl Engine for Gcra {
         closing: bool,
     ) -> Visit<Sent> {
         let denied = cell.take_pending();
-        // The debt first: it is demand too (admissions beyond the lease).
-        let taken = cell.update(&ctx.cas, |w| {
-            let mut l = Lease::unpack(*w);
-            let before = l;
-            l.debt = 0;
-            l.back = false;
-            *w = l.pack();
-            before
-        });
-        let Some(l) = taken else {
+        // The debt is sent but stays in the word until the reply charges it (`apply`): while
+        // the call is out, what this instance admits beyond its lease still counts it, so it
+        // is never more than its budget ahead of Redis however long the round trip takes.
+        let Some(l) = cell.inspect(|w| Lease::unpack(*w)) else {
             return Visit::Skip;
         };
         let spent = book.level.saturating_sub(l.units) + std::mem::take(&mut book.carry);
@@ -371,7 +365,6 @@ impl Engine for Gcra {
             self.call_args(ctx, want, give, l.debt, l.back),
             Sent {
                 debt: l.debt,
-                back: l.back,
                 want,
                 give,
             },
@@ -402,6 +395,12 @@ impl Engine for Gcra {
                 let mut l = Lease::unpack(*w);
                 let before = l.units;
                 l.units = (l.units + granted).min(UNITS_MAX);
+                // The charged debt leaves the entry; what was admitted beyond the lease while
+                // the call was out stays owed. It is back-dated only if it was run up while
+                // Redis was away: the outage flag holds for the whole round (the sync thread
+                // sets it after the round), so it says how every one of those was decided.
+                l.debt = l.debt.saturating_sub(sent.debt);
+                l.back = l.back && l.debt > 0 && ctx.is_down();
                 // Redis' TAT after this call is the newest this instance can know: it
                 // replaces the view (the units asked for and not granted leave it, those
                 // handed back too), with what was admitted beyond the lease since on top.
@@ -416,7 +415,10 @@ impl Engine for Gcra {
             })
         });
         let Some(before) = before else {
-            // The key left the store meanwhile: the units go back.
+            // The key left the store meanwhile: the units go back. (An entry owing a debt is
+            // never idle, so only a capacity eviction takes one while its call is out; that
+            // eviction handed back the whole debt, this call's charge with it: charged twice,
+            // erring strict.)
             if granted > 0 {
                 ctx.evicted.lock().push(Evicted {
                     key: key.to_owned(),
@@ -433,32 +435,24 @@ impl Engine for Gcra {
         Ok(book.level > 0)
     }
 
-    /// The call did not reach Redis, or its answer did not come back: the debt stays owed
-    /// (if the call did run, it is charged twice: errs strict). Units it handed back are not
-    /// taken again, whether or not Redis got them (errs strict too).
-    fn failed(&self, ctx: &FleetContext, key: &str, cell: Option<&HybridCell<u128>>, sent: Sent) {
-        if sent.debt == 0 && sent.want == 0 {
+    /// The call did not reach Redis, or its answer did not come back: the debt is still in
+    /// the entry, owed at the next round (if the call did run, it is charged twice: errs
+    /// strict), or, if the entry was evicted meanwhile, in what its eviction handed back.
+    /// Units it handed back are not taken again, whether or not Redis got them (errs strict
+    /// too).
+    fn failed(&self, ctx: &FleetContext, _key: &str, cell: Option<&HybridCell<u128>>, sent: Sent) {
+        if sent.want == 0 {
             return;
         }
         let t = self.emission_interval().as_nanos() as u64;
-        let restored = cell.and_then(|c| {
+        if let Some(c) = cell {
             c.update(&ctx.cas, |w| {
                 let mut l = Lease::unpack(*w);
-                l.debt = l.debt.saturating_add(sent.debt).min(DEBT_MAX);
-                l.back |= sent.back;
                 if l.known {
                     // The units asked for were not granted: they leave the view again.
                     l.view = l.view.saturating_sub(sent.want.saturating_mul(t));
                 }
                 *w = l.pack();
-            })
-        });
-        if restored.is_none() && sent.debt > 0 {
-            ctx.evicted.lock().push(Evicted {
-                key: key.to_owned(),
-                units: 0,
-                debt: sent.debt,
-                back: sent.back,
             });
         }
     }
@@ -567,7 +561,8 @@ mod tests {
 }
 
 /// A loom model of a GCRA entry's protocol: requests spending a lease and admitting beyond
-/// it, the sync thread taking the debt and handing the lease back (as a closing limiter does),
+/// it, the sync thread sending the debt and handing the lease back (as a closing limiter does)
+/// and then applying Redis' reply, which takes the charged debt out of the entry,
 /// and the store's sweeper killing the entry once idle (handing back what the dead word held,
 /// as its eviction hook does), all on the real cell and steps; a one-slot map (a loom mutex
 /// around the key's current cell) stands in for papaya, as in `src/loom.rs`. Whatever the
@@ -672,8 +667,17 @@ mod loom_model {
                     let Some(cell) = slot.get() else {
                         return (0, 0);
                     };
-                    match g.prepare(&plan, &ctx, &cell, &mut KeyBook::default(), NOW, true) {
-                        Visit::Call(args, sent) => (args[1].parse::<u64>().unwrap(), sent.debt),
+                    let mut book = KeyBook::default();
+                    match g.prepare(&plan, &ctx, &cell, &mut book, NOW, true) {
+                        Visit::Call(args, sent) => {
+                            let taken = (args[1].parse::<u64>().unwrap(), sent.debt);
+                            // Redis charged the debt and granted nothing (none asked): the
+                            // reply takes the charged debt out of the entry, if it is live.
+                            let reply = Value::Array(vec![Value::Int(0), Value::Int(0)]);
+                            g.apply(&ctx, "k", Some(&cell), &mut book, reply, sent, NOW)
+                                .unwrap();
+                            taken
+                        }
                         _ => (0, 0),
                     }
                 })
