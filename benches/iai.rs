@@ -111,53 +111,49 @@ fn warm(
     assert_eq!(peek().is_allowed(), step == Step::Allow, "{step:?}");
 }
 
+/// A limiter `make` builds on a manual clock, leaked for the benchmarks, brought to `step`
+/// through `check` and `peek`.
+fn warmed<L>(
+    make: impl FnOnce(ManualClock) -> L,
+    check: impl Fn(&L) -> Decision,
+    peek: impl Fn(&L) -> Decision,
+    step: Step,
+) -> &'static L {
+    let clock = ManualClock::default();
+    let limiter: &'static L = Box::leak(Box::new(make(clock.clone())));
+    warm(&clock, || check(limiter), || peek(limiter), step);
+    limiter
+}
+
 /// A papaya-store limiter on a manual clock, [`KEY`] brought to `step`.
 fn cas<A: Algorithm>(algo: A, step: Step) -> &'static CasLimiter<u64, A, ManualClock> {
-    let clock = ManualClock::default();
-    let limiter = Box::leak(Box::new(CasLimiter::<u64, A>::with_clock(
-        algo,
-        clock.clone(),
-    )));
-    warm(
-        &clock,
-        || limiter.check(&KEY),
-        || limiter.request(&KEY).peek().unwrap(),
+    warmed(
+        |clock| CasLimiter::with_clock(algo, clock),
+        |l| l.check(&KEY),
+        |l| l.request(&KEY).peek().unwrap(),
         step,
-    );
-    limiter
+    )
 }
 
 /// A direct (one-cell) limiter on a manual clock, brought to `step`.
 fn direct<A: Algorithm>(algo: A, step: Step) -> &'static DirectLimiter<A, ManualClock> {
-    let clock = ManualClock::default();
-    let limiter = Box::leak(Box::new(DirectLimiter::<A>::with_clock(
-        algo,
-        clock.clone(),
-    )));
-    warm(
-        &clock,
-        || limiter.check(&()),
-        || limiter.request(&()).peek().unwrap(),
+    warmed(
+        |clock| DirectLimiter::with_clock(algo, clock),
+        |l| l.check(&()),
+        |l| l.request(&()).peek().unwrap(),
         step,
-    );
-    limiter
+    )
 }
 
 /// A compact-table GCRA limiter (its default size) on a manual clock, [`KEY`] brought to
 /// `step`.
 fn compact(step: Step) -> &'static CompactLimiter<u64, Gcra, ManualClock> {
-    let clock = ManualClock::default();
-    let limiter = Box::leak(Box::new(CompactLimiter::<u64, Gcra>::with_clock(
-        gcra(),
-        clock.clone(),
-    )));
-    warm(
-        &clock,
-        || limiter.check(&KEY),
-        || limiter.request(&KEY).peek().unwrap(),
+    warmed(
+        |clock| CompactLimiter::with_clock(gcra(), clock),
+        |l| l.check(&KEY),
+        |l| l.request(&KEY).peek().unwrap(),
         step,
-    );
-    limiter
+    )
 }
 
 // (The benchmark functions' comments are plain ones: iai-callgrind 0.16's

@@ -65,9 +65,7 @@ fn hot(url: String, algos: &[&'static str], secs: Duration, setup: Setup<'_>) ->
 /// The row BENCHMARKS.md's table takes: per algorithm, both hot keys together.
 fn report(fault: &str, run: &Run) {
     for a in &run.algos {
-        if std::env::var("FLEET_DEBUG").is_ok() {
-            eprintln!("{}", serde_json::to_string(&a.stats).unwrap());
-        }
+        debug_stats(a);
         let c = compare(a, run.shape, |_| true);
         eprintln!(
             "FAULT-ROW | {fault} | {} | {} | {} | {:.3} | {:.2}% | {:.2}% | {} | {} | {} |",

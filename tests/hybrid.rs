@@ -932,6 +932,19 @@ fn a_flood_of_new_keys_never_resets_a_merged_limit() {
     );
 }
 
+/// A GCRA limiter reaching Redis through `proxy`, once current, deciding `share` alone: its
+/// rounds wait out a stall of the proxy (a 10 s I/O timeout) instead of failing.
+fn stalled(proxy: &Proxy, prefix: &str, gcra: Gcra, share: f64) -> HybridLimiter<Gcra> {
+    current(
+        HybridLimiter::builder(proxy.url(), gcra)
+            .redis(|r| r.key_prefix(prefix).io_timeout(Duration::from_secs(10)))
+            .sync_interval(Duration::from_millis(5))
+            .fallback(Fallback::share(share).unwrap())
+            .build()
+            .unwrap(),
+    )
+}
+
 /// A key fresh to the fleet, its instances deciding at once beyond their leases: each admits
 /// its `⌊share × B⌋` ahead of Redis, `N × ⌊share × B⌋` in all, charged at the next round:
 /// within the burst once the shares add up to at most 1 (`share ≤ 1/N`), above it by what they
@@ -951,19 +964,7 @@ fn a_fresh_key_at_once_on_every_instance_stays_within_the_burst_once_shares_add_
         // A prefix per case: another case's states would be live here for a horizon.
         let prefix = format!("g70-{n}-{share}:");
         let fleet: Vec<_> = (0..n)
-            .map(|_| {
-                current(
-                    HybridLimiter::builder(proxy.url(), gcra)
-                        .redis(|r| {
-                            r.key_prefix(prefix.as_str())
-                                .io_timeout(Duration::from_secs(10))
-                        })
-                        .sync_interval(Duration::from_millis(5))
-                        .fallback(Fallback::share(share).unwrap())
-                        .build()
-                        .unwrap(),
-                )
-            })
+            .map(|_| stalled(&proxy, &prefix, gcra, share))
             .collect();
         proxy.faults.stall(true);
         // Interleaved, as requests arriving at every instance at once.
@@ -1011,14 +1012,7 @@ fn a_call_out_to_redis_still_counts_against_the_budget_ahead_of_it() {
     };
     let proxy = Proxy::start(([127, 0, 0, 1], server.port).into());
     let (burst, share) = (8, 0.25);
-    let l = current(
-        HybridLimiter::builder(proxy.url(), hourly(burst))
-            .redis(|r| r.key_prefix("g47-out:").io_timeout(Duration::from_secs(10)))
-            .sync_interval(Duration::from_millis(5))
-            .fallback(Fallback::share(share).unwrap())
-            .build()
-            .unwrap(),
-    );
+    let l = stalled(&proxy, "g47-out:", hourly(burst), share);
     proxy.faults.stall(true);
     // The budget, ⌊0.25 × 8⌋ = 2, ahead of Redis.
     assert_eq!((0..2).filter(|_| l.check("k").is_allowed()).count(), 2);

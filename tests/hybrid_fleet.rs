@@ -49,9 +49,7 @@ fn on_a_server_with(
 }
 
 fn report(run: &Run, a: &AlgoRun, c: &Comparison) {
-    if std::env::var("FLEET_DEBUG").is_ok() {
-        eprintln!("{}", serde_json::to_string(&a.stats).unwrap());
-    }
+    debug_stats(a);
     eprintln!(
         "{:?} {:<12} fleet {:>6} exact {:>6} ({:.3})  wrongly denied {:.2}%  allowed {:.2}%  lag {:?}  degraded {}  calls/key/interval {:.3}",
         run.shape,

@@ -874,6 +874,13 @@ pub fn calls_per_key_interval(run: &Run, a: &AlgoRun) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// Every worker's stats as JSON on stderr, when `FLEET_DEBUG` is set.
+pub fn debug_stats(a: &AlgoRun) {
+    if std::env::var("FLEET_DEBUG").is_ok() {
+        eprintln!("{}", serde_json::to_string(&a.stats).unwrap());
+    }
+}
+
 /// A stat summed over the workers.
 pub fn total(a: &AlgoRun, stat: &str) -> u64 {
     a.stats.iter().map(|s| s[stat].as_u64().unwrap()).sum()

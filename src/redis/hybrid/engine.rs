@@ -175,12 +175,14 @@ impl FleetContext {
             .clamp(1, self.interval.max(1))
     }
 
-    /// Redis said `redis_ns` at about local time `local`, the midpoint of a round trip of
-    /// `rtt` ns. Taken if the round trip is within a quarter (or 1 ms) of the quickest one the
-    /// offset was set from, or that sample is 10 s old: with jitter on the way, a slow round
-    /// trip's midpoint can be off by half of it, and each such jump would shift every
-    /// decision's time (only the sync thread calls this).
-    pub(super) fn observe_time(&self, redis_ns: u64, local: u64, rtt: u64) {
+    /// Redis said `redis_ns` in a round trip sent at local time `sent` and answered at
+    /// `answered`: at about its midpoint. Taken if the round trip is within a quarter (or
+    /// 1 ms) of the quickest one the offset was set from, or that sample is 10 s old: with
+    /// jitter on the way, a slow round trip's midpoint can be off by half of it, and each such
+    /// jump would shift every decision's time (only the sync thread calls this).
+    pub(super) fn observe_time(&self, redis_ns: u64, sent: u64, answered: u64) {
+        let rtt = answered.saturating_sub(sent);
+        let local = sent + rtt / 2;
         let best = self.time_rtt.load(Ordering::Relaxed);
         let stale = local.saturating_sub(self.time_at.load(Ordering::Relaxed)) > 10_000_000_000;
         if rtt > best.saturating_add((best / 4).max(1_000_000)) && !stale {

@@ -171,8 +171,7 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
                 }
                 // `TIME`'s reply is a round reply's head: seconds, microseconds.
                 if let Some(Ok(Ok((redis_ns, _)))) = replies.next().map(|r| r.map(split_reply)) {
-                    let mid = t0 + done.saturating_sub(t0) / 2;
-                    ctx.observe_time(redis_ns, mid, done.saturating_sub(t0));
+                    ctx.observe_time(redis_ns, t0, done);
                 }
             }
             if writes {
@@ -297,7 +296,6 @@ fn run_round<A: Engine, C: crate::Clock>(
     let t0 = store.core.clock.now();
     let replies = link.run(A::SCRIPT, &batches, extra);
     let done = store.core.clock.now();
-    let mid = t0 + done.saturating_sub(t0) / 2;
     ctx.stats
         .calls
         .fetch_add(calls.len() as u64, Ordering::Relaxed);
@@ -311,7 +309,7 @@ fn run_round<A: Engine, C: crate::Clock>(
             .unwrap_or(Err(super::BackendError::Unavailable));
         let items = reply.map_err(SyncError::from_backend).and_then(|v| {
             let (redis_ns, items) = split_reply(v)?;
-            ctx.observe_time(redis_ns, mid, done.saturating_sub(t0));
+            ctx.observe_time(redis_ns, t0, done);
             Ok(items)
         });
         let chunk = calls.by_ref().take(batch.calls).collect::<Vec<_>>();
