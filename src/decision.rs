@@ -89,6 +89,7 @@ const NONE: u64 = u64::MAX;
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 #[derive(Clone, Copy)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[must_use = "a decision is the limiter's answer: a request not checked for it is admitted unlimited"]
 pub struct Decision {
     retry_after: u64,
@@ -335,6 +336,13 @@ impl fmt::Debug for Decision {
 /// [`TicketError`] and changes nothing); what a settle means for each algorithm is
 /// [`Algorithm::settle`](crate::algo::Algorithm::settle).
 ///
+/// With the `serde` feature a ticket serializes, for a service that hands it to a client and
+/// settles it later, or on another replica of a shared backend (a Redis client's ticket is
+/// bound to its key alone, and Redis applies its settle once). A deserialized ticket is as
+/// good as the original, so it is a capability: keep it where clients cannot change it, or
+/// sign it (`hotlimit-server` does), and settle each once: in memory, a second copy of an
+/// open ticket settles again.
+///
 /// ```
 /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
 ///
@@ -348,6 +356,7 @@ impl fmt::Debug for Decision {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[must_use = "a ticket is settled with the actual cost; dropped, it stands as charged"]
 pub struct Ticket {
     decision: Decision,

@@ -156,3 +156,25 @@ fn plans_from_a_config_file() {
         .check()
         .is_err());
 }
+
+// A ticket serialized and read back settles as the original would, once per copy: the
+// round trip keeps its charge, its time and its binding to the limiter and key (another
+// key's settle is refused and changes nothing).
+#[test]
+fn a_ticket_round_trips_and_settles_as_the_original() {
+    let l = CasLimiter::<String, Gcra>::with_clock(
+        "10/min burst 10".parse().unwrap(),
+        ManualClock::default(),
+    );
+    let ticket = l.request("k").cost(6).take().unwrap();
+    let json = serde_json::to_string(&ticket).unwrap();
+    let mut back: hotlimit::Ticket = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, ticket);
+    assert!(l.request("other").settle(&mut back, 0).is_err());
+    assert!(back.is_open());
+    // 6 charged, 1 used: 5 back, so 9 of 10 remain.
+    assert!(l.request("k").settle(&mut back, 1).unwrap());
+    assert!(!l.request("k").settle(&mut back, 1).unwrap());
+    assert_eq!(l.request("k").peek().unwrap().remaining(), Some(8));
+    drop(ticket);
+}

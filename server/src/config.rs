@@ -132,6 +132,16 @@ pub enum Limit {
         unit: Unit,
         /// How the rule decides.
         algorithm: Algorithm,
+        /// Whether the rule names its `policy` (else the server's default applies to a
+        /// fixed window: over-limit hits counted, as envoyproxy/ratelimit counts them).
+        policy_set: bool,
+        /// The rules whose states one limiter can keep for all (the library's per-request
+        /// quotas): the algorithm and what its states are laid out for (a window's length, a
+        /// sub-window's buckets, EARRRL's half-life).
+        class: String,
+        /// The quota the class's limiter is built with (it decides nothing: every request
+        /// brings its rule's; its sweeps read it).
+        base: Algorithm,
     },
 }
 
@@ -201,7 +211,8 @@ struct Siblings(Vec<Descriptor>);
 
 impl<'de> Deserialize<'de> for Siblings {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_seq(SiblingsVisitor)
+        // `any`, not `seq`: an empty `descriptors:` (null) is an empty list.
+        d.deserialize_any(SiblingsVisitor)
     }
 }
 
@@ -218,6 +229,10 @@ impl<'de> serde::de::Visitor<'de> for SiblingsVisitor {
         Ok(Siblings::default())
     }
 
+    fn visit_none<E>(self) -> Result<Siblings, E> {
+        Ok(Siblings::default())
+    }
+
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Siblings, A::Error> {
         let mut seen = std::collections::HashSet::new();
         let mut list = Vec::new();
@@ -229,15 +244,16 @@ impl<'de> serde::de::Visitor<'de> for SiblingsVisitor {
 }
 
 /// Reads one descriptor of a list and validates it inside its own mapping, so that an error
-/// carries the descriptor's line (serde_yaml marks an error with the node being read when it
-/// is raised), a duplicate's included: `seen` holds its siblings' `key_value`s.
+/// carries the descriptor's line (the YAML parser marks an error with the node being read
+/// when it is raised), a duplicate's included: `seen` holds its siblings' `key_value`s.
 struct DescriptorSeed<'s>(&'s mut std::collections::HashSet<String>);
 
 impl<'de> serde::de::DeserializeSeed<'de> for DescriptorSeed<'_> {
     type Value = Descriptor;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Descriptor, D::Error> {
-        d.deserialize_map(self)
+        // `any`: anything but a map is refused with what it is ("invalid type: string").
+        d.deserialize_any(self)
     }
 }
 
@@ -286,7 +302,7 @@ struct RawDescriptor {
     share_threshold: bool,
     /// Arbitrary; accepted, not used (no dynamic metadata in responses).
     #[serde(default, rename = "metadata")]
-    _metadata: Option<serde_yaml::Value>,
+    _metadata: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -466,6 +482,32 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
             ))
         }
     };
+    let secs = window.as_secs();
+    let (class, base) = match &algorithm {
+        _ if n == 0 => (format!("deny_all/{secs}s"), Algorithm::DenyAll),
+        Algorithm::SubWindow(_) => (
+            format!("sub_window/{secs}s/{}", raw.buckets.unwrap_or(60)),
+            algorithm.clone(),
+        ),
+        Algorithm::Gcra(_) => ("gcra".to_owned(), algorithm.clone()),
+        Algorithm::Earrrl(q) => {
+            let half_life = match &raw.half_life {
+                Some(h) => parse_duration(h).map_err(e)?,
+                None => window,
+            };
+            // The lowest limit a rule can have, one a year: the class's sweeps keep a key
+            // until its rate has decayed below a fraction of it, so no rule's key is dropped
+            // while that rule would still limit it.
+            let base = Rate::new(1.0, Unit::Year.duration())
+                .and_then(|r| Earrrl::new(half_life, r))
+                .map_or(*q, |b| b.with_policy(policy.unwrap_or(Policy::Strict)));
+            (
+                format!("earrrl/{}ns", half_life.as_nanos()),
+                Algorithm::Earrrl(base),
+            )
+        }
+        other => (format!("{}/{secs}s", other.name()), algorithm.clone()),
+    };
     // Nothing admitted: the options were valid, nothing to build.
     let algorithm = if n == 0 {
         Algorithm::DenyAll
@@ -477,6 +519,9 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
             requests_per_unit: n,
             unit,
             algorithm,
+            policy_set: policy.is_some(),
+            class,
+            base,
         },
         raw.name,
         replaces,
@@ -521,10 +566,10 @@ impl Config {
         let mut config = Config::default();
         let mut owner: HashMap<String, PathBuf> = HashMap::new();
         for (file, text) in sources {
-            let raw: RawRoot = serde_yaml::from_str(text).map_err(|err| ConfigError {
+            let raw: RawRoot = parse_yaml(text).map_err(|(location, reason)| ConfigError {
                 file: file.to_path_buf(),
-                location: err.location().map(|l| (l.line(), l.column())),
-                reason: strip_location(&err.to_string()),
+                location,
+                reason,
             })?;
             let whole = |reason: String| ConfigError {
                 file: file.to_path_buf(),
@@ -709,8 +754,45 @@ fn wildcard_match(parts: &[String], value: &str) -> bool {
     true
 }
 
-/// serde_yaml's message without its trailing " at line L column C" (the error carries both).
+/// The most a configuration file may hold, in bytes.
+pub const MAX_FILE_BYTES: usize = 16 * 1024 * 1024;
+
+/// A YAML document read within a budget: nodes, depth and alias replays bounded, so no file
+/// (an alias bomb: a few lines that expand to billions of nodes) costs more than a few
+/// hundred milliseconds and megabytes; errors with their line and column.
+fn parse_yaml<T: serde::de::DeserializeOwned>(
+    text: &str,
+) -> Result<T, (Option<(usize, usize)>, String)> {
+    if text.len() > MAX_FILE_BYTES {
+        return Err((
+            None,
+            format!("the file is larger than {MAX_FILE_BYTES} bytes"),
+        ));
+    }
+    let mut budget = serde_saphyr::Budget::default();
+    // A configuration of 100,000 rules, each a few nodes, fits; an expansion past it stops.
+    budget.max_nodes = 2_000_000;
+    budget.max_events = 4_000_000;
+    budget.max_depth = 64;
+    budget.max_aliases = 10_000;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options.with_snippet = false;
+    options.alias_limits.max_total_replayed_events = 100_000;
+    serde_saphyr::from_str_with_options(text, options).map_err(|err| {
+        let location = err.location().map(|l| {
+            (
+                usize::try_from(l.line()).unwrap_or(usize::MAX),
+                usize::try_from(l.column()).unwrap_or(usize::MAX),
+            )
+        });
+        (location, strip_location(&err.without_snippet().to_string()))
+    })
+}
+
+/// The parser's message without its trailing " at line L, column C" (the error carries both).
 fn strip_location(message: &str) -> String {
+    let message = message.strip_prefix("error: ").unwrap_or(message);
     match message.rfind(" at line ") {
         Some(at) => message[..at].to_owned(),
         None => message.to_owned(),

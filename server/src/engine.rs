@@ -1,28 +1,38 @@
-//! One rule's limiter on the configured backend: in memory (a `CasLimiter` per rule), Redis
-//! or Redis Cluster (an `AsyncRedisLimiter` per rule, exact across replicas) or the fleet
-//! limiter (a `HybridLimiter` per rule).
+//! The rules' limiters on the configured backend. Rules whose quotas can read one another's
+//! states (a *class*: every GCRA rule; the window rules of one unit; EARRRL rules of one
+//! half-life...) share one limiter, each request carrying its rule's quota (the library's
+//! per-request quota), so threads, connections and fixed memory grow with the classes in use,
+//! not with the rules: in memory a `CasLimiter` per class, swept by one thread for all; on
+//! Redis an `AsyncRedisLimiter` per class. The fleet limiter takes no per-request quota, so
+//! on the hybrid backend each rule keeps a `HybridLimiter` of its own.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hotlimit::algo::{Algorithm as Algo, FixedWindow};
+use hotlimit::algo::{
+    Algorithm as Algo, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
+};
 use hotlimit::redis::{
     AsyncRedisLimiter, BackendError, HybridAlgorithm, HybridLimiter, RedisAlgorithm,
 };
 use hotlimit::store::Ticket;
-use hotlimit::{CasLimiter, Clock, Decision, ManualClock, QuantaClock, Requests};
+use hotlimit::{CasLimiter, Clock, Decision, ManualClock, Requests};
 
 use crate::config::Algorithm;
 
 /// Where the rules keep their state.
 #[derive(Debug, Clone)]
 pub enum Backend {
-    /// In this process (the default): a `CasLimiter` per rule, at most `max_keys` keys each.
+    /// In this process (the default): a `CasLimiter` per class of rules, at most `max_keys`
+    /// keys each.
     Memory {
-        /// The capacity bound per rule (a flood of new keys never resets a used one).
+        /// The capacity bound per class (a flood of new keys never resets a used one).
         max_keys: usize,
-        /// A manual clock instead of the monotonic one (tests).
+        /// A manual clock instead of the system's (tests).
         clock: Option<ManualClock>,
     },
     /// Every decision in Redis or Redis Cluster: exact across replicas, a round trip each.
@@ -53,6 +63,12 @@ impl Backend {
             Backend::Redis { .. } => "redis",
             Backend::Hybrid { .. } => "hybrid",
         }
+    }
+
+    /// Whether a ticket taken on one replica can be settled on another: state in Redis, and
+    /// a settle Redis applies once.
+    pub fn shared_tickets(&self) -> bool {
+        matches!(self, Backend::Redis { .. })
     }
 }
 
@@ -100,73 +116,173 @@ type Answer<T> = Result<T, EngineError>;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Answer<T>> + Send + 'a>>;
 
-/// A limiter that answers in memory: one call, no await.
-trait Local: Send + Sync {
-    fn check(&self, key: &str, cost: u64) -> Answer<Decision>;
-    fn peek(&self, key: &str, cost: u64) -> Answer<Decision>;
-    fn take(&self, key: &str, cost: u64) -> Answer<Ticket>;
-    fn settle(&self, key: &str, ticket: &mut Ticket, actual: u64) -> Answer<bool>;
+/// A descriptor's state key as each store takes it: the text (Redis, the fleet limiter) and a
+/// keyed 128-bit hash of the rule and the text (memory: 16 bytes a key whatever the values'
+/// length, and no client can aim two keys at one state without the process's secret keys).
+#[derive(Debug, Clone, Copy)]
+pub struct Key<'a> {
+    /// `<rule>:<algorithm>:<domain>|<key>=<value>...`.
+    pub text: &'a str,
+    /// The hash the memory backend keys by.
+    pub hash: u128,
 }
 
-impl<L: Requests<str>> Local for L
+/// The rule's quota of the limiter's own algorithm type.
+trait Pick: Sized {
+    fn pick(quota: &Algorithm) -> Option<&Self>;
+}
+
+macro_rules! pick {
+    ($($variant:ident => $ty:ty),*) => {$(
+        impl Pick for $ty {
+            fn pick(quota: &Algorithm) -> Option<&Self> {
+                match quota {
+                    Algorithm::$variant(q) => Some(q),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+pick!(FixedWindow => FixedWindow, SlidingWindow => SlidingWindow, SubWindow => SubWindow,
+    SlidingLog => SlidingLog, Gcra => Gcra, Earrrl => Earrrl, Exponential => Exponential);
+
+fn wrong_class() -> EngineError {
+    EngineError::Ticket("the rule's quota is not of its limiter's class".into())
+}
+
+/// A limiter that answers in memory: one call, no await.
+trait Local: Send + Sync {
+    fn check(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision>;
+    fn peek(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision>;
+    fn take(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Ticket>;
+    fn settle(&self, key: Key<'_>, quota: &Algorithm, t: &mut Ticket, actual: u64) -> Answer<bool>;
+}
+
+/// A class's limiter in memory, keyed by the hash.
+struct Memory<A: Algo, C: Clock>(CasLimiter<u128, A, C>);
+
+impl<A, C> Local for Memory<A, C>
 where
-    EngineError: From<L::Error>,
+    A: Algo + Pick + Send + Sync + 'static,
+    C: Clock,
+    CasLimiter<u128, A, C>: Requests<u128, Algo = A>,
+    EngineError: From<<CasLimiter<u128, A, C> as Requests<u128>>::Error>,
 {
-    fn check(&self, key: &str, cost: u64) -> Answer<Decision> {
-        Ok(self.request(key).cost(cost).check()?)
+    fn check(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
+        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        Ok(self.0.request(&key.hash).quota(q).cost(cost).check()?)
     }
-    fn peek(&self, key: &str, cost: u64) -> Answer<Decision> {
-        Ok(self.request(key).cost(cost).peek()?)
+    fn peek(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
+        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        Ok(self.0.request(&key.hash).quota(q).cost(cost).peek()?)
     }
-    fn take(&self, key: &str, cost: u64) -> Answer<Ticket> {
-        Ok(self.request(key).cost(cost).take()?)
+    fn take(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Ticket> {
+        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        Ok(self.0.request(&key.hash).quota(q).cost(cost).take()?)
     }
-    fn settle(&self, key: &str, ticket: &mut Ticket, actual: u64) -> Answer<bool> {
-        Ok(self.request(key).settle(ticket, actual)?)
+    fn settle(&self, key: Key<'_>, quota: &Algorithm, t: &mut Ticket, actual: u64) -> Answer<bool> {
+        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        Ok(self.0.request(&key.hash).quota(q).settle(t, actual)?)
+    }
+}
+
+/// One rule's fleet limiter (its own quota: the fleet takes none with a request).
+struct Fleet<A: HybridAlgorithm>(HybridLimiter<A>);
+
+impl<A: HybridAlgorithm + Send + Sync + 'static> Local for Fleet<A>
+where
+    HybridLimiter<A>: Requests<str>,
+    EngineError: From<<HybridLimiter<A> as Requests<str>>::Error>,
+{
+    fn check(&self, key: Key<'_>, _: &Algorithm, cost: u64) -> Answer<Decision> {
+        Ok(self.0.request(key.text).cost(cost).check()?)
+    }
+    fn peek(&self, key: Key<'_>, _: &Algorithm, cost: u64) -> Answer<Decision> {
+        Ok(self.0.request(key.text).cost(cost).peek()?)
+    }
+    fn take(&self, key: Key<'_>, _: &Algorithm, cost: u64) -> Answer<Ticket> {
+        Ok(self.0.request(key.text).cost(cost).take()?)
+    }
+    fn settle(&self, key: Key<'_>, _: &Algorithm, t: &mut Ticket, actual: u64) -> Answer<bool> {
+        Ok(self.0.request(key.text).settle(t, actual)?)
     }
 }
 
 /// A limiter that answers over the network.
 trait Remote: Send + Sync {
-    fn check<'a>(&'a self, key: &'a str, cost: u64) -> BoxFuture<'a, Decision>;
-    fn peek<'a>(&'a self, key: &'a str, cost: u64) -> BoxFuture<'a, Decision>;
-    fn take<'a>(&'a self, key: &'a str, cost: u64) -> BoxFuture<'a, Ticket>;
+    fn check<'a>(
+        &'a self,
+        key: Key<'a>,
+        quota: &'a Algorithm,
+        cost: u64,
+    ) -> BoxFuture<'a, Decision>;
+    fn peek<'a>(&'a self, key: Key<'a>, quota: &'a Algorithm, cost: u64)
+        -> BoxFuture<'a, Decision>;
+    fn take<'a>(&'a self, key: Key<'a>, quota: &'a Algorithm, cost: u64) -> BoxFuture<'a, Ticket>;
     fn settle<'a>(
         &'a self,
-        key: &'a str,
+        key: Key<'a>,
+        quota: &'a Algorithm,
         ticket: &'a mut Ticket,
         actual: u64,
     ) -> BoxFuture<'a, bool>;
 }
 
-impl<A: RedisAlgorithm + Send + Sync + 'static> Remote for AsyncRedisLimiter<A> {
-    fn check<'a>(&'a self, key: &'a str, cost: u64) -> BoxFuture<'a, Decision> {
-        Box::pin(async move { Ok(self.request(key).cost(cost).check().await?) })
+impl<A: RedisAlgorithm + Pick + Send + Sync + 'static> Remote for AsyncRedisLimiter<A> {
+    fn check<'a>(
+        &'a self,
+        key: Key<'a>,
+        quota: &'a Algorithm,
+        cost: u64,
+    ) -> BoxFuture<'a, Decision> {
+        Box::pin(async move {
+            let q = A::pick(quota).ok_or_else(wrong_class)?;
+            Ok(self.request(key.text).quota(q).cost(cost).check().await?)
+        })
     }
-    fn peek<'a>(&'a self, key: &'a str, cost: u64) -> BoxFuture<'a, Decision> {
-        Box::pin(async move { Ok(self.request(key).cost(cost).peek().await?) })
+    fn peek<'a>(
+        &'a self,
+        key: Key<'a>,
+        quota: &'a Algorithm,
+        cost: u64,
+    ) -> BoxFuture<'a, Decision> {
+        Box::pin(async move {
+            let q = A::pick(quota).ok_or_else(wrong_class)?;
+            Ok(self.request(key.text).quota(q).cost(cost).peek().await?)
+        })
     }
-    fn take<'a>(&'a self, key: &'a str, cost: u64) -> BoxFuture<'a, Ticket> {
-        Box::pin(async move { Ok(self.request(key).cost(cost).take().await?) })
+    fn take<'a>(&'a self, key: Key<'a>, quota: &'a Algorithm, cost: u64) -> BoxFuture<'a, Ticket> {
+        Box::pin(async move {
+            let q = A::pick(quota).ok_or_else(wrong_class)?;
+            Ok(self.request(key.text).quota(q).cost(cost).take().await?)
+        })
     }
     fn settle<'a>(
         &'a self,
-        key: &'a str,
+        key: Key<'a>,
+        quota: &'a Algorithm,
         ticket: &'a mut Ticket,
         actual: u64,
     ) -> BoxFuture<'a, bool> {
-        Box::pin(async move { Ok(self.request(key).settle(ticket, actual).await?) })
+        Box::pin(async move {
+            let q = A::pick(quota).ok_or_else(wrong_class)?;
+            Ok(self
+                .request(key.text)
+                .quota(q)
+                .settle(ticket, actual)
+                .await?)
+        })
     }
 }
 
-/// One rule's limiter.
+/// A class's limiter (or, on the hybrid backend, a rule's).
 pub struct Engine(Kind);
 
 enum Kind {
-    /// `requests_per_unit: 0`: every request over the limit. A one-unit window whose unit was
-    /// taken at build, on a clock that never moves: its denial (nothing left, back in one
-    /// window) is every request's.
-    DenyAll(CasLimiter<u8, FixedWindow, ManualClock>),
+    /// `requests_per_unit: 0`: every request over the limit, back in one unit.
+    DenyAll(Duration),
     /// In memory or the fleet limiter.
     Local(Box<dyn Local>),
     /// Redis.
@@ -183,160 +299,364 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-impl Engine {
-    /// A limiter for `algorithm` on `backend`; `window` is the rule's unit (the deny-all
-    /// rule's reset), `tag` names the rule in Redis keys (after the backend's prefix), so
-    /// that no two rules, nor one rule before and after a change of algorithm, share a key.
-    pub async fn build(
-        tag: &str,
-        algorithm: &Algorithm,
-        window: Duration,
-        backend: &Backend,
-    ) -> Result<Engine, String> {
-        let backend = &match backend {
-            Backend::Redis { url, prefix } => Backend::Redis {
-                url: url.clone(),
-                prefix: format!("{prefix}{tag}"),
-            },
-            Backend::Hybrid {
-                url,
-                prefix,
-                sync_interval,
-                max_keys,
-            } => Backend::Hybrid {
-                url: url.clone(),
-                prefix: format!("{prefix}{tag}"),
-                sync_interval: *sync_interval,
-                max_keys: *max_keys,
-            },
-            memory => memory.clone(),
-        };
-        Ok(match algorithm {
-            Algorithm::DenyAll => {
-                let one = FixedWindow::new(1, window).map_err(|e| e.to_string())?;
-                let limiter = CasLimiter::with_clock(one, ManualClock::default());
-                let _ = limiter.check(&0);
-                Engine(Kind::DenyAll(limiter))
-            }
-            Algorithm::FixedWindow(q) => on(*q, backend).await?,
-            Algorithm::SlidingWindow(q) => on(*q, backend).await?,
-            Algorithm::Gcra(q) => on(*q, backend).await?,
-            Algorithm::Earrrl(q) => on(*q, backend).await?,
-            Algorithm::Exponential(q) => on(*q, backend).await?,
-            Algorithm::SubWindow(q) => not_hybrid(*q, backend).await?,
-            Algorithm::SlidingLog(q) => not_hybrid(*q, backend).await?,
-        })
-    }
+/// A deny-all rule's answer: nothing left, back in one unit. The decision a one-unit window
+/// gives its second request at the window's start.
+fn denial(window: Duration) -> Decision {
+    // A window of one unit on a clock at 0: its first request spends it, the second is denied
+    // with the window's wait (a unit is never zero, so the window builds).
+    let one = FixedWindow::new(1, window).unwrap_or_else(|_| unreachable_window());
+    let mut state = one.fresh();
+    let _ = one.update(&mut state, 0, 1);
+    one.update(&mut state, 0, 1)
+}
 
-    /// Decides `cost` for `key`, counting it.
-    pub async fn check(&self, key: &str, cost: u64) -> Answer<Decision> {
+fn unreachable_window() -> FixedWindow {
+    // A one-second window of one request always builds.
+    match FixedWindow::new(1, Duration::from_secs(1)) {
+        Ok(w) => w,
+        Err(_) => unreachable!("a window of 1 a second"),
+    }
+}
+
+impl Engine {
+    /// Decides `cost` for `key` under `quota`, counting it.
+    pub async fn check(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
         match &self.0 {
-            Kind::DenyAll(l) => Ok(l.check(&0)),
-            Kind::Local(l) => l.check(key, cost),
-            Kind::Remote(r) => r.check(key, cost).await,
+            Kind::DenyAll(w) => Ok(denial(*w)),
+            Kind::Local(l) => l.check(key, quota, cost),
+            Kind::Remote(r) => r.check(key, quota, cost).await,
         }
     }
 
     /// The decision `cost` would get now, counting nothing.
-    pub async fn peek(&self, key: &str, cost: u64) -> Answer<Decision> {
+    pub async fn peek(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
         match &self.0 {
-            Kind::DenyAll(l) => Ok(l.check(&0)),
-            Kind::Local(l) => l.peek(key, cost),
-            Kind::Remote(r) => r.peek(key, cost).await,
+            Kind::DenyAll(w) => Ok(denial(*w)),
+            Kind::Local(l) => l.peek(key, quota, cost),
+            Kind::Remote(r) => r.peek(key, quota, cost).await,
         }
     }
 
     /// Decides and charges `cost`, returning the outcome and, when admitted, a ticket to
     /// settle with the real cost.
-    pub async fn take(&self, key: &str, cost: u64) -> Answer<(Decision, Option<Ticket>)> {
+    pub async fn take(
+        &self,
+        key: Key<'_>,
+        quota: &Algorithm,
+        cost: u64,
+    ) -> Answer<(Decision, Option<Ticket>)> {
         let ticket = match &self.0 {
-            Kind::DenyAll(l) => return Ok((l.check(&0), None)),
-            Kind::Local(l) => l.take(key, cost)?,
-            Kind::Remote(r) => r.take(key, cost).await?,
+            Kind::DenyAll(w) => return Ok((denial(*w), None)),
+            Kind::Local(l) => l.take(key, quota, cost)?,
+            Kind::Remote(r) => r.take(key, quota, cost).await?,
         };
         let decision = ticket.decision();
         Ok((decision, decision.is_allowed().then_some(ticket)))
     }
 
     /// Settles `ticket` with the `actual` cost: a refund or a debt.
-    pub async fn settle(&self, key: &str, ticket: &mut Ticket, actual: u64) -> Answer<bool> {
+    pub async fn settle(
+        &self,
+        key: Key<'_>,
+        quota: &Algorithm,
+        ticket: &mut Ticket,
+        actual: u64,
+    ) -> Answer<bool> {
         match &self.0 {
             Kind::DenyAll(_) => Ok(false),
-            Kind::Local(l) => l.settle(key, ticket, actual),
-            Kind::Remote(r) => r.settle(key, ticket, actual).await,
+            Kind::Local(l) => l.settle(key, quota, ticket, actual),
+            Kind::Remote(r) => r.settle(key, quota, ticket, actual).await,
         }
     }
 }
 
-async fn on<A>(algo: A, backend: &Backend) -> Result<Engine, String>
-where
-    A: Algo + RedisAlgorithm + HybridAlgorithm + Send + Sync + 'static,
-{
-    match backend {
-        Backend::Hybrid {
-            url,
-            prefix,
-            sync_interval,
-            max_keys,
-        } => {
-            let url = url.clone();
-            let prefix = prefix.clone();
-            let (interval, max_keys) = (*sync_interval, *max_keys);
-            // The builder connects (blocking): off the runtime's threads.
-            let hybrid: HybridLimiter<A> = tokio::task::spawn_blocking(move || {
-                HybridLimiter::builder(url, algo)
-                    .sync_interval(interval)
-                    .max_keys(max_keys)
-                    .redis(|r| r.key_prefix(prefix))
-                    .build()
-            })
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
-            Ok(Engine(Kind::Local(Box::new(hybrid))))
-        }
-        other => not_hybrid(algo, other).await,
+/// The system clock, in nanoseconds since the Unix epoch: windows start on the UTC boundaries
+/// of their unit (a day at midnight UTC), as envoyproxy/ratelimit's and every replica's do.
+/// A step back (NTP) counts as the state's time, never as an error.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnixClock;
+
+impl Clock for UnixClock {
+    fn now(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
 }
 
-async fn not_hybrid<A>(algo: A, backend: &Backend) -> Result<Engine, String>
-where
-    A: Algo + RedisAlgorithm + Send + Sync + 'static,
-{
-    match backend {
-        Backend::Memory { max_keys, clock } => Ok(Engine(Kind::Local(match clock {
-            Some(c) => memory(algo, c.clone(), *max_keys)?,
-            None => memory(algo, QuantaClock::default(), *max_keys)?,
-        }))),
-        Backend::Redis { url, prefix } => {
-            let limiter = hotlimit::redis::RedisLimiter::builder(url.clone(), algo)
-                .key_prefix(prefix.clone())
-                .build_async()
+/// Something the sweep thread sweeps.
+trait Sweep: Send + Sync {
+    fn sweep(&self);
+}
+
+impl<A: Algo + Send + Sync + 'static, C: Clock> Sweep for Memory<A, C> {
+    fn sweep(&self) {
+        let _ = self.0.sweep();
+    }
+}
+
+/// How often the sweep thread sweeps every class limiter: idle keys dropped, and the
+/// capacity bound kept (a request past `max_keys + max_keys/4` also runs a pass itself).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Every class's limiter on one backend, and the one thread that sweeps them in memory.
+pub struct Engines {
+    backend: Backend,
+    classes: Mutex<HashMap<String, Arc<Engine>>>,
+    swept: Arc<Mutex<Vec<Weak<dyn Sweep>>>>,
+    stop: Arc<AtomicBool>,
+    /// The keys of the 128-bit hash (per process: state in memory never leaves it).
+    hash: (ahash::RandomState, ahash::RandomState),
+}
+
+impl std::fmt::Debug for Engines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engines")
+            .field("backend", &self.backend.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Engines {
+    /// Signals the sweep thread, never waits for it: it ends at its next wake.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Engines {
+    /// No limiter yet; the sweep thread (memory) started.
+    pub fn new(backend: Backend) -> std::io::Result<Engines> {
+        let swept: Arc<Mutex<Vec<Weak<dyn Sweep>>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        if matches!(backend, Backend::Memory { .. }) {
+            let (swept, stop) = (swept.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("hotlimit-sweep".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(SWEEP_EVERY);
+                        let live: Vec<Arc<dyn Sweep>> = {
+                            let mut list = swept.lock().unwrap_or_else(|e| e.into_inner());
+                            list.retain(|w| w.strong_count() > 0);
+                            list.iter().filter_map(Weak::upgrade).collect()
+                        };
+                        for limiter in live {
+                            limiter.sweep();
+                        }
+                    }
+                })?;
+        }
+        Ok(Engines {
+            backend,
+            classes: Mutex::default(),
+            swept,
+            stop,
+            hash: (ahash::RandomState::new(), ahash::RandomState::new()),
+        })
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// The memory backend's key for `text` under the rule whose fingerprint is `rule`.
+    pub fn key_hash(&self, rule: &str, text: &str) -> u128 {
+        let hi = self.hash.0.hash_one((rule, text));
+        let lo = self.hash.1.hash_one((rule, text));
+        (u128::from(hi) << 64) | u128::from(lo)
+    }
+
+    /// The limiters in use (classes, and fleet limiters of rules).
+    pub fn len(&self) -> usize {
+        self.classes.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no limiter is built.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The limiter filed under `name` ([`name_of`](Self::name_of)), built with `quota` if
+    /// there is none yet (`tag` names the rule in the fleet limiter's Redis keys).
+    pub async fn get(
+        &self,
+        name: &str,
+        tag: &str,
+        quota: &Algorithm,
+        window: Duration,
+    ) -> Result<Arc<Engine>, String> {
+        if let Some(e) = self.lock().get(name) {
+            return Ok(e.clone());
+        }
+        let built = Arc::new(self.build(tag, quota, window).await?);
+        Ok(self.lock().entry(name.to_owned()).or_insert(built).clone())
+    }
+
+    /// Forgets every limiter but those `keep` names (after a reload); a dropped one is
+    /// dropped off the runtime's threads once no request holds it (its `Drop` may join a
+    /// thread: the fleet limiter's).
+    pub fn retain(&self, keep: &std::collections::HashSet<String>) {
+        let gone: Vec<Arc<Engine>> = {
+            let mut classes = self.lock();
+            let names: Vec<String> = classes
+                .keys()
+                .filter(|k| !keep.contains(*k))
+                .cloned()
+                .collect();
+            names.iter().filter_map(|k| classes.remove(k)).collect()
+        };
+        for engine in gone {
+            retire(engine);
+        }
+    }
+
+    /// The name a rule's limiter is filed under: its class's; on the hybrid backend, which
+    /// takes no per-request quota, the rule's own (its place and quota).
+    pub fn name_of(&self, class: &str, tag: &str, quota: &Algorithm) -> String {
+        match self.backend {
+            Backend::Hybrid { .. } => format!("{tag} {quota:?}"),
+            _ => class.to_owned(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Engine>>> {
+        self.classes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn build(
+        &self,
+        tag: &str,
+        quota: &Algorithm,
+        window: Duration,
+    ) -> Result<Engine, String> {
+        Ok(match quota {
+            Algorithm::DenyAll => Engine(Kind::DenyAll(window)),
+            Algorithm::FixedWindow(q) => self.on(*q, tag).await?,
+            Algorithm::SlidingWindow(q) => self.on(*q, tag).await?,
+            Algorithm::Gcra(q) => self.on(*q, tag).await?,
+            Algorithm::Earrrl(q) => self.on(*q, tag).await?,
+            Algorithm::Exponential(q) => self.on(*q, tag).await?,
+            Algorithm::SubWindow(q) => self.not_fleet(*q).await?,
+            Algorithm::SlidingLog(q) => self.not_fleet(*q).await?,
+        })
+    }
+
+    async fn on<A>(&self, algo: A, tag: &str) -> Result<Engine, String>
+    where
+        A: Algo + RedisAlgorithm + HybridAlgorithm + Pick + Send + Sync + 'static,
+    {
+        match &self.backend {
+            Backend::Hybrid {
+                url,
+                prefix,
+                sync_interval,
+                max_keys,
+            } => {
+                let url = url.clone();
+                let prefix = format!("{prefix}{tag}");
+                let (interval, max_keys) = (*sync_interval, *max_keys);
+                // The builder connects (blocking): off the runtime's threads.
+                let hybrid: HybridLimiter<A> = tokio::task::spawn_blocking(move || {
+                    HybridLimiter::builder(url, algo)
+                        .sync_interval(interval)
+                        .max_keys(max_keys)
+                        .redis(|r| r.key_prefix(prefix))
+                        .build()
+                })
                 .await
+                .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())?;
-            Ok(Engine(Kind::Remote(Box::new(limiter))))
+                Ok(Engine(Kind::Local(Box::new(Fleet(hybrid)))))
+            }
+            _ => self.not_fleet(algo).await,
         }
-        Backend::Hybrid { .. } => Err(format!(
-            "the hybrid backend does not run this algorithm ({}); use gcra, fixed_window, sliding_window, earrrl or exponential",
-            std::any::type_name::<A>().rsplit("::").next().unwrap_or("?")
-        )),
+    }
+
+    async fn not_fleet<A>(&self, algo: A) -> Result<Engine, String>
+    where
+        A: Algo + RedisAlgorithm + Pick + Send + Sync + 'static,
+    {
+        match &self.backend {
+            Backend::Memory { max_keys, clock } => Ok(match clock {
+                Some(c) => self.memory(algo, c.clone(), *max_keys)?,
+                None => self.memory(algo, UnixClock, *max_keys)?,
+            }),
+            Backend::Redis { url, prefix } => {
+                let limiter = hotlimit::redis::RedisLimiter::builder(url.clone(), algo)
+                    .key_prefix(prefix.clone())
+                    .build_async()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(Engine(Kind::Remote(Box::new(limiter))))
+            }
+            Backend::Hybrid { .. } => Err(format!(
+                "the hybrid backend does not run this algorithm ({}); use gcra, fixed_window, sliding_window, earrrl or exponential",
+                std::any::type_name::<A>().rsplit("::").next().unwrap_or("?")
+            )),
+        }
+    }
+
+    fn memory<A, C>(&self, algo: A, clock: C, max_keys: usize) -> Result<Engine, String>
+    where
+        A: Algo + Pick + Send + Sync + 'static,
+        C: Clock,
+        CasLimiter<u128, A, C>: Requests<u128, Algo = A>,
+        EngineError: From<<CasLimiter<u128, A, C> as Requests<u128>>::Error>,
+    {
+        // No sweeper thread of its own: the one sweep thread serves every class.
+        let limiter = CasLimiter::<u128, A>::builder(algo)
+            .clock(clock)
+            .max_keys(max_keys)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let memory = Arc::new(Memory(limiter));
+        let weak: Weak<dyn Sweep> = Arc::downgrade(&(memory.clone() as Arc<dyn Sweep>));
+        self.swept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(weak);
+        Ok(Engine(Kind::Local(Box::new(Shared(memory)))))
     }
 }
 
-fn memory<A: Algo + Send + Sync + 'static, C: Clock>(
-    algo: A,
-    clock: C,
-    max_keys: usize,
-) -> Result<Box<dyn Local>, String>
+/// A class limiter in memory, held by its engine and (weakly) by the sweep thread.
+struct Shared<A: Algo, C: Clock>(Arc<Memory<A, C>>);
+
+impl<A, C> Local for Shared<A, C>
 where
-    CasLimiter<String, A, C>: Requests<str>,
-    EngineError: From<<CasLimiter<String, A, C> as Requests<str>>::Error>,
+    A: Algo + Pick + Send + Sync + 'static,
+    C: Clock,
+    Memory<A, C>: Local,
 {
-    let limiter = CasLimiter::<String, A>::builder(algo)
-        .clock(clock)
-        .max_keys(max_keys)
-        .sweep_every(Duration::from_secs(10))
-        .build()
-        .map_err(|e| e.to_string())?;
-    Ok(Box::new(limiter))
+    fn check(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
+        self.0.check(key, quota, cost)
+    }
+    fn peek(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
+        self.0.peek(key, quota, cost)
+    }
+    fn take(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Ticket> {
+        self.0.take(key, quota, cost)
+    }
+    fn settle(&self, key: Key<'_>, quota: &Algorithm, t: &mut Ticket, actual: u64) -> Answer<bool> {
+        self.0.settle(key, quota, t, actual)
+    }
+}
+
+/// Drops `engine` on a blocking thread once no request holds it: the last `Arc` of a limiter
+/// never goes on a runtime worker, where its `Drop` (a join, a last sync) would block others.
+pub fn retire<T: Send + Sync + 'static>(engine: Arc<T>) {
+    let wait = move || {
+        while Arc::strong_count(&engine) > 1 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(engine);
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn_blocking(wait);
+        }
+        Err(_) => wait(),
+    }
 }

@@ -19,16 +19,18 @@ use crate::service::{Code, Descriptor, Op, Request, Response, Service, ServiceEr
 pub struct Rls(pub Arc<Service>);
 
 impl Rls {
-    /// The tonic server for it.
+    /// The tonic server for it: a message larger than the service's `max_body_bytes` is
+    /// refused (`RESOURCE_EXHAUSTED`) before it is decoded.
     pub fn server(service: Arc<Service>) -> RateLimitServiceServer<Rls> {
-        RateLimitServiceServer::new(Rls(service))
+        let max = service.settings().limits.max_body_bytes;
+        RateLimitServiceServer::new(Rls(service)).max_decoding_message_size(max)
     }
 }
 
-/// A request off the wire. A descriptor's own `hits_addend` overrides the request's; a
-/// descriptor with `is_negative_hits` is answered OK and counts nothing (refunds go through
-/// the JSON API's take and settle). A per-descriptor `limit` override is ignored: the
-/// configured rules decide.
+/// A request off the wire. A descriptor's own `hits_addend` overrides the request's (0:
+/// check without counting); a descriptor with `is_negative_hits` is answered OK and counts
+/// nothing (refunds go through the JSON API's take and settle). A per-descriptor `limit`
+/// override is ignored: the configured rules decide.
 pub fn request_from_pb(r: RateLimitRequest) -> Request {
     Request {
         domain: r.domain,
@@ -41,7 +43,7 @@ pub fn request_from_pb(r: RateLimitRequest) -> Request {
                 negative: d.is_negative_hits,
             })
             .collect(),
-        hits: r.hits_addend.into(),
+        hits: r.hits_addend,
     }
 }
 
@@ -108,7 +110,9 @@ impl RateLimitService for Rls {
         let request = request_from_pb(request.into_inner());
         match self.0.decide(&request, Op::Check).await {
             Ok(response) => Ok(tonic::Response::new(response_to_pb(response))),
-            Err(ServiceError::Invalid(e)) => Err(tonic::Status::invalid_argument(e)),
+            Err(e @ ServiceError::Invalid(..)) => {
+                Err(tonic::Status::invalid_argument(e.to_string()))
+            }
             Err(e) => Err(tonic::Status::unavailable(e.to_string())),
         }
     }

@@ -6,13 +6,19 @@
 //!   "hitsAddend": 1}`; the answer is its `RateLimitResponse`, `429` when over the limit.
 //! - `POST /v1/peek`: the same answer, counting nothing.
 //! - `POST /v1/take`: the same, charged, with a `ticket`; `POST /v1/settle` with
-//!   `{"ticket": 1, "actual": 3}` refunds what was not used or charges the excess as a debt.
-//! - `GET /healthcheck`: `OK`. `GET /metrics`: Prometheus' text format.
+//!   `{"ticket": "<token>", "actual": 3}` refunds what was not used or charges the excess as a
+//!   debt. The ticket is a signed token ([`crate::tickets`]).
+//! - `GET /healthcheck`: `OK` (with `--health-checks-backend`, a 503 while the backend does
+//!   not answer). `GET /metrics`: Prometheus' text format.
+//!
+//! Every error is JSON `{"error": "..."}`, a body past `--max-body-bytes` a 413; the server
+//! handles at most `--max-concurrent` requests at once (503 beyond, never a queue) and
+//! answers 503 to one that takes longer than `--request-timeout-ms`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
@@ -20,7 +26,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::service::{Code, Descriptor, Op, Request, Response, Service, ServiceError};
+use futures_util::StreamExt;
+
+use crate::service::{Code, Descriptor, Op, Rejection, Request, Response, Service, ServiceError};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -28,9 +36,11 @@ struct JsonRequest {
     domain: String,
     #[serde(default)]
     descriptors: Vec<JsonDescriptor>,
+    /// A `uint32` in Envoy's protocol: a number or, as protobuf's JSON writers may send it, a
+    /// string; above 2^32 − 1 refused.
     #[serde(default, alias = "hits_addend")]
     #[serde(rename = "hitsAddend")]
-    hits_addend: u64,
+    hits_addend: Option<Number>,
 }
 
 #[derive(Deserialize)]
@@ -38,9 +48,32 @@ struct JsonRequest {
 struct JsonDescriptor {
     #[serde(default)]
     entries: Vec<JsonEntry>,
+    /// A `UInt64Value`: a number or a string (protobuf's JSON form of 64-bit integers).
     #[serde(default, alias = "hits_addend")]
     #[serde(rename = "hitsAddend")]
-    hits_addend: Option<u64>,
+    hits_addend: Option<Number>,
+}
+
+/// An unsigned integer as protobuf's JSON mapping writes one: a number or a decimal string.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Number {
+    Int(u64),
+    Text(String),
+}
+
+impl Number {
+    fn value(&self, field: &str) -> Result<u64, ServiceError> {
+        match self {
+            Number::Int(n) => Ok(*n),
+            Number::Text(t) => t.parse().map_err(|_| {
+                ServiceError::Invalid(
+                    Rejection::Malformed,
+                    format!("{field}: `{t}` is not an unsigned integer"),
+                )
+            }),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -59,7 +92,7 @@ struct JsonResponse {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     response_headers_to_add: Vec<JsonHeader>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    ticket: Option<u64>,
+    ticket: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -91,7 +124,7 @@ struct JsonHeader {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SettleRequest {
-    ticket: u64,
+    ticket: String,
     actual: u64,
 }
 
@@ -142,64 +175,121 @@ fn to_json(r: Response) -> (StatusCode, Json<JsonResponse>) {
     (status, Json(body))
 }
 
+/// Every error as JSON, its status in one place: 400 for a bad request, 413 for a body
+/// over the bound, 404 for a ticket that settles nothing, 503 when the backend failed.
 fn error(e: ServiceError) -> HttpResponse {
     let status = match e {
-        ServiceError::Invalid(_) => StatusCode::BAD_REQUEST,
-        ServiceError::Unavailable(_) | ServiceError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ServiceError::Invalid(Rejection::BodyTooLarge, _) => StatusCode::PAYLOAD_TOO_LARGE,
+        ServiceError::Invalid(..) => StatusCode::BAD_REQUEST,
+        ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         ServiceError::Ticket(_) => StatusCode::NOT_FOUND,
     };
     (status, Json(serde_json::json!({ "error": e.to_string() }))).into_response()
 }
 
-async fn decide(service: &Service, body: JsonRequest, op: Op) -> HttpResponse {
-    let request = Request {
-        domain: body.domain,
-        descriptors: body
-            .descriptors
-            .into_iter()
-            .map(|d| Descriptor {
+fn request(body: JsonRequest) -> Result<Request, ServiceError> {
+    let hits = match &body.hits_addend {
+        Some(n) => n.value("hitsAddend")?,
+        None => 0,
+    };
+    let hits = u32::try_from(hits).map_err(|_| {
+        ServiceError::Invalid(
+            Rejection::Cost,
+            format!("hitsAddend {hits} is above 4294967295 (a uint32)"),
+        )
+    })?;
+    let descriptors = body
+        .descriptors
+        .into_iter()
+        .map(|d| {
+            Ok(Descriptor {
                 entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
-                hits: d.hits_addend,
+                hits: d
+                    .hits_addend
+                    .as_ref()
+                    .map(|n| n.value("hitsAddend"))
+                    .transpose()?,
                 negative: false,
             })
-            .collect(),
-        hits: body.hits_addend,
+        })
+        .collect::<Result<_, ServiceError>>()?;
+    Ok(Request {
+        domain: body.domain,
+        descriptors,
+        hits,
+    })
+}
+
+async fn decide(service: &Service, body: Body, op: Op) -> HttpResponse {
+    let answer = match read::<JsonRequest>(service, body).await.and_then(request) {
+        Ok(request) => service.decide(&request, op).await,
+        Err(e) => Err(e),
     };
-    match service.decide(&request, op).await {
+    match answer {
         Ok(r) => to_json(r).into_response(),
         Err(e) => error(e),
     }
 }
 
-/// The body as JSON, whatever its `Content-Type` (curl's default form type included).
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ServiceError> {
-    serde_json::from_slice(body).map_err(|e| ServiceError::Invalid(e.to_string()))
-}
-
-async fn check(State(s): State<Arc<Service>>, body: Bytes) -> HttpResponse {
-    match parse(&body) {
-        Ok(body) => decide(&s, body, Op::Check).await,
-        Err(e) => error(e),
+/// The body as JSON, whatever its `Content-Type` (curl's default form type included), read
+/// up to the service's bound: past it a 413 (what is left of it read and dropped, up to a
+/// cap, so the client reads the answer instead of a reset connection).
+async fn read<T: serde::de::DeserializeOwned>(
+    service: &Service,
+    body: Body,
+) -> Result<T, ServiceError> {
+    let max = service.settings().limits.max_body_bytes;
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    let mut over = false;
+    let mut drained = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else {
+            return Err(malformed(service, "the body could not be read".into()));
+        };
+        if over || bytes.len() + chunk.len() > max {
+            over = true;
+            drained += chunk.len();
+            if drained > DRAIN_CAP {
+                break;
+            }
+            continue;
+        }
+        bytes.extend_from_slice(&chunk);
     }
-}
-
-async fn peek(State(s): State<Arc<Service>>, body: Bytes) -> HttpResponse {
-    match parse(&body) {
-        Ok(body) => decide(&s, body, Op::Peek).await,
-        Err(e) => error(e),
+    if over {
+        service.metrics.rejected(Rejection::BodyTooLarge);
+        return Err(ServiceError::Invalid(
+            Rejection::BodyTooLarge,
+            format!("the body is larger than {max} bytes"),
+        ));
     }
+    serde_json::from_slice(&bytes).map_err(|e| malformed(service, e.to_string()))
 }
 
-async fn take(State(s): State<Arc<Service>>, body: Bytes) -> HttpResponse {
-    match parse(&body) {
-        Ok(body) => decide(&s, body, Op::Take).await,
-        Err(e) => error(e),
-    }
+/// How much of a body past the bound is read and dropped before the answer.
+const DRAIN_CAP: usize = 64 * 1024 * 1024;
+
+fn malformed(service: &Service, e: String) -> ServiceError {
+    service.metrics.rejected(Rejection::Malformed);
+    ServiceError::Invalid(Rejection::Malformed, e)
 }
 
-async fn settle(State(s): State<Arc<Service>>, body: Bytes) -> HttpResponse {
-    let result = match parse::<SettleRequest>(&body) {
-        Ok(body) => s.settle(body.ticket, body.actual).await,
+async fn check(State(s): State<Arc<Service>>, body: Body) -> HttpResponse {
+    decide(&s, body, Op::Check).await
+}
+
+async fn peek(State(s): State<Arc<Service>>, body: Body) -> HttpResponse {
+    decide(&s, body, Op::Peek).await
+}
+
+async fn take(State(s): State<Arc<Service>>, body: Body) -> HttpResponse {
+    decide(&s, body, Op::Take).await
+}
+
+async fn settle(State(s): State<Arc<Service>>, body: Body) -> HttpResponse {
+    let result = match read::<SettleRequest>(&s, body).await {
+        Ok(body) => s.settle(&body.ticket, body.actual).await,
         Err(e) => Err(e),
     };
     match result {
@@ -208,8 +298,12 @@ async fn settle(State(s): State<Arc<Service>>, body: Bytes) -> HttpResponse {
     }
 }
 
-async fn health() -> &'static str {
-    "OK"
+/// `OK`; with `--health-checks-backend`, a 503 while the backend does not answer.
+async fn health(State(s): State<Arc<Service>>) -> HttpResponse {
+    match s.healthy().await {
+        Ok(()) => "OK".into_response(),
+        Err(e) => error(e),
+    }
 }
 
 async fn metrics(State(s): State<Arc<Service>>) -> HttpResponse {
@@ -223,8 +317,37 @@ async fn metrics(State(s): State<Arc<Service>>) -> HttpResponse {
         .into_response()
 }
 
-/// The HTTP routes over a [`Service`].
-pub fn router(service: Arc<Service>) -> Router {
+/// How the HTTP server bounds its work: requests at once, and how long each may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Requests handled at once; more are answered 503 at once, never queued.
+    pub max_concurrent: usize,
+    /// A request not answered within this is answered 503.
+    pub timeout: Duration,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            max_concurrent: 1024,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The HTTP routes over a [`Service`], bounded by `bounds`.
+pub fn router(service: Arc<Service>, bounds: Bounds) -> Router {
+    let overload = |e: tower::BoxError| async move {
+        let why = if e.is::<tower::timeout::error::Elapsed>() {
+            "the request timed out"
+        } else {
+            "overloaded: too many requests at once"
+        };
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "error": why })),
+        )
+    };
     Router::new()
         .route("/json", post(check))
         .route("/v1/check", post(check))
@@ -233,6 +356,13 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v1/settle", post(settle))
         .route("/healthcheck", get(health))
         .route("/metrics", get(metrics))
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(overload))
+                .load_shed()
+                .concurrency_limit(bounds.max_concurrent)
+                .timeout(bounds.timeout),
+        )
         .with_state(service)
 }
 

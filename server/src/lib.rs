@@ -16,3 +16,4 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod service;
+pub mod tickets;

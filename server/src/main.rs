@@ -9,7 +9,8 @@ use std::time::Duration;
 use axum::serve::ListenerExt;
 use clap::{Parser, ValueEnum};
 use hotlimit_server::engine::Backend;
-use hotlimit_server::service::{HeaderStyle, Service, Settings};
+use hotlimit_server::http::Bounds;
+use hotlimit_server::service::{HeaderStyle, Limits, Service, Settings};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -70,6 +71,40 @@ struct Args {
     /// runtime: no work stealing to pay for on a single core.
     #[arg(long, env = "HOTLIMIT_THREADS")]
     threads: Option<usize>,
+    /// Count a fixed-window rule's hits only while under its limit (envoyproxy/ratelimit's
+    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default hits over the limit count too.
+    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")]
+    stop_cache_key_increment_when_overlimit: bool,
+    /// The longest descriptor key or value a request may carry, in bytes.
+    #[arg(long, env = "HOTLIMIT_MAX_VALUE_BYTES", default_value_t = Limits::default().max_value_bytes)]
+    max_value_bytes: usize,
+    /// The most entries one descriptor may have.
+    #[arg(long, env = "HOTLIMIT_MAX_ENTRIES", default_value_t = Limits::default().max_entries)]
+    max_entries: usize,
+    /// The most descriptors one request may have.
+    #[arg(long, env = "HOTLIMIT_MAX_DESCRIPTORS", default_value_t = Limits::default().max_descriptors)]
+    max_descriptors: usize,
+    /// The largest HTTP body or gRPC message, in bytes.
+    #[arg(long, env = "HOTLIMIT_MAX_BODY_BYTES", default_value_t = Limits::default().max_body_bytes)]
+    max_body_bytes: usize,
+    /// Requests handled at once: on HTTP in all, on gRPC per connection; beyond, 503 or
+    /// RESOURCE_EXHAUSTED at once, never a queue.
+    #[arg(long, env = "HOTLIMIT_MAX_CONCURRENT", default_value_t = Bounds::default().max_concurrent)]
+    max_concurrent: usize,
+    /// A request not answered within this many ms is answered 503 / DEADLINE_EXCEEDED.
+    #[arg(long, env = "HOTLIMIT_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
+    request_timeout_ms: u64,
+    /// The secret a take's ticket is signed with: replicas given the same one settle each
+    /// other's tickets. Default: random, this process's alone.
+    #[arg(long, env = "HOTLIMIT_TICKET_SECRET", hide_env_values = true)]
+    ticket_secret: Option<String>,
+    /// How many settled tickets are remembered until they expire (40 bytes each); past it
+    /// the oldest issued tickets expire early.
+    #[arg(long, env = "HOTLIMIT_MAX_SETTLED_TICKETS", default_value_t = hotlimit_server::tickets::DEFAULT_MAX_SETTLED)]
+    max_settled_tickets: usize,
+    /// /healthcheck answers 503 while the backend does not answer.
+    #[arg(long, env = "HOTLIMIT_HEALTH_CHECKS_BACKEND")]
+    health_checks_backend: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -125,7 +160,21 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         backend,
         headers: args.headers,
         global_shadow_mode: args.shadow_mode,
+        count_over_limit: !args.stop_cache_key_increment_when_overlimit,
+        limits: Limits {
+            max_value_bytes: args.max_value_bytes,
+            max_entries: args.max_entries,
+            max_descriptors: args.max_descriptors,
+            max_body_bytes: args.max_body_bytes,
+        },
+        ticket_secret: args.ticket_secret,
+        max_settled_tickets: args.max_settled_tickets,
+        health_checks_backend: args.health_checks_backend,
         ..Settings::memory()
+    };
+    let bounds = Bounds {
+        max_concurrent: args.max_concurrent.max(1),
+        timeout: Duration::from_millis(args.request_timeout_ms.max(1)),
     };
     let service = Arc::new(Service::from_path(&args.config, settings).await?);
     let grpc = TcpListener::bind(args.grpc).await?;
@@ -145,6 +194,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let grpc_task = tokio::spawn(
         tonic::transport::Server::builder()
+            .timeout(bounds.timeout)
+            .concurrency_limit_per_connection(bounds.max_concurrent)
+            .load_shed(true)
             .add_service(hotlimit_server::grpc::Rls::server(service.clone()))
             .serve_with_incoming_shutdown(
                 // As tonic's own `serve` does: a small answer is sent at once, not after
@@ -157,7 +209,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let http = http.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        let serve = axum::serve(http, hotlimit_server::http::router(service.clone()))
+        let serve = axum::serve(http, hotlimit_server::http::router(service.clone(), bounds))
             .with_graceful_shutdown(stopped(stop_rx.clone()));
         async move { serve.await }
     });

@@ -2,12 +2,20 @@
 //! the rule's domain and its place in the configuration, never a request's values, so the
 //! number of series is bounded by the configuration, not by traffic.
 
+use std::sync::atomic::Ordering;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use crate::config::Rule;
+
+/// A refused request's label: which bound it broke.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
 
 /// A rule's labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -23,6 +31,7 @@ pub struct Metrics {
     over_limit: Family<RuleLabels, Counter>,
     shadow: Family<RuleLabels, Counter>,
     unmatched: Counter,
+    rejected: Family<ReasonLabels, Counter>,
     backend_errors: Counter,
     config_load_success: Counter,
     config_load_error: Counter,
@@ -36,6 +45,7 @@ impl Default for Metrics {
             over_limit: Family::default(),
             shadow: Family::default(),
             unmatched: Counter::default(),
+            rejected: Family::default(),
             backend_errors: Counter::default(),
             config_load_success: Counter::default(),
             config_load_error: Counter::default(),
@@ -56,6 +66,11 @@ impl Default for Metrics {
             "unmatched",
             "Descriptors that matched no rule (or an unknown domain)",
             m.unmatched.clone(),
+        );
+        registry.register(
+            "rejected",
+            "Requests refused before anything was counted, by the bound they broke",
+            m.rejected.clone(),
         );
         registry.register(
             "backend_errors",
@@ -105,6 +120,22 @@ impl Metrics {
 
     pub(crate) fn unmatched(&self) {
         self.unmatched.inc();
+    }
+
+    pub(crate) fn rejected(&self, why: crate::service::Rejection) {
+        self.rejected
+            .get_or_create(&ReasonLabels { reason: why.name() })
+            .inc();
+    }
+
+    /// Adds `hits` to `counter`, saturating: a client's `hits_addend` (up to 2^64 − 1 on a
+    /// descriptor) never wraps a counter back to a small number.
+    pub(crate) fn count(&self, counter: &Counter, hits: u64) {
+        let _ = counter
+            .inner()
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(hits))
+            });
     }
 
     pub(crate) fn backend_error(&self) {

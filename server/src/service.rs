@@ -3,19 +3,20 @@
 //! `shadow_mode`, `quota_mode`, `unlimited`; the response headers; take and settle; reloads
 //! that keep the state of every unchanged rule.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use hotlimit::algo::{Algorithm as _, FixedWindow};
 use hotlimit::headers::{Draft, QuotaPolicy, RateLimitHeaders};
-use hotlimit::store::Ticket;
-use hotlimit::Decision;
+use hotlimit::{Decision, Policy};
 
-use crate::config::{Config, ConfigError, Limit, Unit};
-use crate::engine::{Backend, Engine, EngineError};
+use crate::config::{Algorithm, Config, ConfigError, Limit, Unit};
+use crate::engine::{Backend, Engine, EngineError, Engines, Key};
 use crate::metrics::{Metrics, RuleCounters};
+use crate::tickets::{Part, Tickets};
 
 /// Which rate limit headers a response carries (`response_headers_to_add` over gRPC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +48,31 @@ impl std::str::FromStr for HeaderStyle {
     }
 }
 
+/// Bounds on what a client controls: a request beyond one is refused (gRPC
+/// `INVALID_ARGUMENT`, HTTP 400, or 413 for a body) before anything is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest descriptor key or value, in bytes.
+    pub max_value_bytes: usize,
+    /// The most entries in one descriptor.
+    pub max_entries: usize,
+    /// The most descriptors in one request.
+    pub max_descriptors: usize,
+    /// The largest request body (HTTP) or message (gRPC), in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_value_bytes: 1024,
+            max_entries: 16,
+            max_descriptors: 64,
+            max_body_bytes: 256 * 1024,
+        }
+    }
+}
+
 /// The service's settings (the command line's, apart from addresses).
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -56,10 +82,24 @@ pub struct Settings {
     pub headers: HeaderStyle,
     /// Every answer OK, whatever the rules decide (envoyproxy/ratelimit's `SHADOW_MODE`).
     pub global_shadow_mode: bool,
-    /// At most this many tickets open (taken, not settled) at once.
-    pub max_open_tickets: usize,
-    /// An open ticket older than this is dropped (its charge stands).
+    /// Whether a fixed-window rule without its own `policy` counts hits over the limit, as
+    /// envoyproxy/ratelimit does (the default: a client that keeps sending stays over until
+    /// the window ends); `false` is its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
+    pub count_over_limit: bool,
+    /// The bounds on a request.
+    pub limits: Limits,
+    /// How long a take's ticket can be settled. At most the backend's settle mark
+    /// (`hotlimit::redis::SETTLE_MARK_TTL`, 60 s), so that a replica that never saw a
+    /// ticket's settle still refuses a second one.
     pub ticket_ttl: Duration,
+    /// The secret tickets are signed with: replicas given the same one settle each other's
+    /// tickets. None: random, this process's alone.
+    pub ticket_secret: Option<String>,
+    /// How many settled tickets are remembered until they expire (40 bytes each).
+    pub max_settled_tickets: usize,
+    /// Whether `/healthcheck` fails while the backend does not answer (opt-in: a load
+    /// balancer that drops every replica when Redis is down sends the traffic nowhere).
+    pub health_checks_backend: bool,
 }
 
 impl Settings {
@@ -72,8 +112,12 @@ impl Settings {
             },
             headers: HeaderStyle::Draft10,
             global_shadow_mode: false,
-            max_open_tickets: 100_000,
-            ticket_ttl: Duration::from_secs(600),
+            count_over_limit: true,
+            limits: Limits::default(),
+            ticket_ttl: hotlimit::redis::SETTLE_MARK_TTL,
+            ticket_secret: None,
+            max_settled_tickets: crate::tickets::DEFAULT_MAX_SETTLED,
+            health_checks_backend: false,
         }
     }
 }
@@ -92,7 +136,8 @@ pub enum Code {
 pub struct Descriptor {
     /// `(key, value)` pairs, outermost first.
     pub entries: Vec<(String, String)>,
-    /// This descriptor's cost, overriding the request's `hits_addend`.
+    /// This descriptor's cost, overriding the request's `hits_addend`; 0 checks without
+    /// counting (as envoyproxy/ratelimit).
     pub hits: Option<u64>,
     /// Envoy's `is_negative_hits` (a refund of earlier hits): answered OK, nothing counted
     /// (refunds go through take and settle here).
@@ -107,7 +152,7 @@ pub struct Request {
     /// The descriptors, each decided on its own rule.
     pub descriptors: Vec<Descriptor>,
     /// The cost of each descriptor without its own (0 counts as 1, as in Envoy).
-    pub hits: u64,
+    pub hits: u32,
 }
 
 /// The limit a descriptor was decided under.
@@ -144,30 +189,58 @@ pub struct Response {
     /// Rate limit headers for the client's response.
     pub headers: Vec<(String, String)>,
     /// For a take: the ticket to settle with the real cost (none if nothing was charged).
-    pub ticket: Option<u64>,
+    pub ticket: Option<String>,
+}
+
+/// Which bound a request broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rejection {
+    /// Not a request: malformed JSON or protobuf, a missing domain or descriptor.
+    Malformed,
+    /// A descriptor key or value longer than `max_value_bytes`.
+    ValueTooLong,
+    /// A descriptor with more than `max_entries` entries.
+    TooManyEntries,
+    /// More than `max_descriptors` descriptors.
+    TooManyDescriptors,
+    /// A body or message larger than `max_body_bytes`.
+    BodyTooLarge,
+    /// A request `hits_addend` above 2^32 − 1 (the protocol's `uint32`), or a settle's
+    /// `actual` above what its rule can ever owe.
+    Cost,
+}
+
+impl Rejection {
+    /// The name metrics label it with.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rejection::Malformed => "malformed",
+            Rejection::ValueTooLong => "value_too_long",
+            Rejection::TooManyEntries => "too_many_entries",
+            Rejection::TooManyDescriptors => "too_many_descriptors",
+            Rejection::BodyTooLarge => "body_too_large",
+            Rejection::Cost => "cost",
+        }
+    }
 }
 
 /// Why a request could not be answered.
 #[derive(Debug)]
 pub enum ServiceError {
-    /// Malformed: no domain, no descriptors, a descriptor without entries (gRPC
-    /// `INVALID_ARGUMENT`).
-    Invalid(String),
+    /// Refused before anything was counted (gRPC `INVALID_ARGUMENT`, HTTP 400 or 413).
+    Invalid(Rejection, String),
     /// A backend failed (gRPC `UNAVAILABLE`: Envoy's `failure_mode_deny` decides).
     Unavailable(String),
-    /// No such open ticket, or it belongs elsewhere.
+    /// Not a ticket of this server's, expired, or already settled (HTTP 404).
     Ticket(String),
-    /// Too many tickets open: settle some first.
-    Busy(String),
 }
 
 impl std::fmt::Display for ServiceError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ServiceError::Invalid(e)
+            ServiceError::Invalid(_, e)
             | ServiceError::Unavailable(e)
-            | ServiceError::Ticket(e)
-            | ServiceError::Busy(e) => f.write_str(e),
+            | ServiceError::Ticket(e) => f.write_str(e),
         }
     }
 }
@@ -192,28 +265,32 @@ struct Loaded {
     rules: HashMap<String, Slot>,
 }
 
-/// A rule's limiter (none for an unlimited rule) and counters.
+/// A rule's limiter (none for an unlimited rule), its quota, and counters.
 struct Slot {
     engine: Option<Arc<Engine>>,
+    /// The quota its requests bring (its algorithm, the default policy applied).
+    quota: Algorithm,
+    /// For a fixed window: the same window one request larger, which tells a check of 0
+    /// hits whether the count is *above* the limit (over) or at it (OK), as
+    /// envoyproxy/ratelimit tells it.
+    at_limit: Option<Algorithm>,
+    /// A hash of the rule's fingerprint: a ticket of a changed rule settles nothing.
+    version: u64,
+    /// The name its limiter is filed under in [`Engines`].
+    limiter: Option<String>,
     counters: RuleCounters,
 }
 
-/// A ticket: the limiters charged and their tickets.
-struct Open {
-    taken: Instant,
-    parts: Vec<(Arc<Engine>, String, Ticket)>,
-}
-
-/// The service: the current configuration, its limiters, open tickets, counters.
+/// The service: the current configuration, its limiters, tickets, counters.
 pub struct Service {
     settings: Settings,
     loaded: RwLock<Arc<Loaded>>,
+    engines: Engines,
+    tickets: Tickets,
     /// The file or directory the configuration was read from (for reloads).
     source: Option<PathBuf>,
     /// The text last loaded or rejected: a reload reads again only on change.
     last_text: Mutex<Vec<(PathBuf, String)>>,
-    tickets: Mutex<HashMap<u64, Open>>,
-    next_ticket: AtomicU64,
     /// Counters for `/metrics`.
     pub metrics: Metrics,
 }
@@ -235,17 +312,25 @@ impl Service {
         let config = Config::from_sources(sources.iter().map(|(p, t)| (p.as_path(), t.as_str())))
             .map_err(StartError::Config)?;
         let metrics = Metrics::default();
-        let loaded = build(config, &settings, &metrics, &HashMap::new())
+        let engines = Engines::new(settings.backend.clone())
+            .map_err(|e| StartError::Backend(e.to_string()))?;
+        let tickets = Tickets::new(
+            settings.ticket_secret.as_deref(),
+            settings.ticket_ttl,
+            settings.max_settled_tickets,
+        )
+        .map_err(|e| StartError::Backend(e.to_string()))?;
+        let loaded = build(config, &settings, &metrics, &engines)
             .await
             .map_err(StartError::Backend)?;
         metrics.config_loaded(true);
         Ok(Service {
             settings,
             loaded: RwLock::new(Arc::new(loaded)),
+            engines,
+            tickets,
             source: None,
             last_text: Mutex::new(sources.to_vec()),
-            tickets: Mutex::new(HashMap::new()),
-            next_ticket: AtomicU64::new(1),
             metrics,
         })
     }
@@ -255,10 +340,15 @@ impl Service {
         &self.settings
     }
 
+    /// How many limiters run (classes of rules; on the hybrid backend, rules).
+    pub fn limiters(&self) -> usize {
+        self.engines.len()
+    }
+
     /// Replaces the configuration with `sources` if they load; the state of every rule whose
     /// place and limit are unchanged is kept. On an error the running configuration stays.
     pub async fn reload_from(&self, sources: &[(PathBuf, String)]) -> Result<bool, ConfigError> {
-        if *self.last_text.lock().expect("poisoned") == sources {
+        if *lock(&self.last_text) == sources {
             return Ok(false);
         }
         let config =
@@ -266,30 +356,24 @@ impl Service {
                 Ok(c) => c,
                 Err(e) => {
                     // The same text fails the same way: not read again until it changes.
-                    *self.last_text.lock().expect("poisoned") = sources.to_vec();
+                    *lock(&self.last_text) = sources.to_vec();
                     self.metrics.config_loaded(false);
                     return Err(e);
                 }
             };
-        let current = self.current();
-        let kept: HashMap<&str, &Arc<Engine>> = current
-            .config
-            .rules()
-            .iter()
-            .filter_map(|r| {
-                let engine = current.rules.get(&r.id)?.engine.as_ref()?;
-                Some((r.fingerprint.as_str(), engine))
-            })
-            .collect();
-        let kept = kept
-            .into_iter()
-            .map(|(f, e)| (f.to_owned(), e.clone()))
-            .collect();
-        match build(config, &self.settings, &self.metrics, &kept).await {
+        match build(config, &self.settings, &self.metrics, &self.engines).await {
             Ok(loaded) => {
                 // Remembered only once running: a backend that failed is tried again.
-                *self.last_text.lock().expect("poisoned") = sources.to_vec();
-                *self.loaded.write().expect("poisoned") = Arc::new(loaded);
+                *lock(&self.last_text) = sources.to_vec();
+                let keep = in_use(&loaded);
+                let old = std::mem::replace(
+                    &mut *self.loaded.write().unwrap_or_else(|e| e.into_inner()),
+                    Arc::new(loaded),
+                );
+                // The limiters no rule uses any more, and the old rules, dropped off the
+                // runtime once no request holds them.
+                self.engines.retain(&keep);
+                crate::engine::retire(old);
                 self.metrics.config_loaded(true);
                 Ok(true)
             }
@@ -314,7 +398,10 @@ impl Service {
     }
 
     fn current(&self) -> Arc<Loaded> {
-        self.loaded.read().expect("poisoned").clone()
+        self.loaded
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Every configured rule's id.
@@ -327,28 +414,85 @@ impl Service {
             .collect()
     }
 
+    /// Refuses `request` if it breaks a bound (counted in metrics), before anything is read
+    /// further: the bounds keep what one request costs in memory and work fixed.
+    fn admit(&self, request: &Request) -> Result<(), ServiceError> {
+        let l = &self.settings.limits;
+        let refuse = |why: Rejection, e: String| {
+            self.metrics.rejected(why);
+            Err(ServiceError::Invalid(why, e))
+        };
+        if request.domain.is_empty() {
+            return refuse(
+                Rejection::Malformed,
+                "rate limit domain must not be empty".into(),
+            );
+        }
+        if request.descriptors.is_empty() {
+            return refuse(
+                Rejection::Malformed,
+                "rate limit descriptor list must not be empty".into(),
+            );
+        }
+        if request.descriptors.len() > l.max_descriptors {
+            return refuse(
+                Rejection::TooManyDescriptors,
+                format!(
+                    "{} descriptors: at most {} a request",
+                    request.descriptors.len(),
+                    l.max_descriptors
+                ),
+            );
+        }
+        if request.domain.len() > l.max_value_bytes {
+            return refuse(
+                Rejection::ValueTooLong,
+                format!("the domain is longer than {} bytes", l.max_value_bytes),
+            );
+        }
+        for d in &request.descriptors {
+            if d.entries.is_empty() {
+                return refuse(Rejection::Malformed, "a descriptor has no entries".into());
+            }
+            if d.entries.len() > l.max_entries {
+                return refuse(
+                    Rejection::TooManyEntries,
+                    format!(
+                        "a descriptor of {} entries: at most {}",
+                        d.entries.len(),
+                        l.max_entries
+                    ),
+                );
+            }
+            if let Some((k, _)) = d
+                .entries
+                .iter()
+                .find(|(k, v)| k.len() > l.max_value_bytes || v.len() > l.max_value_bytes)
+            {
+                let shown: String = k.chars().take(64).collect();
+                return refuse(
+                    Rejection::ValueTooLong,
+                    format!(
+                        "the entry `{shown}` has a key or value longer than {} bytes",
+                        l.max_value_bytes
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Answers a request: every descriptor matched and decided (`Check`), previewed (`Peek`)
     /// or charged for a later settle (`Take`).
     pub async fn decide(&self, request: &Request, op: Op) -> Result<Response, ServiceError> {
-        if request.domain.is_empty() {
-            return Err(ServiceError::Invalid(
-                "rate limit domain must not be empty".into(),
-            ));
-        }
-        if request.descriptors.is_empty() {
-            return Err(ServiceError::Invalid(
-                "rate limit descriptor list must not be empty".into(),
-            ));
-        }
+        self.admit(request)?;
         let loaded = self.current();
         // Match every descriptor, then drop the rules another matched rule replaces.
-        let mut matched = Vec::with_capacity(request.descriptors.len());
-        for d in &request.descriptors {
-            if d.entries.is_empty() {
-                return Err(ServiceError::Invalid("a descriptor has no entries".into()));
-            }
-            matched.push(loaded.config.matching(&request.domain, &d.entries));
-        }
+        let matched: Vec<_> = request
+            .descriptors
+            .iter()
+            .map(|d| loaded.config.matching(&request.domain, &d.entries))
+            .collect();
         let replaced: Vec<&str> = matched
             .iter()
             .flatten()
@@ -359,7 +503,9 @@ impl Service {
         let mut decisions: Vec<Option<Decision>> = Vec::with_capacity(matched.len());
         let mut parts = Vec::new();
         for (d, m) in request.descriptors.iter().zip(&matched) {
-            let cost = d.hits.unwrap_or(request.hits).max(1);
+            // A descriptor's own count as it is (0: check without counting), else the
+            // request's with 0 meaning 1: envoyproxy/ratelimit's reading.
+            let hits = d.hits.unwrap_or(u64::from(request.hits.max(1)));
             let Some(m) = m.as_ref() else {
                 self.metrics.unmatched();
                 statuses.push(ok_without_limit(0));
@@ -373,10 +519,15 @@ impl Service {
                 continue;
             }
             let rule = &*m.rule;
-            let slot = loaded.rules.get(&rule.id).expect("a slot per rule");
+            let Some(slot) = loaded.rules.get(&rule.id) else {
+                return Err(ServiceError::Unavailable(format!(
+                    "{}: no limiter",
+                    rule.id
+                )));
+            };
             let (requests_per_unit, unit) = match &rule.limit {
                 Limit::Unlimited => {
-                    slot.counters.allowed.inc_by(cost);
+                    self.metrics.count(&slot.counters.allowed, hits);
                     statuses.push(ok_without_limit(u32::MAX));
                     decisions.push(None);
                     continue;
@@ -393,16 +544,36 @@ impl Service {
                 decisions.push(None);
                 continue;
             }
-            let engine = slot.engine.as_ref().expect("a limited rule has an engine");
+            let Some(engine) = slot.engine.as_ref() else {
+                return Err(ServiceError::Unavailable(format!(
+                    "{}: no limiter",
+                    rule.id
+                )));
+            };
+            let text = format!("{}:{}:{}", rule.id, rule_algorithm(rule), m.key);
+            let key = Key {
+                hash: self.engines.key_hash(&rule.fingerprint, &text),
+                text: &text,
+            };
+            // 0 hits: whether the count is already above the limit, counting nothing.
+            let (op, cost, quota) = match hits {
+                0 => (Op::Peek, 1, slot.at_limit.as_ref().unwrap_or(&slot.quota)),
+                _ => (op, hits, &slot.quota),
+            };
             let answer = match op {
-                Op::Check => engine.check(&m.key, cost).await.map(|o| (o, None)),
-                Op::Peek => engine.peek(&m.key, cost).await.map(|o| (o, None)),
-                Op::Take => engine.take(&m.key, cost).await,
+                Op::Check => engine.check(key, quota, cost).await.map(|o| (o, None)),
+                Op::Peek => engine.peek(key, quota, cost).await.map(|o| (o, None)),
+                Op::Take => engine.take(key, quota, cost).await,
             };
             let decision = match answer {
                 Ok((decision, ticket)) => {
-                    if let Some(t) = ticket {
-                        parts.push((engine.clone(), m.key.clone(), t));
+                    if let Some(ticket) = ticket {
+                        parts.push(Part {
+                            rule: rule.id.clone(),
+                            version: slot.version,
+                            key: text.clone(),
+                            ticket,
+                        });
                     }
                     Some(decision)
                 }
@@ -415,11 +586,12 @@ impl Service {
             };
             let over = decision.is_none_or(|d| d.is_denied());
             if op != Op::Peek {
-                match (over, rule.shadow_mode || self.settings.global_shadow_mode) {
-                    (false, _) => slot.counters.allowed.inc_by(cost),
-                    (true, false) => slot.counters.over_limit.inc_by(cost),
-                    (true, true) => slot.counters.shadow.inc_by(cost),
+                let counter = match (over, rule.shadow_mode || self.settings.global_shadow_mode) {
+                    (false, _) => &slot.counters.allowed,
+                    (true, false) => &slot.counters.over_limit,
+                    (true, true) => &slot.counters.shadow,
                 };
+                self.metrics.count(counter, hits);
             }
             let remaining = decision
                 .and_then(|d| d.remaining())
@@ -468,7 +640,11 @@ impl Service {
         let headers = self.headers(&statuses, &decisions);
         let ticket = match parts.is_empty() {
             true => None,
-            false => Some(self.open(parts).await?),
+            false => Some(
+                self.tickets
+                    .issue(parts, crate::tickets::unix_ms())
+                    .map_err(|e| ServiceError::Unavailable(e.to_string()))?,
+            ),
         };
         Ok(Response {
             overall_code: overall,
@@ -528,70 +704,130 @@ impl Service {
             .collect()
     }
 
-    /// Holds a take's charges under a new ticket. Refused (503) while `max_open_tickets` are
-    /// open and none has expired: then the charges are given back first, so a refused take
-    /// costs nothing (the client has no ticket to settle them with).
-    async fn open(&self, parts: Vec<(Arc<Engine>, String, Ticket)>) -> Result<u64, ServiceError> {
-        match self.open_at(parts, Instant::now()) {
-            Ok(id) => Ok(id),
-            Err((e, parts)) => {
-                for (engine, key, mut t) in parts {
-                    // A refund that fails leaves the charge standing, as a lost ticket does.
-                    let _ = engine.settle(&key, &mut t, 0).await;
-                }
-                Err(e)
-            }
-        }
+    /// Settles a take's `ticket` with the `actual` cost of each descriptor it charged: the
+    /// difference is refunded, or charged as a debt. All its parts or none: every part is
+    /// checked (its rule unchanged, `actual` within what the rule can ever owe) before any is
+    /// applied. A ticket settles once, until it expires; a forged, altered, expired or
+    /// settled one is refused alike, and changes nothing.
+    pub async fn settle(&self, ticket: &str, actual: u64) -> Result<(), ServiceError> {
+        self.settle_at(ticket, actual, crate::tickets::unix_ms())
+            .await
     }
 
-    /// [`open`](Self::open) at `now` (a seam: tests move time without sleeping); refused, the
-    /// charges come back with the error.
-    #[allow(clippy::type_complexity)]
-    fn open_at(
-        &self,
-        parts: Vec<(Arc<Engine>, String, Ticket)>,
-        now: Instant,
-    ) -> Result<u64, (ServiceError, Vec<(Arc<Engine>, String, Ticket)>)> {
-        let mut tickets = self.tickets.lock().expect("poisoned");
-        if tickets.len() >= self.settings.max_open_tickets {
-            let ttl = self.settings.ticket_ttl;
-            tickets.retain(|_, t| now.saturating_duration_since(t.taken) < ttl);
-            if tickets.len() >= self.settings.max_open_tickets {
-                let e = ServiceError::Busy(format!(
-                    "{} tickets open: settle some first",
-                    self.settings.max_open_tickets
+    /// [`settle`](Self::settle) at `now` (ms since the epoch: a seam, tests move time without
+    /// sleeping).
+    async fn settle_at(&self, token: &str, actual: u64, now: u64) -> Result<(), ServiceError> {
+        let unknown = || ServiceError::Ticket("no such open ticket".into());
+        let claims = self.tickets.open(token, now).map_err(|_| unknown())?;
+        let loaded = self.current();
+        let mut plan = Vec::with_capacity(claims.parts.len());
+        for part in &claims.parts {
+            let slot = loaded
+                .rules
+                .get(&part.rule)
+                .filter(|s| s.version == part.version)
+                .ok_or_else(|| ServiceError::Ticket(format!("the rule {} changed", part.rule)))?;
+            let engine = slot.engine.as_ref().ok_or_else(unknown)?;
+            let most = slot.quota_capacity();
+            if actual > most {
+                self.metrics.rejected(Rejection::Cost);
+                return Err(ServiceError::Invalid(
+                    Rejection::Cost,
+                    format!(
+                        "actual {actual} is more than the rule {} can ever owe ({most})",
+                        part.rule
+                    ),
                 ));
-                return Err((e, parts));
             }
+            let rule = loaded.config.rules().iter().find(|r| r.id == part.rule);
+            let fingerprint = rule.map_or("", |r| r.fingerprint.as_str());
+            plan.push((engine.clone(), &slot.quota, fingerprint));
         }
-        let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
-        tickets.insert(id, Open { taken: now, parts });
-        Ok(id)
-    }
-
-    /// Settles a ticket from a take with the `actual` cost of each descriptor it charged:
-    /// the difference is refunded, or charged as a debt. A ticket settles once.
-    pub async fn settle(&self, ticket: u64, actual: u64) -> Result<(), ServiceError> {
-        self.settle_at(ticket, actual, Instant::now()).await
-    }
-
-    /// [`settle`](Self::settle) at `now` (a seam: tests move time without sleeping).
-    async fn settle_at(&self, ticket: u64, actual: u64, now: Instant) -> Result<(), ServiceError> {
-        let open = self
-            .tickets
-            .lock()
-            .expect("poisoned")
-            .remove(&ticket)
-            .filter(|t| now.saturating_duration_since(t.taken) < self.settings.ticket_ttl)
-            .ok_or_else(|| ServiceError::Ticket(format!("no open ticket {ticket}")))?;
-        for (engine, key, mut t) in open.parts {
-            match engine.settle(&key, &mut t, actual).await {
-                Ok(_) => {}
-                Err(EngineError::Backend(e)) => return Err(ServiceError::Unavailable(e)),
-                Err(e) => return Err(ServiceError::Ticket(e.to_string())),
+        self.tickets.claim(&claims, now).map_err(|_| unknown())?;
+        let nonce = claims.nonce;
+        for ((engine, quota, fingerprint), mut part) in plan.into_iter().zip(claims.parts) {
+            let key = Key {
+                hash: self.engines.key_hash(fingerprint, &part.key),
+                text: &part.key,
+            };
+            if let Err(e) = engine.settle(key, quota, &mut part.ticket, actual).await {
+                // Redis marks each part it settles: the client's retry applies the rest.
+                self.tickets.unclaim(&nonce);
+                return Err(match e {
+                    EngineError::Backend(e) => {
+                        self.metrics.backend_error();
+                        ServiceError::Unavailable(e)
+                    }
+                    other => ServiceError::Ticket(other.to_string()),
+                });
             }
         }
         Ok(())
+    }
+
+    /// Whether the backend answers: with `health_checks_backend`, a peek of one rule's
+    /// limiter (a round trip to Redis), else always.
+    pub async fn healthy(&self) -> Result<(), ServiceError> {
+        if !self.settings.health_checks_backend {
+            return Ok(());
+        }
+        let loaded = self.current();
+        let Some(slot) = loaded
+            .rules
+            .values()
+            .find(|s| s.engine.is_some() && !matches!(s.quota, Algorithm::DenyAll))
+        else {
+            return Ok(());
+        };
+        let Some(engine) = &slot.engine else {
+            return Ok(());
+        };
+        let text = "hotlimit:healthcheck";
+        let key = Key {
+            hash: self.engines.key_hash("", text),
+            text,
+        };
+        match engine.peek(key, &slot.quota, 1).await {
+            Ok(_) | Err(EngineError::Cost(_)) => Ok(()),
+            Err(e) => Err(ServiceError::Unavailable(format!(
+                "backend unreachable: {e}"
+            ))),
+        }
+    }
+
+    /// How many settled tickets the service remembers now (each until it expires).
+    pub fn settled_tickets(&self) -> usize {
+        self.tickets.remembered()
+    }
+}
+
+impl Slot {
+    /// The most a settle's `actual` may be: what the rule admits at once (a window's limit,
+    /// GCRA's burst, EARRRL's capacity), so a settle locks a key for at most one window or
+    /// one burst's horizon.
+    fn quota_capacity(&self) -> u64 {
+        match &self.quota {
+            Algorithm::DenyAll => 0,
+            Algorithm::FixedWindow(q) => q.capacity(),
+            Algorithm::SlidingWindow(q) => q.capacity(),
+            Algorithm::SubWindow(q) => q.capacity(),
+            Algorithm::SlidingLog(q) => q.capacity(),
+            Algorithm::Gcra(q) => q.capacity(),
+            Algorithm::Earrrl(q) => q.capacity(),
+            Algorithm::Exponential(q) => q.capacity(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The algorithm's name in a rule's state keys.
+fn rule_algorithm(rule: &crate::config::Rule) -> &'static str {
+    match &rule.limit {
+        Limit::Limited { algorithm, .. } => algorithm.name(),
+        Limit::Unlimited => "unlimited",
     }
 }
 
@@ -624,199 +860,94 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
-/// The limiters of `config`'s rules: an unchanged rule's (by fingerprint) from `kept`, a new
-/// one's built.
+/// The names of the limiters `loaded`'s rules use.
+fn in_use(loaded: &Loaded) -> HashSet<String> {
+    loaded
+        .rules
+        .values()
+        .filter_map(|s| s.limiter.clone())
+        .collect()
+}
+
+/// A rule's name in the fleet limiter's Redis keys.
+fn tag(rule: &crate::config::Rule, algorithm: &Algorithm) -> String {
+    format!("{}:{}:", rule.id, algorithm.name())
+}
+
+/// The rules of `config`, each on its class's limiter (built on the class's first rule, kept
+/// across reloads while a rule uses it).
 async fn build(
     config: Config,
     settings: &Settings,
     metrics: &Metrics,
-    kept: &HashMap<String, Arc<Engine>>,
+    engines: &Engines,
 ) -> Result<Loaded, String> {
     let mut rules = HashMap::new();
     for rule in config.rules() {
         let counters = metrics.rule(rule);
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        rule.fingerprint.hash(&mut hasher);
+        let version = hasher.finish();
         let Limit::Limited {
-            unit, algorithm, ..
+            unit,
+            algorithm,
+            policy_set,
+            class,
+            base,
+            requests_per_unit,
         } = &rule.limit
         else {
             rules.insert(
                 rule.id.clone(),
                 Slot {
                     engine: None,
+                    quota: Algorithm::DenyAll,
+                    at_limit: None,
+                    version,
+                    limiter: None,
                     counters,
                 },
             );
             continue;
         };
-        let engine = match kept.get(&rule.fingerprint) {
-            Some(e) => e.clone(),
-            None => Arc::new(
-                Engine::build(
-                    &format!("{}:{}:", rule.id, algorithm.name()),
-                    algorithm,
-                    unit.duration(),
-                    &settings.backend,
-                )
-                .await
-                .map_err(|e| format!("{}: {e}", rule.id))?,
-            ),
+        let (quota, at_limit) = match algorithm {
+            Algorithm::FixedWindow(q) => {
+                let policy = match (*policy_set, settings.count_over_limit) {
+                    (true, _) => q.policy(),
+                    (false, true) => Policy::Strict,
+                    (false, false) => Policy::Leaky,
+                };
+                let q = q.with_policy(policy);
+                let above = FixedWindow::new(u64::from(*requests_per_unit) + 1, unit.duration())
+                    .map(|w| Algorithm::FixedWindow(w.with_policy(policy)))
+                    .ok();
+                (Algorithm::FixedWindow(q), above)
+            }
+            other => (other.clone(), None),
         };
+        // The class's limiter is built with its base quota (the fleet's, a rule's own with
+        // the rule's quota: it takes none with a request).
+        let base = match (&settings.backend, base) {
+            (Backend::Hybrid { .. }, _) | (_, Algorithm::FixedWindow(_)) => quota.clone(),
+            (_, b) => b.clone(),
+        };
+        let tag = tag(rule, algorithm);
+        let name = engines.name_of(class, &tag, &base);
+        let engine = engines
+            .get(&name, &tag, &base, unit.duration())
+            .await
+            .map_err(|e| format!("{}: {e}", rule.id))?;
         rules.insert(
             rule.id.clone(),
             Slot {
                 engine: Some(engine),
+                quota,
+                at_limit,
+                version,
+                limiter: Some(name),
                 counters,
             },
         );
     }
     Ok(Loaded { config, rules })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use hotlimit::ManualClock;
-
-    /// A service with `hotlimit-server`'s ticket settings (`Settings::memory()`), a rule of
-    /// `limit` a day on a frozen clock.
-    async fn service(limit: u32) -> Service {
-        let settings = Settings {
-            backend: Backend::Memory {
-                max_keys: 1_000,
-                clock: Some(ManualClock::default()),
-            },
-            ..Settings::memory()
-        };
-        let yaml = format!(
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: day, requests_per_unit: {limit}}}\n"
-        );
-        Service::from_sources(&[(PathBuf::from("d.yaml"), yaml)], settings)
-            .await
-            .unwrap()
-    }
-
-    /// One descriptor `k=value` costing `cost`.
-    fn request(value: &str, cost: u64) -> Request {
-        Request {
-            domain: "d".into(),
-            descriptors: vec![Descriptor {
-                entries: vec![("k".into(), value.into())],
-                hits: Some(cost),
-                negative: false,
-            }],
-            hits: 0,
-        }
-    }
-
-    /// The overall codes of checks of `k=value` at these costs, in order.
-    async fn checks(s: &Service, value: &str, costs: &[u64]) -> Vec<Code> {
-        let mut codes = Vec::new();
-        for &cost in costs {
-            let r = s.decide(&request(value, cost), Op::Check).await.unwrap();
-            codes.push(r.overall_code);
-        }
-        codes
-    }
-
-    /// A take of `k=value` at `cost`: its ticket and the instant the service took it at.
-    async fn take(s: &Service, value: &str, cost: u64) -> (u64, Instant) {
-        let r = s.decide(&request(value, cost), Op::Take).await.unwrap();
-        let id = r.ticket.expect("an admitted take has a ticket");
-        (id, s.tickets.lock().unwrap()[&id].taken)
-    }
-
-    /// The message of a settle refused for want of an open ticket (a 404 on the JSON API).
-    fn no_ticket(r: Result<(), ServiceError>) -> String {
-        match r {
-            Err(ServiceError::Ticket(e)) => e,
-            other => panic!("expected no open ticket, got {other:?}"),
-        }
-    }
-
-    // A ticket settles until it is 10 minutes old (the refund lands); from 10 minutes on a
-    // settle is refused (404), once and for good, and the charge stands. No sleeping: the
-    // settles are made at chosen instants.
-    // Pins G74.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_ticket_settles_until_10_minutes_then_is_gone_with_its_charge_standing() {
-        let s = service(5).await;
-        let ttl = Duration::from_secs(600);
-        assert_eq!(s.settings.ticket_ttl, ttl);
-
-        // 3 of 5 taken, settled with 0 used 1 ns before 10 minutes: all 5 back.
-        let (id, at) = take(&s, "a", 3).await;
-        let just_before = at + ttl - Duration::from_nanos(1);
-        s.settle_at(id, 0, just_before).await.unwrap();
-        assert_eq!(checks(&s, "a", &[5, 1]).await, [Code::Ok, Code::OverLimit]);
-
-        // 3 of 5 taken, settled at 10 minutes: refused, and the 3 stay charged.
-        let (id, at) = take(&s, "b", 3).await;
-        let e = no_ticket(s.settle_at(id, 0, at + ttl).await);
-        assert_eq!(e, format!("no open ticket {id}"));
-        // Gone for good: not even a settle dated within the 10 minutes finds it.
-        no_ticket(s.settle_at(id, 0, at).await);
-        assert_eq!(checks(&s, "b", &[2, 1]).await, [Code::Ok, Code::OverLimit]);
-        assert!(s.tickets.lock().unwrap().is_empty());
-    }
-
-    // At 100,000 open tickets a take is refused until some are settled or 10 minutes old: the
-    // expired are dropped to make room, never a live one.
-    // Pins G74.
-    #[tokio::test(flavor = "current_thread")]
-    async fn at_100_000_open_tickets_only_expired_ones_make_room() {
-        let s = service(1_000_000).await;
-        assert_eq!(s.settings.max_open_tickets, 100_000);
-        let ttl = s.settings.ticket_ttl;
-        let (first, first_at) = take(&s, "t", 1).await;
-        let mut last = (first, first_at);
-        for _ in 1..100_000 {
-            last = take(&s, "t", 1).await;
-        }
-        assert_eq!((first, last.0), (1, 100_000));
-
-        // 1 ns before the oldest is 10 minutes old: none expired, no room.
-        let busy = s.open_at(Vec::new(), first_at + ttl - Duration::from_nanos(1));
-        match busy {
-            Err((ServiceError::Busy(e), _)) => {
-                assert_eq!(e, "100000 tickets open: settle some first")
-            }
-            other => panic!("expected busy, got {other:?}"),
-        }
-        assert_eq!(s.tickets.lock().unwrap().len(), 100_000);
-
-        // Once the newest is 10 minutes old, all 100,000 are dropped for the new one.
-        let id = s
-            .open_at(Vec::new(), last.1 + ttl)
-            .map_err(|e| e.0)
-            .unwrap();
-        assert_eq!(id, 100_001);
-        let open: Vec<u64> = s.tickets.lock().unwrap().keys().copied().collect();
-        assert_eq!(open, [100_001]);
-    }
-
-    // A take refused for want of a ticket costs nothing: its charge is given back (with one
-    // ticket open at most, a rule of 5: a take of 2 held, a take of 2 refused, then exactly 3
-    // more admitted).
-    // Pins G74.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_take_refused_for_want_of_a_ticket_charges_nothing() {
-        let settings = Settings {
-            backend: Backend::Memory {
-                max_keys: 1_000,
-                clock: Some(ManualClock::default()),
-            },
-            max_open_tickets: 1,
-            ..Settings::memory()
-        };
-        let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 5}\n";
-        let s = Service::from_sources(&[(PathBuf::from("d.yaml"), yaml.into())], settings)
-            .await
-            .unwrap();
-        take(&s, "r", 2).await;
-        match s.decide(&request("r", 2), Op::Take).await {
-            Err(ServiceError::Busy(e)) => assert_eq!(e, "1 tickets open: settle some first"),
-            other => panic!("expected busy, got {other:?}"),
-        }
-        assert_eq!(checks(&s, "r", &[3, 1]).await, [Code::Ok, Code::OverLimit]);
-    }
 }

@@ -209,8 +209,17 @@ fn denials_answer_429_with_headers_and_the_configured_count_per_descriptor() {
     assert!(header(3, "ratelimit")
         .unwrap()
         .starts_with("\"default\";r=0;t="));
+    // A day's window ends at midnight UTC, as envoyproxy/ratelimit's does.
     let retry: u64 = header(3, "retry-after").unwrap().parse().unwrap();
-    assert!((86_000..=86_400).contains(&retry), "retry-after {retry}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let to_midnight = 86_400 - now % 86_400;
+    assert!(
+        retry.abs_diff(to_midnight) <= 2,
+        "retry-after {retry}, midnight UTC in {to_midnight} s"
+    );
     // Envoy's own marker on a rate-limited answer.
     assert_eq!(header(3, "x-envoy-ratelimited").as_deref(), Some("true"));
 

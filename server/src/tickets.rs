@@ -1,0 +1,215 @@
+//! Tickets as capabilities. A take's ticket is a token the server signs: what it charged
+//! (each part's rule, version and key, and the library's [`Ticket`]), when it was issued and
+//! when it expires, and 128 random bits, under HMAC-SHA256 with the server's secret. Nothing
+//! is kept per open ticket, so no client can fill a table; no client can settle a ticket it
+//! was not given (the bits cannot be guessed) or change what one charged (the MAC); a ticket
+//! settles once: a settled one's nonce is remembered until it expires (and Redis marks each
+//! part's settle, across replicas). Replicas given one `--ticket-secret` settle each other's
+//! tickets on a shared backend.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use hotlimit::store::Ticket;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// One descriptor's charge in a ticket.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Part {
+    /// The rule's id (its place in the configuration).
+    pub rule: String,
+    /// The rule's version: a hash of its fingerprint (a changed rule settles nothing).
+    pub version: u64,
+    /// The state's key, as the engine takes it.
+    pub key: String,
+    /// The library's ticket.
+    pub ticket: Ticket,
+}
+
+/// What a token says.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Claims {
+    /// 128 random bits, hex: the ticket's identity for settle-once.
+    pub nonce: String,
+    /// Issued, ms since the Unix epoch.
+    pub issued: u64,
+    /// Expires, ms since the Unix epoch.
+    pub expires: u64,
+    /// The charges.
+    pub parts: Vec<Part>,
+}
+
+/// Why a token settles nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Not a token of this server (malformed, or its MAC does not verify), expired, or
+    /// already settled: one answer for all, so a guess learns nothing.
+    Unknown,
+}
+
+/// How many settled tickets' nonces are remembered at once by default (40 bytes each: 40 MB).
+pub const DEFAULT_MAX_SETTLED: usize = 1_000_000;
+
+/// The server's tickets: its MAC key, their lifetime, the nonces of settled ones.
+pub struct Tickets {
+    key: [u8; 32],
+    ttl: Duration,
+    settled: Mutex<Settled>,
+}
+
+/// The nonces of settled tickets until they expire, oldest first. Bounded: when full, the
+/// oldest is forgotten and every ticket issued up to it is refused from then on (its
+/// `floor`), so a flood of settles shortens how long tickets live, never lets one settle
+/// twice, and never refuses a take.
+struct Settled {
+    order: VecDeque<(u64, u128)>,
+    set: HashSet<u128>,
+    max: usize,
+    /// Tickets issued at or before this (ms) are refused.
+    floor: u64,
+}
+
+impl std::fmt::Debug for Tickets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tickets")
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Tickets {
+    /// Tickets signed with a key derived from `secret` (replicas given the same one accept
+    /// each other's), or with 256 random bits when there is none (this process's alone).
+    pub fn new(secret: Option<&str>, ttl: Duration, max_settled: usize) -> std::io::Result<Self> {
+        let key = match secret {
+            Some(s) => Sha256::digest(s.as_bytes()).into(),
+            None => {
+                let mut k = [0u8; 32];
+                getrandom::fill(&mut k).map_err(std::io::Error::other)?;
+                k
+            }
+        };
+        Ok(Tickets {
+            key,
+            ttl,
+            settled: Mutex::new(Settled {
+                order: VecDeque::new(),
+                set: HashSet::new(),
+                max: max_settled.max(1),
+                floor: 0,
+            }),
+        })
+    }
+
+    /// A ticket's lifetime.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        // HMAC takes a key of any length.
+        match Hmac::<Sha256>::new_from_slice(&self.key) {
+            Ok(m) => m,
+            Err(_) => unreachable!("HMAC accepts every key length"),
+        }
+    }
+
+    /// The token for `parts`, issued at `now` (ms since the epoch).
+    pub fn issue(&self, parts: Vec<Part>, now: u64) -> std::io::Result<String> {
+        let mut nonce = [0u8; 16];
+        getrandom::fill(&mut nonce).map_err(std::io::Error::other)?;
+        let claims = Claims {
+            nonce: format!("{:032x}", u128::from_be_bytes(nonce)),
+            issued: now,
+            expires: now.saturating_add(self.ttl_ms()),
+            parts,
+        };
+        let bytes = postcard::to_allocvec(&claims).map_err(std::io::Error::other)?;
+        let body = URL_SAFE_NO_PAD.encode(bytes);
+        let mut mac = self.mac();
+        mac.update(body.as_bytes());
+        let tag = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+        Ok(format!("{body}.{tag}"))
+    }
+
+    /// The claims of `token` if this server signed it and it has not expired at `now`
+    /// (settled or not: [`claim`](Self::claim) says).
+    pub fn open(&self, token: &str, now: u64) -> Result<Claims, Refused> {
+        let (body, tag) = token.split_once('.').ok_or(Refused::Unknown)?;
+        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| Refused::Unknown)?;
+        let mut mac = self.mac();
+        mac.update(body.as_bytes());
+        // Constant time: a forger learns nothing from how long a refusal took.
+        mac.verify_slice(&tag).map_err(|_| Refused::Unknown)?;
+        let json = URL_SAFE_NO_PAD.decode(body).map_err(|_| Refused::Unknown)?;
+        let claims: Claims = postcard::from_bytes(&json).map_err(|_| Refused::Unknown)?;
+        if now >= claims.expires {
+            return Err(Refused::Unknown);
+        }
+        Ok(claims)
+    }
+
+    /// Marks `claims` settled (before its parts are applied: two settles of one ticket racing,
+    /// one wins); refused if it already is, or if it was issued at or before the floor.
+    pub fn claim(&self, claims: &Claims, now: u64) -> Result<(), Refused> {
+        let nonce = u128::from_str_radix(&claims.nonce, 16).map_err(|_| Refused::Unknown)?;
+        let mut s = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+        while s.order.front().is_some_and(|&(exp, _)| exp <= now) {
+            if let Some((_, n)) = s.order.pop_front() {
+                s.set.remove(&n);
+            }
+        }
+        if claims.issued <= s.floor || s.set.contains(&nonce) {
+            return Err(Refused::Unknown);
+        }
+        if s.order.len() >= s.max {
+            if let Some((expires, oldest)) = s.order.pop_front() {
+                s.set.remove(&oldest);
+                // No ticket issued up to the forgotten one's issue settles from here.
+                let issued = expires.saturating_sub(self.ttl_ms());
+                s.floor = s.floor.max(issued);
+            }
+        }
+        s.order.push_back((claims.expires, nonce));
+        s.set.insert(nonce);
+        Ok(())
+    }
+
+    /// Undoes a [`claim`](Self::claim) whose parts could not all be applied (a backend
+    /// error): the client's retry settles what is left (a part settled in Redis is marked
+    /// there and applies once).
+    pub fn unclaim(&self, nonce: &str) {
+        let Ok(nonce) = u128::from_str_radix(nonce, 16) else {
+            return;
+        };
+        let mut s = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+        if s.set.remove(&nonce) {
+            s.order.retain(|&(_, n)| n != nonce);
+        }
+    }
+
+    /// How many settled tickets are remembered now.
+    pub fn remembered(&self) -> usize {
+        self.settled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .order
+            .len()
+    }
+}
