@@ -104,7 +104,23 @@ pub struct Decision {
     /// used) is the niche a `Result` keeps its tag in.
     per_allowed: NonZeroU64,
     reset_after: u64,
+    /// NaN when unknown: written as none, so that formats without NaN (JSON) carry it.
+    #[cfg_attr(feature = "serde", serde(with = "nan_as_none"))]
     rate: f64,
+}
+
+/// `Decision::rate`'s NaN ("not known") as a missing value, any other rate as itself.
+#[cfg(feature = "serde")]
+mod nan_as_none {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(rate: &f64, s: S) -> Result<S::Ok, S::Error> {
+        (!rate.is_nan()).then_some(*rate).serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+    }
 }
 
 /// The top bit of [`Decision`]'s `per_allowed`: the request was admitted.

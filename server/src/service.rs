@@ -745,22 +745,30 @@ impl Service {
         }
         self.tickets.claim(&claims, now).map_err(|_| unknown())?;
         let nonce = claims.nonce;
+        let mut applied = 0;
         for ((engine, quota, fingerprint), mut part) in plan.into_iter().zip(claims.parts) {
             let key = Key {
                 hash: self.engines.key_hash(fingerprint, &part.key),
                 text: &part.key,
             };
-            if let Err(e) = engine.settle(key, quota, &mut part.ticket, actual).await {
-                // Redis marks each part it settles: the client's retry applies the rest.
-                self.tickets.unclaim(&nonce);
-                return Err(match e {
-                    EngineError::Backend(e) => {
-                        self.metrics.backend_error();
-                        ServiceError::Unavailable(e)
-                    }
-                    other => ServiceError::Ticket(other.to_string()),
-                });
+            match engine.settle(key, quota, &mut part.ticket, actual).await {
+                Ok(settled) => applied += usize::from(settled),
+                Err(e) => {
+                    // Redis marks each part it settles: the client's retry applies the rest.
+                    self.tickets.unclaim(&nonce);
+                    return Err(match e {
+                        EngineError::Backend(e) => {
+                            self.metrics.backend_error();
+                            ServiceError::Unavailable(e)
+                        }
+                        other => ServiceError::Ticket(other.to_string()),
+                    });
+                }
             }
+        }
+        // Settled before, on another replica (Redis' marks said so): a replay.
+        if applied == 0 {
+            return Err(unknown());
         }
         Ok(())
     }
@@ -950,4 +958,202 @@ async fn build(
         );
     }
     Ok(Loaded { config, rules })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hotlimit::ManualClock;
+
+    const RULES: &str = "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: day, requests_per_unit: 5}
+  - key: big
+    rate_limit: {unit: day, requests_per_unit: 100}
+";
+
+    /// A service on a frozen clock with `RULES` (and `max_settled` settled tickets kept).
+    async fn service(max_settled: usize) -> Service {
+        let settings = Settings {
+            backend: Backend::Memory {
+                max_keys: 1_000,
+                clock: Some(ManualClock::default()),
+            },
+            max_settled_tickets: max_settled,
+            ..Settings::memory()
+        };
+        Service::from_sources(&[(PathBuf::from("d.yaml"), RULES.into())], settings)
+            .await
+            .unwrap()
+    }
+
+    /// One descriptor per `(key, value)`, each costing `cost`.
+    fn request(entries: &[(&str, &str)], cost: u64) -> Request {
+        Request {
+            domain: "d".into(),
+            descriptors: entries
+                .iter()
+                .map(|(k, v)| Descriptor {
+                    entries: vec![((*k).into(), (*v).into())],
+                    hits: Some(cost),
+                    negative: false,
+                })
+                .collect(),
+            hits: 0,
+        }
+    }
+
+    /// What `k=value` has left (a peek of 1, plus the peeked unit).
+    async fn left(s: &Service, key: &str, value: &str) -> u32 {
+        let r = s
+            .decide(&request(&[(key, value)], 1), Op::Peek)
+            .await
+            .unwrap();
+        r.statuses[0].limit_remaining + u32::from(r.overall_code == Code::Ok)
+    }
+
+    /// A take of `cost` on each entry: its token and when it was issued.
+    async fn take(s: &Service, entries: &[(&str, &str)], cost: u64) -> (String, u64) {
+        let r = s.decide(&request(entries, cost), Op::Take).await.unwrap();
+        let token = r.ticket.expect("an admitted take has a ticket");
+        let issued = s.tickets.open(&token, 0).unwrap().issued;
+        (token, issued)
+    }
+
+    fn refused(r: Result<(), ServiceError>) -> String {
+        match r {
+            Err(ServiceError::Ticket(e)) => e,
+            other => panic!("expected a refused ticket, got {other:?}"),
+        }
+    }
+
+    // A ticket settles once, until it is 60 s old (the Redis settle mark's life): 1 ms before,
+    // the refund lands; at 60 s it is refused and the charge stands; a second settle of a
+    // settled ticket is refused. No sleeping: the settles are made at chosen instants.
+    // Pins G74.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_ticket_settles_once_until_it_is_60_s_old() {
+        let s = service(1_000).await;
+        let ttl = 60_000;
+        assert_eq!(s.settings.ticket_ttl, Duration::from_millis(ttl));
+
+        let (token, at) = take(&s, &[("k", "a")], 3).await;
+        s.settle_at(&token, 0, at + ttl - 1).await.unwrap();
+        assert_eq!(left(&s, "k", "a").await, 5);
+        let e = refused(s.settle_at(&token, 0, at + 1).await);
+        assert_eq!(e, "no such open ticket");
+
+        let (token, at) = take(&s, &[("k", "b")], 3).await;
+        refused(s.settle_at(&token, 0, at + ttl).await);
+        assert_eq!(left(&s, "k", "b").await, 2);
+        assert_eq!(s.settled_tickets(), 1);
+    }
+
+    // A settle's `actual` is bounded by what its rule can ever owe (here the limit, 5): 6 is
+    // refused (400) and changes nothing; the ticket then settles at 5, all spent.
+    // Pins G74.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_actual_above_what_the_rule_can_owe_is_refused_and_changes_nothing() {
+        let s = service(1_000).await;
+        let (token, at) = take(&s, &[("k", "c")], 1).await;
+        match s.settle_at(&token, 6, at).await {
+            Err(ServiceError::Invalid(Rejection::Cost, e)) => {
+                assert_eq!(e, "actual 6 is more than the rule d.k can ever owe (5)")
+            }
+            other => panic!("expected a refused actual, got {other:?}"),
+        }
+        assert_eq!(left(&s, "k", "c").await, 4);
+        s.settle_at(&token, 5, at).await.unwrap();
+        assert_eq!(left(&s, "k", "c").await, 0);
+    }
+
+    // A ticket over two rules settles both or neither: an actual one rule can owe (100) but
+    // the other cannot (5) changes neither; one both can owe settles both.
+    // Pins G74.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_ticket_over_two_rules_settles_both_or_neither() {
+        let s = service(1_000).await;
+        let (token, at) = take(&s, &[("k", "x"), ("big", "x")], 2).await;
+        assert_eq!(
+            (left(&s, "k", "x").await, left(&s, "big", "x").await),
+            (3, 98)
+        );
+        assert!(matches!(
+            s.settle_at(&token, 50, at).await,
+            Err(ServiceError::Invalid(Rejection::Cost, _))
+        ));
+        assert_eq!(
+            (left(&s, "k", "x").await, left(&s, "big", "x").await),
+            (3, 98)
+        );
+        s.settle_at(&token, 0, at).await.unwrap();
+        assert_eq!(
+            (left(&s, "k", "x").await, left(&s, "big", "x").await),
+            (5, 100)
+        );
+    }
+
+    // The settled set is bounded: with room for 2, a third settle forgets the oldest and
+    // from then on refuses every ticket issued up to it (it may have been one of them), so
+    // no ticket settles twice; takes are never refused.
+    // Pins G74.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_settled_set_is_bounded_and_never_lets_a_ticket_settle_twice() {
+        let s = service(2).await;
+        let mut tickets = Vec::new();
+        for v in ["1", "2", "3"] {
+            tickets.push(take(&s, &[("k", v)], 1).await);
+            // Each issued at a later millisecond.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let now = tickets[2].1;
+        for (token, _) in &tickets {
+            s.settle_at(token, 0, now).await.unwrap();
+        }
+        assert_eq!(s.settled_tickets(), 2);
+        for (token, _) in &tickets {
+            refused(s.settle_at(token, 0, now).await);
+        }
+        // The forgotten one settled once: its refund once, nothing more.
+        assert_eq!(left(&s, "k", "1").await, 5);
+    }
+
+    // A rule that changed (its limit) settles no ticket taken under the old one: refused,
+    // nothing changed; an unchanged rule's ticket still settles after the reload.
+    // Pins G74.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_ticket_of_a_changed_rule_is_refused() {
+        let s = service(1_000).await;
+        let (changed, at) = take(&s, &[("k", "r")], 2).await;
+        let (kept, _) = take(&s, &[("big", "r")], 2).await;
+        let text = RULES.replace("requests_per_unit: 5", "requests_per_unit: 6");
+        assert!(s
+            .reload_from(&[(PathBuf::from("d.yaml"), text)])
+            .await
+            .unwrap());
+        let e = refused(s.settle_at(&changed, 0, at).await);
+        assert_eq!(e, "the rule d.k changed");
+        s.settle_at(&kept, 0, at).await.unwrap();
+        assert_eq!(left(&s, "big", "r").await, 100);
+    }
+
+    // Every rule of a class shares its limiter: 2 rules of 1 class and 1 of another run 2
+    // limiters, and a reload that drops the second class drops its limiter.
+    #[tokio::test(flavor = "current_thread")]
+    async fn rules_of_one_class_share_a_limiter() {
+        let s = service(1_000).await;
+        assert_eq!(s.limiters(), 1);
+        let more = format!(
+            "{RULES}  - key: g\n    rate_limit: {{unit: minute, requests_per_unit: 5, algorithm: gcra}}\n"
+        );
+        s.reload_from(&[(PathBuf::from("d.yaml"), more)])
+            .await
+            .unwrap();
+        assert_eq!(s.limiters(), 2);
+        s.reload_from(&[(PathBuf::from("d.yaml"), RULES.into())])
+            .await
+            .unwrap();
+        assert_eq!(s.limiters(), 1);
+    }
 }
