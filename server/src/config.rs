@@ -793,7 +793,7 @@ fn parse_yaml<T: serde::de::DeserializeOwned>(
 /// The parser's message without its trailing " at line L, column C" (the error carries both).
 fn strip_location(message: &str) -> String {
     let message = message.strip_prefix("error: ").unwrap_or(message);
-    match message.rfind(" at line ") {
+    match message.find(" at line ") {
         Some(at) => message[..at].to_owned(),
         None => message.to_owned(),
     }

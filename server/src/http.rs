@@ -221,7 +221,14 @@ fn request(body: JsonRequest) -> Result<Request, ServiceError> {
 }
 
 async fn decide(service: &Service, body: Body, op: Op) -> HttpResponse {
-    let answer = match read::<JsonRequest>(service, body).await.and_then(request) {
+    let parsed = read::<JsonRequest>(service, body).await.and_then(|b| {
+        request(b).inspect_err(|e| {
+            if let ServiceError::Invalid(why, _) = e {
+                service.metrics.rejected(*why);
+            }
+        })
+    });
+    let answer = match parsed {
         Ok(request) => service.decide(&request, op).await,
         Err(e) => Err(e),
     };

@@ -132,3 +132,69 @@ fn a_running_server_reloads_a_changed_file_and_keeps_unchanged_rules_state() {
     assert_eq!(check(srv.http, "d", "ip", "x"), 429);
     assert_eq!(check(srv.http, "d", "user", "bob"), 200);
 }
+
+/// A take of `user=value` at `cost` on a server: its ticket.
+fn take(http: u16, value: &str, cost: u64) -> String {
+    let body = format!(
+        r#"{{"domain":"d","descriptors":[{{"entries":[{{"key":"user","value":"{value}"}}],"hitsAddend":{cost}}}]}}"#
+    );
+    let (status, answer) = post(http, "/v1/take", &body);
+    assert_eq!(status, 200, "{answer}");
+    answer["ticket"].as_str().unwrap().to_owned()
+}
+
+fn settle(http: u16, ticket: &str, actual: u64) -> (u16, serde_json::Value) {
+    let body = serde_json::json!({ "ticket": ticket, "actual": actual }).to_string();
+    post(http, "/v1/settle", &body)
+}
+
+// Two replicas on one Redis, given one ticket secret: a take on one is settled on the other
+// (the refund lands in the shared state), once: a second settle on either is a 404. A replica
+// with another secret refuses the ticket and changes nothing.
+// Pins G74.
+#[test]
+fn a_take_on_one_replica_settles_on_the_other_once() {
+    let Some(redis) = common::redis() else {
+        return;
+    };
+    let dir = Scratch::new("backends-settle");
+    let config = dir.write("d.yaml", RULES);
+    let url = redis.url();
+    let shared = [
+        "--backend",
+        "redis",
+        "--redis-url",
+        &url,
+        "--ticket-secret",
+        "s3cret",
+    ];
+    let (a, b) = (server(&config, &shared), server(&config, &shared));
+    let other = [
+        "--backend",
+        "redis",
+        "--redis-url",
+        &url,
+        "--ticket-secret",
+        "another",
+    ];
+    let c = server(&config, &other);
+
+    let ticket = take(a.http, "alice", 3);
+    let gone = serde_json::json!({"error": "no such open ticket"});
+    assert_eq!(settle(c.http, &ticket, 0), (404, gone.clone()));
+    assert_eq!(settle(b.http, &ticket, 0).0, 200);
+    assert_eq!(settle(b.http, &ticket, 0), (404, gone.clone()));
+    assert_eq!(settle(a.http, &ticket, 0), (404, gone));
+    // All 4 back once: 4 admitted, on either replica.
+    let codes: Vec<u16> = (0..5)
+        .map(|i| {
+            check(
+                if i % 2 == 0 { a.http } else { b.http },
+                "d",
+                "user",
+                "alice",
+            )
+        })
+        .collect();
+    assert_eq!(codes, [200, 200, 200, 200, 429]);
+}

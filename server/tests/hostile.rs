@@ -1,0 +1,277 @@
+//! `hotlimit-server` under a hostile client, in a real process on loopback: guessed, forged,
+//! altered and replayed tickets; settles that would lock a key for years; long values, huge
+//! bodies and 100,000 descriptors; a client taking tickets by the thousand; counters pushed
+//! at their limit; an alias bomb in a reloaded configuration. Through all of it the server
+//! stays up, its memory is measured, and a canary key's count stays exact.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, metrics, post, server, Scratch};
+use serde_json::{json, Value};
+
+const RULES: &str = r#"
+domain: h
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: canary
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: token
+    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: gcra}
+"#;
+
+fn body(key: &str, value: &str, hits: Option<u64>) -> String {
+    let mut d = json!({"entries": [{"key": key, "value": value}]});
+    if let Some(h) = hits {
+        d["hitsAddend"] = json!(h);
+    }
+    json!({"domain": "h", "descriptors": [d]}).to_string()
+}
+
+fn take(http: u16, key: &str, value: &str, cost: u64) -> String {
+    let (status, answer) = post(http, "/v1/take", &body(key, value, Some(cost)));
+    assert_eq!(status, 200, "{answer}");
+    answer["ticket"].as_str().unwrap().to_owned()
+}
+
+fn settle(http: u16, ticket: &Value, actual: Value) -> (u16, Value) {
+    post(
+        http,
+        "/v1/settle",
+        &json!({"ticket": ticket, "actual": actual}).to_string(),
+    )
+}
+
+/// What `key=value` has left (a peek's remaining plus the peeked unit, 0 when over).
+fn left(http: u16, key: &str, value: &str) -> u64 {
+    let (status, answer) = post(http, "/v1/peek", &body(key, value, None));
+    let remaining = answer["statuses"][0]["limitRemaining"].as_u64().unwrap();
+    remaining + u64::from(status == 200)
+}
+
+/// The process's resident memory, in KiB (Linux).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A counter's value on the metrics page (the whole line `name{labels} value`).
+fn sample(http: u16, name_and_labels: &str) -> Option<u64> {
+    let page = metrics(http);
+    page.lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
+}
+
+/// One canary check: admitted (it must be, every time, until its 1,000).
+fn canary(http: u16, sent: &mut u64) {
+    *sent += 1;
+    let (status, answer) = post(http, "/v1/check", &body("canary", "c", None));
+    assert_eq!(status, 200, "canary {sent}: {answer}");
+}
+
+// Pins G74.
+#[test]
+fn a_hostile_client_cannot_turn_the_server_against_another() {
+    let dir = Scratch::new("hostile");
+    let config = dir.write("h.yaml", RULES);
+    let mut srv = server(&config, &["--reload-ms", "0"]);
+    let pid = srv.proc.0.id();
+    let mut canaries = 0;
+    canary(srv.http, &mut canaries);
+
+    // ---- Tickets: guessed, forged, altered, replayed, someone else's ----
+    let victim = take(srv.http, "user", "alice", 1);
+    assert_eq!(left(srv.http, "user", "alice"), 9);
+    let gone = json!({"error": "no such open ticket"});
+    // Guesses: small numbers as strings, random-looking tokens; a number is not a ticket.
+    for guess in ["1", "2", "100", "AAAA.AAAA", "eyJ0aWNrZXQiOjF9.c2ln", ""] {
+        assert_eq!(
+            settle(srv.http, &json!(guess), json!(1_000_000_000)),
+            (404, gone.clone()),
+            "{guess}"
+        );
+    }
+    assert_eq!(settle(srv.http, &json!(1), json!(1)).0, 400);
+    // The attacker's own ticket with its body swapped for the victim's, or a byte changed.
+    let own = take(srv.http, "user", "mallory", 1);
+    let (own_body, own_tag) = own.split_once('.').unwrap();
+    let (victim_body, _) = victim.split_once('.').unwrap();
+    let spliced = format!("{victim_body}.{own_tag}");
+    assert_eq!(
+        settle(srv.http, &json!(spliced), json!(10)),
+        (404, gone.clone())
+    );
+    for at in [0, own_body.len() / 2, own.len() - 1] {
+        let mut bytes = own.clone().into_bytes();
+        bytes[at] = if bytes[at] == b'A' { b'B' } else { b'A' };
+        let altered = String::from_utf8(bytes).unwrap();
+        assert_eq!(
+            settle(srv.http, &json!(altered), json!(10)),
+            (404, gone.clone())
+        );
+    }
+    // A settle that would lock the key beyond its window: refused, nothing changed.
+    let (status, answer) = settle(srv.http, &json!(own), json!(1_000_000_000u64));
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(left(srv.http, "user", "mallory"), 9);
+    // GCRA at its burst: one burst's horizon, not centuries.
+    let gcra = take(srv.http, "token", "t", 1);
+    assert_eq!(settle(srv.http, &json!(gcra), json!(61)).0, 400);
+    assert_eq!(settle(srv.http, &json!(gcra), json!(60)).0, 200);
+    assert_eq!(
+        settle(srv.http, &json!(gcra), json!(0)),
+        (404, gone.clone())
+    );
+    // The victim's untouched; its own settle works once.
+    assert_eq!(left(srv.http, "user", "alice"), 9);
+    assert_eq!(settle(srv.http, &json!(victim), json!(0)).0, 200);
+    assert_eq!(
+        settle(srv.http, &json!(victim), json!(0)),
+        (404, gone.clone())
+    );
+    assert_eq!(left(srv.http, "user", "alice"), 10);
+    canary(srv.http, &mut canaries);
+
+    // ---- Memory: long values refused, unique values cost a fixed size each ----
+    let rss_before = rss_kib(pid);
+    let huge = "x".repeat(1_900_000);
+    for i in 0..30 {
+        let (status, answer) = post(
+            srv.http,
+            "/v1/check",
+            &body("user", &format!("{i}{huge}"), None),
+        );
+        assert_eq!(status, 413, "{answer}");
+        assert!(answer["error"].is_string());
+    }
+    let long = "y".repeat(1025);
+    let (status, answer) = post(srv.http, "/v1/check", &body("user", &long, None));
+    assert_eq!(
+        (status, answer["error"].is_string()),
+        (400, true),
+        "{answer}"
+    );
+    // 2,000 values of the longest accepted length, each a new key.
+    for i in 0..2_000 {
+        let value = format!("{i:04}{}", "z".repeat(1020));
+        assert_eq!(
+            post(srv.http, "/v1/check", &body("user", &value, None)).0,
+            200
+        );
+    }
+    let grown = rss_kib(pid).saturating_sub(rss_before);
+    eprintln!("RSS grew {grown} KiB over 30 refused 1.9 MB bodies and 2,000 keys of 1 KiB values");
+    assert!(grown < 16 * 1024, "RSS grew {grown} KiB");
+    canary(srv.http, &mut canaries);
+
+    // ---- Work: 100,000 descriptors refused whole, over HTTP ----
+    let many: Vec<Value> = (0..100_000)
+        .map(|i| json!({"entries": [{"key": "user", "value": format!("v{i}")}]}))
+        .collect();
+    let text = json!({"domain": "h", "descriptors": many}).to_string();
+    let started = Instant::now();
+    let (status, _) = post(srv.http, "/v1/check", &text);
+    let took = started.elapsed();
+    eprintln!(
+        "100,000 descriptors ({} bytes) refused in {took:?}",
+        text.len()
+    );
+    assert_eq!(status, 413);
+    // Within the body bound, past the descriptors' bound: refused before any is decided.
+    let some: Vec<Value> = (0..65)
+        .map(|i| json!({"entries": [{"key": "user", "value": format!("w{i}")}]}))
+        .collect();
+    let text = json!({"domain": "h", "descriptors": some}).to_string();
+    let (status, answer) = post(srv.http, "/v1/check", &text);
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (400, Some("65 descriptors: at most 64 a request"))
+    );
+    assert_eq!(left(srv.http, "user", "w0"), 10);
+    canary(srv.http, &mut canaries);
+
+    // ---- Tickets by the thousand (100,000 in-process: tests/details.rs): nothing held, another
+    // client's take answered ----
+    for i in 0..5_000 {
+        take(srv.http, "user", &format!("f{}", i % 500), 1);
+    }
+    let bob = take(srv.http, "user", "bob", 2);
+    assert_eq!(settle(srv.http, &json!(bob), json!(1)).0, 200);
+    assert_eq!(left(srv.http, "user", "bob"), 9);
+    canary(srv.http, &mut canaries);
+
+    // ---- Counters at their limit: saturate, never wrap ----
+    let max = u64::MAX;
+    for _ in 0..2 {
+        let (status, _) = post(srv.http, "/v1/check", &body("user", "wrap", Some(max)));
+        assert_eq!(status, 429);
+    }
+    let over = sample(
+        srv.http,
+        r#"hotlimit_over_limit_total{domain="h",rule="h.user"} "#,
+    );
+    assert_eq!(over, Some(max));
+    let (status, answer) = post(
+        srv.http,
+        "/v1/check",
+        r#"{"domain":"h","descriptors":[{"entries":[{"key":"user","value":"u"}]}],"hitsAddend":4294967296}"#,
+    );
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(left(srv.http, "user", "u"), 10);
+    canary(srv.http, &mut canaries);
+
+    // ---- An alias bomb in the configuration: refused within its budget, the rules kept ----
+    // Ten lines that expand to 9^10 strings, where the format takes anything (`metadata`).
+    let mut bomb = String::from(
+        "domain: h\ndescriptors:\n  - key: user\n    metadata:\n      a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    );
+    for i in 1..10 {
+        let refs = vec![format!("*a{}", i - 1); 9].join(", ");
+        bomb.push_str(&format!("      a{i}: &a{i} [{refs}]\n"));
+    }
+    std::fs::write(&config, bomb).unwrap();
+    let started = Instant::now();
+    let _ = std::process::Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sample(srv.http, "hotlimit_config_load_error_total ") != Some(1) {
+        assert!(
+            Instant::now() < deadline,
+            "the alias bomb was never rejected"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("alias bomb rejected within {:?}", started.elapsed());
+    canary(srv.http, &mut canaries);
+
+    // ---- Refusals counted by reason; the server up; the canary exact ----
+    let rejected = |reason: &str| {
+        sample(
+            srv.http,
+            &format!("hotlimit_rejected_total{{reason=\"{reason}\"}} "),
+        )
+        .unwrap_or(0)
+    };
+    assert_eq!(rejected("body_too_large"), 31);
+    assert_eq!(rejected("value_too_long"), 1);
+    assert_eq!(rejected("too_many_descriptors"), 1);
+    assert!(rejected("cost") >= 3);
+    let allowed = sample(
+        srv.http,
+        r#"hotlimit_allowed_total{domain="h",rule="h.canary"} "#,
+    );
+    assert_eq!(allowed, Some(canaries));
+    assert_eq!(left(srv.http, "canary", "c"), 1000 - canaries);
+    let health = client()
+        .get(format!("http://127.0.0.1:{}/healthcheck", srv.http))
+        .call()
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(health, 200);
+    assert!(srv.proc.terminate());
+}
