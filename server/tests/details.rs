@@ -1019,3 +1019,156 @@ fn shadow_mode_answers_ok_to_every_rule_and_still_counts() {
         assert_eq!(counter(srv.http, "shadow_mode", "quota_a"), 2);
     }
 }
+
+// ---- envoyproxy/ratelimit's JSON and counting ----
+
+// `hitsAddend` as protobuf's JSON writers may send it, a string, is read as the number; the
+// request's field is a `uint32`: 2^32 is a 400 that counts nothing. A descriptor's is a
+// `UInt64Value`: a string too.
+// Pins G74.
+#[test]
+fn hits_addend_as_a_string_is_read_and_the_requests_is_a_uint32() {
+    let (_dir, config) = rules("details-json");
+    let srv = server(&config, &[]);
+    let text = |hits: &str| {
+        format!(
+            r#"{{"domain":"g74","descriptors":[{{"entries":[{{"key":"plain","value":"s"}}]}}],"hitsAddend":{hits}}}"#
+        )
+    };
+    let (status, answer) = post(srv.http, "/v1/check", &text(r#""2""#));
+    assert_eq!(
+        (status, &answer["statuses"][0]["limitRemaining"]),
+        (200, &json!(1))
+    );
+    for hits in ["4294967296", r#""4294967296""#] {
+        let (status, answer) = post(srv.http, "/v1/check", &text(hits));
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(
+            answer["error"],
+            json!("hitsAddend 4294967296 is above 4294967295 (a uint32)")
+        );
+    }
+    let (status, answer) = post(srv.http, "/v1/check", &text(r#""two""#));
+    assert_eq!(status, 400, "{answer}");
+    let descriptor = r#"{"domain":"g74","descriptors":[{"entries":[{"key":"plain","value":"s"}],"hitsAddend":"1"}]}"#;
+    let (status, answer) = post(srv.http, "/v1/check", descriptor);
+    assert_eq!(
+        (status, &answer["statuses"][0]["limitRemaining"]),
+        (200, &json!(0))
+    );
+    assert_eq!(
+        metric(srv.http, "hotlimit_rejected_total{reason=\"cost\"}"),
+        2
+    );
+    assert_eq!(
+        metric(srv.http, "hotlimit_rejected_total{reason=\"malformed\"}"),
+        1
+    );
+}
+
+// Over-limit hits count, as envoyproxy/ratelimit counts them (a fixed window without its own
+// policy): on 3 a day, 2 then 2 (over, counted) leaves nothing for a 1. With
+// `--stop-cache-key-increment-when-overlimit` the denied 2 counts nothing and the 1 fits.
+// Pins G74.
+#[test]
+fn over_limit_hits_count_unless_stop_cache_key_increment_when_overlimit() {
+    let (_dir, config) = rules("details-overlimit");
+    for (args, last) in [
+        (&[][..], 429),
+        (&["--stop-cache-key-increment-when-overlimit"][..], 200),
+    ] {
+        let srv = server(&config, args);
+        let codes: Vec<u16> = [2, 2, 1]
+            .iter()
+            .map(|&h| post(srv.http, "/v1/check", &body("plain", "o", Some(h), None)).0)
+            .collect();
+        assert_eq!(codes, [200, 429, last], "{args:?}");
+    }
+}
+
+// `/healthcheck` answers 200 while Redis is gone, unless `--health-checks-backend`: then 503
+// (with the error) while the backend does not answer.
+// Pins G74.
+#[test]
+fn healthcheck_fails_while_the_backend_is_gone_only_when_asked_to() {
+    let Some(redis) = common::redis() else {
+        return;
+    };
+    let (_dir, config) = rules("details-health-backend");
+    let url = redis.url();
+    let plain = server(&config, &["--backend", "redis", "--redis-url", &url]);
+    let strict = server(
+        &config,
+        &[
+            "--backend",
+            "redis",
+            "--redis-url",
+            &url,
+            "--health-checks-backend",
+        ],
+    );
+    let health = |http: u16| {
+        client()
+            .get(format!("http://127.0.0.1:{http}/healthcheck"))
+            .call()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!((health(plain.http), health(strict.http)), (200, 200));
+    drop(redis);
+    assert_eq!((health(plain.http), health(strict.http)), (200, 503));
+}
+
+// The HTTP server bounds its work: with `--max-concurrent 1`, a request whose body is still
+// coming holds the one slot, and another is answered 503 at once (never queued); with
+// `--request-timeout-ms 300`, the stalled one is answered 503 when its time is up. A body
+// of 16 MiB is answered 413 with a JSON error, the connection not cut mid-upload.
+// Pins G74.
+#[test]
+fn overload_and_slow_requests_are_answered_503_and_a_16_mib_body_413() {
+    let (_dir, config) = rules("details-overload");
+    let srv = server(
+        &config,
+        &["--max-concurrent", "1", "--request-timeout-ms", "300"],
+    );
+    let mut slow = TcpStream::connect(("127.0.0.1", srv.http)).unwrap();
+    write!(
+        slow,
+        "POST /v1/check HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{{\"domain\""
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    let (status, answer) = post(srv.http, "/v1/check", &body("plain", "x", None, None));
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (503, Some("overloaded: too many requests at once"))
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut reply = String::new();
+    slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = slow.read_to_string(&mut reply);
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    assert!(reply.contains("the request timed out"), "{reply}");
+    // The slot is free again.
+    assert_eq!(
+        post(srv.http, "/v1/check", &body("plain", "x", None, None)).0,
+        200
+    );
+
+    let big = format!(
+        r#"{{"domain":"g74","descriptors":[{{"entries":[{{"key":"plain","value":"{}"}}]}}]}}"#,
+        "v".repeat(16 * 1024 * 1024)
+    );
+    let srv = server(&config, &[]);
+    let (status, answer) = post(srv.http, "/v1/check", &big);
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (413, Some("the body is larger than 262144 bytes"))
+    );
+}

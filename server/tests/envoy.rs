@@ -45,6 +45,10 @@ descriptors:
       unit: day
       requests_per_unit: 1
     shadow_mode: true
+  - key: cost_user
+    rate_limit:
+      unit: day
+      requests_per_unit: 10
 "#;
 
 /// Envoy's bootstrap: one listener (`use_remote_address`, so `remote_address` yields a
@@ -107,6 +111,30 @@ static_resources:
                   - actions:
                     - generic_key: {{descriptor_key: key_2, descriptor_value: value_2}}
                     - request_headers: {{header_name: x-user, descriptor_key: user}}
+              - match: {{prefix: "/cost4"}}
+                route: {{cluster: upstream}}
+                typed_per_filter_config:
+                  envoy.filters.http.ratelimit:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
+                    rate_limits:
+                    - actions: [{{request_headers: {{header_name: x-user, descriptor_key: cost_user}}}}]
+                      hits_addend: {{number: 4}}
+              - match: {{prefix: "/cost2"}}
+                route: {{cluster: upstream}}
+                typed_per_filter_config:
+                  envoy.filters.http.ratelimit:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
+                    rate_limits:
+                    - actions: [{{request_headers: {{header_name: x-user, descriptor_key: cost_user}}}}]
+                      hits_addend: {{number: 2}}
+              - match: {{prefix: "/cost0"}}
+                route: {{cluster: upstream}}
+                typed_per_filter_config:
+                  envoy.filters.http.ratelimit:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
+                    rate_limits:
+                    - actions: [{{request_headers: {{header_name: x-user, descriptor_key: cost_user}}}}]
+                      hits_addend: {{number: 0}}
               - match: {{prefix: "/soft"}}
                 route:
                   cluster: upstream
@@ -325,4 +353,39 @@ fn two_replicas_on_redis_share_one_limit_behind_envoy() {
     // Redis gone: the replicas answer UNAVAILABLE, and Envoy's failure_mode_deny a 500.
     drop(redis);
     assert_eq!(statuses(&e, "/user", &[("x-user", "fay")], 2), [500, 500]);
+}
+
+// envoyproxy/ratelimit's counting, behind Envoy with per-route `hits_addend`
+// (`RateLimitPerRoute`): on 10 a day, 4 and 4 are admitted, a third 4 is over *and counted*,
+// so a 2 is over too; a `hits_addend` of 0 checks without counting: OK while the count is at
+// most the limit (at it: OK), over once above it.
+// Pins G64.
+#[test]
+fn over_limit_hits_count_and_hits_addend_0_checks_as_envoyproxy_ratelimit() {
+    let dir = Scratch::new("envoy-counting");
+    let config = dir.write("edge.yaml", RULES);
+    let srv = server(&config, &[]);
+    let up = upstream();
+    let Some(e) = envoy(&dir, |l, a| bootstrap(l, a, up, &[srv.grpc])) else {
+        return;
+    };
+    let alice = [("x-user", "alice")];
+    let seen: Vec<u16> = ["/cost4", "/cost4", "/cost4", "/cost2", "/cost0"]
+        .iter()
+        .map(|p| statuses(&e, p, &alice, 1)[0])
+        .collect();
+    assert_eq!(seen, [200, 200, 429, 429, 429]);
+
+    let bob = [("x-user", "bob")];
+    assert_eq!(statuses(&e, "/cost0", &bob, 3), [200, 200, 200]);
+    let seen: Vec<u16> = ["/cost4", "/cost4", "/cost2", "/cost0", "/cost2", "/cost0"]
+        .iter()
+        .map(|p| statuses(&e, p, &bob, 1)[0])
+        .collect();
+    assert_eq!(seen, [200, 200, 200, 200, 429, 429]);
+    assert_eq!(
+        counter(srv.http, "allowed", "edge.cost_user"),
+        4 + 4 + 4 + 4 + 2
+    );
+    assert_eq!(counter(srv.http, "over_limit", "edge.cost_user"), 4 + 2 + 2);
 }
