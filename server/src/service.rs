@@ -1031,7 +1031,7 @@ descriptors:
     // A ticket settles once, until it is 60 s old (the Redis settle mark's life): 1 ms before,
     // the refund lands; at 60 s it is refused and the charge stands; a second settle of a
     // settled ticket is refused. No sleeping: the settles are made at chosen instants.
-    // Pins G74.
+    // Pins G74, G75.
     #[tokio::test(flavor = "current_thread")]
     async fn a_ticket_settles_once_until_it_is_60_s_old() {
         let s = service(1_000).await;
@@ -1052,7 +1052,7 @@ descriptors:
 
     // A settle's `actual` is bounded by what its rule can ever owe (here the limit, 5): 6 is
     // refused (400) and changes nothing; the ticket then settles at 5, all spent.
-    // Pins G74.
+    // Pins G75.
     #[tokio::test(flavor = "current_thread")]
     async fn an_actual_above_what_the_rule_can_owe_is_refused_and_changes_nothing() {
         let s = service(1_000).await;
@@ -1070,7 +1070,7 @@ descriptors:
 
     // A ticket over two rules settles both or neither: an actual one rule can owe (100) but
     // the other cannot (5) changes neither; one both can owe settles both.
-    // Pins G74.
+    // Pins G75.
     #[tokio::test(flavor = "current_thread")]
     async fn a_ticket_over_two_rules_settles_both_or_neither() {
         let s = service(1_000).await;
@@ -1097,7 +1097,7 @@ descriptors:
     // The settled set is bounded: with room for 2, a third settle forgets the oldest and
     // from then on refuses every ticket issued up to it (it may have been one of them), so
     // no ticket settles twice; takes are never refused.
-    // Pins G74.
+    // Pins G75.
     #[tokio::test(flavor = "current_thread")]
     async fn the_settled_set_is_bounded_and_never_lets_a_ticket_settle_twice() {
         let s = service(2).await;
@@ -1121,7 +1121,7 @@ descriptors:
 
     // A rule that changed (its limit) settles no ticket taken under the old one: refused,
     // nothing changed; an unchanged rule's ticket still settles after the reload.
-    // Pins G74.
+    // Pins G75.
     #[tokio::test(flavor = "current_thread")]
     async fn a_ticket_of_a_changed_rule_is_refused() {
         let s = service(1_000).await;
@@ -1140,6 +1140,7 @@ descriptors:
 
     // Every rule of a class shares its limiter: 2 rules of 1 class and 1 of another run 2
     // limiters, and a reload that drops the second class drops its limiter.
+    // Pins G75.
     #[tokio::test(flavor = "current_thread")]
     async fn rules_of_one_class_share_a_limiter() {
         let s = service(1_000).await;

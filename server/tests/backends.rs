@@ -151,7 +151,7 @@ fn settle(http: u16, ticket: &str, actual: u64) -> (u16, serde_json::Value) {
 // Two replicas on one Redis, given one ticket secret: a take on one is settled on the other
 // (the refund lands in the shared state), once: a second settle on either is a 404. A replica
 // with another secret refuses the ticket and changes nothing.
-// Pins G74.
+// Pins G75.
 #[test]
 fn a_take_on_one_replica_settles_on_the_other_once() {
     let Some(redis) = common::redis() else {

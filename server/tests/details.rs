@@ -1124,7 +1124,7 @@ fn healthcheck_fails_while_the_backend_is_gone_only_when_asked_to() {
 // coming holds the one slot, and another is answered 503 at once (never queued); with
 // `--request-timeout-ms 300`, the stalled one is answered 503 when its time is up. A body
 // of 16 MiB is answered 413 with a JSON error, the connection not cut mid-upload.
-// Pins G74.
+// Pins G75.
 #[test]
 fn overload_and_slow_requests_are_answered_503_and_a_16_mib_body_413() {
     let (_dir, config) = rules("details-overload");

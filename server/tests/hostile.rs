@@ -72,7 +72,7 @@ fn canary(http: u16, sent: &mut u64) {
     assert_eq!(status, 200, "canary {sent}: {answer}");
 }
 
-// Pins G74.
+// Pins G75.
 #[test]
 fn a_hostile_client_cannot_turn_the_server_against_another() {
     let dir = Scratch::new("hostile");

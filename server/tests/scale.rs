@@ -67,7 +67,7 @@ fn measure(n: usize, args: &[&str]) -> (u64, u64) {
     measured
 }
 
-// Pins G74.
+// Pins G75.
 #[test]
 fn ten_thousand_rules_run_on_the_threads_of_ten_a_few_kb_each() {
     let (threads_10, rss_10) = measure(10, &[]);
@@ -97,7 +97,7 @@ fn ten_thousand_rules_run_on_the_threads_of_ten_a_few_kb_each() {
 // A reload of all 10,000 rules while a client keeps checking one of them: the unchanged
 // rule's count goes on exactly across it (100 admitted of 300, never 100 more), and the one
 // rule whose limit changed starts fresh under its new limit.
-// Pins G74.
+// Pins G75.
 #[test]
 fn a_reload_of_ten_thousand_rules_under_traffic_keeps_the_unchanged_rules_state() {
     let dir = Scratch::new("scale-reload");
