@@ -14,7 +14,7 @@
 #   fuzz/artifacts/<target>/, git-ignored), or if the seed corpus was modified.
 # Full libFuzzer logs: fuzz/target/fuzz-logs/<target>.log.
 set -euo pipefail
-cd "$(dirname "$0")"
+cd "${FUZZ_DIR:-$(dirname "$0")}"
 
 secs=${1:-30}
 if [[ $# -gt 0 ]]; then shift; fi

@@ -220,9 +220,18 @@ fn request(body: JsonRequest) -> Result<Request, ServiceError> {
     })
 }
 
+/// A `RateLimitRequest` in protobuf's JSON form, as `/json` and `/v1/check` take it: the
+/// request, or why it is none (a [`ServiceError::Invalid`]). The service's bounds are checked
+/// when it is decided.
+pub fn decode(body: &[u8]) -> Result<Request, ServiceError> {
+    let json: JsonRequest = serde_json::from_slice(body)
+        .map_err(|e| ServiceError::Invalid(Rejection::Malformed, e.to_string()))?;
+    request(json)
+}
+
 async fn decide(service: &Service, body: Body, op: Op) -> HttpResponse {
-    let parsed = read::<JsonRequest>(service, body).await.and_then(|b| {
-        request(b).inspect_err(|e| {
+    let parsed = read_bytes(service, body).await.and_then(|b| {
+        decode(&b).inspect_err(|e| {
             if let ServiceError::Invalid(why, _) = e {
                 service.metrics.rejected(*why);
             }
@@ -245,6 +254,12 @@ async fn read<T: serde::de::DeserializeOwned>(
     service: &Service,
     body: Body,
 ) -> Result<T, ServiceError> {
+    let bytes = read_bytes(service, body).await?;
+    serde_json::from_slice(&bytes).map_err(|e| malformed(service, e.to_string()))
+}
+
+/// The body's bytes, up to the service's bound (past it, a 413 as [`read`] says).
+async fn read_bytes(service: &Service, body: Body) -> Result<Vec<u8>, ServiceError> {
     let max = service.settings().limits.max_body_bytes;
     let mut stream = body.into_data_stream();
     let mut bytes = Vec::new();
@@ -271,7 +286,7 @@ async fn read<T: serde::de::DeserializeOwned>(
             format!("the body is larger than {max} bytes"),
         ));
     }
-    serde_json::from_slice(&bytes).map_err(|e| malformed(service, e.to_string()))
+    Ok(bytes)
 }
 
 /// How much of a body past the bound is read and dropped before the answer.
