@@ -121,7 +121,8 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Answer<T>> + Send + 'a>>;
 /// length, and no client can aim two keys at one state without the process's secret keys).
 #[derive(Debug, Clone, Copy)]
 pub struct Key<'a> {
-    /// `<rule>:<algorithm>:<domain>|<key>=<value>...`.
+    /// `<rule>:<algorithm>:<domain>|<key>=<value>...` (in memory, `<domain>|<key>=<value>...`:
+    /// unused).
     pub text: &'a str,
     /// The hash the memory backend keys by.
     pub hash: u128,
@@ -461,8 +462,9 @@ impl Engines {
         &self.backend
     }
 
-    /// The memory backend's key for `text` under the rule whose fingerprint is `rule`.
-    pub fn key_hash(&self, rule: &str, text: &str) -> u128 {
+    /// The memory backend's key for descriptor key `text` under the rule of version `rule`
+    /// (a hash of its fingerprint: a changed rule's keys are new ones).
+    pub fn key_hash(&self, rule: u64, text: &str) -> u128 {
         let hi = self.hash.0.hash_one((rule, text));
         let lo = self.hash.1.hash_one((rule, text));
         (u128::from(hi) << 64) | u128::from(lo)

@@ -550,11 +550,8 @@ impl Service {
                     rule.id
                 )));
             };
-            let text = format!("{}:{}:{}", rule.id, rule_algorithm(rule), m.key);
-            let key = Key {
-                hash: self.engines.key_hash(&rule.fingerprint, &text),
-                text: &text,
-            };
+            let mut text = String::new();
+            let key = self.key(rule, slot.version, &m.key, &mut text);
             // 0 hits: whether the count is already above the limit, counting nothing.
             let (op, cost, quota) = match hits {
                 0 => (Op::Peek, 1, slot.at_limit.as_ref().unwrap_or(&slot.quota)),
@@ -571,7 +568,7 @@ impl Service {
                         parts.push(Part {
                             rule: rule.id.clone(),
                             version: slot.version,
-                            key: text.clone(),
+                            key: m.key.clone(),
                             ticket,
                         });
                     }
@@ -739,18 +736,20 @@ impl Service {
                     ),
                 ));
             }
-            let rule = loaded.config.rules().iter().find(|r| r.id == part.rule);
-            let fingerprint = rule.map_or("", |r| r.fingerprint.as_str());
-            plan.push((engine.clone(), &slot.quota, fingerprint));
+            let rule = loaded
+                .config
+                .rules()
+                .iter()
+                .find(|r| r.id == part.rule)
+                .ok_or_else(unknown)?;
+            plan.push((engine.clone(), &slot.quota, rule.clone(), slot.version));
         }
         self.tickets.claim(&claims, now).map_err(|_| unknown())?;
         let nonce = claims.nonce;
         let mut applied = 0;
-        for ((engine, quota, fingerprint), mut part) in plan.into_iter().zip(claims.parts) {
-            let key = Key {
-                hash: self.engines.key_hash(fingerprint, &part.key),
-                text: &part.key,
-            };
+        for ((engine, quota, rule, version), mut part) in plan.into_iter().zip(claims.parts) {
+            let mut text = String::new();
+            let key = self.key(&rule, version, &part.key, &mut text);
             match engine.settle(key, quota, &mut part.ticket, actual).await {
                 Ok(settled) => applied += usize::from(settled),
                 Err(e) => {
@@ -792,7 +791,7 @@ impl Service {
         };
         let text = "hotlimit:healthcheck";
         let key = Key {
-            hash: self.engines.key_hash("", text),
+            hash: self.engines.key_hash(0, text),
             text,
         };
         match engine.peek(key, &slot.quota, 1).await {
@@ -801,6 +800,25 @@ impl Service {
                 "backend unreachable: {e}"
             ))),
         }
+    }
+
+    /// The state key of descriptor key `key` under `rule` (of version `version`): in memory
+    /// a keyed hash of both (nothing formatted); on Redis and the fleet limiter the text
+    /// `<rule>:<algorithm>:<key>`, written into `text`.
+    fn key<'a>(
+        &self,
+        rule: &crate::config::Rule,
+        version: u64,
+        key: &'a str,
+        text: &'a mut String,
+    ) -> Key<'a> {
+        let hash = self.engines.key_hash(version, key);
+        if matches!(self.settings.backend, Backend::Memory { .. }) {
+            return Key { text: key, hash };
+        }
+        use std::fmt::Write;
+        let _ = write!(text, "{}:{}:{key}", rule.id, rule_algorithm(rule));
+        Key { text, hash }
     }
 
     /// How many settled tickets the service remembers now (each until it expires).

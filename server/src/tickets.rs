@@ -25,7 +25,7 @@ pub struct Part {
     pub rule: String,
     /// The rule's version: a hash of its fingerprint (a changed rule settles nothing).
     pub version: u64,
-    /// The state's key, as the engine takes it.
+    /// The descriptor's key (`<domain>|<key>=<value>...`), as the rule matched it.
     pub key: String,
     /// The library's ticket.
     pub ticket: Ticket,
