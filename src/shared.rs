@@ -16,6 +16,26 @@ use crate::stats::{Metrics, Stats};
 use crate::sweeper::{Signal, SweepTotals, Sweeper, Totals};
 use crate::sync::Mutex;
 
+/// Whether a background sweeper may run every `interval`: not below 1 ms. A sweeper that
+/// never sleeps would spin a core (zero: [`ConfigError::Zero`]), and one that sleeps a few
+/// microseconds would pass over the store that often ([`ConfigError::TooSmall`]).
+pub(crate) fn check_sweep_interval(interval: std::time::Duration) -> Result<(), ConfigError> {
+    if interval.is_zero() {
+        return Err(ConfigError::Zero {
+            field: Field::SweepInterval,
+            value: "0s".into(),
+        });
+    }
+    if interval < std::time::Duration::from_millis(1) {
+        return Err(ConfigError::TooSmall {
+            field: Field::SweepInterval,
+            value: format!("{interval:?}"),
+            min: "1ms",
+        });
+    }
+    Ok(())
+}
+
 use std::fmt;
 
 use std::marker::PhantomData;
@@ -166,10 +186,10 @@ impl<L: KeyedStore, A, C, X> Builder<L, A, C, X> {
 
     /// Runs a background sweeper thread every `interval` (and sooner when the capacity bound
     /// is exceeded). It sleeps between sweeps, never blocks a request, and is stopped and
-    /// joined when the limiter is dropped. A zero interval (a sweeper that would spin a core)
-    /// makes `build` fail with `ErrorKind::InvalidInput` carrying a
-    /// [`ConfigError::Zero`] for
-    /// [`Field::SweepInterval`].
+    /// joined when the limiter is dropped. An interval below 1 ms (a sweeper that would spin a
+    /// core, a pass over the store every few microseconds) makes `build` fail with
+    /// `ErrorKind::InvalidInput` carrying a [`ConfigError::Zero`] (for zero) or
+    /// [`ConfigError::TooSmall`] for [`Field::SweepInterval`].
     pub fn sweep_every(mut self, interval: Duration) -> Self {
         self.options.sweep_every = Some(interval);
         self
@@ -461,14 +481,8 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         let Some(interval) = self.sweep_every else {
             return Ok(None);
         };
-        if interval.is_zero() {
-            // A sweeper that never sleeps would spin a core.
-            let zero = ConfigError::Zero {
-                field: Field::SweepInterval,
-                value: "0s".into(),
-            };
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, zero));
-        }
+        check_sweep_interval(interval)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let s = shared.clone();
         Sweeper::spawn(self.signal.clone(), interval, move || sweep(&s)).map(Some)
     }

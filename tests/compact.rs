@@ -426,3 +426,53 @@ fn a_flood_s_probe_reach_recovers() {
     assert_eq!(limiter.probe_stats().max_reach, 0);
     assert!(limiter.is_empty());
 }
+
+// The bound holds at the smallest `max_keys` too (0 and 1 build a table for 1): one thread
+// inserting spent keys, on a frozen and a moving clock, never holds more than
+// `max_keys + max_keys/4` plus the one key it is inserting, on both variants and on the
+// papaya store beside them.
+// Pins G19.
+#[test]
+fn the_capacity_bound_holds_at_the_smallest_max_keys() {
+    fn run<L: Fn(u64) -> bool, N: Fn() -> usize>(check: L, len: N, clock: &ManualClock, moving: bool, m: usize) -> usize {
+        let mut peak = 0;
+        for key in 0..2_000u64 {
+            if moving && key % 10 == 0 {
+                clock.advance(Duration::from_millis(7));
+            }
+            // Each key spends its burst of 2.
+            let _ = check(key);
+            let _ = check(key);
+            peak = peak.max(len());
+        }
+        let bound = m.max(1) + m.max(1) / 4 + 1;
+        assert!(peak <= bound, "max_keys {m}: held {peak}, bound {bound}");
+        peak
+    }
+    let gcra = "10/s burst 2".parse::<Gcra>().unwrap();
+    for m in [0, 1, 2, 3, 4, 7] {
+        for moving in [false, true] {
+            let clock = ManualClock::default();
+            let cas = CompactLimiter::<u64, Gcra, hotlimit::QuantaClock, hotlimit::store::Cas>::builder(gcra)
+                .max_keys(m)
+                .clock(clock.clone())
+                .build()
+                .unwrap();
+            run(|k| cas.check(&k).is_allowed(), || cas.len(), &clock, moving, m);
+            let clock = ManualClock::default();
+            let locked = CompactLimiter::<u64, Gcra, hotlimit::QuantaClock, Locked>::builder(gcra)
+                .max_keys(m)
+                .clock(clock.clone())
+                .build()
+                .unwrap();
+            run(|k| locked.check(&k).is_allowed(), || locked.len(), &clock, moving, m);
+            let clock = ManualClock::default();
+            let map = hotlimit::CasLimiter::<u64, Gcra>::builder(gcra)
+                .max_keys(m)
+                .clock(clock.clone())
+                .build()
+                .unwrap();
+            run(|k| map.check(&k).is_allowed(), || map.len(), &clock, moving, m);
+        }
+    }
+}

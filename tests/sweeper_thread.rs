@@ -106,3 +106,41 @@ fn a_zero_sweep_interval_is_a_config_error() {
         assert_eq!(inner, Some(&want));
     }
 }
+
+/// Nor an interval below 1 ms (`sweep_every(1 ns)` ran a pass over the store every few
+/// microseconds: a whole core): `ConfigError::TooSmall`, on both keyed stores; 1 ms builds.
+// Pins G16.
+#[test]
+fn a_sweep_interval_below_1_ms_is_a_config_error() {
+    let gcra: hotlimit::algo::Gcra = "10/s".parse().unwrap();
+    for tiny in [Duration::from_nanos(1), Duration::from_micros(999)] {
+        let want = hotlimit::ConfigError::TooSmall {
+            field: hotlimit::Field::SweepInterval,
+            value: format!("{tiny:?}"),
+            min: "1ms",
+        };
+        let errors = [
+            hotlimit::CasLimiter::<u64, _>::builder(gcra)
+                .sweep_every(tiny)
+                .build()
+                .unwrap_err(),
+            hotlimit::CompactLimiter::<u64, _>::builder(gcra)
+                .sweep_every(tiny)
+                .build()
+                .unwrap_err(),
+        ];
+        for e in errors {
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+            let inner = e
+                .get_ref()
+                .and_then(|e| e.downcast_ref::<hotlimit::ConfigError>());
+            assert_eq!(inner, Some(&want));
+        }
+    }
+    let ms = Duration::from_millis(1);
+    let l = hotlimit::CasLimiter::<u64, _>::builder(gcra)
+        .sweep_every(ms)
+        .build()
+        .unwrap();
+    assert_eq!(l.sweep_every(), Some(ms));
+}

@@ -396,9 +396,9 @@ impl<A: Algo + Send + Sync + 'static, C: Clock> Sweep for Memory<A, C> {
     }
 }
 
-/// How often the sweep thread sweeps every class limiter: idle keys dropped, and the
-/// capacity bound kept (a request past `max_keys + max_keys/4` also runs a pass itself).
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// How often the sweep thread sweeps every class limiter: idle keys dropped, and the store
+/// brought back under `max_keys` (a request past `max_keys + max_keys/4` runs a pass itself).
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// Every class's limiter on one backend, and the one thread that sweeps them in memory.
 pub struct Engines {

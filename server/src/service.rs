@@ -267,6 +267,7 @@ struct Loaded {
 
 /// A rule's limiter (none for an unlimited rule), its quota, and counters.
 struct Slot {
+    rule: Arc<crate::config::Rule>,
     engine: Option<Arc<Engine>>,
     /// The quota its requests bring (its algorithm, the default policy applied).
     quota: Algorithm,
@@ -736,13 +737,8 @@ impl Service {
                     ),
                 ));
             }
-            let rule = loaded
-                .config
-                .rules()
-                .iter()
-                .find(|r| r.id == part.rule)
-                .ok_or_else(unknown)?;
-            plan.push((engine.clone(), &slot.quota, rule.clone(), slot.version));
+            let rule = slot.rule.clone();
+            plan.push((engine.clone(), &slot.quota, rule, slot.version));
         }
         self.tickets.claim(&claims, now).map_err(|_| unknown())?;
         let nonce = claims.nonce;
@@ -926,6 +922,7 @@ async fn build(
             rules.insert(
                 rule.id.clone(),
                 Slot {
+                    rule: rule.clone(),
                     engine: None,
                     quota: Algorithm::DenyAll,
                     at_limit: None,
@@ -966,6 +963,7 @@ async fn build(
         rules.insert(
             rule.id.clone(),
             Slot {
+                rule: rule.clone(),
                 engine: Some(engine),
                 quota,
                 at_limit,

@@ -95,7 +95,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
     /// (`hotlimit-push`) and the sweeper. Needs no Redis: until it is reached, decisions
     /// follow the [`Fallback`]. Fails on a configuration error ([`BackendError::Config`]: a
     /// fallback share that leaves an instance less than one request, a GCRA burst above
-    /// 2^29 units, a zero [`sweep_every`](Builder::sweep_every)) or an invalid URL;
+    /// 2^29 units, a [`sweep_every`](Builder::sweep_every) below 1 ms) or an invalid URL;
     /// before any thread starts.
     pub fn build(self) -> Result<HybridLimiter<A, C>, BackendError> {
         let HybridSettings {
@@ -105,13 +105,10 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
         } = self.extra;
         let algo = self.algo;
         let plan = algo.plan(fallback).map_err(BackendError::Config)?;
-        if self.options.sweep_every.is_some_and(|d| d.is_zero()) {
-            // A sweeper that never sleeps would spin a core; refused here, not after the sync
-            // and push threads have started (they would be left running).
-            return Err(BackendError::Config(ConfigError::Zero {
-                field: Field::SweepInterval,
-                value: "0s".into(),
-            }));
+        if let Some(every) = self.options.sweep_every {
+            // Refused here, not after the sync and push threads have started (they would be
+            // left running).
+            crate::shared::check_sweep_interval(every).map_err(BackendError::Config)?;
         }
         // The URLs parse now: a typo is an error here, not an outage later.
         for url in std::iter::once(&redis.url).chain(&redis.seeds) {
