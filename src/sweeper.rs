@@ -224,9 +224,9 @@ impl CapacityCut {
         })
     }
 
-    /// The cut as a `Sync` rule for a pass shared out among threads: a tie is judged by its
-    /// slot's index instead of its turn (the same share, `take` of every `of` indices, evenly
-    /// spread over the table).
+    /// The cut as a `Sync` rule for a pass shared out among threads, each judging its own runs
+    /// of slots ([`SharedCut::run`]): the same share, `take` of every `of` ties, evenly spread
+    /// over the table.
     pub(crate) fn shared(&self) -> SharedCut {
         SharedCut {
             threshold: self.threshold,
@@ -271,18 +271,49 @@ pub(crate) struct SharedCut {
 }
 
 impl SharedCut {
-    /// Whether the key in slot `index`, whose `idle_at` is `idle_at`, is evicted.
-    pub(crate) fn dooms(&self, index: u64, idle_at: u64) -> bool {
-        match idle_at.cmp(&self.threshold) {
+    /// The verdicts for one thread's run of slots (a chunk of a shared pass, numbered
+    /// `chunk`): each tie is judged in its turn, `take` of every `of` evenly spaced
+    /// (Bresenham), so a run meeting `of` ties dooms exactly `take` of them. A small table is
+    /// one run, so its pass evicts what its cut says: judged by a slot's index instead (an
+    /// earlier rule) two tied keys whose indices both fell outside the share were never
+    /// evicted, and a table for one key held three. Each run starts at its own point of a
+    /// Weyl sequence (the golden ratio's multiples modulo 1), so the runs' roundings do not
+    /// add up, and a run's share is in step with no period of the table.
+    pub(crate) fn run(&self, chunk: u64) -> CutRun {
+        let x = chunk.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        CutRun {
+            cut: *self,
+            acc: Cell::new(((u128::from(x) * u128::from(self.of)) >> 64) as u64),
+        }
+    }
+}
+
+/// One run of a [`SharedCut`]: [`SharedCut::run`].
+#[derive(Debug)]
+pub(crate) struct CutRun {
+    cut: SharedCut,
+    acc: Cell<u64>,
+}
+
+impl CutRun {
+    /// The verdict for the next key of the run, as a function of its `idle_at` (which may be
+    /// asked more than once, if a CAS retries: a tie gets one turn per key, as in
+    /// [`CapacityCut::judge`]).
+    pub(crate) fn judge(&self) -> impl Fn(u64) -> bool + '_ {
+        let turn = Cell::new(None);
+        move |idle_at: u64| match idle_at.cmp(&self.cut.threshold) {
             Cmp::Less => true,
             Cmp::Greater => false,
-            // `take` of every `of` indices, spread by a Weyl sequence (the golden ratio's
-            // multiples modulo 1): evenly, and in step with no period of the table (a plain
-            // every-fourth-index rule met the four slots of a line and was off by 8%).
-            Cmp::Equal => {
-                let x = index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                ((u128::from(x) * u128::from(self.of)) >> 64) < u128::from(self.take)
-            }
+            Cmp::Equal => match turn.get() {
+                Some(doomed) => doomed,
+                None => {
+                    let acc = self.acc.get() + self.cut.take;
+                    let doomed = acc >= self.cut.of;
+                    self.acc.set(if doomed { acc - self.cut.of } else { acc });
+                    turn.set(Some(doomed));
+                    doomed
+                }
+            },
         }
     }
 }

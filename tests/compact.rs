@@ -434,7 +434,13 @@ fn a_flood_s_probe_reach_recovers() {
 // Pins G19.
 #[test]
 fn the_capacity_bound_holds_at_the_smallest_max_keys() {
-    fn run<L: Fn(u64) -> bool, N: Fn() -> usize>(check: L, len: N, clock: &ManualClock, moving: bool, m: usize) -> usize {
+    fn run<L: Fn(u64) -> bool, N: Fn() -> usize>(
+        check: L,
+        len: N,
+        clock: &ManualClock,
+        moving: bool,
+        m: usize,
+    ) -> usize {
         let mut peak = 0;
         for key in 0..2_000u64 {
             if moving && key % 10 == 0 {
@@ -453,26 +459,47 @@ fn the_capacity_bound_holds_at_the_smallest_max_keys() {
     for m in [0, 1, 2, 3, 4, 7] {
         for moving in [false, true] {
             let clock = ManualClock::default();
-            let cas = CompactLimiter::<u64, Gcra, hotlimit::QuantaClock, hotlimit::store::Cas>::builder(gcra)
+            let cas =
+                CompactLimiter::<u64, Gcra, hotlimit::QuantaClock, hotlimit::store::Cas>::builder(
+                    gcra,
+                )
                 .max_keys(m)
                 .clock(clock.clone())
                 .build()
                 .unwrap();
-            run(|k| cas.check(&k).is_allowed(), || cas.len(), &clock, moving, m);
+            run(
+                |k| cas.check(&k).is_allowed(),
+                || cas.len(),
+                &clock,
+                moving,
+                m,
+            );
             let clock = ManualClock::default();
             let locked = CompactLimiter::<u64, Gcra, hotlimit::QuantaClock, Locked>::builder(gcra)
                 .max_keys(m)
                 .clock(clock.clone())
                 .build()
                 .unwrap();
-            run(|k| locked.check(&k).is_allowed(), || locked.len(), &clock, moving, m);
+            run(
+                |k| locked.check(&k).is_allowed(),
+                || locked.len(),
+                &clock,
+                moving,
+                m,
+            );
             let clock = ManualClock::default();
             let map = hotlimit::CasLimiter::<u64, Gcra>::builder(gcra)
                 .max_keys(m)
                 .clock(clock.clone())
                 .build()
                 .unwrap();
-            run(|k| map.check(&k).is_allowed(), || map.len(), &clock, moving, m);
+            run(
+                |k| map.check(&k).is_allowed(),
+                || map.len(),
+                &clock,
+                moving,
+                m,
+            );
         }
     }
 }

@@ -533,10 +533,12 @@ where
                 break;
             }
             let mut evicted = 0;
+            let run = pass.cut.run((start / CHUNK) as u64);
             for i in start..(start + CHUNK).min(slots) {
                 let slot = &self.lines[i / SLOTS_PER_LINE].0[i % SLOTS_PER_LINE];
+                let judge = run.judge();
                 if slot.kill_if(|repr, state| {
-                    let doomed = pass.cut.dooms(i as u64, self.core.algo.idle_at(state));
+                    let doomed = judge(self.core.algo.idle_at(state));
                     if doomed {
                         self.core.keep_debt(|| self.place(repr).0, state, pass.now);
                     }
