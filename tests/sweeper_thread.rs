@@ -78,33 +78,40 @@ fn sweeper_runs_and_is_joined_on_drop() {
     );
 }
 
+/// The configuration error both keyed stores' `build` gives for a sweeper every `every`.
+fn sweep_error(every: Duration) -> [Option<hotlimit::ConfigError>; 2] {
+    let gcra: hotlimit::algo::Gcra = "10/s".parse().unwrap();
+    let errors = [
+        hotlimit::CasLimiter::<u64, _>::builder(gcra)
+            .sweep_every(every)
+            .build()
+            .unwrap_err(),
+        hotlimit::CompactLimiter::<u64, _>::builder(gcra)
+            .sweep_every(every)
+            .build()
+            .unwrap_err(),
+    ];
+    errors.map(|e| {
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        e.get_ref()
+            .and_then(|e| e.downcast_ref::<hotlimit::ConfigError>())
+            .cloned()
+    })
+}
+
 /// A zero interval would spin a core: `build` refuses it with a typed configuration error, on
 /// both keyed stores.
 // Pins G16.
 #[test]
 fn a_zero_sweep_interval_is_a_config_error() {
-    let gcra: hotlimit::algo::Gcra = "10/s".parse().unwrap();
     let want = hotlimit::ConfigError::Zero {
         field: hotlimit::Field::SweepInterval,
         value: "0s".into(),
     };
-    let errors = [
-        hotlimit::CasLimiter::<u64, _>::builder(gcra)
-            .sweep_every(Duration::ZERO)
-            .build()
-            .unwrap_err(),
-        hotlimit::CompactLimiter::<u64, _>::builder(gcra)
-            .sweep_every(Duration::ZERO)
-            .build()
-            .unwrap_err(),
-    ];
-    for e in errors {
-        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
-        let inner = e
-            .get_ref()
-            .and_then(|e| e.downcast_ref::<hotlimit::ConfigError>());
-        assert_eq!(inner, Some(&want));
-    }
+    assert_eq!(
+        sweep_error(Duration::ZERO),
+        [Some(want.clone()), Some(want)]
+    );
 }
 
 /// Nor an interval below 1 ms (`sweep_every(1 ns)` ran a pass over the store every few
@@ -112,31 +119,15 @@ fn a_zero_sweep_interval_is_a_config_error() {
 // Pins G16.
 #[test]
 fn a_sweep_interval_below_1_ms_is_a_config_error() {
-    let gcra: hotlimit::algo::Gcra = "10/s".parse().unwrap();
     for tiny in [Duration::from_nanos(1), Duration::from_micros(999)] {
         let want = hotlimit::ConfigError::TooSmall {
             field: hotlimit::Field::SweepInterval,
             value: format!("{tiny:?}"),
             min: "1ms",
         };
-        let errors = [
-            hotlimit::CasLimiter::<u64, _>::builder(gcra)
-                .sweep_every(tiny)
-                .build()
-                .unwrap_err(),
-            hotlimit::CompactLimiter::<u64, _>::builder(gcra)
-                .sweep_every(tiny)
-                .build()
-                .unwrap_err(),
-        ];
-        for e in errors {
-            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
-            let inner = e
-                .get_ref()
-                .and_then(|e| e.downcast_ref::<hotlimit::ConfigError>());
-            assert_eq!(inner, Some(&want));
-        }
+        assert_eq!(sweep_error(tiny), [Some(want.clone()), Some(want)]);
     }
+    let gcra: hotlimit::algo::Gcra = "10/s".parse().unwrap();
     let ms = Duration::from_millis(1);
     let l = hotlimit::CasLimiter::<u64, _>::builder(gcra)
         .sweep_every(ms)

@@ -64,6 +64,24 @@ fn bootstrap(listen: u16, admin: u16, upstream: u16, grpc: &[u16]) -> String {
             )
         })
         .collect();
+    // Routes whose rate limit carries a cost (`hits_addend`): only a route's
+    // `RateLimitPerRoute` takes one.
+    let costs: String = [4, 2, 0]
+        .iter()
+        .map(|n| {
+            format!(
+                r#"              - match: {{prefix: "/cost{n}"}}
+                route: {{cluster: upstream}}
+                typed_per_filter_config:
+                  envoy.filters.http.ratelimit:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
+                    rate_limits:
+                    - actions: [{{request_headers: {{header_name: x-user, descriptor_key: cost_user}}}}]
+                      hits_addend: {{number: {n}}}
+"#
+            )
+        })
+        .collect();
     format!(
         r#"
 admin:
@@ -111,31 +129,7 @@ static_resources:
                   - actions:
                     - generic_key: {{descriptor_key: key_2, descriptor_value: value_2}}
                     - request_headers: {{header_name: x-user, descriptor_key: user}}
-              - match: {{prefix: "/cost4"}}
-                route: {{cluster: upstream}}
-                typed_per_filter_config:
-                  envoy.filters.http.ratelimit:
-                    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
-                    rate_limits:
-                    - actions: [{{request_headers: {{header_name: x-user, descriptor_key: cost_user}}}}]
-                      hits_addend: {{number: 4}}
-              - match: {{prefix: "/cost2"}}
-                route: {{cluster: upstream}}
-                typed_per_filter_config:
-                  envoy.filters.http.ratelimit:
-                    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
-                    rate_limits:
-                    - actions: [{{request_headers: {{header_name: x-user, descriptor_key: cost_user}}}}]
-                      hits_addend: {{number: 2}}
-              - match: {{prefix: "/cost0"}}
-                route: {{cluster: upstream}}
-                typed_per_filter_config:
-                  envoy.filters.http.ratelimit:
-                    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
-                    rate_limits:
-                    - actions: [{{request_headers: {{header_name: x-user, descriptor_key: cost_user}}}}]
-                      hits_addend: {{number: 0}}
-              - match: {{prefix: "/soft"}}
+{costs}              - match: {{prefix: "/soft"}}
                 route:
                   cluster: upstream
                   rate_limits:
