@@ -121,8 +121,8 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Answer<T>> + Send + 'a>>;
 /// length, and no client can aim two keys at one state without the process's secret keys).
 #[derive(Debug, Clone, Copy)]
 pub struct Key<'a> {
-    /// `<rule>:<algorithm>:<domain>|<key>=<value>...` (in memory, `<domain>|<key>=<value>...`:
-    /// unused).
+    /// `<rule>:<algorithm>:<domain>|<key>=<value>...` on Redis; `<domain>|<key>=<value>...`
+    /// on the fleet limiter (its prefix names the rule) and in memory (unused).
     pub text: &'a str,
     /// The hash the memory backend keys by.
     pub hash: u128,

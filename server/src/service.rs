@@ -799,8 +799,8 @@ impl Service {
     }
 
     /// The state key of descriptor key `key` under `rule` (of version `version`): in memory
-    /// a keyed hash of both (nothing formatted); on Redis and the fleet limiter the text
-    /// `<rule>:<algorithm>:<key>`, written into `text`.
+    /// a keyed hash of both (nothing formatted); on the fleet limiter (the rule's own) `key`;
+    /// on Redis the text `<rule>:<algorithm>:<key>`, written into `text`.
     fn key<'a>(
         &self,
         rule: &crate::config::Rule,
@@ -809,7 +809,11 @@ impl Service {
         text: &'a mut String,
     ) -> Key<'a> {
         let hash = self.engines.key_hash(version, key);
-        if matches!(self.settings.backend, Backend::Memory { .. }) {
+        // The fleet limiter is the rule's own, its Redis prefix naming the rule already.
+        if matches!(
+            self.settings.backend,
+            Backend::Memory { .. } | Backend::Hybrid { .. }
+        ) {
             return Key { text: key, hash };
         }
         use std::fmt::Write;
