@@ -567,20 +567,32 @@ mod tests {
 
     // Pins G20.
     #[test]
-    fn a_shared_cut_spreads_ties_by_index() {
-        // 1000 keys with one idle_at, 250 to go, whichever thread asks: a quarter of any run
-        // of indices, within a few, and not every fourth (the table's lines are four slots).
+    fn a_shared_cut_dooms_its_share_of_the_ties_each_run_meets() {
+        // 1000 keys with one idle_at, 250 to go: a run meeting all 1000 ties dooms exactly 250,
+        // evenly (one in each 4 met); one meeting 500, 125 within one; runs that split the
+        // table between them (their own starting points) 250 within one a run.
         let cut = CapacityCut::new(&mut vec![7u64; 1000], 250, 1000)
             .unwrap()
             .shared();
-        let gone = |r: std::ops::Range<u64>| r.filter(|&i| cut.dooms(i, 7)).count();
-        assert!((247..=253).contains(&gone(0..1000)), "{}", gone(0..1000));
-        assert!((122..=128).contains(&gone(0..500)), "{}", gone(0..500));
-        for slot in 0..4 {
-            let in_slot = (slot..4000).step_by(4).filter(|&i| cut.dooms(i, 7)).count();
-            assert!((240..=260).contains(&in_slot), "slot {slot}: {in_slot}");
-        }
-        assert!(cut.dooms(5, 6) && !cut.dooms(3, 8));
+        let gone = |chunk: u64, n: usize| {
+            let run = cut.run(chunk);
+            (0..n).filter(|_| run.judge()(7)).count()
+        };
+        assert_eq!(gone(0, 1000), 250);
+        assert!((124..=126).contains(&gone(3, 500)), "{}", gone(3, 500));
+        let split: usize = (0..4).map(|chunk| gone(chunk, 250)).sum();
+        assert!((246..=254).contains(&split), "{split}");
+        let run = cut.run(0);
+        let doomed: Vec<bool> = (0..8).map(|_| run.judge()(7)).collect();
+        assert_eq!(doomed.iter().filter(|&&d| d).count(), 2);
+        assert!(doomed.windows(2).all(|w| !(w[0] && w[1])), "{doomed:?}");
+        // Below the threshold always, above never, and neither takes a tie's turn.
+        let run = cut.run(1);
+        assert!(run.judge()(6) && !run.judge()(8));
+        // A table for one key (max_keys 0 or 1): the one tie of one to go is doomed.
+        let one = CapacityCut::new(&mut [7u64; 2], 1, 2).unwrap().shared();
+        let run = one.run(0);
+        assert_eq!((0..2).filter(|_| run.judge()(7)).count(), 1);
     }
 
     // Pins G20.
