@@ -2,9 +2,11 @@
 //! real `hotlimit-server` on loopback (gRPC and the JSON API): `quota_mode`, `is_negative_hits`,
 //! `hits_addend: 0`, a cost above a rule's limit, the JSON API's 503 and 400, SIGTERM with
 //! requests in flight (and signals the moment the ports listen), a configuration error's line
-//! and column, `/healthcheck`, `--shadow-mode`; and the 100,000 open tickets, on the JSON API
-//! served in this process (no request sequence reaches them quickly). A ticket's 10 minutes
-//! are unit tests in `src/service.rs`, on chosen instants rather than sleeps.
+//! and column, `/healthcheck` (and `--health-checks-backend`), `--shadow-mode`,
+//! envoyproxy/ratelimit's counting and `hitsAddend` forms, overload and timeouts; and 100,000
+//! open tickets, on the JSON API served in this process (no request sequence reaches them
+//! quickly). A ticket's 60 s are unit tests in `src/service.rs`, on chosen instants rather
+//! than sleeps.
 //!
 //! Windows are a day long, so none rolls during a test. The Redis test prints why and passes
 //! without `redis-server`, unless `HOTLIMIT_REQUIRE_REDIS=1`.
