@@ -124,7 +124,7 @@ pub struct Key<'a> {
     /// `<rule>:<algorithm>:<domain>|<key>=<value>...` on Redis; `<domain>|<key>=<value>...`
     /// on the fleet limiter (its prefix names the rule) and in memory (unused).
     pub text: &'a str,
-    /// The hash the memory backend keys by.
+    /// The hash the memory backend keys by (0 on the others, which do not read it).
     pub hash: u128,
 }
 

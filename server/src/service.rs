@@ -808,17 +808,20 @@ impl Service {
         key: &'a str,
         text: &'a mut String,
     ) -> Key<'a> {
-        let hash = self.engines.key_hash(version, key);
-        // The fleet limiter is the rule's own, its Redis prefix naming the rule already.
-        if matches!(
-            self.settings.backend,
-            Backend::Memory { .. } | Backend::Hybrid { .. }
-        ) {
-            return Key { text: key, hash };
+        // Only the memory backend keys by the hash; the fleet limiter is the rule's own, its
+        // Redis prefix naming the rule already.
+        match self.settings.backend {
+            Backend::Memory { .. } => Key {
+                text: key,
+                hash: self.engines.key_hash(version, key),
+            },
+            Backend::Hybrid { .. } => Key { text: key, hash: 0 },
+            Backend::Redis { .. } => {
+                use std::fmt::Write;
+                let _ = write!(text, "{}:{}:{key}", rule.id, rule_algorithm(rule));
+                Key { text, hash: 0 }
+            }
         }
-        use std::fmt::Write;
-        let _ = write!(text, "{}:{}:{key}", rule.id, rule_algorithm(rule));
-        Key { text, hash }
     }
 
     /// How many settled tickets the service remembers now (each until it expires).
