@@ -395,6 +395,15 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         }
     }
 
+    /// The state of a key not held: restored from what it owes, or fresh.
+    #[cfg(feature = "redis")]
+    pub(crate) fn absent_state(&self, hash: impl FnOnce() -> u64) -> A::State {
+        self.debts
+            .as_ref()
+            .and_then(|d| d.restore(&self.algo, hash()))
+            .unwrap_or_else(|| self.algo.fresh())
+    }
+
     /// Rejects a cost the algorithm could never admit.
     #[inline(always)]
     pub(crate) fn cost(&self, cost: u64) -> Result<(), CostError> {

@@ -1130,3 +1130,151 @@ fn a_long_interval_does_not_delay_being_current() {
     assert!(l.check("k").is_allowed());
     assert_eq!(l.stats().degraded, before);
 }
+
+/// Checks `key` under `quota` until the sync thread has run `syncs` intervals without
+/// bringing anything more to admit; returns the allowed count.
+fn drain_quota<A: HybridAlgorithm>(l: &HybridLimiter<A>, key: &str, quota: &A, syncs: u64) -> u64 {
+    let mut allowed = 0;
+    let mut until = l.stats().ticks + syncs;
+    loop {
+        if l.request(key).quota(quota).check().unwrap().is_allowed() {
+            allowed += 1;
+            until = l.stats().ticks + syncs;
+        } else if l.stats().ticks >= until {
+            return allowed;
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// One limiter, many quotas: two instances built with one GCRA quota decide three keys under
+/// three per-request quotas (leases in each quota's units), and between them admit exactly
+/// each key's burst, never one more; the TAT in Redis is the one a `RedisLimiter` of that
+/// quota reads: after the fleet, it admits nothing more.
+// Pins G46.
+#[test]
+fn per_request_gcra_quotas_are_shared_exactly() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let own = hourly(2);
+    let a = hybrid(&server, own, Fallback::DENY);
+    let b = hybrid(&server, own, Fallback::DENY);
+    let plans = [("free", hourly(3)), ("pro", hourly(12)), ("own", own)];
+    for (key, quota) in &plans {
+        let (mut got_a, mut got_b) = (0, 0);
+        for _ in 0..10 {
+            got_a += drain_quota(&a, key, quota, 2);
+            got_b += drain_quota(&b, key, quota, 2);
+        }
+        assert_eq!(
+            got_a + got_b,
+            quota.burst(),
+            "{key}: a {got_a}, b {got_b}: {:?} {:?}",
+            a.stats(),
+            b.stats()
+        );
+    }
+    let redis = RedisLimiter::builder(server.url(), hourly(12))
+        .key_prefix("t:")
+        .build()
+        .unwrap();
+    assert!(redis.check("pro").is_denied());
+    assert_eq!(a.stats().degraded + b.stats().degraded, 0);
+}
+
+/// The merged algorithms under per-request quotas: a limiter built with a limit of 2 takes a
+/// request's limit of 9 (the same window), and two instances admit exactly 9 between them;
+/// a quota of another window cannot read the states and is refused, changing nothing.
+// Pins G48.
+#[test]
+fn per_request_window_quotas_are_shared_exactly() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let hour = Duration::from_secs(3600);
+    let own = FixedWindow::new(2, hour).unwrap();
+    let a = hybrid(&server, own, Fallback::DENY);
+    let b = hybrid(&server, own, Fallback::DENY);
+    let nine = FixedWindow::new(9, hour).unwrap();
+    let (mut got_a, mut got_b) = (0, 0);
+    for _ in 0..10 {
+        got_a += drain_quota(&a, "k", &nine, 2);
+        got_b += drain_quota(&b, "k", &nine, 2);
+    }
+    assert_eq!(got_a + got_b, 9, "a {got_a}, b {got_b}");
+    // The key spent under the larger quota is spent for the own one too.
+    assert!(a.check("k").is_denied());
+    let minute = FixedWindow::new(9, Duration::from_secs(60)).unwrap();
+    let before = a.metrics().keys;
+    assert!(matches!(
+        a.request("other").quota(&minute).check(),
+        Err(hotlimit::store::QuotaError::Quota(_))
+    ));
+    assert_eq!(a.metrics().keys, before);
+    // A cost the request's quota admits, beyond the limiter's own capacity.
+    assert!(a.request("big").quota(&nine).cost(5).check().is_ok());
+
+    let earrrl = |r: &str| Earrrl::new(hour, r.parse().unwrap()).unwrap();
+    // A prefix of their own: the windows' live marker says nothing of EARRRL's states.
+    let on_own_prefix = || {
+        current(
+            HybridLimiter::builder(server.url(), earrrl("1/h"))
+                .redis(|r| r.key_prefix("e:"))
+                .sync_interval(Duration::from_millis(5))
+                .fallback(Fallback::DENY)
+                .build()
+                .unwrap(),
+        )
+    };
+    let (a, b) = (on_own_prefix(), on_own_prefix());
+    let six = earrrl("6/h");
+    let admitted = |l: &HybridLimiter<Earrrl>| drain_quota(l, "e", &six, 2);
+    let first = admitted(&a);
+    let exact = exact_under(earrrl("6/h"), 40);
+    assert_eq!(
+        first, exact,
+        "one instance alone admits what one exact limiter does"
+    );
+    assert_eq!(admitted(&b), 0, "b hears a's rate: {:?}", b.stats());
+}
+
+/// `n` requests at once on one exact in-memory limiter of `algo`: how many it admits.
+fn exact_under<A: hotlimit::algo::Algorithm + Clone>(algo: A, n: u64) -> u64 {
+    let l = CasLimiter::<String, A, _>::with_clock(algo, ManualClock::default());
+    (0..n).filter(|_| l.check("k").is_allowed()).count() as u64
+}
+
+/// A limiter keeps every distinct quota it meets for its life (its keys' entries name it), so
+/// it takes at most 65,536 of them: the next is refused with a typed error and changes
+/// nothing; the ones it knows still decide.
+// Pins G53.
+#[test]
+fn a_hybrid_limiter_takes_a_bounded_number_of_quotas() {
+    // Nothing listens on port 1: decisions by the fallback; no Redis needed.
+    let l = HybridLimiter::builder("redis://127.0.0.1:1/", hourly(1))
+        .redis(|r| r.connect_timeout(Duration::from_millis(50)))
+        .fallback(Fallback::FULL)
+        .build()
+        .unwrap();
+    let quota = |n: u64| hourly(n);
+    for n in 2..2 + 65_536 {
+        assert!(l.request("k").quota(&quota(n)).peek().is_ok(), "{n}");
+    }
+    let refused = l.request("k").quota(&quota(70_000)).check();
+    assert!(
+        matches!(&refused, Err(hotlimit::store::QuotaError::Quota(e)) if e.field() == Field::Quota),
+        "{refused:?}"
+    );
+    assert!(l
+        .request("k")
+        .quota(&quota(5))
+        .check()
+        .unwrap()
+        .is_allowed());
+    assert!(
+        l.request("k").quota(&quota(1)).check().is_ok(),
+        "the own quota"
+    );
+}

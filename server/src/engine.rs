@@ -3,8 +3,7 @@
 //! half-life...) share one limiter, each request carrying its rule's quota (the library's
 //! per-request quota), so threads, connections and fixed memory grow with the classes in use,
 //! not with the rules: in memory a `CasLimiter` per class, swept by one thread for all; on
-//! Redis an `AsyncRedisLimiter` per class. The fleet limiter takes no per-request quota, so
-//! on the hybrid backend each rule keeps a `HybridLimiter` of its own.
+//! Redis an `AsyncRedisLimiter` per class; on the hybrid backend a `HybridLimiter` per class.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -189,25 +188,29 @@ where
     }
 }
 
-/// One rule's fleet limiter (its own quota: the fleet takes none with a request).
+/// A class's fleet limiter, each request under its rule's quota.
 struct Fleet<A: HybridAlgorithm>(HybridLimiter<A>);
 
-impl<A: HybridAlgorithm + Send + Sync + 'static> Local for Fleet<A>
+impl<A: HybridAlgorithm + Pick + Send + Sync + 'static> Local for Fleet<A>
 where
-    HybridLimiter<A>: Requests<str>,
+    HybridLimiter<A>: Requests<str, Algo = A>,
     EngineError: From<<HybridLimiter<A> as Requests<str>>::Error>,
 {
-    fn check(&self, key: Key<'_>, _: &Algorithm, cost: u64) -> Answer<Decision> {
-        Ok(self.0.request(key.text).cost(cost).check()?)
+    fn check(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
+        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        Ok(self.0.request(key.text).quota(q).cost(cost).check()?)
     }
-    fn peek(&self, key: Key<'_>, _: &Algorithm, cost: u64) -> Answer<Decision> {
-        Ok(self.0.request(key.text).cost(cost).peek()?)
+    fn peek(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
+        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        Ok(self.0.request(key.text).quota(q).cost(cost).peek()?)
     }
-    fn take(&self, key: Key<'_>, _: &Algorithm, cost: u64) -> Answer<Ticket> {
-        Ok(self.0.request(key.text).cost(cost).take()?)
+    fn take(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Ticket> {
+        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        Ok(self.0.request(key.text).quota(q).cost(cost).take()?)
     }
-    fn settle(&self, key: Key<'_>, _: &Algorithm, t: &mut Ticket, actual: u64) -> Answer<bool> {
-        Ok(self.0.request(key.text).settle(t, actual)?)
+    fn settle(&self, key: Key<'_>, quota: &Algorithm, t: &mut Ticket, actual: u64) -> Answer<bool> {
+        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        Ok(self.0.request(key.text).quota(q).settle(t, actual)?)
     }
 }
 
@@ -278,7 +281,7 @@ impl<A: RedisAlgorithm + Pick + Send + Sync + 'static> Remote for AsyncRedisLimi
     }
 }
 
-/// A class's limiter (or, on the hybrid backend, a rule's).
+/// A class's limiter.
 pub struct Engine(Kind);
 
 enum Kind {
@@ -480,19 +483,18 @@ impl Engines {
         self.len() == 0
     }
 
-    /// The limiter filed under `name` ([`name_of`](Self::name_of)), built with `quota` if
-    /// there is none yet (`tag` names the rule in the fleet limiter's Redis keys).
+    /// The limiter of class `name`, built with `quota` if there is none yet (on the hybrid
+    /// backend the class names its Redis keys and channel).
     pub async fn get(
         &self,
         name: &str,
-        tag: &str,
         quota: &Algorithm,
         window: Duration,
     ) -> Result<Arc<Engine>, String> {
         if let Some(e) = self.lock().get(name) {
             return Ok(e.clone());
         }
-        let built = Arc::new(self.build(tag, quota, window).await?);
+        let built = Arc::new(self.build(name, quota, window).await?);
         Ok(self.lock().entry(name.to_owned()).or_insert(built).clone())
     }
 
@@ -514,38 +516,29 @@ impl Engines {
         }
     }
 
-    /// The name a rule's limiter is filed under: its class's; on the hybrid backend, which
-    /// takes no per-request quota, the rule's own (its place and quota).
-    pub fn name_of(&self, class: &str, tag: &str, quota: &Algorithm) -> String {
-        match self.backend {
-            Backend::Hybrid { .. } => format!("{tag} {quota:?}"),
-            _ => class.to_owned(),
-        }
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Engine>>> {
         self.classes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     async fn build(
         &self,
-        tag: &str,
+        class: &str,
         quota: &Algorithm,
         window: Duration,
     ) -> Result<Engine, String> {
         Ok(match quota {
             Algorithm::DenyAll => Engine(Kind::DenyAll(window)),
-            Algorithm::FixedWindow(q) => self.on(*q, tag).await?,
-            Algorithm::SlidingWindow(q) => self.on(*q, tag).await?,
-            Algorithm::Gcra(q) => self.on(*q, tag).await?,
-            Algorithm::Earrrl(q) => self.on(*q, tag).await?,
-            Algorithm::Exponential(q) => self.on(*q, tag).await?,
+            Algorithm::FixedWindow(q) => self.on(*q, class).await?,
+            Algorithm::SlidingWindow(q) => self.on(*q, class).await?,
+            Algorithm::Gcra(q) => self.on(*q, class).await?,
+            Algorithm::Earrrl(q) => self.on(*q, class).await?,
+            Algorithm::Exponential(q) => self.on(*q, class).await?,
             Algorithm::SubWindow(q) => self.not_fleet(*q).await?,
             Algorithm::SlidingLog(q) => self.not_fleet(*q).await?,
         })
     }
 
-    async fn on<A>(&self, algo: A, tag: &str) -> Result<Engine, String>
+    async fn on<A>(&self, algo: A, class: &str) -> Result<Engine, String>
     where
         A: Algo + RedisAlgorithm + HybridAlgorithm + Pick + Send + Sync + 'static,
     {
@@ -557,7 +550,8 @@ impl Engines {
                 max_keys,
             } => {
                 let url = url.clone();
-                let prefix = format!("{prefix}{tag}");
+                // A prefix per class: its channel carries one algorithm's states.
+                let prefix = format!("{prefix}{class}:");
                 let (interval, max_keys) = (*sync_interval, *max_keys);
                 // The builder connects (blocking): off the runtime's threads.
                 let hybrid: HybridLimiter<A> = tokio::task::spawn_blocking(move || {

@@ -341,7 +341,7 @@ impl Service {
         &self.settings
     }
 
-    /// How many limiters run (classes of rules; on the hybrid backend, rules).
+    /// How many limiters run (classes of rules in use).
     pub fn limiters(&self) -> usize {
         self.engines.len()
     }
@@ -799,8 +799,8 @@ impl Service {
     }
 
     /// The state key of descriptor key `key` under `rule` (of version `version`): in memory
-    /// a keyed hash of both (nothing formatted); on the fleet limiter (the rule's own) `key`;
-    /// on Redis the text `<rule>:<algorithm>:<key>`, written into `text`.
+    /// a keyed hash of both (nothing formatted); on Redis and the fleet limiter the text
+    /// `<rule>:<algorithm>:<key>`, written into `text`.
     fn key<'a>(
         &self,
         rule: &crate::config::Rule,
@@ -808,15 +808,13 @@ impl Service {
         key: &'a str,
         text: &'a mut String,
     ) -> Key<'a> {
-        // Only the memory backend keys by the hash; the fleet limiter is the rule's own, its
-        // Redis prefix naming the rule already.
+        // Only the memory backend keys by the hash.
         match self.settings.backend {
             Backend::Memory { .. } => Key {
                 text: key,
                 hash: self.engines.key_hash(version, key),
             },
-            Backend::Hybrid { .. } => Key { text: key, hash: 0 },
-            Backend::Redis { .. } => {
+            Backend::Hybrid { .. } | Backend::Redis { .. } => {
                 use std::fmt::Write;
                 let _ = write!(text, "{}:{}:{key}", rule.id, rule_algorithm(rule));
                 Key { text, hash: 0 }
@@ -898,11 +896,6 @@ fn in_use(loaded: &Loaded) -> HashSet<String> {
         .collect()
 }
 
-/// A rule's name in the fleet limiter's Redis keys.
-fn tag(rule: &crate::config::Rule, algorithm: &Algorithm) -> String {
-    format!("{}:{}:", rule.id, algorithm.name())
-}
-
 /// The rules of `config`, each on its class's limiter (built on the class's first rule, kept
 /// across reloads while a rule uses it).
 async fn build(
@@ -955,16 +948,13 @@ async fn build(
             }
             other => (other.clone(), None),
         };
-        // The class's limiter is built with its base quota (the fleet's, a rule's own with
-        // the rule's quota: it takes none with a request).
-        let base = match (&settings.backend, base) {
-            (Backend::Hybrid { .. }, _) | (_, Algorithm::FixedWindow(_)) => quota.clone(),
-            (_, b) => b.clone(),
+        // The class's limiter is built with its base quota; each request brings its rule's.
+        let base = match base {
+            Algorithm::FixedWindow(_) => quota.clone(),
+            b => b.clone(),
         };
-        let tag = tag(rule, algorithm);
-        let name = engines.name_of(class, &tag, &base);
         let engine = engines
-            .get(&name, &tag, &base, unit.duration())
+            .get(class, &base, unit.duration())
             .await
             .map_err(|e| format!("{}: {e}", rule.id))?;
         rules.insert(
@@ -975,7 +965,7 @@ async fn build(
                 quota,
                 at_limit,
                 version,
-                limiter: Some(name),
+                limiter: Some(class.clone()),
                 counters,
             },
         );

@@ -54,7 +54,12 @@ fn two_replicas_on_the_fleet_limiter_share_one_limit() {
         return;
     };
     let dir = Scratch::new("backends-hybrid");
-    let config = dir.write("d.yaml", RULES);
+    // Two GCRA rules of different limits: one class, one limiter, each request under its
+    // rule's quota.
+    let rules = format!(
+        "{RULES}  - key: app\n    rate_limit: {{unit: day, requests_per_unit: 3, algorithm: gcra}}\n"
+    );
+    let config = dir.write("d.yaml", &rules);
     let args = [
         "--backend",
         "hybrid",
@@ -82,6 +87,20 @@ fn two_replicas_on_the_fleet_limiter_share_one_limit() {
     assert_eq!(check(a.http, "d", "token", "t1"), 429);
     // Another token is untouched on both.
     assert_eq!(check(b.http, "d", "token", "t2"), 200);
+    // The other rule of the class, under its own quota: A admits its 3, and once that has
+    // reached B, B denies it too, while the token keeps its 20.
+    let on_a: usize = (0..5).filter(|_| check(a.http, "d", "app", "x") == 200).count();
+    assert_eq!(on_a, 3);
+    until("B to learn A's spending on app", || {
+        post(
+            b.http,
+            "/v1/peek",
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"app","value":"x"}]}]}"#,
+        )
+        .0 == 429
+    });
+    assert_eq!(check(b.http, "d", "app", "x"), 429);
+    assert_eq!(check(b.http, "d", "token", "t3"), 200);
 }
 
 // Pins G66.

@@ -1,5 +1,5 @@
-//! 10,000 rules in a real process: the same threads as 10 rules (limiters are shared per
-//! class of rules, swept by one thread), a few KB each while idle (measured), and a reload of
+//! 10,000 rules in a real process, in memory, on Redis and on the fleet limiter: the same
+//! threads as 10 rules (limiters are shared per class of rules, swept by one thread), a few KB each while idle (measured), and a reload of
 //! all 10,000 under traffic that keeps every unchanged rule's state.
 
 mod common;
@@ -83,15 +83,19 @@ fn ten_thousand_rules_run_on_the_threads_of_ten_a_few_kb_each() {
         return;
     };
     let url = redis.url();
-    let args = ["--backend", "redis", "--redis-url", url.as_str()];
-    let (threads_10, rss_10) = measure(10, &args);
-    let (threads_10k, rss_10k) = measure(10_000, &args);
-    let per_rule = (rss_10k.saturating_sub(rss_10) * 1024) / 9_990;
-    eprintln!(
-        "redis backend: 10 rules {threads_10} threads {rss_10} KiB; 10,000 rules {threads_10k} threads {rss_10k} KiB: {per_rule} bytes a rule"
-    );
-    assert_eq!(threads_10k, threads_10);
-    assert!(per_rule <= 4096, "{per_rule} bytes a rule");
+    // The fleet limiter too: a limiter per class (three threads and two connections each),
+    // each request bringing its rule's quota.
+    for backend in ["redis", "hybrid"] {
+        let args = ["--backend", backend, "--redis-url", url.as_str()];
+        let (threads_10, rss_10) = measure(10, &args);
+        let (threads_10k, rss_10k) = measure(10_000, &args);
+        let per_rule = (rss_10k.saturating_sub(rss_10) * 1024) / 9_990;
+        eprintln!(
+            "{backend} backend: 10 rules {threads_10} threads {rss_10} KiB; 10,000 rules {threads_10k} threads {rss_10k} KiB: {per_rule} bytes a rule"
+        );
+        assert_eq!(threads_10k, threads_10, "{backend}");
+        assert!(per_rule <= 4096, "{backend}: {per_rule} bytes a rule");
+    }
 }
 
 // A reload of all 10,000 rules while a client keeps checking one of them: the unchanged

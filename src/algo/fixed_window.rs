@@ -72,6 +72,12 @@ impl FixedWindow {
         (index << self.count_bits) | count
     }
 
+    /// The largest count a word holds (it depends on the window alone).
+    #[cfg(feature = "redis")]
+    pub(crate) fn count_max(&self) -> u64 {
+        (1 << self.count_bits) - 1
+    }
+
     #[inline]
     pub(crate) fn unpack(&self, word: u64) -> (u64, u64) {
         (word >> self.count_bits, word & ((1 << self.count_bits) - 1))

@@ -96,7 +96,7 @@ where
                     doomed
                 });
                 if let (true, Some(state)) = (killed, seen.take()) {
-                    hook(key, &state);
+                    hook(key, cell, &state);
                 }
                 killed
             }

@@ -62,13 +62,13 @@ pub struct Shared<K, A: Algorithm, C, V: Variant<A>> {
     pub(crate) core: Core<A, C>,
     /// Told of every key an eviction kills, with the state it killed: what the hybrid
     /// limiter hands back to Redis. `None` for the keyed limiters.
-    evicted: Option<EvictHook<K, A::State>>,
+    evicted: Option<EvictHook<K, V::Cell, A::State>>,
     /// Hashes keys for the debt table (papaya keeps its own hasher to itself).
     hasher: ahash::RandomState,
 }
 
 /// See `Shared::with_evict_hook` (feature `redis`).
-pub(crate) type EvictHook<K, S> = Box<dyn Fn(&K, &S) + Send + Sync>;
+pub(crate) type EvictHook<K, C, S> = Box<dyn Fn(&K, &C, &S) + Send + Sync>;
 
 impl<K: 'static, A: Algorithm, V: Variant<A>> sealed::Keyed for Map<K, A, QuantaClock, V> {}
 impl<K: 'static, A: Algorithm, V: Variant<A>> KeyedStore for Map<K, A, QuantaClock, V> {}
@@ -268,7 +268,7 @@ where
     /// capacity), after the kill: a state that holds something outside this process (a
     /// lease) is handed back through it.
     #[cfg(feature = "redis")]
-    pub(crate) fn with_evict_hook(mut self, hook: EvictHook<K, A::State>) -> Self {
+    pub(crate) fn with_evict_hook(mut self, hook: EvictHook<K, V::Cell, A::State>) -> Self {
         self.evicted = Some(hook);
         self
     }
@@ -295,6 +295,20 @@ where
                 self.core
                     .peek_absent(algo, || self.debt_hash(key), now, cost)
             })
+    }
+
+    /// `key`'s state as held, else as its debt restores it, else fresh: what its next
+    /// request starts from.
+    #[cfg(feature = "redis")]
+    pub(crate) fn state_of<Q>(&self, key: &Q, guard: &impl papaya::Guard) -> A::State
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map
+            .get(key, guard)
+            .and_then(|cell| cell.inspect(Clone::clone))
+            .unwrap_or_else(|| self.core.absent_state(|| self.debt_hash(key)))
     }
 
     /// Runs `f` on `key`'s state in its cell, retrying on a fresh cell if the sweeper killed

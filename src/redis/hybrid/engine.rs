@@ -15,12 +15,14 @@ use ::redis::Value;
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A key the store evicted holding GCRA units or a debt: handed back by the next sync.
 #[derive(Debug)]
 pub struct Evicted {
     pub(super) key: String,
+    /// The quota it ran under ([`Quotas`]): GCRA's units are in its emission interval.
+    pub(super) quota: u32,
     pub(super) units: u64,
     pub(super) debt: u64,
     pub(super) back: bool,
@@ -39,11 +41,14 @@ pub struct FleetContext {
     pub(super) down: AtomicBool,
     /// Local time the current (or last) outage began.
     pub(super) down_since: AtomicU64,
-    /// Local time from which a key this instance has heard nothing of is fresh for the fleet:
-    /// a horizon after the subscription started, or at once if no instance wrote within a
-    /// horizon before it (the prefix's live marker, `live_key`, is gone); `u64::MAX` while
-    /// not subscribed.
+    /// Local time from which every change is heard of (the subscription's start); `u64::MAX`
+    /// while not subscribed. A key this instance has heard nothing of is fresh for the fleet
+    /// a horizon of its quota after it ([`mode`](Self::mode)), or at once if
+    /// [`mirror_clear`](Self::mirror_clear).
     pub(super) mirror_since: AtomicU64,
+    /// No instance wrote within a horizon before this subscription (the prefix's live marker,
+    /// `live_key`, was gone): no state written before it is live.
+    pub(super) mirror_clear: AtomicBool,
     /// Local time of the last (re)subscription, for the sync thread to look at the live
     /// marker after it (0: none yet).
     pub(super) subscribed_at: AtomicU64,
@@ -124,6 +129,7 @@ impl FleetContext {
             down: AtomicBool::new(false),
             down_since: AtomicU64::new(now),
             mirror_since: AtomicU64::new(u64::MAX),
+            mirror_clear: AtomicBool::new(false),
             subscribed_at: AtomicU64::new(0),
             sync_thread: std::sync::OnceLock::new(),
             next_tick: AtomicU64::new(now.saturating_add(interval)),
@@ -155,16 +161,26 @@ impl FleetContext {
         self.down.load(Ordering::Relaxed)
     }
 
-    /// The mode of a key whose state is `known` (it has heard from the fleet about it).
+    /// The mode of a key whose state is `known` (it has heard from the fleet about it),
+    /// under a quota whose states live `horizon` without a write.
     #[inline]
-    pub(super) fn mode(&self, known: bool, now: u64) -> Mode {
+    pub(super) fn mode(&self, known: bool, now: u64, horizon: u64) -> Mode {
         if self.is_down() {
             Mode::Degraded
-        } else if known || now >= self.mirror_since.load(Ordering::Relaxed) {
+        } else if known || self.mirrors(now, horizon) {
             Mode::Known
         } else {
             Mode::Unknown
         }
+    }
+
+    /// Whether at `now` a key not heard of is fresh for the fleet under a quota of
+    /// `horizon`: every change since a horizon ago has been heard of.
+    #[inline]
+    pub(super) fn mirrors(&self, now: u64, horizon: u64) -> bool {
+        let since = self.mirror_since.load(Ordering::Relaxed);
+        since != u64::MAX
+            && (now >= since.saturating_add(horizon) || self.mirror_clear.load(Ordering::Relaxed))
     }
 
     /// The wait until the next sync round: a denial for want of quota in hand lasts that.
@@ -237,7 +253,7 @@ mod private {
     use crate::redis::hybrid::push::Reader;
 
     /// One algorithm's entry, its decisions and its sync (sealed: the trait is not nameable).
-    pub trait Engine: Algorithm + Clone + fmt::Debug + Send + Sync + 'static {
+    pub trait Engine: Algorithm + Clone + PartialEq + fmt::Debug + Send + Sync + 'static {
         /// The state the store keeps per key: this instance's own and what it knows of the
         /// fleet's.
         type Word: crate::algo::State + Copy + fmt::Debug;
@@ -319,9 +335,6 @@ mod private {
             self.unknown()
         }
 
-        /// The arguments every key of a batch shares, after the channel, the instance and
-        /// the count.
-        fn batch_args(&self) -> Vec<String>;
         /// The key's call this round, if any.
         fn prepare(
             &self,
@@ -353,8 +366,9 @@ mod private {
             cell: Option<&HybridCell<Self::Word>>,
             sent: Self::Sent,
         );
-        /// The store evicted `key` in state `w`: queue what it held to be handed back.
-        fn evicted(&self, ctx: &FleetContext, key: &str, w: &Self::Word);
+        /// The store evicted `key` in state `w`, running under quota `quota`: queue what it
+        /// held to be handed back.
+        fn evicted(&self, ctx: &FleetContext, key: &str, quota: u32, w: &Self::Word);
         /// The arguments of a call handing back what an evicted key held.
         fn hand_back(&self, ctx: &FleetContext, e: &Evicted) -> Vec<String>;
 
@@ -390,6 +404,166 @@ pub struct Fleet<A: Engine> {
     pub(super) algo: A,
     pub(super) plan: A::Plan,
     pub(super) ctx: Arc<FleetContext>,
+    /// The fallback, which fixes each quota's plan.
+    pub(super) fallback: Fallback,
+    /// The per-request quotas met so far.
+    pub(super) quotas: Quotas<A>,
+}
+
+impl<A: Engine> Fleet<A> {
+    /// Quota `index` ([`Quotas`]): 0 is the limiter's own; an index no entry can hold (none
+    /// is handed out unregistered) reads as the own.
+    #[inline]
+    pub(super) fn quota(&self, index: u32) -> (&A, &A::Plan) {
+        match index.checked_sub(1).and_then(|i| self.quotas.get(i)) {
+            Some(q) => (&q.algo, &q.plan),
+            None => (&self.algo, &self.plan),
+        }
+    }
+
+    /// The index of `quota` (a request's, or `None`: the own), registering it if it is new;
+    /// `hint`, the index the key's entry holds, is tried first. An error if the limiter's
+    /// states cannot be read by it, or its fallback share leaves it less than a unit, or
+    /// [`MAX_QUOTAS`] are registered already.
+    #[inline]
+    pub(super) fn index_of(
+        &self,
+        quota: Option<&A>,
+        hint: u32,
+    ) -> Result<(u32, &A, &A::Plan), ConfigError> {
+        let Some(quota) = quota else {
+            return Ok((0, &self.algo, &self.plan));
+        };
+        let (algo, plan) = self.quota(hint);
+        if algo == quota {
+            return Ok((hint, algo, plan));
+        }
+        if *quota == self.algo {
+            return Ok((0, &self.algo, &self.plan));
+        }
+        self.algo.check_quota(quota)?;
+        let i = self.quotas.find_or_add(quota, self.fallback)?;
+        let q = self.quotas.get(i).expect("registered");
+        Ok((i + 1, &q.algo, &q.plan))
+    }
+
+    /// The longest a state of any quota met lives without a write: the live marker's.
+    pub(super) fn horizon(&self) -> u64 {
+        self.algo
+            .horizon()
+            .max(self.quotas.horizon.load(Ordering::Relaxed))
+    }
+}
+
+/// How many distinct per-request quotas a hybrid limiter takes (its own aside): each is
+/// kept for the limiter's life (its keys' entries name it), so a limiter serving a
+/// configuration that is reloaded with new quotas for ever would grow without this bound.
+pub const MAX_QUOTAS: usize = 1 << 16;
+const CHUNK: usize = 256;
+
+/// A per-request quota the limiter has met: its algorithm and what the fallback fixes for it.
+#[derive(Debug)]
+pub struct Quota<A: Engine> {
+    algo: A,
+    plan: A::Plan,
+}
+
+/// The per-request quotas a hybrid limiter has met, numbered in order, so that a key's entry
+/// says in 4 bytes which one it runs under: the sync thread and the subscription read it
+/// (GCRA's leases, debts and pushed TATs are in the quota's emission intervals). Read
+/// without a lock (a chunked array of cells set once); added under a lock, once per quota.
+pub struct Quotas<A: Engine> {
+    chunks: Box<[OnceLock<Box<[OnceLock<Quota<A>>]>>]>,
+    /// Indices by shape (capacity, horizon, policy), each confirmed by equality.
+    by_shape: papaya::HashMap<(u64, u64, bool), Box<[u32]>, ahash::RandomState>,
+    added: parking_lot::Mutex<u32>,
+    /// The longest horizon among them.
+    horizon: AtomicU64,
+}
+
+impl<A: Engine> fmt::Debug for Quotas<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Quotas")
+            .field("count", &*self.added.lock())
+            .finish()
+    }
+}
+
+impl<A: Engine> Default for Quotas<A> {
+    fn default() -> Self {
+        Quotas {
+            chunks: (0..MAX_QUOTAS / CHUNK).map(|_| OnceLock::new()).collect(),
+            by_shape: papaya::HashMap::builder()
+                .hasher(ahash::RandomState::new())
+                .build(),
+            added: parking_lot::Mutex::new(0),
+            horizon: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<A: Engine> Quotas<A> {
+    #[inline]
+    fn get(&self, i: u32) -> Option<&Quota<A>> {
+        let i = i as usize;
+        self.chunks.get(i / CHUNK)?.get()?[i % CHUNK].get()
+    }
+
+    fn shape(quota: &A) -> (u64, u64, bool) {
+        (
+            quota.capacity(),
+            quota.horizon(),
+            quota.policy() == Policy::Strict,
+        )
+    }
+
+    fn find(&self, quota: &A) -> Option<u32> {
+        let guard = self.by_shape.guard();
+        let found = self.by_shape.get(&Self::shape(quota), &guard)?;
+        found
+            .iter()
+            .copied()
+            .find(|&i| self.get(i).is_some_and(|q| q.algo == *quota))
+    }
+
+    /// `quota`'s index, added if it is new.
+    #[cold]
+    fn find_or_add(&self, quota: &A, fallback: Fallback) -> Result<u32, ConfigError> {
+        if let Some(i) = self.find(quota) {
+            return Ok(i);
+        }
+        let plan = quota.plan(fallback)?;
+        let mut added = self.added.lock();
+        // Added by another thread while this one waited.
+        if let Some(i) = self.find(quota) {
+            return Ok(i);
+        }
+        let i = *added;
+        if i as usize >= MAX_QUOTAS {
+            return Err(ConfigError::TooLarge {
+                field: crate::Field::Quota,
+                value: format!("{} distinct quotas", MAX_QUOTAS + 1),
+                max: "65,536 per-request quotas on one hybrid limiter",
+            });
+        }
+        let chunk = self.chunks[i as usize / CHUNK]
+            .get_or_init(|| (0..CHUNK).map(|_| OnceLock::new()).collect());
+        let _ = chunk[i as usize % CHUNK].set(Quota {
+            algo: quota.clone(),
+            plan,
+        });
+        self.horizon.fetch_max(quota.horizon(), Ordering::Relaxed);
+        let shape = Self::shape(quota);
+        let guard = self.by_shape.guard();
+        let mut list = self
+            .by_shape
+            .get(&shape, &guard)
+            .map_or_else(Vec::new, |l| l.to_vec());
+        list.push(i);
+        self.by_shape.insert(shape, list.into(), &guard);
+        *added = i + 1;
+        Ok(i)
+    }
 }
 
 impl<A: Engine> Algorithm for Fleet<A> {

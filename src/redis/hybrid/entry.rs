@@ -9,6 +9,7 @@ use crate::limiter::{sealed::VariantCell, Variant};
 use crate::stats::Stats;
 use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
+use std::sync::atomic::AtomicU32;
 
 /// The `pending` bit that says the key is on the sync thread's queue.
 const QUEUED: u64 = 1 << 63;
@@ -20,6 +21,9 @@ const QUEUED: u64 = 1 << 63;
 pub struct HybridCell<S: StateCells> {
     state: S::CasCell,
     pending: AtomicU64,
+    /// The quota the key's last request ran under (an index of the limiter's `Quotas`, 0:
+    /// its own): what the sync thread and the subscription read the state by.
+    quota: AtomicU32,
 }
 
 impl<S: StateCells> HybridCell<S> {
@@ -39,6 +43,21 @@ impl<S: StateCells> HybridCell<S> {
             .fetch_add(units.min(u32::MAX.into()), Ordering::Relaxed);
     }
 
+    /// The quota the key runs under.
+    #[inline]
+    pub(super) fn quota(&self) -> u32 {
+        self.quota.load(Ordering::Relaxed)
+    }
+
+    /// Sets the quota the key runs under (before the request that brings it changes the
+    /// state, so a sync that reads the change reads it by this quota).
+    #[inline]
+    pub(super) fn set_quota(&self, index: u32) {
+        if self.quota.load(Ordering::Relaxed) != index {
+            self.quota.store(index, Ordering::Relaxed);
+        }
+    }
+
     /// Takes the hints (the sync thread, before it reads the state): clears the queued bit, so
     /// a request after this queues the key again, and returns the denied units.
     pub(super) fn take_pending(&self) -> u64 {
@@ -51,6 +70,7 @@ impl<S: StateCells> StateCell<S> for HybridCell<S> {
         Self {
             state: S::CasCell::new(state),
             pending: AtomicU64::new(0),
+            quota: AtomicU32::new(0),
         }
     }
 

@@ -102,6 +102,8 @@ pub struct Sent {
     debt: u64,
     want: u64,
     give: u64,
+    /// The key's quota (units granted to a key gone meanwhile are handed back in its T).
+    quota: u32,
 }
 
 /// `share` of `g`: the rate and `burst` units (`burst ≥ 1`).
@@ -171,7 +173,7 @@ impl Engine for Gcra {
             };
         }
         let strict = self.policy() == Policy::Strict;
-        let mode = ctx.mode(l.known, now);
+        let mode = ctx.mode(l.known, now, self.tolerance());
         let verdict = if mode == Mode::Known {
             // Beyond the lease: the fleet's TAT as known must have room, and this instance
             // may be at most its budget ahead of Redis. (A key the limiter has not heard of
@@ -259,7 +261,7 @@ impl Engine for Gcra {
             let rest = over - spent;
             if rest > 0 {
                 Gcra::settle(self, &mut l.view, now, now, 0, rest);
-                l.owe(rest, ctx.mode(l.known, now));
+                l.owe(rest, ctx.mode(l.known, now, self.tolerance()));
             }
         }
         *w = l.pack();
@@ -280,13 +282,6 @@ impl Engine for Gcra {
 
     fn forget(&self, w: &mut u128) {
         *w &= !KNOWN;
-    }
-
-    fn batch_args(&self) -> Vec<String> {
-        vec![
-            format!("{:.17e}", self.emission_interval().as_nanos() as f64 / 1e3),
-            format!("{:.17e}", self.tolerance() as f64 / 1e3),
-        ]
     }
 
     fn prepare(
@@ -367,6 +362,7 @@ impl Engine for Gcra {
                 debt: l.debt,
                 want,
                 give,
+                quota: cell.quota(),
             },
         )
     }
@@ -422,6 +418,7 @@ impl Engine for Gcra {
             if granted > 0 {
                 ctx.evicted.lock().push(Evicted {
                     key: key.to_owned(),
+                    quota: sent.quota,
                     units: granted,
                     debt: 0,
                     back: false,
@@ -457,11 +454,12 @@ impl Engine for Gcra {
         }
     }
 
-    fn evicted(&self, ctx: &FleetContext, key: &str, w: &u128) {
+    fn evicted(&self, ctx: &FleetContext, key: &str, quota: u32, w: &u128) {
         let l = Lease::unpack(*w);
         if l.units > 0 || l.debt > 0 {
             ctx.evicted.lock().push(Evicted {
                 key: key.to_owned(),
+                quota,
                 units: l.units,
                 debt: l.debt,
                 back: l.back,
@@ -530,6 +528,9 @@ impl Gcra {
             debt.to_string(),
             u8::from(back).to_string(),
             since_us.to_string(),
+            // The key's quota: keys of one batch may run under different ones.
+            format!("{:.17e}", self.emission_interval().as_nanos() as f64 / 1e3),
+            format!("{:.17e}", self.tolerance() as f64 / 1e3),
         ]
     }
 }
@@ -637,6 +638,7 @@ mod loom_model {
             let plan = g.plan(Fallback::share(0.5).unwrap()).unwrap();
             let mut ctx = FleetContext::new(10_000_000, 0.5, 0, 0);
             ctx.mirror_since = 0.into(); // current: the key's fleet state is known
+            ctx.mirror_clear = true.into();
             let (ctx, stats) = (Arc::new(ctx), Arc::new(Stats::default()));
             let _ = plan;
             // A lease of 2 units; the view otherwise idle, so the entry is idle once they are

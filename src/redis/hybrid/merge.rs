@@ -23,7 +23,9 @@ use std::fmt::{Debug, Display};
 use std::str::FromStr;
 
 /// How one algorithm's states add up across instances. Sealed (private module).
-pub trait Merge: WordStep<State = Self::Word> + Clone + Debug + Send + Sync + 'static {
+pub trait Merge:
+    WordStep<State = Self::Word> + Clone + PartialEq + Debug + Send + Sync + 'static
+{
     /// The state word.
     type Word: Copy + Eq + Debug + Display + FromStr + Send + Sync;
     /// A key's entry: the own word and the others'.
@@ -109,7 +111,10 @@ impl Merge for FixedWindow {
             (i, c) if i >= index => c,
             _ => 0,
         };
-        self.pack(index, (at(a) + at(b)).min(self.limit() + 1))
+        // Capped where the word's count field ends, not at this quota's limit: the others'
+        // states are merged by the limiter's own quota and read by each request's, whose
+        // limit may be larger.
+        self.pack(index, at(a).saturating_add(at(b)).min(self.count_max()))
     }
 
     fn count(&self, own: u64, now: u64, cost: u64) -> u64 {
@@ -346,7 +351,7 @@ where
         // Re-stamped for good (and published): counted again in its own window later, a
         // state stamped ahead would deny what the fleet's time allows then.
         let own = self.pull_back(stored, now);
-        let mode = ctx.mode(others != A::UNKNOWN, local);
+        let mode = ctx.mode(others != A::UNKNOWN, local, Merge::horizon(self));
         if mode != Mode::Known && *share == 0.0 {
             // `Fallback::DENY`: nothing decided without the fleet's state. (Standing in for the
             // others as holding the whole limit is not enough: EARRRL's union would then sit at
@@ -458,10 +463,6 @@ where
         A::Entry::join(own, others)
     }
 
-    fn batch_args(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn prepare(
         &self,
         _: &f64,
@@ -500,7 +501,7 @@ where
 
     /// Nothing to hand back: the last published state stays in the hash until it idles; what
     /// was counted since (less than one round) is forgotten with the key.
-    fn evicted(&self, _: &FleetContext, _: &str, _: &A::Entry) {}
+    fn evicted(&self, _: &FleetContext, _: &str, _: u32, _: &A::Entry) {}
 
     /// Never called: nothing is queued by `evicted`.
     fn hand_back(&self, _: &FleetContext, _: &super::Evicted) -> Vec<String> {

@@ -29,7 +29,7 @@ pub use settings::{HybridBuilder, HybridSettings};
 use super::{BackendError, RedisBuilder};
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
-use crate::error::{ConfigError, CostError, Field, QuotaError};
+use crate::error::{ConfigError, CostError, QuotaError};
 use crate::keyed::Shared;
 use crate::request::Ask;
 use crate::shared::Options;
@@ -221,7 +221,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             sync_lag_max: d(&s.lag_max),
             push_lag_max: d(&s.push_lag_max),
             outage: ctx.is_down(),
-            current: !ctx.is_down() && now >= ctx.mirror_since.load(Ordering::Relaxed),
+            current: !ctx.is_down() && ctx.mirrors(now, self.inner.fleet().horizon()),
         }
     }
 
@@ -257,25 +257,25 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         found: Option<&'g entry::HybridCell<A::Word>>,
         guard: &'g impl papaya::Guard,
     ) -> Decision {
-        self.step_found(key, cost, found, guard, |fleet, w| {
-            let entry = fleet
-                .algo
-                .decide_entry(&fleet.plan, &fleet.ctx, w, now, cost);
-            ((), entry)
-        })
-        .1
+        match self.step_found(key, cost, None, found, guard, decide(now, cost)) {
+            Ok(((), d)) => d,
+            // The limiter's own quota is always registered.
+            Err(_) => Decision::denied(1),
+        }
     }
 
-    /// One request's step on `key`'s entry (`cost` is what a denial leaves waiting), with its
-    /// stats and its place in the sync thread's queue; returns what `step` returned beside
-    /// its verdict, and the decision, counted.
+    /// One request's step on `key`'s entry under `quota` (`None`: the limiter's own), `cost`
+    /// being what a denial leaves waiting, with its stats and its place in the sync thread's
+    /// queue; returns what `step` returned beside its verdict, and the decision, counted. A
+    /// quota the limiter cannot take is an error, and changes nothing.
     fn step<T>(
         &self,
         key: &str,
         cost: u64,
-        step: impl FnMut(&Fleet<A>, &mut A::Word) -> (T, Verdict),
-    ) -> (T, Decision) {
-        self.step_found(key, cost, None, &self.inner.store.map.guard(), step)
+        quota: Option<&A>,
+        step: impl FnMut(&A, &A::Plan, &FleetContext, &mut A::Word) -> (T, Verdict),
+    ) -> Result<(T, Decision), ConfigError> {
+        self.step_found(key, cost, quota, None, &self.inner.store.map.guard(), step)
     }
 
     /// [`step`](Self::step) starting from `found`, the entry a batch's first pass looked up for
@@ -284,18 +284,16 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         &self,
         key: &str,
         cost: u64,
+        quota: Option<&A>,
         mut found: Option<&'g entry::HybridCell<A::Word>>,
         guard: &'g impl papaya::Guard,
-        mut step: impl FnMut(&Fleet<A>, &mut A::Word) -> (T, Verdict),
-    ) -> (T, Decision) {
-        let store = &self.inner.store;
+        mut step: impl FnMut(&A, &A::Plan, &FleetContext, &mut A::Word) -> (T, Verdict),
+    ) -> Result<(T, Decision), ConfigError> {
         let fleet = self.inner.fleet();
-        loop {
-            let cell = found.take().unwrap_or_else(|| store.cell(key, guard));
-            let Some((out, v)) = store.core.update(cell, |w| step(fleet, w)) else {
-                store.remove_dead(key, cell, guard);
-                continue;
-            };
+        let ((out, v), cell) = self.on_entry(key, quota, found.take(), guard, |a, p, w| {
+            step(a, p, &fleet.ctx, w)
+        })?;
+        {
             let stats = &fleet.ctx.stats;
             match (v.reason, v.decision.is_allowed()) {
                 (Reason::Fallback, allowed) => {
@@ -315,7 +313,34 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             if v.sync {
                 self.queue(key, cell);
             }
-            return (out, store.core.count(v.decision));
+        }
+        Ok((out, self.inner.store.core.count(v.decision)))
+    }
+
+    /// Runs `f` on `key`'s entry (from `found` if given and alive) under `quota`, recording
+    /// the quota in the entry first (a sync that reads the change reads it by that quota);
+    /// returns `f`'s result and the cell. A quota the limiter cannot take is an error, and
+    /// changes nothing.
+    fn on_entry<'g, T>(
+        &self,
+        key: &str,
+        quota: Option<&A>,
+        mut found: Option<&'g entry::HybridCell<A::Word>>,
+        guard: &'g impl papaya::Guard,
+        mut f: impl FnMut(&A, &A::Plan, &mut A::Word) -> T,
+    ) -> Result<(T, &'g entry::HybridCell<A::Word>), ConfigError> {
+        let store = &self.inner.store;
+        let fleet = self.inner.fleet();
+        loop {
+            // The quota first: one refused inserts no key.
+            let held = found.take().or_else(|| store.map.get(key, guard));
+            let (index, algo, plan) = fleet.index_of(quota, held.map_or(0, |c| c.quota()))?;
+            let cell = held.unwrap_or_else(|| store.cell(key, guard));
+            cell.set_quota(index);
+            match store.core.update(cell, |w| f(algo, plan, w)) {
+                Some(out) => return Ok((out, cell)),
+                None => store.remove_dead(key, cell, guard),
+            }
         }
     }
 
@@ -343,13 +368,18 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     /// capacity), and says how many; with none, 0 and the denial of one unit. As the
     /// in-memory [`up_to`](crate::Request::up_to), on what this instance
     /// holds and knows (for GCRA: its lease first, then the fleet's TAT as known).
-    fn grant_up_to(&self, key: &str, n: u64, now: u64) -> Result<(u64, Decision), CostError> {
+    fn grant_up_to(
+        &self,
+        key: &str,
+        n: u64,
+        quota: Option<&A>,
+        now: u64,
+    ) -> Result<(u64, Decision), QuotaError> {
         if n == 0 {
-            return Err(CostError::Zero);
+            return Err(CostError::Zero.into());
         }
-        let most = n.min(self.algorithm().capacity());
-        let (granted, d) = self.step(key, 1, |fleet, w| {
-            let (algo, plan, ctx) = (&fleet.algo, &fleet.plan, &*fleet.ctx);
+        Ok(self.step(key, 1, quota, |algo, plan, ctx, w| {
+            let most = n.min(algo.capacity());
             let fits = |c: u64| {
                 let mut probe = *w;
                 algo.decide_entry(plan, ctx, &mut probe, now, c)
@@ -361,16 +391,21 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
                 granted,
                 algo.decide_entry(plan, ctx, w, now, granted.max(1)),
             )
-        });
-        Ok((granted, d))
+        })?)
     }
 
     /// Takes a provisional cost: decides and counts `cost` like
     /// [`check_n`](crate::RateLimiter::check_n), and returns a [`Ticket`] to settle once the actual
     /// cost is known.
-    fn take_at(&self, key: &str, cost: u64, now: u64) -> Result<Ticket, CostError> {
-        self.inner.store.core.cost(cost)?;
-        let ticket = Ticket::new(self.decide_at(key, cost, now), cost, now);
+    fn take_at(
+        &self,
+        key: &str,
+        cost: u64,
+        quota: Option<&A>,
+        now: u64,
+    ) -> Result<Ticket, QuotaError> {
+        let ((), decision) = self.step(key, cost, quota, decide(now, cost))?;
+        let ticket = Ticket::new(decision, cost, now);
         Ok(ticket.bound(self.inner.store.core.id, crate::shared::key_print(key)))
     }
 
@@ -393,36 +428,56 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         key: &str,
         ticket: &mut Ticket,
         actual: u64,
+        quota: Option<&A>,
         now: Option<u64>,
     ) -> Result<bool, QuotaError> {
         let print = crate::shared::key_print(key);
         ticket.check_origin(self.inner.store.core.id, print)?;
-        crate::shared::settle_limit(self.algorithm(), ticket, actual)?;
+        let fleet = self.inner.fleet();
+        let (_, algo, _) = fleet.index_of(quota, 0)?;
+        crate::shared::settle_limit(algo, ticket, actual)?;
         let Some((taken_at, charged)) = ticket.close() else {
             return Ok(false);
         };
         if actual == charged {
             return Ok(true);
         }
+        let now = self.inner.store.core.now(now);
+        let guard = self.inner.store.map.guard();
+        let ((), cell) = self.on_entry(key, quota, None, &guard, |algo, _, w| {
+            algo.settle_entry(&fleet.ctx, w, now, taken_at, charged, actual);
+        })?;
+        self.queue(key, cell);
+        Ok(true)
+    }
+
+    /// The decision `cost` would get at `now` under `quota`, changing nothing.
+    fn preview_at(
+        &self,
+        key: &str,
+        cost: u64,
+        quota: Option<&A>,
+        now: u64,
+    ) -> Result<Decision, QuotaError> {
         let store = &self.inner.store;
         let fleet = self.inner.fleet();
-        let now = store.core.now(now);
         let guard = store.map.guard();
-        loop {
-            let cell = store.cell(key, &guard);
-            let settled = store.core.update(cell, |w| {
-                fleet
-                    .algo
-                    .settle_entry(&fleet.ctx, w, now, taken_at, charged, actual)
-            });
-            if settled.is_none() {
-                store.remove_dead(key, cell, &guard);
-                continue;
-            }
-            self.queue(key, cell);
-            return Ok(true);
-        }
+        let hint = store.map.get(key, &guard).map_or(0, |c| c.quota());
+        let (_, algo, plan) = fleet.index_of(quota, hint)?;
+        crate::error::check_cost(cost, algo.capacity())?;
+        let mut w = store.state_of(key, &guard);
+        Ok(algo
+            .decide_entry(plan, &fleet.ctx, &mut w, now, cost)
+            .decision)
     }
+}
+
+/// A request's step: `cost` decided at `now`.
+fn decide<A: HybridAlgorithm>(
+    now: u64,
+    cost: u64,
+) -> impl FnMut(&A, &A::Plan, &FleetContext, &mut A::Word) -> ((), Verdict) {
+    move |algo, plan, ctx, w| ((), algo.decide_entry(plan, ctx, w, now, cost))
 }
 
 /// The Redis key of `key`'s state: the [`RedisLimiter`](super::RedisLimiter)'s, with
@@ -536,33 +591,42 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
 impl<A: HybridAlgorithm, C: Clock> crate::NonBlocking<str> for HybridLimiter<A, C> {}
 
 /// Every other request, through [`request`](crate::Requests::request): a cost, an instant;
-/// then `check`, `peek`, `up_to` (a partial grant), `take` and `settle`. A request's quota is
-/// refused ([`QuotaError::Quota`]): the fleet shares one configuration.
+/// then `check`, `peek`, `up_to` (a partial grant), `take` and `settle`. A request's quota
+/// decides it as on the in-memory limiters, and the key's entry keeps it for the sync thread
+/// (GCRA's leases are in its units); one the limiter cannot read states by (another window,
+/// half-life or period), or beyond the 65,536 distinct quotas a limiter keeps, is refused
+/// ([`QuotaError::Quota`]) and changes nothing.
 impl<A: HybridAlgorithm, C: Clock> crate::Requests<str> for HybridLimiter<A, C> {
     type Algo = A;
     type Error = QuotaError;
 
     fn decide(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, QuotaError> {
-        let now = self.ask_now(&ask)?;
-        self.inner.store.core.cost(ask.cost)?;
-        Ok(self.decide_at(key, ask.cost, now))
+        let now = self.inner.store.core.now(ask.at);
+        let Some(quota) = ask.quota else {
+            self.inner.store.core.cost(ask.cost)?;
+            return Ok(self.decide_at(key, ask.cost, now));
+        };
+        crate::error::check_cost(ask.cost, quota.capacity())?;
+        Ok(self
+            .step(key, ask.cost, Some(quota), decide(now, ask.cost))?
+            .1)
     }
 
     fn preview(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, QuotaError> {
-        let now = self.ask_now(&ask)?;
-        let store = &self.inner.store;
-        store.core.cost(ask.cost)?;
-        Ok(store.peek(&store.core.algo, key, ask.cost, now, &store.map.guard()))
+        let now = self.inner.store.core.now(ask.at);
+        self.preview_at(key, ask.cost, ask.quota, now)
     }
 
     fn grant(&self, key: &str, ask: Ask<'_, A>) -> Result<(u64, Decision), QuotaError> {
-        let now = self.ask_now(&ask)?;
-        Ok(self.grant_up_to(key, ask.cost, now)?)
+        let now = self.inner.store.core.now(ask.at);
+        self.grant_up_to(key, ask.cost, ask.quota, now)
     }
 
     fn take(&self, key: &str, ask: Ask<'_, A>) -> Result<Ticket, QuotaError> {
-        let now = self.ask_now(&ask)?;
-        Ok(self.take_at(key, ask.cost, now)?)
+        let now = self.inner.store.core.now(ask.at);
+        let capacity = ask.quota.unwrap_or(self.algorithm()).capacity();
+        crate::error::check_cost(ask.cost, capacity)?;
+        self.take_at(key, ask.cost, ask.quota, now)
     }
 
     fn settle(
@@ -572,23 +636,7 @@ impl<A: HybridAlgorithm, C: Clock> crate::Requests<str> for HybridLimiter<A, C> 
         actual: u64,
         ask: Ask<'_, A>,
     ) -> Result<bool, QuotaError> {
-        self.ask_now(&ask)?;
-        self.settle_at(key, ticket, actual, ask.at)
-    }
-}
-
-impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
-    /// The instant `ask` is decided at; a quota with it is refused.
-    fn ask_now(&self, ask: &Ask<'_, A>) -> Result<u64, QuotaError> {
-        if ask.quota.is_some() {
-            let e = ConfigError::Unchangeable {
-                field: Field::Quota,
-                from: "the fleet's configuration".into(),
-                to: "a per-request quota".into(),
-            };
-            return Err(QuotaError::Quota(Box::new(e)));
-        }
-        Ok(self.inner.store.core.now(ask.at))
+        self.settle_at(key, ticket, actual, ask.quota, ask.at)
     }
 }
 

@@ -123,10 +123,8 @@ fn listen<A: Engine, C: Clock>(
     // From here on every change is heard of; a state written before lives at most a horizon
     // without a write (sooner, if the sync thread finds no live marker: see `worker.rs`).
     let now = inner.store.core.clock.now();
-    ctx.mirror_since.store(
-        now.saturating_add(inner.fleet().algo.horizon()),
-        Ordering::Relaxed,
-    );
+    ctx.mirror_clear.store(false, Ordering::Relaxed);
+    ctx.mirror_since.store(now, Ordering::Relaxed);
     ctx.subscribed_at.store(now.max(1), Ordering::Release);
     if let Some(t) = ctx.sync_thread.get() {
         t.unpark();
@@ -175,6 +173,7 @@ fn listen<A: Engine, C: Clock>(
 fn gap<A: Engine, C: Clock>(inner: &Inner<A, C>) {
     let ctx = inner.ctx();
     ctx.mirror_since.store(u64::MAX, Ordering::Relaxed);
+    ctx.mirror_clear.store(false, Ordering::Relaxed);
     let store = &inner.store;
     let guard = store.map.guard();
     for (_, cell) in store.map.iter(&guard) {
@@ -213,6 +212,10 @@ fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
                 if algo.push_is_idle(ctx, &p, now) && store.map.get(key, &guard).is_none() {
                     continue;
                 }
+                // Read by the key's quota (GCRA's debt is in its units); a key not held yet
+                // owes nothing, and any quota reads its pushed state alike.
+                let quota = store.map.get(key, &guard).map_or(0, |c| c.quota());
+                let algo = inner.fleet().quota(quota).0;
                 store.apply(key, &guard, |w| algo.apply_push(ctx, w, &p, own, now));
                 pushes += 1;
             }

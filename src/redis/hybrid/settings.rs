@@ -1,6 +1,7 @@
 //! [`HybridBuilder`]: a hybrid limiter's settings (the store's, Redis', the sync's) and its
 //! start: the store, the sync and push threads, the sweeper.
 
+use super::entry::HybridCell;
 use super::*;
 use crate::shared::Builder;
 
@@ -128,14 +129,18 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
             algo: algo.clone(),
             plan,
             ctx: ctx.clone(),
+            fallback,
+            quotas: Default::default(),
         };
         let hook_ctx = ctx.clone();
         let store = Shared::new(fleet, self.clock, &self.options)
             .with_debts(&self.options)
             .map_err(|e| BackendError::Reply(format!("cannot allocate the debt table: {e}")))?
-            .with_evict_hook(Box::new(move |key: &String, w: &A::Word| {
-                algo.evicted(&hook_ctx, key, w)
-            }));
+            .with_evict_hook(Box::new(
+                move |key: &String, cell: &HybridCell<A::Word>, w: &A::Word| {
+                    algo.evicted(&hook_ctx, key, cell.quota(), w)
+                },
+            ));
         let inner = Arc::new(Inner {
             store,
             prefix: redis.prefix.clone(),

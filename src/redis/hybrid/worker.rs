@@ -13,9 +13,16 @@ use std::time::{Duration, Instant};
 /// is cut into calls that each hold Redis only briefly.
 const BATCH: usize = 128;
 
+/// Sets the live marker (`KEYS[1]`) to expire in `ARGV[1]` ms unless it already lives
+/// longer.
+const LIVE_MARKER: &str = "if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then \
+    redis.call('SET', KEYS[1], 1, 'PX', ARGV[1]) end return 1";
+
 /// What one key sends this round.
 struct Call<S> {
     key: String,
+    /// The quota it was prepared under (its reply is read by it).
+    quota: u32,
     args: Vec<String>,
     what: What<S>,
 }
@@ -62,7 +69,6 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
     let (ctx, fleet, store) = (inner.ctx(), inner.fleet(), &inner.store);
     let channel = channel(&inner.prefix, A::SUFFIX);
     let live = live_key(&inner.prefix, A::SUFFIX);
-    let horizon_ms = fleet.algo.horizon().div_ceil(1_000_000).max(1);
     // What a round waits for more keys once one is queued.
     let gather = (interval / 8).clamp(Duration::from_micros(100), Duration::from_millis(1));
     let mut link = Link::new(config);
@@ -105,10 +111,9 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
             }
             w.visited = now;
             w.queued = false;
-            match fleet
-                .algo
-                .prepare(&fleet.plan, ctx, cell, &mut w.book, now, closing)
-            {
+            let quota = cell.quota();
+            let (algo, plan) = fleet.quota(quota);
+            match algo.prepare(plan, ctx, cell, &mut w.book, now, closing) {
                 Visit::Skip => {
                     w.watched = false;
                     true
@@ -120,6 +125,7 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
                 Visit::Call(args, sent) => {
                     calls.push(Call {
                         key: key.clone(),
+                        quota,
                         args,
                         what: What::Entry(sent),
                     });
@@ -130,7 +136,8 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
         for e in std::mem::take(&mut *ctx.evicted.lock()) {
             calls.push(Call {
                 key: e.key.clone(),
-                args: fleet.algo.hand_back(ctx, &e),
+                quota: e.quota,
+                args: fleet.quota(e.quota).0.hand_back(ctx, &e),
                 what: What::HandBack(e),
             });
         }
@@ -150,8 +157,11 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
         }
         let check = !extra.is_empty();
         if !calls.is_empty() {
-            let mut set = ::redis::cmd("SET");
-            set.arg(&live).arg(1).arg("PX").arg(horizon_ms);
+            // Lengthened, never shortened: each instance knows the quotas it has met, and the
+            // marker must outlive the longest-lived state any of them wrote.
+            let horizon_ms = fleet.horizon().div_ceil(1_000_000).max(1);
+            let mut set = ::redis::cmd("EVAL");
+            set.arg(LIVE_MARKER).arg(1).arg(&live).arg(horizon_ms);
             extra.push(set);
         }
         if !calls.is_empty() || check {
@@ -165,8 +175,9 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
                 let mut replies = replies.into_iter();
                 if let Some(Ok(v)) = replies.next() {
                     checked = subscribed;
-                    if ::redis::from_redis_value::<u64>(&v).is_ok_and(|n| n == 0) {
-                        ctx.mirror_since.fetch_min(now, Ordering::Relaxed);
+                    let current = ctx.subscribed_at.load(Ordering::Acquire) == subscribed;
+                    if current && ::redis::from_redis_value::<u64>(&v).is_ok_and(|n| n == 0) {
+                        ctx.mirror_clear.store(true, Ordering::Relaxed);
                     }
                 }
                 // `TIME`'s reply is a round reply's head: seconds, microseconds.
@@ -277,7 +288,6 @@ fn run_round<A: Engine, C: crate::Clock>(
                 ctx.instance.clone(),
                 chunk.len().to_string(),
             ];
-            args.extend(fleet.algo.batch_args());
             let mut keys = Vec::with_capacity(1);
             for (call, redis_key) in chunk.iter().zip(chunk_keys) {
                 args.push(call.key.clone());
@@ -333,7 +343,8 @@ fn run_round<A: Engine, C: crate::Clock>(
                     let mut none = A::KeyBook::default();
                     let book = books.get_mut(&call.key).map_or(&mut none, |w| &mut w.book);
                     let again = fleet
-                        .algo
+                        .quota(call.quota)
+                        .0
                         .apply(ctx, &call.key, cell, book, item, sent, done);
                     match again {
                         // Watched every interval, or left until a request queues it again.
@@ -361,7 +372,7 @@ fn run_round<A: Engine, C: crate::Clock>(
                     match call.what {
                         What::Entry(sent) => {
                             let cell = store.map.get(call.key.as_str(), guard);
-                            fleet.algo.failed(ctx, &call.key, cell, sent);
+                            fleet.quota(call.quota).0.failed(ctx, &call.key, cell, sent);
                             // Sent again next interval.
                             books.entry(call.key).or_insert_with(Watch::new).queued = true;
                         }

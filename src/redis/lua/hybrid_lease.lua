@@ -1,11 +1,11 @@
 -- The hybrid limiter's GCRA round: leases, hand-backs and charges for a batch of keys, and
 -- the keys' new TATs pushed to every instance.
 --
--- ARGV: the channel, this instance's id, n, T and tau = B*T (µs); then per key its client
--- key, its TAT's key (the RedisLimiter's key and form: µs of Redis time, %.17g), the
--- back-dated debts' own TAT's key, `want` (units to lease), `give` (unspent units handed
--- back), `debt` (units admitted beyond leases, charged now), `back` (1: the debt was run up
--- while Redis was unreachable, charged back-dated from `since`, µs). KEYS: the first key's
+-- ARGV: the channel, this instance's id, n; then per key its client key, its TAT's key (the
+-- RedisLimiter's key and form: µs of Redis time, %.17g), the back-dated debts' own TAT's key,
+-- `want` (units to lease), `give` (unspent units handed back), `debt` (units admitted beyond
+-- leases, charged now), `back` (1: the debt was run up while Redis was unreachable, charged
+-- back-dated from `since`, µs), and its quota's T and tau = B*T (µs). KEYS: the first key's
 -- TAT, for routing: on a cluster a call holds one node's keys, of several slots, which the
 -- script reaches with `allow-cross-slot-keys`.
 --
@@ -21,20 +21,20 @@ local function ns(s)
   return #s .. ':' .. s
 end
 local channel, inst, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local T = tonumber(ARGV[4])
-local tau = tonumber(ARGV[5])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {t[1], t[2]}
 local msg = {ns(inst), ns(t[1]), ns(t[2])}
 for i = 1, n do
-  local a = 5 + (i - 1) * 8
+  local a = 3 + (i - 1) * 10
   local key, k, kb = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local want = tonumber(ARGV[a + 4])
   local give = tonumber(ARGV[a + 5])
   local debt = tonumber(ARGV[a + 6])
   local back = ARGV[a + 7] == '1'
   local since = tonumber(ARGV[a + 8])
+  local T = tonumber(ARGV[a + 9])
+  local tau = tonumber(ARGV[a + 10])
   local v = redis.call('GET', k)
   local tat = v and tonumber(v) or 0
   -- Handed-back units leave the schedule; never below now (units in the past are spent).
