@@ -461,6 +461,9 @@ impl<A: Engine> Fleet<A> {
 pub const MAX_QUOTAS: usize = 1 << 16;
 const CHUNK: usize = 256;
 
+/// `CHUNK` quotas, each set once.
+type Chunk<A> = Box<[OnceLock<Quota<A>>]>;
+
 /// A per-request quota the limiter has met: its algorithm and what the fallback fixes for it.
 #[derive(Debug)]
 pub struct Quota<A: Engine> {
@@ -473,7 +476,7 @@ pub struct Quota<A: Engine> {
 /// (GCRA's leases, debts and pushed TATs are in the quota's emission intervals). Read
 /// without a lock (a chunked array of cells set once); added under a lock, once per quota.
 pub struct Quotas<A: Engine> {
-    chunks: Box<[OnceLock<Box<[OnceLock<Quota<A>>]>>]>,
+    chunks: Box<[OnceLock<Chunk<A>>]>,
     /// Indices by shape (capacity, horizon, policy), each confirmed by equality.
     by_shape: papaya::HashMap<(u64, u64, bool), Box<[u32]>, ahash::RandomState>,
     added: parking_lot::Mutex<u32>,

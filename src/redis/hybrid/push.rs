@@ -214,9 +214,18 @@ fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
                 }
                 // Read by the key's quota (GCRA's debt is in its units); a key not held yet
                 // owes nothing, and any quota reads its pushed state alike.
-                let quota = store.map.get(key, &guard).map_or(0, |c| c.quota());
-                let algo = inner.fleet().quota(quota).0;
-                store.apply(key, &guard, |w| algo.apply_push(ctx, w, &p, own, now));
+                loop {
+                    let cell = store.cell(key, &guard);
+                    let algo = inner.fleet().quota(cell.quota()).0;
+                    if store
+                        .core
+                        .update(cell, |w| algo.apply_push(ctx, w, &p, own, now))
+                        .is_some()
+                    {
+                        break;
+                    }
+                    store.remove_dead(key, cell, &guard);
+                }
                 pushes += 1;
             }
             // The entry was read whole: the next one can be.

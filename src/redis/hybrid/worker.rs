@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 /// is cut into calls that each hold Redis only briefly.
 const BATCH: usize = 128;
 
+/// How often (ns) the live marker is set, at most.
+const MARKER_EVERY: u64 = 1_000_000_000;
+
 /// Sets the live marker (`KEYS[1]`) to expire in `ARGV[1]` ms unless it already lives
 /// longer.
 const LIVE_MARKER: &str = "if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then \
@@ -78,6 +81,8 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
     // The keys queued or watched.
     let mut books: HashMap<String, Watch<A::KeyBook>> = HashMap::new();
     let mut prev_start = store.core.clock.now();
+    // When the live marker was last set.
+    let mut marker_at: Option<u64> = None;
     loop {
         let started = Instant::now();
         let closing = ctx.stop.load(Ordering::Acquire);
@@ -156,12 +161,15 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
             }
         }
         let check = !extra.is_empty();
-        if !calls.is_empty() {
-            // Lengthened, never shortened: each instance knows the quotas it has met, and the
-            // marker must outlive the longest-lived state any of them wrote.
-            let horizon_ms = fleet.horizon().div_ceil(1_000_000).max(1);
+        // The live marker, at most once per `MARKER_EVERY` (a round runs up to every
+        // millisecond): set to live a horizon plus that, it outlives every state written
+        // until the next refresh. Lengthened, never shortened: each instance knows the quotas
+        // it has met, and the marker must outlive the longest-lived state any of them wrote.
+        let mark = !calls.is_empty() && marker_at.map_or(true, |t| now >= t + MARKER_EVERY);
+        if mark {
+            let ms = (fleet.horizon() + MARKER_EVERY).div_ceil(1_000_000);
             let mut set = ::redis::cmd("EVAL");
-            set.arg(LIVE_MARKER).arg(1).arg(&live).arg(horizon_ms);
+            set.arg(LIVE_MARKER).arg(1).arg(&live).arg(ms);
             extra.push(set);
         }
         if !calls.is_empty() || check {
@@ -170,6 +178,9 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
             let replies = run_round(
                 inner, &mut link, &channel, &mut books, calls, extra, &guard, now,
             );
+            if mark && replies.last().is_some_and(Result::is_ok) {
+                marker_at = Some(now);
+            }
             if check {
                 let done = store.core.clock.now();
                 let mut replies = replies.into_iter();
