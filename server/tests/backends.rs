@@ -89,7 +89,9 @@ fn two_replicas_on_the_fleet_limiter_share_one_limit() {
     assert_eq!(check(b.http, "d", "token", "t2"), 200);
     // The other rule of the class, under its own quota: A admits its 3, and once that has
     // reached B, B denies it too, while the token keeps its 20.
-    let on_a: usize = (0..5).filter(|_| check(a.http, "d", "app", "x") == 200).count();
+    let on_a: usize = (0..5)
+        .filter(|_| check(a.http, "d", "app", "x") == 200)
+        .count();
     assert_eq!(on_a, 3);
     until("B to learn A's spending on app", || {
         post(
