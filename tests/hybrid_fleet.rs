@@ -237,7 +237,7 @@ fn hot_keys_ride_out_a_redis_outage() {
 /// accuracy, as on a server. One algorithm at a time (on a cluster each key is one script
 /// call, each publishing to every node: two limiters' worth of sparse keys is more than three
 /// nodes sharing two cores with the fleet keep up with).
-// Pins G47, G48, G50, G54.
+// Pins G47, G48, G50, G54, G56.
 #[test]
 fn on_a_three_node_cluster() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -262,8 +262,21 @@ fn on_a_three_node_cluster() {
             None,
         );
         hot_bounds(&hot, 0);
+        healthy(&hot);
         let run = run(&WORKER_ARGS, &target, sparse, &[name], SPARSE_SECS, None);
         sparse_bounds(&run);
+        healthy(&run);
+    }
+}
+
+/// With every node up: one subscription per instance, never taken for deaf, and no decision
+/// left to the fallback.
+fn healthy(run: &Run) {
+    for a in &run.algos {
+        let workers = a.stats.len() as u64;
+        assert_eq!(total(a, "deaf"), 0, "{}: {:?}", a.name, a.stats);
+        assert_eq!(total(a, "subscribed"), workers, "{}", a.name);
+        assert_eq!(total(a, "degraded"), 0, "{}", a.name);
     }
 }
 

@@ -110,7 +110,8 @@ fn listen<A: Engine, C: Clock>(
     // Own pushes are counted from here: what was published before may never arrive.
     ctx.heard_own
         .store(ctx.published.load(Ordering::Relaxed), Ordering::Relaxed);
-    let mut behind_since: Option<Instant> = None;
+    // The own push waited for (the published count that brings it) and since when.
+    let mut waiting: Option<(u64, Instant)> = None;
     // A push comes back within milliseconds of its call's reply; this long behind, the
     // subscription is taken for deaf (a late push costs a resubscription, decided by the
     // fallback meanwhile; a deaf one undetected, decisions on the others' states as they were).
@@ -140,18 +141,21 @@ fn listen<A: Engine, C: Clock>(
         }
         // A half-open subscription (its peer gone without a word, or a proxy that stopped
         // forwarding) reads nothing and never fails, while the sync rounds' commands pass:
-        // the instance would decide on the others' states as they were, for good. Its own
-        // calls' pushes not coming back within `deaf_after` are the sign.
+        // the instance would decide on the others' states as they were, for good. One own
+        // push not coming back within `deaf_after` is the sign. Not the count of them staying
+        // behind: under steady traffic some push is always in flight (a round's reply comes
+        // back before its push), and on a cluster, whose rounds are longer, a healthy
+        // subscription was taken for deaf (8–13 subscriptions for 4 instances, each a gap
+        // decided by the fallback).
         let (sent, heard) = (
             ctx.published.load(Ordering::Relaxed),
             ctx.heard_own.load(Ordering::Relaxed),
         );
-        if heard >= sent {
-            behind_since = None;
-        } else if let Some(behind) = behind_since
-            .get_or_insert_with(Instant::now)
-            .elapsed()
-            .checked_sub(deaf_after)
+        waiting = match waiting {
+            Some((target, since)) if heard < target => Some((target, since)),
+            _ => (heard < sent).then(|| (sent, Instant::now())),
+        };
+        if let Some(behind) = waiting.and_then(|(_, since)| since.elapsed().checked_sub(deaf_after))
         {
             ctx.stats.deaf.fetch_add(1, Ordering::Relaxed);
             // The pushes lagged that long at least: the lag the others' changes reached
