@@ -54,7 +54,7 @@ struct Args {
     /// The hybrid backend's exchange interval, in milliseconds.
     #[arg(long, env = "HOTLIMIT_SYNC_MS", default_value_t = 50)]
     sync_ms: u64,
-    /// At most this many keys per rule in memory (memory, hybrid).
+    /// At most this many keys in memory per limiter, a class of rules (memory, hybrid).
     #[arg(long, env = "HOTLIMIT_MAX_KEYS", default_value_t = 100_000)]
     max_keys: usize,
     /// The rate limit headers: off, draft-10, x-ratelimit or both.
