@@ -58,10 +58,19 @@ fn current<A: HybridAlgorithm>(l: HybridLimiter<A>) -> HybridLimiter<A> {
 /// Checks `key` until the sync thread has run `syncs` intervals without bringing anything
 /// more to admit; returns the allowed count.
 fn drain<A: HybridAlgorithm>(l: &HybridLimiter<A>, key: &str, syncs: u64) -> u64 {
+    drain_by(l, syncs, || l.check(key).is_allowed())
+}
+
+/// [`drain`] with `check` for the request.
+fn drain_by<A: HybridAlgorithm>(
+    l: &HybridLimiter<A>,
+    syncs: u64,
+    mut check: impl FnMut() -> bool,
+) -> u64 {
     let mut allowed = 0;
     let mut until = l.stats().ticks + syncs;
     loop {
-        if l.check(key).is_allowed() {
+        if check() {
             allowed += 1;
             until = l.stats().ticks + syncs;
         } else if l.stats().ticks >= until {
@@ -1134,18 +1143,9 @@ fn a_long_interval_does_not_delay_being_current() {
 /// Checks `key` under `quota` until the sync thread has run `syncs` intervals without
 /// bringing anything more to admit; returns the allowed count.
 fn drain_quota<A: HybridAlgorithm>(l: &HybridLimiter<A>, key: &str, quota: &A, syncs: u64) -> u64 {
-    let mut allowed = 0;
-    let mut until = l.stats().ticks + syncs;
-    loop {
-        if l.request(key).quota(quota).check().unwrap().is_allowed() {
-            allowed += 1;
-            until = l.stats().ticks + syncs;
-        } else if l.stats().ticks >= until {
-            return allowed;
-        } else {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
+    drain_by(l, syncs, || {
+        l.request(key).quota(quota).check().unwrap().is_allowed()
+    })
 }
 
 /// One limiter, many quotas: two instances built with one GCRA quota decide three keys under

@@ -27,6 +27,17 @@ fn until(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// Waits until the server on `http` peeks `key=value` as over its limit (another replica's
+/// spending has reached it).
+fn until_denied(http: u16, key: &str, value: &str) {
+    let body = format!(
+        r#"{{"domain":"d","descriptors":[{{"entries":[{{"key":"{key}","value":"{value}"}}]}}]}}"#
+    );
+    until(&format!("the spending on {key}={value}"), || {
+        post(http, "/v1/peek", &body).0 == 429
+    });
+}
+
 // Pins G65.
 #[test]
 fn two_replicas_on_a_redis_cluster_share_one_exact_limit() {
@@ -75,14 +86,7 @@ fn two_replicas_on_the_fleet_limiter_share_one_limit() {
         .count();
     assert_eq!(on_a, 20);
     // Once A's state has reached B through Redis, B denies the token too.
-    until("B to learn A's spending", || {
-        post(
-            b.http,
-            "/v1/peek",
-            r#"{"domain":"d","descriptors":[{"entries":[{"key":"token","value":"t1"}]}]}"#,
-        )
-        .0 == 429
-    });
+    until_denied(b.http, "token", "t1");
     assert_eq!(check(b.http, "d", "token", "t1"), 429);
     assert_eq!(check(a.http, "d", "token", "t1"), 429);
     // Another token is untouched on both.
@@ -93,14 +97,7 @@ fn two_replicas_on_the_fleet_limiter_share_one_limit() {
         .filter(|_| check(a.http, "d", "app", "x") == 200)
         .count();
     assert_eq!(on_a, 3);
-    until("B to learn A's spending on app", || {
-        post(
-            b.http,
-            "/v1/peek",
-            r#"{"domain":"d","descriptors":[{"entries":[{"key":"app","value":"x"}]}]}"#,
-        )
-        .0 == 429
-    });
+    until_denied(b.http, "app", "x");
     assert_eq!(check(b.http, "d", "app", "x"), 429);
     assert_eq!(check(b.http, "d", "token", "t3"), 200);
 }
