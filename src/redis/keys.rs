@@ -3,11 +3,16 @@
 /// `prefix{escaped key}`: the Redis key of a client key (see the module docs).
 pub(super) fn redis_key(prefix: &str, key: &str) -> String {
     let mut k = String::with_capacity(prefix.len() + key.len() + 2);
+    push_redis_key(&mut k, prefix, key);
+    k
+}
+
+/// [`redis_key`] appended to `k`.
+pub(super) fn push_redis_key(k: &mut String, prefix: &str, key: &str) {
     k.push_str(prefix);
     k.push('{');
-    escape(key, &mut k);
+    escape(key, k);
     k.push('}');
-    k
 }
 
 /// Appends `key` with `%` as `%25` and `}` as `%7D`, and the empty key as a lone `%` (which
@@ -18,11 +23,18 @@ fn escape(key: &str, out: &mut String) {
         out.push('%');
         return;
     }
-    for c in key.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            '}' => out.push_str("%7D"),
-            c => out.push(c),
-        }
+    // Copied in runs between the two escaped bytes (both ASCII, so every cut is a char
+    // boundary): the sync thread escapes every key of every round.
+    let mut last = 0;
+    for (i, b) in key.bytes().enumerate() {
+        let esc = match b {
+            b'%' => "%25",
+            b'}' => "%7D",
+            _ => continue,
+        };
+        out.push_str(&key[last..i]);
+        out.push_str(esc);
+        last = i + 1;
     }
+    out.push_str(&key[last..]);
 }

@@ -8,19 +8,9 @@ use super::super::{BackendError, RedisBuilder};
 use ::redis::{Cmd, ConnectionLike, ErrorKind, RedisError, Value};
 use std::time::Instant;
 
-/// One script call: its declared keys (the first one, for routing), its arguments (with every
-/// key's Redis keys: on a cluster they are one node's, of several slots) and how many client
-/// keys it holds.
-#[derive(Debug)]
-pub(super) struct Batch {
-    pub(super) keys: Vec<String>,
-    pub(super) args: Vec<String>,
-    pub(super) calls: usize,
-}
-
 /// A cluster's primaries by slot, from `CLUSTER SLOTS`: which keys one call may hold.
 #[derive(Debug, Default)]
-struct SlotMap {
+pub(super) struct SlotMap {
     /// `(first slot, last slot, node)`, sorted.
     ranges: Vec<(u16, u16, usize)>,
 }
@@ -61,7 +51,7 @@ impl SlotMap {
         Some(SlotMap { ranges: out })
     }
 
-    fn node(&self, slot: u16) -> Option<usize> {
+    pub(super) fn node(&self, slot: u16) -> Option<usize> {
         let i = self
             .ranges
             .partition_point(|r| r.0 <= slot)
@@ -73,7 +63,7 @@ impl SlotMap {
 
 /// A key's slot: CRC16 (XMODEM) of its hash tag (what is between the first `{` and the next
 /// `}`, if not empty) or of the whole key, modulo 16384: the rule of the Redis Cluster spec.
-fn key_slot(key: &str) -> u16 {
+pub(super) fn key_slot(key: &str) -> u16 {
     let k = key.as_bytes();
     let tag = k.iter().position(|&b| b == b'{').and_then(|open| {
         let close = k[open + 1..].iter().position(|&b| b == b'}')?;
@@ -95,6 +85,8 @@ pub(super) struct Link<A> {
     down_until: Option<Instant>,
     /// Round trips so far (pipelines, connects).
     pub(super) round_trips: u64,
+    /// The script with the cluster's flag, made once (a link runs one script).
+    flagged: Option<String>,
 }
 
 impl<A> Link<A> {
@@ -107,12 +99,13 @@ impl<A> Link<A> {
             slots: None,
             down_until: None,
             round_trips: 0,
+            flagged: None,
         }
     }
 
-    /// On a cluster, the node of each key's slot (asking for the slot map if not known);
-    /// `None` if the target is not a cluster, or the map could not be had.
-    pub(super) fn nodes<'k>(&mut self, keys: impl Iterator<Item = &'k str>) -> Option<Vec<usize>> {
+    /// On a cluster, its slot map (asked for if not known); `None` if the target is not a
+    /// cluster, or the map could not be had.
+    pub(super) fn slot_map(&mut self) -> Option<&SlotMap> {
         if !self.is_cluster() {
             return None;
         }
@@ -124,8 +117,26 @@ impl<A> Link<A> {
             self.round_trips += 1;
             self.slots = SlotMap::parse(&reply);
         }
-        let map = self.slots.as_ref()?;
-        keys.map(|k| map.node(key_slot(k))).collect()
+        self.slots.as_ref()
+    }
+
+    /// `EVAL script 1 key`, to which a batch appends its arguments. On a cluster a call
+    /// holds one node's keys, of several slots: the script says so. (EVAL, not EVALSHA: the
+    /// body is small beside a round's keys, Redis caches its compiled form, and a flushed
+    /// script cache or a new cluster node needs no reload.)
+    pub(super) fn eval(&mut self, script: &str, key: &str) -> Cmd {
+        let mut cmd = ::redis::cmd("EVAL");
+        if self.is_cluster() {
+            cmd.arg(
+                self.flagged
+                    .get_or_insert_with(|| format!("#!lua flags=allow-cross-slot-keys\n{script}"))
+                    .as_str(),
+            );
+        } else {
+            cmd.arg(script);
+        }
+        cmd.arg(1).arg(key);
+        cmd
     }
 
     /// Whether the target is a cluster (batches must then hold one slot's keys each);
@@ -173,16 +184,11 @@ impl<A> Link<A> {
         self.slot.open().ok_or(BackendError::Unavailable)
     }
 
-    /// Runs `script` once per batch, then the `extra` commands, in one pipeline, and returns
-    /// each one's reply or error. A failure of the connection fails every one not yet
+    /// Runs `cmds` (a round's script calls, then its other commands) in one pipeline, and
+    /// returns each one's reply or error. A failure of the connection fails every one not yet
     /// answered and drops the connection (the next run reconnects).
-    pub(super) fn run(
-        &mut self,
-        script: &str,
-        batches: &[Batch],
-        extra: Vec<Cmd>,
-    ) -> Vec<Result<Value, BackendError>> {
-        let n = batches.len() + extra.len();
+    pub(super) fn run(&mut self, cmds: Vec<Cmd>) -> Vec<Result<Value, BackendError>> {
+        let n = cmds.len();
         if n == 0 {
             return Vec::new();
         }
@@ -190,32 +196,17 @@ impl<A> Link<A> {
             Ok(c) => c,
             Err(e) => return (0..n).map(|_| Err(copy(&e))).collect(),
         };
-        // EVAL, not EVALSHA: the body is small beside a round's keys, Redis caches its
-        // compiled form, and a flushed script cache or a new cluster node needs no reload.
-        // On a cluster a call holds one node's keys, of several slots: the script says so.
-        let cross_slot;
-        let script = if matches!(con, Con::Cluster(_)) {
-            cross_slot = format!("#!lua flags=allow-cross-slot-keys\n{script}");
-            cross_slot.as_str()
-        } else {
-            script
-        };
-        let eval = |b: &Batch| {
-            let mut cmd = ::redis::cmd("EVAL");
-            cmd.arg(script).arg(b.keys.len()).arg(&b.keys).arg(&b.args);
-            cmd
-        };
         let values = match con {
             Con::Cluster(c) => {
                 let mut pipe = ::redis::cluster::cluster_pipe();
-                for cmd in batches.iter().map(eval).chain(extra) {
+                for cmd in cmds {
                     pipe.add_command(cmd);
                 }
                 pipe.query::<Vec<Value>>(c)
             }
             Con::Single(c) => {
                 let mut pipe = ::redis::pipe();
-                for cmd in batches.iter().map(eval).chain(extra) {
+                for cmd in cmds {
                     pipe.add_command(cmd);
                 }
                 c.req_packed_commands(&pipe.get_packed_pipeline(), 0, n)

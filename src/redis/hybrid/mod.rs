@@ -483,9 +483,15 @@ fn decide<A: HybridAlgorithm>(
 /// The Redis key of `key`'s state: the [`RedisLimiter`](super::RedisLimiter)'s, with
 /// `suffix`.
 fn redis_key(prefix: &str, key: &str, suffix: &str) -> String {
-    let mut k = super::keys::redis_key(prefix, key);
-    k.push_str(suffix);
+    let mut k = String::new();
+    push_redis_key(&mut k, prefix, key, suffix);
     k
+}
+
+/// [`redis_key`] appended to `k`.
+fn push_redis_key(k: &mut String, prefix: &str, key: &str, suffix: &str) {
+    super::keys::push_redis_key(k, prefix, key);
+    k.push_str(suffix);
 }
 
 /// The channel every instance of a prefix publishes its keys' states on.

@@ -2,7 +2,7 @@
 //! requests, watched for their leases, evicted with something to hand back) go in batches of
 //! one script call each; the replies are applied, the failed keys kept for the next round.
 
-use super::link::{Batch, Link};
+use super::link::Link;
 use super::{channel, live_key, Engine, Evicted, Inner, RedisBuilder, SyncError, Visit};
 use ::redis::Value;
 use std::collections::HashMap;
@@ -252,70 +252,74 @@ fn run_round<A: Engine, C: crate::Clock>(
     now: u64,
 ) -> Vec<Result<Value, super::BackendError>> {
     let (ctx, fleet, store) = (inner.ctx(), inner.fleet(), &inner.store);
-    let mut items: Vec<(usize, Call<A::Sent>, String)> = calls
-        .into_iter()
-        .map(|c| {
-            let k = super::redis_key(&inner.prefix, &c.key, A::SUFFIX);
-            (0, c, k)
-        })
-        .collect();
+    // One buffer for every Redis key this round writes: a round is the sync thread's whole
+    // work, and its allocations were half of it.
+    let mut redis_key = String::new();
+    let key_of = |buf: &mut String, key: &str| {
+        buf.clear();
+        super::push_redis_key(buf, &inner.prefix, key, A::SUFFIX);
+    };
     // A call per `BATCH` keys on a server; per node (and `BATCH`) on a cluster, or per key if
     // the slot map is not to be had. (Connected first: which of the two it is.)
     link.connect();
+    let mut calls = calls;
     let cuts: Vec<usize> = if !link.is_cluster() {
-        (0..items.len())
+        (0..calls.len())
             .step_by(BATCH)
-            .map(|i| (items.len() - i).min(BATCH))
+            .map(|i| (calls.len() - i).min(BATCH))
             .collect()
-    } else if let Some(nodes) = link.nodes(items.iter().map(|i| i.2.as_str())) {
-        for (item, node) in items.iter_mut().zip(nodes) {
-            item.0 = node;
+    } else if let Some(map) = link.slot_map() {
+        let mut nodes = Vec::with_capacity(calls.len());
+        for c in &calls {
+            key_of(&mut redis_key, &c.key);
+            nodes.push(map.node(super::link::key_slot(&redis_key)));
         }
-        items.sort_by_key(|i| i.0);
-        let mut cuts = Vec::new();
-        let mut start = 0;
-        for i in 1..=items.len() {
-            if i == items.len() || items[i].0 != items[start].0 || i - start == BATCH {
-                cuts.push(i - start);
-                start = i;
+        match nodes.into_iter().collect::<Option<Vec<usize>>>() {
+            Some(nodes) => {
+                let mut items: Vec<(usize, Call<A::Sent>)> = nodes.into_iter().zip(calls).collect();
+                items.sort_by_key(|i| i.0);
+                let mut cuts = Vec::new();
+                let mut start = 0;
+                for i in 1..=items.len() {
+                    if i == items.len() || items[i].0 != items[start].0 || i - start == BATCH {
+                        cuts.push(i - start);
+                        start = i;
+                    }
+                }
+                calls = items.into_iter().map(|i| i.1).collect();
+                cuts
             }
+            None => vec![1; calls.len()],
         }
-        cuts
     } else {
-        vec![1; items.len()]
+        vec![1; calls.len()]
     };
-    let (calls, redis_keys): (Vec<_>, Vec<_>) = items.into_iter().map(|(_, c, k)| (c, k)).unzip();
     let mut at = 0;
-    let batches: Vec<Batch> = cuts
-        .iter()
-        .map(|&n| {
-            let (chunk, keys) = (&calls[at..at + n], &redis_keys[at..at + n]);
-            at += n;
-            (chunk, keys)
-        })
-        .map(|(chunk, chunk_keys)| {
-            let mut args = vec![
-                channel.to_owned(),
-                ctx.instance.clone(),
-                chunk.len().to_string(),
-            ];
-            let mut keys = Vec::with_capacity(1);
-            for (call, redis_key) in chunk.iter().zip(chunk_keys) {
-                args.push(call.key.clone());
-                args.push(redis_key.clone());
-                args.extend(A::EXTRA_KEYS.iter().map(|x| format!("{redis_key}{x}")));
-                args.extend(call.args.iter().cloned());
+    let mut cmds: Vec<::redis::Cmd> = Vec::with_capacity(cuts.len() + extra.len());
+    for &n in &cuts {
+        let chunk = &calls[at..at + n];
+        at += n;
+        // The first key's hash, declared for routing.
+        key_of(&mut redis_key, &chunk[0].key);
+        let mut cmd = link.eval(A::SCRIPT, &redis_key);
+        cmd.arg(channel).arg(&ctx.instance).arg(chunk.len());
+        for call in chunk {
+            key_of(&mut redis_key, &call.key);
+            cmd.arg(&call.key).arg(&redis_key);
+            for x in A::EXTRA_KEYS {
+                let len = redis_key.len();
+                redis_key.push_str(x);
+                cmd.arg(&redis_key);
+                redis_key.truncate(len);
             }
-            keys.extend(chunk_keys.first().cloned());
-            Batch {
-                keys,
-                args,
-                calls: chunk.len(),
-            }
-        })
-        .collect();
+            cmd.arg(&call.args);
+        }
+        cmds.push(cmd);
+    }
+    let batches = cuts;
+    cmds.extend(extra);
     let t0 = store.core.clock.now();
-    let replies = link.run(A::SCRIPT, &batches, extra);
+    let replies = link.run(cmds);
     let done = store.core.clock.now();
     ctx.stats
         .calls
@@ -324,7 +328,7 @@ fn run_round<A: Engine, C: crate::Clock>(
     let mut reached = false;
     let mut failure: Option<SyncError> = None;
     let mut calls = calls.into_iter();
-    for batch in &batches {
+    for &batch in &batches {
         let reply = replies
             .next()
             .unwrap_or(Err(super::BackendError::Unavailable));
@@ -333,7 +337,7 @@ fn run_round<A: Engine, C: crate::Clock>(
             ctx.observe_time(redis_ns, t0, done);
             Ok(items)
         });
-        let chunk = calls.by_ref().take(batch.calls).collect::<Vec<_>>();
+        let chunk = calls.by_ref().take(batch).collect::<Vec<_>>();
         match items {
             Ok(items) => {
                 reached = true;
