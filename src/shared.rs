@@ -196,7 +196,7 @@ impl<L: KeyedStore, A, C, X> Builder<L, A, C, X> {
     }
 
     /// Lets capacity eviction forget what an evicted key owes: the key, inserted again,
-    /// starts fresh, as if it had never been limited. Saves the debt table (12 bytes per key
+    /// starts fresh, as if it had never been limited. Saves the debt table (25.6 bytes per key
     /// of `max_keys`) and its false denials, at the price of the one promise a limiter makes:
     /// a client that can make the store evict it (a flood of new keys from many addresses)
     /// gets its quota back. For keys that cannot be made up by a client (a fixed set of

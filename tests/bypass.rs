@@ -285,9 +285,11 @@ fn forgetting_resets_the_limit() {
 /// `new_keys` fresh keys against `max_keys` on a frozen clock, each spending its quota too
 /// (so the spent keys tie with them and are evicted among them). Before the debt table the
 /// papaya store forgot 279 to 2,932 of 3,000 spent keys a run, the mutex twin all of them, the
-/// compact store 1,208 in one run of six. Now no spent key comes back with budget, and no two
-/// capacity passes ever run at once.
-fn threaded_flood(runs: usize, spent: u64, new_keys: u64, max_keys: usize) {
+/// compact store 1,208 in one run of six. Now, while the table tells the keys apart (under 9×
+/// `max_keys` evicted), no spent key comes back with budget; past it at most `may_forget` do
+/// (the keys of class 0, one in 16, evicted after the table filled); and no two capacity passes
+/// ever run at once.
+fn threaded_flood(runs: usize, spent: u64, new_keys: u64, max_keys: usize, may_forget: usize) {
     let algo: Gcra = "10/s burst 5".parse().unwrap();
     for run in 0..runs {
         let clock = ManualClock::default();
@@ -339,9 +341,9 @@ fn threaded_flood(runs: usize, spent: u64, new_keys: u64, max_keys: usize) {
                 .filter(|key| limiter.check(key).is_allowed())
                 .count();
             let t = totals();
-            assert_eq!(
-                forgotten, 0,
-                "{store}, run {run}: spent keys forgotten ({t:?})"
+            assert!(
+                forgotten <= may_forget,
+                "{store}, run {run}: {forgotten} spent keys forgotten ({t:?})"
             );
             assert!(t.evicted_capacity > 0, "{store}: no flood: {t:?}");
             assert_eq!(t.most_passes_at_once, 1, "{store}: {t:?}");
@@ -352,14 +354,23 @@ fn threaded_flood(runs: usize, spent: u64, new_keys: u64, max_keys: usize) {
 // Pins G24.
 #[test]
 fn spent_keys_survive_a_threaded_flood() {
-    threaded_flood(1, 750, 100_000, 2_500);
+    threaded_flood(1, 750, 20_000, 2_500, 0);
 }
 
 // Pins G24.
 #[test]
-#[ignore = "20 runs of 400,000 new keys: run in release (.ci/run does)"]
+#[ignore = "20 runs of 80,000 new keys: run in release (.ci/run does)"]
 fn spent_keys_survive_a_threaded_flood_20_runs() {
-    threaded_flood(20, 3_000, 400_000, 10_000);
+    threaded_flood(20, 3_000, 80_000, 10_000, 0);
+}
+
+/// 40x: the table overflows, and only keys of class 0 (one in 16: 3,000 / 16 = 188 expected
+/// among the spent keys) may be forgotten, those evicted after it filled.
+// Pins G24, G26.
+#[test]
+#[ignore = "5 runs of 400,000 new keys: run in release (.ci/run does)"]
+fn past_the_table_a_threaded_flood_forgets_only_the_overflow_budget() {
+    threaded_flood(5, 3_000, 400_000, 10_000, 300);
 }
 
 /// The price of never resetting a limit: the share of newcomers (keys never seen) denied their
@@ -392,7 +403,7 @@ where
                     let _ = l.check(&key);
                 }
             }
-            let newcomers = 10_000u64;
+            let newcomers = 1_000u64;
             let denied = (keys..keys + newcomers)
                 .filter(|k| l.check(k).is_denied())
                 .count();
@@ -407,11 +418,81 @@ where
     out
 }
 
-/// Prints the table BENCHMARKS.md keeps ("A flood never resets a limit") and pins it:
-/// up to 4x `max_keys` of spent keys, few newcomers pay: tag collisions (≤ 0.3%) and the odd
-/// bucket that a key's two choices could not keep from sharing (0.06–0.31% measured: ≤ 0.5%); far
-/// past what the table can tell apart (10x, frozen clock: no debt ever paid) it errs on the
-/// side of the limit.
+/// Newcomers after a flood on every store, algorithm and policy (frozen clock, flood keys
+/// each sending twice their burst): the share of 1,000 never-seen keys denied their first
+/// request.
+fn newcomers_on_every_store<A>(name: &str, algo: A, flood: usize, max_keys: usize) -> Vec<f64>
+where
+    A: Algorithm + Clone,
+{
+    let clock = ManualClock::default();
+    let mut out = Vec::new();
+    macro_rules! run {
+        ($builder:expr) => {{
+            let l = $builder
+                .max_keys(max_keys)
+                .clock(clock.clone())
+                .sweep_grace(Duration::ZERO)
+                .build()
+                .unwrap();
+            let keys = (flood * max_keys) as u64;
+            for key in 0..keys {
+                for _ in 0..SPEND {
+                    let _ = l.check(&key);
+                }
+            }
+            let denied = (keys..keys + 1_000)
+                .filter(|k| l.check(k).is_denied())
+                .count();
+            assert!(l.metrics().sweep.debts_kept > 0, "{name}: no flood");
+            out.push(denied as f64 / 10.0);
+        }};
+    }
+    run!(CasLimiter::<u64, A>::builder(algo.clone()));
+    run!(MutexLimiter::<u64, A>::builder(algo.clone()));
+    run!(CompactLimiter::<u64, A, QuantaClock, Cas>::builder(
+        algo.clone()
+    ));
+    run!(CompactLimiter::<u64, A, QuantaClock, Locked>::builder(
+        algo.clone()
+    ));
+    out
+}
+
+fn newcomers_pass<A>(name: &str, algo: A, flood: usize, max_keys: usize)
+where
+    A: Algorithm + Clone,
+{
+    let denied = newcomers_on_every_store(name, algo, flood, max_keys);
+    println!("{name}, {flood}x: newcomers denied (%) {denied:?}");
+    for pct in denied {
+        if flood <= 10 {
+            // Tag collisions only: the table tells 10x `max_keys` of debts apart.
+            assert!(pct <= 1.0, "{name}, {flood}x: {pct}% of newcomers denied");
+        } else {
+            // Past it, the keys of class 0 (one in 16) still start fresh.
+            assert!(pct < 100.0, "{name}, {flood}x: every newcomer denied");
+        }
+    }
+}
+
+/// A flood costs only the flooder: after 10x `max_keys` spent keys at most 1% of newcomers are
+/// denied their first request, and after 100x some still get through, on every store,
+/// algorithm and policy (issue #59).
+// Pins G24.
+#[test]
+#[ignore = "floods of 10x 10,000 and 100x 1,000 keys on every store and algorithm: run in release (.ci/run does)"]
+fn newcomers_get_through_floods_on_every_store() {
+    for policy in [Policy::Leaky, Policy::Strict] {
+        every_algorithm!(policy, newcomers_pass(10, 10_000));
+        every_algorithm!(policy, newcomers_pass(100, 1_000));
+    }
+}
+
+/// Prints the table BENCHMARKS.md keeps ("A flood costs only the flooder") and pins it: up to
+/// 10x `max_keys` of spent keys, few newcomers pay (tag collisions: ≤ 0.3% expected, ≤ 1%
+/// asserted); far past what the table can tell apart (100x, frozen clock: no debt ever paid)
+/// keys of class 0 still start fresh.
 // Pins G26.
 #[test]
 #[ignore = "floods of up to 10x 10,000 keys: run in release (.ci/run does)"]
@@ -420,11 +501,13 @@ fn newcomers_false_denials() {
     println!("| flood keys each | flood | store | newcomers denied |");
     println!("|---|---|---|---|");
     for (what, spend) in [("spend the burst", 20), ("send one request", 1)] {
-        for flood in [2, 4, 6, 8, 10] {
+        for flood in [2, 4, 6, 8, 10, 12, 15, 20, 100] {
             for (store, pct) in newcomers_denied(gcra, flood, spend, 10_000) {
-                println!("| {what} | {flood}x | {store} | {pct:.2}% |");
-                if flood <= 4 {
-                    assert!(pct <= 0.5, "{what}, {flood}x, {store}: {pct}%");
+                println!("| {what} | {flood}x | {store} | {pct:.1}% |");
+                if flood <= 10 {
+                    assert!(pct <= 1.0, "{what}, {flood}x, {store}: {pct}%");
+                } else {
+                    assert!(pct < 100.0, "{what}, {flood}x, {store}: {pct}%");
                 }
             }
         }
