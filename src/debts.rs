@@ -676,7 +676,7 @@ mod tests {
         assert!(o.new < 360, "{o:?}");
     }
 
-    // Pins G24.
+    // Pins G24, G26.
     #[test]
     fn past_what_it_can_tell_apart_it_overflows_by_class() {
         // 100x: every bucket overflowed, every class but 0 marked. Kept keys of classes 1 to

@@ -479,7 +479,7 @@ where
 /// A flood costs only the flooder: after 10x `max_keys` spent keys at most 1% of newcomers are
 /// denied their first request, and after 100x some still get through, on every store,
 /// algorithm and policy (issue #59).
-// Pins G24.
+// Pins G26.
 #[test]
 #[ignore = "floods of 10x 10,000 and 100x 1,000 keys on every store and algorithm: run in release (.ci/run does)"]
 fn newcomers_get_through_floods_on_every_store() {
