@@ -288,9 +288,9 @@ fn healthy(run: &Run) {
 /// stays within the bounds it keeps without a flood (GCRA's: `rate × span + burst` plus the
 /// allowance; a window's: its limit plus what the others admit in one lag; EARRRL and
 /// exponential within 10% of exact), where forgetting admitted 1.92× exact (fixed window) and
-/// 2.05× (sliding window) on this shape. The
-/// one-off keys' false denials (a newcomer whose debt buckets are shared) are printed.
-// Pins G47, G48, G55.
+/// 2.05× (sliding window) on this shape. And the flood costs only the flooder: the debt table
+/// tells 8× its bound apart, so neither the legitimate keys nor the one-off ones pay for it.
+// Pins G47, G48, G55, G72.
 #[test]
 fn a_flood_of_one_off_keys_against_max_keys_resets_no_limit() {
     let shape = Shape::Flood {
@@ -313,10 +313,17 @@ fn a_flood_of_one_off_keys_against_max_keys_resets_no_limit() {
         );
         assert!(total(a, "evicted_capacity") > 0, "{name}: nothing evicted");
         assert!(legit.ratio() <= 1.1, "{name}: legitimate keys {legit:?}");
-        // The price, bounded loosely: the table errs strict, it does not shut the keys out.
-        assert!(legit.ratio() >= 0.5, "{name}: legitimate keys {legit:?}");
+        // A flood costs only the flooder (issue #59): the legitimate keys keep 0.9x of exact,
+        // at most 5% of their requests wrongly denied by the flood, and at most 1% of the
+        // one-off keys are denied their one request. (Four processes on a hot key decide
+        // some requests in another order than one exact limiter, which moves admissions in
+        // time: without a flood 8-13% of the requests are denied wrongly and as many admitted
+        // wrongly, BENCHMARKS.md. The flood's share is what is denied beyond those.)
+        assert!(legit.ratio() >= 0.9, "{name}: legitimate keys {legit:?}");
+        let flood_denied = legit.wrongly_denied_share() - legit.wrongly_allowed_share();
+        assert!(flood_denied <= 0.05, "{name}: legitimate keys {legit:?}");
         assert!(
-            one_off.wrongly_denied_share() <= 0.6,
+            one_off.wrongly_denied_share() <= 0.01,
             "{name}: one-off keys {one_off:?}"
         );
         let keys = by_key(&a.trace);

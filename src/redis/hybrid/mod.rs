@@ -678,24 +678,24 @@ mod tests {
         l.inner.store.core.debts.as_ref().map(|d| d.bytes())
     }
 
-    /// The merged states keep two halves per key (own and others'): 25.6 bytes per key of
-    /// `max_keys`, 27 MB at the default bound; GCRA keeps none (leases go back to Redis).
+    /// The merged states keep two halves per key (own and others'): 51.2 bytes per key of
+    /// `max_keys`, 54 MB at the default bound; GCRA keeps none (leases go back to Redis).
     // Pins G72.
     #[test]
-    fn the_fleet_debt_table_is_25_6_bytes_per_key_of_max_keys() {
+    fn the_fleet_debt_table_is_51_2_bytes_per_key_of_max_keys() {
         let w = Duration::from_secs(1);
         let m = Some(1_000_000);
-        assert_eq!(table(FixedWindow::new(10, w).unwrap(), m), Some(25_600_000));
+        assert_eq!(table(FixedWindow::new(10, w).unwrap(), m), Some(51_200_000));
         assert_eq!(
             table(SlidingWindow::new(10, w).unwrap(), m),
-            Some(25_600_000)
+            Some(51_200_000)
         );
         let earrrl = Earrrl::new(w, "10/s".parse().unwrap()).unwrap();
-        assert_eq!(table(earrrl, m), Some(25_600_000));
+        assert_eq!(table(earrrl, m), Some(51_200_000));
         let exponential = Exponential::new(10.0, w).unwrap();
-        assert_eq!(table(exponential, m), Some(25_600_000));
+        assert_eq!(table(exponential, m), Some(51_200_000));
         assert_eq!(table("10/s".parse::<Gcra>().unwrap(), m), None);
         let default = table(FixedWindow::new(10, w).unwrap(), None).unwrap();
-        assert_eq!((default as f64 / 1e6).round(), 27.0, "{default}");
+        assert_eq!((default as f64 / 1e6).round(), 54.0, "{default}");
     }
 }
