@@ -418,10 +418,21 @@ where
     out
 }
 
-/// Newcomers after a flood on every store, algorithm and policy (frozen clock, flood keys
-/// each sending twice their burst): the share of 1,000 never-seen keys denied their first
-/// request.
-fn newcomers_on_every_store<A>(name: &str, algo: A, flood: usize, max_keys: usize) -> Vec<f64>
+/// A newcomers' flood: how many threads send it, on which clock, and what each flood key sends.
+#[derive(Debug, Clone, Copy)]
+struct Flood {
+    /// Flood keys, as a multiple of `max_keys`.
+    times: usize,
+    max_keys: usize,
+    threads: u64,
+    clock: Clock,
+    /// Requests per flood key: `SPEND` (twice any burst: the whole quota) or 1.
+    spend: u64,
+}
+
+/// Newcomers after `flood` on every store running `algo`: the share (percent) of 1,000
+/// never-seen keys denied their first request.
+fn newcomers_on_every_store<A>(name: &str, algo: A, flood: Flood) -> Vec<f64>
 where
     A: Algorithm + Clone,
 {
@@ -429,22 +440,33 @@ where
     let mut out = Vec::new();
     macro_rules! run {
         ($builder:expr) => {{
+            clock.set(Duration::ZERO);
             let l = $builder
-                .max_keys(max_keys)
+                .max_keys(flood.max_keys)
                 .clock(clock.clone())
                 .sweep_grace(Duration::ZERO)
                 .build()
                 .unwrap();
-            let keys = (flood * max_keys) as u64;
-            for key in 0..keys {
-                for _ in 0..SPEND {
-                    let _ = l.check(&key);
+            let keys = (flood.times * flood.max_keys) as u64;
+            std::thread::scope(|s| {
+                for t in 0..flood.threads {
+                    let (l, clock) = (&l, &clock);
+                    s.spawn(move || {
+                        for key in (t..keys).step_by(flood.threads as usize) {
+                            if flood.clock == Clock::Moving {
+                                clock.advance(Duration::from_micros(10));
+                            }
+                            for _ in 0..flood.spend {
+                                let _ = l.check(&key);
+                            }
+                        }
+                    });
                 }
-            }
+            });
             let denied = (keys..keys + 1_000)
                 .filter(|k| l.check(k).is_denied())
                 .count();
-            assert!(l.metrics().sweep.debts_kept > 0, "{name}: no flood");
+            assert!(l.metrics().sweep.evicted_capacity > 0, "{name}: no flood");
             out.push(denied as f64 / 10.0);
         }};
     }
@@ -459,40 +481,72 @@ where
     out
 }
 
-fn newcomers_pass<A>(name: &str, algo: A, flood: usize, max_keys: usize)
+/// Newcomers denied and asked so far, over every algorithm and store of one flood shape.
+type Tally = std::cell::Cell<(u64, u64)>;
+
+fn newcomers_pass<A>(name: &str, algo: A, flood: Flood, tally: &Tally)
 where
     A: Algorithm + Clone,
 {
-    let denied = newcomers_on_every_store(name, algo, flood, max_keys);
-    println!("{name}, {flood}x: newcomers denied (%) {denied:?}");
+    let denied = newcomers_on_every_store(name, algo, flood);
+    println!("{name}, {flood:?}: newcomers denied (%) {denied:?}");
     for pct in denied {
-        if flood <= 10 {
-            // Tag collisions only: the table tells 10x `max_keys` of debts apart.
-            assert!(pct <= 1.0, "{name}, {flood}x: {pct}% of newcomers denied");
+        let (d, n) = tally.get();
+        tally.set((d + (pct * 10.0).round() as u64, n + 1_000));
+        if flood.times <= 10 {
+            // One cell's 1,000 newcomers, with tag collisions at 0.3%: above 2% is a fault,
+            // not chance (the 1% bound is asserted over every cell, below).
+            assert!(pct <= 2.0, "{name}, {flood:?}: {pct}% of newcomers denied");
         } else {
             // Past it, the keys of class 0 (one in 16) still start fresh.
-            assert!(pct < 100.0, "{name}, {flood}x: every newcomer denied");
+            assert!(pct < 100.0, "{name}, {flood:?}: every newcomer denied");
         }
     }
 }
 
-/// A flood costs only the flooder: after 10x `max_keys` spent keys at most 1% of newcomers are
-/// denied their first request, and after 100x some still get through, on every store,
-/// algorithm and policy (issue #59).
+/// A flood costs only the flooder: after 10x `max_keys` flood keys (each spending its whole
+/// quota, or sending one request; from 1 or 8 threads; on a frozen or a moving clock) at most
+/// 1% of newcomers are denied their first request (over the 40,000 newcomers of every
+/// algorithm and store of a shape; at most 2% in any one), and after 100x some still get
+/// through, on every store, algorithm and policy (issue #59).
 // Pins G26.
 #[test]
 #[ignore = "floods of 10x 10,000 and 100x 1,000 keys on every store and algorithm: run in release (.ci/run does)"]
 fn newcomers_get_through_floods_on_every_store() {
+    let flood = |times, max_keys, threads, clock, spend| Flood {
+        times,
+        max_keys,
+        threads,
+        clock,
+        spend,
+    };
+    let (frozen, moving) = (Clock::Frozen, Clock::Moving);
     for policy in [Policy::Leaky, Policy::Strict] {
-        every_algorithm!(policy, newcomers_pass(10, 10_000));
-        every_algorithm!(policy, newcomers_pass(100, 1_000));
+        for f in [
+            flood(10, 10_000, 1, frozen, SPEND),
+            flood(10, 10_000, 8, frozen, SPEND),
+            flood(10, 10_000, 8, moving, SPEND),
+            flood(10, 10_000, 1, frozen, 1),
+            flood(100, 1_000, 1, frozen, SPEND),
+            flood(100, 1_000, 8, moving, SPEND),
+            flood(100, 1_000, 8, frozen, 1),
+        ] {
+            let tally = Tally::default();
+            every_algorithm!(policy, newcomers_pass(f, &tally));
+            let (denied, asked) = tally.get();
+            println!("{f:?}, {policy:?}: {denied} of {asked} newcomers denied");
+            if f.times <= 10 {
+                // The bound, over the 40,000 newcomers of every algorithm and store.
+                assert!(denied * 100 <= asked, "{f:?}: {denied} of {asked} denied");
+            }
+        }
     }
 }
 
 /// Prints the table BENCHMARKS.md keeps ("A flood costs only the flooder") and pins it: up to
 /// 10x `max_keys` of spent keys, few newcomers pay (tag collisions: ≤ 0.3% expected, ≤ 1%
-/// asserted); far past what the table can tell apart (100x, frozen clock: no debt ever paid)
-/// keys of class 0 still start fresh.
+/// asserted over all, ≤ 2% in a cell of 1,000); far past what the table can tell apart (100x,
+/// frozen clock: no debt ever paid) keys of class 0 still start fresh.
 // Pins G26.
 #[test]
 #[ignore = "floods of up to 10x 10,000 keys: run in release (.ci/run does)"]
@@ -500,16 +554,24 @@ fn newcomers_false_denials() {
     let gcra: Gcra = "10/s burst 20".parse().unwrap();
     println!("| flood keys each | flood | store | newcomers denied |");
     println!("|---|---|---|---|");
+    // Through 10x: at most 2% in a cell of 1,000 newcomers, at most 1% over all of them.
+    let (mut denied, mut asked) = (0.0, 0.0);
     for (what, spend) in [("spend the burst", 20), ("send one request", 1)] {
         for flood in [2, 4, 6, 8, 10, 12, 15, 20, 100] {
             for (store, pct) in newcomers_denied(gcra, flood, spend, 10_000) {
                 println!("| {what} | {flood}x | {store} | {pct:.1}% |");
                 if flood <= 10 {
-                    assert!(pct <= 1.0, "{what}, {flood}x, {store}: {pct}%");
+                    assert!(pct <= 2.0, "{what}, {flood}x, {store}: {pct}%");
+                    denied += pct;
+                    asked += 100.0;
                 } else {
                     assert!(pct < 100.0, "{what}, {flood}x, {store}: {pct}%");
                 }
             }
         }
     }
+    assert!(
+        denied <= asked / 100.0,
+        "{denied} of {asked} newcomers denied"
+    );
 }
