@@ -553,17 +553,26 @@ impl Engines {
                 // A prefix per class: its channel carries one algorithm's states.
                 let prefix = format!("{prefix}{class}:");
                 let (interval, max_keys) = (*sync_interval, *max_keys);
-                // The builder connects (blocking): off the runtime's threads.
-                let hybrid: HybridLimiter<A> = tokio::task::spawn_blocking(move || {
-                    HybridLimiter::builder(url, algo)
-                        .sync_interval(interval)
-                        .max_keys(max_keys)
-                        .redis(|r| r.key_prefix(prefix))
-                        .build()
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+                // The builder connects (blocking): off the runtime's threads, on a thread of its
+                // own that ends with it. Not the runtime's blocking pool: its threads linger
+                // after the build, and how many depends on timing, not on the rules.
+                let (sent, built) = tokio::sync::oneshot::channel();
+                std::thread::Builder::new()
+                    .name("hotlimit-connect".into())
+                    .spawn(move || {
+                        let _ = sent.send(
+                            HybridLimiter::builder(url, algo)
+                                .sync_interval(interval)
+                                .max_keys(max_keys)
+                                .redis(|r| r.key_prefix(prefix))
+                                .build(),
+                        );
+                    })
+                    .map_err(|e| e.to_string())?;
+                let hybrid: HybridLimiter<A> = built
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
                 Ok(Engine(Kind::Local(Box::new(Fleet(hybrid)))))
             }
             _ => self.not_fleet(algo).await,
