@@ -63,6 +63,13 @@ pub trait Merge:
     /// quota but `share` of it, so this instance alone admits its share.
     fn degraded(&self, now: u64, share: f64) -> Self::Word;
 
+    /// What the other instances are assumed to hold while Redis is unreachable, beside
+    /// `known`, their states as last heard: what they held then, and all of what the quota
+    /// had left but `share` of it. So an instance that turns to its fallback mid-window admits
+    /// its share of what was left, not of the whole quota: with the whole, the others' shares
+    /// came on top of what one had taken before (a window up to `(N − 1)·⌊share·limit⌋` over).
+    fn degraded_from(&self, known: Self::Word, now: u64, share: f64) -> Self::Word;
+
     /// The decision on the union, and `own` after it if the step counted the request: the
     /// algorithm's own step on the merged state.
     fn decide_merged(
@@ -129,6 +136,20 @@ impl Merge for FixedWindow {
         let w = self.window().as_nanos() as u64;
         self.pack(now / w, others_part(self.limit(), share))
     }
+
+    fn degraded_from(&self, known: u64, now: u64, share: f64) -> u64 {
+        let index = now / self.window().as_nanos() as u64;
+        let held = match self.unpack(self.pull_back(known, now)) {
+            (i, c) if i >= index => c,
+            _ => 0,
+        };
+        let left = self.limit().saturating_sub(held);
+        self.pack(
+            index,
+            held.saturating_add(others_part(left, share))
+                .min(self.count_max()),
+        )
+    }
 }
 
 impl Merge for SlidingWindow {
@@ -170,6 +191,22 @@ impl Merge for SlidingWindow {
     fn degraded(&self, now: u64, share: f64) -> u128 {
         let w = self.window().as_nanos() as u64;
         Self::pack(now / w, 0, others_part(self.limit(), share))
+    }
+
+    fn degraded_from(&self, known: u128, now: u64, share: f64) -> u128 {
+        let w = self.window().as_nanos() as u64;
+        let v = self.view(self.pull_back(known, now), now);
+        // The others' weighted count now: the previous window's by what is left of it.
+        let elapsed = now.saturating_sub(v.index.saturating_mul(w)).min(w);
+        let carried = (u128::from(v.prev) * u128::from(w - elapsed)).div_ceil(u128::from(w));
+        let held = (carried as u64).saturating_add(v.cur);
+        let left = self.limit().saturating_sub(held);
+        let max = u32::MAX as u64 - 1;
+        Self::pack(
+            v.index,
+            v.prev,
+            v.cur.saturating_add(others_part(left, share)).min(max),
+        )
     }
 }
 
@@ -234,6 +271,22 @@ impl Merge for Earrrl {
         // λe^{λ(S−now)} = rate.
         (now as f64 / 1e9 + (rate / lambda).ln() / lambda).to_bits()
     }
+
+    fn degraded_from(&self, known: u64, now: u64, share: f64) -> u64 {
+        let (lambda, max_rate, ..) = self.redis_params();
+        let t = now as f64 / 1e9;
+        let s = self.live(known, now);
+        let held = if s == f64::NEG_INFINITY {
+            0.0
+        } else {
+            lambda * (lambda * (s - t)).exp()
+        };
+        let rate = held + (1.0 - share) * (max_rate - held).max(0.0);
+        if rate <= 0.0 {
+            return self.fresh();
+        }
+        (t + (rate / lambda).ln() / lambda).to_bits()
+    }
 }
 
 impl Merge for Exponential {
@@ -271,6 +324,17 @@ impl Merge for Exponential {
 
     fn degraded(&self, now: u64, share: f64) -> u128 {
         Self::pack(now, self.limit() * (1.0 - share).max(0.0))
+    }
+
+    fn degraded_from(&self, known: u128, now: u64, share: f64) -> u128 {
+        let (t, r) = Self::unpack(known);
+        let p = self.period().as_nanos() as f64;
+        let held = r * (-(now.saturating_sub(t) as f64) / p).exp();
+        let limit = self.limit();
+        Self::pack(
+            now.max(t),
+            held + (1.0 - share).max(0.0) * (limit - held).max(0.0),
+        )
     }
 
     /// Exim's average is not a sum over instances (each request is weighed by the gap since
@@ -365,7 +429,9 @@ where
         let view = match mode {
             Mode::Known if others == A::UNKNOWN => self.fresh(),
             Mode::Known => others,
-            // The fallback stands in for the others.
+            // The fallback stands in for the others: beside what they held when last heard,
+            // if they were.
+            Mode::Degraded if others != A::UNKNOWN => self.degraded_from(others, now, *share),
             Mode::Unknown | Mode::Degraded => self.degraded(now, *share),
         };
         let (decision, counted) = if view == self.fresh() {
