@@ -59,16 +59,14 @@ pub trait Merge:
     /// `own` after counting a request of `cost` at `now` (the merged step counted it).
     fn count(&self, own: Self::Word, now: u64, cost: u64) -> Self::Word;
 
-    /// What the other instances are assumed to hold while Redis is unreachable: all of the
-    /// quota but `share` of it, so this instance alone admits its share.
-    fn degraded(&self, now: u64, share: f64) -> Self::Word;
-
-    /// What the other instances are assumed to hold while Redis is unreachable, beside
-    /// `known`, their states as last heard: what they held then, and all of what the quota
-    /// had left but `share` of it. So an instance that turns to its fallback mid-window admits
-    /// its share of what was left, not of the whole quota: with the whole, the others' shares
-    /// came on top of what one had taken before (a window up to `(N − 1)·⌊share·limit⌋` over).
-    fn degraded_from(&self, known: Self::Word, now: u64, share: f64) -> Self::Word;
+    /// What the other instances are assumed to hold while their states are not heard (Redis
+    /// unreachable, or the key not heard of yet), beside `known`, their states as last heard
+    /// (fresh if never): what they held then, and all of what the quota had left but `share`
+    /// of it, so this instance alone admits its share of what was left. With nothing known
+    /// that is its share of the whole quota; mid-window, not of the whole quota: then the
+    /// others' shares came on top of what one had taken before (a window up to
+    /// `(N − 1)·⌊share·limit⌋` over).
+    fn degraded(&self, known: Self::Word, now: u64, share: f64) -> Self::Word;
 
     /// The decision on the union, and `own` after it if the step counted the request: the
     /// algorithm's own step on the merged state.
@@ -132,12 +130,7 @@ impl Merge for FixedWindow {
         )
     }
 
-    fn degraded(&self, now: u64, share: f64) -> u64 {
-        let w = self.window().as_nanos() as u64;
-        self.pack(now / w, others_part(self.limit(), share))
-    }
-
-    fn degraded_from(&self, known: u64, now: u64, share: f64) -> u64 {
+    fn degraded(&self, known: u64, now: u64, share: f64) -> u64 {
         let index = now / self.window().as_nanos() as u64;
         let held = match self.unpack(self.pull_back(known, now)) {
             (i, c) if i >= index => c,
@@ -188,12 +181,7 @@ impl Merge for SlidingWindow {
         self.merge(own, Self::pack(now / w, 0, cost), now)
     }
 
-    fn degraded(&self, now: u64, share: f64) -> u128 {
-        let w = self.window().as_nanos() as u64;
-        Self::pack(now / w, 0, others_part(self.limit(), share))
-    }
-
-    fn degraded_from(&self, known: u128, now: u64, share: f64) -> u128 {
+    fn degraded(&self, known: u128, now: u64, share: f64) -> u128 {
         let w = self.window().as_nanos() as u64;
         let v = self.view(self.pull_back(known, now), now);
         // The others' weighted count now: the previous window's by what is left of it.
@@ -262,17 +250,7 @@ impl Merge for Earrrl {
         (step.decision, counted)
     }
 
-    fn degraded(&self, now: u64, share: f64) -> u64 {
-        let (lambda, max_rate, ..) = self.redis_params();
-        let rate = max_rate * (1.0 - share);
-        if rate <= 0.0 {
-            return self.fresh();
-        }
-        // λe^{λ(S−now)} = rate.
-        (now as f64 / 1e9 + (rate / lambda).ln() / lambda).to_bits()
-    }
-
-    fn degraded_from(&self, known: u64, now: u64, share: f64) -> u64 {
+    fn degraded(&self, known: u64, now: u64, share: f64) -> u64 {
         let (lambda, max_rate, ..) = self.redis_params();
         let t = now as f64 / 1e9;
         let s = self.live(known, now);
@@ -322,11 +300,7 @@ impl Merge for Exponential {
         Self::pack(now.max(t), self.r_now(t, r, now, cost as f64))
     }
 
-    fn degraded(&self, now: u64, share: f64) -> u128 {
-        Self::pack(now, self.limit() * (1.0 - share).max(0.0))
-    }
-
-    fn degraded_from(&self, known: u128, now: u64, share: f64) -> u128 {
+    fn degraded(&self, known: u128, now: u64, share: f64) -> u128 {
         let (t, r) = Self::unpack(known);
         let p = self.period().as_nanos() as f64;
         let held = r * (-(now.saturating_sub(t) as f64) / p).exp();
@@ -431,8 +405,8 @@ where
             Mode::Known => others,
             // The fallback stands in for the others: beside what they held when last heard,
             // if they were.
-            Mode::Degraded if others != A::UNKNOWN => self.degraded_from(others, now, *share),
-            Mode::Unknown | Mode::Degraded => self.degraded(now, *share),
+            Mode::Degraded if others != A::UNKNOWN => self.degraded(others, now, *share),
+            Mode::Unknown | Mode::Degraded => self.degraded(self.fresh(), now, *share),
         };
         let (decision, counted) = if view == self.fresh() {
             // No other instance holds anything: the union is this instance's own state.
