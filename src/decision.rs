@@ -123,6 +123,11 @@ mod nan_as_none {
     }
 }
 
+/// `d` in nanoseconds, saturating at `u64::MAX`.
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// The top bit of [`Decision`]'s `per_allowed`: the request was admitted.
 const ALLOWED: u64 = 1 << 63;
 
@@ -139,9 +144,23 @@ const fn per_allowed(per: u64, allowed: bool) -> NonZeroU64 {
 }
 
 impl Decision {
-    /// An allowed decision with nothing else known.
+    /// An admitted request, nothing else known: what an algorithm of your own returns (see
+    /// [`Algorithm`](crate::algo::Algorithm)), with [`with_remaining`](Self::with_remaining)
+    /// and [`with_reset_after`](Self::with_reset_after) for what it knows.
+    ///
+    /// ```
+    /// use hotlimit::Decision;
+    /// use std::time::Duration;
+    ///
+    /// let yes = Decision::allowed().with_remaining(4);
+    /// assert!(yes.is_allowed());
+    /// assert_eq!(yes.remaining(), Some(4));
+    /// let no = Decision::denied(Duration::from_secs(2)).with_reset_after(Duration::from_secs(5));
+    /// assert_eq!(no.retry_after(), Duration::from_secs(2));
+    /// assert_eq!(no.reset_after(), Some(Duration::from_secs(5)));
+    /// ```
     #[inline]
-    pub(crate) const fn allowed() -> Self {
+    pub const fn allowed() -> Self {
         Self {
             retry_after: 0,
             remaining: NONE,
@@ -153,7 +172,7 @@ impl Decision {
 
     /// A denied decision: retry after `retry_after_ns`.
     #[inline]
-    pub(crate) const fn denied(retry_after_ns: u64) -> Self {
+    pub(crate) const fn denied_ns(retry_after_ns: u64) -> Self {
         Self {
             retry_after: retry_after_ns,
             remaining: NONE,
@@ -163,6 +182,25 @@ impl Decision {
         }
     }
 
+    /// A denied request, to be retried after `retry_after` (saturating at `u64::MAX`
+    /// nanoseconds, about 584 years).
+    #[inline]
+    pub fn denied(retry_after: Duration) -> Self {
+        Self::denied_ns(duration_ns(retry_after))
+    }
+
+    /// This decision with `remaining` requests (or units of cost) left.
+    #[inline]
+    pub const fn with_remaining(self, remaining: u64) -> Self {
+        self.with_count(remaining)
+    }
+
+    /// This decision with `reset_after` until the key is back at its full quota.
+    #[inline]
+    pub fn with_reset_after(self, reset_after: Duration) -> Self {
+        self.with_reset_after_ns(duration_ns(reset_after))
+    }
+
     /// The divisor of `remaining`.
     #[inline(always)]
     const fn per(&self) -> u64 {
@@ -170,7 +208,7 @@ impl Decision {
     }
 
     #[inline]
-    pub(crate) const fn with_remaining(mut self, remaining: u64) -> Self {
+    pub(crate) const fn with_count(mut self, remaining: u64) -> Self {
         // u64::MAX remaining is indistinguishable from "unknown"; one less changes nothing real.
         self.remaining = if remaining == NONE {
             NONE - 1
@@ -186,7 +224,7 @@ impl Decision {
     #[inline]
     pub(crate) const fn with_remaining_of(mut self, span: u64, per: u64) -> Self {
         if per <= 1 {
-            return self.with_remaining(span);
+            return self.with_count(span);
         }
         self.remaining = span;
         self.per_allowed = per_allowed(per, self.is_allowed());
@@ -218,7 +256,7 @@ impl Decision {
     }
 
     #[inline]
-    pub(crate) const fn with_reset_after(mut self, ns: u64) -> Self {
+    pub(crate) const fn with_reset_after_ns(mut self, ns: u64) -> Self {
         self.reset_after = if ns == NONE { NONE - 1 } else { ns };
         self
     }

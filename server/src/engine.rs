@@ -306,20 +306,9 @@ impl std::fmt::Debug for Engine {
 /// A deny-all rule's answer: nothing left, back in one unit. The decision a one-unit window
 /// gives its second request at the window's start.
 fn denial(window: Duration) -> Decision {
-    // A window of one unit on a clock at 0: its first request spends it, the second is denied
-    // with the window's wait (a unit is never zero, so the window builds).
-    let one = FixedWindow::new(1, window).unwrap_or_else(|_| unreachable_window());
-    let mut state = one.fresh();
-    let _ = one.update(&mut state, 0, 1);
-    one.update(&mut state, 0, 1)
-}
-
-fn unreachable_window() -> FixedWindow {
-    // A one-second window of one request always builds.
-    match FixedWindow::new(1, Duration::from_secs(1)) {
-        Ok(w) => w,
-        Err(_) => unreachable!("a window of 1 a second"),
-    }
+    Decision::denied(window)
+        .with_remaining(0)
+        .with_reset_after(window)
 }
 
 impl Engine {

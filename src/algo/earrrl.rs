@@ -248,7 +248,7 @@ impl Earrrl {
             let later = secs(now_ns.saturating_add(w)).max(t);
             n * self.lambda * (self.lambda * (t - later)).exp() <= self.max_rate
         });
-        Decision::denied(wait).with_rate(rate)
+        Decision::denied_ns(wait).with_rate(rate)
     }
 }
 
@@ -278,7 +278,7 @@ impl Earrrl {
             Policy::Strict => self.update(now, x, ex, cost),
         };
         Step {
-            decision: Decision::denied(self.retry_after(after, now_ns)).with_rate(rate),
+            decision: Decision::denied_ns(self.retry_after(after, now_ns)).with_rate(rate),
             state: (self.policy == Policy::Strict).then_some(after.to_bits()),
         }
     }

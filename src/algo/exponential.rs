@@ -233,7 +233,7 @@ impl Exponential {
             }
         };
         Step {
-            decision: Decision::denied(wait).with_rate(per_sec),
+            decision: Decision::denied_ns(wait).with_rate(per_sec),
             state: (self.policy == Policy::Strict).then_some(stored),
         }
     }

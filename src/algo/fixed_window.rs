@@ -121,7 +121,7 @@ impl Algorithm for FixedWindow {
             *state = self.pack(index, new);
             return Decision::allowed()
                 .with_remaining(limit - new)
-                .with_reset_after(reset_after);
+                .with_reset_after_ns(reset_after);
         }
         if self.config.policy == Policy::Strict {
             // Capped at limit + 1 (denied for the rest of the window), never below the count:
@@ -134,9 +134,9 @@ impl Algorithm for FixedWindow {
             Policy::Leaky => limit.saturating_sub(count),
             Policy::Strict => 0,
         };
-        Decision::denied(reset_after.max(1))
+        Decision::denied_ns(reset_after.max(1))
             .with_remaining(remaining)
-            .with_reset_after(reset_after)
+            .with_reset_after_ns(reset_after)
     }
 
     /// A refund comes out of the window the request was counted in, if it is still the

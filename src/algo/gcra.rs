@@ -292,9 +292,9 @@ impl Gcra {
                 let ahead_now = base - now;
                 let wait = if new_tat.is_some() { debt } else { u64::MAX };
                 Step {
-                    decision: Decision::denied(wait)
+                    decision: Decision::denied_ns(wait)
                         .with_remaining_of(self.tau.saturating_sub(ahead_now), self.t)
-                        .with_reset_after(ahead_now),
+                        .with_reset_after_ns(ahead_now),
                     state: None,
                 }
             }
@@ -305,9 +305,9 @@ impl Gcra {
                     _ => u64::MAX,
                 };
                 Step {
-                    decision: Decision::denied(wait)
+                    decision: Decision::denied_ns(wait)
                         .with_remaining(0)
-                        .with_reset_after(ahead),
+                        .with_reset_after_ns(ahead),
                     state: Some(new_tat.unwrap_or(CLOCK_MAX)),
                 }
             }
@@ -435,7 +435,7 @@ mod tests {
             return Step {
                 decision: Decision::allowed()
                     .with_remaining(to_u64((tau - ahead) / t))
-                    .with_reset_after(to_u64(ahead)),
+                    .with_reset_after_ns(to_u64(ahead)),
                 state: Some(to_u64(new_tat)),
             };
         }
@@ -448,9 +448,9 @@ mod tests {
                     u64::MAX
                 };
                 Step {
-                    decision: Decision::denied(wait)
+                    decision: Decision::denied_ns(wait)
                         .with_remaining(to_u64(tau.saturating_sub(ahead_now) / t))
-                        .with_reset_after(to_u64(ahead_now)),
+                        .with_reset_after_ns(to_u64(ahead_now)),
                     state: None,
                 }
             }
@@ -463,9 +463,9 @@ mod tests {
                     u64::MAX
                 };
                 Step {
-                    decision: Decision::denied(wait)
+                    decision: Decision::denied_ns(wait)
                         .with_remaining(0)
-                        .with_reset_after(to_u64(ahead)),
+                        .with_reset_after_ns(to_u64(ahead)),
                     state: Some(to_u64(new_tat.min(end))),
                 }
             }

@@ -175,7 +175,7 @@ impl Algorithm for SlidingLog {
             // total ≤ limit here.
             return Decision::allowed()
                 .with_remaining(limit - log.total())
-                .with_reset_after(self.idle_at(log) - now);
+                .with_reset_after_ns(self.idle_at(log) - now);
         }
         // A strict denial is counted: what remains after it is nothing.
         let remaining = match self.config.policy {
@@ -189,9 +189,9 @@ impl Algorithm for SlidingLog {
                 log.merge(now, cost);
             }
         }
-        Decision::denied(self.retry_at(log, cost).saturating_sub(now).max(1))
+        Decision::denied_ns(self.retry_at(log, cost).saturating_sub(now).max(1))
             .with_remaining(remaining)
-            .with_reset_after(self.idle_at(log).saturating_sub(now))
+            .with_reset_after_ns(self.idle_at(log).saturating_sub(now))
     }
 
     /// [`update`](Algorithm::update)'s decision read off the log in place: the default would
@@ -212,7 +212,7 @@ impl Algorithm for SlidingLog {
             // `update` pushes the cost at `now`: the log then idles a window after it.
             return Decision::allowed()
                 .with_remaining(limit - (total as u64 + cost))
-                .with_reset_after(now.saturating_add(w) - now);
+                .with_reset_after_ns(now.saturating_add(w) - now);
         }
         let kept = log.entries.range(gone..).copied();
         let (retry_at, idle_at) = match self.config.policy {
@@ -252,9 +252,9 @@ impl Algorithm for SlidingLog {
             Policy::Leaky => limit.saturating_sub(u64::try_from(total).unwrap_or(u64::MAX)),
             Policy::Strict => 0,
         };
-        Decision::denied(retry_at.saturating_sub(now).max(1))
+        Decision::denied_ns(retry_at.saturating_sub(now).max(1))
             .with_remaining(remaining)
-            .with_reset_after(idle_at.saturating_sub(now))
+            .with_reset_after_ns(idle_at.saturating_sub(now))
     }
 
     /// A refund comes out of the entry the request was logged in (the first at or after

@@ -243,7 +243,7 @@ impl Algorithm for SlidingWindow {
                 .saturating_sub(now);
             return Decision::allowed()
                 .with_remaining(room.min(limit))
-                .with_reset_after(reset);
+                .with_reset_after_ns(reset);
         }
         if self.config.policy == Policy::Strict {
             // Every denied unit counts, also once this window becomes the previous one, so a
@@ -257,9 +257,9 @@ impl Algorithm for SlidingWindow {
                 .min(limit),
             Policy::Strict => 0,
         };
-        Decision::denied(self.retry_after(*state, now, cost))
+        Decision::denied_ns(self.retry_after(*state, now, cost))
             .with_remaining(remaining)
-            .with_reset_after(self.idle_at(state).saturating_sub(now))
+            .with_reset_after_ns(self.idle_at(state).saturating_sub(now))
     }
 
     /// A refund comes out of the count of the window the request was counted in while that

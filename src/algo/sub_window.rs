@@ -227,7 +227,7 @@ impl Algorithm for SubWindow {
             st.total += cost;
             return Decision::allowed()
                 .with_remaining(limit - st.total)
-                .with_reset_after(self.idle_at(st).saturating_sub(now));
+                .with_reset_after_ns(self.idle_at(st).saturating_sub(now));
         }
         // A strict denial is counted: what remains after it is nothing.
         let remaining = match self.config.policy {
@@ -242,9 +242,9 @@ impl Algorithm for SubWindow {
             st.counts[slot] = after;
             st.total += (after - before) as u64;
         }
-        Decision::denied(self.retry_at(st, cost).saturating_sub(now).max(1))
+        Decision::denied_ns(self.retry_at(st, cost).saturating_sub(now).max(1))
             .with_remaining(remaining)
-            .with_reset_after(self.idle_at(st).saturating_sub(now))
+            .with_reset_after_ns(self.idle_at(st).saturating_sub(now))
     }
 
     /// [`update`](Algorithm::update)'s decision read off the ring in place: the default would
@@ -272,7 +272,7 @@ impl Algorithm for SubWindow {
             };
             return Decision::allowed()
                 .with_remaining(limit - after)
-                .with_reset_after(idle_at.saturating_sub(now));
+                .with_reset_after_ns(idle_at.saturating_sub(now));
         }
         let (remaining, added) = match self.config.policy {
             Policy::Leaky => (limit.saturating_sub(total), 0),
@@ -285,13 +285,13 @@ impl Algorithm for SubWindow {
         };
         let count = |b: u64| held(b) + if b == bucket { added } else { 0 };
         let total = total + added as u64;
-        Decision::denied(
+        Decision::denied_ns(
             self.retry_at_of(bucket, total, cost, count)
                 .saturating_sub(now)
                 .max(1),
         )
         .with_remaining(remaining)
-        .with_reset_after(self.idle_at_of(bucket, count).saturating_sub(now))
+        .with_reset_after_ns(self.idle_at_of(bucket, count).saturating_sub(now))
     }
 
     /// A refund comes out of the bucket the request was counted in while that bucket is in

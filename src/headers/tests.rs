@@ -47,7 +47,7 @@ fn long_policy_names_still_format() {
         .with(|h| h.draft = Draft::Ietf09);
     let d = Decision::allowed()
         .with_remaining(2)
-        .with_reset_after(1_000_000_001);
+        .with_reset_after_ns(1_000_000_001);
     assert_eq!(
         render(headers, d),
         [
@@ -78,7 +78,7 @@ fn every_draft_renders_its_own_syntax() {
         .refilling_every(Duration::from_secs(1));
     let d = Decision::allowed()
         .with_remaining(2)
-        .with_reset_after(2_500_000_000);
+        .with_reset_after_ns(2_500_000_000);
     let h = RateLimitHeaders::new(Some(q)).with(|h| h.on_allowed = true);
     assert_eq!(
         render(h, d),
@@ -124,16 +124,16 @@ fn t_of_draft_10_is_the_time_to_more_quota() {
     let allowed = |reset| {
         Decision::allowed()
             .with_remaining(3)
-            .with_reset_after(reset)
+            .with_reset_after_ns(reset)
     };
     assert_eq!(t(gcra, allowed(s(7))), Some(1));
     assert_eq!(t(gcra, allowed(s(8))), Some(2));
     assert_eq!(t(gcra, allowed(s(8) + 1)), Some(1));
     assert_eq!(t(gcra, allowed(0)), Some(0));
     // A denial: its retry_after, which Retry-After never undercuts.
-    let denied = Decision::denied(1_500_000_000)
+    let denied = Decision::denied_ns(1_500_000_000)
         .with_remaining(0)
-        .with_reset_after(s(20));
+        .with_reset_after_ns(s(20));
     assert_eq!(t(gcra, denied), Some(2));
     assert_eq!(render(gcra, denied)[..1], ["retry-after: 2".to_owned()]);
     // Without a unit interval (a window), the time until the state is fresh.
@@ -160,10 +160,10 @@ fn t_of_draft_10_is_the_time_to_more_quota() {
 #[test]
 fn modes_decide_what_goes_out() {
     let h = RateLimitHeaders::new(Some(QuotaPolicy::new(10, Duration::from_secs(1))));
-    let denied = Decision::denied(300_000_000)
+    let denied = Decision::denied_ns(300_000_000)
         .with_remaining(0)
-        .with_reset_after(900_000_000);
-    let allowed = Decision::allowed().with_remaining(4).with_reset_after(1);
+        .with_reset_after_ns(900_000_000);
+    let allowed = Decision::allowed().with_remaining(4).with_reset_after_ns(1);
     let v = h.verdict(denied);
     assert_eq!(v.action, Action::Answer(StatusCode::TOO_MANY_REQUESTS));
     assert_eq!(render(h, denied).len(), 3);

@@ -479,7 +479,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     pub(super) fn error_decision(&self) -> Decision {
         match self.config.fail_mode {
             FailMode::Closed { .. } => self.config.fail_mode.decision(),
-            FailMode::Open => Decision::denied(1_000_000_000),
+            FailMode::Open => Decision::denied_ns(1_000_000_000),
         }
     }
 

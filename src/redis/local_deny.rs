@@ -36,7 +36,7 @@ impl LocalDeny {
     ) -> Option<Decision> {
         let map = self.map.lock();
         let &(until, c, e) = map.get(key)?;
-        (c == cost && e == explicit && until > now).then(|| Decision::denied(until - now))
+        (c == cost && e == explicit && until > now).then(|| Decision::denied_ns(until - now))
     }
 
     /// The keys it holds.

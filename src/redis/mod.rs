@@ -265,7 +265,7 @@ impl FailMode {
         match self {
             FailMode::Open => Decision::allowed(),
             FailMode::Closed { retry_after } => {
-                Decision::denied(u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX))
+                Decision::denied_ns(u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX))
             }
         }
     }

@@ -54,13 +54,13 @@ pub(super) fn decision(v: Value, unit_ns: f64) -> Result<Decision, BackendError>
     let mut d = if allowed {
         Decision::allowed()
     } else {
-        Decision::denied(field(retry)?.map_or(0, ns))
+        Decision::denied_ns(field(retry)?.map_or(0, ns))
     };
     if let Some(r) = field(remaining)? {
         d = d.with_remaining(r as u64);
     }
     if let Some(r) = field(reset)? {
-        d = d.with_reset_after(ns(r));
+        d = d.with_reset_after_ns(ns(r));
     }
     if let Some(r) = field(rate)? {
         d = d.with_rate(r);

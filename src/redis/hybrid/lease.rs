@@ -188,7 +188,7 @@ impl Engine for Gcra {
                 Some(_) if step.decision.is_allowed() && !fits => (
                     strict,
                     Verdict {
-                        decision: Decision::denied(ctx.until_tick(now)).with_remaining(0),
+                        decision: Decision::denied_ns(ctx.until_tick(now)).with_remaining(0),
                         reason: Reason::Waiting,
                         sync: true,
                     },
@@ -212,7 +212,7 @@ impl Engine for Gcra {
             // the view as last known.
             match &plan.fallback {
                 None => Verdict {
-                    decision: Decision::denied(ctx.until_tick(now)).with_remaining(0),
+                    decision: Decision::denied_ns(ctx.until_tick(now)).with_remaining(0),
                     reason: Reason::Waiting,
                     sync: true,
                 },

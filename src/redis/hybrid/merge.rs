@@ -395,7 +395,7 @@ where
             // others as holding the whole limit is not enough: EARRRL's union would then sit at
             // exactly its limit, which admits, once per key per idle period.)
             return Verdict {
-                decision: Decision::denied(ctx.until_tick(local)).with_remaining(0),
+                decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
                 reason: Reason::Fallback,
                 sync: mode == Mode::Unknown,
             };

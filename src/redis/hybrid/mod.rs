@@ -260,7 +260,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         match self.step_found(key, cost, None, found, guard, decide(now, cost)) {
             Ok(((), d)) => d,
             // The limiter's own quota is always registered.
-            Err(_) => Decision::denied(1),
+            Err(_) => Decision::denied_ns(1),
         }
     }
 
@@ -562,7 +562,7 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
 
     fn peek(&self, key: &str) -> Decision {
         // Cost 1 is valid for every algorithm.
-        crate::RateLimiter::peek_n(self, key, 1).unwrap_or_else(|_| Decision::denied(1))
+        crate::RateLimiter::peek_n(self, key, 1).unwrap_or_else(|_| Decision::denied_ns(1))
     }
 
     /// Checks until allowed, sleeping (on the limiter's clock) for each denial's
