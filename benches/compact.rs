@@ -294,7 +294,7 @@ fn main() {
         .clock(hotlimit::ManualClock::default())
         .build()
         .unwrap();
-    let coarse = CoarseClock::new(Duration::from_millis(1));
+    let coarse = CoarseClock::new(Duration::from_millis(1)).unwrap();
     let compact_coarse = CompactLimiter::<u64, Gcra>::builder(algo)
         .max_keys(KEYS as usize)
         .clock(coarse.clone())

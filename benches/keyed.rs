@@ -235,7 +235,7 @@ fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str, clocks:
 
 fn keyed(c: &mut Criterion) {
     let clocks = Clocks {
-        coarse: CoarseClock::new(Duration::from_millis(1)),
+        coarse: CoarseClock::new(Duration::from_millis(1)).unwrap(),
         // quanta's process-wide upkeep thread (one per process), for governor.
         upkeep: QuantaUpkeepClock::from_interval(Duration::from_millis(1)).unwrap(),
     };

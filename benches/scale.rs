@@ -312,7 +312,7 @@ fn scale(rounds: usize, ops: usize, rt: &tokio::runtime::Runtime) {
 /// The check at one key and one thread taken apart: each row adds one step, on the exact
 /// (TSC) clock and on a 1 ms coarse clock.
 fn steps(rounds: usize, ops: usize) {
-    let coarse = CoarseClock::new(Duration::from_millis(1));
+    let coarse = CoarseClock::new(Duration::from_millis(1)).unwrap();
     let exact = QuantaClock::new();
     let papaya = papaya::HashMap::<u64, AtomicU64, _>::with_hasher(ahash::RandomState::new());
     papaya.pin().insert(0, AtomicU64::new(0));

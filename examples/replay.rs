@@ -453,10 +453,13 @@ impl Setup<'_> {
 
 /// [`replay_stdio`] on a limiter that may have failed to build.
 fn replay_built(
-    limiter: io::Result<impl RateLimiter<str>>,
+    limiter: Result<impl RateLimiter<str>, hotlimit::BuildError>,
     clock: &ManualClock,
 ) -> Result<(), Fatal> {
-    let limiter = limiter.map_err(|e| Fatal::io("building the limiter", e))?;
+    let limiter = limiter.map_err(|e| Fatal {
+        message: format!("building the limiter: {e}"),
+        code: 1,
+    })?;
     replay_stdio(&limiter, clock)
 }
 

@@ -1,4 +1,5 @@
-//! Time sources: [`Clock`], the TSC-backed [`QuantaClock`], the cached [`CoarseClock`] for the
+//! Time sources: [`Clock`], the default [`QuantaClock`] (the TSC where the kernel keeps time by
+//! it, else the OS monotonic clock), the cached [`CoarseClock`] for the
 //! hottest paths, and the test/replay [`ManualClock`].
 //!
 //! Every algorithm keeps time as `u64` nanoseconds since the clock's origin. Nothing here or in
@@ -11,6 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use crate::error::BuildError;
 
 /// A source of "nanoseconds since this clock's origin".
 ///
@@ -149,7 +152,7 @@ impl Clock for QuantaClock {
 /// value written.
 ///
 /// In `cargo bench --bench keyed` it takes a share off every check, most at 1M keys, where the
-/// TSC read sits between cache misses (`BENCHMARKS.md`, the "coarse" columns). The price is
+/// clock read sits between cache misses (`BENCHMARKS.md`, the "coarse" columns). The price is
 /// resolution: time moves in steps of `resolution` (plus the ticker thread's scheduling
 /// delay), so a limiter sees every request up to that long after it arrived. Over any interval, a quota then admits at most
 /// what it would over that interval plus `resolution`; and a key can sustain its rate only if
@@ -170,15 +173,15 @@ impl Clock for QuantaClock {
 /// use hotlimit::{algo::Gcra, CasLimiter, CoarseClock};
 /// use std::time::Duration;
 ///
-/// let clock = CoarseClock::new(Duration::from_millis(1));
+/// let clock = CoarseClock::new(Duration::from_millis(1))?;
 /// let limiter = CasLimiter::<u64, Gcra>::with_clock("1000/s burst 50".parse()?, clock);
 /// assert!(limiter.check(&7).is_allowed());
-/// # Ok::<(), hotlimit::ConfigError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct CoarseClock {
     // The word is reached in one step from the clock (which a limiter holds inline); the
-    // ticker handle only joins the thread when the last clone goes.
+    // ticker handle stops the thread when the last clone goes.
     word: Arc<CachePadded<AtomicU64>>,
     ticker: Arc<Ticker>,
 }
@@ -188,17 +191,17 @@ pub struct CoarseClock {
 struct Ticker {
     stop: Arc<AtomicBool>,
     resolution: Duration,
-    thread: Option<JoinHandle<()>>,
+    thread: JoinHandle<()>,
 }
 
 impl CoarseClock {
     /// A clock whose origin is now, refreshed every `resolution` (at least 1 µs) by a new
     /// thread named `hotlimit-clock`.
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// If the thread cannot be spawned (as `std::thread::spawn` does).
-    pub fn new(resolution: Duration) -> Self {
+    /// [`BuildError::Spawn`] if the thread cannot be started.
+    pub fn new(resolution: Duration) -> Result<Self, BuildError> {
         let resolution = resolution.max(Duration::from_micros(1));
         let source = QuantaClock::new();
         // Padded: every request on every core reads it, so it must not share a line with
@@ -220,28 +223,21 @@ impl CoarseClock {
                         std::thread::park_timeout(resolution);
                     }
                 })
-                .expect("spawning the hotlimit-clock thread")
+                .map_err(BuildError::Spawn)?
         };
-        Self {
+        Ok(Self {
             word,
             ticker: Arc::new(Ticker {
                 stop,
                 resolution,
-                thread: Some(thread),
+                thread,
             }),
-        }
+        })
     }
 
     /// How often the time is refreshed (the requested resolution, at least 1 µs).
     pub fn resolution(&self) -> Duration {
         self.ticker.resolution
-    }
-}
-
-impl Default for CoarseClock {
-    /// A 1 ms resolution.
-    fn default() -> Self {
-        Self::new(Duration::from_millis(1))
     }
 }
 
@@ -267,14 +263,12 @@ impl Clock for CoarseClock {
     }
 }
 
+/// Signals the thread and returns: it sees the flag when unparked and ends by itself, so the
+/// last clone's drop never waits on it (a drop on an async runtime's thread must not block).
 impl Drop for Ticker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take() {
-            thread.thread().unpark();
-            // The thread holds no clock handle, so this drop never runs on it: no self-join.
-            let _ = thread.join();
-        }
+        self.thread.thread().unpark();
     }
 }
 
@@ -355,7 +349,7 @@ mod tests {
     // Pins G5.
     #[test]
     fn coarse_clock_moves_forward_and_stops_with_its_last_clone() {
-        let clock = CoarseClock::new(Duration::from_micros(50));
+        let clock = CoarseClock::new(Duration::from_micros(50)).unwrap();
         assert_eq!(clock.resolution(), Duration::from_micros(50));
         let copy = clock.clone();
         let first = clock.now();
@@ -386,10 +380,18 @@ mod tests {
             "a clone still holds the ticker"
         );
         drop(copy);
-        // The drop joined the thread, which held the other reference.
-        assert!(stopped.upgrade().is_none(), "ticker thread still running");
+        // The drop only signalled the thread, which held the other reference: it ends by
+        // itself once unparked.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while stopped.upgrade().is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ticker thread still running"
+            );
+            std::thread::yield_now();
+        }
         assert_eq!(
-            CoarseClock::new(Duration::ZERO).resolution(),
+            CoarseClock::new(Duration::ZERO).unwrap().resolution(),
             Duration::from_micros(1)
         );
     }

@@ -4,6 +4,7 @@ use crate::algo::Algorithm;
 use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
+use crate::error::BuildError;
 use crate::limiter::{Cas, Variant};
 use crate::ops::sealed::{Build, Lookup, Table};
 use crate::ops::Limiter;
@@ -63,7 +64,7 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> Table for Single<A, C, V> {
 impl<A: Algorithm, C: Clock, V: Variant<A>> Build for Single<A, C, V> {
     type WithClock<C2: Clock> = Single<A, C2, V>;
 
-    fn build(algo: A, clock: C, options: &Options) -> std::io::Result<(Self, Option<Sweeper>)> {
+    fn build(algo: A, clock: C, options: &Options) -> Result<(Self, Option<Sweeper>), BuildError> {
         let single = Self {
             cell: CachePadded::new(V::Cell::new(algo.fresh())),
             core: Core::new(algo, clock, options),

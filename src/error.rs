@@ -108,8 +108,9 @@ pub enum ConfigError {
         /// The smallest accepted value, in words.
         min: &'static str,
     },
-    /// A live reconfiguration that would change what the kept per-key state means (an
-    /// EARRRL half-life, an exponential period); see [`Reconfigure`](crate::algo::Reconfigure).
+    /// A live reconfiguration or a per-request quota that would change what the kept per-key
+    /// state means (an EARRRL half-life, an exponential period, a window's length); see
+    /// [`Reconfigure`](crate::algo::Reconfigure) and [`Request::quota`](crate::Request::quota).
     Unchangeable {
         /// The field.
         field: Field,
@@ -164,7 +165,7 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::Unchangeable { field, from, to } => write!(
                 f,
-                "{field} cannot change on a live limiter ({from} to {to}): the kept state is measured in it"
+                "{field} cannot change from {from} to {to} on this limiter: its kept per-key state is measured in it"
             ),
             ConfigError::Parse {
                 field,
@@ -176,6 +177,69 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// Why a limiter (or a [`CoarseClock`](crate::CoarseClock)) could not be built.
+///
+/// # Examples
+///
+/// ```
+/// use hotlimit::{algo::Gcra, BuildError, CasLimiter, ConfigError, Field};
+/// use std::time::Duration;
+///
+/// let err = CasLimiter::<u64, Gcra>::builder("10/s".parse()?)
+///     .sweep_every(Duration::from_nanos(1))
+///     .build()
+///     .unwrap_err();
+/// assert!(matches!(
+///     err,
+///     BuildError::Config(ConfigError::TooSmall { field: Field::SweepInterval, .. })
+/// ));
+/// # Ok::<(), ConfigError>(())
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A setting refused (a sweep interval below its floor).
+    Config(ConfigError),
+    /// A background thread (the sweeper, the coarse clock's ticker) could not be started.
+    Spawn(std::io::Error),
+    /// A table sized for `max_keys` (or the debt table beside it) could not be allocated.
+    OutOfMemory,
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Config(e) => e.fmt(f),
+            BuildError::Spawn(e) => write!(f, "cannot start a background thread: {e}"),
+            BuildError::OutOfMemory => {
+                f.write_str("cannot allocate a table sized for max_keys: out of memory")
+            }
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Config(e) => Some(e),
+            BuildError::Spawn(e) => Some(e),
+            BuildError::OutOfMemory => None,
+        }
+    }
+}
+
+impl From<std::collections::TryReserveError> for BuildError {
+    fn from(_: std::collections::TryReserveError) -> Self {
+        BuildError::OutOfMemory
+    }
+}
+
+impl From<ConfigError> for BuildError {
+    fn from(e: ConfigError) -> Self {
+        BuildError::Config(e)
+    }
+}
 
 /// A request cost that can never be admitted.
 ///

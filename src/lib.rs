@@ -6,7 +6,7 @@
 //! use std::time::Duration;
 //!
 //! // 10 requests per second per client, bursts of up to 5.
-//! let clock = ManualClock::default(); // tests and replays; `CasLimiter::new` uses the TSC clock
+//! let clock = ManualClock::default(); // tests and replays; `CasLimiter::new` uses `QuantaClock`
 //! let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 5".parse()?, clock.clone());
 //!
 //! for _ in 0..5 {
@@ -31,9 +31,9 @@
 //!
 //! | limiter | store | keys | state per key | pick it when |
 //! |---|---|---|---|---|
-//! | [`CasLimiter`] | [`Map`](store::Map) | any `Hash + Eq` (looked up by borrow: `&str` for `String`) | a lock-free cell in a `papaya` map; grows, bounded by [`max_keys`](store::Builder::max_keys) | the default up to about 100k keys: any key, no capacity to choose |
+//! | [`CasLimiter`] | [`Map`](store::Map) | any `Hash + Eq` (looked up by borrow: `&str` for `String`) | a lock-free cell in a `papaya` map (the sliding log and sub-window: a per-key mutex); grows, bounded by [`max_keys`](store::Builder::max_keys) | the default up to about 100k keys: any key, no capacity to choose |
 //! | [`MutexLimiter`] | [`Map`](store::Map) with [`Locked`](store::Locked) | the same | the same map, each state behind a mutex | to compare pessimistic locking on your workload |
-//! | [`CompactLimiter`] | [`Compact`](store::Compact) | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`](store::Hashed) | inline in a fixed table (16 bytes a slot for 64-bit keys and one-word states), allocated at build | the default from about 100k keys: less than half the memory per key and the faster look-up at a million keys |
+//! | [`CompactLimiter`] | [`Compact`](store::Compact) | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`](store::Hashed) | inline in a fixed table (16 bytes a slot, lock-free, for 64-bit keys and one-word states; a per-slot lock otherwise), allocated at build | the default from about 100k keys: less than half the memory per key and the faster look-up at a million keys |
 //! | [`DirectLimiter`] | [`Single`](store::Single) | `()` (one global limit) | one cache-padded cell | a global cap |
 //!
 //! They are one type, [`Limiter`], so every operation is the same everywhere, written once:
@@ -64,8 +64,9 @@
 //! Code generic over limiters uses [`RateLimiter`] (object-safe: check, peek, batches, waits),
 //! [`Requests`] (every [`Request`], on every limiter: in memory, the hybrid one and the
 //! blocking Redis client), or [`AsyncRateLimiter`], which the tower layer takes: every
-//! `RateLimiter` is one, its future ready at once, and so is the Redis backend's async
-//! client; the blocking one is not, by construction.
+//! [`NonBlocking`] `RateLimiter` (the in-memory limiters and the hybrid one) is one, its
+//! future ready at once, and so is the Redis backend's async client; the blocking one, a
+//! `RateLimiter` but not `NonBlocking`, is not, by construction.
 //!
 //! The [`Decision`] says whether the request is allowed, and when denied how long until the
 //! same request would pass (`retry_after`, honest: never rounded down). It also carries
@@ -84,11 +85,14 @@
 //! [`Decision`]s; an outage answers its fail mode, any other backend error is an error.
 //! `hotlimit::redis::HybridLimiter` decides locally instead, at in-memory speed, and keeps one
 //! limit across the fleet through Redis in the background, every change pushed to every
-//! instance within a sync lag: GCRA by leases (never over the limit), the windows, EARRRL and
+//! instance within a sync lag: GCRA by leases (a lease never over-admits; beyond it each of
+//! `N` instances admits at most `⌊share × burst⌋` ahead of Redis, so over any span the fleet
+//! admits at most `rate × span + burst + N × ⌊share × burst⌋`), the windows, EARRRL and
 //! exponential by merged per-instance states (bounds in its docs). Its entries live in the
 //! keyed store [`CasLimiter`](KeyedLimiter) uses.
 //!
-//! Time comes from a [`Clock`]: [`QuantaClock`] (TSC-backed) by default, [`ManualClock`] for
+//! Time comes from a [`Clock`]: [`QuantaClock`] by default (the TSC, through `quanta`, where
+//! the kernel keeps its own time by it; else the OS monotonic clock), [`ManualClock`] for
 //! tests, simulations and trace replay, [`CoarseClock`] where a clock read per request costs
 //! too much.
 //!
@@ -143,7 +147,7 @@
 //! the map's epoch guard across a batch of requests, saving its cost per request;
 //! [`check_batch`](crate::Limiter::check_batch) also reads the clock once per batch and locates a
 //! chunk of keys before deciding any, which pays most at a million keys. The clock
-//! read is the other fixed cost: [`CoarseClock`] replaces the TSC read by one load of a word
+//! read is the other fixed cost: [`CoarseClock`] replaces the clock read by one load of a word
 //! that a background thread refreshes (1 ms by default), for quotas whose burst covers that
 //! step (see its docs).
 //! `cargo bench --bench keyed` compares the CAS limiter with the mutex twin, a sharded
@@ -248,7 +252,7 @@ pub use compact::CompactLimiter;
 pub use config::Rate;
 pub use decision::{Decision, Policy};
 pub use direct::DirectLimiter;
-pub use error::{ConfigError, CostError, Field, TicketError};
+pub use error::{BuildError, ConfigError, CostError, Field, TicketError};
 pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
 pub use limiter::{AsyncRateLimiter, NonBlocking, RateLimiter};
 pub use live::Live;

@@ -5,7 +5,7 @@
 use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, ConfigError, CostError, QuotaError};
+use crate::error::{check_cost, BuildError, ConfigError, CostError, QuotaError};
 use crate::live::Live;
 use crate::request::{Ask, Request, Requests};
 use crate::shared::{Builder, KeyedStore, Options};
@@ -64,7 +64,7 @@ pub(crate) mod sealed {
             algo: Self::Algo,
             clock: Self::Clock,
             options: &Options,
-        ) -> std::io::Result<(Self, Option<Sweeper>)>;
+        ) -> Result<(Self, Option<Sweeper>), crate::error::BuildError>;
     }
 
     /// A table whose keys are looked up by `&Q`.
@@ -88,7 +88,8 @@ pub(crate) mod sealed {
         #[inline(always)]
         fn check(&self, key: &Q, cost: u64) -> Decision {
             let core = self.core();
-            // Clock first: the TSC read is not serializing, so it can overlap the look-up.
+            // Clock first: a TSC read (the default clock's, where the kernel keeps time by the
+            // TSC) is not serializing, so it can overlap the look-up.
             let now = core.clock.now();
             core.count(self.decide(&core.algo, key, cost, now))
         }
@@ -162,13 +163,17 @@ impl<Q: ?Sized, T: sealed::Lookup<Q>> Keys<Q> for T {}
 /// ```
 pub struct Limiter<S: Store> {
     pub(crate) store: S,
-    /// Stops and joins the background sweeper (if any) when the limiter is dropped.
+    /// Stops the background sweeper (if any) when the limiter is dropped.
     _sweeper: Option<Sweeper>,
 }
 
 impl<S: Store + Build<Clock = QuantaClock>> Limiter<S> {
     /// A limiter running `algo` on the default (`quanta`) clock, without background sweeps
     /// (the compact store sized for [`DEFAULT_MAX_KEYS`](crate::store::DEFAULT_MAX_KEYS)).
+    ///
+    /// Like `Vec::with_capacity`, it aborts if that table (a few MB, the compact store's
+    /// only) cannot be allocated; [`builder`](Self::builder)'s `build` returns
+    /// [`BuildError::OutOfMemory`] instead.
     pub fn new(algo: S::Algo) -> Self {
         match S::build(algo, QuantaClock::new(), &Options::default()) {
             Ok((store, sweeper)) => Limiter {
@@ -209,9 +214,11 @@ fn out_of_memory() -> ! {
 impl<S: Store + Build<Clock = QuantaClock>, C: Clock> Builder<Limiter<S>, S::Algo, C> {
     /// Builds the limiter, starting the background sweeper if one was asked for.
     ///
-    /// Fails only if the sweeper thread cannot be spawned, or a table or debt table sized for
-    /// a `max_keys` beyond memory cannot be allocated (`ErrorKind::OutOfMemory`).
-    pub fn build(self) -> std::io::Result<Limiter<S::WithClock<C>>> {
+    /// Fails with [`BuildError::Config`] for a sweep interval below its floor,
+    /// [`BuildError::Spawn`] if the sweeper thread cannot be started, and
+    /// [`BuildError::OutOfMemory`] if a table or debt table sized for `max_keys` cannot be
+    /// allocated.
+    pub fn build(self) -> Result<Limiter<S::WithClock<C>>, BuildError> {
         let (store, sweeper) = S::WithClock::<C>::build(self.algo, self.clock, &self.options)?;
         Ok(Limiter {
             store,
@@ -221,6 +228,15 @@ impl<S: Store + Build<Clock = QuantaClock>, C: Clock> Builder<Limiter<S>, S::Alg
 }
 
 impl<S: Store> Limiter<S> {
+    /// Drops the limiter and waits for its background sweeper (if any) to end, a sweep under
+    /// way finishing first. Dropping it only signals the sweeper, which then ends by itself:
+    /// a drop never blocks.
+    pub fn shutdown(mut self) {
+        if let Some(sweeper) = self._sweeper.take() {
+            sweeper.shutdown();
+        }
+    }
+
     /// A limiter over `store`, with no sweeper of its own (a pinned view).
     pub(crate) fn from_store(store: S) -> Self {
         Limiter {
@@ -462,7 +478,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::RateLimiter<Q> for Limiter<S> {
     fn until_ready_blocking(&self, key: &Q) -> Decision {
         // Cost 1, the limiter's own quota: no error can be returned.
         let waited = self.request(key).until_ready_blocking();
-        waited.unwrap_or_else(|_| Decision::denied(1))
+        waited.unwrap_or_else(|_| Decision::denied_ns(1))
     }
 
     fn len(&self) -> usize {

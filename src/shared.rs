@@ -10,7 +10,7 @@ use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::debts::Debts;
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, ConfigError, CostError, Field, QuotaError};
+use crate::error::{check_cost, BuildError, ConfigError, CostError, Field, QuotaError};
 use crate::live::Live;
 use crate::stats::{Metrics, Stats};
 use crate::sweeper::{Signal, SweepTotals, Sweeper, Totals};
@@ -120,7 +120,7 @@ impl<L, A, X> Builder<L, A, QuantaClock, X> {
 }
 
 impl<L, A, C, X> Builder<L, A, C, X> {
-    /// Uses `clock` instead of the default TSC clock ([`QuantaClock`]).
+    /// Uses `clock` instead of the default [`QuantaClock`].
     pub fn clock<C2: Clock>(self, clock: C2) -> Builder<L, A, C2, X> {
         Builder {
             algo: self.algo,
@@ -155,7 +155,7 @@ impl<L: KeyedStore, A, C, X> Builder<L, A, C, X> {
     /// closest to fresh (the earliest [`Algorithm::idle_at`]) down to 7/8 of the bound.
     ///
     /// **A flood never resets a limit.** A key evicted while it still owes (its state is not
-    /// fresh) leaves its debt ([`Algorithm::debt`]) in a debt table beside the store, 12 bytes
+    /// fresh) leaves its debt ([`Algorithm::debt`]) in a debt table beside the store, 25.6 bytes
     /// per key of `max_keys` (per quota of an [`AllOf`](crate::algo::AllOf)); inserted again,
     /// it starts from a state at least as limited as the one it lost
     /// ([`Algorithm::restore`]), never from a fresh one. The table is bounded, so beyond what
@@ -188,7 +188,7 @@ impl<L: KeyedStore, A, C, X> Builder<L, A, C, X> {
     /// is exceeded). It sleeps between sweeps, never blocks a request, and is stopped and
     /// joined when the limiter is dropped. An interval below 1 ms (a sweeper that would spin a
     /// core, a pass over the store every few microseconds) makes `build` fail with
-    /// `ErrorKind::InvalidInput` carrying a [`ConfigError::Zero`] (for zero) or
+    /// [`BuildError::Config`] carrying a [`ConfigError::Zero`] (for zero) or
     /// [`ConfigError::TooSmall`] for [`Field::SweepInterval`].
     pub fn sweep_every(mut self, interval: Duration) -> Self {
         self.options.sweep_every = Some(interval);
@@ -486,14 +486,15 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         &self,
         shared: &Arc<S>,
         sweep: fn(&S),
-    ) -> std::io::Result<Option<Sweeper>> {
+    ) -> Result<Option<Sweeper>, BuildError> {
         let Some(interval) = self.sweep_every else {
             return Ok(None);
         };
-        check_sweep_interval(interval)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        check_sweep_interval(interval)?;
         let s = shared.clone();
-        Sweeper::spawn(self.signal.clone(), interval, move || sweep(&s)).map(Some)
+        Sweeper::spawn(self.signal.clone(), interval, move || sweep(&s))
+            .map(Some)
+            .map_err(BuildError::Spawn)
     }
 
     /// The algorithm a request runs by: `quota` if it comes with one (checked to read this

@@ -376,7 +376,7 @@ impl Signal {
     }
 }
 
-/// The handle of a running sweeper thread; stops and joins it on drop.
+/// The handle of a running sweeper thread; stops it on drop.
 #[derive(Debug)]
 pub struct Sweeper {
     signal: Arc<Signal>,
@@ -416,18 +416,31 @@ impl Sweeper {
     }
 }
 
-impl Drop for Sweeper {
-    fn drop(&mut self) {
+impl Sweeper {
+    /// Stops the thread: it sees the flag at its next wake and ends, a sweep under way
+    /// finishing first.
+    fn stop(&self) {
         self.signal.stop.store(true, Ordering::Release);
-        {
-            // Taking the lock orders the store before the sweeper's next check-then-wait.
-            let _guard = self.signal.lock.lock();
-            self.signal.cv.notify_all();
-        }
+        // Taking the lock orders the store before the sweeper's next check-then-wait.
+        let _guard = self.signal.lock.lock();
+        self.signal.cv.notify_all();
+    }
+
+    /// Stops the thread and waits for it to end (a sweep under way finishes first).
+    pub(crate) fn shutdown(mut self) {
+        self.stop();
         if let Some(thread) = self.thread.take() {
-            // A panic in the sweeper already printed its message; nothing to add on drop.
+            // A panic in the sweeper already printed its message; nothing to add.
             let _ = thread.join();
         }
+    }
+}
+
+/// Only signals: a drop never waits on a sweep under way (it may run on an async runtime's
+/// thread); the thread ends by itself. [`Limiter::shutdown`](crate::Limiter::shutdown) waits.
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -771,7 +771,8 @@ fn run_all<A: Algorithm + Copy>(
         }
         ClockKind::Coarse => {
             let clocks = Clocks {
-                hotlimit: CoarseClock::new(Duration::from_millis(1)),
+                hotlimit: CoarseClock::new(Duration::from_millis(1))
+                    .expect("starting the coarse clock"),
                 // quanta's one upkeep thread per process: started here, once.
                 governor_upkeep: variants.contains(&VariantName::Governor).then(|| {
                     governor::clock::QuantaUpkeepClock::from_interval(Duration::from_millis(1))

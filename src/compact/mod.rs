@@ -13,7 +13,7 @@ pub use table::{ProbeStats, DEFAULT_MAX_KEYS};
 use crate::algo::Algorithm;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
-use crate::error::CostError;
+use crate::error::{BuildError, CostError};
 use crate::limiter::Cas;
 use crate::ops::sealed::{Build, Lookup, Table as StoreTable};
 use crate::ops::Limiter;
@@ -51,8 +51,9 @@ use table::{Table, SLOTS_PER_LINE};
 /// **Which slots are lock-free.** A key form of 64 bits (`u32`, `u64`, `Ipv4Addr`,
 /// [`Hashed`]) with a 64-bit state (GCRA, EARRRL, the fixed window) shares one 128-bit word
 /// with its state, updated by one CAS: the lock-free slot. A 128-bit key form (`u128`,
-/// `Ipv6Addr`, `IpAddr`) or a 128-bit state (the sliding and sub-windows, exponential, a
-/// pair of quotas) needs more than one CAS covers, so its slot takes a per-slot lock (held
+/// `Ipv6Addr`, `IpAddr`), a 128-bit state (the sliding window, exponential, a pair of
+/// quotas) or a state that is no word (the sliding log, the sub-window) needs more than one
+/// CAS covers, so its slot takes a per-slot lock (held
 /// for one step, never across a call out) under either variant. On a target without a
 /// 16-byte CAS (`portable-atomic` falls back to a lock there), every 128-bit word is behind
 /// a lock.
@@ -169,11 +170,10 @@ where
 {
     type WithClock<C2: Clock> = Compact<K, A, C2, V>;
 
-    /// Allocates the table (`ErrorKind::OutOfMemory` if it cannot be) and starts the
+    /// Allocates the table ([`BuildError::OutOfMemory`] if it cannot be) and starts the
     /// background sweeper if one was asked for.
-    fn build(algo: A, clock: C, options: &Options) -> std::io::Result<(Self, Option<Sweeper>)> {
-        let table = Table::new(algo, clock, options)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
+    fn build(algo: A, clock: C, options: &Options) -> Result<(Self, Option<Sweeper>), BuildError> {
+        let table = Table::new(algo, clock, options)?;
         let table = Arc::new(table);
         let sweeper = table.core.spawn_sweeper(&table, |t| {
             t.sweep();

@@ -14,7 +14,7 @@ use crate::algo::Algorithm;
 use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
-use crate::error::CostError;
+use crate::error::{BuildError, CostError};
 use crate::limiter::{Cas, Locked, Variant};
 use crate::ops::sealed::{Build, Lookup, Table};
 use crate::ops::Limiter;
@@ -33,7 +33,9 @@ const CAPACITY_SAMPLE: usize = 1024;
 ///
 /// With [`Cas`] ([`CasLimiter`]) the hot path for a known key is: clock read → hash →
 /// lock-free lookup → load the state word → pure algorithm step → `compare_exchange_weak`
-/// (retried with backoff on a lost race). It takes no lock and allocates nothing. A key seen
+/// (retried with backoff on a lost race). It allocates nothing, and takes no lock for a word
+/// state (a `u128` one: where the CPU has a 16-byte CAS); the states that are no word (the
+/// sliding log's, the sub-window's) sit behind a per-key mutex, held for the step. A key seen
 /// for the first time is inserted (one allocation). With [`Locked`] ([`MutexLimiter`]) the
 /// same map holds each key's state behind a `parking_lot::Mutex`, and the same step runs under
 /// it.
@@ -113,10 +115,8 @@ where
 {
     type WithClock<C2: Clock> = Map<K, A, C2, V>;
 
-    fn build(algo: A, clock: C, options: &Options) -> std::io::Result<(Self, Option<Sweeper>)> {
-        let shared = Shared::new(algo, clock, options)
-            .with_debts(options)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
+    fn build(algo: A, clock: C, options: &Options) -> Result<(Self, Option<Sweeper>), BuildError> {
+        let shared = Shared::new(algo, clock, options).with_debts(options)?;
         let shared = Arc::new(shared);
         let sweeper = shared.core.spawn_sweeper(&shared, |s| {
             s.sweep();
@@ -190,8 +190,12 @@ where
     ///
     /// While a [`Pinned`] lives, memory of entries removed meanwhile (evicted keys) is not
     /// reclaimed, so pin per batch of requests (a read from a socket, a pipeline of requests),
-    /// not for a thread's lifetime. Decisions are the same as through the limiter; the handle
-    /// is not `Send`.
+    /// not for a thread's lifetime. The handle has [`check`](Limiter::check),
+    /// [`check_n`](Limiter::check_n), [`check_batch`](Limiter::check_batch) and
+    /// [`check_n_batch`](Limiter::check_n_batch) (and `len`, `sweep`, `metrics`), deciding as
+    /// the limiter does; it is neither `Send` nor `Sync`, so it has no
+    /// [`request`](Limiter::request) (no peek, partial grant, take, settle, wait or reserve) and
+    /// is no [`RateLimiter`](crate::RateLimiter): call those on the limiter.
     ///
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};

@@ -164,7 +164,7 @@ pub fn run(shape: Shape, deadline: Duration) -> Result<Report, String> {
     std::thread::spawn(move || {
         let target = match shape.clock {
             ClockKind::Frozen => build(&shape, ManualClock::default()),
-            ClockKind::Coarse => build(&shape, CoarseClock::new(Duration::from_millis(1))),
+            ClockKind::Coarse => build(&shape, CoarseClock::new(Duration::from_millis(1)).unwrap()),
             ClockKind::Exact => build(&shape, QuantaClock::new()),
         };
         let _ = tx.send(flood(&shape, &*target));
