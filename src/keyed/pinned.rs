@@ -1,5 +1,7 @@
 //! [`Pinned`]: the papaya [`Map`](super::Map) pinned for a batch of requests, its epoch guard
-//! held across them: a store of its own, so a pinned limiter offers every operation.
+//! held across them: a store of its own, so a pinned limiter offers the checks and batches
+//! (`check`, `check_n`, `check_batch`, `check_n_batch`); the guard is not `Sync`, so it has no
+//! `request` (peek, partial grant, take, settle, waits).
 
 use super::costs::At;
 use super::Shared;
@@ -15,7 +17,8 @@ use std::fmt;
 use std::hash::Hash;
 
 /// A [`Map`](super::Map) pinned for a batch of requests from one thread; see
-/// [`Limiter::pin`](crate::Limiter::pin). Not `Send`.
+/// [`Limiter::pin`](crate::Limiter::pin). Neither `Send` nor `Sync`: a pinned limiter has
+/// the checks and batches, not `request`.
 pub struct Pinned<'l, K, A: Algorithm, C, V: Variant<A>> {
     pub(crate) shared: &'l Shared<K, A, C, V>,
     pub(crate) guard: papaya::LocalGuard<'l>,

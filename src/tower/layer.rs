@@ -58,8 +58,8 @@ where
     /// [`NonBlocking`](crate::NonBlocking) one (decided in `call`, as a synchronous layer
     /// would), or the Redis backend's
     /// `AsyncRedisLimiter` (one limit shared by every instance; the response future awaits
-    /// the round trip). For a limiter without a quota to advertise (a `ShardedLimiter`, your
-    /// own), pass it as `Arc<dyn NonBlocking<str>>` and set the policy with
+    /// the round trip). For a limiter without a quota to advertise (one of your own), pass it
+    /// as `Arc<dyn NonBlocking<str>>` and set the policy with
     /// [`LayerBuilder::headers`] (`quota`).
     pub fn builder(limiter: Arc<L>, key: X) -> LayerBuilder<L, X, UnitCost, NoPlans> {
         let headers = RateLimitHeaders::for_limiter(&*limiter);
