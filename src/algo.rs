@@ -2,8 +2,7 @@
 //!
 //! Nothing here touches an atomic or a lock. [`Algorithm::update`] decides a request and
 //! updates a state in place; for word states the lock-free store runs it on a local copy of
-//! the word inside its CAS loop, the mutex twin runs it under a lock, and [`WordStep::step`] is
-//! the same function by value, for tests and tools.
+//! the word inside its CAS loop, and the mutex twin runs it under a lock.
 
 mod all_of;
 mod earrrl;
@@ -17,7 +16,7 @@ mod window;
 
 pub use crate::config::parse_duration;
 pub use all_of::{AllOf, Pair, PairState};
-pub use earrrl::{Earrrl, EarrrlPair, IDLE_EPSILON};
+pub use earrrl::{Earrrl, IDLE_EPSILON};
 pub use exponential::Exponential;
 pub use fixed_window::FixedWindow;
 pub use gcra::{Gcra, Reservation};
@@ -51,7 +50,7 @@ pub trait State:
 /// Floats are stored as their bits (`f64::to_bits`). All ones (`u64::MAX`, `u128::MAX`) is
 /// reserved for the stores (the eviction tombstone); no algorithm stores it (a NaN in float
 /// words, a time of 584 years in GCRA's, which saturates one below). Sealed.
-pub trait Word: State + Copy + Eq {}
+pub(crate) trait Word: State + Copy + Eq {}
 
 macro_rules! states {
     (words: $($w:ty),*; others: $($t:ty $(, <$($g:ident),*>)?);*) => {
@@ -67,7 +66,7 @@ states!(words: u64, u128; others: LogState; BucketState; PairState<A, B>, <A, B>
 /// The result of one step by value: the decision, and the new state word (`None` when the
 /// state is unchanged, so a store can skip the write).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Step<S> {
+pub(crate) struct Step<S> {
     /// The answer to the request.
     pub decision: Decision,
     /// The state to store, if it changed.
@@ -273,23 +272,15 @@ pub trait Reconfigure: Algorithm + Copy {
 }
 
 /// [`Algorithm::update`] by value, for algorithms whose state is a [`Word`]: the pure
-/// `(old state, now, cost) -> (new state, Decision)` form.
-///
-/// ```
-/// use hotlimit::algo::{Algorithm, Gcra};
-/// use hotlimit::algo::WordStep;
-///
-/// let gcra: Gcra = "10/s burst 1".parse()?;
-/// let first = gcra.step(gcra.fresh(), 0, 1);
-/// assert_eq!(first.state, Some(100_000_000)); // tat = one emission interval
-/// assert!(gcra.step(first.state.unwrap(), 0, 1).decision.is_denied());
-/// # Ok::<(), hotlimit::ConfigError>(())
-/// ```
-pub trait WordStep: Algorithm {
+/// `(old state, now, cost) -> (new state, Decision)` form the stores' CAS loops and the
+/// fleet's merges run.
+#[cfg(any(test, feature = "redis"))]
+pub(crate) trait WordStep: Algorithm {
     /// Decides one request for a key in `state`, returning the decision and the new word.
     fn step(&self, state: Self::State, now: u64, cost: u64) -> Step<Self::State>;
 }
 
+#[cfg(any(test, feature = "redis"))]
 impl<A: Algorithm> WordStep for A
 where
     A::State: Word,

@@ -77,15 +77,14 @@ const NONE: u64 = u64::MAX;
 ///
 /// ```
 /// use hotlimit::{algo::{Algorithm, Gcra}, Rate};
-/// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///
 /// let gcra = Gcra::new("10/s".parse()?)?.with_burst(1)?;
-/// let first = gcra.step(gcra.fresh(), 0, 1);
-/// assert!(first.decision.is_allowed());
-/// let second = gcra.step(first.state.unwrap(), 0, 1);
-/// assert!(!second.decision.is_allowed());
-/// assert_eq!(second.decision.retry_after(), Duration::from_millis(100));
+/// let mut state = gcra.fresh();
+/// assert!(gcra.update(&mut state, 0, 1).is_allowed());
+/// let second = gcra.update(&mut state, 0, 1);
+/// assert!(!second.is_allowed());
+/// assert_eq!(second.retry_after(), Duration::from_millis(100));
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 #[derive(Clone, Copy)]

@@ -104,7 +104,7 @@
 //! table beside the store).
 //!
 //! The rest of the surface sits in modules: [`algo`] (the algorithms, the [`algo::Algorithm`]
-//! trait and its step machinery: [`algo::State`], [`algo::WordStep`], [`algo::Reconfigure`])
+//! trait and its companions: [`algo::State`], [`algo::Reconfigure`])
 //! and [`store`] (what the limiters' signatures name: the builder, variants, compact key
 //! types, sweep reports).
 //!
@@ -124,8 +124,8 @@
 //! further). [`Policy::Strict`]: every request counts, so a client that keeps hammering stays
 //! locked out until it slows down.
 //!
-//! Every algorithm is a pure state machine, [`Algorithm::update`](algo::Algorithm::update) (in place) or
-//! [`algo::WordStep::step`] (by value, for word states), usable on its own. Algorithms name
+//! Every algorithm is a pure state machine, [`Algorithm::update`](algo::Algorithm::update) (a
+//! state updated in place), usable on its own. Algorithms name
 //! no storage: how a store keeps each state is the store's business.
 //!
 //! # Consistency

@@ -3,7 +3,8 @@
 
 mod common;
 
-use hotlimit::algo::{Algorithm, AllOf, Earrrl, Gcra, SlidingLog, WordStep};
+use common::step::WordStep;
+use hotlimit::algo::{Algorithm, AllOf, Earrrl, Gcra, SlidingLog};
 use hotlimit::store::{Locked, Variant};
 use hotlimit::{
     CasLimiter, Clock, DirectLimiter, Jitter, KeyedLimiter, Live, ManualClock, MutexLimiter,

@@ -7,12 +7,16 @@
 //! the direct limiter (one cell) rather than the papaya map, which loom does not model.
 #![cfg(hotlimit_loom)]
 
-use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, WordStep};
+#[path = "common/step.rs"]
+mod step;
+
+use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog};
 use hotlimit::store::{Locked, Variant};
 use hotlimit::{DirectLimiter, ManualClock, Policy, QuantaClock, Rate};
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
+use step::WordStep;
 
 const T: u64 = 10_000_000; // 100/s
 

@@ -4,9 +4,10 @@
 
 mod common;
 
+use common::step::WordStep;
 use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, Reservation, SlidingLog, SlidingWindow,
-    SubWindow, WordStep, CLOCK_MAX,
+    SubWindow, CLOCK_MAX,
 };
 use hotlimit::{CasLimiter, Clock, ConfigError, Field, ManualClock, Policy, Rate};
 use std::time::Duration;

@@ -23,9 +23,9 @@ pub const IDLE_EPSILON: f64 = 1e-9;
 ///
 /// The lock-free store keeps ONE word: the virtual time `S = T + ln(N)/λ` (seconds, as `f64`
 /// bits; a fresh key has `S = −∞`). Then the rate is `λ·e^{λ(S−now)}` and the update is
-/// `S ← now + ln(c + e^{λ(S−now)})/λ`. [`Earrrl::step_pair`] runs the textbook two-field form
-/// ([`EarrrlPair`]); property tests check both give the same decisions and rates (to 1e-9
-/// relative) over long random traces.
+/// `S ← now + ln(c + e^{λ(S−now)})/λ`. Property tests run the textbook two-field form `(N, T)`
+/// beside it (tests/common/earrrl_pair.rs) and check both give the same decisions and rates
+/// (to 1e-9 relative) over long random traces.
 ///
 /// The mutex twin runs the one-word step under its lock, like every other algorithm: two float
 /// forms agree in decisions but not in the last bits of the rate, and the twins must print
@@ -49,12 +49,12 @@ pub const IDLE_EPSILON: f64 = 1e-9;
 ///
 /// ```
 /// use hotlimit::{algo::{Algorithm, Earrrl}, Rate};
-/// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///
 /// let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0)?)?;
-/// let s = e.step(e.fresh(), 0, 1).state.unwrap();
-/// let d = e.step(s, 250_000_000, 1).decision;
+/// let mut s = e.fresh();
+/// let _ = e.update(&mut s, 0, 1);
+/// let d = e.update(&mut s, 250_000_000, 1);
 /// assert!((d.rate().unwrap() - 0.317809383554).abs() < 1e-12);
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
@@ -205,51 +205,6 @@ impl Earrrl {
             self.rate_at(s, secs(now_ns.saturating_add(w))) <= self.max_rate
         })
     }
-
-    /// The textbook two-field form of [`Algorithm::update`]: decides a request of `cost` at
-    /// `now_ns` for a key in state `st`, updating it in place. A reference implementation,
-    /// kept to check the one-word form against.
-    ///
-    /// ```
-    /// use hotlimit::{algo::{Algorithm, Earrrl, EarrrlPair}, Rate};
-    /// use hotlimit::algo::WordStep;
-    /// use std::time::Duration;
-    ///
-    /// let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0)?)?;
-    /// let mut pair = EarrrlPair::FRESH;
-    /// e.step_pair(&mut pair, 0, 1);
-    /// let d = e.step_pair(&mut pair, 250_000_000, 1);
-    /// let word = e.step(e.step(e.fresh(), 0, 1).state.unwrap(), 250_000_000, 1).decision;
-    /// assert!((d.rate().unwrap() / word.rate().unwrap() - 1.0).abs() < 1e-12);
-    /// # Ok::<(), hotlimit::ConfigError>(())
-    /// ```
-    pub fn step_pair(&self, st: &mut EarrrlPair, now_ns: u64, cost: u64) -> Decision {
-        let now_ns = clamp(now_ns);
-        // Forget a residual below ε·R by the one-word form's own test, on S = T + ln(N)/λ.
-        if st.n > 0.0 && self.idle_at(&(st.t + st.n.ln() / self.lambda).to_bits()) <= now_ns {
-            st.n = 0.0;
-        }
-        // The two-field form knows T, so it can clamp a clock read that went backwards.
-        let now = secs(now_ns).max(st.t);
-        let decay = (self.lambda * (st.t - now)).exp();
-        let rate = st.n * self.lambda * decay;
-        let allowed = rate <= self.max_rate;
-        if allowed || self.policy == Policy::Strict {
-            st.n = cost as f64 + st.n * decay;
-            st.t = now;
-        }
-        if allowed {
-            return Decision::allowed().with_rate(rate);
-        }
-        let (n, t) = (st.n, st.t);
-        let guess =
-            (t - now + (n * self.lambda / self.max_rate).ln() / self.lambda) * NANOS_PER_SEC;
-        let wait = honest_wait(guess, |w| {
-            let later = secs(now_ns.saturating_add(w)).max(t);
-            n * self.lambda * (self.lambda * (t - later)).exp() <= self.max_rate
-        });
-        Decision::denied_ns(wait).with_rate(rate)
-    }
 }
 
 #[inline]
@@ -385,21 +340,6 @@ fn unordered(key: u64) -> u64 {
     } else {
         !key
     }
-}
-
-/// EARRRL's textbook two-field state: `n` requests assumed to have arrived together at `t`
-/// (seconds since the clock's origin), for [`Earrrl::step_pair`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EarrrlPair {
-    /// N, cost units.
-    pub n: f64,
-    /// T, seconds since the clock's origin.
-    pub t: f64,
-}
-
-impl EarrrlPair {
-    /// The state of a key never seen: no requests.
-    pub const FRESH: EarrrlPair = EarrrlPair { n: 0.0, t: 0.0 };
 }
 
 /// EARRRL's state is the key's measured rate, valid under any limit: it is kept as is.

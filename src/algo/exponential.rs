@@ -38,16 +38,13 @@ const MIN_INTERVAL: f64 = 1e-10;
 ///
 /// ```
 /// use hotlimit::algo::{Algorithm, Exponential};
-/// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///
 /// let e = Exponential::new(10.0, Duration::from_secs(60))?;
 /// let mut s = e.fresh();
 /// let mut allowed = 0;
 /// for _ in 0..20 {
-///     let step = e.step(s, 0, 3);
-///     allowed += step.decision.is_allowed() as u32;
-///     s = step.state.unwrap_or(s);
+///     allowed += e.update(&mut s, 0, 3).is_allowed() as u32;
 /// }
 /// assert_eq!(allowed, 3); // ⌊10 / 3⌋
 /// # Ok::<(), hotlimit::ConfigError>(())

@@ -30,7 +30,6 @@ use std::time::Duration;
 ///
 /// ```
 /// use hotlimit::{algo::{Algorithm, Gcra}, Policy, Rate};
-/// use hotlimit::algo::WordStep;
 /// use std::time::Duration;
 ///
 /// let gcra = Gcra::new(Rate::per_second_of(10.0)?)?.with_burst(5)?;
@@ -160,10 +159,10 @@ impl Gcra {
     ///
     /// ```
     /// use hotlimit::algo::{Algorithm, Gcra};
-    /// use hotlimit::algo::WordStep;
     ///
     /// let g: Gcra = "10/s burst 5".parse()?;
-    /// let tat = g.step(g.fresh(), 0, 3).state.unwrap();
+    /// let mut tat = g.fresh();
+    /// assert!(g.update(&mut tat, 0, 3).is_allowed());
     /// assert_eq!(g.tokens(tat, 0), 2);
     /// assert_eq!(g.tokens(tat, 100_000_000), 3); // one token refilled after T = 100 ms
     /// # Ok::<(), hotlimit::ConfigError>(())

@@ -4,6 +4,7 @@
 
 #[path = "../../benches/common/sharded.rs"]
 pub mod sharded;
+pub mod step;
 use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
     SlidingWindow, SubWindow,

@@ -22,7 +22,9 @@ use ::redis::Value;
 use std::fmt::{Debug, Display};
 use std::str::FromStr;
 
-/// How one algorithm's states add up across instances. Sealed (private module).
+/// How one algorithm's states add up across instances. Sealed (private module), so its
+/// crate-private supertrait bounds nothing a user can implement.
+#[allow(private_bounds)]
 pub trait Merge:
     WordStep<State = Self::Word> + Clone + PartialEq + Debug + Send + Sync + 'static
 {
