@@ -5,9 +5,7 @@
 //! ([`Started`], [`LimiterError`]). The limiters themselves are at the crate root.
 
 pub use crate::compact::Compact;
-pub use crate::compact::{
-    CompactKey, CompactVariant, Hashed, KeyRepr, ProbeStats, DEFAULT_MAX_KEYS,
-};
+pub use crate::compact::{CompactKey, CompactVariant, Hashed, ProbeStats, DEFAULT_MAX_KEYS};
 pub use crate::decision::Ticket;
 pub use crate::direct::Single;
 pub use crate::error::QuotaError;

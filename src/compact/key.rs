@@ -6,8 +6,8 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// A key type the compact store can hold inline: it maps to a fixed-size form
-/// ([`Repr`](CompactKey::Repr), `u64` or `u128`).
+/// A key type the compact store can hold inline: it maps to a fixed-size form (`u64` or
+/// `u128`). Sealed: a key type of your own is held as a [`Hashed`] key.
 ///
 /// Implemented for `u32`, `u64`, `u128`, [`Ipv4Addr`], [`Ipv6Addr`], [`IpAddr`] (IPv4 as its
 /// IPv4-mapped IPv6 address, so `203.0.113.7` and `::ffff:203.0.113.7` are one key) — all
@@ -23,24 +23,38 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// assert!(l.check(&42).is_denied());
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
-pub trait CompactKey: 'static {
-    /// The inline form.
-    type Repr: KeyRepr;
-    /// What a request names the key by (`str` for a `Hashed<String>`).
-    type Lookup: ?Sized;
-    /// The inline form of `key`. `hasher` is the limiter's seeded hasher, used by [`Hashed`].
-    fn repr(key: &Self::Lookup, hasher: &ahash::RandomState) -> Self::Repr;
+pub trait CompactKey: sealed::Inline {}
 
-    /// The 64-bit hash that places `repr` in the table (its home line and first slot): `repr`
-    /// hashed with the limiter's seeded `hasher`. A [`Hashed`] key is such a hash already and
-    /// is its own placement, so a check hashes it once.
-    #[inline(always)]
-    fn place(repr: Self::Repr, hasher: &ahash::RandomState) -> u64 {
-        hasher.hash_one(repr)
+impl<K: sealed::Inline> CompactKey for K {}
+
+/// How a key type becomes its inline form: the crate's own (sealed; a type of yours is a
+/// [`Hashed`] key).
+pub(crate) mod sealed {
+    use super::KeyRepr;
+
+    /// A key type's inline form and how to compute it.
+    pub trait Inline: 'static {
+        /// The inline form.
+        type Repr: KeyRepr;
+        /// What a request names the key by (`str` for a `Hashed<str>`).
+        type Lookup: ?Sized;
+        /// The inline form of `key`. `hasher` is the limiter's seeded hasher, used by
+        /// [`Hashed`](super::Hashed).
+        fn repr(key: &Self::Lookup, hasher: &ahash::RandomState) -> Self::Repr;
+
+        /// The 64-bit hash that places `repr` in the table (its home line and first slot):
+        /// `repr` hashed with the limiter's seeded `hasher`. A [`Hashed`](super::Hashed) key
+        /// is such a hash already and is its own placement, so a check hashes it once.
+        #[inline(always)]
+        fn place(repr: Self::Repr, hasher: &ahash::RandomState) -> u64 {
+            hasher.hash_one(repr)
+        }
     }
 }
 
-impl CompactKey for u64 {
+use sealed::Inline;
+
+impl Inline for u64 {
     type Repr = u64;
     type Lookup = u64;
     #[inline(always)]
@@ -49,7 +63,7 @@ impl CompactKey for u64 {
     }
 }
 
-impl CompactKey for u32 {
+impl Inline for u32 {
     type Repr = u64;
     type Lookup = u32;
     #[inline(always)]
@@ -58,7 +72,7 @@ impl CompactKey for u32 {
     }
 }
 
-impl CompactKey for u128 {
+impl Inline for u128 {
     type Repr = u128;
     type Lookup = u128;
     #[inline(always)]
@@ -67,7 +81,7 @@ impl CompactKey for u128 {
     }
 }
 
-impl CompactKey for Ipv4Addr {
+impl Inline for Ipv4Addr {
     type Repr = u64;
     type Lookup = Ipv4Addr;
     #[inline(always)]
@@ -76,7 +90,7 @@ impl CompactKey for Ipv4Addr {
     }
 }
 
-impl CompactKey for Ipv6Addr {
+impl Inline for Ipv6Addr {
     type Repr = u128;
     type Lookup = Ipv6Addr;
     #[inline(always)]
@@ -85,7 +99,7 @@ impl CompactKey for Ipv6Addr {
     }
 }
 
-impl CompactKey for IpAddr {
+impl Inline for IpAddr {
     type Repr = u128;
     type Lookup = IpAddr;
     #[inline(always)]
@@ -123,7 +137,7 @@ impl<T: ?Sized> fmt::Debug for Hashed<T> {
     }
 }
 
-impl<T: Hash + ?Sized + 'static> CompactKey for Hashed<T> {
+impl<T: Hash + ?Sized + 'static> Inline for Hashed<T> {
     type Repr = u64;
     type Lookup = T;
     #[inline(always)]

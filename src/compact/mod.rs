@@ -7,7 +7,7 @@ pub(crate) mod slot;
 pub(crate) mod table;
 
 pub use key::{CompactKey, Hashed};
-pub use slot::{CompactVariant, KeyRepr};
+pub use slot::CompactVariant;
 pub use table::{ProbeStats, DEFAULT_MAX_KEYS};
 
 use crate::algo::Algorithm;

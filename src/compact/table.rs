@@ -54,7 +54,8 @@ struct SharedPass {
 #[repr(align(64))]
 struct Line<T>([T; SLOTS_PER_LINE]);
 
-pub(crate) type SlotOf<K, A, V> = <V as VariantSlot<A>>::Slot<<K as CompactKey>::Repr>;
+pub(crate) type SlotOf<K, A, V> =
+    <V as VariantSlot<A>>::Slot<<K as crate::compact::key::sealed::Inline>::Repr>;
 
 /// Everything the requests and the sweeper thread share: the table and the store core.
 pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: CompactVariant<A>> {
