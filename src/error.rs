@@ -285,7 +285,7 @@ impl std::error::Error for CostError {}
 /// was refused before it was decided; nothing was counted.
 ///
 /// ```
-/// use hotlimit::{algo::FixedWindow, store::QuotaError, CasLimiter, CostError};
+/// use hotlimit::{algo::FixedWindow, QuotaError, CasLimiter, CostError};
 /// use std::time::Duration;
 ///
 /// let l = CasLimiter::<String, _>::new(FixedWindow::new(100, Duration::from_secs(60))?);
@@ -340,12 +340,12 @@ impl From<CostError> for QuotaError {
     }
 }
 
-/// Why a settle was refused: the [`Ticket`](crate::store::Ticket) was taken from another limiter or
+/// Why a settle was refused: the [`Ticket`](crate::Ticket) was taken from another limiter or
 /// for another key. Nothing changed and the ticket stays open, so the right settle can follow
 /// (settled where it was not taken, it would refund or charge another client).
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, store::QuotaError, CasLimiter, ManualClock, TicketError};
+/// use hotlimit::{algo::Gcra, QuotaError, CasLimiter, ManualClock, TicketError};
 ///
 /// let l = CasLimiter::<String, Gcra>::with_clock("100/min".parse()?, ManualClock::default());
 /// let mut ticket = l.request("alice").cost(30).take()?;

@@ -219,7 +219,7 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
 
     /// Why a [`Request`] could not be decided: a cost that can never be admitted, a quota
     /// that cannot read the limiter's states, a ticket from elsewhere
-    /// ([`QuotaError`](crate::store::QuotaError) in memory), a backend's failure.
+    /// ([`QuotaError`](crate::QuotaError) in memory), a backend's failure.
     type Error: std::error::Error + From<CostError> + Send + Sync + 'static;
 
     /// [`Request::check`]: decides `ask` for `key`, counting it.

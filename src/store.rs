@@ -6,9 +6,7 @@
 
 pub use crate::compact::Compact;
 pub use crate::compact::{CompactKey, CompactVariant, Hashed, ProbeStats, DEFAULT_MAX_KEYS};
-pub use crate::decision::Ticket;
 pub use crate::direct::Single;
-pub use crate::error::QuotaError;
 pub use crate::keyed::{Map, Pinned};
 pub use crate::limiter::{Cas, LimiterError, Locked, Started, Variant};
 pub use crate::ops::{Keys, Store};

@@ -852,7 +852,7 @@ fn partial_grants_take_what_is_in_hand() {
     assert!(granted == 0 && d.is_denied());
     assert!(matches!(
         w.request("k").cost(0).up_to(),
-        Err(hotlimit::store::QuotaError::Cost(hotlimit::CostError::Zero))
+        Err(hotlimit::QuotaError::Cost(hotlimit::CostError::Zero))
     ));
 }
 
@@ -1210,7 +1210,7 @@ fn per_request_window_quotas_are_shared_exactly() {
     let before = a.metrics().keys;
     assert!(matches!(
         a.request("other").quota(&minute).check(),
-        Err(hotlimit::store::QuotaError::Quota(_))
+        Err(hotlimit::QuotaError::Quota(_))
     ));
     assert_eq!(a.metrics().keys, before);
     // A cost the request's quota admits, beyond the limiter's own capacity.
@@ -1264,7 +1264,7 @@ fn a_hybrid_limiter_takes_a_bounded_number_of_quotas() {
     }
     let refused = l.request("k").quota(&quota(70_000)).check();
     assert!(
-        matches!(&refused, Err(hotlimit::store::QuotaError::Quota(e)) if e.field() == Field::Quota),
+        matches!(&refused, Err(hotlimit::QuotaError::Quota(e)) if e.field() == Field::Quota),
         "{refused:?}"
     );
     assert!(l

@@ -39,11 +39,12 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
     SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Cas, Locked, QuotaError, Ticket};
+use hotlimit::store::{Cas, Locked};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, Decision, DirectLimiter, Live, ManualClock, MutexLimiter,
     Policy, QuantaClock, Rate, RateLimiter, Requests,
 };
+use hotlimit::{QuotaError, Ticket};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

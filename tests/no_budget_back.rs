@@ -15,11 +15,12 @@ use hotlimit::algo::{
     Algorithm, AllOf, Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog,
     SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Cas, Locked, QuotaError, Ticket};
+use hotlimit::store::{Cas, Locked};
 use hotlimit::{
     CasLimiter, CompactLimiter, ConfigError, Decision, Live, ManualClock, MutexLimiter, Policy,
     Rate,
 };
+use hotlimit::{QuotaError, Ticket};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::time::Duration;

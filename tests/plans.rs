@@ -10,7 +10,7 @@ mod common;
 use hotlimit::algo::{
     Bias, Earrrl, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
 };
-use hotlimit::store::QuotaError;
+use hotlimit::QuotaError;
 use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, DirectLimiter, Field, Live,

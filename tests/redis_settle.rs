@@ -9,8 +9,8 @@ use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
-use hotlimit::store::Ticket;
 use hotlimit::Requests;
+use hotlimit::Ticket;
 use hotlimit::{
     CasLimiter, ConfigError, CostError, Decision, ManualClock, Policy, Rate, TicketError,
 };

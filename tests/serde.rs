@@ -168,7 +168,7 @@ fn a_ticket_round_trips_and_settles_as_the_original() {
     );
     let ticket = l.request("k").cost(6).take().unwrap();
     let json = serde_json::to_string(&ticket).unwrap();
-    let mut back: hotlimit::store::Ticket = serde_json::from_str(&json).unwrap();
+    let mut back: hotlimit::Ticket = serde_json::from_str(&json).unwrap();
     assert_eq!(back, ticket);
     assert!(l.request("other").settle(&mut back, 0).is_err());
     assert!(back.is_open());

@@ -9,12 +9,12 @@ mod common;
 use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
-use hotlimit::store::{QuotaError, Ticket};
 use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
     MutexLimiter, Policy, Rate,
 };
+use hotlimit::{QuotaError, Ticket};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -11,7 +11,8 @@ use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, Reservation, SlidingLog, SlidingWindow,
     SubWindow,
 };
-use hotlimit::store::{Cas, Keys, Locked, QuotaError, SweepReport};
+use hotlimit::store::{Cas, Keys, Locked, SweepReport};
+use hotlimit::QuotaError;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, Decision, DirectLimiter, Jitter,
     Limiter, Live, ManualClock, Metrics, MutexLimiter, Policy, RateLimiter,

@@ -18,7 +18,7 @@ use hotlimit::algo::{
 use hotlimit::redis::{
     AsyncRedisLimiter, BackendError, HybridAlgorithm, HybridLimiter, RedisAlgorithm,
 };
-use hotlimit::store::Ticket;
+use hotlimit::Ticket;
 use hotlimit::{CasLimiter, Clock, Decision, ManualClock, Requests};
 
 use crate::config::Algorithm;
@@ -92,10 +92,10 @@ impl std::fmt::Display for EngineError {
     }
 }
 
-impl From<hotlimit::store::QuotaError> for EngineError {
-    fn from(e: hotlimit::store::QuotaError) -> Self {
+impl From<hotlimit::QuotaError> for EngineError {
+    fn from(e: hotlimit::QuotaError) -> Self {
         match e {
-            hotlimit::store::QuotaError::Cost(c) => EngineError::Cost(c.to_string()),
+            hotlimit::QuotaError::Cost(c) => EngineError::Cost(c.to_string()),
             other => EngineError::Ticket(other.to_string()),
         }
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
-use hotlimit::store::Ticket;
+use hotlimit::Ticket;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 

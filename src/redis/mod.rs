@@ -128,7 +128,7 @@
 //!
 //! # Settle, partial grants, plans
 //!
-//! As the in-memory stores: [`request`](crate::Requests::request)'s `take` returns a [`Ticket`](crate::store::Ticket)
+//! As the in-memory stores: [`request`](crate::Requests::request)'s `take` returns a [`Ticket`](crate::Ticket)
 //! (with Redis' time of the decision and a reservation id), its `settle` refunds or
 //! charges the difference in one script call, **idempotent per reservation**: the script sets a
 //! mark key (`SET NX`, kept [`SETTLE_MARK_TTL`]) before it applies anything, and a retried settle

@@ -10,7 +10,7 @@ use super::{KeyExtractor, LayerBuilder, RequestCost};
 use crate::headers::Fields;
 use crate::limiter::{AsyncRateLimiter, LimiterError};
 use crate::request::Requests;
-use crate::store::Ticket;
+use crate::Ticket;
 use http::{Request, Response, StatusCode};
 use std::fmt;
 use std::future::Future;

@@ -9,11 +9,12 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
     SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Ask, Cas, Locked, QuotaError, Ticket};
+use hotlimit::store::{Ask, Cas, Locked};
 use hotlimit::{
     CasLimiter, CompactLimiter, Decision, DirectLimiter, Live, ManualClock, MutexLimiter, Policy,
     QuantaClock, Rate, RateLimiter, Requests,
 };
+use hotlimit::{QuotaError, Ticket};
 use sharded::ShardedLimiter;
 use std::time::Duration;
 

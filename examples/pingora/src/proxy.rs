@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 use hotlimit::headers::{Action, HeaderField, Mode, RateLimitHeaders, Verdict};
-use hotlimit::store::Ticket;
 use hotlimit::tower::{ForwardedIp, Key, KeyExtractor};
+use hotlimit::Ticket;
 use hotlimit::{RateLimiter, Requests};
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
 
