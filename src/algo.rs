@@ -82,6 +82,14 @@ pub(crate) struct Step<S> {
 /// Callers (the limiters) reject a cost of 0 or above [`capacity`](Algorithm::capacity)
 /// before calling it; it must still not panic on any input.
 ///
+/// An algorithm of your own keeps its state in a `u64` or `u128` word and answers with
+/// [`Decision::allowed`](crate::Decision::allowed) and
+/// [`Decision::denied`](crate::Decision::denied); it then runs on every in-memory store, its
+/// debts kept through capacity eviction, and behind the tower layer (with
+/// [`AdvertisedQuota`](https://docs.rs/hotlimit/latest/hotlimit/headers/trait.AdvertisedQuota.html)):
+/// `tests/outside_algorithm.rs` is one, a token bucket refilled on ticks, checked against its
+/// own sequential model on each store.
+///
 /// # Examples
 ///
 /// ```
