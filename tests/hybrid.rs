@@ -209,7 +209,7 @@ fn admissions_beyond_the_lease_are_charged() {
         .key_prefix("t:")
         .build()
         .unwrap();
-    drop(h); // hands back whatever it leased meanwhile
+    h.shutdown(); // hands back whatever it leased meanwhile
     let mut left = 0;
     while r.check("k").is_allowed() {
         left += 1;
@@ -764,7 +764,7 @@ fn a_refund_returns_units_to_the_lease_and_on_to_the_fleet() {
     let tickets = drain_takes(&a, "k", 3, 1, 4);
     // Without refunds to the lease, three tickets of 3 would have spent 9 of the 10.
     assert!(tickets > 3, "{tickets} tickets, {:?}", a.stats());
-    drop(a); // hands back what its lease still holds
+    a.shutdown(); // hands back what its lease still holds
     let r = RedisLimiter::builder(server.url(), gcra)
         .key_prefix("t:")
         .build()
@@ -819,7 +819,7 @@ fn settled_costs_reach_the_shared_state() {
             !h.request("k").settle(&mut ticket, actual).unwrap(),
             "settled once"
         );
-        drop(h); // the last round: the lease handed back, the debt charged
+        h.shutdown(); // the last round: the lease handed back, the debt charged
         let r = RedisLimiter::builder(server.url(), gcra)
             .key_prefix(prefix.as_str())
             .build()
@@ -954,6 +954,47 @@ fn stalled(proxy: &Proxy, prefix: &str, gcra: Gcra, share: f64) -> HybridLimiter
     )
 }
 
+/// A drop only signals: with Redis stalled under the round that charges two admissions, it
+/// returns while that call is still held (a drop that waited for its threads would wait out
+/// the hour-long I/O timeout: it is given 10 s on a thread of its own), and the threads still
+/// make their last sync once Redis answers.
+// Pins G21.
+#[test]
+fn a_drop_never_waits_for_redis_and_the_last_sync_still_lands() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let proxy = Proxy::start(([127, 0, 0, 1], server.port).into());
+    let l = current(
+        HybridLimiter::builder(proxy.url(), hourly(8))
+            .redis(|r| r.key_prefix("drop:").io_timeout(Duration::from_secs(3600)))
+            .sync_interval(Duration::from_millis(5))
+            .fallback(Fallback::share(0.25).unwrap())
+            .build()
+            .unwrap(),
+    );
+    proxy.faults.stall(true);
+    assert_eq!((0..2).filter(|_| l.check("k").is_allowed()).count(), 2);
+    eventually("the round's call out", || {
+        proxy.faults.held_calls.load(Ordering::Relaxed) > 0
+    });
+    let (dropped, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(l);
+        let _ = dropped.send(());
+    });
+    let returned = done.recv_timeout(Duration::from_secs(10));
+    proxy.faults.stall(false);
+    assert!(returned.is_ok(), "the drop waited on the stalled call");
+    let r = RedisLimiter::builder(server.url(), hourly(8))
+        .key_prefix("drop:")
+        .build()
+        .unwrap();
+    eventually("the last sync's charge", || {
+        r.request("k").peek().unwrap().remaining() == Some(5)
+    });
+}
+
 /// A key fresh to the fleet, its instances deciding at once beyond their leases: each admits
 /// its `⌊share × B⌋` ahead of Redis, `N × ⌊share × B⌋` in all, charged at the next round:
 /// within the burst once the shares add up to at most 1 (`share ≤ 1/N`), above it by what they
@@ -994,7 +1035,7 @@ fn a_fresh_key_at_once_on_every_instance_stays_within_the_burst_once_shares_add_
             assert_eq!((s.degraded, s.denied_waiting), (0, burst - each), "{s:?}");
         }
         // Closing rounds charge what each admitted: Redis' TAT holds every admission.
-        drop(fleet);
+        fleet.into_iter().for_each(HybridLimiter::shutdown);
         let r = RedisLimiter::builder(server.url(), gcra)
             .key_prefix(prefix.as_str())
             .build()
@@ -1037,7 +1078,7 @@ fn a_call_out_to_redis_still_counts_against_the_budget_ahead_of_it() {
     proxy.faults.stall(false);
     // Charged: the rest of the burst, and no more (nothing refills in the test's time).
     assert_eq!(drain(&l, "k", 5), burst - 2);
-    drop(l);
+    l.shutdown();
     let r = RedisLimiter::builder(server.url(), hourly(burst))
         .key_prefix("g47-out:")
         .build()

@@ -30,7 +30,7 @@ fn eventually(mut cond: impl FnMut() -> bool) -> bool {
 
 // Pins G21.
 #[test]
-fn sweeper_runs_and_is_joined_on_drop() {
+fn sweeper_runs_and_ends_with_its_limiter() {
     let gcra: Gcra = "10/s burst 5".parse().unwrap();
     let clock = ManualClock::default();
     // An interval of an hour: the sweeps below can only come from wake-ups, and dropping

@@ -158,6 +158,8 @@ trait Local: Send + Sync {
     fn peek(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision>;
     fn take(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Ticket>;
     fn settle(&self, key: Key<'_>, quota: &Algorithm, t: &mut Ticket, actual: u64) -> Answer<bool>;
+    /// Ends the limiter, waiting for whatever it still sends (the fleet limiter's last sync).
+    fn shutdown(self: Box<Self>) {}
 }
 
 /// A class's limiter in memory, keyed by the hash.
@@ -211,6 +213,11 @@ where
     fn settle(&self, key: Key<'_>, quota: &Algorithm, t: &mut Ticket, actual: u64) -> Answer<bool> {
         let q = A::pick(quota).ok_or_else(wrong_class)?;
         Ok(self.0.request(key.text).quota(q).settle(t, actual)?)
+    }
+    /// The last sync (leases handed back, debts charged), waited for: the engine is dropped
+    /// off the runtime's threads ([`retire`]), or at exit after the runtime stopped.
+    fn shutdown(self: Box<Self>) {
+        self.0.shutdown();
     }
 }
 
@@ -283,6 +290,16 @@ impl<A: RedisAlgorithm + Pick + Send + Sync + 'static> Remote for AsyncRedisLimi
 
 /// A class's limiter.
 pub struct Engine(Kind);
+
+impl Drop for Engine {
+    /// Shuts the limiter down, waiting for its last sync: an engine is only dropped off the
+    /// runtime's worker threads ([`retire`]).
+    fn drop(&mut self) {
+        if let Kind::Local(local) = std::mem::replace(&mut self.0, Kind::DenyAll(Duration::ZERO)) {
+            local.shutdown();
+        }
+    }
+}
 
 enum Kind {
     /// `requests_per_unit: 0`: every request over the limit, back in one unit.
@@ -488,8 +505,8 @@ impl Engines {
     }
 
     /// Forgets every limiter but those `keep` names (after a reload); a dropped one is
-    /// dropped off the runtime's threads once no request holds it (its `Drop` may join a
-    /// thread: the fleet limiter's).
+    /// dropped off the runtime's threads once no request holds it (its `Drop` waits for the
+    /// fleet limiter's last sync).
     pub fn retain(&self, keep: &std::collections::HashSet<String>) {
         let gone: Vec<Arc<Engine>> = {
             let mut classes = self.lock();
@@ -639,7 +656,8 @@ where
 }
 
 /// Drops `engine` on a blocking thread once no request holds it: the last `Arc` of a limiter
-/// never goes on a runtime worker, where its `Drop` (a join, a last sync) would block others.
+/// never goes on a runtime worker, where its `Drop` (the fleet limiter's last sync, waited
+/// for) would block others.
 pub fn retire<T: Send + Sync + 'static>(engine: Arc<T>) {
     let wait = move || {
         while Arc::strong_count(&engine) > 1 {

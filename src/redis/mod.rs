@@ -311,6 +311,9 @@ pub enum BackendError {
     /// A settle's ticket was taken for another key, or from another limiter (in memory, or
     /// a client of another key prefix); nothing was sent and the ticket stays open.
     Ticket(TicketError),
+    /// A thread the limiter needs (the fleet limiter's sync and subscription threads) could
+    /// not be started.
+    Spawn(std::io::Error),
 }
 
 impl BackendError {
@@ -327,7 +330,8 @@ impl BackendError {
             | BackendError::Unavailable
             | BackendError::TimeOutOfRange(_)
             | BackendError::Config(_)
-            | BackendError::Ticket(_) => false,
+            | BackendError::Ticket(_)
+            | BackendError::Spawn(_) => false,
         }
     }
 
@@ -384,6 +388,7 @@ impl fmt::Display for BackendError {
             ),
             BackendError::Config(e) => e.fmt(f),
             BackendError::Ticket(e) => e.fmt(f),
+            BackendError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
         }
     }
 }
@@ -392,6 +397,7 @@ impl std::error::Error for BackendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             BackendError::Connection(e) | BackendError::Script(e) => Some(e),
+            BackendError::Spawn(e) => Some(e),
             _ => None,
         }
     }

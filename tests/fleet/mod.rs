@@ -341,6 +341,8 @@ fn with_limiter<A: HybridAlgorithm>(spec: &Value, name: &str, algo: A) -> Value 
         })
     });
     let mut out = drive(&limiter, spec);
+    // The last sync before the worker reports and exits (a drop would only start it).
+    limiter.shutdown();
     if let Some(ids) = ids {
         out["stats"]["instances"] = json!(ids.join().unwrap());
     }

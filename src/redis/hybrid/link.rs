@@ -258,6 +258,7 @@ fn copy(e: &BackendError) -> BackendError {
         BackendError::TimeOutOfRange(t) => BackendError::TimeOutOfRange(*t),
         BackendError::Config(c) => BackendError::Config(c.clone()),
         BackendError::Ticket(t) => BackendError::Ticket(*t),
+        BackendError::Spawn(e) => BackendError::Spawn(std::io::Error::new(e.kind(), e.to_string())),
     }
 }
 

@@ -505,15 +505,38 @@ fn live_key(prefix: &str, suffix: &str) -> String {
     format!("{prefix}~live{suffix}")
 }
 
-impl<A: HybridAlgorithm, C: Clock> Drop for HybridLimiter<A, C> {
-    /// Stops the threads after a last sync: leases handed back, debts charged, states
-    /// published (within the I/O timeout).
-    fn drop(&mut self) {
-        self.inner.ctx().stop.store(true, Ordering::Release);
+impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
+    /// Stops the sync and subscription threads after a last sync (leases handed back, debts
+    /// charged, states published, within the I/O timeout) and waits for them, and for the
+    /// sweeper. It blocks for up to a round trip or the I/O timeout: from async code, call it
+    /// on a blocking thread (`spawn_blocking`). Dropping the limiter starts the same last
+    /// sync and returns at once; shut down before the process exits, so that the last sync is
+    /// not cut off with it.
+    pub fn shutdown(mut self) {
+        self.stop();
         for t in self.threads.drain(..) {
-            t.thread().unpark();
             let _ = t.join();
         }
+        if let Some(sweeper) = self._sweeper.take() {
+            sweeper.shutdown();
+        }
+    }
+
+    /// Tells the threads to make their last sync and end.
+    fn stop(&self) {
+        self.inner.ctx().stop.store(true, Ordering::Release);
+        for t in &self.threads {
+            t.thread().unpark();
+        }
+    }
+}
+
+/// Only signals: the threads make their last sync and end by themselves, so a drop never
+/// blocks (it may run on an async runtime's thread); [`shutdown`](HybridLimiter::shutdown)
+/// waits for them.
+impl<A: HybridAlgorithm, C: Clock> Drop for HybridLimiter<A, C> {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -149,7 +149,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
             std::thread::Builder::new()
                 .name(name.into())
                 .spawn(f)
-                .map_err(|e| BackendError::Reply(format!("cannot start a thread: {e}")))
+                .map_err(BackendError::Spawn)
         };
         let mut threads = Vec::new();
         let (worker, config) = (inner.clone(), redis.clone());
