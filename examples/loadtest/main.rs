@@ -141,8 +141,8 @@
 //! bench's limiters live through all its samples (and, in the keyed bench, beside the other
 //! variants' maps, filled key by key in one loop, so their entries alternate on the heap),
 //! where the load test builds and prefills a fresh one for each round; and criterion reports
-//! the median of its samples, the load test the median of its rounds. BENCHMARKS.md ("The
-//! load test against the criterion rows") has the two side by side.
+//! the median of its samples, the load test the median of its rounds. BENCHMARKS.md ("Load test",
+//! "Fast at every scale") has the two side by side.
 //!
 //! **The default scenario** (GCRA 1000/s burst 100, 10k keys zipf 1.0, 10% of the requests
 //! from 8 abusive keys, empty limiters, 2 threads) has no bench row. The closest is
