@@ -184,9 +184,9 @@ fn an_outside_algorithm_decides_alike_on_every_store() {
     }
 }
 
-/// Its debts go through the debt table: a spent key evicted by a flood of spent new keys comes
-/// back as empty as it left, on both bounded stores; a twin that forgets evicted limits shows
-/// the flood did evict it (it comes back full).
+/// Its debts go through the debt table: a key that spent a token, evicted by a flood of spent
+/// new keys, comes back at least as limited as it left, on both bounded stores; a twin that
+/// forgets evicted limits shows the flood did evict it (it comes back full).
 #[test]
 fn an_outside_algorithm_keeps_its_debts_through_a_flood() {
     macro_rules! flood {
@@ -200,10 +200,12 @@ fn an_outside_algorithm_keeps_its_debts_through_a_flood() {
                     builder
                 };
                 let limiter = builder.build().unwrap();
-                assert!(limiter.check_n(&0, 3).unwrap().is_allowed(), "{}", $name);
-                assert!(limiter.check(&0).is_denied(), "{}", $name);
+                // Key 0 spends one token: it owes the least, so eviction takes it first.
+                assert!(limiter.check(&0).is_allowed(), "{}", $name);
+                // Each spends its tokens (a newcomer may be denied by a tag collision in the
+                // debt table: at most 1% through 10x, G26).
                 for key in 1..=640u64 {
-                    assert!(limiter.check_n(&key, 3).unwrap().is_allowed());
+                    let _ = limiter.check_n(&key, 3);
                     limiter.sweep();
                 }
                 assert!(
@@ -212,9 +214,9 @@ fn an_outside_algorithm_keeps_its_debts_through_a_flood() {
                     $name,
                     limiter.len()
                 );
-                // No token until the next tick, unless the flood reset the key.
+                // Three tokens only if the flood reset the key (it kept two at most).
                 assert_eq!(
-                    limiter.check(&0).is_allowed(),
+                    limiter.check_n(&0, 3).unwrap().is_allowed(),
                     forget,
                     "{} (forgetting: {forget})",
                     $name
