@@ -18,8 +18,9 @@ use hotlimit::algo::{
 use hotlimit::redis::{
     AsyncRedisLimiter, BackendError, HybridAlgorithm, HybridLimiter, RedisAlgorithm,
 };
-use hotlimit::Ticket;
-use hotlimit::{CasLimiter, Clock, Decision, ManualClock, Requests};
+use hotlimit::{
+    CasLimiter, Clock, CostError, Decision, ManualClock, Requests, Ticket, TicketError,
+};
 
 use crate::config::Algorithm;
 
@@ -75,19 +76,36 @@ impl Backend {
 #[derive(Debug)]
 pub enum EngineError {
     /// The cost can never be admitted (more than the limit): over the limit.
-    Cost(String),
-    /// A settle's ticket is not this rule's, or the ticket is already settled.
-    Ticket(String),
+    Cost(CostError),
+    /// A settle's ticket is not this rule's key's, or not this limiter's.
+    Ticket(TicketError),
+    /// The rule's quota cannot run on its class's limiter (another window or layout).
+    Quota(hotlimit::QuotaError),
+    /// The rule's quota is of another algorithm than its class's limiter.
+    WrongClass,
     /// The backend failed (Redis unreachable, ...): the caller's failure mode decides.
-    Backend(String),
+    Backend(BackendError),
 }
 
 impl std::fmt::Display for EngineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            EngineError::Cost(e) | EngineError::Ticket(e) | EngineError::Backend(e) => {
-                f.write_str(e)
+            EngineError::Cost(e) => e.fmt(f),
+            EngineError::Ticket(e) => e.fmt(f),
+            EngineError::Quota(e) => e.fmt(f),
+            EngineError::WrongClass => {
+                f.write_str("the rule's quota is not of its limiter's class")
             }
+            EngineError::Backend(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EngineError::Backend(e) => e.source(),
+            _ => None,
         }
     }
 }
@@ -95,8 +113,9 @@ impl std::fmt::Display for EngineError {
 impl From<hotlimit::QuotaError> for EngineError {
     fn from(e: hotlimit::QuotaError) -> Self {
         match e {
-            hotlimit::QuotaError::Cost(c) => EngineError::Cost(c.to_string()),
-            other => EngineError::Ticket(other.to_string()),
+            hotlimit::QuotaError::Cost(c) => EngineError::Cost(c),
+            hotlimit::QuotaError::Ticket(t) => EngineError::Ticket(t),
+            other => EngineError::Quota(other),
         }
     }
 }
@@ -104,9 +123,47 @@ impl From<hotlimit::QuotaError> for EngineError {
 impl From<BackendError> for EngineError {
     fn from(e: BackendError) -> Self {
         match e {
-            BackendError::Cost(c) => EngineError::Cost(c.to_string()),
-            BackendError::Ticket(t) => EngineError::Ticket(t.to_string()),
-            other => EngineError::Backend(other.to_string()),
+            BackendError::Cost(c) => EngineError::Cost(c),
+            BackendError::Ticket(t) => EngineError::Ticket(t),
+            other => EngineError::Backend(other),
+        }
+    }
+}
+
+/// Why a class's limiter could not be built.
+#[derive(Debug)]
+pub enum BuildError {
+    /// The in-memory limiter refused its settings or could not start.
+    Memory(hotlimit::BuildError),
+    /// Redis or the fleet limiter could not be set up.
+    Backend(BackendError),
+    /// The thread that builds a fleet limiter could not start, or ended without an answer.
+    Spawn(std::io::Error),
+    /// The hybrid backend does not run this algorithm (its type name).
+    NotOnFleet(&'static str),
+}
+
+impl std::fmt::Display for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BuildError::Memory(e) => e.fmt(f),
+            BuildError::Backend(e) => e.fmt(f),
+            BuildError::Spawn(e) => write!(f, "cannot build the fleet limiter: {e}"),
+            BuildError::NotOnFleet(algo) => write!(
+                f,
+                "the hybrid backend does not run this algorithm ({algo}); use gcra, fixed_window, sliding_window, earrrl or exponential"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Memory(e) => Some(e),
+            BuildError::Backend(e) => Some(e),
+            BuildError::Spawn(e) => Some(e),
+            BuildError::NotOnFleet(_) => None,
         }
     }
 }
@@ -149,7 +206,7 @@ pick!(FixedWindow => FixedWindow, SlidingWindow => SlidingWindow, SubWindow => S
     SlidingLog => SlidingLog, Gcra => Gcra, Earrrl => Earrrl, Exponential => Exponential);
 
 fn wrong_class() -> EngineError {
-    EngineError::Ticket("the rule's quota is not of its limiter's class".into())
+    EngineError::WrongClass
 }
 
 /// A limiter that answers in memory: one call, no await.
@@ -496,7 +553,7 @@ impl Engines {
         name: &str,
         quota: &Algorithm,
         window: Duration,
-    ) -> Result<Arc<Engine>, String> {
+    ) -> Result<Arc<Engine>, BuildError> {
         if let Some(e) = self.lock().get(name) {
             return Ok(e.clone());
         }
@@ -531,7 +588,7 @@ impl Engines {
         class: &str,
         quota: &Algorithm,
         window: Duration,
-    ) -> Result<Engine, String> {
+    ) -> Result<Engine, BuildError> {
         Ok(match quota {
             Algorithm::DenyAll => Engine(Kind::DenyAll(window)),
             Algorithm::FixedWindow(q) => self.on(*q, class).await?,
@@ -544,7 +601,7 @@ impl Engines {
         })
     }
 
-    async fn on<A>(&self, algo: A, class: &str) -> Result<Engine, String>
+    async fn on<A>(&self, algo: A, class: &str) -> Result<Engine, BuildError>
     where
         A: Algo + RedisAlgorithm + HybridAlgorithm + Pick + Send + Sync + 'static,
     {
@@ -574,18 +631,18 @@ impl Engines {
                                 .build(),
                         );
                     })
-                    .map_err(|e| e.to_string())?;
+                    .map_err(BuildError::Spawn)?;
                 let hybrid: HybridLimiter<A> = built
                     .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| BuildError::Spawn(std::io::Error::other(e)))?
+                    .map_err(BuildError::Backend)?;
                 Ok(Engine(Kind::Local(Box::new(Fleet(hybrid)))))
             }
             _ => self.not_fleet(algo).await,
         }
     }
 
-    async fn not_fleet<A>(&self, algo: A) -> Result<Engine, String>
+    async fn not_fleet<A>(&self, algo: A) -> Result<Engine, BuildError>
     where
         A: Algo + RedisAlgorithm + Pick + Send + Sync + 'static,
     {
@@ -599,17 +656,19 @@ impl Engines {
                     .key_prefix(prefix.clone())
                     .build_async()
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(BuildError::Backend)?;
                 Ok(Engine(Kind::Remote(Box::new(limiter))))
             }
-            Backend::Hybrid { .. } => Err(format!(
-                "the hybrid backend does not run this algorithm ({}); use gcra, fixed_window, sliding_window, earrrl or exponential",
-                std::any::type_name::<A>().rsplit("::").next().unwrap_or("?")
+            Backend::Hybrid { .. } => Err(BuildError::NotOnFleet(
+                std::any::type_name::<A>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or("?"),
             )),
         }
     }
 
-    fn memory<A, C>(&self, algo: A, clock: C, max_keys: usize) -> Result<Engine, String>
+    fn memory<A, C>(&self, algo: A, clock: C, max_keys: usize) -> Result<Engine, BuildError>
     where
         A: Algo + Pick + Send + Sync + 'static,
         C: Clock,
@@ -621,7 +680,7 @@ impl Engines {
             .clock(clock)
             .max_keys(max_keys)
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(BuildError::Memory)?;
         let memory = Arc::new(Memory(limiter));
         let weak: Weak<dyn Sweep> = Arc::downgrade(&(memory.clone() as Arc<dyn Sweep>));
         self.swept

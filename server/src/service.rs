@@ -313,17 +313,16 @@ impl Service {
         let config = Config::from_sources(sources.iter().map(|(p, t)| (p.as_path(), t.as_str())))
             .map_err(StartError::Config)?;
         let metrics = Metrics::default();
-        let engines = Engines::new(settings.backend.clone())
-            .map_err(|e| StartError::Backend(e.to_string()))?;
+        let engines = Engines::new(settings.backend.clone()).map_err(StartError::Spawn)?;
         let tickets = Tickets::new(
             settings.ticket_secret.as_deref(),
             settings.ticket_ttl,
             settings.max_settled_tickets,
         )
-        .map_err(|e| StartError::Backend(e.to_string()))?;
+        .map_err(StartError::Tickets)?;
         let loaded = build(config, &settings, &metrics, &engines)
             .await
-            .map_err(StartError::Backend)?;
+            .map_err(StartError::Rule)?;
         metrics.config_loaded(true);
         Ok(Service {
             settings,
@@ -383,7 +382,7 @@ impl Service {
                 Err(ConfigError {
                     file: sources.first().map(|s| s.0.clone()).unwrap_or_default(),
                     location: None,
-                    reason: e,
+                    reason: e.to_string(),
                 })
             }
         }
@@ -754,7 +753,7 @@ impl Service {
                     return Err(match e {
                         EngineError::Backend(e) => {
                             self.metrics.backend_error();
-                            ServiceError::Unavailable(e)
+                            ServiceError::Unavailable(e.to_string())
                         }
                         other => ServiceError::Ticket(other.to_string()),
                     });
@@ -872,20 +871,49 @@ fn ok_without_limit(remaining: u32) -> Status {
 pub enum StartError {
     /// The configuration was rejected.
     Config(ConfigError),
-    /// A backend could not be reached or cannot run a rule.
-    Backend(String),
+    /// A rule's limiter could not be built: its backend could not be reached or cannot run it.
+    Rule(RuleError),
+    /// The sweep thread could not start.
+    Spawn(std::io::Error),
+    /// The ticket key could not be made (no randomness, a bad secret).
+    Tickets(std::io::Error),
 }
 
 impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StartError::Config(e) => e.fmt(f),
-            StartError::Backend(e) => f.write_str(e),
+            StartError::Rule(e) => e.fmt(f),
+            StartError::Spawn(e) => write!(f, "cannot start the sweep thread: {e}"),
+            StartError::Tickets(e) => write!(f, "tickets: {e}"),
         }
     }
 }
 
-impl std::error::Error for StartError {}
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StartError::Config(_) => None,
+            StartError::Rule(e) => Some(&e.error),
+            StartError::Spawn(e) | StartError::Tickets(e) => Some(e),
+        }
+    }
+}
+
+/// A rule whose class's limiter could not be built.
+#[derive(Debug)]
+pub struct RuleError {
+    /// The rule's id.
+    pub rule: String,
+    /// Why.
+    pub error: crate::engine::BuildError,
+}
+
+impl std::fmt::Display for RuleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.rule, self.error)
+    }
+}
 
 /// The names of the limiters `loaded`'s rules use.
 fn in_use(loaded: &Loaded) -> HashSet<String> {
@@ -903,7 +931,7 @@ async fn build(
     settings: &Settings,
     metrics: &Metrics,
     engines: &Engines,
-) -> Result<Loaded, String> {
+) -> Result<Loaded, RuleError> {
     let mut rules = HashMap::new();
     for rule in config.rules() {
         let counters = metrics.rule(rule);
@@ -956,7 +984,10 @@ async fn build(
         let engine = engines
             .get(class, &base, unit.duration())
             .await
-            .map_err(|e| format!("{}: {e}", rule.id))?;
+            .map_err(|error| RuleError {
+                rule: rule.id.clone(),
+                error,
+            })?;
         rules.insert(
             rule.id.clone(),
             Slot {
