@@ -253,10 +253,88 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
     }
 }
 
-/// A boxed limiter is one too, so a list of limiters of one algorithm as
-/// `Box<dyn Requests<Q, Algo = A, Error = E>>` (every store, a test's or a tool's) reaches
-/// every operation through one trait object.
+/// Boxed, shared (`Arc`) and borrowed limiters are ones too, so a list of limiters of one
+/// algorithm as `Box<dyn Requests<Q, Algo = A, Error = E>>` or `Arc<dyn …>` (every store, a
+/// test's or a tool's) reaches every operation through one trait object, `request` included:
+///
+/// ```
+/// use hotlimit::{algo::Gcra, CasLimiter, ConfigError, ManualClock, QuotaError, Requests};
+/// use std::sync::Arc;
+///
+/// type Dyn = dyn Requests<u64, Algo = Gcra, Error = QuotaError>;
+/// let gcra: Gcra = "10/s burst 2".parse()?;
+/// let l: Arc<Dyn> = Arc::new(CasLimiter::<u64, _>::with_clock(gcra, ManualClock::default()));
+/// assert_eq!(l.request(&7).cost(2).check().map(|d| d.is_allowed()), Ok(true));
+/// // A `&dyn` through the impl for `&L` (a `dyn` itself has no `request`: it needs a size).
+/// let borrowed: &Dyn = &*l;
+/// assert_eq!((&borrowed).request(&7).check().map(|d| d.is_allowed()), Ok(false));
+/// # Ok::<(), ConfigError>(())
+/// ```
 impl<Q: ?Sized, L: Requests<Q> + ?Sized> Requests<Q> for Box<L> {
+    type Algo = L::Algo;
+    type Error = L::Error;
+
+    #[inline]
+    fn decide(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
+        (**self).decide(key, ask)
+    }
+
+    fn preview(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
+        (**self).preview(key, ask)
+    }
+
+    fn grant(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<(u64, Decision), L::Error> {
+        (**self).grant(key, ask)
+    }
+
+    fn take(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Ticket, L::Error> {
+        (**self).take(key, ask)
+    }
+
+    fn settle(
+        &self,
+        key: &Q,
+        ticket: &mut Ticket,
+        actual: u64,
+        ask: Ask<'_, L::Algo>,
+    ) -> Result<bool, L::Error> {
+        (**self).settle(key, ticket, actual, ask)
+    }
+}
+
+impl<Q: ?Sized, L: Requests<Q> + ?Sized> Requests<Q> for std::sync::Arc<L> {
+    type Algo = L::Algo;
+    type Error = L::Error;
+
+    #[inline]
+    fn decide(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
+        (**self).decide(key, ask)
+    }
+
+    fn preview(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
+        (**self).preview(key, ask)
+    }
+
+    fn grant(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<(u64, Decision), L::Error> {
+        (**self).grant(key, ask)
+    }
+
+    fn take(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Ticket, L::Error> {
+        (**self).take(key, ask)
+    }
+
+    fn settle(
+        &self,
+        key: &Q,
+        ticket: &mut Ticket,
+        actual: u64,
+        ask: Ask<'_, L::Algo>,
+    ) -> Result<bool, L::Error> {
+        (**self).settle(key, ticket, actual, ask)
+    }
+}
+
+impl<Q: ?Sized, L: Requests<Q> + ?Sized> Requests<Q> for &L {
     type Algo = L::Algo;
     type Error = L::Error;
 
