@@ -270,101 +270,46 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
 /// assert_eq!((&borrowed).request(&7).check().map(|d| d.is_allowed()), Ok(false));
 /// # Ok::<(), ConfigError>(())
 /// ```
-impl<Q: ?Sized, L: Requests<Q> + ?Sized> Requests<Q> for Box<L> {
-    type Algo = L::Algo;
-    type Error = L::Error;
+macro_rules! forward_requests {
+    ($($ptr:ty),*) => {$(
+        impl<Q: ?Sized, L: Requests<Q> + ?Sized> Requests<Q> for $ptr {
+            type Algo = L::Algo;
+            type Error = L::Error;
 
-    #[inline]
-    fn decide(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
-        (**self).decide(key, ask)
-    }
+            #[inline]
+            fn decide(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
+                (**self).decide(key, ask)
+            }
 
-    fn preview(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
-        (**self).preview(key, ask)
-    }
+            fn preview(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
+                (**self).preview(key, ask)
+            }
 
-    fn grant(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<(u64, Decision), L::Error> {
-        (**self).grant(key, ask)
-    }
+            fn grant(
+                &self,
+                key: &Q,
+                ask: Ask<'_, L::Algo>,
+            ) -> Result<(u64, Decision), L::Error> {
+                (**self).grant(key, ask)
+            }
 
-    fn take(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Ticket, L::Error> {
-        (**self).take(key, ask)
-    }
+            fn take(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Ticket, L::Error> {
+                (**self).take(key, ask)
+            }
 
-    fn settle(
-        &self,
-        key: &Q,
-        ticket: &mut Ticket,
-        actual: u64,
-        ask: Ask<'_, L::Algo>,
-    ) -> Result<bool, L::Error> {
-        (**self).settle(key, ticket, actual, ask)
-    }
+            fn settle(
+                &self,
+                key: &Q,
+                ticket: &mut Ticket,
+                actual: u64,
+                ask: Ask<'_, L::Algo>,
+            ) -> Result<bool, L::Error> {
+                (**self).settle(key, ticket, actual, ask)
+            }
+        }
+    )*};
 }
-
-impl<Q: ?Sized, L: Requests<Q> + ?Sized> Requests<Q> for std::sync::Arc<L> {
-    type Algo = L::Algo;
-    type Error = L::Error;
-
-    #[inline]
-    fn decide(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
-        (**self).decide(key, ask)
-    }
-
-    fn preview(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
-        (**self).preview(key, ask)
-    }
-
-    fn grant(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<(u64, Decision), L::Error> {
-        (**self).grant(key, ask)
-    }
-
-    fn take(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Ticket, L::Error> {
-        (**self).take(key, ask)
-    }
-
-    fn settle(
-        &self,
-        key: &Q,
-        ticket: &mut Ticket,
-        actual: u64,
-        ask: Ask<'_, L::Algo>,
-    ) -> Result<bool, L::Error> {
-        (**self).settle(key, ticket, actual, ask)
-    }
-}
-
-impl<Q: ?Sized, L: Requests<Q> + ?Sized> Requests<Q> for &L {
-    type Algo = L::Algo;
-    type Error = L::Error;
-
-    #[inline]
-    fn decide(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
-        (**self).decide(key, ask)
-    }
-
-    fn preview(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
-        (**self).preview(key, ask)
-    }
-
-    fn grant(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<(u64, Decision), L::Error> {
-        (**self).grant(key, ask)
-    }
-
-    fn take(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Ticket, L::Error> {
-        (**self).take(key, ask)
-    }
-
-    fn settle(
-        &self,
-        key: &Q,
-        ticket: &mut Ticket,
-        actual: u64,
-        ask: Ask<'_, L::Algo>,
-    ) -> Result<bool, L::Error> {
-        (**self).settle(key, ticket, actual, ask)
-    }
-}
+forward_requests!(Box<L>, std::sync::Arc<L>, &L);
 
 impl<L: ?Sized, Q: ?Sized, A: fmt::Debug> fmt::Debug for Request<'_, L, Q, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
