@@ -1,6 +1,7 @@
 //! The answer to a request ([`Decision`]) and what a denied request does to the state
 //! ([`Policy`]).
 
+use crate::clock::duration_to_nanos;
 use crate::error::{ConfigError, Field, TicketError};
 use std::fmt;
 use std::num::NonZeroU64;
@@ -122,11 +123,6 @@ mod nan_as_none {
     }
 }
 
-/// `d` in nanoseconds, saturating at `u64::MAX`.
-fn duration_ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// The top bit of [`Decision`]'s `per_allowed`: the request was admitted.
 const ALLOWED: u64 = 1 << 63;
 
@@ -185,19 +181,13 @@ impl Decision {
     /// nanoseconds, about 584 years).
     #[inline]
     pub fn denied(retry_after: Duration) -> Self {
-        Self::denied_ns(duration_ns(retry_after))
-    }
-
-    /// This decision with `remaining` requests (or units of cost) left.
-    #[inline]
-    pub const fn with_remaining(self, remaining: u64) -> Self {
-        self.with_count(remaining)
+        Self::denied_ns(duration_to_nanos(retry_after))
     }
 
     /// This decision with `reset_after` until the key is back at its full quota.
     #[inline]
     pub fn with_reset_after(self, reset_after: Duration) -> Self {
-        self.with_reset_after_ns(duration_ns(reset_after))
+        self.with_reset_after_ns(duration_to_nanos(reset_after))
     }
 
     /// The divisor of `remaining`.
@@ -206,8 +196,9 @@ impl Decision {
         self.per_allowed.get() & !ALLOWED
     }
 
+    /// This decision with `remaining` requests (or units of cost) left.
     #[inline]
-    pub(crate) const fn with_count(mut self, remaining: u64) -> Self {
+    pub const fn with_remaining(mut self, remaining: u64) -> Self {
         // u64::MAX remaining is indistinguishable from "unknown"; one less changes nothing real.
         self.remaining = if remaining == NONE {
             NONE - 1
@@ -223,7 +214,7 @@ impl Decision {
     #[inline]
     pub(crate) const fn with_remaining_of(mut self, span: u64, per: u64) -> Self {
         if per <= 1 {
-            return self.with_count(span);
+            return self.with_remaining(span);
         }
         self.remaining = span;
         self.per_allowed = per_allowed(per, self.is_allowed());
