@@ -11,6 +11,7 @@
 //!
 //! `cargo bench --bench scale` (7 rounds); `-- --quick` (3 rounds, fewer requests);
 //! `-- --steps` the step table only.
+//! `HOTLIMIT_BENCH_THREADS=1,2,4,8,16` runs the 10k- and 1M-key scenarios on those thread counts.
 
 mod common;
 
@@ -253,14 +254,29 @@ impl Stores {
 
 /// One scale table's rows over `scenarios` ((keys, threads) each), interleaved by round.
 fn scale(rounds: usize, ops: usize, rt: &tokio::runtime::Runtime) {
-    let scenarios: [(u64, &[usize]); 3] = [(1, &[1, 2]), (10_000, &[1]), (MILLION, &[1, 2])];
+    // `HOTLIMIT_BENCH_THREADS=1,2,4,8,16` spreads the many-key scenarios over more threads on
+    // a machine with the cores for it; one key stays at 1 and 2 (the contention bench's job).
+    let many: Vec<usize> = match std::env::var("HOTLIMIT_BENCH_THREADS") {
+        Ok(list) => list
+            .split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .collect(),
+        Err(_) => vec![1, 2],
+    };
+    let ten_k: Vec<usize> = if many == [1, 2] {
+        vec![1]
+    } else {
+        many.clone()
+    };
+    let scenarios: [(u64, &[usize]); 3] = [(1, &[1, 2]), (10_000, &ten_k), (MILLION, &many)];
+    let max_threads = many.iter().copied().chain([2]).max().unwrap_or(2);
     let mut table: Vec<(String, Vec<f64>)> = Vec::new();
     let mut header = Vec::new();
     for (keys, threads) in scenarios {
         let names = names(keys);
         let stores = Stores::new(keys, &names, rt);
         let rows = stores.rows();
-        let seqs: Vec<(Vec<u64>, Vec<&str>)> = (0..2)
+        let seqs: Vec<(Vec<u64>, Vec<&str>)> = (0..max_threads as u64)
             .map(|t| {
                 let mut rng = SmallRng::seed_from_u64(7 + t);
                 let seq: Vec<u64> = (0..ops).map(|_| rng.random_range(0..keys)).collect();
