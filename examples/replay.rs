@@ -57,8 +57,8 @@
 //! status 2; the decisions for the lines before it are still printed. An I/O error exits with status 1.
 
 use hotlimit::algo::{
-    parse_duration, Algorithm, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
-    SlidingWindow, SubWindow, DEFAULT_BUCKETS,
+    Algorithm, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow,
+    SubWindow, DEFAULT_BUCKETS,
 };
 use hotlimit::store::{Cas, Hashed, Locked, DEFAULT_MAX_KEYS};
 use hotlimit::{
@@ -223,6 +223,22 @@ fn limit_and_window(opts: &mut Options) -> Result<(u64, Duration), Fatal> {
     let limit = opts.required_parsed("--limit", parse_whole)?;
     let window = opts.required_parsed("--window", parse_duration)?;
     Ok((limit, window))
+}
+
+/// A duration with a unit (`250ms`, `1.5h`): the period of the rate `1/<DURATION>`, the one
+/// duration syntax the library reads.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let refused = || format!("'{s}' is not a duration (a number and a unit: 250ms, 10s, 1.5h)");
+    if !s
+        .trim_start()
+        .starts_with(|c: char| c.is_ascii_digit() || c == '.')
+    {
+        return Err(refused()); // `1/s` is a rate, but `s` alone is no duration
+    }
+    format!("1/{s}")
+        .parse::<Rate>()
+        .map(|r| r.period())
+        .map_err(|_| refused())
 }
 
 /// `--algo fixed-window --limit <N> --window <DURATION>`.

@@ -14,8 +14,8 @@ mod sliding_window;
 mod sub_window;
 mod window;
 
-pub use crate::config::parse_duration;
-pub use all_of::{AllOf, Pair, PairState};
+pub use all_of::AllOf;
+pub(crate) use all_of::PairState;
 pub use earrrl::{Earrrl, IDLE_EPSILON};
 pub use exponential::Exponential;
 pub use fixed_window::FixedWindow;

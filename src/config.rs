@@ -123,31 +123,6 @@ impl fmt::Display for Rate {
     }
 }
 
-/// Parses a duration such as `250ms`, `10s`, `1.5h`, `2 min`.
-///
-/// Units: `ns`, `us`/`µs`, `ms`, `s`/`sec`/`second(s)`, `m`/`min`/`minute(s)`,
-/// `h`/`hr`/`hour(s)`, `d`/`day(s)`. The number is a plain decimal (no exponent). The result is
-/// rounded to the nearest nanosecond and must be at least 1 ns.
-///
-/// # Examples
-///
-/// ```
-/// use hotlimit::{ConfigError, Field};
-/// use hotlimit::algo::parse_duration;
-/// use std::time::Duration;
-///
-/// assert_eq!(parse_duration("250ms")?, Duration::from_millis(250));
-/// assert_eq!(parse_duration("1.5 h")?, Duration::from_secs(5400));
-/// assert_eq!(
-///     parse_duration("10").unwrap_err(),
-///     ConfigError::Parse { field: Field::Duration, input: "10".into(), reason: "missing unit (ns, us, ms, s, min, h, d)" },
-/// );
-/// # Ok::<(), ConfigError>(())
-/// ```
-pub fn parse_duration(s: &str) -> Result<Duration, ConfigError> {
-    parse_duration_nanos(s, Field::Duration).map(Duration::from_nanos)
-}
-
 /// Unit names and their length in nanoseconds; the first name of each length is the one
 /// `Display` prints, so the shortest canonical names come first.
 const UNITS: &[(&str, u64)] = &[
@@ -260,6 +235,10 @@ fn scaled_nanos(count: f64, unit: u64, field: Field, input: &str) -> Result<u64,
     }
 }
 
+/// A duration such as `250ms`, `10s`, `1.5h`, `2 min`, in nanoseconds: units `ns`, `us`/`µs`,
+/// `ms`, `s`/`sec`/`second(s)`, `m`/`min`/`minute(s)`, `h`/`hr`/`hour(s)`, `d`/`day(s)`; a plain
+/// decimal (no exponent), rounded to the nearest nanosecond, at least 1 ns. The period of a
+/// [`Rate`] string (`"3/1.5h"`) and the durations of the `serde` forms.
 pub(crate) fn parse_duration_nanos(s: &str, field: Field) -> Result<u64, ConfigError> {
     let (num, unit) = split_number(s);
     let v = parse_positive(

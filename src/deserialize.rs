@@ -5,8 +5,8 @@
 //!
 //! The forms, type by type, are tabled in `docs/limiters.md` ("Configuration files").
 //!
-//! Durations are the strings [`parse_duration`](crate::algo::parse_duration) reads (`"250ms"`,
-//! `"1.5 h"`); unknown fields are errors.
+//! Durations are strings with a unit, as a [`Rate`]'s period is written (`"250ms"`, `"1.5 h"`,
+//! `"2 min"`); unknown fields are errors.
 
 use crate::algo::{
     Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
@@ -48,8 +48,7 @@ impl<'de, F: Deserialize<'de>> Deserialize<'de> for Form<F> {
     }
 }
 
-/// A duration field: a string [`parse_duration`](crate::algo::parse_duration) reads, its
-/// error naming `field`.
+/// A duration field: a string with a unit, as a [`Rate`]'s period, its error naming `field`.
 fn duration<E: de::Error>(s: &str, field: Field) -> Result<Duration, E> {
     parse_duration_nanos(s, field)
         .map(Duration::from_nanos)

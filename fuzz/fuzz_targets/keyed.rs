@@ -139,12 +139,14 @@ impl<A: Algorithm + Clone> Twins<A> {
             match op {
                 Op::Check { key, delta, cost } => {
                     let key = self.key(key);
-                    self.clock.advance(Duration::from_nanos(delta.nanos(unit_ns)));
+                    self.clock
+                        .advance(Duration::from_nanos(delta.nanos(unit_ns)));
                     self.check(&key, cost.value());
                 }
                 Op::CheckOne { key, delta } => {
                     let key = self.key(key);
-                    self.clock.advance(Duration::from_nanos(delta.nanos(unit_ns)));
+                    self.clock
+                        .advance(Duration::from_nanos(delta.nanos(unit_ns)));
                     let now = self.clock.now();
                     let (cas, mutex) = (self.cas.check(&key[..]), self.mutex.check(&key[..]));
                     assert_eq!(cas, mutex, "check({key:?}) at {now} ns: cas vs mutex");
@@ -159,7 +161,8 @@ impl<A: Algorithm + Clone> Twins<A> {
                 }
                 Op::Back(by) => {
                     let now = self.clock.now();
-                    self.clock.set(Duration::from_nanos(now.saturating_sub(*by)));
+                    self.clock
+                        .set(Duration::from_nanos(now.saturating_sub(*by)));
                 }
                 Op::Reserve {
                     key,
@@ -168,12 +171,14 @@ impl<A: Algorithm + Clone> Twins<A> {
                     max_wait,
                 } => {
                     let key = self.key(key);
-                    self.clock.advance(Duration::from_nanos(delta.nanos(unit_ns)));
+                    self.clock
+                        .advance(Duration::from_nanos(delta.nanos(unit_ns)));
                     reserve(self, &key, cost.value(), *max_wait);
                 }
                 Op::Peek { key, delta, cost } => {
                     let key = self.key(key);
-                    self.clock.advance(Duration::from_nanos(delta.nanos(unit_ns)));
+                    self.clock
+                        .advance(Duration::from_nanos(delta.nanos(unit_ns)));
                     let (now, cost) = (self.clock.now(), cost.value());
                     let (cas, mutex) = (
                         self.cas.request(&key).cost(cost).peek(),
@@ -196,7 +201,8 @@ impl<A: Algorithm + Clone> Twins<A> {
                     self.check_len();
                 }
                 Op::Sweep { delta } => {
-                    self.clock.advance(Duration::from_nanos(delta.nanos(unit_ns)));
+                    self.clock
+                        .advance(Duration::from_nanos(delta.nanos(unit_ns)));
                     let now = self.clock.now().min(CLOCK_MAX);
                     let before = self.model.len();
                     let algo = &self.algo;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hotlimit::algo::{
-    parse_duration, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
+    Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::{Policy, Rate};
 use serde::Deserialize;
@@ -463,10 +463,7 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
         }
         "earrrl" => {
             only(&["half_life"])?;
-            let half_life = match &raw.half_life {
-                Some(h) => parse_duration(h).map_err(e)?,
-                None => window,
-            };
+            let half_life = half_life(raw.half_life.as_deref(), window)?;
             let rate = Rate::new(f64::from(m), window).map_err(e)?;
             let q = Earrrl::new(half_life, rate).map_err(e)?;
             Algorithm::Earrrl(policy.map_or(q, |p| q.with_policy(p)))
@@ -491,10 +488,7 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
         ),
         Algorithm::Gcra(_) => ("gcra".to_owned(), algorithm.clone()),
         Algorithm::Earrrl(q) => {
-            let half_life = match &raw.half_life {
-                Some(h) => parse_duration(h).map_err(e)?,
-                None => window,
-            };
+            let half_life = half_life(raw.half_life.as_deref(), window)?;
             // The lowest limit a rule can have, one a year: the class's sweeps keep a key
             // until its rate has decayed below a fraction of it, so no rule's key is dropped
             // while that rule would still limit it.
@@ -829,6 +823,19 @@ pub fn read_sources(path: &Path) -> Result<Vec<(PathBuf, String)>, ConfigError> 
         .collect()
 }
 
+/// EARRRL's `half_life`: a duration as humantime writes one (`"2s"`, `"250ms"`, `"1m 30s"`),
+/// else one `unit`.
+fn half_life(given: Option<&str>, unit: Duration) -> Result<Duration, String> {
+    match given {
+        None => Ok(unit),
+        Some(h) => match humantime::parse_duration(h) {
+            Ok(d) if !d.is_zero() => Ok(d),
+            Ok(_) => Err(format!("half_life '{h}' must be above zero")),
+            Err(err) => Err(format!("half_life '{h}': {err}")),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -870,5 +877,25 @@ mod tests {
         let two = config.matching("d", &[("a", "x"), ("b", "y|b=z")]).unwrap();
         assert_ne!(one.key, two.key);
         assert_eq!(one.rule.id, "d.a.b");
+    }
+    #[test]
+    fn an_earrrl_half_life_is_a_duration_and_a_bad_one_is_refused() {
+        let rule = |half_life: &str| {
+            Config::from_sources([(
+                Path::new("t.yaml"),
+                &*format!("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: second, requests_per_unit: 5, algorithm: earrrl, half_life: \"{half_life}\"}}\n"),
+            )])
+        };
+        let class = |c: &Config| match &c.matching("d", &[("a", "x")]).unwrap().rule.limit {
+            Limit::Limited { class, .. } => class.clone(),
+            Limit::Unlimited => unreachable!("a limited rule"),
+        };
+        assert_eq!(class(&rule("2s").unwrap()), "earrrl/2000000000ns");
+        assert_eq!(class(&rule("1m 30s").unwrap()), "earrrl/90000000000ns");
+        assert_eq!(class(&rule("250ms").unwrap()), "earrrl/250000000ns");
+        for bad in ["10", "0s", "soon", ""] {
+            let err = rule(bad).unwrap_err();
+            assert!(err.to_string().contains("half_life"), "{bad:?}: {err}");
+        }
     }
 }

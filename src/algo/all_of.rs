@@ -12,7 +12,7 @@ use crate::error::ConfigError;
 /// thread sees one quota charged and the other not, and no quota ever over-admits. When both
 /// states are `u64` words (GCRA, EARRRL, fixed window) they are packed into one `u128` word,
 /// still updated by a single compare-and-swap; other pairs sit behind the key's lock
-/// ([`PairState`]). Nest for more quotas: `AllOf<AllOf<A, B>, C>` (a state that no longer
+/// (a pair of states of its own). Nest for more quotas: `AllOf<AllOf<A, B>, C>` (a state that no longer
 /// fits a word, behind a lock).
 ///
 /// A denied request applies each denying quota's own [`Policy`] to that quota (a strict
@@ -67,8 +67,8 @@ impl<A, B> AllOf<A, B> {
 }
 
 /// How two states are kept as one: packed into a `u128` word when both are `u64` words, a
-/// [`PairState`] otherwise. Implemented for every pair of the crate's states (which are
-/// sealed, so no other impl can exist).
+/// `PairState` otherwise. Implemented for every pair of the crate's states (which are
+/// sealed, so no other impl can exist); not nameable outside the crate.
 pub trait Pair<B>: Sized {
     /// The combined state.
     type Both: State;
