@@ -12,7 +12,7 @@ after its anchor `<a id="g<n>"></a>`; a test names it by the token `G<n>` in a c
   * a relative link of the document points to no file (unless its paragraph says the file is
     planned: "issue #<n>"), or a test a guarantee's "Tests:" paragraph lists after a link (a
     `snake_case` name in backquotes) does not occur in that file.
-Files scanned, comments only (`//` in Rust, `#` elsewhere): tests/, src/, server/tests/,
+Files scanned, comments only (`//` in Rust, `#` elsewhere): tests/, src/, tower/, server/tests/,
 server/src/, examples/pingora/, fuzz/fuzz_targets/, fuzz/src/, benches/ (`*.rs`), and .ci/*.
 Without -q it also prints the planned files and, as notes, each test the document lists under a
 guarantee whose own comments (the block right above it, or its line; for a file listed without
@@ -25,7 +25,7 @@ import sys
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 DOC = os.path.join(ROOT, 'docs', 'GUARANTEES.md')
 SELF = os.path.abspath(__file__)
-RUST_TREES = ['tests', 'src', 'server/tests', 'server/src', 'examples/pingora',
+RUST_TREES = ['tests', 'src', 'tower', 'server/tests', 'server/src', 'examples/pingora',
               'fuzz/fuzz_targets', 'fuzz/src', 'benches']
 SKIP_DIRS = {'target', '.git', 'corpus', 'artifacts', 'node_modules'}
 TOKEN = re.compile(r'\bG(\d+)\b')

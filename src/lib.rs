@@ -73,7 +73,7 @@
 //! `remaining` and `reset_after` where the algorithm knows them, and the measured `rate` for
 //! the averaging algorithms, so you can run them in dry-run or shadow mode.
 //!
-//! With the `tower` feature, `hotlimit::tower::RateLimitLayer` puts any limiter in front of
+//! The sibling crate `hotlimit-tower` (its `RateLimitLayer`) puts any limiter in front of
 //! an axum, hyper or tonic service: `429` with `Retry-After` and the IETF `RateLimit` fields,
 //! enforce, dry-run and shadow modes; over `AsyncRedisLimiter` (feature `redis-async`), one
 //! limit shared by every instance. The headers themselves are `hotlimit::headers` (feature
@@ -199,14 +199,6 @@
     doc = "| `headers` | `http` | rate-limit response headers (IETF drafts, legacy), for any server or proxy |"
 )]
 #![cfg_attr(
-    feature = "tower",
-    doc = "| [`tower`] | `tower` | the `tower::Layer` for axum, hyper and tonic |"
-)]
-#![cfg_attr(
-    not(feature = "tower"),
-    doc = "| `tower` | `tower` | the `tower::Layer` for axum, hyper and tonic |"
-)]
-#![cfg_attr(
     feature = "redis",
     doc = "| [`redis`] | `redis`, `redis-async` | `RedisLimiter` (every decision in Redis), `HybridLimiter` (local decisions, one limit across a fleet) |"
 )]
@@ -264,9 +256,6 @@ pub use wait::Jitter;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod headers;
-#[cfg(feature = "tower")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
-pub mod tower;
 
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

@@ -102,7 +102,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 pub trait NonBlocking<Q: ?Sized>: RateLimiter<Q> {}
 
 /// A limiter whose decision may need I/O (a round trip to a shared store), so it is a
-/// future: what `hotlimit::tower::RateLimitLayer` is generic over.
+/// future: what `hotlimit_tower::RateLimitLayer` is generic over.
 ///
 /// Every [`NonBlocking`] limiter is one, at no cost: its future is [`std::future::Ready`],
 /// the decision taken synchronously in the call, nothing boxed or allocated. The Redis backend's

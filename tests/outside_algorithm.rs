@@ -1,126 +1,15 @@
 //! An algorithm written outside the crate, on its public API only (issue #60): a token bucket
 //! with whole tokens refilled on ticks, its state one `u64` word. It runs on every in-memory
 //! store with the same decisions as its own sequential model, keeps its debts through
-//! capacity eviction like the crate's algorithms, and limits HTTP requests through the tower
-//! layer (with the `tower` feature).
+//! capacity eviction like the crate's algorithms. The same algorithm limits HTTP requests
+//! through `hotlimit-tower`'s layer (`tower/tests/outside_algorithm.rs`).
 
 use hotlimit::algo::Algorithm;
-use hotlimit::{
-    CasLimiter, CompactLimiter, Decision, DirectLimiter, ManualClock, MutexLimiter, Policy,
-    RateLimiter,
-};
+use hotlimit::{CasLimiter, CompactLimiter, DirectLimiter, ManualClock, MutexLimiter, RateLimiter};
 use std::time::Duration;
 
-/// `size` tokens, `per_tick` more every `tick` ns (whole ticks of the clock), at most `size`.
-/// State: the tokens (high 16 bits) as of the tick in the low 48 bits.
-#[derive(Debug, Clone, Copy)]
-struct TickBucket {
-    size: u64,
-    per_tick: u64,
-    tick: u64,
-}
-
-const TICK_BITS: u32 = 48;
-const TICK_MASK: u64 = (1 << TICK_BITS) - 1;
-
-impl TickBucket {
-    fn new(size: u16, per_tick: u16, tick: Duration) -> Self {
-        TickBucket {
-            size: u64::from(size),
-            per_tick: u64::from(per_tick.max(1)),
-            tick: (tick.as_nanos() as u64).max(1),
-        }
-    }
-
-    /// The word of `tokens` at tick `at`. The fresh word (0) reads as full: tokens are stored
-    /// as what is missing from a full bucket.
-    fn word(&self, tokens: u64, at: u64) -> u64 {
-        (self.size - tokens.min(self.size)) << TICK_BITS | (at & TICK_MASK)
-    }
-
-    /// The tokens a word holds at tick `now_tick` (a clock read before its tick refills
-    /// nothing).
-    fn tokens(&self, word: u64, now_tick: u64) -> u64 {
-        let missing = word >> TICK_BITS;
-        let ticks = now_tick.saturating_sub(word & TICK_MASK);
-        (self.size - missing)
-            .saturating_add(ticks.saturating_mul(self.per_tick))
-            .min(self.size)
-    }
-
-    /// The first tick at which a word holds `want` tokens.
-    fn tick_with(&self, word: u64, want: u64) -> u64 {
-        let (at, have) = (word & TICK_MASK, self.size - (word >> TICK_BITS));
-        at + want.saturating_sub(have).div_ceil(self.per_tick)
-    }
-}
-
-impl Algorithm for TickBucket {
-    type State = u64;
-
-    fn fresh(&self) -> u64 {
-        0
-    }
-
-    fn capacity(&self) -> u64 {
-        self.size
-    }
-
-    fn policy(&self) -> Policy {
-        Policy::Leaky
-    }
-
-    fn update(&self, state: &mut u64, now: u64, cost: u64) -> Decision {
-        let now_tick = (now / self.tick).min(TICK_MASK);
-        let tokens = self.tokens(*state, now_tick);
-        if tokens >= cost {
-            *state = self.word(tokens - cost, now_tick.max(*state & TICK_MASK));
-            let full_at = self.tick_with(*state, self.size) * self.tick;
-            return Decision::allowed()
-                .with_remaining(tokens - cost)
-                .with_reset_after(Duration::from_nanos(full_at.saturating_sub(now)));
-        }
-        let at = self.word(tokens, now_tick.max(*state & TICK_MASK));
-        let ready = self.tick_with(at, cost) * self.tick;
-        Decision::denied(Duration::from_nanos(ready.saturating_sub(now))).with_remaining(tokens)
-    }
-
-    fn idle_at(&self, state: &u64) -> u64 {
-        if *state >> TICK_BITS == 0 {
-            return 0;
-        }
-        self.tick_with(*state, self.size).saturating_mul(self.tick)
-    }
-
-    /// What a key owes: the time it is full again (0: nothing).
-    fn debt(&self, state: &u64, _part: usize) -> u128 {
-        u128::from(self.idle_at(state))
-    }
-
-    fn debt_paid_at(&self, _part: usize, debt: u128) -> u64 {
-        if debt == 0 {
-            return 0;
-        }
-        let restored = self.restore(&|_| debt);
-        self.idle_at(&restored)
-    }
-
-    /// The empty bucket that is full again at the first tick from the debt's end: at every
-    /// instant no fuller than any state full by then (refills add at most `per_tick` a tick).
-    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {
-        let debt = u64::try_from(debt(0)).unwrap_or(u64::MAX);
-        if debt == 0 {
-            return 0;
-        }
-        let full_tick = debt.div_ceil(self.tick).min(TICK_MASK);
-        let refill = self.size.div_ceil(self.per_tick);
-        self.word(0, full_tick.saturating_sub(refill))
-    }
-}
-
-fn bucket() -> TickBucket {
-    TickBucket::new(3, 1, Duration::from_millis(100))
-}
+mod common;
+use common::tick_bucket::{bucket, TickBucket};
 
 /// The same requests, on a limiter and on the algorithm's own state per key: the same
 /// decisions (allowed, remaining, retry_after), request by request.
@@ -231,57 +120,4 @@ fn an_outside_algorithm_keeps_its_debts_through_a_flood() {
         "compact",
         CompactLimiter::<u64, TickBucket>::builder(bucket())
     );
-}
-
-#[cfg(feature = "tower")]
-mod layer {
-    use super::{bucket, TickBucket};
-    use hotlimit::headers::{AdvertisedQuota, QuotaPolicy};
-    use hotlimit::tower::{HeaderKey, RateLimitLayer};
-    use hotlimit::{CasLimiter, ManualClock};
-    use http::{Request, StatusCode};
-    use std::convert::Infallible;
-    use std::sync::Arc;
-    use std::time::Duration;
-    use tower::{service_fn, Layer, ServiceExt};
-
-    /// What the layer advertises: `size` per the time a full refill takes.
-    impl AdvertisedQuota for TickBucket {
-        fn advertised_quota(&self) -> Option<QuotaPolicy> {
-            let refill = self.size.div_ceil(self.per_tick) * self.tick;
-            Some(QuotaPolicy::new(self.size, Duration::from_nanos(refill)))
-        }
-    }
-
-    /// Behind the layer: 3 requests pass, the 4th is a 429 whose Retry-After is the next
-    /// tick, and a tick later one passes again.
-    #[tokio::test]
-    async fn an_outside_algorithm_limits_http_requests() {
-        let clock = ManualClock::default();
-        let limiter = Arc::new(CasLimiter::<String, TickBucket, _>::with_clock(
-            bucket(),
-            clock.clone(),
-        ));
-        let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key")).build();
-        let service = layer.layer(service_fn(|_req: Request<()>| async {
-            Ok::<_, Infallible>(http::Response::new(()))
-        }));
-        let call = |service: &_| {
-            let service = Clone::clone(service);
-            async move {
-                let req = Request::get("/").header("x-api-key", "k").body(()).unwrap();
-                ServiceExt::<Request<()>>::oneshot(service, req)
-                    .await
-                    .unwrap()
-            }
-        };
-        for _ in 0..3 {
-            assert_eq!(call(&service).await.status(), StatusCode::OK);
-        }
-        let denied = call(&service).await;
-        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(denied.headers()["retry-after"], "1");
-        clock.set(Duration::from_millis(100));
-        assert_eq!(call(&service).await.status(), StatusCode::OK);
-    }
 }

@@ -24,7 +24,7 @@ impl<const N: usize> Buf<N> {
     }
 
     /// The text (the tower layer's keys, tests).
-    #[cfg(any(feature = "tower", test))]
+    #[cfg(test)]
     #[inline]
     pub(crate) fn as_str(&self) -> &str {
         // Only whole `str`s and ASCII digits are written, so this never fails.

@@ -152,8 +152,8 @@ impl QuotaPolicy {
         }
     }
 
-    /// The policy's name.
-    pub(crate) fn name(&self) -> &'static str {
+    /// The policy's name (`"default"` unless [`named`](Self::named)).
+    pub fn name(&self) -> &'static str {
         self.name
     }
 

@@ -131,9 +131,9 @@ pub struct Verdict {
     pub(crate) fields: Option<Fields>,
 }
 
-/// What a [`Verdict`] does with the request.
+/// What a [`Verdict`] does with the request. Exhaustive: a layer or proxy matches every
+/// case, and a new one would be a breaking change, not a request silently passed.
 #[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
 pub enum Action {
     /// Pass it on to the service (allowed, or any request in [`Mode::DryRun`]).
     Pass,

@@ -29,7 +29,7 @@ use std::time::Instant;
 /// response timeout is [`RedisBuilder::io_timeout`]. Needs a tokio runtime.
 ///
 /// It is an [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter) (its future applies the
-/// [`FailMode`] to an outage and returns any other backend error), so the `tower` feature's
+/// [`FailMode`] to an outage and returns any other backend error), so `hotlimit-tower`'s
 /// `RateLimitLayer` can put it in front of a service: one limit shared by every instance.
 ///
 /// ```no_run
@@ -145,6 +145,18 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
     /// failure rather than the [`FailMode`]'s answer.
     pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
         crate::Request::new(self, key)
+    }
+
+    /// What [`check_n_async`](crate::AsyncRateLimiter::check_n_async) makes of a round trip's
+    /// result, for a request run through [`request`](Self::request) (a per-request quota
+    /// behind a layer of your own, as `hotlimit-tower`'s plans): an outage answers the
+    /// [`FailMode`] (counted in `stats().failures`), any other backend error is counted in
+    /// `stats().errors` and returned, a cost error is returned uncounted.
+    pub fn fail_over(
+        &self,
+        result: Result<Decision, BackendError>,
+    ) -> Result<Decision, BackendError> {
+        self.core.fail_over_outages(result)
     }
 
     /// A batch of requests in one round trip, as
@@ -363,29 +375,5 @@ impl<A: RedisAlgorithm> crate::AsyncRateLimiter<str> for AsyncRedisLimiter<A> {
             let r = limiter.request(&key).cost(cost).check().await;
             limiter.core.fail_over_outages(r)
         })
-    }
-}
-
-/// Plans for the tower layer: the request's quota in the script's parameters, on the same
-/// keys; the fail mode answers an outage, as for `check_n`.
-#[cfg(feature = "tower")]
-impl<A> crate::tower::PlanLimiter for AsyncRedisLimiter<A>
-where
-    A: RedisAlgorithm + Copy + crate::headers::AdvertisedQuota + Send + Sync + 'static,
-{
-    type Quota = A;
-
-    fn start_check_n_with(
-        &self,
-        key: &str,
-        cost: u64,
-        quota: &A,
-    ) -> Result<crate::limiter::Started<Self::Future, BackendError>, crate::ConfigError> {
-        crate::algo::Algorithm::check_quota(self.algorithm(), quota)?;
-        let (limiter, key, quota) = (self.clone(), key.to_owned(), *quota);
-        Ok(crate::limiter::Started::Waiting(Box::pin(async move {
-            let r = limiter.request(&key).cost(cost).quota(&quota).check().await;
-            limiter.core.fail_over_outages(r)
-        })))
     }
 }

@@ -5,6 +5,7 @@
 #[path = "../../benches/common/sharded.rs"]
 pub mod sharded;
 pub mod step;
+pub mod tick_bucket;
 use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
     SlidingWindow, SubWindow,

@@ -225,7 +225,7 @@ fn serve<L>(args: &Args, limiter: L) -> Result<Infallible, Box<dyn std::error::E
 where
     L: RateLimiter<str> + Requests<str> + AdvertisedQuota + 'static,
 {
-    // The fields on allowed responses too, as examples/proxy.rs: clients can pace themselves.
+    // The fields on allowed responses too, as tower/examples/proxy.rs: clients can pace themselves.
     let mut headers = RateLimitHeaders::for_limiter(&limiter);
     (headers.mode, headers.draft) = (args.mode, args.draft);
     (headers.legacy, headers.on_allowed) = (args.legacy_headers, true);

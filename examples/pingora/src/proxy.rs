@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use hotlimit::headers::{Action, HeaderField, Mode, RateLimitHeaders, Verdict};
-use hotlimit::tower::{ForwardedIp, Key, KeyExtractor};
+use hotlimit_tower::{ForwardedIp, Key, KeyExtractor};
 use hotlimit::Ticket;
 use hotlimit::{RateLimiter, Requests};
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};

@@ -1,16 +1,16 @@
 //! Settle at response time: a provisional cost taken from the request, settled with the real
 //! one read off the response (its status, a header, a usage extension the handler set), through
-//! the crate's own take and settle ([`Request::take`](crate::Request::take),
-//! [`Request::settle`](crate::Request::settle)).
+//! the crate's own take and settle ([`Request::take`](hotlimit::Request::take),
+//! [`Request::settle`](hotlimit::Request::settle)).
 
 use super::layer::Outcome;
 use super::options::Shared;
 use super::plan::NoPlans;
 use super::{KeyExtractor, LayerBuilder, RequestCost};
-use crate::headers::Fields;
-use crate::limiter::{AsyncRateLimiter, LimiterError};
-use crate::request::Requests;
-use crate::Ticket;
+use hotlimit::headers::Verdict;
+use hotlimit::Requests;
+use hotlimit::Ticket;
+use hotlimit::{store::LimiterError, AsyncRateLimiter};
 use http::{Request, Response, StatusCode};
 use std::fmt;
 use std::future::Future;
@@ -23,7 +23,7 @@ use std::task::{Context, Poll};
 /// keeps the provisional charge. Any `Fn(&Response<B>) -> Option<u64>` is one.
 ///
 /// ```
-/// use hotlimit::tower::ResponseCost;
+/// use hotlimit_tower::ResponseCost;
 /// use http::{Response, StatusCode};
 ///
 /// // A login endpoint counts failed attempts only: a 401 keeps its unit, anything else is
@@ -61,8 +61,8 @@ where
 {
     /// The layer, settling each admitted request at response time: the request's
     /// [`cost`](LayerBuilder::cost) is taken as a provisional charge
-    /// ([`Request::take`](crate::Request::take)) and settled with what `actual` reads off the
-    /// response ([`Request::settle`](crate::Request::settle)): units not used are refunded,
+    /// ([`Request::take`](hotlimit::Request::take)) and settled with what `actual` reads off the
+    /// response ([`Request::settle`](hotlimit::Request::settle)): units not used are refunded,
     /// an overrun is charged as a debt the key pays before its next admission. A denied
     /// request is answered 429 as by [`build`](LayerBuilder::build), and charged nothing.
     ///
@@ -70,7 +70,8 @@ where
     /// The key is copied once per admitted request, to settle with.
     ///
     /// ```
-    /// use hotlimit::{algo::Gcra, tower::{HeaderKey, RateLimitLayer}, CasLimiter};
+    /// use hotlimit::{algo::Gcra, CasLimiter};
+    /// use hotlimit_tower::{HeaderKey, RateLimitLayer};
     /// use http::{Response, StatusCode};
     /// use std::sync::Arc;
     ///
@@ -230,8 +231,8 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = SettleKindProj]
     enum SettleKind<Fut> {
-        Inner { #[pin] future: Fut, fields: Option<Fields>, open: Option<Open> },
-        Answer { status: StatusCode, fields: Option<Fields> },
+        Inner { #[pin] future: Fut, fields: Option<Verdict>, open: Option<Open> },
+        Answer { status: StatusCode, fields: Option<Verdict> },
     }
 }
 

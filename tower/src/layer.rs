@@ -7,12 +7,15 @@ use super::{
     AdvertisedQuota, KeyExtractor, LayerBuilder, MissingKey, Mode, OversizedKey, Report,
     RequestCost, ShadowDecision, UnitCost, DEFAULT_MAX_KEY_LEN,
 };
-use crate::decision::Decision;
-use crate::error::CostError;
-use crate::headers::{Action, Fields, QuotaPolicy, RateLimitHeaders, Verdict};
+use hotlimit::headers::{Action, QuotaPolicy, RateLimitHeaders, Verdict};
+use hotlimit::CostError;
+use hotlimit::Decision;
 #[cfg(doc)]
-use crate::limiter::RateLimiter;
-use crate::limiter::{AsyncRateLimiter, LimiterError, Started};
+use hotlimit::RateLimiter;
+use hotlimit::{
+    store::{LimiterError, Started},
+    AsyncRateLimiter,
+};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use std::fmt;
@@ -55,7 +58,7 @@ where
     /// the limiter's quota ([`AdvertisedQuota`]).
     ///
     /// `limiter` is any [`AsyncRateLimiter<str>`]: every in-memory limiter, every
-    /// [`NonBlocking`](crate::NonBlocking) one (decided in `call`, as a synchronous layer
+    /// [`NonBlocking`](hotlimit::NonBlocking) one (decided in `call`, as a synchronous layer
     /// would), or the Redis backend's
     /// `AsyncRedisLimiter` (one limit shared by every instance; the response future awaits
     /// the round trip). For a limiter without a quota to advertise (one of your own), pass it
@@ -251,9 +254,8 @@ where
             Err(e) => {
                 return match e.cost_error() {
                     Some(CostError::Zero) => Outcome::Refuse(None), // not reached: cost > 0
-                    Some(CostError::ExceedsCapacity { .. }) => {
-                        Outcome::Verdict(headers.too_large())
-                    }
+                    // Above the capacity (or any cost the limiter can never admit): 413.
+                    Some(_) => Outcome::Verdict(headers.too_large()),
                     // The limiter could not decide: no decision, so no rate-limit headers
                     // (they would be made up) and no report; never an allow in enforce mode.
                     None => self.refuse(StatusCode::SERVICE_UNAVAILABLE),
@@ -281,22 +283,22 @@ where
         &self,
         outcome: Outcome,
         parts: &mut Parts,
-    ) -> Result<Option<Fields>, (StatusCode, Option<Fields>)> {
+    ) -> Result<Option<Verdict>, (StatusCode, Option<Verdict>)> {
         let verdict = match outcome {
             Outcome::Verdict(verdict) => verdict,
             Outcome::Refuse(None) => return Ok(None),
             Outcome::Refuse(Some(status)) => return Err((status, None)),
         };
         match verdict.action {
-            Action::Pass => Ok(verdict.fields),
+            Action::Pass => Ok(Some(verdict)),
             Action::Shadow(decision) => {
                 parts.extensions.insert(ShadowDecision(decision));
                 if let Some(hook) = &self.shadow_hook {
                     hook(&decision, parts);
                 }
-                Ok(verdict.fields)
+                Ok(Some(verdict))
             }
-            Action::Answer(status) => Err((status, verdict.fields)),
+            Action::Answer(status) => Err((status, Some(verdict))),
         }
     }
 
@@ -421,8 +423,8 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = KindProj]
     enum Kind<F, P> {
-        Inner { #[pin] future: F, plan: Option<Fields> },
-        Answer { status: StatusCode, plan: Option<Fields> },
+        Inner { #[pin] future: F, plan: Option<Verdict> },
+        Answer { status: StatusCode, plan: Option<Verdict> },
         // Boxed: the head, the body and the service would make every response future (the
         // in-memory limiters' too) larger to move; the box is one allocation next to a round
         // trip. An `Option` so that the request and the service can be moved out when decided.

@@ -5,9 +5,9 @@ use super::plan::{NoPlans, PlanLimiter, Plans, RequestPlan};
 #[cfg(doc)]
 use super::{AdvertisedQuota, DEFAULT_MAX_KEY_LEN};
 use super::{KeyExtractor, RateLimitLayer, RequestCost, UnitCost};
-use crate::decision::Decision;
-use crate::headers::{Mode, RateLimitHeaders};
-use crate::limiter::AsyncRateLimiter;
+use hotlimit::headers::{Mode, RateLimitHeaders};
+use hotlimit::AsyncRateLimiter;
+use hotlimit::Decision;
 use http::request::Parts;
 use std::borrow::Cow;
 use std::fmt;
@@ -18,7 +18,7 @@ use std::sync::Arc;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::tower::MissingKey;
+/// use hotlimit_tower::MissingKey;
 ///
 /// let anonymous = MissingKey::Fallback("anonymous".into()); // all keyless requests share one budget
 /// assert_ne!(anonymous, MissingKey::Reject);
@@ -98,7 +98,8 @@ pub(super) struct Shared<L: ?Sized, X, C, P> {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::FixedWindow, headers::Mode, tower::{ForwardedIp, MissingKey, RateLimitLayer}, CasLimiter};
+/// use hotlimit::{algo::FixedWindow, headers::Mode, CasLimiter};
+/// use hotlimit_tower::{ForwardedIp, MissingKey, RateLimitLayer};
 /// use std::{sync::{atomic::{AtomicU64, Ordering}, Arc}, time::Duration};
 ///
 /// let limiter = Arc::new(CasLimiter::<String, _>::new(FixedWindow::new(100, Duration::from_secs(60))?));
@@ -179,14 +180,15 @@ where
     /// key's plan, a tenant's contract), `None` for the limiter's own. The limiter decides the
     /// request under it ([`PlanLimiter`]: the in-memory keyed limiters, `AsyncRedisLimiter`),
     /// on the key's one state whatever the plan (see
-    /// [`Request::quota`](crate::Request::quota)), and the headers advertise the
+    /// [`Request::quota`](hotlimit::Request::quota)), and the headers advertise the
     /// plan's policy (its [`AdvertisedQuota`], under the name of the layer's policy; none if
     /// [`RateLimitHeaders::quota`] is `None`). A plan
     /// whose quota cannot read the limiter's states (another window, say) is a
     /// misconfiguration: answered `503` in [`Mode::Enforce`], never an allow.
     ///
     /// ```
-    /// use hotlimit::{algo::Gcra, tower::{HeaderKey, RateLimitLayer}, CasLimiter};
+    /// use hotlimit::{algo::Gcra, CasLimiter};
+    /// use hotlimit_tower::{HeaderKey, RateLimitLayer};
     /// use std::sync::Arc;
     ///
     /// let free: Gcra = "10/min".parse()?;
@@ -212,7 +214,8 @@ where
     /// out), the newest draft, no legacy fields, fields on denials only.
     ///
     /// ```
-    /// # use hotlimit::{algo::Gcra, headers::{Draft, Mode}, tower::{HeaderKey, RateLimitLayer}, CasLimiter};
+    /// # use hotlimit::{algo::Gcra, headers::{Draft, Mode}, CasLimiter};
+    /// # use hotlimit_tower::{HeaderKey, RateLimitLayer};
     /// # use std::sync::Arc;
     /// # let limiter = Arc::new(CasLimiter::<String, Gcra>::new("10/s".parse()?));
     /// let layer = RateLimitLayer::builder(limiter, HeaderKey::new(http::header::AUTHORIZATION))

@@ -1,6 +1,6 @@
 //! The tower layer's overhead over the bare limiter.
 //!
-//! `cargo bench --features tower --bench tower`. One thread, one key, a GCRA quota no row
+//! `cargo bench -p hotlimit-tower --bench tower`. One thread, one key, a GCRA quota no row
 //! exhausts (except the `denied` row), the default TSC clock. Rows:
 //!
 //! * `bare-check`: `limiter.check(key)`, the floor.
@@ -17,13 +17,10 @@
 //! minus `bare-check`. The inner service parks the request it gets in a slot and the next
 //! iteration sends it again, so the allowed rows allocate no request.
 
-mod common;
-
-use common::gcra;
 use criterion::{criterion_group, criterion_main, Criterion};
 use hotlimit::algo::Gcra;
-use hotlimit::tower::{ForwardedIp, HeaderKey, KeyExtractor, PeerIp, RateLimitLayer};
 use hotlimit::CasLimiter;
+use hotlimit_tower::{ForwardedIp, HeaderKey, KeyExtractor, PeerIp, RateLimitLayer};
 use http::{Request, Response};
 use std::cell::Cell;
 use std::convert::Infallible;
@@ -159,3 +156,8 @@ criterion_group! {
     targets = benches
 }
 criterion_main!(tower_benches);
+
+/// A quota no benchmark exhausts (as the core's benches): every request takes the write path.
+fn gcra() -> Gcra {
+    "1000000000/s burst 1099511627776".parse().unwrap()
+}

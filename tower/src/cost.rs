@@ -13,7 +13,7 @@ use http::request::Parts;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::tower::RequestCost;
+/// use hotlimit_tower::RequestCost;
 /// use http::{request::Parts, Method};
 ///
 /// // Writes cost 5, reads 1, the health check nothing.

@@ -1,20 +1,16 @@
 //! Plans: a quota per request, picked from the request, decided and advertised by the layer.
 
 use super::AdvertisedQuota;
-use crate::algo::Algorithm;
-use crate::clock::Clock;
-use crate::error::{check_cost, ConfigError};
-
-use crate::headers::QuotaPolicy;
-use crate::limiter::{AsyncRateLimiter, Started};
-use crate::ops::{Keys, Limiter};
+use hotlimit::headers::QuotaPolicy;
+use hotlimit::store::{Keys, Started};
+use hotlimit::{AsyncRateLimiter, ConfigError, Limiter, QuotaError};
 use http::request::Parts;
 use std::fmt;
 
 /// A limiter that decides a request under a quota given with it, for
 /// [`LayerBuilder::plans`](super::LayerBuilder::plans): the in-memory keyed limiters
-/// ([`CasLimiter`](crate::CasLimiter), [`MutexLimiter`](crate::MutexLimiter), by
-/// [`Request::quota`](crate::Request::quota)) and, with the `redis-async` feature,
+/// ([`CasLimiter`](hotlimit::CasLimiter), [`MutexLimiter`](hotlimit::MutexLimiter), by
+/// [`Request::quota`](hotlimit::Request::quota)) and, with this crate's `redis` feature,
 /// `AsyncRedisLimiter` (by its `try_check_n_with`).
 pub trait PlanLimiter: AsyncRateLimiter<str> {
     /// A quota: the limiter's algorithm, configured per plan.
@@ -22,7 +18,7 @@ pub trait PlanLimiter: AsyncRateLimiter<str> {
 
     /// Starts deciding a request of `cost` for `key` under `quota`; the
     /// [`ConfigError`] of a quota that cannot read the limiter's states
-    /// ([`Algorithm::check_quota`]).
+    /// ([`Algorithm::check_quota`](hotlimit::algo::Algorithm::check_quota)).
     fn start_check_n_with(
         &self,
         key: &str,
@@ -37,19 +33,43 @@ where
 {
     type Quota = S::Algo;
 
+    #[inline]
     fn start_check_n_with(
         &self,
         key: &str,
         cost: u64,
         quota: &S::Algo,
     ) -> Result<Started<Self::Future, Self::Error>, ConfigError> {
-        let core = self.store.core();
-        let quota = core.pick(Some(quota))?;
-        let decided = check_cost(cost, quota.capacity()).map(|()| {
-            let now = core.clock.now();
-            core.count(self.store.decide(quota, key, cost, now))
-        });
-        Ok(Started::Decided(decided))
+        match self.request(key).quota(quota).cost(cost).check() {
+            Ok(decision) => Ok(Started::Decided(Ok(decision))),
+            Err(QuotaError::Cost(e)) => Ok(Started::Decided(Err(e))),
+            Err(QuotaError::Quota(e)) => Err(*e),
+            Err(other) => unreachable!("a check takes no ticket: {other}"),
+        }
+    }
+}
+
+/// Plans over Redis: the request's quota in the script's parameters, on the same keys; the
+/// fail mode answers an outage, as for `check_n`.
+#[cfg(feature = "redis")]
+impl<A> PlanLimiter for hotlimit::redis::AsyncRedisLimiter<A>
+where
+    A: hotlimit::redis::RedisAlgorithm + Copy + AdvertisedQuota + Send + Sync + 'static,
+{
+    type Quota = A;
+
+    fn start_check_n_with(
+        &self,
+        key: &str,
+        cost: u64,
+        quota: &A,
+    ) -> Result<Started<Self::Future, Self::Error>, ConfigError> {
+        hotlimit::algo::Algorithm::check_quota(self.algorithm(), quota)?;
+        let (limiter, key, quota) = (self.clone(), key.to_owned(), *quota);
+        Ok(Started::Waiting(Box::pin(async move {
+            let r = limiter.request(&key).cost(cost).quota(&quota).check().await;
+            limiter.fail_over(r)
+        })))
     }
 }
 

@@ -1,10 +1,11 @@
 // G61 (docs/GUARANTEES.md) is pinned by this module's compile_fail doc test.
 //! A [`tower`](https://docs.rs/tower) layer that rate-limits HTTP requests: for servers built
-//! on tower (axum, hyper, tonic). Enabled by the `tower` feature (off by default); it depends
-//! only on `http`, `tower-layer` and `tower-service`, never on a runtime or a server.
+//! on tower (axum, hyper, tonic). A crate of its own on hotlimit's public API; it depends only
+//! on hotlimit, `http`, `tower-layer` and `tower-service`, never on a runtime or a server.
 //!
 //! ```
-//! use hotlimit::{algo::Gcra, tower::{HeaderKey, RateLimitLayer}, CasLimiter, ManualClock};
+//! use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+//! use hotlimit_tower::{HeaderKey, RateLimitLayer};
 //! use http::{header::RETRY_AFTER, Request, Response, StatusCode};
 //! use std::{convert::Infallible, sync::Arc};
 //! use tower::{Layer, ServiceExt};
@@ -47,9 +48,9 @@
 //!    [`LayerBuilder::max_key_len`] (default [`DEFAULT_MAX_KEY_LEN`] bytes) follows
 //!    [`OversizedKey`], so a hostile header never becomes a huge key;
 //! 3. decides it with the limiter (under the request's own quota if a plan picks one:
-//!    [`LayerBuilder::plans`]), any [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter):
-//!    every [`NonBlocking`](crate::NonBlocking) limiter (every algorithm and store of the
-//!    crate, a [`ManualClock`](crate::ManualClock) one in tests, a `dyn NonBlocking<str>`), decided in
+//!    [`LayerBuilder::plans`]), any [`AsyncRateLimiter<str>`](hotlimit::AsyncRateLimiter):
+//!    every [`NonBlocking`](hotlimit::NonBlocking) limiter (every algorithm and store of the
+//!    crate, a [`ManualClock`](hotlimit::ManualClock) one in tests, a `dyn NonBlocking<str>`), decided in
 //!    `call` at no cost, or the Redis backend's `AsyncRedisLimiter` (see *Over Redis*), whose
 //!    round trip the response future awaits;
 //! 4. acts according to the [`Mode`]: enforce (deny with `429 Too Many Requests`), dry-run
@@ -58,16 +59,16 @@
 //!
 //! # Headers
 //!
-//! The [`headers`](crate::headers) module renders them, and its docs say what each field
+//! The [`headers`](hotlimit::headers) module renders them, and its docs say what each field
 //! means: `Retry-After` on denials, the `RateLimit-Policy` / `RateLimit` pair of the newest
 //! draft-ietf-httpapi-ratelimit-headers ([`LayerBuilder::headers`] picks an older one), the legacy
 //! `X-RateLimit-*` fields on request ([`LayerBuilder::headers`]). The policy is the limiter's
 //! sustained rate over a whole-second window ([`AdvertisedQuota`]; `"default";q=5;w=1` above
 //! is 5 per second), its burst the vendor parameter `hotlimit-burst`, so a client that spaces
 //! its requests `w/q` apart gets the whole rate without a 429; for such a client, set
-//! [`RateLimitHeaders::on_allowed`](crate::headers::RateLimitHeaders::on_allowed). All values come from the very [`Decision`] that decided the
+//! [`RateLimitHeaders::on_allowed`](hotlimit::headers::RateLimitHeaders::on_allowed). All values come from the very [`Decision`] that decided the
 //! request. Denials always carry the headers; allowed responses carry them when
-//! [`RateLimitHeaders::on_allowed`](crate::headers::RateLimitHeaders::on_allowed) is set; dry-run responses always carry them (that is how a
+//! [`RateLimitHeaders::on_allowed`](hotlimit::headers::RateLimitHeaders::on_allowed) is set; dry-run responses always carry them (that is how a
 //! dry run reports). The two IETF fields are lists and are appended, so nested layers (per IP,
 //! then per API key) advertise both policies: give them distinct names
 //! ([`QuotaPolicy::named`]).
@@ -81,18 +82,19 @@
 //! | `429 Too Many Requests` | the limiter denied the request |
 //! | `400 Bad Request` | no key ([`MissingKey::Reject`]) or a key over the length bound ([`OversizedKey::Reject`]) |
 //! | `413 Content Too Large` | the request's cost exceeds the limiter's capacity: it could never pass |
-//! | `503 Service Unavailable` | the limiter could not decide: its error is a backend failure ([`LimiterError::cost_error`](crate::store::LimiterError::cost_error) is `None`); no rate-limit headers, since there is no decision, and no [`LayerBuilder::on_decision`] report |
+//! | `503 Service Unavailable` | the limiter could not decide: its error is a backend failure ([`LimiterError::cost_error`](hotlimit::store::LimiterError::cost_error) is `None`); no rate-limit headers, since there is no decision, and no [`LayerBuilder::on_decision`] report |
 //!
 //! Their body is the response body type's `Default` (empty for axum's `Body`).
 //!
 //! # Over Redis: one limit for every instance
 //!
-//! With the `redis-async` feature, `hotlimit::redis::AsyncRedisLimiter` is an
-//! [`AsyncRateLimiter<str>`](crate::AsyncRateLimiter): put it behind the layer as any limiter
+//! With this crate's `redis` feature, `hotlimit::redis::AsyncRedisLimiter` is an
+//! [`AsyncRateLimiter<str>`](hotlimit::AsyncRateLimiter): put it behind the layer as any limiter
 //! (it advertises its algorithm's quota, so the headers are the in-memory layer's):
 //!
 //! ```ignore
-//! use hotlimit::{algo::Gcra, redis::{FailMode, RedisLimiter}, tower::{HeaderKey, RateLimitLayer}};
+//! use hotlimit::{algo::Gcra, redis::{FailMode, RedisLimiter}};
+//! use hotlimit_tower::{HeaderKey, RateLimitLayer};
 //!
 //! let limiter = RedisLimiter::builder("redis://10.0.0.5:6379/", "5/s burst 5".parse::<Gcra>()?)
 //!     .fail_mode(FailMode::Closed { retry_after: Duration::from_secs(1) })
@@ -116,10 +118,11 @@
 //! runtime thread in `call`. Only the async client's type differs between these two:
 //!
 #![cfg_attr(
-    feature = "redis-async",
+    feature = "redis",
     doc = r#"
 ```
-use hotlimit::{algo::Gcra, redis::AsyncRedisLimiter, tower::{HeaderKey, RateLimitLayer}};
+use hotlimit::{algo::Gcra, redis::AsyncRedisLimiter};
+use hotlimit_tower::{HeaderKey, RateLimitLayer};
 use std::sync::Arc;
 
 fn layer(limiter: AsyncRedisLimiter<Gcra>) {
@@ -128,7 +131,8 @@ fn layer(limiter: AsyncRedisLimiter<Gcra>) {
 ```
 
 ```compile_fail,E0277
-use hotlimit::{algo::Gcra, redis::RedisLimiter, tower::{HeaderKey, RateLimitLayer}};
+use hotlimit::{algo::Gcra, redis::RedisLimiter};
+use hotlimit_tower::{HeaderKey, RateLimitLayer};
 use std::sync::Arc;
 
 fn layer(limiter: RedisLimiter<Gcra>) {
@@ -140,17 +144,17 @@ fn layer(limiter: RedisLimiter<Gcra>) {
 //!
 //! # Cost when unused
 //!
-//! The feature is off by default, so the core crate builds without `http` or tower. An
+//! The core crate builds without tower (a crate of its own, this one). An
 //! in-memory limiter's decision is ready at the one poll in `call` (a `std::future::Ready`):
 //! the request is decided there as by a synchronous layer, nothing boxed, the inner service
 //! not cloned. On the allowed path without headers the layer allocates nothing for header and
 //! IP keys: the key is
 //! borrowed from the request or formatted on the stack. Each response that carries headers
-//! allocates one small buffer per header field. `cargo bench --features tower --bench tower`
+//! allocates one small buffer per header field. `cargo bench -p hotlimit-tower --bench tower`
 //! measures the layer against the bare limiter: its own cost (a header lookup, moving the
 //! request head out and back, wrapping the inner future) comes on top of the limiter's check
 //! and is small next to what parsing an HTTP request costs a server; see `BENCHMARKS.md`,
-//! section "The tower layer (`tower` feature), ns per request".
+//! section "The tower layer (`hotlimit-tower`), ns per request".
 
 mod cost;
 mod extract;
@@ -166,13 +170,13 @@ pub use options::{LayerBuilder, MissingKey, OversizedKey, Report, ShadowDecision
 pub use plan::{NoPlans, PlanLimiter, Planned, Plans, RequestPlan};
 pub use settle::{ResponseCost, Settle, SettleFuture, SettleLayer};
 
-// The layer's headers, modes and policies are `crate::headers`' own, with one path each.
+// The layer's headers, modes and policies are `hotlimit::headers`' own, with one path each.
 #[cfg(doc)]
-use crate::headers::QuotaPolicy;
-use crate::headers::{AdvertisedQuota, Mode};
+use hotlimit::headers::QuotaPolicy;
+use hotlimit::headers::{AdvertisedQuota, Mode};
 
 #[cfg(doc)]
-use crate::Decision;
+use hotlimit::Decision;
 use http::header::HeaderName;
 
 /// The default bound on a key's length in bytes; see [`LayerBuilder::max_key_len`].

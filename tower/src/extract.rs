@@ -3,7 +3,7 @@
 #[cfg(doc)]
 use super::MissingKey;
 use super::X_FORWARDED_FOR;
-use crate::headers::Buf;
+use arrayvec::ArrayString;
 use http::header::HeaderName;
 use http::request::Parts;
 use http::{Extensions, HeaderMap};
@@ -17,7 +17,7 @@ use std::ops::Deref;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::tower::Key;
+/// use hotlimit_tower::Key;
 /// use std::net::{IpAddr, Ipv4Addr};
 ///
 /// assert_eq!(Key::from("alice").as_str(), "alice");
@@ -38,14 +38,14 @@ enum Repr<'a> {
 const INLINE: usize = 56;
 
 /// A short key kept on the stack.
-pub(super) type Inline = Buf<INLINE>;
+pub(super) type Inline = ArrayString<INLINE>;
 
 /// Writes an IPv4 address as `Display` does, without the formatting machinery (which
 /// costs more than the limiter's check).
 fn write_v4(buf: &mut Inline, ip: std::net::Ipv4Addr) -> fmt::Result {
     for (i, o) in ip.octets().into_iter().enumerate() {
         if i > 0 {
-            buf.push(b".")?;
+            buf.try_push_str(".").map_err(|_| fmt::Error)?;
         }
         let digits = [b'0' + o / 100, b'0' + o / 10 % 10, b'0' + o % 10];
         let skip = match o {
@@ -53,7 +53,9 @@ fn write_v4(buf: &mut Inline, ip: std::net::Ipv4Addr) -> fmt::Result {
             10..=99 => 1,
             _ => 2,
         };
-        buf.push(&digits[skip..])?;
+        // ASCII digits: always UTF-8.
+        let digits = std::str::from_utf8(&digits[skip..]).map_err(|_| fmt::Error)?;
+        buf.try_push_str(digits).map_err(|_| fmt::Error)?;
     }
     Ok(())
 }
@@ -132,7 +134,7 @@ impl fmt::Debug for Key<'_> {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::tower::{HeaderKey, KeyExtractor, PeerIp};
+/// use hotlimit_tower::{HeaderKey, KeyExtractor, PeerIp};
 /// use http::{request::Parts, Request};
 ///
 /// // A closure: the first path segment (a tenant id), owned.
@@ -186,7 +188,7 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
 ///
 /// ```
 /// use axum::extract::ConnectInfo;
-/// use hotlimit::tower::{KeyExtractor, PeerIp};
+/// use hotlimit_tower::{KeyExtractor, PeerIp};
 /// use std::net::SocketAddr;
 ///
 /// let key = PeerIp::from_extension::<ConnectInfo<SocketAddr>>();
@@ -201,7 +203,7 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::tower::{KeyExtractor, PeerIp};
+/// use hotlimit_tower::{KeyExtractor, PeerIp};
 /// use std::net::SocketAddr;
 ///
 /// let mut req = http::Request::new(());
@@ -294,7 +296,7 @@ enum ForwardedHeader {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::tower::{ForwardedIp, KeyExtractor};
+/// use hotlimit_tower::{ForwardedIp, KeyExtractor};
 ///
 /// // One load balancer in front; the client tried to pass itself off as 10.0.0.1.
 /// let req = http::Request::get("/").header("x-forwarded-for", "10.0.0.1, 198.51.100.23").body(())?;
@@ -424,7 +426,7 @@ impl KeyExtractor for ForwardedIp {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::tower::{HeaderKey, KeyExtractor};
+/// use hotlimit_tower::{HeaderKey, KeyExtractor};
 ///
 /// let req = http::Request::get("/").header("x-api-key", "k-123").body(())?;
 /// let (parts, ()) = req.into_parts();

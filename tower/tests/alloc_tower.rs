@@ -6,8 +6,8 @@
 //! (no runtime), so every allocation counted is the layer's.
 
 use hotlimit::algo::Gcra;
-use hotlimit::tower::{HeaderKey, RateLimitLayer};
 use hotlimit::{CasLimiter, ManualClock};
+use hotlimit_tower::{HeaderKey, RateLimitLayer};
 use http::{Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::future::{ready, Future};

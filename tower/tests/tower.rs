@@ -1,7 +1,7 @@
 //! The tower layer over real loopback HTTP: an axum server bound to 127.0.0.1:0, hyper's
 //! client, limiters on a `ManualClock` that the tests move (no sleeps).
 //!
-//! Run with `cargo test --features tower --test tower`.
+//! Run with `cargo test -p hotlimit-tower --test tower`.
 
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
@@ -9,13 +9,13 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::headers::{AdvertisedQuota, Mode, QuotaPolicy};
-use hotlimit::tower::{
-    ForwardedIp, HeaderKey, KeyExtractor, MissingKey, OversizedKey, PeerIp, RateLimitLayer,
-    ShadowDecision,
-};
 use hotlimit::{
     store::LimiterError, AsyncRateLimiter, CasLimiter, CostError, Decision, ManualClock,
     MutexLimiter, NonBlocking, RateLimiter,
+};
+use hotlimit_tower::{
+    ForwardedIp, HeaderKey, KeyExtractor, MissingKey, OversizedKey, PeerIp, RateLimitLayer,
+    ShadowDecision,
 };
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};

@@ -3,9 +3,9 @@
 //! # Usage
 //!
 //! ```text
-//! cargo run --release --features tower --example proxy -- --listen 127.0.0.1:3000 \
+//! cargo run --release -p hotlimit-tower --example proxy -- --listen 127.0.0.1:3000 \
 //!     --rate 5/s --burst 5 [--key ip|header:<name>|forwarded:<n>] [--mode enforce|dry-run|shadow]
-//! cargo run --release --features tower,redis-async --example proxy -- \
+//! cargo run --release -p hotlimit-tower --features redis --example proxy -- \
 //!     --redis redis://127.0.0.1:6379/ --rate 5/s
 //!
 //! --listen ADDR        address to listen on (default 127.0.0.1:3000; port 0 picks one)
@@ -19,7 +19,7 @@
 //! --mode MODE          enforce (429s), dry-run (never deny, log would-be denials) or shadow
 //! --legacy-headers     also send X-RateLimit-Limit / -Remaining / -Reset
 //! --draft VERSION      the ratelimit-headers draft: draft-10 (default), draft-09 or draft-07
-//! --redis URL          keep the limit in Redis (feature `redis-async`): every instance
+//! --redis URL          keep the limit in Redis (feature `redis`): every instance
 //!                      started with the same URL shares it; fails open if Redis is down
 //! ```
 //!
@@ -40,10 +40,10 @@ use axum::{Extension, Router};
 use clap::Parser;
 use hotlimit::algo::Gcra;
 use hotlimit::headers::{AdvertisedQuota, Draft, Mode};
-use hotlimit::tower::{
+use hotlimit::{AsyncRateLimiter, CasLimiter, Rate};
+use hotlimit_tower::{
     ForwardedIp, HeaderKey, Key, KeyExtractor, PeerIp, RateLimitLayer, ShadowDecision,
 };
-use hotlimit::{AsyncRateLimiter, CasLimiter, Rate};
 use http::request::Parts;
 use http::HeaderName;
 use std::io::Write;
@@ -76,7 +76,7 @@ struct Args {
     /// The ratelimit-headers draft the fields follow: draft-07, draft-09 or draft-10.
     #[arg(long, default_value = "draft-10")]
     draft: Draft,
-    /// Keep the limit in Redis at this URL, shared by every instance (feature `redis-async`).
+    /// Keep the limit in Redis at this URL, shared by every instance (feature `redis`).
     #[arg(long)]
     redis: Option<String>,
 }
@@ -150,7 +150,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The limit in Redis: the same layer and headers, over the async client.
-#[cfg(feature = "redis-async")]
+#[cfg(feature = "redis")]
 async fn serve_redis(url: &str, gcra: Gcra, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let limiter = hotlimit::redis::RedisLimiter::builder(url, gcra)
         .key_prefix("proxy:")
@@ -159,10 +159,10 @@ async fn serve_redis(url: &str, gcra: Gcra, args: &Args) -> Result<(), Box<dyn s
     serve(Arc::new(limiter), args).await
 }
 
-#[cfg(not(feature = "redis-async"))]
+#[cfg(not(feature = "redis"))]
 async fn serve_redis(_: &str, _: Gcra, _: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    Err("--redis needs the `redis-async` feature: \
-         cargo run --features tower,redis-async --example proxy -- --redis URL"
+    Err("--redis needs the `redis` feature: \
+         cargo run -p hotlimit-tower --features redis --example proxy -- --redis URL"
         .into())
 }
 

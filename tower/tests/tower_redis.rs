@@ -4,15 +4,15 @@
 //! runtime. Without `redis-server` on the PATH the tests print why and pass, unless
 //! `HOTLIMIT_REQUIRE_REDIS=1`.
 //!
-//! Run with `cargo test --features tower,redis-async --test tower_redis`.
+//! Run with `cargo test -p hotlimit-tower --features redis --test tower_redis`.
 
 use axum::body::Bytes;
 use axum::routing::get;
 use axum::Router;
 use hotlimit::algo::Gcra;
 use hotlimit::redis::{AsyncRedisLimiter, FailMode, RedisLimiter};
-use hotlimit::tower::{HeaderKey, RateLimitLayer};
 use hotlimit::{CasLimiter, ManualClock};
+use hotlimit_tower::{HeaderKey, RateLimitLayer};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tower::{Layer, ServiceExt};
 
+#[path = "../../tests/redis_server/mod.rs"]
 mod redis_server;
 use redis_server::Server;
 
