@@ -85,10 +85,11 @@ pub(crate) struct Step<S> {
 /// An algorithm of your own keeps its state in a `u64` or `u128` word and answers with
 /// [`Decision::allowed`](crate::Decision::allowed) and
 /// [`Decision::denied`](crate::Decision::denied); it then runs on every in-memory store, its
-/// debts kept through capacity eviction, and behind the tower layer (with
-/// [`AdvertisedQuota`](https://docs.rs/hotlimit/latest/hotlimit/headers/trait.AdvertisedQuota.html)):
-/// `tests/outside_algorithm.rs` is one, a token bucket refilled on ticks, checked against its
-/// own sequential model on each store.
+/// debts kept through capacity eviction, behind `hotlimit-tower`'s layer (with
+/// [`AdvertisedQuota`](https://docs.rs/hotlimit/latest/hotlimit/headers/trait.AdvertisedQuota.html))
+/// and in `hotlimit-server` (registered by name in its settings): `tests/common/tick_bucket.rs`
+/// is one, a token bucket refilled on ticks, checked against its own sequential model on each
+/// store (`tests/outside_algorithm.rs`), behind the layer and over the server's JSON API.
 ///
 /// # Examples
 ///

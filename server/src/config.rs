@@ -18,6 +18,8 @@ use hotlimit::algo::{
 use hotlimit::{Policy, Rate};
 use serde::Deserialize;
 
+use crate::outside::{Algorithms, Outside};
+
 /// A rate limit's time unit, as Envoy's `RateLimitResponse.RateLimit.Unit` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
@@ -101,6 +103,8 @@ pub enum Algorithm {
     Earrrl(Earrrl),
     /// `exponential`: Exim's smoothed rate of `requests_per_unit` per `unit`.
     Exponential(Exponential),
+    /// An algorithm of your own, registered by name ([`crate::outside`]).
+    Outside(Outside),
 }
 
 impl Algorithm {
@@ -115,6 +119,7 @@ impl Algorithm {
             Algorithm::Gcra(_) => "gcra",
             Algorithm::Earrrl(_) => "earrrl",
             Algorithm::Exponential(_) => "exponential",
+            Algorithm::Outside(o) => o.name(),
         }
     }
 }
@@ -473,11 +478,25 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
             let q = Exponential::new(f64::from(m), window).map_err(e)?;
             Algorithm::Exponential(policy.map_or(q, |p| q.with_policy(p)))
         }
-        other => {
-            return Err(format!(
-                "unknown algorithm '{other}' (expected fixed_window, sliding_window, sub_window, sliding_log, gcra, earrrl or exponential)"
-            ))
-        }
+        other => match OUTSIDE.with(|o| o.borrow().make(other, m, window)) {
+            Some(made) => {
+                only(&[])?;
+                if policy.is_some() {
+                    return Err(format!("'policy' does not apply to algorithm '{other}'"));
+                }
+                Algorithm::Outside(made?)
+            }
+            None => {
+                let registered: Vec<&str> = OUTSIDE.with(|o| o.borrow().names().collect());
+                let extra = registered
+                    .iter()
+                    .map(|n| format!(", {n}"))
+                    .collect::<String>();
+                return Err(format!(
+                    "unknown algorithm '{other}' (expected fixed_window, sliding_window, sub_window, sliding_log, gcra, earrrl, exponential{extra})"
+                ));
+            }
+        },
     };
     let secs = window.as_secs();
     let (class, base) = match &algorithm {
@@ -487,6 +506,8 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
             algorithm.clone(),
         ),
         Algorithm::Gcra(_) => ("gcra".to_owned(), algorithm.clone()),
+        // One limiter per distinct quota: nothing says another quota reads its states.
+        Algorithm::Outside(o) => (o.class(), algorithm.clone()),
         Algorithm::Earrrl(q) => {
             let half_life = half_life(raw.half_life.as_deref(), window)?;
             // The lowest limit a rule can have, one a year: the class's sweeps keep a key
@@ -552,11 +573,43 @@ pub struct Match {
     pub key: String,
 }
 
+thread_local! {
+    /// The outside algorithms the configuration being read may name: a rule is validated
+    /// inside the YAML parser (so that its errors carry a line), which takes no context.
+    static OUTSIDE: std::cell::RefCell<Algorithms> = std::cell::RefCell::default();
+}
+
+/// Puts `algorithms` in [`OUTSIDE`] until dropped, then what was there before.
+struct Reading(Algorithms);
+
+impl Reading {
+    fn start(algorithms: &Algorithms) -> Reading {
+        Reading(OUTSIDE.with(|o| o.replace(algorithms.clone())))
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        let before = std::mem::take(&mut self.0);
+        OUTSIDE.with(|o| o.replace(before));
+    }
+}
+
 impl Config {
     /// Loads the YAML files: each is one domain. `name` is what errors name the file by.
     pub fn from_sources<'a>(
         sources: impl IntoIterator<Item = (&'a Path, &'a str)>,
     ) -> Result<Config, ConfigError> {
+        Config::from_sources_with(sources, &Algorithms::default())
+    }
+
+    /// [`from_sources`](Config::from_sources), where rules may also name the outside
+    /// `algorithms`.
+    pub fn from_sources_with<'a>(
+        sources: impl IntoIterator<Item = (&'a Path, &'a str)>,
+        algorithms: &Algorithms,
+    ) -> Result<Config, ConfigError> {
+        let _reading = Reading::start(algorithms);
         let mut config = Config::default();
         let mut owner: HashMap<String, PathBuf> = HashMap::new();
         for (file, text) in sources {

@@ -12,9 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hotlimit::algo::{
-    Algorithm as Algo, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
-};
+use hotlimit::algo::Algorithm as Algo;
 use hotlimit::redis::{
     AsyncRedisLimiter, BackendError, HybridAlgorithm, HybridLimiter, RedisAlgorithm,
 };
@@ -141,6 +139,13 @@ pub enum BuildError {
     Spawn(std::io::Error),
     /// The hybrid backend does not run this algorithm (its type name).
     NotOnFleet(&'static str),
+    /// An outside algorithm (its registered name) on a backend other than memory.
+    Outside {
+        /// The name it was registered under.
+        algorithm: &'static str,
+        /// The backend that cannot run it.
+        backend: &'static str,
+    },
 }
 
 impl std::fmt::Display for BuildError {
@@ -153,6 +158,10 @@ impl std::fmt::Display for BuildError {
                 f,
                 "the hybrid backend does not run this algorithm ({algo}); use gcra, fixed_window, sliding_window, earrrl or exponential"
             ),
+            BuildError::Outside { algorithm, backend } => write!(
+                f,
+                "the {backend} backend does not run the outside algorithm '{algorithm}' (the memory backend does)"
+            ),
         }
     }
 }
@@ -163,7 +172,7 @@ impl std::error::Error for BuildError {
             BuildError::Memory(e) => Some(e),
             BuildError::Backend(e) => Some(e),
             BuildError::Spawn(e) => Some(e),
-            BuildError::NotOnFleet(_) => None,
+            BuildError::NotOnFleet(_) | BuildError::Outside { .. } => None,
         }
     }
 }
@@ -184,26 +193,21 @@ pub struct Key<'a> {
     pub hash: u128,
 }
 
-/// The rule's quota of the limiter's own algorithm type.
-trait Pick: Sized {
-    fn pick(quota: &Algorithm) -> Option<&Self>;
+/// The rule's quota, if it is of the limiter's own algorithm type `A`.
+fn pick<A: 'static>(quota: &Algorithm) -> Option<&A> {
+    let quota: &dyn std::any::Any = match quota {
+        Algorithm::DenyAll => return None,
+        Algorithm::FixedWindow(q) => q,
+        Algorithm::SlidingWindow(q) => q,
+        Algorithm::SubWindow(q) => q,
+        Algorithm::SlidingLog(q) => q,
+        Algorithm::Gcra(q) => q,
+        Algorithm::Earrrl(q) => q,
+        Algorithm::Exponential(q) => q,
+        Algorithm::Outside(o) => return o.quota(),
+    };
+    quota.downcast_ref()
 }
-
-macro_rules! pick {
-    ($($variant:ident => $ty:ty),*) => {$(
-        impl Pick for $ty {
-            fn pick(quota: &Algorithm) -> Option<&Self> {
-                match quota {
-                    Algorithm::$variant(q) => Some(q),
-                    _ => None,
-                }
-            }
-        }
-    )*};
-}
-
-pick!(FixedWindow => FixedWindow, SlidingWindow => SlidingWindow, SubWindow => SubWindow,
-    SlidingLog => SlidingLog, Gcra => Gcra, Earrrl => Earrrl, Exponential => Exponential);
 
 fn wrong_class() -> EngineError {
     EngineError::WrongClass
@@ -219,56 +223,81 @@ trait Local: Send + Sync {
     fn shutdown(self: Box<Self>) {}
 }
 
-/// A class's limiter in memory, keyed by the hash.
-struct Memory<A: Algo, C: Clock>(CasLimiter<u128, A, C>);
+/// A class's limiter in memory, keyed by the hash; `per_request`: each request brings its
+/// rule's quota (a class of the built-in algorithms), else the class is one quota, the
+/// limiter's own (an outside algorithm, which need read no other quota's states).
+struct Memory<A: Algo, C: Clock> {
+    limiter: CasLimiter<u128, A, C>,
+    per_request: bool,
+}
+
+impl<A: Algo, C: Clock> Memory<A, C>
+where
+    CasLimiter<u128, A, C>: Requests<u128, Algo = A>,
+{
+    /// The request for `key` under the rule's quota `q` (already picked: of the class's
+    /// algorithm), if the class decides per request.
+    fn request<'a>(
+        &'a self,
+        key: &'a Key<'_>,
+        q: &'a A,
+    ) -> hotlimit::Request<'a, CasLimiter<u128, A, C>, u128, A> {
+        let request = self.limiter.request(&key.hash);
+        if self.per_request {
+            request.quota(q)
+        } else {
+            request
+        }
+    }
+}
 
 impl<A, C> Local for Memory<A, C>
 where
-    A: Algo + Pick + Send + Sync + 'static,
+    A: Algo + Send + Sync + 'static,
     C: Clock,
     CasLimiter<u128, A, C>: Requests<u128, Algo = A>,
     EngineError: From<<CasLimiter<u128, A, C> as Requests<u128>>::Error>,
 {
     fn check(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
-        let q = A::pick(quota).ok_or_else(wrong_class)?;
-        Ok(self.0.request(&key.hash).quota(q).cost(cost).check()?)
+        let q = pick::<A>(quota).ok_or_else(wrong_class)?;
+        Ok(self.request(&key, q).cost(cost).check()?)
     }
     fn peek(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
-        let q = A::pick(quota).ok_or_else(wrong_class)?;
-        Ok(self.0.request(&key.hash).quota(q).cost(cost).peek()?)
+        let q = pick::<A>(quota).ok_or_else(wrong_class)?;
+        Ok(self.request(&key, q).cost(cost).peek()?)
     }
     fn take(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Ticket> {
-        let q = A::pick(quota).ok_or_else(wrong_class)?;
-        Ok(self.0.request(&key.hash).quota(q).cost(cost).take()?)
+        let q = pick::<A>(quota).ok_or_else(wrong_class)?;
+        Ok(self.request(&key, q).cost(cost).take()?)
     }
     fn settle(&self, key: Key<'_>, quota: &Algorithm, t: &mut Ticket, actual: u64) -> Answer<bool> {
-        let q = A::pick(quota).ok_or_else(wrong_class)?;
-        Ok(self.0.request(&key.hash).quota(q).settle(t, actual)?)
+        let q = pick::<A>(quota).ok_or_else(wrong_class)?;
+        Ok(self.request(&key, q).settle(t, actual)?)
     }
 }
 
 /// A class's fleet limiter, each request under its rule's quota.
 struct Fleet<A: HybridAlgorithm>(HybridLimiter<A>);
 
-impl<A: HybridAlgorithm + Pick + Send + Sync + 'static> Local for Fleet<A>
+impl<A: HybridAlgorithm + Send + Sync + 'static> Local for Fleet<A>
 where
     HybridLimiter<A>: Requests<str, Algo = A>,
     EngineError: From<<HybridLimiter<A> as Requests<str>>::Error>,
 {
     fn check(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
-        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        let q = pick::<A>(quota).ok_or_else(wrong_class)?;
         Ok(self.0.request(key.text).quota(q).cost(cost).check()?)
     }
     fn peek(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Decision> {
-        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        let q = pick::<A>(quota).ok_or_else(wrong_class)?;
         Ok(self.0.request(key.text).quota(q).cost(cost).peek()?)
     }
     fn take(&self, key: Key<'_>, quota: &Algorithm, cost: u64) -> Answer<Ticket> {
-        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        let q = pick::<A>(quota).ok_or_else(wrong_class)?;
         Ok(self.0.request(key.text).quota(q).cost(cost).take()?)
     }
     fn settle(&self, key: Key<'_>, quota: &Algorithm, t: &mut Ticket, actual: u64) -> Answer<bool> {
-        let q = A::pick(quota).ok_or_else(wrong_class)?;
+        let q = pick::<A>(quota).ok_or_else(wrong_class)?;
         Ok(self.0.request(key.text).quota(q).settle(t, actual)?)
     }
     /// The last sync (leases handed back, debts charged), waited for: the engine is dropped
@@ -298,7 +327,7 @@ trait Remote: Send + Sync {
     ) -> BoxFuture<'a, bool>;
 }
 
-impl<A: RedisAlgorithm + Pick + Send + Sync + 'static> Remote for AsyncRedisLimiter<A> {
+impl<A: RedisAlgorithm + Send + Sync + 'static> Remote for AsyncRedisLimiter<A> {
     fn check<'a>(
         &'a self,
         key: Key<'a>,
@@ -306,7 +335,7 @@ impl<A: RedisAlgorithm + Pick + Send + Sync + 'static> Remote for AsyncRedisLimi
         cost: u64,
     ) -> BoxFuture<'a, Decision> {
         Box::pin(async move {
-            let q = A::pick(quota).ok_or_else(wrong_class)?;
+            let q = pick::<A>(quota).ok_or_else(wrong_class)?;
             Ok(self.request(key.text).quota(q).cost(cost).check().await?)
         })
     }
@@ -317,13 +346,13 @@ impl<A: RedisAlgorithm + Pick + Send + Sync + 'static> Remote for AsyncRedisLimi
         cost: u64,
     ) -> BoxFuture<'a, Decision> {
         Box::pin(async move {
-            let q = A::pick(quota).ok_or_else(wrong_class)?;
+            let q = pick::<A>(quota).ok_or_else(wrong_class)?;
             Ok(self.request(key.text).quota(q).cost(cost).peek().await?)
         })
     }
     fn take<'a>(&'a self, key: Key<'a>, quota: &'a Algorithm, cost: u64) -> BoxFuture<'a, Ticket> {
         Box::pin(async move {
-            let q = A::pick(quota).ok_or_else(wrong_class)?;
+            let q = pick::<A>(quota).ok_or_else(wrong_class)?;
             Ok(self.request(key.text).quota(q).cost(cost).take().await?)
         })
     }
@@ -335,7 +364,7 @@ impl<A: RedisAlgorithm + Pick + Send + Sync + 'static> Remote for AsyncRedisLimi
         actual: u64,
     ) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            let q = A::pick(quota).ok_or_else(wrong_class)?;
+            let q = pick::<A>(quota).ok_or_else(wrong_class)?;
             Ok(self
                 .request(key.text)
                 .quota(q)
@@ -458,7 +487,7 @@ trait Sweep: Send + Sync {
 
 impl<A: Algo + Send + Sync + 'static, C: Clock> Sweep for Memory<A, C> {
     fn sweep(&self) {
-        let _ = self.0.sweep();
+        let _ = self.limiter.sweep();
     }
 }
 
@@ -598,12 +627,30 @@ impl Engines {
             Algorithm::Exponential(q) => self.on(*q, class).await?,
             Algorithm::SubWindow(q) => self.not_fleet(*q).await?,
             Algorithm::SlidingLog(q) => self.not_fleet(*q).await?,
+            Algorithm::Outside(o) => o.build(self)?,
         })
+    }
+
+    /// A class's limiter for an outside algorithm: in memory only.
+    pub(crate) fn outside<A>(&self, name: &'static str, algo: A) -> Result<Engine, BuildError>
+    where
+        A: Algo<State = u64> + Send + Sync + 'static,
+    {
+        match &self.backend {
+            Backend::Memory { max_keys, clock } => match clock {
+                Some(c) => self.memory(algo, c.clone(), *max_keys, false),
+                None => self.memory(algo, UnixClock, *max_keys, false),
+            },
+            other => Err(BuildError::Outside {
+                algorithm: name,
+                backend: other.name(),
+            }),
+        }
     }
 
     async fn on<A>(&self, algo: A, class: &str) -> Result<Engine, BuildError>
     where
-        A: Algo + RedisAlgorithm + HybridAlgorithm + Pick + Send + Sync + 'static,
+        A: Algo + RedisAlgorithm + HybridAlgorithm + Send + Sync + 'static,
     {
         match &self.backend {
             Backend::Hybrid {
@@ -644,12 +691,12 @@ impl Engines {
 
     async fn not_fleet<A>(&self, algo: A) -> Result<Engine, BuildError>
     where
-        A: Algo + RedisAlgorithm + Pick + Send + Sync + 'static,
+        A: Algo + RedisAlgorithm + Send + Sync + 'static,
     {
         match &self.backend {
             Backend::Memory { max_keys, clock } => Ok(match clock {
-                Some(c) => self.memory(algo, c.clone(), *max_keys)?,
-                None => self.memory(algo, UnixClock, *max_keys)?,
+                Some(c) => self.memory(algo, c.clone(), *max_keys, true)?,
+                None => self.memory(algo, UnixClock, *max_keys, true)?,
             }),
             Backend::Redis { url, prefix } => {
                 let limiter = hotlimit::redis::RedisLimiter::builder(url.clone(), algo)
@@ -668,9 +715,15 @@ impl Engines {
         }
     }
 
-    fn memory<A, C>(&self, algo: A, clock: C, max_keys: usize) -> Result<Engine, BuildError>
+    fn memory<A, C>(
+        &self,
+        algo: A,
+        clock: C,
+        max_keys: usize,
+        per_request: bool,
+    ) -> Result<Engine, BuildError>
     where
-        A: Algo + Pick + Send + Sync + 'static,
+        A: Algo + Send + Sync + 'static,
         C: Clock,
         CasLimiter<u128, A, C>: Requests<u128, Algo = A>,
         EngineError: From<<CasLimiter<u128, A, C> as Requests<u128>>::Error>,
@@ -681,7 +734,10 @@ impl Engines {
             .max_keys(max_keys)
             .build()
             .map_err(BuildError::Memory)?;
-        let memory = Arc::new(Memory(limiter));
+        let memory = Arc::new(Memory {
+            limiter,
+            per_request,
+        });
         let weak: Weak<dyn Sweep> = Arc::downgrade(&(memory.clone() as Arc<dyn Sweep>));
         self.swept
             .lock()
@@ -696,7 +752,7 @@ struct Shared<A: Algo, C: Clock>(Arc<Memory<A, C>>);
 
 impl<A, C> Local for Shared<A, C>
 where
-    A: Algo + Pick + Send + Sync + 'static,
+    A: Algo + Send + Sync + 'static,
     C: Clock,
     Memory<A, C>: Local,
 {

@@ -15,5 +15,6 @@ pub mod engine;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod outside;
 pub mod service;
 pub mod tickets;

@@ -170,6 +170,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         ticket_secret: args.ticket_secret,
         max_settled_tickets: args.max_settled_tickets,
         health_checks_backend: args.health_checks_backend,
+        algorithms: Default::default(),
         ..Settings::memory()
     };
     let bounds = Bounds {

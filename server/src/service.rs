@@ -100,6 +100,8 @@ pub struct Settings {
     /// Whether `/healthcheck` fails while the backend does not answer (opt-in: a load
     /// balancer that drops every replica when Redis is down sends the traffic nowhere).
     pub health_checks_backend: bool,
+    /// Algorithms of your own that rules may name ([`crate::outside`]); none by default.
+    pub algorithms: crate::outside::Algorithms,
 }
 
 impl Settings {
@@ -118,6 +120,7 @@ impl Settings {
             ticket_secret: None,
             max_settled_tickets: crate::tickets::DEFAULT_MAX_SETTLED,
             health_checks_backend: false,
+            algorithms: Default::default(),
         }
     }
 }
@@ -310,8 +313,11 @@ impl Service {
         sources: &[(PathBuf, String)],
         settings: Settings,
     ) -> Result<Service, StartError> {
-        let config = Config::from_sources(sources.iter().map(|(p, t)| (p.as_path(), t.as_str())))
-            .map_err(StartError::Config)?;
+        let config = Config::from_sources_with(
+            sources.iter().map(|(p, t)| (p.as_path(), t.as_str())),
+            &settings.algorithms,
+        )
+        .map_err(StartError::Config)?;
         let metrics = Metrics::default();
         let engines = Engines::new(settings.backend.clone()).map_err(StartError::Spawn)?;
         let tickets = Tickets::new(
@@ -351,16 +357,18 @@ impl Service {
         if *lock(&self.last_text) == sources {
             return Ok(false);
         }
-        let config =
-            match Config::from_sources(sources.iter().map(|(p, t)| (p.as_path(), t.as_str()))) {
-                Ok(c) => c,
-                Err(e) => {
-                    // The same text fails the same way: not read again until it changes.
-                    *lock(&self.last_text) = sources.to_vec();
-                    self.metrics.config_loaded(false);
-                    return Err(e);
-                }
-            };
+        let config = match Config::from_sources_with(
+            sources.iter().map(|(p, t)| (p.as_path(), t.as_str())),
+            &self.settings.algorithms,
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                // The same text fails the same way: not read again until it changes.
+                *lock(&self.last_text) = sources.to_vec();
+                self.metrics.config_loaded(false);
+                return Err(e);
+            }
+        };
         match build(config, &self.settings, &self.metrics, &self.engines).await {
             Ok(loaded) => {
                 // Remembered only once running: a backend that failed is tried again.
@@ -841,6 +849,7 @@ impl Slot {
             Algorithm::Gcra(q) => q.capacity(),
             Algorithm::Earrrl(q) => q.capacity(),
             Algorithm::Exponential(q) => q.capacity(),
+            Algorithm::Outside(o) => o.capacity(),
         }
     }
 }

@@ -40,7 +40,8 @@ use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};
 
 use common::{
-    client, free_port, metrics, post, server, server_command, wait_port, Proc, Scratch, Server,
+    client, free_port, metrics, post, server, server_command, wait_port, InProcess, Proc, Scratch,
+    Server,
 };
 
 const RULES: &str = r#"
@@ -308,51 +309,6 @@ async fn held_call(channel: Channel, body: Held) -> Result<RateLimitResponse, to
     let codec = tonic_prost::ProstCodec::<RateLimitRequest, RateLimitResponse>::default();
     let answer = grpc.client_streaming(tonic::Request::new(body), path, codec);
     answer.await.map(tonic::Response::into_inner)
-}
-
-/// The JSON API over `service`, served in this process on a loopback port by a thread of its
-/// own; stopped gracefully and joined on drop.
-struct InProcess {
-    port: u16,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl InProcess {
-    fn serve(service: Arc<Service>) -> InProcess {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        listener.set_nonblocking(true).unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            runtime().block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let app = hotlimit_server::http::router(service, Default::default());
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = stopped.await;
-                    })
-                    .await
-                    .unwrap();
-            });
-        });
-        InProcess {
-            port,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for InProcess {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 // ---- quota_mode ----
