@@ -2,7 +2,7 @@
 
 use super::client::{client_accessors, Answers, At, ClientCore, Mode, Reply, Req, Trip};
 use super::connection::{cluster_nodes_cmd, info_cluster_cmd, says_cluster, Target};
-use super::replies::{is_noscript_result, noscript_indices};
+use super::replies::noscript_indices;
 #[cfg(doc)]
 use super::FailMode;
 use super::{BackendError, RedisAlgorithm, RedisBuilder};
@@ -10,7 +10,7 @@ use crate::decision::Decision;
 use crate::error::CostError;
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{AsyncConnectionConfig, Client, RedisError, Value};
+use ::redis::{AsyncConnectionConfig, Client, Value};
 use futures_util::future::join_all;
 use parking_lot::Mutex;
 use std::fmt;
@@ -77,11 +77,44 @@ enum AsyncCon {
     Cluster(ClusterConnection),
 }
 
-impl AsyncCon {
-    async fn send(&mut self, cmd: &::redis::Cmd) -> Result<Value, RedisError> {
-        match self {
-            AsyncCon::Single(con) => con.req_packed_command(cmd).await,
-            AsyncCon::Cluster(con) => con.req_packed_command(cmd).await,
+/// An async connection that counts what it sends in the limiter's `round_trips`, as
+/// [`Counted`](super::connection::Counted) does for the sync one.
+struct CountedAsync<'c> {
+    con: &'c mut AsyncCon,
+    trips: &'c std::sync::atomic::AtomicU64,
+}
+
+impl ::redis::aio::ConnectionLike for CountedAsync<'_> {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a ::redis::Cmd,
+    ) -> ::redis::RedisFuture<'a, Value> {
+        self.trips
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match self.con {
+            AsyncCon::Single(con) => con.req_packed_command(cmd),
+            AsyncCon::Cluster(con) => con.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a ::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> ::redis::RedisFuture<'a, Vec<Value>> {
+        self.trips
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match self.con {
+            AsyncCon::Single(con) => con.req_packed_commands(cmd, offset, count),
+            AsyncCon::Cluster(con) => con.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match &*self.con {
+            AsyncCon::Single(con) => con.get_db(),
+            AsyncCon::Cluster(con) => con.get_db(),
         }
     }
 }
@@ -294,17 +327,18 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
         .map_err(BackendError::from_redis)
     }
 
-    /// The script's raw reply to `req`.
+    /// The script's raw reply to `req`: one round trip, three after a `NOSCRIPT` (redis-rs
+    /// loads the script and sends it again).
     async fn eval_one(&self, con: &mut AsyncCon, req: &Req<'_, A>) -> Result<Value, BackendError> {
-        let cmd = self.core.evalsha(req);
-        self.core.trip();
-        let mut r = con.send(&cmd).await;
-        if is_noscript_result(&r) {
-            self.reload(con).await?;
-            self.core.trip();
-            r = con.send(&cmd).await;
-        }
-        r.map_err(BackendError::from_redis)
+        let invocation = self.core.invocation(req);
+        let mut counted = CountedAsync {
+            con,
+            trips: self.core.trips(),
+        };
+        invocation
+            .invoke_async(&mut counted)
+            .await
+            .map_err(BackendError::from_redis)
     }
 
     async fn pipelined(

@@ -1,8 +1,8 @@
 //! The sync client: [`RedisLimiter`].
 
 use super::client::{client_accessors, Answers, At, ClientCore, Mode, Reply, Req, Trip};
-use super::connection::{Con, ConnSlot, Target};
-use super::replies::{is_noscript_result, noscript_indices};
+use super::connection::{Con, ConnSlot, Counted, Target};
+use super::replies::noscript_indices;
 use super::{BackendError, RedisAlgorithm, RedisBuilder};
 #[cfg(doc)]
 use super::{FailMode, MAX_EXPLICIT_NOW};
@@ -10,7 +10,7 @@ use crate::decision::Decision;
 use crate::error::CostError;
 use crate::limiter::RateLimiter;
 use crate::sweeper::SweepReport;
-use ::redis::{RedisError, Value};
+use ::redis::Value;
 use parking_lot::Mutex;
 use std::fmt;
 
@@ -149,18 +149,15 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             .map_err(BackendError::from_redis)
     }
 
-    /// The script's raw reply to `req`.
+    /// The script's raw reply to `req`: one round trip, three after a `NOSCRIPT` (redis-rs
+    /// loads the script and sends it again).
     fn eval_one(&self, slot: &mut ConnSlot, req: &Req<'_, A>) -> Result<Value, BackendError> {
         let con = self.connection(slot)?;
-        let cmd = self.core.evalsha(req).get_packed_command();
-        self.core.trip();
-        let mut r: Result<Value, RedisError> = con.like().req_packed_command(&cmd);
-        if is_noscript_result(&r) {
-            self.reload(con)?;
-            self.core.trip();
-            r = con.like().req_packed_command(&cmd);
-        }
-        r.map_err(BackendError::from_redis)
+        let mut counted = Counted::new(con, self.core.trips());
+        self.core
+            .invocation(req)
+            .invoke(&mut counted)
+            .map_err(BackendError::from_redis)
     }
 
     fn pipelined(

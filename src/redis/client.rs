@@ -13,6 +13,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Each request's answer in a pipelined batch.
 pub(super) type Answers = Vec<Result<Decision, BackendError>>;
 
+/// One argument of a script call: a parameter kept as text, one made for the request, or a
+/// number.
+enum ScriptArg<'a> {
+    Str(&'a str),
+    Owned(String),
+    Int(u64),
+}
+
+impl ::redis::ToRedisArgs for ScriptArg<'_> {
+    fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
+        match self {
+            ScriptArg::Str(s) => s.write_redis_args(out),
+            ScriptArg::Owned(s) => s.write_redis_args(out),
+            ScriptArg::Int(n) => n.write_redis_args(out),
+        }
+    }
+}
+
 /// One request's time: the server's (µs) or an explicit one (ns).
 #[derive(Clone, Copy)]
 pub(super) enum At {
@@ -355,10 +373,8 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         self.errors.load(Ordering::Relaxed)
     }
 
-    /// `EVALSHA` of the script for `req` (its keys and arguments); a `NOSCRIPT` reply asks
-    /// for [`Script::load`](::redis::Script::load) and the same command again.
-    pub(super) fn evalsha(&self, req: &Req<'_, A>) -> ::redis::Cmd {
-        let mut cmd = ::redis::cmd("EVALSHA");
+    /// The script's keys and arguments for `req`, in order.
+    fn script_call<'r>(&'r self, req: &'r Req<'_, A>) -> (Vec<String>, Vec<ScriptArg<'r>>) {
         let base = self.redis_key(req.key);
         let settle = match req.mode {
             Mode::Settle {
@@ -368,26 +384,23 @@ impl<A: RedisAlgorithm> ClientCore<A> {
             } => Some((taken_at, actual, id)),
             _ => None,
         };
-        cmd.arg(self.script.get_hash())
-            .arg(self.suffixes.len() + usize::from(settle.is_some()));
-        for suffix in &self.suffixes {
-            if suffix.is_empty() {
-                cmd.arg(&base);
-            } else {
-                cmd.arg(format!("{base}{suffix}"));
-            }
-        }
+        let mut keys: Vec<String> = self
+            .suffixes
+            .iter()
+            .map(|suffix| format!("{base}{suffix}"))
+            .collect();
         if let Some((_, _, id)) = settle {
             // The reservation's mark: under the client key's hash tag, so in its slot.
-            cmd.arg(format!("{base}:s:{id:032x}"));
+            keys.push(format!("{base}:s:{id:032x}"));
         }
+        let mut args = Vec::with_capacity(8);
         let own = match req.at {
             At::Server => {
-                cmd.arg("").arg("1000000");
+                args.extend([ScriptArg::Str(""), ScriptArg::Str("1000000")]);
                 &self.params_server
             }
             At::Explicit(now) => {
-                cmd.arg(now).arg("1000000000");
+                args.extend([ScriptArg::Int(now), ScriptArg::Str("1000000000")]);
                 &self.params_explicit
             }
         };
@@ -398,14 +411,10 @@ impl<A: RedisAlgorithm> ClientCore<A> {
             Mode::UpTo => "u",
             Mode::Settle { .. } => "s",
         };
-        cmd.arg(req.cost).arg(mode);
+        args.extend([ScriptArg::Int(req.cost), ScriptArg::Str(mode)]);
         match req.quota {
-            None => own.iter().for_each(|p| {
-                cmd.arg(p.as_str());
-            }),
-            Some(q) => q.params(req.at.unit_ns()).iter().for_each(|p| {
-                cmd.arg(p.as_str());
-            }),
+            None => args.extend(own.iter().map(|p| ScriptArg::Str(p.as_str()))),
+            Some(q) => args.extend(q.params(req.at.unit_ns()).into_iter().map(ScriptArg::Owned)),
         }
         if let Some((taken_at, actual, _)) = settle {
             // The take's time in the request's unit: a server-time ticket holds µs × 1000.
@@ -413,9 +422,42 @@ impl<A: RedisAlgorithm> ClientCore<A> {
                 At::Server => taken_at / 1000,
                 At::Explicit(_) => taken_at,
             };
-            cmd.arg(taken).arg(actual);
+            args.extend([ScriptArg::Int(taken), ScriptArg::Int(actual)]);
         }
+        (keys, args)
+    }
+
+    /// The script's invocation for `req`: redis-rs sends `EVALSHA`, and on `NOSCRIPT` (a
+    /// restart, a failover, a `SCRIPT FLUSH`) loads the script and sends it again.
+    pub(super) fn invocation(&self, req: &Req<'_, A>) -> ::redis::ScriptInvocation<'_> {
+        let (keys, args) = self.script_call(req);
+        let mut invocation = self.script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        invocation
+    }
+
+    /// `EVALSHA` of the script for `req`, for a pipeline (redis-rs pipelines no script
+    /// invocation): a `NOSCRIPT` among its replies asks for
+    /// [`Script::load`](::redis::Script::load) and those requests again.
+    fn evalsha(&self, req: &Req<'_, A>) -> ::redis::Cmd {
+        let (keys, args) = self.script_call(req);
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
         cmd
+    }
+
+    /// The counter of requests sent to Redis, for a [`Counted`](super::connection::Counted)
+    /// connection.
+    pub(super) fn trips(&self) -> &AtomicU64 {
+        &self.round_trips
     }
 
     /// [`fail_over_outages`](ClientCore::fail_over_outages) for callers that must answer a decision:

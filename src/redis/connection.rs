@@ -5,8 +5,10 @@
 use super::{BackendError, RedisBuilder};
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
 use ::redis::{
-    Client, Connection, ConnectionAddr, ConnectionLike, IntoConnectionInfo, RedisError, Value,
+    Client, Cmd, Connection, ConnectionAddr, ConnectionLike, IntoConnectionInfo, RedisError,
+    RedisResult, Value,
 };
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where the connections go: one server, or a Redis Cluster.
@@ -169,6 +171,66 @@ impl Con {
             Con::Single(con) => con,
             Con::Cluster(con) => &mut **con,
         }
+    }
+}
+
+/// A connection that counts what it sends (a command, a pipeline: one round trip each) in
+/// the limiter's `round_trips`, whoever sends it: the script's invocation and its reload
+/// included.
+pub(super) struct Counted<'c> {
+    con: &'c mut dyn ConnectionLike,
+    trips: &'c AtomicU64,
+}
+
+impl<'c> Counted<'c> {
+    pub(super) fn new(con: &'c mut Con, trips: &'c AtomicU64) -> Self {
+        Counted {
+            con: con.like(),
+            trips,
+        }
+    }
+
+    fn trip(&self) {
+        self.trips.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl ConnectionLike for Counted<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.trip();
+        self.con.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.trip();
+        self.con.req_packed_commands(cmd, offset, count)
+    }
+
+    // A cluster connection routes a command by its keys: it is passed on whole.
+    fn req_command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        self.trip();
+        self.con.req_command(cmd)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+
+    fn supports_pipelining(&self) -> bool {
+        self.con.supports_pipelining()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.con.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.con.is_open()
     }
 }
 

@@ -31,9 +31,10 @@
 //! and [`SubWindow`], and [`AllOf`] of any of them (nested too: several quotas on one key,
 //! all-or-nothing, in one script call). Done as separate commands (`INCR`, then `EXPIRE`;
 //! `ZADD`, then `ZCARD`) the window family races; as one script it is atomic. Each
-//! script is loaded once (`SCRIPT LOAD`), called by `EVALSHA` and loaded again when the server
-//! answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`), so each decision is one atomic
-//! round trip: Redis runs one script at a time, which makes decisions linearizable per key
+//! script is a `redis::Script`: called by `EVALSHA` and, when the server answers `NOSCRIPT`
+//! (after a restart or a `SCRIPT FLUSH`), loaded and called again, by redis-rs' invocation for
+//! a request and, for a pipelined batch (which redis-rs does not invoke scripts in), by
+//! sending again the requests that got `NOSCRIPT`; so each decision is one atomic round trip: Redis runs one script at a time, which makes decisions linearizable per key
 //! across every client.
 //!
 //! **Time** is Redis' own clock (`TIME`, read inside the script), so instances whose clocks

@@ -2,20 +2,12 @@
 
 use super::BackendError;
 use crate::decision::Decision;
-use ::redis::{ErrorKind, RedisError, Value};
+use ::redis::Value;
 
-/// `NOSCRIPT` (after a `SCRIPT FLUSH` or a failover): the script must be loaded again.
-pub(super) fn is_noscript(v: &Value) -> bool {
+/// `NOSCRIPT` (after a `SCRIPT FLUSH` or a failover) in a pipeline's replies: the script must
+/// be loaded again. (A single call's is redis-rs' `ScriptInvocation`'s to handle.)
+fn is_noscript(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
-}
-
-/// `NOSCRIPT`, as a standalone connection returns it (a reply) or a cluster connection (an
-/// error).
-pub(super) fn is_noscript_result(r: &Result<Value, RedisError>) -> bool {
-    match r {
-        Ok(v) => is_noscript(v),
-        Err(e) => e.kind() == ErrorKind::NoScriptError,
-    }
 }
 
 /// The requests of a pipelined batch that got `NOSCRIPT` (after a `SCRIPT FLUSH`): they were
