@@ -591,3 +591,39 @@ fn a_wait_ends_when_a_reconfiguration_makes_its_cost_impossible() {
     );
     assert_eq!(sleeps.get(), 1);
 }
+
+/// A reference to a limiter is a `RateLimiter` (to a `dyn` one, in a `Box` or an `Arc`,
+/// too), and to a non-blocking one an `AsyncRateLimiter`: each decides on the one limiter's
+/// state.
+#[test]
+fn a_reference_to_a_limiter_is_a_limiter() {
+    use hotlimit::{AsyncRateLimiter, NonBlocking, RateLimiter};
+    fn checks<L: RateLimiter<str>>(l: L) -> bool {
+        l.check("k").is_allowed()
+    }
+    fn checks_async<L: AsyncRateLimiter<str>>(l: L) -> bool {
+        match l.start_check("k") {
+            hotlimit::store::Started::Decided(d) => d.unwrap().is_allowed(),
+            hotlimit::store::Started::Waiting(_) => unreachable!("in memory: decided at once"),
+        }
+    }
+    let gcra: Gcra = "1/s burst 6".parse().unwrap();
+    let limiter = Arc::new(CasLimiter::<String, _, _>::with_clock(
+        gcra,
+        ManualClock::default(),
+    ));
+    let as_dyn: Arc<dyn NonBlocking<str>> = limiter.clone();
+    let boxed: Box<dyn RateLimiter<str>> = Box::new(CasLimiter::<String, Gcra>::new(gcra));
+    assert!(checks(&*limiter));
+    assert!(checks(&*as_dyn));
+    let reference: &CasLimiter<String, Gcra, ManualClock> = &limiter;
+    assert!(checks(reference));
+    assert!(checks_async(&*as_dyn));
+    assert!(checks_async(&*limiter));
+    assert!(checks(&*boxed));
+    // The sixth on the one state (the boxed limiter is another) is admitted, the seventh not.
+    assert!(checks(&*limiter));
+    assert!(!checks_async(&*as_dyn));
+    assert_eq!(as_dyn.len(), 1);
+    assert_eq!(limiter.len(), 1); // the limiter's own, with `RateLimiter` in scope
+}
