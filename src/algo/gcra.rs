@@ -101,19 +101,6 @@ impl Gcra {
         .with_burst(burst)
     }
 
-    /// A token bucket holding at most `capacity` tokens, refilled at `refill`, one token per
-    /// unit of cost. Same state and decisions as GCRA with burst `capacity`.
-    pub fn token_bucket(capacity: u64, refill: Rate) -> Result<Self, ConfigError> {
-        Self::new(refill)?.with_burst(capacity)
-    }
-
-    /// A leaky bucket used as a meter: holds at most `capacity`, drains at `leak`; a request
-    /// that would overflow it is denied. Same state and decisions as GCRA with burst
-    /// `capacity`.
-    pub fn leaky_bucket(capacity: u64, leak: Rate) -> Result<Self, ConfigError> {
-        Self::new(leak)?.with_burst(capacity)
-    }
-
     /// Sets the burst: the largest cost admitted at one instant by a fresh key.
     pub fn with_burst(self, burst: u64) -> Result<Self, ConfigError> {
         if burst == 0 {
