@@ -40,8 +40,8 @@ use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};
 
 use common::{
-    client, free_port, metrics, post, server, server_command, wait_port, InProcess, Proc, Scratch,
-    Server,
+    client, free_port, metrics, post, runtime, server, server_command, wait_port, InProcess, Proc,
+    Scratch, Server,
 };
 
 const RULES: &str = r#"
@@ -113,14 +113,6 @@ impl Rls {
     fn brief(&mut self, request: RateLimitRequest) -> (i32, Vec<(i32, u32)>) {
         brief(&self.call(request).expect("an answer"))
     }
-}
-
-/// A current-thread runtime: each client, and the in-process server, drives its own.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// An answer in brief: the overall code, each descriptor's code and `limit_remaining` (the

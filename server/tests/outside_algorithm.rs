@@ -21,7 +21,7 @@ use hotlimit_server::service::{Service, Settings, StartError};
 use serde_json::json;
 use tick_bucket::{bucket, TickBucket};
 
-use common::{post, InProcess};
+use common::{post, runtime, InProcess};
 
 const RULES: &str = r#"
 domain: outside
@@ -55,13 +55,7 @@ fn settings(clock: &ManualClock) -> Settings {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
+/// One `/v1/check` of `hits` on the descriptor `key=value`: the status and the answer.
 fn check(port: u16, key: &str, value: &str, hits: u64) -> (u16, serde_json::Value) {
     let body = json!({
         "domain": "outside",

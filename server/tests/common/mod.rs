@@ -201,11 +201,7 @@ pub fn upstream() -> u16 {
     let port = listener.local_addr().unwrap().port();
     listener.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
+        runtime().block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             let app = axum::Router::new().fallback(|| async { "upstream" });
             axum::serve(listener, app).await.unwrap();
@@ -424,11 +420,7 @@ impl InProcess {
         listener.set_nonblocking(true).unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
+            runtime().block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
                 let app = hotlimit_server::http::router(service, Default::default());
                 axum::serve(listener, app)
@@ -456,4 +448,12 @@ impl Drop for InProcess {
             let _ = thread.join();
         }
     }
+}
+
+/// A current-thread tokio runtime, for a server a test runs on a thread of its own.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
