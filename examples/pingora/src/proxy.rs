@@ -3,9 +3,9 @@
 
 use async_trait::async_trait;
 use hotlimit::headers::{Action, HeaderField, Mode, RateLimitHeaders, Verdict};
-use hotlimit_tower::{ForwardedIp, Key, KeyExtractor};
 use hotlimit::Ticket;
 use hotlimit::{RateLimiter, Requests};
+use hotlimit_tower::{ForwardedIp, Key, KeyExtractor};
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
 
 /// `X-Forwarded-For`, to which the proxy appends the client's address for the upstream.
