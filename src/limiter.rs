@@ -106,60 +106,51 @@ pub trait NonBlocking<Q: ?Sized>: RateLimiter<Q> {}
 /// [`AsyncRateLimiter`]. Not for `Box` and `Arc` themselves: a method called on an
 /// `Arc<CasLimiter<..>>` would then find the trait's before the limiter's own, and `len()`,
 /// which names no key type, could no longer tell which `RateLimiter<Q>` is meant.
-macro_rules! forward_rate_limiter {
-    ($($ptr:ty),*) => {$(
-        impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for $ptr {
-            #[inline]
-            fn check(&self, key: &Q) -> Decision {
-                (**self).check(key)
-            }
+impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for &L {
+    #[inline]
+    fn check(&self, key: &Q) -> Decision {
+        (**self).check(key)
+    }
 
-            #[inline]
-            fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-                (**self).check_n(key, cost)
-            }
+    #[inline]
+    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+        (**self).check_n(key, cost)
+    }
 
-            fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
-                (**self).check_batch(keys, out)
-            }
+    fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
+        (**self).check_batch(keys, out)
+    }
 
-            fn check_n_batch(
-                &self,
-                requests: &[(&Q, u64)],
-                out: &mut Vec<Result<Decision, CostError>>,
-            ) {
-                (**self).check_n_batch(requests, out)
-            }
+    fn check_n_batch(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<Decision, CostError>>) {
+        (**self).check_n_batch(requests, out)
+    }
 
-            fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-                (**self).peek_n(key, cost)
-            }
+    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+        (**self).peek_n(key, cost)
+    }
 
-            fn peek(&self, key: &Q) -> Decision {
-                (**self).peek(key)
-            }
+    fn peek(&self, key: &Q) -> Decision {
+        (**self).peek(key)
+    }
 
-            fn until_ready_blocking(&self, key: &Q) -> Decision {
-                (**self).until_ready_blocking(key)
-            }
+    fn until_ready_blocking(&self, key: &Q) -> Decision {
+        (**self).until_ready_blocking(key)
+    }
 
-            fn len(&self) -> usize {
-                (**self).len()
-            }
+    fn len(&self) -> usize {
+        (**self).len()
+    }
 
-            fn is_empty(&self) -> bool {
-                (**self).is_empty()
-            }
+    fn is_empty(&self) -> bool {
+        (**self).is_empty()
+    }
 
-            fn sweep(&self) -> SweepReport {
-                (**self).sweep()
-            }
-        }
-
-        impl<Q: ?Sized, L: NonBlocking<Q> + ?Sized> NonBlocking<Q> for $ptr {}
-    )*};
+    fn sweep(&self) -> SweepReport {
+        (**self).sweep()
+    }
 }
-forward_rate_limiter!(&L);
+
+impl<Q: ?Sized, L: NonBlocking<Q> + ?Sized> NonBlocking<Q> for &L {}
 
 /// A limiter whose decision may need I/O (a round trip to a shared store), so it is a
 /// future: what `hotlimit_tower::RateLimitLayer` is generic over.

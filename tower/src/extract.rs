@@ -45,7 +45,7 @@ pub(super) type Inline = ArrayString<INLINE>;
 fn write_v4(buf: &mut Inline, ip: std::net::Ipv4Addr) -> fmt::Result {
     for (i, o) in ip.octets().into_iter().enumerate() {
         if i > 0 {
-            buf.try_push_str(".").map_err(|_| fmt::Error)?;
+            buf.try_push('.').map_err(|_| fmt::Error)?;
         }
         let digits = [b'0' + o / 100, b'0' + o / 10 % 10, b'0' + o % 10];
         let skip = match o {
@@ -53,9 +53,9 @@ fn write_v4(buf: &mut Inline, ip: std::net::Ipv4Addr) -> fmt::Result {
             10..=99 => 1,
             _ => 2,
         };
-        // ASCII digits: always UTF-8.
-        let digits = std::str::from_utf8(&digits[skip..]).map_err(|_| fmt::Error)?;
-        buf.try_push_str(digits).map_err(|_| fmt::Error)?;
+        for &d in &digits[skip..] {
+            buf.try_push(char::from(d)).map_err(|_| fmt::Error)?;
+        }
     }
     Ok(())
 }
