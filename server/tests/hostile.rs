@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{client, metrics, post, server, Scratch};
 use serde_json::{json, Value};
@@ -15,9 +15,9 @@ const RULES: &str = r#"
 domain: h
 descriptors:
   - key: user
-    rate_limit: {unit: hour, requests_per_unit: 10}
+    rate_limit: {unit: day, requests_per_unit: 10}
   - key: canary
-    rate_limit: {unit: hour, requests_per_unit: 1000}
+    rate_limit: {unit: day, requests_per_unit: 1000}
   - key: token
     rate_limit: {unit: minute, requests_per_unit: 60, algorithm: gcra}
 "#;
@@ -65,6 +65,17 @@ fn sample(http: u16, name_and_labels: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
 }
 
+/// Waits out midnight UTC when it is less than `need` away: the counts this test asserts are
+/// exact only within one fixed window, and the server starts its day windows there.
+fn clear_of_midnight(need: Duration) {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let left = 86_400 - now.as_secs() % 86_400;
+    if left <= need.as_secs() {
+        eprintln!("waiting {left} s for midnight UTC, so no window turns during the test");
+        std::thread::sleep(Duration::from_secs(left + 1));
+    }
+}
+
 /// One canary check: admitted (it must be, every time, until its 1,000).
 fn canary(http: u16, sent: &mut u64) {
     *sent += 1;
@@ -75,6 +86,7 @@ fn canary(http: u16, sent: &mut u64) {
 // Pins G75.
 #[test]
 fn a_hostile_client_cannot_turn_the_server_against_another() {
+    clear_of_midnight(Duration::from_secs(300));
     let dir = Scratch::new("hostile");
     let config = dir.write("h.yaml", RULES);
     let mut srv = server(&config, &["--reload-ms", "0"]);
