@@ -923,6 +923,24 @@ fn a_flood_never_resets_a_merged_limit<A: HybridAlgorithm>(server: &Server, name
     }
 }
 
+/// A fleet limiter whose debt table cannot be allocated for its `max_keys` says so, typed
+/// (it said "unexpected reply from redis"), and starts no thread. Needs no server: the
+/// builder reaches Redis only from its threads.
+// Pins G16.
+#[test]
+fn a_fleet_debt_table_beyond_memory_is_out_of_memory() {
+    let window = FixedWindow::new(10, Duration::from_secs(1)).unwrap();
+    let err = HybridLimiter::builder("redis://127.0.0.1:1", window)
+        .max_keys(usize::MAX / 2)
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, BackendError::OutOfMemory), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "cannot allocate a table sized for max_keys: out of memory"
+    );
+}
+
 // Pins G55.
 #[test]
 fn a_flood_of_new_keys_never_resets_a_merged_limit() {

@@ -312,9 +312,12 @@ pub enum BackendError {
     /// A settle's ticket was taken for another key, or from another limiter (in memory, or
     /// a client of another key prefix); nothing was sent and the ticket stays open.
     Ticket(TicketError),
-    /// A thread the limiter needs (the fleet limiter's sync and subscription threads) could
-    /// not be started.
+    /// A thread the limiter needs (the fleet limiter's sync and subscription threads, its
+    /// sweeper) could not be started.
     Spawn(std::io::Error),
+    /// A table sized for the fleet limiter's `max_keys` (the debt table beside its store)
+    /// could not be allocated.
+    OutOfMemory,
 }
 
 impl BackendError {
@@ -332,7 +335,8 @@ impl BackendError {
             | BackendError::TimeOutOfRange(_)
             | BackendError::Config(_)
             | BackendError::Ticket(_)
-            | BackendError::Spawn(_) => false,
+            | BackendError::Spawn(_)
+            | BackendError::OutOfMemory => false,
         }
     }
 
@@ -390,6 +394,9 @@ impl fmt::Display for BackendError {
             BackendError::Config(e) => e.fmt(f),
             BackendError::Ticket(e) => e.fmt(f),
             BackendError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
+            BackendError::OutOfMemory => {
+                f.write_str("cannot allocate a table sized for max_keys: out of memory")
+            }
         }
     }
 }
@@ -400,6 +407,17 @@ impl std::error::Error for BackendError {
             BackendError::Connection(e) | BackendError::Script(e) => Some(e),
             BackendError::Spawn(e) => Some(e),
             _ => None,
+        }
+    }
+}
+
+/// A builder's error in the limiter's own terms: a refused setting, a thread or a table.
+impl From<crate::BuildError> for BackendError {
+    fn from(e: crate::BuildError) -> Self {
+        match e {
+            crate::BuildError::Config(e) => BackendError::Config(e),
+            crate::BuildError::Spawn(e) => BackendError::Spawn(e),
+            crate::BuildError::OutOfMemory => BackendError::OutOfMemory,
         }
     }
 }

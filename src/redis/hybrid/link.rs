@@ -259,6 +259,7 @@ fn copy(e: &BackendError) -> BackendError {
         BackendError::Config(c) => BackendError::Config(c.clone()),
         BackendError::Ticket(t) => BackendError::Ticket(*t),
         BackendError::Spawn(e) => BackendError::Spawn(std::io::Error::new(e.kind(), e.to_string())),
+        BackendError::OutOfMemory => BackendError::OutOfMemory,
     }
 }
 

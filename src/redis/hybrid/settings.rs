@@ -96,8 +96,10 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
     /// (`hotlimit-push`) and the sweeper. Needs no Redis: until it is reached, decisions
     /// follow the [`Fallback`]. Fails on a configuration error ([`BackendError::Config`]: a
     /// fallback share that leaves an instance less than one request, a GCRA burst above
-    /// 2^29 units, a [`sweep_every`](Builder::sweep_every) below 1 ms) or an invalid URL;
-    /// before any thread starts.
+    /// 2^29 units, a [`sweep_every`](Builder::sweep_every) below 1 ms) or an invalid URL,
+    /// before any thread starts; on a debt table beyond memory for its
+    /// [`max_keys`](Builder::max_keys) ([`BackendError::OutOfMemory`]); or on a thread that
+    /// cannot start ([`BackendError::Spawn`]: those that did are stopped).
     pub fn build(self) -> Result<HybridLimiter<A, C>, BackendError> {
         let HybridSettings {
             redis,
@@ -135,7 +137,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
         let hook_ctx = ctx.clone();
         let store = Shared::new(fleet, self.clock, &self.options)
             .with_debts(&self.options)
-            .map_err(|e| BackendError::Reply(format!("cannot allocate the debt table: {e}")))?
+            .map_err(|_| BackendError::OutOfMemory)?
             .with_evict_hook(Box::new(
                 move |key: &String, cell: &HybridCell<A::Word>, w: &A::Word| {
                     algo.evicted(&hook_ctx, key, cell.quota(), w)
@@ -151,29 +153,26 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
                 .spawn(f)
                 .map_err(BackendError::Spawn)
         };
-        let mut threads = Vec::new();
+        let sweeper = inner.store.core.spawn_sweeper(&inner, |i| {
+            i.store.sweep();
+        })?;
+        // Made before its threads: if one cannot start, dropping it stops those that did.
+        let mut limiter = HybridLimiter {
+            inner: inner.clone(),
+            threads: Vec::new(),
+            _sweeper: sweeper,
+        };
         let (worker, config) = (inner.clone(), redis.clone());
-        threads.push(spawn(
+        limiter.threads.push(spawn(
             "hotlimit-hybrid",
             Box::new(move || worker::sync_loop(&worker, config, interval)),
         )?);
-        let _ = ctx.sync_thread.set(threads[0].thread().clone());
-        let (subscriber, config) = (inner.clone(), redis);
-        threads.push(spawn(
+        let _ = ctx.sync_thread.set(limiter.threads[0].thread().clone());
+        let (subscriber, config) = (inner, redis);
+        limiter.threads.push(spawn(
             "hotlimit-push",
             Box::new(move || push::subscribe_loop(&subscriber, &config)),
         )?);
-        let sweeper = inner
-            .store
-            .core
-            .spawn_sweeper(&inner, |i| {
-                i.store.sweep();
-            })
-            .map_err(|e| BackendError::Reply(format!("cannot start the sweeper: {e}")))?;
-        Ok(HybridLimiter {
-            inner,
-            threads,
-            _sweeper: sweeper,
-        })
+        Ok(limiter)
     }
 }
