@@ -262,6 +262,15 @@ where
         Ok(self)
     }
 
+    /// The state `key` would start from if inserted now, if the debt table holds a debt for
+    /// it (`None`: none, or no table). Reads only: nothing inserted, nothing counted. The
+    /// fleet's sync thread sends it for a key evicted before its changes were sent.
+    #[cfg(feature = "redis")]
+    pub(crate) fn owed<Q: Hash + ?Sized>(&self, key: &Q) -> Option<A::State> {
+        let debts = self.core.debts.as_ref()?;
+        debts.restore(&self.core.algo, self.debt_hash(key))
+    }
+
     /// The hash of `key` the debt table files it under.
     #[inline]
     fn debt_hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {

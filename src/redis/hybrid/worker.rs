@@ -2,8 +2,10 @@
 //! requests, watched for their leases, evicted with something to hand back) go in batches of
 //! one script call each; the replies are applied, the failed keys kept for the next round.
 
+use super::entry::HybridCell;
 use super::link::Link;
 use super::{channel, live_key, Engine, Evicted, Inner, RedisBuilder, SyncError, Visit};
+use crate::cell::StateCell;
 use ::redis::Value;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -108,8 +110,21 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
                 w.waiting_since.get_or_insert(w.visited);
                 return true;
             }
-            let Some(cell) = store.map.get(key.as_str(), &guard) else {
-                return false;
+            // A key evicted since it was queued: its changes since its last call would never
+            // be sent, and the other instances would admit them again. What it owes in the
+            // debt table is sent instead: at least what it counted (a key that owes nothing of
+            // its own has nothing to send; without a table, GCRA's evicted lease and debt are
+            // handed back below).
+            let restored;
+            let cell = match store.map.get(key.as_str(), &guard) {
+                Some(cell) => cell,
+                None => match store.owed(key.as_str()) {
+                    Some(state) if w.queued && fleet.algo.entry_debt(&state, 0) != 0 => {
+                        restored = HybridCell::new(state);
+                        &restored
+                    }
+                    _ => return false,
+                },
             };
             if let Some(since) = w.waiting_since.take() {
                 oldest = oldest.min(since);
