@@ -114,7 +114,8 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
             // be sent, and the other instances would admit them again. What it owes in the
             // debt table is sent instead: at least what it counted (a key that owes nothing of
             // its own has nothing to send; without a table, GCRA's evicted lease and debt are
-            // handed back below).
+            // handed back below). Read by the limiter's own quota: a per-request quota of a
+            // merged algorithm keeps its window, so the word means the same.
             let restored;
             let cell = match store.map.get(key.as_str(), &guard) {
                 Some(cell) => cell,
