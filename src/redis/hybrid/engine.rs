@@ -56,6 +56,11 @@ pub struct FleetContext {
     pub(super) sync_thread: std::sync::OnceLock<std::thread::Thread>,
     /// Local time of the next sync round.
     pub(super) next_tick: AtomicU64,
+    /// Local time the round in flight was sent (0: none in flight): a round unanswered for
+    /// long is an outage before its I/O timeout says so ([`waiting`](Self::waiting)).
+    pub(super) round_since: AtomicU64,
+    /// The timeline's jumps not yet applied to the states (ns; see `observe_time`).
+    pub(super) restamp: std::sync::atomic::AtomicI64,
     /// Script calls that published (their reply came back): the subscription should hear
     /// each as a push of its own.
     pub(super) published: AtomicU64,
@@ -109,6 +114,11 @@ pub(crate) enum Mode {
     Degraded,
 }
 
+/// A jump of the offset to Redis' time past which the states are re-stamped (ns): the offset
+/// moves by fractions of a round trip as it follows the quickest ones, and by a clock's
+/// error once, when Redis is first heard.
+const RESTAMP_ABOVE: u128 = 1_000_000;
+
 /// A new instance's id: [`random_seed`](super::super::client::random_seed)'s 64 bits. Never a
 /// time-seeded generator's: fastrand's seeds from the monotonic clock and the thread id, so
 /// two processes started within one tick of a coarse clock got one id, and each then took
@@ -133,6 +143,8 @@ impl FleetContext {
             subscribed_at: AtomicU64::new(0),
             sync_thread: std::sync::OnceLock::new(),
             next_tick: AtomicU64::new(now.saturating_add(interval)),
+            round_since: AtomicU64::new(0),
+            restamp: std::sync::atomic::AtomicI64::new(0),
             published: AtomicU64::new(0),
             heard_own: AtomicU64::new(0),
             time_rtt: AtomicU64::new(u64::MAX),
@@ -183,6 +195,27 @@ impl FleetContext {
             && (now >= since.saturating_add(horizon) || self.mirror_clear.load(Ordering::Relaxed))
     }
 
+    /// Whether at local time `now` a round has gone unanswered for longer than three sync
+    /// intervals, or four of the quickest round trips if that is longer. Meanwhile nothing
+    /// is heard from the fleet, and the others go on admitting: a merged state's decisions
+    /// on the others' states as last heard each took all the quota had left, and what a
+    /// sliding window's previous count gave back as it aged (a 3 s stall: windows 1.6× the
+    /// limit in the 200 ms before the I/O timeout said Redis was away). Past this, they are
+    /// the fallback's, as in an outage.
+    #[inline]
+    pub(super) fn waiting(&self, now: u64) -> bool {
+        let since = self.round_since.load(Ordering::Relaxed);
+        since != 0 && {
+            // No round trip measured yet: the intervals alone.
+            let rtt = match self.time_rtt.load(Ordering::Relaxed) {
+                u64::MAX => 0,
+                rtt => rtt,
+            };
+            let patience = (3 * self.interval).max(rtt.saturating_mul(4));
+            now > since.saturating_add(patience)
+        }
+    }
+
     /// The wait until the next sync round: a denial for want of quota in hand lasts that.
     pub(super) fn until_tick(&self, now: u64) -> u64 {
         self.next_tick
@@ -208,8 +241,15 @@ impl FleetContext {
             self.time_rtt.store(rtt, Ordering::Relaxed);
             self.time_at.store(local, Ordering::Relaxed);
         }
-        self.offset
-            .store(redis_ns.saturating_sub(local), Ordering::Relaxed);
+        let offset = redis_ns.saturating_sub(local);
+        let before = self.offset.swap(offset, Ordering::Relaxed);
+        // A jump (the first time Redis is heard, after deciding by this machine's clock):
+        // the states stamped before it are re-stamped by the sync thread.
+        let delta = offset as i128 - before as i128;
+        if delta.unsigned_abs() > RESTAMP_ABOVE {
+            let delta = delta.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
+            self.restamp.fetch_add(delta, Ordering::Relaxed);
+        }
     }
 
     pub(super) fn fail(&self, e: SyncError) {
@@ -307,6 +347,9 @@ mod private {
         fn horizon(&self) -> u64;
         /// Forgets what is known of the fleet (after a gap in the subscription).
         fn forget(&self, w: &mut Self::Word);
+        /// Re-stamps `w`'s own state, stamped on a timeline `delta` ns behind Redis' (see
+        /// [`FleetContext::observe_time`]). Nothing by default: GCRA's state is Redis' TAT.
+        fn restamp(&self, _w: &mut Self::Word, _delta: i64) {}
 
         /// How many debt words describe an entry (see [`Algorithm::debt_parts`]): 0, the
         /// default, keeps no debt table (GCRA: an evicted entry's lease and debt go back to
@@ -641,5 +684,42 @@ impl<A: Engine, C> Inner<A, C> {
 
     pub(super) fn ctx(&self) -> &FleetContext {
         &self.store.core.algo.ctx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FleetContext;
+    use std::sync::atomic::Ordering;
+
+    const MS: u64 = 1_000_000;
+
+    /// A round unanswered for three intervals (or four of the quickest round trips, if
+    /// longer) is waited on: the merged algorithms decide by the fallback meanwhile.
+    #[test]
+    fn a_round_unanswered_for_three_intervals_is_waited_on() {
+        let ctx = FleetContext::new(10 * MS, 0.25, 1_000 * MS, 0);
+        assert!(!ctx.waiting(5_000 * MS), "no round in flight");
+        ctx.round_since.store(1_000 * MS, Ordering::Relaxed);
+        assert!(!ctx.waiting(1_030 * MS));
+        assert!(ctx.waiting(1_031 * MS));
+        // Round trips of 20 ms: 80 ms of patience.
+        ctx.observe_time(2_000 * MS, 1_000 * MS, 1_020 * MS);
+        assert!(!ctx.waiting(1_080 * MS));
+        assert!(ctx.waiting(1_081 * MS));
+        ctx.round_since.store(0, Ordering::Relaxed);
+        assert!(!ctx.waiting(9_000 * MS));
+    }
+
+    /// Redis' time first heard 1.5 s ahead of the local guess: the jump is left for the
+    /// sync thread to re-stamp the states by; a move of a fraction of a round trip is not.
+    #[test]
+    fn a_jump_of_the_timeline_is_left_to_restamp_the_states() {
+        let ctx = FleetContext::new(10 * MS, 0.25, 1_000 * MS, 2_000 * MS);
+        ctx.observe_time(3_500 * MS, 1_000 * MS, 1_000 * MS);
+        assert_eq!(ctx.restamp.load(Ordering::Relaxed), 1_500 * MS as i64);
+        ctx.restamp.store(0, Ordering::Relaxed);
+        ctx.observe_time(3_600 * MS + MS / 2, 1_100 * MS, 1_100 * MS);
+        assert_eq!(ctx.restamp.load(Ordering::Relaxed), 0);
     }
 }

@@ -55,6 +55,13 @@ pub trait Merge:
         word
     }
 
+    /// `word`, stamped on a shared timeline that turned out to be `delta` ns behind Redis'
+    /// (an instance decides by its own clock until it first hears Redis' time: a cold start),
+    /// re-stamped on Redis' timeline: a window's counts into the latest window their requests
+    /// may have fallen in (counted late, never early: never lost to a window that is over),
+    /// a rate's time moved by `delta`.
+    fn shift(&self, word: Self::Word, delta: i64) -> Self::Word;
+
     /// The state of the union of two instances' traffic, as of `now` (shared time, ns).
     fn merge(&self, a: Self::Word, b: Self::Word, now: u64) -> Self::Word;
 
@@ -85,6 +92,18 @@ pub trait Merge:
     }
 }
 
+/// The latest window of length `w` a request stamped in window `index` may fall in once its
+/// time is moved by `delta` ns.
+fn shifted_index(index: u64, w: u64, delta: i64) -> u64 {
+    let last = (i128::from(index) + 1) * i128::from(w) - 1 + i128::from(delta);
+    (last.max(0) / i128::from(w)).min(i128::from(u64::MAX >> 1)) as u64
+}
+
+/// `t` (ns) moved by `delta`, within `u64`.
+fn shifted_ns(t: u64, delta: i64) -> u64 {
+    (i128::from(t) + i128::from(delta)).clamp(0, i128::from(u64::MAX)) as u64
+}
+
 /// The part of the quota the others are assumed to use, in whole units: `limit − ⌊limit·share⌋`.
 fn others_part(limit: u64, share: f64) -> u64 {
     limit - ((limit as f64 * share).floor() as u64).min(limit)
@@ -107,6 +126,17 @@ impl Merge for FixedWindow {
             self.pack(now_index, count)
         } else {
             word
+        }
+    }
+
+    fn shift(&self, word: u64, delta: i64) -> u64 {
+        match self.unpack(word) {
+            (_, 0) => word,
+            (index, count) => {
+                let index = shifted_index(index, self.window().as_nanos() as u64, delta);
+                // Within the word's index field (a shift never reaches past it in practice).
+                self.pack(index.min(self.unpack(u64::MAX).0), count)
+            }
         }
     }
 
@@ -166,6 +196,17 @@ impl Merge for SlidingWindow {
         }
     }
 
+    fn shift(&self, word: u128, delta: i64) -> u128 {
+        match Self::unpack(word) {
+            (_, 0, 0) => word,
+            (index, prev, cur) => Self::pack(
+                shifted_index(index, self.window().as_nanos() as u64, delta),
+                prev,
+                cur,
+            ),
+        }
+    }
+
     fn merge(&self, a: u128, b: u128, now: u64) -> u128 {
         // Both seen from now's window, a state stamped in a later one pulled back to it.
         let view = |word| self.view(self.pull_back(word, now), now);
@@ -214,6 +255,13 @@ impl Merge for Earrrl {
     /// A share of a rate ([`degraded`](Merge::degraded)), never rounded to units.
     fn fallback_units(&self) -> u64 {
         u64::MAX
+    }
+
+    fn shift(&self, word: u64, delta: i64) -> u64 {
+        match f64::from_bits(word) {
+            s if s.is_finite() => (s + delta as f64 / 1e9).to_bits(),
+            _ => word,
+        }
     }
 
     /// Rates add: `λe^{λ(S−t)} = λe^{λ(Sa−t)} + λe^{λ(Sb−t)}`, so `S` is the log-sum-exp of
@@ -277,6 +325,13 @@ impl Merge for Exponential {
     /// Three periods: an average at the limit has decayed to 5% of it.
     fn horizon(&self) -> u64 {
         3 * self.period().as_nanos() as u64
+    }
+
+    fn shift(&self, word: u128, delta: i64) -> u128 {
+        match Self::unpack(word) {
+            (_, r) if r == 0.0 => word,
+            (t, r) => Self::pack(shifted_ns(t, delta), r),
+        }
     }
 
     /// The two parts decayed to the later of their times and added: the union's average as
@@ -391,7 +446,11 @@ where
         // Re-stamped for good (and published): counted again in its own window later, a
         // state stamped ahead would deny what the fleet's time allows then.
         let own = self.pull_back(stored, now);
-        let mode = ctx.mode(others != A::UNKNOWN, local, Merge::horizon(self));
+        let mode = match ctx.mode(others != A::UNKNOWN, local, Merge::horizon(self)) {
+            // A round unanswered for long: the others' states as heard are getting old.
+            Mode::Known if ctx.waiting(local) => Mode::Degraded,
+            mode => mode,
+        };
         if mode != Mode::Known && *share == 0.0 {
             // `Fallback::DENY`: nothing decided without the fleet's state. (Standing in for the
             // others as holding the whole limit is not enough: EARRRL's union would then sit at
@@ -468,6 +527,12 @@ where
 
     fn forget(&self, w: &mut A::Entry) {
         *w = A::Entry::join(w.split().0, A::UNKNOWN);
+    }
+
+    /// The own state only: the others' come from Redis, stamped on its time.
+    fn restamp(&self, w: &mut A::Entry, delta: i64) {
+        let (own, others) = w.split();
+        *w = A::Entry::join(self.shift(own, delta), others);
     }
 
     /// Part 0: the own state's debt; part 1: the others' (none while unknown). Each is the
@@ -607,10 +672,42 @@ where
 #[cfg(test)]
 mod tests {
     use super::Merge;
-    use crate::algo::{FixedWindow, SlidingWindow};
+    use crate::algo::{Earrrl, Exponential, FixedWindow, SlidingWindow};
     use std::time::Duration;
 
     const S: u64 = 1_000_000_000;
+
+    /// Counts stamped on a timeline found 1.5 s behind Redis' (a clock behind, before Redis
+    /// was heard) move to the latest window their requests may fall in, 2 s on; 2 s ahead,
+    /// 2 s back; a rate's time moves by the jump. A fresh state stays fresh.
+    // Pins G56.
+    #[test]
+    fn a_state_is_restamped_into_the_latest_window_it_may_fall_in() {
+        let fixed = FixedWindow::new(100, Duration::from_secs(1)).unwrap();
+        let late = (3 * S / 2) as i64;
+        assert_eq!(fixed.shift(fixed.pack(10, 5), late), fixed.pack(12, 5));
+        assert_eq!(
+            fixed.shift(fixed.pack(10, 5), -2 * S as i64),
+            fixed.pack(8, 5)
+        );
+        assert_eq!(fixed.shift(fixed.pack(10, 0), late), fixed.pack(10, 0));
+        let sliding = SlidingWindow::new(100, Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            sliding.shift(SlidingWindow::pack(10, 7, 5), late),
+            SlidingWindow::pack(12, 7, 5)
+        );
+        let exp = Exponential::new(100.0, Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            exp.shift(Exponential::pack(10 * S, 3.0), late),
+            Exponential::pack(10 * S + late as u64, 3.0)
+        );
+        let earrrl = Earrrl::new(Duration::from_secs(1), "100/s".parse().unwrap()).unwrap();
+        assert_eq!(f64::from_bits(earrrl.shift(10.0f64.to_bits(), late)), 11.5);
+        assert_eq!(
+            earrrl.shift(f64::NEG_INFINITY.to_bits(), late),
+            f64::NEG_INFINITY.to_bits()
+        );
+    }
 
     /// A state stamped two windows ahead (an instance's clock before Redis' time was known)
     /// is counted in the current window beside the others', not taken for the newest window

@@ -218,6 +218,16 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
                 ctx.stats.lag_max.fetch_max(lag, Ordering::Relaxed);
             }
         }
+        // Redis' time first heard (or a clock that jumped): the states stamped on the old
+        // timeline re-stamped on the new one as soon as the round that heard it is over (the
+        // decisions between read them on the new one).
+        let delta = ctx.restamp.swap(0, Ordering::Relaxed);
+        if delta != 0 {
+            for (_, cell) in store.map.iter(&guard) {
+                let algo = fleet.quota(cell.quota()).0;
+                cell.update(&ctx.cas, |w| algo.restamp(w, delta));
+            }
+        }
         drop(guard);
         prev_start = now;
         ctx.stats.ticks.fetch_add(1, Ordering::Relaxed);
@@ -335,7 +345,10 @@ fn run_round<A: Engine, C: crate::Clock>(
     let batches = cuts;
     cmds.extend(extra);
     let t0 = store.core.clock.now();
+    // Never 0, which says no round is in flight.
+    ctx.round_since.store(t0.max(1), Ordering::Relaxed);
     let replies = link.run(cmds);
+    ctx.round_since.store(0, Ordering::Relaxed);
     let done = store.core.clock.now();
     ctx.stats
         .calls
