@@ -329,7 +329,7 @@ impl Merge for Exponential {
 
     fn shift(&self, word: u128, delta: i64) -> u128 {
         match Self::unpack(word) {
-            (_, r) if r == 0.0 => word,
+            (_, 0.0) => word,
             (t, r) => Self::pack(shifted_ns(t, delta), r),
         }
     }
