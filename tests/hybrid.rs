@@ -1169,7 +1169,11 @@ fn alone<A: HybridAlgorithm>(algo: A, fallback: Fallback) -> (u64, u64, u64) {
         .fallback(fallback)
         .build()
         .unwrap();
-    let allowed = (0..40).filter(|_| l.check("k").is_allowed()).count() as u64;
+    // The key's first request is the fallback's; the next wait for the round that finds
+    // Redis away (denied meanwhile), then the fallback decides them.
+    let first = l.check("k").is_allowed() as u64;
+    eventually("the outage", || l.stats().outage);
+    let allowed = first + (1..40).filter(|_| l.check("k").is_allowed()).count() as u64;
     let s = l.stats();
     (allowed, s.degraded, s.denied_waiting)
 }
@@ -1392,4 +1396,38 @@ fn a_hybrid_limiter_takes_a_bounded_number_of_quotas() {
         l.request("k").quota(&quota(1)).check().is_ok(),
         "the own quota"
     );
+}
+
+/// A key not heard of: its first request is the fallback's, the next wait for the round that
+/// brings the fleet's state. A joiner's burst before its first round (here each round trip slowed
+/// to 40 ms by the fault proxy) admitted the fallback's whole share on top of a full window
+/// (a late joiner's fixed window 1.25-1.3× its limit in tests/fleet_faults.rs).
+// Pins G56.
+#[test]
+fn a_joiner_admits_one_request_of_a_key_before_it_hears_of_it() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let fixed = FixedWindow::new(10, Duration::from_secs(3600)).unwrap();
+    let a = hybrid(&server, fixed.clone(), Fallback::share(0.5).unwrap());
+    assert_eq!(drain(&a, "k", 3), 10);
+    let proxy = Proxy::start(([127, 0, 0, 1], server.port).into());
+    proxy
+        .faults
+        .delay(Duration::from_millis(20), Duration::ZERO);
+    let b = HybridLimiter::builder(proxy.url(), fixed)
+        .redis(|r| r.key_prefix("t:"))
+        .sync_interval(Duration::from_millis(5))
+        .fallback(Fallback::share(0.5).unwrap())
+        .build()
+        .unwrap();
+    let burst = (0..20).filter(|_| b.check("k").is_allowed()).count();
+    assert_eq!(b.stats().calls, 0, "the burst came before b's first round");
+    // Without the wait: the share's 5 of 10, on top of a's 10.
+    assert_eq!(burst, 1);
+    let s = b.stats();
+    assert_eq!((s.degraded, s.denied_waiting), (1, 19));
+    eventually("b hears of k", || {
+        b.check("k").is_denied() && b.stats().denied_limit > 0
+    });
 }

@@ -41,6 +41,8 @@ pub struct FleetContext {
     pub(super) down: AtomicBool,
     /// Local time the current (or last) outage began.
     pub(super) down_since: AtomicU64,
+    /// Local time the last outage ended (0: none yet).
+    pub(super) up_since: AtomicU64,
     /// Local time from which every change is heard of (the subscription's start); `u64::MAX`
     /// while not subscribed. A key this instance has heard nothing of is fresh for the fleet
     /// a horizon of its quota after it ([`mode`](Self::mode)), or at once if
@@ -59,6 +61,10 @@ pub struct FleetContext {
     /// Local time the round in flight was sent (0: none in flight): a round unanswered for
     /// long is an outage before its I/O timeout says so ([`waiting`](Self::waiting)).
     pub(super) round_since: AtomicU64,
+    /// A request was admitted by the fallback since the sync thread last looked (it keeps
+    /// the time): an instance that decided alone does not take an empty prefix for an idle
+    /// fleet, the others may have decided alone too and published nothing.
+    pub(super) alone: AtomicBool,
     /// The timeline's jumps not yet applied to the states (ns; see `observe_time`).
     pub(super) restamp: std::sync::atomic::AtomicI64,
     /// Script calls that published (their reply came back): the subscription should hear
@@ -138,6 +144,7 @@ impl FleetContext {
             offset: AtomicU64::new(unix.saturating_sub(now)),
             down: AtomicBool::new(false),
             down_since: AtomicU64::new(now),
+            up_since: AtomicU64::new(0),
             mirror_since: AtomicU64::new(u64::MAX),
             mirror_clear: AtomicBool::new(false),
             subscribed_at: AtomicU64::new(0),
@@ -145,6 +152,7 @@ impl FleetContext {
             next_tick: AtomicU64::new(now.saturating_add(interval)),
             round_since: AtomicU64::new(0),
             restamp: std::sync::atomic::AtomicI64::new(0),
+            alone: AtomicBool::new(false),
             published: AtomicU64::new(0),
             heard_own: AtomicU64::new(0),
             time_rtt: AtomicU64::new(u64::MAX),
@@ -193,6 +201,18 @@ impl FleetContext {
         let since = self.mirror_since.load(Ordering::Relaxed);
         since != u64::MAX
             && (now >= since.saturating_add(horizon) || self.mirror_clear.load(Ordering::Relaxed))
+    }
+
+    /// Whether a script call of this instance has been answered (it published).
+    #[inline]
+    pub(super) fn answered(&self) -> bool {
+        self.published.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether Redis' time has been heard (the offset is set from a round trip).
+    #[inline]
+    pub(super) fn time_known(&self) -> bool {
+        self.time_rtt.load(Ordering::Relaxed) != u64::MAX
     }
 
     /// Whether at local time `now` a round has gone unanswered for longer than three sync

@@ -62,6 +62,20 @@ pub trait Merge:
     /// a rate's time moved by `delta`.
     fn shift(&self, word: Self::Word, delta: i64) -> Self::Word;
 
+    /// Whether at `now` (shared; `local` the same instant on the local clock) Redis came back
+    /// from an outage within the current window.
+    fn recovering(&self, ctx: &FleetContext, local: u64, now: u64) -> bool {
+        let up = ctx.up_since.load(std::sync::atomic::Ordering::Relaxed);
+        up != 0 && up <= local && self.one_window(ctx.shared_now(up), now)
+    }
+
+    /// Whether shared times `a` and `b` fall in one window (false where there are none): the
+    /// window in which Redis came back after an outage is decided by the fallback to its end
+    /// (see `decide_entry`).
+    fn one_window(&self, _a: u64, _b: u64) -> bool {
+        false
+    }
+
     /// The state of the union of two instances' traffic, as of `now` (shared time, ns).
     fn merge(&self, a: Self::Word, b: Self::Word, now: u64) -> Self::Word;
 
@@ -129,6 +143,11 @@ impl Merge for FixedWindow {
         }
     }
 
+    fn one_window(&self, a: u64, b: u64) -> bool {
+        let w = self.window().as_nanos() as u64;
+        a / w == b / w
+    }
+
     fn shift(&self, word: u64, delta: i64) -> u64 {
         match self.unpack(word) {
             (_, 0) => word,
@@ -194,6 +213,11 @@ impl Merge for SlidingWindow {
         } else {
             word
         }
+    }
+
+    fn one_window(&self, a: u64, b: u64) -> bool {
+        let w = self.window().as_nanos() as u64;
+        a / w == b / w
     }
 
     fn shift(&self, word: u128, delta: i64) -> u128 {
@@ -449,6 +473,12 @@ where
         let mode = match ctx.mode(others != A::UNKNOWN, local, Merge::horizon(self)) {
             // A round unanswered for long: the others' states as heard are getting old.
             Mode::Known if ctx.waiting(local) => Mode::Degraded,
+            // The window in which Redis came back: every instance decided alone in it, and
+            // each publishes what it counted only once it reconnects (up to `reconnect_after`
+            // apart), so the hashes lack the ones not back yet; on them each instance took
+            // what the others' missing counts left (a restart: a window 1.27x its limit). By
+            // the fallback beside what is heard, it is within the limit whatever is missing.
+            Mode::Known if self.recovering(ctx, local, now) => Mode::Degraded,
             mode => mode,
         };
         if mode != Mode::Known && *share == 0.0 {
@@ -459,6 +489,19 @@ where
                 decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
                 reason: Reason::Fallback,
                 sync: mode == Mode::Unknown,
+            };
+        }
+        if mode == Mode::Unknown && self.idle_at(&own) > now && !ctx.answered() {
+            // Before this instance's first round is answered, a key's first request is the
+            // fallback's and the next wait for that round (its push brings the fleet's
+            // state). Deciding them all by the fallback admitted a joiner's whole share in
+            // the burst before its first round, on top of what the others had taken (a late
+            // joiner's window 1.25-1.3x its limit). After it, a key not heard of is the
+            // fallback's: a subscription that cannot be made must not deny it for good.
+            return Verdict {
+                decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
+                reason: Reason::Waiting,
+                sync: true,
             };
         }
         let view = match mode {

@@ -298,6 +298,10 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             match (v.reason, v.decision.is_allowed()) {
                 (Reason::Fallback, allowed) => {
                     stats.degraded.incr();
+                    // A load first: set once per round at most, not once per request.
+                    if allowed && !fleet.ctx.alone.load(Ordering::Relaxed) {
+                        fleet.ctx.alone.store(true, Ordering::Relaxed);
+                    }
                     if !allowed {
                         stats.denied_waiting.incr();
                         cell.add_denied(cost);

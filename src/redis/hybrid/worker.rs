@@ -85,16 +85,36 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
     let mut prev_start = store.core.clock.now();
     // When the live marker was last set.
     let mut marker_at: Option<u64> = None;
+    // When this instance last admitted a request by its fallback.
+    let mut alone_at: Option<u64> = None;
     loop {
         let started = Instant::now();
         let closing = ctx.stop.load(Ordering::Acquire);
         let now = store.core.clock.now();
+        if ctx.alone.swap(false, Ordering::Relaxed) {
+            alone_at = Some(now);
+        }
         ctx.next_tick
             .store(now.saturating_add(ctx.interval), Ordering::Relaxed);
         for key in std::mem::take(&mut *ctx.queue.lock()) {
             books.entry(key).or_insert_with(Watch::new).queued = true;
         }
         let guard = store.map.guard();
+        // Redis' time never heard (a start, Redis away until now): asked before anything is
+        // published, and the states this instance stamped by its own clock re-stamped on it,
+        // so that no instance reads them stamped in a window they were not in (a cold start
+        // with clocks 2 s apart: a window 1.3x its limit as the first round published them).
+        if !ctx.time_known() && (!ctx.queue.lock().is_empty() || !books.is_empty()) {
+            link.connect();
+            if !link.is_cluster() {
+                let t0 = store.core.clock.now();
+                let reply = link.run(vec![::redis::cmd("TIME")]).into_iter().next();
+                if let Some(Ok(Ok((redis_ns, _)))) = reply.map(|r| r.map(split_reply)) {
+                    ctx.observe_time(redis_ns, t0, store.core.clock.now());
+                    restamp(inner, &guard);
+                }
+            }
+        }
         let mut calls = Vec::new();
         // The oldest change this round sends was made after the last round began, or after a
         // waiting key's last visit.
@@ -203,7 +223,16 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
                 if let Some(Ok(v)) = replies.next() {
                     checked = subscribed;
                     let current = ctx.subscribed_at.load(Ordering::Acquire) == subscribed;
-                    if current && ::redis::from_redis_value::<u64>(&v).is_ok_and(|n| n == 0) {
+                    // No marker: nothing published within a horizon. An idle fleet, unless this
+                    // instance decided alone within one (a cold start or an outage): then the
+                    // others may have too, their states in no hash (a cold start's windows
+                    // went to 1.2-1.3x their limit, each instance deciding on its own state
+                    // alone once Redis answered). Its keys wait to be heard of instead.
+                    let alone = alone_at.is_some_and(|t| now.saturating_sub(t) <= fleet.horizon());
+                    if current
+                        && !alone
+                        && ::redis::from_redis_value::<u64>(&v).is_ok_and(|n| n == 0)
+                    {
                         ctx.mirror_clear.store(true, Ordering::Relaxed);
                     }
                 }
@@ -218,16 +247,10 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
                 ctx.stats.lag_max.fetch_max(lag, Ordering::Relaxed);
             }
         }
-        // Redis' time first heard (or a clock that jumped): the states stamped on the old
-        // timeline re-stamped on the new one as soon as the round that heard it is over (the
-        // decisions between read them on the new one).
-        let delta = ctx.restamp.swap(0, Ordering::Relaxed);
-        if delta != 0 {
-            for (_, cell) in store.map.iter(&guard) {
-                let algo = fleet.quota(cell.quota()).0;
-                cell.update(&ctx.cas, |w| algo.restamp(w, delta));
-            }
-        }
+        // A clock that jumped (the quickest round trips moved the offset): the states stamped
+        // on the old timeline re-stamped on the new one as soon as the round that heard it is
+        // over (the decisions between read them on the new one).
+        restamp(inner, &guard);
         drop(guard);
         prev_start = now;
         ctx.stats.ticks.fetch_add(1, Ordering::Relaxed);
@@ -260,6 +283,19 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
                 break;
             }
             std::thread::park_timeout(left);
+        }
+    }
+}
+
+/// Applies the timeline's jumps not yet applied to every state (see
+/// [`FleetContext::observe_time`](super::FleetContext::observe_time)).
+fn restamp<A: Engine, C: crate::Clock>(inner: &Inner<A, C>, guard: &impl papaya::Guard) {
+    let (ctx, fleet, store) = (inner.ctx(), inner.fleet(), &inner.store);
+    let delta = ctx.restamp.swap(0, Ordering::Relaxed);
+    if delta != 0 {
+        for (_, cell) in store.map.iter(guard) {
+            let algo = fleet.quota(cell.quota()).0;
+            cell.update(&ctx.cas, |w| algo.restamp(w, delta));
         }
     }
 }
@@ -431,8 +467,12 @@ fn run_round<A: Engine, C: crate::Clock>(
         // Only the live marker was asked: nothing said about the keys.
         return replies.collect();
     }
-    if !reached && !ctx.down.load(Ordering::Relaxed) {
+    let was_down = ctx.down.load(Ordering::Relaxed);
+    if !reached && !was_down {
         ctx.down_since.store(now, Ordering::Relaxed);
+    }
+    if reached && was_down {
+        ctx.up_since.store(now.max(1), Ordering::Relaxed);
     }
     ctx.down.store(!reached, Ordering::Relaxed);
     match failure {
