@@ -1409,7 +1409,7 @@ fn a_joiner_admits_one_request_of_a_key_before_it_hears_of_it() {
         return;
     };
     let fixed = FixedWindow::new(10, Duration::from_secs(3600)).unwrap();
-    let a = hybrid(&server, fixed.clone(), Fallback::share(0.5).unwrap());
+    let a = hybrid(&server, fixed, Fallback::share(0.5).unwrap());
     assert_eq!(drain(&a, "k", 3), 10);
     let proxy = Proxy::start(([127, 0, 0, 1], server.port).into());
     proxy
