@@ -165,6 +165,19 @@ fn bounds(run: &Run, slack: u64) {
     }
 }
 
+/// Issue #59's faults (a stall, a restart, a flush, a cold start, a late joiner) cost the
+/// windows nothing beyond a healthy fleet's bound: the limit and what the others admit within
+/// one lag, no fallback share on top (G56). Each instance's fallback takes its share of what
+/// the quota had left beside what it heard, and the window in which Redis came back stays
+/// the fallback's; a key not heard of waits for the first round after its first request.
+fn windows_within_a_lag(run: &Run) {
+    for a in run.algos.iter().filter(|a| matches!(a.name, "fixed" | "sliding")) {
+        for key in [FLOOD, PACED] {
+            assert_gcra_or_window_bound(run, a, key, 0, 0);
+        }
+    }
+}
+
 /// What an outage adds to the bounds (`tests/hybrid_fleet.rs`'s outage): Redis forgets the
 /// reservations (one more burst), and each instance's fallback decides its part of the burst
 /// ([`gcra_allowance`]).
@@ -293,6 +306,7 @@ fn a_three_second_stall() {
     };
     bounds(&run, outage_slack(run.shape));
     degraded_counted(&run);
+    windows_within_a_lag(&run);
 }
 
 /// The subscriptions go deaf for 5 s (from 3 s in): what Redis publishes never reaches
@@ -366,6 +380,7 @@ fn redis_restarted_empty() {
     report("Redis restarted empty (3 s down)", &run);
     bounds(&run, outage_slack(run.shape));
     degraded_counted(&run);
+    windows_within_a_lag(&run);
 }
 
 /// `FLUSHALL` 4 s in: every shared state lost while the instances run on.
@@ -390,6 +405,7 @@ fn redis_flushed_mid_run() {
         return;
     };
     bounds(&run, outage_slack(run.shape));
+    windows_within_a_lag(&run);
 }
 
 /// The workers' system clocks apart: `offsets` seconds each.
@@ -474,6 +490,7 @@ fn cold_start_before_redis() {
     // the fallbacks' charges, each back-dated to its instance's first failed round).
     bounds(&run, outage_slack(run.shape));
     degraded_counted(&run);
+    windows_within_a_lag(&run);
 }
 
 /// A cold start with clocks 2 s apart: before Redis answers, an instance knows only its own
@@ -490,6 +507,7 @@ fn cold_start_with_clocks_two_seconds_apart() {
     };
     degraded_counted(&run);
     bounds(&run, outage_slack(run.shape));
+    windows_within_a_lag(&run);
 }
 
 /// A late joiner: worker 3 builds its limiter 4 s into the traffic, while the others have
@@ -512,6 +530,7 @@ fn a_late_joiner() {
         return;
     };
     bounds(&run, 0);
+    windows_within_a_lag(&run);
 }
 
 /// EARRRL under a flood, 20 runs: the hot keys (one at 10× the limit), EARRRL alone, 6 s a
