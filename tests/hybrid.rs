@@ -1431,3 +1431,28 @@ fn a_joiner_admits_one_request_of_a_key_before_it_hears_of_it() {
         b.check("k").is_denied() && b.stats().denied_limit > 0
     });
 }
+
+/// A link slower than the subscriber's polling (50 ms) still subscribes: the subscription's
+/// confirmation is waited for as any reply is, up to the I/O timeout. Through the fault proxy
+/// at 40 ms each way, an instance never subscribed (its confirmation timed out, every retry).
+// Pins G56.
+#[test]
+fn a_subscription_over_a_slow_link_is_made() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let fixed = FixedWindow::new(10, Duration::from_secs(3600)).unwrap();
+    let a = hybrid(&server, fixed, Fallback::share(0.5).unwrap());
+    let proxy = Proxy::start(([127, 0, 0, 1], server.port).into());
+    proxy
+        .faults
+        .delay(Duration::from_millis(40), Duration::ZERO);
+    let b = HybridLimiter::builder(proxy.url(), fixed)
+        .redis(|r| r.key_prefix("t:"))
+        .fallback(Fallback::share(0.5).unwrap())
+        .build()
+        .unwrap();
+    eventually("b's subscription", || b.stats().subscribed >= 1);
+    assert_eq!(drain(&a, "k", 3), 10);
+    eventually("a's states pushed to b", || b.stats().pushes > 0);
+}

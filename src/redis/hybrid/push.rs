@@ -104,7 +104,9 @@ fn listen<A: Engine, C: Clock>(
     };
     con.set_write_timeout(Some(config.io_timeout))?;
     let mut sub = con.as_pubsub();
-    sub.set_read_timeout(Some(POLL))?;
+    // The subscription's confirmation is a round trip: waited for as any reply is (the I/O
+    // timeout). Under the polling timeout below, a link slower than 50 ms never subscribed.
+    sub.set_read_timeout(Some(config.io_timeout.max(POLL)))?;
     sub.subscribe(channel)?;
     ctx.stats.subscribed.fetch_add(1, Ordering::Relaxed);
     // Own pushes are counted from here: what was published before may never arrive.
