@@ -43,6 +43,9 @@ pub struct FleetContext {
     pub(super) down_since: AtomicU64,
     /// Local time the last outage ended (0: none yet).
     pub(super) up_since: AtomicU64,
+    /// How long after an outage the fallback decides on (ns): every instance reconnected,
+    /// subscribed and published again by then (set by the builder from `reconnect_after`).
+    pub(super) recover_for: AtomicU64,
     /// Local time from which every change is heard of (the subscription's start); `u64::MAX`
     /// while not subscribed. A key this instance has heard nothing of is fresh for the fleet
     /// a horizon of its quota after it ([`mode`](Self::mode)), or at once if
@@ -145,6 +148,7 @@ impl FleetContext {
             down: AtomicBool::new(false),
             down_since: AtomicU64::new(now),
             up_since: AtomicU64::new(0),
+            recover_for: AtomicU64::new(0),
             mirror_since: AtomicU64::new(u64::MAX),
             mirror_clear: AtomicBool::new(false),
             subscribed_at: AtomicU64::new(0),

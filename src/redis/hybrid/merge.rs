@@ -63,10 +63,15 @@ pub trait Merge:
     fn shift(&self, word: Self::Word, delta: i64) -> Self::Word;
 
     /// Whether at `now` (shared; `local` the same instant on the local clock) Redis came back
-    /// from an outage within the current window.
+    /// from an outage within the current window, and too recently for every instance to have
+    /// published again (`FleetContext::recover_for`).
     fn recovering(&self, ctx: &FleetContext, local: u64, now: u64) -> bool {
-        let up = ctx.up_since.load(std::sync::atomic::Ordering::Relaxed);
-        up != 0 && up <= local && self.one_window(ctx.shared_now(up), now)
+        use std::sync::atomic::Ordering::Relaxed;
+        let up = ctx.up_since.load(Relaxed);
+        up != 0
+            && up <= local
+            && local - up < ctx.recover_for.load(Relaxed)
+            && self.one_window(ctx.shared_now(up), now)
     }
 
     /// Whether shared times `a` and `b` fall in one window (false where there are none): the
@@ -473,11 +478,12 @@ where
         let mode = match ctx.mode(others != A::UNKNOWN, local, Merge::horizon(self)) {
             // A round unanswered for long: the others' states as heard are getting old.
             Mode::Known if ctx.waiting(local) => Mode::Degraded,
-            // The window in which Redis came back: every instance decided alone in it, and
-            // each publishes what it counted only once it reconnects (up to `reconnect_after`
-            // apart), so the hashes lack the ones not back yet; on them each instance took
-            // what the others' missing counts left (a restart: a window 1.27x its limit). By
-            // the fallback beside what is heard, it is within the limit whatever is missing.
+            // Just after Redis came back (within the window and `recover_for`): every instance
+            // decided alone, and each publishes what it counted only once it reconnects (up
+            // to `reconnect_after` apart), so the hashes lack the ones not back yet; on them
+            // each instance took what the others' missing counts left (a restart: a window
+            // 1.27x its limit). By the fallback beside what is heard, it is within the limit
+            // whatever is missing. (To the window's end, the second after admitted 82%.)
             Mode::Known if self.recovering(ctx, local, now) => Mode::Degraded,
             mode => mode,
         };

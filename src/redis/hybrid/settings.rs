@@ -127,6 +127,12 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
             now,
             unix,
         ));
+        // Instances reconnect and subscribe again up to `reconnect_after` apart, then publish
+        // within a round.
+        ctx.recover_for.store(
+            duration_to_nanos(2 * redis.reconnect_after + 2 * interval),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let fleet = Fleet {
             algo: algo.clone(),
             plan,
