@@ -1398,6 +1398,17 @@ fn a_hybrid_limiter_takes_a_bounded_number_of_quotas() {
     );
 }
 
+/// A limiter joining through `proxy` (not waited for: neither current nor subscribed), with a
+/// sync `interval` and half the quota as its fallback.
+fn through(proxy: &Proxy, fixed: FixedWindow, interval: Duration) -> HybridLimiter<FixedWindow> {
+    HybridLimiter::builder(proxy.url(), fixed)
+        .redis(|r| r.key_prefix("t:"))
+        .sync_interval(interval)
+        .fallback(Fallback::share(0.5).unwrap())
+        .build()
+        .unwrap()
+}
+
 /// A key not heard of: its first request is the fallback's, the next wait for the round that
 /// brings the fleet's state. A joiner's burst before its first round (here each round trip slowed
 /// to 40 ms by the fault proxy) admitted the fallback's whole share on top of a full window
@@ -1415,12 +1426,7 @@ fn a_joiner_admits_one_request_of_a_key_before_it_hears_of_it() {
     proxy
         .faults
         .delay(Duration::from_millis(20), Duration::ZERO);
-    let b = HybridLimiter::builder(proxy.url(), fixed)
-        .redis(|r| r.key_prefix("t:"))
-        .sync_interval(Duration::from_millis(5))
-        .fallback(Fallback::share(0.5).unwrap())
-        .build()
-        .unwrap();
+    let b = through(&proxy, fixed, Duration::from_millis(5));
     let burst = (0..20).filter(|_| b.check("k").is_allowed()).count();
     assert_eq!(b.stats().calls, 0, "the burst came before b's first round");
     // Without the wait: the share's 5 of 10, on top of a's 10.
@@ -1447,11 +1453,7 @@ fn a_subscription_over_a_slow_link_is_made() {
     proxy
         .faults
         .delay(Duration::from_millis(40), Duration::ZERO);
-    let b = HybridLimiter::builder(proxy.url(), fixed)
-        .redis(|r| r.key_prefix("t:"))
-        .fallback(Fallback::share(0.5).unwrap())
-        .build()
-        .unwrap();
+    let b = through(&proxy, fixed, Duration::from_millis(10));
     eventually("b's subscription", || b.stats().subscribed >= 1);
     assert_eq!(drain(&a, "k", 3), 10);
     eventually("a's states pushed to b", || b.stats().pushes > 0);

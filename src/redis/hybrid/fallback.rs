@@ -8,8 +8,9 @@ use crate::error::{ConfigError, Field};
 /// after the limiter subscribes), and every request while Redis is unreachable. For the
 /// merged algorithms (windows, EARRRL, exponential) also: while a round has gone unanswered
 /// for three sync intervals (or four of the quickest round trips), and for
-/// `2 × reconnect_after + 2` sync intervals after Redis came back from an outage. Before an instance's first round is answered, a key's
-/// first request is the fallback's and the next wait for that round.
+/// `2 × reconnect_after + 2` sync intervals after Redis came back from an outage. Before an
+/// instance's first round is answered, a key's first request is the fallback's and the next
+/// wait for that round.
 ///
 /// Each instance may decide `share` of the quota on its own:
 /// - *GCRA*: beyond its lease, an instance admits at most `⌊share × burst⌋` units ahead of

@@ -74,9 +74,8 @@ pub trait Merge:
             && self.one_window(ctx.shared_now(up), now)
     }
 
-    /// Whether shared times `a` and `b` fall in one window (false where there are none): the
-    /// window in which Redis came back after an outage is decided by the fallback to its end
-    /// (see `decide_entry`).
+    /// Whether shared times `a` and `b` fall in one window (false where there are none): see
+    /// [`recovering`](Merge::recovering).
     fn one_window(&self, _a: u64, _b: u64) -> bool {
         false
     }
