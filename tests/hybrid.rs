@@ -1458,3 +1458,64 @@ fn a_subscription_over_a_slow_link_is_made() {
     assert_eq!(drain(&a, "k", 3), 10);
     eventually("a's states pushed to b", || b.stats().pushes > 0);
 }
+
+/// What one instance of two admits of a key after Redis went away, once it had heard that
+/// the other took 90 of its day's 100 (a window the test cannot leave), and what it admits of
+/// a key it knew nothing of: `(k, o)` of 40 checks each.
+fn after_the_other_took_90<A: HybridAlgorithm>(algo: A) -> (u64, u64) {
+    let server = Server::start().expect("checked by the caller");
+    let build = || {
+        current(
+            HybridLimiter::builder(server.url(), algo.clone())
+                .redis(|r| {
+                    r.key_prefix("gap:")
+                        .connect_timeout(Duration::from_millis(50))
+                        .io_timeout(Duration::from_millis(50))
+                        .reconnect_after(Duration::from_millis(10))
+                })
+                .sync_interval(Duration::from_millis(5))
+                .fallback(Fallback::share(0.25).unwrap())
+                .build()
+                .unwrap(),
+        )
+    };
+    let (a, b) = (build(), build());
+    assert_eq!((0..90).filter(|_| b.check("k").is_allowed()).count(), 90);
+    // Heard: 10 left for the fleet.
+    eventually("the other's 90 heard", || {
+        a.peek_n("k", 11).unwrap().is_denied()
+    });
+    assert!(a.peek_n("k", 10).unwrap().is_allowed());
+    drop(server);
+    // A round with something to send finds Redis away.
+    eventually("the outage", || {
+        let _ = a.check("x");
+        a.stats().outage
+    });
+    let k = (0..40).filter(|_| a.check("k").is_allowed()).count() as u64;
+    let o = (0..40).filter(|_| a.check("o").is_allowed()).count() as u64;
+    (k, o)
+}
+
+/// Redis gone: the subscription broke, so what an instance heard of the others is no longer
+/// their state, but they still hold it. The fallback counts it: of the 10 the fleet had left,
+/// this instance takes its share, ⌊0.25 × 10⌋ = 2; of a key it knew nothing of, its share
+/// of the whole limit, 25. (Forgotten at the break, the first key got 25 too: every instance
+/// its share on top of a window the fleet had filled, a restart's sliding window up to 1.3×
+/// its limit.)
+// Pins G56.
+#[test]
+fn an_outage_keeps_what_the_others_held_when_last_heard() {
+    if Server::start().is_none() {
+        return;
+    }
+    let day = Duration::from_secs(86_400);
+    assert_eq!(
+        after_the_other_took_90(FixedWindow::new(100, day).unwrap()),
+        (2, 25)
+    );
+    assert_eq!(
+        after_the_other_took_90(SlidingWindow::new(100, day).unwrap()),
+        (2, 25)
+    );
+}

@@ -341,12 +341,16 @@ mod private {
         fn plan(&self, fallback: Fallback) -> Result<Self::Plan, ConfigError>;
         /// The entry of a key nothing is known of yet.
         fn unknown(&self) -> Self::Word;
-        /// Decides a request of `cost` at local time `now` on `w`, updating it.
+        /// Decides a request of `cost` at local time `now` on `w`, updating it; `stale`: what
+        /// `w` holds of the others was heard before a gap in the subscription
+        /// ([`HybridCell::stale`]).
+        #[allow(clippy::too_many_arguments)]
         fn decide_entry(
             &self,
             plan: &Self::Plan,
             ctx: &FleetContext,
             w: &mut Self::Word,
+            stale: bool,
             now: u64,
             cost: u64,
         ) -> Verdict;
@@ -651,10 +655,12 @@ impl<A: Engine> Algorithm for Fleet<A> {
         self.algo.policy()
     }
 
+    /// The limiter's own paths decide with the cell at hand ([`HybridCell::stale`]); without
+    /// it, the others' state is taken as a floor only.
     #[inline]
     fn update(&self, w: &mut A::Word, now: u64, cost: u64) -> Decision {
         self.algo
-            .decide_entry(&self.plan, &self.ctx, w, now, cost)
+            .decide_entry(&self.plan, &self.ctx, w, true, now, cost)
             .decision
     }
 

@@ -9,7 +9,7 @@ use crate::limiter::{sealed::VariantCell, Variant};
 use crate::stats::Stats;
 use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 
 /// The `pending` bit that says the key is on the sync thread's queue.
 const QUEUED: u64 = 1 << 63;
@@ -24,6 +24,10 @@ pub struct HybridCell<S: StateCells> {
     /// The quota the key's last request ran under (an index of the limiter's `Quotas`, 0:
     /// its own): what the sync thread and the subscription read the state by.
     quota: AtomicU32,
+    /// Set when the subscription broke (a gap: pushes may have been missed), cleared by the
+    /// key's next push: while set, the others' state as last heard is a floor of what they
+    /// hold, not their state. Beside `quota`, in what would be padding.
+    stale: AtomicBool,
 }
 
 impl<S: StateCells> HybridCell<S> {
@@ -58,6 +62,20 @@ impl<S: StateCells> HybridCell<S> {
         }
     }
 
+    /// Whether the others' state in the entry predates a gap in the subscription.
+    #[inline]
+    pub(super) fn stale(&self) -> bool {
+        self.stale.load(Ordering::Relaxed)
+    }
+
+    /// Marks the others' state as heard before a gap (`true`) or just pushed (`false`).
+    #[inline]
+    pub(super) fn set_stale(&self, stale: bool) {
+        if self.stale.load(Ordering::Relaxed) != stale {
+            self.stale.store(stale, Ordering::Relaxed);
+        }
+    }
+
     /// Takes the hints (the sync thread, before it reads the state): clears the queued bit, so
     /// a request after this queues the key again, and returns the denied units.
     pub(super) fn take_pending(&self) -> u64 {
@@ -71,6 +89,7 @@ impl<S: StateCells> StateCell<S> for HybridCell<S> {
             state: S::CasCell::new(state),
             pending: AtomicU64::new(0),
             quota: AtomicU32::new(0),
+            stale: AtomicBool::new(false),
         }
     }
 

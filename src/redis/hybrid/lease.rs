@@ -159,6 +159,8 @@ impl Engine for Gcra {
         plan: &Plan,
         ctx: &FleetContext,
         w: &mut u128,
+        // A lease's own `known` bit says it (cleared by `forget`).
+        _stale: bool,
         now: u64,
         cost: u64,
     ) -> Verdict {
@@ -622,7 +624,7 @@ mod loom_model {
     ) -> Option<Reason> {
         loop {
             let cell = slot.get_or_insert(g.unknown());
-            match cell.update(stats, |w| g.decide_entry(plan, ctx, w, NOW, 1)) {
+            match cell.update(stats, |w| g.decide_entry(plan, ctx, w, false, NOW, 1)) {
                 Some(v) => return v.decision.is_allowed().then_some(v.reason),
                 None => slot.remove_if_same(&cell),
             }

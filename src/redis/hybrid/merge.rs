@@ -466,6 +466,7 @@ where
         share: &f64,
         ctx: &FleetContext,
         w: &mut A::Entry,
+        stale: bool,
         local: u64,
         cost: u64,
     ) -> Verdict {
@@ -474,7 +475,10 @@ where
         // Re-stamped for good (and published): counted again in its own window later, a
         // state stamped ahead would deny what the fleet's time allows then.
         let own = self.pull_back(stored, now);
-        let mode = match ctx.mode(others != A::UNKNOWN, local, Merge::horizon(self)) {
+        // Heard before a gap in the subscription, the others' state is no longer theirs
+        // (they may have admitted since, unheard), only a floor of it.
+        let known = others != A::UNKNOWN && !stale;
+        let mode = match ctx.mode(known, local, Merge::horizon(self)) {
             // A round unanswered for long: the others' states as heard are getting old.
             Mode::Known if ctx.waiting(local) => Mode::Degraded,
             // Just after Redis came back (within the window and `recover_for`): every instance
@@ -511,10 +515,12 @@ where
         }
         let view = match mode {
             Mode::Known if others == A::UNKNOWN => self.fresh(),
+            // Current, or stale with every change of a horizon heard since subscribing: then
+            // no one has written the key since, and what they held is all they hold.
             Mode::Known => others,
             // The fallback stands in for the others: beside what they held when last heard,
-            // if they were.
-            Mode::Degraded if others != A::UNKNOWN => self.degraded(others, now, *share),
+            // if they were (before a gap too: what they held then, they hold still).
+            _ if others != A::UNKNOWN => self.degraded(others, now, *share),
             Mode::Unknown | Mode::Degraded => self.degraded(self.fresh(), now, *share),
         };
         let (decision, counted) = if view == self.fresh() {
@@ -573,9 +579,8 @@ where
         Merge::horizon(self)
     }
 
-    fn forget(&self, w: &mut A::Entry) {
-        *w = A::Entry::join(w.split().0, A::UNKNOWN);
-    }
+    /// Nothing: the others' state stays, as a floor (the cell is marked stale).
+    fn forget(&self, _: &mut A::Entry) {}
 
     /// The own state only: the others' come from Redis, stamped on its time.
     fn restamp(&self, w: &mut A::Entry, delta: i64) {

@@ -273,7 +273,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         key: &str,
         cost: u64,
         quota: Option<&A>,
-        step: impl FnMut(&A, &A::Plan, &FleetContext, &mut A::Word) -> (T, Verdict),
+        step: impl FnMut(&A, &A::Plan, &FleetContext, bool, &mut A::Word) -> (T, Verdict),
     ) -> Result<(T, Decision), ConfigError> {
         self.step_found(key, cost, quota, None, &self.inner.store.map.guard(), step)
     }
@@ -287,11 +287,11 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         quota: Option<&A>,
         mut found: Option<&'g entry::HybridCell<A::Word>>,
         guard: &'g impl papaya::Guard,
-        mut step: impl FnMut(&A, &A::Plan, &FleetContext, &mut A::Word) -> (T, Verdict),
+        mut step: impl FnMut(&A, &A::Plan, &FleetContext, bool, &mut A::Word) -> (T, Verdict),
     ) -> Result<(T, Decision), ConfigError> {
         let fleet = self.inner.fleet();
-        let ((out, v), cell) = self.on_entry(key, quota, found.take(), guard, |a, p, w| {
-            step(a, p, &fleet.ctx, w)
+        let ((out, v), cell) = self.on_entry(key, quota, found.take(), guard, |a, p, s, w| {
+            step(a, p, &fleet.ctx, s, w)
         })?;
         {
             let stats = &fleet.ctx.stats;
@@ -323,7 +323,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
 
     /// Runs `f` on `key`'s entry (from `found` if given and alive) under `quota`, recording
     /// the quota in the entry first (a sync that reads the change reads it by that quota);
-    /// returns `f`'s result and the cell. A quota the limiter cannot take is an error, and
+    /// `f` is told whether the entry's others are stale ([`entry::HybridCell::stale`]).
+    /// Returns `f`'s result and the cell. A quota the limiter cannot take is an error, and
     /// changes nothing.
     fn on_entry<'g, T>(
         &self,
@@ -331,7 +332,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         quota: Option<&A>,
         mut found: Option<&'g entry::HybridCell<A::Word>>,
         guard: &'g impl papaya::Guard,
-        mut f: impl FnMut(&A, &A::Plan, &mut A::Word) -> T,
+        mut f: impl FnMut(&A, &A::Plan, bool, &mut A::Word) -> T,
     ) -> Result<(T, &'g entry::HybridCell<A::Word>), ConfigError> {
         let store = &self.inner.store;
         let fleet = self.inner.fleet();
@@ -341,7 +342,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             let (index, algo, plan) = fleet.index_of(quota, held.map_or(0, |c| c.quota()))?;
             let cell = held.unwrap_or_else(|| store.cell(key, guard));
             cell.set_quota(index);
-            match store.core.update(cell, |w| f(algo, plan, w)) {
+            let stale = cell.stale();
+            match store.core.update(cell, |w| f(algo, plan, stale, w)) {
                 Some(out) => return Ok((out, cell)),
                 None => store.remove_dead(key, cell, guard),
             }
@@ -382,18 +384,18 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         if n == 0 {
             return Err(CostError::Zero.into());
         }
-        Ok(self.step(key, 1, quota, |algo, plan, ctx, w| {
+        Ok(self.step(key, 1, quota, |algo, plan, ctx, stale, w| {
             let most = n.min(algo.capacity());
             let fits = |c: u64| {
                 let mut probe = *w;
-                algo.decide_entry(plan, ctx, &mut probe, now, c)
+                algo.decide_entry(plan, ctx, &mut probe, stale, now, c)
                     .decision
                     .is_allowed()
             };
             let granted = crate::algo::most_admitted(most, fits);
             (
                 granted,
-                algo.decide_entry(plan, ctx, w, now, granted.max(1)),
+                algo.decide_entry(plan, ctx, w, stale, now, granted.max(1)),
             )
         })?)
     }
@@ -448,7 +450,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         }
         let now = self.inner.store.core.now(now);
         let guard = self.inner.store.map.guard();
-        let ((), cell) = self.on_entry(key, quota, None, &guard, |algo, _, w| {
+        let ((), cell) = self.on_entry(key, quota, None, &guard, |algo, _, _, w| {
             algo.settle_entry(&fleet.ctx, w, now, taken_at, charged, actual);
         })?;
         self.queue(key, cell);
@@ -466,12 +468,13 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         let store = &self.inner.store;
         let fleet = self.inner.fleet();
         let guard = store.map.guard();
-        let hint = store.map.get(key, &guard).map_or(0, |c| c.quota());
-        let (_, algo, plan) = fleet.index_of(quota, hint)?;
+        let held = store.map.get(key, &guard);
+        let (_, algo, plan) = fleet.index_of(quota, held.map_or(0, |c| c.quota()))?;
         crate::error::check_cost(cost, algo.capacity())?;
         let mut w = store.state_of(key, &guard);
+        let stale = held.is_some_and(|c| c.stale());
         Ok(algo
-            .decide_entry(plan, &fleet.ctx, &mut w, now, cost)
+            .decide_entry(plan, &fleet.ctx, &mut w, stale, now, cost)
             .decision)
     }
 }
@@ -480,8 +483,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
 fn decide<A: HybridAlgorithm>(
     now: u64,
     cost: u64,
-) -> impl FnMut(&A, &A::Plan, &FleetContext, &mut A::Word) -> ((), Verdict) {
-    move |algo, plan, ctx, w| ((), algo.decide_entry(plan, ctx, w, now, cost))
+) -> impl FnMut(&A, &A::Plan, &FleetContext, bool, &mut A::Word) -> ((), Verdict) {
+    move |algo, plan, ctx, stale, w| ((), algo.decide_entry(plan, ctx, w, stale, now, cost))
 }
 
 /// The Redis key of `key`'s state: the [`RedisLimiter`](super::RedisLimiter)'s, with
@@ -584,7 +587,10 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
         let store = &self.inner.store;
         store.core.cost(cost)?;
         let now = store.core.clock.now();
-        Ok(store.peek(&store.core.algo, key, cost, now, &store.map.guard()))
+        // The limiter's own quota (always registered) and a valid cost: no error left.
+        Ok(self
+            .preview_at(key, cost, None, now)
+            .unwrap_or_else(|_| Decision::denied_ns(1)))
     }
 
     fn peek(&self, key: &str) -> Decision {

@@ -175,7 +175,11 @@ fn listen<A: Engine, C: Clock>(
 }
 
 /// The subscription broke: changes may have been missed, so what is known of the fleet is
-/// forgotten until pushes bring it again (or a horizon after subscribing again).
+/// no longer taken for its state until pushes bring it again (or a horizon after subscribing
+/// again). A merged entry keeps the others' state as heard, marked stale: what they held
+/// then, a floor of what they hold now, which the fallback counts (forgotten, each instance
+/// took its whole share on top of a window the fleet had filled: a window up to
+/// `1 + (N − 1)·share` times its limit when Redis went away).
 fn gap<A: Engine, C: Clock>(inner: &Inner<A, C>) {
     let ctx = inner.ctx();
     ctx.mirror_since.store(u64::MAX, Ordering::Relaxed);
@@ -183,6 +187,7 @@ fn gap<A: Engine, C: Clock>(inner: &Inner<A, C>) {
     let store = &inner.store;
     let guard = store.map.guard();
     for (_, cell) in store.map.iter(&guard) {
+        cell.set_stale(true);
         cell.update(&ctx.cas, |w| inner.fleet().algo.forget(w));
     }
 }
@@ -228,6 +233,7 @@ fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
                         .update(cell, |w| algo.apply_push(ctx, w, &p, own, now))
                         .is_some()
                     {
+                        cell.set_stale(false);
                         break;
                     }
                     store.remove_dead(key, cell, &guard);
