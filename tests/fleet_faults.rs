@@ -165,13 +165,14 @@ fn bounds(run: &Run, slack: u64) {
     }
 }
 
-/// Issue #59's faults (a stall, a restart, a connection reset, a cold start, a late joiner;
-/// not yet a flush, 1.27x once: a loss without an outage is not noticed as one) cost the
-/// windows nothing beyond a healthy fleet's bound: the limit and what the others admit within
-/// one lag, no fallback share on top (G56). Each instance's fallback takes its share of what
-/// the quota had left beside what it heard (before the subscription broke too), and the
-/// window in which Redis came back stays the fallback's; a key not heard of waits for the
-/// first round after its first request.
+/// Issue #59's faults (a stall, a restart, a flush, a connection reset, a deaf subscription,
+/// a cold start, a late joiner) cost the windows nothing beyond a healthy fleet's bound: the
+/// limit and what the others admit within one lag, no fallback share on top (G56). Each
+/// instance's fallback takes its share of what the quota had left beside what it heard
+/// (before the subscription broke too), an own push overdue hands the decisions to it, a
+/// push never lowers what the others were heard to hold, the window in which Redis came back
+/// stays the fallback's, and a key not heard of waits for the first round after its first
+/// request.
 fn windows_within_a_lag(run: &Run) {
     for a in run
         .algos
@@ -348,6 +349,7 @@ fn half_open_pubsub_for_five_seconds() {
         );
     }
     bounds(&run, fallback_excess(run.shape));
+    windows_within_a_lag(&run);
     degraded_counted_without_failures(&run);
 }
 
@@ -412,6 +414,7 @@ fn redis_flushed_mid_run() {
         return;
     };
     bounds(&run, outage_slack(run.shape));
+    windows_within_a_lag(&run);
 }
 
 /// The workers' system clocks apart: `offsets` seconds each.

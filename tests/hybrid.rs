@@ -1519,3 +1519,35 @@ fn an_outage_keeps_what_the_others_held_when_last_heard() {
         (2, 25)
     );
 }
+
+/// `FLUSHALL` under a fleet: every hash is gone, and the next push of a key carries only the
+/// instances that published since. One instance of two heard the other take 90 of a day's
+/// 100; after the flush it admits the 10 left, not the 100 an empty hash would say. (Taken
+/// as the others' state, the push handed back what they had taken: a flush's sliding window
+/// 1.2-1.3x its limit.)
+// Pins G56.
+#[test]
+fn a_flush_never_hands_back_what_the_others_took() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let day = Duration::from_secs(86_400);
+    let build = || {
+        current(
+            HybridLimiter::builder(server.url(), FixedWindow::new(100, day).unwrap())
+                .redis(|r| r.key_prefix("flush:"))
+                .sync_interval(Duration::from_millis(5))
+                .fallback(Fallback::share(0.25).unwrap())
+                .build()
+                .unwrap(),
+        )
+    };
+    let (a, b) = (build(), build());
+    assert_eq!((0..90).filter(|_| b.check("k").is_allowed()).count(), 90);
+    eventually("the other's 90 heard", || {
+        a.peek_n("k", 11).unwrap().is_denied()
+    });
+    let _: () = redis::cmd("FLUSHALL").query(&mut server.raw()).unwrap();
+    assert_eq!(drain(&a, "k", 5), 10);
+    assert_eq!(a.stats().degraded, 0);
+}

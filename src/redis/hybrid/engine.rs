@@ -76,6 +76,18 @@ pub struct FleetContext {
     /// This instance's own pushes heard, counted from [`published`](Self::published) as it
     /// stood at the subscription: behind it for long, the subscription has gone deaf.
     pub(super) heard_own: AtomicU64,
+    /// The [`published`](Self::published) count whose own push is awaited, and the local
+    /// time it was published (0: none awaited): a push overdue is a subscription that may
+    /// have gone deaf, before the subscription thread says so ([`waiting`](Self::waiting)).
+    push_due: AtomicU64,
+    push_due_since: AtomicU64,
+    /// How long own pushes take to come back (ns): the longest in this second or the one
+    /// before (50 ms until one is heard). A cluster's pushes cross its bus (up to 65 ms where
+    /// a server's take 1-2): a wait under twice this is no sign of deafness. Beside it, the
+    /// longest of this second and the local time it began (the subscription thread's).
+    push_lag: AtomicU64,
+    push_lag_this: AtomicU64,
+    push_lag_since: AtomicU64,
     /// The round trip (ns) of the sample the offset was last set from, and its local time:
     /// the offset follows the quickest round trips, whose error (half the asymmetry of the
     /// way there and back) is the smallest.
@@ -159,6 +171,11 @@ impl FleetContext {
             alone: AtomicBool::new(false),
             published: AtomicU64::new(0),
             heard_own: AtomicU64::new(0),
+            push_due: AtomicU64::new(0),
+            push_due_since: AtomicU64::new(0),
+            push_lag: AtomicU64::new(50_000_000),
+            push_lag_this: AtomicU64::new(50_000_000),
+            push_lag_since: AtomicU64::new(now),
             time_rtt: AtomicU64::new(u64::MAX),
             time_at: AtomicU64::new(0),
             stats: Counters::default(),
@@ -219,25 +236,91 @@ impl FleetContext {
         self.time_rtt.load(Ordering::Relaxed) != u64::MAX
     }
 
-    /// Whether at local time `now` a round has gone unanswered for longer than three sync
-    /// intervals, or four of the quickest round trips if that is longer. Meanwhile nothing
-    /// is heard from the fleet, and the others go on admitting: a merged state's decisions
-    /// on the others' states as last heard each took all the quota had left, and what a
-    /// sliding window's previous count gave back as it aged (a 3 s stall: windows 1.6× the
-    /// limit in the 200 ms before the I/O timeout said Redis was away). Past this, they are
-    /// the fallback's, as in an outage.
+    /// Whether at local time `now` a round has gone unanswered, or an own push not come back,
+    /// for longer than three sync intervals, or four of the quickest round trips if that is
+    /// longer (a push: or twice as long as pushes lately took). Meanwhile nothing is heard
+    /// from the fleet, and the others go on admitting: a merged state's decisions on the
+    /// others' states as last heard each took all the quota had left, and what a sliding
+    /// window's previous count gave back as it aged (a 3 s stall: windows 1.6× the limit in
+    /// the 200 ms before the I/O timeout said Redis was away; a subscription gone deaf at a
+    /// window's start: 2.6× in the 250 ms before it was noticed). Past this, they are the
+    /// fallback's, as in an outage.
     #[inline]
     pub(super) fn waiting(&self, now: u64) -> bool {
-        let since = self.round_since.load(Ordering::Relaxed);
-        since != 0 && {
+        let round = self.round_since.load(Ordering::Relaxed);
+        let push = self.push_due_since.load(Ordering::Relaxed);
+        (round != 0 || push != 0) && {
             // No round trip measured yet: the intervals alone.
             let rtt = match self.time_rtt.load(Ordering::Relaxed) {
                 u64::MAX => 0,
                 rtt => rtt,
             };
             let patience = (3 * self.interval).max(rtt.saturating_mul(4));
-            now > since.saturating_add(patience)
+            let push_patience = patience.max(2 * self.push_lag.load(Ordering::Relaxed));
+            (round != 0 && now > round.saturating_add(patience))
+                || (push != 0 && now > push.saturating_add(push_patience))
         }
+    }
+
+    /// A script call published at local time `now`: its push should come back (awaited, if
+    /// none is). Only the sync thread calls this.
+    pub(super) fn published(&self, now: u64) {
+        // SeqCst, here and in `heard_own`: the push may be heard before its call's reply is
+        // read (the script publishes before it returns). Each side writes, then reads what
+        // the other wrote, so one of them sees both and ends the wait.
+        let count = self.published.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.push_due_since.load(Ordering::SeqCst) == 0 {
+            self.push_due.store(count, Ordering::SeqCst);
+            self.push_due_since.store(now.max(1), Ordering::SeqCst);
+            self.end_wait_if_heard();
+        }
+    }
+
+    /// An own push heard at local time `now`: the awaited one, if it has come. Only the
+    /// subscription thread calls this.
+    pub(super) fn heard_own(&self, now: u64) {
+        self.heard_own.fetch_add(1, Ordering::SeqCst);
+        if let Some(since) = self.end_wait_if_heard() {
+            self.push_took(now.saturating_sub(since), now);
+        }
+    }
+
+    /// Ends the wait for an own push if it has been heard; the local time it began, if it
+    /// ended here.
+    fn end_wait_if_heard(&self) -> Option<u64> {
+        let since = self.push_due_since.load(Ordering::SeqCst);
+        (since != 0
+            && self.heard_own.load(Ordering::SeqCst) >= self.push_due.load(Ordering::SeqCst)
+            && self
+                .push_due_since
+                .compare_exchange(since, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok())
+        .then_some(since)
+    }
+
+    /// An own push came back `lag` ns after its call's reply, at local time `now`.
+    fn push_took(&self, lag: u64, now: u64) {
+        let r = Ordering::Relaxed;
+        let mut this = self.push_lag_this.load(r);
+        let began = self.push_lag_since.load(r);
+        let mut before = self.push_lag.load(r);
+        if now.saturating_sub(began) >= 1_000_000_000 {
+            // A new second: the last one's longest is the one before; two or more: none.
+            before = if now - began < 2_000_000_000 { this } else { 0 };
+            this = 0;
+            self.push_lag_since.store(now, r);
+        }
+        this = this.max(lag);
+        self.push_lag_this.store(this, r);
+        self.push_lag.store(this.max(before), r);
+    }
+
+    /// Subscribed: own pushes are counted from here, none awaited (what was published before
+    /// may never arrive).
+    pub(super) fn subscribed(&self) {
+        self.heard_own
+            .store(self.published.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.push_due_since.store(0, Ordering::Relaxed);
     }
 
     /// The wait until the next sync round: a denial for want of quota in hand lasts that.
@@ -739,6 +822,58 @@ mod tests {
         assert!(ctx.waiting(1_081 * MS));
         ctx.round_since.store(0, Ordering::Relaxed);
         assert!(!ctx.waiting(9_000 * MS));
+    }
+
+    /// An own push not back within the rounds' patience (30 ms here), or twice as long as
+    /// pushes took in this second or the last (50 ms until one is heard), is waited on too:
+    /// counted from a publish while none is awaited, until that one is heard (under steady
+    /// traffic some push is always in flight: no wait that never ends); a subscription
+    /// counts afresh.
+    #[test]
+    fn an_own_push_overdue_is_waited_on() {
+        let ctx = FleetContext::new(10 * MS, 0.25, 1_000 * MS, 0);
+        ctx.subscribed();
+        ctx.published(1_000 * MS);
+        // The next publishes do not move the wait's start: the first is still out.
+        ctx.published(1_010 * MS);
+        assert!(!ctx.waiting(1_100 * MS));
+        assert!(ctx.waiting(1_101 * MS));
+        // The awaited one heard: none awaited until the next publish.
+        ctx.heard_own(1_102 * MS);
+        assert!(!ctx.waiting(1_200 * MS));
+        // Two seconds on, pushes back in 2 ms: the rounds' 30 ms.
+        ctx.heard_own(1_103 * MS);
+        ctx.published(3_500 * MS);
+        ctx.heard_own(3_502 * MS);
+        ctx.published(3_600 * MS);
+        assert!(!ctx.waiting(3_630 * MS));
+        assert!(ctx.waiting(3_631 * MS));
+        // Subscribed again: what was published before may never arrive.
+        ctx.subscribed();
+        assert!(!ctx.waiting(3_631 * MS));
+        // A push heard before its call's reply is read: nothing left to wait for.
+        ctx.heard_own(3_700 * MS);
+        ctx.published(3_710 * MS);
+        assert!(!ctx.waiting(4_000 * MS));
+        // Pushes that took 40 ms (a cluster's bus): a wait is no sign under 80 ms; then
+        // 82 ms, kept through the next second.
+        ctx.published(5_000 * MS);
+        ctx.heard_own(5_040 * MS);
+        ctx.published(5_500 * MS);
+        assert!(!ctx.waiting(5_580 * MS));
+        assert!(ctx.waiting(5_581 * MS));
+        ctx.heard_own(5_582 * MS);
+        ctx.published(6_100 * MS);
+        ctx.heard_own(6_101 * MS);
+        ctx.published(6_500 * MS);
+        assert!(!ctx.waiting(6_664 * MS));
+        assert!(ctx.waiting(6_665 * MS));
+        // Two seconds on, only what the last pushes took.
+        ctx.heard_own(6_666 * MS);
+        ctx.published(8_200 * MS);
+        ctx.heard_own(8_201 * MS);
+        ctx.published(8_300 * MS);
+        assert!(ctx.waiting(8_331 * MS));
     }
 
     /// Redis' time first heard 1.5 s ahead of the local guess: the jump is left for the

@@ -109,9 +109,7 @@ fn listen<A: Engine, C: Clock>(
     sub.set_read_timeout(Some(config.io_timeout.max(POLL)))?;
     sub.subscribe(channel)?;
     ctx.stats.subscribed.fetch_add(1, Ordering::Relaxed);
-    // Own pushes are counted from here: what was published before may never arrive.
-    ctx.heard_own
-        .store(ctx.published.load(Ordering::Relaxed), Ordering::Relaxed);
+    ctx.subscribed();
     // The own push waited for (the published count that brings it) and since when.
     let mut waiting: Option<(u64, Instant)> = None;
     // A push comes back within milliseconds of its call's reply; this long behind, the
@@ -209,7 +207,7 @@ fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
         .fetch_max(now.saturating_sub(written), Ordering::Relaxed);
     let own = from == ctx.instance;
     if own {
-        ctx.heard_own.fetch_add(1, Ordering::Relaxed);
+        ctx.heard_own(now);
     }
     let guard = store.map.guard();
     let mut pushes = 0;

@@ -407,7 +407,7 @@ fn run_round<A: Engine, C: crate::Clock>(
             Ok(items) => {
                 reached = true;
                 // The call published: its push should come back to this instance too.
-                ctx.published.fetch_add(1, Ordering::Relaxed);
+                ctx.published(done);
                 let mut items = items.into_iter();
                 for call in chunk {
                     let item = items.next().unwrap_or(Value::Nil);
