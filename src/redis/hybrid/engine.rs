@@ -456,7 +456,9 @@ mod private {
         /// payback): how long after subscribing an instance takes a key it has not heard of
         /// as unknown rather than fresh.
         fn horizon(&self) -> u64;
-        /// Forgets what is known of the fleet (after a gap in the subscription).
+        /// What a gap in the subscription does to what is known of the fleet: a lease stops
+        /// being current; a merged entry keeps the others' state as a floor (its cell marked
+        /// stale).
         fn forget(&self, w: &mut Self::Word);
         /// Re-stamps `w`'s own state, stamped on a timeline `delta` ns behind Redis' (see
         /// [`FleetContext::observe_time`]). Nothing by default: GCRA's state is Redis' TAT.

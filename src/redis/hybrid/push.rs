@@ -58,8 +58,8 @@ impl<'a> Reader<'a> {
 }
 
 /// The subscription thread: subscribes (to the URL's server, or the first seed that
-/// answers), merges every message, and after any break forgets what it knew of the fleet and
-/// subscribes again, until the limiter stops.
+/// answers), merges every message, and after any break marks what it knew of the fleet as
+/// heard before it ([`gap`]) and subscribes again, until the limiter stops.
 pub(super) fn subscribe_loop<A: Engine, C: Clock>(inner: &Inner<A, C>, config: &RedisBuilder<A>) {
     let ctx = inner.ctx();
     let channel = channel(&inner.prefix, A::SUFFIX);
