@@ -1459,16 +1459,19 @@ fn a_subscription_over_a_slow_link_is_made() {
     eventually("a's states pushed to b", || b.stats().pushes > 0);
 }
 
-/// What one instance of two admits of a key after Redis went away, once it had heard that
-/// the other took 90 of its day's 100 (a window the test cannot leave), and what it admits of
-/// a key it knew nothing of: `(k, o)` of 40 checks each.
-fn after_the_other_took_90<A: HybridAlgorithm>(algo: A) -> (u64, u64) {
-    let server = Server::start().expect("checked by the caller");
+/// Two current instances of `algo` on `server` under `prefix`, quick to notice an outage;
+/// the second has taken 90 of the key `k`'s 100 (a day's window: the test cannot leave it)
+/// and the first has heard it: 10 left for the fleet.
+fn the_other_took_90<A: HybridAlgorithm>(
+    server: &Server,
+    algo: A,
+    prefix: &str,
+) -> (HybridLimiter<A>, HybridLimiter<A>) {
     let build = || {
         current(
             HybridLimiter::builder(server.url(), algo.clone())
                 .redis(|r| {
-                    r.key_prefix("gap:")
+                    r.key_prefix(prefix)
                         .connect_timeout(Duration::from_millis(50))
                         .io_timeout(Duration::from_millis(50))
                         .reconnect_after(Duration::from_millis(10))
@@ -1481,11 +1484,18 @@ fn after_the_other_took_90<A: HybridAlgorithm>(algo: A) -> (u64, u64) {
     };
     let (a, b) = (build(), build());
     assert_eq!((0..90).filter(|_| b.check("k").is_allowed()).count(), 90);
-    // Heard: 10 left for the fleet.
     eventually("the other's 90 heard", || {
         a.peek_n("k", 11).unwrap().is_denied()
     });
     assert!(a.peek_n("k", 10).unwrap().is_allowed());
+    (a, b)
+}
+
+/// What the first instance of [`the_other_took_90`] admits of `k` once Redis went away, and
+/// of a key it knew nothing of: `(k, o)` of 40 checks each.
+fn after_the_other_took_90<A: HybridAlgorithm>(algo: A) -> (u64, u64) {
+    let server = Server::start().expect("checked by the caller");
+    let (a, _b) = the_other_took_90(&server, algo, "gap:");
     drop(server);
     // A round with something to send finds Redis away.
     eventually("the outage", || {
@@ -1532,21 +1542,7 @@ fn a_flush_never_hands_back_what_the_others_took() {
         return;
     };
     let day = Duration::from_secs(86_400);
-    let build = || {
-        current(
-            HybridLimiter::builder(server.url(), FixedWindow::new(100, day).unwrap())
-                .redis(|r| r.key_prefix("flush:"))
-                .sync_interval(Duration::from_millis(5))
-                .fallback(Fallback::share(0.25).unwrap())
-                .build()
-                .unwrap(),
-        )
-    };
-    let (a, b) = (build(), build());
-    assert_eq!((0..90).filter(|_| b.check("k").is_allowed()).count(), 90);
-    eventually("the other's 90 heard", || {
-        a.peek_n("k", 11).unwrap().is_denied()
-    });
+    let (a, _b) = the_other_took_90(&server, FixedWindow::new(100, day).unwrap(), "flush:");
     let _: () = redis::cmd("FLUSHALL").query(&mut server.raw()).unwrap();
     assert_eq!(drain(&a, "k", 5), 10);
     assert_eq!(a.stats().degraded, 0);
