@@ -7,6 +7,7 @@
 //! changes), `link.rs` (the sync thread's connection);
 //! the Lua is in `src/redis/lua/`.
 
+mod context;
 mod engine;
 mod entry;
 mod fallback;
@@ -18,15 +19,15 @@ mod report;
 mod settings;
 mod worker;
 
+pub(crate) use context::{Evicted, FleetContext, Mode};
 pub use engine::HybridAlgorithm;
-pub(crate) use engine::{
-    Engine, Evicted, Fleet, FleetContext, Inner, Mode, Reason, Verdict, Visit,
-};
+pub(crate) use engine::{Engine, Fleet, Inner, Reason, Verdict, Visit};
 pub use fallback::Fallback;
 pub use report::{HybridStats, SyncError};
 pub use settings::{HybridBuilder, HybridSettings};
 
 use super::{BackendError, RedisBuilder};
+use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
 use crate::error::{ConfigError, CostError, QuotaError};
@@ -471,7 +472,11 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         let held = store.map.get(key, &guard);
         let (_, algo, plan) = fleet.index_of(quota, held.map_or(0, |c| c.quota()))?;
         crate::error::check_cost(cost, algo.capacity())?;
-        let mut w = store.state_of(key, &guard);
+        // The entry found above, not a second look-up (`peek` comes this way too).
+        let mut w = match held.and_then(|c| c.inspect(Clone::clone)) {
+            Some(w) => w,
+            None => store.state_of(key, &guard),
+        };
         let stale = held.is_some_and(|c| c.stale());
         Ok(algo
             .decide_entry(plan, &fleet.ctx, &mut w, stale, now, cost)

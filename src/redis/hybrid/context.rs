@@ -1,0 +1,433 @@
+//! The context every decision of a hybrid limiter reads, and its sync thread and
+//! subscription write ([`FleetContext`]): Redis' time, whether Redis and the subscription are
+//! current, the rounds and own pushes awaited, and the keys to hand back.
+
+use super::report::Counters;
+use super::SyncError;
+use crate::algo::clamp;
+use crate::stats::Stats;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// A key the store evicted holding GCRA units or a debt: handed back by the next sync.
+#[derive(Debug)]
+pub struct Evicted {
+    pub(super) key: String,
+    /// The quota it ran under ([`Quotas`](super::engine::Quotas)): GCRA's units are in its emission interval.
+    pub(super) quota: u32,
+    pub(super) units: u64,
+    pub(super) debt: u64,
+    pub(super) back: bool,
+}
+
+/// What every decision, the sync thread and the subscription share.
+#[derive(Debug)]
+pub struct FleetContext {
+    /// This instance's id in the merged hashes and in pushes (random, per limiter).
+    pub(super) instance: String,
+    pub(super) interval: u64,
+    pub(super) share: f64,
+    /// Redis' time (ns since the Unix epoch) minus the local clock.
+    pub(super) offset: AtomicU64,
+    /// Whether the last sync round found Redis unreachable.
+    pub(super) down: AtomicBool,
+    /// Local time the current (or last) outage began.
+    pub(super) down_since: AtomicU64,
+    /// Local time the last outage ended (0: none yet).
+    pub(super) up_since: AtomicU64,
+    /// How long after an outage the fallback decides on (ns): every instance reconnected,
+    /// subscribed and published again by then (set by the builder from `reconnect_after`).
+    pub(super) recover_for: AtomicU64,
+    /// Local time from which every change is heard of (the subscription's start); `u64::MAX`
+    /// while not subscribed. A key this instance has heard nothing of is fresh for the fleet
+    /// a horizon of its quota after it ([`mode`](Self::mode)), or at once if
+    /// [`mirror_clear`](Self::mirror_clear).
+    pub(super) mirror_since: AtomicU64,
+    /// No instance wrote within a horizon before this subscription (the prefix's live marker,
+    /// `live_key`, was gone): no state written before it is live.
+    pub(super) mirror_clear: AtomicBool,
+    /// Local time of the last (re)subscription, for the sync thread to look at the live
+    /// marker after it (0: none yet).
+    pub(super) subscribed_at: AtomicU64,
+    /// The sync thread, woken for a new subscription's check.
+    pub(super) sync_thread: std::sync::OnceLock<std::thread::Thread>,
+    /// Local time of the next sync round.
+    pub(super) next_tick: AtomicU64,
+    /// Local time the round in flight was sent (0: none in flight): a round unanswered for
+    /// long is an outage before its I/O timeout says so ([`waiting`](Self::waiting)).
+    pub(super) round_since: AtomicU64,
+    /// A request was admitted by the fallback since the sync thread last looked (it keeps
+    /// the time): an instance that decided alone does not take an empty prefix for an idle
+    /// fleet, the others may have decided alone too and published nothing.
+    pub(super) alone: AtomicBool,
+    /// The timeline's jumps not yet applied to the states (ns; see `observe_time`).
+    pub(super) restamp: std::sync::atomic::AtomicI64,
+    /// Script calls that published (their reply came back): the subscription should hear
+    /// each as a push of its own.
+    pub(super) published: AtomicU64,
+    /// This instance's own pushes heard, counted from [`published`](Self::published) as it
+    /// stood at the subscription: behind it for long, the subscription has gone deaf.
+    pub(super) heard_own: AtomicU64,
+    /// The [`published`](Self::published) count whose own push is awaited, and the local
+    /// time it was published (0: none awaited): a push overdue is a subscription that may
+    /// have gone deaf, before the subscription thread says so ([`waiting`](Self::waiting)).
+    push_due: AtomicU64,
+    push_due_since: AtomicU64,
+    /// How long own pushes take to come back (ns): the longest in this second or the one
+    /// before (50 ms until one is heard). A cluster's pushes cross its bus (up to 65 ms where
+    /// a server's take 1-2): a wait under twice this is no sign of deafness. Beside it, the
+    /// longest of this second and the local time it began (the subscription thread's).
+    push_lag: AtomicU64,
+    push_lag_this: AtomicU64,
+    push_lag_since: AtomicU64,
+    /// The round trip (ns) of the sample the offset was last set from, and its local time:
+    /// the offset follows the quickest round trips, whose error (half the asymmetry of the
+    /// way there and back) is the smallest.
+    time_rtt: AtomicU64,
+    time_at: AtomicU64,
+    pub(super) stats: Counters,
+    pub(super) last_error: Mutex<Option<SyncError>>,
+    /// Keys for the sync thread (each queued once until it takes them).
+    pub(super) queue: Mutex<Vec<String>>,
+    /// Keys evicted with units or a debt, to hand back.
+    pub(super) evicted: Mutex<Vec<Evicted>>,
+    pub(super) stop: AtomicBool,
+    /// The CAS retries of the sync thread and the subscription (not the requests').
+    pub(super) cas: Stats,
+}
+
+/// How a decision is taken for a key: on the fleet's state as known, by the fallback while
+/// it is not known yet, or by the fallback while Redis is away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Known,
+    Unknown,
+    Degraded,
+}
+
+/// A jump of the offset to Redis' time past which the states are re-stamped (ns): the offset
+/// moves by fractions of a round trip as it follows the quickest ones, and by a clock's
+/// error once, when Redis is first heard.
+const RESTAMP_ABOVE: u128 = 1_000_000;
+
+/// A new instance's id: [`random_seed`](super::super::client::random_seed)'s 64 bits. Never a
+/// time-seeded generator's: fastrand's seeds from the monotonic clock and the thread id, so
+/// two processes started within one tick of a coarse clock got one id, and each then took
+/// the other's field for its own and never counted its traffic (a fleet test admitted 13%
+/// above one exact limiter when two of its four processes shared an id).
+fn instance_id() -> String {
+    format!("{:016x}", super::super::client::random_seed())
+}
+
+impl FleetContext {
+    /// A context at local time `now`, Unix time `unix` (ns), not subscribed yet.
+    pub(super) fn new(interval: u64, share: f64, now: u64, unix: u64) -> Self {
+        FleetContext {
+            instance: instance_id(),
+            interval,
+            share,
+            offset: AtomicU64::new(unix.saturating_sub(now)),
+            down: AtomicBool::new(false),
+            down_since: AtomicU64::new(now),
+            up_since: AtomicU64::new(0),
+            recover_for: AtomicU64::new(0),
+            mirror_since: AtomicU64::new(u64::MAX),
+            mirror_clear: AtomicBool::new(false),
+            subscribed_at: AtomicU64::new(0),
+            sync_thread: std::sync::OnceLock::new(),
+            next_tick: AtomicU64::new(now.saturating_add(interval)),
+            round_since: AtomicU64::new(0),
+            restamp: std::sync::atomic::AtomicI64::new(0),
+            alone: AtomicBool::new(false),
+            published: AtomicU64::new(0),
+            heard_own: AtomicU64::new(0),
+            push_due: AtomicU64::new(0),
+            push_due_since: AtomicU64::new(0),
+            push_lag: AtomicU64::new(50_000_000),
+            push_lag_this: AtomicU64::new(50_000_000),
+            push_lag_since: AtomicU64::new(now),
+            time_rtt: AtomicU64::new(u64::MAX),
+            time_at: AtomicU64::new(0),
+            stats: Counters::default(),
+            last_error: Mutex::new(None),
+            queue: Mutex::new(Vec::new()),
+            evicted: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            cas: Stats::default(),
+        }
+    }
+
+    #[inline]
+    pub(super) fn shared_now(&self, local: u64) -> u64 {
+        clamp(local.saturating_add(self.offset.load(Ordering::Relaxed)))
+    }
+
+    #[inline]
+    pub(super) fn local(&self, shared: u64) -> u64 {
+        shared.saturating_sub(self.offset.load(Ordering::Relaxed))
+    }
+
+    #[inline]
+    pub(super) fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    /// The mode of a key whose state is `known` (it has heard from the fleet about it),
+    /// under a quota whose states live `horizon` without a write.
+    #[inline]
+    pub(super) fn mode(&self, known: bool, now: u64, horizon: u64) -> Mode {
+        if self.is_down() {
+            Mode::Degraded
+        } else if known || self.mirrors(now, horizon) {
+            Mode::Known
+        } else {
+            Mode::Unknown
+        }
+    }
+
+    /// Whether at `now` a key not heard of is fresh for the fleet under a quota of
+    /// `horizon`: every change since a horizon ago has been heard of.
+    #[inline]
+    pub(super) fn mirrors(&self, now: u64, horizon: u64) -> bool {
+        let since = self.mirror_since.load(Ordering::Relaxed);
+        since != u64::MAX
+            && (now >= since.saturating_add(horizon) || self.mirror_clear.load(Ordering::Relaxed))
+    }
+
+    /// Whether a script call of this instance has been answered (it published).
+    #[inline]
+    pub(super) fn answered(&self) -> bool {
+        self.published.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether Redis' time has been heard (the offset is set from a round trip).
+    #[inline]
+    pub(super) fn time_known(&self) -> bool {
+        self.time_rtt.load(Ordering::Relaxed) != u64::MAX
+    }
+
+    /// Whether at local time `now` a round has gone unanswered, or an own push not come back,
+    /// for longer than three sync intervals, or four of the quickest round trips if that is
+    /// longer (a push: or twice as long as pushes lately took). Meanwhile nothing is heard
+    /// from the fleet, and the others go on admitting: a merged state's decisions on the
+    /// others' states as last heard each took all the quota had left, and what a sliding
+    /// window's previous count gave back as it aged (a 3 s stall: windows 1.6× the limit in
+    /// the 200 ms before the I/O timeout said Redis was away; a subscription gone deaf at a
+    /// window's start: 2.6× in the 250 ms before it was noticed). Past this, they are the
+    /// fallback's, as in an outage.
+    #[inline]
+    pub(super) fn waiting(&self, now: u64) -> bool {
+        let round = self.round_since.load(Ordering::Relaxed);
+        let push = self.push_due_since.load(Ordering::Relaxed);
+        (round != 0 || push != 0) && {
+            // No round trip measured yet: the intervals alone.
+            let rtt = match self.time_rtt.load(Ordering::Relaxed) {
+                u64::MAX => 0,
+                rtt => rtt,
+            };
+            let patience = (3 * self.interval).max(rtt.saturating_mul(4));
+            let push_patience = patience.max(2 * self.push_lag.load(Ordering::Relaxed));
+            (round != 0 && now > round.saturating_add(patience))
+                || (push != 0 && now > push.saturating_add(push_patience))
+        }
+    }
+
+    /// A script call published at local time `now`: its push should come back (awaited, if
+    /// none is). Only the sync thread calls this.
+    pub(super) fn published(&self, now: u64) {
+        // SeqCst, here and in `heard_own`: the push may be heard before its call's reply is
+        // read (the script publishes before it returns). Each side writes, then reads what
+        // the other wrote, so one of them sees both and ends the wait.
+        let count = self.published.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.push_due_since.load(Ordering::SeqCst) == 0 {
+            self.push_due.store(count, Ordering::SeqCst);
+            self.push_due_since.store(now.max(1), Ordering::SeqCst);
+            self.end_wait_if_heard();
+        }
+    }
+
+    /// An own push heard at local time `now`: the awaited one, if it has come. Only the
+    /// subscription thread calls this.
+    pub(super) fn heard_own(&self, now: u64) {
+        self.heard_own.fetch_add(1, Ordering::SeqCst);
+        if let Some(since) = self.end_wait_if_heard() {
+            self.push_took(now.saturating_sub(since), now);
+        }
+    }
+
+    /// Ends the wait for an own push if it has been heard; the local time it began, if it
+    /// ended here.
+    fn end_wait_if_heard(&self) -> Option<u64> {
+        let since = self.push_due_since.load(Ordering::SeqCst);
+        (since != 0
+            && self.heard_own.load(Ordering::SeqCst) >= self.push_due.load(Ordering::SeqCst)
+            && self
+                .push_due_since
+                .compare_exchange(since, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok())
+        .then_some(since)
+    }
+
+    /// An own push came back `lag` ns after its call's reply, at local time `now`.
+    fn push_took(&self, lag: u64, now: u64) {
+        let r = Ordering::Relaxed;
+        let mut this = self.push_lag_this.load(r);
+        let began = self.push_lag_since.load(r);
+        let mut before = self.push_lag.load(r);
+        if now.saturating_sub(began) >= 1_000_000_000 {
+            // A new second: the last one's longest is the one before; two or more: none.
+            before = if now - began < 2_000_000_000 { this } else { 0 };
+            this = 0;
+            self.push_lag_since.store(now, r);
+        }
+        this = this.max(lag);
+        self.push_lag_this.store(this, r);
+        self.push_lag.store(this.max(before), r);
+    }
+
+    /// Subscribed: own pushes are counted from here, none awaited (what was published before
+    /// may never arrive).
+    pub(super) fn subscribed(&self) {
+        self.heard_own
+            .store(self.published.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.push_due_since.store(0, Ordering::Relaxed);
+    }
+
+    /// The wait until the next sync round: a denial for want of quota in hand lasts that.
+    pub(super) fn until_tick(&self, now: u64) -> u64 {
+        self.next_tick
+            .load(Ordering::Relaxed)
+            .saturating_sub(now)
+            .clamp(1, self.interval.max(1))
+    }
+
+    /// Redis said `redis_ns` in a round trip sent at local time `sent` and answered at
+    /// `answered`: at about its midpoint. Taken if the round trip is within a quarter (or
+    /// 1 ms) of the quickest one the offset was set from, or that sample is 10 s old: with
+    /// jitter on the way, a slow round trip's midpoint can be off by half of it, and each such
+    /// jump would shift every decision's time (only the sync thread calls this).
+    pub(super) fn observe_time(&self, redis_ns: u64, sent: u64, answered: u64) {
+        let rtt = answered.saturating_sub(sent);
+        let local = sent + rtt / 2;
+        let best = self.time_rtt.load(Ordering::Relaxed);
+        let stale = local.saturating_sub(self.time_at.load(Ordering::Relaxed)) > 10_000_000_000;
+        if rtt > best.saturating_add((best / 4).max(1_000_000)) && !stale {
+            return;
+        }
+        if rtt <= best || stale {
+            self.time_rtt.store(rtt, Ordering::Relaxed);
+            self.time_at.store(local, Ordering::Relaxed);
+        }
+        let offset = redis_ns.saturating_sub(local);
+        let before = self.offset.swap(offset, Ordering::Relaxed);
+        // A jump (the first time Redis is heard, after deciding by this machine's clock):
+        // the states stamped before it are re-stamped by the sync thread.
+        let delta = offset as i128 - before as i128;
+        if delta.unsigned_abs() > RESTAMP_ABOVE {
+            let delta = delta.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
+            self.restamp.fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn fail(&self, e: SyncError) {
+        *self.last_error.lock() = Some(e);
+    }
+
+    /// Redis answered cleanly: an outage or a Redis error is over. A state this limiter
+    /// cannot read stays reported (it is in Redis until its writer's state idles).
+    pub(super) fn recovered(&self) {
+        let mut last = self.last_error.lock();
+        if matches!(*last, Some(SyncError::Outage(_) | SyncError::Backend(_))) {
+            *last = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FleetContext;
+    use std::sync::atomic::Ordering;
+
+    const MS: u64 = 1_000_000;
+
+    /// A round unanswered for three intervals (or four of the quickest round trips, if
+    /// longer) is waited on: the merged algorithms decide by the fallback meanwhile.
+    #[test]
+    fn a_round_unanswered_for_three_intervals_is_waited_on() {
+        let ctx = FleetContext::new(10 * MS, 0.25, 1_000 * MS, 0);
+        assert!(!ctx.waiting(5_000 * MS), "no round in flight");
+        ctx.round_since.store(1_000 * MS, Ordering::Relaxed);
+        assert!(!ctx.waiting(1_030 * MS));
+        assert!(ctx.waiting(1_031 * MS));
+        // Round trips of 20 ms: 80 ms of patience.
+        ctx.observe_time(2_000 * MS, 1_000 * MS, 1_020 * MS);
+        assert!(!ctx.waiting(1_080 * MS));
+        assert!(ctx.waiting(1_081 * MS));
+        ctx.round_since.store(0, Ordering::Relaxed);
+        assert!(!ctx.waiting(9_000 * MS));
+    }
+
+    /// An own push not back within the rounds' patience (30 ms here), or twice as long as
+    /// pushes took in this second or the last (50 ms until one is heard), is waited on too:
+    /// counted from a publish while none is awaited, until that one is heard (under steady
+    /// traffic some push is always in flight: no wait that never ends); a subscription
+    /// counts afresh.
+    #[test]
+    fn an_own_push_overdue_is_waited_on() {
+        let ctx = FleetContext::new(10 * MS, 0.25, 1_000 * MS, 0);
+        ctx.subscribed();
+        ctx.published(1_000 * MS);
+        // The next publishes do not move the wait's start: the first is still out.
+        ctx.published(1_010 * MS);
+        assert!(!ctx.waiting(1_100 * MS));
+        assert!(ctx.waiting(1_101 * MS));
+        // The awaited one heard: none awaited until the next publish.
+        ctx.heard_own(1_102 * MS);
+        assert!(!ctx.waiting(1_200 * MS));
+        // Two seconds on, pushes back in 2 ms: the rounds' 30 ms.
+        ctx.heard_own(1_103 * MS);
+        ctx.published(3_500 * MS);
+        ctx.heard_own(3_502 * MS);
+        ctx.published(3_600 * MS);
+        assert!(!ctx.waiting(3_630 * MS));
+        assert!(ctx.waiting(3_631 * MS));
+        // Subscribed again: what was published before may never arrive.
+        ctx.subscribed();
+        assert!(!ctx.waiting(3_631 * MS));
+        // A push heard before its call's reply is read: nothing left to wait for.
+        ctx.heard_own(3_700 * MS);
+        ctx.published(3_710 * MS);
+        assert!(!ctx.waiting(4_000 * MS));
+        // Pushes that took 40 ms (a cluster's bus): a wait is no sign under 80 ms; then
+        // 82 ms, kept through the next second.
+        ctx.published(5_000 * MS);
+        ctx.heard_own(5_040 * MS);
+        ctx.published(5_500 * MS);
+        assert!(!ctx.waiting(5_580 * MS));
+        assert!(ctx.waiting(5_581 * MS));
+        ctx.heard_own(5_582 * MS);
+        ctx.published(6_100 * MS);
+        ctx.heard_own(6_101 * MS);
+        ctx.published(6_500 * MS);
+        assert!(!ctx.waiting(6_664 * MS));
+        assert!(ctx.waiting(6_665 * MS));
+        // Two seconds on, only what the last pushes took.
+        ctx.heard_own(6_666 * MS);
+        ctx.published(8_200 * MS);
+        ctx.heard_own(8_201 * MS);
+        ctx.published(8_300 * MS);
+        assert!(ctx.waiting(8_331 * MS));
+    }
+
+    /// Redis' time first heard 1.5 s ahead of the local guess: the jump is left for the
+    /// sync thread to re-stamp the states by; a move of a fraction of a round trip is not.
+    #[test]
+    fn a_jump_of_the_timeline_is_left_to_restamp_the_states() {
+        let ctx = FleetContext::new(10 * MS, 0.25, 1_000 * MS, 2_000 * MS);
+        ctx.observe_time(3_500 * MS, 1_000 * MS, 1_000 * MS);
+        assert_eq!(ctx.restamp.load(Ordering::Relaxed), 1_500 * MS as i64);
+        ctx.restamp.store(0, Ordering::Relaxed);
+        ctx.observe_time(3_600 * MS + MS / 2, 1_100 * MS, 1_100 * MS);
+        assert_eq!(ctx.restamp.load(Ordering::Relaxed), 0);
+    }
+}
