@@ -898,15 +898,25 @@ fn a_flood_never_resets_a_merged_limit<A: HybridAlgorithm>(server: &Server, name
         eventually("a hearing its own publish of k", || a.stats().pushes > 0);
         // 20× max_keys new keys, each driven to k's state (as many requests), so that k
         // (which sent first) is the one closest to fresh, or ties with them (the windows).
-        for i in 0..2_000 {
-            let key = format!("flood-{i}");
-            for _ in 0..sent {
-                let _ = a.check(&key);
+        // A capacity pass spreads its cut over ties, so k outlives one flood about once in
+        // fifteen runs (measured): up to five floods, k asked after each. The forgetting
+        // limiter stops at the first that admits it; the other is asked after every one,
+        // each eviction and restore of k another chance to lose its count.
+        let mut again = false;
+        for round in 0..5 {
+            for i in 0..2_000 {
+                let key = format!("flood-{round}-{i}");
+                for _ in 0..sent {
+                    let _ = a.check(&key);
+                }
+            }
+            again = a.check("k").is_allowed();
+            if again {
+                break;
             }
         }
         let totals = a.metrics().sweep;
         assert!(totals.evicted_capacity > 1_000, "{name}: {totals:?}");
-        let again = a.check("k").is_allowed();
         // Two of a's rounds: whatever it publishes of "k" reaches b.
         let ticks = a.stats().ticks;
         eventually("two of a's rounds", || a.stats().ticks >= ticks + 2);
