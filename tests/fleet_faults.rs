@@ -460,7 +460,7 @@ fn clocks_two_seconds_apart() {
 /// refuses until then), with clocks apart by `offsets`.
 fn cold_start(fault: &str, offsets: [f64; 4]) -> Option<Run> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if !redis_server::installed(&["redis-server"], "redis-server") {
+    if !redis_server::installed(&[&redis_server::server_bin()], "Redis backend") {
         return None;
     }
     if offsets.iter().any(|&o| o != 0.0) && !faketime_installed() {

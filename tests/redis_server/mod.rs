@@ -1,6 +1,8 @@
 //! What the Redis test files share (`mod redis_server;` in each): a `redis-server` of the
-//! test's own on a loopback port, the rule for a missing binary, and the tolerance of the
-//! float algorithms' comparisons. Not a test target itself (a subdirectory of `tests/`).
+//! test's own on a loopback port (or the server `HOTLIMIT_REDIS_SERVER` names: `.ci/run`
+//! runs the suites again against `valkey-server`), the rule for a missing binary, and the
+//! tolerance of the float algorithms' comparisons. Not a test target itself (a subdirectory
+//! of `tests/`).
 #![allow(dead_code)] // each test file uses its own part of it
 
 use hotlimit::Decision;
@@ -8,6 +10,13 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The server binary the tests start: `redis-server`, or the one `HOTLIMIT_REDIS_SERVER`
+/// names (a path or a name on the PATH: `.ci/run` sets it to Valkey's `valkey-server`, which
+/// speaks the same protocol and runs the same Lua).
+pub fn server_bin() -> String {
+    std::env::var("HOTLIMIT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
 
 /// Whether every binary in `bins` is on the PATH. Without one the test prints why and passes,
 /// unless `HOTLIMIT_REQUIRE_REDIS=1` (set by `.ci/run`), which makes that a failure.
@@ -66,7 +75,7 @@ pub fn free_port() -> u16 {
 /// 0 can be handed it in between: the server then exits on "address in use" while a connect to
 /// the port still succeeds (CI once saw a test reach a neighbour's HTTP server, then nothing).
 fn spawn_on(port: u16, args: impl FnOnce(&mut Command)) -> Option<Child> {
-    let mut cmd = Command::new("redis-server");
+    let mut cmd = Command::new(server_bin());
     args(&mut cmd);
     let mut child = cmd
         .stdout(Stdio::null())
@@ -124,7 +133,7 @@ impl Server {
 
     /// Starts `redis-server` on `port`, or on a free one.
     pub fn start_on(port: Option<u16>) -> Option<Server> {
-        if !installed(&["redis-server"], "Redis backend") {
+        if !installed(&[&server_bin()], "Redis backend") {
             return None;
         }
         let args = |cmd: &mut Command, port: u16| {
@@ -199,7 +208,7 @@ impl Cluster {
 
     /// Three primaries with `replicas` replicas each.
     pub fn start_with(replicas: usize) -> Option<Cluster> {
-        if !installed(&["redis-server", "redis-cli"], "Redis Cluster") {
+        if !installed(&[&server_bin(), "redis-cli"], "Redis Cluster") {
             return None;
         }
         static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

@@ -149,6 +149,12 @@ pub fn server(config: &std::path::Path, args: &[&str]) -> Server {
     Server { proc, grpc, http }
 }
 
+/// The server binary the Redis tests start: `redis-server`, or the one
+/// `HOTLIMIT_REDIS_SERVER` names (`.ci/run` sets it to Valkey's `valkey-server`).
+pub fn redis_bin() -> String {
+    std::env::var("HOTLIMIT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
 /// A `redis-server` on a free port, no persistence.
 pub struct Redis {
     pub proc: Proc,
@@ -163,14 +169,14 @@ impl Redis {
 
 pub fn redis() -> Option<Redis> {
     if !installed(
-        "redis-server",
+        &redis_bin(),
         "HOTLIMIT_REQUIRE_REDIS",
         "apt-get install redis-server",
     ) {
         return None;
     }
     let port = free_port();
-    let child = Command::new("redis-server")
+    let child = Command::new(redis_bin())
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
         .stdout(Stdio::null())
@@ -328,7 +334,7 @@ fn raw(port: u16, command: &str) -> String {
 
 pub fn cluster() -> Option<Cluster> {
     if !installed(
-        "redis-server",
+        &redis_bin(),
         "HOTLIMIT_REQUIRE_REDIS",
         "apt-get install redis-server",
     ) || !installed(
@@ -349,7 +355,7 @@ pub fn cluster() -> Option<Cluster> {
                 break p;
             }
         };
-        let child = Command::new("redis-server")
+        let child = Command::new(redis_bin())
             .current_dir(&dir.0)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])

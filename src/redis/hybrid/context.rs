@@ -80,6 +80,12 @@ pub struct FleetContext {
     push_lag: AtomicU64,
     push_lag_this: AtomicU64,
     push_lag_since: AtomicU64,
+    /// The target is a cluster: pushes cross its bus, whose links hold a message behind one
+    /// not yet acknowledged until the peer's delayed ACK (no `TCP_NODELAY` on them: 41-45 ms
+    /// on Linux, measured on Redis 7.0 and Valkey 9.1, a few times a second under load, after
+    /// pushes of 1 ms). An own push is waited for at least [`BUS_STALL`] there: a healthy
+    /// cluster's stall taken for deafness was a decision by the fallback with every node up.
+    pub(super) bus: AtomicBool,
     /// The round trip (ns) of the sample the offset was last set from, and its local time:
     /// the offset follows the quickest round trips, whose error (half the asymmetry of the
     /// way there and back) is the smallest.
@@ -109,6 +115,10 @@ pub(crate) enum Mode {
 /// moves by fractions of a round trip as it follows the quickest ones, and by a clock's
 /// error once, when Redis is first heard.
 const RESTAMP_ABOVE: u128 = 1_000_000;
+
+/// The least wait for an own push on a cluster (ns): twice a bus stall (see
+/// [`FleetContext::bus`]).
+const BUS_STALL: u64 = 100_000_000;
 
 /// A new instance's id: [`random_seed`](super::super::client::random_seed)'s 64 bits. Never a
 /// time-seeded generator's: fastrand's seeds from the monotonic clock and the thread id, so
@@ -146,6 +156,7 @@ impl FleetContext {
             push_lag: AtomicU64::new(50_000_000),
             push_lag_this: AtomicU64::new(50_000_000),
             push_lag_since: AtomicU64::new(now),
+            bus: AtomicBool::new(false),
             time_rtt: AtomicU64::new(u64::MAX),
             time_at: AtomicU64::new(0),
             stats: Counters::default(),
@@ -208,7 +219,8 @@ impl FleetContext {
 
     /// Whether at local time `now` a round has gone unanswered, or an own push not come back,
     /// for longer than three sync intervals, or four of the quickest round trips if that is
-    /// longer (a push: or twice as long as pushes lately took). Meanwhile nothing is heard
+    /// longer (a push: or twice as long as pushes lately took, and on a cluster at least
+    /// [`BUS_STALL`]). Meanwhile nothing is heard
     /// from the fleet, and the others go on admitting: a merged state's decisions on the
     /// others' states as last heard each took all the quota had left, and what a sliding
     /// window's previous count gave back as it aged (a 3 s stall: windows 1.6× the limit in
@@ -226,7 +238,14 @@ impl FleetContext {
                 rtt => rtt,
             };
             let patience = (3 * self.interval).max(rtt.saturating_mul(4));
-            let push_patience = patience.max(2 * self.push_lag.load(Ordering::Relaxed));
+            let bus = if self.bus.load(Ordering::Relaxed) {
+                BUS_STALL
+            } else {
+                0
+            };
+            let push_patience = patience
+                .max(2 * self.push_lag.load(Ordering::Relaxed))
+                .max(bus);
             (round != 0 && now > round.saturating_add(patience))
                 || (push != 0 && now > push.saturating_add(push_patience))
         }
@@ -417,6 +436,11 @@ mod tests {
         ctx.heard_own(8_201 * MS);
         ctx.published(8_300 * MS);
         assert!(ctx.waiting(8_331 * MS));
+        // On a cluster, a bus stall (41-45 ms after pushes of 1 ms) is no sign: 100 ms are.
+        ctx.bus.store(true, Ordering::Relaxed);
+        assert!(!ctx.waiting(8_331 * MS));
+        assert!(!ctx.waiting(8_400 * MS));
+        assert!(ctx.waiting(8_401 * MS));
     }
 
     /// Redis' time first heard 1.5 s ahead of the local guess: the jump is left for the

@@ -324,6 +324,7 @@ fn run_round<A: Engine, C: crate::Clock>(
     // A call per `BATCH` keys on a server; per node (and `BATCH`) on a cluster, or per key if
     // the slot map is not to be had. (Connected first: which of the two it is.)
     link.connect();
+    ctx.bus.store(link.is_cluster(), Ordering::Relaxed);
     let mut calls = calls;
     let cuts: Vec<usize> = if !link.is_cluster() {
         (0..calls.len())
