@@ -1370,6 +1370,13 @@ fn per_request_window_quotas_are_shared_exactly() {
         first, exact,
         "one instance alone admits what one exact limiter does"
     );
+    // a's last push may still be on its way to b when a's drain ends (a's rounds, not b's
+    // hearing, end it: one loaded run had b admit 3 first): waited for (as many pushes heard
+    // as a heard, a's rate spent in b's view), then b admits nothing of its own.
+    eventually("b hearing a's rate", || {
+        b.stats().pushes >= a.stats().pushes
+            && b.request("e").quota(&six).peek().unwrap().is_denied()
+    });
     assert_eq!(admitted(&b), 0, "b hears a's rate: {:?}", b.stats());
 }
 
