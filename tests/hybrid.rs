@@ -1331,10 +1331,21 @@ fn per_request_window_quotas_are_shared_exactly() {
     let a = hybrid(&server, own, Fallback::DENY);
     let b = hybrid(&server, own, Fallback::DENY);
     let nine = FixedWindow::new(9, hour).unwrap();
+    // Each drains once the other's last push is heard: a drain is ended by its own rounds,
+    // and the other's last push may still be on its way (the EARRRL part below met it). One
+    // key, so each script call is one push to both.
+    let all_heard = || {
+        eventually("every push heard by both", || {
+            let calls = a.stats().calls + b.stats().calls;
+            a.stats().pushes >= calls && b.stats().pushes >= calls
+        })
+    };
     let (mut got_a, mut got_b) = (0, 0);
     for _ in 0..10 {
         got_a += drain_quota(&a, "k", &nine, 2);
+        all_heard();
         got_b += drain_quota(&b, "k", &nine, 2);
+        all_heard();
     }
     assert_eq!(got_a + got_b, 9, "a {got_a}, b {got_b}");
     // The key spent under the larger quota is spent for the own one too.
