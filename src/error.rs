@@ -32,6 +32,8 @@ pub enum Field {
     Policy,
     /// A quota that comes with a request ([`Request::quota`](crate::Request::quota)).
     Quota,
+    /// The lease of an in-flight permit ([`InFlight`](crate::algo::InFlight)).
+    Lease,
 }
 
 impl fmt::Display for Field {
@@ -49,6 +51,7 @@ impl fmt::Display for Field {
             Field::Share => "share",
             Field::Policy => "policy",
             Field::Quota => "quota",
+            Field::Lease => "lease",
         })
     }
 }

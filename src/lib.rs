@@ -230,6 +230,7 @@ mod live;
 #[cfg(all(test, hotlimit_loom))]
 mod loom;
 mod ops;
+mod permit;
 mod request;
 mod shared;
 mod stats;
@@ -249,6 +250,7 @@ pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
 pub use limiter::{AsyncRateLimiter, NonBlocking, RateLimiter};
 pub use live::Live;
 pub use ops::Limiter;
+pub use permit::Permit;
 pub use request::{Request, Requests};
 pub use stats::Metrics;
 pub use wait::Jitter;

@@ -248,3 +248,52 @@ fn overrun_racing_a_request_lands_both() {
         assert_eq!(limiter.request(&()).peek().unwrap().retry_after_nanos(), T);
     });
 }
+
+/// In-flight permits (issue #62): `threads` threads each take a permit of a limit of `max`,
+/// count themselves in while they hold it, and give it back. In every interleaving no more
+/// than `max` are inside at once, at least one gets in, and every permit comes back: the
+/// whole limit is free at the end.
+fn permits(threads: usize, max: u64) {
+    use hotlimit::algo::InFlight;
+    use hotlimit::Permit;
+    use loom::sync::atomic::{AtomicU64, Ordering};
+    loom::model(move || {
+        let limiter = Arc::new(DirectLimiter::<InFlight>::with_clock(
+            InFlight::new(max, Duration::from_secs(60)).unwrap(),
+            ManualClock::default(),
+        ));
+        let inside = Arc::new(AtomicU64::new(0));
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (l, inside) = (limiter.clone(), inside.clone());
+                thread::spawn(move || {
+                    let permit = Permit::acquire(&*l, (), 1).unwrap();
+                    if permit.decision().is_denied() {
+                        return 0;
+                    }
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    assert!(now <= max, "{now} inside, max {max}");
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    drop(permit);
+                    1
+                })
+            })
+            .collect();
+        let admitted: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert!(admitted >= 1, "the first permit taken is always free");
+        let all = Permit::acquire(&*limiter, (), max).unwrap();
+        assert!(all.decision().is_allowed(), "a permit was not given back");
+    });
+}
+
+// Pins G76.
+#[test]
+fn permits_two_threads_one_permit() {
+    permits(2, 1);
+}
+
+// Pins G76.
+#[test]
+fn permits_three_threads_two_permits() {
+    permits(3, 2);
+}
