@@ -3,7 +3,8 @@
 #[cfg(doc)]
 use super::RateLimitHeaders;
 use crate::algo::{
-    Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
+    Earrrl, Exponential, FixedWindow, Gcra, InFlight, Reconfigure, SlidingLog, SlidingWindow,
+    SubWindow,
 };
 
 use crate::limiter::NonBlocking;
@@ -279,6 +280,13 @@ impl AdvertisedQuota for Exponential {
 }
 
 impl AdvertisedQuota for Earrrl {
+    fn advertised_quota(&self) -> Option<QuotaPolicy> {
+        None
+    }
+}
+
+/// A concurrency limit is no rate: nothing to advertise.
+impl AdvertisedQuota for InFlight {
     fn advertised_quota(&self) -> Option<QuotaPolicy> {
         None
     }

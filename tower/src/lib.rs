@@ -86,6 +86,16 @@
 //!
 //! Their body is the response body type's `Default` (empty for axum's `Body`).
 //!
+//! # In-flight limits: requests running at once
+//!
+//! With a limiter of [`InFlight`](hotlimit::algo::InFlight) permits ("at most 4 generations
+//! running per API key"), [`LayerBuilder::in_flight`] makes a layer whose admitted requests
+//! hold their permits until their response bodies end (read to the end, failed or dropped:
+//! the body is an [`InFlightBody`]), and answers a request beyond the limit with the status
+//! it was given (429 or 503) and its `Retry-After`. Stack it with a rate layer for both
+//! limits: put the in-flight layer outside, so a request the rate refuses gives its permit
+//! back at once.
+//!
 //! # Over Redis: one limit for every instance
 //!
 //! With this crate's `redis` feature, `hotlimit::redis::AsyncRedisLimiter` is an
@@ -158,6 +168,7 @@ fn layer(limiter: RedisLimiter<Gcra>) {
 
 mod cost;
 mod extract;
+mod in_flight;
 mod layer;
 mod options;
 mod plan;
@@ -165,6 +176,7 @@ mod settle;
 
 pub use cost::{RequestCost, UnitCost};
 pub use extract::{ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
+pub use in_flight::{InFlightBody, InFlightFuture, InFlightLayer, InFlightService};
 pub use layer::{Pending, RateLimit, RateLimitLayer, ResponseFuture};
 pub use options::{LayerBuilder, MissingKey, OversizedKey, Report, ShadowDecision};
 pub use plan::{NoPlans, PlanLimiter, Planned, Plans, RequestPlan};

@@ -1,0 +1,198 @@
+//! In-flight limits behind the layer (issue #62): a request holds its permit until its
+//! response body ends, over real loopback HTTP (an axum server, hyper's client); and the
+//! body's drop and end, through `tower::ServiceExt::oneshot`.
+//!
+//! Run with `cargo test -p hotlimit-tower --test in_flight`.
+
+use axum::body::{Body, Bytes};
+use axum::routing::get;
+use axum::Router;
+use hotlimit::algo::InFlight;
+use hotlimit::headers::Mode;
+use hotlimit::{CasLimiter, ManualClock};
+use hotlimit_tower::{HeaderKey, RateLimitLayer};
+use http::header::RETRY_AFTER;
+use http::{Request, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tower::{Layer, ServiceExt};
+
+type Limiter = CasLimiter<String, InFlight, ManualClock>;
+
+fn limiter(max: u64) -> Arc<Limiter> {
+    Arc::new(CasLimiter::with_clock(
+        InFlight::new(max, Duration::from_secs(600)).unwrap(),
+        ManualClock::default(),
+    ))
+}
+
+/// A body that sends one chunk once its gate opens, then ends: a slow response (a
+/// generation still streaming).
+struct Gated(Option<oneshot::Receiver<()>>);
+
+impl http_body::Body for Gated {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let Some(gate) = self.0.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(gate).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(_) => {
+                self.0 = None;
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"done")))))
+            }
+        }
+    }
+}
+
+/// Gates by request id (the `x-id` header): the test opens each.
+type Gates = Arc<Mutex<HashMap<String, oneshot::Receiver<()>>>>;
+
+// Pins G77.
+#[tokio::test]
+async fn a_slow_response_holds_its_permit_until_its_body_ends() {
+    let running = limiter(1);
+    let gates: Gates = Arc::default();
+    let handler_gates = gates.clone();
+    let app = Router::new()
+        .route(
+            "/",
+            get(move |req: Request<Body>| {
+                let gates = handler_gates.clone();
+                async move {
+                    let id = req.headers()["x-id"].to_str().unwrap().to_owned();
+                    let gate = gates.lock().unwrap().remove(&id);
+                    Response::new(Body::new(Gated(gate)))
+                }
+            }),
+        )
+        .layer(
+            RateLimitLayer::builder(running.clone(), HeaderKey::from_static("x-api-key"))
+                .in_flight(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Duration::from_millis(1_500),
+                ),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let send = |key: &str, id: &str| {
+        let req = Request::get(format!("http://{addr}/"))
+            .header("x-api-key", key)
+            .header("x-id", id)
+            .body(Empty::new())
+            .unwrap();
+        client.request(req)
+    };
+    let (open, gate) = oneshot::channel();
+    gates.lock().unwrap().insert("slow".into(), gate);
+    let slow = send("alice", "slow").await.unwrap();
+    assert_eq!(slow.status(), StatusCode::OK); // its head is out, its body still running
+    let refused = send("alice", "second").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()[RETRY_AFTER], "2"); // 1.5 s, rounded up
+    assert!(refused.headers().get("ratelimit").is_none());
+    // Another key has its own permits; its body ends at once, and so does its hold.
+    for id in ["b1", "b2", "b3"] {
+        let bob = send("bob", id).await.unwrap();
+        assert_eq!(bob.status(), StatusCode::OK);
+        assert_eq!(bob.into_body().collect().await.unwrap().to_bytes(), "");
+    }
+    assert_eq!(
+        send("alice", "third").await.unwrap().status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    open.send(()).unwrap();
+    let body = slow.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "done");
+    // Read to its end: the permit was given back before the end reached the client.
+    let after = send("alice", "after").await.unwrap();
+    assert_eq!(after.status(), StatusCode::OK);
+}
+
+// Pins G77.
+#[tokio::test]
+async fn a_dropped_body_gives_its_permit_back_and_a_denial_holds_none() {
+    let running = limiter(2);
+    let layer = RateLimitLayer::builder(running.clone(), HeaderKey::from_static("x-api-key"))
+        .in_flight(StatusCode::TOO_MANY_REQUESTS, Duration::from_secs(1));
+    let app = layer.layer(tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    }));
+    let send = || {
+        let req = Request::builder()
+            .header("x-api-key", "k")
+            .body(())
+            .unwrap();
+        app.clone().oneshot(req)
+    };
+    let first = send().await.unwrap();
+    let second = send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(second.status(), StatusCode::OK);
+    for _ in 0..3 {
+        let refused = send().await.unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()[RETRY_AFTER], "1");
+    }
+    drop(first); // a client gone before the body was read
+    let third = send().await.unwrap();
+    assert_eq!(third.status(), StatusCode::OK);
+    assert_eq!(
+        send().await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Read to its end without being dropped: given back at the end.
+    let mut body = second.into_body();
+    assert!(body.frame().await.is_none());
+    assert_eq!(send().await.unwrap().status(), StatusCode::OK);
+    drop((body, third));
+}
+
+// Pins G77.
+#[tokio::test]
+async fn dry_run_lets_every_request_through_and_admitted_ones_still_hold() {
+    let running = limiter(1);
+    let layer = RateLimitLayer::builder(running.clone(), HeaderKey::from_static("x-api-key"))
+        .headers(|h| h.mode = Mode::DryRun)
+        .in_flight(StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(1));
+    let app = layer.layer(tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    }));
+    let send = || {
+        let req = Request::builder()
+            .header("x-api-key", "k")
+            .body(())
+            .unwrap();
+        app.clone().oneshot(req)
+    };
+    let held = send().await.unwrap();
+    let over = send().await.unwrap();
+    assert_eq!(
+        (held.status(), over.status()),
+        (StatusCode::OK, StatusCode::OK)
+    );
+    // The one admitted holds the only permit; the one let through over the limit holds none.
+    assert!(running.request("k").peek().unwrap().is_denied());
+    drop(over);
+    assert!(running.request("k").peek().unwrap().is_denied());
+    drop(held);
+    assert!(running.request("k").peek().unwrap().is_allowed());
+}
