@@ -14,7 +14,8 @@ use std::thread;
 use std::time::Duration;
 
 const LEASE: Duration = Duration::from_secs(60);
-const LEASE_NS: u64 = 60_000_000_000;
+/// Half the lease: a permit counts in the epoch it was taken in and the next.
+const EPOCH_NS: u64 = 30_000_000_000;
 
 fn in_flight(max: u64) -> InFlight {
     InFlight::new(max, LEASE).unwrap()
@@ -133,7 +134,7 @@ fn released_keys_are_swept_and_held_ones_are_not() {
     assert_eq!(l.len(), 2);
     let report = l.sweep();
     assert_eq!((report.evicted_idle, l.len()), (1, 1)); // key 2 released all: fresh
-    clock.advance(Duration::from_secs(119)); // the permit's lease runs to 120 s
+    clock.advance(Duration::from_secs(59)); // taken in the first epoch: held until 60 s
     assert_eq!(l.sweep().evicted_idle, 0);
     drop(held);
     assert_eq!(l.sweep().evicted_idle, 1);
@@ -149,8 +150,8 @@ enum Op {
     Advance(u64),
 }
 
-/// The exact model: permits taken at an epoch, each counted until two epochs later unless
-/// released before.
+/// The exact model: permits taken at an epoch (half a lease), each counted until two epochs
+/// later unless released before.
 struct Model {
     max: u64,
     held: Vec<(usize, u64, u64)>, // (id, epoch, cost)
@@ -160,7 +161,7 @@ impl Model {
     /// Allowed, `remaining` and a denial's `retry_after` of `cost` at `now`; an admitted
     /// request is held as `id`.
     fn decide(&mut self, id: usize, now: u64, cost: u64) -> (bool, Option<u64>, u64) {
-        let e = now / LEASE_NS;
+        let e = now / EPOCH_NS;
         self.held.retain(|&(_, at, _)| at + 2 > e);
         let total: u64 = self.held.iter().map(|h| h.2).sum();
         let cur: u64 = self.held.iter().filter(|h| h.1 == e).map(|h| h.2).sum();
@@ -172,7 +173,7 @@ impl Model {
             (
                 false,
                 Some(self.max - total.min(self.max)),
-                at * LEASE_NS - now,
+                at * EPOCH_NS - now,
             )
         }
     }
@@ -201,7 +202,7 @@ where
             0..=9 => Op::Acquire(1 + rng.below(3)),
             10..=15 => Op::Release(rng.below(permits.len().max(1) as u64) as usize),
             16 => Op::Leak(rng.below(permits.len().max(1) as u64) as usize),
-            _ => Op::Advance(rng.below(LEASE_NS / 2)),
+            _ => Op::Advance(rng.below(EPOCH_NS)),
         };
         match op {
             Op::Acquire(cost) => {

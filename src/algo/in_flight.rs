@@ -16,18 +16,19 @@ use std::time::Duration;
 /// request that runs for two minutes; this does ("at most 4 generations in flight per API
 /// key").
 ///
-/// **Leases.** A permit never released (a leaked guard) must not hold its key forever, and a
-/// key evicted while it holds permits keeps them as a debt (the debt table) that must end.
-/// So every permit is also a lease: time is cut into epochs of `lease`, and a permit taken in
-/// epoch `e` counts until epoch `e + 2` begins: it expires between one and two leases after
-/// it was taken, if it was not released before. A release after that frees nothing (its
-/// permits already went back by themselves). Pick a lease longer than any request runs:
-/// a request still running when its lease ends no longer holds its permit.
+/// **Leases.** A permit never released (a leaked guard, a crashed process's over Redis) must
+/// not hold its key forever, and a key evicted while it holds permits keeps them as a debt
+/// (the debt table) that must end. So every permit is also a lease: time is cut into epochs
+/// of half the `lease`, and a permit taken in epoch `e` counts until epoch `e + 2` begins: if
+/// it was not released before, it expires between half a lease and a lease after it was
+/// taken. A release after that frees nothing (its permits already went back by themselves).
+/// Pick a lease at least twice as long as any request runs: a request still running when its
+/// permit expires no longer holds it.
 ///
 /// **State**: one `u64`, the epoch in the high 32 bits, the permits taken in the previous
 /// epoch and in this one in two 16-bit counts. So `max` is at most 65,535 and the lease at
-/// least 5 s (the epoch of the clock's last nanosecond, [`CLOCK_MAX`](super::CLOCK_MAX),
-/// then fits 32 bits: no epoch ever wraps).
+/// least 10 s (epochs of 5 s: the epoch of the clock's last nanosecond,
+/// [`CLOCK_MAX`](super::CLOCK_MAX), then fits 32 bits, so no epoch ever wraps).
 ///
 /// A denial holds nothing (the policy is always [`Policy::Leaky`]); its `retry_after` is the
 /// time until enough permits expire by their leases, a bound: a release frees them sooner.
@@ -56,18 +57,20 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InFlight {
     max: u64,
-    lease_ns: u64,
+    /// Half the lease: a permit counts in its epoch and the next.
+    epoch_ns: u64,
 }
 
-/// The shortest lease: the epoch of [`CLOCK_MAX`](super::CLOCK_MAX) fits 32 bits from it on.
-const MIN_LEASE: Duration = Duration::from_secs(5);
+/// The shortest lease: from epochs of half of it on, the epoch of
+/// [`CLOCK_MAX`](super::CLOCK_MAX) fits 32 bits.
+const MIN_LEASE: Duration = Duration::from_secs(10);
 
 /// The most permits a key can hold: a 16-bit count.
 const MAX_PERMITS: u64 = u16::MAX as u64;
 
 impl InFlight {
     /// At most `max` permits held at once per key, each a lease of `lease` at most (see the
-    /// type's docs): `max` from 1 to 65,535, `lease` from 5 s.
+    /// type's docs): `max` from 1 to 65,535, `lease` from 10 s.
     pub fn new(max: u64, lease: Duration) -> Result<Self, ConfigError> {
         if max == 0 {
             return Err(ConfigError::Zero {
@@ -86,12 +89,12 @@ impl InFlight {
             return Err(ConfigError::TooSmall {
                 field: Field::Lease,
                 value: format!("{lease:?}"),
-                min: "5s (an epoch of the clock's range must fit 32 bits)",
+                min: "10s (an epoch of the clock's range, half a lease, must fit 32 bits)",
             });
         }
         Ok(Self {
             max,
-            lease_ns: duration_to_nanos(lease),
+            epoch_ns: duration_to_nanos(lease) / 2,
         })
     }
 
@@ -99,12 +102,12 @@ impl InFlight {
     /// floor, so a word's epoch never wraps and the word is never all ones.
     #[inline]
     fn epoch(&self, now: u64) -> u32 {
-        (clamp(now) / self.lease_ns) as u32
+        (clamp(now) / self.epoch_ns) as u32
     }
 
     /// The start of epoch `e`, in ns (saturated at the clock's end).
     fn start(&self, e: u64) -> u64 {
-        e.saturating_mul(self.lease_ns)
+        e.saturating_mul(self.epoch_ns)
     }
 }
 
@@ -248,11 +251,11 @@ impl Algorithm for InFlight {
 /// are released (no switch hands a permit back).
 impl Reconfigure for InFlight {
     fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        if self.lease_ns != new.lease_ns {
+        if self.epoch_ns != new.epoch_ns {
             return Err(ConfigError::Unchangeable {
                 field: Field::Lease,
-                from: format!("{:?}", Duration::from_nanos(self.lease_ns)),
-                to: format!("{:?}", Duration::from_nanos(new.lease_ns)),
+                from: format!("{:?}", Duration::from_nanos(2 * self.epoch_ns)),
+                to: format!("{:?}", Duration::from_nanos(2 * new.epoch_ns)),
             });
         }
         Ok(())
@@ -268,28 +271,28 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     fn f(max: u64) -> InFlight {
-        InFlight::new(max, Duration::from_secs(10)).unwrap()
+        InFlight::new(max, Duration::from_secs(20)).unwrap()
     }
 
     #[test]
     fn configs_out_of_range_are_refused() {
         assert!(matches!(
-            InFlight::new(0, Duration::from_secs(10)),
+            InFlight::new(0, Duration::from_secs(20)),
             Err(ConfigError::Zero { .. })
         ));
         assert!(matches!(
-            InFlight::new(65_536, Duration::from_secs(10)),
+            InFlight::new(65_536, Duration::from_secs(20)),
             Err(ConfigError::TooLarge { .. })
         ));
         assert!(matches!(
-            InFlight::new(1, Duration::from_millis(4_999)),
+            InFlight::new(1, Duration::from_millis(9_999)),
             Err(ConfigError::TooSmall {
                 field: Field::Lease,
                 ..
             })
         ));
         // The largest config: the last nanosecond's epoch leaves the word below all ones.
-        let g = InFlight::new(65_535, Duration::from_secs(5)).unwrap();
+        let g = InFlight::new(65_535, Duration::from_secs(10)).unwrap();
         let mut w = g.fresh();
         assert!(g.update(&mut w, u64::MAX, 65_535).is_allowed());
         assert_ne!(w, u64::MAX);
@@ -376,7 +379,7 @@ mod tests {
         let mut w = big.fresh();
         assert!(big.update(&mut w, S, 3).is_allowed());
         assert!(small.update(&mut w, S, 1).is_denied());
-        let other = InFlight::new(4, Duration::from_secs(20)).unwrap();
+        let other = InFlight::new(4, Duration::from_secs(30)).unwrap();
         assert!(matches!(
             big.check_change(&other),
             Err(ConfigError::Unchangeable {
