@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hotlimit::algo::{
-    Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
+    Earrrl, Exponential, FixedWindow, Gcra, InFlight, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::{Policy, Rate};
 use serde::Deserialize;
@@ -103,6 +103,10 @@ pub enum Algorithm {
     Earrrl(Earrrl),
     /// `exponential`: Exim's smoothed rate of `requests_per_unit` per `unit`.
     Exponential(Exponential),
+    /// `in_flight`: at most `requests_per_unit` permits held at once per key, not per unit: a
+    /// take holds them, a settle of its ticket with 0 gives them back, and one never given back
+    /// expires within its `lease` (default one `unit`, at least 10 s). Memory and Redis.
+    InFlight(InFlight),
     /// An algorithm of your own, registered by name ([`crate::outside`]).
     Outside(Outside),
 }
@@ -119,6 +123,7 @@ impl Algorithm {
             Algorithm::Gcra(_) => "gcra",
             Algorithm::Earrrl(_) => "earrrl",
             Algorithm::Exponential(_) => "exponential",
+            Algorithm::InFlight(_) => "in_flight",
             Algorithm::Outside(o) => o.name(),
         }
     }
@@ -334,6 +339,8 @@ struct RawRateLimit {
     policy: Option<String>,
     #[serde(default)]
     buckets: Option<u32>,
+    #[serde(default)]
+    lease: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -428,6 +435,7 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
             ("burst", raw.burst.is_some()),
             ("half_life", raw.half_life.is_some()),
             ("buckets", raw.buckets.is_some()),
+            ("lease", raw.lease.is_some()),
         ];
         match given.iter().find(|(k, set)| *set && !allowed.contains(k)) {
             Some((k, _)) => Err(format!("'{k}' does not apply to algorithm '{name}'")),
@@ -478,6 +486,14 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
             let q = Exponential::new(f64::from(m), window).map_err(e)?;
             Algorithm::Exponential(policy.map_or(q, |p| q.with_policy(p)))
         }
+        "in_flight" => {
+            only(&["lease"])?;
+            if policy.is_some() {
+                return Err("'policy' does not apply to algorithm 'in_flight'".into());
+            }
+            let lease = duration("lease", raw.lease.as_deref(), window)?;
+            Algorithm::InFlight(InFlight::new(m.into(), lease).map_err(e)?)
+        }
         other => match OUTSIDE.with(|o| o.borrow().make(other, m, window)) {
             Some(made) => {
                 only(&[])?;
@@ -493,7 +509,7 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
                     .map(|n| format!(", {n}"))
                     .collect::<String>();
                 return Err(format!(
-                    "unknown algorithm '{other}' (expected fixed_window, sliding_window, sub_window, sliding_log, gcra, earrrl, exponential{extra})"
+                    "unknown algorithm '{other}' (expected fixed_window, sliding_window, sub_window, sliding_log, gcra, earrrl, exponential, in_flight{extra})"
                 ));
             }
         },
@@ -506,6 +522,14 @@ fn validate_rate_limit(raw: RawRateLimit) -> Result<(Limit, String, Vec<String>)
             algorithm.clone(),
         ),
         Algorithm::Gcra(_) => ("gcra".to_owned(), algorithm.clone()),
+        // One limiter per lease: any `max` reads its states.
+        Algorithm::InFlight(_) => {
+            let lease = duration("lease", raw.lease.as_deref(), window)?;
+            (
+                format!("in_flight/{}ns", lease.as_nanos()),
+                algorithm.clone(),
+            )
+        }
         // One limiter per distinct quota: nothing says another quota reads its states.
         Algorithm::Outside(o) => (o.class(), algorithm.clone()),
         Algorithm::Earrrl(q) => {
@@ -879,12 +903,18 @@ pub fn read_sources(path: &Path) -> Result<Vec<(PathBuf, String)>, ConfigError> 
 /// EARRRL's `half_life`: a duration as humantime writes one (`"2s"`, `"250ms"`, `"1m 30s"`),
 /// else one `unit`.
 fn half_life(given: Option<&str>, unit: Duration) -> Result<Duration, String> {
+    duration("half_life", given, unit)
+}
+
+/// A rule's duration field `field` as humantime writes one (`"2s"`, `"250ms"`, `"1m 30s"`),
+/// else one `unit`.
+fn duration(field: &str, given: Option<&str>, unit: Duration) -> Result<Duration, String> {
     match given {
         None => Ok(unit),
         Some(h) => match humantime::parse_duration(h) {
             Ok(d) if !d.is_zero() => Ok(d),
-            Ok(_) => Err(format!("half_life '{h}' must be above zero")),
-            Err(err) => Err(format!("half_life '{h}': {err}")),
+            Ok(_) => Err(format!("{field} '{h}' must be above zero")),
+            Err(err) => Err(format!("{field} '{h}': {err}")),
         },
     }
 }

@@ -204,6 +204,7 @@ fn pick<A: 'static>(quota: &Algorithm) -> Option<&A> {
         Algorithm::Gcra(q) => q,
         Algorithm::Earrrl(q) => q,
         Algorithm::Exponential(q) => q,
+        Algorithm::InFlight(q) => q,
         Algorithm::Outside(o) => return o.quota(),
     };
     quota.downcast_ref()
@@ -627,6 +628,7 @@ impl Engines {
             Algorithm::Exponential(q) => self.on(*q, class).await?,
             Algorithm::SubWindow(q) => self.not_fleet(*q).await?,
             Algorithm::SlidingLog(q) => self.not_fleet(*q).await?,
+            Algorithm::InFlight(q) => self.not_fleet(*q).await?,
             Algorithm::Outside(o) => o.build(self)?,
         })
     }

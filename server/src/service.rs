@@ -510,6 +510,8 @@ impl Service {
         let mut statuses = Vec::with_capacity(matched.len());
         let mut decisions: Vec<Option<Decision>> = Vec::with_capacity(matched.len());
         let mut parts = Vec::new();
+        // The longest lease of the in-flight permits taken: the ticket lives at least that long.
+        let mut lease = Duration::ZERO;
         for (d, m) in request.descriptors.iter().zip(&matched) {
             // A descriptor's own count as it is (0: check without counting), else the
             // request's with 0 meaning 1: envoyproxy/ratelimit's reading.
@@ -572,6 +574,9 @@ impl Service {
             };
             let decision = match answer {
                 Ok((decision, ticket)) => {
+                    if let (Some(_), Algorithm::InFlight(q)) = (&ticket, &slot.quota) {
+                        lease = lease.max(q.lease());
+                    }
                     if let Some(ticket) = ticket {
                         parts.push(Part {
                             rule: rule.id.clone(),
@@ -618,7 +623,9 @@ impl Service {
                 limit_remaining: if over { 0 } else { remaining },
                 duration_until_reset: Some(reset),
             });
-            decisions.push(decision);
+            // The headers describe rates: an in-flight limit (a count of requests running)
+            // has no `RateLimit` fields to give.
+            decisions.push(decision.filter(|_| !matches!(slot.quota, Algorithm::InFlight(_))));
         }
 
         // Over the limit if any rate-limit descriptor is, or every quota-mode one is.
@@ -647,7 +654,7 @@ impl Service {
             true => None,
             false => Some(
                 self.tickets
-                    .issue(parts, crate::tickets::unix_ms())
+                    .issue(parts, crate::tickets::unix_ms(), lease)
                     .map_err(|e| ServiceError::Unavailable(e.to_string()))?,
             ),
         };
@@ -849,6 +856,7 @@ impl Slot {
             Algorithm::Gcra(q) => q.capacity(),
             Algorithm::Earrrl(q) => q.capacity(),
             Algorithm::Exponential(q) => q.capacity(),
+            Algorithm::InFlight(q) => q.capacity(),
             Algorithm::Outside(o) => o.capacity(),
         }
     }
@@ -1024,6 +1032,8 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 5}
   - key: big
     rate_limit: {unit: day, requests_per_unit: 100}
+  - key: job
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: in_flight, lease: 10m}
 ";
 
     /// A service on a frozen clock with `RULES` (and `max_settled` settled tickets kept).
@@ -1101,6 +1111,22 @@ descriptors:
         refused(s.settle_at(&token, 0, at + ttl).await);
         assert_eq!(left(&s, "k", "b").await, 2);
         assert_eq!(s.settled_tickets(), 1);
+    }
+
+    // An in-flight permit's ticket lives as long as its lease (10 min here), not the 60 s of
+    // the others, so a request that ran long still gives its permit back; once.
+    // Pins G76.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_in_flight_ticket_lives_as_long_as_its_lease() {
+        let s = service(1_000).await;
+        let (token, at) = take(&s, &[("job", "x")], 1).await;
+        assert_eq!(left(&s, "job", "x").await, 0);
+        s.settle_at(&token, 0, at + 9 * 60_000).await.unwrap();
+        assert_eq!(left(&s, "job", "x").await, 1);
+        refused(s.settle_at(&token, 0, at + 9 * 60_000).await);
+        let (token, at) = take(&s, &[("job", "y")], 1).await;
+        refused(s.settle_at(&token, 0, at + 10 * 60_000).await);
+        assert_eq!(left(&s, "job", "y").await, 0);
     }
 
     // A settle's `actual` is bounded by what its rule can ever owe (here the limit, 5): 6 is
@@ -1191,23 +1217,24 @@ descriptors:
         assert_eq!(left(&s, "big", "r").await, 100);
     }
 
-    // Every rule of a class shares its limiter: 2 rules of 1 class and 1 of another run 2
-    // limiters, and a reload that drops the second class drops its limiter.
+    // Every rule of a class shares its limiter: the 2 daily windows share one, the in-flight
+    // rule has its own; a GCRA rule adds a third, and a reload that drops it drops its
+    // limiter.
     // Pins G75.
     #[tokio::test(flavor = "current_thread")]
     async fn rules_of_one_class_share_a_limiter() {
         let s = service(1_000).await;
-        assert_eq!(s.limiters(), 1);
+        assert_eq!(s.limiters(), 2);
         let more = format!(
             "{RULES}  - key: g\n    rate_limit: {{unit: minute, requests_per_unit: 5, algorithm: gcra}}\n"
         );
         s.reload_from(&[(PathBuf::from("d.yaml"), more)])
             .await
             .unwrap();
-        assert_eq!(s.limiters(), 2);
+        assert_eq!(s.limiters(), 3);
         s.reload_from(&[(PathBuf::from("d.yaml"), RULES.into())])
             .await
             .unwrap();
-        assert_eq!(s.limiters(), 1);
+        assert_eq!(s.limiters(), 2);
     }
 }

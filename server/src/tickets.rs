@@ -67,7 +67,8 @@ pub struct Tickets {
 /// `floor`), so a flood of settles shortens how long tickets live, never lets one settle
 /// twice, and never refuses a take.
 struct Settled {
-    order: VecDeque<(u64, u128)>,
+    /// (expires, issued, nonce), in the order they were settled.
+    order: VecDeque<(u64, u64, u128)>,
     set: HashSet<u128>,
     max: usize,
     /// Tickets issued at or before this (ms) are refused.
@@ -130,14 +131,19 @@ impl Tickets {
         }
     }
 
-    /// The token for `parts`, issued at `now` (ms since the epoch).
-    pub fn issue(&self, parts: Vec<Part>, now: u64) -> std::io::Result<String> {
+    /// The token for `parts`, issued at `now` (ms since the epoch), living the tickets'
+    /// lifetime or `at_least`, whichever is longer (an in-flight permit's lease: its release
+    /// must still land when the request ends).
+    pub fn issue(&self, parts: Vec<Part>, now: u64, at_least: Duration) -> std::io::Result<String> {
+        let ttl = u64::try_from(at_least.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(self.ttl_ms());
         let mut nonce = [0u8; 16];
         getrandom::fill(&mut nonce).map_err(std::io::Error::other)?;
         let claims = Claims {
             nonce: format!("{:032x}", u128::from_be_bytes(nonce)),
             issued: now,
-            expires: now.saturating_add(self.ttl_ms()),
+            expires: now.saturating_add(ttl),
             parts,
         };
         let bytes = postcard::to_allocvec(&claims).map_err(std::io::Error::other)?;
@@ -170,8 +176,8 @@ impl Tickets {
     pub fn claim(&self, claims: &Claims, now: u64) -> Result<(), Refused> {
         let nonce = u128::from_str_radix(&claims.nonce, 16).map_err(|_| Refused::Unknown)?;
         let mut s = self.settled.lock().unwrap_or_else(|e| e.into_inner());
-        while s.order.front().is_some_and(|&(exp, _)| exp <= now) {
-            if let Some((_, n)) = s.order.pop_front() {
+        while s.order.front().is_some_and(|&(exp, _, _)| exp <= now) {
+            if let Some((_, _, n)) = s.order.pop_front() {
                 s.set.remove(&n);
             }
         }
@@ -179,14 +185,13 @@ impl Tickets {
             return Err(Refused::Unknown);
         }
         if s.order.len() >= s.max {
-            if let Some((expires, oldest)) = s.order.pop_front() {
+            if let Some((_, issued, oldest)) = s.order.pop_front() {
                 s.set.remove(&oldest);
                 // No ticket issued up to the forgotten one's issue settles from here.
-                let issued = expires.saturating_sub(self.ttl_ms());
                 s.floor = s.floor.max(issued);
             }
         }
-        s.order.push_back((claims.expires, nonce));
+        s.order.push_back((claims.expires, claims.issued, nonce));
         s.set.insert(nonce);
         Ok(())
     }
@@ -200,7 +205,7 @@ impl Tickets {
         };
         let mut s = self.settled.lock().unwrap_or_else(|e| e.into_inner());
         if s.set.remove(&nonce) {
-            s.order.retain(|&(_, n)| n != nonce);
+            s.order.retain(|&(_, _, n)| n != nonce);
         }
     }
 

@@ -98,6 +98,18 @@ impl InFlight {
         })
     }
 
+    /// The lease: a permit never given back expires between half of it and all of it after
+    /// it was taken.
+    pub fn lease(&self) -> Duration {
+        Duration::from_nanos(2 * self.epoch_ns)
+    }
+
+    /// Half the lease: an epoch (the Redis script's parameter).
+    #[cfg(feature = "redis")]
+    pub(crate) fn epoch_ns(&self) -> u64 {
+        self.epoch_ns
+    }
+
     /// The epoch of `now`. Below 2^32 − 1 for every `now` up to `CLOCK_MAX`, by the lease's
     /// floor, so a word's epoch never wraps and the word is never all ones.
     #[inline]

@@ -4,7 +4,8 @@
 use super::{lua, BackendError};
 use crate::algo::Algorithm;
 use crate::algo::{
-    AllOf, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
+    AllOf, Earrrl, Exponential, FixedWindow, Gcra, InFlight, Rounding, SlidingLog, SlidingWindow,
+    SubWindow,
 };
 use crate::decision::{Decision, Policy};
 
@@ -43,7 +44,7 @@ fn leaf(out: &mut String, next: &mut usize, body: &str) -> String {
 
 /// An algorithm the Redis backend can run: every algorithm of the crate but
 /// [`Live`](crate::Live): [`Gcra`], [`Earrrl`], [`Exponential`], [`FixedWindow`],
-/// [`SlidingWindow`], [`SlidingLog`], [`SubWindow`], and [`AllOf`] of them. Sealed.
+/// [`SlidingWindow`], [`SlidingLog`], [`SubWindow`], [`InFlight`], and [`AllOf`] of them. Sealed.
 pub trait RedisAlgorithm: Algorithm + private::Sealed + Clone {}
 
 /// The shortest decimal that round-trips an `f64`; Lua's `tonumber` (strtod) reads it back
@@ -111,6 +112,18 @@ impl private::Sealed for FixedWindow {
     }
 }
 impl RedisAlgorithm for FixedWindow {}
+
+impl private::Sealed for InFlight {
+    fn lua(&self, out: &mut String, next: &mut usize) -> String {
+        leaf(out, next, lua::IN_FLIGHT)
+    }
+    fn params(&self, unit_ns: f64) -> Vec<String> {
+        // Whole units: the script's epochs are integer divisions.
+        let w = (self.epoch_ns() as f64 / unit_ns).round().max(1.0);
+        vec![num(self.capacity() as f64), num(w)]
+    }
+}
+impl RedisAlgorithm for InFlight {}
 
 impl private::Sealed for SlidingWindow {
     fn lua(&self, out: &mut String, next: &mut usize) -> String {

@@ -185,10 +185,12 @@ impl<A: RedisAlgorithm> ClientCore<A> {
             &super::MIN_EXPLICIT_TTL.as_millis().to_string(),
         );
         let main = config.algo.lua(&mut script, &mut 0);
-        script.push_str(&lua::TAIL.replace("MAIN", &main).replace(
+        script.push_str(&lua::TAIL.replace("MAIN", &main));
+        // In the tail and in any algorithm's body (the in-flight permits keep a mark longer).
+        let script = script.replace(
             "SETTLE_MARK_MS",
             &super::SETTLE_MARK_TTL.as_millis().to_string(),
-        ));
+        );
         ClientCore {
             ids: AtomicU64::new(0),
             id_seed: random_seed(),

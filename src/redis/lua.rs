@@ -56,6 +56,10 @@ pub(super) const EARRRL: &str = include_str!("lua/earrrl.lua");
 /// `"<t_prev> <r>"`.
 pub(super) const EXPONENTIAL: &str = include_str!("lua/exponential.lua");
 
+/// In flight; ARGV 5..6: `max`, the epoch (half the lease, time units). The state is
+/// `"<epoch> <prev> <cur>"`.
+pub(super) const IN_FLIGHT: &str = include_str!("lua/in_flight.lua");
+
 /// Fixed window; ARGV 5..7: `limit`, the window (time units), `1` for strict. The state is
 /// `"<window index> <count>"`.
 pub(super) const FIXED_WINDOW: &str = include_str!("lua/fixed_window.lua");

@@ -16,11 +16,12 @@ local cost = tonumber(ARGV[3])
 local MODE = ARGV[4]
 local WRITE = MODE ~= '0'
 local SETTLE = MODE == 's'
-local TAKEN, CHARGED, ACTUAL
+local TAKEN, CHARGED, ACTUAL, MARK
 if SETTLE then
   TAKEN = tonumber(ARGV[#ARGV - 1])
   ACTUAL = tonumber(ARGV[#ARGV])
   CHARGED = cost
+  MARK = KEYS[#KEYS]
 end
 -- 2^53: the largest time an f64 still counts in whole units; waits saturate there.
 local MAXW = 9007199254740992
