@@ -53,6 +53,7 @@ impl<L: Requests<K>, K> Permit<L, K> {
     /// Takes `cost` permits for `key` from `limiter`, if it has them free now: a permit that
     /// holds them (its decision allowed) or nothing (denied). Errors as a
     /// [`take`](crate::Request::take) does: a cost of 0 or above the limit.
+    #[inline]
     pub fn acquire(limiter: L, key: K, cost: u64) -> Result<Self, L::Error> {
         let ticket = limiter.take(
             &key,
@@ -69,12 +70,14 @@ impl<L: Requests<K>, K> Permit<L, K> {
     }
 
     /// The acquisition's decision: allowed if the permit holds its cost.
+    #[inline]
     pub fn decision(&self) -> Decision {
         self.ticket.decision()
     }
 }
 
 impl<L: Requests<K>, K> Drop for Permit<L, K> {
+    #[inline]
     fn drop(&mut self) {
         if self.ticket.is_open() {
             // Settling nothing left held: the limiter and key the ticket was taken on, so it

@@ -281,10 +281,12 @@ macro_rules! forward_requests {
                 (**self).decide(key, ask)
             }
 
+            #[inline]
             fn preview(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
                 (**self).preview(key, ask)
             }
 
+            #[inline]
             fn grant(
                 &self,
                 key: &Q,
@@ -293,10 +295,12 @@ macro_rules! forward_requests {
                 (**self).grant(key, ask)
             }
 
+            #[inline]
             fn take(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Ticket, L::Error> {
                 (**self).take(key, ask)
             }
 
+            #[inline]
             fn settle(
                 &self,
                 key: &Q,

@@ -193,6 +193,7 @@ impl Algorithm for InFlight {
     /// Releases `charged − actual` of the ticket's permits from the epoch they were taken in,
     /// if they have not expired yet; an `actual` above the charge holds the difference too,
     /// in this epoch (up to `max`).
+    #[inline]
     fn settle(&self, state: &mut u64, now: u64, taken_at: u64, charged: u64, actual: u64) {
         let (epoch, mut prev, mut cur) = roll(*state, self.epoch(now));
         if actual < charged {
