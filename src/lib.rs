@@ -119,6 +119,7 @@
 //! | [`algo::SlidingWindow`] | 1 × u128 | leaky | a fixed window's cost with most of a sliding window's smoothness (weighted previous window) |
 //! | [`algo::SlidingLog`] | O(limit) entries, per-key lock | leaky | exactness in every window matters more than memory |
 //! | [`algo::SubWindow`] | k (+1) counters, per-key lock | leaky | near-exact sliding windows in bounded memory (default 60 buckets) |
+//! | [`algo::InFlight`] | 1 × u64 | leaky (only) | not a rate: at most N requests running at once per key, each holding a [`Permit`] until it ends (given back when dropped, or by its lease) |
 //!
 //! [`Policy::Leaky`]: only allowed requests change the state (a retrying client is not punished
 //! further). [`Policy::Strict`]: every request counts, so a client that keeps hammering stays
