@@ -12,23 +12,14 @@
 
 mod common;
 
-use common::gcra;
+use common::{gcra, time};
 use hotlimit::algo::{Gcra, InFlight};
 use hotlimit::{CasLimiter, Permit};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const ROWS: [&str; 3] = ["GCRA check", "Permit::acquire + drop", "take + settle(0)"];
-
-/// ns per request of `op` over `seq`: one loop per row (monomorphized).
-#[inline(never)]
-fn time(seq: &[u64], op: impl Fn(&u64) -> bool) -> f64 {
-    let start = Instant::now();
-    let ok = seq.iter().filter(|k| op(k)).count();
-    black_box(ok);
-    start.elapsed().as_nanos() as f64 / seq.len() as f64
-}
 
 /// The limiters of one sitting: a rate, and permits (one per key, always given back).
 struct Limiters {
@@ -50,20 +41,9 @@ fn run(l: &Limiters, row: usize, seq: &[u64]) -> f64 {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--list") {
-        return; // `cargo bench -- --list`: nothing to list.
-    }
-    let rounds = if args.iter().any(|a| a == "--quick") {
-        9
-    } else {
-        31
+    let Some(rounds) = common::rounds() else {
+        return;
     };
     let ops = 250_000;
     let lease = Duration::from_secs(3_600);
@@ -81,23 +61,7 @@ fn main() {
             rate: CasLimiter::new(gcra()),
             permits: CasLimiter::new(InFlight::new(1, lease).unwrap()),
         };
-        let mut samples = vec![Vec::new(); ROWS.len()];
-        let mut ratios = vec![Vec::new(); ROWS.len()];
-        for row in 0..ROWS.len() {
-            run(&l, row, &seq); // warm-up, not recorded
-        }
-        for _ in 0..rounds {
-            let round: Vec<f64> = (0..ROWS.len()).map(|row| run(&l, row, &seq)).collect();
-            for (row, ns) in round.iter().enumerate() {
-                samples[row].push(*ns);
-                ratios[row].push(ns / round[0]);
-            }
-        }
-        let cells: Vec<String> = samples
-            .into_iter()
-            .zip(ratios)
-            .map(|(s, r)| format!("{:.1} ({:.2})", median(s), median(r)))
-            .collect();
+        let cells = common::paired(ROWS.len(), rounds, |row| run(&l, row, &seq));
         println!("| {keys} | {} |", cells.join(" | "));
     }
 }

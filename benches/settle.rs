@@ -14,11 +14,10 @@
 
 mod common;
 
-use common::gcra;
+use common::{gcra, time};
 use hotlimit::{algo::Gcra, CasLimiter};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;
-use std::time::Instant;
 
 const ROWS: [&str; 8] = [
     "check",
@@ -30,16 +29,6 @@ const ROWS: [&str; 8] = [
     "request.cost(2).take, ticket dropped",
     "take(2) + settle(1)",
 ];
-
-/// ns per request of `op` over `seq`: one loop per row (monomorphized), so no row pays for
-/// another's code. Every row shows its whole answer through [`seen`].
-#[inline(never)]
-fn time(seq: &[u64], op: impl Fn(&u64) -> bool) -> f64 {
-    let start = Instant::now();
-    let ok = seq.iter().filter(|k| op(k)).count();
-    black_box(ok);
-    start.elapsed().as_nanos() as f64 / seq.len() as f64
-}
 
 /// `answer`, after the optimizer has had to assume it was read whole where it lies, as a
 /// caller rendering headers reads it: by reference, so no row copies its answer (a `Decision`,
@@ -76,20 +65,9 @@ fn run(l: &CasLimiter<u64, Gcra>, own: &Gcra, other: &Gcra, row: usize, seq: &[u
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--list") {
-        return; // `cargo bench -- --list`: nothing to list.
-    }
-    let rounds = if args.iter().any(|a| a == "--quick") {
-        9
-    } else {
-        31
+    let Some(rounds) = common::rounds() else {
+        return;
     };
     let (own, ops) = (gcra(), 250_000);
     let other = own.with_burst(own.burst() / 2).unwrap();
@@ -104,27 +82,7 @@ fn main() {
         let mut rng = SmallRng::seed_from_u64(7);
         let seq: Vec<u64> = (0..ops).map(|_| rng.random_range(0..keys)).collect();
         let l = CasLimiter::<u64, Gcra>::new(own);
-        let mut samples = vec![Vec::new(); ROWS.len()];
-        let mut ratios = vec![Vec::new(); ROWS.len()];
-        for row in 0..ROWS.len() {
-            run(&l, &own, &other, row, &seq); // warm-up, not recorded
-        }
-        for _ in 0..rounds {
-            let round: Vec<f64> = (0..ROWS.len())
-                .map(|row| run(&l, &own, &other, row, &seq))
-                .collect();
-            for (row, ns) in round.iter().enumerate() {
-                samples[row].push(*ns);
-                // Paired with the same round's `check`: a slow moment of the machine slows
-                // both, so the ratio keeps what the row itself costs.
-                ratios[row].push(ns / round[0]);
-            }
-        }
-        let cells: Vec<String> = samples
-            .into_iter()
-            .zip(ratios)
-            .map(|(s, r)| format!("{:.1} ({:.2})", median(s), median(r)))
-            .collect();
+        let cells = common::paired(ROWS.len(), rounds, |row| run(&l, &own, &other, row, &seq));
         println!("| {keys} | {} |", cells.join(" | "));
     }
 }

@@ -301,14 +301,19 @@ fn a_settle_retried_after_a_lost_reply_refunds_once() {
     assert!(!ticket.is_open());
     assert_eq!(red.request("k").at(t).peek().unwrap().remaining(), Some(7));
     // The mark expires on its own.
+    let ttl = mark_ttl(&server, &red.redis_key("k"));
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+}
+
+/// The expiry (ms) of the one settle mark of the Redis key `key`.
+fn mark_ttl(server: &Server, key: &str) -> i64 {
     let mut raw = server.raw();
     let marks: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}*:s:*", red.redis_key("k")))
+        .arg(format!("{key}*:s:*"))
         .query(&mut raw)
         .unwrap();
     assert_eq!(marks.len(), 1, "{marks:?}");
-    let ttl: i64 = redis::cmd("PTTL").arg(&marks[0]).query(&mut raw).unwrap();
-    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+    redis::cmd("PTTL").arg(&marks[0]).query(&mut raw).unwrap()
 }
 
 /// The answers without a round trip, and the errors: a settle at the charged cost, a denied
@@ -545,13 +550,7 @@ fn a_permits_settle_mark_lives_as_long_as_its_lease() {
     assert!(red.request("k").peek().unwrap().is_denied());
     assert!(red.request("k").settle(&mut ticket, 0).unwrap());
     assert!(red.request("k").peek().unwrap().is_allowed());
-    let mut raw = server.raw();
-    let marks: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}*:s:*", red.redis_key("k")))
-        .query(&mut raw)
-        .unwrap();
-    assert_eq!(marks.len(), 1, "{marks:?}");
-    let pttl: i64 = redis::cmd("PTTL").arg(&marks[0]).query(&mut raw).unwrap();
+    let pttl = mark_ttl(&server, &red.redis_key("k"));
     assert!(
         pttl > 60_000 && pttl <= 120_000,
         "the mark's expiry: {pttl} ms"

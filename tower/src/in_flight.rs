@@ -2,7 +2,6 @@
 //! ([`InFlight`](hotlimit::algo::InFlight)) until its response body ends, and a request beyond
 //! the limit is answered with the status and `Retry-After` the layer was given.
 
-use super::layer::Outcome;
 use super::options::Shared;
 use super::plan::NoPlans;
 use super::{KeyExtractor, LayerBuilder, RequestCost};
@@ -163,34 +162,12 @@ where
         let (mut parts, body) = req.into_parts();
         let outer = &*self.shared;
         let shared = &outer.shared;
-        let cost = shared.cost.cost(&parts);
-        let (mut extracted, mut hashed) = (None, None);
-        let key = match cost {
-            // Cost 0: not limited, as in `build`'s layer.
-            0 => Err(None),
-            _ => shared
-                .key_of(&parts, &mut extracted, &mut hashed)
-                .map_err(Some),
-        };
-        let (outcome, held) = match key {
-            Err(None) => (Outcome::Refuse(None), None),
-            Err(Some(status)) => (shared.refuse(status), None),
-            Ok(key) => {
-                let (decision, held) = match shared.limiter.request(key).cost(cost).take() {
-                    Ok(ticket) => {
-                        let decision = ticket.decision();
-                        let held = decision.is_allowed().then(|| Held {
-                            limiter: shared.limiter.clone(),
-                            key: key.to_owned(),
-                            ticket,
-                        });
-                        (Ok(decision), held)
-                    }
-                    Err(e) => (Err(e), None),
-                };
-                (shared.outcome(key, cost, None, decision), held)
-            }
-        };
+        let (outcome, held) = shared.take(&parts);
+        let held = held.map(|(key, ticket)| Held {
+            limiter: shared.limiter.clone(),
+            key,
+            ticket,
+        });
         let kind = match shared.admit(outcome, &mut parts) {
             Ok(_) => Kind::Inner {
                 future: self.inner.call(Request::from_parts(parts, body)),

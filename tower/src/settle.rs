@@ -11,6 +11,7 @@ use hotlimit::headers::Verdict;
 use hotlimit::Requests;
 use hotlimit::Ticket;
 use hotlimit::{store::LimiterError, AsyncRateLimiter};
+use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use std::fmt;
 use std::future::Future;
@@ -143,6 +144,40 @@ impl<S: fmt::Debug, L: ?Sized, X, C, F> fmt::Debug for Settle<S, L, X, C, F> {
     }
 }
 
+impl<L, X, C> Shared<L, X, C, NoPlans>
+where
+    L: AsyncRateLimiter<str> + Requests<str>,
+    <L as Requests<str>>::Error: LimiterError,
+    X: KeyExtractor,
+    C: RequestCost,
+{
+    /// A request through a take (the settle and in-flight layers): the layer's own answer
+    /// to the decision or the error (the report, the headers, a cost over capacity, a
+    /// limiter that could not decide), and the key and ticket of an admitted request.
+    pub(super) fn take(&self, parts: &Parts) -> (Outcome, Option<(String, Ticket)>) {
+        let cost = self.cost.cost(parts);
+        let (mut extracted, mut hashed) = (None, None);
+        let key = match cost {
+            // Cost 0: not limited, as in `build`'s layer.
+            0 => return (Outcome::Refuse(None), None),
+            _ => self.key_of(parts, &mut extracted, &mut hashed),
+        };
+        let key = match key {
+            Ok(key) => key,
+            Err(status) => return (self.refuse(status), None),
+        };
+        let (decision, open) = match self.limiter.request(key).cost(cost).take() {
+            Ok(ticket) => {
+                let decision = ticket.decision();
+                let open = decision.is_allowed().then(|| (key.to_owned(), ticket));
+                (Ok(decision), open)
+            }
+            Err(e) => (Err(e), None),
+        };
+        (self.outcome(key, cost, None, decision), open)
+    }
+}
+
 /// An admitted request's charge: the key and the ticket to settle.
 struct Open {
     key: String,
@@ -171,36 +206,8 @@ where
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let (mut parts, body) = req.into_parts();
         let shared = &self.shared.0;
-        let cost = shared.cost.cost(&parts);
-        let (mut extracted, mut hashed) = (None, None);
-        let key = match cost {
-            // Cost 0: not limited, as in `build`'s layer.
-            0 => Err(None),
-            _ => shared
-                .key_of(&parts, &mut extracted, &mut hashed)
-                .map_err(Some),
-        };
-        let (outcome, open) = match key {
-            Err(None) => (Outcome::Refuse(None), None),
-            Err(Some(status)) => (shared.refuse(status), None),
-            Ok(key) => {
-                // The layer's own answer to a decision or an error (the report, the headers, a
-                // cost over capacity, a limiter that could not decide); the ticket kept if
-                // admitted.
-                let (decision, open) = match shared.limiter.request(key).cost(cost).take() {
-                    Ok(ticket) => {
-                        let decision = ticket.decision();
-                        let open = decision.is_allowed().then(|| Open {
-                            key: key.to_owned(),
-                            ticket,
-                        });
-                        (Ok(decision), open)
-                    }
-                    Err(e) => (Err(e), None),
-                };
-                (shared.outcome(key, cost, None, decision), open)
-            }
-        };
+        let (outcome, open) = shared.take(&parts);
+        let open = open.map(|(key, ticket)| Open { key, ticket });
         let kind = match shared.admit(outcome, &mut parts) {
             Ok(fields) => SettleKind::Inner {
                 future: self.inner.call(Request::from_parts(parts, body)),

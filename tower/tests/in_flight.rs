@@ -10,7 +10,7 @@ use axum::Router;
 use hotlimit::algo::InFlight;
 use hotlimit::headers::Mode;
 use hotlimit::{CasLimiter, ManualClock};
-use hotlimit_tower::{HeaderKey, RateLimitLayer};
+use hotlimit_tower::{HeaderKey, InFlightBody, RateLimitLayer};
 use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
 use http_body::Frame;
@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::oneshot;
+use tower::util::BoxCloneService;
 use tower::{Layer, ServiceExt};
 
 type Limiter = CasLimiter<String, InFlight, ManualClock>;
@@ -127,42 +128,50 @@ async fn a_slow_response_holds_its_permit_until_its_body_ends() {
     assert_eq!(after.status(), StatusCode::OK);
 }
 
+/// The in-flight layer over `running` (in `mode`, denying with `denied` and
+/// `Retry-After: 1`) around a service whose bodies are empty.
+type App = BoxCloneService<Request<()>, Response<InFlightBody<Empty<Bytes>, Limiter>>, Infallible>;
+
+fn app(running: &Arc<Limiter>, mode: Mode, denied: StatusCode) -> App {
+    let layer = RateLimitLayer::builder(running.clone(), HeaderKey::from_static("x-api-key"))
+        .headers(|h| h.mode = mode)
+        .in_flight(denied, Duration::from_secs(1));
+    BoxCloneService::new(layer.layer(tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    })))
+}
+
+/// A request for key `k` through `app`: its response, the body unread.
+async fn send(app: &App) -> Response<InFlightBody<Empty<Bytes>, Limiter>> {
+    let req = Request::builder()
+        .header("x-api-key", "k")
+        .body(())
+        .unwrap();
+    app.clone().oneshot(req).await.unwrap()
+}
+
 // Pins G77.
 #[tokio::test]
 async fn a_dropped_body_gives_its_permit_back_and_a_denial_holds_none() {
     let running = limiter(2);
-    let layer = RateLimitLayer::builder(running.clone(), HeaderKey::from_static("x-api-key"))
-        .in_flight(StatusCode::TOO_MANY_REQUESTS, Duration::from_secs(1));
-    let app = layer.layer(tower::service_fn(|_: Request<()>| async {
-        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
-    }));
-    let send = || {
-        let req = Request::builder()
-            .header("x-api-key", "k")
-            .body(())
-            .unwrap();
-        app.clone().oneshot(req)
-    };
-    let first = send().await.unwrap();
-    let second = send().await.unwrap();
+    let app = app(&running, Mode::Enforce, StatusCode::TOO_MANY_REQUESTS);
+    let first = send(&app).await;
+    let second = send(&app).await;
     assert_eq!(first.status(), StatusCode::OK);
     assert_eq!(second.status(), StatusCode::OK);
     for _ in 0..3 {
-        let refused = send().await.unwrap();
+        let refused = send(&app).await;
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(refused.headers()[RETRY_AFTER], "1");
     }
     drop(first); // a client gone before the body was read
-    let third = send().await.unwrap();
+    let third = send(&app).await;
     assert_eq!(third.status(), StatusCode::OK);
-    assert_eq!(
-        send().await.unwrap().status(),
-        StatusCode::TOO_MANY_REQUESTS
-    );
+    assert_eq!(send(&app).await.status(), StatusCode::TOO_MANY_REQUESTS);
     // Read to its end without being dropped: given back at the end.
     let mut body = second.into_body();
     assert!(body.frame().await.is_none());
-    assert_eq!(send().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(send(&app).await.status(), StatusCode::OK);
     drop((body, third));
 }
 
@@ -170,21 +179,9 @@ async fn a_dropped_body_gives_its_permit_back_and_a_denial_holds_none() {
 #[tokio::test]
 async fn dry_run_lets_every_request_through_and_admitted_ones_still_hold() {
     let running = limiter(1);
-    let layer = RateLimitLayer::builder(running.clone(), HeaderKey::from_static("x-api-key"))
-        .headers(|h| h.mode = Mode::DryRun)
-        .in_flight(StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(1));
-    let app = layer.layer(tower::service_fn(|_: Request<()>| async {
-        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
-    }));
-    let send = || {
-        let req = Request::builder()
-            .header("x-api-key", "k")
-            .body(())
-            .unwrap();
-        app.clone().oneshot(req)
-    };
-    let held = send().await.unwrap();
-    let over = send().await.unwrap();
+    let app = app(&running, Mode::DryRun, StatusCode::SERVICE_UNAVAILABLE);
+    let held = send(&app).await;
+    let over = send(&app).await;
     assert_eq!(
         (held.status(), over.status()),
         (StatusCode::OK, StatusCode::OK)
