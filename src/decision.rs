@@ -251,6 +251,15 @@ impl Decision {
         self
     }
 
+    /// This decision asking for a wait of at least `ns`.
+    #[inline]
+    pub(crate) const fn with_retry_at_least_ns(mut self, ns: u64) -> Self {
+        if ns > self.retry_after {
+            self.retry_after = ns;
+        }
+        self
+    }
+
     #[inline]
     pub(crate) const fn with_rate(mut self, per_second: f64) -> Self {
         self.rate = per_second;

@@ -50,7 +50,9 @@
 //! debt; an LLM response's tokens), wait [`until_ready`](Request::until_ready) (async, any
 //! runtime) or [`until_ready_blocking`](Request::until_ready_blocking) with a [`Jitter`], or
 //! [`reserve`](Request::reserve) a slot (GCRA pacing). The options compose: a plan *and* a
-//! partial grant is `limiter.request(key).quota(&plan).cost(n).up_to()`.
+//! partial grant is `limiter.request(key).quota(&plan).cost(n).up_to()`. [`check_all`]
+//! counts one request against a hierarchy of keys at once (user ⊂ organisation ⊂ global,
+//! each with its quota): all or nothing.
 //! [`reconfigure`](Limiter::reconfigure) changes a [`Live`] quota while traffic flows, keeping
 //! every key's state; [`metrics`](Limiter::metrics) snapshots the counters (and [`Metrics`] can
 //! feed the `metrics` crate, feature `metrics`); [`check_batch`](Limiter::check_batch) and
@@ -252,7 +254,7 @@ pub use limiter::{AsyncRateLimiter, NonBlocking, RateLimiter};
 pub use live::Live;
 pub use ops::Limiter;
 pub use permit::Permit;
-pub use request::{Request, Requests};
+pub use request::{check_all, Request, Requests};
 pub use stats::Metrics;
 pub use wait::Jitter;
 

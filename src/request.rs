@@ -253,6 +253,118 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
     }
 }
 
+/// One request counted against every level of a hierarchy at once: its user, the user's
+/// organisation, a global budget. Each level is `(limiter, key, quota)` (`None`: the limiter's
+/// own quota): levels on one limiter with a quota each, or on limiters of one type. The request
+/// is admitted only if every level admits it, and then charged on each; if one denies, every
+/// level that had admitted it is refunded, so none keeps a charge for it (the denying level
+/// does with the denial what its policy does: nothing if leaky). Returns the level that
+/// decided and its decision: the first that denied, its `retry_after` the longest any level
+/// then asks for (a retry after it, with no other traffic, is admitted by all); or, admitted,
+/// the tightest level (the least `remaining`).
+///
+/// Each level is charged by its own atomic step ([`Request::take`]) and refunded by another
+/// ([`Request::settle`] with 0), so concurrent calls never overspend any level. Between the
+/// two steps a request on that level may find it charged and be denied (never admitted beyond
+/// its quota): levels are tried in the order given, so put first the one most likely to deny.
+/// Over Redis each level is a round trip. A level whose step fails refunds the levels before
+/// it and returns the error (a refund that fails leaves its charge: it errs strict). An empty
+/// list admits.
+///
+/// ```
+/// use hotlimit::{algo::Gcra, check_all, CasLimiter, ManualClock};
+///
+/// let l = CasLimiter::<String, Gcra>::with_clock("1000/s".parse()?, ManualClock::default());
+/// let (user, org): (Gcra, Gcra) = ("10/s burst 3".parse()?, "100/s burst 4".parse()?);
+/// let alice = [(&l, "user:alice", Some(&user)), (&l, "org:acme", Some(&org))];
+/// let bob = [(&l, "user:bob", Some(&user)), (&l, "org:acme", Some(&org))];
+/// for _ in 0..3 {
+///     assert!(check_all(&alice, 1)?.1.is_allowed());
+/// }
+/// let (level, denied) = check_all(&alice, 1)?;
+/// assert_eq!((level, denied.is_denied()), (0, true)); // alice's own burst, spent
+/// assert!(check_all(&bob, 1)?.1.is_allowed()); // acme's 4th
+/// let (level, denied) = check_all(&bob, 1)?;
+/// assert_eq!((level, denied.is_denied()), (1, true)); // the organisation's burst, spent...
+/// assert!(l.request("user:bob").quota(&user).peek()?.remaining() == Some(1)); // ...bob keeps his
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn check_all<L, Q>(
+    levels: &[(&L, &Q, Option<&L::Algo>)],
+    cost: u64,
+) -> Result<(usize, Decision), L::Error>
+where
+    L: Requests<Q> + ?Sized,
+    Q: ?Sized,
+{
+    if levels.is_empty() {
+        return Ok((0, Decision::allowed()));
+    }
+    take_levels(levels, 0, cost)
+}
+
+/// Levels `i..` of [`check_all`] (`i` in range): level `i` taken, the rest walked, level `i`
+/// refunded if a later one denied or failed. Recursive, so nothing is allocated: one frame a
+/// level.
+fn take_levels<L, Q>(
+    levels: &[(&L, &Q, Option<&L::Algo>)],
+    i: usize,
+    cost: u64,
+) -> Result<(usize, Decision), L::Error>
+where
+    L: Requests<Q> + ?Sized,
+    Q: ?Sized,
+{
+    let (limiter, key, quota) = levels[i];
+    let ask = |cost| Ask {
+        cost,
+        quota,
+        at: None,
+    };
+    let mut ticket = limiter.take(key, ask(cost))?;
+    let mine = ticket.decision();
+    if mine.is_denied() {
+        // A retry must wait for every later level too (as far as they can be read now).
+        let longest = levels[i + 1..]
+            .iter()
+            .filter_map(|&(l, k, q)| {
+                l.preview(
+                    k,
+                    Ask {
+                        cost,
+                        quota: q,
+                        at: None,
+                    },
+                )
+                .ok()
+            })
+            .fold(mine.retry_after_nanos(), |m, d| {
+                m.max(d.retry_after_nanos())
+            });
+        return Ok((i, mine.with_retry_at_least_ns(longest)));
+    }
+    if i + 1 == levels.len() {
+        return Ok((i, mine));
+    }
+    match take_levels(levels, i + 1, cost) {
+        // The tightest level: the least remaining (an unknown one counts as the most).
+        Ok((j, theirs)) if theirs.is_allowed() => {
+            let left = |d: &Decision| d.remaining().unwrap_or(u64::MAX);
+            Ok(if left(&mine) <= left(&theirs) {
+                (i, mine)
+            } else {
+                (j, theirs)
+            })
+        }
+        // Denied or failed further on: this level gives its charge back (if the refund
+        // fails too, the charge stands: it errs strict).
+        rest => {
+            limiter.settle(key, &mut ticket, 0, ask(1))?;
+            rest
+        }
+    }
+}
+
 /// Boxed, shared (`Arc`) and borrowed limiters are ones too, so a list of limiters of one
 /// algorithm as `Box<dyn Requests<Q, Algo = A, Error = E>>` or `Arc<dyn …>` (every store, a
 /// test's or a tool's) reaches every operation through one trait object, `request` included:

@@ -297,3 +297,63 @@ fn permits_two_threads_one_permit() {
 fn permits_three_threads_two_permits() {
     permits(3, 2);
 }
+
+/// A hierarchy checked at once (issue #62): two threads each `check_all` a user and their
+/// organisation, every level a `DirectLimiter` of its own. In every interleaving exactly
+/// `want` are admitted, no level is overspent, and each level ends holding exactly the
+/// charges of the admitted calls: a level that admitted a call another level denied was
+/// refunded.
+fn hierarchy(users: [usize; 2], user_burst: u64, org_burst: u64, want: u64) {
+    use hotlimit::check_all;
+    loom::model(move || {
+        let level = |burst| {
+            Arc::new(DirectLimiter::<Gcra>::with_clock(
+                gcra(burst, Policy::Leaky),
+                ManualClock::default(),
+            ))
+        };
+        let user_levels = [level(user_burst), level(user_burst)];
+        let org = level(org_burst);
+        let handles: Vec<_> = users
+            .into_iter()
+            .map(|u| {
+                let (user, org) = (user_levels[u].clone(), org.clone());
+                thread::spawn(move || {
+                    let levels = [(&*user, &(), None), (&*org, &(), None)];
+                    check_all(&levels, 1).unwrap().1.is_allowed()
+                })
+            })
+            .collect();
+        let admitted: Vec<bool> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let total = admitted.iter().filter(|&&a| a).count() as u64;
+        assert_eq!(total, want, "{admitted:?}");
+        // What each level has left: a peek of one unit, plus that unit if admitted.
+        let left = |l: &DirectLimiter<Gcra, ManualClock>| {
+            let d = l.request(&()).peek().unwrap();
+            d.remaining().unwrap() + u64::from(d.is_allowed())
+        };
+        assert_eq!(left(&org), org_burst - total);
+        for (u, level) in user_levels.iter().enumerate() {
+            let spent = users
+                .iter()
+                .zip(&admitted)
+                .filter(|&(&user, &a)| user == u && a)
+                .count() as u64;
+            assert_eq!(left(level), user_burst - spent, "user {u}: {admitted:?}");
+        }
+    });
+}
+
+// Two users, one organisation with room for one: one admitted, the other's user level
+// refunded. Pins G78.
+#[test]
+fn hierarchy_two_users_one_org_slot() {
+    hierarchy([0, 1], 1, 1, 1);
+}
+
+// One user with room for one, its organisation with room for two: one admitted, the
+// organisation charged once. Pins G78.
+#[test]
+fn hierarchy_one_user_slot_two_org_slots() {
+    hierarchy([0, 0], 1, 2, 1);
+}
