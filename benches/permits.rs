@@ -1,5 +1,5 @@
-//! What an in-flight permit costs (issue #62), against a plain `check` of a rate in the same
-//! sitting: every row runs the same key sequence, rounds interleave the rows, and each row
+//! What an in-flight permit and a three-level hierarchy cost (issue #62), against a plain
+//! `check` of a rate in the same sitting: every row runs the same key sequence, rounds interleave the rows, and each row
 //! reports the median of its rounds and the median of its ratios to the same round's `check`.
 //!
 //! `cargo bench --bench permits` (`-- --quick`: 9 rounds instead of 31). One thread, the exact
@@ -8,18 +8,24 @@
 //!
 //! Rows: a GCRA `check` (one CAS); a `Permit` acquired and dropped (two CAS steps on the key:
 //! take, then give back, with the permit's ticket between); the same as `take` and
-//! `settle(0)` by hand.
+//! `settle(0)` by hand; `check_all` over three levels (the key, one of 100 organisations, a
+//! global key; a GCRA quota each: three takes, each a look-up and a CAS).
 
 mod common;
 
 use common::{gcra, time};
 use hotlimit::algo::{Gcra, InFlight};
-use hotlimit::{CasLimiter, Permit};
+use hotlimit::{check_all, CasLimiter, Permit};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;
 use std::time::Duration;
 
-const ROWS: [&str; 3] = ["GCRA check", "Permit::acquire + drop", "take + settle(0)"];
+const ROWS: [&str; 4] = [
+    "GCRA check",
+    "Permit::acquire + drop",
+    "take + settle(0)",
+    "check_all, 3 levels",
+];
 
 /// The limiters of one sitting: a rate, and permits (one per key, always given back).
 struct Limiters {
@@ -34,9 +40,19 @@ fn run(l: &Limiters, row: usize, seq: &[u64]) -> f64 {
             let permit = Permit::acquire(&l.permits, *k, 1).unwrap();
             permit.decision().is_allowed()
         }),
-        _ => time(seq, |k| {
+        2 => time(seq, |k| {
             let mut t = l.permits.request(k).take().unwrap();
             l.permits.request(k).settle(&mut t, 0).unwrap()
+        }),
+        _ => time(seq, |k| {
+            // Users, organisations and the global key apart: 1_000_000 + k / 100, and 2_000_000.
+            let org = 1_000_000 + k / 100;
+            let levels = [
+                (&l.rate, k, None),
+                (&l.rate, &org, None),
+                (&l.rate, &2_000_000, None),
+            ];
+            check_all(&levels, 1).unwrap().1.is_allowed()
         }),
     }
 }
