@@ -6,8 +6,8 @@ use std::fmt;
 
 /// The permits one request holds of an in-flight limit
 /// ([`InFlight`](crate::algo::InFlight)), given back when the permit is dropped: keep it for
-/// as long as the request runs (in the task, beside the response body). A
-/// [`take`](crate::Request::take) whose ticket the drop settles with nothing still held.
+/// as long as the request runs (in the task, beside the response body). It is a
+/// [`take`](crate::Request::take) whose ticket its drop settles with nothing still held.
 ///
 /// Acquired from any limiter ([`Requests`]) by reference or owned: `&limiter`,
 /// `Arc<limiter>` (a permit that outlives the scope, `'static` for a spawned task), a `Box`.

@@ -510,8 +510,10 @@ impl Service {
         let mut statuses = Vec::with_capacity(matched.len());
         let mut decisions: Vec<Option<Decision>> = Vec::with_capacity(matched.len());
         let mut parts = Vec::new();
-        // The longest lease of the in-flight permits taken: the ticket lives at least that long.
-        let mut lease = Duration::ZERO;
+        // The longest lease of the in-flight permits taken: a ticket of permits alone lives
+        // at least that long. One with a rate part keeps the ordinary life: that part's
+        // Redis settle mark, which stops a replayed settle on another replica, lives no longer.
+        let (mut lease, mut rate_part) = (Duration::ZERO, false);
         for (d, m) in request.descriptors.iter().zip(&matched) {
             // A descriptor's own count as it is (0: check without counting), else the
             // request's with 0 meaning 1: envoyproxy/ratelimit's reading.
@@ -574,8 +576,10 @@ impl Service {
             };
             let decision = match answer {
                 Ok((decision, ticket)) => {
-                    if let (Some(_), Algorithm::InFlight(q)) = (&ticket, &slot.quota) {
-                        lease = lease.max(q.lease());
+                    match (&ticket, &slot.quota) {
+                        (Some(_), Algorithm::InFlight(q)) => lease = lease.max(q.lease()),
+                        (Some(_), _) => rate_part = true,
+                        (None, _) => {}
                     }
                     if let Some(ticket) = ticket {
                         parts.push(Part {
@@ -654,7 +658,11 @@ impl Service {
             true => None,
             false => Some(
                 self.tickets
-                    .issue(parts, crate::tickets::unix_ms(), lease)
+                    .issue(
+                        parts,
+                        crate::tickets::unix_ms(),
+                        if rate_part { Duration::ZERO } else { lease },
+                    )
                     .map_err(|e| ServiceError::Unavailable(e.to_string()))?,
             ),
         };
@@ -1127,6 +1135,11 @@ descriptors:
         let (token, at) = take(&s, &[("job", "y")], 1).await;
         refused(s.settle_at(&token, 0, at + 10 * 60_000).await);
         assert_eq!(left(&s, "job", "y").await, 0);
+        // A take with a rate part too keeps the ordinary 60 s: that part's Redis settle mark
+        // lives no longer, and a ticket must not outlive what stops its replay.
+        let (token, at) = take(&s, &[("job", "z"), ("k", "z")], 1).await;
+        refused(s.settle_at(&token, 0, at + 60_000).await);
+        assert_eq!(left(&s, "job", "z").await, 0);
     }
 
     // A settle's `actual` is bounded by what its rule can ever owe (here the limit, 5): 6 is
