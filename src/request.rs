@@ -286,7 +286,8 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
 /// assert!(check_all(&bob, 1)?.1.is_allowed()); // acme's 4th
 /// let (level, denied) = check_all(&bob, 1)?;
 /// assert_eq!((level, denied.is_denied()), (1, true)); // the organisation's burst, spent...
-/// assert!(l.request("user:bob").quota(&user).peek()?.remaining() == Some(1)); // ...bob keeps his
+/// // ...and bob keeps his own: a peek of one unit leaves one more.
+/// assert_eq!(l.request("user:bob").quota(&user).peek()?.remaining(), Some(1));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn check_all<L, Q>(
