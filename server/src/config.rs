@@ -1,7 +1,8 @@
 //! envoyproxy/ratelimit's YAML configuration, as its README documents it: domains, nested
 //! descriptors, key/value and wildcard values, `rate_limit` (`unit`, `requests_per_unit`,
 //! `name`, `replaces`, `unlimited`), `shadow_mode`, `quota_mode`, `share_threshold`,
-//! `detailed_metric`, `value_to_metric`, `metadata`; plus hotlimit's per-rule algorithm.
+//! `detailed_metric`, `value_to_metric`, `metadata`; plus hotlimit's per-rule algorithm and a
+//! domain's `all_or_nothing` (its descriptors counted all or none).
 //!
 //! A file is validated whole before it is used: a bad one is rejected with its file, line and
 //! reason, and the running configuration is kept.
@@ -213,6 +214,9 @@ struct RawRoot {
     domain: String,
     #[serde(default)]
     descriptors: Siblings,
+    // hotlimit's extension.
+    #[serde(default)]
+    all_or_nothing: bool,
 }
 
 /// A descriptor list: its entries' `key_value`s are unique.
@@ -586,6 +590,8 @@ struct Node {
 pub struct Config {
     domains: HashMap<String, Node>,
     rules: Vec<Arc<Rule>>,
+    /// The domains whose requests count all their descriptors or none (`all_or_nothing`).
+    all_or_nothing: std::collections::HashSet<String>,
 }
 
 /// A descriptor matched to a rule.
@@ -666,6 +672,9 @@ impl Config {
                 raw.descriptors.0,
                 &mut config.rules,
             );
+            if raw.all_or_nothing {
+                config.all_or_nothing.insert(raw.domain.clone());
+            }
             config.domains.insert(raw.domain, root);
         }
         Ok(config)
@@ -685,6 +694,12 @@ impl Config {
     /// Whether `domain` is configured.
     pub fn has_domain(&self, domain: &str) -> bool {
         self.domains.contains_key(domain)
+    }
+
+    /// Whether `domain`'s requests count all their descriptors or none (`all_or_nothing:
+    /// true`, hotlimit's extension): a user, its organisation and a global budget at once.
+    pub fn all_or_nothing(&self, domain: &str) -> bool {
+        self.all_or_nothing.contains(domain)
     }
 
     /// The rule a descriptor's entries match, as envoyproxy/ratelimit matches it: level by

@@ -514,6 +514,10 @@ impl Service {
         // at least that long. One with a rate part keeps the ordinary life: that part's
         // Redis settle mark, which stops a replayed settle on another replica, lives no longer.
         let (mut lease, mut rate_part) = (Duration::ZERO, false);
+        // An all-or-nothing domain counts a request's descriptors by takes, so that each
+        // can be given back if another is over (`held`: the takes to give back then).
+        let all_or_nothing = op != Op::Peek && loaded.config.all_or_nothing(&request.domain);
+        let mut held = Vec::new();
         for (d, m) in request.descriptors.iter().zip(&matched) {
             // A descriptor's own count as it is (0: check without counting), else the
             // request's with 0 meaning 1: envoyproxy/ratelimit's reading.
@@ -570,9 +574,27 @@ impl Service {
                 _ => (op, hits, &slot.quota),
             };
             let answer = match op {
+                Op::Check if all_or_nothing => engine.take(key, quota, cost).await,
                 Op::Check => engine.check(key, quota, cost).await.map(|o| (o, None)),
                 Op::Peek => engine.peek(key, quota, cost).await.map(|o| (o, None)),
                 Op::Take => engine.take(key, quota, cost).await,
+            };
+            let answer = match answer {
+                // All or nothing: an admitted take is kept, to give back if another is over.
+                Ok((decision, Some(ticket))) if all_or_nothing => {
+                    if ticket.is_open() {
+                        let part = Part {
+                            rule: rule.id.clone(),
+                            version: slot.version,
+                            key: m.key.clone(),
+                            ticket,
+                        };
+                        let owned = (key.text.to_owned(), key.hash);
+                        held.push((engine.clone(), owned, quota, part));
+                    }
+                    Ok((decision, None))
+                }
+                other => other,
             };
             let decision = match answer {
                 Ok((decision, ticket)) => {
@@ -652,6 +674,21 @@ impl Service {
         };
         if overall == Code::OverLimit && self.settings.global_shadow_mode {
             overall = Code::Ok;
+        }
+        if overall == Code::OverLimit {
+            // All or nothing: every descriptor that admitted the request gives its count
+            // back, and no ticket is issued.
+            for (engine, (text, hash), quota, mut part) in held {
+                let key = Key { text: &text, hash };
+                if let Err(e) = engine.settle(key, quota, &mut part.ticket, 0).await {
+                    // The count stands: it errs strict.
+                    self.metrics.backend_error();
+                    return Err(ServiceError::Unavailable(e.to_string()));
+                }
+            }
+        } else if op == Op::Take {
+            // Admitted: a take's ticket settles every descriptor it charged.
+            parts.extend(held.into_iter().map(|(_, _, _, part)| part));
         }
         let headers = self.headers(&statuses, &decisions);
         let ticket = match parts.is_empty() {
