@@ -71,13 +71,13 @@ fn main() {
     };
     let (own, ops) = (gcra(), 250_000);
     let other = own.with_burst(own.burst() / 2).unwrap();
-    println!(
-        "one thread, exact clock; {rounds} interleaved rounds of {ops} requests per row: \
-         median ns per request (median of the rounds' ratios to `check`)"
+    common::table_head(
+        &format!(
+            "one thread, exact clock; {rounds} interleaved rounds of {ops} requests per row: \
+             median ns per request (median of the rounds' ratios to `check`)"
+        ),
+        &ROWS,
     );
-    println!();
-    println!("| keys | {} |", ROWS.join(" | "));
-    println!("|---|{}", "---|".repeat(ROWS.len()));
     for keys in [1u64, 10_000] {
         let mut rng = SmallRng::seed_from_u64(7);
         let seq: Vec<u64> = (0..ops).map(|_| rng.random_range(0..keys)).collect();

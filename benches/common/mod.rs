@@ -74,3 +74,11 @@ pub fn paired(rows: usize, rounds: usize, run: impl Fn(usize) -> f64) -> Vec<Str
         .map(|(s, r)| format!("{:.1} ({:.2})", median(s), median(r)))
         .collect()
 }
+
+/// The markdown table's head for `rows`, after a line saying how it was measured.
+pub fn table_head(how: &str, rows: &[&str]) {
+    println!("{how}");
+    println!();
+    println!("| keys | {} |", rows.join(" | "));
+    println!("|---|{}", "---|".repeat(rows.len()));
+}

@@ -27,15 +27,10 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 3}
 "#;
 
-/// The same rules, each descriptor counted on its own.
-const PLAIN: &str = r#"
-domain: plain
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: org
-    rate_limit: {unit: hour, requests_per_unit: 3}
-"#;
+/// The same rules, each descriptor counted on its own (envoyproxy/ratelimit's reading).
+fn plain() -> String {
+    RULES.replace("domain: api\nall_or_nothing: true", "domain: plain")
+}
 
 /// `op` (`check` or `take`) in `domain` for `user`, with their organisation `acme` when
 /// `org`: the status, and whether a ticket came back.
@@ -83,7 +78,7 @@ fn an_all_or_nothing_domain_counts_every_descriptor_or_none_in_memory() {
         .block_on(Service::from_sources(
             &[
                 (PathBuf::from("api.yaml"), RULES.to_owned()),
-                (PathBuf::from("plain.yaml"), PLAIN.to_owned()),
+                (PathBuf::from("plain.yaml"), plain()),
             ],
             Settings {
                 backend: Backend::Memory {
@@ -106,7 +101,7 @@ fn an_all_or_nothing_domain_counts_every_descriptor_or_none_on_redis() {
     };
     let dir = Scratch::new("all-or-nothing");
     dir.write("api.yaml", RULES);
-    let config = dir.write("plain.yaml", PLAIN);
+    let config = dir.write("plain.yaml", &plain());
     let url = redis.url();
     let srv = server(
         config.parent().unwrap(),
