@@ -168,6 +168,7 @@ fn layer(limiter: RedisLimiter<Gcra>) {
 
 mod cost;
 mod extract;
+mod hierarchy;
 mod in_flight;
 mod layer;
 mod options;
@@ -176,6 +177,7 @@ mod settle;
 
 pub use cost::{RequestCost, UnitCost};
 pub use extract::{ForwardedIp, HeaderKey, Key, KeyExtractor, Or, PeerIp};
+pub use hierarchy::{Hierarchy, HierarchyFuture, HierarchyLayer};
 pub use in_flight::{InFlightBody, InFlightFuture, InFlightLayer, InFlightService};
 pub use layer::{Pending, RateLimit, RateLimitLayer, ResponseFuture};
 pub use options::{LayerBuilder, MissingKey, OversizedKey, Report, ShadowDecision};
