@@ -34,6 +34,8 @@ pub enum Field {
     Quota,
     /// The lease of an in-flight permit ([`InFlight`](crate::algo::InFlight)).
     Lease,
+    /// The levels of a hierarchy checked at once (the Redis backend's `check_all`).
+    Levels,
 }
 
 impl fmt::Display for Field {
@@ -52,6 +54,7 @@ impl fmt::Display for Field {
             Field::Policy => "policy",
             Field::Quota => "quota",
             Field::Lease => "lease",
+            Field::Levels => "levels",
         })
     }
 }
@@ -122,6 +125,14 @@ pub enum ConfigError {
         /// The value asked for.
         to: String,
     },
+    /// A value given twice where each must be distinct (a Redis key at two levels of a
+    /// hierarchy).
+    Repeated {
+        /// The field.
+        field: Field,
+        /// The value given twice.
+        value: String,
+    },
     /// A human-readable string (`10/s`, `250ms`, `10/min burst 20`) that does not parse.
     Parse {
         /// The field being parsed.
@@ -143,6 +154,7 @@ impl ConfigError {
             | ConfigError::TooLarge { field, .. }
             | ConfigError::TooSmall { field, .. }
             | ConfigError::Unchangeable { field, .. }
+            | ConfigError::Repeated { field, .. }
             | ConfigError::Parse { field, .. } => *field,
         }
     }
@@ -170,6 +182,9 @@ impl fmt::Display for ConfigError {
                 f,
                 "{field} cannot change from {from} to {to} on this limiter: its kept per-key state is measured in it"
             ),
+            ConfigError::Repeated { field, value } => {
+                write!(f, "{field}: `{value}` is given twice")
+            }
             ConfigError::Parse {
                 field,
                 input,

@@ -263,11 +263,15 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
 /// then asks for (a retry after it, with no other traffic, is admitted by all); or, admitted,
 /// the tightest level (the least `remaining`).
 ///
-/// Each level is charged by its own atomic step ([`Request::take`]) and refunded by another
+/// Each level is read first ([`Request::peek`]): if one denies, it alone is charged (by its
+/// [`take`](Request::take): its policy's answer to the denial) and no other level is touched.
+/// Otherwise each level is charged by its own atomic step ([`Request::take`]), and if one then
+/// denies (traffic got there in between), the levels before it are refunded by another step
 /// ([`Request::settle`] with 0), so concurrent calls never overspend any level. Between the
 /// two steps a request on that level may find it charged and be denied (never admitted beyond
-/// its quota): levels are tried in the order given, so put first the one most likely to deny.
-/// Over Redis each level is a round trip. A level whose step fails refunds the levels before
+/// its quota). Over Redis each level is a round trip here; the Redis backend's
+/// `RedisLimiter::check_all` runs a hierarchy of one limiter's keys in one script call,
+/// atomically. A level whose step fails refunds the levels before
 /// it and returns the error (a refund that fails leaves its charge: it errs strict). An empty
 /// list admits.
 ///
@@ -301,6 +305,25 @@ where
     if levels.is_empty() {
         return Ok((0, Decision::allowed()));
     }
+    // Each level read first: a request some level denies touches no other (a refund undoes
+    // GCRA's and the windows' charges exactly, the decaying rates' only nearly), and only a
+    // level that changed between its read and a take is ever refunded.
+    for (i, &(limiter, key, quota)) in levels.iter().enumerate() {
+        if limiter.preview(key, ask_with(cost, quota))?.is_allowed() {
+            continue;
+        }
+        let mut ticket = limiter.take(key, ask_with(cost, quota))?;
+        let mine = ticket.decision();
+        if mine.is_denied() {
+            let later = levels[i + 1..]
+                .iter()
+                .filter_map(|&(l, k, q)| l.preview(k, ask_with(cost, q)).ok());
+            return Ok((i, waiting_for_all(mine, later)));
+        }
+        // Admitted since its read (a refill, a refund): given back, and every level taken.
+        limiter.settle(key, &mut ticket, 0, ask_with(1, quota))?;
+        break;
+    }
     take_levels(levels, 0, cost)
 }
 
@@ -317,52 +340,58 @@ where
     Q: ?Sized,
 {
     let (limiter, key, quota) = levels[i];
-    let ask = |cost| Ask {
-        cost,
-        quota,
-        at: None,
-    };
+    let ask = |cost| ask_with(cost, quota);
     let mut ticket = limiter.take(key, ask(cost))?;
     let mine = ticket.decision();
     if mine.is_denied() {
         // A retry must wait for every later level too (as far as they can be read now).
-        let longest = levels[i + 1..]
+        let later = levels[i + 1..]
             .iter()
-            .filter_map(|&(l, k, q)| {
-                l.preview(
-                    k,
-                    Ask {
-                        cost,
-                        quota: q,
-                        at: None,
-                    },
-                )
-                .ok()
-            })
-            .fold(mine.retry_after_nanos(), |m, d| {
-                m.max(d.retry_after_nanos())
-            });
-        return Ok((i, mine.with_retry_at_least_ns(longest)));
+            .filter_map(|&(l, k, q)| l.preview(k, ask_with(cost, q)).ok());
+        return Ok((i, waiting_for_all(mine, later)));
     }
     if i + 1 == levels.len() {
         return Ok((i, mine));
     }
     match take_levels(levels, i + 1, cost) {
-        // The tightest level: the least remaining (an unknown one counts as the most).
-        Ok((j, theirs)) if theirs.is_allowed() => {
-            let left = |d: &Decision| d.remaining().unwrap_or(u64::MAX);
-            Ok(if left(&mine) <= left(&theirs) {
-                (i, mine)
-            } else {
-                (j, theirs)
-            })
-        }
+        Ok((j, theirs)) if theirs.is_allowed() => Ok(tighter((i, mine), (j, theirs))),
         // Denied or failed further on: this level gives its charge back (if the refund
         // fails too, the charge stands: it errs strict).
         rest => {
             limiter.settle(key, &mut ticket, 0, ask(1))?;
             rest
         }
+    }
+}
+
+fn ask_with<A>(cost: u64, quota: Option<&A>) -> Ask<'_, A> {
+    Ask {
+        cost,
+        quota,
+        at: None,
+    }
+}
+
+/// A hierarchy's denial by one level, waiting for every `later` level too (what each would
+/// answer now): a retry sooner would only be denied by another.
+pub(crate) fn waiting_for_all(
+    denied: Decision,
+    later: impl IntoIterator<Item = Decision>,
+) -> Decision {
+    let longest = later.into_iter().fold(denied.retry_after_nanos(), |m, d| {
+        m.max(d.retry_after_nanos())
+    });
+    denied.with_retry_at_least_ns(longest)
+}
+
+/// Of two levels that both allowed, the tightest: the least remaining (an unknown one counts
+/// as the most), the earlier on a tie.
+pub(crate) fn tighter(a: (usize, Decision), b: (usize, Decision)) -> (usize, Decision) {
+    let left = |d: &Decision| d.remaining().unwrap_or(u64::MAX);
+    if left(&a.1) <= left(&b.1) {
+        a
+    } else {
+        b
     }
 }
 

@@ -172,6 +172,31 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
 impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
     client_accessors!(build_async);
 
+    /// One request charged to every one of `levels` at once, all or nothing, in one script
+    /// call: the sync client's [`check_all`](super::RedisLimiter::check_all), awaited.
+    pub async fn check_all(
+        &self,
+        levels: &[(&str, Option<&A>)],
+        cost: u64,
+        at: Option<u64>,
+    ) -> Result<(usize, Decision), BackendError> {
+        if levels.is_empty() {
+            return Ok((0, Decision::allowed()));
+        }
+        let invocation = self.core.levels(levels, cost, at)?;
+        let mut con = self.connection().await?;
+        let mut counted = CountedAsync {
+            con: &mut con,
+            trips: self.core.trips(),
+        };
+        let result = match invocation.invoke_async(&mut counted).await {
+            Ok(v) => self.core.levels_answer(v, levels.len(), at),
+            Err(e) => Err(BackendError::from_redis(e)),
+        };
+        self.on_error(&result);
+        result
+    }
+
     /// A request beyond a plain check, for `key`: a cost, a quota that comes with it, an
     /// explicit instant (see [`request`](crate::Requests::request) of [`RedisLimiter`](super::RedisLimiter)); then the
     /// async `check`, `peek`, `up_to`, `take` and `settle`, each returning the backend's

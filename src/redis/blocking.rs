@@ -72,6 +72,64 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.send_pipelined(requests)?.into_iter().collect()
     }
 
+    /// One request charged to every one of `levels` at once, all or nothing: a hierarchy
+    /// (user ⊂ organisation ⊂ global, say), each level a key of this limiter with its own
+    /// quota (`None`: the limiter's; a quota must read its states, as
+    /// [`Request::quota`](crate::Request::quota)'s). One script call: every level decides on
+    /// the state as it is; if all allow, all are charged; else only the first that denied
+    /// counts the denial, by its own policy, and no other level is touched. Answers as
+    /// [`check_all`](crate::check_all) does in memory: `(level, decision)`, the first level
+    /// that denied (its retry waiting for every later level too), else the tightest level
+    /// (the least remaining). `at`: an explicit instant (nanoseconds on the caller's
+    /// timeline, as [`request`](crate::Requests::request)'s `at`), else Redis' clock.
+    ///
+    /// The local fast path is not used and the fail mode does not apply: the backend's
+    /// failure is returned. A Redis key at two levels is refused
+    /// ([`ConfigError::Repeated`](crate::ConfigError::Repeated)). On a Redis Cluster every
+    /// level's key must live in one slot: give the limiter a prefix holding a hash tag
+    /// (`"rl:{tenants}:"`), which puts all its keys in that tag's slot; else the cluster
+    /// answers `CROSSSLOT` ([`BackendError::Script`]).
+    ///
+    /// ```no_run
+    /// use hotlimit::{algo::Gcra, redis::RedisLimiter};
+    ///
+    /// let limiter = RedisLimiter::builder("redis://127.0.0.1/", "100/s".parse::<Gcra>()?)
+    ///     .key_prefix("rl:{tenants}:")
+    ///     .build()?;
+    /// let (user, org): (Gcra, Gcra) = ("10/s".parse()?, "50/s".parse()?);
+    /// let levels = [("user:alice", Some(&user)), ("org:acme", Some(&org)), ("global", None)];
+    /// let (level, decision) = limiter.check_all(&levels, 1, None)?;
+    /// if decision.is_denied() {
+    ///     println!("denied by level {level}: retry in {:?}", decision.retry_after());
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_all(
+        &self,
+        levels: &[(&str, Option<&A>)],
+        cost: u64,
+        at: Option<u64>,
+    ) -> Result<(usize, Decision), BackendError> {
+        if levels.is_empty() {
+            return Ok((0, Decision::allowed()));
+        }
+        let invocation = self.core.levels(levels, cost, at)?;
+        let mut guard = self.conn.lock();
+        let result = self
+            .connection(&mut guard)
+            .and_then(|con| {
+                let mut counted = Counted::new(con, self.core.trips());
+                invocation
+                    .invoke(&mut counted)
+                    .map_err(BackendError::from_redis)
+            })
+            .and_then(|v| self.core.levels_answer(v, levels.len(), at));
+        if result.as_ref().is_err_and(BackendError::drops_connection) {
+            guard.drop_connection();
+        }
+        result
+    }
+
     /// Both batches: `(key, cost)` requests in order, as `check_n_batch` describes, without
     /// collecting them first.
     fn decide_batch<'k>(

@@ -33,6 +33,12 @@ pub(super) const PRELUDE: &str = include_str!("lua/prelude.lua");
 /// a take's reply with the time it was decided.
 pub(super) const TAIL: &str = include_str!("lua/tail.lua");
 
+/// Runs a hierarchy (`check_all`) on the outermost function, `MAIN` (replaced): every level
+/// decides on the state as it is; all store if all allowed, else only the first that denied
+/// (by its policy). ARGV 5 is one level's parameter count, then each level's parameters;
+/// the keys are each level's in turn. The reply is every level's.
+pub(super) const LEVELS: &str = include_str!("lua/levels.lua");
+
 /// Opens the function around one algorithm's body: `key` is its first key, `KEYS` and
 /// `ARGV` its own (parameters from `ARGV[5]`), `write` whether to store. `NAME` is replaced.
 /// The body ends with `return reply(...)`; `end` closes it.

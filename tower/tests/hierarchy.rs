@@ -116,6 +116,7 @@ fn users_in_orgs() -> (Arc<Limiter<Gcra>>, Arc<Limiter<Gcra>>) {
     (gcra("2/h burst 3", &clock), gcra("1/h burst 5", &clock))
 }
 
+// Pins G78.
 #[tokio::test]
 async fn each_level_denies_with_its_own_headers_and_a_denial_charges_no_level() {
     let (users, orgs) = users_in_orgs();
@@ -425,6 +426,7 @@ async fn dry_run_reports_and_shadow_tells_the_handler_charging_what_was_admitted
 /// of 6 per minute inside organisations of 10 per minute (fixed windows: a count per level,
 /// reset when the window turns), costs of 0 to 3 and now and then 7 (above a user's
 /// capacity), some requests without `x-org`, the clock moved now and then.
+// Pins G78.
 #[tokio::test]
 async fn a_random_sequence_matches_a_model_of_counters() {
     const USER: u64 = 6;
@@ -532,6 +534,7 @@ async fn a_random_sequence_matches_a_model_of_counters() {
     }
 }
 
+// Pins G78.
 #[tokio::test]
 async fn over_loopback_http() {
     let (users, orgs) = users_in_orgs();
