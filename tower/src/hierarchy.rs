@@ -2,11 +2,11 @@
 //! organisation), each with its own limiter and key, all or nothing, through the core's
 //! [`check_all`](hotlimit::check_all).
 
-use super::extract::{Inline, Key};
+use super::extract::Key;
 use super::layer::Outcome;
 use super::options::{ConfigView, Shared};
 use super::plan::NoPlans;
-use super::{AdvertisedQuota, KeyExtractor, LayerBuilder, MissingKey, OversizedKey, RequestCost};
+use super::{AdvertisedQuota, KeyExtractor, LayerBuilder, RequestCost};
 use hotlimit::headers::{QuotaPolicy, Verdict};
 use hotlimit::store::LimiterError;
 use hotlimit::{NonBlocking, Requests};
@@ -30,11 +30,12 @@ where
     /// first, outermost last), all or nothing: a user inside an organisation inside a region.
     ///
     /// One [`check_all`](hotlimit::check_all) per request: admitted only if every level
-    /// admits it, and then charged on each; denied by one, charged on none. Levels are tried
-    /// in order, so the one most likely to deny (the innermost) goes first. Each level is
-    /// charged by its own atomic step and refunded by another, so concurrent requests never
-    /// overspend any level; between the two steps a concurrent request on that level may be
-    /// denied for a charge that is then refunded, never admitted beyond its quota.
+    /// admits it, and then charged on each; denied by one, charged on none (each level is
+    /// read first; one that denies alone is the only one touched). Each level is charged by
+    /// its own atomic step, and refunded by another if a later one denies after all, so
+    /// concurrent requests never overspend any level; between the two steps a concurrent
+    /// request on that level may be denied for a charge that is then refunded, never
+    /// admitted beyond its quota.
     ///
     /// The headers are one level's, the one `check_all` returns: on a denial, the first level
     /// that denied, with a `Retry-After` long enough for every later level too; on an
@@ -44,7 +45,8 @@ where
     /// `quota = None`). A cost above a level's capacity is `413` with that level's policy.
     ///
     /// Every option of the builder applies to every level: the cost, the mode, the headers;
-    /// [`MissingKey`], [`LayerBuilder::max_key_len`] and [`OversizedKey`] to each level's
+    /// [`MissingKey`](crate::MissingKey), [`LayerBuilder::max_key_len`] and
+    /// [`OversizedKey`](crate::OversizedKey) to each level's
     /// key (a request whose key is refused at any level is refused, and charged nowhere);
     /// [`LayerBuilder::on_decision`] is told the deciding level's key and decision. Plans
     /// do not combine with it (`within` is on a builder without them): each level's quota is
@@ -232,33 +234,9 @@ where
         s.outcome(key, cost, self.level(i).2, result)
     }
 
-    /// A level's key, by the plain layer's rules (`Shared::key_of`, which reads the builder's
-    /// extractor only): an empty or absent key follows [`MissingKey`], a long one
-    /// [`OversizedKey`], hashed with the layer's seeds. `Err`: the status to refuse with.
+    /// A level's key, by the plain layer's rules ([`Shared::key_by`]).
     fn key_of<'p>(&'p self, extractor: &X, parts: &'p Parts) -> Result<Key<'p>, StatusCode> {
-        let s = &self.shared;
-        let key = match extractor.extract(parts) {
-            Some(key) if !key.as_str().is_empty() => key,
-            _ => match &s.missing {
-                MissingKey::Fallback(k) => Key::from(&**k),
-                MissingKey::Reject => return Err(StatusCode::BAD_REQUEST),
-            },
-        };
-        if key.as_str().len() <= s.max_key_len {
-            return Ok(key);
-        }
-        match s.oversized {
-            OversizedKey::Reject => Err(StatusCode::BAD_REQUEST),
-            OversizedKey::Hash => {
-                use fmt::Write;
-                let [a, b] = &s.hashers;
-                let k = key.as_str();
-                let mut inline = Inline::new();
-                // `#` and 32 hex digits: fits `Inline`.
-                let _ = write!(inline, "#{:016x}{:016x}", a.hash_one(k), b.hash_one(k));
-                Ok(Key::inline(inline))
-            }
-        }
+        self.shared.key_by(extractor, parts)
     }
 }
 

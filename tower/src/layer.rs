@@ -176,8 +176,8 @@ where
         if cost == 0 {
             return Stage::Now(Outcome::Refuse(None));
         }
-        let (mut extracted, mut hashed) = (None, None);
-        let key = match self.key_of(parts, &mut extracted, &mut hashed) {
+        let mut extracted = None;
+        let key = match self.key_of(parts, &mut extracted) {
             Ok(key) => key,
             Err(status) => return Stage::Now(self.refuse(status)),
         };
@@ -202,29 +202,39 @@ where
 
     /// The request's key: extracted (an empty one is missing), or the fallback, or hashed if
     /// over the length bound; or the status to [`refuse`](Self::refuse) a missing or
-    /// oversized key with. `extracted` and `hashed` hold what the key borrows.
+    /// oversized key with. `extracted` holds what the key borrows.
     #[inline(always)]
     pub(super) fn key_of<'k>(
         &'k self,
         parts: &'k Parts,
         extracted: &'k mut Option<Key<'k>>,
-        hashed: &'k mut Option<Key<'static>>,
     ) -> Result<&'k str, StatusCode> {
+        Ok(extracted.insert(self.key_by(&self.key, parts)?).as_str())
+    }
+
+    /// [`key_of`](Self::key_of) with another extractor (a hierarchy's outer levels), by the
+    /// same rules: the key as it is, the fallback, or the hash.
+    #[inline(always)]
+    pub(super) fn key_by<'k>(
+        &'k self,
+        extractor: &X,
+        parts: &'k Parts,
+    ) -> Result<Key<'k>, StatusCode> {
         // An empty key from any extractor is a missing key: one shared bucket for every
         // client that sends nothing would be a key nobody chose.
-        let key = extracted.insert(match self.key.extract(parts) {
+        let key = match extractor.extract(parts) {
             Some(key) if !key.as_str().is_empty() => key,
             _ => match &self.missing {
                 MissingKey::Fallback(k) => Key::from(&**k),
                 MissingKey::Reject => return Err(StatusCode::BAD_REQUEST),
             },
-        });
-        match key.as_str() {
-            k if k.len() <= self.max_key_len => Ok(k),
-            k => match self.oversized {
-                OversizedKey::Reject => Err(StatusCode::BAD_REQUEST),
-                OversizedKey::Hash => Ok(hashed.insert(self.hashed(k)).as_str()),
-            },
+        };
+        if key.as_str().len() <= self.max_key_len {
+            return Ok(key);
+        }
+        match self.oversized {
+            OversizedKey::Reject => Err(StatusCode::BAD_REQUEST),
+            OversizedKey::Hash => Ok(self.hashed(key.as_str())),
         }
     }
 

@@ -156,11 +156,11 @@ where
     /// limiter that could not decide), and the key and ticket of an admitted request.
     pub(super) fn take(&self, parts: &Parts) -> (Outcome, Option<(String, Ticket)>) {
         let cost = self.cost.cost(parts);
-        let (mut extracted, mut hashed) = (None, None);
+        let mut extracted = None;
         let key = match cost {
             // Cost 0: not limited, as in `build`'s layer.
             0 => return (Outcome::Refuse(None), None),
-            _ => self.key_of(parts, &mut extracted, &mut hashed),
+            _ => self.key_of(parts, &mut extracted),
         };
         let key = match key {
             Ok(key) => key,
