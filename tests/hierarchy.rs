@@ -4,7 +4,9 @@
 //! after a sequential drain, is exactly what its admitted requests spent); request by request,
 //! alone, every answer is that of a sequential model of the levels.
 
-use hotlimit::algo::{Algorithm, FixedWindow, Gcra, SlidingWindow};
+use hotlimit::algo::{
+    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingWindow,
+};
 use hotlimit::store::Locked;
 use hotlimit::{
     check_all, CasLimiter, CompactLimiter, Decision, DirectLimiter, ManualClock, MutexLimiter,
@@ -249,6 +251,52 @@ fn levels_on_limiters_of_their_own_never_overspend() {
         assert_eq!(left(&orgs[org]), 7 - spent);
     }
     assert_eq!(left(&global), 0);
+}
+
+/// A request denied by one level leaves every other level's state exactly as it was, for
+/// the decaying rates too (a refund after a take would only nearly undo their charges: the
+/// exponential's over-refunds a lone request, handing budget back): each level is read
+/// before any is charged.
+// Pins G78.
+#[test]
+fn a_denial_touches_no_other_level_for_every_algorithm() {
+    fn untouched<A: Algorithm>(user: A, org: A) {
+        let clock = ManualClock::default();
+        let users = CasLimiter::<u64, A>::with_clock(user, clock.clone());
+        let orgs = CasLimiter::<u64, A>::with_clock(org, clock.clone());
+        let levels = |u: &'static u64| [(&users, u, None), (&orgs, &10, None)];
+        // Alice's requests, below her own rate, until her organisation denies.
+        let mut steps = 0;
+        while check_all(&levels(&0), 1).unwrap().1.is_allowed() {
+            clock.advance(Duration::from_millis(300));
+            steps += 1;
+            assert!(steps < 1_000, "the organisation never denies");
+        }
+        clock.advance(Duration::from_millis(700));
+        // Bob's state after a lone request of his, a while ago.
+        assert!(users.check(&1).is_allowed());
+        clock.advance(Duration::from_millis(400));
+        let before = users.request(&1).peek().unwrap();
+        let (level, d) = check_all(&levels(&1), 1).unwrap();
+        assert_eq!(
+            (level, d.is_allowed()),
+            (1, false),
+            "the organisation denies"
+        );
+        assert_eq!(users.request(&1).peek().unwrap(), before);
+    }
+    // The organisation's quotas recover over a minute: still spent when bob asks.
+    untouched::<Gcra>(
+        "4/s burst 3".parse().unwrap(),
+        "1/min burst 4".parse().unwrap(),
+    );
+    let exp = |limit, secs| Exponential::new(limit, Duration::from_secs(secs)).unwrap();
+    untouched(exp(4.0, 1), exp(3.0, 60));
+    let earrrl =
+        |secs, r: &str| Earrrl::new(Duration::from_secs(secs), r.parse().unwrap()).unwrap();
+    untouched(earrrl(1, "4/s"), earrrl(60, "1/s"));
+    let window = |n, secs| SlidingWindow::new(n, Duration::from_secs(secs)).unwrap();
+    untouched(window(4, 1), window(3, 60));
 }
 
 /// What a caller sees of a decision: allowed, its wait, what remains.
