@@ -37,7 +37,7 @@ fn run(l: &Limiters, row: usize, seq: &[u64]) -> f64 {
     match row {
         0 => time(seq, |k| black_box(l.rate.check(k)).is_allowed()),
         1 => time(seq, |k| {
-            let permit = Permit::acquire(&l.permits, *k, 1).unwrap();
+            let permit = Permit::acquire(&l.permits, k, 1).unwrap();
             permit.decision().is_allowed()
         }),
         2 => time(seq, |k| {

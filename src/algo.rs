@@ -9,7 +9,7 @@ mod earrrl;
 mod exponential;
 mod fixed_window;
 mod gcra;
-mod in_flight;
+pub(crate) mod in_flight;
 mod sliding_log;
 mod sliding_window;
 mod sub_window;

@@ -2,6 +2,7 @@
 
 use crate::decision::{Decision, Ticket};
 use crate::request::{Ask, Requests};
+use std::borrow::Borrow;
 use std::fmt;
 
 /// The permits one request holds of an in-flight limit
@@ -10,7 +11,9 @@ use std::fmt;
 /// [`take`](crate::Request::take) whose ticket its drop settles with nothing still held.
 ///
 /// Acquired from any limiter ([`Requests`]) by reference or owned: `&limiter`,
-/// `Arc<limiter>` (a permit that outlives the scope, `'static` for a spawned task), a `Box`.
+/// `Arc<limiter>` (a permit that outlives the scope, `'static` for a spawned task), a `Box`;
+/// in memory, over Redis and on the fleet limiter. It keeps its own copy of the key
+/// (`Q::Owned`: a `String` for a `&str`).
 /// A denied acquisition is a permit that holds nothing: its [`decision`](Permit::decision)
 /// says so, and dropping it changes nothing. Dropped during a panic's unwinding, it gives
 /// its permits back too; one never dropped (`mem::forget`) is given back by its lease.
@@ -30,8 +33,8 @@ use std::fmt;
 ///     ManualClock::default(),
 /// ));
 /// let rate = CasLimiter::<String, Gcra>::with_clock("100/s burst 2".parse()?, ManualClock::default());
-/// let admit = |key: &str| -> Result<Option<Permit<_, String>>, hotlimit::QuotaError> {
-///     let permit = Permit::acquire(running.clone(), key.to_owned(), 1)?;
+/// let admit = |key: &str| -> Result<Option<Permit<_, str>>, hotlimit::QuotaError> {
+///     let permit = Permit::acquire(running.clone(), key, 1)?;
 ///     Ok((permit.decision().is_allowed() && rate.check(key).is_allowed()).then_some(permit))
 /// };
 /// let held = admit("alice")?.expect("a permit and the rate");
@@ -43,20 +46,20 @@ use std::fmt;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use = "a permit is given back when dropped: keep it while the request runs"]
-pub struct Permit<L: Requests<K>, K> {
+pub struct Permit<L: Requests<Q>, Q: ToOwned + ?Sized> {
     limiter: L,
-    key: K,
+    key: Q::Owned,
     ticket: Ticket,
 }
 
-impl<L: Requests<K>, K> Permit<L, K> {
+impl<L: Requests<Q>, Q: ToOwned + ?Sized> Permit<L, Q> {
     /// Takes `cost` permits for `key` from `limiter`, if it has them free now: a permit that
     /// holds them (its decision allowed) or nothing (denied). Errors as a
     /// [`take`](crate::Request::take) does: a cost of 0 or above the limit.
     #[inline]
-    pub fn acquire(limiter: L, key: K, cost: u64) -> Result<Self, L::Error> {
+    pub fn acquire(limiter: L, key: &Q, cost: u64) -> Result<Self, L::Error> {
         let ticket = limiter.take(
-            &key,
+            key,
             Ask {
                 cost,
                 ..Ask::default()
@@ -64,7 +67,7 @@ impl<L: Requests<K>, K> Permit<L, K> {
         )?;
         Ok(Self {
             limiter,
-            key,
+            key: key.to_owned(),
             ticket,
         })
     }
@@ -76,7 +79,7 @@ impl<L: Requests<K>, K> Permit<L, K> {
     }
 }
 
-impl<L: Requests<K>, K> Drop for Permit<L, K> {
+impl<L: Requests<Q>, Q: ToOwned + ?Sized> Drop for Permit<L, Q> {
     #[inline]
     fn drop(&mut self) {
         if self.ticket.is_open() {
@@ -84,12 +87,15 @@ impl<L: Requests<K>, K> Drop for Permit<L, K> {
             // cannot be refused as another's.
             let _ = self
                 .limiter
-                .settle(&self.key, &mut self.ticket, 0, Ask::default());
+                .settle(self.key.borrow(), &mut self.ticket, 0, Ask::default());
         }
     }
 }
 
-impl<L: Requests<K>, K: fmt::Debug> fmt::Debug for Permit<L, K> {
+impl<L: Requests<Q>, Q: ToOwned + ?Sized> fmt::Debug for Permit<L, Q>
+where
+    Q::Owned: fmt::Debug,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("key", &self.key)

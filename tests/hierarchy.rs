@@ -4,9 +4,7 @@
 //! after a sequential drain, is exactly what its admitted requests spent); request by request,
 //! alone, every answer is that of a sequential model of the levels.
 
-use hotlimit::algo::{
-    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingWindow,
-};
+use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::store::Locked;
 use hotlimit::{
     check_all, CasLimiter, CompactLimiter, Decision, DirectLimiter, ManualClock, MutexLimiter,

@@ -56,7 +56,7 @@ where
                 for _ in 0..4_000 {
                     let k = rng.below(keys.len() as u64) as usize;
                     let cost = 1 + rng.below(2);
-                    let permit = Permit::acquire(limiter, keys[k], cost).unwrap();
+                    let permit = Permit::acquire(limiter, &keys[k], cost).unwrap();
                     if permit.decision().is_denied() {
                         denied.fetch_add(1, Ordering::Relaxed);
                         continue;
@@ -80,9 +80,9 @@ where
     for (k, key) in keys.iter().enumerate() {
         assert_eq!(most[k].load(Ordering::Relaxed), max, "key {k} never full");
         // Every permit came back: the whole limit at once, then nothing.
-        let all = Permit::acquire(limiter, *key, max).unwrap();
+        let all = Permit::acquire(limiter, key, max).unwrap();
         assert!(all.decision().is_allowed(), "key {k}: a permit was lost");
-        let more = Permit::acquire(limiter, *key, 1).unwrap();
+        let more = Permit::acquire(limiter, key, 1).unwrap();
         assert!(more.decision().is_denied());
     }
 }
@@ -129,8 +129,8 @@ fn never_more_than_max_in_flight_from_8_threads_on_every_store() {
 fn released_keys_are_swept_and_held_ones_are_not() {
     let clock = ManualClock::default();
     let l = CasLimiter::<u64, _>::with_clock(in_flight(2), clock.clone());
-    let held = Permit::acquire(&l, 1, 1).unwrap();
-    drop(Permit::acquire(&l, 2, 2).unwrap());
+    let held = Permit::acquire(&l, &1, 1).unwrap();
+    drop(Permit::acquire(&l, &2, 2).unwrap());
     assert_eq!(l.len(), 2);
     let report = l.sweep();
     assert_eq!((report.evicted_idle, l.len()), (1, 1)); // key 2 released all: fresh
@@ -206,7 +206,7 @@ where
         };
         match op {
             Op::Acquire(cost) => {
-                let p = Permit::acquire(limiter, 42, cost).unwrap();
+                let p = Permit::acquire(limiter, &42, cost).unwrap();
                 let d: Decision = p.decision();
                 let want = model.decide(id, clock.now(), cost);
                 let got = (
@@ -277,7 +277,7 @@ fn flood_keeps_held_permits<L>(limiter: &L, clock: &ManualClock)
 where
     L: Requests<u64, Algo = InFlight, Error = QuotaError>,
 {
-    let take = |key| Permit::acquire(limiter, key, 1).unwrap();
+    let take = |key| Permit::acquire(limiter, &key, 1).unwrap();
     let mut mine = vec![take(0), take(0)];
     assert!(mine.iter().all(|p| p.decision().is_allowed()));
     let flood: Vec<_> = (1..=2_000).map(take).collect();
@@ -297,7 +297,7 @@ where
     drop((again, mine, flood));
     clock.advance(2 * LEASE);
     for key in [0, 1, 777, 2_000] {
-        let all = Permit::acquire(limiter, key, 2).unwrap();
+        let all = Permit::acquire(limiter, &key, 2).unwrap();
         assert!(
             all.decision().is_allowed(),
             "key {key} still owes after its leases"
@@ -339,15 +339,17 @@ fn a_flood_of_keys_holding_permits_hands_no_permit_back() {
 #[test]
 fn a_smaller_live_limit_hands_no_permit_back() {
     let l = CasLimiter::<u64, _>::with_clock(Live::new(in_flight(3)), ManualClock::default());
-    let held: Vec<_> = (0..3).map(|_| Permit::acquire(&l, 7, 1).unwrap()).collect();
+    let held: Vec<_> = (0..3)
+        .map(|_| Permit::acquire(&l, &7, 1).unwrap())
+        .collect();
     l.reconfigure(in_flight(1)).unwrap();
     let mut held = held.into_iter();
-    assert!(Permit::acquire(&l, 7, 1).unwrap().decision().is_denied());
+    assert!(Permit::acquire(&l, &7, 1).unwrap().decision().is_denied());
     drop(held.next());
     drop(held.next());
-    assert!(Permit::acquire(&l, 7, 1).unwrap().decision().is_denied());
+    assert!(Permit::acquire(&l, &7, 1).unwrap().decision().is_denied());
     drop(held.next());
-    assert!(Permit::acquire(&l, 7, 1).unwrap().decision().is_allowed());
+    assert!(Permit::acquire(&l, &7, 1).unwrap().decision().is_allowed());
     // A lease of another length cannot read the permits held.
     let longer = InFlight::new(1, 2 * LEASE).unwrap();
     assert!(l.reconfigure(longer).is_err());

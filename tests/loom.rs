@@ -267,7 +267,7 @@ fn permits(threads: usize, max: u64) {
             .map(|_| {
                 let (l, inside) = (limiter.clone(), inside.clone());
                 thread::spawn(move || {
-                    let permit = Permit::acquire(&*l, (), 1).unwrap();
+                    let permit = Permit::acquire(&*l, &(), 1).unwrap();
                     if permit.decision().is_denied() {
                         return 0;
                     }
@@ -281,7 +281,7 @@ fn permits(threads: usize, max: u64) {
             .collect();
         let admitted: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
         assert!(admitted >= 1, "the first permit taken is always free");
-        let all = Permit::acquire(&*limiter, (), max).unwrap();
+        let all = Permit::acquire(&*limiter, &(), max).unwrap();
         assert!(all.decision().is_allowed(), "a permit was not given back");
     });
 }

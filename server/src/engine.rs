@@ -156,7 +156,7 @@ impl std::fmt::Display for BuildError {
             BuildError::Spawn(e) => write!(f, "cannot build the fleet limiter: {e}"),
             BuildError::NotOnFleet(algo) => write!(
                 f,
-                "the hybrid backend does not run this algorithm ({algo}); use gcra, fixed_window, sliding_window, earrrl or exponential"
+                "the hybrid backend does not run this algorithm ({algo}); use gcra, fixed_window, sliding_window, earrrl, exponential or in_flight"
             ),
             BuildError::Outside { algorithm, backend } => write!(
                 f,
@@ -628,7 +628,7 @@ impl Engines {
             Algorithm::Exponential(q) => self.on(*q, class).await?,
             Algorithm::SubWindow(q) => self.not_fleet(*q).await?,
             Algorithm::SlidingLog(q) => self.not_fleet(*q).await?,
-            Algorithm::InFlight(q) => self.not_fleet(*q).await?,
+            Algorithm::InFlight(q) => self.on(*q, class).await?,
             Algorithm::Outside(o) => o.build(self)?,
         })
     }

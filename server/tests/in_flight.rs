@@ -141,17 +141,53 @@ fn an_in_flight_rule_is_refused_where_it_cannot_run() {
         e.contains("'burst' does not apply to algorithm 'in_flight'"),
         "{e}"
     );
-    let fleet = Settings {
-        backend: Backend::Hybrid {
-            url: "redis://127.0.0.1:1/".into(),
-            prefix: String::new(),
-            sync_interval: Duration::from_millis(10),
-            max_keys: 100,
-        },
-        ..Settings::memory()
+}
+
+/// On the hybrid backend each replica decides locally and the permits are merged through
+/// Redis: a permit one replica holds, the other hears of and counts; one released frees on
+/// both once heard.
+// Pins G76.
+#[test]
+fn permits_on_the_hybrid_backend_are_held_across_replicas() {
+    let Some(redis) = common::redis() else {
+        return;
     };
-    let e = refused(RULES.to_owned(), fleet);
-    assert!(e.contains("does not run this algorithm (InFlight)"), "{e}");
+    let dir = Scratch::new("in-flight-fleet");
+    let config = dir.write("gen.yaml", RULES);
+    let url = redis.url();
+    let args = [
+        "--backend",
+        "hybrid",
+        "--redis-url",
+        &url,
+        "--sync-ms",
+        "10",
+    ];
+    let (a, b) = (server(&config, &args), server(&config, &args));
+    let (s1, first) = take(a.http, "alice");
+    let (s2, _second) = take(a.http, "alice");
+    assert_eq!((s1, s2), (200, 200));
+    // B hears of A's two permits: alice is full there too.
+    let until = |port: u16, status: u16| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (got, ticket) = take(port, "alice");
+            if got == status {
+                return ticket;
+            }
+            if let Some(t) = ticket {
+                release(port, &t);
+            }
+            assert!(std::time::Instant::now() < deadline, "never {status}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    until(b.http, 429);
+    // A releases one: B takes it once heard.
+    assert_eq!(release(a.http, &first.unwrap()).0, 200);
+    let taken = until(b.http, 200);
+    assert!(taken.is_some());
+    assert_eq!(take(b.http, "alice").0, 429);
 }
 
 /// One inline command to the Redis on `port`: its raw reply (RESP), read until it is whole.

@@ -41,7 +41,7 @@ use std::time::Duration;
 /// use hotlimit::{algo::InFlight, CasLimiter, ManualClock, Permit};
 /// use std::time::Duration;
 ///
-/// let limiter = CasLimiter::<&str, _>::with_clock(
+/// let limiter = CasLimiter::<String, _>::with_clock(
 ///     InFlight::new(2, Duration::from_secs(600))?,
 ///     ManualClock::default(),
 /// );
@@ -113,7 +113,7 @@ impl InFlight {
     /// The epoch of `now`. Below 2^32 − 1 for every `now` up to `CLOCK_MAX`, by the lease's
     /// floor, so a word's epoch never wraps and the word is never all ones.
     #[inline]
-    fn epoch(&self, now: u64) -> u32 {
+    pub(crate) fn epoch(&self, now: u64) -> u32 {
         (clamp(now) / self.epoch_ns) as u32
     }
 
@@ -125,19 +125,19 @@ impl InFlight {
 
 /// A state word's parts: (epoch, permits taken in the previous epoch, in this one).
 #[inline]
-fn unpack(word: u64) -> (u32, u64, u64) {
+pub(crate) fn unpack(word: u64) -> (u32, u64, u64) {
     ((word >> 32) as u32, word >> 16 & 0xFFFF, word & 0xFFFF)
 }
 
 #[inline]
-fn pack(epoch: u32, prev: u64, cur: u64) -> u64 {
+pub(crate) fn pack(epoch: u32, prev: u64, cur: u64) -> u64 {
     u64::from(epoch) << 32 | prev.min(MAX_PERMITS) << 16 | cur.min(MAX_PERMITS)
 }
 
 /// `word` as of epoch `e`: a permit of the epoch before moves to `prev`, older ones have
 /// expired. An epoch behind the word's (a clock read behind it) counts as the word's.
 #[inline]
-fn roll(word: u64, e: u32) -> (u32, u64, u64) {
+pub(crate) fn roll(word: u64, e: u32) -> (u32, u64, u64) {
     let (epoch, prev, cur) = unpack(word);
     match e.saturating_sub(epoch) {
         0 => (epoch, prev, cur),

@@ -6,7 +6,7 @@ use super::context::{Evicted, FleetContext};
 use super::entry::{Hybrid, HybridCell};
 use super::{Fallback, SyncError};
 use crate::algo::Algorithm;
-use crate::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
+use crate::algo::{Earrrl, Exponential, FixedWindow, Gcra, InFlight, SlidingWindow};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use crate::keyed::Shared;
@@ -49,8 +49,8 @@ pub enum Visit<S> {
 }
 
 /// How an algorithm runs in the hybrid limiter. Sealed: implemented for [`Gcra`] (leases)
-/// and for [`FixedWindow`], [`SlidingWindow`], [`Earrrl`] and [`Exponential`] (merged
-/// states).
+/// and for [`FixedWindow`], [`SlidingWindow`], [`Earrrl`], [`Exponential`] and [`InFlight`]
+/// (merged states).
 pub trait HybridAlgorithm: Engine {}
 
 impl HybridAlgorithm for Gcra {}
@@ -58,6 +58,7 @@ impl HybridAlgorithm for FixedWindow {}
 impl HybridAlgorithm for SlidingWindow {}
 impl HybridAlgorithm for Earrrl {}
 impl HybridAlgorithm for Exponential {}
+impl HybridAlgorithm for InFlight {}
 
 mod private {
     use super::*;

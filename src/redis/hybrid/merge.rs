@@ -83,6 +83,24 @@ pub trait Merge:
         false
     }
 
+    /// The others' state once a push brings `pushed` where `known` was heard (neither
+    /// unknown, not equal). What the others held never drops by a push, only by time: a hash
+    /// emptied under the fleet (a `FLUSHALL`, Redis restarted empty) lacks the instances that
+    /// have not published since, and its push, taken as their state, handed back what they had
+    /// taken (a flush's sliding window 1.2-1.3x its limit). Joined as debts are (at least as
+    /// limiting as both), as it was heard and as it is pushed; each pulled back first into the
+    /// current window (a state stamped ahead by a clock not yet set by Redis' would, as the
+    /// later window, win the join with its few counts and drop the current window's: a cold
+    /// start's sliding window 1.4x its limit).
+    fn heard(&self, known: Self::Word, pushed: Self::Word, now: u64) -> Self::Word {
+        let (known, pushed) = (self.pull_back(known, now), self.pull_back(pushed, now));
+        let new = self.debt(&pushed, 0);
+        match self.debt_join(0, self.debt(&known, 0), new) {
+            d if d == new => pushed,
+            d => self.restore(&|_| d),
+        }
+    }
+
     /// The state of the union of two instances' traffic, as of `now` (shared time, ns).
     fn merge(&self, a: Self::Word, b: Self::Word, now: u64) -> Self::Word;
 
@@ -409,24 +427,10 @@ where
         local: u64,
     ) {
         let (own, known) = w.split();
-        // What the others held never drops by a push, only by time: a hash emptied under
-        // the fleet (a `FLUSHALL`, Redis restarted empty) lacks the instances that have not
-        // published since, and its push, taken as their state, handed back what they had
-        // taken (a flush's sliding window 1.2-1.3x its limit). Joined as debts are (at
-        // least as limiting as both), as it was heard and as it is pushed; each pulled back
-        // first into the current window (a state stamped ahead by a clock not yet set by
-        // Redis' would, as the later window, win the join with its few counts and drop the
-        // current window's: a cold start's sliding window 1.4x its limit).
         let others = if known == A::UNKNOWN || known == *pushed {
             *pushed
         } else {
-            let now = ctx.shared_now(local);
-            let (known, pushed) = (self.pull_back(known, now), self.pull_back(*pushed, now));
-            let new = self.debt(&pushed, 0);
-            match self.debt_join(0, self.debt(&known, 0), new) {
-                d if d == new => pushed,
-                d => self.restore(&|_| d),
-            }
+            self.heard(known, *pushed, ctx.shared_now(local))
         };
         *w = A::Entry::join(own, others);
     }

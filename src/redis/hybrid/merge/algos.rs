@@ -1,10 +1,11 @@
 //! How each merged algorithm's states add up across instances ([`Merge`] for the fixed and
-//! sliding windows, EARRRL and the exponential limiter): their union, their re-stamping, and
-//! what the fallback assumes the others hold.
+//! sliding windows, EARRRL, the exponential limiter and the in-flight permits): their union,
+//! their re-stamping, and what the fallback assumes the others hold.
 
 use super::super::entry::Pair;
 use super::Merge;
-use crate::algo::{Algorithm, Earrrl, Exponential, FixedWindow, SlidingWindow, WordStep};
+use crate::algo::in_flight::{pack, roll, unpack};
+use crate::algo::{Algorithm, Earrrl, Exponential, FixedWindow, InFlight, SlidingWindow, WordStep};
 use crate::decision::Decision;
 
 /// The latest window of length `w` a request stamped in window `index` may fall in once its
@@ -94,6 +95,75 @@ impl Merge for FixedWindow {
             held.saturating_add(others_part(left, share))
                 .min(self.count_max()),
         )
+    }
+}
+
+/// The permits each instance holds, per epoch: the fleet holds their sum. A permit counts in
+/// its instance's field until that instance gives it back (the field published again) or its
+/// lease ends (the field's epochs roll past it, on every instance's reading, and the field
+/// itself expires): a crashed instance's permits come back by their leases.
+impl Merge for InFlight {
+    type Word = u64;
+    type Entry = u128;
+    /// Epoch all ones: beyond the clock's range (`InFlight::epoch`).
+    const UNKNOWN: u64 = u64::MAX - 1;
+
+    fn horizon(&self) -> u64 {
+        self.lease().as_nanos() as u64
+    }
+
+    fn pull_back(&self, word: u64, now: u64) -> u64 {
+        let (epoch, prev, cur) = unpack(word);
+        match self.epoch(now) {
+            e if epoch > e => pack(e, prev, cur),
+            _ => word,
+        }
+    }
+
+    fn shift(&self, word: u64, delta: i64) -> u64 {
+        match unpack(word) {
+            (_, 0, 0) => word,
+            (epoch, prev, cur) => {
+                let epoch = shifted_index(u64::from(epoch), self.epoch_ns(), delta);
+                pack(epoch.min(u64::from(u32::MAX - 1)) as u32, prev, cur)
+            }
+        }
+    }
+
+    /// Each count the sum of both (16 bits at most, where the word's field ends), as of now's
+    /// epoch: a permit of an earlier epoch moved to `prev` or expired, one stamped ahead
+    /// counted now.
+    fn merge(&self, a: u64, b: u64, now: u64) -> u64 {
+        let e = self.epoch(now);
+        let ((_, pa, ca), (_, pb, cb)) = (
+            roll(self.pull_back(a, now), e),
+            roll(self.pull_back(b, now), e),
+        );
+        match (pa + pb, ca + cb) {
+            (0, 0) => self.fresh(),
+            (prev, cur) => pack(e, prev, cur),
+        }
+    }
+
+    fn count(&self, own: u64, now: u64, cost: u64) -> u64 {
+        self.merge(own, pack(self.epoch(now), 0, cost), now)
+    }
+
+    /// What they held when heard, and all of the permits that left but `share` of them, held
+    /// now (expiring a lease from now: the latest).
+    fn degraded(&self, known: u64, now: u64, share: f64) -> u64 {
+        let (e, prev, cur) = roll(self.pull_back(known, now), self.epoch(now));
+        let left = self.capacity().saturating_sub(prev + cur);
+        pack(e, prev, cur + others_part(left, share))
+    }
+
+    /// As pushed: a permit given back on another instance is free here as soon as it is
+    /// heard (joined with what was heard before, as the rates are, it would stay held to its
+    /// lease). The price: a hash emptied under the fleet (a `FLUSHALL`, Redis restarted
+    /// empty) hides the permits the others hold until each publishes again (a permit taken
+    /// or given back there).
+    fn heard(&self, _known: u64, pushed: u64, _now: u64) -> u64 {
+        pushed
     }
 }
 
