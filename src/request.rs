@@ -313,18 +313,32 @@ where
             continue;
         }
         let mut ticket = limiter.take(key, ask_with(cost, quota))?;
-        let mine = ticket.decision();
-        if mine.is_denied() {
-            let later = levels[i + 1..]
-                .iter()
-                .filter_map(|&(l, k, q)| l.preview(k, ask_with(cost, q)).ok());
-            return Ok((i, waiting_for_all(mine, later)));
+        if ticket.decision().is_denied() {
+            return Ok(denied_at(levels, i, cost, ticket.decision()));
         }
         // Admitted since its read (a refill, a refund): given back, and every level taken.
         limiter.settle(key, &mut ticket, 0, ask_with(1, quota))?;
         break;
     }
     take_levels(levels, 0, cost)
+}
+
+/// The answer when level `i` of [`check_all`] denied: its decision, its retry waiting for
+/// every later level too (as far as they can be read now).
+fn denied_at<L, Q>(
+    levels: &[(&L, &Q, Option<&L::Algo>)],
+    i: usize,
+    cost: u64,
+    denied: Decision,
+) -> (usize, Decision)
+where
+    L: Requests<Q> + ?Sized,
+    Q: ?Sized,
+{
+    let later = levels[i + 1..]
+        .iter()
+        .filter_map(|&(l, k, q)| l.preview(k, ask_with(cost, q)).ok());
+    (i, waiting_for_all(denied, later))
 }
 
 /// Levels `i..` of [`check_all`] (`i` in range): level `i` taken, the rest walked, level `i`
@@ -344,11 +358,7 @@ where
     let mut ticket = limiter.take(key, ask(cost))?;
     let mine = ticket.decision();
     if mine.is_denied() {
-        // A retry must wait for every later level too (as far as they can be read now).
-        let later = levels[i + 1..]
-            .iter()
-            .filter_map(|&(l, k, q)| l.preview(k, ask_with(cost, q)).ok());
-        return Ok((i, waiting_for_all(mine, later)));
+        return Ok(denied_at(levels, i, cost, mine));
     }
     if i + 1 == levels.len() {
         return Ok((i, mine));

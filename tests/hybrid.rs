@@ -1653,11 +1653,7 @@ fn fleet_permit_child_holds_until_killed() {
     // Published: two sync rounds after the take.
     let ticks = l.stats().ticks;
     eventually("the permits published", || l.stats().ticks >= ticks + 2);
-    println!("HELD");
-    std::mem::forget(held);
-    loop {
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    redis_server::hold_until_killed(held)
 }
 
 /// An instance holding permits is killed (SIGKILL: no drop, no last sync). Its permits stay
@@ -1666,30 +1662,15 @@ fn fleet_permit_child_holds_until_killed() {
 // Pins G76.
 #[test]
 fn a_crashed_instances_permits_come_back_by_their_lease() {
-    use std::io::{BufRead, BufReader};
     let Some(server) = Server::start() else {
         return;
     };
     let lease = Duration::from_secs(10);
     let started = Instant::now();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "fleet_permit_child_holds_until_killed",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("HOTLIMIT_FLEET_PERMIT_CHILD", server.url())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|l| l.unwrap().contains("HELD")),
-        "the child took no permit"
+    redis_server::killed_once_held(
+        "fleet_permit_child_holds_until_killed",
+        &[("HOTLIMIT_FLEET_PERMIT_CHILD", server.url())],
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
     // A new instance, not current for a lease (states written before it may be live): its
     // requests for "k" wait for the fleet's state, which their round brings.
     let b = HybridLimiter::builder(server.url(), InFlight::new(3, lease).unwrap())

@@ -459,12 +459,8 @@ fn in_flight_child_holds_until_killed() {
     let server_time = red.request("job").take().unwrap();
     let explicit = red.request("replayed").at(at).take().unwrap();
     assert!(server_time.decision().is_allowed() && explicit.decision().is_allowed());
-    println!("HELD");
     // The tickets are kept, never settled: the process dies holding both permits.
-    let _kept = (server_time, explicit);
-    loop {
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    redis_server::hold_until_killed((server_time, explicit))
 }
 
 /// A process holding a permit over Redis is killed (SIGKILL: no drop, no settle). Its permit
@@ -474,31 +470,18 @@ fn in_flight_child_holds_until_killed() {
 // Pins G76.
 #[test]
 fn a_killed_holders_permit_comes_back_by_its_lease() {
-    use std::io::{BufRead, BufReader};
     let Some(server) = Server::start() else {
         return;
     };
     let lease = Duration::from_secs(10);
     let at = 7_000_000_000u64; // epoch 1 of 5 s: expires when epoch 3 begins, at 15 s
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "in_flight_child_holds_until_killed",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("HOTLIMIT_PERMIT_CHILD", server.url())
-        .env("HOTLIMIT_PERMIT_AT", at.to_string())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|l| l.unwrap().contains("HELD")),
-        "the child took no permit"
+    redis_server::killed_once_held(
+        "in_flight_child_holds_until_killed",
+        &[
+            ("HOTLIMIT_PERMIT_CHILD", server.url()),
+            ("HOTLIMIT_PERMIT_AT", at.to_string()),
+        ],
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
     let red = RedisLimiter::builder(server.url(), InFlight::new(1, lease).unwrap())
         .key_prefix("killed:")
         .build()

@@ -392,3 +392,33 @@ pub fn close(i: usize, m: &Decision, r: &Decision) {
         "request {i}: retry_after {a} vs {b}"
     );
 }
+
+/// Runs `test`, an ignored test of this test binary, as a child process with `env`; waits
+/// until it prints `HELD` (it took what it holds, see [`hold_until_killed`]), then kills it
+/// (SIGKILL: no drop, no last write) and reaps it.
+pub fn killed_once_held(test: &str, env: &[(&str, String)]) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--ignored", "--nocapture"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.unwrap().contains("HELD")),
+        "the child {test} took nothing"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The child's side of [`killed_once_held`]: says it holds `held`, and waits to be killed,
+/// never giving it back.
+pub fn hold_until_killed<T>(held: T) -> ! {
+    println!("HELD");
+    std::mem::forget(held);
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
