@@ -2,10 +2,11 @@
 //! own connection, one `EVALSHA` per round trip or pipelined batches of them (by
 //! `try_check_pipelined`, or by `check_batch`).
 //!
-//! `cargo bench --features redis --bench redis [-- SECONDS]`. Starts its own `redis-server`
-//! on 127.0.0.1 (a free port, no persistence); prints a markdown table. With
+//! `cargo bench --features redis --bench redis [-- SECONDS] [hierarchy]`. Starts its own
+//! `redis-server` on 127.0.0.1 (a free port, no persistence); prints a markdown table. With
 //! `--features redis-async`, also the async client: N concurrent tokio tasks on one
-//! multiplexed connection.
+//! multiplexed connection. Then (or alone, with `hierarchy`) a three-level
+//! `RedisLimiter::check_all` against a plain check, one thread, rounds interleaved.
 
 use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
@@ -144,6 +145,88 @@ fn run_async(url: &str, tasks: usize, secs: f64) -> f64 {
     })
 }
 
+/// One thread, GCRA admitting everything: a plain check against a three-level hierarchy (a
+/// user of 1,000, an organisation of 100, a global key, a quota each) in one script call and
+/// through the core's `check_all`, in 10 interleaved rounds of `secs / 5` each; per row, calls
+/// per second (the rounds' median) and the median of the rounds' ratios to the check.
+fn hierarchy(url: &str, secs: f64) {
+    let gcra = |r: f64| Gcra::new(Rate::per_second_of(r).unwrap()).unwrap();
+    let (user, org, global) = (gcra(1e6), gcra(1e7), gcra(1e8));
+    let r = RedisLimiter::builder(url, user)
+        .key_prefix("levels:{bench}:")
+        .build()
+        .expect("connect");
+    let keys: Vec<[String; 3]> = (0..KEYS)
+        .map(|i| {
+            [
+                format!("u{}", i % 1000),
+                format!("o{}", i % 100),
+                "g".into(),
+            ]
+        })
+        .collect();
+    // 0: a check; 1: the one-script hierarchy; 2: the core's `check_all` over the same
+    // limiter, a round trip a level (a read each, then a take each).
+    let per_second = |row: usize| {
+        let (mut i, mut done) = (0, 0u64);
+        let start = Instant::now();
+        while start.elapsed().as_secs_f64() < secs / 5.0 {
+            let k = &keys[i % KEYS];
+            let allowed = match row {
+                0 => r.request(&k[0]).check().expect("check").is_allowed(),
+                1 => {
+                    let levels = [
+                        (k[0].as_str(), Some(&user)),
+                        (k[1].as_str(), Some(&org)),
+                        (k[2].as_str(), Some(&global)),
+                    ];
+                    r.check_all(&levels, 1, None)
+                        .expect("check_all")
+                        .1
+                        .is_allowed()
+                }
+                _ => {
+                    let levels = [
+                        (&r, k[0].as_str(), Some(&user)),
+                        (&r, k[1].as_str(), Some(&org)),
+                        (&r, k[2].as_str(), Some(&global)),
+                    ];
+                    hotlimit::check_all(&levels, 1)
+                        .expect("check_all")
+                        .1
+                        .is_allowed()
+                }
+            };
+            assert!(allowed);
+            i += 1;
+            done += 1;
+        }
+        done as f64 / (secs / 5.0)
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut cells: [(Vec<f64>, Vec<f64>); 3] = Default::default();
+    for _ in 0..10 {
+        let rates = [per_second(0), per_second(1), per_second(2)];
+        for (row, rate) in rates.iter().enumerate() {
+            cells[row].0.push(*rate);
+            cells[row].1.push(rates[0] / rate);
+        }
+    }
+    println!("\n| one thread, GCRA | calls per second | time ÷ a check |");
+    println!("|---|---|---|");
+    let names = [
+        "a check",
+        "`RedisLimiter::check_all`, 3 levels, one script",
+        "`hotlimit::check_all` over it, 3 levels, a round trip each",
+    ];
+    for (name, (rates, ratios)) in names.iter().zip(cells) {
+        println!("| {name} | {:.0} | {:.2} |", median(rates), median(ratios));
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a number is the seconds per cell.
     let secs: f64 = std::env::args()
@@ -174,6 +257,12 @@ fn main() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let url = format!("redis://127.0.0.1:{port}/");
+    if std::env::args().any(|a| a == "hierarchy") {
+        hierarchy(&url, secs);
+        let _ = child.kill();
+        let _ = child.wait();
+        return;
+    }
     println!("checks per second, {KEYS} keys round robin, {secs} s per cell\n");
     println!(
         "| algorithm | threads | unpipelined | pipelined ×16 | pipelined ×64 | `check_batch` ×64 (trait) |"
@@ -234,6 +323,7 @@ fn main() {
             .collect();
         println!("| one multiplexed connection | {} |", row.join(" | "));
     }
+    hierarchy(&url, secs);
     let _ = child.kill();
     let _ = child.wait();
 }
