@@ -183,6 +183,7 @@ mod client;
 mod connection;
 mod hybrid;
 mod keys;
+mod levels;
 mod local_deny;
 mod lua;
 mod redis_builder;
