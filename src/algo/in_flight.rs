@@ -190,20 +190,29 @@ impl Algorithm for InFlight {
             .with_reset_after_ns(if cur > 0 { end(2) } else { end(1) })
     }
 
-    /// Releases `charged − actual` of the ticket's permits from the epoch they were taken in,
-    /// if they have not expired yet; an `actual` above the charge holds the difference too,
+    /// Releases `charged − actual` of the ticket's permits from the epoch they were taken in
+    /// (what it lacks from the other live epoch), if they have not expired yet; an `actual` above the charge holds the difference too,
     /// in this epoch (up to `max`).
     #[inline]
     fn settle(&self, state: &mut u64, now: u64, taken_at: u64, charged: u64, actual: u64) {
         let (epoch, mut prev, mut cur) = roll(*state, self.epoch(now));
         if actual < charged {
             let released = charged - actual;
-            match epoch.checked_sub(self.epoch(taken_at)) {
-                Some(0) => cur = cur.saturating_sub(released),
-                Some(1) => prev = prev.saturating_sub(released),
+            // From the ticket's epoch's count, and what that lacks from the other live one: a
+            // permit can be counted an epoch after its ticket's (taken on a clock read behind
+            // the state's epoch, or re-stamped late by a fleet's cold start), and freeing
+            // nothing there leaked it to its lease.
+            let counts = match epoch.checked_sub(self.epoch(taken_at)) {
+                Some(0) => Some((&mut cur, &mut prev)),
+                Some(1) => Some((&mut prev, &mut cur)),
                 // Expired (or stamped after the state's epoch, which no ticket of this key
                 // is): nothing of it is held any more.
-                _ => {}
+                _ => None,
+            };
+            if let Some((first, second)) = counts {
+                let here = released.min(*first);
+                *first -= here;
+                *second -= (released - here).min(*second);
             }
         } else {
             let more = actual - charged;
@@ -347,6 +356,25 @@ mod tests {
         // A release in the next epoch frees it from `prev`.
         g.settle(&mut w, 31 * S, 25 * S, 1, 0);
         assert!(g.update(&mut w, 31 * S, 1).is_allowed());
+    }
+
+    #[test]
+    fn a_permit_counted_after_its_tickets_epoch_is_still_released() {
+        let g = f(2);
+        let mut w = g.fresh();
+        assert!(g.update(&mut w, 10 * S, 1).is_allowed()); // epoch 1
+                                                           // A clock read behind it: counted in epoch 1, its ticket says epoch 0.
+        assert!(g.update(&mut w, 9 * S, 1).is_allowed());
+        assert_eq!(unpack(w), (1, 0, 2));
+        g.settle(&mut w, 11 * S, 9 * S, 1, 0);
+        assert_eq!(unpack(w), (1, 0, 1));
+        // Its own epoch's count goes first: the other's stays as it was.
+        assert!(g.update(&mut w, 21 * S, 1).is_allowed()); // epoch 2: (2, 1, 1)
+        g.settle(&mut w, 21 * S, 21 * S, 1, 0);
+        assert_eq!(unpack(w), (2, 1, 0));
+        // An expired ticket still frees nothing.
+        g.settle(&mut w, 21 * S, 9 * S, 1, 0);
+        assert_eq!(unpack(w), (2, 1, 0));
     }
 
     #[test]

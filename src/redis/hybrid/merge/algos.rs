@@ -393,7 +393,8 @@ impl Merge for Exponential {
 #[cfg(test)]
 mod tests {
     use super::Merge;
-    use crate::algo::{Earrrl, Exponential, FixedWindow, SlidingWindow};
+    use crate::algo::in_flight::unpack;
+    use crate::algo::{Algorithm, Earrrl, Exponential, FixedWindow, InFlight, SlidingWindow};
     use std::time::Duration;
 
     const S: u64 = 1_000_000_000;
@@ -460,5 +461,24 @@ mod tests {
             sliding.merge(SlidingWindow::pack(9, 7, 40), current, now),
             SlidingWindow::pack(10, 60, 50)
         );
+    }
+
+    /// Permits taken before Redis' time was known, re-stamped into the next epoch by a cold
+    /// start found a nanosecond behind, are still given back by their tickets (the release
+    /// looked for them in the ticket's epoch only: the fleet kept them to their lease).
+    #[test]
+    fn permits_restamped_at_a_cold_start_are_released() {
+        let permits = InFlight::new(4, Duration::from_secs(20)).unwrap();
+        let mut own = permits.fresh();
+        for _ in 0..4 {
+            assert!(permits.update(&mut own, 3 * S, 1).is_allowed()); // epoch 0
+        }
+        own = permits.shift(own, 1);
+        assert_eq!(unpack(own), (1, 0, 4));
+        for released in 1..=4 {
+            permits.settle(&mut own, 4 * S, 3 * S + 1, 1, 0);
+            assert_eq!(unpack(own).2, 4 - released);
+        }
+        assert_eq!(own, permits.fresh());
     }
 }
