@@ -439,6 +439,54 @@ fn a_debt_past_the_clock_is_an_error_and_changes_nothing() {
     assert_eq!(d.remaining(), Some(1)); // 5 − 3 − the peeked unit
 }
 
+/// A permit taken on a clock behind its key's epoch (a failover to a node whose clock is
+/// behind) is counted in the key's epoch, an epoch after its ticket's; its release frees it,
+/// in Redis as in memory (it looked in the ticket's epoch only, and kept it to its lease).
+// Pins G76.
+#[test]
+fn a_permit_counted_after_its_tickets_epoch_is_released_as_in_memory() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let permits = InFlight::new(2, Duration::from_secs(20)).unwrap();
+    let clock = ManualClock::default();
+    let mem = CasLimiter::<String, InFlight>::with_clock(permits, clock.clone());
+    let red = RedisLimiter::builder(server.url(), permits)
+        .key_prefix(prefix())
+        .build()
+        .unwrap();
+    let s = 1_000_000_000u64;
+    let mut held = Vec::new();
+    // Epoch 1 (10-20 s), then 9 s: behind it.
+    for t in [10 * s, 9 * s] {
+        clock.set(Duration::from_nanos(t));
+        let (m, r) = (
+            mem.request("k").take().unwrap(),
+            red.request("k").at(t).take().unwrap(),
+        );
+        assert!(
+            m.decision().is_allowed() && r.decision().is_allowed(),
+            "{t}"
+        );
+        assert_eq!(m.decision(), r.decision(), "{t}");
+        held.push((m, r));
+    }
+    let (mut m, mut r) = held.pop().unwrap();
+    clock.set(Duration::from_nanos(11 * s));
+    assert_eq!(
+        mem.request("k").settle(&mut m, 0).unwrap(),
+        red.request("k").at(11 * s).settle(&mut r, 0).unwrap()
+    );
+    // One permit free again (a peek of one admitted, none left after it), the other held.
+    let (m, r) = (
+        mem.request("k").peek().unwrap(),
+        red.request("k").at(11 * s).peek().unwrap(),
+    );
+    assert!(m.is_allowed(), "{m:?}");
+    assert_eq!(m.remaining(), Some(0));
+    assert_eq!(m, r);
+}
+
 /// The child process of `a_killed_holders_permit_comes_back_by_its_lease`: takes a permit on
 /// the server `HOTLIMIT_PERMIT_CHILD` names, on the server's clock (and one at an explicit
 /// time, `HOTLIMIT_PERMIT_AT`), says so, and waits to be killed, never giving either back.

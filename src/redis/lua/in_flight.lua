@@ -28,8 +28,8 @@ local function save()
     store(fmt(epoch) .. ' ' .. fmt(prev) .. ' ' .. fmt(cur), (epoch + last) * w)
   end
 end
--- Settle: `CHARGED - ACTUAL` permits given back from the epoch they were taken in, if they
--- have not expired; an `ACTUAL` above the charge holds the difference too (up to `max`). A
+-- Settle: `CHARGED - ACTUAL` permits given back from the epoch they were taken in (what it
+-- lacks from the other live one), if they have not expired; an `ACTUAL` above the charge holds the difference too (up to `max`). A
 -- permit's ticket may live as long as its lease (a release must land when a long request
 -- ends): its settle mark, set by the tail, is kept as long, so no replay within it settles
 -- twice.
@@ -37,11 +37,15 @@ if SETTLE then
   local lease_ms = math.ceil(2 * w / (ups / 1000))
   if lease_ms > SETTLE_MARK_MS then redis.call('PEXPIRE', MARK, lease_ms) end
   if ACTUAL < CHARGED then
-    local taken = fdiv(TAKEN, w)
+    -- What the ticket's epoch lacks comes from the other live one: a permit taken on a
+    -- clock behind the state's epoch (a failover's) is counted an epoch after its ticket's.
+    local taken, released = fdiv(TAKEN, w), CHARGED - ACTUAL
     if taken == epoch then
-      cur = math.max(cur - (CHARGED - ACTUAL), 0)
+      local here = math.min(released, cur)
+      cur, prev = cur - here, math.max(prev - (released - here), 0)
     elseif taken == epoch - 1 then
-      prev = math.max(prev - (CHARGED - ACTUAL), 0)
+      local here = math.min(released, prev)
+      prev, cur = prev - here, math.max(cur - (released - here), 0)
     end
   else
     cur = math.max(cur, math.min(cur + (ACTUAL - CHARGED), max - prev))
