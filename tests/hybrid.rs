@@ -625,6 +625,55 @@ fn a_key_flood_against_max_keys_keeps_admitting_new_keys() {
     assert!(l.metrics().sweep.evicted_capacity > 0);
 }
 
+/// The other instances' keys never push an instance's own out: once its store is as full as
+/// a capacity pass leaves it (7/8 of `max_keys`), a push for a key it does not hold is filed
+/// in its debt table, not made an entry. Its own keys stay (no capacity eviction, however
+/// many keys the other instance fills), and a key the other spent is spent here too: its
+/// first request here starts from the filed state.
+// Pins G55.
+#[test]
+fn pushes_of_keys_not_held_never_push_the_instances_own_out() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let window = FixedWindow::new(3, Duration::from_secs(3600)).unwrap();
+    let other = hybrid(&server, window, Fallback::DENY);
+    let here = current(
+        HybridLimiter::builder(server.url(), window)
+            .redis(|r| r.key_prefix("t:"))
+            .sync_interval(Duration::from_millis(5))
+            .fallback(Fallback::DENY)
+            .max_keys(64)
+            .build()
+            .unwrap(),
+    );
+    for i in 0..56 {
+        assert!(here.check(&format!("own-{i}")).is_allowed());
+    }
+    eventually("its own keys published", || here.stats().pushes >= 56);
+    for i in 0..500 {
+        for _ in 0..3 {
+            assert!(other.check(&format!("theirs-{i}")).is_allowed());
+        }
+    }
+    // Every key of the other's heard here (its own 56, the other's 500).
+    eventually("the other's keys heard", || here.stats().pushes >= 556);
+    assert_eq!(
+        here.metrics().sweep.evicted_capacity,
+        0,
+        "{:?}",
+        here.metrics()
+    );
+    assert_eq!(here.len(), 56);
+    for i in 0..56 {
+        let d = here.request(&format!("own-{i}")).peek().unwrap();
+        assert_eq!(d.remaining(), Some(1), "own-{i}");
+    }
+    for i in [0, 7, 499] {
+        assert!(here.check(&format!("theirs-{i}")).is_denied(), "theirs-{i}");
+    }
+}
+
 /// A key evicted for capacity while it holds a lease hands its units back: Redis gets them,
 /// and another instance (here a `RedisLimiter` on the same keys) can take them.
 // Pins G46, G55.

@@ -271,6 +271,32 @@ where
         debts.restore(&self.core.algo, self.debt_hash(key))
     }
 
+    /// Files `state()` as what `key` owes in the debt table, without inserting the key, if the
+    /// store is full (as full as a capacity pass leaves it) and keeps debts: whether it did. For the fleet's pushes
+    /// of keys this instance does not hold (the other instances' traffic): inserted, each
+    /// would push a key in use here out of a full store (4 instances under a flood of one-off
+    /// keys: the store turned over four times as fast as its own keys alone made it). Filed,
+    /// the key still starts from what the fleet holds when a request inserts it.
+    #[cfg(feature = "redis")]
+    pub(crate) fn owe_if_full<Q: Hash + ?Sized>(
+        &self,
+        key: &Q,
+        state: impl FnOnce() -> A::State,
+    ) -> bool {
+        // Full as a capacity pass leaves it (7/8 of the bound): inserted past that, these
+        // keys alone would call the next pass.
+        let full = self
+            .core
+            .max_keys
+            .is_some_and(|max| self.map.len() >= max - max / 8);
+        if !full || self.core.debts.is_none() {
+            return false;
+        }
+        self.core
+            .keep_debt(|| self.debt_hash(key), &state(), self.core.sweep_now());
+        true
+    }
+
     /// The hash of `key` the debt table files it under.
     #[inline]
     fn debt_hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {

@@ -218,8 +218,21 @@ fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
         };
         match algo.read_push(ctx, key, &mut r, now) {
             Ok(p) => {
-                if algo.push_is_idle(ctx, &p, now) && store.map.get(key, &guard).is_none() {
-                    continue;
+                if store.map.get(key, &guard).is_none() {
+                    if algo.push_is_idle(ctx, &p, now) {
+                        continue;
+                    }
+                    // Not held here and the store full: kept as what the key owes, as if it
+                    // had been evicted, unless a request inserted it meanwhile.
+                    let filed = store.owe_if_full(key, || {
+                        let mut w = algo.unknown();
+                        algo.apply_push(ctx, &mut w, &p, own, now);
+                        w
+                    });
+                    if filed && store.map.get(key, &guard).is_none() {
+                        pushes += 1;
+                        continue;
+                    }
                 }
                 // Read by the key's quota (GCRA's debt is in its units); a key not held yet
                 // owes nothing, and any quota reads its pushed state alike.
