@@ -974,8 +974,11 @@ fn a_flood_never_resets_a_merged_limit<A: HybridAlgorithm>(server: &Server, name
         if forget {
             assert!(
                 again,
-                "{name}: the forgetting limiter did not reset (k not evicted?): {totals:?} {:?}",
-                a.stats()
+                "{name}: the forgetting limiter did not reset (k not evicted?): {totals:?} {:?} \
+                 len {} k {:?}",
+                a.stats(),
+                a.len(),
+                a.request("k").peek(),
             );
         } else {
             assert!(
