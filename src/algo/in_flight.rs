@@ -191,8 +191,8 @@ impl Algorithm for InFlight {
     }
 
     /// Releases `charged − actual` of the ticket's permits from the epoch they were taken in
-    /// (what it lacks from the other live epoch), if they have not expired yet; an `actual` above the charge holds the difference too,
-    /// in this epoch (up to `max`).
+    /// (what it lacks from the other live epoch), if they have not expired yet; an `actual`
+    /// above the charge holds the difference too, in this epoch (up to `max`).
     #[inline]
     fn settle(&self, state: &mut u64, now: u64, taken_at: u64, charged: u64, actual: u64) {
         let (epoch, mut prev, mut cur) = roll(*state, self.epoch(now));
@@ -200,8 +200,8 @@ impl Algorithm for InFlight {
             let released = charged - actual;
             // From the ticket's epoch's count, and what that lacks from the other live one: a
             // permit can be counted an epoch after its ticket's (taken on a clock read behind
-            // the state's epoch, or re-stamped late by a fleet's cold start), and freeing
-            // nothing there leaked it to its lease.
+            // the state's epoch, or re-stamped late by the fleet when its offset to Redis'
+            // time jumps), and freeing nothing there leaked it to its lease.
             let counts = match epoch.checked_sub(self.epoch(taken_at)) {
                 Some(0) => Some((&mut cur, &mut prev)),
                 Some(1) => Some((&mut prev, &mut cur)),
@@ -362,8 +362,8 @@ mod tests {
     fn a_permit_counted_after_its_tickets_epoch_is_still_released() {
         let g = f(2);
         let mut w = g.fresh();
-        assert!(g.update(&mut w, 10 * S, 1).is_allowed()); // epoch 1
-                                                           // A clock read behind it: counted in epoch 1, its ticket says epoch 0.
+        // Epoch 1, then a clock read behind it: counted in epoch 1, its ticket says epoch 0.
+        assert!(g.update(&mut w, 10 * S, 1).is_allowed());
         assert!(g.update(&mut w, 9 * S, 1).is_allowed());
         assert_eq!(unpack(w), (1, 0, 2));
         g.settle(&mut w, 11 * S, 9 * S, 1, 0);

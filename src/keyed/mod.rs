@@ -272,11 +272,12 @@ where
     }
 
     /// Files `state()` as what `key` owes in the debt table, without inserting the key, if the
-    /// store is full (as full as a capacity pass leaves it) and keeps debts: whether it did. For the fleet's pushes
-    /// of keys this instance does not hold (the other instances' traffic): inserted, each
-    /// would push a key in use here out of a full store (4 instances under a flood of one-off
-    /// keys: the store turned over four times as fast as its own keys alone made it). Filed,
-    /// the key still starts from what the fleet holds when a request inserts it.
+    /// store is full (as full as a capacity pass leaves it) and keeps debts: whether it did.
+    /// For the fleet's pushes of keys this instance does not hold (the other instances'
+    /// traffic): inserted, each would push a key in use here out of a full store (4 instances
+    /// under a flood of one-off keys: the store turned over four times as fast as its own
+    /// keys alone made it). Filed, the key still starts from what the fleet holds when a
+    /// request inserts it.
     #[cfg(feature = "redis")]
     pub(crate) fn owe_if_full<Q: Hash + ?Sized>(
         &self,

@@ -29,10 +29,10 @@ local function save()
   end
 end
 -- Settle: `CHARGED - ACTUAL` permits given back from the epoch they were taken in (what it
--- lacks from the other live one), if they have not expired; an `ACTUAL` above the charge holds the difference too (up to `max`). A
--- permit's ticket may live as long as its lease (a release must land when a long request
--- ends): its settle mark, set by the tail, is kept as long, so no replay within it settles
--- twice.
+-- lacks from the other live one), if they have not expired; an `ACTUAL` above the charge
+-- holds the difference too (up to `max`). A permit's ticket may live as long as its lease (a
+-- release must land when a long request ends): its settle mark, set by the tail, is kept as
+-- long, so no replay within it settles twice.
 if SETTLE then
   local lease_ms = math.ceil(2 * w / (ups / 1000))
   if lease_ms > SETTLE_MARK_MS then redis.call('PEXPIRE', MARK, lease_ms) end
