@@ -9,7 +9,7 @@ mod redis_server;
 use fault_proxy::Proxy;
 use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, InFlight, SlidingWindow};
 use hotlimit::redis::{
-    BackendError, Fallback, HybridAlgorithm, HybridLimiter, RedisLimiter, SyncError,
+    BackendError, Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, RedisLimiter, SyncError,
 };
 use hotlimit::Requests;
 use hotlimit::{
@@ -40,13 +40,25 @@ fn hourly(burst: u64) -> Gcra {
 /// A limiter on `server`, once current: subscribed (it hears every change from then on) and
 /// knowing that no other state was live before (the servers here start empty).
 fn hybrid<A: HybridAlgorithm>(server: &Server, algo: A, fallback: Fallback) -> HybridLimiter<A> {
+    hybrid_with(server, algo, fallback, |b| b)
+}
+
+/// [`hybrid`], its builder changed by `more` first.
+fn hybrid_with<A: HybridAlgorithm>(
+    server: &Server,
+    algo: A,
+    fallback: Fallback,
+    more: impl FnOnce(HybridBuilder<A>) -> HybridBuilder<A>,
+) -> HybridLimiter<A> {
     current(
-        HybridLimiter::builder(server.url(), algo)
-            .redis(|r| r.key_prefix("t:"))
-            .sync_interval(Duration::from_millis(5))
-            .fallback(fallback)
-            .build()
-            .unwrap(),
+        more(
+            HybridLimiter::builder(server.url(), algo)
+                .redis(|r| r.key_prefix("t:"))
+                .sync_interval(Duration::from_millis(5))
+                .fallback(fallback),
+        )
+        .build()
+        .unwrap(),
     )
 }
 
@@ -638,15 +650,7 @@ fn pushes_of_keys_not_held_never_push_the_instances_own_out() {
     };
     let window = FixedWindow::new(3, Duration::from_secs(3600)).unwrap();
     let other = hybrid(&server, window, Fallback::DENY);
-    let here = current(
-        HybridLimiter::builder(server.url(), window)
-            .redis(|r| r.key_prefix("t:"))
-            .sync_interval(Duration::from_millis(5))
-            .fallback(Fallback::DENY)
-            .max_keys(64)
-            .build()
-            .unwrap(),
-    );
+    let here = hybrid_with(&server, window, Fallback::DENY, |b| b.max_keys(64));
     for i in 0..56 {
         assert!(here.check(&format!("own-{i}")).is_allowed());
     }
