@@ -209,6 +209,19 @@ pub trait Algorithm: Send + Sync + 'static {
         self.update(&mut state.clone(), now, cost)
     }
 
+    /// Decides a request of `cost` at `now` whose cost a [`settle`](Algorithm::settle) may
+    /// correct later (a take: [`Request::take`](crate::Request::take)), and updates `state`:
+    /// the same decision as [`update`](Algorithm::update), and a state from which the settle
+    /// can hand back exactly what the take added, never more. The default is `update`, right
+    /// for every algorithm whose request adds what its settle takes back (GCRA's `cost·T`, a
+    /// window's count, EARRRL's impulse); the exponential limiter stores the request as a
+    /// whole impulse of `cost`, which its smoothing would otherwise spread thinner than the
+    /// refund.
+    #[inline]
+    fn take(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
+        self.update(state, now, cost)
+    }
+
     /// Settles a request admitted at `taken_at` for `charged` units whose actual cost turned
     /// out to be `actual` (known only after the work: tokens generated, bytes sent), at `now`.
     ///

@@ -105,6 +105,11 @@ impl<A: Reconfigure> Algorithm for Live<A> {
     }
 
     #[inline]
+    fn take(&self, state: &mut A::State, now: u64, cost: u64) -> Decision {
+        self.get().take(state, now, cost)
+    }
+
+    #[inline]
     fn idle_at(&self, state: &A::State) -> u64 {
         self.get().idle_at(state)
     }

@@ -305,9 +305,10 @@ where
     if levels.is_empty() {
         return Ok((0, Decision::allowed()));
     }
-    // Each level read first: a request some level denies touches no other (a refund undoes
-    // GCRA's and the windows' charges exactly, the decaying rates' only nearly), and only a
-    // level that changed between its read and a take is ever refunded.
+    // Each level read first: a request some level denies touches no other, and only a level
+    // that changed between its read and a take is ever refunded (a refund undoes what the
+    // take stored, `Algorithm::take`: on the exponential limiter a whole impulse, which a
+    // hierarchy's admitted levels keep).
     for (i, &(limiter, key, quota)) in levels.iter().enumerate() {
         if limiter.preview(key, ask_with(cost, quota))?.is_allowed() {
             continue;

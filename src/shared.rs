@@ -534,22 +534,7 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         Ok((granted, self.count(decision)))
     }
 
-    /// A request of `cost` decided by `algo` (the limiter's own, or a per-request quota) on
-    /// the key's state `at` at `now`; counted.
-    #[inline(always)]
-    pub(crate) fn charge(
-        &self,
-        algo: &A,
-        cost: u64,
-        now: u64,
-        at: impl KeyState<A::State>,
-    ) -> Result<Decision, CostError> {
-        check_cost(cost, algo.capacity())?;
-        let decision = at.apply(|state| algo.update(state, now, cost));
-        Ok(self.count(decision))
-    }
-
-    /// `take` of every store: [`charge`](Core::charge) that returns a [`Ticket`] to settle.
+    /// `take` of every store: [`Algorithm::take`], counted, and a [`Ticket`] to settle.
     #[inline(always)]
     pub(crate) fn take(
         &self,
@@ -559,7 +544,9 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         at: impl KeyState<A::State>,
     ) -> Result<Ticket, CostError> {
         let key = at.key_print();
-        let decision = self.charge(algo, cost, now, at)?;
+        check_cost(cost, algo.capacity())?;
+        // The algorithm's take: a charge its settle can hand back exactly.
+        let decision = self.count(at.apply(|state| algo.take(state, now, cost)));
         Ok(Ticket::new(decision, cost, now).bound(self.id, key))
     }
 

@@ -128,7 +128,8 @@ fn any_overlap<'a>(events: impl IntoIterator<Item = &'a Event>) -> bool {
 fn apply<A: Algorithm>(algo: &A, state: &mut A::State, now: u64, op: &Op) -> Out {
     match *op {
         Op::Check => Out::Decided(algo.update(state, now, 1)),
-        Op::CheckN(cost) | Op::Take(cost) => Out::Decided(algo.update(state, now, cost)),
+        Op::CheckN(cost) => Out::Decided(algo.update(state, now, cost)),
+        Op::Take(cost) => Out::Decided(algo.take(state, now, cost)),
         Op::Peek(cost) => Out::Decided(algo.peek(state, now, cost)),
         // The limiters cap a grant at the capacity before the algorithm sees it.
         Op::UpTo(most) => {

@@ -54,8 +54,9 @@ impl<A> Quotas<A> {
 }
 
 /// The sequential model of a hierarchy on one exact in-memory limiter (levels are its keys,
-/// each with its quota): a request is admitted iff every level's peek admits it, then checked
-/// on each; denied, checked on the first denying level only (its policy's own answer to a
+/// each with its quota): a request is admitted iff every level's peek admits it, then taken
+/// on each (`Algorithm::take`: a check's charge but for the exponential limiter's, a whole
+/// impulse that a refund can undo exactly); denied, checked on the first denying level only (its policy's own answer to a
 /// denial), its wait the longest of its own and the later levels'. The level that decides:
 /// the first that denied, or the tightest that admitted (the least remaining, the first of
 /// equals). Returns the level, the deciding level's decision and the wait the answer gives.
@@ -89,11 +90,8 @@ fn model<A: Reconfigure>(
     }
     let checked: Vec<Decision> = (0..3)
         .map(|l| {
-            mem.request(&keys[l])
-                .quota(q.of(l))
-                .cost(cost)
-                .check()
-                .unwrap()
+            let ticket = mem.request(&keys[l]).quota(q.of(l)).cost(cost).take();
+            ticket.unwrap().decision()
         })
         .collect();
     let left = |d: &Decision| d.remaining().unwrap_or(u64::MAX);

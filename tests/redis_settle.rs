@@ -587,3 +587,44 @@ fn a_permits_settle_mark_lives_as_long_as_its_lease() {
         "the mark's expiry: {pttl} ms"
     );
 }
+
+/// A take settled at 0 hands back what it took and nothing more, in Redis as in memory (the
+/// exponential limiter's take stores a whole impulse, `Algorithm::take`): limit 10 a second,
+/// a burst, a second's wait, a take of 10 settled at 0, and the next burst gets 6 through,
+/// as a key that never took; the smoothed charge's full refund let all 10 through.
+// Pins G44.
+#[test]
+fn a_take_refunded_in_full_hands_back_nothing_more_as_in_memory() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let exp = Exponential::new(10.0, Duration::from_secs(1)).unwrap();
+    let red = RedisLimiter::builder(server.url(), exp)
+        .key_prefix(prefix())
+        .build()
+        .unwrap();
+    let clock = ManualClock::default();
+    let mem = CasLimiter::<String, _, _>::with_clock(exp, clock.clone());
+    let s = 1_000_000_000u64;
+    let burst = |key: &str, t: u64| {
+        (0..100)
+            .take_while(|_| red.request(key).at(t).check().unwrap().is_allowed())
+            .count()
+    };
+    assert_eq!((burst("k", s), burst("twin", s)), (10, 10));
+    let mut ticket = red.request("k").cost(10).at(2 * s).take().unwrap();
+    assert!(ticket.decision().is_allowed());
+    assert!(red.request("k").at(2 * s).settle(&mut ticket, 0).unwrap());
+    // The same in memory, to the state's last bits: the next decision's measured rate.
+    clock.set(Duration::from_secs(1));
+    for _ in 0..10 {
+        let _ = mem.check(&"k".to_string());
+    }
+    clock.set(Duration::from_secs(2));
+    let mut ticket = mem.request("k").cost(10).take().unwrap();
+    assert!(mem.request("k").settle(&mut ticket, 0).unwrap());
+    let m = mem.request("k").peek().unwrap();
+    let r = red.request("k").at(2 * s).peek().unwrap();
+    close(0, &m, &r);
+    assert_eq!((burst("k", 2 * s), burst("twin", 2 * s)), (6, 6));
+}

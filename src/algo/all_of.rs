@@ -147,6 +147,48 @@ impl<X: State, Y: State, B: State> Pair<B> for PairState<X, Y> {
     }
 }
 
+impl<A, B> AllOf<A, B>
+where
+    A: Algorithm,
+    B: Algorithm,
+    A::State: Pair<B::State>,
+{
+    /// A request on both quotas (each by `update`, or by `take`), all or nothing: stored
+    /// only if both admit.
+    #[inline]
+    fn step_both(
+        &self,
+        state: &mut <Self as Algorithm>::State,
+        now: u64,
+        cost: u64,
+        take: bool,
+    ) -> Decision {
+        let (a, b) = <A::State as Pair<B::State>>::parts(state);
+        let (mut a2, mut b2) = (a.clone(), b.clone());
+        let (da, db) = if take {
+            (
+                self.first.take(&mut a2, now, cost),
+                self.second.take(&mut b2, now, cost),
+            )
+        } else {
+            (
+                self.first.update(&mut a2, now, cost),
+                self.second.update(&mut b2, now, cost),
+            )
+        };
+        if da.is_allowed() && db.is_allowed() {
+            *state = Pair::join(a2, b2);
+        } else {
+            // All-or-nothing: a quota that allowed keeps its old state; one that denied keeps
+            // what its own policy made of the denial.
+            let a = if da.is_allowed() { a } else { a2 };
+            let b = if db.is_allowed() { b } else { b2 };
+            *state = Pair::join(a, b);
+        }
+        Decision::all_of(da, db)
+    }
+}
+
 impl<A, B> Algorithm for AllOf<A, B>
 where
     A: Algorithm,
@@ -181,20 +223,13 @@ where
 
     #[inline]
     fn update(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
-        let (a, b) = <A::State as Pair<B::State>>::parts(state);
-        let (mut a2, mut b2) = (a.clone(), b.clone());
-        let da = self.first.update(&mut a2, now, cost);
-        let db = self.second.update(&mut b2, now, cost);
-        if da.is_allowed() && db.is_allowed() {
-            *state = Pair::join(a2, b2);
-        } else {
-            // All-or-nothing: a quota that allowed keeps its old state; one that denied keeps
-            // what its own policy made of the denial.
-            let a = if da.is_allowed() { a } else { a2 };
-            let b = if db.is_allowed() { b } else { b2 };
-            *state = Pair::join(a, b);
-        }
-        Decision::all_of(da, db)
+        self.step_both(state, now, cost, false)
+    }
+
+    /// Each quota takes it as its own algorithm does (see [`Algorithm::take`]).
+    #[inline]
+    fn take(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
+        self.step_both(state, now, cost, true)
     }
 
     /// Both quotas settle it, so both must hold the debt.

@@ -266,10 +266,40 @@ impl Algorithm for Exponential {
         store(state, self.decide(*state, now, cost))
     }
 
-    /// A request of cost `c` raises the average by `c` at its instant (exactly for a burst;
-    /// Exim's smoothing spreads a lone request's), so the difference is an impulse of
-    /// `actual − charged` at `taken_at`, decayed to the state's time and added to `r`
-    /// (floored at zero).
+    /// Exim's decision, stored as a whole impulse: the average decayed to `now` plus `cost`
+    /// (`e^{−i}·r + cost`), at least what [`update`](Algorithm::update) stores, whose
+    /// smoothing adds only `(1 − e^{−i})·cost/i` for a request `i` periods after the last.
+    /// So a settle's refund, an impulse of `charged − actual`, takes back no more than the
+    /// take added: refunding the full cost of a smoothed charge lowered the average below
+    /// where it was before the take (a take and a settle of 0 a period after a burst let the
+    /// next burst through whole: 1.26× the limit over a run). A denied take stores what
+    /// `update` does: its ticket never settles.
+    fn take(&self, word: &mut u128, now: u64, cost: u64) -> Decision {
+        let before = *word;
+        let (t_prev, r_prev) = Self::unpack(before);
+        let decision = self.update(word, now, cost);
+        if decision.is_allowed() {
+            let t = clamp(now).max(t_prev);
+            // An idle key is a fresh one (`idle_at`): what is left of its average is dropped,
+            // as a sweep would drop the key.
+            let left = if t >= self.idle_at(&before) {
+                0.0
+            } else {
+                (-((t - t_prev) as f64) / self.period_ns as f64).exp() * r_prev
+            };
+            let impulse = left + cost as f64;
+            *word = Self::pack(t, impulse.max(Self::unpack(*word).1));
+        }
+        decision
+    }
+
+    /// A take stores its cost as an impulse at its instant ([`take`](Algorithm::take)), so
+    /// the difference is an impulse of `actual − charged` at `taken_at`, decayed to the
+    /// state's time and added to `r` (floored at zero). Exact while no later request's
+    /// `max(·, cost)` floor hid part of the take's impulse; one that did (a lone request
+    /// about a period after the take) keeps part of the refund from being matched by a
+    /// charge, by at most `e^{−i}` of it: 0.15% over the limit at worst in a search of
+    /// such sequences.
     fn settle(&self, word: &mut u128, _now: u64, taken_at: u64, charged: u64, actual: u64) {
         if actual == charged {
             return;

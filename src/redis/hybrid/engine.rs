@@ -102,6 +102,20 @@ mod private {
             now: u64,
             cost: u64,
         ) -> Verdict;
+        /// [`decide_entry`](Engine::decide_entry) for a take, whose settle may correct its
+        /// cost: the algorithm's [`take`](crate::algo::Algorithm::take). The default decides.
+        #[allow(clippy::too_many_arguments)]
+        fn take_entry(
+            &self,
+            plan: &Self::Plan,
+            ctx: &FleetContext,
+            w: &mut Self::Word,
+            stale: bool,
+            now: u64,
+            cost: u64,
+        ) -> Verdict {
+            self.decide_entry(plan, ctx, w, stale, now, cost)
+        }
         /// Settles at local time `now` a request taken at local time `taken_at` for
         /// `charged`, with the `actual` cost (they differ), on `w`: this instance's part of
         /// the key, as a request changes it. The sync thread then publishes the change.

@@ -411,7 +411,10 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         quota: Option<&A>,
         now: u64,
     ) -> Result<Ticket, QuotaError> {
-        let ((), decision) = self.step(key, cost, quota, decide(now, cost))?;
+        let take = move |algo: &A, plan: &A::Plan, ctx: &FleetContext, stale, w: &mut A::Word| {
+            ((), algo.take_entry(plan, ctx, w, stale, now, cost))
+        };
+        let ((), decision) = self.step(key, cost, quota, take)?;
         let ticket = Ticket::new(decision, cost, now);
         Ok(ticket.bound(self.inner.store.core.id, crate::shared::key_print(key)))
     }

@@ -63,7 +63,17 @@ local per_sec = rn * ups / P
 local t_store = math.max(now, t_prev)
 local state = fmt(t_store) .. ' ' .. fmt(rn)
 if rn <= limit then
-  if write then store(state, idle_at(t_store, rn)) end
+  if write and TAKE then
+    -- `Algorithm::take` (src/algo/exponential.rs): a whole impulse of `cost` on the average
+    -- decayed to now, so that a settle's refund takes back no more than the take added.
+    -- An idle key is a fresh one: what is left of its average is dropped.
+    local left = 0
+    if t_store < idle_at(t_prev, r_prev) then left = math.exp(-((t_store - t_prev) / P)) * r_prev end
+    local rt = math.max(left + cost, rn)
+    store(fmt(t_store) .. ' ' .. fmt(rt), idle_at(t_store, rt))
+  elseif write then
+    store(state, idle_at(t_store, rn))
+  end
   return reply(true, 0, nil, nil, per_sec)
 end
 local wait

@@ -16,6 +16,9 @@ local cost = tonumber(ARGV[3])
 local MODE = ARGV[4]
 local WRITE = MODE ~= '0'
 local SETTLE = MODE == 's'
+-- A take, whose settle may correct its cost, stores what `Algorithm::take` does (a hierarchy's
+-- levels too: levels.lua sets it before they store).
+local TAKE = MODE == 't'
 local TAKEN, CHARGED, ACTUAL, MARK
 if SETTLE then
   TAKEN = tonumber(ARGV[#ARGV - 1])

@@ -388,6 +388,34 @@ impl Merge for Exponential {
         });
         (step.decision, counted)
     }
+
+    /// The union's decision; an admitted take adds its whole cost to this instance's part
+    /// (at least the increment a decision adds), as a take in memory stores it: the settle's
+    /// refund of `charged − actual` then takes back no more than the take added.
+    fn take_merged(
+        &self,
+        own: u128,
+        others: u128,
+        now: u64,
+        cost: u64,
+    ) -> (Decision, Option<u128>) {
+        let (decision, counted) = self.decide_merged(own, others, now, cost);
+        if !decision.is_allowed() {
+            return (decision, counted);
+        }
+        let (t_own, r_own) = Self::unpack(own);
+        let t = now.max(t_own);
+        let p = self.period().as_nanos() as f64;
+        // As `Algorithm::take`: an idle part is a fresh one.
+        let left = if t >= self.idle_at(&own) {
+            0.0
+        } else {
+            (-((t - t_own) as f64) / p).exp() * r_own
+        };
+        let impulse = left + cost as f64;
+        let at_least = counted.map_or(0.0, |c| Self::unpack(c).1);
+        (decision, Some(Self::pack(t, impulse.max(at_least))))
+    }
 }
 
 #[cfg(test)]
@@ -429,6 +457,32 @@ mod tests {
             earrrl.shift(f64::NEG_INFINITY.to_bits(), late),
             f64::NEG_INFINITY.to_bits()
         );
+    }
+
+    /// A fleet take settled at 0 leaves this instance's part of an exponential average no
+    /// lower than it was before the take: the take adds its whole cost to the part, which the
+    /// settle takes back. A decision adds only the union's smoothed increment (here, a
+    /// second after the last request, `(1 − e^{−1})·10`), and its full refund took the part
+    /// below its decayed self.
+    // Pins G29.
+    #[test]
+    fn a_fleet_take_settled_at_0_leaves_its_part_where_it_was() {
+        let exp = Exponential::new(20.0, Duration::from_secs(1)).unwrap();
+        let (own, others) = (Exponential::pack(S, 8.0), Exponential::pack(S, 2.0));
+        let now = 2 * S;
+        let before = 8.0 * (-1.0f64).exp();
+        let settled = |counted: Option<u128>| {
+            let mut part = counted.expect("admitted and counted");
+            exp.settle(&mut part, now, now, 10, 0);
+            Exponential::unpack(part).1
+        };
+        let (d, counted) = exp.take_merged(own, others, now, 10);
+        assert!(d.is_allowed());
+        let after = settled(counted);
+        assert!((after - before).abs() < 1e-12, "{after} vs {before}");
+        // What a decision counts (6.32) cannot be refunded whole: the part went to zero.
+        let (_, counted) = exp.decide_merged(own, others, now, 10);
+        assert_eq!(settled(counted), 0.0);
     }
 
     /// A state stamped two windows ahead (an instance's clock before Redis' time was known)
