@@ -130,6 +130,29 @@ impl<W: AtomicWord> StateCell<W> for CasCell<W> {
         )
     }
 
+    /// No tombstone test: the cell is never killed, and no algorithm stores all ones.
+    #[inline(always)]
+    fn update_live<T>(
+        &self,
+        stats: &Stats,
+        mut f: impl FnMut(&mut W) -> T,
+        _: impl FnOnce() -> W,
+    ) -> T {
+        cas_loop(
+            &self.word,
+            || stats.retry(),
+            |current| {
+                let mut new = current;
+                let out = f(&mut new);
+                if new == current {
+                    Round::done(out)
+                } else {
+                    Round::write(new, out)
+                }
+            },
+        )
+    }
+
     fn rewrite(&self, mut f: impl FnMut(&mut W)) -> bool {
         cas_loop(
             &self.word,

@@ -99,11 +99,8 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> Lookup<()> for Single<A, C, V> {
 /// were it ever, `f` would run on a fresh state (what the sweeper guarantees a dead cell was).
 impl<A: Algorithm, C: Clock, V: Variant<A>> KeyState<A::State> for &Single<A, C, V> {
     #[inline(always)]
-    fn apply<T>(&self, mut f: impl FnMut(&mut A::State) -> T) -> T {
-        let mut fresh = None;
-        self.core
-            .update(&*self.cell, &mut f)
-            .unwrap_or_else(|| f(fresh.insert(self.core.algo.fresh())))
+    fn apply<T>(&self, f: impl FnMut(&mut A::State) -> T) -> T {
+        self.core.update_live(&*self.cell, f)
     }
 
     fn key_print(&self) -> u64 {

@@ -441,6 +441,22 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         Some(out)
     }
 
+    /// [`update`](Core::update) of a cell never killed (the direct limiter's): no
+    /// tombstone to test; were it dead, `f` runs on a fresh state.
+    #[inline(always)]
+    pub(crate) fn update_live<T>(
+        &self,
+        cell: &impl StateCell<A::State>,
+        f: impl FnMut(&mut A::State) -> T,
+    ) -> T {
+        let generation = self.generation();
+        let out = cell.update_live(&self.stats, f, || self.algo.fresh());
+        self.fit_if_switched(generation, |fit| {
+            cell.rewrite(fit);
+        });
+        out
+    }
+
     /// The configuration's generation, read before a request's update: if it differs after
     /// the update ([`fit_if_switched`](Core::fit_if_switched)), the configuration changed
     /// meanwhile ([`Live`]) and the state written must be fitted, since the request's step

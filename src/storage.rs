@@ -16,6 +16,18 @@ pub trait StateCell<S>: Send + Sync + fmt::Debug {
     /// it leaves; `None` if the cell is dead (evicted) and nothing ran. `f` may run more than
     /// once (a lost CAS race re-runs it on the word that won), so it must be pure.
     fn update<T>(&self, stats: &Stats, f: impl FnMut(&mut S) -> T) -> Option<T>;
+    /// [`update`](StateCell::update) of a cell no sweep ever kills (the direct limiter's
+    /// one): a CAS cell skips the tombstone test; were a cell dead, `f` runs on `fresh()`.
+    #[inline(always)]
+    fn update_live<T>(
+        &self,
+        stats: &Stats,
+        mut f: impl FnMut(&mut S) -> T,
+        fresh: impl FnOnce() -> S,
+    ) -> T {
+        self.update(stats, &mut f)
+            .unwrap_or_else(|| f(&mut fresh()))
+    }
     /// Runs `f` on the state and writes the result back even if unchanged: a
     /// read-modify-write, so that any later update of the cell synchronizes with it (a live
     /// reconfiguration relies on it). `false` if the cell is dead.
