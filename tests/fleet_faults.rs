@@ -185,6 +185,24 @@ fn windows_within_a_lag(run: &Run) {
     }
 }
 
+/// Issue #59's bound for the faults it names (Redis restarted or flushed, an outage with
+/// shares, a cold start, with clocks ±2 s apart too, a late joiner): no fixed or sliding
+/// window above 1.10× its limit, GCRA not above `1.1 × (rate × span + burst)`
+/// ([`worst_window`]). EARRRL and the exponential limiter, whose limits are rates, are held to
+/// G49 by [`bounds`]: their worst second beside one exact limiter's is reported, not asserted
+/// here (1.00–1.07× alone; 1.18× once with two suites side by side on two cores, as `.ci/run`
+/// runs them, at a lag of 83 ms).
+fn within_a_tenth(run: &Run) {
+    for a in run
+        .algos
+        .iter()
+        .filter(|a| matches!(a.name, "gcra" | "fixed" | "sliding"))
+    {
+        let worst = worst_window(run, a);
+        assert!(worst <= 1.10, "{}: worst window {worst:.3}x", a.name);
+    }
+}
+
 /// What an outage adds to the bounds (`tests/hybrid_fleet.rs`'s outage): Redis forgets the
 /// reservations (one more burst), and each instance's fallback decides its part of the burst
 /// ([`gcra_allowance`]).
@@ -389,6 +407,7 @@ fn redis_restarted_empty() {
     report("Redis restarted empty (3 s down)", &run);
     bounds(&run, outage_slack(run.shape));
     windows_within_a_lag(&run);
+    within_a_tenth(&run);
     degraded_counted(&run);
 }
 
@@ -415,6 +434,7 @@ fn redis_flushed_mid_run() {
     };
     bounds(&run, outage_slack(run.shape));
     windows_within_a_lag(&run);
+    within_a_tenth(&run);
 }
 
 /// The workers' system clocks apart: `offsets` seconds each.
@@ -500,6 +520,7 @@ fn cold_start_before_redis() {
     bounds(&run, outage_slack(run.shape));
     degraded_counted(&run);
     windows_within_a_lag(&run);
+    within_a_tenth(&run);
 }
 
 /// A cold start with clocks 2 s apart: before Redis answers, an instance knows only its own
@@ -517,6 +538,7 @@ fn cold_start_with_clocks_two_seconds_apart() {
     degraded_counted(&run);
     bounds(&run, outage_slack(run.shape));
     windows_within_a_lag(&run);
+    within_a_tenth(&run);
 }
 
 /// A late joiner: worker 3 builds its limiter 4 s into the traffic, while the others have
@@ -540,6 +562,7 @@ fn a_late_joiner() {
     };
     bounds(&run, 0);
     windows_within_a_lag(&run);
+    within_a_tenth(&run);
 }
 
 /// EARRRL under a flood, 20 runs: the hot keys (one at 10× the limit), EARRRL alone, 6 s a

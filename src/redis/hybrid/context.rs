@@ -93,8 +93,9 @@ pub struct FleetContext {
     time_at: AtomicU64,
     pub(super) stats: Counters,
     pub(super) last_error: Mutex<Option<SyncError>>,
-    /// Keys for the sync thread (each queued once until it takes them).
-    pub(super) queue: Mutex<Vec<String>>,
+    /// Keys for the sync thread (each queued once until it takes them, and once more if a
+    /// request makes it urgent), and whether it is urgent.
+    pub(super) queue: Mutex<Vec<(String, bool)>>,
     /// Keys evicted with units or a debt, to hand back.
     pub(super) evicted: Mutex<Vec<Evicted>>,
     pub(super) stop: AtomicBool,

@@ -35,6 +35,9 @@ pub struct Verdict {
     pub(super) reason: Reason,
     /// Whether the sync thread has something to do for the key.
     pub(super) sync: bool,
+    /// Whether it should do it in its next round, not a sync interval after the key's last
+    /// (a request counted with little of the limit left: see `Merge::near_limit`).
+    pub(super) urgent: bool,
 }
 
 /// What the sync thread does with a key this round.

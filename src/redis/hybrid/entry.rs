@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32};
 
 /// The `pending` bit that says the key is on the sync thread's queue.
 const QUEUED: u64 = 1 << 63;
+/// The `pending` bit that says the key is on the queue as urgent ([`HybridCell::hurry`]).
+const URGENT: u64 = 1 << 62;
 
 /// A key's cell in the hybrid limiter's store: the state the core's cell keeps (with its
 /// eviction tombstone), and `pending`, hints for the sync thread that no decision reads: whether
@@ -39,10 +41,18 @@ impl<S: StateCells> HybridCell<S> {
             && self.pending.fetch_or(QUEUED, Ordering::AcqRel) & QUEUED == 0
     }
 
+    /// Marks the key queued and urgent; `true` if it was not urgent (the caller queues it
+    /// as urgent, even if it is queued already).
+    #[inline]
+    pub(super) fn hurry(&self) -> bool {
+        self.pending.load(Ordering::Relaxed) & URGENT == 0
+            && self.pending.fetch_or(QUEUED | URGENT, Ordering::AcqRel) & URGENT == 0
+    }
+
     /// Adds units denied for want of a lease.
     #[inline]
     pub(super) fn add_denied(&self, units: u64) {
-        // At most 2^32 a request: taken every round, the sum never reaches the queued bit.
+        // At most 2^32 a request: taken every round, the sum never reaches the flag bits.
         self.pending
             .fetch_add(units.min(u32::MAX.into()), Ordering::Relaxed);
     }
@@ -76,10 +86,11 @@ impl<S: StateCells> HybridCell<S> {
         }
     }
 
-    /// Takes the hints (the sync thread, before it reads the state): clears the queued bit, so
-    /// a request after this queues the key again, and returns the denied units.
+    /// Takes the hints (the sync thread, before it reads the state): clears the queued and
+    /// urgent bits, so a request after this queues the key again, and returns the denied
+    /// units.
     pub(super) fn take_pending(&self) -> u64 {
-        self.pending.swap(0, Ordering::AcqRel) & !QUEUED
+        self.pending.swap(0, Ordering::AcqRel) & !(QUEUED | URGENT)
     }
 }
 

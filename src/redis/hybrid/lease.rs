@@ -172,6 +172,7 @@ impl Engine for Gcra {
                 decision: Decision::allowed().with_remaining(l.units),
                 reason: Reason::Lease,
                 sync: true,
+                urgent: false,
             };
         }
         let strict = self.policy() == Policy::Strict;
@@ -193,6 +194,7 @@ impl Engine for Gcra {
                         decision: Decision::denied_ns(ctx.until_tick(now)).with_remaining(0),
                         reason: Reason::Waiting,
                         sync: true,
+                        urgent: false,
                     },
                 ),
                 _ => (
@@ -201,6 +203,7 @@ impl Engine for Gcra {
                         decision: step.decision,
                         reason: Reason::Known,
                         sync: true,
+                        urgent: false,
                     },
                 ),
             };
@@ -217,6 +220,7 @@ impl Engine for Gcra {
                     decision: Decision::denied_ns(ctx.until_tick(now)).with_remaining(0),
                     reason: Reason::Waiting,
                     sync: true,
+                    urgent: false,
                 },
                 Some(fallback) => {
                     let step = fallback.decide(l.view, now, cost);
@@ -230,6 +234,7 @@ impl Engine for Gcra {
                         decision: step.decision,
                         reason: Reason::Fallback,
                         sync: true,
+                        urgent: false,
                     }
                 }
             }

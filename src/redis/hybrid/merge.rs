@@ -116,6 +116,15 @@ pub trait Merge:
     /// `(N − 1)·⌊share·limit⌋` over).
     fn degraded(&self, known: Self::Word, now: u64, share: f64) -> Self::Word;
 
+    /// Whether an admitted request's `decision` (on the union) leaves the key so close to its
+    /// limit that the others should hear of it at once: a quarter of the limit left or less,
+    /// for the algorithms that count it (for the rates: see their implementations).
+    fn near_limit(&self, decision: &Decision) -> bool {
+        decision
+            .remaining()
+            .is_some_and(|left| left.saturating_mul(4) <= self.capacity())
+    }
+
     /// The decision on the union, and `own` after it if the step counted the request: the
     /// algorithm's own step on the merged state.
     fn decide_merged(
@@ -446,6 +455,7 @@ where
                 decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
                 reason: Reason::Fallback,
                 sync: mode == Mode::Unknown,
+                urgent: false,
             };
         }
         if mode == Mode::Unknown && self.idle_at(&own) > now && !ctx.answered() {
@@ -459,6 +469,7 @@ where
                 decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
                 reason: Reason::Waiting,
                 sync: true,
+                urgent: false,
             };
         }
         let view = match mode {
@@ -500,6 +511,12 @@ where
             // Publish what changed; and ask for a key whose fleet state is unknown (the
             // publish's push brings it).
             sync: counted.is_some() || own != stored || mode == Mode::Unknown,
+            // Counted with little of the limit left: the others hear it in the next round,
+            // not a sync interval on (what they admit unheard meanwhile is what a window goes
+            // over its limit by: a healthy fleet's fixed window 1.08-1.10x at a 10 ms interval).
+            // Admitted only: a denial (counted under the strict policy) admits nothing the
+            // others could overshoot on, and on a key held at its limit it is every request.
+            urgent: counted.is_some() && decision.is_allowed() && self.near_limit(&decision),
         }
     }
 }

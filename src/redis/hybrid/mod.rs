@@ -315,7 +315,9 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
                 (Reason::Known | Reason::Lease, false) => stats.denied_limit.incr(),
                 _ => {}
             }
-            if v.sync {
+            if v.urgent {
+                self.hurry(key, cell);
+            } else if v.sync {
                 self.queue(key, cell);
             }
         }
@@ -353,16 +355,29 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
 
     /// Queues `key` for the sync thread (once until it takes it), waking it for the first.
     fn queue(&self, key: &str, cell: &entry::HybridCell<A::Word>) {
-        let fleet = self.inner.fleet();
         if cell.enqueue() {
-            let mut queue = fleet.ctx.queue.lock();
-            queue.push(key.to_owned());
-            // The first key since the sync thread took the queue wakes it.
-            if queue.len() == 1 {
-                drop(queue);
-                if let Some(t) = fleet.ctx.sync_thread.get() {
-                    t.unpark();
-                }
+            self.push(key, false);
+        }
+    }
+
+    /// Queues `key` for the sync thread's next round, even if its last visit was less than
+    /// a sync interval ago (once until it takes it).
+    fn hurry(&self, key: &str, cell: &entry::HybridCell<A::Word>) {
+        if cell.hurry() {
+            self.push(key, true);
+        }
+    }
+
+    /// Puts `key` on the sync thread's queue, waking it for the first key.
+    fn push(&self, key: &str, urgent: bool) {
+        let fleet = self.inner.fleet();
+        let mut queue = fleet.ctx.queue.lock();
+        queue.push((key.to_owned(), urgent));
+        // The first key since the sync thread took the queue wakes it.
+        if queue.len() == 1 {
+            drop(queue);
+            if let Some(t) = fleet.ctx.sync_thread.get() {
+                t.unpark();
             }
         }
     }

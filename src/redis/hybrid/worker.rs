@@ -46,6 +46,9 @@ struct Watch<B> {
     waiting_since: Option<u64>,
     /// Queued by a request (or a failed call) since its last visit.
     queued: bool,
+    /// Queued by a request that left the key near its limit: visited this round, however
+    /// recently it was last.
+    urgent: bool,
     /// Visited every interval whether queued or not (a GCRA key holding a lease).
     watched: bool,
 }
@@ -57,6 +60,7 @@ impl<B: Default> Watch<B> {
             visited: 0,
             waiting_since: None,
             queued: true,
+            urgent: false,
             watched: false,
         }
     }
@@ -65,7 +69,8 @@ impl<B: Default> Watch<B> {
 /// The sync thread: a round as soon as a request queues a key (after a moment, to gather
 /// more), and every `interval` for the keys it watches, until the limiter stops, then a last
 /// one that hands every lease back. A key is visited at most once per `interval`: a key
-/// queued again sooner waits for its turn.
+/// queued again sooner waits for its turn, unless a request left it near its limit (queued
+/// urgent: `Merge::near_limit`), which the next round sends.
 pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
     inner: &Inner<A, C>,
     config: RedisBuilder<A>,
@@ -96,8 +101,10 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
         }
         ctx.next_tick
             .store(now.saturating_add(ctx.interval), Ordering::Relaxed);
-        for key in std::mem::take(&mut *ctx.queue.lock()) {
-            books.entry(key).or_insert_with(Watch::new).queued = true;
+        for (key, urgent) in std::mem::take(&mut *ctx.queue.lock()) {
+            let w = books.entry(key).or_insert_with(Watch::new);
+            w.queued = true;
+            w.urgent |= urgent;
         }
         let guard = store.map.guard();
         // Redis' time never heard (a start, Redis away until now): asked before anything is
@@ -126,7 +133,7 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
                 // after its visit waits for the next.
                 return !spaced;
             }
-            if !spaced && !closing {
+            if !spaced && !closing && !w.urgent {
                 w.waiting_since.get_or_insert(w.visited);
                 return true;
             }
@@ -152,6 +159,7 @@ pub(super) fn sync_loop<A: Engine, C: crate::Clock>(
             }
             w.visited = now;
             w.queued = false;
+            w.urgent = false;
             let quota = cell.quota();
             let (algo, plan) = fleet.quota(quota);
             match algo.prepare(plan, ctx, cell, &mut w.book, now, closing) {

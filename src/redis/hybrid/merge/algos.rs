@@ -242,6 +242,13 @@ impl Merge for Earrrl {
     /// A NaN: `S` is finite or −∞.
     const UNKNOWN: u64 = 0x7ff8_0000_0000_0001;
 
+    /// The union's rate at three quarters of the maximum or more.
+    fn near_limit(&self, decision: &Decision) -> bool {
+        decision
+            .rate()
+            .is_some_and(|r| 4.0 * r >= 3.0 * self.max_rate())
+    }
+
     /// Four half-lives: a rate at the limit has decayed to a sixteenth of it.
     fn horizon(&self) -> u64 {
         4 * self.half_life().as_nanos() as u64
@@ -316,6 +323,13 @@ impl Merge for Exponential {
     type Word = u128;
     type Entry = Pair;
     const UNKNOWN: u128 = u128::MAX;
+
+    /// The union's average at three quarters of the limit or more (the decision's rate is
+    /// per second, the limit per period).
+    fn near_limit(&self, decision: &Decision) -> bool {
+        let per_second = self.limit() / self.period().as_secs_f64();
+        decision.rate().is_some_and(|r| 4.0 * r >= 3.0 * per_second)
+    }
 
     /// Three periods: an average at the limit has decayed to 5% of it.
     fn horizon(&self) -> u64 {
