@@ -255,6 +255,36 @@ fn window_counts_merge_across_instances() {
     assert_eq!((a.stats().degraded, b.stats().degraded), (0, 0));
 }
 
+/// A request that leaves a key near its limit (a quarter of it or less left) has the key sent
+/// in the next round, not a sync interval after its last call: at an interval of 2 s, b hears
+/// of a's sixth request of 8 well within it; each request before it waited for the interval.
+// Pins G54.
+#[test]
+fn a_key_near_its_limit_is_sent_in_the_next_round() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let w = FixedWindow::new(8, Duration::from_secs(3600)).unwrap();
+    let slow = |b: HybridBuilder<FixedWindow>| b.sync_interval(Duration::from_secs(2));
+    let a = hybrid_with(&server, w, Fallback::DENY, slow);
+    let b = hybrid_with(&server, w, Fallback::DENY, slow);
+    assert!(a.check("k").is_allowed());
+    // The key's first call goes at once: b hears of 1 (a peek leaves 8 − 1 − 1).
+    eventually("b hearing of the first", || {
+        b.request("k").peek().unwrap().remaining() == Some(6)
+    });
+    let sent = Instant::now();
+    // 5 more, the last with 2 of 8 left: near the limit.
+    for _ in 0..5 {
+        assert!(a.check("k").is_allowed());
+    }
+    eventually("b hearing of the sixth", || {
+        b.request("k").peek().unwrap().remaining() == Some(1)
+    });
+    let heard = sent.elapsed();
+    assert!(heard < Duration::from_secs(1), "heard after {heard:?}");
+}
+
 /// Sliding windows and EARRRL merge too: b sees a's traffic as its own, pushed to it before
 /// it has a request of its own.
 // Pins G48, G49.
