@@ -94,7 +94,8 @@ mod private {
         fn unknown(&self) -> Self::Word;
         /// Decides a request of `cost` at local time `now` on `w`, updating it; `stale`: what
         /// `w` holds of the others was heard before a gap in the subscription
-        /// ([`HybridCell::stale`]).
+        /// ([`HybridCell::stale`]); `take`: a take, whose settle may correct its cost, counted
+        /// as the algorithm's [`take`](crate::algo::Algorithm::take) counts it.
         #[allow(clippy::too_many_arguments)]
         fn decide_entry(
             &self,
@@ -104,21 +105,8 @@ mod private {
             stale: bool,
             now: u64,
             cost: u64,
+            take: bool,
         ) -> Verdict;
-        /// [`decide_entry`](Engine::decide_entry) for a take, whose settle may correct its
-        /// cost: the algorithm's [`take`](crate::algo::Algorithm::take). The default decides.
-        #[allow(clippy::too_many_arguments)]
-        fn take_entry(
-            &self,
-            plan: &Self::Plan,
-            ctx: &FleetContext,
-            w: &mut Self::Word,
-            stale: bool,
-            now: u64,
-            cost: u64,
-        ) -> Verdict {
-            self.decide_entry(plan, ctx, w, stale, now, cost)
-        }
         /// Settles at local time `now` a request taken at local time `taken_at` for
         /// `charged`, with the `actual` cost (they differ), on `w`: this instance's part of
         /// the key, as a request changes it. The sync thread then publishes the change.
@@ -427,7 +415,7 @@ impl<A: Engine> Algorithm for Fleet<A> {
     #[inline]
     fn update(&self, w: &mut A::Word, now: u64, cost: u64) -> Decision {
         self.algo
-            .decide_entry(&self.plan, &self.ctx, w, true, now, cost)
+            .decide_entry(&self.plan, &self.ctx, w, true, now, cost, false)
             .decision
     }
 

@@ -163,6 +163,8 @@ impl Engine for Gcra {
         _stale: bool,
         now: u64,
         cost: u64,
+        // GCRA's take is its update: a lease's units come back whole.
+        _take: bool,
     ) -> Verdict {
         let mut l = Lease::unpack(*w);
         if l.units >= cost {
@@ -629,7 +631,9 @@ mod loom_model {
     ) -> Option<Reason> {
         loop {
             let cell = slot.get_or_insert(g.unknown());
-            match cell.update(stats, |w| g.decide_entry(plan, ctx, w, false, NOW, 1)) {
+            match cell.update(stats, |w| {
+                g.decide_entry(plan, ctx, w, false, NOW, 1, false)
+            }) {
                 Some(v) => return v.decision.is_allowed().then_some(v.reason),
                 None => slot.remove_if_same(&cell),
             }

@@ -139,16 +139,12 @@ pub trait Merge:
         (step.decision, counted)
     }
 
-    /// [`decide_merged`](Merge::decide_merged) for a take: what the own word counts is what
-    /// the algorithm's settle can hand back ([`Algorithm::take`]). The default decides.
-    fn take_merged(
-        &self,
-        own: Self::Word,
-        others: Self::Word,
-        now: u64,
-        cost: u64,
-    ) -> (Decision, Option<Self::Word>) {
-        self.decide_merged(own, others, now, cost)
+    /// The own word after an admitted take that [`decide_merged`](Merge::decide_merged)
+    /// counted as `counted` (from `own`): what the algorithm's settle can hand back
+    /// ([`Algorithm::take`]). By default what a decision counts.
+    fn count_take(&self, own: Self::Word, counted: Self::Word, now: u64, cost: u64) -> Self::Word {
+        let _ = (own, now, cost);
+        counted
     }
 }
 
@@ -198,20 +194,104 @@ where
         stale: bool,
         local: u64,
         cost: u64,
+        take: bool,
     ) -> Verdict {
-        decide_or_take(self, share, ctx, w, stale, local, cost, false)
-    }
-
-    fn take_entry(
-        &self,
-        share: &f64,
-        ctx: &FleetContext,
-        w: &mut A::Entry,
-        stale: bool,
-        local: u64,
-        cost: u64,
-    ) -> Verdict {
-        decide_or_take(self, share, ctx, w, stale, local, cost, true)
+        let (stored, others) = w.split();
+        let now = ctx.shared_now(local);
+        // Re-stamped for good (and published): counted again in its own window later, a
+        // state stamped ahead would deny what the fleet's time allows then.
+        let own = self.pull_back(stored, now);
+        // Heard before a gap in the subscription, the others' state is no longer theirs
+        // (they may have admitted since, unheard), only a floor of it.
+        let known = others != A::UNKNOWN && !stale;
+        let mode = match ctx.mode(known, local, Merge::horizon(self)) {
+            // A round unanswered for long: the others' states as heard are getting old.
+            Mode::Known if ctx.waiting(local) => Mode::Degraded,
+            // Just after Redis came back (within the window and `recover_for`): every instance
+            // decided alone, and each publishes what it counted only once it reconnects (up
+            // to `reconnect_after` apart), so the hashes lack the ones not back yet; on them
+            // each instance took what the others' missing counts left (a restart: a window
+            // 1.27x its limit). By the fallback beside what is heard, it is within the limit
+            // whatever is missing. (To the window's end, the second after admitted 82%.)
+            Mode::Known if self.recovering(ctx, local, now) => Mode::Degraded,
+            mode => mode,
+        };
+        if mode != Mode::Known && *share == 0.0 {
+            // `Fallback::DENY`: nothing decided without the fleet's state. (Standing in for the
+            // others as holding the whole limit is not enough: EARRRL's union would then sit at
+            // exactly its limit, which admits, once per key per idle period.)
+            return Verdict {
+                decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
+                reason: Reason::Fallback,
+                sync: mode == Mode::Unknown,
+                urgent: false,
+            };
+        }
+        if mode == Mode::Unknown && self.idle_at(&own) > now && !ctx.answered() {
+            // Before this instance's first round is answered, a key's first request is the
+            // fallback's and the next wait for that round (its push brings the fleet's
+            // state). Deciding them all by the fallback admitted a joiner's whole share in
+            // the burst before its first round, on top of what the others had taken (a late
+            // joiner's window 1.25-1.3x its limit). After it, a key not heard of is the
+            // fallback's: a subscription that cannot be made must not deny it for good.
+            return Verdict {
+                decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
+                reason: Reason::Waiting,
+                sync: true,
+                urgent: false,
+            };
+        }
+        let view = match mode {
+            Mode::Known if others == A::UNKNOWN => self.fresh(),
+            // Current, or stale with every change of a horizon heard since subscribing: then
+            // no one has written the key since, and what they held is all they hold.
+            Mode::Known => others,
+            // The fallback stands in for the others: beside what they held when last heard,
+            // if they were (before a gap too: what they held then, they hold still).
+            _ if others != A::UNKNOWN => self.degraded(others, now, *share),
+            Mode::Unknown | Mode::Degraded => self.degraded(self.fresh(), now, *share),
+        };
+        let (decision, counted) = if view == self.fresh() {
+            // No other instance holds anything: the union is this instance's own state.
+            if take {
+                let mut after = own;
+                let decision = Algorithm::take(self, &mut after, now, cost);
+                (decision, (after != own).then_some(after))
+            } else {
+                let step = self.step(own, now, cost);
+                (step.decision, step.state)
+            }
+        } else {
+            let (decision, counted) = self.decide_merged(own, view, now, cost);
+            let counted = match counted {
+                Some(c) if take && decision.is_allowed() => {
+                    Some(self.count_take(own, c, now, cost))
+                }
+                counted => counted,
+            };
+            (decision, counted)
+        };
+        let after = counted.unwrap_or(own);
+        if after != stored {
+            *w = A::Entry::join(after, others);
+        }
+        Verdict {
+            decision,
+            reason: if mode == Mode::Known {
+                Reason::Known
+            } else {
+                Reason::Fallback
+            },
+            // Publish what changed; and ask for a key whose fleet state is unknown (the
+            // publish's push brings it).
+            sync: counted.is_some() || own != stored || mode == Mode::Unknown,
+            // Counted with little of the limit left: the others hear it in the next round,
+            // not a sync interval on (what they admit unheard meanwhile is what a window goes
+            // over its limit by: a healthy fleet's fixed window 1.08-1.10x at a 10 ms interval).
+            // Admitted only: a denial (counted under the strict policy) admits nothing the
+            // others could overshoot on, and on a key held at its limit it is every request.
+            urgent: counted.is_some() && decision.is_allowed() && self.near_limit(&decision),
+        }
     }
 
     /// The instance's own state settles as in memory, on Redis' timeline; the next round
@@ -392,116 +472,5 @@ where
             self.heard(known, *pushed, ctx.shared_now(local))
         };
         *w = A::Entry::join(own, others);
-    }
-}
-
-/// The merged algorithms' request path, a decision or (`take`) a take: `Engine`'s
-/// `decide_entry` and `take_entry`.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn decide_or_take<A>(
-    algo: &A,
-    share: &f64,
-    ctx: &FleetContext,
-    w: &mut A::Entry,
-    stale: bool,
-    local: u64,
-    cost: u64,
-    take: bool,
-) -> Verdict
-where
-    A: Merge + Algorithm<State = <A as Merge>::Word>,
-    <A::Entry as Halves>::Half: Eq,
-{
-    let (stored, others) = w.split();
-    let now = ctx.shared_now(local);
-    // Re-stamped for good (and published): counted again in its own window later, a
-    // state stamped ahead would deny what the fleet's time allows then.
-    let own = algo.pull_back(stored, now);
-    // Heard before a gap in the subscription, the others' state is no longer theirs
-    // (they may have admitted since, unheard), only a floor of it.
-    let known = others != A::UNKNOWN && !stale;
-    let mode = match ctx.mode(known, local, Merge::horizon(algo)) {
-        // A round unanswered for long: the others' states as heard are getting old.
-        Mode::Known if ctx.waiting(local) => Mode::Degraded,
-        // Just after Redis came back (within the window and `recover_for`): every instance
-        // decided alone, and each publishes what it counted only once it reconnects (up
-        // to `reconnect_after` apart), so the hashes lack the ones not back yet; on them
-        // each instance took what the others' missing counts left (a restart: a window
-        // 1.27x its limit). By the fallback beside what is heard, it is within the limit
-        // whatever is missing. (To the window's end, the second after admitted 82%.)
-        Mode::Known if algo.recovering(ctx, local, now) => Mode::Degraded,
-        mode => mode,
-    };
-    if mode != Mode::Known && *share == 0.0 {
-        // `Fallback::DENY`: nothing decided without the fleet's state. (Standing in for the
-        // others as holding the whole limit is not enough: EARRRL's union would then sit at
-        // exactly its limit, which admits, once per key per idle period.)
-        return Verdict {
-            decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
-            reason: Reason::Fallback,
-            sync: mode == Mode::Unknown,
-            urgent: false,
-        };
-    }
-    if mode == Mode::Unknown && algo.idle_at(&own) > now && !ctx.answered() {
-        // Before this instance's first round is answered, a key's first request is the
-        // fallback's and the next wait for that round (its push brings the fleet's
-        // state). Deciding them all by the fallback admitted a joiner's whole share in
-        // the burst before its first round, on top of what the others had taken (a late
-        // joiner's window 1.25-1.3x its limit). After it, a key not heard of is the
-        // fallback's: a subscription that cannot be made must not deny it for good.
-        return Verdict {
-            decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
-            reason: Reason::Waiting,
-            sync: true,
-            urgent: false,
-        };
-    }
-    let view = match mode {
-        Mode::Known if others == A::UNKNOWN => algo.fresh(),
-        // Current, or stale with every change of a horizon heard since subscribing: then
-        // no one has written the key since, and what they held is all they hold.
-        Mode::Known => others,
-        // The fallback stands in for the others: beside what they held when last heard,
-        // if they were (before a gap too: what they held then, they hold still).
-        _ if others != A::UNKNOWN => algo.degraded(others, now, *share),
-        Mode::Unknown | Mode::Degraded => algo.degraded(algo.fresh(), now, *share),
-    };
-    let (decision, counted) = if view == algo.fresh() {
-        // No other instance holds anything: the union is this instance's own state.
-        if take {
-            let mut after = own;
-            let decision = Algorithm::take(algo, &mut after, now, cost);
-            (decision, (after != own).then_some(after))
-        } else {
-            let step = algo.step(own, now, cost);
-            (step.decision, step.state)
-        }
-    } else if take {
-        algo.take_merged(own, view, now, cost)
-    } else {
-        algo.decide_merged(own, view, now, cost)
-    };
-    let after = counted.unwrap_or(own);
-    if after != stored {
-        *w = A::Entry::join(after, others);
-    }
-    Verdict {
-        decision,
-        reason: if mode == Mode::Known {
-            Reason::Known
-        } else {
-            Reason::Fallback
-        },
-        // Publish what changed; and ask for a key whose fleet state is unknown (the
-        // publish's push brings it).
-        sync: counted.is_some() || own != stored || mode == Mode::Unknown,
-        // Counted with little of the limit left: the others hear it in the next round,
-        // not a sync interval on (what they admit unheard meanwhile is what a window goes
-        // over its limit by: a healthy fleet's fixed window 1.08-1.10x at a 10 ms interval).
-        // Admitted only: a denial (counted under the strict policy) admits nothing the
-        // others could overshoot on, and on a key held at its limit it is every request.
-        urgent: counted.is_some() && decision.is_allowed() && algo.near_limit(&decision),
     }
 }

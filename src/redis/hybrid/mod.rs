@@ -404,14 +404,14 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             let most = n.min(algo.capacity());
             let fits = |c: u64| {
                 let mut probe = *w;
-                algo.decide_entry(plan, ctx, &mut probe, stale, now, c)
+                algo.decide_entry(plan, ctx, &mut probe, stale, now, c, false)
                     .decision
                     .is_allowed()
             };
             let granted = crate::algo::most_admitted(most, fits);
             (
                 granted,
-                algo.decide_entry(plan, ctx, w, stale, now, granted.max(1)),
+                algo.decide_entry(plan, ctx, w, stale, now, granted.max(1), false),
             )
         })?)
     }
@@ -427,7 +427,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         now: u64,
     ) -> Result<Ticket, QuotaError> {
         let take = move |algo: &A, plan: &A::Plan, ctx: &FleetContext, stale, w: &mut A::Word| {
-            ((), algo.take_entry(plan, ctx, w, stale, now, cost))
+            ((), algo.decide_entry(plan, ctx, w, stale, now, cost, true))
         };
         let ((), decision) = self.step(key, cost, quota, take)?;
         let ticket = Ticket::new(decision, cost, now);
@@ -497,7 +497,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         };
         let stale = held.is_some_and(|c| c.stale());
         Ok(algo
-            .decide_entry(plan, &fleet.ctx, &mut w, stale, now, cost)
+            .decide_entry(plan, &fleet.ctx, &mut w, stale, now, cost, false)
             .decision)
     }
 }
@@ -507,7 +507,7 @@ fn decide<A: HybridAlgorithm>(
     now: u64,
     cost: u64,
 ) -> impl FnMut(&A, &A::Plan, &FleetContext, bool, &mut A::Word) -> ((), Verdict) {
-    move |algo, plan, ctx, stale, w| ((), algo.decide_entry(plan, ctx, w, stale, now, cost))
+    move |algo, plan, ctx, stale, w| ((), algo.decide_entry(plan, ctx, w, stale, now, cost, false))
 }
 
 /// The Redis key of `key`'s state: the [`RedisLimiter`](super::RedisLimiter)'s, with

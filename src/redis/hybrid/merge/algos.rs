@@ -403,20 +403,10 @@ impl Merge for Exponential {
         (step.decision, counted)
     }
 
-    /// The union's decision; an admitted take adds its whole cost to this instance's part
-    /// (at least the increment a decision adds), as a take in memory stores it: the settle's
-    /// refund of `charged − actual` then takes back no more than the take added.
-    fn take_merged(
-        &self,
-        own: u128,
-        others: u128,
-        now: u64,
-        cost: u64,
-    ) -> (Decision, Option<u128>) {
-        let (decision, counted) = self.decide_merged(own, others, now, cost);
-        if !decision.is_allowed() {
-            return (decision, counted);
-        }
+    /// An admitted take adds its whole cost to this instance's part (at least the increment
+    /// a decision adds), as a take in memory stores it: the settle's refund of
+    /// `charged − actual` then takes back no more than the take added.
+    fn count_take(&self, own: u128, counted: u128, now: u64, cost: u64) -> u128 {
         let (t_own, r_own) = Self::unpack(own);
         let t = now.max(t_own);
         let p = self.period().as_nanos() as f64;
@@ -426,9 +416,7 @@ impl Merge for Exponential {
         } else {
             (-((t - t_own) as f64) / p).exp() * r_own
         };
-        let impulse = left + cost as f64;
-        let at_least = counted.map_or(0.0, |c| Self::unpack(c).1);
-        (decision, Some(Self::pack(t, impulse.max(at_least))))
+        Self::pack(t, (left + cost as f64).max(Self::unpack(counted).1))
     }
 }
 
@@ -490,9 +478,9 @@ mod tests {
             exp.settle(&mut part, now, now, 10, 0);
             Exponential::unpack(part).1
         };
-        let (d, counted) = exp.take_merged(own, others, now, 10);
+        let (d, counted) = exp.decide_merged(own, others, now, 10);
         assert!(d.is_allowed());
-        let after = settled(counted);
+        let after = settled(counted.map(|c| exp.count_take(own, c, now, 10)));
         assert!((after - before).abs() < 1e-12, "{after} vs {before}");
         // What a decision counts (6.32) cannot be refunded whole: the part went to zero.
         let (_, counted) = exp.decide_merged(own, others, now, 10);
