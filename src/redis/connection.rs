@@ -5,8 +5,8 @@
 use super::{BackendError, RedisBuilder};
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
 use ::redis::{
-    Client, Cmd, Connection, ConnectionAddr, ConnectionLike, IntoConnectionInfo, RedisError,
-    RedisResult, Value,
+    Client, Cmd, Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo,
+    RedisError, RedisResult, Value,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -89,13 +89,9 @@ impl<A> RedisBuilder<A> {
             );
         }
         for (h, p) in known_nodes(nodes) {
-            let mut info = first.clone();
-            match &mut info.addr {
-                ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-                    (*host, *port) = (h, p);
-                }
-                _ => continue,
-            }
+            let Some(info) = at_node(&first, h, p) else {
+                continue;
+            };
             if !seeds.iter().any(|s| s.addr == info.addr) {
                 seeds.push(info);
             }
@@ -109,6 +105,19 @@ impl<A> RedisBuilder<A> {
             .build()
             .map_err(BackendError::from_redis)
     }
+}
+
+/// The connection `info` (its credentials, TLS, database) to another node, `host:port`;
+/// `None` for a Unix socket, which has no other nodes.
+pub(super) fn at_node(info: &ConnectionInfo, h: String, p: u16) -> Option<ConnectionInfo> {
+    let mut info = info.clone();
+    match &mut info.addr {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            (*host, *port) = (h, p);
+        }
+        _ => return None,
+    }
+    Some(info)
 }
 
 /// Retries of a cluster request (redirections, reconnects, `TRYAGAIN`).

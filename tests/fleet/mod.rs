@@ -480,6 +480,7 @@ fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value) -> Value 
             "debts_kept": limiter.metrics().sweep.debts_kept,
             "debts_restored": limiter.metrics().sweep.debts_restored,
             "sync_lag_max": s.sync_lag_max.as_nanos() as u64,
+            "push_lag": s.push_lag.as_nanos() as u64,
             "push_lag_max": s.push_lag_max.as_nanos() as u64,
             "last_error": limiter.last_error().map(|e| e.to_string()),
         },

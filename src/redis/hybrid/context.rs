@@ -74,18 +74,12 @@ pub struct FleetContext {
     push_due: AtomicU64,
     push_due_since: AtomicU64,
     /// How long own pushes take to come back (ns): the longest in this second or the one
-    /// before (50 ms until one is heard). A cluster's pushes cross its bus (up to 65 ms where
-    /// a server's take 1-2): a wait under twice this is no sign of deafness. Beside it, the
+    /// before (50 ms until one is heard): a wait under twice this is no sign of deafness.
+    /// Beside it, the
     /// longest of this second and the local time it began (the subscription thread's).
     push_lag: AtomicU64,
     push_lag_this: AtomicU64,
     push_lag_since: AtomicU64,
-    /// The target is a cluster: pushes cross its bus, whose links hold a message behind one
-    /// not yet acknowledged until the peer's delayed ACK (no `TCP_NODELAY` on them: 41-45 ms
-    /// on Linux, measured on Redis 7.0 and Valkey 9.1, a few times a second under load, after
-    /// pushes of 1 ms). An own push is waited for at least [`BUS_STALL`] there: a healthy
-    /// cluster's stall taken for deafness was a decision by the fallback with every node up.
-    pub(super) bus: AtomicBool,
     /// The round trip (ns) of the sample the offset was last set from, and its local time:
     /// the offset follows the quickest round trips, whose error (half the asymmetry of the
     /// way there and back) is the smallest.
@@ -116,10 +110,6 @@ pub(crate) enum Mode {
 /// moves by fractions of a round trip as it follows the quickest ones, and by a clock's
 /// error once, when Redis is first heard.
 const RESTAMP_ABOVE: u128 = 1_000_000;
-
-/// The least wait for an own push on a cluster (ns): twice a bus stall (see
-/// [`FleetContext::bus`]).
-const BUS_STALL: u64 = 100_000_000;
 
 /// A new instance's id: [`random_seed`](super::super::client::random_seed)'s 64 bits. Never a
 /// time-seeded generator's: fastrand's seeds from the monotonic clock and the thread id, so
@@ -157,7 +147,6 @@ impl FleetContext {
             push_lag: AtomicU64::new(50_000_000),
             push_lag_this: AtomicU64::new(50_000_000),
             push_lag_since: AtomicU64::new(now),
-            bus: AtomicBool::new(false),
             time_rtt: AtomicU64::new(u64::MAX),
             time_at: AtomicU64::new(0),
             stats: Counters::default(),
@@ -220,8 +209,7 @@ impl FleetContext {
 
     /// Whether at local time `now` a round has gone unanswered, or an own push not come back,
     /// for longer than three sync intervals, or four of the quickest round trips if that is
-    /// longer (a push: or twice as long as pushes lately took, and on a cluster at least
-    /// [`BUS_STALL`]). Meanwhile nothing is heard
+    /// longer (a push: or twice as long as pushes lately took). Meanwhile nothing is heard
     /// from the fleet, and the others go on admitting: a merged state's decisions on the
     /// others' states as last heard each took all the quota had left, and what a sliding
     /// window's previous count gave back as it aged (a 3 s stall: windows 1.6× the limit in
@@ -239,14 +227,7 @@ impl FleetContext {
                 rtt => rtt,
             };
             let patience = (3 * self.interval).max(rtt.saturating_mul(4));
-            let bus = if self.bus.load(Ordering::Relaxed) {
-                BUS_STALL
-            } else {
-                0
-            };
-            let push_patience = patience
-                .max(2 * self.push_lag.load(Ordering::Relaxed))
-                .max(bus);
+            let push_patience = patience.max(2 * self.push_lag.load(Ordering::Relaxed));
             (round != 0 && now > round.saturating_add(patience))
                 || (push != 0 && now > push.saturating_add(push_patience))
         }
@@ -418,7 +399,7 @@ mod tests {
         ctx.heard_own(3_700 * MS);
         ctx.published(3_710 * MS);
         assert!(!ctx.waiting(4_000 * MS));
-        // Pushes that took 40 ms (a cluster's bus): a wait is no sign under 80 ms; then
+        // Pushes that took 40 ms (a slow link): a wait is no sign under 80 ms; then
         // 82 ms, kept through the next second.
         ctx.published(5_000 * MS);
         ctx.heard_own(5_040 * MS);
@@ -437,11 +418,6 @@ mod tests {
         ctx.heard_own(8_201 * MS);
         ctx.published(8_300 * MS);
         assert!(ctx.waiting(8_331 * MS));
-        // On a cluster, a bus stall (41-45 ms after pushes of 1 ms) is no sign: 100 ms are.
-        ctx.bus.store(true, Ordering::Relaxed);
-        assert!(!ctx.waiting(8_331 * MS));
-        assert!(!ctx.waiting(8_400 * MS));
-        assert!(ctx.waiting(8_401 * MS));
     }
 
     /// Redis' time first heard 1.5 s ahead of the local guess: the jump is left for the

@@ -13,15 +13,17 @@ use std::time::Instant;
 pub(super) struct SlotMap {
     /// `(first slot, last slot, node)`, sorted.
     ranges: Vec<(u16, u16, usize)>,
+    /// Each node's `(host, port)`, by its number in `ranges`.
+    pub(super) nodes: Vec<(String, u16)>,
 }
 
 impl SlotMap {
     /// From a `CLUSTER SLOTS` reply: `[[first, last, [host, port, ...], replicas...], ...]`.
-    fn parse(v: &Value) -> Option<SlotMap> {
+    pub(super) fn parse(v: &Value) -> Option<SlotMap> {
         let Value::Array(ranges) = v else {
             return None;
         };
-        let mut nodes: Vec<(String, i64)> = Vec::new();
+        let mut nodes: Vec<(String, u16)> = Vec::new();
         let mut out = Vec::new();
         for r in ranges {
             let Value::Array(r) = r else { return None };
@@ -34,10 +36,11 @@ impl SlotMap {
             let Some(Value::Int(port)) = primary.get(1) else {
                 return None;
             };
-            let node = match nodes.iter().position(|n| n.0 == host && n.1 == *port) {
+            let port = u16::try_from(*port).ok()?;
+            let node = match nodes.iter().position(|n| n.0 == host && n.1 == port) {
                 Some(i) => i,
                 None => {
-                    nodes.push((host, *port));
+                    nodes.push((host, port));
                     nodes.len() - 1
                 }
             };
@@ -48,7 +51,19 @@ impl SlotMap {
             ));
         }
         out.sort_unstable();
-        Some(SlotMap { ranges: out })
+        Some(SlotMap { ranges: out, nodes })
+    }
+
+    /// The shard channel of `node` for the channel `base`: `{t}` then `base`, for the least
+    /// `t` (0, 1, 2...) whose slot the node serves. Every instance reading the same map
+    /// names the same channel, a script running on the node may `SPUBLISH` to it (a slot of
+    /// its own node), and a message on it stays in the node's shard instead of crossing the
+    /// cluster's bus, whose links hold a message behind one not yet acknowledged (a delayed
+    /// ACK, ~40 ms). `None` if the node serves no slot.
+    pub(super) fn shard_channel(&self, node: usize, base: &str) -> Option<String> {
+        (0u32..1 << 20)
+            .find(|t| self.node(tag_slot(t.to_string().as_bytes())) == Some(node))
+            .map(|t| format!("{{{t}}}{base}"))
     }
 
     pub(super) fn node(&self, slot: u16) -> Option<usize> {
@@ -69,7 +84,12 @@ pub(super) fn key_slot(key: &str) -> u16 {
         let close = k[open + 1..].iter().position(|&b| b == b'}')?;
         (close > 0).then(|| &k[open + 1..open + 1 + close])
     });
-    crc16::State::<crc16::XMODEM>::calculate(tag.unwrap_or(k)) % 16384
+    tag_slot(tag.unwrap_or(k))
+}
+
+/// The slot of a hash tag (or of a whole key without one).
+fn tag_slot(tag: &[u8]) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(tag) % 16384
 }
 
 /// The connection of a hybrid limiter's sync thread (only that thread uses it).
@@ -265,7 +285,8 @@ fn copy(e: &BackendError) -> BackendError {
 
 #[cfg(test)]
 mod tests {
-    use super::key_slot;
+    use super::{key_slot, SlotMap};
+    use ::redis::Value;
 
     #[test]
     fn slots_follow_the_cluster_spec() {
@@ -276,5 +297,48 @@ mod tests {
         assert_eq!(key_slot("{}x"), key_slot("{}x"));
         assert_ne!(key_slot("a{}b"), key_slot(""));
         assert_eq!(key_slot("foo{bar}{zap}"), key_slot("bar"));
+    }
+
+    /// Each node's shard channel is in a slot of its own, the same for any instance reading
+    /// the map (whatever order it lists the ranges in), whatever braces the prefix holds.
+    #[test]
+    fn each_nodes_shard_channel_is_in_a_slot_it_serves() {
+        let range = |first: i64, last: i64, port: i64| {
+            Value::Array(vec![
+                Value::Int(first),
+                Value::Int(last),
+                Value::Array(vec![
+                    Value::BulkString(b"127.0.0.1".to_vec()),
+                    Value::Int(port),
+                ]),
+            ])
+        };
+        let ranges = [
+            range(0, 5460, 7000),
+            range(5461, 8191, 7001),
+            // A node of one slot.
+            range(8192, 8192, 7003),
+            range(8193, 10922, 7001),
+            range(10923, 16383, 7002),
+        ];
+        let map = SlotMap::parse(&Value::Array(ranges.to_vec())).unwrap();
+        let reversed =
+            SlotMap::parse(&Value::Array(ranges.iter().rev().cloned().collect())).unwrap();
+        let base = "p{user}:~sync";
+        let mut names = Vec::new();
+        for node in 0..map.nodes.len() {
+            let channel = map.shard_channel(node, base).unwrap();
+            assert!(channel.ends_with(base), "{channel}");
+            assert_eq!(map.node(key_slot(&channel)), Some(node), "{channel}");
+            let same = (0..reversed.nodes.len()).find(|&n| reversed.nodes[n] == map.nodes[node]);
+            assert_eq!(
+                reversed.shard_channel(same.unwrap(), base),
+                Some(channel.clone())
+            );
+            names.push(channel);
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 4);
     }
 }

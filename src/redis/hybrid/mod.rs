@@ -69,7 +69,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Every instance keeps, per key, its own traffic's state and the fleet's as it last heard
 /// it. Each sync round (every [`sync_interval`](crate::store::Builder::sync_interval), 10 ms by
 /// default) sends the keys that changed here to Redis in one batch; the script that writes
-/// them publishes the keys' new shared states on a channel every instance subscribes to. So
+/// them publishes the keys' new shared states on a channel every instance subscribes to (on a
+/// cluster, sharded: each node's own channel, one connection and thread per primary, so that
+/// no push crosses the cluster's bus, whose delayed ACKs held them 16–56 ms). So
 /// every instance learns every change within one sync lag (the interval plus a round trip,
 /// [`HybridStats::sync_lag`]) plus the push's delivery, whether or not it saw a request for
 /// the key, and however long ago it last did: a key each instance sees once a minute is
@@ -220,6 +222,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             deaf: r(&s.deaf),
             sync_lag: d(&s.lag),
             sync_lag_max: d(&s.lag_max),
+            push_lag: Duration::from_nanos(r(&s.push_lag_sum) / r(&s.messages).max(1)),
             push_lag_max: d(&s.push_lag_max),
             outage: ctx.is_down(),
             current: !ctx.is_down() && ctx.mirrors(now, self.inner.fleet().horizon()),

@@ -8,11 +8,17 @@
 //! client key and its state (GCRA: the TAT in µs; merged states: the number of fields of the
 //! key's hash, then each field's instance and value).
 
+use super::super::connection::{at_node, info_cluster_cmd, says_cluster};
+use super::link::SlotMap;
 use super::{channel, Engine, Inner, RedisBuilder, SyncError};
 use crate::cell::StateCell;
 use crate::clock::Clock;
-use ::redis::{Client, RedisResult};
-use std::sync::atomic::Ordering;
+use ::redis::{
+    Client, Connection, ConnectionLike, IntoConnectionInfo, ProtocolVersion, PubSub, RedisError,
+    RedisResult,
+};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a read on the subscription waits before looking at the stop flag.
@@ -79,7 +85,9 @@ pub(super) fn subscribe_loop<A: Engine, C: Clock>(inner: &Inner<A, C>, config: &
     }
 }
 
-/// One subscription, until it breaks (`Err`) or the limiter stops (`Ok`).
+/// One subscription, until it breaks (`Err`) or the limiter stops (`Ok`): to the prefix's
+/// channel on the first server that answers and, on a cluster, to each primary's shard
+/// channel on that primary (one thread each beside this one), where the sync rounds publish.
 fn listen<A: Engine, C: Clock>(
     inner: &Inner<A, C>,
     config: &RedisBuilder<A>,
@@ -102,16 +110,51 @@ fn listen<A: Engine, C: Clock>(
     let Some(mut con) = con else {
         return Err(last.unwrap_or_else(|| (::redis::ErrorKind::IoError, "no URL").into()));
     };
+    // Each confirmation and the cluster's map are round trips: waited for as any reply is
+    // (the I/O timeout). Under the polling timeout below, a link slower than 50 ms never
+    // subscribed.
+    let io = Some(config.io_timeout.max(POLL));
     con.set_write_timeout(Some(config.io_timeout))?;
+    con.set_read_timeout(io)?;
+    let mut shards = Vec::new();
+    if !config.seeds.is_empty() || says_cluster(con.req_command(&info_cluster_cmd())) {
+        let reply = con.req_command(::redis::cmd("CLUSTER").arg("SLOTS"))?;
+        let map = SlotMap::parse(&reply).ok_or((
+            ::redis::ErrorKind::ParseError,
+            "CLUSTER SLOTS",
+            format!("{reply:?}"),
+        ))?;
+        let mut first = config.url.as_str().into_connection_info()?;
+        // RESP3: a shard channel's messages come as pushes, which `PubSub` reads (in RESP2 it
+        // knows only `message` and `pmessage`).
+        first.redis.protocol = ProtocolVersion::RESP3;
+        for (node, (host, port)) in map.nodes.iter().enumerate() {
+            let (Some(shard), Some(info)) = (
+                map.shard_channel(node, channel),
+                at_node(&first, host.clone(), *port),
+            ) else {
+                continue;
+            };
+            // A node that cannot be subscribed to is left out (and said): its keys' calls
+            // fail while it is away; once it or its replica is back, the own pushes it takes
+            // are not heard, and the subscription is made again by the map of then.
+            let subscribed = Client::open(info).and_then(|client| {
+                let mut c = client.get_connection_with_timeout(config.connect_timeout)?;
+                c.set_write_timeout(Some(config.io_timeout))?;
+                c.set_read_timeout(io)?;
+                ssubscribe(&mut c, &shard)?;
+                Ok(c)
+            });
+            match subscribed {
+                Ok(c) => shards.push(c),
+                Err(e) => ctx.fail(SyncError::from_backend(super::BackendError::from_redis(e))),
+            }
+        }
+    }
     let mut sub = con.as_pubsub();
-    // The subscription's confirmation is a round trip: waited for as any reply is (the I/O
-    // timeout). Under the polling timeout below, a link slower than 50 ms never subscribed.
-    sub.set_read_timeout(Some(config.io_timeout.max(POLL)))?;
     sub.subscribe(channel)?;
     ctx.stats.subscribed.fetch_add(1, Ordering::Relaxed);
     ctx.subscribed();
-    // The own push waited for (the published count that brings it) and since when.
-    let mut waiting: Option<(u64, Instant)> = None;
     // A push comes back within milliseconds of its call's reply; this long behind, the
     // subscription is taken for deaf (a late push costs a resubscription, decided by the
     // fallback meanwhile; a deaf one undetected, decisions on the others' states as they were).
@@ -119,7 +162,11 @@ fn listen<A: Engine, C: Clock>(
     let deaf_after = (5 * interval)
         .max(Duration::from_millis(100))
         .min(config.io_timeout.max(Duration::from_millis(1)));
-    sub.set_read_timeout(Some(POLL.min(deaf_after / 2).max(Duration::from_millis(1))))?;
+    let poll = Some(POLL.min(deaf_after / 2).max(Duration::from_millis(1)));
+    sub.set_read_timeout(poll)?;
+    for c in &shards {
+        c.set_read_timeout(poll)?;
+    }
     ctx.recovered();
     // From here on every change is heard of; a state written before lives at most a horizon
     // without a write (sooner, if the sync thread finds no live marker: see `worker.rs`).
@@ -130,15 +177,83 @@ fn listen<A: Engine, C: Clock>(
     if let Some(t) = ctx.sync_thread.get() {
         t.unpark();
     }
+    // Set by the first connection to break (or by this thread once it returns): every
+    // reader stops; the first error is the subscription's.
+    let done = AtomicBool::new(false);
+    let broke = Mutex::new(None);
+    let end = |e: RedisError| {
+        broke.lock().get_or_insert(e);
+        done.store(true, Ordering::Release);
+    };
+    let (done, end) = (&done, &end);
+    std::thread::scope(|s| {
+        for mut c in shards {
+            let spawned = std::thread::Builder::new()
+                .name("hotlimit-shard".into())
+                .spawn_scoped(s, move || {
+                    if let Err(e) = read(inner, &mut c.as_pubsub(), done) {
+                        end(e);
+                    }
+                });
+            if let Err(e) = spawned {
+                end(e.into());
+            }
+        }
+        if let Err(e) = watch(inner, &mut sub, done, deaf_after) {
+            end(e);
+        }
+        done.store(true, Ordering::Release);
+    });
+    broke.into_inner().map_or(Ok(()), Err)
+}
+
+/// Sends `SSUBSCRIBE channel` on `con` and reads its confirmation (an error reply, such as
+/// a slot that moved, is the error).
+fn ssubscribe(con: &mut Connection, channel: &str) -> RedisResult<()> {
+    con.send_packed_command(&::redis::cmd("SSUBSCRIBE").arg(channel).get_packed_command())?;
+    con.recv_response()?.extract_error().map(drop)
+}
+
+/// Merges what one subscription is pushed until `done` or the limiter stops (`Ok`), or its
+/// connection breaks.
+fn read<A: Engine, C: Clock>(
+    inner: &Inner<A, C>,
+    sub: &mut PubSub<'_>,
+    done: &AtomicBool,
+) -> RedisResult<()> {
+    while !done.load(Ordering::Acquire) && !inner.ctx().stop.load(Ordering::Acquire) {
+        next(inner, sub)?;
+    }
+    Ok(())
+}
+
+/// Reads and merges one pushed message, if one comes within the read timeout.
+fn next<A: Engine, C: Clock>(inner: &Inner<A, C>, sub: &mut PubSub<'_>) -> RedisResult<()> {
+    match sub.get_message() {
+        Ok(msg) => {
+            merge(inner, msg.get_payload_bytes());
+            Ok(())
+        }
+        Err(e) if e.is_timeout() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`read`] on the prefix's channel, and the deafness check over every connection.
+fn watch<A: Engine, C: Clock>(
+    inner: &Inner<A, C>,
+    sub: &mut PubSub<'_>,
+    done: &AtomicBool,
+    deaf_after: Duration,
+) -> RedisResult<()> {
+    let ctx = inner.ctx();
+    // The own push waited for (the published count that brings it) and since when.
+    let mut waiting: Option<(u64, Instant)> = None;
     loop {
-        if ctx.stop.load(Ordering::Acquire) {
+        if done.load(Ordering::Acquire) || ctx.stop.load(Ordering::Acquire) {
             return Ok(());
         }
-        match sub.get_message() {
-            Ok(msg) => merge(inner, msg.get_payload_bytes()),
-            Err(e) if e.is_timeout() => {}
-            Err(e) => return Err(e),
-        }
+        next(inner, sub)?;
         // A half-open subscription (its peer gone without a word, or a proxy that stopped
         // forwarding) reads nothing and never fails, while the sync rounds' commands pass:
         // the instance would decide on the others' states as they were, for good. One own
@@ -202,9 +317,10 @@ fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
     };
     let now = store.core.clock.now();
     let written = ctx.local(secs.saturating_mul(1_000_000_000) + micros * 1_000);
-    ctx.stats
-        .push_lag_max
-        .fetch_max(now.saturating_sub(written), Ordering::Relaxed);
+    let lag = now.saturating_sub(written);
+    ctx.stats.push_lag_max.fetch_max(lag, Ordering::Relaxed);
+    ctx.stats.messages.fetch_add(1, Ordering::Relaxed);
+    ctx.stats.push_lag_sum.fetch_add(lag, Ordering::Relaxed);
     let own = from == ctx.instance;
     if own {
         ctx.heard_own(now);

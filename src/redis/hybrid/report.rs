@@ -114,6 +114,9 @@ pub struct HybridStats {
     pub sync_lag: Duration,
     /// The largest sync lag so far.
     pub sync_lag_max: Duration,
+    /// The mean delay between a state's write in Redis and its push's arrival here, over the
+    /// pushed messages heard so far (zero before the first).
+    pub push_lag: Duration,
     /// The largest delay seen between a state's write in Redis and its push's arrival here.
     pub push_lag_max: Duration,
     /// Whether the last sync round found Redis unreachable (decisions use the
@@ -146,4 +149,7 @@ pub(super) struct Counters {
     pub(super) lag: AtomicU64,
     pub(super) lag_max: AtomicU64,
     pub(super) push_lag_max: AtomicU64,
+    /// The pushed messages heard, and the sum of their delays (ns).
+    pub(super) messages: AtomicU64,
+    pub(super) push_lag_sum: AtomicU64,
 }

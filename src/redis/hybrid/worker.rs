@@ -332,12 +332,17 @@ fn run_round<A: Engine, C: crate::Clock>(
     // A call per `BATCH` keys on a server; per node (and `BATCH`) on a cluster, or per key if
     // the slot map is not to be had. (Connected first: which of the two it is.)
     link.connect();
-    ctx.bus.store(link.is_cluster(), Ordering::Relaxed);
     let mut calls = calls;
-    let cuts: Vec<usize> = if !link.is_cluster() {
+    // Each batch's length and the channel its call publishes on: the prefix's channel on a
+    // server; on a cluster, the shard channel of the batch's node (`SPUBLISH`: a push that
+    // stays in the node's shard, heard by each instance's subscription to that node), or the
+    // prefix's channel by plain `PUBLISH` for a key sent alone while the slot map is not to
+    // be had (the subscriptions hear that one too, across the bus).
+    let plain = || ("PUBLISH", channel.to_string());
+    let cuts: Vec<(usize, (&str, String))> = if !link.is_cluster() {
         (0..calls.len())
             .step_by(BATCH)
-            .map(|i| (calls.len() - i).min(BATCH))
+            .map(|i| ((calls.len() - i).min(BATCH), plain()))
             .collect()
     } else if let Some(map) = link.slot_map() {
         let mut nodes = Vec::with_capacity(calls.len());
@@ -345,6 +350,9 @@ fn run_round<A: Engine, C: crate::Clock>(
             key_of(&mut redis_key, &c.key);
             nodes.push(map.node(super::link::key_slot(&redis_key)));
         }
+        let shard: Vec<Option<String>> = (0..map.nodes.len())
+            .map(|n| map.shard_channel(n, channel))
+            .collect();
         match nodes.into_iter().collect::<Option<Vec<usize>>>() {
             Some(nodes) => {
                 let mut items: Vec<(usize, Call<A::Sent>)> = nodes.into_iter().zip(calls).collect();
@@ -353,27 +361,34 @@ fn run_round<A: Engine, C: crate::Clock>(
                 let mut start = 0;
                 for i in 1..=items.len() {
                     if i == items.len() || items[i].0 != items[start].0 || i - start == BATCH {
-                        cuts.push(i - start);
+                        let to = match &shard[items[start].0] {
+                            Some(c) => ("SPUBLISH", c.clone()),
+                            None => plain(),
+                        };
+                        cuts.push((i - start, to));
                         start = i;
                     }
                 }
                 calls = items.into_iter().map(|i| i.1).collect();
                 cuts
             }
-            None => vec![1; calls.len()],
+            None => (0..calls.len()).map(|_| (1, plain())).collect(),
         }
     } else {
-        vec![1; calls.len()]
+        (0..calls.len()).map(|_| (1, plain())).collect()
     };
     let mut at = 0;
     let mut cmds: Vec<::redis::Cmd> = Vec::with_capacity(cuts.len() + extra.len());
-    for &n in &cuts {
+    for (n, (publish, to)) in &cuts {
         let chunk = &calls[at..at + n];
         at += n;
         // The first key's hash, declared for routing.
         key_of(&mut redis_key, &chunk[0].key);
         let mut cmd = link.eval(A::SCRIPT, &redis_key);
-        cmd.arg(channel).arg(&ctx.instance).arg(chunk.len());
+        cmd.arg(*publish)
+            .arg(to)
+            .arg(&ctx.instance)
+            .arg(chunk.len());
         for call in chunk {
             key_of(&mut redis_key, &call.key);
             cmd.arg(&call.key).arg(&redis_key);
@@ -387,7 +402,7 @@ fn run_round<A: Engine, C: crate::Clock>(
         }
         cmds.push(cmd);
     }
-    let batches = cuts;
+    let batches: Vec<usize> = cuts.into_iter().map(|c| c.0).collect();
     cmds.extend(extra);
     let t0 = store.core.clock.now();
     // Never 0, which says no round is in flight.

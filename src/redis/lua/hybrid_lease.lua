@@ -1,7 +1,8 @@
 -- The hybrid limiter's GCRA round: leases, hand-backs and charges for a batch of keys, and
 -- the keys' new TATs pushed to every instance.
 --
--- ARGV: the channel, this instance's id, n; then per key its client key, its TAT's key (the
+-- ARGV: the publishing command (`PUBLISH`; `SPUBLISH` to a shard channel of the call's node on
+-- a cluster), the channel, this instance's id, n; then per key its client key, its TAT's key (the
 -- RedisLimiter's key and form: µs of Redis time, %.17g), the back-dated debts' own TAT's key,
 -- `want` (units to lease), `give` (unspent units handed back), `debt` (units admitted beyond
 -- leases, charged now), `back` (1: the debt was run up while Redis was unreachable, charged
@@ -20,13 +21,13 @@ local function ns(s)
   s = tostring(s)
   return #s .. ':' .. s
 end
-local channel, inst, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local publish, channel, inst, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {t[1], t[2]}
 local msg = {ns(inst), ns(t[1]), ns(t[2])}
 for i = 1, n do
-  local a = 3 + (i - 1) * 10
+  local a = 4 + (i - 1) * 10
   local key, k, kb = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local want = tonumber(ARGV[a + 4])
   local give = tonumber(ARGV[a + 5])
@@ -69,5 +70,5 @@ for i = 1, n do
   out[#out + 1] = {granted, pushed}
   msg[#msg + 1] = ns(key) .. ns(pushed)
 end
-redis.call('PUBLISH', channel, table.concat(msg))
+redis.call(publish, channel, table.concat(msg))
 return out

@@ -2,7 +2,8 @@
 -- written in the key's hash (a field per instance), and the whole hashes pushed to every
 -- instance.
 --
--- ARGV: the channel, this instance's id, n; then per key its client key, its hash's key,
+-- ARGV: the publishing command (`PUBLISH`; `SPUBLISH` to a shard channel of the call's node on
+-- a cluster), the channel, this instance's id, n; then per key its client key, its hash's key,
 -- this instance's state (`<idle at, Unix ms>:<word>`; empty: idle, delete the field) and its
 -- time to idle in ms. KEYS: the first hash, for routing: on a cluster a call holds one node's
 -- keys, of several slots, which the script reaches with `allow-cross-slot-keys`.
@@ -14,12 +15,12 @@ local function ns(s)
   s = tostring(s)
   return #s .. ':' .. s
 end
-local channel, inst, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local publish, channel, inst, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local msg = {ns(inst), ns(t[1]), ns(t[2])}
 for i = 1, n do
-  local a = 3 + (i - 1) * 4
+  local a = 4 + (i - 1) * 4
   local key, h, value, ttl = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], tonumber(ARGV[a + 4])
   if value == '' then
     redis.call('HDEL', h, inst)
@@ -44,5 +45,5 @@ for i = 1, n do
   end
   msg[#msg + 1] = ns(key) .. ns(count) .. table.concat(fields)
 end
-redis.call('PUBLISH', channel, table.concat(msg))
+redis.call(publish, channel, table.concat(msg))
 return {t[1], t[2]}
