@@ -317,10 +317,14 @@ fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
     };
     let now = store.core.clock.now();
     let written = ctx.local(secs.saturating_mul(1_000_000_000) + micros * 1_000);
-    let lag = now.saturating_sub(written);
-    ctx.stats.push_lag_max.fetch_max(lag, Ordering::Relaxed);
-    ctx.stats.messages.fetch_add(1, Ordering::Relaxed);
-    ctx.stats.push_lag_sum.fetch_add(lag, Ordering::Relaxed);
+    // Measured once Redis' time is known: before, `written` is this machine's guess, off by
+    // its clock's offset (a cold start with clocks 2 s apart read pushes of 2 s).
+    if ctx.time_known() {
+        let lag = now.saturating_sub(written);
+        ctx.stats.push_lag_max.fetch_max(lag, Ordering::Relaxed);
+        ctx.stats.messages.fetch_add(1, Ordering::Relaxed);
+        ctx.stats.push_lag_sum.fetch_add(lag, Ordering::Relaxed);
+    }
     let own = from == ctx.instance;
     if own {
         ctx.heard_own(now);

@@ -115,9 +115,10 @@ pub struct HybridStats {
     /// The largest sync lag so far.
     pub sync_lag_max: Duration,
     /// The mean delay between a state's write in Redis and its push's arrival here, over the
-    /// pushed messages heard so far (zero before the first).
+    /// pushed messages heard since Redis' time was first known (zero before).
     pub push_lag: Duration,
-    /// The largest delay seen between a state's write in Redis and its push's arrival here.
+    /// The largest delay seen between a state's write in Redis and its push's arrival here,
+    /// since Redis' time was first known (before, the write's time is this machine's guess).
     pub push_lag_max: Duration,
     /// Whether the last sync round found Redis unreachable (decisions use the
     /// [`Fallback`](super::Fallback)).
