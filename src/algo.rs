@@ -183,6 +183,19 @@ pub trait Algorithm: Send + Sync + 'static {
     /// is free for another key.
     fn debt_paid_at(&self, part: usize, debt: u128) -> u64;
 
+    /// A debt word of part `part` at least as limiting as every word of that part paid by
+    /// `paid_at` ([`debt_paid_at`](Algorithm::debt_paid_at)) and paid soon after, if one word
+    /// is: for a debt that is one time (GCRA's, EARRRL's), that time. With it the debt table
+    /// keeps, beside the debt a key shares with others, when its own is paid, and brings the
+    /// key back owing that instead of the others' (a working set larger than the store keeps
+    /// its admissions). `None` (the default) where a debt is more than a time (a window's
+    /// count, a rate): the key owes what it shares.
+    #[inline]
+    fn debt_at(&self, part: usize, paid_at: u64) -> Option<u128> {
+        let _ = (part, paid_at);
+        None
+    }
+
     /// A state **at least as limited** as any state whose debt words are at most `debt(p)` for
     /// each part `p` (a word of 0: that part owes nothing): from it, no sequence of requests is
     /// admitted more, or earlier, than from the state that was evicted. All zeros restore

@@ -1,7 +1,8 @@
 //! What capacity eviction keeps of a key is never more lenient than what it evicted: for every
 //! algorithm in both policies, a state restored from its debt words
 //! ([`Algorithm::debt`] → [`Algorithm::restore`]), or from a join of them with another key's
-//! ([`Algorithm::debt_join`]), admits no request of any cost at any later time (with no traffic
+//! ([`Algorithm::debt_join`]), or from the word [`Algorithm::debt_at`] gives for the time its
+//! debt is paid, admits no request of any cost at any later time (with no traffic
 //! between) that the state itself would deny, and over any later trace of requests of cost 1
 //! admits no more of them, and no earlier; and it is not fresh before the state is.
 //!
@@ -89,7 +90,25 @@ impl OnAlgorithm for NeverMoreLenient {
                 let joined = algo.restore(&|p| {
                     algo.debt_join(p, algo.debt(&state, p), algo.debt(&other_state, p))
                 });
-                for (how, from) in [("alone", alone), ("joined", joined)] {
+                // And from the word `debt_at` gives for when its debt is paid (what the debt
+                // table brings a key back owing by its code), paid within 1 µs of it.
+                let at_paid = |p: usize| {
+                    let d = algo.debt(&state, p);
+                    let paid = algo.debt_paid_at(p, d);
+                    match algo.debt_at(p, paid) {
+                        Some(w) if d != 0 => {
+                            assert!(
+                                algo.debt_paid_at(p, w) <= paid.saturating_add(1_000),
+                                "{name}: paid at {} for {paid}",
+                                algo.debt_paid_at(p, w)
+                            );
+                            w
+                        }
+                        _ => d,
+                    }
+                };
+                let by_time = algo.restore(&at_paid);
+                for (how, from) in [("alone", alone), ("joined", joined), ("by time", by_time)] {
                     for &(wait, cost) in &probes {
                         let (at, cost) = (start + wait, cost.min(algo.capacity()));
                         prop_assert!(

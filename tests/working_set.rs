@@ -3,9 +3,12 @@
 //! a twin that never evicts, fed the same requests at the same instants. The bounded store
 //! evicts the keys again and again and the debt table brings each back at least as limited as
 //! it left: never, key by key, admitted more than on the twin (asserted). What it denies beyond
-//! the twin is the price the innocent pay for the bound, printed and kept in BENCHMARKS.md:
-//! far above issue #59's 5% (GCRA 34-37%, windows 67-73%, EARRRL 98%), because a returning
-//! key owes its slot's debt, joined with those of the keys sharing the slot.
+//! the twin is the price the innocent pay for the bound, printed and kept in BENCHMARKS.md.
+//! Where a debt is one time (GCRA, EARRRL: `Algorithm::debt_at`), a key's entry in the table
+//! carries a code of its own debt and the key comes back owing that: within issue #59's 5%
+//! (asserted; GCRA 0.2%, EARRRL 2.9%, where sharing its slot's debt cost 34% and 96%). The
+//! others still come back owing their slot's, joined with those of the keys sharing it
+//! (exponential 27%, windows 67-73%).
 
 use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::store::Cas;
@@ -109,6 +112,11 @@ fn a_working_set_of_4x_max_keys_is_never_admitted_more() {
                 .map(|(store, loss)| format!("{store} {:.1}%", 100.0 * loss))
                 .collect();
             println!("max_keys {max_keys}, {name}: admissions lost against the twin: {pct:?}");
+            if matches!(name, "gcra" | "earrrl") {
+                for (store, loss) in &l {
+                    assert!(*loss <= 0.05, "{name} on {store}: {pct:?}");
+                }
+            }
         }
     }
 }

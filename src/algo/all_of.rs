@@ -280,6 +280,13 @@ where
         }
     }
 
+    fn debt_at(&self, part: usize, paid_at: u64) -> Option<u128> {
+        match part.checked_sub(self.first.debt_parts()) {
+            None => self.first.debt_at(part, paid_at),
+            Some(part) => self.second.debt_at(part, paid_at),
+        }
+    }
+
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> Self::State {
         let k = self.first.debt_parts();
         Pair::join(

@@ -365,6 +365,11 @@ impl Algorithm for Gcra {
         debt.min(u128::from(CLOCK_MAX)) as u64
     }
 
+    /// A TAT is paid at itself.
+    fn debt_at(&self, _: usize, paid_at: u64) -> Option<u128> {
+        Some(u128::from(paid_at))
+    }
+
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {
         self.debt_paid_at(0, debt(0))
     }

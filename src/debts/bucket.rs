@@ -1,10 +1,29 @@
 //! A bucket of the debt table: its entries' format (a key's tag or an overflow marker, and the
-//! slot it points to) and the sequence lock its readers and writers share.
+//! slot it points to; for a key's entry, optionally a code of its own debt in the next cell)
+//! and the sequence lock its readers and writers share.
 
 use crate::sync::{fence, AtomicU64, Ordering};
 
-/// Entries per bucket; with two 96-bit slots and the sequence word, 128 bytes.
+/// 16-bit cells per bucket; with two 96-bit slots and the sequence word, 128 bytes. A cell
+/// holds an entry, or half of the code that follows a key's entry.
 pub(super) const ENTRIES: usize = 48;
+
+/// Tags from here to [`MARKER`] are code cells, never keys' tags: the cell after a key's
+/// entry may hold a code of 11 bits (see `Debts`' `Coded`).
+const CODE_TAG: u16 = 0x7800;
+
+/// The largest code.
+pub(super) const CODE_MAX: u16 = 0x7FF;
+
+/// No code: the entry's keys owe its slot's debt.
+pub(super) const NO_CODE: u16 = u16::MAX;
+
+/// A code cell's value: `CODE_TAG`'s entry form and 11 bits.
+const CODE_CELL: u16 = CODE_TAG << 1;
+
+fn is_code_cell(cell: u16) -> bool {
+    (CODE_CELL..MARKER << 1).contains(&cell)
+}
 
 /// Tags from here up are overflow markers: `MARKER | g1 << 5 | g2` stands for every key of
 /// its bucket of overflow group `g1` or `g2` ([`group`]). Keys' tags are below it.
@@ -43,25 +62,117 @@ pub(super) fn covers(entry_tag: u16, tag: u16) -> bool {
     }
 }
 
-/// A bucket as a reader copies it and a writer rewrites it: two debt slots and the entries
-/// (0: empty).
+/// A bucket as a reader copies it and a writer rewrites it: two debt slots, the entries (0:
+/// empty) and each entry's code ([`NO_CODE`]: none). A code takes the cell after its entry;
+/// a writer whose entries and codes do not fit drops the codes that say least.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Plain {
     pub(super) slots: [u128; 2],
     pub(super) entries: [u16; ENTRIES],
+    pub(super) codes: [u16; ENTRIES],
 }
 
 impl Plain {
     /// A live entry that stands for a key of tag `tag` (its own, or a marker of its class).
     pub(super) fn find(&self, tag: u16) -> Option<u16> {
-        self.entries
-            .iter()
-            .copied()
-            .find(|&e| e != 0 && covers(tag_of(e), tag))
+        self.find_at(tag).map(|i| self.entries[i])
     }
 
+    /// Where [`find`](Plain::find)'s entry is.
+    pub(super) fn find_at(&self, tag: u16) -> Option<usize> {
+        self.entries
+            .iter()
+            .position(|&e| e != 0 && covers(tag_of(e), tag))
+    }
+
+    /// Entries free (codes dropped to make room as needed).
     pub(super) fn free(&self) -> usize {
         self.entries.iter().filter(|&&e| e == 0).count()
+    }
+
+    /// Cells free, codes kept: an entry filed here keeps its code while this is 2 or more.
+    pub(super) fn cells_free(&self) -> usize {
+        let used: usize = (0..ENTRIES)
+            .filter(|&i| self.entries[i] != 0)
+            .map(|i| if self.codes[i] == NO_CODE { 1 } else { 2 })
+            .sum();
+        ENTRIES.saturating_sub(used)
+    }
+
+    /// From the bucket's cells.
+    fn parse(slots: [u128; 2], cells: &[u16; ENTRIES]) -> Plain {
+        let mut plain = Plain {
+            slots,
+            entries: [0; ENTRIES],
+            codes: [NO_CODE; ENTRIES],
+        };
+        let (mut i, mut n) = (0, 0);
+        while i < ENTRIES {
+            let cell = cells[i];
+            i += 1;
+            if cell == 0 || is_code_cell(cell) {
+                continue;
+            }
+            plain.entries[n] = cell;
+            if let Some(code) = code_at(cells, i) {
+                plain.codes[n] = code;
+                i += 1;
+            }
+            n += 1;
+        }
+        plain
+    }
+
+    /// Into cells: each entry, then its code if it has one. Codes that do not fit are
+    /// dropped, those that say least (the smallest) first, and their entries owe their slots.
+    fn cells(&mut self) -> [u16; ENTRIES] {
+        let live: Vec<usize> = (0..ENTRIES).filter(|&i| self.entries[i] != 0).collect();
+        let mut need: usize = live
+            .iter()
+            .map(|&i| if self.codes[i] == NO_CODE { 1 } else { 2 })
+            .sum();
+        while need > ENTRIES {
+            let Some(&i) = live
+                .iter()
+                .filter(|&&i| self.codes[i] != NO_CODE)
+                .min_by_key(|&&i| self.codes[i])
+            else {
+                break;
+            };
+            self.codes[i] = NO_CODE;
+            need -= 1;
+        }
+        let mut cells = [0u16; ENTRIES];
+        let mut at = 0;
+        for i in live {
+            cells[at] = self.entries[i];
+            at += 1;
+            if self.codes[i] != NO_CODE {
+                cells[at] = CODE_CELL | self.codes[i] & CODE_MAX;
+                at += 1;
+            }
+        }
+        cells
+    }
+}
+
+/// The code in cell `i`, if it is a code cell.
+fn code_at(cells: &[u16; ENTRIES], i: usize) -> Option<u16> {
+    let cell = *cells.get(i)?;
+    is_code_cell(cell).then_some(cell & CODE_MAX)
+}
+
+/// What a key's entries of one slot in a bucket say it owes: nothing (`None`), the slot's
+/// whole debt (`Some(None)`: an entry without a code, or a marker), or the slot's debt paid
+/// earlier by the smallest of their codes (`Some(Some(code))`).
+pub(super) type Claim = Option<Option<u16>>;
+
+/// The join of two claims on one slot.
+fn claim_join(a: Claim, b: Claim) -> Claim {
+    match (a, b) {
+        (None, x) | (x, None) => x,
+        (Some(Some(x)), Some(Some(y))) => Some(Some(x.min(y))),
+        _ => Some(None),
     }
 }
 
@@ -107,16 +218,22 @@ pub(super) fn slots_of([w0, w1, w2]: [u64; 3]) -> [u128; 2] {
 }
 
 impl Bucket {
-    /// The words, as they are (Relaxed: the sequence word orders them).
-    pub(super) fn load(&self) -> Plain {
+    /// The cells, as they are (Relaxed: the sequence word orders them).
+    fn cells(&self) -> [u16; ENTRIES] {
         let words: [u64; ENTRIES / PER_WORD] =
             std::array::from_fn(|i| self.entries[i].load(Ordering::Relaxed));
-        Plain {
-            slots: slots_of(std::array::from_fn(|i| {
-                self.slots[i].load(Ordering::Relaxed)
-            })),
-            entries: std::array::from_fn(|i| (words[i / PER_WORD] >> (16 * (i % PER_WORD))) as u16),
-        }
+        std::array::from_fn(|i| (words[i / PER_WORD] >> (16 * (i % PER_WORD))) as u16)
+    }
+
+    fn slot_words(&self) -> [u128; 2] {
+        slots_of(std::array::from_fn(|i| {
+            self.slots[i].load(Ordering::Relaxed)
+        }))
+    }
+
+    /// The words, as they are (Relaxed: the sequence word orders them).
+    pub(super) fn load(&self) -> Plain {
+        Plain::parse(self.slot_words(), &self.cells())
     }
 
     /// What `load` reads of the bucket while no writer is inside (retried until so).
@@ -146,28 +263,28 @@ impl Bucket {
         self.consistent(|| self.load())
     }
 
-    /// The slots a key of `tag` owes in this bucket (0 where it owes nothing), from a
-    /// consistent read: a key's read on insert, which needs neither the entries' copy nor a
-    /// slot no entry of it points to.
-    pub(super) fn claims(&self, tag: u16) -> [u128; 2] {
+    /// What a key of `tag` owes in this bucket, per slot: the slot's debt and the claim on
+    /// it ([`Claim`]), from a consistent read (a key's read on insert, which needs neither
+    /// the entries' copy nor a slot no entry of it points to).
+    pub(super) fn claims(&self, tag: u16) -> [(u128, Claim); 2] {
         self.consistent(|| {
-            let mut hit = [false; 2];
-            for word in &self.entries {
-                let w = word.load(Ordering::Relaxed);
-                for j in 0..PER_WORD {
-                    let e = (w >> (16 * j)) as u16;
-                    if e != 0 && covers(tag_of(e), tag) {
-                        hit[slot_of(e)] = true;
-                    }
+            let cells = self.cells();
+            let mut claims: [Claim; 2] = [None; 2];
+            for (i, &e) in cells.iter().enumerate() {
+                if e != 0 && !is_code_cell(e) && covers(tag_of(e), tag) {
+                    let code = if is_marker(tag_of(e)) {
+                        None
+                    } else {
+                        code_at(&cells, i + 1)
+                    };
+                    claims[slot_of(e)] = claim_join(claims[slot_of(e)], Some(code));
                 }
             }
-            if hit == [false; 2] {
-                return [0; 2];
+            if claims == [None; 2] {
+                return [(0, None); 2];
             }
-            let [a, b] = slots_of(std::array::from_fn(|i| {
-                self.slots[i].load(Ordering::Relaxed)
-            }));
-            [if hit[0] { a } else { 0 }, if hit[1] { b } else { 0 }]
+            let [a, b] = self.slot_words();
+            [(a, claims[0]), (b, claims[1])]
         })
     }
 
@@ -188,18 +305,18 @@ impl Bucket {
         };
         // The odd sequence is visible before any word changes.
         fence(Ordering::Release);
-        let old = self.load();
-        let mut new = old;
+        let (old_slots, old_cells) = (self.slot_words(), self.cells());
+        let mut new = Plain::parse(old_slots, &old_cells);
         let out = f(&mut new);
-        if new.slots != old.slots {
+        if new.slots != old_slots {
             for (atomic, word) in self.slots.iter().zip(slot_words(new.slots)) {
                 atomic.store(word, Ordering::Relaxed);
             }
         }
-        for (i, (n, o)) in new
-            .entries
+        let new_cells = new.cells();
+        for (i, (n, o)) in new_cells
             .chunks(PER_WORD)
-            .zip(old.entries.chunks(PER_WORD))
+            .zip(old_cells.chunks(PER_WORD))
             .enumerate()
         {
             if n != o {
@@ -228,9 +345,9 @@ pub(super) fn slot_of(entry: u16) -> usize {
 }
 
 /// The 15-bit tag of a key's hash: bits other than those that pick its buckets, in
-/// `1..MARKER`.
+/// `1..CODE_TAG`.
 pub(super) fn tag(hash: u64) -> u16 {
-    ((hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) as u16 % (MARKER - 1)) + 1
+    ((hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) as u16 % (CODE_TAG - 1)) + 1
 }
 
 #[cfg(all(test, not(hotlimit_loom)))]
