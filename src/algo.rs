@@ -183,17 +183,18 @@ pub trait Algorithm: Send + Sync + 'static {
     /// is free for another key.
     fn debt_paid_at(&self, part: usize, debt: u128) -> u64;
 
-    /// A debt word of part `part` at least as limiting as every word of that part paid by
-    /// `paid_at` ([`debt_paid_at`](Algorithm::debt_paid_at)) and paid soon after, if one word
-    /// is: for a debt that is one time (GCRA's, EARRRL's), that time. With it the debt table
-    /// keeps, beside the debt a key shares with others, when its own is paid, and brings the
-    /// key back owing that instead of the others' (a working set larger than the store keeps
-    /// its admissions). `None` (the default) where a debt is more than a time (a window's
-    /// count, a rate): the key owes what it shares.
+    /// Whether the debt words of part `part` are ordered as numbers: each below 2^64, every
+    /// word at least as limiting as any smaller one (so [`debt_join`](Algorithm::debt_join)
+    /// is the larger), every number between two debt words one too, and
+    /// [`debt_paid_at`](Algorithm::debt_paid_at) growing with the word. True of GCRA (a TAT),
+    /// EARRRL (a time) and the fixed window (its window, then its count). With it, the debt
+    /// table keeps beside the debt a key shares with others how far below it the key's own
+    /// is, and brings the key back owing that, not the others' (a working set larger than the
+    /// store keeps its admissions). `false` (the default): the key owes what it shares.
     #[inline]
-    fn debt_at(&self, part: usize, paid_at: u64) -> Option<u128> {
-        let _ = (part, paid_at);
-        None
+    fn debt_ordered(&self, part: usize) -> bool {
+        let _ = part;
+        false
     }
 
     /// A state **at least as limited** as any state whose debt words are at most `debt(p)` for

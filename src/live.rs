@@ -131,8 +131,8 @@ impl<A: Reconfigure> Algorithm for Live<A> {
         self.get().debt_paid_at(part, debt)
     }
 
-    fn debt_at(&self, part: usize, paid_at: u64) -> Option<u128> {
-        self.get().debt_at(part, paid_at)
+    fn debt_ordered(&self, part: usize) -> bool {
+        self.get().debt_ordered(part)
     }
 
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> A::State {

@@ -1,8 +1,8 @@
 //! What capacity eviction keeps of a key is never more lenient than what it evicted: for every
 //! algorithm in both policies, a state restored from its debt words
 //! ([`Algorithm::debt`] → [`Algorithm::restore`]), or from a join of them with another key's
-//! ([`Algorithm::debt_join`]), or from the word [`Algorithm::debt_at`] gives for the time its
-//! debt is paid, admits no request of any cost at any later time (with no traffic
+//! ([`Algorithm::debt_join`]), or where the words are ordered ([`Algorithm::debt_ordered`])
+//! from any larger word, admits no request of any cost at any later time (with no traffic
 //! between) that the state itself would deny, and over any later trace of requests of cost 1
 //! admits no more of them, and no earlier; and it is not fresh before the state is.
 //!
@@ -78,9 +78,16 @@ impl OnAlgorithm for NeverMoreLenient {
             ..Config::default()
         });
         let probes = prop::collection::vec((0u64..4_000_000_000, 1u64..8), 8);
-        let strategy = (trace(40), trace(40), 0u64..3_000_000_000, ones(60), probes);
+        let strategy = (
+            trace(40),
+            trace(40),
+            0u64..3_000_000_000,
+            ones(60),
+            probes,
+            any::<u64>(),
+        );
         runner
-            .run(&strategy, |(mine, other, pause, after, probes)| {
+            .run(&strategy, |(mine, other, pause, after, probes, raise)| {
                 let (state, end) = spent(&algo, &mine);
                 let (other_state, other_end) = spent(&algo, &other);
                 let start = end.max(other_end) + pause;
@@ -90,25 +97,24 @@ impl OnAlgorithm for NeverMoreLenient {
                 let joined = algo.restore(&|p| {
                     algo.debt_join(p, algo.debt(&state, p), algo.debt(&other_state, p))
                 });
-                // And from the word `debt_at` gives for when its debt is paid (what the debt
-                // table brings a key back owing by its code), paid within 1 µs of it.
-                let at_paid = |p: usize| {
+                // And, where the words are ordered as numbers, from any larger word (what the
+                // debt table brings a key back owing by its code: its own word, rounded up),
+                // paid no sooner.
+                let above = |p: usize| {
                     let d = algo.debt(&state, p);
-                    let paid = algo.debt_paid_at(p, d);
-                    match algo.debt_at(p, paid) {
-                        Some(w) if d != 0 => {
-                            assert!(
-                                algo.debt_paid_at(p, w) <= paid.saturating_add(1_000),
-                                "{name}: paid at {} for {paid}",
-                                algo.debt_paid_at(p, w)
-                            );
-                            w
-                        }
-                        _ => d,
+                    if !algo.debt_ordered(p) || d == 0 {
+                        return d;
                     }
+                    assert!(d < 1 << 64, "{name}: an ordered word above 2^64");
+                    let up = (d + u128::from(raise) % (1 + (d >> 3))).min(u128::from(u64::MAX));
+                    assert!(
+                        algo.debt_paid_at(p, up) >= algo.debt_paid_at(p, d),
+                        "{name}: {up} paid before {d}"
+                    );
+                    up
                 };
-                let by_time = algo.restore(&at_paid);
-                for (how, from) in [("alone", alone), ("joined", joined), ("by time", by_time)] {
+                let raised = algo.restore(&above);
+                for (how, from) in [("alone", alone), ("joined", joined), ("raised", raised)] {
                     for &(wait, cost) in &probes {
                         let (at, cost) = (start + wait, cost.min(algo.capacity()));
                         prop_assert!(

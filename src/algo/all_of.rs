@@ -280,10 +280,10 @@ where
         }
     }
 
-    fn debt_at(&self, part: usize, paid_at: u64) -> Option<u128> {
+    fn debt_ordered(&self, part: usize) -> bool {
         match part.checked_sub(self.first.debt_parts()) {
-            None => self.first.debt_at(part, paid_at),
-            Some(part) => self.second.debt_at(part, paid_at),
+            None => self.first.debt_ordered(part),
+            Some(part) => self.second.debt_ordered(part),
         }
     }
 

@@ -315,22 +315,8 @@ impl Algorithm for Earrrl {
         self.idle_at(&self.restore(&|_| debt))
     }
 
-    /// The least `S` paid after `paid_at` (every `S` paid by then is below it): from the
-    /// inverse of `idle_at`, then up by its rounding.
-    fn debt_at(&self, _: usize, paid_at: u64) -> Option<u128> {
-        let base = ordered(f64::NEG_INFINITY.to_bits());
-        let top = ordered(f64::INFINITY.to_bits());
-        let s = (paid_at as f64 + 1.0) / NANOS_PER_SEC - self.idle_offset;
-        let start = if s.is_nan() {
-            top
-        } else {
-            ordered(s.to_bits())
-        };
-        // A few steps of the float at most; bounded all the same (+∞ is never paid).
-        let key = (start..start.saturating_add(64))
-            .find(|&key| key >= top || self.idle_at(&unordered(key)) > paid_at)
-            .unwrap_or(top);
-        Some(u128::from(key.min(top) - base))
+    fn debt_ordered(&self, _: usize) -> bool {
+        true
     }
 
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {

@@ -181,8 +181,17 @@ impl Algorithm for FixedWindow {
         u128::from(*state)
     }
 
+    /// The end of its window; for a count of 0, its start (from then on as good as fresh),
+    /// so that the paid time grows with the word.
     fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
-        self.idle_at(&(debt as u64))
+        let (index, count) = self.unpack(debt as u64);
+        index
+            .saturating_add(u64::from(count != 0))
+            .saturating_mul(self.config.window_ns)
+    }
+
+    fn debt_ordered(&self, _: usize) -> bool {
+        true
     }
 
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {

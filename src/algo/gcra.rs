@@ -365,9 +365,8 @@ impl Algorithm for Gcra {
         debt.min(u128::from(CLOCK_MAX)) as u64
     }
 
-    /// A TAT is paid at itself.
-    fn debt_at(&self, _: usize, paid_at: u64) -> Option<u128> {
-        Some(u128::from(paid_at))
+    fn debt_ordered(&self, _: usize) -> bool {
+        true
     }
 
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {

@@ -44,11 +44,11 @@
 //! starts from its slot's debt, which joins its own with the debts of the keys sharing the slot
 //! (it waits as long as the slowest of them to pay), unless its entry carries a code.
 //!
-//! - **Codes.** Where the algorithm's debt is one time ([`Algorithm::debt_at`]: GCRA, EARRRL),
-//!   a key's entry carries, in the cell after it, when the debts filed under it are paid,
-//!   counted back from its slot's ([`Codes`]); the key comes back owing that (a working set of
-//!   4× `max_keys` loses 0.2% of its admissions under GCRA, 2.8% under EARRRL, against 34% and
-//!   96% sharing the slot's), and the entry dies once it is paid. A code is only ever made
+//! - **Codes.** Where the algorithm's debt words are ordered as numbers
+//!   ([`Algorithm::debt_ordered`]: GCRA, EARRRL, the fixed window), a key's entry carries, in
+//!   the cell after it, how far below its slot's debt the debts filed under it are
+//!   ([`Codes`]); the key comes back owing that, not its slot-mates' debts, and the entry dies
+//!   once that is paid. A code is only ever made
 //!   with its entry (an entry without one may stand for keys whose own debts are not known),
 //!   joined as its keys' debts are, and moved by whole units as its slot grows. When a bucket's
 //!   entries and codes do not fit its cells, the codes that say least are dropped (their keys
@@ -226,7 +226,7 @@ impl Debts {
             }
         };
         // The code of this debt on slot `s` (which holds it), where the part is coded.
-        let own = |b: &Plain, s: usize| c.code(b.slots[s], paid_at);
+        let own = |b: &Plain, s: usize| c.code(b.slots[s], debt as u64);
         // Files the debt in a bucket (under its write lock): joined to the key's entry if it
         // has one there (kept before, back, and evicted again), else in a new entry if there
         // is room (`None` if not, unless `overflow`: then under a marker).
@@ -234,7 +234,7 @@ impl Debts {
             purge(c, b, now);
             if let Some(at) = b.find_at(tag) {
                 let s = slot_of(b.entries[at]);
-                c.grow(b, s, join(b.slots[s]), Some(paid_at));
+                c.grow(b, s, join(b.slots[s]), Some(debt as u64));
                 // An entry without a code stands for keys whose own debts are not known: it
                 // never takes one.
                 if b.codes[at] != NO_CODE {
@@ -244,12 +244,12 @@ impl Debts {
             }
             if let Some(at) = b.entries.iter().position(|&e| e == 0) {
                 let slot = pick_slot(c, b, paid_at);
-                c.grow(b, slot, join(b.slots[slot]), Some(paid_at));
+                c.grow(b, slot, join(b.slots[slot]), Some(debt as u64));
                 b.entries[at] = entry(tag, slot);
                 b.codes[at] = own(b, slot);
                 return Some(());
             }
-            if overflow && overflow_into(c, b, tag, paid_at, join, &own) {
+            if overflow && overflow_into(c, b, tag, paid_at, debt as u64, join, &own) {
                 return Some(());
             }
             None
@@ -311,10 +311,8 @@ impl Debts {
                 let debt = match claim {
                     None => 0,
                     Some(None) => c.debt(slot),
-                    // Its entries' own debts, paid by when their codes say.
-                    Some(Some(code)) => algo
-                        .debt_at(part, c.paid(slot, code))
-                        .unwrap_or(c.debt(slot)),
+                    // Its entries' own debts, at most what their codes say.
+                    Some(Some(code)) => u128::from(c.word(slot, code)),
                 };
                 if debt != 0 {
                     owed = if owed == 0 {
@@ -371,7 +369,9 @@ fn purge<A: Algorithm>(c: Codes<'_, A>, b: &mut Plain, now: u64) {
             continue;
         }
         let slot = b.slots[slot_of(e)];
-        if paid[slot_of(e)] || (b.codes[i] != NO_CODE && c.paid(slot, b.codes[i]) <= now) {
+        if paid[slot_of(e)]
+            || (b.codes[i] != NO_CODE && c.paid_at(u128::from(c.word(slot, b.codes[i]))) <= now)
+        {
             b.entries[i] = 0;
             b.codes[i] = NO_CODE;
         }
@@ -403,6 +403,7 @@ fn overflow_into<A: Algorithm>(
     b: &mut Plain,
     tag: u16,
     paid_at: u64,
+    word: u64,
     join: impl Fn(u128) -> u128,
     own: &impl Fn(&Plain, usize) -> u16,
 ) -> bool {
@@ -412,7 +413,7 @@ fn overflow_into<A: Algorithm>(
     // The key's own entry at `at`, in the slot paid closest to its debt.
     let take = |b: &mut Plain, at: usize| {
         let slot = pick_slot(c, b, paid_at);
-        c.grow(b, slot, join(b.slots[slot]), Some(paid_at));
+        c.grow(b, slot, join(b.slots[slot]), Some(word));
         b.entries[at] = entry(tag, slot);
         b.codes[at] = own(b, slot);
         true
@@ -507,14 +508,15 @@ fn pick_slot<A: Algorithm>(c: Codes<'_, A>, b: &Plain, paid_at: u64) -> usize {
 /// The low 64 bits of a slot word: a coded part's debt.
 const DEBT_BITS: u128 = (1 << 64) - 1;
 
-/// How a part's slot words and codes read. Where the algorithm's debt is one time
-/// ([`Algorithm::debt_at`]: words below 2^64), the part is *coded*: a slot word holds the debt
-/// and, above it, the exponent `k` of its codes' unit; a key's entry may carry a code `c`
-/// saying that the debts filed under it are all paid by `R − c·2^k`, `R` the slot's paid time
-/// rounded up to a multiple of 2^k. So a key comes back owing its own debt (to a unit) rather
-/// than its slot's, which joins those of the keys beside it. Rounded so, a slot's growth moves
-/// its codes by whole units (no error piles up); its unit is the least that reaches every
-/// entry's: 2^-11 of the spread of its keys' debts.
+/// How a part's slot words and codes read. Where the algorithm's debt words are ordered as
+/// numbers ([`Algorithm::debt_ordered`]: below 2^64, the larger at least as limiting), the part
+/// is *coded*: a slot word holds the debt and, above it, the exponent `k` of its codes' unit; a
+/// key's entry may carry a code `c` saying that the debts filed under it are all at most
+/// `R − c·2^k`, `R` the slot's debt rounded up to a multiple of 2^k. So a key comes back owing
+/// its own debt (to a unit) rather than its slot's, which joins those of the keys beside it.
+/// Rounded so, a slot's growth moves its codes by whole units (no error piles up); its unit is
+/// the least that reaches every entry's: 2^-11 of the spread of its keys' debts (a window's
+/// counts: exact).
 struct Codes<'a, A> {
     algo: &'a A,
     part: usize,
@@ -535,7 +537,7 @@ impl<'a, A: Algorithm> Codes<'a, A> {
         Codes {
             algo,
             part,
-            coded: algo.debt_at(part, 0).is_some(),
+            coded: algo.debt_ordered(part),
         }
     }
 
@@ -548,7 +550,7 @@ impl<'a, A: Algorithm> Codes<'a, A> {
         }
     }
 
-    /// When slot word `slot`'s debt is paid.
+    /// When slot word `slot`'s debt is paid (or a word's, without a unit).
     fn paid_at(self, slot: u128) -> u64 {
         self.algo.debt_paid_at(self.part, self.debt(slot))
     }
@@ -557,34 +559,34 @@ impl<'a, A: Algorithm> Codes<'a, A> {
         (slot >> 64) as u32 & 0x3F
     }
 
-    /// `R`: the slot's paid time rounded up to its unit.
+    /// `R`: the slot's debt rounded up to its unit.
     fn reference(self, slot: u128) -> u64 {
         let m = (1u64 << self.unit(slot)) - 1;
-        self.paid_at(slot).saturating_add(m) & !m
+        (self.debt(slot) as u64).saturating_add(m) & !m
     }
 
-    /// When the debts under an entry of slot `slot` with code `code` are all paid (by the
-    /// slot's own time at the latest: it joins them).
-    fn paid(self, slot: u128, code: u16) -> u64 {
+    /// The debt word the debts under an entry of slot `slot` with code `code` are all at
+    /// most (the slot's own at the latest: it joins them).
+    fn word(self, slot: u128, code: u16) -> u64 {
         self.reference(slot)
             .saturating_sub(u64::from(code) << self.unit(slot))
-            .min(self.paid_at(slot))
+            .min(self.debt(slot) as u64)
     }
 
-    /// The code of a debt paid at `paid_at` on slot `slot` (which holds it), rounded down so
-    /// that it says no earlier; [`NO_CODE`] where the part is not coded.
-    fn code(self, slot: u128, paid_at: u64) -> u16 {
+    /// The code of a debt word `word` on slot `slot` (which holds it), rounded down so that
+    /// it says no less; [`NO_CODE`] where the part is not coded.
+    fn code(self, slot: u128, word: u64) -> u16 {
         if !self.coded {
             return NO_CODE;
         }
-        let units = self.reference(slot).saturating_sub(paid_at) >> self.unit(slot);
+        let units = self.reference(slot).saturating_sub(word) >> self.unit(slot);
         units.min(u64::from(CODE_MAX)) as u16
     }
 
     /// Sets slot `s` to the debt `joined` (at least as limiting as the slot's) and re-codes
-    /// its entries, each to say no earlier than it said, with the least unit whose codes reach
+    /// its entries, each to say no less than it said, with the least unit whose codes reach
     /// them all and `need`, a debt about to be filed there. (A finer unit than the slot's
-    /// re-codes its entries exactly: their times are multiples of the coarser one.)
+    /// re-codes its entries exactly: their words are multiples of the coarser one.)
     fn grow(self, b: &mut Plain, s: usize, joined: u128, need: Option<u64>) {
         if !self.coded {
             b.slots[s] = joined;
@@ -594,28 +596,28 @@ impl<'a, A: Algorithm> Codes<'a, A> {
         let coded: Vec<(usize, u64)> = (0..ENTRIES)
             .filter(|&i| b.entries[i] != 0 && slot_of(b.entries[i]) == s)
             .filter(|&i| b.codes[i] != NO_CODE)
-            .map(|i| (i, self.paid(before, b.codes[i])))
+            .map(|i| (i, self.word(before, b.codes[i])))
             .collect();
         // The least unit: from the spread of what it must reach, then up by its rounding.
-        let top = self.algo.debt_paid_at(self.part, joined);
+        let top = joined as u64;
         let low = coded.iter().map(|c| c.1).chain(need).min().unwrap_or(top);
         let mut k = 64 - (top.saturating_sub(low) >> 11).leading_zeros();
         let slot = loop {
             let slot = joined | u128::from(k) << 64;
-            let reach = |paid: u64| self.reference(slot).saturating_sub(paid) >> k;
+            let reach = |word: u64| self.reference(slot).saturating_sub(word) >> k;
             let fits = coded
                 .iter()
                 .map(|c| c.1)
                 .chain(need)
-                .all(|p| reach(p) <= u64::from(CODE_MAX));
+                .all(|w| reach(w) <= u64::from(CODE_MAX));
             if fits || k == 63 {
                 break slot;
             }
             k += 1;
         };
         b.slots[s] = slot;
-        for (i, paid) in coded {
-            b.codes[i] = self.code(slot, paid);
+        for (i, word) in coded {
+            b.codes[i] = self.code(slot, word);
         }
     }
 }
@@ -758,9 +760,9 @@ mod tests {
 
     // Pins G25.
     #[test]
-    fn a_key_whose_debt_is_a_time_comes_back_owing_its_own() {
+    fn a_key_whose_debt_is_ordered_comes_back_owing_its_own() {
         // GCRA: light keys beside heavy ones, more than the two slots' worth: each back with
-        // its own TAT to a unit (1/1024 of its slot's life at most), not its slot's.
+        // its own TAT to a unit (2^-11 of its slot's spread), not its slot's.
         let gcra: Gcra = "10/s burst 20".parse().unwrap();
         let now = 10_000_000_000;
         let tats: Vec<u64> = (0..20)
@@ -793,6 +795,21 @@ mod tests {
             let (s, b) = (f64::from_bits(*state), f64::from_bits(back.unwrap()));
             assert!(b >= s && b - s < 0.05, "S {s} came back {b}");
         }
+        // The fixed window: each back with its own count, exactly.
+        let w = FixedWindow::new(600, Duration::from_secs(60)).unwrap();
+        let states: Vec<u64> = (0..20u64)
+            .map(|k| {
+                let mut s = w.fresh();
+                for _ in 0..=k * 30 {
+                    s = w.step(s, now, 1).state.unwrap_or(s);
+                }
+                s
+            })
+            .collect();
+        assert_eq!(
+            round_trip(&w, &states, now),
+            states.iter().map(|&s| Some(s)).collect::<Vec<_>>()
+        );
     }
 
     // Pins G25.
