@@ -5,11 +5,11 @@
 use crate::sync::{fence, AtomicU64, Ordering};
 
 /// 16-bit cells per bucket; with two 96-bit slots and the sequence word, 128 bytes. A cell
-/// holds an entry, or half of the code that follows a key's entry.
+/// holds an entry, or the code of the key's entry before it.
 pub(super) const ENTRIES: usize = 48;
 
 /// Tags from here to [`MARKER`] are code cells, never keys' tags: the cell after a key's
-/// entry may hold a code of 11 bits (see `Debts`' `Coded`).
+/// entry may hold a code of 11 bits (see the table's `Codes`).
 const CODE_TAG: u16 = 0x7800;
 
 /// The largest code.
@@ -126,16 +126,15 @@ impl Plain {
     /// Into cells: each entry, then its code if it has one. Codes that do not fit are
     /// dropped, those that say least (the smallest) first, and their entries owe their slots.
     fn cells(&mut self) -> [u16; ENTRIES] {
-        let live: Vec<usize> = (0..ENTRIES).filter(|&i| self.entries[i] != 0).collect();
-        let mut need: usize = live
-            .iter()
-            .map(|&i| if self.codes[i] == NO_CODE { 1 } else { 2 })
+        // No allocation: a capacity pass on a request writes thousands of buckets.
+        let mut need: usize = (0..ENTRIES)
+            .filter(|&i| self.entries[i] != 0)
+            .map(|i| if self.codes[i] == NO_CODE { 1 } else { 2 })
             .sum();
         while need > ENTRIES {
-            let Some(&i) = live
-                .iter()
-                .filter(|&&i| self.codes[i] != NO_CODE)
-                .min_by_key(|&&i| self.codes[i])
+            let Some(i) = (0..ENTRIES)
+                .filter(|&i| self.entries[i] != 0 && self.codes[i] != NO_CODE)
+                .min_by_key(|&i| self.codes[i])
             else {
                 break;
             };
@@ -144,7 +143,7 @@ impl Plain {
         }
         let mut cells = [0u16; ENTRIES];
         let mut at = 0;
-        for i in live {
+        for i in (0..ENTRIES).filter(|&i| self.entries[i] != 0) {
             cells[at] = self.entries[i];
             at += 1;
             if self.codes[i] != NO_CODE {
@@ -163,8 +162,8 @@ fn code_at(cells: &[u16; ENTRIES], i: usize) -> Option<u16> {
 }
 
 /// What a key's entries of one slot in a bucket say it owes: nothing (`None`), the slot's
-/// whole debt (`Some(None)`: an entry without a code, or a marker), or the slot's debt paid
-/// earlier by the smallest of their codes (`Some(Some(code))`).
+/// whole debt (`Some(None)`: an entry without a code, or a marker), or the slot's debt
+/// lowered by the smallest of their codes (`Some(Some(code))`: the largest debt they say).
 pub(super) type Claim = Option<Option<u16>>;
 
 /// The join of two claims on one slot.

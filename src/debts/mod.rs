@@ -216,6 +216,10 @@ impl Debts {
             return;
         }
         let c = Codes::of(algo, part);
+        debug_assert!(
+            !c.coded || debt >> 64 == 0,
+            "an ordered debt word above 2^64"
+        );
         // A slot word's debt joined with this one.
         let join = |slot: u128| {
             let held = c.debt(slot);
@@ -559,17 +563,21 @@ impl<'a, A: Algorithm> Codes<'a, A> {
         (slot >> 64) as u32 & 0x3F
     }
 
-    /// `R`: the slot's debt rounded up to its unit.
+    /// `R`: the slot's debt rounded up to its unit; never below the debt (`u64::MAX` where
+    /// rounding would pass it).
     fn reference(self, slot: u128) -> u64 {
         let m = (1u64 << self.unit(slot)) - 1;
-        (self.debt(slot) as u64).saturating_add(m) & !m
+        (self.debt(slot) as u64)
+            .checked_add(m)
+            .map_or(u64::MAX, |r| r & !m)
     }
 
     /// The debt word the debts under an entry of slot `slot` with code `code` are all at
     /// most (the slot's own at the latest: it joins them).
     fn word(self, slot: u128, code: u16) -> u64 {
+        let down = u64::try_from(u128::from(code) << self.unit(slot)).unwrap_or(u64::MAX);
         self.reference(slot)
-            .saturating_sub(u64::from(code) << self.unit(slot))
+            .saturating_sub(down)
             .min(self.debt(slot) as u64)
     }
 
@@ -593,31 +601,31 @@ impl<'a, A: Algorithm> Codes<'a, A> {
             return;
         }
         let before = b.slots[s];
-        let coded: Vec<(usize, u64)> = (0..ENTRIES)
-            .filter(|&i| b.entries[i] != 0 && slot_of(b.entries[i]) == s)
-            .filter(|&i| b.codes[i] != NO_CODE)
-            .map(|i| (i, self.word(before, b.codes[i])))
-            .collect();
+        // The words its coded entries say (an array: a capacity pass allocates nothing).
+        let mut words = [None; ENTRIES];
+        for (i, word) in words.iter_mut().enumerate() {
+            if b.entries[i] != 0 && slot_of(b.entries[i]) == s && b.codes[i] != NO_CODE {
+                *word = Some(self.word(before, b.codes[i]));
+            }
+        }
+        let all = || words.iter().flatten().copied().chain(need);
         // The least unit: from the spread of what it must reach, then up by its rounding.
         let top = joined as u64;
-        let low = coded.iter().map(|c| c.1).chain(need).min().unwrap_or(top);
+        let low = all().min().unwrap_or(top);
         let mut k = 64 - (top.saturating_sub(low) >> 11).leading_zeros();
         let slot = loop {
             let slot = joined | u128::from(k) << 64;
             let reach = |word: u64| self.reference(slot).saturating_sub(word) >> k;
-            let fits = coded
-                .iter()
-                .map(|c| c.1)
-                .chain(need)
-                .all(|w| reach(w) <= u64::from(CODE_MAX));
-            if fits || k == 63 {
+            if k >= 63 || all().all(|w| reach(w) <= u64::from(CODE_MAX)) {
                 break slot;
             }
             k += 1;
         };
         b.slots[s] = slot;
-        for (i, word) in coded {
-            b.codes[i] = self.code(slot, word);
+        for (i, word) in words.into_iter().enumerate() {
+            if let Some(word) = word {
+                b.codes[i] = self.code(slot, word);
+            }
         }
     }
 }
@@ -810,6 +818,36 @@ mod tests {
             round_trip(&w, &states, now),
             states.iter().map(|&s| Some(s)).collect::<Vec<_>>()
         );
+    }
+
+    // Pins G25.
+    #[test]
+    fn a_locked_key_beside_ordinary_ones_comes_back_locked() {
+        // EARRRL locked (S at +infinity, its largest word) sharing a slot with keys of
+        // ordinary debts: a unit of 2^52 (the spread of the words). Each comes back owing at
+        // least its own, the locked one locked.
+        let earrrl = Earrrl::new(
+            Duration::from_secs(1),
+            crate::Rate::per_second_of(10.0).unwrap(),
+        )
+        .unwrap();
+        let now = 10_000_000_000;
+        let mut states: Vec<u64> = (1..30u64)
+            .map(|k| {
+                let mut s = earrrl.fresh();
+                for i in 0..k * 2 {
+                    let at = now - 500_000_000 + i * 1_000_000;
+                    s = earrrl.step(s, at, 1).state.unwrap_or(s);
+                }
+                s
+            })
+            .collect();
+        // Once keys have taken every slot of both buckets: it shares the slot of the latest.
+        states.insert(20, f64::INFINITY.to_bits());
+        for (state, back) in states.iter().zip(round_trip(&earrrl, &states, now)) {
+            let (s, b) = (f64::from_bits(*state), f64::from_bits(back.unwrap()));
+            assert!(b >= s, "S {s} came back {b}");
+        }
     }
 
     // Pins G25.
