@@ -15,6 +15,8 @@ pub(super) struct SlotMap {
     ranges: Vec<(u16, u16, usize)>,
     /// Each node's `(host, port)`, by its number in `ranges`.
     pub(super) nodes: Vec<(String, u16)>,
+    /// Each node's shard tag ([`shard_channel`](SlotMap::shard_channel)), found once.
+    tags: Vec<Option<u32>>,
 }
 
 impl SlotMap {
@@ -51,7 +53,25 @@ impl SlotMap {
             ));
         }
         out.sort_unstable();
-        Some(SlotMap { ranges: out, nodes })
+        let mut map = SlotMap {
+            ranges: out,
+            tags: vec![None; nodes.len()],
+            nodes,
+        };
+        // The least tag of each node's slots: a search of a few tags a node, once a map.
+        let mut left = map.nodes.len();
+        for t in 0u32..1 << 20 {
+            if left == 0 {
+                break;
+            }
+            if let Some(node) = map.node(tag_slot(t.to_string().as_bytes())) {
+                if map.tags[node].is_none() {
+                    map.tags[node] = Some(t);
+                    left -= 1;
+                }
+            }
+        }
+        Some(map)
     }
 
     /// The shard channel of `node` for the channel `base`: `{t}` then `base`, for the least
@@ -61,8 +81,10 @@ impl SlotMap {
     /// cluster's bus, whose links hold a message behind one not yet acknowledged (a delayed
     /// ACK, ~40 ms). `None` if the node serves no slot.
     pub(super) fn shard_channel(&self, node: usize, base: &str) -> Option<String> {
-        (0u32..1 << 20)
-            .find(|t| self.node(tag_slot(t.to_string().as_bytes())) == Some(node))
+        self.tags
+            .get(node)
+            .copied()
+            .flatten()
             .map(|t| format!("{{{t}}}{base}"))
     }
 
