@@ -183,18 +183,45 @@ pub trait Algorithm: Send + Sync + 'static {
     /// is free for another key.
     fn debt_paid_at(&self, part: usize, debt: u128) -> u64;
 
-    /// Whether the debt words of part `part` are ordered as numbers: each below 2^64, every
-    /// word at least as limiting as any smaller one (so [`debt_join`](Algorithm::debt_join)
-    /// is the larger), every number between two debt words one too, and
-    /// [`debt_paid_at`](Algorithm::debt_paid_at) growing with the word. True of GCRA (a TAT),
-    /// EARRRL (a time) and the fixed window (its window, then its count). With it, the debt
-    /// table keeps beside the debt a key shares with others how far below it the key's own
-    /// is, and brings the key back owing that, not the others' (a working set larger than the
-    /// store keeps its admissions). `false` (the default): the key owes what it shares.
+    /// How many numbers rank part `part`'s debt words ([`debt_rank`](Algorithm::debt_rank)):
+    /// 0 (the default) where they are not ranked, so a key evicted for capacity comes back
+    /// owing the debt table slot it shares with others; 1 or 2 where they are, so it comes
+    /// back owing its own (a working set larger than the store keeps its admissions). GCRA,
+    /// EARRRL, the fixed window and the exponential limiter rank by one number, the sliding
+    /// window by two (its codes take two cells, and its table a fifth more memory).
     #[inline]
-    fn debt_ordered(&self, part: usize) -> bool {
+    fn debt_lanes(&self, part: usize) -> usize {
         let _ = part;
-        false
+        0
+    }
+
+    /// The *rank* of debt word `own` beneath `shared` (of part `part`; `shared` at least as
+    /// limiting as `own`, as a debt table slot's word joins its keys'): numbers (the first
+    /// [`debt_lanes`](Algorithm::debt_lanes), the rest 0), each growing with how limiting
+    /// `own` is. The table keeps, beside the debt a key shares with others, how far below the
+    /// shared word's rank its own is, and brings the key back owing
+    /// [`debt_unrank`](Algorithm::debt_unrank) of that. As a slot grows, its keys are ranked
+    /// again beneath the new word from the words their ranks stand for, so a rank that comes
+    /// back from its word unchanged keeps its precision. GCRA, EARRRL and the fixed window rank
+    /// a word as itself (their words are ordered as numbers); the exponential limiter by the
+    /// time its rate, decaying, falls to 1; the sliding window by its two counts brought to the
+    /// shared word's window. Only called where `debt_lanes` is not 0.
+    #[inline]
+    fn debt_rank(&self, part: usize, shared: u128, own: u128) -> [u64; 2] {
+        let _ = (part, shared, own);
+        [0; 2]
+    }
+
+    /// The debt word a rank `rank` beneath `shared` stands for: for every rank from
+    /// `debt_rank(part, shared, own)` (of any `own` that `shared` joins) up to
+    /// `debt_rank(part, shared, shared)`, each number, a word at least as limiting as `own`
+    /// and at most as limiting as `shared`, growing with the rank, and so paid
+    /// ([`debt_paid_at`](Algorithm::debt_paid_at)) no sooner. Only called where
+    /// [`debt_lanes`](Algorithm::debt_lanes) is not 0.
+    #[inline]
+    fn debt_unrank(&self, part: usize, shared: u128, rank: [u64; 2]) -> u128 {
+        let _ = (part, rank);
+        shared
     }
 
     /// A state **at least as limited** as any state whose debt words are at most `debt(p)` for
@@ -392,16 +419,6 @@ pub(crate) fn count_from24(code: u128) -> u64 {
 /// the later time and the larger count.
 pub(crate) fn join_time_and_count(a: u128, b: u128) -> u128 {
     ((a >> 32).max(b >> 32) << 32) | (a & 0xFFFF_FFFF).max(b & 0xFFFF_FFFF)
-}
-
-/// `x ≥ 0` as the smallest `f32` at least as large (its bits): a rate in a debt word.
-pub(crate) fn f32_up(x: f64) -> u32 {
-    let f = x as f32;
-    if (f as f64) < x && f.is_finite() {
-        f.to_bits() + 1
-    } else {
-        f.to_bits()
-    }
 }
 
 /// `now`, capped at [`CLOCK_MAX`].

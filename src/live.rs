@@ -131,8 +131,16 @@ impl<A: Reconfigure> Algorithm for Live<A> {
         self.get().debt_paid_at(part, debt)
     }
 
-    fn debt_ordered(&self, part: usize) -> bool {
-        self.get().debt_ordered(part)
+    fn debt_lanes(&self, part: usize) -> usize {
+        self.get().debt_lanes(part)
+    }
+
+    fn debt_rank(&self, part: usize, shared: u128, own: u128) -> [u64; 2] {
+        self.get().debt_rank(part, shared, own)
+    }
+
+    fn debt_unrank(&self, part: usize, shared: u128, rank: [u64; 2]) -> u128 {
+        self.get().debt_unrank(part, shared, rank)
     }
 
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> A::State {

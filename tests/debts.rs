@@ -1,8 +1,8 @@
 //! What capacity eviction keeps of a key is never more lenient than what it evicted: for every
 //! algorithm in both policies, a state restored from its debt words
 //! ([`Algorithm::debt`] → [`Algorithm::restore`]), or from a join of them with another key's
-//! ([`Algorithm::debt_join`]), or where the words are ordered ([`Algorithm::debt_ordered`])
-//! from any larger word, admits no request of any cost at any later time (with no traffic
+//! ([`Algorithm::debt_join`]), or where the words are ranked ([`Algorithm::debt_rank`]) from
+//! any rank between its own and the joined word's, admits no request of any cost at any later time (with no traffic
 //! between) that the state itself would deny, and over any later trace of requests of cost 1
 //! admits no more of them, and no earlier; and it is not fresh before the state is.
 //!
@@ -85,74 +85,103 @@ impl OnAlgorithm for NeverMoreLenient {
             ones(60),
             probes,
             any::<u64>(),
+            trace(20),
         );
         runner
-            .run(&strategy, |(mine, other, pause, after, probes, raise)| {
-                let (state, end) = spent(&algo, &mine);
-                let (other_state, other_end) = spent(&algo, &other);
-                let start = end.max(other_end) + pause;
-                let want = run(&algo, state.clone(), start, &after);
-                // Alone, and joined with another key's debt (as a shared bucket holds it).
-                let alone = restored(&algo, &state);
-                let joined = algo.restore(&|p| {
-                    algo.debt_join(p, algo.debt(&state, p), algo.debt(&other_state, p))
-                });
-                // And, where the words are ordered as numbers, from any larger word (what the
-                // debt table brings a key back owing by its code: its own word, rounded up),
-                // paid no sooner.
-                let above = |p: usize| {
-                    let d = algo.debt(&state, p);
-                    if !algo.debt_ordered(p) || d == 0 {
-                        return d;
-                    }
-                    assert!(d < 1 << 64, "{name}: an ordered word above 2^64");
-                    let up = (d + u128::from(raise) % (1 + (d >> 3))).min(u128::from(u64::MAX));
-                    assert!(
-                        algo.debt_paid_at(p, up) >= algo.debt_paid_at(p, d),
-                        "{name}: {up} paid before {d}"
-                    );
-                    up
-                };
-                let raised = algo.restore(&above);
-                for (how, from) in [("alone", alone), ("joined", joined), ("raised", raised)] {
-                    for &(wait, cost) in &probes {
-                        let (at, cost) = (start + wait, cost.min(algo.capacity()));
+            .run(
+                &strategy,
+                |(mine, other, pause, after, probes, raise, more)| {
+                    let (state, end) = spent(&algo, &mine);
+                    let (other_state, other_end) = spent(&algo, &other);
+                    // A third key, whose requests may come later than the first two's.
+                    let more: Trace = std::iter::once((end.max(other_end) + pause / 2, 1))
+                        .chain(more)
+                        .collect();
+                    let (third, third_end) = spent(&algo, &more);
+                    let start = end.max(other_end).max(third_end) + pause;
+                    let want = run(&algo, state.clone(), start, &after);
+                    // Alone, and joined with another key's debt (as a shared bucket holds it).
+                    let alone = restored(&algo, &state);
+                    let joined = algo.restore(&|p| {
+                        algo.debt_join(p, algo.debt(&state, p), algo.debt(&other_state, p))
+                    });
+                    // And, where the words are ranked, from any rank between the key's own and
+                    // its shared word's (what the debt table brings a key back owing by its code:
+                    // its own rank, rounded up), and that word ranked again beneath the join with
+                    // a third key's debt (as a slot grows), paid no sooner than the key's own.
+                    let above = |p: usize| {
+                        let d = algo.debt(&state, p);
+                        let shared = algo.debt_join(p, d, algo.debt(&other_state, p));
+                        if algo.debt_lanes(p) == 0 || d == 0 {
+                            return d;
+                        }
+                        let own = algo.debt_rank(p, shared, d);
+                        let top = algo.debt_rank(p, shared, shared);
+                        let rank = [0, 1].map(|lane| {
+                            assert!(
+                                own[lane] <= top[lane],
+                                "{name}: {own:?} ranks above its shared word's {top:?}"
+                            );
+                            let span = top[lane] - own[lane];
+                            own[lane] + raise.rotate_left(32 * lane as u32) % span.saturating_add(1)
+                        });
+                        let w = algo.debt_unrank(p, shared, rank);
+                        assert!(
+                            algo.debt_paid_at(p, w) >= algo.debt_paid_at(p, d),
+                            "{name}: rank {rank:?} paid before {d}"
+                        );
+                        // Beneath a later word joining the shared one, ranked again from that
+                        // word (as the table does when a slot grows).
+                        let later = algo.debt_join(p, shared, algo.debt(&third, p));
+                        let again = algo.debt_rank(p, later, w);
+                        let w2 = algo.debt_unrank(p, later, again);
+                        if raise >> 63 == 0 {
+                            w
+                        } else {
+                            w2
+                        }
+                    };
+                    let raised = algo.restore(&above);
+                    for (how, from) in [("alone", alone), ("joined", joined), ("raised", raised)] {
+                        for &(wait, cost) in &probes {
+                            let (at, cost) = (start + wait, cost.min(algo.capacity()));
+                            prop_assert!(
+                                !algo.peek(&from, at, cost).is_allowed()
+                                    || algo.peek(&state, at, cost).is_allowed(),
+                                "{} restored {} admits {} at {} where the state denies",
+                                name,
+                                how,
+                                cost,
+                                at
+                            );
+                        }
+                        let got = run(&algo, from, start, &after);
+                        // Never admitted is later than any admission.
+                        let first = |f: Option<usize>| f.unwrap_or(usize::MAX);
                         prop_assert!(
-                            !algo.peek(&from, at, cost).is_allowed()
-                                || algo.peek(&state, at, cost).is_allowed(),
-                            "{} restored {} admits {} at {} where the state denies",
+                            got.0 <= want.0 && first(got.1) >= first(want.1),
+                            "{} restored {}: {:?} against {:?}",
                             name,
                             how,
-                            cost,
-                            at
+                            got,
+                            want
                         );
                     }
-                    let got = run(&algo, from, start, &after);
-                    // Never admitted is later than any admission.
-                    let first = |f: Option<usize>| f.unwrap_or(usize::MAX);
-                    prop_assert!(
-                        got.0 <= want.0 && first(got.1) >= first(want.1),
-                        "{} restored {}: {:?} against {:?}",
-                        name,
-                        how,
-                        got,
-                        want
-                    );
-                }
-                // Paid exactly when the state is fresh again (never sooner).
-                for p in 0..algo.debt_parts() {
-                    let paid = algo.debt_paid_at(p, algo.debt(&state, p));
-                    prop_assert!(paid <= algo.idle_at(&state).max(paid));
-                    if algo.debt(&state, p) != 0 {
-                        prop_assert!(
-                            algo.idle_at(&restored(&algo, &state)) >= algo.idle_at(&state),
-                            "{} paid sooner",
-                            name
-                        );
+                    // Paid exactly when the state is fresh again (never sooner).
+                    for p in 0..algo.debt_parts() {
+                        let paid = algo.debt_paid_at(p, algo.debt(&state, p));
+                        prop_assert!(paid <= algo.idle_at(&state).max(paid));
+                        if algo.debt(&state, p) != 0 {
+                            prop_assert!(
+                                algo.idle_at(&restored(&algo, &state)) >= algo.idle_at(&state),
+                                "{} paid sooner",
+                                name
+                            );
+                        }
                     }
-                }
-                Ok(())
-            })
+                    Ok(())
+                },
+            )
             .map_err(|e: proptest::test_runner::TestError<_>| format!("{name}: {e}"))
     }
 }

@@ -280,10 +280,24 @@ where
         }
     }
 
-    fn debt_ordered(&self, part: usize) -> bool {
+    fn debt_lanes(&self, part: usize) -> usize {
         match part.checked_sub(self.first.debt_parts()) {
-            None => self.first.debt_ordered(part),
-            Some(part) => self.second.debt_ordered(part),
+            None => self.first.debt_lanes(part),
+            Some(part) => self.second.debt_lanes(part),
+        }
+    }
+
+    fn debt_rank(&self, part: usize, shared: u128, own: u128) -> [u64; 2] {
+        match part.checked_sub(self.first.debt_parts()) {
+            None => self.first.debt_rank(part, shared, own),
+            Some(part) => self.second.debt_rank(part, shared, own),
+        }
+    }
+
+    fn debt_unrank(&self, part: usize, shared: u128, rank: [u64; 2]) -> u128 {
+        match part.checked_sub(self.first.debt_parts()) {
+            None => self.first.debt_unrank(part, shared, rank),
+            Some(part) => self.second.debt_unrank(part, shared, rank),
         }
     }
 

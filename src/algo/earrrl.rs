@@ -315,8 +315,16 @@ impl Algorithm for Earrrl {
         self.idle_at(&self.restore(&|_| debt))
     }
 
-    fn debt_ordered(&self, _: usize) -> bool {
-        true
+    fn debt_lanes(&self, _: usize) -> usize {
+        1
+    }
+
+    fn debt_rank(&self, _: usize, _: u128, own: u128) -> [u64; 2] {
+        [own as u64, 0]
+    }
+
+    fn debt_unrank(&self, _: usize, _: u128, rank: [u64; 2]) -> u128 {
+        u128::from(rank[0])
     }
 
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {

@@ -1,6 +1,6 @@
 //! Exim-style exponential rate limiting (Exim's `ratelimit` ACL condition).
 
-use super::{clamp, f32_up, honest_wait, store, Algorithm, Reconfigure, Step};
+use super::{clamp, honest_wait, store, Algorithm, Reconfigure, Step};
 use crate::config::{parse_count, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -329,49 +329,111 @@ impl Algorithm for Exponential {
         t_prev.saturating_add((periods * self.period_ns as f64).ceil() as u64)
     }
 
-    /// The debt is `(t_prev, r)` with the rate as an `f32` rounded up: a later time and a
-    /// larger rate are each at least as limiting (the next smoothed rate grows with both).
+    /// The debt is `(t, q)` in units `u = ⌈P / 2^24⌉` ns: `t` the time of the last request
+    /// rounded up, `q = ⌈P·ln r / u⌉ + 1` the log of the rate rounded up (an `i32`, beside `t`
+    /// in 96 bits). A later time and a larger rate are each at least as limiting (the next
+    /// smoothed rate grows with both), and `τ = t + q`, the time (in units) at which the rate,
+    /// decaying, falls to 1, is exact integer arithmetic: joins and ranks lose nothing.
     fn debt(&self, word: &u128, _: usize) -> u128 {
         let (t_prev, r) = Self::unpack(*word);
         if r <= 0.0 {
             return 0;
         }
-        (u128::from(t_prev) << 32) | u128::from(f32_up(r))
+        let q = if r.is_finite() {
+            // `as` saturates; the bounds keep the word non-zero and +∞ for +∞.
+            ((self.period_ns as f64 * r.ln() / self.debt_unit() as f64).ceil() as i64)
+                .saturating_add(1)
+                .clamp(Q_MIN, Q_INFINITE)
+        } else {
+            Q_INFINITE
+        };
+        Self::debt_word(t_prev.div_ceil(self.debt_unit()), q)
     }
 
-    /// At the later time, the larger of the two rates decayed to it (a hair more, so that the
-    /// decay's rounding never lowers it).
+    /// The later time, and the later `τ` from it: at least as limiting as either, exactly.
     fn debt_join(&self, _: usize, a: u128, b: u128) -> u128 {
-        let ((ta, ra), (tb, rb)) = (self.split_debt(a), self.split_debt(b));
-        let t = ta.max(tb);
-        let decayed = |t0: u64, r: f64| {
-            if r == 0.0 {
-                0.0
-            } else {
-                r * (-((t - t0) as f64) / self.period_ns as f64).exp() * (1.0 + 1e-9)
-            }
-        };
-        let r = decayed(ta, ra).max(decayed(tb, rb));
-        if r <= 0.0 {
-            return 0;
+        if a == 0 || b == 0 {
+            return a.max(b);
         }
-        (u128::from(t) << 32) | u128::from(f32_up(r))
+        let ((ta, qa), (tb, qb)) = (Self::split_debt(a), Self::split_debt(b));
+        let t = ta.max(tb);
+        if qa == Q_INFINITE || qb == Q_INFINITE {
+            return Self::debt_word(t, Q_INFINITE);
+        }
+        let tau = (i128::from(ta) + i128::from(qa)).max(i128::from(tb) + i128::from(qb));
+        Self::debt_word(t, Self::q_at(tau, t))
     }
 
     fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
         self.idle_at(&self.restore(&|_| debt))
     }
 
+    fn debt_lanes(&self, _: usize) -> usize {
+        1
+    }
+
+    /// `τ` (0 if below): the same for a word and for any word of a later time of that `τ`.
+    fn debt_rank(&self, _: usize, _: u128, own: u128) -> [u64; 2] {
+        if own == 0 {
+            return [0, 0];
+        }
+        let (t, q) = Self::split_debt(own);
+        let tau = (i128::from(t) + i128::from(q)).clamp(0, i128::from(u64::MAX));
+        [tau as u64, 0]
+    }
+
+    /// At the shared word's time, the `q` of rank `τ`: exactly that rank again.
+    fn debt_unrank(&self, _: usize, shared: u128, rank: [u64; 2]) -> u128 {
+        if shared == 0 {
+            return 0;
+        }
+        let (t, top) = Self::split_debt(shared);
+        Self::debt_word(t, Self::q_at(i128::from(rank[0]), t).min(top))
+    }
+
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u128 {
-        let (t_prev, r) = self.split_debt(debt(0));
-        Self::pack(t_prev, r)
+        let debt = debt(0);
+        if debt == 0 {
+            return Self::pack(0, 0.0);
+        }
+        let (t, q) = Self::split_debt(debt);
+        let u = self.debt_unit();
+        let r = if q >= Q_INFINITE {
+            f64::INFINITY
+        } else {
+            (q as f64 * u as f64 / self.period_ns as f64).exp()
+        };
+        Self::pack(t.saturating_mul(u), r)
     }
 }
 
+/// The least `q` a debt word keeps (a rate below `e^{−2^31·u/P}`, about `e^{−128}`, is kept
+/// as that); its largest, `+∞`.
+const Q_MIN: i64 = i32::MIN as i64 + 1;
+const Q_INFINITE: i64 = i32::MAX as i64;
+
 impl Exponential {
-    /// A debt word's `(t_prev, r)`.
-    fn split_debt(&self, debt: u128) -> (u64, f64) {
-        ((debt >> 32) as u64, f64::from(f32::from_bits(debt as u32)))
+    /// The unit of a debt word's times: `⌈P / 2^24⌉` ns, so that `q` fits 32 bits.
+    fn debt_unit(&self) -> u64 {
+        self.period_ns.div_ceil(1 << 24).max(1)
+    }
+
+    /// The debt word of `(t, q)` (units).
+    fn debt_word(t: u64, q: i64) -> u128 {
+        (u128::from(t) << 32) | u128::from((q - i64::from(i32::MIN)) as u32)
+    }
+
+    /// A debt word's `(t, q)` (units).
+    fn split_debt(debt: u128) -> (u64, i64) {
+        (
+            (debt >> 32) as u64,
+            i64::from(debt as u32) + i64::from(i32::MIN),
+        )
+    }
+
+    /// The `q` of `τ` at time `t`, raised to the least kept.
+    fn q_at(tau: i128, t: u64) -> i64 {
+        (tau - i128::from(t)).clamp(i128::from(Q_MIN), i128::from(Q_INFINITE)) as i64
     }
 }
 

@@ -334,6 +334,43 @@ impl Algorithm for SlidingWindow {
         self.idle_at(&self.restore(&|_| debt))
     }
 
+    fn debt_lanes(&self, _: usize) -> usize {
+        2
+    }
+
+    /// Brought to the shared word's window `I`: what it counts from window `I − 1` on (the
+    /// two counts' sum) and in window `I` (the current count). A state is at least as limited
+    /// as another of its window when both are at least the other's.
+    fn debt_rank(&self, _: usize, shared: u128, own: u128) -> [u64; 2] {
+        let (index, prev, cur) = Self::unpack(self.restore(&|_| own));
+        match self.index_of(shared).checked_sub(index) {
+            _ if own == 0 => [0, 0],
+            Some(0) => [prev.saturating_add(cur), cur],
+            Some(1) => [cur, 0],
+            Some(_) => [0, 0],
+            // Never so (`shared` joins it); if it were, as much as the shared word.
+            None => [u64::MAX; 2],
+        }
+    }
+
+    /// In the shared word's window (counts `P`, `C`): the current count `min(c, C)`, the
+    /// previous one what is left of the sum `s`, at most `P`.
+    fn debt_unrank(&self, _: usize, shared: u128, rank: [u64; 2]) -> u128 {
+        let (index, top_prev, top_cur) = Self::unpack(self.restore(&|_| shared));
+        if shared == 0 || index == u64::MAX - 2 {
+            // Nothing, or locked: the shared word itself.
+            return shared;
+        }
+        let cur = rank[1].min(top_cur);
+        let prev = rank[0].saturating_sub(cur).min(top_prev);
+        if prev == 0 && cur == 0 {
+            // Owes nothing in window `I`, paid as late as anything it stands for (window
+            // `I − 2`'s count, paid when `I` starts).
+            return self.debt(&Self::pack(index.saturating_sub(2), 0, 1), 0);
+        }
+        self.debt(&Self::pack(index, prev, cur), 0)
+    }
+
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u128 {
         let d = debt(0);
         let index = (d >> 48) as u64;
@@ -343,6 +380,13 @@ impl Algorithm for SlidingWindow {
             return Self::pack(u64::MAX - 2, COUNT_MAX, COUNT_MAX);
         }
         Self::pack(index, prev, cur)
+    }
+}
+
+impl SlidingWindow {
+    /// The window index of a debt word (as restored).
+    fn index_of(&self, debt: u128) -> u64 {
+        Self::unpack(self.restore(&|_| debt)).0
     }
 }
 

@@ -9,14 +9,36 @@ use crate::sync::{fence, AtomicU64, Ordering};
 pub(super) const ENTRIES: usize = 48;
 
 /// Tags from here to [`MARKER`] are code cells, never keys' tags: the cell after a key's
-/// entry may hold a code of 11 bits (see the table's `Codes`).
+/// entry may hold a code of 11 bits, or the two cells after it one of 22 where its slot's
+/// codes have two lanes ([`TWO_LANES`]; see the table's `Codes`).
 const CODE_TAG: u16 = 0x7800;
 
-/// The largest code.
+/// The largest code a cell holds.
 pub(super) const CODE_MAX: u16 = 0x7FF;
 
 /// No code: the entry's keys owe its slot's debt.
-pub(super) const NO_CODE: u16 = u16::MAX;
+pub(super) const NO_CODE: u32 = u32::MAX;
+
+/// A slot word's flag (above its debt's 96 bits) for codes of two lanes, two cells each.
+pub(super) const TWO_LANES: u128 = 1 << 108;
+
+/// Code cells per coded entry of a slot.
+pub(super) fn code_cells(slot: u128) -> usize {
+    if slot & TWO_LANES != 0 {
+        2
+    } else {
+        1
+    }
+}
+
+/// Two codes of one slot joined, lane by lane the one that says more (the smaller).
+pub(super) fn code_min(slot: u128, a: u32, b: u32) -> u32 {
+    if code_cells(slot) == 1 {
+        return a.min(b);
+    }
+    let lane = u32::from(CODE_MAX);
+    (a & lane).min(b & lane) | (a >> 11).min(b >> 11) << 11
+}
 
 /// A code cell's value: `CODE_TAG`'s entry form and 11 bits.
 const CODE_CELL: u16 = CODE_TAG << 1;
@@ -69,7 +91,7 @@ pub(super) fn covers(entry_tag: u16, tag: u16) -> bool {
 pub(super) struct Plain {
     pub(super) slots: [u128; 2],
     pub(super) entries: [u16; ENTRIES],
-    pub(super) codes: [u16; ENTRIES],
+    pub(super) codes: [u32; ENTRIES],
 }
 
 impl Plain {
@@ -90,11 +112,20 @@ impl Plain {
         self.entries.iter().filter(|&&e| e == 0).count()
     }
 
-    /// Cells free, codes kept: an entry filed here keeps its code while this is 2 or more.
+    /// Cells an entry and its code take.
+    fn cells_of(&self, i: usize) -> usize {
+        if self.codes[i] == NO_CODE {
+            1
+        } else {
+            1 + code_cells(self.slots[slot_of(self.entries[i])])
+        }
+    }
+
+    /// Cells free, codes kept: an entry filed here keeps its code while this is 3 or more.
     pub(super) fn cells_free(&self) -> usize {
         let used: usize = (0..ENTRIES)
             .filter(|&i| self.entries[i] != 0)
-            .map(|i| if self.codes[i] == NO_CODE { 1 } else { 2 })
+            .map(|i| self.cells_of(i))
             .sum();
         ENTRIES.saturating_sub(used)
     }
@@ -114,9 +145,10 @@ impl Plain {
                 continue;
             }
             plain.entries[n] = cell;
-            if let Some(code) = code_at(cells, i) {
+            let wide = code_cells(slots[slot_of(cell)]);
+            if let Some(code) = code_at(cells, i, wide) {
                 plain.codes[n] = code;
-                i += 1;
+                i += wide;
             }
             n += 1;
         }
@@ -129,7 +161,7 @@ impl Plain {
         // No allocation: a capacity pass on a request writes thousands of buckets.
         let mut need: usize = (0..ENTRIES)
             .filter(|&i| self.entries[i] != 0)
-            .map(|i| if self.codes[i] == NO_CODE { 1 } else { 2 })
+            .map(|i| self.cells_of(i))
             .sum();
         while need > ENTRIES {
             let Some(i) = (0..ENTRIES)
@@ -138,8 +170,8 @@ impl Plain {
             else {
                 break;
             };
+            need -= self.cells_of(i) - 1;
             self.codes[i] = NO_CODE;
-            need -= 1;
         }
         let mut cells = [0u16; ENTRIES];
         let mut at = 0;
@@ -147,30 +179,34 @@ impl Plain {
             cells[at] = self.entries[i];
             at += 1;
             if self.codes[i] != NO_CODE {
-                cells[at] = CODE_CELL | self.codes[i] & CODE_MAX;
-                at += 1;
+                for lane in 0..code_cells(self.slots[slot_of(self.entries[i])]) {
+                    cells[at] = CODE_CELL | (self.codes[i] >> (11 * lane)) as u16 & CODE_MAX;
+                    at += 1;
+                }
             }
         }
         cells
     }
 }
 
-/// The code in cell `i`, if it is a code cell.
-fn code_at(cells: &[u16; ENTRIES], i: usize) -> Option<u16> {
-    let cell = *cells.get(i)?;
-    is_code_cell(cell).then_some(cell & CODE_MAX)
+/// The code in the `wide` cells from `i`, if they are all code cells.
+fn code_at(cells: &[u16; ENTRIES], i: usize, wide: usize) -> Option<u32> {
+    (0..wide).try_fold(0, |code, lane| {
+        let cell = *cells.get(i + lane)?;
+        is_code_cell(cell).then_some(code | u32::from(cell & CODE_MAX) << (11 * lane))
+    })
 }
 
 /// What a key's entries of one slot in a bucket say it owes: nothing (`None`), the slot's
 /// whole debt (`Some(None)`: an entry without a code, or a marker), or the slot's debt
 /// lowered by the smallest of their codes (`Some(Some(code))`: the largest debt they say).
-pub(super) type Claim = Option<Option<u16>>;
+pub(super) type Claim = Option<Option<u32>>;
 
-/// The join of two claims on one slot.
-fn claim_join(a: Claim, b: Claim) -> Claim {
+/// The join of two claims on slot `slot`.
+fn claim_join(slot: u128, a: Claim, b: Claim) -> Claim {
     match (a, b) {
         (None, x) | (x, None) => x,
-        (Some(Some(x)), Some(Some(y))) => Some(Some(x.min(y))),
+        (Some(Some(x)), Some(Some(y))) => Some(Some(code_min(slot, x, y))),
         _ => Some(None),
     }
 }
@@ -178,9 +214,18 @@ fn claim_join(a: Claim, b: Claim) -> Claim {
 /// Entries per 64-bit word of a bucket.
 pub(super) const PER_WORD: usize = 4;
 
+/// The bits of a bucket's `seq` that count its writes; above them, its slots' units.
+const SEQ_BITS: u64 = (1 << 38) - 1;
+
+/// A slot's units (13 bits, kept above `SEQ_BITS` in `seq`): bits 96 to 108 of its word in
+/// [`Plain`].
+const UNIT_BITS: u32 = 13;
+
 /// One bucket in the table: a sequence lock over [`Plain`], in 64-bit words (16 loads copy
-/// it). `seq` is even while no writer is inside; a writer makes it odd, writes, and makes it
-/// even again.
+/// it). `seq`'s low 38 bits are even while no writer is inside; a writer makes them odd,
+/// writes, and makes them even again. Its high 26 bits hold each slot's codes' units (see
+/// `codes`): written with the sequence that releases the write, read with the one that
+/// checks a read.
 #[repr(align(64))]
 pub(super) struct Bucket {
     seq: AtomicU64,
@@ -205,7 +250,7 @@ impl Default for Bucket {
 pub(super) fn slot_words([a, b]: [u128; 2]) -> [u64; 3] {
     [
         a as u64,
-        (a >> 64) as u64 | (b as u64) << 32,
+        (a >> 64) as u32 as u64 | (b as u64) << 32,
         (b >> 32) as u64,
     ]
 }
@@ -224,10 +269,17 @@ impl Bucket {
         std::array::from_fn(|i| (words[i / PER_WORD] >> (16 * (i % PER_WORD))) as u16)
     }
 
+    /// The slot words, each with its units in bits 96 and up.
     fn slot_words(&self) -> [u128; 2] {
-        slots_of(std::array::from_fn(|i| {
+        let units = self.seq.load(Ordering::Relaxed) >> 38;
+        let [a, b] = slots_of(std::array::from_fn(|i| {
             self.slots[i].load(Ordering::Relaxed)
-        }))
+        }));
+        let mask = (1 << UNIT_BITS) - 1;
+        [
+            a | u128::from(units & mask) << 96,
+            b | u128::from(units >> UNIT_BITS & mask) << 96,
+        ]
     }
 
     /// The words, as they are (Relaxed: the sequence word orders them).
@@ -254,7 +306,7 @@ impl Bucket {
 
     /// The sequence word: it grows with every write (see [`Debts::stamp`](super::Debts::stamp)).
     pub(super) fn seq(&self) -> u64 {
-        self.seq.load(Ordering::Acquire)
+        self.seq.load(Ordering::Acquire) & SEQ_BITS
     }
 
     /// A consistent copy, written by no writer while it was read.
@@ -268,15 +320,19 @@ impl Bucket {
     pub(super) fn claims(&self, tag: u16) -> [(u128, Claim); 2] {
         self.consistent(|| {
             let cells = self.cells();
+            // The slots' flags (in `seq`, as read): how many cells their codes take.
+            let units = self.seq.load(Ordering::Relaxed) >> 38;
+            let flags = [units, units >> UNIT_BITS].map(|u| u128::from(u & (1 << 12)) << 96);
             let mut claims: [Claim; 2] = [None; 2];
             for (i, &e) in cells.iter().enumerate() {
                 if e != 0 && !is_code_cell(e) && covers(tag_of(e), tag) {
+                    let s = slot_of(e);
                     let code = if is_marker(tag_of(e)) {
                         None
                     } else {
-                        code_at(&cells, i + 1)
+                        code_at(&cells, i + 1, code_cells(flags[s]))
                     };
-                    claims[slot_of(e)] = claim_join(claims[slot_of(e)], Some(code));
+                    claims[s] = claim_join(flags[s], claims[s], Some(code));
                 }
             }
             if claims == [None; 2] {
@@ -326,7 +382,11 @@ impl Bucket {
                 self.entries[i].store(word, Ordering::Relaxed);
             }
         }
-        self.seq.store(seq.wrapping_add(2), Ordering::Release);
+        let units = new
+            .slots
+            .map(|slot| (slot >> 96) as u64 & ((1 << UNIT_BITS) - 1));
+        let next = (seq + 2) & SEQ_BITS | (units[0] | units[1] << UNIT_BITS) << 38;
+        self.seq.store(next, Ordering::Release);
         out
     }
 }

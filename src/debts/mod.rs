@@ -44,15 +44,17 @@
 //! starts from its slot's debt, which joins its own with the debts of the keys sharing the slot
 //! (it waits as long as the slowest of them to pay), unless its entry carries a code.
 //!
-//! - **Codes.** Where the algorithm's debt words are ordered as numbers
-//!   ([`Algorithm::debt_ordered`]: GCRA, EARRRL, the fixed window), a key's entry carries, in
-//!   the cell after it, how far below its slot's debt the debts filed under it are
-//!   ([`Codes`]); the key comes back owing that, not its slot-mates' debts, and the entry dies
-//!   once that is paid. A code is only ever made
-//!   with its entry (an entry without one may stand for keys whose own debts are not known),
-//!   joined as its keys' debts are, and moved by whole units as its slot grows. When a bucket's
-//!   entries and codes do not fit its cells, the codes that say least are dropped (their keys
-//!   owe the slot): entries come first, so a flood is told apart as before.
+//! - **Codes.** Where the algorithm ranks its debt words ([`Algorithm::debt_rank`]: every
+//!   algorithm of the crate but the sliding log, the sub-window and the in-flight limit), a
+//!   key's entry carries, in the cell after it (two cells for a sliding window's two counts),
+//!   how far below its slot's debt the debts filed under it rank ([`Codes`]); the key comes
+//!   back owing that, not its slot-mates' debts, and the entry dies once that is paid. A code
+//!   is only ever made with its entry (an entry without one may stand for keys whose own debts
+//!   are not known), joined as its keys' debts are, and moved by whole units as its slot
+//!   grows. When a bucket's entries and codes do not fit its cells, the codes that say least
+//!   are dropped (their keys owe the slot): entries come first, so a flood is told apart as
+//!   before. Where codes take two cells, the table has 4 keys of `max_keys` per bucket (32
+//!   bytes per key), not 5.
 
 use crate::algo::{Algorithm, DEBT_MAX};
 use crate::sync::{AtomicU64, Ordering};
@@ -72,6 +74,10 @@ const ROOMY: usize = ENTRIES / 4;
 /// Keys of `max_keys` per bucket (of each debt part): 25.6 bytes per key, 9.6 entries, so
 /// that a flood of 10× `max_keys` keys that each owe (9× evicted) fits with room to spare.
 const KEYS_PER_BUCKET: usize = 5;
+
+/// The same where a part's codes take two cells ([`Algorithm::debt_lanes`] 2): 32 bytes per
+/// key, so that a working set of 4× `max_keys` keeps its codes (at 5, 94% of the cells).
+const KEYS_PER_BUCKET_TWO_LANES: usize = 4;
 
 /// The debt table of one keyed store. See the module docs.
 pub(crate) struct Debts {
@@ -122,8 +128,13 @@ impl Debts {
         if parts == 0 {
             return Ok(None);
         }
+        let per_bucket = if (0..parts).any(|p| algo.debt_lanes(p) > 1) {
+            KEYS_PER_BUCKET_TWO_LANES
+        } else {
+            KEYS_PER_BUCKET
+        };
         // At least two buckets, so a key's two are distinct.
-        let per_part = max_keys.div_ceil(KEYS_PER_BUCKET).max(2);
+        let per_part = max_keys.div_ceil(per_bucket).max(2);
         let n = per_part.saturating_mul(parts);
         let mut buckets = Vec::new();
         buckets.try_reserve_exact(n)?;
@@ -217,10 +228,6 @@ impl Debts {
             return;
         }
         let c = Codes::of(algo, part);
-        debug_assert!(
-            !c.coded || debt >> 64 == 0,
-            "an ordered debt word above 2^64"
-        );
         // A slot word's debt joined with this one.
         let join = |slot: u128| {
             let held = c.debt(slot);
@@ -231,7 +238,7 @@ impl Debts {
             }
         };
         // The code of this debt on slot `s` (which holds it), where the part is coded.
-        let own = |b: &Plain, s: usize| c.code(b.slots[s], debt as u64);
+        let own = |b: &Plain, s: usize| c.code(b.slots[s], debt);
         // Files the debt in a bucket (under its write lock): joined to the key's entry if it
         // has one there (kept before, back, and evicted again), else in a new entry if there
         // is room (`None` if not, unless `overflow`: then under a marker).
@@ -239,22 +246,22 @@ impl Debts {
             purge(c, b, now);
             if let Some(at) = b.find_at(tag) {
                 let s = slot_of(b.entries[at]);
-                c.grow(b, s, join(b.slots[s]), Some(debt as u64));
+                c.grow(b, s, join(b.slots[s]), Some(debt));
                 // An entry without a code stands for keys whose own debts are not known: it
                 // never takes one.
                 if b.codes[at] != NO_CODE {
-                    b.codes[at] = b.codes[at].min(own(b, s));
+                    b.codes[at] = c.least(b.slots[s], b.codes[at], own(b, s));
                 }
                 return Some(());
             }
             if let Some(at) = b.entries.iter().position(|&e| e == 0) {
                 let slot = pick_slot(c, b, paid_at);
-                c.grow(b, slot, join(b.slots[slot]), Some(debt as u64));
+                c.grow(b, slot, join(b.slots[slot]), Some(debt));
                 b.entries[at] = entry(tag, slot);
                 b.codes[at] = own(b, slot);
                 return Some(());
             }
-            if overflow && overflow_into(c, b, tag, paid_at, debt as u64, join, &own) {
+            if overflow && overflow_into(c, b, tag, paid_at, debt, join, &own) {
                 return Some(());
             }
             None
@@ -319,7 +326,7 @@ impl Debts {
                     None => 0,
                     Some(None) => c.debt(slot),
                     // Its entries' own debts, at most what their codes say.
-                    Some(Some(code)) => u128::from(c.word(slot, code)),
+                    Some(Some(code)) => c.word(slot, code),
                 };
                 if debt != 0 {
                     owed = if owed == 0 {
@@ -376,8 +383,7 @@ fn purge<A: Algorithm>(c: Codes<'_, A>, b: &mut Plain, now: u64) {
             continue;
         }
         let slot = b.slots[slot_of(e)];
-        if paid[slot_of(e)]
-            || (b.codes[i] != NO_CODE && c.paid_at(u128::from(c.word(slot, b.codes[i]))) <= now)
+        if paid[slot_of(e)] || (b.codes[i] != NO_CODE && c.paid_at(c.word(slot, b.codes[i])) <= now)
         {
             b.entries[i] = 0;
             b.codes[i] = NO_CODE;
@@ -410,9 +416,9 @@ fn overflow_into<A: Algorithm>(
     b: &mut Plain,
     tag: u16,
     paid_at: u64,
-    word: u64,
+    word: u128,
     join: impl Fn(u128) -> u128,
-    own: &impl Fn(&Plain, usize) -> u16,
+    own: &impl Fn(&Plain, usize) -> u32,
 ) -> bool {
     let g = group(tag);
     let gap = |b: &Plain, e: u16| c.paid_at(b.slots[slot_of(e)]).abs_diff(paid_at);
@@ -513,237 +519,4 @@ fn pick_slot<A: Algorithm>(c: Codes<'_, A>, b: &Plain, paid_at: u64) -> usize {
 }
 
 #[cfg(all(test, not(hotlimit_loom)))]
-mod tests {
-    use super::*;
-    use crate::algo::{Earrrl, FixedWindow, Gcra, WordStep};
-    use std::time::Duration;
-
-    // Pins G26.
-    #[test]
-    fn a_bucket_is_two_cache_lines() {
-        assert_eq!(std::mem::size_of::<Bucket>(), 128);
-        let gcra: Gcra = "10/s".parse().unwrap();
-        let debts = Debts::new(&gcra, 1_000_000).unwrap().unwrap();
-        assert_eq!(debts.bytes(), 25_600_000);
-    }
-
-    /// How many keys came back owing: of those kept, of the new ones, and of the new ones of
-    /// class 0.
-    #[derive(Debug)]
-    struct Owing {
-        kept: u64,
-        new: u64,
-        new_class_0: u64,
-        class_0: u64,
-    }
-
-    /// Keeps `n` GCRA keys spent to `tat` in a table for `max` keys, then reads back keys
-    /// `0..n` (kept) and `n..2n` (new). Every kept key must owe at least its debt, unless the
-    /// table overflowed and its class is 0.
-    fn fill(n: u64, max: usize) -> Owing {
-        let gcra: Gcra = "10/s burst 20".parse().unwrap();
-        let debts = Debts::new(&gcra, max).unwrap().unwrap();
-        let tat = 2_000_000_000;
-        let h = |k: u64| ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(k);
-        for k in 0..n {
-            debts.keep(&gcra, h(k), &tat, 0);
-        }
-        let owes = |k: u64| debts.restore(&gcra, h(k));
-        let mut out = Owing {
-            kept: 0,
-            new: 0,
-            new_class_0: 0,
-            class_0: 0,
-        };
-        for k in 0..n {
-            match owes(k) {
-                Some(s) => {
-                    assert!(s >= tat, "key {k} came back owing less");
-                    out.kept += 1;
-                }
-                None => assert_eq!(group(tag(h(k))), 0, "key {k} forgotten"),
-            }
-        }
-        for k in n..2 * n {
-            let zero = tag(h(k)) % 16 == 0;
-            out.class_0 += u64::from(zero);
-            if owes(k).is_some() {
-                out.new += 1;
-                out.new_class_0 += u64::from(zero);
-            }
-        }
-        out
-    }
-
-    // Pins G24.
-    #[test]
-    fn every_kept_key_comes_back_owing_and_few_new_ones_do() {
-        // 90,000 keys kept in a table for 10,000 (9.6 entries per key): all back, and the
-        // new keys owe only by a tag collision (0.28% measured).
-        let o = fill(90_000, 10_000);
-        assert_eq!(o.kept, 90_000);
-        assert!(o.new < 360, "{o:?}");
-    }
-
-    // Pins G24, G26.
-    #[test]
-    fn past_what_it_can_tell_apart_it_overflows_by_group() {
-        // 100x: every bucket overflowed, every class but 0 marked. Every kept key still owes
-        // (`fill` asserts it of all but group 0: here none is forgotten at all); new keys of
-        // classes 1 to 15 owe, most new keys of class 0 start fresh (12% owe, measured: tag
-        // collisions and the groups 16 to 30 of the fullest buckets).
-        let o = fill(1_000_000, 10_000);
-        assert_eq!(o.kept, 1_000_000, "{o:?}");
-        assert!(o.new_class_0 < o.class_0 / 5, "{o:?}");
-        assert!(
-            o.new - o.new_class_0 > (1_000_000 - o.class_0) * 99 / 100,
-            "{o:?}"
-        );
-        // Just past it (12x), most classes are marked in few buckets: fewer newcomers pay.
-        let o = fill(120_000, 10_000);
-        assert!(o.new < 120_000 * 3 / 4, "{o:?}");
-    }
-
-    // Pins G25.
-    #[test]
-    fn paid_debts_free_their_entries() {
-        let gcra: Gcra = "10/s burst 20".parse().unwrap();
-        let debts = Debts::new(&gcra, 10).unwrap().unwrap();
-        let second = 1_000_000_000;
-        // 1,000 keys each owing 100 ms, one every 10 ms into a table of two buckets: the slots
-        // take turns, each paid within about 200 ms, so the table never turns shared.
-        for k in 0..1_000u64 {
-            let now = k * 10_000_000;
-            debts.keep(
-                &gcra,
-                k.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-                &(now + second / 10),
-                now,
-            );
-        }
-        let now = 999 * 10_000_000;
-        // A key never kept owes nothing (no shared bucket), one kept last owes its debt.
-        let owing = (0..1_000u64)
-            .filter(|k| {
-                debts
-                    .restore(&gcra, k.wrapping_mul(0x51_7CC1_B727_220B))
-                    .is_some()
-            })
-            .count();
-        assert!(owing < 10, "{owing} of 1,000 new keys owe");
-        let last = 999u64.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        assert_eq!(debts.restore(&gcra, last), Some(now + second / 10));
-    }
-
-    /// Keeps `states` (each a key's, evicted at `now`) in a table for 5 keys (one bucket
-    /// pair), and returns what each comes back owing.
-    fn round_trip<A: Algorithm>(algo: &A, states: &[A::State], now: u64) -> Vec<Option<A::State>> {
-        let debts = Debts::new(algo, 5).unwrap().unwrap();
-        let h = |k: usize| ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(k);
-        for (k, state) in states.iter().enumerate() {
-            debts.keep(algo, h(k), state, now);
-        }
-        (0..states.len())
-            .map(|k| debts.restore(algo, h(k)))
-            .collect()
-    }
-
-    // Pins G25.
-    #[test]
-    fn a_key_whose_debt_is_ordered_comes_back_owing_its_own() {
-        // GCRA: light keys beside heavy ones, more than the two slots' worth: each back with
-        // its own TAT to a unit (2^-11 of its slot's spread), not its slot's.
-        let gcra: Gcra = "10/s burst 20".parse().unwrap();
-        let now = 10_000_000_000;
-        let tats: Vec<u64> = (0..20)
-            .map(|k| now + 100_000_000 + k * 95_000_000)
-            .collect();
-        for (tat, back) in tats.iter().zip(round_trip(&gcra, &tats, now)) {
-            let back = back.unwrap();
-            assert!(
-                back >= *tat && back - tat <= 4_000_000,
-                "{tat} came back {back}"
-            );
-        }
-        // EARRRL: the same of its virtual time.
-        let earrrl = Earrrl::new(
-            Duration::from_secs(1),
-            crate::Rate::per_second_of(10.0).unwrap(),
-        )
-        .unwrap();
-        let states: Vec<u64> = (0..20u64)
-            .map(|k| {
-                let mut s = earrrl.fresh();
-                for i in 0..(3 + 3 * k) {
-                    let at = now - 1_000_000_000 + i * 10_000_000;
-                    s = earrrl.step(s, at, 1).state.unwrap_or(s);
-                }
-                s
-            })
-            .collect();
-        for (state, back) in states.iter().zip(round_trip(&earrrl, &states, now)) {
-            let (s, b) = (f64::from_bits(*state), f64::from_bits(back.unwrap()));
-            assert!(b >= s && b - s < 0.05, "S {s} came back {b}");
-        }
-        // The fixed window: each back with its own count, exactly.
-        let w = FixedWindow::new(600, Duration::from_secs(60)).unwrap();
-        let states: Vec<u64> = (0..20u64)
-            .map(|k| {
-                let mut s = w.fresh();
-                for _ in 0..=k * 30 {
-                    s = w.step(s, now, 1).state.unwrap_or(s);
-                }
-                s
-            })
-            .collect();
-        assert_eq!(
-            round_trip(&w, &states, now),
-            states.iter().map(|&s| Some(s)).collect::<Vec<_>>()
-        );
-    }
-
-    // Pins G25.
-    #[test]
-    fn a_locked_key_beside_ordinary_ones_comes_back_locked() {
-        // EARRRL locked (S at +infinity, its largest word) sharing a slot with keys of
-        // ordinary debts: a unit of 2^52 (the spread of the words). Each comes back owing at
-        // least its own, the locked one locked.
-        let earrrl = Earrrl::new(
-            Duration::from_secs(1),
-            crate::Rate::per_second_of(10.0).unwrap(),
-        )
-        .unwrap();
-        let now = 10_000_000_000;
-        let mut states: Vec<u64> = (1..30u64)
-            .map(|k| {
-                let mut s = earrrl.fresh();
-                for i in 0..k * 2 {
-                    let at = now - 500_000_000 + i * 1_000_000;
-                    s = earrrl.step(s, at, 1).state.unwrap_or(s);
-                }
-                s
-            })
-            .collect();
-        // Once keys have taken every slot of both buckets: it shares the slot of the latest.
-        states.insert(20, f64::INFINITY.to_bits());
-        for (state, back) in states.iter().zip(round_trip(&earrrl, &states, now)) {
-            let (s, b) = (f64::from_bits(*state), f64::from_bits(back.unwrap()));
-            assert!(b >= s, "S {s} came back {b}");
-        }
-    }
-
-    // Pins G25.
-    #[test]
-    fn a_window_debt_comes_back_with_its_count() {
-        let w = FixedWindow::new(20, Duration::from_secs(60)).unwrap();
-        let debts = Debts::new(&w, 100).unwrap().unwrap();
-        let mut state = w.fresh();
-        for _ in 0..7 {
-            state = w.step(state, 0, 1).state.unwrap_or(state);
-        }
-        debts.keep(&w, 42, &state, 0);
-        assert_eq!(debts.restore(&w, 42), Some(state));
-        assert_eq!(debts.restore(&w, 43), None);
-        assert_eq!(debts.counts(), (1, 0));
-    }
-}
+mod tests;
