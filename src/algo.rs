@@ -187,8 +187,9 @@ pub trait Algorithm: Send + Sync + 'static {
     /// 0 (the default) where they are not ranked, so a key evicted for capacity comes back
     /// owing the debt table slot it shares with others; 1 or 2 where they are, so it comes
     /// back owing its own (a working set larger than the store keeps its admissions). GCRA,
-    /// EARRRL, the fixed window and the exponential limiter rank by one number, the sliding
-    /// window by two (its codes take two cells, and its table a fifth more memory).
+    /// EARRRL, the fixed window and the exponential limiter rank by one number; the sliding
+    /// window, the sliding log and the sub-window by two (their codes may take two cells, and
+    /// their tables have a quarter more buckets).
     #[inline]
     fn debt_lanes(&self, part: usize) -> usize {
         let _ = part;
@@ -205,7 +206,8 @@ pub trait Algorithm: Send + Sync + 'static {
     /// back from its word unchanged keeps its precision. GCRA, EARRRL and the fixed window rank
     /// a word as itself (their words are ordered as numbers); the exponential limiter by the
     /// time its rate, decaying, falls to 1; the sliding window by its two counts brought to the
-    /// shared word's window. Only called where `debt_lanes` is not 0.
+    /// shared word's window; the sliding log and the sub-window by their time and total. Only
+    /// called where `debt_lanes` is not 0.
     #[inline]
     fn debt_rank(&self, part: usize, shared: u128, own: u128) -> [u64; 2] {
         let _ = (part, shared, own);

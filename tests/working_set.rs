@@ -8,7 +8,9 @@
 //! stays within issue #59's 5% (asserted; the windows over three windows of 20 s), where
 //! sharing its slot's debt cost 27–96%. Printed and kept in BENCHMARKS.md.
 
-use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
+use hotlimit::algo::{
+    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
+};
 use hotlimit::store::Cas;
 use hotlimit::{CasLimiter, CompactLimiter, ManualClock, QuantaClock, Rate, RateLimiter};
 use rand::rngs::StdRng;
@@ -97,6 +99,8 @@ fn a_working_set_of_4x_max_keys_is_never_admitted_more() {
     // Three windows in the minute: keys evicted in one window come back in the next.
     let fixed = FixedWindow::new(200, Duration::from_secs(20)).unwrap();
     let sliding = SlidingWindow::new(200, Duration::from_secs(20)).unwrap();
+    let log = SlidingLog::new(200, Duration::from_secs(20)).unwrap();
+    let sub = SubWindow::new(200, Duration::from_secs(20), 10).unwrap();
     for max_keys in [16usize, 1_000] {
         let trace = trace(4 * max_keys as u64, 10.0, 60, 7);
         for (name, l) in [
@@ -105,14 +109,20 @@ fn a_working_set_of_4x_max_keys_is_never_admitted_more() {
             ("exponential", loss(&exp, max_keys, &trace)),
             ("fixed", loss(&fixed, max_keys, &trace)),
             ("sliding", loss(&sliding, max_keys, &trace)),
+            ("sliding log", loss(&log, max_keys, &trace)),
+            ("sub-window", loss(&sub, max_keys, &trace)),
         ] {
             let pct: Vec<String> = l
                 .iter()
                 .map(|(store, loss)| format!("{store} {:.1}%", 100.0 * loss))
                 .collect();
             println!("max_keys {max_keys}, {name}: admissions lost against the twin: {pct:?}");
-            for (store, loss) in &l {
-                assert!(*loss <= 0.05, "{name} on {store}: {pct:?}");
+            // The logs' debt words keep one time, their newest: each comes back holding its
+            // whole total for a window from then (see BENCHMARKS.md), not bounded here.
+            if !matches!(name, "sliding log" | "sub-window") {
+                for (store, loss) in &l {
+                    assert!(*loss <= 0.05, "{name} on {store}: {pct:?}");
+                }
             }
         }
     }

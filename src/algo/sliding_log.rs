@@ -306,6 +306,22 @@ impl Algorithm for SlidingLog {
         self.idle_at(&self.restore(&|_| debt))
     }
 
+    fn debt_lanes(&self, _: usize) -> usize {
+        2
+    }
+
+    /// Its time and its total, each as it is: a word is at least as limiting as another
+    /// when both are at least the other's.
+    fn debt_rank(&self, _: usize, _: u128, own: u128) -> [u64; 2] {
+        [(own >> 32) as u64, own as u32 as u64]
+    }
+
+    /// Each at most the shared word's.
+    fn debt_unrank(&self, _: usize, shared: u128, rank: [u64; 2]) -> u128 {
+        let top = self.debt_rank(0, shared, shared);
+        (u128::from(rank[0].min(top[0])) << 32) | u128::from(rank[1].min(top[1]))
+    }
+
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> LogState {
         let d = debt(0);
         let (t, total) = ((d >> 32) as u64, (d & 0xFFFF_FFFF) as u64);

@@ -45,8 +45,8 @@
 //! (it waits as long as the slowest of them to pay), unless its entry carries a code.
 //!
 //! - **Codes.** Where the algorithm ranks its debt words ([`Algorithm::debt_rank`]: every
-//!   algorithm of the crate but the sliding log, the sub-window and the in-flight limit), a
-//!   key's entry carries, in the cell after it (two cells for a sliding window's two counts),
+//!   algorithm of the crate but the in-flight limit), a key's entry carries, in the cell
+//!   after it (two cells where a slot's keys differ in both of two numbers),
 //!   how far below its slot's debt the debts filed under it rank ([`Codes`]); the key comes
 //!   back owing that, not its slot-mates' debts, and the entry dies once that is paid. A code
 //!   is only ever made with its entry (an entry without one may stand for keys whose own debts
