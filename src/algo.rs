@@ -423,6 +423,18 @@ pub(crate) fn join_time_and_count(a: u128, b: u128) -> u128 {
     ((a >> 32).max(b >> 32) << 32) | (a & 0xFFFF_FFFF).max(b & 0xFFFF_FFFF)
 }
 
+/// The rank of such a word: its time and its count, each as it is (a word is at least as
+/// limiting as another when both are at least the other's).
+pub(crate) fn rank_time_and_count(own: u128) -> [u64; 2] {
+    [(own >> 32) as u64, own as u32 as u64]
+}
+
+/// The word of such a rank beneath `shared`: each at most the shared word's.
+pub(crate) fn unrank_time_and_count(shared: u128, rank: [u64; 2]) -> u128 {
+    let top = rank_time_and_count(shared);
+    (u128::from(rank[0].min(top[0])) << 32) | u128::from(rank[1].min(top[1]))
+}
+
 /// `now`, capped at [`CLOCK_MAX`].
 #[inline(always)]
 pub(crate) fn clamp(now: u64) -> u64 {

@@ -2,9 +2,10 @@
 //! algorithm in both policies, a state restored from its debt words
 //! ([`Algorithm::debt`] → [`Algorithm::restore`]), or from a join of them with another key's
 //! ([`Algorithm::debt_join`]), or where the words are ranked ([`Algorithm::debt_rank`]) from
-//! any rank between its own and the joined word's, admits no request of any cost at any later time (with no traffic
-//! between) that the state itself would deny, and over any later trace of requests of cost 1
-//! admits no more of them, and no earlier; and it is not fresh before the state is.
+//! any rank between its own and the joined word's, admits no request of any cost at any later
+//! time (with no traffic between) that the state itself would deny, and over any later trace
+//! of requests of cost 1 admits no more of them, and no earlier; and it is not fresh before
+//! the state is.
 //!
 //! (Over traces of mixed costs, total units are not monotone for any limiter with a leaky
 //! policy: a more limited state that denies a large request may then admit several small

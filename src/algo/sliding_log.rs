@@ -1,7 +1,9 @@
 //! Sliding window log: the timestamps of the counted requests of the last window.
 
 use super::window::{same_window, validate, window_accessors, WindowConfig};
-use super::{clamp, join_time_and_count, Algorithm, Reconfigure};
+use super::{
+    clamp, join_time_and_count, rank_time_and_count, unrank_time_and_count, Algorithm, Reconfigure,
+};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::collections::VecDeque;
@@ -310,16 +312,12 @@ impl Algorithm for SlidingLog {
         2
     }
 
-    /// Its time and its total, each as it is: a word is at least as limiting as another
-    /// when both are at least the other's.
     fn debt_rank(&self, _: usize, _: u128, own: u128) -> [u64; 2] {
-        [(own >> 32) as u64, own as u32 as u64]
+        rank_time_and_count(own)
     }
 
-    /// Each at most the shared word's.
     fn debt_unrank(&self, _: usize, shared: u128, rank: [u64; 2]) -> u128 {
-        let top = self.debt_rank(0, shared, shared);
-        (u128::from(rank[0].min(top[0])) << 32) | u128::from(rank[1].min(top[1]))
+        unrank_time_and_count(shared, rank)
     }
 
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> LogState {
