@@ -178,7 +178,14 @@ impl Engine for Gcra {
             };
         }
         let strict = self.policy() == Policy::Strict;
-        let mode = ctx.mode(l.known, now, self.tolerance());
+        // A view the fallback moved (or one forgotten) is not the fleet's: such a key stays on
+        // the fallback until a push or its round's reply makes it known. (Found as a flake: a
+        // round answered mid-burst found no live marker, and "every unknown key is fresh" took
+        // the fallback's spent view for the fleet's, denying on it under the whole quota.)
+        let mode = match ctx.mode(l.known, now, self.tolerance()) {
+            Mode::Known if !l.known && l.view != 0 => Mode::Unknown,
+            mode => mode,
+        };
         let verdict = if mode == Mode::Known {
             // Beyond the lease: the fleet's TAT as known must have room, and this instance
             // may be at most its budget ahead of Redis. (A key the limiter has not heard of
@@ -567,6 +574,31 @@ mod tests {
             back: true,
         };
         assert_eq!(Lease::unpack(small.pack()), small);
+    }
+
+    // Pins G51.
+    #[test]
+    fn a_fallback_view_stays_on_the_fallback_once_unknown_keys_are_fresh() {
+        const S: u64 = 1_000_000_000;
+        let g = "8/h burst 8".parse::<Gcra>().unwrap();
+        let plan = g.plan(Fallback::share(0.25).unwrap()).unwrap();
+        let ctx = FleetContext::new(5_000_000, 0.25, 0, 0);
+        // Subscribed, the fleet's states not yet known: the fallback's share, 2 of 8.
+        ctx.mirror_since.store(0, Ordering::Relaxed);
+        let mut w = g.unknown();
+        let mut step = |now| g.decide_entry(&plan, &ctx, &mut w, false, now, 1, false);
+        let before: Vec<_> = (0..2).map(|i| step(S + i).reason).collect();
+        assert_eq!(before, [Reason::Fallback; 2]);
+        // A round finds no live marker: a key never seen is fresh for the fleet now, but this
+        // one's view is the fallback's. It waits on the fallback, as it did.
+        ctx.mirror_clear.store(true, Ordering::Relaxed);
+        let after = step(S + 2);
+        assert!(!after.decision.is_allowed());
+        assert_eq!(after.reason, Reason::Fallback);
+        // A key never seen is decided as the fleet's, fresh.
+        let mut fresh = g.unknown();
+        let v = g.decide_entry(&plan, &ctx, &mut fresh, false, S + 3, 1, false);
+        assert_eq!((v.reason, v.decision.is_allowed()), (Reason::Known, true));
     }
 }
 
