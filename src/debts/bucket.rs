@@ -121,7 +121,8 @@ impl Plain {
         }
     }
 
-    /// Cells free, codes kept: an entry filed here keeps its code while this is 3 or more.
+    /// Cells free, codes kept: an entry filed here keeps its code while this is 2 or more (3
+    /// where its slot's codes take two cells).
     pub(super) fn cells_free(&self) -> usize {
         let used: usize = (0..ENTRIES)
             .filter(|&i| self.entries[i] != 0)

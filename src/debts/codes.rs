@@ -21,10 +21,10 @@ const LANE_MAX: u64 = CODE_MAX as u64;
 /// multiple of 2^k, so a key comes back owing [`Algorithm::debt_unrank`] of that (its own
 /// debt, to a unit) rather than its slot's, which joins those of the keys beside it. A code
 /// takes one cell (11 bits) where the keys of a slot differ in one lane, two where they differ
-/// in both (a sliding window's two counts across windows, a sliding log's time and total). As a slot grows its keys are ranked
-/// again from their words (exactly, for the crate's algorithms); rounded so, the codes move by
-/// whole units (no error piles up). A lane's unit is the least that reaches every entry's
-/// rank: 2^-11 of their spread.
+/// in both (a sliding window's two counts across windows, a sliding log's time and total). As
+/// a slot grows its keys are ranked again from their words (exactly, for the crate's
+/// algorithms); rounded so, the codes move by whole units (no error piles up). A lane's unit is
+/// the least that reaches every entry's rank: 2^-11 of their spread.
 pub(super) struct Codes<'a, A> {
     pub(super) algo: &'a A,
     pub(super) part: usize,
