@@ -83,7 +83,11 @@ impl<'a, A: Algorithm> Codes<'a, A> {
     /// `R`: the slot's rank rounded up to its units; never below it (`u64::MAX` where
     /// rounding would pass it).
     fn reference(self, slot: u128) -> Rank {
-        let top = self.top(slot);
+        self.reference_of(slot, self.top(slot))
+    }
+
+    /// [`reference`](Self::reference) from the slot's rank `top`, already known.
+    fn reference_of(self, slot: u128, top: Rank) -> Rank {
         [0, 1].map(|lane| {
             let m = (1u64 << self.unit(slot, lane)) - 1;
             top[lane].checked_add(m).map_or(u64::MAX, |r| r & !m)
@@ -100,9 +104,10 @@ impl<'a, A: Algorithm> Codes<'a, A> {
         }
     }
 
-    /// The rank code `code` on slot `slot` says the debts under its entry are at most.
-    fn decoded(self, slot: u128, code: u32) -> Rank {
-        let (units, r, top) = (self.split(slot, code), self.reference(slot), self.top(slot));
+    /// The rank code `code` on slot `slot` says the debts under its entry are at most, beside
+    /// the slot's own (`top`).
+    fn decoded(self, slot: u128, code: u32, top: Rank) -> Rank {
+        let (units, r) = (self.split(slot, code), self.reference_of(slot, top));
         [0, 1].map(|lane| {
             let down = u64::try_from(u128::from(units[lane]) << self.unit(slot, lane));
             r[lane]
@@ -114,8 +119,10 @@ impl<'a, A: Algorithm> Codes<'a, A> {
     /// The debt word the debts under an entry of slot `slot` with code `code` are all at
     /// most (the slot's own at the latest: it joins them).
     pub(super) fn word(self, slot: u128, code: u32) -> u128 {
-        let rank = self.decoded(slot, code);
-        if rank == self.top(slot) {
+        // The slot's rank once: for a sliding window it restores the slot's word.
+        let top = self.top(slot);
+        let rank = self.decoded(slot, code, top);
+        if rank == top {
             self.debt(slot)
         } else {
             self.algo.debt_unrank(self.part, self.debt(slot), rank)

@@ -519,4 +519,4 @@ fn pick_slot<A: Algorithm>(c: Codes<'_, A>, b: &Plain, paid_at: u64) -> usize {
 }
 
 #[cfg(all(test, not(hotlimit_loom)))]
-mod tests;
+mod table_tests;
