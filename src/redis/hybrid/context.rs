@@ -158,6 +158,19 @@ impl FleetContext {
         }
     }
 
+    /// Puts `key` on the sync thread's queue, waking it for the first key since it took
+    /// the queue.
+    pub(super) fn push_key(&self, key: &str, urgent: bool) {
+        let mut queue = self.queue.lock();
+        queue.push((key.to_owned(), urgent));
+        if queue.len() == 1 {
+            drop(queue);
+            if let Some(t) = self.sync_thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
     #[inline]
     pub(super) fn shared_now(&self, local: u64) -> u64 {
         clamp(local.saturating_add(self.offset.load(Ordering::Relaxed)))

@@ -210,7 +210,8 @@ mod private {
         /// for it).
         fn push_is_idle(&self, ctx: &FleetContext, p: &Self::Pushed, now: u64) -> bool;
         /// Merges a pushed state into `w` at local time `now`; `own`: pushed by this
-        /// instance's own call.
+        /// instance's own call. True where the push lacks what this instance holds of the
+        /// key (Redis flushed or restarted empty): its state is to be published again.
         fn apply_push(
             &self,
             ctx: &FleetContext,
@@ -218,7 +219,7 @@ mod private {
             p: &Self::Pushed,
             own: bool,
             now: u64,
-        );
+        ) -> bool;
     }
 }
 pub(crate) use private::Engine;

@@ -503,7 +503,9 @@ impl Engine for Gcra {
         *tat <= now
     }
 
-    fn apply_push(&self, _: &FleetContext, w: &mut u128, tat: &u64, _own: bool, now: u64) {
+    /// Never asks for a publish: a lease's state is Redis' TAT, not a field of this
+    /// instance's.
+    fn apply_push(&self, _: &FleetContext, w: &mut u128, tat: &u64, _own: bool, now: u64) -> bool {
         let mut l = Lease::unpack(*w);
         // The pushed TAT counts every charge and lease Redis had; what this instance admitted
         // since its last call (its debt) goes on top.
@@ -515,6 +517,7 @@ impl Engine for Gcra {
         l.view = if l.known { l.view.max(base) } else { base }.min(CLOCK_MAX);
         l.known = true;
         *w = l.pack();
+        false
     }
 }
 

@@ -168,8 +168,8 @@ where
     type Plan = f64;
     type KeyBook = ();
     type Sent = ();
-    /// The others' states, merged.
-    type Pushed = <A as Merge>::Word;
+    /// The others' states, merged, and whether the hash held this instance's field.
+    type Pushed = (<A as Merge>::Word, bool);
 
     const SCRIPT: &'static str = super::super::lua::HYBRID_PUBLISH;
     /// A hash: never the string key a `RedisLimiter` of the same prefix writes.
@@ -421,10 +421,10 @@ where
         key: &str,
         r: &mut Reader<'_>,
         local: u64,
-    ) -> Result<<A as Merge>::Word, SyncError> {
+    ) -> Result<Self::Pushed, SyncError> {
         let now = ctx.shared_now(local);
         let n: usize = r.parse().ok_or(SyncError::Malformed("pushed hash"))?;
-        let mut others = self.fresh();
+        let (mut others, mut mine) = (self.fresh(), false);
         // Every field is read, also after a foreign one: the next key's entry follows.
         let mut foreign = None;
         for _ in 0..n {
@@ -433,6 +433,7 @@ where
                 return Err(SyncError::Malformed("pushed hash"));
             };
             if field == ctx.instance {
+                mine = true;
                 continue;
             }
             match value
@@ -450,21 +451,27 @@ where
                 found: found.to_owned(),
             });
         }
-        Ok(others)
+        Ok((others, mine))
     }
 
-    fn push_is_idle(&self, _: &FleetContext, others: &<A as Merge>::Word, _: u64) -> bool {
+    fn push_is_idle(&self, _: &FleetContext, (others, _): &Self::Pushed, _: u64) -> bool {
         *others == self.fresh()
     }
 
+    /// A hash that lacks this instance's field while its own state is live was emptied
+    /// under the fleet (a `FLUSHALL`, Redis restarted empty): every instance that finds
+    /// itself missing publishes again, so that the hash is whole within a round. (An
+    /// instance held at its limit publishes nothing of its own accord: its count stayed out
+    /// of the hash for the rest of the window, and an instance that joined then admitted it
+    /// again.)
     fn apply_push(
         &self,
         ctx: &FleetContext,
         w: &mut A::Entry,
-        pushed: &<A as Merge>::Word,
+        (pushed, mine): &Self::Pushed,
         _own: bool,
         local: u64,
-    ) {
+    ) -> bool {
         let (own, known) = w.split();
         let others = if known == A::UNKNOWN || known == *pushed {
             *pushed
@@ -472,5 +479,6 @@ where
             self.heard(known, *pushed, ctx.shared_now(local))
         };
         *w = A::Entry::join(own, others);
+        !mine && self.idle_at(&own) > ctx.shared_now(local)
     }
 }

@@ -373,16 +373,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
 
     /// Puts `key` on the sync thread's queue, waking it for the first key.
     fn push(&self, key: &str, urgent: bool) {
-        let fleet = self.inner.fleet();
-        let mut queue = fleet.ctx.queue.lock();
-        queue.push((key.to_owned(), urgent));
-        // The first key since the sync thread took the queue wakes it.
-        if queue.len() == 1 {
-            drop(queue);
-            if let Some(t) = fleet.ctx.sync_thread.get() {
-                t.unpark();
-            }
-        }
+        self.inner.fleet().ctx.push_key(key, urgent);
     }
 }
 

@@ -359,12 +359,14 @@ fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
                 loop {
                     let cell = store.cell(key, &guard);
                     let algo = inner.fleet().quota(cell.quota()).0;
-                    if store
+                    if let Some(missing) = store
                         .core
                         .update(cell, |w| algo.apply_push(ctx, w, &p, own, now))
-                        .is_some()
                     {
                         cell.set_stale(false);
+                        if missing && cell.enqueue() {
+                            ctx.push_key(key, false);
+                        }
                         break;
                     }
                     store.remove_dead(key, cell, &guard);
