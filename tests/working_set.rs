@@ -143,7 +143,7 @@ fn loss<A: Algorithm + Clone>(
 
 // Pins G24.
 #[test]
-#[ignore = "4,000 keys for a minute on 3 limiters x 7 algorithms, from 1 and 8 threads: run in release (.ci/run does)"]
+#[ignore = "4,000 keys for a minute on 3 limiters x 7 algorithms, from 1 thread and (5 of them) 8: run in release (.ci/run does)"]
 fn a_working_set_of_4x_max_keys_is_never_admitted_more() {
     let minute = Duration::from_secs(60);
     let gcra: Gcra = "10/s burst 20".parse().unwrap();
@@ -162,15 +162,20 @@ fn a_working_set_of_4x_max_keys_is_never_admitted_more() {
             .map(|&(t, k)| (t / 10_000_000 * 10_000_000, k))
             .collect();
         for (threads, trace) in [(1, &exact), (8, &rounded)] {
-            for (name, l) in [
+            let mut runs = vec![
                 ("gcra", loss(&gcra, max_keys, trace, threads)),
                 ("earrrl", loss(&earrrl, max_keys, trace, threads)),
                 ("exponential", loss(&exp, max_keys, trace, threads)),
                 ("fixed", loss(&fixed, max_keys, trace, threads)),
                 ("sliding", loss(&sliding, max_keys, trace, threads)),
-                ("sliding log", loss(&log, max_keys, trace, threads)),
-                ("sub-window", loss(&sub, max_keys, trace, threads)),
-            ] {
+            ];
+            // The logs, printed only (below), from one thread: their 8-thread pass was most
+            // of CI's time for this test.
+            if threads == 1 {
+                runs.push(("sliding log", loss(&log, max_keys, trace, threads)));
+                runs.push(("sub-window", loss(&sub, max_keys, trace, threads)));
+            }
+            for (name, l) in runs {
                 let pct: Vec<String> = l
                     .iter()
                     .map(|(store, loss)| format!("{store} {:.1}%", 100.0 * loss))
