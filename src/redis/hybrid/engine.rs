@@ -3,7 +3,7 @@
 //! keyed store runs for a hybrid limiter. The context decisions read is `context.rs`.
 
 use super::context::{Evicted, FleetContext};
-use super::entry::{Hybrid, HybridCell};
+use super::entry::{Hybrid, HybridCell, Seen};
 use super::{Fallback, SyncError};
 use crate::algo::Algorithm;
 use crate::algo::{Earrrl, Exponential, FixedWindow, Gcra, InFlight, SlidingWindow};
@@ -38,6 +38,20 @@ pub struct Verdict {
     /// Whether it should do it in its next round, not a sync interval after the key's last
     /// (a request counted with little of the limit left: see `Merge::near_limit`).
     pub(super) urgent: bool,
+    /// Units admitted that the others have not heard of, added to the cell's count
+    /// ([`Seen::unheard`]).
+    pub(super) unheard: u64,
+}
+
+/// What a push tells the subscription beside the entry it changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Heard {
+    /// The hash lacks this instance's live state (Redis flushed or restarted empty): it is
+    /// to be published again.
+    pub(super) republish: bool,
+    /// A merged window's units this instance holds beyond what the push held of it: what
+    /// the others have not heard of ([`Seen::unheard`]).
+    pub(super) unheard: Option<u64>,
 }
 
 /// What the sync thread does with a key this round.
@@ -92,17 +106,17 @@ mod private {
         fn plan(&self, fallback: Fallback) -> Result<Self::Plan, ConfigError>;
         /// The entry of a key nothing is known of yet.
         fn unknown(&self) -> Self::Word;
-        /// Decides a request of `cost` at local time `now` on `w`, updating it; `stale`: what
-        /// `w` holds of the others was heard before a gap in the subscription
-        /// ([`HybridCell::stale`]); `take`: a take, whose settle may correct its cost, counted
-        /// as the algorithm's [`take`](crate::algo::Algorithm::take) counts it.
+        /// Decides a request of `cost` at local time `now` on `w`, updating it; `seen`: what
+        /// the cell says beside it ([`HybridCell::seen`]); `take`: a take, whose settle may
+        /// correct its cost, counted as the algorithm's
+        /// [`take`](crate::algo::Algorithm::take) counts it.
         #[allow(clippy::too_many_arguments)]
         fn decide_entry(
             &self,
             plan: &Self::Plan,
             ctx: &FleetContext,
             w: &mut Self::Word,
-            stale: bool,
+            seen: Seen,
             now: u64,
             cost: u64,
             take: bool,
@@ -210,8 +224,7 @@ mod private {
         /// for it).
         fn push_is_idle(&self, ctx: &FleetContext, p: &Self::Pushed, now: u64) -> bool;
         /// Merges a pushed state into `w` at local time `now`; `own`: pushed by this
-        /// instance's own call. True where the push lacks what this instance holds of the
-        /// key (Redis flushed or restarted empty): its state is to be published again.
+        /// instance's own call. What else the push says of this instance's part: [`Heard`].
         fn apply_push(
             &self,
             ctx: &FleetContext,
@@ -219,7 +232,7 @@ mod private {
             p: &Self::Pushed,
             own: bool,
             now: u64,
-        ) -> bool;
+        ) -> Heard;
     }
 }
 pub(crate) use private::Engine;
@@ -411,12 +424,16 @@ impl<A: Engine> Algorithm for Fleet<A> {
         self.algo.policy()
     }
 
-    /// The limiter's own paths decide with the cell at hand ([`HybridCell::stale`]); without
+    /// The limiter's own paths decide with the cell at hand ([`HybridCell::seen`]); without
     /// it, the others' state is taken as a floor only.
     #[inline]
     fn update(&self, w: &mut A::Word, now: u64, cost: u64) -> Decision {
+        let seen = Seen {
+            stale: true,
+            unheard: 0,
+        };
         self.algo
-            .decide_entry(&self.plan, &self.ctx, w, true, now, cost, false)
+            .decide_entry(&self.plan, &self.ctx, w, seen, now, cost, false)
             .decision
     }
 

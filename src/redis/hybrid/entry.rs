@@ -15,11 +15,27 @@ use std::sync::atomic::{AtomicBool, AtomicU32};
 const QUEUED: u64 = 1 << 63;
 /// The `pending` bit that says the key is on the queue as urgent ([`HybridCell::hurry`]).
 const URGENT: u64 = 1 << 62;
+/// Where `pending` counts a merged window's units the others have not heard of (bits 32–61,
+/// saturating): above the denied units, below the flags.
+const UNHEARD_AT: u32 = 32;
+const UNHEARD_MAX: u64 = (1 << 30) - 1;
+
+/// What a decision reads of a cell beside its state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// What the entry holds of the others was heard before a gap in the subscription
+    /// ([`HybridCell::stale`]).
+    pub(super) stale: bool,
+    /// Units this instance admitted that the others have not heard of: its state beyond
+    /// what the key's last push held of it, and what it admitted since.
+    pub(super) unheard: u64,
+}
 
 /// A key's cell in the hybrid limiter's store: the state the core's cell keeps (with its
-/// eviction tombstone), and `pending`, hints for the sync thread that no decision reads: whether
-/// the key is queued, and the units denied for want of a lease since the last sync (demand).
-/// Being hints, they need no protocol with the state: a dead cell's hints are ignored.
+/// eviction tombstone), and `pending`, hints beside it: whether the key is queued, the units
+/// denied for want of a lease since the last sync (demand), and a merged window's units the
+/// others have not heard of ([`Seen::unheard`]). Being hints, they need no protocol with the
+/// state: a dead cell's hints are ignored, and a count off by a request moves a cap by one.
 pub struct HybridCell<S: StateCells> {
     state: S::CasCell,
     pending: AtomicU64,
@@ -52,9 +68,13 @@ impl<S: StateCells> HybridCell<S> {
     /// Adds units denied for want of a lease.
     #[inline]
     pub(super) fn add_denied(&self, units: u64) {
-        // At most 2^32 a request: taken every round, the sum never reaches the flag bits.
-        self.pending
-            .fetch_add(units.min(u32::MAX.into()), Ordering::Relaxed);
+        // Saturating in the low 32 bits: the unheard counts sit above them.
+        let _ = self
+            .pending
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                let denied = (p & u64::from(u32::MAX)).saturating_add(units);
+                Some(p & !u64::from(u32::MAX) | denied.min(u32::MAX.into()))
+            });
     }
 
     /// The quota the key runs under.
@@ -88,9 +108,35 @@ impl<S: StateCells> HybridCell<S> {
 
     /// Takes the hints (the sync thread, before it reads the state): clears the queued and
     /// urgent bits, so a request after this queues the key again, and returns the denied
-    /// units.
+    /// units (the unheard count stays: a publish is heard once its push comes back).
     pub(super) fn take_pending(&self) -> u64 {
-        self.pending.swap(0, Ordering::AcqRel) & !(QUEUED | URGENT)
+        let keep = UNHEARD_MAX << UNHEARD_AT;
+        self.pending.fetch_and(keep, Ordering::AcqRel) & u64::from(u32::MAX)
+    }
+
+    /// What a decision reads beside the state.
+    #[inline]
+    pub(super) fn seen(&self) -> Seen {
+        Seen {
+            stale: self.stale(),
+            unheard: self.pending.load(Ordering::Relaxed) >> UNHEARD_AT & UNHEARD_MAX,
+        }
+    }
+
+    /// Counts `units` admitted that the others have not heard of.
+    #[inline]
+    pub(super) fn add_unheard(&self, units: u64) {
+        self.set_unheard(|n| n.saturating_add(units));
+    }
+
+    /// Sets the units the others have not heard of, from what a push held of this instance.
+    pub(super) fn set_unheard(&self, f: impl Fn(u64) -> u64) {
+        let _ = self
+            .pending
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                let n = f(p >> UNHEARD_AT & UNHEARD_MAX).min(UNHEARD_MAX);
+                Some(p & !(UNHEARD_MAX << UNHEARD_AT) | n << UNHEARD_AT)
+            });
     }
 }
 

@@ -14,9 +14,11 @@
 //!
 //! Bit 127 is never set, so a live word is never the tombstone (all ones).
 
-use super::entry::HybridCell;
+use super::entry::{HybridCell, Seen};
 use super::push::Reader;
-use super::{Engine, Evicted, Fallback, FleetContext, Mode, Reason, SyncError, Verdict, Visit};
+use super::{
+    Engine, Evicted, Fallback, FleetContext, Heard, Mode, Reason, SyncError, Verdict, Visit,
+};
 use crate::algo::{Gcra, CLOCK_MAX};
 use crate::cell::StateCell;
 use crate::decision::{Decision, Policy};
@@ -159,8 +161,9 @@ impl Engine for Gcra {
         plan: &Plan,
         ctx: &FleetContext,
         w: &mut u128,
-        // A lease's own `known` bit says it (cleared by `forget`).
-        _stale: bool,
+        // A lease's own `known` bit says it is stale (cleared by `forget`); its debt is what
+        // the others have not heard of, against the fallback's budget.
+        _seen: Seen,
         now: u64,
         cost: u64,
         // GCRA's take is its update: a lease's units come back whole.
@@ -175,6 +178,7 @@ impl Engine for Gcra {
                 reason: Reason::Lease,
                 sync: true,
                 urgent: false,
+                unheard: 0,
             };
         }
         let strict = self.policy() == Policy::Strict;
@@ -204,6 +208,7 @@ impl Engine for Gcra {
                         reason: Reason::Waiting,
                         sync: true,
                         urgent: false,
+                        unheard: 0,
                     },
                 ),
                 _ => (
@@ -213,6 +218,7 @@ impl Engine for Gcra {
                         reason: Reason::Known,
                         sync: true,
                         urgent: false,
+                        unheard: 0,
                     },
                 ),
             };
@@ -230,6 +236,7 @@ impl Engine for Gcra {
                     reason: Reason::Waiting,
                     sync: true,
                     urgent: false,
+                    unheard: 0,
                 },
                 Some(fallback) => {
                     let step = fallback.decide(l.view, now, cost);
@@ -244,6 +251,7 @@ impl Engine for Gcra {
                         reason: Reason::Fallback,
                         sync: true,
                         urgent: false,
+                        unheard: 0,
                     }
                 }
             }
@@ -503,9 +511,9 @@ impl Engine for Gcra {
         *tat <= now
     }
 
-    /// Never asks for a publish: a lease's state is Redis' TAT, not a field of this
-    /// instance's.
-    fn apply_push(&self, _: &FleetContext, w: &mut u128, tat: &u64, _own: bool, now: u64) -> bool {
+    /// Nothing else: a lease's state is Redis' TAT, not a field of this instance's, and its
+    /// debt is what the others have not heard of.
+    fn apply_push(&self, _: &FleetContext, w: &mut u128, tat: &u64, _own: bool, now: u64) -> Heard {
         let mut l = Lease::unpack(*w);
         // The pushed TAT counts every charge and lease Redis had; what this instance admitted
         // since its last call (its debt) goes on top.
@@ -517,7 +525,7 @@ impl Engine for Gcra {
         l.view = if l.known { l.view.max(base) } else { base }.min(CLOCK_MAX);
         l.known = true;
         *w = l.pack();
-        false
+        Heard::default()
     }
 }
 
@@ -589,7 +597,7 @@ mod tests {
         // Subscribed, the fleet's states not yet known: the fallback's share, 2 of 8.
         ctx.mirror_since.store(0, Ordering::Relaxed);
         let mut w = g.unknown();
-        let mut step = |now| g.decide_entry(&plan, &ctx, &mut w, false, now, 1, false);
+        let mut step = |now| g.decide_entry(&plan, &ctx, &mut w, Seen::default(), now, 1, false);
         let before: Vec<_> = (0..2).map(|i| step(S + i).reason).collect();
         assert_eq!(before, [Reason::Fallback; 2]);
         // A round finds no live marker: a key never seen is fresh for the fleet now, but this
@@ -600,7 +608,7 @@ mod tests {
         assert_eq!(after.reason, Reason::Fallback);
         // A key never seen is decided as the fleet's, fresh.
         let mut fresh = g.unknown();
-        let v = g.decide_entry(&plan, &ctx, &mut fresh, false, S + 3, 1, false);
+        let v = g.decide_entry(&plan, &ctx, &mut fresh, Seen::default(), S + 3, 1, false);
         assert_eq!((v.reason, v.decision.is_allowed()), (Reason::Known, true));
     }
 }
@@ -667,7 +675,7 @@ mod loom_model {
         loop {
             let cell = slot.get_or_insert(g.unknown());
             match cell.update(stats, |w| {
-                g.decide_entry(plan, ctx, w, false, NOW, 1, false)
+                g.decide_entry(plan, ctx, w, Seen::default(), NOW, 1, false)
             }) {
                 Some(v) => return v.decision.is_allowed().then_some(v.reason),
                 None => slot.remove_if_same(&cell),

@@ -21,7 +21,8 @@ mod worker;
 
 pub(crate) use context::{Evicted, FleetContext, Mode};
 pub use engine::HybridAlgorithm;
-pub(crate) use engine::{Engine, Fleet, Inner, Reason, Verdict, Visit};
+pub(crate) use engine::{Engine, Fleet, Heard, Inner, Reason, Verdict, Visit};
+use entry::Seen;
 pub use fallback::Fallback;
 pub use report::{HybridStats, SyncError};
 pub use settings::{HybridBuilder, HybridSettings};
@@ -110,7 +111,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// the last sync lag:
 /// - *fixed and sliding window*: counts add exactly, per window in Redis' time (windows are
 ///   aligned to the Unix epoch); a window may exceed its limit by what the other instances
-///   admit within one lag.
+///   admit within one lag. While another instance is heard to hold anything of the window,
+///   what this one admits that the others have not heard of (beyond its own field in the
+///   key's last push) is held to `⌈share × left⌉`, its fallback share of what the union has
+///   left; beyond, a request waits for the next round, which sends the key at once.
 /// - *EARRRL*: the rate of the union is the sum of the instances' rates, exactly (the states
 ///   merge by log-sum-exp); it lags by the others' impulses of the last lag.
 /// - *exponential*: the union's average is the instances' averages decayed to a common time
@@ -277,7 +281,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         key: &str,
         cost: u64,
         quota: Option<&A>,
-        step: impl FnMut(&A, &A::Plan, &FleetContext, bool, &mut A::Word) -> (T, Verdict),
+        step: impl FnMut(&A, &A::Plan, &FleetContext, Seen, &mut A::Word) -> (T, Verdict),
     ) -> Result<(T, Decision), ConfigError> {
         self.step_found(key, cost, quota, None, &self.inner.store.map.guard(), step)
     }
@@ -291,7 +295,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         quota: Option<&A>,
         mut found: Option<&'g entry::HybridCell<A::Word>>,
         guard: &'g impl papaya::Guard,
-        mut step: impl FnMut(&A, &A::Plan, &FleetContext, bool, &mut A::Word) -> (T, Verdict),
+        mut step: impl FnMut(&A, &A::Plan, &FleetContext, Seen, &mut A::Word) -> (T, Verdict),
     ) -> Result<(T, Decision), ConfigError> {
         let fleet = self.inner.fleet();
         let ((out, v), cell) = self.on_entry(key, quota, found.take(), guard, |a, p, s, w| {
@@ -318,6 +322,9 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
                 (Reason::Known | Reason::Lease, false) => stats.denied_limit.incr(),
                 _ => {}
             }
+            if v.unheard > 0 {
+                cell.add_unheard(v.unheard);
+            }
             if v.urgent {
                 self.hurry(key, cell);
             } else if v.sync {
@@ -329,7 +336,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
 
     /// Runs `f` on `key`'s entry (from `found` if given and alive) under `quota`, recording
     /// the quota in the entry first (a sync that reads the change reads it by that quota);
-    /// `f` is told whether the entry's others are stale ([`entry::HybridCell::stale`]).
+    /// `f` is told what the cell says beside the entry ([`entry::HybridCell::seen`]).
     /// Returns `f`'s result and the cell. A quota the limiter cannot take is an error, and
     /// changes nothing.
     fn on_entry<'g, T>(
@@ -338,7 +345,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         quota: Option<&A>,
         mut found: Option<&'g entry::HybridCell<A::Word>>,
         guard: &'g impl papaya::Guard,
-        mut f: impl FnMut(&A, &A::Plan, bool, &mut A::Word) -> T,
+        mut f: impl FnMut(&A, &A::Plan, Seen, &mut A::Word) -> T,
     ) -> Result<(T, &'g entry::HybridCell<A::Word>), ConfigError> {
         let store = &self.inner.store;
         let fleet = self.inner.fleet();
@@ -348,8 +355,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             let (index, algo, plan) = fleet.index_of(quota, held.map_or(0, |c| c.quota()))?;
             let cell = held.unwrap_or_else(|| store.cell(key, guard));
             cell.set_quota(index);
-            let stale = cell.stale();
-            match store.core.update(cell, |w| f(algo, plan, stale, w)) {
+            let seen = cell.seen();
+            match store.core.update(cell, |w| f(algo, plan, seen, w)) {
                 Some(out) => return Ok((out, cell)),
                 None => store.remove_dead(key, cell, guard),
             }
@@ -394,18 +401,18 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         if n == 0 {
             return Err(CostError::Zero.into());
         }
-        Ok(self.step(key, 1, quota, |algo, plan, ctx, stale, w| {
+        Ok(self.step(key, 1, quota, |algo, plan, ctx, seen, w| {
             let most = n.min(algo.capacity());
             let fits = |c: u64| {
                 let mut probe = *w;
-                algo.decide_entry(plan, ctx, &mut probe, stale, now, c, false)
+                algo.decide_entry(plan, ctx, &mut probe, seen, now, c, false)
                     .decision
                     .is_allowed()
             };
             let granted = crate::algo::most_admitted(most, fits);
             (
                 granted,
-                algo.decide_entry(plan, ctx, w, stale, now, granted.max(1), false),
+                algo.decide_entry(plan, ctx, w, seen, now, granted.max(1), false),
             )
         })?)
     }
@@ -420,8 +427,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         quota: Option<&A>,
         now: u64,
     ) -> Result<Ticket, QuotaError> {
-        let take = move |algo: &A, plan: &A::Plan, ctx: &FleetContext, stale, w: &mut A::Word| {
-            ((), algo.decide_entry(plan, ctx, w, stale, now, cost, true))
+        let take = move |algo: &A, plan: &A::Plan, ctx: &FleetContext, seen, w: &mut A::Word| {
+            ((), algo.decide_entry(plan, ctx, w, seen, now, cost, true))
         };
         let ((), decision) = self.step(key, cost, quota, take)?;
         let ticket = Ticket::new(decision, cost, now);
@@ -489,9 +496,9 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             Some(w) => w,
             None => store.state_of(key, &guard),
         };
-        let stale = held.is_some_and(|c| c.stale());
+        let seen = held.map_or(Seen::default(), |c| c.seen());
         Ok(algo
-            .decide_entry(plan, &fleet.ctx, &mut w, stale, now, cost, false)
+            .decide_entry(plan, &fleet.ctx, &mut w, seen, now, cost, false)
             .decision)
     }
 }
@@ -500,8 +507,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
 fn decide<A: HybridAlgorithm>(
     now: u64,
     cost: u64,
-) -> impl FnMut(&A, &A::Plan, &FleetContext, bool, &mut A::Word) -> ((), Verdict) {
-    move |algo, plan, ctx, stale, w| ((), algo.decide_entry(plan, ctx, w, stale, now, cost, false))
+) -> impl FnMut(&A, &A::Plan, &FleetContext, Seen, &mut A::Word) -> ((), Verdict) {
+    move |algo, plan, ctx, seen, w| ((), algo.decide_entry(plan, ctx, w, seen, now, cost, false))
 }
 
 /// The Redis key of `key`'s state: the [`RedisLimiter`](super::RedisLimiter)'s, with

@@ -359,12 +359,15 @@ fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
                 loop {
                     let cell = store.cell(key, &guard);
                     let algo = inner.fleet().quota(cell.quota()).0;
-                    if let Some(missing) = store
+                    if let Some(heard) = store
                         .core
                         .update(cell, |w| algo.apply_push(ctx, w, &p, own, now))
                     {
                         cell.set_stale(false);
-                        if missing && cell.enqueue() {
+                        if let Some(units) = heard.unheard {
+                            cell.set_unheard(|_| units);
+                        }
+                        if heard.republish && cell.enqueue() {
                             ctx.push_key(key, false);
                         }
                         break;

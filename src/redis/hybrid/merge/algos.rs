@@ -35,6 +35,19 @@ impl Merge for FixedWindow {
         self.window().as_nanos() as u64
     }
 
+    fn caps_unheard(&self) -> bool {
+        true
+    }
+
+    fn unheard(&self, own: u64, heard: u64, now: u64) -> u64 {
+        let index = now / self.window().as_nanos() as u64;
+        let at = |word| match self.unpack(self.pull_back(word, now)) {
+            (i, c) if i >= index => c,
+            _ => 0,
+        };
+        at(own).saturating_sub(at(heard))
+    }
+
     fn pull_back(&self, word: u64, now: u64) -> u64 {
         let (index, count) = self.unpack(word);
         let now_index = now / self.window().as_nanos() as u64;
@@ -174,6 +187,17 @@ impl Merge for SlidingWindow {
 
     fn horizon(&self) -> u64 {
         2 * self.window().as_nanos() as u64
+    }
+
+    fn caps_unheard(&self) -> bool {
+        true
+    }
+
+    fn unheard(&self, own: u128, heard: u128, now: u64) -> u64 {
+        // Both seen from now's window: the counts of the two windows it weighs.
+        let view = |word| self.view(self.pull_back(word, now), now);
+        let (o, h) = (view(own), view(heard));
+        o.cur.saturating_sub(h.cur) + o.prev.saturating_sub(h.prev)
     }
 
     fn pull_back(&self, word: u128, now: u64) -> u128 {
@@ -425,9 +449,61 @@ mod tests {
     use super::Merge;
     use crate::algo::in_flight::unpack;
     use crate::algo::{Algorithm, Earrrl, Exponential, FixedWindow, InFlight, SlidingWindow};
+    use crate::redis::hybrid::entry::{Halves, Seen};
+    use crate::redis::hybrid::{Engine, FleetContext, Reason};
+    use std::sync::atomic::Ordering;
     use std::time::Duration;
 
     const S: u64 = 1_000_000_000;
+
+    /// Admissions in a row of `fixed` with the others heard to hold `others` of its window,
+    /// a share of a quarter, no push coming back meanwhile: each admitted request's units
+    /// counted unheard, as the cell counts them. Returns them and the first refusal's reason.
+    fn in_a_row(fixed: FixedWindow, others: u64, share: f64) -> (u64, Option<Reason>) {
+        let ctx = FleetContext::new(5_000_000, share, 0, 0);
+        ctx.mirror_since.store(0, Ordering::Relaxed);
+        let mut w = u128::join(fixed.fresh(), fixed.pack(0, others));
+        let mut seen = Seen::default();
+        for n in 0..200 {
+            let v = fixed.decide_entry(&share, &ctx, &mut w, seen, S + n, 1, false);
+            if !v.decision.is_allowed() {
+                assert!(
+                    v.urgent || v.reason != Reason::Waiting,
+                    "sent at once: {v:?}"
+                );
+                return (n, Some(v.reason));
+            }
+            seen.unheard += v.unheard;
+        }
+        (200, None)
+    }
+
+    /// A window's admissions that the others have not heard of are held to this instance's
+    /// share of what is left: with another instance heard to hold 10 of 100, a quarter's
+    /// share admits 18 in a row (the 19th would leave 19 unheard, above ⌈72/4⌉), then waits
+    /// for its push to come back; a key no other instance is heard to hold anything of, or
+    /// under `Fallback::DENY`, is not held back. A push that holds this instance's count
+    /// says how much of it is still unheard: the count beyond it, in now's window.
+    // Pins G48.
+    #[test]
+    fn what_the_others_have_not_heard_of_is_held_to_a_share_of_what_is_left() {
+        let fixed = FixedWindow::new(100, Duration::from_secs(60)).unwrap();
+        assert_eq!(in_a_row(fixed, 10, 0.25), (18, Some(Reason::Waiting)));
+        assert_eq!(in_a_row(fixed, 0, 0.25), (100, Some(Reason::Known)));
+        assert_eq!(in_a_row(fixed, 10, 0.0), (90, Some(Reason::Known)));
+        assert_eq!(fixed.unheard(fixed.pack(0, 25), fixed.pack(0, 20), S), 5);
+        assert_eq!(
+            fixed.unheard(fixed.pack(1, 3), fixed.pack(0, 20), 61 * S),
+            3
+        );
+        assert_eq!(fixed.unheard(fixed.pack(0, 20), fixed.pack(0, 25), S), 0);
+        let sliding = SlidingWindow::new(100, Duration::from_secs(60)).unwrap();
+        let (own, heard) = (SlidingWindow::pack(1, 7, 30), SlidingWindow::pack(1, 7, 21));
+        assert_eq!(sliding.unheard(own, heard, 61 * S), 9);
+        // A window on: what was current is the previous window's, heard or not.
+        let heard = SlidingWindow::pack(0, 0, 7);
+        assert_eq!(sliding.unheard(own, heard, 61 * S), 30);
+    }
 
     /// Counts stamped on a timeline found 1.5 s behind Redis' (a clock behind, before Redis
     /// was heard) move to the latest window their requests may fall in, 2 s on; 2 s ahead,
