@@ -535,7 +535,10 @@ where
         };
         *w = A::Entry::join(own, others);
         Heard {
-            republish: mine.is_none() && self.idle_at(&own) > now,
+            // Not while Redis is away: a failed call sends the key again anyway, and more
+            // calls timing out kept the fleet's rates 1.2-1.7x their exact twin's worst
+            // second under 200 ms of latency.
+            republish: mine.is_none() && self.idle_at(&own) > now && !ctx.is_down(),
             unheard: match mine {
                 Some(heard) if self.caps_unheard() => Some(self.unheard(own, *heard, now)),
                 _ => None,
