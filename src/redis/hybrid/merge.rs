@@ -198,16 +198,16 @@ where
         A::Entry::join(self.fresh(), A::UNKNOWN)
     }
 
-    /// On the union of this instance's own state and the others' as heard. A window's
-    /// admissions the others have not heard of yet ([`Seen::unheard`]: since its last
-    /// publish, or published and not back in its own push) are held to `⌈share × left⌉`,
-    /// its share of what the union has left (more, once, where none are unheard: a request
-    /// that fits is never refused for its size). Each instance admitting unheard what it
-    /// sees left, the windows went over their limit by what the others admitted within one
-    /// lag: with two fleets sharing 2 cores (lags to 48 ms), a fixed window at 1.16×; under
-    /// 20 ms ± 10 of latency, 1.4–1.6×. Held to shares of what is left, the instances
-    /// together take at most what the union had left a lag ago. GCRA's budget beyond its
-    /// lease is the same rule.
+    /// On the union of this instance's own state and the others' as heard. While another
+    /// instance is heard to hold anything of the window, a window's admissions the others
+    /// have not heard of ([`Seen::unheard`]: its count beyond its field in the key's last
+    /// push) are held to `⌈share × left⌉`, its share of what the union has left (more,
+    /// once, where none are unheard: a request that fits is never refused for its size).
+    /// Each instance admitting unheard what it saw left, the windows went over their limit
+    /// by what the others admitted within one lag (under 20 ms ± 10 of latency, 1.4–1.6×);
+    /// held to shares of what is left, the instances together take about what the union had
+    /// left when they last heard each other. GCRA's budget beyond its lease is the same
+    /// rule.
     #[inline]
     fn decide_entry(
         &self,
@@ -516,8 +516,9 @@ where
     /// instance held at its limit publishes nothing of its own accord: its count stayed out
     /// of the hash for the rest of the window, and an instance that joined then admitted it
     /// again.)
-    /// The others have the push too: what this instance admitted beyond its state in it,
-    /// they have not heard of.
+    ///
+    /// The others have the push too: what this instance counts beyond its field in it (all
+    /// of its count, where the hash has none), they have not heard of.
     fn apply_push(
         &self,
         ctx: &FleetContext,
@@ -539,10 +540,12 @@ where
             // calls timing out kept the fleet's rates 1.2-1.7x their exact twin's worst
             // second under 200 ms of latency.
             republish: mine.is_none() && self.idle_at(&own) > now && !ctx.is_down(),
-            unheard: match mine {
-                Some(heard) if self.caps_unheard() => Some(self.unheard(own, *heard, now)),
-                _ => None,
-            },
+            // Without a field, all of it: a count left from units counted while no push came
+            // back (an outage) would otherwise stay, its own state idle and never published,
+            // and hold the key back for good.
+            unheard: self
+                .caps_unheard()
+                .then(|| self.unheard(own, mine.unwrap_or_else(|| self.fresh()), now)),
         }
     }
 }

@@ -503,6 +503,20 @@ mod tests {
         // A window on: what was current is the previous window's, heard or not.
         let heard = SlidingWindow::pack(0, 0, 7);
         assert_eq!(sliding.unheard(own, heard, 61 * S), 30);
+        // A push says what is unheard: the count beyond this instance's field, all of it
+        // without one (a hash flushed), none of a state gone idle (else a count left from
+        // an outage, never published again, would hold the key back for good).
+        let ctx = FleetContext::new(5_000_000, 0.25, 0, 0);
+        let heard = |own: u64, mine: Option<u64>, at: u64| {
+            let mut w = u128::join(own, fixed.pack(0, 10));
+            fixed.apply_push(&ctx, &mut w, &(fixed.pack(0, 10), mine), false, at)
+        };
+        let own = fixed.pack(0, 25);
+        assert_eq!(heard(own, Some(fixed.pack(0, 20)), S).unheard, Some(5));
+        assert_eq!(heard(own, None, S).unheard, Some(25));
+        assert_eq!(heard(own, None, 61 * S).unheard, Some(0));
+        assert!(heard(own, None, S).republish);
+        assert!(!heard(own, Some(own), S).republish);
     }
 
     /// Counts stamped on a timeline found 1.5 s behind Redis' (a clock behind, before Redis
