@@ -510,7 +510,7 @@ where
 /// through, on every store, algorithm and policy (issue #59).
 // Pins G26.
 #[test]
-#[ignore = "floods of 10x 10,000 and 100x 1,000 keys on every store and algorithm: run in release (.ci/run does)"]
+#[ignore = "floods of 10x 2,000 and 100x 200 keys on every store and algorithm: run in release (.ci/run does)"]
 fn newcomers_get_through_floods_on_every_store() {
     let flood = |times, max_keys, threads, clock, spend| Flood {
         times,
@@ -522,13 +522,13 @@ fn newcomers_get_through_floods_on_every_store() {
     let (frozen, moving) = (Clock::Frozen, Clock::Moving);
     for policy in [Policy::Leaky, Policy::Strict] {
         for f in [
-            flood(10, 10_000, 1, frozen, SPEND),
-            flood(10, 10_000, 8, frozen, SPEND),
-            flood(10, 10_000, 8, moving, SPEND),
-            flood(10, 10_000, 1, frozen, 1),
-            flood(100, 1_000, 1, frozen, SPEND),
-            flood(100, 1_000, 8, moving, SPEND),
-            flood(100, 1_000, 8, frozen, 1),
+            flood(10, 2_000, 1, frozen, SPEND),
+            flood(10, 2_000, 8, frozen, SPEND),
+            flood(10, 2_000, 8, moving, SPEND),
+            flood(10, 2_000, 1, frozen, 1),
+            flood(100, 200, 1, frozen, SPEND),
+            flood(100, 200, 8, moving, SPEND),
+            flood(100, 200, 8, frozen, 1),
         ] {
             let tally = Tally::default();
             every_algorithm!(policy, newcomers_pass(f, &tally));
