@@ -18,6 +18,7 @@ use crate::algo::WordStep;
 use crate::cell::StateCell;
 use crate::cell::StateCells;
 use crate::decision::Decision;
+use crate::decision::Policy;
 use crate::error::ConfigError;
 use ::redis::Value;
 use std::fmt::{Debug, Display};
@@ -117,16 +118,25 @@ pub trait Merge:
     fn degraded(&self, known: Self::Word, now: u64, share: f64) -> Self::Word;
 
     /// Whether this instance's admissions the others have not heard of are held to its
-    /// share of what the fleet has left (the windows: [`Engine::decide_entry`] of merged
-    /// states says why). Not the rates', whose bound is a lag's impulses (G49).
+    /// share of what the fleet has left ([`Engine::decide_entry`] of merged states says why):
+    /// the windows', EARRRL's and the exponential limiter's; GCRA's budget beyond its lease
+    /// is the same rule, and the in-flight permits are not admissions over time.
     fn caps_unheard(&self) -> bool {
         false
     }
 
-    /// The units `own` counts beyond `heard` (this instance's state as a push held it) in
-    /// the window of `now`: where [`caps_unheard`](Merge::caps_unheard).
+    /// The units `own` counts beyond `heard` (this instance's state as a push held it) as of
+    /// `now` (a window's: in now's window; a rate's: decayed to now): where
+    /// [`caps_unheard`](Merge::caps_unheard).
     fn unheard(&self, _own: Self::Word, _heard: Self::Word, _now: u64) -> u64 {
         0
+    }
+
+    /// The units the union had left before an admitted request of `cost` that `decision`
+    /// (on the union) admitted: what [`caps_unheard`](Merge::caps_unheard) shares out. A
+    /// count's: what remains after it and its cost.
+    fn left_before(&self, decision: &Decision, cost: u64) -> u64 {
+        decision.remaining().unwrap_or(0).saturating_add(cost)
     }
 
     /// Whether an admitted request's `decision` (on the union) leaves the key so close to its
@@ -300,9 +310,17 @@ where
         let caps = self.caps_unheard() && *share > 0.0;
         if caps && mode == Mode::Known && view != self.fresh() && seen.unheard > 0 {
             // What the union had left before this request: its share of it at most unheard.
-            let left = decision.remaining().unwrap_or(0).saturating_add(cost);
+            let left = self.left_before(&decision, cost);
             let most = (left as f64 * share).ceil() as u64;
             if decision.is_allowed() && seen.unheard.saturating_add(cost) > most {
+                // A denial, counted as the policy counts denials: under `Strict`, what the
+                // admission would have counted (else a key held back counted less than its
+                // exact twin, and was admitted more: EARRRL's paced key 3x).
+                if self.policy() == Policy::Strict {
+                    if let Some(c) = counted {
+                        *w = A::Entry::join(c, others);
+                    }
+                }
                 return Verdict {
                     decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
                     reason: Reason::Waiting,

@@ -278,6 +278,32 @@ impl Merge for Earrrl {
         4 * self.half_life().as_nanos() as u64
     }
 
+    /// Held as the windows are: under 20 ms ± 10 of latency, each instance admitting on what
+    /// it saw of the others' rates took the fleet to 1.2x its exact twin (its worst second
+    /// 1.37-1.45x).
+    fn caps_unheard(&self) -> bool {
+        true
+    }
+
+    /// A rate's units are its decayed count `e^{λ(S−t)}` (the rate ÷ λ), and every impulse
+    /// decays at the same λ: the difference of the two counts now is what `own` took since
+    /// `heard`, decayed to now (rounded to the nearest unit).
+    fn unheard(&self, own: u64, heard: u64, now: u64) -> u64 {
+        let lambda = self.redis_params().0;
+        let t = now as f64 / 1e9;
+        let count = |w: u64| (lambda * (self.live(w, now) - t)).exp();
+        (count(own) - count(heard)).max(0.0).round() as u64
+    }
+
+    /// What the union's rate before the request (the decision's) left below the limit, in
+    /// units: `(R − rate) ÷ λ`, whole ones (a request is admitted at a rate at the limit or
+    /// below, whatever its cost).
+    fn left_before(&self, decision: &Decision, _cost: u64) -> u64 {
+        let (lambda, max_rate, ..) = self.redis_params();
+        let rate = decision.rate().unwrap_or(max_rate);
+        ((max_rate - rate).max(0.0) / lambda) as u64
+    }
+
     /// A share of a rate ([`degraded`](Merge::degraded)), never rounded to units.
     fn fallback_units(&self) -> u64 {
         u64::MAX
@@ -358,6 +384,31 @@ impl Merge for Exponential {
     /// Three periods: an average at the limit has decayed to 5% of it.
     fn horizon(&self) -> u64 {
         3 * self.period().as_nanos() as u64
+    }
+
+    /// Held as the windows are: under 20 ms ± 10 of latency, each instance admitting on what
+    /// it saw of the others' parts took the fleet's worst second to 1.10-1.37x its exact
+    /// twin's.
+    fn caps_unheard(&self) -> bool {
+        true
+    }
+
+    /// A part's units are its increments to the union's average (a request in a burst adds
+    /// about one): what `own` added since `heard`, both decayed to now, rounded.
+    fn unheard(&self, own: u128, heard: u128, now: u64) -> u64 {
+        let p = self.period().as_nanos() as f64;
+        let part = |word: u128| {
+            let (t, r) = Self::unpack(word);
+            r * (-(now.saturating_sub(t) as f64) / p).exp()
+        };
+        (part(own) - part(heard)).max(0.0).round() as u64
+    }
+
+    /// What the union's average after the request (the decision's rate, per second) leaves
+    /// below the limit, and the request's cost: in units of the limit, whole ones.
+    fn left_before(&self, decision: &Decision, cost: u64) -> u64 {
+        let average = decision.rate().unwrap_or(0.0) * self.period().as_secs_f64();
+        ((self.limit() - average).max(0.0) as u64).saturating_add(cost)
     }
 
     fn shift(&self, word: u128, delta: i64) -> u128 {
@@ -456,16 +507,19 @@ mod tests {
 
     const S: u64 = 1_000_000_000;
 
-    /// Admissions in a row of `fixed` with the others heard to hold `others` of its window,
-    /// a share of a quarter, no push coming back meanwhile: each admitted request's units
-    /// counted unheard, as the cell counts them. Returns them and the first refusal's reason.
-    fn in_a_row(fixed: FixedWindow, others: u64, share: f64) -> (u64, Option<Reason>) {
+    /// Admissions in a row of `algo` with the others heard to be in `others`, a share of
+    /// `share`, no push coming back meanwhile: each admitted request's units counted
+    /// unheard, as the cell counts them. Returns them and the first refusal's reason.
+    fn in_a_row<A>(algo: A, others: A::Word, share: f64) -> (u64, Option<Reason>)
+    where
+        A: Merge + Algorithm<State = <A as Merge>::Word>,
+    {
         let ctx = FleetContext::new(5_000_000, share, 0, 0);
         ctx.mirror_since.store(0, Ordering::Relaxed);
-        let mut w = u128::join(fixed.fresh(), fixed.pack(0, others));
+        let mut w = A::Entry::join(algo.fresh(), others);
         let mut seen = Seen::default();
         for n in 0..200 {
-            let v = fixed.decide_entry(&share, &ctx, &mut w, seen, S + n, 1, false);
+            let v = algo.decide_entry(&share, &ctx, &mut w, seen, S + n, 1, false);
             if !v.decision.is_allowed() {
                 assert!(
                     v.urgent || v.reason != Reason::Waiting,
@@ -488,9 +542,13 @@ mod tests {
     #[test]
     fn what_the_others_have_not_heard_of_is_held_to_a_share_of_what_is_left() {
         let fixed = FixedWindow::new(100, Duration::from_secs(60)).unwrap();
-        assert_eq!(in_a_row(fixed, 10, 0.25), (18, Some(Reason::Waiting)));
-        assert_eq!(in_a_row(fixed, 0, 0.25), (100, Some(Reason::Known)));
-        assert_eq!(in_a_row(fixed, 10, 0.0), (90, Some(Reason::Known)));
+        let ten = fixed.pack(0, 10);
+        assert_eq!(in_a_row(fixed, ten, 0.25), (18, Some(Reason::Waiting)));
+        assert_eq!(
+            in_a_row(fixed, fixed.pack(0, 0), 0.25),
+            (100, Some(Reason::Known))
+        );
+        assert_eq!(in_a_row(fixed, ten, 0.0), (90, Some(Reason::Known)));
         assert_eq!(fixed.unheard(fixed.pack(0, 25), fixed.pack(0, 20), S), 5);
         assert_eq!(
             fixed.unheard(fixed.pack(1, 3), fixed.pack(0, 20), 61 * S),
@@ -517,6 +575,52 @@ mod tests {
         assert_eq!(heard(own, None, 61 * S).unheard, Some(0));
         assert!(heard(own, None, S).republish);
         assert!(!heard(own, Some(own), S).republish);
+    }
+
+    /// The rates are held as the windows are. EARRRL's units are its decayed counts (its
+    /// rate ÷ λ): with another instance heard at half its rate of 100/s (72 of the 144 units
+    /// it holds at the limit), a quarter's share admits 15 in a row at one instant (the 16th
+    /// would leave 16 unheard, above ⌈57/4⌉), then waits; alone, or under
+    /// `Fallback::DENY`, it admits to the limit. A push says what this instance took since
+    /// its field: the difference of the counts, decayed. The exponential limiter's units are
+    /// its part's increments to the union's average, the same way.
+    // Pins G49.
+    #[test]
+    fn a_rate_admitted_unheard_is_held_to_a_share_of_what_is_left() {
+        use crate::Rate;
+        let earrrl =
+            Earrrl::new(Duration::from_secs(1), Rate::per_second_of(100.0).unwrap()).unwrap();
+        let lambda = std::f64::consts::LN_2;
+        let t = S as f64 / 1e9;
+        // The word whose rate at `S` is `rate`.
+        let at = |rate: f64| (t + (rate / lambda).ln() / lambda).to_bits();
+        let half = at(50.0);
+        assert_eq!(in_a_row(earrrl, half, 0.25), (15, Some(Reason::Waiting)));
+        // 145 units: the 145th is admitted at 99.8/s, within the limit.
+        assert_eq!(
+            in_a_row(earrrl, earrrl.fresh(), 0.25),
+            (145, Some(Reason::Known))
+        );
+        assert_eq!(in_a_row(earrrl, half, 0.0), (73, Some(Reason::Known)));
+        // 10/s more is 10/λ = 14.4 units; a state behind what was heard took nothing.
+        let (own, heard) = (at(30.0), at(20.0));
+        assert_eq!(earrrl.unheard(own, heard, S), 14);
+        assert_eq!(earrrl.unheard(heard, own, S), 0);
+        let ctx = FleetContext::new(5_000_000, 0.25, 0, 0);
+        let mut w = u128::join(own, half);
+        let pushed = earrrl.apply_push(&ctx, &mut w, &(half, Some(heard)), false, S);
+        assert_eq!(pushed.unheard, Some(14));
+        // The exponential limiter's parts: a request in a burst adds about one.
+        let exp = Exponential::new(100.0, Duration::from_secs(1)).unwrap();
+        let half = Exponential::pack(S, 50.0);
+        // Half of 100 held elsewhere: the 11th in a row would leave 11 unheard, above
+        // ⌈39/4⌉.
+        assert_eq!(in_a_row(exp, half, 0.25), (10, Some(Reason::Waiting)));
+        assert_eq!(in_a_row(exp, exp.fresh(), 0.25), (100, Some(Reason::Known)));
+        assert_eq!(in_a_row(exp, half, 0.0), (50, Some(Reason::Known)));
+        // 30 now beyond 20 heard half a period ago (20·e^{−1/2} = 12.1 now): 18 unheard.
+        let (own, heard) = (Exponential::pack(S, 30.0), Exponential::pack(S / 2, 20.0));
+        assert_eq!(exp.unheard(own, heard, S), 18);
     }
 
     /// Counts stamped on a timeline found 1.5 s behind Redis' (a clock behind, before Redis
