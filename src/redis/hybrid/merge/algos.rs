@@ -610,6 +610,23 @@ mod tests {
         let mut w = u128::join(own, half);
         let pushed = earrrl.apply_push(&ctx, &mut w, &(half, Some(heard)), false, S);
         assert_eq!(pushed.unheard, Some(14));
+        // Held back, a request counts as a denial does: under `Strict` (EARRRL's default),
+        // what its admission would have; under `Leaky`, nothing.
+        ctx.mirror_since.store(0, Ordering::Relaxed);
+        let held = Seen {
+            unheard: 100,
+            ..Seen::default()
+        };
+        for (algo, counts) in [
+            (earrrl, true),
+            (earrrl.with_policy(crate::Policy::Leaky), false),
+        ] {
+            let mut w = u128::join(own, half);
+            let v = algo.decide_entry(&0.25, &ctx, &mut w, held, S, 1, false);
+            assert_eq!(v.reason, Reason::Waiting);
+            assert_eq!(w.split().0 != own, counts, "{:?}", algo.policy());
+            assert_eq!(w.split().1, half);
+        }
         // The exponential limiter's parts: a request in a burst adds about one.
         let exp = Exponential::new(100.0, Duration::from_secs(1)).unwrap();
         let half = Exponential::pack(S, 50.0);
