@@ -37,7 +37,8 @@
 //!   table's overflow budget: in a bucket of nothing but markers and keys of group 0 it is not
 //!   filed, and comes back fresh.
 //!
-//! What it costs, besides 25.6 bytes per key of `max_keys` (9.6 entries per key): a new key
+//! What it costs, besides 25.6 bytes per key of `max_keys` (9.6 entries per key; at least
+//! 2 KiB a part): a new key
 //! whose tag matches a live entry of another key in one of its buckets (under 96 entries
 //! against a 15-bit tag: at most 0.3%, and only while they owe), or whose group is marked in
 //! one of its buckets, starts from their debt (a false denial if it is large); a returning key
@@ -91,6 +92,9 @@ pub(crate) struct Debts {
     counts: Box<[CachePadded<[AtomicU64; 2]>]>,
 }
 
+/// The fewest buckets a part has, whatever `max_keys`: 2 KiB.
+const MIN_BUCKETS: usize = 16;
+
 /// Counter stripes.
 const COUNT_STRIPES: usize = 8;
 
@@ -133,8 +137,10 @@ impl Debts {
         } else {
             KEYS_PER_BUCKET
         };
-        // At least two buckets, so a key's two are distinct.
-        let per_part = max_keys.div_ceil(per_bucket).max(2);
+        // At least `MIN_BUCKETS` (two, so a key's two are distinct): a table of a few buckets
+        // has no room for chance, and one bucket of four that drew more than its share of a
+        // working set's debts dropped their codes (4× `max_keys(16)` lost up to 5.3%).
+        let per_part = max_keys.div_ceil(per_bucket).max(MIN_BUCKETS);
         let n = per_part.saturating_mul(parts);
         let mut buckets = Vec::new();
         buckets.try_reserve_exact(n)?;
