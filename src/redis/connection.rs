@@ -156,15 +156,30 @@ impl<A> RedisBuilder<A> {
     }
 }
 
-/// A connection to one server, with the builder's timeouts.
+/// A connection to one server, with the builder's timeouts. A connect (or its handshake)
+/// interrupted by a signal is no outage: tried again at once, twice at most (a test's
+/// `try_clone` failed on `EINTR` while servers were being started and stopped beside it).
 fn open_single(
     client: &Client,
     (connect, io): (Duration, Duration),
 ) -> Result<Connection, RedisError> {
-    let con = client.get_connection_with_timeout(connect)?;
+    let mut tries = 0;
+    let con = loop {
+        match client.get_connection_with_timeout(connect) {
+            Err(e) if tries < 2 && interrupted(&e) => tries += 1,
+            opened => break opened?,
+        }
+    };
     con.set_read_timeout(Some(io))?;
     con.set_write_timeout(Some(io))?;
     Ok(con)
+}
+
+/// Whether `e` is a system call interrupted by a signal (`EINTR`).
+fn interrupted(e: &RedisError) -> bool {
+    std::error::Error::source(e)
+        .and_then(|cause| cause.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
 }
 
 /// An open connection: to one server, or to a cluster (one connection per node, routed by
@@ -295,5 +310,22 @@ impl ConnSlot {
     /// The open connection, if any.
     pub(super) fn open(&mut self) -> Option<&mut Con> {
         self.con.as_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::interrupted;
+    use redis::RedisError;
+    use std::io::{Error, ErrorKind};
+
+    /// Only a call interrupted by a signal is tried again; a refusal or a timeout is an
+    /// outage.
+    #[test]
+    fn only_an_interrupted_call_is_tried_again() {
+        let of = |kind: ErrorKind| RedisError::from(Error::from(kind));
+        assert!(interrupted(&of(ErrorKind::Interrupted)));
+        assert!(!interrupted(&of(ErrorKind::ConnectionRefused)));
+        assert!(!interrupted(&of(ErrorKind::TimedOut)));
     }
 }
