@@ -396,10 +396,9 @@ impl Merge for Exponential {
     /// A part's units are its increments to the union's average (a request in a burst adds
     /// about one): what `own` added since `heard`, both decayed to now, rounded.
     fn unheard(&self, own: u128, heard: u128, now: u64) -> u64 {
-        let p = self.period().as_nanos() as f64;
         let part = |word: u128| {
             let (t, r) = Self::unpack(word);
-            r * (-(now.saturating_sub(t) as f64) / p).exp()
+            self.decayed(t, r, now)
         };
         (part(own) - part(heard)).max(0.0).round() as u64
     }
