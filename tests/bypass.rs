@@ -248,8 +248,10 @@ fn matrix(floods: &[usize], threads: &[usize], clocks: &[Clock]) {
 // Pins G20, G24.
 #[test]
 fn a_flood_never_resets_a_limit() {
+    // A corner of the matrix in a debug build (the 100x floods run in release, below: 30 s
+    // of the test command's time here).
     matrix(&[4], &[1], &[Clock::Frozen]);
-    matrix(&[100], &[8], &[Clock::Moving]);
+    matrix(&[10], &[8], &[Clock::Moving]);
 }
 
 // Pins G24.
