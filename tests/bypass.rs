@@ -505,9 +505,9 @@ where
     }
 }
 
-/// A flood costs only the flooder: after 2x to 10x `max_keys` flood keys (each spending its whole
-/// quota, or sending one request; from 1 or 8 threads; on a frozen or a moving clock) at most
-/// 1% of newcomers are denied their first request (over the 40,000 newcomers of every
+/// A flood costs only the flooder: after 2x to 10x `max_keys` flood keys (each spending its
+/// whole quota, or sending one request; from 1 or 8 threads; on a frozen or a moving clock) at
+/// most 1% of newcomers are denied their first request (over the 40,000 newcomers of every
 /// algorithm and store of a shape; at most 2% in any one), and after 100x some still get
 /// through, on every store, algorithm and policy (issue #59).
 // Pins G26.
