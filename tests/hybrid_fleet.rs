@@ -271,6 +271,10 @@ fn on_a_three_node_cluster() {
         keys: 2_000,
         rate: 10.0,
     };
+    // The hot runs first, then the sparse ones: the push lags are compared on a cluster that
+    // has only just run hot keys, as the one server had. A hot run right after a sparse one
+    // (2,000 keys written on every node) once measured twice the server's lag, 0.50 ms against
+    // 0.25, where the run before it, after no sparse run, measured 0.24 against 0.26.
     for name in ["gcra", "fixed"] {
         let hot = run(
             &WORKER_ARGS,
@@ -289,6 +293,8 @@ fn on_a_three_node_cluster() {
             on_cluster <= 2 * on_one,
             "{name}: push lag {on_cluster:?} on the cluster, {on_one:?} on one server"
         );
+    }
+    for name in ["gcra", "fixed"] {
         let run = run(&WORKER_ARGS, &target, sparse, &[name], SPARSE_SECS, None);
         sparse_bounds(&run);
         healthy(&run);
