@@ -763,8 +763,14 @@ fn evicting_a_key_hands_its_lease_back() {
         taken += 10 - left;
     }
     // Each of the three keys' unit beyond its lease (charged), and the leases not handed
-    // back: what Redis still counts for them.
-    assert_eq!(taken, 3 + leased - s.returned, "{s:?}");
+    // back: what Redis still counts for them. The sync thread may hand back a quiet lease
+    // (two intervals without demand) while they are counted: between the stats read before
+    // and after, nothing else (no request reaches `h` meanwhile, so no lease is taken).
+    let after = h.stats();
+    assert!(
+        ((3 + leased).saturating_sub(after.returned)..=3 + leased - s.returned).contains(&taken),
+        "{taken} taken; before {s:?}, after {after:?}"
+    );
 }
 
 /// An instance that joins a fleet already using the prefix hears of every change from then
