@@ -23,8 +23,8 @@ fn fleet_worker() {
 
 const SECS: Duration = Duration::from_secs(10);
 
-/// A sparse run: each of its keys is seen a dozen times or more by the fleet, and five of
-/// them one after another keep CI's fleet step near three minutes.
+/// A sparse run: each of its keys is seen a dozen times or more by the fleet, and a run of
+/// one algorithm alone takes about 9 s of CI's fleet step.
 const SPARSE_SECS: Duration = Duration::from_secs(6);
 
 /// One run at a time: two fleets at once would share the machine's cores.
