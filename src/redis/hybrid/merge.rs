@@ -250,10 +250,22 @@ where
             Mode::Known if self.recovering(ctx, local, now) => Mode::Degraded,
             mode => mode,
         };
+        // A denial for want of the fleet's state while Redis is up, counted as the policy
+        // counts a denial, as its exact twin counts it: left out, a late joiner's first strict
+        // denials held EARRRL's union low, and a slow crossing of its limit came 0.06-0.12 s
+        // late (that second 1.12-1.26x the twin's).
+        let count_denial = |w: &mut A::Entry| {
+            if self.policy() == Policy::Strict {
+                *w = A::Entry::join(self.count(own, now, cost), others);
+            }
+        };
         if mode != Mode::Known && *share == 0.0 {
             // `Fallback::DENY`: nothing decided without the fleet's state. (Standing in for the
             // others as holding the whole limit is not enough: EARRRL's union would then sit at
             // exactly its limit, which admits, once per key per idle period.)
+            if mode == Mode::Unknown {
+                count_denial(w);
+            }
             return Verdict {
                 decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
                 reason: Reason::Fallback,
@@ -269,6 +281,7 @@ where
             // the burst before its first round, on top of what the others had taken (a late
             // joiner's window 1.25-1.3x its limit). After it, a key not heard of is the
             // fallback's: a subscription that cannot be made must not deny it for good.
+            count_denial(w);
             return Verdict {
                 decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
                 reason: Reason::Waiting,

@@ -626,6 +626,19 @@ mod tests {
             assert_eq!(w.split().0 != own, counts, "{:?}", algo.policy());
             assert_eq!(w.split().1, half);
         }
+        // So is a joiner's request held for its first round (a key not heard of, no round
+        // answered yet), and one `Fallback::DENY` refuses for want of the key's state: one
+        // unit more under `Strict`, as its exact twin counts it.
+        let (joiner, unknown) = (FleetContext::new(5_000_000, 0.25, 0, 0), Earrrl::UNKNOWN);
+        for (algo, counts) in [(earrrl, 1), (earrrl.with_policy(crate::Policy::Leaky), 0)] {
+            for (share, reason) in [(0.25, Reason::Waiting), (0.0, Reason::Fallback)] {
+                let mut w = u128::join(own, unknown);
+                let v = algo.decide_entry(&share, &joiner, &mut w, Seen::default(), S, 1, false);
+                assert_eq!((v.reason, v.decision.is_allowed()), (reason, false));
+                assert_eq!(algo.unheard(w.split().0, own, S), counts, "{reason:?}");
+                assert_eq!(w.split().1, unknown);
+            }
+        }
         // The exponential limiter's parts: a request in a burst adds about one.
         let exp = Exponential::new(100.0, Duration::from_secs(1)).unwrap();
         let half = Exponential::pack(S, 50.0);
