@@ -383,3 +383,36 @@ impl Reconfigure for SlidingLog {
 
     fn fit(&self, _: &mut LogState, _: u64) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    /// A full log restored from its debt frees its oldest cell a window after that cell's
+    /// newest entry, not a window after the log's newest: 10 in 10 s, one a second, come back
+    /// owing each cell (1.25 s) at its newest time, so the one at 1 s has left at 11.25 s and
+    /// the first free unit comes then, 8.75 s before the whole log would have let one in.
+    #[test]
+    fn a_restored_log_frees_its_cells_one_by_one() {
+        let log = SlidingLog::new(10, Duration::from_secs(10)).unwrap();
+        let mut state = log.fresh();
+        for i in 1..=10 {
+            assert!(log.update(&mut state, i * S, 1).is_allowed());
+        }
+        let parts: Vec<u128> = (0..log.debt_parts()).map(|p| log.debt(&state, p)).collect();
+        // Nine cells from 0–1.25 s to 10–11.25 s, one a part.
+        assert_eq!(parts.iter().filter(|&&d| d != 0).count(), 9);
+        let mut back = log.restore(&|p| parts[p]);
+        assert_eq!(back.total(), 10);
+        assert_eq!(log.idle_at(&back), 20 * S);
+        // Cell 0 holds the entry at 1 s alone: it leaves at 11 s.
+        let denied = log.update(&mut back.clone(), 11 * S - 1, 1);
+        assert_eq!(denied.retry_after(), Duration::from_nanos(1));
+        assert!(log.update(&mut back, 11 * S, 1).is_allowed());
+        // Cell 1 (1.25–2.5 s) holds 2 s; cell 2 (2.5–3.75 s) holds 3 s.
+        assert!(log.update(&mut back, 12 * S, 1).is_allowed());
+        assert!(!log.update(&mut back, 12 * S + 1, 1).is_allowed());
+    }
+}

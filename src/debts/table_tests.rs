@@ -1,7 +1,9 @@
 //! The debt table's own tests: its size, its overflow, its codes.
 
 use super::*;
-use crate::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow, WordStep};
+use crate::algo::{
+    Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow, WordStep,
+};
 use std::time::Duration;
 
 // Pins G26.
@@ -15,6 +17,16 @@ fn a_bucket_is_two_cache_lines() {
     let sliding = SlidingWindow::new(600, Duration::from_secs(60)).unwrap();
     let debts = Debts::new(&sliding, 1_000_000).unwrap().unwrap();
     assert_eq!(debts.bytes(), 32_000_000);
+    // The logs keep a debt part per cell of their window: 9 for the sliding log, as many as
+    // a sub-window's span touches (at most 9) for it.
+    let log = SlidingLog::new(600, Duration::from_secs(60)).unwrap();
+    let debts = Debts::new(&log, 1_000_000).unwrap().unwrap();
+    assert_eq!(debts.bytes(), 288_000_000);
+    for (buckets, parts) in [(10, 6), (60, 9), (4, 5)] {
+        let sub = SubWindow::new(600, Duration::from_secs(60), buckets).unwrap();
+        let debts = Debts::new(&sub, 1_000_000).unwrap().unwrap();
+        assert_eq!(debts.bytes(), parts * 32_000_000, "{buckets} buckets");
+    }
 }
 
 /// How many keys came back owing: of those kept, of the new ones, and of the new ones of
