@@ -154,7 +154,9 @@ pub trait Algorithm: Send + Sync + 'static {
     fn idle_at(&self, state: &Self::State) -> u64;
 
     /// How many words ([`debt`](Algorithm::debt)) describe what a state still owes: 1 for
-    /// every algorithm of the crate but [`AllOf`] (the sum of its two quotas'). 0 opts out of
+    /// most algorithms of the crate; one per cell of time for [`SlidingLog`] and
+    /// [`SubWindow`] (each cell's costs come back at its newest time, not the whole log's at
+    /// the newest: see their `debt`); the sum of its two quotas' for [`AllOf`]. 0 opts out of
     /// remembering debts, so capacity eviction forgets a limited key: only for an algorithm
     /// whose state is kept elsewhere too.
     #[inline(always)]

@@ -424,9 +424,7 @@ impl SubWindow {
     fn part_of(&self, b: u64) -> usize {
         (b / self.cell() % self.debt_parts() as u64) as usize
     }
-}
 
-impl SubWindow {
     /// The count `st`'s ring holds in bucket `b`'s slot (0 for a fresh, empty ring).
     fn held(&self, st: &BucketState, b: u64) -> u32 {
         st.counts
