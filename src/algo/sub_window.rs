@@ -411,8 +411,10 @@ impl Algorithm for SubWindow {
 }
 
 /// A sub-window's span of buckets is cut into at most this many cells for its debt, which
-/// keeps one more (see its `debt`).
-const CELLS: u64 = 8;
+/// keeps one more (see its `debt`): a window of 10 buckets keeps each bucket (with 8 cells,
+/// two buckets to a cell, a working set of 4× `max_keys` lost 3.4–4.5%; one to a cell,
+/// 0.0–0.8%), at 11 parts of 32 bytes per key of `max_keys`.
+const CELLS: u64 = 10;
 
 impl SubWindow {
     /// Buckets per debt cell: `⌈(span − 1) / CELLS⌉`, at least 1.

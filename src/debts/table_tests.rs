@@ -18,11 +18,11 @@ fn a_bucket_is_two_cache_lines() {
     let debts = Debts::new(&sliding, 1_000_000).unwrap().unwrap();
     assert_eq!(debts.bytes(), 32_000_000);
     // The logs keep a debt part per cell of their window: 9 for the sliding log, as many as
-    // a sub-window's span touches (at most 9) for it.
+    // a sub-window's span touches (at most 11) for it.
     let log = SlidingLog::new(600, Duration::from_secs(60)).unwrap();
     let debts = Debts::new(&log, 1_000_000).unwrap().unwrap();
     assert_eq!(debts.bytes(), 288_000_000);
-    for (buckets, parts) in [(10, 6), (60, 9), (4, 5)] {
+    for (buckets, parts) in [(10, 11), (60, 11), (4, 5)] {
         let sub = SubWindow::new(600, Duration::from_secs(60), buckets).unwrap();
         let debts = Debts::new(&sub, 1_000_000).unwrap().unwrap();
         assert_eq!(debts.bytes(), parts * 32_000_000, "{buckets} buckets");
