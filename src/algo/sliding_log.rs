@@ -285,7 +285,7 @@ impl Algorithm for SlidingLog {
             .map_or(0, |&(t, _)| t.saturating_add(self.config.window_ns))
     }
 
-    /// The log's debt is kept by cell: the window is cut into [`CELLS`] cells of time (on
+    /// The log's debt is kept by cell: the window is cut into 8 cells of time (on
     /// one grid for every key: `⌈window / CELLS⌉` ns each), and part `p` holds the entries in
     /// the cells numbered `p` modulo `CELLS + 1` (a window's entries span at most `CELLS + 1`
     /// cells, so a part holds one): their newest time and their total cost (saturating at
