@@ -194,8 +194,8 @@ fn windows_within_a_lag(run: &Run) {
 /// as `.ci/run` runs them, lags of 57–83 ms took a flush's windows to 1.2× and a cold start's
 /// fixed window to 1.11×. (A push's lag counts from when Redis' time is known, so a clock
 /// 2 s off is no lag of 2 s.) EARRRL's late joiner went to 1.12x before what an instance
-/// admits unheard was held to its share of what is left for it too (G49), and to 1.15-1.26x
-/// in 4 runs of 14 before the joiner's strict denials while it waits for its first round were
+/// admits unheard was held to its share of what is left for it too (G49), and to 1.12-1.26x
+/// in 5 runs of 23 before the joiner's strict denials while it waits for its first round were
 /// counted (its union's slow crossing of the limit came late).
 fn within_a_tenth(run: &Run) {
     for a in &run.algos {
