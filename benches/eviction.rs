@@ -16,8 +16,8 @@ use common::flood::{self, ClockKind, Shape, Store};
 use common::rss_bytes;
 use hdrhistogram::Histogram;
 use hotlimit::algo::Gcra;
-use hotlimit::store::{Cas, Locked, Variant};
-use hotlimit::{Clock, CompactLimiter, KeyedLimiter, ManualClock, QuantaClock, RateLimiter};
+use hotlimit::store::{Cas, Locked, Map, Variant};
+use hotlimit::{Clock, CompactLimiter, Limiter, ManualClock, QuantaClock, RateLimiter};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -54,8 +54,8 @@ fn papaya<V: Variant<Gcra>, C: Clock>(
     algo: Gcra,
     clock: C,
     grace: Duration,
-) -> KeyedLimiter<u64, Gcra, C, V> {
-    KeyedLimiter::<u64, Gcra, QuantaClock, V>::builder(algo)
+) -> Limiter<Map<u64, Gcra, C, V>> {
+    Limiter::<Map<u64, Gcra, QuantaClock, V>>::builder(algo)
         .clock(clock)
         .sweep_grace(grace)
         .build()

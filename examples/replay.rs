@@ -213,9 +213,9 @@ fn earrrl(opts: &mut Options) -> Result<Earrrl, Fatal> {
 
 /// `--algo exponential --limit <N> --period <DURATION>`.
 fn exponential(opts: &mut Options) -> Result<Exponential, Fatal> {
-    let limit = opts.required("--limit")?;
+    let limit = opts.required_parsed("--limit", str::parse::<u64>)?;
     let period = opts.required_parsed("--period", parse_duration)?;
-    Exponential::parse(&limit, period).map_err(config_error)
+    Exponential::new(limit as f64, period).map_err(config_error)
 }
 
 /// `--limit <N> --window <DURATION>`, shared by the window family.

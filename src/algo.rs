@@ -22,9 +22,11 @@ pub use exponential::Exponential;
 pub use fixed_window::FixedWindow;
 pub use gcra::{Gcra, Reservation};
 pub use in_flight::InFlight;
-pub use sliding_log::{LogState, SlidingLog};
+pub(crate) use sliding_log::LogState;
+pub use sliding_log::SlidingLog;
 pub use sliding_window::{Rounding, SlidingWindow};
-pub use sub_window::{Bias, BucketState, SubWindow, DEFAULT_BUCKETS};
+pub(crate) use sub_window::BucketState;
+pub use sub_window::{Bias, SubWindow, DEFAULT_BUCKETS};
 
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;

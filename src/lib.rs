@@ -63,7 +63,7 @@
 //! [`Builder`](store::Builder) shape: clock, metrics, and for keyed stores a capacity bound
 //! and a background sweeper).
 //!
-//! Code generic over limiters uses [`RateLimiter`] (object-safe: check, peek, batches, waits),
+//! Code generic over limiters uses [`RateLimiter`] (object-safe: checks, batches, waits),
 //! [`Requests`] (every [`Request`], on every limiter: in memory, the hybrid one and the
 //! blocking Redis client), or [`AsyncRateLimiter`], which the tower layer takes: every
 //! [`NonBlocking`] `RateLimiter` (the in-memory limiters and the hybrid one) is one, its
@@ -91,7 +91,7 @@
 //! `N` instances admits at most `⌊share × burst⌋` ahead of Redis, so over any span the fleet
 //! admits at most `rate × span + burst + N × ⌊share × burst⌋`), the windows, EARRRL and
 //! exponential by merged per-instance states (bounds in its docs). Its entries live in the
-//! keyed store [`CasLimiter`](KeyedLimiter) uses.
+//! keyed store [`CasLimiter`] uses.
 //!
 //! Time comes from a [`Clock`]: [`QuantaClock`] by default (the TSC, through `quanta`, where
 //! the kernel keeps its own time by it; else the OS monotonic clock), [`ManualClock`] for
@@ -249,7 +249,7 @@ pub use config::Rate;
 pub use decision::{Decision, Policy, Ticket};
 pub use direct::DirectLimiter;
 pub use error::{BuildError, ConfigError, CostError, Field, QuotaError, TicketError};
-pub use keyed::{CasLimiter, KeyedLimiter, MutexLimiter};
+pub use keyed::{CasLimiter, MutexLimiter};
 pub use limiter::{AsyncRateLimiter, NonBlocking, RateLimiter};
 pub use live::Live;
 pub use ops::Limiter;

@@ -59,13 +59,6 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
         out.extend(requests.iter().map(|&(key, cost)| self.check_n(key, cost)));
     }
 
-    /// The decision [`check_n`](RateLimiter::check_n) would return now, without counting the
-    /// request (state untouched, no key inserted).
-    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError>;
-
-    /// The decision [`check`](RateLimiter::check) would return now, without counting it.
-    fn peek(&self, key: &Q) -> Decision;
-
     /// Waits on the calling thread until a request of cost 1 for `key` is allowed, and
     /// returns that decision (or the denial, if the wait lies past the clock's range); see
     /// [`Request::until_ready_blocking`](crate::Request::until_ready_blocking).
@@ -123,14 +116,6 @@ impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for &L {
 
     fn check_n_batch(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<Decision, CostError>>) {
         (**self).check_n_batch(requests, out)
-    }
-
-    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-        (**self).peek_n(key, cost)
-    }
-
-    fn peek(&self, key: &Q) -> Decision {
-        (**self).peek(key)
     }
 
     fn until_ready_blocking(&self, key: &Q) -> Decision {
@@ -205,12 +190,6 @@ pub trait AsyncRateLimiter<Q: ?Sized>: Send + Sync {
     fn start_check_n(&self, key: &Q, cost: u64) -> Started<Self::Future, Self::Error> {
         Started::Waiting(self.check_n_async(key, cost))
     }
-
-    /// [`start_check_n`](AsyncRateLimiter::start_check_n) of cost 1.
-    #[inline]
-    fn start_check(&self, key: &Q) -> Started<Self::Future, Self::Error> {
-        Started::Waiting(self.check_async(key))
-    }
 }
 
 /// What [`AsyncRateLimiter::start_check_n`] returns: the decision now, or the future of it.
@@ -267,11 +246,6 @@ impl<Q: ?Sized, L: NonBlocking<Q> + ?Sized> AsyncRateLimiter<Q> for L {
     fn start_check_n(&self, key: &Q, cost: u64) -> Started<Self::Future, CostError> {
         Started::Decided(self.check_n(key, cost))
     }
-
-    #[inline(always)]
-    fn start_check(&self, key: &Q) -> Started<Self::Future, CostError> {
-        Started::Decided(Ok(self.check(key)))
-    }
 }
 
 pub(crate) mod sealed {
@@ -286,7 +260,7 @@ pub(crate) mod sealed {
 }
 
 /// How a store keeps each key's state: [`Cas`] or [`Locked`], the last parameter of
-/// [`KeyedLimiter`](crate::KeyedLimiter), [`CompactLimiter`](crate::CompactLimiter) and
+/// [`Map`](crate::store::Map) (the keyed limiters), [`CompactLimiter`](crate::CompactLimiter) and
 /// [`DirectLimiter`](crate::DirectLimiter). Sealed.
 ///
 /// Both are implemented for every algorithm, so code generic over the algorithm names no
@@ -302,7 +276,10 @@ pub(crate) mod sealed {
 /// assert_eq!(first_two("1/s".parse::<hotlimit::algo::Gcra>()?), [true, false]);
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
-pub trait Variant<A: Algorithm>: sealed::VariantCell<A> + Send + Sync + 'static {}
+pub trait Variant<A: Algorithm>:
+    sealed::VariantCell<A> + crate::storage::VariantSlot<A> + Send + Sync + 'static
+{
+}
 
 /// Optimistic: a word state is updated by compare-and-swap, no lock. (States that are not
 /// words, the sliding log and the sub-window counters, take a per-key lock even here.)

@@ -221,7 +221,7 @@ mod compact {
     use crate::compact::table::preferred_slot;
     use crate::compact::CompactLimiter;
     use crate::decision::Policy;
-    use crate::store::CompactVariant;
+    use crate::store::Variant;
     use crate::store::{Cas, Locked};
     use loom::sync::Arc;
     use loom::thread;
@@ -232,7 +232,7 @@ mod compact {
 
     type Limiter<V> = CompactLimiter<u64, Gcra, ManualClock, V>;
 
-    fn limiter<V: CompactVariant<Gcra>>(policy: Policy) -> (Limiter<V>, ManualClock) {
+    fn limiter<V: Variant<Gcra>>(policy: Policy) -> (Limiter<V>, ManualClock) {
         let g = "100/s burst 1".parse::<Gcra>().unwrap().with_policy(policy);
         let clock = ManualClock::default();
         let l = CompactLimiter::builder(g)
@@ -246,7 +246,7 @@ mod compact {
 
     /// The state a key is left in, read through a probe request: with burst 1 and tat ≥ now
     /// the probe is denied, and its retry_after pins tat (leaky: tat − now).
-    fn leaky_wait<V: CompactVariant<Gcra>>(l: &Limiter<V>, key: u64) -> u64 {
+    fn leaky_wait<V: Variant<Gcra>>(l: &Limiter<V>, key: u64) -> u64 {
         let d = l.check(&key);
         assert!(d.is_denied(), "key {key} admitted by the probe: {d:?}");
         d.retry_after_nanos()
@@ -254,7 +254,7 @@ mod compact {
 
     /// Two threads insert the same new key at once: exactly one request admitted, one key
     /// held, one slot used.
-    fn concurrent_inserts<V: CompactVariant<Gcra>>() {
+    fn concurrent_inserts<V: Variant<Gcra>>() {
         loom::model(|| {
             let (l, clock) = limiter::<V>(Policy::Leaky);
             clock.set(Duration::from_nanos(NOW));
@@ -294,7 +294,7 @@ mod compact {
     /// between that insert and the request's CAS, so the other key may be installed in it
     /// with the very state (fresh) 7's request read: only the key half of the pair CAS stops
     /// the stale write (a state-only CAS fails this model).
-    fn evict_vs_check<V: CompactVariant<Gcra>>(policy: Policy, prefill: bool) {
+    fn evict_vs_check<V: Variant<Gcra>>(policy: Policy, prefill: bool) {
         loom::model(move || {
             let (l, clock) = limiter::<V>(policy);
             // A second key that prefers the same slot as 7, so it takes 7's slot when the

@@ -462,19 +462,6 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::RateLimiter<Q> for Limiter<S> {
         Limiter::check_n_batch(self, requests.iter().copied(), out)
     }
 
-    #[inline]
-    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-        let core = self.store.core();
-        core.cost(cost)?;
-        Ok(self.store.peek(&core.algo, key, cost, core.clock.now()))
-    }
-
-    #[inline]
-    fn peek(&self, key: &Q) -> Decision {
-        let core = self.store.core();
-        self.store.peek(&core.algo, key, 1, core.clock.now())
-    }
-
     fn until_ready_blocking(&self, key: &Q) -> Decision {
         // Cost 1, the limiter's own quota: no error can be returned.
         let waited = self.request(key).until_ready_blocking();

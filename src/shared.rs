@@ -1,7 +1,7 @@
 //! What every store shares: [`Core`] (the algorithm, clock, counters and sweep settings, with
 //! the request paths that do not depend on how keys are kept) and [`Builder`], the one
 //! builder shape of every limiter. A store adds only its own table: the papaya map
-//! ([`KeyedLimiter`](crate::KeyedLimiter)), the compact table
+//! ([`CasLimiter`](crate::CasLimiter)), the compact table
 //! ([`CompactLimiter`](crate::CompactLimiter)) or one cell
 //! ([`DirectLimiter`](crate::DirectLimiter)).
 
@@ -146,7 +146,7 @@ pub(crate) mod sealed {
 }
 
 /// The limiters that hold many keys, and so take a capacity bound and sweeps:
-/// [`KeyedLimiter`](crate::KeyedLimiter) and [`CompactLimiter`](crate::CompactLimiter).
+/// [`CasLimiter`](crate::CasLimiter), [`MutexLimiter`](crate::MutexLimiter) and [`CompactLimiter`](crate::CompactLimiter).
 /// Sealed.
 pub trait KeyedStore: sealed::Keyed {}
 

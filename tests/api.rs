@@ -5,10 +5,10 @@ mod common;
 
 use common::step::WordStep;
 use hotlimit::algo::{Algorithm, AllOf, Earrrl, Gcra, SlidingLog};
-use hotlimit::store::{Locked, Variant};
+use hotlimit::store::{Locked, Map, Variant};
 use hotlimit::{
-    CasLimiter, Clock, DirectLimiter, Jitter, KeyedLimiter, Live, ManualClock, MutexLimiter,
-    Policy, Rate,
+    CasLimiter, Clock, DirectLimiter, Jitter, Limiter, Live, ManualClock, MutexLimiter, Policy,
+    Rate,
 };
 use proptest::prelude::*;
 use std::future::Future;
@@ -167,7 +167,7 @@ proptest! {
 /// the last (the second binds): a denial by one quota charged nothing to the other, or the
 /// second would have bound sooner.
 fn multi_quota_under_threads<A, V>(
-    make: impl Fn(ManualClock) -> KeyedLimiter<u64, A, ManualClock, V>,
+    make: impl Fn(ManualClock) -> Limiter<Map<u64, A, ManualClock, V>>,
     bound: impl Fn(u64) -> u64,
 ) where
     A: Algorithm,
@@ -246,7 +246,7 @@ fn reconfiguration_under_load<V: Variant<Live<Gcra>>>() {
     let new: Gcra = "10/s burst 5".parse().unwrap();
     let keys = 64u64;
     let clock = ManualClock::default();
-    let limiter = KeyedLimiter::<u64, _, _, V>::builder(Live::new(old))
+    let limiter = Limiter::<Map<u64, _, _, V>>::builder(Live::new(old))
         .clock(clock.clone())
         .metrics(true)
         .build()
@@ -381,7 +381,7 @@ fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
 
 fn metrics_equal_decisions<V: Variant<Gcra>>() {
     let clock = ManualClock::default();
-    let limiter = KeyedLimiter::<u64, Gcra, _, V>::builder("100/s burst 20".parse().unwrap())
+    let limiter = Limiter::<Map<u64, Gcra, _, V>>::builder("100/s burst 20".parse().unwrap())
         .clock(clock.clone())
         .sweep_grace(Duration::ZERO)
         .metrics(true)
@@ -449,7 +449,7 @@ fn metrics_totals_equal_the_decisions_returned() {
 
 fn until_ready_on<V: Variant<Gcra>>() {
     let clock = ManualClock::default();
-    let l = KeyedLimiter::<String, Gcra, _, V>::builder("4/s burst 2".parse().unwrap())
+    let l = Limiter::<Map<String, Gcra, _, V>>::builder("4/s burst 2".parse().unwrap())
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -539,7 +539,7 @@ fn concurrent_waiters_never_over_admit() {
     fn run<V: Variant<Gcra>>() {
         let g: Gcra = "100/s burst 5".parse().unwrap();
         let clock = ManualClock::default();
-        let l = KeyedLimiter::<u64, Gcra, _, V>::builder(g)
+        let l = Limiter::<Map<u64, Gcra, _, V>>::builder(g)
             .clock(clock.clone())
             .metrics(true)
             .build()
@@ -602,7 +602,7 @@ fn a_reference_to_a_limiter_is_a_limiter() {
         l.check("k").is_allowed()
     }
     fn checks_async<L: AsyncRateLimiter<str>>(l: L) -> bool {
-        match l.start_check("k") {
+        match l.start_check_n("k", 1) {
             hotlimit::store::Started::Decided(d) => d.unwrap().is_allowed(),
             hotlimit::store::Started::Waiting(_) => unreachable!("in memory: decided at once"),
         }

@@ -9,7 +9,7 @@
 mod common;
 
 use hotlimit::algo::{Algorithm, Gcra};
-use hotlimit::store::{CompactVariant, Locked, SweepReport, Variant};
+use hotlimit::store::{Locked, SweepReport, Variant};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, ManualClock, MutexLimiter, RateLimiter,
 };
@@ -87,8 +87,8 @@ macro_rules! store {
     };
 }
 
-store!(impl<A: Algorithm, V: Variant<A>> Store for hotlimit::KeyedLimiter<u64, A, ManualClock, V>);
-store!(impl<A: Algorithm, V: CompactVariant<A>> Store for CompactLimiter<u64, A, ManualClock, V>);
+store!(impl<A: Algorithm, V: Variant<A>> Store for hotlimit::Limiter<hotlimit::store::Map<u64, A, ManualClock, V>>);
+store!(impl<A: Algorithm, V: Variant<A>> Store for CompactLimiter<u64, A, ManualClock, V>);
 
 /// A limiter that implements only the trait's required methods (as a user's own type would):
 /// its batches are the trait's defaults, one `check` / `check_n` a request.
@@ -100,12 +100,6 @@ impl<L: RateLimiter<u64>> RateLimiter<u64> for Plain<L> {
     }
     fn check(&self, key: &u64) -> Decision {
         self.0.check(key)
-    }
-    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
-        self.0.peek_n(key, cost)
-    }
-    fn peek(&self, key: &u64) -> Decision {
-        self.0.peek(key)
     }
     fn until_ready_blocking(&self, key: &u64) -> Decision {
         self.0.until_ready_blocking(key)

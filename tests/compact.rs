@@ -139,7 +139,7 @@ fn every_key_type_decides_like_the_papaya_store() {
 /// first), a new key is denied only if it started from a kept debt (30 times the table's keys
 /// each owing 100 ms overflow the debt table, which then errs on the side of the limit), and
 /// the hammering key stays limited throughout.
-fn flood<V: hotlimit::store::CompactVariant<Gcra>>() {
+fn flood<V: hotlimit::store::Variant<Gcra>>() {
     let clock = ManualClock::default();
     let gcra = "10/s burst 5"
         .parse::<Gcra>()
@@ -335,7 +335,7 @@ fn adversarial_keys_keep_probes_short() {
 /// in a loop: every key is inserted once (never in two slots), every request counted once.
 /// At a frozen clock with burst 1, each key admits exactly one request however many threads
 /// race to insert it; a fresh slot the sweep frees before its first CAS is inserted again.
-fn first_sight_races<V: hotlimit::store::CompactVariant<Gcra>>() {
+fn first_sight_races<V: hotlimit::store::Variant<Gcra>>() {
     const KEYS: u64 = 20_000;
     const THREADS: u64 = 3;
     let clock = ManualClock::default();

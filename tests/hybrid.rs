@@ -1595,9 +1595,9 @@ fn the_other_took_90<A: HybridAlgorithm>(
     let (a, b) = (build(), build());
     assert_eq!((0..90).filter(|_| b.check("k").is_allowed()).count(), 90);
     eventually("the other's 90 heard", || {
-        a.peek_n("k", 11).unwrap().is_denied()
+        a.request("k").cost(11).peek().unwrap().is_denied()
     });
-    assert!(a.peek_n("k", 10).unwrap().is_allowed());
+    assert!(a.request("k").cost(10).peek().unwrap().is_allowed());
     (a, b)
 }
 

@@ -15,7 +15,7 @@ use hotlimit::store::{Cas, Keys, Locked, SweepReport};
 use hotlimit::QuotaError;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, Decision, DirectLimiter, Jitter,
-    Limiter, Live, ManualClock, Metrics, MutexLimiter, Policy, RateLimiter,
+    Limiter, Live, ManualClock, Metrics, MutexLimiter, Policy,
 };
 use std::future::Future;
 use std::marker::PhantomData;
@@ -142,7 +142,7 @@ where
         self.0.check(&Q::of(key))
     }
     fn peek(&self, key: u64) -> Decision {
-        RateLimiter::peek(&self.0, &Q::of(key))
+        self.0.request(&Q::of(key)).peek().unwrap()
     }
     fn reconfigure(&self, new: Gcra) -> Result<Gcra, ConfigError> {
         self.0.reconfigure(new)

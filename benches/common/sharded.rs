@@ -207,14 +207,6 @@ where
         ShardedLimiter::check(self, key)
     }
 
-    fn peek_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-        ShardedLimiter::peek_n(self, key, cost)
-    }
-
-    fn peek(&self, key: &Q) -> Decision {
-        ShardedLimiter::peek(self, key)
-    }
-
     fn until_ready_blocking(&self, key: &Q) -> Decision {
         ShardedLimiter::until_ready_blocking(self, key)
     }

@@ -236,7 +236,7 @@ struct Clocks<C> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Store {
-    /// hotlimit's papaya-based KeyedLimiter (any key, grows)
+    /// hotlimit's papaya-based CasLimiter (any key, grows)
     Papaya,
     /// hotlimit's CompactLimiter (fixed-size keys inline in a fixed-capacity table)
     Compact,

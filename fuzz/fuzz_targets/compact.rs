@@ -17,7 +17,7 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Algorithm, Gcra, SlidingLog, CLOCK_MAX};
-use hotlimit::store::{Cas, CompactVariant, Locked};
+use hotlimit::store::{Cas, Locked, Variant};
 use hotlimit::{Clock, CompactLimiter, ManualClock};
 use hotlimit_fuzz::{
     earrrl_unit, expected, exponential_unit, gcra_unit, window_unit, EarrrlCfg, ExpCfg, GcraCfg,
@@ -65,7 +65,7 @@ struct Twins<A: Algorithm> {
     model: HashMap<u64, A::State>,
 }
 
-fn build<A: Algorithm, V: CompactVariant<A>>(algo: A, clock: &ManualClock) -> Compact<A, V> {
+fn build<A: Algorithm, V: Variant<A>>(algo: A, clock: &ManualClock) -> Compact<A, V> {
     CompactLimiter::<u64, A, hotlimit::QuantaClock, V>::builder(algo)
         .clock(clock.clone())
         .max_keys(MAX_KEYS)

@@ -1,7 +1,7 @@
 //! Exim-style exponential rate limiting (Exim's `ratelimit` ACL condition).
 
 use super::{clamp, honest_wait, store, Algorithm, Reconfigure, Step};
-use crate::config::{parse_count, NANOS_PER_SEC};
+use crate::config::NANOS_PER_SEC;
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
@@ -107,11 +107,6 @@ impl Exponential {
             period_ns,
             policy: Policy::Leaky,
         })
-    }
-
-    /// Parses the limit from a string (a positive whole number) and builds the limiter.
-    pub fn parse(limit: &str, period: Duration) -> Result<Self, ConfigError> {
-        Self::new(parse_count(limit, Field::Limit)? as f64, period)
     }
 
     /// Sets the policy.

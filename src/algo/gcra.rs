@@ -17,7 +17,7 @@ use std::time::Duration;
 ///   anyway, so the honest wait is one `cost·T` longer.
 ///
 /// A token bucket of capacity `B` refilled at `rate` is the same state seen as
-/// `tokens = (B·T − (tat − now)) / T` ([`Gcra::tokens`]); so is a leaky bucket used as a
+/// `tokens = (B·T − (tat − now)) / T` (a decision's `remaining`); so is a leaky bucket used as a
 /// meter. Default policy: leaky. All arithmetic is in integer nanoseconds and saturates.
 ///
 /// `T` is rounded to the nearest nanosecond (`3/s` gives `T` = 333,333,333 ns). `B·T` may be
@@ -140,22 +140,6 @@ impl Gcra {
     #[inline]
     pub(crate) fn tolerance(&self) -> u64 {
         self.tau
-    }
-
-    /// The token-bucket view of a state: whole tokens available at `now`.
-    ///
-    /// ```
-    /// use hotlimit::algo::{Algorithm, Gcra};
-    ///
-    /// let g: Gcra = "10/s burst 5".parse()?;
-    /// let mut tat = g.fresh();
-    /// assert!(g.update(&mut tat, 0, 3).is_allowed());
-    /// assert_eq!(g.tokens(tat, 0), 2);
-    /// assert_eq!(g.tokens(tat, 100_000_000), 3); // one token refilled after T = 100 ms
-    /// # Ok::<(), hotlimit::ConfigError>(())
-    /// ```
-    pub fn tokens(&self, tat: u64, now: u64) -> u64 {
-        self.tau.saturating_sub(tat.saturating_sub(now)) / self.t
     }
 
     /// Pacing: admits a request of `cost` now if it would conform within `max_wait_ns`,

@@ -118,7 +118,7 @@ impl Inline for IpAddr {
 /// requests). With `n` keys held at once the chance that any two collide is about
 /// `n² / 2^65`: 3·10^-8 for a million keys, 3·10^-6 for ten million. The seed is secret and
 /// per process, so a client cannot aim for a collision; use the papaya store
-/// ([`KeyedLimiter`](crate::KeyedLimiter)) where even that is too much.
+/// ([`CasLimiter`](crate::CasLimiter)) where even that is too much.
 ///
 /// ```
 /// use hotlimit::{algo::Gcra, store::Hashed, CompactLimiter, ManualClock};

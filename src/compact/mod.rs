@@ -6,8 +6,8 @@ mod key;
 pub(crate) mod slot;
 pub(crate) mod table;
 
+pub(crate) use crate::limiter::Variant;
 pub use key::{CompactKey, Hashed};
-pub use slot::CompactVariant;
 pub use table::{ProbeStats, DEFAULT_MAX_KEYS};
 
 use crate::algo::Algorithm;
@@ -58,7 +58,7 @@ use table::{Table, SLOTS_PER_LINE};
 /// 16-byte CAS (`portable-atomic` falls back to a lock there), every 128-bit word is behind
 /// a lock.
 ///
-/// **When to pick it.** The papaya store ([`KeyedLimiter`](crate::KeyedLimiter)) takes any
+/// **When to pick it.** The papaya store ([`CasLimiter`](crate::CasLimiter)) takes any
 /// key and grows; this one takes fixed-size keys, reserves its memory at build (about
 /// `4/3 · max_keys` slots of 16 bytes for the lock-free slot) and never grows, and keeps key
 /// and state in one slot, four to a cache line, so a check of a present key touches one line
@@ -111,25 +111,19 @@ pub type CompactLimiter<K, A, C = QuantaClock, V = Cas> = Limiter<Compact<K, A, 
 /// The [`Store`](crate::store::Store) of fixed-size keys: a fixed-capacity, open-addressing
 /// table with each key's state inline next to it, the slot chosen by `V`; see
 /// [`CompactLimiter`].
-pub struct Compact<K: CompactKey, A: Algorithm, C = QuantaClock, V: CompactVariant<A> = Cas>(
+pub struct Compact<K: CompactKey, A: Algorithm, C = QuantaClock, V: Variant<A> = Cas>(
     pub(crate) Arc<Table<K, A, C, V>>,
 );
 
-impl<K: CompactKey, A: Algorithm, V: CompactVariant<A>> sealed::Keyed
-    for Compact<K, A, QuantaClock, V>
-{
-}
-impl<K: CompactKey, A: Algorithm, V: CompactVariant<A>> KeyedStore
-    for Compact<K, A, QuantaClock, V>
-{
-}
+impl<K: CompactKey, A: Algorithm, V: Variant<A>> sealed::Keyed for Compact<K, A, QuantaClock, V> {}
+impl<K: CompactKey, A: Algorithm, V: Variant<A>> KeyedStore for Compact<K, A, QuantaClock, V> {}
 
 impl<K, A, C, V> StoreTable for Compact<K, A, C, V>
 where
     K: CompactKey,
     A: Algorithm,
     C: Clock,
-    V: CompactVariant<A>,
+    V: Variant<A>,
 {
     type Algo = A;
     type Clock = C;
@@ -166,7 +160,7 @@ where
     K: CompactKey,
     A: Algorithm,
     C: Clock,
-    V: CompactVariant<A>,
+    V: Variant<A>,
 {
     type WithClock<C2: Clock> = Compact<K, A, C2, V>;
 
@@ -187,7 +181,7 @@ where
     K: CompactKey,
     A: Algorithm,
     C: Clock,
-    V: CompactVariant<A>,
+    V: Variant<A>,
 {
     type At<'a>
         = At<'a, K, A, C, V>
@@ -251,7 +245,7 @@ where
     K: CompactKey,
     A: Algorithm,
     C: Clock,
-    V: CompactVariant<A>,
+    V: Variant<A>,
 {
     /// The number of slots: the most keys the table can ever hold.
     pub fn capacity(&self) -> usize {
@@ -286,14 +280,14 @@ where
 /// ticket to the key (no second hash).
 // Not `Debug`: a handle that lives inside one request, never shown.
 #[allow(missing_debug_implementations)]
-pub struct At<'a, K: CompactKey, A: Algorithm, C, V: CompactVariant<A>> {
+pub struct At<'a, K: CompactKey, A: Algorithm, C, V: Variant<A>> {
     table: &'a Table<K, A, C, V>,
     repr: K::Repr,
     fp: u64,
     home: usize,
 }
 
-impl<'a, K: CompactKey, A: Algorithm, C: Clock, V: CompactVariant<A>> At<'a, K, A, C, V> {
+impl<'a, K: CompactKey, A: Algorithm, C: Clock, V: Variant<A>> At<'a, K, A, C, V> {
     #[inline(always)]
     fn new(table: &'a Table<K, A, C, V>, key: &K::Lookup) -> Self {
         let (repr, fp, home) = table.locate(key);
@@ -311,7 +305,7 @@ where
     K: CompactKey,
     A: Algorithm,
     C: Clock,
-    V: CompactVariant<A>,
+    V: Variant<A>,
 {
     #[inline(always)]
     fn apply<T>(&self, f: impl FnMut(&mut A::State) -> T) -> T {
@@ -328,7 +322,7 @@ where
     K: CompactKey,
     A: Algorithm + fmt::Debug,
     C: Clock + fmt::Debug,
-    V: CompactVariant<A>,
+    V: Variant<A>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Compact")

@@ -4,26 +4,13 @@
 
 use crate::algo::Algorithm;
 use crate::cell::{AtomicWord, StateCells};
-use crate::limiter::{Cas, Locked, Variant};
+use crate::limiter::{Cas, Locked};
 use crate::stats::Stats;
 pub use crate::storage::{KeyRepr, ReprSlot, StateSlot, TableSlot};
 use crate::sync::{cas_loop, Atomic128, AtomicU64, CasAtomic, Mutex, Ordering, Round};
 use std::fmt;
 
-/// The slot types behind the public traits of this module, sealed: a caller can name the
-/// traits in bounds but neither implement them nor reach the slots.
-pub(crate) mod sealed {
-    use super::{KeyRepr, TableSlot};
-    use crate::algo::Algorithm;
-
-    /// The slot of a variant for an algorithm's state.
-    pub trait VariantSlot<A: Algorithm> {
-        /// The slot, for keys of form `R`.
-        type Slot<R: KeyRepr>: TableSlot<R, A::State>;
-    }
-}
-
-use sealed::VariantSlot;
+pub(crate) use crate::storage::VariantSlot;
 
 impl KeyRepr for u64 {}
 impl KeyRepr for u128 {}
@@ -60,14 +47,6 @@ impl StateSlot for crate::algo::BucketState {
 impl<A: crate::algo::State, B: crate::algo::State> StateSlot for crate::algo::PairState<A, B> {
     type CasSlot<R: KeyRepr> = LockSlot<R, Self>;
 }
-
-/// How the compact store keeps each key's state for a [`Variant`]: the slot type. Sealed;
-/// implemented for [`Cas`] (a lock-free pair slot for 64-bit keys and 64-bit states, a lock
-/// slot otherwise) and [`Locked`] (always a lock slot).
-pub trait CompactVariant<A: Algorithm>: Variant<A> + VariantSlot<A> {}
-
-impl<A: Algorithm> CompactVariant<A> for Cas {}
-impl<A: Algorithm> CompactVariant<A> for Locked {}
 
 impl<A: Algorithm> VariantSlot<A> for Cas {
     type Slot<R: KeyRepr> = <A::State as StateSlot>::CasSlot<R>;

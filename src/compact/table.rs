@@ -3,10 +3,11 @@
 //! table").
 
 use super::key::CompactKey;
-use super::slot::{sealed::VariantSlot, AtomicU8, CompactVariant, TableSlot};
+use super::slot::{AtomicU8, TableSlot, VariantSlot};
 use crate::algo::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
+use crate::limiter::Variant;
 use crate::shared::{Core, Options};
 use crate::sweeper::{
     capacity_pass, evict_before_insert, evict_by, CapacityCut, SharedCut, SweepReport,
@@ -58,7 +59,7 @@ pub(crate) type SlotOf<K, A, V> =
     <V as VariantSlot<A>>::Slot<<K as crate::compact::key::sealed::Inline>::Repr>;
 
 /// Everything the requests and the sweeper thread share: the table and the store core.
-pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: CompactVariant<A>> {
+pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: Variant<A>> {
     lines: Box<[Line<SlotOf<K, A, V>>]>,
     /// Per home line: how many lines past it any of its keys may sit. Raised under the line's
     /// stripe lock before a key is placed there; lowered by sweeps and capacity passes
@@ -141,7 +142,7 @@ where
     K: CompactKey,
     A: Algorithm,
     C: Clock,
-    V: CompactVariant<A>,
+    V: Variant<A>,
 {
     /// Allocates the table (fallibly: a `max_keys` beyond memory is an error, not an abort).
     pub(crate) fn new(

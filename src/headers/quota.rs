@@ -320,7 +320,7 @@ impl AdvertisedQuota for dyn NonBlocking<str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{CompactLimiter, KeyedLimiter};
+    use crate::{CasLimiter, CompactLimiter};
 
     #[test]
     fn policy_names_are_checked() {
@@ -389,7 +389,7 @@ mod tests {
             live.advertised_quota().map(|p| p.to_string()),
             Some(r#""default";q=20;w=1;hotlimit-burst=5"#.to_owned())
         );
-        let keyed = KeyedLimiter::<String, Gcra>::with_clock(g, ManualClock::default());
+        let keyed = CasLimiter::<String, Gcra>::with_clock(g, ManualClock::default());
         assert_eq!(keyed.advertised_quota(), want);
         let compact = CompactLimiter::<crate::store::Hashed<str>, Gcra>::with_clock(
             g,

@@ -1,4 +1,4 @@
-//! [`KeyedLimiter`]: a `papaya` map from key to a cell of state, with idle and capacity
+//! [`CasLimiter`] and [`MutexLimiter`]: a `papaya` map from key to a cell of state, with idle and capacity
 //! eviction; [`Pinned`] in `pinned.rs`; partial grants, settle and per-request quotas in
 //! `costs.rs`.
 
@@ -28,10 +28,10 @@ use std::sync::Arc;
 /// Keys sampled to pick the capacity-eviction threshold.
 const CAPACITY_SAMPLE: usize = 1024;
 
-/// A keyed rate limiter over a [`Map`]: a `papaya` concurrent map (hashed with `ahash`) from key to a cell of
-/// state, the cell chosen by `V`.
+/// The lock-free keyed limiter over a [`Map`]: a `papaya` concurrent map (hashed with `ahash`)
+/// from key to a cell of state.
 ///
-/// With [`Cas`] ([`CasLimiter`]) the hot path for a known key is: clock read → hash →
+/// With [`Cas`] the hot path for a known key is: clock read → hash →
 /// lock-free lookup → load the state word → pure algorithm step → `compare_exchange_weak`
 /// (retried with backoff on a lost race). It allocates nothing, and takes no lock for a word
 /// state (a `u128` one: where the CPU has a 16-byte CAS); the states that are no word (the
@@ -40,11 +40,9 @@ const CAPACITY_SAMPLE: usize = 1024;
 /// same map holds each key's state behind a `parking_lot::Mutex`, and the same step runs under
 /// it.
 ///
-/// Look-ups borrow: a `KeyedLimiter<String, _>` is checked with `&str`, so a request
-/// allocates nothing for a known key. Every operation is [`Limiter`]'s.
-pub type KeyedLimiter<K, A, C = QuantaClock, V = Cas> = Limiter<Map<K, A, C, V>>;
-
-/// The lock-free keyed limiter.
+/// Look-ups borrow: a `CasLimiter<String, _>` is checked with `&str`, so a request
+/// allocates nothing for a known key. Every operation is [`Limiter`]'s; code generic over the
+/// cell names `Limiter<Map<K, A, C, V>>` with `V:` [`Variant`].
 pub type CasLimiter<K, A, C = QuantaClock> = Limiter<Map<K, A, C, Cas>>;
 
 /// The pessimistic twin: the same map and algorithm, each key's state behind a mutex.
@@ -52,7 +50,7 @@ pub type MutexLimiter<K, A, C = QuantaClock> = Limiter<Map<K, A, C, Locked>>;
 
 /// The keyed [`Store`](crate::store::Store) of any key: a `papaya` concurrent map (hashed
 /// with `ahash`) from key to a cell of state, the cell chosen by `V` ([`Cas`] or [`Locked`]);
-/// see [`KeyedLimiter`].
+/// see [`CasLimiter`].
 pub struct Map<K, A: Algorithm, C = QuantaClock, V: Variant<A> = Cas>(
     pub(crate) Arc<Shared<K, A, C, V>>,
 );

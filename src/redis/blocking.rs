@@ -310,18 +310,6 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
         self.decide_batch(requests.iter().copied(), out);
     }
 
-    /// The decision `check_n` would return, without counting it (never answered by the local
-    /// fast path); an outage answers the [`FailMode`].
-    fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        let req = Req::new(key, cost, At::Server, Mode::Peek);
-        self.core.fail_over(self.decide_req(req))
-    }
-
-    fn peek(&self, key: &str) -> Decision {
-        // Cost 1 is always valid.
-        RateLimiter::peek_n(self, key, 1).unwrap_or_else(|_| self.core.config.fail_mode.decision())
-    }
-
     /// Waits on the calling thread until a request of cost 1 for `key` is allowed: sleeps for
     /// each denial's `retry_after` and asks again (other instances may take the freed quota
     /// first, so it may wait more than once). An outage answers the [`FailMode`] (open: at

@@ -4,10 +4,10 @@
 
 #![allow(dead_code)]
 
-use hotlimit::store::{SweepTotals, Variant};
+use hotlimit::store::{Map, SweepTotals, Variant};
 use hotlimit::{
-    algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, KeyedLimiter, ManualClock,
-    MutexLimiter, QuantaClock,
+    algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, Limiter, ManualClock, MutexLimiter,
+    QuantaClock,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -104,12 +104,12 @@ trait Target: Send + Sync {
     fn totals(&self) -> SweepTotals;
 }
 
-impl<V: Variant<Gcra>, C: Clock> Target for KeyedLimiter<u64, Gcra, C, V> {
+impl<V: Variant<Gcra>, C: Clock> Target for Limiter<Map<u64, Gcra, C, V>> {
     fn check(&self, key: u64) -> bool {
-        KeyedLimiter::check(self, &key).is_allowed()
+        Limiter::check(self, &key).is_allowed()
     }
     fn len(&self) -> usize {
-        KeyedLimiter::len(self)
+        Limiter::len(self)
     }
     fn totals(&self) -> SweepTotals {
         self.metrics().sweep

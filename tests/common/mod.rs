@@ -10,10 +10,10 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
     SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Ask, Cas, Locked};
+use hotlimit::store::{Ask, Cas, Keys, Locked};
 use hotlimit::{
-    CasLimiter, CompactLimiter, Decision, DirectLimiter, Live, ManualClock, MutexLimiter, Policy,
-    QuantaClock, Rate, RateLimiter, Requests,
+    CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, Limiter, Live,
+    ManualClock, MutexLimiter, Policy, QuantaClock, Rate, RateLimiter, Requests,
 };
 use hotlimit::{QuotaError, Ticket};
 use sharded::ShardedLimiter;
@@ -24,7 +24,34 @@ use std::time::Duration;
 pub const COMPACT_KEYS: usize = 1024;
 
 /// A limiter under test, built on a given manual clock.
-pub type Make = Box<dyn Fn(ManualClock) -> Box<dyn RateLimiter<u64>> + Sync>;
+pub type Make = Box<dyn Fn(ManualClock) -> Box<dyn Limit> + Sync>;
+
+/// What these tests ask of every store, whatever its algorithm: `RateLimiter`'s checks, and a
+/// peek (a `Request`'s on the library's limiters, the baseline's own on the sharded one).
+pub trait Limit: RateLimiter<u64> {
+    /// The decision `check_n` would return now, counting nothing.
+    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError>;
+
+    /// `peek_n` of cost 1.
+    fn peek(&self, key: &u64) -> Decision {
+        self.peek_n(key, 1).expect("cost 1 is always valid")
+    }
+}
+
+impl<S: Keys<u64> + Send + Sync> Limit for Limiter<S> {
+    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
+        self.request(key).cost(cost).peek().map_err(|e| match e {
+            QuotaError::Cost(e) => e,
+            e => panic!("the limiter's own quota: {e}"),
+        })
+    }
+}
+
+impl<A: Algorithm, C: Clock> Limit for ShardedLimiter<u64, A, C> {
+    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
+        ShardedLimiter::peek_n(self, key, cost)
+    }
+}
 
 /// A named algorithm configuration, with a limiter factory per store variant.
 pub struct Case {

@@ -104,14 +104,8 @@ pub struct NoPlans;
 impl<L: AsyncRateLimiter<str> + ?Sized> RequestPlan<L> for NoPlans {
     #[inline(always)]
     fn start(&self, limiter: &L, _: &Parts, key: &str, cost: u64) -> Planned<L::Future, L::Error> {
-        let started = if cost == 1 {
-            // Cost 1 is always valid: an in-memory limiter skips the cost check.
-            limiter.start_check(key)
-        } else {
-            limiter.start_check_n(key, cost)
-        };
         Planned {
-            started: Ok(started),
+            started: Ok(limiter.start_check_n(key, cost)),
             policy: None,
         }
     }

@@ -607,21 +607,6 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
         self.decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
     }
 
-    fn peek_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        let store = &self.inner.store;
-        store.core.cost(cost)?;
-        let now = store.core.clock.now();
-        // The limiter's own quota (always registered) and a valid cost: no error left.
-        Ok(self
-            .preview_at(key, cost, None, now)
-            .unwrap_or_else(|_| Decision::denied_ns(1)))
-    }
-
-    fn peek(&self, key: &str) -> Decision {
-        // Cost 1 is valid for every algorithm.
-        crate::RateLimiter::peek_n(self, key, 1).unwrap_or_else(|_| Decision::denied_ns(1))
-    }
-
     /// Checks until allowed, sleeping (on the limiter's clock) for each denial's
     /// `retry_after`, at least 1 ms.
     fn until_ready_blocking(&self, key: &str) -> Decision {
