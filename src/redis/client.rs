@@ -449,19 +449,6 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         invocation
     }
 
-    /// `EVALSHA` of the script for `req`, for a pipeline (redis-rs pipelines no script
-    /// invocation): a `NOSCRIPT` among its replies asks for
-    /// [`Script::load`](::redis::Script::load) and those requests again.
-    fn evalsha(&self, req: &Req<'_, A>) -> ::redis::Cmd {
-        let (keys, args) = self.script_call(req);
-        let mut cmd = ::redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash())
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args);
-        cmd
-    }
-
     /// The counter of requests sent to Redis, for a [`Counted`](super::connection::Counted)
     /// connection.
     pub(super) fn trips(&self) -> &AtomicU64 {
@@ -609,8 +596,10 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     pub(super) fn pipeline(&self, requests: &[(&str, u64)]) -> ::redis::Pipeline {
         let mut pipe = ::redis::pipe();
         for &(key, cost) in requests {
-            let req = Req::new(key, cost, At::Server, Mode::Check);
-            pipe.add_command(self.evalsha(&req));
+            // redis-rs' `EVALSHA` of the invocation; a pipeline does not load a missing
+            // script, so a `NOSCRIPT` among the replies asks for `Script::load` and those
+            // requests again (`retry_pipeline`).
+            pipe.invoke_script(&self.invocation(&Req::new(key, cost, At::Server, Mode::Check)));
         }
         pipe
     }

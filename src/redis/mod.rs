@@ -33,8 +33,9 @@
 //! `ZADD`, then `ZCARD`) the window family races; as one script it is atomic. Each
 //! script is a `redis::Script`: called by `EVALSHA` and, when the server answers `NOSCRIPT`
 //! (after a restart or a `SCRIPT FLUSH`), loaded and called again, by redis-rs' invocation for
-//! a request and, for a pipelined batch (which redis-rs does not invoke scripts in), by
-//! sending again the requests that got `NOSCRIPT`; so each decision is one atomic round trip: Redis runs one script at a time, which makes decisions linearizable per key
+//! a request and, for a pipelined batch (redis-rs pipelines the invocations' `EVALSHA` but
+//! loads no missing script), by loading it and sending again the requests that got
+//! `NOSCRIPT`; so each decision is one atomic round trip: Redis runs one script at a time, which makes decisions linearizable per key
 //! across every client.
 //!
 //! **Time** is Redis' own clock (`TIME`, read inside the script), so instances whose clocks
