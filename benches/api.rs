@@ -59,7 +59,9 @@ fn api(c: &mut Criterion) {
                 .check()
                 .is_ok_and(|d| d.is_allowed())
         });
-        let other = gcra().with_burst(own.burst() * 2).unwrap();
+        let other = gcra()
+            .with_burst(hotlimit::algo::Algorithm::capacity(&own) * 2)
+            .unwrap();
         bench("check-with-other-plan", &|k| {
             plain
                 .request(k)

@@ -70,7 +70,9 @@ fn main() {
         return;
     };
     let (own, ops) = (gcra(), 250_000);
-    let other = own.with_burst(own.burst() / 2).unwrap();
+    let other = own
+        .with_burst(hotlimit::algo::Algorithm::capacity(&own) / 2)
+        .unwrap();
     common::table_head(
         &format!(
             "one thread, exact clock; {rounds} interleaved rounds of {ops} requests per row: \

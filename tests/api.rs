@@ -212,7 +212,7 @@ fn multi_quota_under_threads<A, V>(
 
 /// At most `burst + elapsed/T` by `now`.
 fn gcra_bound(g: &Gcra, now: u64) -> u64 {
-    g.burst() + now / g.emission_interval().as_nanos() as u64
+    g.capacity() + now / g.emission_interval().as_nanos() as u64
 }
 
 // Pins G1, G13.

@@ -7,7 +7,7 @@ mod fault_proxy;
 mod redis_server;
 
 use fault_proxy::Proxy;
-use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, InFlight, SlidingWindow};
+use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, InFlight, SlidingWindow};
 use hotlimit::redis::{
     BackendError, Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, RedisLimiter, SyncError,
 };
@@ -1395,7 +1395,7 @@ fn per_request_gcra_quotas_are_shared_exactly() {
         }
         assert_eq!(
             got_a + got_b,
-            quota.burst(),
+            quota.capacity(),
             "{key}: a {got_a}, b {got_b}: {:?} {:?}",
             a.stats(),
             b.stats()

@@ -563,7 +563,7 @@ fn check_parsers(s: &str) -> Result<(), TestCaseError> {
     match s.parse::<Gcra>() {
         Ok(g) => {
             prop_assert!(!g.emission_interval().is_zero(), "{:?} -> {:?}", s, g);
-            prop_assert!(g.burst() >= 1, "{:?} -> {:?}", s, g);
+            prop_assert!(g.capacity() >= 1, "{:?} -> {:?}", s, g);
         }
         Err(e) => check_error(&e)?,
     }

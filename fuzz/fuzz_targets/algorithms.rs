@@ -42,7 +42,7 @@ struct Input {
 fuzz_target!(|input: Input| {
     if let Some(g) = input.gcra.build() {
         let t = g.emission_interval().as_nanos();
-        let burst = g.burst();
+        let burst = hotlimit::algo::Algorithm::capacity(&g);
         let mut first: Option<u64> = None;
         let mut last = 0u64;
         let mut allowed: u128 = 0;

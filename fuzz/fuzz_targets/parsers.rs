@@ -53,7 +53,10 @@ fuzz_target!(|data: &[u8]| {
     match s.parse::<Gcra>() {
         Ok(g) => {
             assert!(!g.emission_interval().is_zero(), "{s:?} -> {g:?}");
-            assert!(g.burst() >= 1, "{s:?} -> {g:?}");
+            assert!(
+                hotlimit::algo::Algorithm::capacity(&g) >= 1,
+                "{s:?} -> {g:?}"
+            );
         }
         Err(e) => check_error(s, &e),
     }

@@ -130,11 +130,6 @@ impl Gcra {
         Duration::from_nanos(self.t)
     }
 
-    /// The burst `B`.
-    pub fn burst(&self) -> u64 {
-        self.burst
-    }
-
     /// The burst tolerance `B·T`, ns.
     #[cfg(feature = "redis")]
     #[inline]

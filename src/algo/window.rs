@@ -12,19 +12,14 @@ pub(crate) struct WindowConfig {
     pub(crate) policy: Policy,
 }
 
-/// The accessors every window algorithm has over its `config: WindowConfig`: `with_policy`,
-/// `limit`, and `window` (documented by the argument).
+/// The accessors every window algorithm has over its `config: WindowConfig`: `with_policy` and
+/// `window` (documented by the argument). The limit per window is `Algorithm::capacity`.
 macro_rules! window_accessors {
     ($window_doc:literal) => {
         /// Sets the policy.
         pub fn with_policy(mut self, policy: Policy) -> Self {
             self.config.policy = policy;
             self
-        }
-
-        /// The limit per window.
-        pub fn limit(&self) -> u64 {
-            self.config.limit
         }
 
         #[doc = $window_doc]

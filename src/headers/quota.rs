@@ -248,7 +248,7 @@ impl AdvertisedQuota for Gcra {
         let t = self.emission_interval();
         Some(
             QuotaPolicy::rate(1, t)
-                .with_burst(self.burst())
+                .with_burst(crate::algo::Algorithm::capacity(self))
                 .refilling_every(t),
         )
     }
@@ -260,7 +260,7 @@ macro_rules! window_quota {
     ($($t:ty),*) => {$(
         impl AdvertisedQuota for $t {
             fn advertised_quota(&self) -> Option<QuotaPolicy> {
-                let (limit, window) = (self.limit(), self.window());
+                let (limit, window) = (crate::algo::Algorithm::capacity(self), self.window());
                 Some(if window.subsec_nanos() == 0 {
                     QuotaPolicy::new(limit, window)
                 } else {

@@ -108,7 +108,7 @@ impl private::Sealed for FixedWindow {
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let w = units(self.window(), unit_ns);
-        vec![num(self.limit() as f64), num(w), strict(self.policy())]
+        vec![num(self.capacity() as f64), num(w), strict(self.policy())]
     }
 }
 impl RedisAlgorithm for FixedWindow {}
@@ -139,7 +139,7 @@ impl private::Sealed for SlidingWindow {
             "0"
         };
         vec![
-            num(self.limit() as f64),
+            num(self.capacity() as f64),
             num(w),
             strict(self.policy()),
             floor.to_string(),
@@ -155,7 +155,7 @@ impl private::Sealed for SubWindow {
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let span = self.span();
         vec![
-            num(self.limit() as f64),
+            num(self.capacity() as f64),
             num(units(self.bucket(), unit_ns)),
             num(span as f64),
             strict(self.policy()),
@@ -170,7 +170,7 @@ impl private::Sealed for SlidingLog {
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
         let w = units(self.window(), unit_ns);
-        vec![num(self.limit() as f64), num(w), strict(self.policy())]
+        vec![num(self.capacity() as f64), num(w), strict(self.policy())]
     }
     fn key_suffixes(&self) -> Vec<String> {
         vec![String::new(), ":n".into()]

@@ -129,14 +129,14 @@ impl Engine for Gcra {
     const EXTRA_KEYS: &'static [&'static str] = &[":b"];
 
     fn plan(&self, fallback: Fallback) -> Result<Plan, ConfigError> {
-        if self.burst() > DEBT_MAX {
+        if self.capacity() > DEBT_MAX {
             return Err(ConfigError::TooLarge {
                 field: Field::Burst,
-                value: self.burst().to_string(),
+                value: self.capacity().to_string(),
                 max: "2^29 - 1 units in the hybrid limiter (count in larger units)",
             });
         }
-        let budget = fallback.part(self.burst())?;
+        let budget = fallback.part(self.capacity())?;
         let fallback = if budget == 0 {
             None
         } else {
@@ -345,7 +345,7 @@ impl Engine for Gcra {
         } else {
             // About two rounds of demand, at most the burst.
             ((2.0 * book.demand).ceil() as u64)
-                .clamp(1, self.burst())
+                .clamp(1, self.capacity())
                 .saturating_sub(l.units)
         };
         let mut give = 0;

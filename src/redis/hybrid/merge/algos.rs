@@ -102,7 +102,7 @@ impl Merge for FixedWindow {
             (i, c) if i >= index => c,
             _ => 0,
         };
-        let left = self.limit().saturating_sub(held);
+        let left = self.capacity().saturating_sub(held);
         self.pack(
             index,
             held.saturating_add(others_part(left, share))
@@ -250,7 +250,7 @@ impl Merge for SlidingWindow {
         let elapsed = now.saturating_sub(v.index.saturating_mul(w)).min(w);
         let carried = (u128::from(v.prev) * u128::from(w - elapsed)).div_ceil(u128::from(w));
         let held = (carried as u64).saturating_add(v.cur);
-        let left = self.limit().saturating_sub(held);
+        let left = self.capacity().saturating_sub(held);
         let max = u32::MAX as u64 - 1;
         Self::pack(
             v.index,
