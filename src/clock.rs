@@ -93,9 +93,10 @@ impl QuantaClock {
         }
     }
 
-    /// `quanta`'s clock, whatever the kernel trusts: the TSC where quanta finds an invariant
-    /// one (quanta falls back to the OS clock itself where there is none).
-    pub fn tsc() -> Self {
+    /// `quanta`'s clock: the TSC where quanta finds an invariant one (quanta falls back to
+    /// the OS clock itself where there is none). Only where the kernel keeps its time by it: a
+    /// TSC the kernel does not trust may drift between cores, and no caller should overrule it.
+    fn tsc() -> Self {
         let clock = quanta::Clock::new();
         let origin = clock.raw();
         Self {
