@@ -184,8 +184,15 @@ pub trait Algorithm: Send + Sync + 'static {
 
     /// The time (ns) from which the debt word `debt` of part `part` limits nothing: its
     /// restored state is then equivalent to a fresh one. A debt table cell whose debt is paid
-    /// is free for another key.
-    fn debt_paid_at(&self, part: usize, debt: u128) -> u64;
+    /// is free for another key. By default the [`idle_at`](Algorithm::idle_at) of the state
+    /// [`restore`](Algorithm::restore)d from that word alone (0 for a word of 0); an algorithm
+    /// whose restore is dear (a log's) answers from the word.
+    fn debt_paid_at(&self, part: usize, debt: u128) -> u64 {
+        if debt == 0 {
+            return 0;
+        }
+        self.idle_at(&self.restore(&|p| if p == part { debt } else { 0 }))
+    }
 
     /// How many numbers rank part `part`'s debt words ([`debt_rank`](Algorithm::debt_rank)):
     /// 0 (the default) where they are not ranked, so a key evicted for capacity comes back

@@ -311,10 +311,6 @@ impl Algorithm for Earrrl {
         u128::from(ordered(*word) - ordered(f64::NEG_INFINITY.to_bits()))
     }
 
-    fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
-        self.idle_at(&self.restore(&|_| debt))
-    }
-
     fn debt_lanes(&self, _: usize) -> usize {
         1
     }

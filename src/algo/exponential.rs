@@ -359,10 +359,6 @@ impl Algorithm for Exponential {
         Self::debt_word(t, Self::q_at(tau, t))
     }
 
-    fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
-        self.idle_at(&self.restore(&|_| debt))
-    }
-
     fn debt_lanes(&self, _: usize) -> usize {
         1
     }

@@ -330,10 +330,6 @@ impl Algorithm for SlidingWindow {
         self.debt(&Self::pack(index, pa.max(pb), ca.max(cb)), 0)
     }
 
-    fn debt_paid_at(&self, _: usize, debt: u128) -> u64 {
-        self.idle_at(&self.restore(&|_| debt))
-    }
-
     fn debt_lanes(&self, _: usize) -> usize {
         2
     }

@@ -92,14 +92,6 @@ impl Algorithm for TickBucket {
         u128::from(self.idle_at(state))
     }
 
-    fn debt_paid_at(&self, _part: usize, debt: u128) -> u64 {
-        if debt == 0 {
-            return 0;
-        }
-        let restored = self.restore(&|_| debt);
-        self.idle_at(&restored)
-    }
-
     /// The empty bucket that is full again at the first tick from the debt's end: at every
     /// instant no fuller than any state full by then (refills add at most `per_tick` a tick).
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {
