@@ -55,7 +55,7 @@ pub trait Clock: Send + Sync + 'static {
 /// current_clocksource`); so [`new`](QuantaClock::new) does the same, and on any other
 /// clocksource, or off Linux, reads the OS monotonic clock (`std::time::Instant`) instead.
 /// What each costs on the one-key path is in `BENCHMARKS.md` ("The default clock").
-/// [`tsc`](QuantaClock::tsc) and [`os`](QuantaClock::os) pick one outright.
+/// [`os`](QuantaClock::os) picks the OS clock outright; nothing overrules the kernel the other way.
 ///
 /// Clones share the origin, so every clone of one limiter's clock agrees.
 ///

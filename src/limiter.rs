@@ -257,6 +257,13 @@ pub(crate) mod sealed {
         /// The per-key cell.
         type Cell: StateCell<A::State>;
     }
+
+    /// The compact table's slot of a [`Variant`](super::Variant) for an algorithm's state: a
+    /// supertrait of `Variant`, so one bound serves every store.
+    pub trait VariantSlot<A: Algorithm> {
+        /// The slot, for keys of form `R`.
+        type Slot<R: crate::storage::KeyRepr>: crate::storage::TableSlot<R, A::State>;
+    }
 }
 
 /// How a store keeps each key's state: [`Cas`] or [`Locked`], the last parameter of
@@ -277,7 +284,7 @@ pub(crate) mod sealed {
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 pub trait Variant<A: Algorithm>:
-    sealed::VariantCell<A> + crate::storage::VariantSlot<A> + Send + Sync + 'static
+    sealed::VariantCell<A> + sealed::VariantSlot<A> + Send + Sync + 'static
 {
 }
 

@@ -106,11 +106,3 @@ pub trait StateSlot: Sized {
     /// The slot, for keys of form `R`.
     type CasSlot<R: KeyRepr>: TableSlot<R, Self>;
 }
-
-/// The compact table's slot of a variant ([`Cas`](crate::store::Cas) or
-/// [`Locked`](crate::store::Locked)) for an algorithm's state: a supertrait of
-/// [`Variant`](crate::store::Variant), so one bound serves every store.
-pub trait VariantSlot<A: crate::algo::Algorithm> {
-    /// The slot, for keys of form `R`.
-    type Slot<R: KeyRepr>: TableSlot<R, A::State>;
-}

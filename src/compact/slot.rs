@@ -10,7 +10,7 @@ pub use crate::storage::{KeyRepr, ReprSlot, StateSlot, TableSlot};
 use crate::sync::{cas_loop, Atomic128, AtomicU64, CasAtomic, Mutex, Ordering, Round};
 use std::fmt;
 
-pub(crate) use crate::storage::VariantSlot;
+pub(crate) use crate::limiter::sealed::VariantSlot;
 
 impl KeyRepr for u64 {}
 impl KeyRepr for u128 {}

@@ -186,7 +186,7 @@ impl<A: super::Engine> Variant<super::Fleet<A>> for Hybrid {}
 
 /// Required of every variant (the compact table's slot); the hybrid limiter keeps its entries
 /// in the keyed map only, so this slot is never built.
-impl<A: super::Engine> crate::storage::VariantSlot<super::Fleet<A>> for Hybrid {
+impl<A: super::Engine> crate::limiter::sealed::VariantSlot<super::Fleet<A>> for Hybrid {
     type Slot<R: crate::storage::KeyRepr> =
         crate::compact::slot::LockSlot<R, <super::Fleet<A> as crate::algo::Algorithm>::State>;
 }
