@@ -87,7 +87,7 @@ fn measure_rss(variant: &str, keys: u64) -> f64 {
             rss
         }
         "papaya" => {
-            let l = CasLimiter::<u64, Gcra>::with_clock(gcra(), clock);
+            let l = CasLimiter::<u64, Gcra, _>::with_clock(gcra(), clock);
             (0..keys).for_each(|k| {
                 let _ = l.check(&k);
             });

@@ -244,7 +244,7 @@ where
 /// A papaya-store GCRA limiter holding keys `0..SAMPLE`, each brought to `step`.
 fn cas_10k(step: Step) -> (&'static CasLimiter<u64, Gcra, ManualClock>, &'static [u64]) {
     let clock = ManualClock::default();
-    let limiter = Box::leak(Box::new(CasLimiter::<u64, Gcra>::with_clock(
+    let limiter = Box::leak(Box::new(CasLimiter::<u64, Gcra, _>::with_clock(
         gcra(),
         clock.clone(),
     )));

@@ -440,11 +440,11 @@ impl Setup<'_> {
         let clock = ManualClock::default();
         match (self.store, self.variant) {
             (Store::Papaya, Variant::Cas) => {
-                let limiter = CasLimiter::<String, A>::with_clock(algo, clock.clone());
+                let limiter = CasLimiter::<String, A, _>::with_clock(algo, clock.clone());
                 replay_stdio(&limiter, &clock)
             }
             (Store::Papaya, Variant::Mutex) => {
-                let limiter = MutexLimiter::<String, A>::with_clock(algo, clock.clone());
+                let limiter = MutexLimiter::<String, A, _>::with_clock(algo, clock.clone());
                 replay_stdio(&limiter, &clock)
             }
             // `--store compact`: string keys as 64-bit keyed hashes in a table for

@@ -175,7 +175,7 @@ impl Clock for QuantaClock {
 /// use std::time::Duration;
 ///
 /// let clock = CoarseClock::new(Duration::from_millis(1))?;
-/// let limiter = CasLimiter::<u64, Gcra>::with_clock("1000/s burst 50".parse()?, clock);
+/// let limiter = CasLimiter::<u64, Gcra, _>::with_clock("1000/s burst 50".parse()?, clock);
 /// assert!(limiter.check(&7).is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

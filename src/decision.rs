@@ -400,7 +400,7 @@ impl fmt::Debug for Decision {
 /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
 ///
 /// // 100 tokens per minute, estimated at 30 per request up front.
-/// let l = CasLimiter::<String, Gcra>::with_clock("100/min".parse()?, ManualClock::default());
+/// let l = CasLimiter::<String, Gcra, _>::with_clock("100/min".parse()?, ManualClock::default());
 /// let mut ticket = l.request("key").cost(30).take()?;
 /// assert!(ticket.decision().is_allowed());
 /// assert!(l.request("key").settle(&mut ticket, 12)?); // 18 unused tokens come back

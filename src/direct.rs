@@ -21,7 +21,7 @@ use std::fmt;
 /// ```
 /// use hotlimit::{algo::Gcra, DirectLimiter, ManualClock};
 ///
-/// let global = DirectLimiter::<Gcra>::with_clock("100/s burst 2".parse()?, ManualClock::default());
+/// let global = DirectLimiter::<Gcra, _>::with_clock("100/s burst 2".parse()?, ManualClock::default());
 /// assert!(global.check(&()).is_allowed());
 /// assert!(global.check(&()).is_allowed());
 /// assert!(global.check(&()).is_denied());

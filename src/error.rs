@@ -365,11 +365,11 @@ impl From<CostError> for QuotaError {
 /// ```
 /// use hotlimit::{algo::Gcra, QuotaError, CasLimiter, ManualClock, TicketError};
 ///
-/// let l = CasLimiter::<String, Gcra>::with_clock("100/min".parse()?, ManualClock::default());
+/// let l = CasLimiter::<String, Gcra, _>::with_clock("100/min".parse()?, ManualClock::default());
 /// let mut ticket = l.request("alice").cost(30).take()?;
 /// let other_key = l.request("bob").settle(&mut ticket, 0);
 /// assert_eq!(other_key, Err(QuotaError::Ticket(TicketError::OtherKey)));
-/// let other = CasLimiter::<String, Gcra>::with_clock("100/min".parse()?, ManualClock::default());
+/// let other = CasLimiter::<String, Gcra, _>::with_clock("100/min".parse()?, ManualClock::default());
 /// let elsewhere = other.request("alice").settle(&mut ticket, 0);
 /// assert_eq!(elsewhere, Err(QuotaError::Ticket(TicketError::OtherLimiter)));
 /// assert_eq!(l.request("alice").settle(&mut ticket, 0), Ok(true)); // still open: refunded here

@@ -7,7 +7,7 @@
 //!
 //! // 10 requests per second per client, bursts of up to 5.
 //! let clock = ManualClock::default(); // tests and replays; `CasLimiter::new` uses `QuantaClock`
-//! let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 5".parse()?, clock.clone());
+//! let limiter = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 5".parse()?, clock.clone());
 //!
 //! for _ in 0..5 {
 //!     assert!(limiter.check("203.0.113.7").is_allowed());

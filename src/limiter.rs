@@ -27,8 +27,8 @@ use std::future::{ready, Future, Ready};
 ///     (0..n).filter(|_| l.check("k").is_allowed()).count()
 /// }
 /// let g: Gcra = "10/s burst 3".parse()?;
-/// assert_eq!(admitted(&CasLimiter::<String, _>::with_clock(g, ManualClock::default()), 10), 3);
-/// assert_eq!(admitted(&MutexLimiter::<String, _>::with_clock(g, ManualClock::default()), 10), 3);
+/// assert_eq!(admitted(&CasLimiter::<String, _, _>::with_clock(g, ManualClock::default()), 10), 3);
+/// assert_eq!(admitted(&MutexLimiter::<String, _, _>::with_clock(g, ManualClock::default()), 10), 3);
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 pub trait RateLimiter<Q: ?Sized>: Send + Sync {
@@ -160,7 +160,7 @@ impl<Q: ?Sized, L: NonBlocking<Q> + ?Sized> NonBlocking<Q> for &L {}
 ///     }
 ///     allowed
 /// }
-/// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 3".parse()?, ManualClock::default());
+/// let l = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 3".parse()?, ManualClock::default());
 /// let rt = tokio::runtime::Builder::new_current_thread().build()?;
 /// assert_eq!(rt.block_on(admitted(&l, 10)), 3);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -277,7 +277,7 @@ pub(crate) mod sealed {
 /// use hotlimit::{algo::Algorithm, CasLimiter, ManualClock};
 ///
 /// fn first_two<A: Algorithm>(algo: A) -> [bool; 2] {
-///     let l = CasLimiter::<u64, A>::with_clock(algo, ManualClock::default());
+///     let l = CasLimiter::<u64, A, _>::with_clock(algo, ManualClock::default());
 ///     [l.check(&1).is_allowed(), l.check(&1).is_allowed()]
 /// }
 /// assert_eq!(first_two("1/s".parse::<hotlimit::algo::Gcra>()?), [true, false]);

@@ -27,7 +27,7 @@ use std::fmt;
 /// ```
 /// use hotlimit::{algo::Gcra, CasLimiter, Live, ManualClock};
 ///
-/// let limiter = CasLimiter::<String, _>::with_clock(
+/// let limiter = CasLimiter::<String, _, _>::with_clock(
 ///     Live::new("100/s burst 100".parse::<Gcra>()?),
 ///     ManualClock::default(),
 /// );

@@ -150,7 +150,7 @@ impl<Q: ?Sized, T: sealed::Lookup<Q>> Keys<Q> for T {}
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::default();
-/// let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 2".parse()?, clock.clone());
+/// let limiter = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 2".parse()?, clock.clone());
 /// assert!(limiter.check("alice").is_allowed());
 /// assert!(limiter.check("alice").is_allowed());
 /// let denied = limiter.check("alice");
@@ -184,23 +184,27 @@ impl<S: Store + Build<Clock = QuantaClock>> Limiter<S> {
         }
     }
 
-    /// A limiter running `algo` on `clock`, without background sweeps.
-    pub fn with_clock<C: Clock>(algo: S::Algo, clock: C) -> Limiter<S::WithClock<C>> {
+    /// A builder for a limiter running `algo`: clock, metrics, and for the keyed stores a
+    /// capacity bound and a background sweeper.
+    pub fn builder(algo: S::Algo) -> Builder<Self, S::Algo> {
+        Builder::new(algo)
+    }
+}
+
+impl<S: Store + Build> Limiter<S> {
+    /// A limiter running `algo` on `clock`, without background sweeps: a limiter of this very
+    /// type, whose clock is the aliases' `C` (`_` infers it from `clock`):
+    /// `CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::default())`.
+    pub fn with_clock(algo: S::Algo, clock: S::Clock) -> Self {
         // Not through `Builder::new`: that would start (and calibrate) a default clock only
         // to drop it.
-        match S::WithClock::<C>::build(algo, clock, &Options::default()) {
+        match S::build(algo, clock, &Options::default()) {
             Ok((store, sweeper)) => Limiter {
                 store,
                 _sweeper: sweeper,
             },
             Err(_) => out_of_memory(),
         }
-    }
-
-    /// A builder for a limiter running `algo`: clock, metrics, and for the keyed stores a
-    /// capacity bound and a background sweeper.
-    pub fn builder(algo: S::Algo) -> Builder<Self, S::Algo> {
-        Builder::new(algo)
     }
 }
 
@@ -278,7 +282,7 @@ impl<S: Store> Limiter<S> {
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
-    /// let limiter = CasLimiter::<String, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::default());
+    /// let limiter = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 1".parse()?, ManualClock::default());
     /// assert!(limiter.request("k").peek()?.is_allowed());
     /// assert_eq!(limiter.len(), 0); // a peek counts nothing, inserts nothing
     /// assert!(limiter.check("k").is_allowed());
@@ -307,7 +311,7 @@ impl<S: Store> Limiter<S> {
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
-    /// let l = CasLimiter::<u64, Gcra>::with_clock("10/s burst 2".parse()?, ManualClock::default());
+    /// let l = CasLimiter::<u64, Gcra, _>::with_clock("10/s burst 2".parse()?, ManualClock::default());
     /// let mut out = Vec::new();
     /// l.check_batch(&[7, 8, 7, 7], &mut out);
     /// let allowed: Vec<bool> = out.iter().map(|d| d.is_allowed()).collect();
@@ -564,7 +568,7 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
     /// #     }
     /// # }
     /// let clock = ManualClock::default();
-    /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
+    /// let limiter = CasLimiter::<u32, Gcra, _>::with_clock("4/s burst 1".parse()?, clock.clone());
     /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
     /// // With tokio: `limiter.request(&1).until_ready(tokio::time::sleep).await`.
     /// let fake_sleep = |d| {
@@ -593,7 +597,7 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
     /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
     ///
     /// let clock = ManualClock::default();
-    /// let limiter = CasLimiter::<u32, Gcra>::with_clock("4/s burst 1".parse()?, clock.clone());
+    /// let limiter = CasLimiter::<u32, Gcra, _>::with_clock("4/s burst 1".parse()?, clock.clone());
     /// assert!(limiter.check(&1).is_allowed()); // the burst of 1, spent
     /// assert!(limiter.request(&1).until_ready_blocking()?.is_allowed());
     /// assert_eq!(clock.now(), 250_000_000);
@@ -632,7 +636,7 @@ impl<'a, S: Keys<Q> + Store<Algo = Gcra> + Send + Sync, Q: ?Sized>
     /// use hotlimit::{algo::{Gcra, Reservation}, CasLimiter, ManualClock};
     /// use std::time::Duration;
     ///
-    /// let l = CasLimiter::<u32, Gcra>::with_clock("10/s burst 1".parse()?, ManualClock::default());
+    /// let l = CasLimiter::<u32, Gcra, _>::with_clock("10/s burst 1".parse()?, ManualClock::default());
     /// let wait = Duration::from_secs(1);
     /// assert_eq!(l.request(&7).reserve(wait)?, Reservation::Admitted { delay: Duration::ZERO });
     /// assert_eq!(l.request(&7).reserve(wait)?, Reservation::Admitted { delay: Duration::from_millis(100) });

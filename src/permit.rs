@@ -28,11 +28,11 @@ use std::fmt;
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///
-/// let running = Arc::new(CasLimiter::<String, _>::with_clock(
+/// let running = Arc::new(CasLimiter::<String, _, _>::with_clock(
 ///     InFlight::new(1, Duration::from_secs(300))?,
 ///     ManualClock::default(),
 /// ));
-/// let rate = CasLimiter::<String, Gcra>::with_clock("100/s burst 2".parse()?, ManualClock::default());
+/// let rate = CasLimiter::<String, Gcra, _>::with_clock("100/s burst 2".parse()?, ManualClock::default());
 /// let admit = |key: &str| -> Result<Option<Permit<_, str>>, hotlimit::QuotaError> {
 ///     let permit = Permit::acquire(running.clone(), key, 1)?;
 ///     Ok((permit.decision().is_allowed() && rate.check(key).is_allowed()).then_some(permit))

@@ -55,7 +55,7 @@ impl<A> Default for Ask<'_, A> {
 ///
 /// let free: Gcra = "10/min burst 10".parse()?;
 /// let pro: Gcra = "1000/min burst 100".parse()?;
-/// let l = CasLimiter::<String, Gcra>::with_clock(free, ManualClock::default());
+/// let l = CasLimiter::<String, Gcra, _>::with_clock(free, ManualClock::default());
 /// // A plan and a partial grant at once: up to 150 units under the pro quota.
 /// let (granted, decision) = l.request("alice").quota(&pro).cost(150).up_to()?;
 /// assert_eq!((granted, decision.is_allowed()), (100, true));
@@ -147,7 +147,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
-    /// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 8".parse()?, ManualClock::default());
+    /// let l = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 8".parse()?, ManualClock::default());
     /// assert_eq!(l.request("k").cost(5).up_to()?.0, 5);
     /// let (granted, decision) = l.request("k").cost(5).up_to()?; // 3 units left
     /// assert_eq!((granted, decision.is_allowed()), (3, true));
@@ -167,7 +167,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
-    /// let l = CasLimiter::<String, Gcra>::with_clock("10/s burst 10".parse()?, ManualClock::default());
+    /// let l = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 10".parse()?, ManualClock::default());
     /// let mut ticket = l.request("k").cost(4).take()?;
     /// assert!(l.request("k").settle(&mut ticket, 9)?); // 5 more than estimated: charged now
     /// assert_eq!(l.request("k").peek()?.remaining(), Some(0)); // 10 − 9 − the peeked unit
@@ -209,8 +209,8 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 ///     l.request(&7).quota(plan).cost(50).up_to().map_or(0, |(n, _)| n)
 /// }
 /// let (own, plan): (Gcra, Gcra) = ("10/s burst 3".parse()?, "100/s burst 20".parse()?);
-/// assert_eq!(granted(&CasLimiter::<u64, _>::with_clock(own, ManualClock::default()), &plan), 20);
-/// assert_eq!(granted(&CompactLimiter::<u64, _>::with_clock(own, ManualClock::default()), &plan), 20);
+/// assert_eq!(granted(&CasLimiter::<u64, _, _>::with_clock(own, ManualClock::default()), &plan), 20);
+/// assert_eq!(granted(&CompactLimiter::<u64, _, _>::with_clock(own, ManualClock::default()), &plan), 20);
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 pub trait Requests<Q: ?Sized>: Send + Sync {
@@ -278,7 +278,7 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
 /// ```
 /// use hotlimit::{algo::Gcra, check_all, CasLimiter, ManualClock};
 ///
-/// let l = CasLimiter::<String, Gcra>::with_clock("1000/s".parse()?, ManualClock::default());
+/// let l = CasLimiter::<String, Gcra, _>::with_clock("1000/s".parse()?, ManualClock::default());
 /// let (user, org): (Gcra, Gcra) = ("10/s burst 3".parse()?, "100/s burst 4".parse()?);
 /// let alice = [(&l, "user:alice", Some(&user)), (&l, "org:acme", Some(&org))];
 /// let bob = [(&l, "user:bob", Some(&user)), (&l, "org:acme", Some(&org))];
@@ -416,7 +416,7 @@ pub(crate) fn tighter(a: (usize, Decision), b: (usize, Decision)) -> (usize, Dec
 ///
 /// type Dyn = dyn Requests<u64, Algo = Gcra, Error = QuotaError>;
 /// let gcra: Gcra = "10/s burst 2".parse()?;
-/// let l: Arc<Dyn> = Arc::new(CasLimiter::<u64, _>::with_clock(gcra, ManualClock::default()));
+/// let l: Arc<Dyn> = Arc::new(CasLimiter::<u64, _, _>::with_clock(gcra, ManualClock::default()));
 /// assert_eq!(l.request(&7).cost(2).check().map(|d| d.is_allowed()), Ok(true));
 /// // A `&dyn` through the impl for `&L` (a `dyn` itself has no `request`: it needs a size).
 /// let borrowed: &Dyn = &*l;

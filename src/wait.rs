@@ -20,7 +20,7 @@ use std::time::Duration;
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::default();
-/// let l = CasLimiter::<u64, Gcra>::with_clock("10/s burst 1".parse()?, clock.clone());
+/// let l = CasLimiter::<u64, Gcra, _>::with_clock("10/s burst 1".parse()?, clock.clone());
 /// assert!(l.check(&7).is_allowed());
 /// // The next unit is 100 ms away; the wait adds up to 50 ms (a manual clock moves instead of
 /// // sleeping).

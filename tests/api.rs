@@ -223,14 +223,14 @@ fn multi_quota_never_exceeds_any_quota_under_threads() {
     // Two GCRA words packed into one CAS word, and the same under the mutex.
     let quotas = AllOf::new(per_second, per_minute);
     let bound = |now| gcra_bound(&per_second, now).min(gcra_bound(&per_minute, now));
-    multi_quota_under_threads(|c| CasLimiter::<u64, _>::with_clock(quotas, c), bound);
-    multi_quota_under_threads(|c| MutexLimiter::<u64, _>::with_clock(quotas, c), bound);
+    multi_quota_under_threads(|c| CasLimiter::<u64, _, _>::with_clock(quotas, c), bound);
+    multi_quota_under_threads(|c| MutexLimiter::<u64, _, _>::with_clock(quotas, c), bound);
     // A pair behind the key's lock: a sliding log allows at most 30 in any minute.
     let log = SlidingLog::new(30, Duration::from_secs(60)).unwrap();
     let pair = AllOf::new(per_second, log);
     let bound = |now| gcra_bound(&per_second, now).min(30);
-    multi_quota_under_threads(|c| CasLimiter::<u64, _>::with_clock(pair, c), bound);
-    multi_quota_under_threads(|c| MutexLimiter::<u64, _>::with_clock(pair, c), bound);
+    multi_quota_under_threads(|c| CasLimiter::<u64, _, _>::with_clock(pair, c), bound);
+    multi_quota_under_threads(|c| MutexLimiter::<u64, _, _>::with_clock(pair, c), bound);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,7 +352,7 @@ fn reconfiguration_under_load_keeps_every_key_and_fits_its_state() {
 fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
     let r = |n| Rate::per_second_of(n).unwrap();
     let e = Earrrl::new(Duration::from_secs(1), r(2.0)).unwrap();
-    let l = CasLimiter::<u64, _>::with_clock(Live::new(e), ManualClock::default());
+    let l = CasLimiter::<u64, _, _>::with_clock(Live::new(e), ManualClock::default());
     let _ = l.check(&1);
     let other = Earrrl::new(Duration::from_secs(9), r(2.0)).unwrap();
     let err = l.reconfigure(other).unwrap_err();
@@ -365,7 +365,7 @@ fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
     assert_eq!(l.request(&1).peek().unwrap().rate(), before.rate());
     assert!(l.request(&1).peek().unwrap().is_denied()); // rate 0.69/s > 0.5/s
 
-    let d = DirectLimiter::<_>::with_clock(
+    let d = DirectLimiter::<_, _>::with_clock(
         Live::new("10/s burst 10".parse::<Gcra>().unwrap()),
         ManualClock::default(),
     );
@@ -429,7 +429,7 @@ fn metrics_totals_equal_the_decisions_returned() {
     metrics_equal_decisions::<Locked>();
     // Off by default: decisions are not counted, the rest is.
     let l =
-        CasLimiter::<u64, _>::with_clock("1/s".parse::<Gcra>().unwrap(), ManualClock::default());
+        CasLimiter::<u64, _, _>::with_clock("1/s".parse::<Gcra>().unwrap(), ManualClock::default());
     let _ = l.check(&1);
     let _ = l.check(&1);
     let m = l.metrics();
@@ -500,7 +500,8 @@ fn until_ready_waits_exactly_the_honest_time() {
     until_ready_on::<hotlimit::store::Cas>();
     until_ready_on::<Locked>();
     let clock = ManualClock::default();
-    let d = DirectLimiter::<_>::with_clock("2/s burst 1".parse::<Gcra>().unwrap(), clock.clone());
+    let d =
+        DirectLimiter::<_, _>::with_clock("2/s burst 1".parse::<Gcra>().unwrap(), clock.clone());
     assert!(d.request(&()).until_ready_blocking().unwrap().is_allowed());
     let _ = d.request(&()).until_ready_blocking().unwrap();
     assert_eq!(clock.now(), 500_000_000);
@@ -522,7 +523,7 @@ fn until_ready_waits_exactly_the_honest_time() {
 fn until_ready_under_a_strict_policy_is_not_counted_while_waiting() {
     let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(2.0).unwrap()).unwrap();
     let clock = ManualClock::default();
-    let l = MutexLimiter::<u64, _>::with_clock(e, clock.clone());
+    let l = MutexLimiter::<u64, _, _>::with_clock(e, clock.clone());
     while l.check(&1).is_allowed() {}
     let waiting = l.request(&1).peek().unwrap().retry_after_nanos();
     let start = clock.now();
@@ -567,7 +568,7 @@ fn concurrent_waiters_never_over_admit() {
 #[test]
 fn a_wait_ends_when_a_reconfiguration_makes_its_cost_impossible() {
     let clock = ManualClock::default();
-    let l = CasLimiter::<u64, _>::with_clock(
+    let l = CasLimiter::<u64, _, _>::with_clock(
         Live::new("10/s burst 5".parse::<Gcra>().unwrap()),
         clock.clone(),
     );

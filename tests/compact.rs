@@ -99,12 +99,12 @@ fn every_key_type_decides_like_the_papaya_store() {
     let gcra: Gcra = "10/s burst 3".parse().unwrap();
     let trace = trace(5_000, 300, 7);
     let clock = ManualClock::default();
-    let papaya = CasLimiter::<u64, Gcra>::with_clock(gcra, clock.clone());
-    let c32 = CompactLimiter::<u32, Gcra>::with_clock(gcra, clock.clone());
-    let c128 = CompactLimiter::<u128, Gcra>::with_clock(gcra, clock.clone());
-    let v4 = CompactLimiter::<Ipv4Addr, Gcra>::with_clock(gcra, clock.clone());
-    let v6 = CompactLimiter::<Ipv6Addr, Gcra>::with_clock(gcra, clock.clone());
-    let ip = CompactLimiter::<IpAddr, Gcra>::with_clock(gcra, clock.clone());
+    let papaya = CasLimiter::<u64, Gcra, _>::with_clock(gcra, clock.clone());
+    let c32 = CompactLimiter::<u32, Gcra, _>::with_clock(gcra, clock.clone());
+    let c128 = CompactLimiter::<u128, Gcra, _>::with_clock(gcra, clock.clone());
+    let v4 = CompactLimiter::<Ipv4Addr, Gcra, _>::with_clock(gcra, clock.clone());
+    let v6 = CompactLimiter::<Ipv6Addr, Gcra, _>::with_clock(gcra, clock.clone());
+    let ip = CompactLimiter::<IpAddr, Gcra, _>::with_clock(gcra, clock.clone());
     let hashed = CompactLimiter::<Hashed<str>, Gcra, _>::with_clock(gcra, clock.clone());
     let locked = CompactLimiter::<u128, Gcra, _, Locked>::with_clock(gcra, clock.clone());
     for &(now, key, cost) in &trace {

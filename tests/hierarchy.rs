@@ -139,19 +139,19 @@ fn threads_never_overspend_a_level_on_every_store() {
     let own: Gcra = "1/h".parse().unwrap();
     let q = gcra_quotas();
     threads_never_overspend(
-        &CasLimiter::<u64, _>::with_clock(own, ManualClock::default()),
+        &CasLimiter::<u64, _, _>::with_clock(own, ManualClock::default()),
         &q,
         limits,
         true,
     );
     threads_never_overspend(
-        &MutexLimiter::<u64, _>::with_clock(own, ManualClock::default()),
+        &MutexLimiter::<u64, _, _>::with_clock(own, ManualClock::default()),
         &q,
         limits,
         true,
     );
     threads_never_overspend(
-        &CompactLimiter::<u64, _>::with_clock(own, ManualClock::default()),
+        &CompactLimiter::<u64, _, _>::with_clock(own, ManualClock::default()),
         &q,
         limits,
         true,
@@ -167,7 +167,7 @@ fn threads_never_overspend_a_level_on_every_store() {
     for policy in [Policy::Leaky, Policy::Strict] {
         let fixed = |n| FixedWindow::new(n, hour).unwrap().with_policy(policy);
         threads_never_overspend(
-            &CasLimiter::<u64, _>::with_clock(fixed(1), ManualClock::default()),
+            &CasLimiter::<u64, _, _>::with_clock(fixed(1), ManualClock::default()),
             &Quotas {
                 user: fixed(5),
                 org: fixed(7),
@@ -178,7 +178,7 @@ fn threads_never_overspend_a_level_on_every_store() {
         );
         let sliding = |n| SlidingWindow::new(n, hour).unwrap().with_policy(policy);
         threads_never_overspend(
-            &CasLimiter::<u64, _>::with_clock(sliding(1), ManualClock::default()),
+            &CasLimiter::<u64, _, _>::with_clock(sliding(1), ManualClock::default()),
             &Quotas {
                 user: sliding(5),
                 org: sliding(7),
@@ -196,7 +196,7 @@ fn threads_never_overspend_a_level_on_every_store() {
 #[test]
 fn levels_on_limiters_of_their_own_never_overspend() {
     let direct = |burst| {
-        DirectLimiter::<Gcra>::with_clock(
+        DirectLimiter::<Gcra, _>::with_clock(
             Gcra::new("1/h".parse().unwrap())
                 .unwrap()
                 .with_burst(burst)
@@ -260,8 +260,8 @@ fn levels_on_limiters_of_their_own_never_overspend() {
 fn a_denial_touches_no_other_level_for_every_algorithm() {
     fn untouched<A: Algorithm>(user: A, org: A) {
         let clock = ManualClock::default();
-        let users = CasLimiter::<u64, A>::with_clock(user, clock.clone());
-        let orgs = CasLimiter::<u64, A>::with_clock(org, clock.clone());
+        let users = CasLimiter::<u64, A, _>::with_clock(user, clock.clone());
+        let orgs = CasLimiter::<u64, A, _>::with_clock(org, clock.clone());
         let levels = |u: &'static u64| [(&users, u, None), (&orgs, &10, None)];
         // Alice's requests, below her own rate, until her organisation denies.
         let mut steps = 0;
@@ -357,7 +357,7 @@ fn each_answer_is_the_sequential_models() {
             global: quota("12/s burst 8"),
         };
         let clock = ManualClock::default();
-        let l = CasLimiter::<u64, _>::with_clock(q.user, clock.clone());
+        let l = CasLimiter::<u64, _, _>::with_clock(q.user, clock.clone());
         let model = Model {
             levels: [q.user, q.org, q.global]
                 .map(|g| CasLimiter::with_clock(g, clock.clone()))

@@ -93,17 +93,17 @@ fn never_more_than_max_in_flight_from_8_threads_on_every_store() {
     let keys = [3u64, 17, 99];
     let clock = ManualClock::default;
     hammer(
-        &CasLimiter::<u64, _>::with_clock(in_flight(3), clock()),
+        &CasLimiter::<u64, _, _>::with_clock(in_flight(3), clock()),
         &keys,
         3,
     );
     hammer(
-        &MutexLimiter::<u64, _>::with_clock(in_flight(3), clock()),
+        &MutexLimiter::<u64, _, _>::with_clock(in_flight(3), clock()),
         &keys,
         3,
     );
     hammer(
-        &CompactLimiter::<u64, _>::with_clock(in_flight(3), clock()),
+        &CompactLimiter::<u64, _, _>::with_clock(in_flight(3), clock()),
         &keys,
         3,
     );
@@ -113,7 +113,7 @@ fn never_more_than_max_in_flight_from_8_threads_on_every_store() {
         3,
     );
     hammer(
-        &DirectLimiter::<_>::with_clock(in_flight(4), clock()),
+        &DirectLimiter::<_, _>::with_clock(in_flight(4), clock()),
         &[()],
         4,
     );
@@ -128,7 +128,7 @@ fn never_more_than_max_in_flight_from_8_threads_on_every_store() {
 #[test]
 fn released_keys_are_swept_and_held_ones_are_not() {
     let clock = ManualClock::default();
-    let l = CasLimiter::<u64, _>::with_clock(in_flight(2), clock.clone());
+    let l = CasLimiter::<u64, _, _>::with_clock(in_flight(2), clock.clone());
     let held = Permit::acquire(&l, &1, 1).unwrap();
     drop(Permit::acquire(&l, &2, 2).unwrap());
     assert_eq!(l.len(), 2);
@@ -247,19 +247,19 @@ fn each_decision_is_the_models_on_every_store() {
     for seed in 1..=4 {
         let clock = ManualClock::default();
         against_the_model(
-            &CasLimiter::<u64, _>::with_clock(in_flight(5), clock.clone()),
+            &CasLimiter::<u64, _, _>::with_clock(in_flight(5), clock.clone()),
             &clock,
             seed,
         );
         let clock = ManualClock::default();
         against_the_model(
-            &MutexLimiter::<u64, _>::with_clock(in_flight(5), clock.clone()),
+            &MutexLimiter::<u64, _, _>::with_clock(in_flight(5), clock.clone()),
             &clock,
             seed,
         );
         let clock = ManualClock::default();
         against_the_model(
-            &CompactLimiter::<u64, _>::with_clock(in_flight(5), clock.clone()),
+            &CompactLimiter::<u64, _, _>::with_clock(in_flight(5), clock.clone()),
             &clock,
             seed,
         );
@@ -338,7 +338,7 @@ fn a_flood_of_keys_holding_permits_hands_no_permit_back() {
 // Pins G76.
 #[test]
 fn a_smaller_live_limit_hands_no_permit_back() {
-    let l = CasLimiter::<u64, _>::with_clock(Live::new(in_flight(3)), ManualClock::default());
+    let l = CasLimiter::<u64, _, _>::with_clock(Live::new(in_flight(3)), ManualClock::default());
     let held: Vec<_> = (0..3)
         .map(|_| Permit::acquire(&l, &7, 1).unwrap())
         .collect();

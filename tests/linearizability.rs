@@ -362,8 +362,8 @@ fn store<A: Algorithm + Clone>(name: &str, algo: &A, clock: &ManualClock) -> Box
                 .build()
                 .unwrap(),
         ),
-        "direct" => on::<(), _>(DirectLimiter::<A>::with_clock(a, c)),
-        "direct-mutex" => on::<(), _>(DirectLimiter::<A, QuantaClock, Locked>::with_clock(a, c)),
+        "direct" => on::<(), _>(DirectLimiter::<A, _>::with_clock(a, c)),
+        "direct-mutex" => on::<(), _>(DirectLimiter::<A, _, Locked>::with_clock(a, c)),
         _ => unreachable!("no store {name}"),
     }
 }

@@ -177,7 +177,7 @@ fn live_switch_racing_a_request_keeps_what_the_request_wrote() {
         let old: Gcra = "10/s burst 10".parse().unwrap();
         let new: Gcra = "10/s burst 1".parse().unwrap();
         let clock = ManualClock::default();
-        let limiter = Arc::new(DirectLimiter::<_>::with_clock(
+        let limiter = Arc::new(DirectLimiter::<_, _>::with_clock(
             Live::new(old),
             clock.clone(),
         ));
@@ -202,7 +202,7 @@ fn live_switch_racing_a_request_keeps_what_the_request_wrote() {
 fn settle_racing_a_request_is_one_sequential_order() {
     for policy in [Policy::Leaky, Policy::Strict] {
         loom::model(move || {
-            let limiter = Arc::new(DirectLimiter::<Gcra>::with_clock(
+            let limiter = Arc::new(DirectLimiter::<Gcra, _>::with_clock(
                 gcra(3, policy),
                 ManualClock::default(),
             ));
@@ -234,7 +234,7 @@ fn settle_racing_a_request_is_one_sequential_order() {
 #[test]
 fn overrun_racing_a_request_lands_both() {
     loom::model(|| {
-        let limiter = Arc::new(DirectLimiter::<Gcra>::with_clock(
+        let limiter = Arc::new(DirectLimiter::<Gcra, _>::with_clock(
             gcra(4, Policy::Leaky),
             ManualClock::default(),
         ));
@@ -258,7 +258,7 @@ fn permits(threads: usize, max: u64) {
     use hotlimit::Permit;
     use loom::sync::atomic::{AtomicU64, Ordering};
     loom::model(move || {
-        let limiter = Arc::new(DirectLimiter::<InFlight>::with_clock(
+        let limiter = Arc::new(DirectLimiter::<InFlight, _>::with_clock(
             InFlight::new(max, Duration::from_secs(60)).unwrap(),
             ManualClock::default(),
         ));
@@ -307,7 +307,7 @@ fn hierarchy(users: [usize; 2], user_burst: u64, org_burst: u64, want: u64) {
     use hotlimit::check_all;
     loom::model(move || {
         let level = |burst| {
-            Arc::new(DirectLimiter::<Gcra>::with_clock(
+            Arc::new(DirectLimiter::<Gcra, _>::with_clock(
                 gcra(burst, Policy::Leaky),
                 ManualClock::default(),
             ))

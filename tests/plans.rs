@@ -237,7 +237,7 @@ fn incompatible_quotas_and_costs_are_errors() {
 #[test]
 fn a_live_window_changes_its_limit_and_keeps_its_counts() {
     let minute = Duration::from_secs(60);
-    let l = CasLimiter::<String, _>::with_clock(
+    let l = CasLimiter::<String, _, _>::with_clock(
         Live::new(SlidingLog::new(10, minute).unwrap()),
         ManualClock::default(),
     );

@@ -65,7 +65,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
     same: impl Fn(usize, &Decision, &Decision),
 ) -> (usize, usize) {
     let clock = ManualClock::default();
-    let mem = CasLimiter::<String, _>::with_clock(algo.clone(), clock.clone());
+    let mem = CasLimiter::<String, _, _>::with_clock(algo.clone(), clock.clone());
     // A fresh prefix per run: the server outlives it.
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -217,7 +217,7 @@ fn compare<A: RedisAlgorithm + Algorithm + Clone>(
 ) -> (usize, usize) {
     let keys = keys(40);
     let clock = ManualClock::default();
-    let mem = CasLimiter::<String, _>::with_clock(algo.clone(), clock.clone());
+    let mem = CasLimiter::<String, _, _>::with_clock(algo.clone(), clock.clone());
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let red = RedisLimiter::builder(cluster.url(0), algo)

@@ -113,7 +113,7 @@ where
     A: RedisAlgorithm + Reconfigure,
 {
     let clock = ManualClock::default();
-    let mem = CasLimiter::<String, A>::with_clock(q.user, clock.clone());
+    let mem = CasLimiter::<String, A, _>::with_clock(q.user, clock.clone());
     let red = RedisLimiter::builder(url, q.user)
         .key_prefix(prefix())
         .build()

@@ -58,7 +58,7 @@ where
     A: RedisAlgorithm + Reconfigure,
 {
     let clock = ManualClock::default();
-    let mem = CasLimiter::<String, A>::with_clock(algo, clock.clone());
+    let mem = CasLimiter::<String, A, _>::with_clock(algo, clock.clone());
     let red = RedisLimiter::builder(url, algo)
         .key_prefix(prefix())
         .build()
@@ -450,7 +450,7 @@ fn a_permit_counted_after_its_tickets_epoch_is_released_as_in_memory() {
     };
     let permits = InFlight::new(2, Duration::from_secs(20)).unwrap();
     let clock = ManualClock::default();
-    let mem = CasLimiter::<String, InFlight>::with_clock(permits, clock.clone());
+    let mem = CasLimiter::<String, InFlight, _>::with_clock(permits, clock.clone());
     let red = RedisLimiter::builder(server.url(), permits)
         .key_prefix(prefix())
         .build()

@@ -147,7 +147,7 @@ fn gcra_near_the_end_of_the_clock_holds_its_limit() {
     let never = Duration::from_nanos(u64::MAX);
     let clock = ManualClock::default();
     clock.set(Duration::from_nanos(CLOCK_MAX - 1_000_000_000));
-    let l = CasLimiter::<u64, Gcra>::with_clock("10/s burst 10".parse().unwrap(), clock.clone());
+    let l = CasLimiter::<u64, Gcra, _>::with_clock("10/s burst 10".parse().unwrap(), clock.clone());
     let decisions: Vec<_> = (0..100).map(|_| l.check(&1)).collect();
     assert_eq!(decisions.iter().filter(|d| d.is_allowed()).count(), 10);
     assert!(decisions[..10].iter().all(|d| d.is_allowed()));

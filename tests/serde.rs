@@ -162,7 +162,7 @@ fn plans_from_a_config_file() {
 // key's settle is refused and changes nothing).
 #[test]
 fn a_ticket_round_trips_and_settles_as_the_original() {
-    let l = CasLimiter::<String, Gcra>::with_clock(
+    let l = CasLimiter::<String, Gcra, _>::with_clock(
         "10/min burst 10".parse().unwrap(),
         ManualClock::default(),
     );

@@ -115,7 +115,7 @@ fn moving_clock_totals_equal_sequential_replay() {
 fn direct_limiter_totals_under_threads() {
     use hotlimit::{algo::Gcra, store::Locked, DirectLimiter};
     let gcra: Gcra = "100/s burst 20".parse().unwrap();
-    let cas = DirectLimiter::<_>::with_clock(gcra, ManualClock::default());
+    let cas = DirectLimiter::<_, _>::with_clock(gcra, ManualClock::default());
     let mutex = DirectLimiter::<_, _, Locked>::with_clock(gcra, ManualClock::default());
     let (a, b) = thread::scope(|s| {
         let hs: Vec<_> = (0..THREADS)

@@ -689,7 +689,7 @@ fn run_variant<A: Algorithm + Copy, C: Clock + Clone>(
             )
         }
         (VariantName::Cas, _) => {
-            let limiter = CasLimiter::<u64, A>::with_clock(algo, clock());
+            let limiter = CasLimiter::<u64, A, _>::with_clock(algo, clock());
             setup.passes_batched(
                 variant,
                 |key| black_box(limiter.check(&key)).is_allowed(),
@@ -698,7 +698,7 @@ fn run_variant<A: Algorithm + Copy, C: Clock + Clone>(
             )
         }
         (VariantName::Mutex, _) => {
-            let limiter = MutexLimiter::<u64, A>::with_clock(algo, clock());
+            let limiter = MutexLimiter::<u64, A, _>::with_clock(algo, clock());
             setup.passes_batched(
                 variant,
                 |key| black_box(limiter.check(&key)).is_allowed(),

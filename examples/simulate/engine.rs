@@ -259,7 +259,7 @@ pub fn run<A: Algorithm>(
     grid: Option<Grid>,
 ) -> Run {
     let clock = ManualClock::default();
-    let limiter = CasLimiter::<u32, A>::with_clock(algo, clock.clone());
+    let limiter = CasLimiter::<u32, A, _>::with_clock(algo, clock.clone());
     let mut records = Vec::with_capacity(events.len());
     let mut samples = Vec::new();
     let mut next_sample = grid.map(|g| g.offset);

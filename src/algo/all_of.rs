@@ -33,7 +33,7 @@ use crate::error::ConfigError;
 /// // 2 per second, but no more than 3 per minute.
 /// let quotas = AllOf::new("2/s".parse::<Gcra>()?, "3/min".parse::<Gcra>()?);
 /// let clock = ManualClock::default();
-/// let limiter = CasLimiter::<u32, _>::with_clock(quotas, clock.clone());
+/// let limiter = CasLimiter::<u32, _, _>::with_clock(quotas, clock.clone());
 /// assert!(limiter.check(&1).is_allowed());
 /// assert!(limiter.check(&1).is_allowed());
 /// assert!(limiter.check(&1).is_denied()); // the per-second quota

@@ -41,7 +41,7 @@ use std::time::Duration;
 /// use hotlimit::{algo::InFlight, CasLimiter, ManualClock, Permit};
 /// use std::time::Duration;
 ///
-/// let limiter = CasLimiter::<String, _>::with_clock(
+/// let limiter = CasLimiter::<String, _, _>::with_clock(
 ///     InFlight::new(2, Duration::from_secs(600))?,
 ///     ManualClock::default(),
 /// );

@@ -8,7 +8,7 @@
 //! use hotlimit::{algo::Gcra, headers::{Action, RateLimitHeaders}, CasLimiter, ManualClock};
 //! use http::{HeaderMap, StatusCode};
 //!
-//! let limiter = CasLimiter::<String, Gcra>::with_clock("100/s burst 10".parse()?, ManualClock::default());
+//! let limiter = CasLimiter::<String, Gcra, _>::with_clock("100/s burst 10".parse()?, ManualClock::default());
 //! let headers = RateLimitHeaders::for_limiter(&limiter);
 //! for _ in 0..10 {
 //!     assert_eq!(headers.verdict(limiter.check("alice")).action, Action::Pass);

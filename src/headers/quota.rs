@@ -389,9 +389,9 @@ mod tests {
             live.advertised_quota().map(|p| p.to_string()),
             Some(r#""default";q=20;w=1;hotlimit-burst=5"#.to_owned())
         );
-        let keyed = CasLimiter::<String, Gcra>::with_clock(g, ManualClock::default());
+        let keyed = CasLimiter::<String, Gcra, _>::with_clock(g, ManualClock::default());
         assert_eq!(keyed.advertised_quota(), want);
-        let compact = CompactLimiter::<crate::store::Hashed<str>, Gcra>::with_clock(
+        let compact = CompactLimiter::<crate::store::Hashed<str>, Gcra, _>::with_clock(
             g,
             ManualClock::default(),
         );

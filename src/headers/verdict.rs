@@ -16,7 +16,7 @@ use http::{HeaderMap, StatusCode};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::default();
-/// let limiter = CasLimiter::<String, _>::with_clock(FixedWindow::new(2, Duration::from_secs(60))?, clock.clone());
+/// let limiter = CasLimiter::<String, _, _>::with_clock(FixedWindow::new(2, Duration::from_secs(60))?, clock.clone());
 /// let mut headers = RateLimitHeaders::for_limiter(&limiter);
 /// (headers.draft, headers.mode) = (Draft::Ietf07, Mode::DryRun);
 /// limiter.check_n("alice", 2)?;

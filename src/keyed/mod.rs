@@ -198,7 +198,7 @@ where
     /// ```
     /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
     ///
-    /// let limiter = CasLimiter::<u64, Gcra>::with_clock("10/s burst 2".parse()?, ManualClock::default());
+    /// let limiter = CasLimiter::<u64, Gcra, _>::with_clock("10/s burst 2".parse()?, ManualClock::default());
     /// let batch = [7, 7, 9, 7];
     /// let pinned = limiter.pin();
     /// let allowed: Vec<bool> = batch.iter().map(|k| pinned.check(k).is_allowed()).collect();

@@ -68,11 +68,13 @@ where
     vec![
         (
             "cas",
-            Box::new(move |clock| Box::new(CasLimiter::<u64, A>::with_clock(a.clone(), clock))),
+            Box::new(move |clock| Box::new(CasLimiter::<u64, A, _>::with_clock(a.clone(), clock))),
         ),
         (
             "mutex",
-            Box::new(move |clock| Box::new(MutexLimiter::<u64, A>::with_clock(b.clone(), clock))),
+            Box::new(move |clock| {
+                Box::new(MutexLimiter::<u64, A, _>::with_clock(b.clone(), clock))
+            }),
         ),
         (
             "sharded",
@@ -174,7 +176,7 @@ pub fn stores<A: Algorithm + Clone>(
     vec![
         (
             "cas",
-            Box::new(CasLimiter::<u64, A>::with_clock(
+            Box::new(CasLimiter::<u64, A, _>::with_clock(
                 algo.clone(),
                 clock.clone(),
             )),
@@ -182,7 +184,7 @@ pub fn stores<A: Algorithm + Clone>(
         ),
         (
             "mutex",
-            Box::new(MutexLimiter::<u64, A>::with_clock(
+            Box::new(MutexLimiter::<u64, A, _>::with_clock(
                 algo.clone(),
                 clock.clone(),
             )),
@@ -192,7 +194,7 @@ pub fn stores<A: Algorithm + Clone>(
         ("compact-mutex", compact(true), true),
         (
             "direct",
-            Box::new(OneKey(DirectLimiter::<A>::with_clock(
+            Box::new(OneKey(DirectLimiter::<A, _>::with_clock(
                 algo.clone(),
                 clock.clone(),
             ))),
@@ -200,7 +202,7 @@ pub fn stores<A: Algorithm + Clone>(
         ),
         (
             "direct-mutex",
-            Box::new(OneKey(DirectLimiter::<A, QuantaClock, Locked>::with_clock(
+            Box::new(OneKey(DirectLimiter::<A, _, Locked>::with_clock(
                 algo.clone(),
                 clock.clone(),
             ))),

@@ -673,7 +673,7 @@ pub fn on_a_server(
 pub fn exact(name: &str, shape: Shape, t: &Trace) -> Vec<bool> {
     fn replay<A: Algorithm>(algo: A, t: &Trace) -> Vec<bool> {
         let clock = ManualClock::default();
-        let l = CasLimiter::<u32, A>::with_clock(algo, clock.clone());
+        let l = CasLimiter::<u32, A, _>::with_clock(algo, clock.clone());
         t.iter()
             .map(|&(at, key, _)| {
                 clock.set(Duration::from_nanos(at));

@@ -12,7 +12,7 @@
 //!
 //! // 5 requests per second per API key, bursts of 5; a manual clock so the example is exact.
 //! let clock = ManualClock::default();
-//! let limiter = Arc::new(CasLimiter::<String, Gcra>::with_clock("5/s burst 5".parse()?, clock));
+//! let limiter = Arc::new(CasLimiter::<String, Gcra, _>::with_clock("5/s burst 5".parse()?, clock));
 //! let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key")).build();
 //! let app = layer.layer(tower::service_fn(|_req: Request<String>| async {
 //!     Ok::<_, Infallible>(Response::new(String::from("hello")))

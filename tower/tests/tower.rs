@@ -176,7 +176,7 @@ async fn headers_parse_and_match_the_limiters_decisions() {
     // A fixed window of 3 per minute, 5 s into it: the reset is 55 s away.
     let clock = ManualClock::default();
     clock.set(Duration::from_secs(5));
-    let limiter = Arc::new(CasLimiter::<String, _>::with_clock(
+    let limiter = Arc::new(CasLimiter::<String, _, _>::with_clock(
         FixedWindow::new(3, Duration::from_secs(60)).unwrap(),
         clock.clone(),
     ));
@@ -566,7 +566,7 @@ async fn cost_function_free_and_impossible_requests() {
 async fn any_algorithm_and_variant_behind_the_layer() {
     // The mutex twin with a sliding window, and a named policy.
     let clock = ManualClock::default();
-    let limiter = Arc::new(MutexLimiter::<String, _>::with_clock(
+    let limiter = Arc::new(MutexLimiter::<String, _, _>::with_clock(
         SlidingWindow::new(2, Duration::from_secs(10)).unwrap(),
         clock.clone(),
     ));
@@ -592,8 +592,10 @@ async fn any_algorithm_and_variant_behind_the_layer() {
     // EARRRL as a `dyn` limiter: no quota, no remaining, so only Retry-After.
     let clock = ManualClock::default();
     let earrrl = Earrrl::new(Duration::from_secs(2), "3/s".parse().unwrap()).unwrap();
-    let limiter: Arc<dyn NonBlocking<str>> =
-        Arc::new(CasLimiter::<String, _>::with_clock(earrrl, clock.clone()));
+    let limiter: Arc<dyn NonBlocking<str>> = Arc::new(CasLimiter::<String, _, _>::with_clock(
+        earrrl,
+        clock.clone(),
+    ));
     let layer = RateLimitLayer::builder(limiter, peer_ip()).build();
     let (addr, client) = serve(hello().layer(layer)).await;
     let mut statuses = Vec::new();
@@ -1243,7 +1245,7 @@ async fn plans_decide_and_advertise_each_requests_quota() {
 
     // A plan of another window cannot read a fixed window's counts: 503.
     let w = Duration::from_secs(60);
-    let windows = Arc::new(CasLimiter::<String, FixedWindow>::with_clock(
+    let windows = Arc::new(CasLimiter::<String, FixedWindow, _>::with_clock(
         FixedWindow::new(3, w).unwrap(),
         clock.clone(),
     ));
@@ -1266,7 +1268,7 @@ async fn plans_decide_and_advertise_each_requests_quota() {
 #[tokio::test]
 async fn settle_refunds_what_the_response_did_not_use_and_charges_an_overrun_as_debt() {
     let clock = ManualClock::default();
-    let limiter = Arc::new(CasLimiter::<String, Gcra>::with_clock(
+    let limiter = Arc::new(CasLimiter::<String, Gcra, _>::with_clock(
         "10/min burst 10".parse().unwrap(),
         clock.clone(),
     ));
@@ -1344,7 +1346,7 @@ async fn settle_refunds_what_the_response_did_not_use_and_charges_an_overrun_as_
 #[tokio::test]
 async fn a_login_endpoint_counts_only_401s() {
     let clock = ManualClock::default();
-    let limiter = Arc::new(CasLimiter::<String, FixedWindow>::with_clock(
+    let limiter = Arc::new(CasLimiter::<String, FixedWindow, _>::with_clock(
         FixedWindow::new(3, Duration::from_secs(60)).unwrap(),
         clock.clone(),
     ));
