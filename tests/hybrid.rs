@@ -1210,9 +1210,15 @@ fn a_fresh_key_at_once_on_every_instance_stays_within_the_burst_once_shares_add_
         if share <= 1.0 / n as f64 {
             assert!(allowed <= burst, "{n} instances at {share}: {allowed}");
         }
+        // Every request beyond its budget denied, none by the fallback. Most are denied for
+        // want of a round (`denied_waiting`); a round that begins mid-burst (this thread
+        // descheduled past a 5 ms tick) asks for a lease and moves the view by what it asks,
+        // so the requests after it are denied on that view (`denied_limit`): the same
+        // denials under another reason (seen twice in CI on a loaded 2-core machine).
         for l in &fleet {
             let s = l.stats();
-            assert_eq!((s.degraded, s.denied_waiting), (0, burst - each), "{s:?}");
+            let denied = s.denied_waiting + s.denied_limit;
+            assert_eq!((s.degraded, denied), (0, burst - each), "{s:?}");
         }
         // Closing rounds charge what each admitted: Redis' TAT holds every admission.
         fleet.into_iter().for_each(HybridLimiter::shutdown);

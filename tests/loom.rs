@@ -12,7 +12,7 @@ mod step;
 
 use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog};
 use hotlimit::store::{Locked, Variant};
-use hotlimit::{DirectLimiter, ManualClock, Policy, QuantaClock, Rate};
+use hotlimit::{DirectLimiter, ManualClock, Policy, Rate};
 use loom::sync::Arc;
 use loom::thread;
 use std::time::Duration;
@@ -27,7 +27,7 @@ where
     A: Algorithm,
     V: Variant<A>,
 {
-    let limiter = Arc::new(DirectLimiter::<A, QuantaClock, V>::with_clock(
+    let limiter = Arc::new(DirectLimiter::<A, _, V>::with_clock(
         algo,
         ManualClock::default(),
     ));
