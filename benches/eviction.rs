@@ -16,7 +16,7 @@ use common::flood::{self, ClockKind, Shape, Store};
 use common::rss_bytes;
 use hdrhistogram::Histogram;
 use hotlimit::algo::Gcra;
-use hotlimit::store::{Cas, Locked, Map, Variant};
+use hotlimit::store::{Cas, Keys, Locked, Map, SweepReport, Variant};
 use hotlimit::{Clock, CompactLimiter, Limiter, ManualClock, QuantaClock, RateLimiter};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,18 +24,24 @@ use std::time::{Duration, Instant};
 
 const KEYS: u64 = 1_000_000;
 
+/// A limiter of any store, as this bench meets it: its checks, and its sweeps.
+trait Swept: RateLimiter<u64> {
+    fn sweep(&self) -> SweepReport;
+}
+
+impl<S: Keys<u64> + Send + Sync> Swept for Limiter<S> {
+    fn sweep(&self) -> SweepReport {
+        Limiter::sweep(self)
+    }
+}
+
 fn gcra() -> Gcra {
     "10/s burst 5".parse().unwrap()
 }
 
 /// A limiter of `variant` running `algo` on `clock`, judging idleness `grace` behind it: the
 /// papaya store (`cas`, `mutex`) or the compact store sized for the 1M keys (`compact`).
-fn build<C: Clock>(
-    variant: &str,
-    algo: Gcra,
-    clock: C,
-    grace: Duration,
-) -> Box<dyn RateLimiter<u64>> {
+fn build<C: Clock>(variant: &str, algo: Gcra, clock: C, grace: Duration) -> Box<dyn Swept> {
     match variant {
         "cas" => Box::new(papaya::<Cas, C>(algo, clock, grace)),
         "mutex" => Box::new(papaya::<Locked, C>(algo, clock, grace)),
@@ -63,12 +69,7 @@ fn papaya<V: Variant<Gcra>, C: Clock>(
 }
 
 /// A limiter of `variant` holding all 1M keys.
-fn filled<C: Clock>(
-    variant: &str,
-    algo: Gcra,
-    clock: C,
-    grace: Duration,
-) -> Box<dyn RateLimiter<u64>> {
+fn filled<C: Clock>(variant: &str, algo: Gcra, clock: C, grace: Duration) -> Box<dyn Swept> {
     let limiter = build(variant, algo, clock, grace);
     for key in 0..KEYS {
         let _ = limiter.check(&key);

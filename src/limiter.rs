@@ -5,7 +5,6 @@ use crate::algo::Algorithm;
 use crate::cell::{LockCell, StateCells};
 use crate::decision::Decision;
 use crate::error::CostError;
-use crate::sweeper::SweepReport;
 use std::future::{ready, Future, Ready};
 
 /// A synchronous limiter of keys of type `Q`, decided in the call: the in-memory
@@ -63,19 +62,6 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// returns that decision (or the denial, if the wait lies past the clock's range); see
     /// [`Request::until_ready_blocking`](crate::Request::until_ready_blocking).
     fn until_ready_blocking(&self, key: &Q) -> Decision;
-
-    /// The number of keys held in this process (the blocking Redis client: those of its local
-    /// fast path).
-    fn len(&self) -> usize;
-
-    /// Whether no key is held.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Drops the keys whose state is equivalent to a fresh key's (changing no decision), and
-    /// enforces the capacity bound if one is set.
-    fn sweep(&self) -> SweepReport;
 }
 
 /// A [`RateLimiter`] whose calls never wait on I/O, so it is an [`AsyncRateLimiter`] at no
@@ -120,18 +106,6 @@ impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for &L {
 
     fn until_ready_blocking(&self, key: &Q) -> Decision {
         (**self).until_ready_blocking(key)
-    }
-
-    fn len(&self) -> usize {
-        (**self).len()
-    }
-
-    fn is_empty(&self) -> bool {
-        (**self).is_empty()
-    }
-
-    fn sweep(&self) -> SweepReport {
-        (**self).sweep()
     }
 }
 

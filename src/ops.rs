@@ -375,11 +375,6 @@ impl<S: Store> Limiter<S> {
         self.store.bound()
     }
 
-    /// The background sweeper's interval ([`Builder::sweep_every`]), if one runs.
-    pub fn sweep_every(&self) -> Option<Duration> {
-        self.store.core().sweep_every
-    }
-
     /// The algorithm.
     pub fn algorithm(&self) -> &S::Algo {
         &self.store.core().algo
@@ -470,14 +465,6 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::RateLimiter<Q> for Limiter<S> {
         // Cost 1, the limiter's own quota: no error can be returned.
         let waited = self.request(key).until_ready_blocking();
         waited.unwrap_or_else(|_| Decision::denied_ns(1))
-    }
-
-    fn len(&self) -> usize {
-        Limiter::len(self)
-    }
-
-    fn sweep(&self) -> SweepReport {
-        Limiter::sweep(self)
     }
 }
 

@@ -5,8 +5,8 @@
 
 use crate::decision::{Decision, Ticket};
 use crate::error::CostError;
-use crate::wait::Jitter;
 use std::fmt;
+use std::time::Duration;
 
 /// What a request asks of a limiter ([`Requests`]): its cost, the quota it comes with (else the
 /// limiter's own) and the instant it is decided at (else the limiter's clock). Made by a
@@ -69,7 +69,7 @@ pub struct Request<'a, L: ?Sized, Q: ?Sized, A> {
     pub(crate) limiter: &'a L,
     pub(crate) key: &'a Q,
     pub(crate) ask: Ask<'a, A>,
-    pub(crate) jitter: Jitter,
+    pub(crate) jitter: Duration,
 }
 
 impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
@@ -81,7 +81,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
             limiter,
             key,
             ask: Ask::default(),
-            jitter: Jitter::NONE,
+            jitter: Duration::ZERO,
         }
     }
 
@@ -114,11 +114,29 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
         self
     }
 
-    /// Adds `jitter` to each wait of [`until_ready`](Request::until_ready) and
-    /// [`until_ready_blocking`](Request::until_ready_blocking).
+    /// Adds a random delay of up to `max` to each wait of [`until_ready`](Request::until_ready)
+    /// and [`until_ready_blocking`](Request::until_ready_blocking), so that clients denied
+    /// together do not all retry at the same instant (a thundering herd). Each wait is the
+    /// limiter's honest `retry_after` plus a uniform random duration in `[0, max]`: never
+    /// earlier than the limiter allows. None unless set.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::default();
+    /// let l = CasLimiter::<u64, Gcra, _>::with_clock("10/s burst 1".parse()?, clock.clone());
+    /// assert!(l.check(&7).is_allowed());
+    /// // The next unit is 100 ms away; the wait adds up to 50 ms (a manual clock moves instead
+    /// // of sleeping).
+    /// let d = l.request(&7).jitter(Duration::from_millis(50)).until_ready_blocking()?;
+    /// assert!(d.is_allowed());
+    /// assert!((100_000_000..=150_000_000).contains(&clock.now()), "{}", clock.now());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline(always)]
-    pub fn jitter(mut self, jitter: Jitter) -> Self {
-        self.jitter = jitter;
+    pub fn jitter(mut self, max: Duration) -> Self {
+        self.jitter = max;
         self
     }
 }

@@ -1,5 +1,5 @@
 //! Waiting for a limiter: the loops behind `until_ready` (async, any runtime) and
-//! `until_ready_blocking`, and their [`Jitter`].
+//! `until_ready_blocking`, and their jitter.
 
 use crate::algo::CLOCK_MAX;
 use crate::clock::duration_to_nanos;
@@ -7,52 +7,14 @@ use crate::decision::Decision;
 use std::future::Future;
 use std::time::Duration;
 
-/// A random extra delay added to each wait of `until_ready`, so that clients denied together
-/// do not all retry at the same instant (a thundering herd).
-///
-/// Each wait is the limiter's honest `retry_after` plus a uniform random duration in
-/// `[0, max]`: never earlier than the limiter allows.
-///
-/// # Examples
-///
-/// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, Clock, Jitter, ManualClock};
-/// use std::time::Duration;
-///
-/// let clock = ManualClock::default();
-/// let l = CasLimiter::<u64, Gcra, _>::with_clock("10/s burst 1".parse()?, clock.clone());
-/// assert!(l.check(&7).is_allowed());
-/// // The next unit is 100 ms away; the wait adds up to 50 ms (a manual clock moves instead of
-/// // sleeping).
-/// let d = l.request(&7).jitter(Jitter::up_to(Duration::from_millis(50))).until_ready_blocking()?;
-/// assert!(d.is_allowed());
-/// assert!((100_000_000..=150_000_000).contains(&clock.now()), "{}", clock.now());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Jitter {
-    max: Duration,
-}
-
-impl Jitter {
-    /// No jitter: wake exactly when the limiter allows.
-    pub const NONE: Jitter = Jitter {
-        max: Duration::ZERO,
-    };
-
-    /// Up to `max` of extra delay, uniformly distributed.
-    pub const fn up_to(max: Duration) -> Self {
-        Self { max }
+/// One random extra delay in `[0, max]` (a [`jitter`](crate::Request::jitter)'s), so that
+/// clients denied together do not all retry at the same instant.
+fn random_up_to(max: Duration) -> Duration {
+    if max.is_zero() {
+        return Duration::ZERO;
     }
-
-    /// One random extra delay in `[0, max]`.
-    pub(crate) fn sample(&self) -> Duration {
-        if self.max.is_zero() {
-            return Duration::ZERO;
-        }
-        let max = u64::try_from(self.max.as_nanos()).unwrap_or(u64::MAX);
-        Duration::from_nanos(fastrand::u64(0..=max))
-    }
+    let max = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(fastrand::u64(0..=max))
 }
 
 /// Waits until `check` allows, sleeping through `sleep` for as long as the limiter says.
@@ -67,7 +29,7 @@ pub(crate) async fn until_ready<E, F, Fut>(
     mut peek: impl FnMut() -> Result<Decision, E>,
     mut check: impl FnMut() -> Result<Decision, E>,
     now: impl Fn() -> u64,
-    jitter: Jitter,
+    jitter: Duration,
     mut sleep: F,
 ) -> Result<Decision, E>
 where
@@ -79,7 +41,7 @@ where
             Ok(decision) => return Ok(decision),
             Err(wait) => wait,
         };
-        sleep(wait.saturating_add(jitter.sample())).await;
+        sleep(wait.saturating_add(random_up_to(jitter))).await;
     }
 }
 
@@ -88,13 +50,13 @@ pub(crate) fn until_ready_blocking<E>(
     mut peek: impl FnMut() -> Result<Decision, E>,
     mut check: impl FnMut() -> Result<Decision, E>,
     now: impl Fn() -> u64,
-    jitter: Jitter,
+    jitter: Duration,
     mut sleep: impl FnMut(Duration),
 ) -> Result<Decision, E> {
     loop {
         match next(&mut peek, &mut check, &now)? {
             Ok(decision) => return Ok(decision),
-            Err(wait) => sleep(wait.saturating_add(jitter.sample())),
+            Err(wait) => sleep(wait.saturating_add(random_up_to(jitter))),
         }
     }
 }

@@ -9,7 +9,7 @@
 mod common;
 
 use hotlimit::algo::{Algorithm, Gcra};
-use hotlimit::store::{Locked, SweepReport, Variant};
+use hotlimit::store::{Locked, Variant};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, ManualClock, MutexLimiter, RateLimiter,
 };
@@ -39,9 +39,7 @@ trait Store: RateLimiter<u64> {
     fn one(&self, key: u64, cost: u64) -> Result<Decision, CostError> {
         self.check_n(&key, cost)
     }
-    fn keys(&self) -> usize {
-        self.len()
-    }
+    fn keys(&self) -> usize;
 }
 
 /// A batch through the `RateLimiter` trait, as a `dyn` caller makes it.
@@ -83,6 +81,9 @@ macro_rules! store {
                     self.check_batch(keys, out);
                 }
             }
+            fn keys(&self) -> usize {
+                self.len()
+            }
         }
     };
 }
@@ -104,15 +105,12 @@ impl<L: RateLimiter<u64>> RateLimiter<u64> for Plain<L> {
     fn until_ready_blocking(&self, key: &u64) -> Decision {
         self.0.until_ready_blocking(key)
     }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn sweep(&self) -> SweepReport {
-        self.0.sweep()
-    }
 }
 
-impl<L: RateLimiter<u64>> Store for Plain<L> {
+impl<L: Store> Store for Plain<L> {
+    fn keys(&self) -> usize {
+        self.0.keys()
+    }
     fn batch(&self, requests: &[(u64, u64)], out: &mut Vec<Result<Decision, CostError>>, _: bool) {
         trait_batch(self, requests, out);
     }

@@ -16,7 +16,7 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
     SubWindow,
 };
-use hotlimit::store::{Cas, Locked, SweepTotals};
+use hotlimit::store::{Cas, Keys, Locked, SweepTotals};
 use hotlimit::{
     CasLimiter, CompactLimiter, Live, ManualClock, MutexLimiter, Policy, QuantaClock, Rate,
     RateLimiter,
@@ -46,7 +46,18 @@ struct Shape {
     sweeps: bool,
 }
 
-type Limiter = Arc<dyn RateLimiter<u64>>;
+/// A bounded limiter of any store, as a flood meets it: its checks, and a sweep by hand.
+trait Bounded: RateLimiter<u64> {
+    fn sweep(&self);
+}
+
+impl<S: Keys<u64> + Send + Sync> Bounded for hotlimit::Limiter<S> {
+    fn sweep(&self) {
+        let _ = hotlimit::Limiter::sweep(self);
+    }
+}
+
+type Limiter = Arc<dyn Bounded>;
 
 /// What the target got after the flood: admissions, and the index of the first one.
 #[derive(Debug, PartialEq)]
@@ -66,7 +77,7 @@ fn asks(clock: Clock, t0: u64) -> Vec<u64> {
 }
 
 /// The target's answers to `asks` on `limiter`, the clock set to each instant.
-fn ask(limiter: &dyn RateLimiter<u64>, clock: &ManualClock, at: &[u64]) -> Outcome {
+fn ask(limiter: &(impl RateLimiter<u64> + ?Sized), clock: &ManualClock, at: &[u64]) -> Outcome {
     let mut admitted = 0;
     let mut first = None;
     for (i, &t) in at.iter().enumerate() {

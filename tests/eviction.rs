@@ -172,7 +172,7 @@ const MAX_KEYS: usize = 2_000;
 
 /// Floods `max_keys = MAX_KEYS` with 20 times as many new keys; returns the largest `len()`
 /// seen.
-fn flood<L: hotlimit::RateLimiter<u64>>(limiter: &L, clock: &ManualClock) -> usize {
+fn flood<L: common::Limit>(limiter: &L, clock: &ManualClock) -> usize {
     let mut peak = 0;
     for key in 0..20 * MAX_KEYS as u64 {
         if key % 1024 == 0 {

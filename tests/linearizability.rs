@@ -41,8 +41,8 @@ use hotlimit::algo::{
 };
 use hotlimit::store::{Cas, Locked};
 use hotlimit::{
-    CasLimiter, Clock, CompactLimiter, Decision, DirectLimiter, Live, ManualClock, MutexLimiter,
-    Policy, QuantaClock, Rate, RateLimiter, Requests,
+    CasLimiter, Clock, CompactLimiter, Decision, DirectLimiter, Limiter, Live, ManualClock,
+    MutexLimiter, Policy, QuantaClock, Rate, RateLimiter, Requests,
 };
 use hotlimit::{QuotaError, Ticket};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -291,9 +291,10 @@ impl KeyOf for () {
 /// limiters' own (`RateLimiter`, the hot path), the rest `Request`s.
 struct On<L, Q>(L, PhantomData<fn() -> Q>);
 
-impl<A, Q: KeyOf, L> Target<A> for On<L, Q>
+impl<Q: KeyOf, S> Target<S::Algo> for On<Limiter<S>, Q>
 where
-    L: RateLimiter<Q> + Requests<Q, Algo = A, Error = QuotaError>,
+    S: hotlimit::store::Keys<Q> + Send + Sync,
+    Limiter<S>: Requests<Q, Algo = S::Algo, Error = QuotaError>,
 {
     fn check(&self, key: u64) -> Decision {
         RateLimiter::check(&self.0, &Q::of(key))
@@ -314,14 +315,15 @@ where
         self.0.request(&Q::of(key)).settle(ticket, actual).unwrap()
     }
     fn sweep(&self) -> u64 {
-        RateLimiter::sweep(&self.0).evicted_idle
+        self.0.sweep().evicted_idle
     }
 }
 
-fn on<Q, L>(limiter: L) -> Box<dyn Target<L::Algo>>
+fn on<Q, S>(limiter: Limiter<S>) -> Box<dyn Target<S::Algo>>
 where
     Q: KeyOf,
-    L: RateLimiter<Q> + Requests<Q, Error = QuotaError> + 'static,
+    S: hotlimit::store::Keys<Q> + Send + Sync + 'static,
+    Limiter<S>: Requests<Q, Algo = S::Algo, Error = QuotaError>,
 {
     Box::new(On(limiter, PhantomData))
 }

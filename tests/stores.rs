@@ -14,8 +14,8 @@ use hotlimit::algo::{
 use hotlimit::store::{Cas, Keys, Locked, SweepReport};
 use hotlimit::QuotaError;
 use hotlimit::{
-    CasLimiter, Clock, CompactLimiter, ConfigError, CostError, Decision, DirectLimiter, Jitter,
-    Limiter, Live, ManualClock, Metrics, MutexLimiter, Policy,
+    CasLimiter, Clock, CompactLimiter, ConfigError, CostError, Decision, DirectLimiter, Limiter,
+    Live, ManualClock, Metrics, MutexLimiter, Policy,
 };
 use std::future::Future;
 use std::marker::PhantomData;
@@ -108,7 +108,7 @@ where
             self.0
                 .request(&key)
                 .cost(cost)
-                .jitter(Jitter::NONE)
+                .jitter(Duration::ZERO)
                 .until_ready(sleep),
         )
     }
@@ -155,7 +155,6 @@ trait Keyed {
     fn sweep(&self) -> SweepReport;
     fn len(&self) -> usize;
     fn max_keys(&self) -> Option<usize>;
-    fn sweep_every(&self) -> Option<Duration>;
 }
 
 impl<S: Keys<u64> + hotlimit::store::Store + Send + Sync> Keyed for Limiter<S> {
@@ -170,9 +169,6 @@ impl<S: Keys<u64> + hotlimit::store::Store + Send + Sync> Keyed for Limiter<S> {
     }
     fn max_keys(&self) -> Option<usize> {
         Limiter::max_keys(self)
-    }
-    fn sweep_every(&self) -> Option<Duration> {
-        Limiter::sweep_every(self)
     }
 }
 
@@ -429,7 +425,6 @@ fn keyed_stores_sweep_and_report_alike() {
         }
         assert_eq!(s.len(), 10, "{name}");
         assert_eq!(s.max_keys(), Some(100), "{name}");
-        assert_eq!(s.sweep_every(), None, "{name}");
     }
     clock.advance(Duration::from_millis(100));
     for (name, s) in &stores {
@@ -440,19 +435,8 @@ fn keyed_stores_sweep_and_report_alike() {
 
 // Pins G21.
 #[test]
-fn sweep_every_is_reported_by_every_keyed_store() {
-    let every = Duration::from_secs(3600);
+fn max_keys_is_reported_by_every_keyed_store() {
     let g = gcra("10/s");
-    let cas = CasLimiter::<u64, Gcra>::builder(g)
-        .sweep_every(every)
-        .build()
-        .unwrap();
-    let compact = CompactLimiter::<u64, Gcra>::builder(g)
-        .sweep_every(every)
-        .build()
-        .unwrap();
-    assert_eq!(cas.sweep_every(), Some(every));
-    assert_eq!(compact.sweep_every(), Some(every));
     assert_eq!(CasLimiter::<u64, Gcra>::new(g).max_keys(), None);
     assert_eq!(
         CompactLimiter::<u64, Gcra>::new(g).max_keys(),

@@ -128,9 +128,8 @@ fn a_sweep_interval_below_1_ms_is_a_config_error() {
     }
     let gcra: hotlimit::algo::Gcra = "10/s".parse().unwrap();
     let ms = Duration::from_millis(1);
-    let l = hotlimit::CasLimiter::<u64, _>::builder(gcra)
+    assert!(hotlimit::CasLimiter::<u64, _>::builder(gcra)
         .sweep_every(ms)
         .build()
-        .unwrap();
-    assert_eq!(l.sweep_every(), Some(ms));
+        .is_ok());
 }

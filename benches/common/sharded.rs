@@ -210,12 +210,4 @@ where
     fn until_ready_blocking(&self, key: &Q) -> Decision {
         ShardedLimiter::until_ready_blocking(self, key)
     }
-
-    fn len(&self) -> usize {
-        ShardedLimiter::len(self)
-    }
-
-    fn sweep(&self) -> SweepReport {
-        ShardedLimiter::sweep(self)
-    }
 }

@@ -9,7 +9,6 @@ use super::{FailMode, MAX_EXPLICIT_NOW};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::limiter::RateLimiter;
-use crate::sweeper::SweepReport;
 use ::redis::Value;
 use parking_lot::Mutex;
 use std::fmt;
@@ -43,6 +42,17 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// (`redis://host:port/db`).
     pub fn builder(url: impl Into<String>, algo: A) -> RedisBuilder<A> {
         RedisBuilder::new(url.into(), algo)
+    }
+
+    /// The keys the local fast path holds (every other key's state is in Redis, which expires
+    /// them; the local fast path is bounded, so there is nothing to sweep here).
+    pub fn len(&self) -> usize {
+        self.core.local.as_ref().map_or(0, |l| l.len())
+    }
+
+    /// Whether the local fast path holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Another limiter with the same configuration and its own connection (and its own local
@@ -329,16 +339,6 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
             // At least 1 ms, so a zero wait cannot spin on the server.
             std::thread::sleep(d.retry_after().max(std::time::Duration::from_millis(1)));
         }
-    }
-
-    /// The keys the local fast path holds (every other key's state is in Redis).
-    fn len(&self) -> usize {
-        self.core.local.as_ref().map_or(0, |l| l.len())
-    }
-
-    /// Nothing to sweep here: Redis expires the keys, the local fast path is bounded.
-    fn sweep(&self) -> SweepReport {
-        SweepReport::default()
     }
 }
 

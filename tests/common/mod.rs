@@ -10,7 +10,7 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
     SlidingWindow, SubWindow,
 };
-use hotlimit::store::{Ask, Cas, Keys, Locked};
+use hotlimit::store::{Ask, Cas, Keys, Locked, SweepReport};
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, Limiter, Live,
     ManualClock, MutexLimiter, Policy, QuantaClock, Rate, RateLimiter, Requests,
@@ -26,9 +26,16 @@ pub const COMPACT_KEYS: usize = 1024;
 /// A limiter under test, built on a given manual clock.
 pub type Make = Box<dyn Fn(ManualClock) -> Box<dyn Limit> + Sync>;
 
-/// What these tests ask of every store, whatever its algorithm: `RateLimiter`'s checks, and a
-/// peek (a `Request`'s on the library's limiters, the baseline's own on the sharded one).
+/// What these tests ask of every store, whatever its algorithm: `RateLimiter`'s checks, a peek
+/// (a `Request`'s on the library's limiters, the baseline's own on the sharded one), and each
+/// store's own `len` and `sweep`.
 pub trait Limit: RateLimiter<u64> {
+    /// The keys held.
+    fn len(&self) -> usize;
+
+    /// A sweep by hand.
+    fn sweep(&self) -> SweepReport;
+
     /// The decision `check_n` would return now, counting nothing.
     fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError>;
 
@@ -39,6 +46,12 @@ pub trait Limit: RateLimiter<u64> {
 }
 
 impl<S: Keys<u64> + Send + Sync> Limit for Limiter<S> {
+    fn len(&self) -> usize {
+        Limiter::len(self)
+    }
+    fn sweep(&self) -> SweepReport {
+        Limiter::sweep(self)
+    }
     fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
         self.request(key).cost(cost).peek().map_err(|e| match e {
             QuotaError::Cost(e) => e,
@@ -48,6 +61,12 @@ impl<S: Keys<u64> + Send + Sync> Limit for Limiter<S> {
 }
 
 impl<A: Algorithm, C: Clock> Limit for ShardedLimiter<u64, A, C> {
+    fn len(&self) -> usize {
+        ShardedLimiter::len(self)
+    }
+    fn sweep(&self) -> SweepReport {
+        ShardedLimiter::sweep(self)
+    }
     fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
         ShardedLimiter::peek_n(self, key, cost)
     }

@@ -184,6 +184,22 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         crate::batch::in_chunks(requests, place, find, decide, emit);
     }
 
+    /// The keys held: this instance's and every other key the fleet is using.
+    pub fn len(&self) -> usize {
+        self.inner.store.map.len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops idle keys now (the sweeper does every second), and evicts beyond
+    /// [`max_keys`](crate::store::Builder::max_keys).
+    pub fn sweep(&self) -> SweepReport {
+        self.inner.store.sweep()
+    }
+
     /// The algorithm.
     pub fn algorithm(&self) -> &A {
         &self.inner.fleet().algo
@@ -621,17 +637,6 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
             let clock = &self.inner.store.core.clock;
             clock.sleep(d.retry_after().max(Duration::from_millis(1)));
         }
-    }
-
-    /// The keys held: this instance's and every other key the fleet is using.
-    fn len(&self) -> usize {
-        self.inner.store.map.len()
-    }
-
-    /// Drops idle keys now (the sweeper does every second), and evicts beyond
-    /// [`max_keys`](crate::store::Builder::max_keys).
-    fn sweep(&self) -> SweepReport {
-        self.inner.store.sweep()
     }
 }
 
