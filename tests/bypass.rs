@@ -523,7 +523,7 @@ where
 /// through, on every store, algorithm and policy (issue #59).
 // Pins G26.
 #[test]
-#[ignore = "floods of 2x-8x 1,000, 10x 2,000 and 100x 200 keys on every store and algorithm: run in release (.ci/run does)"]
+#[ignore = "floods of 2x and 4x 1,000, 10x 2,000 and 100x 200 keys on every store and algorithm: run in release (.ci/run does)"]
 fn newcomers_get_through_floods_on_every_store() {
     let flood = |times, max_keys, threads, clock, spend| Flood {
         times,
@@ -535,11 +535,10 @@ fn newcomers_get_through_floods_on_every_store() {
     let (frozen, moving) = (Clock::Frozen, Clock::Moving);
     for policy in [Policy::Leaky, Policy::Strict] {
         for f in [
-            // The sizes below 10x, one shape each, at 1,000 keys (CI's time).
+            // Two sizes below 10x, one shape each, at 1,000 keys (CI's time: 6x and 8x, 9 s,
+            // added no shape of their own).
             flood(2, 1_000, 1, frozen, SPEND),
             flood(4, 1_000, 8, moving, SPEND),
-            flood(6, 1_000, 8, frozen, 1),
-            flood(8, 1_000, 1, frozen, SPEND),
             flood(10, 2_000, 1, frozen, SPEND),
             flood(10, 2_000, 8, moving, SPEND),
             flood(10, 2_000, 1, frozen, 1),

@@ -60,7 +60,7 @@ fn replay(
 // Pins G23.
 #[test]
 fn idle_sweeps_change_no_decision() {
-    let trace = trace(20_000, 16, 0x5eed);
+    let trace = trace(10_000, 16, 0x5eed);
     for case in common::cases() {
         for (variant, make) in &case.variants {
             let (plain, _) = replay(make, &trace, 0);

@@ -577,17 +577,17 @@ fn a_late_joiner() {
     within_a_tenth(&run);
 }
 
-/// EARRRL under a flood, 4 runs (20, then 10, before CI's time was cut: 1.006–1.021× exact,
-/// then 1.002–1.006× since its unheard admissions are held): the hot keys (one at 10× the
+/// EARRRL under a flood, 2 runs (20, then 10, then 4, before CI's time was cut: 1.006–1.021×
+/// exact, then 1.002–1.006× since its unheard admissions are held): the hot keys (one at 10× the
 /// limit), EARRRL alone, 6 s a run. Every run within the bound (G49, G56): the run a held-out
 /// probe saw once in 8 at 1.4× exact is not reproduced here (its cause is not known; the
 /// offset to Redis' time set from a slow round trip, which would shift every decision's time,
 /// is one candidate, and it now follows the quickest round trips).
 // Pins G49, G56.
 #[test]
-fn earrrl_under_a_flood_four_runs() {
+fn earrrl_under_a_flood_two_runs() {
     let mut ratios = Vec::new();
-    for i in 0..4 {
+    for i in 0..2 {
         let Some(run) = with_server(&format!("earrrl flood, run {i}"), |server| {
             hot(
                 server.url(),
@@ -602,5 +602,5 @@ fn earrrl_under_a_flood_four_runs() {
         ratios.push(compare(&run.algos[0], run.shape, |_| true).ratio());
     }
     ratios.sort_by(f64::total_cmp);
-    eprintln!("EARRRL-FLOOD ratios over 4 runs: {ratios:.3?}");
+    eprintln!("EARRRL-FLOOD ratios over 2 runs: {ratios:.3?}");
 }

@@ -94,11 +94,12 @@ fn past_what_it_can_tell_apart_it_overflows_by_group() {
     // (`fill` asserts it of all but group 0: here none is forgotten at all); new keys of
     // classes 1 to 15 owe, most new keys of class 0 start fresh (12% owe, measured: tag
     // collisions and the groups 16 to 30 of the fullest buckets).
-    let o = fill(1_000_000, 10_000);
-    assert_eq!(o.kept, 1_000_000, "{o:?}");
+    // (A table for 3,000: the same 100x as for 10,000, in a third of a debug run's time.)
+    let o = fill(300_000, 3_000);
+    assert_eq!(o.kept, 300_000, "{o:?}");
     assert!(o.new_class_0 < o.class_0 / 5, "{o:?}");
     assert!(
-        o.new - o.new_class_0 > (1_000_000 - o.class_0) * 99 / 100,
+        o.new - o.new_class_0 > (300_000 - o.class_0) * 99 / 100,
         "{o:?}"
     );
     // Just past it (12x), most classes are marked in few buckets: fewer newcomers pay.
