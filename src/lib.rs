@@ -48,7 +48,8 @@
 //! (the most units available now), [`take`](Request::take) it as an estimate and
 //! [`settle`](Request::settle) the actual cost once known (refund, or an overrun charged as a
 //! debt; an LLM response's tokens), wait [`until_ready`](Request::until_ready) (async, any
-//! runtime) or [`until_ready_blocking`](Request::until_ready_blocking) with a [`jitter`](Request::jitter), or
+//! runtime) or [`until_ready_blocking`](Request::until_ready_blocking) with a
+//! [`jitter`](Request::jitter), or
 //! [`reserve`](Request::reserve) a slot (GCRA pacing). The options compose: a plan *and* a
 //! partial grant is `limiter.request(key).quota(&plan).cost(n).up_to()`. [`check_all`]
 //! counts one request against a hierarchy of keys at once (user ⊂ organisation ⊂ global,
@@ -58,9 +59,9 @@
 //! feed the `metrics` crate, feature `metrics`); [`check_batch`](Limiter::check_batch) and
 //! [`check_n_batch`](Limiter::check_n_batch) decide a slice of requests in order, the cache
 //! misses of their keys overlapped; [`sweep`](Limiter::sweep), [`len`](Limiter::len) and
-//! [`max_keys`](Limiter::max_keys) tell and keep the keys held. A limiter is made by `new` (default clock), `with_clock`, or `builder` (one
-//! [`Builder`](store::Builder) shape: clock, metrics, and for keyed stores a capacity bound
-//! and a background sweeper).
+//! [`max_keys`](Limiter::max_keys) tell and keep the keys held. A limiter is made by `new`
+//! (default clock), `with_clock`, or `builder` (one [`Builder`](store::Builder) shape: clock,
+//! metrics, and for keyed stores a capacity bound and a background sweeper).
 //!
 //! Code generic over limiters uses [`RateLimiter`] (object-safe: checks, batches, waits),
 //! [`Requests`] (every [`Request`], on every limiter: in memory, the hybrid one and the
