@@ -155,24 +155,6 @@ pub trait AsyncRateLimiter<Q: ?Sized>: Send + Sync {
     fn check_async(&self, key: &Q) -> Self::Future {
         self.check_n_async(key, 1)
     }
-
-    /// [`check_n_async`](AsyncRateLimiter::check_n_async), with the decision taken on the
-    /// spot when the limiter needs no I/O: every [`NonBlocking`] limiter answers
-    /// [`Started::Decided`], so a caller like the tower layer pays nothing for the future on
-    /// the hot path; a limiter with a backend answers [`Started::Waiting`] (the default).
-    #[inline]
-    fn start_check_n(&self, key: &Q, cost: u64) -> Started<Self::Future, Self::Error> {
-        Started::Waiting(self.check_n_async(key, cost))
-    }
-}
-
-/// What [`AsyncRateLimiter::start_check_n`] returns: the decision now, or the future of it.
-#[derive(Debug)]
-pub enum Started<F, E> {
-    /// Decided on the spot (every in-memory limiter).
-    Decided(Result<Decision, E>),
-    /// To await (a round trip to a backend).
-    Waiting(F),
 }
 
 /// The error of an [`AsyncRateLimiter`]: says whether the request itself can never pass (a
@@ -213,12 +195,6 @@ impl<Q: ?Sized, L: NonBlocking<Q> + ?Sized> AsyncRateLimiter<Q> for L {
     fn check_async(&self, key: &Q) -> Self::Future {
         // Cost 1 is always valid: `check` skips the cost check.
         ready(Ok(self.check(key)))
-    }
-
-    // Always inlined: the caller then sees `Decided` and drops its waiting path.
-    #[inline(always)]
-    fn start_check_n(&self, key: &Q, cost: u64) -> Started<Self::Future, CostError> {
-        Started::Decided(self.check_n(key, cost))
     }
 }
 

@@ -2,13 +2,13 @@
 //! limiter; how a store keeps each key's state ([`Cas`] or [`Locked`], through [`Variant`]); the key
 //! types of the compact store ([`Hashed`], [`CompactKey`]); what
 //! a sweep reports; and the plumbing of [`AsyncRateLimiter`](crate::AsyncRateLimiter)
-//! ([`Started`], [`LimiterError`]). The limiters themselves are at the crate root.
+//! ([`LimiterError`]). The limiters themselves are at the crate root.
 
 pub use crate::compact::Compact;
 pub use crate::compact::{CompactKey, Hashed, ProbeStats, DEFAULT_MAX_KEYS};
 pub use crate::direct::Single;
 pub use crate::keyed::{Map, Pinned};
-pub use crate::limiter::{Cas, LimiterError, Locked, Started, Variant};
+pub use crate::limiter::{Cas, LimiterError, Locked, Variant};
 pub use crate::ops::{Keys, Store};
 pub use crate::request::Ask;
 pub use crate::shared::{Builder, KeyedStore};

@@ -12,10 +12,7 @@ use hotlimit::CostError;
 use hotlimit::Decision;
 #[cfg(doc)]
 use hotlimit::RateLimiter;
-use hotlimit::{
-    store::{LimiterError, Started},
-    AsyncRateLimiter,
-};
+use hotlimit::{store::LimiterError, AsyncRateLimiter};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use std::fmt;
@@ -23,7 +20,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 /// A `tower::Layer` that rate-limits requests with a hotlimit limiter; see the
 /// [module docs](super).
@@ -184,14 +181,16 @@ where
         let Planned { started, policy } = self.plan.start(&*self.limiter, parts, key, cost);
         // A plan whose quota cannot read the limiter's states: a misconfiguration, never an
         // allow.
-        let Ok(started) = started else {
+        let Ok(mut decision) = started else {
             return Stage::Now(self.refuse(StatusCode::SERVICE_UNAVAILABLE));
         };
-        // An in-memory limiter decides here, in `call`, with the key still borrowed, as
-        // before the layer was async; a backend's future is awaited by the response future.
-        match started {
-            Started::Decided(result) => Stage::Now(self.outcome(key, cost, policy, result)),
-            Started::Waiting(decision) => Stage::Later {
+        // Polled once here: an in-memory limiter's future is ready at once (`Ready`, the
+        // poll inlined away), so it is decided in `call`, with the key still borrowed, as
+        // before the layer was async; a backend's future, begun, is awaited by the response
+        // future (whose polls give it a real waker).
+        match Pin::new(&mut decision).poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(result) => Stage::Now(self.outcome(key, cost, policy, result)),
+            Poll::Pending => Stage::Later {
                 decision,
                 key: self.on_decision.as_ref().map(|_| key.to_owned()),
                 cost,

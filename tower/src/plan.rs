@@ -2,10 +2,11 @@
 
 use super::AdvertisedQuota;
 use hotlimit::headers::QuotaPolicy;
-use hotlimit::store::{Keys, Started};
+use hotlimit::store::Keys;
 use hotlimit::{AsyncRateLimiter, ConfigError, Limiter, QuotaError};
 use http::request::Parts;
 use std::fmt;
+use std::future::{ready, Ready};
 
 /// A limiter that decides a request under a quota given with it, for
 /// [`LayerBuilder::plans`](super::LayerBuilder::plans): the in-memory keyed limiters
@@ -16,15 +17,15 @@ pub trait PlanLimiter: AsyncRateLimiter<str> {
     /// A quota: the limiter's algorithm, configured per plan.
     type Quota: AdvertisedQuota + Send + Sync + 'static;
 
-    /// Starts deciding a request of `cost` for `key` under `quota`; the
-    /// [`ConfigError`] of a quota that cannot read the limiter's states
+    /// Decides a request of `cost` for `key` under `quota` (an in-memory limiter's future is
+    /// ready at once); the [`ConfigError`] of a quota that cannot read the limiter's states
     /// ([`Algorithm::check_quota`](hotlimit::algo::Algorithm::check_quota)).
-    fn start_check_n_with(
+    fn check_n_with(
         &self,
         key: &str,
         cost: u64,
         quota: &Self::Quota,
-    ) -> Result<Started<Self::Future, Self::Error>, ConfigError>;
+    ) -> Result<Self::Future, ConfigError>;
 }
 
 impl<S: Keys<str> + Send + Sync> PlanLimiter for Limiter<S>
@@ -34,15 +35,15 @@ where
     type Quota = S::Algo;
 
     #[inline]
-    fn start_check_n_with(
+    fn check_n_with(
         &self,
         key: &str,
         cost: u64,
         quota: &S::Algo,
-    ) -> Result<Started<Self::Future, Self::Error>, ConfigError> {
+    ) -> Result<Ready<Result<hotlimit::Decision, hotlimit::CostError>>, ConfigError> {
         match self.request(key).quota(quota).cost(cost).check() {
-            Ok(decision) => Ok(Started::Decided(Ok(decision))),
-            Err(QuotaError::Cost(e)) => Ok(Started::Decided(Err(e))),
+            Ok(decision) => Ok(ready(Ok(decision))),
+            Err(QuotaError::Cost(e)) => Ok(ready(Err(e))),
             Err(QuotaError::Quota(e)) => Err(*e),
             Err(other) => unreachable!("a check takes no ticket: {other}"),
         }
@@ -58,26 +59,21 @@ where
 {
     type Quota = A;
 
-    fn start_check_n_with(
-        &self,
-        key: &str,
-        cost: u64,
-        quota: &A,
-    ) -> Result<Started<Self::Future, Self::Error>, ConfigError> {
+    fn check_n_with(&self, key: &str, cost: u64, quota: &A) -> Result<Self::Future, ConfigError> {
         hotlimit::algo::Algorithm::check_quota(self.algorithm(), quota)?;
         let (limiter, key, quota) = (self.clone(), key.to_owned(), *quota);
-        Ok(Started::Waiting(Box::pin(async move {
+        Ok(Box::pin(async move {
             let r = limiter.request(&key).cost(cost).quota(&quota).check().await;
             limiter.fail_over(r)
-        })))
+        }))
     }
 }
 
-/// What a [`RequestPlan`] starts: the limiter's decision (or the [`ConfigError`] of a quota it
-/// cannot run) and the policy to advertise for the request.
+/// What a [`RequestPlan`] starts: the limiter's decision to come (or the [`ConfigError`] of a
+/// quota it cannot run) and the policy to advertise for the request.
 #[derive(Debug)]
-pub struct Planned<F, E> {
-    pub(super) started: Result<Started<F, E>, ConfigError>,
+pub struct Planned<F> {
+    pub(super) started: Result<F, ConfigError>,
     /// `None`: the layer's own policy; `Some(None)`: none.
     pub(super) policy: Option<Option<QuotaPolicy>>,
 }
@@ -88,13 +84,7 @@ pub struct Planned<F, E> {
 pub trait RequestPlan<L: AsyncRateLimiter<str> + ?Sized>: Send + Sync + 'static {
     /// Starts deciding the request `parts` of `cost` for `key`, under the quota the plan
     /// picks.
-    fn start(
-        &self,
-        limiter: &L,
-        parts: &Parts,
-        key: &str,
-        cost: u64,
-    ) -> Planned<L::Future, L::Error>;
+    fn start(&self, limiter: &L, parts: &Parts, key: &str, cost: u64) -> Planned<L::Future>;
 }
 
 /// Every request under the limiter's own quota: the default [`RequestPlan`].
@@ -103,9 +93,9 @@ pub struct NoPlans;
 
 impl<L: AsyncRateLimiter<str> + ?Sized> RequestPlan<L> for NoPlans {
     #[inline(always)]
-    fn start(&self, limiter: &L, _: &Parts, key: &str, cost: u64) -> Planned<L::Future, L::Error> {
+    fn start(&self, limiter: &L, _: &Parts, key: &str, cost: u64) -> Planned<L::Future> {
         Planned {
-            started: Ok(limiter.start_check_n(key, cost)),
+            started: Ok(limiter.check_n_async(key, cost)),
             policy: None,
         }
     }
@@ -136,18 +126,12 @@ where
     F: Fn(&Parts, &str) -> Option<L::Quota> + Send + Sync + 'static,
 {
     #[inline]
-    fn start(
-        &self,
-        limiter: &L,
-        parts: &Parts,
-        key: &str,
-        cost: u64,
-    ) -> Planned<L::Future, L::Error> {
+    fn start(&self, limiter: &L, parts: &Parts, key: &str, cost: u64) -> Planned<L::Future> {
         let Some(quota) = (self.pick)(parts, key) else {
             return NoPlans.start(limiter, parts, key, cost);
         };
         Planned {
-            started: limiter.start_check_n_with(key, cost, &quota),
+            started: limiter.check_n_with(key, cost, &quota),
             policy: Some(quota.advertised_quota()),
         }
     }
