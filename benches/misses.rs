@@ -1,0 +1,70 @@
+//! Cache misses per check at 1M keys (issue #61), counted by valgrind's cachegrind, not timed:
+//! the driver `.ci/misses` runs; this binary only fills one store and checks it.
+//!
+//! `misses STORE CHECKS`: fills STORE (`cas`, `compact` or `governor`) with 1M keys, every
+//! quota admitting everything on a frozen clock, then runs CHECKS checks of scattered keys
+//! (the same sequence for every store, computed on the fly: no sequence in memory to miss
+//! on). `.ci/misses` runs it with CHECKS and with 0 and divides the difference by CHECKS: the
+//! fill and the process drop out. The
+//! store is never dropped (leaked): a drop walks every entry, and how many of those loads hit
+//! depends on what the checks left in the cache (±0.25 misses a check for governor's map).
+
+use governor::{clock::FakeRelativeClock, Quota, RateLimiter as Governor};
+use hotlimit::algo::Gcra;
+use hotlimit::{CasLimiter, CompactLimiter, ManualClock};
+use std::hint::black_box;
+use std::num::NonZeroU32;
+
+const KEYS: u64 = 1_000_000;
+
+/// The `i`th key of the sequence: `i` scattered by a multiplicative hash (Fibonacci hashing),
+/// a few instructions, the same for every store.
+fn key(i: u64) -> u64 {
+    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) % KEYS
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--list" || a == "--bench") {
+        return; // `cargo bench`: counted by .ci/misses, not run here.
+    }
+    let (store, checks) = match &args[1..] {
+        [store, checks] => (store.as_str(), checks.parse::<usize>().expect("CHECKS")),
+        _ => panic!("usage: misses cas|compact|governor CHECKS"),
+    };
+    let gcra: Gcra = "1000000000/s burst 1099511627776".parse().unwrap();
+    let seq = (0..checks as u64).map(key);
+    match store {
+        "cas" => {
+            let l = CasLimiter::<u64, Gcra, _>::with_clock(gcra, ManualClock::default());
+            (0..KEYS).for_each(|k| assert!(l.check(&k).is_allowed()));
+            seq.for_each(|k| {
+                let _ = black_box(l.check(&k));
+            });
+            std::mem::forget(l);
+        }
+        "compact" => {
+            let l = CompactLimiter::<u64, Gcra>::builder(gcra)
+                .max_keys(KEYS as usize)
+                .clock(ManualClock::default())
+                .build()
+                .unwrap();
+            (0..KEYS).for_each(|k| assert!(l.check(&k).is_allowed()));
+            seq.for_each(|k| {
+                let _ = black_box(l.check(&k));
+            });
+            std::mem::forget(l);
+        }
+        "governor" => {
+            let max = NonZeroU32::MAX;
+            let quota = Quota::per_second(max).allow_burst(max);
+            let l = Governor::dashmap_with_clock(quota, FakeRelativeClock::default());
+            (0..KEYS).for_each(|k| assert!(l.check_key(&k).is_ok()));
+            seq.for_each(|k| {
+                let _ = black_box(l.check_key(&k).is_ok());
+            });
+            std::mem::forget(l);
+        }
+        other => panic!("no store {other}"),
+    }
+}
