@@ -1263,7 +1263,8 @@ fn a_call_out_to_redis_still_counts_against_the_budget_ahead_of_it() {
     assert_eq!((s.degraded, s.denied_waiting), (0, 4), "{s:?}");
     proxy.faults.stall(false);
     // Charged: the rest of the burst, and no more (nothing refills in the test's time).
-    assert_eq!(drain(&l, "k", 5), burst - 2);
+    let after = drain(&l, "k", 5);
+    assert_eq!(after, burst - 2, "{:?}", l.stats());
     l.shutdown();
     let r = RedisLimiter::builder(server.url(), hourly(burst))
         .key_prefix("g47-out:")
