@@ -1,24 +1,28 @@
-//! Fast at every scale (issue #33), all in one process: GCRA `check` at 1 key, 10k and 1M
-//! uniform keys (all present), 1 and 2 threads, for hotlimit's stores (one check at a time
-//! and batched), governor, rate-net and rateguard (single node), a bare papaya get + CAS and
-//! a flat array CAS; then, at one key and one thread, the check taken apart step by step on
-//! the exact and the coarse clock; then bytes per key at 1M keys, each store in a child
-//! process.
+//! Fast at every scale (issues #33, #61), all in one process: GCRA `check` at 1 key, 10k
+//! uniform and zipf(1.0) keys, 1M and 10M uniform keys (all present), 1 and 2 threads, for
+//! hotlimit's stores (one check at a time and batched) on the exact and on a 1 ms coarse
+//! clock, governor on its default clock and on its quanta upkeep clock (1 ms: its coarse
+//! one), rate-net and rateguard (single node), a bare papaya get + CAS and a flat array CAS;
+//! then, at one key and one thread, the check taken apart step by step on the exact and the
+//! coarse clock; then bytes per key at 1M keys, each store in a child process.
 //!
 //! Every variant runs the same key sequences; rounds interleave the variants (a round runs
 //! each once), each cell is the median of the rounds. Every quota admits everything, so
-//! every check writes. ns per check per thread.
+//! every check writes. ns per check per thread; a coarse-clock row is compared with governor's
+//! coarse clock, every other row with governor's default.
 //!
 //! `cargo bench --bench scale` (7 rounds); `-- --quick` (3 rounds, fewer requests);
 //! `-- --steps` the step table only.
-//! `HOTLIMIT_BENCH_THREADS=1,2,4,8,16` runs the 10k- and 1M-key scenarios on those thread counts.
+//! `HOTLIMIT_BENCH_THREADS=1,2,4,8,16` runs the many-key scenarios on those thread counts.
 
 mod common;
 
 use common::{gcra, rss_bytes};
+use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
 use hotlimit::{algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, QuantaClock};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
+use rand_distr::Zipf;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,10 +125,32 @@ fn names(keys: u64) -> Vec<String> {
     (0..keys).map(|k| format!("k{k}")).collect()
 }
 
+/// The coarse clocks: hotlimit's and governor's (quanta's upkeep thread), 1 ms each.
+struct Coarse {
+    ours: CoarseClock,
+    governor: QuantaUpkeepClock,
+}
+
+impl Coarse {
+    fn new() -> Self {
+        let ms = Duration::from_millis(1);
+        Self {
+            ours: CoarseClock::new(ms).unwrap(),
+            governor: QuantaUpkeepClock::from_interval(ms).unwrap(),
+        }
+    }
+}
+
+type GovernorCoarse =
+    Governor<u64, governor::state::keyed::DefaultKeyedStateStore<u64>, QuantaUpkeepClock>;
+
 struct Stores {
     cas: CasLimiter<u64, Gcra>,
+    cas_coarse: CasLimiter<u64, Gcra, CoarseClock>,
     compact: CompactLimiter<u64, Gcra>,
+    compact_coarse: CompactLimiter<u64, Gcra, CoarseClock>,
     governor: governor::DefaultKeyedRateLimiter<u64>,
+    governor_coarse: GovernorCoarse,
     rate_net: rate_net::RateLimiter,
     rateguard: rateguard::Guard,
     papaya: papaya::HashMap<u64, AtomicU64, ahash::RandomState>,
@@ -132,14 +158,23 @@ struct Stores {
 }
 
 impl Stores {
-    fn new(keys: u64, names: &[String], rt: &tokio::runtime::Runtime) -> Self {
+    fn new(keys: u64, names: &[String], rt: &tokio::runtime::Runtime, coarse: &Coarse) -> Self {
+        let max = NonZeroU32::MAX;
+        let quota = Quota::per_second(max).allow_burst(max);
         let s = Self {
             cas: CasLimiter::new(gcra()),
+            cas_coarse: CasLimiter::with_clock(gcra(), coarse.ours.clone()),
             compact: CompactLimiter::builder(gcra())
                 .max_keys(keys as usize)
                 .build()
                 .unwrap(),
+            compact_coarse: CompactLimiter::<u64, Gcra>::builder(gcra())
+                .max_keys(keys as usize)
+                .clock(coarse.ours.clone())
+                .build()
+                .unwrap(),
             governor: governor(),
+            governor_coarse: Governor::dashmap_with_clock(quota, coarse.governor.clone()),
             rate_net: rate_net(keys),
             rateguard: rateguard(keys, rt),
             papaya: papaya::HashMap::builder()
@@ -150,8 +185,11 @@ impl Stores {
         let papaya = s.papaya.pin();
         for k in 0..keys {
             assert!(s.cas.check(&k).is_allowed());
+            assert!(s.cas_coarse.check(&k).is_allowed());
             assert!(s.compact.check(&k).is_allowed());
+            assert!(s.compact_coarse.check(&k).is_allowed());
             assert!(s.governor.check_key(&k).is_ok());
+            assert!(s.governor_coarse.check_key(&k).is_ok());
             assert!(s.rate_net.check(k).is_allow());
             assert!(s.rateguard.check(&names[k as usize]).is_allowed());
             papaya.insert(k, AtomicU64::new(0));
@@ -176,6 +214,22 @@ impl Stores {
                 Box::new(|keys, _| {
                     keys.iter().for_each(|k| {
                         let _ = black_box(self.compact.check(k));
+                    })
+                }),
+            ),
+            (
+                "CasLimiter, coarse clock".into(),
+                Box::new(|keys, _| {
+                    keys.iter().for_each(|k| {
+                        let _ = black_box(self.cas_coarse.check(k));
+                    })
+                }),
+            ),
+            (
+                "CompactLimiter, coarse clock".into(),
+                Box::new(|keys, _| {
+                    keys.iter().for_each(|k| {
+                        let _ = black_box(self.compact_coarse.check(k));
                     })
                 }),
             ),
@@ -207,6 +261,14 @@ impl Stores {
             Box::new(|keys, _| {
                 keys.iter().for_each(|k| {
                     let _ = black_box(self.governor.check_key(k));
+                })
+            }),
+        ));
+        rows.push((
+            "governor, coarse clock".into(),
+            Box::new(|keys, _| {
+                keys.iter().for_each(|k| {
+                    let _ = black_box(self.governor_coarse.check_key(k));
                 })
             }),
         ));
@@ -263,31 +325,44 @@ fn scale(rounds: usize, ops: usize, rt: &tokio::runtime::Runtime) {
             .collect(),
         Err(_) => vec![1, 2],
     };
-    let ten_k: Vec<usize> = if many == [1, 2] {
-        vec![1]
-    } else {
-        many.clone()
-    };
-    let scenarios: [(u64, &[usize]); 3] = [(1, &[1, 2]), (10_000, &ten_k), (MILLION, &many)];
+    // (keys, zipf, thread counts): uniform keys unless zipf(1.0), as the issue's table.
+    let scenarios: [(u64, bool, &[usize]); 5] = [
+        (1, false, &[1, 2]),
+        (10_000, false, &many),
+        (10_000, true, &many),
+        (MILLION, false, &many),
+        (10 * MILLION, false, &many),
+    ];
     let max_threads = many.iter().copied().chain([2]).max().unwrap_or(2);
+    let coarse = Coarse::new();
     let mut table: Vec<(String, Vec<f64>)> = Vec::new();
     let mut header = Vec::new();
-    for (keys, threads) in scenarios {
+    for (keys, zipf, threads) in scenarios {
         let names = names(keys);
-        let stores = Stores::new(keys, &names, rt);
+        let stores = Stores::new(keys, &names, rt, &coarse);
         let rows = stores.rows();
         let seqs: Vec<(Vec<u64>, Vec<&str>)> = (0..max_threads as u64)
             .map(|t| {
                 let mut rng = SmallRng::seed_from_u64(7 + t);
-                let seq: Vec<u64> = (0..ops).map(|_| rng.random_range(0..keys)).collect();
+                let seq: Vec<u64> = if zipf {
+                    let zipf = Zipf::new(keys as f64, 1.0).unwrap();
+                    (0..ops).map(|_| rng.sample(zipf) as u64 - 1).collect()
+                } else {
+                    (0..ops).map(|_| rng.random_range(0..keys)).collect()
+                };
                 let strs = seq.iter().map(|&k| names[k as usize].as_str()).collect();
                 (seq, strs)
             })
             .collect();
         for &threads in threads {
             header.push(format!(
-                "{keys} keys, {threads} thread{}",
-                if threads > 1 { "s" } else { "" }
+                "{}{}, {threads} t",
+                match keys {
+                    1 => "1 key".to_string(),
+                    k if k >= MILLION => format!("{}M", k / MILLION),
+                    k => format!("{}k", k / 1000),
+                },
+                if zipf { " zipf" } else { "" }
             ));
             let mut samples = vec![Vec::new(); rows.len()];
             for (_, run) in &rows {
@@ -308,21 +383,22 @@ fn scale(rounds: usize, ops: usize, rt: &tokio::runtime::Runtime) {
     }
     println!("| variant | {} |", header.join(" | "));
     println!("|---|{}", "---|".repeat(header.len()));
-    let governor = table
-        .iter()
-        .find(|(n, _)| n == "governor")
-        .unwrap()
-        .1
-        .clone();
+    let row = |want: &str| table.iter().find(|(n, _)| n == want).unwrap().1.clone();
+    let (governor, governor_coarse) = (row("governor"), row("governor, coarse clock"));
     for (name, cells) in &table {
+        let base = if name.contains("coarse") {
+            &governor_coarse
+        } else {
+            &governor
+        };
         let cells: Vec<String> = cells
             .iter()
-            .zip(&governor)
+            .zip(base)
             .map(|(c, g)| format!("{c:.1} ({:.2}×)", g / c))
             .collect();
         println!("| {name} | {} |", cells.join(" | "));
     }
-    println!("(in parentheses: governor's time ÷ the row's, > 1 is faster than governor)");
+    println!("(in parentheses: governor's time ÷ the row's, > 1 is faster than governor; a coarse-clock row against governor's coarse clock)");
 }
 
 /// The check at one key and one thread taken apart: each row adds one step, on the exact
