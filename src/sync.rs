@@ -236,8 +236,16 @@ pub(crate) fn cas_loop<A: CasAtomic, T>(
             Err(actual) => {
                 on_retry();
                 current = actual;
-                backoff.spin();
+                spin(&backoff);
             }
         }
     }
+}
+
+/// A lost race's backoff, out of line: the spin's loop and counters would otherwise take
+/// registers from every uncontended check that inlines [`cas_loop`].
+#[cold]
+#[inline(never)]
+fn spin(backoff: &Backoff) {
+    backoff.spin();
 }

@@ -222,12 +222,18 @@ impl Gcra {
         let increment = cost.saturating_mul(self.t);
         // A stored tat ahead of `now` also covers a clock read that went backwards.
         let base = tat.max(now);
+        // Summed from `base` directly: the CAS waits on this sum and nothing else. Without
+        // overflow, `ahead` is that sum less `now` (no second sum for the admission's test).
+        let (sum, overflow) = base.overflowing_add(increment);
         Ahead {
             base,
             increment,
-            // Summed from `base` directly: the CAS waits on this sum and nothing else.
-            new_tat: base.checked_add(increment).filter(|&t| t <= CLOCK_MAX),
-            ahead: (base - now).saturating_add(increment),
+            new_tat: (!overflow && sum <= CLOCK_MAX).then_some(sum),
+            ahead: if overflow {
+                (base - now).saturating_add(increment)
+            } else {
+                sum - now
+            },
         }
     }
 
