@@ -340,7 +340,7 @@ fn with_limiter<A: HybridAlgorithm>(spec: &Value, name: &str, algo: A) -> Value 
             most
         })
     });
-    let mut out = drive(&limiter, spec);
+    let mut out = drive(&limiter, spec, name);
     // The last sync before the worker reports and exits (a drop would only start it).
     limiter.shutdown();
     if let Some(ids) = ids {
@@ -435,8 +435,31 @@ fn schedule(shape: Shape, w: usize, start: u64, end: u64) -> Vec<(u64, u32)> {
     out
 }
 
+/// The time in `before..=after` closest to the limiter's own time of an admission whose state
+/// resets `windows` 1 s windows past the one it was counted in, `reset` ns from then.
+fn at_in_window(before: u64, after: u64, windows: u64, reset: u64) -> u64 {
+    const W: u64 = 1_000_000_000;
+    let own = |k: u64| ((k + windows) * W).saturating_sub(reset);
+    let k = before / W;
+    let nearest = [k.saturating_sub(1), k, k + 1]
+        .into_iter()
+        .map(own)
+        .min_by_key(|t| t.abs_diff(before))
+        .unwrap();
+    nearest.clamp(before, after)
+}
+
 /// One worker's requests at their times, until the run is over; its trace and counters.
-fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value) -> Value {
+///
+/// A request's time is read before its check, and a thread descheduled between that read and
+/// the check's own (2.4 ms seen on two loaded cores) would put an admission early: the
+/// sliding window's estimate at it then weighs the previous window by that much more (a
+/// tenth of an admission per millisecond at 100/s). The window algorithms' admissions say in
+/// the limiter's own clock when they happened (a fixed window's state resets at the end of
+/// the window it counted in, a sliding window's one window later: `reset_after` before that),
+/// so their time is that, clamped into when the check ran: within what was observed, never
+/// outside it.
+fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value, name: &str) -> Value {
     let shape = Shape::from_json(&spec["shape"]);
     let w = spec["worker"].as_u64().unwrap() as usize;
     let start = spec["start"].as_u64().unwrap();
@@ -445,6 +468,12 @@ fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value) -> Value 
     let mut trace = Vec::new();
     let mut one_off;
     let joined = spec["join_at"].as_u64().unwrap_or(0);
+    // After an admission, a window state resets this many 1 s windows past its own.
+    let windows_to_reset = match name {
+        "fixed" => Some(1),
+        "sliding" => Some(2),
+        _ => None,
+    };
     for (t, key) in schedule(shape, w, start, end) {
         if t < joined {
             continue;
@@ -455,16 +484,23 @@ fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value) -> Value 
         if t > now + 1_000_000 {
             std::thread::sleep(Duration::from_nanos(t - now));
         }
-        let at = unix_ns();
-        let name = match names.get(key as usize) {
+        let before = unix_ns();
+        let key_name = match names.get(key as usize) {
             Some(name) => name,
             None => {
                 one_off = format!("k{key}");
                 &one_off
             }
         };
-        let ok = limiter.check(name).is_allowed();
-        trace.push(json!([at, key, ok]));
+        let d = limiter.check(key_name);
+        let after = unix_ns();
+        let at = match (windows_to_reset, d.reset_after()) {
+            (Some(n), Some(reset)) if d.is_allowed() => {
+                at_in_window(before, after, n, reset.as_nanos() as u64)
+            }
+            _ => before,
+        };
+        trace.push(json!([at, key, d.is_allowed()]));
     }
     let s: HybridStats = limiter.stats();
     json!({
