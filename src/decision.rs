@@ -425,26 +425,40 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// A ticket for a request of `cost` decided `decision` at `taken_at` (ns).
-    pub(crate) fn new(decision: Decision, cost: u64, taken_at: u64) -> Self {
+    /// A ticket for a request of `charged` units decided `decision` at `taken_at` (ns of the
+    /// issuing limiter's clock), taken from `limiter` for the key whose hash is `key`: open if
+    /// `decision` admitted it. What a limiter of your own returns from
+    /// [`Requests::take`](crate::Requests::take); its settle then checks the ticket with
+    /// [`check_origin`](Ticket::check_origin) and closes it with [`close`](Ticket::close),
+    /// as the crate's limiters do. `limiter` names your limiter among every limiter a ticket
+    /// could be brought to: draw it at random when the limiter is built (the crate's
+    /// in-memory limiters number theirs from 1, the Redis clients use 0). Any function of the
+    /// key serves as `key`, as long as the settle computes the same.
+    ///
+    /// ```
+    /// use hotlimit::{Decision, Ticket, TicketError};
+    ///
+    /// let mut t = Ticket::issue(Decision::allowed(), 3, 1_000, 0xfeed, 42);
+    /// assert_eq!(t.check_origin(0xfeed, 7), Err(TicketError::OtherKey));
+    /// assert_eq!(t.check_origin(0xfeed, 42), Ok(()));
+    /// assert_eq!(t.close(), Some((1_000, 3))); // the settle's to make
+    /// assert_eq!(t.close(), None); // settled once
+    /// ```
+    pub fn issue(decision: Decision, charged: u64, taken_at: u64, limiter: u64, key: u64) -> Self {
         Self {
             decision,
-            charged: cost,
+            charged,
             taken_at,
             open: decision.is_allowed(),
             id: 0,
-            origin: (0, 0),
+            origin: (limiter, key),
         }
     }
 
-    /// The ticket bound to `limiter` and the key whose hash is `key`.
-    pub(crate) fn bound(mut self, limiter: u64, key: u64) -> Self {
-        self.origin = (limiter, key);
-        self
-    }
-
-    /// Whether a settle on `limiter` for the key whose hash is `key` may settle this ticket.
-    pub(crate) fn check_origin(&self, limiter: u64, key: u64) -> Result<(), TicketError> {
+    /// Whether a settle on `limiter` for the key whose hash is `key` may settle this ticket
+    /// ([`issue`](Ticket::issue)): a ticket taken elsewhere is a [`TicketError`], and a
+    /// settle that gets one changes nothing.
+    pub fn check_origin(&self, limiter: u64, key: u64) -> Result<(), TicketError> {
         if self.origin.0 != limiter {
             Err(TicketError::OtherLimiter)
         } else if self.origin.1 != key {
@@ -487,8 +501,11 @@ impl Ticket {
         self.open
     }
 
-    /// Closes the ticket; `Some((taken_at, charged))` if it was open.
-    pub(crate) fn close(&mut self) -> Option<(u64, u64)> {
+    /// Closes the ticket, the last step of a settle (after
+    /// [`check_origin`](Ticket::check_origin) and whatever else may refuse it, which leaves the
+    /// ticket open): `Some((taken_at, charged))` if it was open, the settle's to make; `None`
+    /// if it was settled already or denied, and a settle then changes nothing.
+    pub fn close(&mut self) -> Option<(u64, u64)> {
         std::mem::replace(&mut self.open, false).then_some((self.taken_at, self.charged))
     }
 }

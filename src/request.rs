@@ -217,7 +217,10 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 /// with the request, an instant; then check, peek, a partial grant, a provisional cost and its
 /// settle. Every limiter of the crate is one: in memory, hybrid, and the blocking Redis
 /// client. Generic code reaches every operation through it; a limiter implements the five
-/// methods below, and a [`Request`] (from [`request`](Requests::request)) calls them.
+/// methods below, and a [`Request`] (from [`request`](Requests::request)) calls them. A
+/// limiter of your own issues its tickets with [`Ticket::issue`] and settles them after
+/// [`Ticket::check_origin`] and [`Ticket::close`], as the crate's do
+/// (`tests/outside_limiter.rs`: a budget per key, through `Request` and [`check_all`]).
 ///
 /// ```
 /// use hotlimit::{algo::Gcra, CasLimiter, CompactLimiter, ManualClock, Requests};

@@ -563,7 +563,7 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         check_cost(cost, algo.capacity())?;
         // The algorithm's take: a charge its settle can hand back exactly.
         let decision = self.count(at.apply(|state| algo.take(state, now, cost)));
-        Ok(Ticket::new(decision, cost, now).bound(self.id, key))
+        Ok(Ticket::issue(decision, cost, now, self.id, key))
     }
 
     /// `settle` of every store: closes `ticket` and, if it was open and the cost differs,

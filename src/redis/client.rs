@@ -312,10 +312,10 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     pub(super) fn ticket(&self, req: &Req<'_, A>, reply: Reply) -> Result<Ticket, BackendError> {
         let print = self.key_print(req.key);
         match reply {
-            Reply::Taken(d, at) => Ok(Ticket::new(d, req.cost, at)
-                .with_id(self.next_id())
-                .bound(0, print)),
-            Reply::Decided(d) if d.is_denied() => Ok(Ticket::new(d, req.cost, 0).bound(0, print)),
+            Reply::Taken(d, at) => {
+                Ok(Ticket::issue(d, req.cost, at, 0, print).with_id(self.next_id()))
+            }
+            Reply::Decided(d) if d.is_denied() => Ok(Ticket::issue(d, req.cost, 0, 0, print)),
             _ => Err(BackendError::Reply("not a take".into())),
         }
     }

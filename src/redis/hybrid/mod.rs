@@ -447,8 +447,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             ((), algo.decide_entry(plan, ctx, w, seen, now, cost, true))
         };
         let ((), decision) = self.step(key, cost, quota, take)?;
-        let ticket = Ticket::new(decision, cost, now);
-        Ok(ticket.bound(self.inner.store.core.id, crate::shared::key_print(key)))
+        let (id, key) = (self.inner.store.core.id, crate::shared::key_print(key));
+        Ok(Ticket::issue(decision, cost, now, id, key))
     }
 
     /// Settles `ticket` (taken from this limiter for `key`) with the `actual` cost, locally
