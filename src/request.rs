@@ -220,7 +220,8 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 /// methods below, and a [`Request`] (from [`request`](Requests::request)) calls them. A
 /// limiter of your own issues its tickets with [`Ticket::issue`] and settles them after
 /// [`Ticket::check_origin`] and [`Ticket::close`], as the crate's do
-/// (`tests/outside_limiter.rs`: a budget per key, through `Request` and [`check_all`]).
+/// (`tests/outside_limiter.rs`: a budget per key, through `Request` and [`check_all`], and
+/// behind `hotlimit-tower`'s in-flight layer).
 ///
 /// ```
 /// use hotlimit::{algo::Gcra, CasLimiter, CompactLimiter, ManualClock, Requests};
