@@ -3,7 +3,7 @@
 //! `settle` checks and closes them, as the crate's limiters do) and `AsyncRateLimiter`.
 //! Settled with 0, a take gives all its units back: behind the tower layer's in-flight mode,
 //! the budget is a semaphore per key. Used by `tests/outside_limiter.rs` and by
-//! `hotlimit-tower`'s tests of the same name.
+//! `hotlimit-tower`'s `tower/tests/in_flight.rs`.
 
 use hotlimit::store::Ask;
 use hotlimit::{AsyncRateLimiter, CostError, Decision, QuotaError, Requests, Ticket};

@@ -1,15 +1,21 @@
 //! In-flight limits behind the layer (issue #62): a request holds its permit until its
 //! response body ends, over real loopback HTTP (an axum server, hyper's client); and the
-//! body's drop and end, through `tower::ServiceExt::oneshot`.
+//! body's drop and end, through `tower::ServiceExt::oneshot`, also on a limiter written outside
+//! the core.
 //!
 //! Run with `cargo test -p hotlimit-tower --test in_flight`.
 
 use axum::body::{Body, Bytes};
 use axum::routing::get;
 use axum::Router;
+#[path = "../../tests/common/budget.rs"]
+mod budget;
+
+use budget::Budget;
 use hotlimit::algo::InFlight;
-use hotlimit::headers::Mode;
-use hotlimit::{CasLimiter, ManualClock};
+use hotlimit::headers::{AdvertisedQuota, Mode, QuotaPolicy};
+use hotlimit::store::LimiterError;
+use hotlimit::{AsyncRateLimiter, CasLimiter, ManualClock, Requests};
 use hotlimit_tower::{HeaderKey, InFlightBody, RateLimitLayer};
 use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
@@ -130,9 +136,14 @@ async fn a_slow_response_holds_its_permit_until_its_body_ends() {
 
 /// The in-flight layer over `running` (in `mode`, denying with `denied` and
 /// `Retry-After: 1`) around a service whose bodies are empty.
-type App = BoxCloneService<Request<()>, Response<InFlightBody<Empty<Bytes>, Limiter>>, Infallible>;
+type App<L = Limiter> =
+    BoxCloneService<Request<()>, Response<InFlightBody<Empty<Bytes>, L>>, Infallible>;
 
-fn app(running: &Arc<Limiter>, mode: Mode, denied: StatusCode) -> App {
+fn app<L>(running: &Arc<L>, mode: Mode, denied: StatusCode) -> App<L>
+where
+    L: AsyncRateLimiter<str> + Requests<str> + AdvertisedQuota + 'static,
+    <L as Requests<str>>::Error: LimiterError,
+{
     let layer = RateLimitLayer::builder(running.clone(), HeaderKey::from_static("x-api-key"))
         .headers(|h| h.mode = mode)
         .in_flight(denied, Duration::from_secs(1));
@@ -142,7 +153,7 @@ fn app(running: &Arc<Limiter>, mode: Mode, denied: StatusCode) -> App {
 }
 
 /// A request for key `k` through `app`: its response, the body unread.
-async fn send(app: &App) -> Response<InFlightBody<Empty<Bytes>, Limiter>> {
+async fn send<L: Requests<str> + 'static>(app: &App<L>) -> Response<InFlightBody<Empty<Bytes>, L>> {
     let req = Request::builder()
         .header("x-api-key", "k")
         .body(())
@@ -192,4 +203,43 @@ async fn dry_run_lets_every_request_through_and_admitted_ones_still_hold() {
     assert!(running.request("k").peek().unwrap().is_denied());
     drop(held);
     assert!(running.request("k").peek().unwrap().is_allowed());
+}
+
+/// No rate to advertise: a budget in flight is a count.
+impl AdvertisedQuota for Budget {
+    fn advertised_quota(&self) -> Option<QuotaPolicy> {
+        None
+    }
+}
+
+/// A limiter written outside the core (`tests/common/budget.rs`: a budget of units per key
+/// that never refills, on the core's public API alone, its tickets issued and settled as the
+/// crate's limiters do theirs) behind the in-flight layer: each admitted request's take is
+/// settled with 0 when its response body ends, which gives the budget back, so the budget
+/// holds at most its limit of requests running per key.
+#[tokio::test]
+async fn an_outside_limiter_holds_each_request_until_its_body_ends() {
+    let running = Arc::new(Budget::new(0x7011, 2));
+    let app = app(&running, Mode::Enforce, StatusCode::TOO_MANY_REQUESTS);
+    let (first, second) = (send(&app).await, send(&app).await);
+    assert_eq!(
+        (first.status(), second.status()),
+        (StatusCode::OK, StatusCode::OK)
+    );
+    assert_eq!(running.spent("k"), 2);
+    let refused = send(&app).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    drop(refused); // a denial holds nothing
+    assert_eq!(running.spent("k"), 2);
+    drop(first); // a client gone before the body was read: its unit comes back
+    assert_eq!(running.spent("k"), 1);
+    let third = send(&app).await;
+    assert_eq!(third.status(), StatusCode::OK);
+    assert_eq!(send(&app).await.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Read to its end: given back at the end, before the body is dropped.
+    let mut body = second.into_body();
+    assert!(body.frame().await.is_none());
+    assert_eq!(running.spent("k"), 1);
+    drop((body, third));
+    assert_eq!(running.spent("k"), 0);
 }
