@@ -88,7 +88,8 @@ pub(crate) struct Step<S> {
 ///
 /// An algorithm of your own keeps its state in a `u64` or `u128` word and answers with
 /// [`Decision::allowed`](crate::Decision::allowed) and
-/// [`Decision::denied`](crate::Decision::denied); it then runs on every in-memory store, its
+/// [`Decision::denied`](crate::Decision::denied) (with what it knows: `with_remaining`,
+/// `with_reset_after`, `with_rate`); it then runs on every in-memory store, its
 /// debts kept through capacity eviction, behind `hotlimit-tower`'s layer (with
 /// [`AdvertisedQuota`](https://docs.rs/hotlimit/latest/hotlimit/headers/trait.AdvertisedQuota.html))
 /// and in `hotlimit-server` (registered by name in its settings): `tests/common/tick_bucket.rs`

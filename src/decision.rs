@@ -140,8 +140,9 @@ const fn per_allowed(per: u64, allowed: bool) -> NonZeroU64 {
 
 impl Decision {
     /// An admitted request, nothing else known: what an algorithm of your own returns (see
-    /// [`Algorithm`](crate::algo::Algorithm)), with [`with_remaining`](Self::with_remaining)
-    /// and [`with_reset_after`](Self::with_reset_after) for what it knows.
+    /// [`Algorithm`](crate::algo::Algorithm)), with [`with_remaining`](Self::with_remaining),
+    /// [`with_reset_after`](Self::with_reset_after) and [`with_rate`](Self::with_rate) for
+    /// what it knows.
     ///
     /// ```
     /// use hotlimit::Decision;
@@ -260,8 +261,18 @@ impl Decision {
         self
     }
 
+    /// This decision with the rate the algorithm measured, in cost units per second (an
+    /// algorithm of your own that measures one, as EARRRL and the exponential limiter do);
+    /// a NaN is none, as if never set.
+    ///
+    /// ```
+    /// use hotlimit::Decision;
+    ///
+    /// assert_eq!(Decision::allowed().with_rate(12.5).rate(), Some(12.5));
+    /// assert_eq!(Decision::allowed().with_rate(f64::NAN).rate(), None);
+    /// ```
     #[inline]
-    pub(crate) const fn with_rate(mut self, per_second: f64) -> Self {
+    pub const fn with_rate(mut self, per_second: f64) -> Self {
         self.rate = per_second;
         self
     }
