@@ -28,6 +28,12 @@ fn a_take_is_settled_once_with_the_actual_cost() {
     let d = b.request("alice").cost(8).check().unwrap();
     assert_eq!((d.is_allowed(), d.remaining()), (true, Some(0)));
     assert!(b.request("alice").check().unwrap().is_denied());
+    // An overrun is charged past the limit: 3 taken, 7 used.
+    let mut t = b.request("bob").cost(3).take().unwrap();
+    assert_eq!(b.request("bob").settle(&mut t, 7), Ok(true));
+    assert_eq!(b.spent("bob"), 7);
+    let d = b.request("bob").cost(4).check().unwrap();
+    assert_eq!((d.is_denied(), d.remaining()), (true, Some(3)));
 }
 
 #[test]

@@ -38,7 +38,8 @@ impl Budget {
         if spent + cost <= limit {
             Decision::allowed().with_remaining(limit - spent - cost)
         } else {
-            Decision::denied(Duration::MAX).with_remaining(limit - spent)
+            // An overrun's settle may leave more spent than the limit.
+            Decision::denied(Duration::MAX).with_remaining(limit.saturating_sub(spent))
         }
     }
 
@@ -128,7 +129,7 @@ impl Requests<str> for Budget {
         let mut spent = self.spent.lock().unwrap();
         let s = spent.entry(key.to_owned()).or_insert(0);
         // A refund of what the take charged, an overrun charged past the limit.
-        *s = (*s - charged).saturating_add(actual);
+        *s = s.saturating_sub(charged).saturating_add(actual);
         Ok(true)
     }
 }
