@@ -153,11 +153,13 @@ pub fn gcra(s: Shape) -> Gcra {
         .with_burst(s.burst())
         .unwrap()
 }
+/// The window algorithms' window, ns: every measure of their windows below is by it.
+pub const WINDOW_NS: u64 = 1_000_000_000;
 pub fn fixed(s: Shape) -> FixedWindow {
-    FixedWindow::new(s.limit() as u64, Duration::from_secs(1)).unwrap()
+    FixedWindow::new(s.limit() as u64, Duration::from_nanos(WINDOW_NS)).unwrap()
 }
 pub fn sliding(s: Shape) -> SlidingWindow {
-    SlidingWindow::new(s.limit() as u64, Duration::from_secs(1)).unwrap()
+    SlidingWindow::new(s.limit() as u64, Duration::from_nanos(WINDOW_NS)).unwrap()
 }
 /// Half-life 1 s, at most the limit per second (strict, its default).
 pub fn earrrl(s: Shape) -> Earrrl {
@@ -436,11 +438,10 @@ fn schedule(shape: Shape, w: usize, start: u64, end: u64) -> Vec<(u64, u32)> {
 }
 
 /// The time in `before..=after` closest to the limiter's own time of an admission whose state
-/// resets `windows` 1 s windows past the one it was counted in, `reset` ns from then.
+/// resets `windows` windows past the one it was counted in, `reset` ns from then.
 fn at_in_window(before: u64, after: u64, windows: u64, reset: u64) -> u64 {
-    const W: u64 = 1_000_000_000;
-    let own = |k: u64| ((k + windows) * W).saturating_sub(reset);
-    let k = before / W;
+    let own = |k: u64| ((k + windows) * WINDOW_NS).saturating_sub(reset);
+    let k = before / WINDOW_NS;
     let nearest = [k.saturating_sub(1), k, k + 1]
         .into_iter()
         .map(own)
@@ -468,7 +469,7 @@ fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value, name: &st
     let mut trace = Vec::new();
     let mut one_off;
     let joined = spec["join_at"].as_u64().unwrap_or(0);
-    // After an admission, a window state resets this many 1 s windows past its own.
+    // After an admission, a window state resets this many windows past its own.
     let windows_to_reset = match name {
         "fixed" => Some(1),
         "sliding" => Some(2),
@@ -799,7 +800,7 @@ pub fn max_per_window(t: &[(u64, bool)]) -> u64 {
     let mut counts = HashMap::new();
     for &(at, ok) in t {
         if ok {
-            *counts.entry(at / 1_000_000_000).or_insert(0u64) += 1;
+            *counts.entry(at / WINDOW_NS).or_insert(0u64) += 1;
         }
     }
     counts.into_values().max().unwrap_or(0)
@@ -808,7 +809,7 @@ pub fn max_per_window(t: &[(u64, bool)]) -> u64 {
 /// The sliding window counter's estimate (previous 1 s window weighted by what is left of
 /// it, plus the current one) at each of a key's admissions: its largest value.
 pub fn max_sliding_estimate(t: &[(u64, bool)]) -> f64 {
-    let w = 1_000_000_000u64;
+    let w = WINDOW_NS;
     let mut counts = HashMap::new();
     let mut worst: f64 = 0.0;
     for &(at, ok) in t {

@@ -447,8 +447,14 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             ((), algo.decide_entry(plan, ctx, w, seen, now, cost, true))
         };
         let ((), decision) = self.step(key, cost, quota, take)?;
-        let (id, key) = (self.inner.store.core.id, crate::shared::key_print(key));
-        Ok(Ticket::issue(decision, cost, now, id, key))
+        let print = crate::shared::key_print(key);
+        Ok(Ticket::issue(
+            decision,
+            cost,
+            now,
+            self.inner.store.core.id,
+            print,
+        ))
     }
 
     /// Settles `ticket` (taken from this limiter for `key`) with the `actual` cost, locally
