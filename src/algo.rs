@@ -244,19 +244,6 @@ pub trait Algorithm: Send + Sync + 'static {
     /// [`fresh`](Algorithm::fresh).
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> Self::State;
 
-    /// A number that changes whenever the configuration does ([`Live`](crate::Live)); 0
-    /// for fixed algorithms. A request that sees it change across its update re-fits the
-    /// state it wrote. An algorithm whose configuration never changes keeps this default.
-    #[inline(always)]
-    fn generation(&self) -> u64 {
-        0
-    }
-
-    /// Fits `state` to the configuration now in force ([`Live`](crate::Live)); nothing for
-    /// fixed algorithms, which keep this default.
-    #[inline(always)]
-    fn refit(&self, _state: &mut Self::State, _now: u64) {}
-
     /// The decision [`update`](Algorithm::update) would return, leaving `state` untouched:
     /// what `peek` answers.
     #[inline]
@@ -330,9 +317,10 @@ pub trait Algorithm: Send + Sync + 'static {
 /// measured rate. So a state kept under one configuration is still meaningful under another,
 /// and is kept as it is: **no switch or plan hands budget back**. A state spent further than the
 /// new quota could have spent it stays so until it is paid (clamping it to the new quota's
-/// reach would hand the difference back on a switch to a smaller quota and back). Every
-/// algorithm of the crate keeps [`fit`](Reconfigure::fit) a no-op; it is the hook for one
-/// whose states must be translated.
+/// reach would hand the difference back on a switch to a smaller quota and back). A switch
+/// touches no key: each key's next step reads its state under the configuration in force. An
+/// algorithm of your own can be live only if its states mean the same under every
+/// configuration [`check_change`](Reconfigure::check_change) admits.
 ///
 /// What can change: every GCRA parameter (rate, burst, policy); EARRRL's limit and policy,
 /// not its half-life (the state is measured in it); the exponential limiter's limit and policy,
@@ -344,10 +332,6 @@ pub trait Reconfigure: Algorithm + Copy {
     /// Whether a state kept under `self` means the same under `new`; an
     /// [`Unchangeable`](crate::ConfigError::Unchangeable) error names the field that differs.
     fn check_change(&self, new: &Self) -> Result<(), ConfigError>;
-
-    /// Translates `state` (kept under any compatible configuration) for this configuration at
-    /// `now`, never into a more lenient one: nothing, for the crate's algorithms.
-    fn fit(&self, state: &mut Self::State, now: u64);
 }
 
 /// [`Algorithm::update`] by value, for algorithms whose state is a [`Word`]: the pure

@@ -55,10 +55,6 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> Table for Single<A, C, V> {
     fn sweep(&self) -> SweepReport {
         SweepReport::default()
     }
-
-    fn rewrite_all(&self, fit: &dyn Fn(&mut A::State)) {
-        self.cell.rewrite(fit);
-    }
 }
 
 impl<A: Algorithm, C: Clock, V: Variant<A>> Build for Single<A, C, V> {

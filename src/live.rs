@@ -5,7 +5,7 @@
 use crate::algo::{Algorithm, Reconfigure};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
-use crate::sync::{AtomicCell, AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicCell, Mutex};
 use std::fmt;
 
 /// An algorithm whose configuration can be swapped at run time: give a limiter `Live<A>` and
@@ -14,13 +14,10 @@ use std::fmt;
 /// The configuration sits in a `crossbeam` `AtomicCell` (a sequence lock: a read is two loads
 /// and a copy, no write), read once per step; limiters built on a plain `A` pay nothing.
 /// A switch is atomic for each request: every step runs entirely under the old or entirely
-/// under the new configuration. The store then walks its keys, [fitting](Reconfigure::fit)
-/// each state to the new quota by a read-modify-write. Until the walk reaches a key, the key's
-/// old state is read under the new quota, which for these algorithms is never more lenient
-/// than the fitted one. A request that ran its step under the old configuration but wrote
-/// after the walk passed its key sees the generation change (its write synchronizes with the
-/// walk's) and fits its own state. So once the switch and the requests in flight during it
-/// have returned, every kept state fits the new quota; traffic never stops and no key is lost.
+/// under the new configuration. It touches no key: a state means the same under every
+/// configuration the switch admits ([`Reconfigure`]), so each key's next step reads its state as
+/// it is under the quota now in force; traffic never stops, no key is lost or reset, and the
+/// switch costs the same at one key as at ten million.
 ///
 /// # Examples
 ///
@@ -43,9 +40,7 @@ use std::fmt;
 /// ```
 pub struct Live<A> {
     current: AtomicCell<A>,
-    /// Bumped by every switch, after the new configuration is stored and before the walk.
-    generation: AtomicU64,
-    /// Serializes reconfigurations (rare), so two switches never interleave their walks.
+    /// Serializes reconfigurations (rare), so each checks the change from the one it replaces.
     switching: Mutex<()>,
 }
 
@@ -54,7 +49,6 @@ impl<A: Reconfigure> Live<A> {
     pub fn new(algo: A) -> Self {
         Self {
             current: AtomicCell::new(algo),
-            generation: AtomicU64::new(0),
             switching: Mutex::new(()),
         }
     }
@@ -65,15 +59,13 @@ impl<A: Reconfigure> Live<A> {
         self.current.load()
     }
 
-    /// Swaps in `new` and runs `walk` (the store's pass fitting its states) while holding
-    /// the switch lock. Returns the configuration replaced.
-    pub(crate) fn switch(&self, new: A, walk: impl FnOnce(&A)) -> Result<A, ConfigError> {
+    /// Swaps in `new` if a state kept under the configuration in force means the same under
+    /// it. Returns the configuration replaced.
+    pub(crate) fn switch(&self, new: A) -> Result<A, ConfigError> {
         let _one_at_a_time = self.switching.lock();
         let old = self.current.load();
         old.check_change(&new)?;
         self.current.store(new);
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        walk(&new);
         Ok(old)
     }
 }
@@ -155,16 +147,6 @@ impl<A: Reconfigure> Algorithm for Live<A> {
     fn settle(&self, state: &mut A::State, now: u64, taken_at: u64, charged: u64, actual: u64) {
         self.get().settle(state, now, taken_at, charged, actual);
     }
-
-    #[inline]
-    fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    #[inline]
-    fn refit(&self, state: &mut A::State, now: u64) {
-        self.get().fit(state, now);
-    }
 }
 
 impl<A: Reconfigure> Clone for Live<A> {
@@ -190,17 +172,33 @@ mod tests {
 
     // Pins G27.
     #[test]
-    fn gcra_fit_keeps_every_debt() {
-        let g: Gcra = "10/s burst 5".parse().unwrap();
-        let mut far = 60_000_000_000; // a minute of debt from a larger quota: kept whole
-        g.fit(&mut far, 1_000_000_000);
-        assert_eq!(far, 60_000_000_000);
-        let mut near = 1_200_000_000;
-        g.fit(&mut near, 1_000_000_000);
-        assert_eq!(near, 1_200_000_000);
-        let mut fresh = g.fresh();
-        g.fit(&mut fresh, 1_000_000_000);
-        assert_eq!(fresh, g.fresh());
+    fn a_switch_keeps_every_gcra_debt() {
+        use crate::{CasLimiter, ManualClock};
+        let clock = ManualClock::default();
+        let big: Gcra = "100/s burst 10".parse().unwrap();
+        let l = CasLimiter::<u64, _, _>::with_clock(Live::new(big), clock.clone());
+        // A minute of debt under the larger quota: 6000 units past the 10 taken, at 10 ms each,
+        // so the key's budget is spent to 60.1 s. Its next unit waits until that less the
+        // 90 ms of tolerance: 60.01 s.
+        let ticket = &mut l.request(&1).cost(10).take().unwrap();
+        assert!(l.request(&1).settle(ticket, 6010).unwrap());
+        assert_eq!(
+            l.request(&1).peek().unwrap().retry_after().as_millis(),
+            60_010
+        );
+        l.reconfigure("10/s burst 5".parse().unwrap()).unwrap();
+        // Kept whole: spent to 60.1 s under the new quota too, so its next unit waits until
+        // that less the new 400 ms of tolerance: 59.7 s.
+        assert_eq!(
+            l.request(&1).peek().unwrap().retry_after().as_millis(),
+            59_700
+        );
+        // A key never seen starts fresh under the new quota.
+        assert_eq!(l.request(&2).peek().unwrap().remaining(), Some(4));
+        clock.advance(Duration::from_millis(59_699));
+        assert!(l.request(&1).peek().unwrap().is_denied());
+        clock.advance(Duration::from_millis(1));
+        assert!(l.check(&1).is_allowed());
     }
 
     // Pins G33.
@@ -209,7 +207,7 @@ mod tests {
         let r = Rate::per_second_of(1.0).unwrap();
         let a = Earrrl::new(Duration::from_secs(1), r).unwrap();
         let b = Earrrl::new(Duration::from_secs(2), r).unwrap();
-        let err = Live::new(a).switch(b, |_| ()).unwrap_err();
+        let err = Live::new(a).switch(b).unwrap_err();
         assert_eq!(
             err,
             ConfigError::Unchangeable {
@@ -219,7 +217,7 @@ mod tests {
             }
         );
         let limit_only = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(5.0).unwrap());
-        assert!(Live::new(a).switch(limit_only.unwrap(), |_| ()).is_ok());
+        assert!(Live::new(a).switch(limit_only.unwrap()).is_ok());
         let e = Exponential::new(10.0, Duration::from_secs(1)).unwrap();
         let f = Exponential::new(10.0, Duration::from_secs(60)).unwrap();
         assert_eq!(e.check_change(&f).unwrap_err().field(), Field::Period);

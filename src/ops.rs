@@ -50,8 +50,6 @@ pub(crate) mod sealed {
         fn sweep_totals(&self) -> SweepTotals {
             self.core().sweep_totals()
         }
-        /// Rewrites every kept state (a live switch's fit).
-        fn rewrite_all(&self, fit: &dyn Fn(&mut <Self::Algo as Algorithm>::State));
     }
 
     /// A table a limiter owns, built from its options (every store but a pinned view).
@@ -431,13 +429,12 @@ impl<S: Store<Algo = Gcra>> Limiter<S> {
 
 impl<A: Reconfigure, S: Store<Algo = Live<A>>> Limiter<S> {
     /// Switches to the configuration `new` while traffic flows, keeping every key: each
-    /// request runs entirely under the old or the new configuration, then every kept state is
-    /// [fitted](Reconfigure::fit) to the new quota (clamped, never reset to fresh). Returns the
-    /// configuration replaced; errors, changing nothing, if `new` would change what the kept
-    /// states mean (see [`Reconfigure`]). See [`Live`] for the guarantees.
+    /// request runs entirely under the old or the new configuration, and every kept state
+    /// reads as it is under the new quota (never reset to fresh, never handed budget back).
+    /// Returns the configuration replaced; errors, changing nothing, if `new` would change
+    /// what the kept states mean (see [`Reconfigure`]). See [`Live`] for the guarantees.
     pub fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
-        let store = &self.store;
-        store.core().reconfigure(new, |fit| store.rewrite_all(fit))
+        self.store.core().reconfigure(new)
     }
 }
 

@@ -425,20 +425,15 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         clamp(self.clock.now()).saturating_sub(self.grace_ns)
     }
 
-    /// One request's update of `cell` (what the papaya and direct stores run), fitted after
-    /// a live switch as [`generation`](Core::generation) says. `None` if the cell is dead.
+    /// One request's update of `cell` (what the papaya and direct stores run). `None` if the
+    /// cell is dead.
     #[inline(always)]
     pub(crate) fn update<T>(
         &self,
         cell: &impl StateCell<A::State>,
         f: impl FnMut(&mut A::State) -> T,
     ) -> Option<T> {
-        let generation = self.generation();
-        let out = cell.update(&self.stats, f)?;
-        self.fit_if_switched(generation, |fit| {
-            cell.rewrite(fit);
-        });
-        Some(out)
+        cell.update(&self.stats, f)
     }
 
     /// [`update`](Core::update) of a cell never killed (the direct limiter's): no
@@ -449,41 +444,7 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         cell: &impl StateCell<A::State>,
         f: impl FnMut(&mut A::State) -> T,
     ) -> T {
-        let generation = self.generation();
-        let out = cell.update_live(&self.stats, f, || self.algo.fresh());
-        self.fit_if_switched(generation, |fit| {
-            cell.rewrite(fit);
-        });
-        out
-    }
-
-    /// The configuration's generation, read before a request's update: if it differs after
-    /// the update ([`fit_if_switched`](Core::fit_if_switched)), the configuration changed
-    /// meanwhile ([`Live`]) and the state written must be fitted, since the request's step
-    /// may have run under the old configuration and landed after the switch's walk passed
-    /// the key. For a fixed algorithm it is the constant 0 and both calls vanish.
-    #[inline(always)]
-    pub(crate) fn generation(&self) -> u64 {
-        self.algo.generation()
-    }
-
-    /// Fits the state a request wrote through `rewrite` (the store's read-modify-write of
-    /// that state) if the generation moved past `generation`.
-    #[inline(always)]
-    pub(crate) fn fit_if_switched(
-        &self,
-        generation: u64,
-        rewrite: impl FnOnce(&dyn Fn(&mut A::State)),
-    ) {
-        if self.algo.generation() != generation {
-            self.refit(rewrite);
-        }
-    }
-
-    #[cold]
-    fn refit(&self, rewrite: impl FnOnce(&dyn Fn(&mut A::State))) {
-        let now = self.clock.now();
-        rewrite(&|state| self.algo.refit(state, now));
+        cell.update_live(&self.stats, f, || self.algo.fresh())
     }
 
     /// Totals over every sweep, with the debt table's counts.
@@ -633,20 +594,9 @@ impl<C: Clock> Core<Gcra, C> {
 }
 
 impl<A: Reconfigure, C: Clock> Core<Live<A>, C> {
-    /// `reconfigure` of every store: switches, then `rewrite`s every kept state, fitted as
-    /// of the switch (a request after it sees the fitted state plus what the new rate has
-    /// paid back since). `rewrite` must be a read-modify-write even when nothing changes: a
-    /// request that stepped under the old configuration and writes after it reads from it,
-    /// so sees the new generation and fits its own write. Dead cells are skipped.
-    pub(crate) fn reconfigure(
-        &self,
-        new: A,
-        rewrite_all: impl FnOnce(&dyn Fn(&mut A::State)),
-    ) -> Result<A, ConfigError> {
-        self.algo.switch(new, |new| {
-            let now = self.clock.now();
-            rewrite_all(&|state| new.fit(state, now));
-        })
+    /// `reconfigure` of every store: the switch alone, no key touched ([`Live`]).
+    pub(crate) fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
+        self.algo.switch(new)
     }
 }
 

@@ -28,9 +28,8 @@ pub trait StateCell<S>: Send + Sync + fmt::Debug {
         self.update(stats, &mut f)
             .unwrap_or_else(|| f(&mut fresh()))
     }
-    /// Runs `f` on the state and writes the result back even if unchanged: a
-    /// read-modify-write, so that any later update of the cell synchronizes with it (a live
-    /// reconfiguration relies on it). `false` if the cell is dead.
+    /// Runs `f` on the state and writes the result back (joining a remembered debt into a
+    /// state just inserted). `false` if the cell is dead.
     fn rewrite(&self, f: impl FnMut(&mut S)) -> bool;
     /// Replaces the state with the tombstone if `doomed` holds for it; `true` if this call
     /// killed the cell.
@@ -71,10 +70,6 @@ pub trait TableSlot<R, S>: Send + Sync + fmt::Debug + Sized {
         stats: &Stats,
         f: &mut impl FnMut(&mut S) -> T,
     ) -> Option<T>;
-    /// Runs `fit` on the state if the slot holds `key` live and writes the result back even
-    /// if unchanged (a read-modify-write, which a live reconfiguration relies on, as
-    /// [`StateCell::rewrite`]); `false` if it does not.
-    fn rewrite(&self, key: R, fp: u64, fit: &dyn Fn(&mut S)) -> bool;
     /// Whether the slot holds `key` live (exact: verified under the lock for a lock slot).
     fn holds(&self, key: R, fp: u64) -> bool;
     /// Whether the slot looks free (a hint for the insert path; [`claim`](TableSlot::claim) is

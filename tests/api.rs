@@ -341,7 +341,7 @@ fn reconfiguration_under_load<V: Variant<Live<Gcra>>>() {
 
 // Pins G27, G33.
 #[test]
-fn reconfiguration_under_load_keeps_every_key_and_fits_its_state() {
+fn reconfiguration_under_load_keeps_every_key_and_its_state() {
     reconfiguration_under_load::<hotlimit::store::Cas>();
     reconfiguration_under_load::<Locked>();
 }

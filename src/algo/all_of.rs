@@ -322,13 +322,6 @@ where
         self.first().check_change(new.first())?;
         self.second().check_change(new.second())
     }
-
-    fn fit(&self, state: &mut Self::State, now: u64) {
-        let (mut a, mut b) = <A::State as Pair<B::State>>::parts(state);
-        self.first().fit(&mut a, now);
-        self.second().fit(&mut b, now);
-        *state = Pair::join(a, b);
-    }
 }
 
 #[cfg(test)]

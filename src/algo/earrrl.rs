@@ -399,8 +399,6 @@ impl Reconfigure for Earrrl {
             })
         }
     }
-
-    fn fit(&self, _: &mut u64, _: u64) {}
 }
 
 #[cfg(test)]

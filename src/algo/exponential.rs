@@ -443,6 +443,4 @@ impl Reconfigure for Exponential {
             })
         }
     }
-
-    fn fit(&self, _: &mut u128, _: u64) {}
 }

@@ -215,6 +215,4 @@ impl Reconfigure for FixedWindow {
     fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
         same_window(&self.config, &new.config)
     }
-
-    fn fit(&self, _: &mut u64, _: u64) {}
 }

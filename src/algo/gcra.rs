@@ -376,8 +376,6 @@ impl Reconfigure for Gcra {
     fn check_change(&self, _: &Self) -> Result<(), ConfigError> {
         Ok(())
     }
-
-    fn fit(&self, _: &mut u64, _: u64) {}
 }
 
 // Not under loom: proptest is not built there (Cargo.toml).

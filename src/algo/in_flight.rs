@@ -282,8 +282,6 @@ impl Reconfigure for InFlight {
         }
         Ok(())
     }
-
-    fn fit(&self, _: &mut u64, _: u64) {}
 }
 
 #[cfg(test)]

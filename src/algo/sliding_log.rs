@@ -380,8 +380,6 @@ impl Reconfigure for SlidingLog {
     fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
         same_window(&self.config, &new.config)
     }
-
-    fn fit(&self, _: &mut LogState, _: u64) {}
 }
 
 #[cfg(test)]

@@ -410,6 +410,4 @@ impl Reconfigure for SlidingWindow {
     fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
         same_window(&self.config, &new.config)
     }
-
-    fn fit(&self, _: &mut u128, _: u64) {}
 }

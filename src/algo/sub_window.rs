@@ -451,6 +451,4 @@ impl Reconfigure for SubWindow {
             to: format!("{} {:?}", new.buckets, new.bias),
         })
     }
-
-    fn fit(&self, _: &mut BucketState, _: u64) {}
 }

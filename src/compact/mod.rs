@@ -149,10 +149,6 @@ where
     fn sweep_totals(&self) -> SweepTotals {
         self.0.sweep_totals()
     }
-
-    fn rewrite_all(&self, fit: &dyn Fn(&mut A::State)) {
-        self.0.rewrite_all(fit);
-    }
 }
 
 impl<K, A, C, V> Build for Compact<K, A, C, V>

@@ -145,23 +145,6 @@ impl TableSlot<u64, u64> for PairSlot {
         )
     }
 
-    fn rewrite(&self, key: u64, _fp: u64, fit: &dyn Fn(&mut u64)) -> bool {
-        cas_loop(
-            &self.word,
-            || {},
-            |current| {
-                let (k, state) = split(current);
-                if k != key || state == TOMB {
-                    return Round::done(false);
-                }
-                let mut new = state;
-                fit(&mut new);
-                // Even when `new == state`: the CAS is the write later updates read from.
-                Round::write(pack(key, new), true)
-            },
-        )
-    }
-
     #[inline]
     fn holds(&self, key: u64, _fp: u64) -> bool {
         let (k, state) = self.get();
@@ -267,11 +250,6 @@ where
         f: &mut impl FnMut(&mut S) -> T,
     ) -> Option<T> {
         self.locked(key, fp, f)
-    }
-
-    fn rewrite(&self, key: R, fp: u64, fit: &dyn Fn(&mut S)) -> bool {
-        // The lock orders it with every later update.
-        self.locked(key, fp, fit).is_some()
     }
 
     fn holds(&self, key: R, fp: u64) -> bool {

@@ -234,9 +234,6 @@ where
         home: usize,
         mut f: impl FnMut(&mut A::State) -> T,
     ) -> T {
-        // Read once, before any attempt: a retry only makes a refit more likely, never less.
-        let generation = self.core.generation();
-        let refit = |fit: &dyn Fn(&mut A::State)| self.rewrite(repr, fp, home, fit);
         loop {
             // No closure around the look-ups: wrapping them measurably slowed the hot path
             // (issue #19's sitting, in `BENCHMARKS.md`'s git history).
@@ -247,7 +244,6 @@ where
                     .try_update(repr, fp, &self.core.stats, &mut f),
             };
             if let Some(out) = out {
-                self.core.fit_if_switched(generation, refit);
                 return out;
             }
             // Freed (by a sweep or a window eviction) between the insert and the update.
@@ -410,30 +406,6 @@ where
             }) {
                 self.len.fetch_sub(1, Ordering::Relaxed);
                 self.window_evictions.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Fits `repr`'s state after a request that raced a live reconfiguration (see
-    /// [`Core::fit_if_switched`]): the slot that holds it, if any.
-    #[cold]
-    fn rewrite(&self, repr: K::Repr, fp: u64, home: usize, fit: &dyn Fn(&mut A::State)) {
-        let reach = self.reach[home].load(Ordering::Acquire) as usize;
-        for d in 0..=reach {
-            for slot in &self.line(home, d).0 {
-                if slot.rewrite(repr, fp, fit) {
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Rewrites every live state with `fit` (a live reconfiguration's walk): a
-    /// read-modify-write of each slot even when nothing changes.
-    pub(crate) fn rewrite_all(&self, fit: &dyn Fn(&mut A::State)) {
-        for slot in self.slots() {
-            if let Some(repr) = slot.inspect(|repr, _| repr) {
-                slot.rewrite(repr, self.place(repr).0, fit);
             }
         }
     }

@@ -383,8 +383,7 @@ mod tests {
         let want = Some(policy);
         let live = Live::new(g);
         assert_eq!(live.advertised_quota(), want);
-        live.switch("20/s burst 5".parse().unwrap(), |_| ())
-            .unwrap();
+        live.switch("20/s burst 5".parse().unwrap()).unwrap();
         assert_eq!(
             live.advertised_quota().map(|p| p.to_string()),
             Some(r#""default";q=20;w=1;hotlimit-burst=5"#.to_owned())

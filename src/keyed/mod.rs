@@ -95,13 +95,6 @@ where
     fn sweep(&self) -> SweepReport {
         self.0.sweep()
     }
-
-    fn rewrite_all(&self, fit: &dyn Fn(&mut A::State)) {
-        let guard = self.0.map.guard();
-        for (_, cell) in self.0.map.iter(&guard) {
-            cell.rewrite(fit);
-        }
-    }
 }
 
 impl<K, A, C, V> Build for Map<K, A, C, V>

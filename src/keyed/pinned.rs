@@ -46,12 +46,6 @@ where
     fn sweep(&self) -> SweepReport {
         self.shared.sweep()
     }
-
-    fn rewrite_all(&self, fit: &dyn Fn(&mut A::State)) {
-        for (_, cell) in self.shared.map.iter(&self.guard) {
-            crate::cell::StateCell::rewrite(cell, fit);
-        }
-    }
 }
 
 impl<'l, K, A, C, V, Q> Lookup<Q> for Pinned<'l, K, A, C, V>
