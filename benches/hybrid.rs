@@ -15,7 +15,6 @@ mod redis_server;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::redis::{HybridAlgorithm, HybridLimiter};
-use hotlimit::RateLimiter as _;
 use hotlimit::{CasLimiter, Rate};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;

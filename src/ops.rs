@@ -473,7 +473,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
     type Error = QuotaError;
 
     #[inline(always)]
-    fn decide(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Decision, QuotaError> {
+    fn check(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Decision, QuotaError> {
         let core = self.store.core();
         let algo = core.pick(ask.quota)?;
         check_cost(ask.cost, algo.capacity())?;
@@ -483,7 +483,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
     }
 
     #[inline(always)]
-    fn preview(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Decision, QuotaError> {
+    fn peek(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Decision, QuotaError> {
         let core = self.store.core();
         let algo = core.pick(ask.quota)?;
         check_cost(ask.cost, algo.capacity())?;
@@ -491,7 +491,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
     }
 
     #[inline(always)]
-    fn grant(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<(u64, Decision), QuotaError> {
+    fn up_to(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<(u64, Decision), QuotaError> {
         let core = self.store.core();
         let algo = core.pick(ask.quota)?;
         let now = core.now(ask.at);
@@ -606,7 +606,11 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
             at: None,
             ..self.ask
         };
-        (move || l.preview(key, ask), move || l.decide(key, ask))
+        // By the trait: the limiter's own `check(key)` would shadow it.
+        (
+            move || Requests::peek(l, key, ask),
+            move || Requests::check(l, key, ask),
+        )
     }
 }
 

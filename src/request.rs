@@ -145,7 +145,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// Decides the request, counting it.
     #[inline(always)]
     pub fn check(self) -> Result<Decision, L::Error> {
-        self.limiter.decide(self.key, self.ask)
+        self.limiter.check(self.key, self.ask)
     }
 
     /// The decision [`check`](Request::check) would return now, without counting it: the
@@ -153,7 +153,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// snapshot: another request may change the state right after.
     #[inline(always)]
     pub fn peek(self) -> Result<Decision, L::Error> {
-        self.limiter.preview(self.key, self.ask)
+        self.limiter.peek(self.key, self.ask)
     }
 
     /// A partial grant: admits the most units available now, up to the request's cost, and
@@ -175,7 +175,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// ```
     #[inline(always)]
     pub fn up_to(self) -> Result<(u64, Decision), L::Error> {
-        self.limiter.grant(self.key, self.ask)
+        self.limiter.up_to(self.key, self.ask)
     }
 
     /// Takes a provisional cost: decides and charges the request like
@@ -217,7 +217,10 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 /// with the request, an instant; then check, peek, a partial grant, a provisional cost and its
 /// settle. Every limiter of the crate is one: in memory, hybrid, and the blocking Redis
 /// client. Generic code reaches every operation through it; a limiter implements the five
-/// methods below, and a [`Request`] (from [`request`](Requests::request)) calls them. A
+/// methods below, named as the [`Request`] operations that call them (from
+/// [`request`](Requests::request)). Every limiter of the crate also answers `check(key)`
+/// itself, as [`RateLimiter::check`](crate::RateLimiter::check): code generic over both traits
+/// names the one it means (`RateLimiter::check(&l, key)`) or starts a request. A
 /// limiter of your own issues its tickets with [`Ticket::issue`] and settles them after
 /// [`Ticket::check_origin`] and [`Ticket::close`], as the crate's do
 /// (`tests/outside_limiter.rs`: a budget per key, through `Request` and [`check_all`], and
@@ -245,13 +248,13 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
     type Error: std::error::Error + From<CostError> + Send + Sync + 'static;
 
     /// [`Request::check`]: decides `ask` for `key`, counting it.
-    fn decide(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Decision, Self::Error>;
+    fn check(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Decision, Self::Error>;
 
     /// [`Request::peek`]: the decision of `ask` for `key` now, counting nothing.
-    fn preview(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Decision, Self::Error>;
+    fn peek(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Decision, Self::Error>;
 
     /// [`Request::up_to`]: a partial grant of at most `ask.cost`.
-    fn grant(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<(u64, Decision), Self::Error>;
+    fn up_to(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<(u64, Decision), Self::Error>;
 
     /// [`Request::take`]: decides and charges `ask`, returning a ticket to settle.
     fn take(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Ticket, Self::Error>;
@@ -332,7 +335,7 @@ where
     // take stored, `Algorithm::take`: on the exponential limiter a whole impulse, which a
     // hierarchy's admitted levels keep).
     for (i, &(limiter, key, quota)) in levels.iter().enumerate() {
-        if limiter.preview(key, ask_with(cost, quota))?.is_allowed() {
+        if limiter.peek(key, ask_with(cost, quota))?.is_allowed() {
             continue;
         }
         let mut ticket = limiter.take(key, ask_with(cost, quota))?;
@@ -360,7 +363,7 @@ where
 {
     let later = levels[i + 1..]
         .iter()
-        .filter_map(|&(l, k, q)| l.preview(k, ask_with(cost, q)).ok());
+        .filter_map(|&(l, k, q)| l.peek(k, ask_with(cost, q)).ok());
     (i, waiting_for_all(denied, later))
 }
 
@@ -452,22 +455,22 @@ macro_rules! forward_requests {
             type Error = L::Error;
 
             #[inline]
-            fn decide(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
-                (**self).decide(key, ask)
+            fn check(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
+                (**self).check(key, ask)
             }
 
             #[inline]
-            fn preview(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
-                (**self).preview(key, ask)
+            fn peek(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
+                (**self).peek(key, ask)
             }
 
             #[inline]
-            fn grant(
+            fn up_to(
                 &self,
                 key: &Q,
                 ask: Ask<'_, L::Algo>,
             ) -> Result<(u64, Decision), L::Error> {
-                (**self).grant(key, ask)
+                (**self).up_to(key, ask)
             }
 
             #[inline]

@@ -11,7 +11,6 @@ use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, InFlight
 use hotlimit::redis::{
     BackendError, Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, RedisLimiter, SyncError,
 };
-use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, ConfigError, CostError, Decision, Field, ManualClock, Permit, Rate, RateLimiter,
     TicketError,

@@ -7,7 +7,6 @@ use hotlimit::algo::{
     SlidingWindow, SubWindow,
 };
 use hotlimit::RateLimiter;
-use hotlimit::Requests;
 use hotlimit::{
     redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter, BATCH_TRIP, MIN_EXPLICIT_TTL},
     CasLimiter, CostError, Decision, ManualClock, Policy, Rate,

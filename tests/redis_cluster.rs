@@ -8,7 +8,6 @@ use hotlimit::algo::{
     SlidingWindow, SubWindow,
 };
 use hotlimit::RateLimiter as _;
-use hotlimit::Requests;
 use hotlimit::{
     redis::{FailMode, RedisAlgorithm, RedisLimiter},
     CasLimiter, Decision, ManualClock, Policy, Rate,

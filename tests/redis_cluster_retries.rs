@@ -12,7 +12,6 @@
 
 use hotlimit::algo::Gcra;
 use hotlimit::redis::{BackendError, FailMode, RedisLimiter};
-use hotlimit::{RateLimiter as _, Requests as _};
 use redis::ErrorKind;
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};

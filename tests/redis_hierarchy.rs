@@ -10,9 +10,7 @@ use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
-use hotlimit::{
-    CasLimiter, ConfigError, CostError, Decision, Field, ManualClock, Policy, Rate, Requests,
-};
+use hotlimit::{CasLimiter, ConfigError, CostError, Decision, Field, ManualClock, Policy, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

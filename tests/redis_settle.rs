@@ -10,7 +10,6 @@ use hotlimit::algo::{
     SubWindow,
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
-use hotlimit::Requests;
 use hotlimit::Ticket;
 use hotlimit::{
     CasLimiter, ConfigError, CostError, Decision, ManualClock, Policy, Rate, TicketError,

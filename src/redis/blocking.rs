@@ -269,15 +269,13 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 }
 
-/// The sync client's decisions, each a round trip (or the local fast path's answer): a
-/// [`RateLimiter`] (import the trait to call them), so code generic over a blocking limiter
-/// takes it; not [`NonBlocking`](crate::NonBlocking), so never an async one (the tower layer
-/// takes the async client). An outage answers the [`FailMode`].
-impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
+/// The sync client's decisions, each a round trip (or the local fast path's answer), as on
+/// every limiter of the crate: `check`, `check_n` and `request` need no trait in scope.
+impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// Decides a request of cost 1; on an outage, answers the [`FailMode`]; on any other
-    /// backend error, a denial (see [`check_n`](RateLimiter::check_n)).
-    fn check(&self, key: &str) -> Decision {
-        match RateLimiter::check_n(self, key, 1) {
+    /// backend error, a denial (see [`check_n`](RedisLimiter::check_n)).
+    pub fn check(&self, key: &str) -> Decision {
+        match self.check_n(key, 1) {
             Ok(d) => d,
             // Cost 1 is always valid.
             Err(_) => self.core.config.fail_mode.decision(),
@@ -289,10 +287,33 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
     /// backend error answers a denial (with the `retry_after` of [`FailMode::Closed`] if that
     /// is the mode, else 1 s) and counts it in [`errors`](super::ClientStats::errors): a
     /// misconfiguration is never let through. Only a cost error is returned; a
-    /// [`request`](crate::Requests::request)'s `check` returns the backend's failure instead.
-    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+    /// [`request`](RedisLimiter::request)'s `check` returns the backend's failure instead.
+    pub fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
         let req = Req::new(key, cost, At::Server, Mode::Check);
         self.core.fail_over(self.decide_req(req))
+    }
+
+    /// A request beyond a plain check, for `key`: a cost, a quota that comes with it, an
+    /// explicit instant; then `check`, `peek`, `up_to`, `take` and `settle`, each a round trip
+    /// returning the backend's failure rather than the [`FailMode`]'s answer
+    /// ([`Requests`](crate::Requests)).
+    pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
+        crate::Requests::request(self, key)
+    }
+}
+
+/// The sync client as a [`RateLimiter`], so code generic over a blocking limiter takes it;
+/// not [`NonBlocking`](crate::NonBlocking), so never an async one (the tower layer takes the
+/// async client). An outage answers the [`FailMode`].
+impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
+    /// [`RedisLimiter::check`].
+    fn check(&self, key: &str) -> Decision {
+        RedisLimiter::check(self, key)
+    }
+
+    /// [`RedisLimiter::check_n`].
+    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        RedisLimiter::check_n(self, key, cost)
     }
 
     /// Decides a batch of requests of cost 1, in order, as one [`check`](RateLimiter::check)

@@ -53,16 +53,16 @@ impl<A: RedisAlgorithm> Requests<str> for RedisLimiter<A> {
     type Algo = A;
     type Error = BackendError;
 
-    fn decide(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, BackendError> {
+    fn check(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, BackendError> {
         self.run(self.core.ask(key, ask, Mode::Check)?)?.decision()
     }
 
     /// Never answered by the local fast path.
-    fn preview(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, BackendError> {
+    fn peek(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, BackendError> {
         self.run(self.core.ask(key, ask, Mode::Peek)?)?.decision()
     }
 
-    fn grant(&self, key: &str, ask: Ask<'_, A>) -> Result<(u64, Decision), BackendError> {
+    fn up_to(&self, key: &str, ask: Ask<'_, A>) -> Result<(u64, Decision), BackendError> {
         self.run(self.core.ask(key, ask, Mode::UpTo)?)?.granted()
     }
 

@@ -75,7 +75,7 @@ impl Requests<str> for Budget {
     type Algo = u64;
     type Error = QuotaError;
 
-    fn decide(&self, key: &str, ask: Ask<'_, u64>) -> Result<Decision, QuotaError> {
+    fn check(&self, key: &str, ask: Ask<'_, u64>) -> Result<Decision, QuotaError> {
         let cost = self.checked(&ask)?;
         let mut spent = self.spent.lock().unwrap();
         let s = spent.entry(key.to_owned()).or_insert(0);
@@ -86,12 +86,12 @@ impl Requests<str> for Budget {
         Ok(d)
     }
 
-    fn preview(&self, key: &str, ask: Ask<'_, u64>) -> Result<Decision, QuotaError> {
+    fn peek(&self, key: &str, ask: Ask<'_, u64>) -> Result<Decision, QuotaError> {
         let cost = self.checked(&ask)?;
         Ok(Self::decision(self.spent(key), cost, self.limit(&ask)))
     }
 
-    fn grant(&self, key: &str, ask: Ask<'_, u64>) -> Result<(u64, Decision), QuotaError> {
+    fn up_to(&self, key: &str, ask: Ask<'_, u64>) -> Result<(u64, Decision), QuotaError> {
         let most = self.checked(&ask)?;
         let limit = self.limit(&ask);
         let mut spent = self.spent.lock().unwrap();
@@ -105,7 +105,7 @@ impl Requests<str> for Budget {
     }
 
     fn take(&self, key: &str, ask: Ask<'_, u64>) -> Result<Ticket, QuotaError> {
-        let d = self.decide(key, ask)?;
+        let d = self.check(key, ask)?;
         Ok(Ticket::issue(
             d,
             ask.cost,
@@ -142,6 +142,6 @@ impl AsyncRateLimiter<str> for Budget {
     fn check_n_async(&self, key: &str, cost: u64) -> Self::Future {
         let mut ask = Ask::default();
         ask.cost = cost;
-        ready(self.decide(key, ask))
+        ready(self.check(key, ask))
     }
 }

@@ -143,14 +143,14 @@ pub struct OneKey<L>(pub L);
 impl<L: Requests<(), Error = QuotaError>> Requests<u64> for OneKey<L> {
     type Algo = L::Algo;
     type Error = QuotaError;
-    fn decide(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<Decision, QuotaError> {
-        self.0.decide(&(), ask)
+    fn check(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<Decision, QuotaError> {
+        self.0.check(&(), ask)
     }
-    fn preview(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<Decision, QuotaError> {
-        self.0.preview(&(), ask)
+    fn peek(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<Decision, QuotaError> {
+        self.0.peek(&(), ask)
     }
-    fn grant(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<(u64, Decision), QuotaError> {
-        self.0.grant(&(), ask)
+    fn up_to(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<(u64, Decision), QuotaError> {
+        self.0.up_to(&(), ask)
     }
     fn take(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<Ticket, QuotaError> {
         self.0.take(&(), ask)

@@ -16,7 +16,6 @@
 #![allow(dead_code)] // each user takes its own part
 
 use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
-use hotlimit::RateLimiter as _;
 use hotlimit::{
     redis::{Fallback, HybridAlgorithm, HybridLimiter, HybridStats},
     CasLimiter, ManualClock, Rate,

@@ -183,7 +183,8 @@ impl<L: RateLimiter<str> + Requests<str> + 'static> ProxyHttp for RateLimitProxy
                 }
             }
         } else {
-            self.limiter.check(key.as_str())
+            // By the trait's path: `Requests` names its `check(key, ask)` the same.
+            RateLimiter::check(&self.limiter, key.as_str())
         };
         if decision.is_denied() && self.headers.mode != Mode::Enforce {
             eprintln!(

@@ -593,14 +593,12 @@ impl<A: HybridAlgorithm, C: Clock> Drop for HybridLimiter<A, C> {
     }
 }
 
-/// The hybrid limiter's decisions, as a [`RateLimiter<str>`](crate::RateLimiter) (import the
-/// trait to call them): every call is local, so it is [`NonBlocking`](crate::NonBlocking)
-/// and through it an [`AsyncRateLimiter`](crate::AsyncRateLimiter) that never blocks an async
-/// task (the tower layer takes it as it takes the in-memory limiters).
-impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, C> {
+/// The hybrid limiter's decisions, as on every limiter of the crate: `check`, `check_n` and
+/// `request` need no trait in scope. Every call is local.
+impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     /// Decides a request of cost 1 for `key`, counting it.
     #[inline]
-    fn check(&self, key: &str) -> Decision {
+    pub fn check(&self, key: &str) -> Decision {
         // Cost 1 is valid for every algorithm (capacity ≥ 1).
         self.decide(key, 1)
     }
@@ -608,9 +606,35 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
     /// Decides a request of `cost` for `key`, counting it; a cost that can never be
     /// admitted is a [`CostError`].
     #[inline]
-    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+    pub fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
         self.inner.store.core.cost(cost)?;
         Ok(self.decide(key, cost))
+    }
+
+    /// A request beyond a plain check, for `key` ([`Requests`](crate::Requests)): a cost, a
+    /// quota that comes with it, an instant; then `check`, `peek`, `up_to`, `take` and
+    /// `settle`.
+    #[inline]
+    pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
+        crate::Requests::request(self, key)
+    }
+}
+
+/// The hybrid limiter as a [`RateLimiter<str>`](crate::RateLimiter): every call is local, so
+/// it is [`NonBlocking`](crate::NonBlocking) and through it an
+/// [`AsyncRateLimiter`](crate::AsyncRateLimiter) that never blocks an async task (the tower
+/// layer takes it as it takes the in-memory limiters).
+impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, C> {
+    /// [`HybridLimiter::check`].
+    #[inline]
+    fn check(&self, key: &str) -> Decision {
+        HybridLimiter::check(self, key)
+    }
+
+    /// [`HybridLimiter::check_n`].
+    #[inline]
+    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+        HybridLimiter::check_n(self, key, cost)
     }
 
     /// Locally, as every request, all at one instant; the entries of a chunk of keys are
@@ -659,7 +683,7 @@ impl<A: HybridAlgorithm, C: Clock> crate::Requests<str> for HybridLimiter<A, C> 
     type Algo = A;
     type Error = QuotaError;
 
-    fn decide(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, QuotaError> {
+    fn check(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, QuotaError> {
         let now = self.inner.store.core.now(ask.at);
         let Some(quota) = ask.quota else {
             self.inner.store.core.cost(ask.cost)?;
@@ -671,12 +695,12 @@ impl<A: HybridAlgorithm, C: Clock> crate::Requests<str> for HybridLimiter<A, C> 
             .1)
     }
 
-    fn preview(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, QuotaError> {
+    fn peek(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, QuotaError> {
         let now = self.inner.store.core.now(ask.at);
         self.preview_at(key, ask.cost, ask.quota, now)
     }
 
-    fn grant(&self, key: &str, ask: Ask<'_, A>) -> Result<(u64, Decision), QuotaError> {
+    fn up_to(&self, key: &str, ask: Ask<'_, A>) -> Result<(u64, Decision), QuotaError> {
         let now = self.inner.store.core.now(ask.at);
         self.grant_up_to(key, ask.cost, ask.quota, now)
     }
