@@ -133,10 +133,25 @@ pub trait Algorithm: Send + Sync + 'static {
         u64::MAX
     }
 
-    /// Whether `quota` may decide a request on the states this configuration keeps (a quota
-    /// that comes with the request: [`Request::quota`](crate::Request::quota)). The crate's
-    /// algorithms admit the quotas their [`Reconfigure::check_change`] admits; by default
-    /// none ([`ConfigError::Unchangeable`] for [`Field::Quota`](crate::Field::Quota)).
+    /// Whether `quota` may decide requests on the states this configuration keeps: a quota
+    /// that comes with a request ([`Request::quota`](crate::Request::quota)), or the new
+    /// configuration of a live switch ([`Live`](crate::Live)); an
+    /// [`Unchangeable`](crate::ConfigError::Unchangeable) error names the field that differs.
+    /// By default none (for [`Field::Quota`](crate::Field::Quota)).
+    ///
+    /// The crate's algorithms keep physical states, not states relative to the quota: GCRA a
+    /// time (how far ahead of the clock a key's budget is spent), EARRRL and the exponential
+    /// limiter a measured rate. So a state kept under one configuration is still meaningful
+    /// under another, and is read as it is: **no switch or plan hands budget back**. A state
+    /// spent further than the new quota could have spent it stays so until it is paid
+    /// (clamping it to the new quota's reach would hand the difference back on a switch to a
+    /// smaller quota and back). What may differ: every GCRA parameter (rate, burst, policy);
+    /// EARRRL's limit and policy, not its half-life (the state is measured in it); the
+    /// exponential limiter's limit and policy, not its period; the window algorithms' limit
+    /// and policy, not their window (their counts are laid out for it; nor the sub-window's
+    /// buckets and bias, nor the fixed window's count width); the in-flight limit, not its
+    /// lease. An algorithm of your own admits only configurations under which its states mean
+    /// the same.
     fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
         let _ = quota;
         Err(ConfigError::Unchangeable {
@@ -307,31 +322,6 @@ pub trait Algorithm: Send + Sync + 'static {
         let granted = most_admitted(most, |c| self.peek(state, now, c).is_allowed());
         (granted, self.update(state, now, granted.max(1)))
     }
-}
-
-/// An algorithm whose configuration can change while a limiter runs, keeping every key's state;
-/// what [`Live`](crate::Live) needs.
-///
-/// The state of these algorithms is physical, not relative to the quota: GCRA keeps a time
-/// (how far ahead of the clock a key's budget is spent), EARRRL and the exponential limiter a
-/// measured rate. So a state kept under one configuration is still meaningful under another,
-/// and is kept as it is: **no switch or plan hands budget back**. A state spent further than the
-/// new quota could have spent it stays so until it is paid (clamping it to the new quota's
-/// reach would hand the difference back on a switch to a smaller quota and back). A switch
-/// touches no key: each key's next step reads its state under the configuration in force. An
-/// algorithm of your own can be live only if its states mean the same under every
-/// configuration [`check_change`](Reconfigure::check_change) admits.
-///
-/// What can change: every GCRA parameter (rate, burst, policy); EARRRL's limit and policy,
-/// not its half-life (the state is measured in it); the exponential limiter's limit and policy,
-/// not its period; the window algorithms' limit and policy, not their window (their counts
-/// are laid out for it; nor the sub-window's buckets and bias, nor the fixed window's count
-/// width). The same check admits a per-request quota ([`Request::quota`](crate::Request::quota)):
-/// a quota that can read the key's state.
-pub trait Reconfigure: Algorithm + Copy {
-    /// Whether a state kept under `self` means the same under `new`; an
-    /// [`Unchangeable`](crate::ConfigError::Unchangeable) error names the field that differs.
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError>;
 }
 
 /// [`Algorithm::update`] by value, for algorithms whose state is a [`Word`]: the pure

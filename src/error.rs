@@ -116,7 +116,7 @@ pub enum ConfigError {
     },
     /// A live reconfiguration or a per-request quota that would change what the kept per-key
     /// state means (an EARRRL half-life, an exponential period, a window's length); see
-    /// [`Reconfigure`](crate::algo::Reconfigure) and [`Request::quota`](crate::Request::quota).
+    /// [`Algorithm::check_quota`](crate::algo::Algorithm::check_quota).
     Unchangeable {
         /// The field.
         field: Field,
@@ -322,7 +322,7 @@ pub enum QuotaError {
     /// The cost is 0 or more than the quota can ever admit.
     Cost(CostError),
     /// The quota cannot read the states this limiter keeps (another window, bucket layout or
-    /// count width: [`Reconfigure::check_change`](crate::algo::Reconfigure::check_change)).
+    /// count width: [`Algorithm::check_quota`](crate::algo::Algorithm::check_quota)).
     /// Boxed: the error is rare, and a small one keeps `Result<Decision, QuotaError>` the
     /// size of a [`Decision`](crate::Decision) (its niche), which the hot path returns.
     Quota(Box<ConfigError>),

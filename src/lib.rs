@@ -106,7 +106,7 @@
 //! table beside the store).
 //!
 //! The rest of the surface sits in modules: [`algo`] (the algorithms, the [`algo::Algorithm`]
-//! trait and its companions: [`algo::State`], [`algo::Reconfigure`])
+//! trait and the [`algo::State`]s it keeps)
 //! and [`store`] (what the limiters' signatures name: the builder, variants, compact key
 //! types, sweep reports).
 //!
@@ -163,7 +163,7 @@
 //!   decision, error). Floats are stored as bits; numerically delicate steps use `exp_m1`,
 //!   `ln_1p` and log-sum-exp, each with a comment saying why. A float `retry_after` is settled
 //!   against the real step (`honest_wait`), so it is never early and never late by a rounding
-//!   error. Each algorithm's `Reconfigure` impl sits beside it.
+//!   error.
 //! * `sync.rs`: every atomic and lock used by the protocol, swapped for loom's under
 //!   `--cfg hotlimit_loom` (the 128-bit word too, as a model of one indivisible CAS), and the
 //!   crate's one compare-and-swap loop, which every cell and slot operation calls.

@@ -1,8 +1,8 @@
 //! Live reconfiguration: [`Live`], an algorithm whose quota can be swapped while traffic flows.
-//! What an algorithm must say about its state for that to be sound is
-//! [`Reconfigure`], implemented beside each algorithm.
+//! What an algorithm must say about its state for that to be sound is its
+//! [`check_quota`](Algorithm::check_quota): which configurations read its states as they are.
 
-use crate::algo::{Algorithm, Reconfigure};
+use crate::algo::Algorithm;
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use crate::sync::{AtomicCell, Mutex};
@@ -15,7 +15,7 @@ use std::fmt;
 /// and a copy, no write), read once per step; limiters built on a plain `A` pay nothing.
 /// A switch is atomic for each request: every step runs entirely under the old or entirely
 /// under the new configuration. It touches no key: a state means the same under every
-/// configuration the switch admits ([`Reconfigure`]), so each key's next step reads its state as
+/// configuration the switch admits ([`Algorithm::check_quota`]), so each key's next step reads its state as
 /// it is under the quota now in force; traffic never stops, no key is lost or reset, and the
 /// switch costs the same at one key as at ten million.
 ///
@@ -44,7 +44,7 @@ pub struct Live<A> {
     switching: Mutex<()>,
 }
 
-impl<A: Reconfigure> Live<A> {
+impl<A: Algorithm + Copy> Live<A> {
     /// Starts with `algo`.
     pub fn new(algo: A) -> Self {
         Self {
@@ -64,13 +64,13 @@ impl<A: Reconfigure> Live<A> {
     pub(crate) fn switch(&self, new: A) -> Result<A, ConfigError> {
         let _one_at_a_time = self.switching.lock();
         let old = self.current.load();
-        old.check_change(&new)?;
+        old.check_quota(&new)?;
         self.current.store(new);
         Ok(old)
     }
 }
 
-impl<A: Reconfigure> Algorithm for Live<A> {
+impl<A: Algorithm + Copy> Algorithm for Live<A> {
     type State = A::State;
 
     /// A fresh state is the same under every configuration of these algorithms.
@@ -149,14 +149,14 @@ impl<A: Reconfigure> Algorithm for Live<A> {
     }
 }
 
-impl<A: Reconfigure> Clone for Live<A> {
+impl<A: Algorithm + Copy> Clone for Live<A> {
     /// A new, independent `Live` starting from this one's current configuration.
     fn clone(&self) -> Self {
         Self::new(self.get())
     }
 }
 
-impl<A: Reconfigure + fmt::Debug> fmt::Debug for Live<A> {
+impl<A: Algorithm + Copy + fmt::Debug> fmt::Debug for Live<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("Live").field(&self.get()).finish()
     }
@@ -220,10 +220,10 @@ mod tests {
         assert!(Live::new(a).switch(limit_only.unwrap()).is_ok());
         let e = Exponential::new(10.0, Duration::from_secs(1)).unwrap();
         let f = Exponential::new(10.0, Duration::from_secs(60)).unwrap();
-        assert_eq!(e.check_change(&f).unwrap_err().field(), Field::Period);
+        assert_eq!(e.check_quota(&f).unwrap_err().field(), Field::Period);
         let pair = AllOf::new(a, e);
         assert_eq!(
-            pair.check_change(&AllOf::new(b, e)).unwrap_err().field(),
+            pair.check_quota(&AllOf::new(b, e)).unwrap_err().field(),
             Field::HalfLife
         );
     }

@@ -2,7 +2,7 @@
 //! states. Every operation is written here, once; a store adds only its table (the papaya
 //! map, the compact table, one cell) through the sealed traits below.
 
-use crate::algo::{Algorithm, Gcra, Reconfigure, Reservation};
+use crate::algo::{Algorithm, Gcra, Reservation};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
 use crate::error::{check_cost, BuildError, ConfigError, CostError, QuotaError};
@@ -427,12 +427,12 @@ impl<S: Store<Algo = Gcra>> Limiter<S> {
     }
 }
 
-impl<A: Reconfigure, S: Store<Algo = Live<A>>> Limiter<S> {
+impl<A: Algorithm + Copy, S: Store<Algo = Live<A>>> Limiter<S> {
     /// Switches to the configuration `new` while traffic flows, keeping every key: each
     /// request runs entirely under the old or the new configuration, and every kept state
     /// reads as it is under the new quota (never reset to fresh, never handed budget back).
     /// Returns the configuration replaced; errors, changing nothing, if `new` would change
-    /// what the kept states mean (see [`Reconfigure`]). See [`Live`] for the guarantees.
+    /// what the kept states mean (see [`Algorithm::check_quota`]). See [`Live`] for the guarantees.
     pub fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
         self.store.core().reconfigure(new)
     }

@@ -97,7 +97,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// every plan. The key's state means the same whatever quota reads it (GCRA: the time its
     /// spent budget is paid back; the windows: their counts), so a key whose plan changes
     /// keeps what it spent. `quota` must be able to read the limiter's states
-    /// ([`Reconfigure::check_change`](crate::algo::Reconfigure::check_change): any GCRA; a
+    /// ([`Algorithm::check_quota`](crate::algo::Algorithm::check_quota): any GCRA; a
     /// window of the same length; EARRRL of the same half-life), else the error says so.
     #[inline(always)]
     pub fn quota(mut self, quota: &'a A) -> Self {

@@ -5,7 +5,7 @@
 //! ([`CompactLimiter`](crate::CompactLimiter)) or one cell
 //! ([`DirectLimiter`](crate::DirectLimiter)).
 
-use crate::algo::{clamp, Algorithm, Gcra, Reconfigure, Reservation};
+use crate::algo::{clamp, Algorithm, Gcra, Reservation};
 use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::debts::Debts;
@@ -593,7 +593,7 @@ impl<C: Clock> Core<Gcra, C> {
     }
 }
 
-impl<A: Reconfigure, C: Clock> Core<Live<A>, C> {
+impl<A: Algorithm + Copy, C: Clock> Core<Live<A>, C> {
     /// `reconfigure` of every store: the switch alone, no key touched ([`Live`]).
     pub(crate) fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
         self.algo.switch(new)

@@ -12,8 +12,7 @@
 //! lower.
 
 use hotlimit::algo::{
-    Algorithm, AllOf, Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog,
-    SlidingWindow, SubWindow,
+    Algorithm, AllOf, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::store::{Cas, Locked};
 use hotlimit::{
@@ -31,14 +30,14 @@ trait Peek {
 }
 
 /// A store on quota A serving plans: the B-phase as quotas passed with each request.
-trait PlanStore<A: Reconfigure>: Peek {
+trait PlanStore<A: Algorithm + Copy>: Peek {
     fn check_n_with(&self, cost: u64, quota: &A) -> Result<Decision, QuotaError>;
     fn take_with(&self, cost: u64, quota: &A) -> Result<Ticket, QuotaError>;
     fn settle_with(&self, t: &mut Ticket, actual: u64, quota: &A);
 }
 
 /// A store on `Live<A>`: the B-phase under a live switch to B.
-trait LiveStore<A: Reconfigure>: Peek {
+trait LiveStore<A: Algorithm + Copy>: Peek {
     fn check_n(&self, cost: u64) -> Result<Decision, QuotaError>;
     fn take(&self, cost: u64) -> Result<Ticket, QuotaError>;
     fn settle(&self, t: &mut Ticket, actual: u64);
@@ -52,7 +51,7 @@ macro_rules! stores {
                 self.request(&0).cost(cost).peek().unwrap()
             }
         }
-        impl<A: Reconfigure> PlanStore<A> for $ty<u64, A, ManualClock $(, $v)?> {
+        impl<A: Algorithm + Copy> PlanStore<A> for $ty<u64, A, ManualClock $(, $v)?> {
             fn check_n_with(&self, cost: u64, quota: &A) -> Result<Decision, QuotaError> {
                 self.request(&0).cost(cost).quota(quota).check()
             }
@@ -63,7 +62,7 @@ macro_rules! stores {
                 self.request(&0).quota(quota).settle(t, actual).unwrap();
             }
         }
-        impl<A: Reconfigure> LiveStore<A> for $ty<u64, Live<A>, ManualClock $(, $v)?> {
+        impl<A: Algorithm + Copy> LiveStore<A> for $ty<u64, Live<A>, ManualClock $(, $v)?> {
             fn check_n(&self, cost: u64) -> Result<Decision, QuotaError> {
                 self.request(&0).cost(cost).check()
             }
@@ -142,7 +141,7 @@ fn ops() -> impl Strategy<Value = Vec<(u64, Op)>> {
 }
 
 /// `got` (the key after the B-phase) is never more lenient under A than `want` (its twin).
-fn not_more_lenient<A: Reconfigure>(
+fn not_more_lenient<A: Algorithm + Copy>(
     name: &str,
     real: &dyn Peek,
     twin: &dyn Peek,
@@ -196,7 +195,7 @@ fn b_phase<T>(
     }
 }
 
-fn check<A: Reconfigure>(name: &str, a: A, b: A) {
+fn check<A: Algorithm + Copy>(name: &str, a: A, b: A) {
     let mut runner = TestRunner::new(Config {
         cases: 32,
         ..Config::default()

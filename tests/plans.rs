@@ -8,7 +8,7 @@
 mod common;
 
 use hotlimit::algo::{
-    Bias, Earrrl, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
+    Algorithm, Bias, Earrrl, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::QuotaError;
 use hotlimit::Requests;
@@ -28,7 +28,7 @@ type Trace = Vec<(u64, u64, usize, u64)>;
 /// request under its plan, and through the model; all answers must be equal.
 fn same_as_model<A>(name: &str, plans: &[A], trace: &Trace) -> Result<(), TestCaseError>
 where
-    A: Reconfigure,
+    A: Algorithm + Copy,
 {
     let own = plans[0];
     let clock = ManualClock::default();

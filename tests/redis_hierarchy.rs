@@ -7,7 +7,7 @@
 //! and pass, unless `HOTLIMIT_REQUIRE_REDIS=1` (set by `.ci/run`).
 
 use hotlimit::algo::{
-    Earrrl, Exponential, FixedWindow, Gcra, Reconfigure, SlidingLog, SlidingWindow, SubWindow,
+    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
 use hotlimit::{CasLimiter, ConfigError, CostError, Decision, Field, ManualClock, Policy, Rate};
@@ -58,7 +58,7 @@ impl<A> Quotas<A> {
 /// denial), its wait the longest of its own and the later levels'. The level that decides:
 /// the first that denied, or the tightest that admitted (the least remaining, the first of
 /// equals). Returns the level, the deciding level's decision and the wait the answer gives.
-fn model<A: Reconfigure>(
+fn model<A: Algorithm + Copy>(
     mem: &CasLimiter<String, A, ManualClock>,
     keys: &[String; 3],
     q: &Quotas<A>,
@@ -108,7 +108,7 @@ fn model<A: Reconfigure>(
 /// were admitted and denied.
 fn run_trace<A>(url: &str, q: &Quotas<A>, seed: u64, exact: bool, policy: Policy) -> (u32, u32)
 where
-    A: RedisAlgorithm + Reconfigure,
+    A: RedisAlgorithm + Copy,
 {
     let clock = ManualClock::default();
     let mem = CasLimiter::<String, A, _>::with_clock(q.user, clock.clone());

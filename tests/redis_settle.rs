@@ -6,8 +6,7 @@
 //! `HOTLIMIT_REQUIRE_REDIS=1` (set by `.ci/run`).
 
 use hotlimit::algo::{
-    Earrrl, Exponential, FixedWindow, Gcra, InFlight, Reconfigure, SlidingLog, SlidingWindow,
-    SubWindow,
+    Earrrl, Exponential, FixedWindow, Gcra, InFlight, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
 use hotlimit::Ticket;
@@ -54,7 +53,7 @@ fn prefix() -> String {
 /// agree. Returns how many takes were admitted and denied.
 fn run_trace<A>(url: &str, algo: A, plan: A, seed: u64, agree: Agree) -> (usize, usize)
 where
-    A: RedisAlgorithm + Reconfigure,
+    A: RedisAlgorithm + Copy,
 {
     let clock = ManualClock::default();
     let mem = CasLimiter::<String, A, _>::with_clock(algo, clock.clone());

@@ -1,6 +1,6 @@
 //! [`AllOf`]: several quotas on one key, all-or-nothing.
 
-use super::{Algorithm, BucketState, LogState, Reconfigure, State};
+use super::{Algorithm, BucketState, LogState, State};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 
@@ -197,7 +197,7 @@ where
 {
     type State = <A::State as Pair<B::State>>::Both;
 
-    /// A quota pair whose halves each read their half.
+    /// A quota pair whose halves each read their half: both quotas change together.
     fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
         self.first.check_quota(&quota.first)?;
         self.second.check_quota(&quota.second)
@@ -307,20 +307,6 @@ where
             self.first.restore(debt),
             self.second.restore(&|part| debt(part + k)),
         )
-    }
-}
-
-/// Both quotas change together; each state is fitted to its own.
-impl<A, B> Reconfigure for AllOf<A, B>
-where
-    A: Reconfigure,
-    B: Reconfigure,
-    A::State: Pair<B::State>,
-{
-    #[inline]
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        self.first().check_change(new.first())?;
-        self.second().check_change(new.second())
     }
 }
 

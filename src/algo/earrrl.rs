@@ -1,7 +1,7 @@
 //! EARRRL: the estimated average recent request rate, an exponentially decaying rate that keeps
 //! a client locked out while it keeps abusing.
 
-use super::{clamp, honest_wait, store, Algorithm, Reconfigure, Step};
+use super::{clamp, honest_wait, store, Algorithm, Step};
 use crate::config::{Rate, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -240,9 +240,17 @@ impl Earrrl {
 }
 
 impl Algorithm for Earrrl {
-    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
-    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
-        self.check_change(quota)
+    /// EARRRL's state is the key's measured rate, valid under any limit: it is kept as is.
+    fn check_quota(&self, new: &Self) -> Result<(), ConfigError> {
+        if self.half_life() == new.half_life() {
+            Ok(())
+        } else {
+            Err(ConfigError::Unchangeable {
+                field: Field::HalfLife,
+                from: format!("{:?}", self.half_life()),
+                to: format!("{:?}", new.half_life()),
+            })
+        }
     }
 
     type State = u64;
@@ -382,22 +390,6 @@ fn unordered(key: u64) -> u64 {
         key & !(1 << 63)
     } else {
         !key
-    }
-}
-
-/// EARRRL's state is the key's measured rate, valid under any limit: it is kept as is.
-impl Reconfigure for Earrrl {
-    #[inline]
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        if self.half_life() == new.half_life() {
-            Ok(())
-        } else {
-            Err(ConfigError::Unchangeable {
-                field: Field::HalfLife,
-                from: format!("{:?}", self.half_life()),
-                to: format!("{:?}", new.half_life()),
-            })
-        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Exim-style exponential rate limiting (Exim's `ratelimit` ACL condition).
 
-use super::{clamp, honest_wait, store, Algorithm, Reconfigure, Step};
+use super::{clamp, honest_wait, store, Algorithm, Step};
 use crate::config::NANOS_PER_SEC;
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -232,9 +232,18 @@ impl Exponential {
 }
 
 impl Algorithm for Exponential {
-    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
-    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
-        self.check_change(quota)
+    /// The exponential limiter's state is a smoothed rate per period, valid under any limit: it
+    /// is kept as is.
+    fn check_quota(&self, new: &Self) -> Result<(), ConfigError> {
+        if self.period() == new.period() {
+            Ok(())
+        } else {
+            Err(ConfigError::Unchangeable {
+                field: Field::Period,
+                from: format!("{:?}", self.period()),
+                to: format!("{:?}", new.period()),
+            })
+        }
     }
 
     type State = u128;
@@ -425,22 +434,5 @@ impl Exponential {
     /// The `q` of `τ` at time `t`, raised to the least kept.
     fn q_at(tau: i128, t: u64) -> i64 {
         (tau - i128::from(t)).clamp(i128::from(Q_MIN), i128::from(Q_INFINITE)) as i64
-    }
-}
-
-/// The exponential limiter's state is a smoothed rate per period, valid under any limit: it
-/// is kept as is.
-impl Reconfigure for Exponential {
-    #[inline]
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        if self.period() == new.period() {
-            Ok(())
-        } else {
-            Err(ConfigError::Unchangeable {
-                field: Field::Period,
-                from: format!("{:?}", self.period()),
-                to: format!("{:?}", new.period()),
-            })
-        }
     }
 }

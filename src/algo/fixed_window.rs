@@ -1,7 +1,7 @@
 //! Fixed window: at most `limit` per window, windows aligned to the clock's origin.
 
 use super::window::{same_window, validate, window_accessors, WindowConfig};
-use super::{clamp, Algorithm, Reconfigure};
+use super::{clamp, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
@@ -85,9 +85,11 @@ impl FixedWindow {
 }
 
 impl Algorithm for FixedWindow {
-    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
-    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
-        self.check_change(quota)
+    /// A fixed window's count means the same under any limit of the same window (the layout
+    /// depends on the window alone): a plan or a live switch changes the limit and policy, and a
+    /// count above a smaller limit just denies until the window ends.
+    fn check_quota(&self, new: &Self) -> Result<(), ConfigError> {
+        same_window(&self.config, &new.config)
     }
 
     type State = u64;
@@ -204,15 +206,5 @@ impl Algorithm for FixedWindow {
 
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {
         debt(0) as u64
-    }
-}
-
-/// A fixed window's count means the same under any limit of the same window (the layout
-/// depends on the window alone): a plan or a live switch changes the limit and policy, and a
-/// count above a smaller limit just denies until the window ends.
-impl Reconfigure for FixedWindow {
-    #[inline]
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        same_window(&self.config, &new.config)
     }
 }

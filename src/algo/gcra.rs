@@ -1,6 +1,6 @@
 //! GCRA, the generic cell rate algorithm, with its token-bucket and leaky-bucket views.
 
-use super::{clamp, store, Algorithm, Reconfigure, Step, CLOCK_MAX};
+use super::{clamp, store, Algorithm, Step, CLOCK_MAX};
 use crate::config::{parse_quota, Rate};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -287,9 +287,12 @@ impl Gcra {
 }
 
 impl Algorithm for Gcra {
-    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
-    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
-        self.check_change(quota)
+    /// GCRA's state is the time at which the key's spent budget is paid back, and a new quota
+    /// keeps that time as it is, even past what the new burst could reach (`now + B·T`): a key
+    /// that spent more than a smaller quota holds stays out until it is paid back, so a switch
+    /// to a smaller quota and back never hands back budget (clamping it would, by the difference).
+    fn check_quota(&self, _: &Self) -> Result<(), ConfigError> {
+        Ok(())
     }
 
     type State = u64;
@@ -364,17 +367,6 @@ impl Algorithm for Gcra {
 
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {
         self.debt_paid_at(0, debt(0))
-    }
-}
-
-/// GCRA's state is the time at which the key's spent budget is paid back, and a new quota
-/// keeps that time as it is, even past what the new burst could reach (`now + B·T`): a key
-/// that spent more than a smaller quota holds stays out until it is paid back, so a switch
-/// to a smaller quota and back never hands back budget (clamping it would, by the difference).
-impl Reconfigure for Gcra {
-    #[inline]
-    fn check_change(&self, _: &Self) -> Result<(), ConfigError> {
-        Ok(())
     }
 }
 

@@ -1,7 +1,7 @@
 //! In-flight (concurrency) limits: at most `max` units of requests running at once per key,
 //! each released when its request ends, or by its lease if it is never released.
 
-use super::{clamp, Algorithm, Reconfigure};
+use super::{clamp, Algorithm};
 use crate::clock::duration_to_nanos;
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -162,9 +162,18 @@ impl Algorithm for InFlight {
         Policy::Leaky
     }
 
-    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
-    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
-        self.check_change(quota)
+    /// The permits held mean the same under any `max` of the same lease: a plan or a live
+    /// switch changes `max`, and a key holding more than a smaller `max` is denied until enough
+    /// are released (no switch hands a permit back).
+    fn check_quota(&self, new: &Self) -> Result<(), ConfigError> {
+        if self.epoch_ns != new.epoch_ns {
+            return Err(ConfigError::Unchangeable {
+                field: Field::Lease,
+                from: format!("{:?}", Duration::from_nanos(2 * self.epoch_ns)),
+                to: format!("{:?}", Duration::from_nanos(2 * new.epoch_ns)),
+            });
+        }
+        Ok(())
     }
 
     #[inline]
@@ -265,22 +274,6 @@ impl Algorithm for InFlight {
 
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> u64 {
         debt(0) as u64
-    }
-}
-
-/// The permits held mean the same under any `max` of the same lease: a plan or a live
-/// switch changes `max`, and a key holding more than a smaller `max` is denied until enough
-/// are released (no switch hands a permit back).
-impl Reconfigure for InFlight {
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        if self.epoch_ns != new.epoch_ns {
-            return Err(ConfigError::Unchangeable {
-                field: Field::Lease,
-                from: format!("{:?}", Duration::from_nanos(2 * self.epoch_ns)),
-                to: format!("{:?}", Duration::from_nanos(2 * new.epoch_ns)),
-            });
-        }
-        Ok(())
     }
 }
 
@@ -414,13 +407,13 @@ mod tests {
     #[test]
     fn a_smaller_max_gives_nothing_back() {
         let (big, small) = (f(4), f(1));
-        assert!(big.check_change(&small).is_ok());
+        assert!(big.check_quota(&small).is_ok());
         let mut w = big.fresh();
         assert!(big.update(&mut w, S, 3).is_allowed());
         assert!(small.update(&mut w, S, 1).is_denied());
         let other = InFlight::new(4, Duration::from_secs(30)).unwrap();
         assert!(matches!(
-            big.check_change(&other),
+            big.check_quota(&other),
             Err(ConfigError::Unchangeable {
                 field: Field::Lease,
                 ..

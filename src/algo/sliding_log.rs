@@ -1,9 +1,7 @@
 //! Sliding window log: the timestamps of the counted requests of the last window.
 
 use super::window::{same_window, validate, window_accessors, WindowConfig};
-use super::{
-    clamp, join_time_and_count, rank_time_and_count, unrank_time_and_count, Algorithm, Reconfigure,
-};
+use super::{clamp, join_time_and_count, rank_time_and_count, unrank_time_and_count, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::collections::VecDeque;
@@ -145,9 +143,10 @@ impl SlidingLog {
 }
 
 impl Algorithm for SlidingLog {
-    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
-    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
-        self.check_change(quota)
+    /// The counts mean the same under any limit and policy of the same window: a plan or a live
+    /// switch changes those, and counts above a smaller limit just deny until they leave it.
+    fn check_quota(&self, new: &Self) -> Result<(), ConfigError> {
+        same_window(&self.config, &new.config)
     }
 
     type State = LogState;
@@ -370,15 +369,6 @@ impl SlidingLog {
     fn part_of(&self, t: u64) -> usize {
         let cell = self.config.window_ns.div_ceil(CELLS).max(1);
         (t / cell % (CELLS + 1)) as usize
-    }
-}
-
-/// The counts mean the same under any limit and policy of the same window: a plan or a live
-/// switch changes those, and counts above a smaller limit just deny until they leave it.
-impl Reconfigure for SlidingLog {
-    #[inline]
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        same_window(&self.config, &new.config)
     }
 }
 

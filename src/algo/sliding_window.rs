@@ -2,7 +2,7 @@
 //! how much of it still overlaps the sliding window.
 
 use super::window::{check_u32_limit, same_window, validate, window_accessors, WindowConfig};
-use super::{clamp, count_from24, count_up24, honest_wait, Algorithm, Reconfigure};
+use super::{clamp, count_from24, count_up24, honest_wait, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::time::Duration;
@@ -206,9 +206,10 @@ impl SlidingWindow {
 }
 
 impl Algorithm for SlidingWindow {
-    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
-    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
-        self.check_change(quota)
+    /// The counts mean the same under any limit and policy of the same window: a plan or a live
+    /// switch changes those, and counts above a smaller limit just deny until they leave it.
+    fn check_quota(&self, new: &Self) -> Result<(), ConfigError> {
+        same_window(&self.config, &new.config)
     }
 
     type State = u128;
@@ -400,14 +401,5 @@ impl SlidingWindow {
             return 0;
         };
         v.index.saturating_add(windows).saturating_mul(w)
-    }
-}
-
-/// The counts mean the same under any limit and policy of the same window: a plan or a live
-/// switch changes those, and counts above a smaller limit just deny until they leave it.
-impl Reconfigure for SlidingWindow {
-    #[inline]
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        same_window(&self.config, &new.config)
     }
 }

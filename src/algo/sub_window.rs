@@ -1,9 +1,7 @@
 //! Sub-window counters: the window split into buckets, the last window's buckets summed.
 
 use super::window::{check_u32_limit, same_window, validate, window_accessors, WindowConfig};
-use super::{
-    clamp, join_time_and_count, rank_time_and_count, unrank_time_and_count, Algorithm, Reconfigure,
-};
+use super::{clamp, join_time_and_count, rank_time_and_count, unrank_time_and_count, Algorithm};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
@@ -197,9 +195,18 @@ impl SubWindow {
 }
 
 impl Algorithm for SubWindow {
-    /// A quota that can read this configuration's states: [`Reconfigure::check_change`].
-    fn check_quota(&self, quota: &Self) -> Result<(), ConfigError> {
-        self.check_change(quota)
+    /// The buckets mean the same under any limit and policy of the same window, bucket count and
+    /// bias (the ring's layout): a plan or a live switch changes the limit and policy.
+    fn check_quota(&self, new: &Self) -> Result<(), ConfigError> {
+        same_window(&self.config, &new.config)?;
+        if (self.buckets, self.bias) == (new.buckets, new.bias) {
+            return Ok(());
+        }
+        Err(ConfigError::Unchangeable {
+            field: Field::Buckets,
+            from: format!("{} {:?}", self.buckets, self.bias),
+            to: format!("{} {:?}", new.buckets, new.bias),
+        })
     }
 
     type State = BucketState;
@@ -433,22 +440,5 @@ impl SubWindow {
             .get((b % self.span()) as usize)
             .copied()
             .unwrap_or(0)
-    }
-}
-
-/// The buckets mean the same under any limit and policy of the same window, bucket count and
-/// bias (the ring's layout): a plan or a live switch changes the limit and policy.
-impl Reconfigure for SubWindow {
-    #[inline]
-    fn check_change(&self, new: &Self) -> Result<(), ConfigError> {
-        same_window(&self.config, &new.config)?;
-        if (self.buckets, self.bias) == (new.buckets, new.bias) {
-            return Ok(());
-        }
-        Err(ConfigError::Unchangeable {
-            field: Field::Buckets,
-            from: format!("{} {:?}", self.buckets, self.bias),
-            to: format!("{} {:?}", new.buckets, new.bias),
-        })
     }
 }

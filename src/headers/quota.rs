@@ -3,7 +3,7 @@
 #[cfg(doc)]
 use super::RateLimitHeaders;
 use crate::algo::{
-    Earrrl, Exponential, FixedWindow, Gcra, InFlight, Reconfigure, SlidingLog, SlidingWindow,
+    Algorithm, Earrrl, Exponential, FixedWindow, Gcra, InFlight, SlidingLog, SlidingWindow,
     SubWindow,
 };
 
@@ -303,7 +303,7 @@ where
 }
 
 /// A live configuration advertises the one in force.
-impl<A: Reconfigure + AdvertisedQuota> AdvertisedQuota for Live<A> {
+impl<A: Algorithm + Copy + AdvertisedQuota> AdvertisedQuota for Live<A> {
     fn advertised_quota(&self) -> Option<QuotaPolicy> {
         self.get().advertised_quota()
     }
