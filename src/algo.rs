@@ -77,6 +77,122 @@ pub(crate) struct Step<S> {
     pub state: Option<S>,
 }
 
+/// What a key's state still owes, as words a limiter's debt table keeps when capacity
+/// eviction drops the key, and the state it starts from when it comes back: how **a flood
+/// never resets a limit**. Every [`Algorithm`] is one for its state (a supertrait), so the
+/// stores reach it through the algorithm; an algorithm of your own writes [`debt`](Debt::debt)
+/// and [`restore`](Debt::restore), and the rest keeps its defaults unless its words are
+/// several (a log's cells) or can be ranked finer than "the larger word" (see
+/// [`debt_lanes`](Debt::debt_lanes)).
+///
+/// ```
+/// use hotlimit::algo::{Algorithm, Debt, Gcra};
+///
+/// let gcra: Gcra = "10/s burst 2".parse()?;
+/// let mut tat = gcra.fresh();
+/// gcra.update(&mut tat, 0, 2);
+/// // Spent: the key owes its state's word, and comes back from it no more lenient.
+/// let owed = gcra.debt(&tat, 0);
+/// assert!(owed > 0);
+/// let back = gcra.restore(&|_| owed);
+/// assert_eq!(gcra.peek(&back, 0, 1), gcra.peek(&tat, 0, 1));
+/// // A fresh state owes nothing.
+/// assert_eq!(gcra.debt(&gcra.fresh(), 0), 0);
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+pub trait Debt<S> {
+    /// How many words ([`debt`](Debt::debt)) describe what a state still owes: 1 for
+    /// most algorithms of the crate; one per cell of time for [`SlidingLog`] and
+    /// [`SubWindow`] (each cell's costs come back at its newest time, not the whole log's at
+    /// the newest: see their `debt`); the sum of its two quotas' for [`AllOf`]. 0 opts out of
+    /// remembering debts, so capacity eviction forgets a limited key: only for an algorithm
+    /// whose state is kept elsewhere too.
+    #[inline(always)]
+    fn debt_parts(&self) -> usize {
+        1
+    }
+
+    /// Part `part` of what a key in `state` still owes, as a word below 2^96 ([`DEBT_MAX`]);
+    /// 0 for nothing (a fresh state's debt is 0). Capacity eviction keeps it in the limiter's
+    /// debt table when it evicts a key that is not fresh, so that the key, inserted again,
+    /// starts from [`restore`](Debt::restore) instead of a fresh state. The word need
+    /// not be exact, only never more lenient: see `restore`.
+    fn debt(&self, state: &S, part: usize) -> u128;
+
+    /// A debt word at least as limiting as both `a` and `b` (words of part `part`): what a
+    /// debt table cell keeps when two keys share it. The default is the larger word, right
+    /// for debts that are one time or one ordered word.
+    #[inline]
+    fn debt_join(&self, part: usize, a: u128, b: u128) -> u128 {
+        let _ = part;
+        a.max(b)
+    }
+
+    /// The time (ns) from which the debt word `debt` of part `part` limits nothing: its
+    /// restored state is then equivalent to a fresh one. A debt table cell whose debt is paid
+    /// is free for another key. By default the [`idle_at`](Algorithm::idle_at) of the state
+    /// [`restore`](Debt::restore)d from that word alone (0 for a word of 0); an algorithm
+    /// whose restore is dear (a log's) answers from the word.
+    fn debt_paid_at(&self, part: usize, debt: u128) -> u64
+    where
+        Self: Algorithm<State = S>,
+    {
+        if debt == 0 {
+            return 0;
+        }
+        self.idle_at(&self.restore(&|p| if p == part { debt } else { 0 }))
+    }
+
+    /// How many numbers rank part `part`'s debt words ([`debt_rank`](Debt::debt_rank)):
+    /// 0 (the default) where they are not ranked, so a key evicted for capacity comes back
+    /// owing the debt table slot it shares with others; 1 or 2 where they are, so it comes
+    /// back owing its own (a working set larger than the store keeps its admissions). GCRA,
+    /// EARRRL, the fixed window and the exponential limiter rank by one number; the sliding
+    /// window, the sliding log and the sub-window by two (their codes may take two cells, and
+    /// their tables have a quarter more buckets).
+    #[inline]
+    fn debt_lanes(&self, part: usize) -> usize {
+        let _ = part;
+        0
+    }
+
+    /// The *rank* of debt word `own` beneath `shared` (of part `part`; `shared` at least as
+    /// limiting as `own`, as a debt table slot's word joins its keys'): numbers (the first
+    /// [`debt_lanes`](Debt::debt_lanes), the rest 0), each growing with how limiting
+    /// `own` is. The table keeps, beside the debt a key shares with others, how far below the
+    /// shared word's rank its own is, and brings the key back owing
+    /// [`debt_unrank`](Debt::debt_unrank) of that. As a slot grows, its keys are ranked
+    /// again beneath the new word from the words their ranks stand for, so a rank that comes
+    /// back from its word unchanged keeps its precision. GCRA, EARRRL and the fixed window rank
+    /// a word as itself (their words are ordered as numbers); the exponential limiter by the
+    /// time its rate, decaying, falls to 1; the sliding window by its two counts brought to the
+    /// shared word's window; the sliding log and the sub-window by their time and total. Only
+    /// called where `debt_lanes` is not 0.
+    #[inline]
+    fn debt_rank(&self, part: usize, shared: u128, own: u128) -> [u64; 2] {
+        let _ = (part, shared, own);
+        [0; 2]
+    }
+
+    /// The debt word a rank `rank` beneath `shared` stands for: for every rank from
+    /// `debt_rank(part, shared, own)` (of any `own` that `shared` joins) up to
+    /// `debt_rank(part, shared, shared)`, each number, a word at least as limiting as `own`
+    /// and at most as limiting as `shared`, growing with the rank, and so paid
+    /// ([`debt_paid_at`](Debt::debt_paid_at)) no sooner. Only called where
+    /// [`debt_lanes`](Debt::debt_lanes) is not 0.
+    #[inline]
+    fn debt_unrank(&self, part: usize, shared: u128, rank: [u64; 2]) -> u128 {
+        let _ = (part, rank);
+        shared
+    }
+
+    /// A state **at least as limited** as any state whose debt words are at most `debt(p)` for
+    /// each part `p` (a word of 0: that part owes nothing): from it, no sequence of requests is
+    /// admitted more, or earlier, than from the state that was evicted. All zeros restore
+    /// [`fresh`](Algorithm::fresh).
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> S;
+}
+
 /// A rate-limiting algorithm as a pure state machine.
 ///
 /// [`update`](Algorithm::update) must depend only on its arguments: the lock-free store may
@@ -89,8 +205,9 @@ pub(crate) struct Step<S> {
 /// An algorithm of your own keeps its state in a `u64` or `u128` word and answers with
 /// [`Decision::allowed`](crate::Decision::allowed) and
 /// [`Decision::denied`](crate::Decision::denied) (with what it knows: `with_remaining`,
-/// `with_reset_after`, `with_rate`); it then runs on every in-memory store, its
-/// debts kept through capacity eviction, behind `hotlimit-tower`'s layer (with
+/// `with_reset_after`, `with_rate`), and says what a state owes in its [`Debt`] (a
+/// supertrait: `debt` and `restore`, kept through capacity eviction, so a flood of new keys
+/// never resets it); it then runs on every in-memory store, behind `hotlimit-tower`'s layer (with
 /// [`AdvertisedQuota`](https://docs.rs/hotlimit/latest/hotlimit/headers/trait.AdvertisedQuota.html))
 /// and in `hotlimit-server` (registered by name in its settings): `tests/common/tick_bucket.rs`
 /// is one, a token bucket refilled on ticks, checked against its own sequential model on each
@@ -107,7 +224,7 @@ pub(crate) struct Step<S> {
 /// assert_eq!(allowed, 5);
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
-pub trait Algorithm: Send + Sync + 'static {
+pub trait Algorithm: Debt<<Self as Algorithm>::State> + Send + Sync + 'static {
     /// The state kept per key. A word must never be all ones (the eviction tombstone): the stores
     /// reserve that value to mark a cell being evicted.
     type State: State;
@@ -170,94 +287,6 @@ pub trait Algorithm: Send + Sync + 'static {
     /// so dropping the key then loses nothing. Idle eviction is built on it, and capacity
     /// eviction forgets first the keys with the earliest `idle_at` (the least live state).
     fn idle_at(&self, state: &Self::State) -> u64;
-
-    /// How many words ([`debt`](Algorithm::debt)) describe what a state still owes: 1 for
-    /// most algorithms of the crate; one per cell of time for [`SlidingLog`] and
-    /// [`SubWindow`] (each cell's costs come back at its newest time, not the whole log's at
-    /// the newest: see their `debt`); the sum of its two quotas' for [`AllOf`]. 0 opts out of
-    /// remembering debts, so capacity eviction forgets a limited key: only for an algorithm
-    /// whose state is kept elsewhere too.
-    #[inline(always)]
-    fn debt_parts(&self) -> usize {
-        1
-    }
-
-    /// Part `part` of what a key in `state` still owes, as a word below 2^96 ([`DEBT_MAX`]);
-    /// 0 for nothing (a fresh state's debt is 0). Capacity eviction keeps it in the limiter's
-    /// debt table when it evicts a key that is not fresh, so that the key, inserted again,
-    /// starts from [`restore`](Algorithm::restore) instead of a fresh state. The word need
-    /// not be exact, only never more lenient: see `restore`.
-    fn debt(&self, state: &Self::State, part: usize) -> u128;
-
-    /// A debt word at least as limiting as both `a` and `b` (words of part `part`): what a
-    /// debt table cell keeps when two keys share it. The default is the larger word, right
-    /// for debts that are one time or one ordered word.
-    #[inline]
-    fn debt_join(&self, part: usize, a: u128, b: u128) -> u128 {
-        let _ = part;
-        a.max(b)
-    }
-
-    /// The time (ns) from which the debt word `debt` of part `part` limits nothing: its
-    /// restored state is then equivalent to a fresh one. A debt table cell whose debt is paid
-    /// is free for another key. By default the [`idle_at`](Algorithm::idle_at) of the state
-    /// [`restore`](Algorithm::restore)d from that word alone (0 for a word of 0); an algorithm
-    /// whose restore is dear (a log's) answers from the word.
-    fn debt_paid_at(&self, part: usize, debt: u128) -> u64 {
-        if debt == 0 {
-            return 0;
-        }
-        self.idle_at(&self.restore(&|p| if p == part { debt } else { 0 }))
-    }
-
-    /// How many numbers rank part `part`'s debt words ([`debt_rank`](Algorithm::debt_rank)):
-    /// 0 (the default) where they are not ranked, so a key evicted for capacity comes back
-    /// owing the debt table slot it shares with others; 1 or 2 where they are, so it comes
-    /// back owing its own (a working set larger than the store keeps its admissions). GCRA,
-    /// EARRRL, the fixed window and the exponential limiter rank by one number; the sliding
-    /// window, the sliding log and the sub-window by two (their codes may take two cells, and
-    /// their tables have a quarter more buckets).
-    #[inline]
-    fn debt_lanes(&self, part: usize) -> usize {
-        let _ = part;
-        0
-    }
-
-    /// The *rank* of debt word `own` beneath `shared` (of part `part`; `shared` at least as
-    /// limiting as `own`, as a debt table slot's word joins its keys'): numbers (the first
-    /// [`debt_lanes`](Algorithm::debt_lanes), the rest 0), each growing with how limiting
-    /// `own` is. The table keeps, beside the debt a key shares with others, how far below the
-    /// shared word's rank its own is, and brings the key back owing
-    /// [`debt_unrank`](Algorithm::debt_unrank) of that. As a slot grows, its keys are ranked
-    /// again beneath the new word from the words their ranks stand for, so a rank that comes
-    /// back from its word unchanged keeps its precision. GCRA, EARRRL and the fixed window rank
-    /// a word as itself (their words are ordered as numbers); the exponential limiter by the
-    /// time its rate, decaying, falls to 1; the sliding window by its two counts brought to the
-    /// shared word's window; the sliding log and the sub-window by their time and total. Only
-    /// called where `debt_lanes` is not 0.
-    #[inline]
-    fn debt_rank(&self, part: usize, shared: u128, own: u128) -> [u64; 2] {
-        let _ = (part, shared, own);
-        [0; 2]
-    }
-
-    /// The debt word a rank `rank` beneath `shared` stands for: for every rank from
-    /// `debt_rank(part, shared, own)` (of any `own` that `shared` joins) up to
-    /// `debt_rank(part, shared, shared)`, each number, a word at least as limiting as `own`
-    /// and at most as limiting as `shared`, growing with the rank, and so paid
-    /// ([`debt_paid_at`](Algorithm::debt_paid_at)) no sooner. Only called where
-    /// [`debt_lanes`](Algorithm::debt_lanes) is not 0.
-    #[inline]
-    fn debt_unrank(&self, part: usize, shared: u128, rank: [u64; 2]) -> u128 {
-        let _ = (part, rank);
-        shared
-    }
-
-    /// A state **at least as limited** as any state whose debt words are at most `debt(p)` for
-    /// each part `p` (a word of 0: that part owes nothing): from it, no sequence of requests is
-    /// admitted more, or earlier, than from the state that was evicted. All zeros restore
-    /// [`fresh`](Algorithm::fresh).
-    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> Self::State;
 
     /// The decision [`update`](Algorithm::update) would return, leaving `state` untouched:
     /// what `peek` answers.
@@ -349,7 +378,7 @@ where
     }
 }
 
-/// The largest [`Algorithm::debt`] word: 96 bits, so that a debt table cell holds one with a
+/// The largest [`Debt::debt`] word: 96 bits, so that a debt table cell holds one with a
 /// 32-bit tag of its key in 128 bits.
 pub const DEBT_MAX: u128 = (1 << 96) - 1;
 

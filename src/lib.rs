@@ -102,7 +102,7 @@
 //! background sweeper ([`Builder::sweep_every`](store::Builder::sweep_every)), without changing any decision; a capacity
 //! bound ([`Builder::max_keys`](store::Builder::max_keys)) keeps memory bounded under floods of new keys,
 //! and a flood never resets a limit: a key evicted while it still owes comes back at least as
-//! limited as it left ([`Algorithm::restore`](algo::Algorithm::restore), from a bounded debt
+//! limited as it left ([`Debt::restore`](algo::Debt::restore), from a bounded debt
 //! table beside the store).
 //!
 //! The rest of the surface sits in modules: [`algo`] (the algorithms, the [`algo::Algorithm`]

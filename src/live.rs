@@ -2,7 +2,7 @@
 //! What an algorithm must say about its state for that to be sound is its
 //! [`check_quota`](Algorithm::check_quota): which configurations read its states as they are.
 
-use crate::algo::Algorithm;
+use crate::algo::{Algorithm, Debt};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use crate::sync::{AtomicCell, Mutex};
@@ -106,6 +106,17 @@ impl<A: Algorithm + Copy> Algorithm for Live<A> {
         self.get().idle_at(state)
     }
 
+    #[inline]
+    fn settle_limit(&self, charged: u64) -> u64 {
+        self.get().settle_limit(charged)
+    }
+
+    fn settle(&self, state: &mut A::State, now: u64, taken_at: u64, charged: u64, actual: u64) {
+        self.get().settle(state, now, taken_at, charged, actual);
+    }
+}
+
+impl<A: Algorithm + Copy> Debt<A::State> for Live<A> {
     // A debt means the same under every configuration a switch may reach (the state does).
     fn debt_parts(&self) -> usize {
         self.get().debt_parts()
@@ -137,15 +148,6 @@ impl<A: Algorithm + Copy> Algorithm for Live<A> {
 
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> A::State {
         self.get().restore(debt)
-    }
-
-    #[inline]
-    fn settle_limit(&self, charged: u64) -> u64 {
-        self.get().settle_limit(charged)
-    }
-
-    fn settle(&self, state: &mut A::State, now: u64, taken_at: u64, charged: u64, actual: u64) {
-        self.get().settle(state, now, taken_at, charged, actual);
     }
 }
 

@@ -155,10 +155,10 @@ impl<L: KeyedStore, A, C, X> Builder<L, A, C, X> {
     /// closest to fresh (the earliest [`Algorithm::idle_at`]) down to 7/8 of the bound.
     ///
     /// **A flood never resets a limit.** A key evicted while it still owes (its state is not
-    /// fresh) leaves its debt ([`Algorithm::debt`]) in a debt table beside the store, 25.6 bytes
+    /// fresh) leaves its debt ([`Debt::debt`](crate::algo::Debt::debt)) in a debt table beside the store, 25.6 bytes
     /// per key of `max_keys` (per quota of an [`AllOf`](crate::algo::AllOf)); inserted again,
     /// it starts from a state at least as limited as the one it lost
-    /// ([`Algorithm::restore`]), never from a fresh one. The table is bounded, so beyond what
+    /// ([`Debt::restore`](crate::algo::Debt::restore)), never from a fresh one. The table is bounded, so beyond what
     /// it can tell apart it errs on the side of the limit: a new key whose cells are shared
     /// with keys that owe starts from their joined debt (a false denial, never a false
     /// admission). `docs/limiters.md` states the guarantee per algorithm and its measured

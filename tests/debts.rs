@@ -1,7 +1,7 @@
 //! What capacity eviction keeps of a key is never more lenient than what it evicted: for every
 //! algorithm in both policies, a state restored from its debt words
-//! ([`Algorithm::debt`] → [`Algorithm::restore`]), or from a join of them with another key's
-//! ([`Algorithm::debt_join`]), or where the words are ranked ([`Algorithm::debt_rank`]) from
+//! ([`Debt::debt`](hotlimit::algo::Debt::debt) → [`Debt::restore`](hotlimit::algo::Debt::restore)), or from a join of them with another key's
+//! ([`Debt::debt_join`](hotlimit::algo::Debt::debt_join)), or where the words are ranked ([`Debt::debt_rank`](hotlimit::algo::Debt::debt_rank)) from
 //! any rank between its own and the joined word's, admits no request of any cost at any later
 //! time (with no traffic between) that the state itself would deny, and over any later trace
 //! of requests of cost 1 admits no more of them, and no earlier; and it is not fresh before

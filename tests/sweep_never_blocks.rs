@@ -6,7 +6,7 @@
 //! on the sweep would never finish until it is released. Then every key's next decision is
 //! the exact one: nothing the checks counted beside the pass was lost.
 
-use hotlimit::algo::{Algorithm, Gcra};
+use hotlimit::algo::{Algorithm, Debt, Gcra};
 use hotlimit::store::{Cas, Locked, SweepReport};
 use hotlimit::{CasLimiter, CompactLimiter, ConfigError, Decision, ManualClock, Policy};
 use hotlimit::{Limiter, MutexLimiter};
@@ -72,7 +72,9 @@ impl Algorithm for Parking {
         }
         self.gcra.idle_at(state)
     }
+}
 
+impl Debt<u64> for Parking {
     fn debt(&self, state: &u64, part: usize) -> u128 {
         self.gcra.debt(state, part)
     }

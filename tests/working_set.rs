@@ -3,7 +3,7 @@
 //! a twin that never evicts, fed the same requests at the same instants. The bounded store
 //! evicts the keys again and again and the debt table brings each back at least as limited as
 //! it left: never, key by key, admitted more than on the twin (asserted). Each key's entry in
-//! the table carries a code of its own debt's rank (`Algorithm::debt_rank`), and the key comes
+//! the table carries a code of its own debt's rank (`Debt::debt_rank`), and the key comes
 //! back owing that, not its slot-mates' debts: what the bounded store denies beyond the twin
 //! stays within issue #59's 5% (asserted; the windows over three windows of 20 s), where
 //! sharing its slot's debt cost 27–96%; from one thread and from eight. The sliding log and

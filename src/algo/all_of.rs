@@ -1,6 +1,6 @@
 //! [`AllOf`]: several quotas on one key, all-or-nothing.
 
-use super::{Algorithm, BucketState, LogState, State};
+use super::{Algorithm, BucketState, Debt, LogState, State};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 
@@ -252,13 +252,20 @@ where
         let (a, b) = <A::State as Pair<B::State>>::parts(state);
         self.first.idle_at(&a).max(self.second.idle_at(&b))
     }
+}
 
+impl<A, B> Debt<<A::State as Pair<B::State>>::Both> for AllOf<A, B>
+where
+    A: Algorithm,
+    B: Algorithm,
+    A::State: Pair<B::State>,
+{
     /// Each quota's debt words, the first's then the second's: each restored on its own.
     fn debt_parts(&self) -> usize {
         self.first.debt_parts() + self.second.debt_parts()
     }
 
-    fn debt(&self, state: &Self::State, part: usize) -> u128 {
+    fn debt(&self, state: &<A::State as Pair<B::State>>::Both, part: usize) -> u128 {
         let (a, b) = <A::State as Pair<B::State>>::parts(state);
         match part.checked_sub(self.first.debt_parts()) {
             None => self.first.debt(&a, part),
@@ -301,7 +308,7 @@ where
         }
     }
 
-    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> Self::State {
+    fn restore(&self, debt: &dyn Fn(usize) -> u128) -> <A::State as Pair<B::State>>::Both {
         let k = self.first.debt_parts();
         Pair::join(
             self.first.restore(debt),

@@ -1,7 +1,7 @@
 //! EARRRL: the estimated average recent request rate, an exponentially decaying rate that keeps
 //! a client locked out while it keeps abusing.
 
-use super::{clamp, honest_wait, store, Algorithm, Step};
+use super::{clamp, honest_wait, store, Algorithm, Debt, Step};
 use crate::config::{Rate, NANOS_PER_SEC};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -311,7 +311,9 @@ impl Algorithm for Earrrl {
         // −∞ (fresh) becomes 0; `as` saturates a far future to u64::MAX.
         (idle_s * NANOS_PER_SEC).ceil().max(0.0) as u64
     }
+}
 
+impl Debt<u64> for Earrrl {
     /// The debt is the virtual time `S` (the rate at any later time grows with it), as an
     /// order-preserving integer with a fresh key's `−∞` at 0: restored exactly, and the later
     /// of two `S` is the more limited.

@@ -1,6 +1,6 @@
 //! Exim-style exponential rate limiting (Exim's `ratelimit` ACL condition).
 
-use super::{clamp, honest_wait, store, Algorithm, Step};
+use super::{clamp, honest_wait, store, Algorithm, Debt, Step};
 use crate::config::NANOS_PER_SEC;
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -332,7 +332,9 @@ impl Algorithm for Exponential {
         // `as` saturates: a rate too large to decay within u64 nanoseconds is never idle.
         t_prev.saturating_add((periods * self.period_ns as f64).ceil() as u64)
     }
+}
 
+impl Debt<u128> for Exponential {
     /// The debt is `(t, q)` in units `u = ⌈P / 2^24⌉` ns: `t` the time of the last request
     /// rounded up, `q = ⌈P·ln r / u⌉ + 1` the log of the rate rounded up (an `i32`, beside `t`
     /// in 96 bits). A later time and a larger rate are each at least as limiting (the next

@@ -1,7 +1,7 @@
 //! Fixed window: at most `limit` per window, windows aligned to the clock's origin.
 
 use super::window::{same_window, validate, window_accessors, WindowConfig};
-use super::{clamp, Algorithm};
+use super::{clamp, Algorithm, Debt};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
@@ -175,7 +175,9 @@ impl Algorithm for FixedWindow {
                 .saturating_mul(self.config.window_ns)
         }
     }
+}
 
+impl Debt<u64> for FixedWindow {
     /// The debt is the state word, `(index, count)` with the index in the high bits: restored
     /// exactly (the count of the same window), and of two words the larger is the later window
     /// or, in one window, the larger count: the more limited.

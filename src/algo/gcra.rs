@@ -1,6 +1,6 @@
 //! GCRA, the generic cell rate algorithm, with its token-bucket and leaky-bucket views.
 
-use super::{clamp, store, Algorithm, Step, CLOCK_MAX};
+use super::{clamp, store, Algorithm, Debt, Step, CLOCK_MAX};
 use crate::config::{parse_quota, Rate};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -343,7 +343,9 @@ impl Algorithm for Gcra {
     fn idle_at(&self, tat: &u64) -> u64 {
         *tat
     }
+}
 
+impl Debt<u64> for Gcra {
     /// The debt is `tat` itself: restored exactly, and the later of two is the more limited.
     fn debt(&self, tat: &u64, _: usize) -> u128 {
         u128::from(*tat)

@@ -1,7 +1,7 @@
 //! In-flight (concurrency) limits: at most `max` units of requests running at once per key,
 //! each released when its request ends, or by its lease if it is never released.
 
-use super::{clamp, Algorithm};
+use super::{clamp, Algorithm, Debt};
 use crate::clock::duration_to_nanos;
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
@@ -249,7 +249,9 @@ impl Algorithm for InFlight {
             0
         }
     }
+}
 
+impl Debt<u64> for InFlight {
     /// The debt is the state word: restored exactly.
     fn debt(&self, state: &u64, _: usize) -> u128 {
         if self.idle_at(state) == 0 {

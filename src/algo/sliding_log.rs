@@ -1,7 +1,9 @@
 //! Sliding window log: the timestamps of the counted requests of the last window.
 
 use super::window::{same_window, validate, window_accessors, WindowConfig};
-use super::{clamp, join_time_and_count, rank_time_and_count, unrank_time_and_count, Algorithm};
+use super::{
+    clamp, join_time_and_count, rank_time_and_count, unrank_time_and_count, Algorithm, Debt,
+};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::collections::VecDeque;
@@ -283,7 +285,9 @@ impl Algorithm for SlidingLog {
             .back()
             .map_or(0, |&(t, _)| t.saturating_add(self.config.window_ns))
     }
+}
 
+impl Debt<LogState> for SlidingLog {
     /// The log's debt is kept by cell: the window is cut into 8 cells of time (on
     /// one grid for every key: `⌈window / CELLS⌉` ns each), and part `p` holds the entries in
     /// the cells numbered `p` modulo `CELLS + 1` (a window's entries span at most `CELLS + 1`

@@ -2,7 +2,7 @@
 //! how much of it still overlaps the sliding window.
 
 use super::window::{check_u32_limit, same_window, validate, window_accessors, WindowConfig};
-use super::{clamp, count_from24, count_up24, honest_wait, Algorithm};
+use super::{clamp, count_from24, count_up24, honest_wait, Algorithm, Debt};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::time::Duration;
@@ -298,7 +298,9 @@ impl Algorithm for SlidingWindow {
             elapsed: 0,
         })
     }
+}
 
+impl Debt<u128> for SlidingWindow {
     /// The debt is the state in 96 bits: the window index in 48 (every index a window of
     /// 65 µs or more reaches in 584 years; a later index is kept as "locked": it never pays
     /// off) and each count in 24, rounded up past 2^19 (within 2^-18). Restored, it is the

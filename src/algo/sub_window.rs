@@ -1,7 +1,9 @@
 //! Sub-window counters: the window split into buckets, the last window's buckets summed.
 
 use super::window::{check_u32_limit, same_window, validate, window_accessors, WindowConfig};
-use super::{clamp, join_time_and_count, rank_time_and_count, unrank_time_and_count, Algorithm};
+use super::{
+    clamp, join_time_and_count, rank_time_and_count, unrank_time_and_count, Algorithm, Debt,
+};
 use crate::decision::{Decision, Policy};
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
@@ -333,7 +335,9 @@ impl Algorithm for SubWindow {
     fn idle_at(&self, st: &BucketState) -> u64 {
         self.idle_at_of(st.head, |b| self.held(st, b))
     }
+}
 
+impl Debt<BucketState> for SubWindow {
     /// The debt is kept by cell of buckets (see `SlidingLog`'s): cells of `⌈(span − 1) /
     /// CELLS⌉` buckets (one bucket a cell for a span of `CELLS + 1` or fewer), as many parts
     /// as the span can touch cells (at most `CELLS + 1`), part `p` holding the cells numbered

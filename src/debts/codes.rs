@@ -14,11 +14,11 @@ const UNIT_SHIFT: u32 = 96;
 const LANE_MAX: u64 = CODE_MAX as u64;
 
 /// How a part's slot words and codes read. Where the algorithm ranks its debt words
-/// ([`Algorithm::debt_rank`]: one or two numbers, each ordered), the part is *coded*: a slot
+/// ([`Debt::debt_rank`](crate::algo::Debt::debt_rank): one or two numbers, each ordered), the part is *coded*: a slot
 /// word holds the debt and, above it (kept in the bucket's sequence word), the exponent `k` of
 /// its codes' unit in each lane; a key's entry may carry a code saying that the debts filed
 /// under it rank at most `R − c·2^k` in each lane, `R` the slot's debt's rank rounded up to a
-/// multiple of 2^k, so a key comes back owing [`Algorithm::debt_unrank`] of that (its own
+/// multiple of 2^k, so a key comes back owing [`Debt::debt_unrank`](crate::algo::Debt::debt_unrank) of that (its own
 /// debt, to a unit) rather than its slot's, which joins those of the keys beside it. A code
 /// takes one cell (11 bits) where the keys of a slot differ in one lane, two where they differ
 /// in both (a sliding window's two counts across windows, a sliding log's time and total). As

@@ -2,7 +2,7 @@
 //! so that a flood of new keys never hands an evicted client a fresh quota.
 //!
 //! A key evicted for capacity in a state that is not fresh leaves its debt words
-//! ([`Algorithm::debt`]) here; a key inserted later starts from [`Algorithm::restore`] of what
+//! ([`Debt::debt`](crate::algo::Debt::debt)) here; a key inserted later starts from [`Debt::restore`](crate::algo::Debt::restore) of what
 //! the table holds for it. Per debt part, the table is an array of 128-byte buckets; a key
 //! hashes to two of them (the first takes it while it has room to spare, else the emptier).
 //! A bucket holds two debt words (*slots*) and 48 cells of 16 bits, each an entry (a 15-bit
@@ -11,7 +11,7 @@
 //! key inserted) read it without writing shared memory and retry if a writer (an eviction)
 //! was inside; writers take turns.
 //!
-//! - Keeping a key's debt joins it ([`Algorithm::debt_join`]) into a slot of one of its
+//! - Keeping a key's debt joins it ([`Debt::debt_join`](crate::algo::Debt::debt_join)) into a slot of one of its
 //!   buckets (the slot whose debt is paid closest to its own, so that keys of like debts share)
 //!   and files an entry with the key's tag there; a key already filed there joins its entry.
 //!   A debt its buckets already cover (its own entry's slot, or its class's marker's, owes at
@@ -45,7 +45,7 @@
 //! starts from its slot's debt, which joins its own with the debts of the keys sharing the slot
 //! (it waits as long as the slowest of them to pay), unless its entry carries a code.
 //!
-//! - **Codes.** Where the algorithm ranks its debt words ([`Algorithm::debt_rank`]: every
+//! - **Codes.** Where the algorithm ranks its debt words ([`Debt::debt_rank`](crate::algo::Debt::debt_rank): every
 //!   algorithm of the crate but the in-flight limit), a key's entry carries, in the cell
 //!   after it (two cells where a slot's keys differ in both of two numbers),
 //!   how far below its slot's debt the debts filed under it rank ([`Codes`]); the key comes
@@ -76,7 +76,7 @@ const ROOMY: usize = ENTRIES / 4;
 /// that a flood of 10× `max_keys` keys that each owe (9× evicted) fits with room to spare.
 const KEYS_PER_BUCKET: usize = 5;
 
-/// The same where a part's codes take two cells ([`Algorithm::debt_lanes`] 2): 32 bytes per
+/// The same where a part's codes take two cells ([`Debt::debt_lanes`](crate::algo::Debt::debt_lanes) 2): 32 bytes per
 /// key, so that a working set of 4× `max_keys` keeps its codes (at 5, 94% of the cells).
 const KEYS_PER_BUCKET_TWO_LANES: usize = 4;
 

@@ -2,7 +2,7 @@
 //! with whole tokens refilled on ticks, its state one `u64` word. Shared by
 //! `tests/outside_algorithm.rs` (every store) and `tower/tests/outside_algorithm.rs` (the layer).
 
-use hotlimit::algo::Algorithm;
+use hotlimit::algo::{Algorithm, Debt};
 use hotlimit::{Decision, Policy};
 use std::time::Duration;
 
@@ -86,7 +86,9 @@ impl Algorithm for TickBucket {
         }
         self.tick_with(*state, self.size).saturating_mul(self.tick)
     }
+}
 
+impl Debt<u64> for TickBucket {
     /// What a key owes: the time it is full again (0: nothing).
     fn debt(&self, state: &u64, _part: usize) -> u128 {
         u128::from(self.idle_at(state))

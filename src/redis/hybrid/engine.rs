@@ -5,7 +5,7 @@
 use super::context::{Evicted, FleetContext};
 use super::entry::{Hybrid, HybridCell, Seen};
 use super::{Fallback, SyncError};
-use crate::algo::Algorithm;
+use crate::algo::{Algorithm, Debt};
 use crate::algo::{Earrrl, Exponential, FixedWindow, Gcra, InFlight, SlidingWindow};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
@@ -148,18 +148,18 @@ mod private {
         /// [`FleetContext::observe_time`]). Nothing by default: GCRA's state is Redis' TAT.
         fn restamp(&self, _w: &mut Self::Word, _delta: i64) {}
 
-        /// How many debt words describe an entry (see [`Algorithm::debt_parts`]): 0, the
+        /// How many debt words describe an entry (see [`Debt::debt_parts`]): 0, the
         /// default, keeps no debt table (GCRA: an evicted entry's lease and debt go back to
         /// Redis, which holds the key's TAT).
         fn entry_debt_parts(&self) -> usize {
             0
         }
-        /// Part `part` of what an entry still owes ([`Algorithm::debt`]).
+        /// Part `part` of what an entry still owes ([`Debt::debt`]).
         fn entry_debt(&self, w: &Self::Word, part: usize) -> u128 {
             let _ = (w, part);
             0
         }
-        /// Two debt words of part `part` joined ([`Algorithm::debt_join`]).
+        /// Two debt words of part `part` joined ([`Debt::debt_join`]).
         fn entry_debt_join(&self, part: usize, a: u128, b: u128) -> u128 {
             let _ = part;
             a.max(b)
@@ -169,7 +169,7 @@ mod private {
             let _ = (part, debt);
             0
         }
-        /// An entry at least as limited as the debts ([`Algorithm::restore`]).
+        /// An entry at least as limited as the debts ([`Debt::restore`]).
         fn entry_restore(&self, debt: &dyn Fn(usize) -> u128) -> Self::Word {
             let _ = debt;
             self.unknown()
@@ -445,7 +445,9 @@ impl<A: Engine> Algorithm for Fleet<A> {
     fn idle_at(&self, w: &A::Word) -> u64 {
         self.algo.entry_idle_at(&self.ctx, w)
     }
+}
 
+impl<A: Engine> Debt<A::Word> for Fleet<A> {
     /// An entry's debt, in the words [`Engine::entry_debt`] gives: the merged states keep
     /// both halves (this instance's own state, which it publishes whole, and the others'), so
     /// a key evicted and inserted again neither publishes less than it counted nor decides as
