@@ -55,12 +55,14 @@ impl<A, B> AllOf<A, B> {
         Self { first, second }
     }
 
-    /// The first quota.
+    /// The first quota (its Lua arguments).
+    #[cfg(feature = "redis")]
     pub(crate) fn first(&self) -> &A {
         &self.first
     }
 
-    /// The second quota.
+    /// The second quota (its Lua arguments).
+    #[cfg(feature = "redis")]
     pub(crate) fn second(&self) -> &B {
         &self.second
     }
