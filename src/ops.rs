@@ -473,7 +473,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
     type Error = QuotaError;
 
     #[inline(always)]
-    fn check(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Decision, QuotaError> {
+    fn decide(&self, key: &Q, ask: Ask<'_, S::Algo>) -> Result<Decision, QuotaError> {
         let core = self.store.core();
         let algo = core.pick(ask.quota)?;
         check_cost(ask.cost, algo.capacity())?;
@@ -606,11 +606,7 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
             at: None,
             ..self.ask
         };
-        // By the trait: the limiter's own `check(key)` would shadow it.
-        (
-            move || Requests::peek(l, key, ask),
-            move || Requests::check(l, key, ask),
-        )
+        (move || l.peek(key, ask), move || l.decide(key, ask))
     }
 }
 

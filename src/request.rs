@@ -145,7 +145,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// Decides the request, counting it.
     #[inline(always)]
     pub fn check(self) -> Result<Decision, L::Error> {
-        self.limiter.check(self.key, self.ask)
+        self.limiter.decide(self.key, self.ask)
     }
 
     /// The decision [`check`](Request::check) would return now, without counting it: the
@@ -218,9 +218,10 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
 /// settle. Every limiter of the crate is one: in memory, hybrid, and the blocking Redis
 /// client. Generic code reaches every operation through it; a limiter implements the five
 /// methods below, named as the [`Request`] operations that call them (from
-/// [`request`](Requests::request)). Every limiter of the crate also answers `check(key)`
-/// itself, as [`RateLimiter::check`](crate::RateLimiter::check): code generic over both traits
-/// names the one it means (`RateLimiter::check(&l, key)`) or starts a request. A
+/// [`request`](Requests::request)) but the check's, [`decide`](Requests::decide): every
+/// limiter answers `check(key)` itself, and since `Requests` is implemented for `Arc<L>` and
+/// `Box<L>` (a [`Permit`](crate::Permit) owns its limiter), a trait method named `check` would
+/// shadow the limiter's own in `arc.check(key)`. A
 /// limiter of your own issues its tickets with [`Ticket::issue`] and settles them after
 /// [`Ticket::check_origin`] and [`Ticket::close`], as the crate's do
 /// (`tests/outside_limiter.rs`: a budget per key, through `Request` and [`check_all`], and
@@ -248,7 +249,7 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
     type Error: std::error::Error + From<CostError> + Send + Sync + 'static;
 
     /// [`Request::check`]: decides `ask` for `key`, counting it.
-    fn check(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Decision, Self::Error>;
+    fn decide(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Decision, Self::Error>;
 
     /// [`Request::peek`]: the decision of `ask` for `key` now, counting nothing.
     fn peek(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Decision, Self::Error>;
@@ -455,8 +456,8 @@ macro_rules! forward_requests {
             type Error = L::Error;
 
             #[inline]
-            fn check(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
-                (**self).check(key, ask)
+            fn decide(&self, key: &Q, ask: Ask<'_, L::Algo>) -> Result<Decision, L::Error> {
+                (**self).decide(key, ask)
             }
 
             #[inline]

@@ -628,3 +628,28 @@ fn a_reference_to_a_limiter_is_a_limiter() {
     assert!(!checks_async(&*as_dyn));
     assert_eq!(limiter.len(), 1);
 }
+
+/// Behind an `Arc` or a `Box`, with every limiter trait in scope, a limiter's own `check(key)`
+/// is what `check` calls: `Requests` is implemented for `Arc<L>` and `Box<L>`, so a method of
+/// that name there would shadow it (its check is `decide`).
+#[test]
+fn an_arc_or_a_box_checks_with_every_trait_in_scope() {
+    #[allow(unused_imports)]
+    use hotlimit::{AsyncRateLimiter, NonBlocking, RateLimiter, Requests};
+    let gcra: Gcra = "1/s burst 2".parse().unwrap();
+    let arc = Arc::new(CasLimiter::<String, _, _>::with_clock(
+        gcra,
+        ManualClock::default(),
+    ));
+    let boxed = Box::new(CasLimiter::<String, _, _>::with_clock(
+        gcra,
+        ManualClock::default(),
+    ));
+    assert!(arc.check("k").is_allowed());
+    assert!(boxed.check("k").is_allowed());
+    assert!(arc.check_n("k", 1).unwrap().is_allowed());
+    assert!(arc.check("k").is_denied());
+    // A request reaches the same state.
+    assert!(arc.request("k").peek().unwrap().is_denied());
+    assert_eq!(boxed.request("k").peek().unwrap().remaining(), Some(0));
+}

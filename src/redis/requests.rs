@@ -53,7 +53,7 @@ impl<A: RedisAlgorithm> Requests<str> for RedisLimiter<A> {
     type Algo = A;
     type Error = BackendError;
 
-    fn check(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, BackendError> {
+    fn decide(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, BackendError> {
         self.run(self.core.ask(key, ask, Mode::Check)?)?.decision()
     }
 

@@ -75,7 +75,7 @@ impl Requests<str> for Budget {
     type Algo = u64;
     type Error = QuotaError;
 
-    fn check(&self, key: &str, ask: Ask<'_, u64>) -> Result<Decision, QuotaError> {
+    fn decide(&self, key: &str, ask: Ask<'_, u64>) -> Result<Decision, QuotaError> {
         let cost = self.checked(&ask)?;
         let mut spent = self.spent.lock().unwrap();
         let s = spent.entry(key.to_owned()).or_insert(0);
@@ -105,7 +105,7 @@ impl Requests<str> for Budget {
     }
 
     fn take(&self, key: &str, ask: Ask<'_, u64>) -> Result<Ticket, QuotaError> {
-        let d = self.check(key, ask)?;
+        let d = self.decide(key, ask)?;
         Ok(Ticket::issue(
             d,
             ask.cost,
@@ -142,6 +142,6 @@ impl AsyncRateLimiter<str> for Budget {
     fn check_n_async(&self, key: &str, cost: u64) -> Self::Future {
         let mut ask = Ask::default();
         ask.cost = cost;
-        ready(self.check(key, ask))
+        ready(self.decide(key, ask))
     }
 }

@@ -143,8 +143,8 @@ pub struct OneKey<L>(pub L);
 impl<L: Requests<(), Error = QuotaError>> Requests<u64> for OneKey<L> {
     type Algo = L::Algo;
     type Error = QuotaError;
-    fn check(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<Decision, QuotaError> {
-        self.0.check(&(), ask)
+    fn decide(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<Decision, QuotaError> {
+        self.0.decide(&(), ask)
     }
     fn peek(&self, _: &u64, ask: Ask<'_, L::Algo>) -> Result<Decision, QuotaError> {
         self.0.peek(&(), ask)

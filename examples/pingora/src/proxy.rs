@@ -183,8 +183,7 @@ impl<L: RateLimiter<str> + Requests<str> + 'static> ProxyHttp for RateLimitProxy
                 }
             }
         } else {
-            // By the trait's path: `Requests` names its `check(key, ask)` the same.
-            RateLimiter::check(&self.limiter, key.as_str())
+            self.limiter.check(key.as_str())
         };
         if decision.is_denied() && self.headers.mode != Mode::Enforce {
             eprintln!(

@@ -683,7 +683,7 @@ impl<A: HybridAlgorithm, C: Clock> crate::Requests<str> for HybridLimiter<A, C> 
     type Algo = A;
     type Error = QuotaError;
 
-    fn check(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, QuotaError> {
+    fn decide(&self, key: &str, ask: Ask<'_, A>) -> Result<Decision, QuotaError> {
         let now = self.inner.store.core.now(ask.at);
         let Some(quota) = ask.quota else {
             self.inner.store.core.cost(ask.cost)?;
