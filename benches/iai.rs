@@ -12,7 +12,8 @@
 //! the setup with a `peek`, and no clock read varies.
 //!
 //! - One key: ONE `check`, an allowed step and a denied step, for every algorithm on the
-//!   papaya store (`CasLimiter`) and on the direct limiter; GCRA on the compact table.
+//!   papaya store (`CasLimiter`) and on the direct limiter; GCRA on the compact table, and
+//!   `Live<Gcra>` on the direct limiter.
 //! - Many keys: GCRA, one `check` of each of 10,000 keys present in the papaya store, or of
 //!   100,000 of the 1,000,000 keys present in the compact table; the row counts them all (ids
 //!   `…_each_of_N`; the gate's table divides by N). One key among many would not do: the hash
@@ -32,7 +33,9 @@ use governor::{Quota, RateLimiter as Governor};
 use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
-use hotlimit::{CasLimiter, CompactLimiter, Decision, DirectLimiter, Limiter, ManualClock, Rate};
+use hotlimit::{
+    CasLimiter, CompactLimiter, Decision, DirectLimiter, Limiter, Live, ManualClock, Rate,
+};
 use iai_callgrind::{library_benchmark, library_benchmark_group, main};
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -194,6 +197,15 @@ macro_rules! one_key {
 }
 
 one_key!(Gcra, gcra, cas_gcra, direct_gcra);
+
+// `DirectLimiter::check` running `Live<Gcra>` (a quota that can be switched while traffic
+// flows): what reading the configuration in force costs beside `direct_gcra`.
+#[library_benchmark]
+#[bench::allow(direct(Live::new(gcra()), Step::Allow))]
+#[bench::deny(direct(Live::new(gcra()), Step::Deny))]
+fn direct_live_gcra(limiter: &'static DirectLimiter<Live<Gcra>, ManualClock>) -> Decision {
+    black_box(limiter.check(&()))
+}
 one_key!(Earrrl, earrrl, cas_earrrl, direct_earrrl);
 one_key!(
     Exponential,
@@ -468,7 +480,7 @@ library_benchmark_group!(
     name = one_key;
     benchmarks =
         overhead,
-        cas_gcra, direct_gcra, compact_gcra,
+        cas_gcra, direct_gcra, direct_live_gcra, compact_gcra,
         cas_earrrl, direct_earrrl,
         cas_exponential, direct_exponential,
         cas_fixed_window, direct_fixed_window,
