@@ -273,8 +273,8 @@ pub trait Algorithm: Debt<<Self as Algorithm>::State> + Send + Sync + 'static {
         let _ = quota;
         Err(ConfigError::Unchangeable {
             field: crate::Field::Quota,
-            from: "this limiter's configuration".into(),
-            to: "a per-request quota".into(),
+            from: "this configuration".into(),
+            to: "another".into(),
         })
     }
 

@@ -1,11 +1,13 @@
 //! An algorithm written outside the crate, on its public API only (issue #60): a token bucket
 //! with whole tokens refilled on ticks, its state one `u64` word. It runs on every in-memory
 //! store with the same decisions as its own sequential model, keeps its debts through
-//! capacity eviction like the crate's algorithms. The same algorithm limits HTTP requests
+//! capacity eviction like the crate's algorithms, and runs under `Live`, which refuses to switch
+//! it (it says nothing of which configurations read its states). The same algorithm limits HTTP requests
 //! through `hotlimit-tower`'s layer (`tower/tests/outside_algorithm.rs`).
 
 use hotlimit::algo::Algorithm;
 use hotlimit::{CasLimiter, CompactLimiter, DirectLimiter, ManualClock, MutexLimiter, RateLimiter};
+use hotlimit::{Field, Live, QuotaError};
 use std::time::Duration;
 
 mod common;
@@ -120,4 +122,30 @@ fn an_outside_algorithm_keeps_its_debts_through_a_flood() {
         "compact",
         CompactLimiter::<u64, TickBucket>::builder(bucket())
     );
+}
+
+/// `Live` takes any algorithm. One whose `check_quota` keeps the default (it says nothing of
+/// which configurations read its states) decides as the plain algorithm does, and refuses
+/// every switch and every per-request quota with a typed error, changing nothing.
+#[test]
+fn a_live_outside_algorithm_refuses_a_switch_and_changes_nothing() {
+    let clock = ManualClock::default();
+    let live = CasLimiter::<u64, _, _>::with_clock(Live::new(bucket()), clock.clone());
+    matches_the_model(&live, &clock, "Live<TickBucket>");
+    let before: Vec<_> = (0..4).map(|k| live.request(&k).peek().unwrap()).collect();
+    let bigger = TickBucket::new(10, 2, Duration::from_millis(100));
+    let err = live.reconfigure(bigger).unwrap_err();
+    assert_eq!(err.field(), Field::Quota);
+    assert_eq!(
+        err.to_string(),
+        "quota cannot change from this configuration to another on this limiter: its kept \
+         per-key state is measured in it"
+    );
+    assert_eq!(live.algorithm().get().size, 3);
+    assert!(matches!(
+        live.request(&1).quota(&Live::new(bigger)).check(),
+        Err(QuotaError::Quota(_))
+    ));
+    let after: Vec<_> = (0..4).map(|k| live.request(&k).peek().unwrap()).collect();
+    assert_eq!(after, before);
 }
