@@ -62,6 +62,9 @@ pub struct FleetContext {
     pub(super) alone: AtomicBool,
     /// The timeline's jumps not yet applied to the states (ns; see `observe_time`).
     pub(super) restamp: std::sync::atomic::AtomicI64,
+    /// Odd from a jump of the offset until every state is re-stamped on the new timeline
+    /// (the sync thread's `restamp`), even otherwise: see [`settled_now`](Self::settled_now).
+    timeline: AtomicU64,
     /// Script calls that published (their reply came back): the subscription should hear
     /// each as a push of its own.
     pub(super) published: AtomicU64,
@@ -139,6 +142,7 @@ impl FleetContext {
             next_tick: AtomicU64::new(now.saturating_add(interval)),
             round_since: AtomicU64::new(0),
             restamp: std::sync::atomic::AtomicI64::new(0),
+            timeline: AtomicU64::new(0),
             alone: AtomicBool::new(false),
             published: AtomicU64::new(0),
             heard_own: AtomicU64::new(0),
@@ -173,7 +177,37 @@ impl FleetContext {
 
     #[inline]
     pub(super) fn shared_now(&self, local: u64) -> u64 {
-        clamp(local.saturating_add(self.offset.load(Ordering::Relaxed)))
+        clamp(local.saturating_add(self.offset.load(Ordering::Acquire)))
+    }
+
+    /// [`shared_now`](Self::shared_now), or `None` while a jump of the offset is being
+    /// applied to the states: then a state may be stamped on either timeline, and a step
+    /// that read it at the other's time would move it by the jump. An instance whose clock
+    /// was 2 s behind Redis' decayed a rate's whole state by 2 s in one such step, and the
+    /// re-stamp then put it 2 s ahead of the fleet's time. A cold start with clocks ±2 s
+    /// apart went over in about 1 run in 12, where a request fell in the microseconds between
+    /// the jump and the re-stamp (a sliding window 1.19–1.22x its limit, an exponential
+    /// limiter's second 1.11–1.26x its exact twin's); the re-stamp walks every key, so with
+    /// many the gap is longer, and held open 20 ms it took every run over (a fixed window to
+    /// 1.6–2.0x, the sliding one to 1.5–1.8x, the exponential to 1.2–2.0x).
+    ///
+    /// Read within a cell's update, for each attempt: the time is that of a timeline on
+    /// which no re-stamp ran between the two reads of `timeline`. A state read before the
+    /// re-stamp reached its cell and written after it fails its CAS (or waited for the
+    /// cell's lock) and is read again; one written before it is re-stamped with the rest.
+    pub(super) fn settled_now(&self, local: u64) -> Option<u64> {
+        let before = self.timeline.load(Ordering::Acquire);
+        let now = self.shared_now(local);
+        (before % 2 == 0 && self.timeline.load(Ordering::Acquire) == before).then_some(now)
+    }
+
+    /// Every state is re-stamped on the timeline of the last jump (the sync thread, after
+    /// applying [`restamp`](Self::restamp) to each).
+    pub(super) fn restamped(&self) {
+        let t = self.timeline.load(Ordering::Relaxed);
+        if t % 2 == 1 {
+            self.timeline.store(t + 1, Ordering::Release);
+        }
     }
 
     #[inline]
@@ -333,14 +367,20 @@ impl FleetContext {
             self.time_at.store(local, Ordering::Relaxed);
         }
         let offset = redis_ns.saturating_sub(local);
-        let before = self.offset.swap(offset, Ordering::Relaxed);
+        let before = self.offset.load(Ordering::Relaxed);
         // A jump (the first time Redis is heard, after deciding by this machine's clock):
-        // the states stamped before it are re-stamped by the sync thread.
+        // the states stamped before it are re-stamped by the sync thread. The timeline is
+        // marked as moving before the offset moves (`settled_now`).
         let delta = offset as i128 - before as i128;
         if delta.unsigned_abs() > RESTAMP_ABOVE {
+            let t = self.timeline.load(Ordering::Relaxed);
+            if t % 2 == 0 {
+                self.timeline.store(t + 1, Ordering::Release);
+            }
             let delta = delta.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
             self.restamp.fetch_add(delta, Ordering::Relaxed);
         }
+        self.offset.store(offset, Ordering::Release);
     }
 
     pub(super) fn fail(&self, e: SyncError) {

@@ -124,6 +124,8 @@ mod private {
         /// Settles at local time `now` a request taken at local time `taken_at` for
         /// `charged`, with the `actual` cost (they differ), on `w`: this instance's part of
         /// the key, as a request changes it. The sync thread then publishes the change.
+        /// `false`, with `w` unchanged, while the states are being re-stamped on a new
+        /// timeline ([`FleetContext::settled_now`]): the caller tries again.
         fn settle_entry(
             &self,
             ctx: &FleetContext,
@@ -132,7 +134,7 @@ mod private {
             taken_at: u64,
             charged: u64,
             actual: u64,
-        );
+        ) -> bool;
         /// The local time from which `w` is equivalent to [`unknown`](Engine::unknown) in a
         /// subscribed limiter, holding nothing: it may be dropped.
         fn entry_idle_at(&self, ctx: &FleetContext, w: &Self::Word) -> u64;
@@ -437,8 +439,11 @@ impl<A: Engine> Algorithm for Fleet<A> {
             .decision
     }
 
+    /// Not the limiter's own settle (`HybridLimiter`'s, which tries again while the states
+    /// are being re-stamped): a settle refused then changes nothing here.
     fn settle(&self, w: &mut A::Word, now: u64, taken_at: u64, charged: u64, actual: u64) {
-        self.algo
+        let _ = self
+            .algo
             .settle_entry(&self.ctx, w, now, taken_at, charged, actual);
     }
 

@@ -274,7 +274,7 @@ impl Engine for Gcra {
         _taken_at: u64,
         charged: u64,
         actual: u64,
-    ) {
+    ) -> bool {
         let mut l = Lease::unpack(*w);
         if actual < charged {
             l.units = l.units.saturating_add(charged - actual).min(UNITS_MAX);
@@ -289,6 +289,8 @@ impl Engine for Gcra {
             }
         }
         *w = l.pack();
+        // A lease is in units, not stamped: no timeline to wait for.
+        true
     }
 
     fn entry_idle_at(&self, _: &FleetContext, w: &u128) -> u64 {

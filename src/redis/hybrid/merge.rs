@@ -231,7 +231,17 @@ where
     ) -> Verdict {
         let stale = seen.stale;
         let (stored, others) = w.split();
-        let now = ctx.shared_now(local);
+        let Some(now) = ctx.settled_now(local) else {
+            // The states are being re-stamped on Redis' timeline (its time first heard):
+            // this one may be on either, so nothing is read or written until it is done.
+            return Verdict {
+                decision: Decision::denied_ns(ctx.until_tick(local)).with_remaining(0),
+                reason: Reason::Waiting,
+                sync: false,
+                urgent: false,
+                unheard: 0,
+            };
+        };
         // Re-stamped for good (and published): counted again in its own window later, a
         // state stamped ahead would deny what the fleet's time allows then.
         let own = self.pull_back(stored, now);
@@ -372,7 +382,7 @@ where
     }
 
     /// The instance's own state settles as in memory, on Redis' timeline; the next round
-    /// publishes it.
+    /// publishes it. Not while the states are being re-stamped (see `decide_entry`).
     fn settle_entry(
         &self,
         ctx: &FleetContext,
@@ -381,11 +391,16 @@ where
         taken_at: u64,
         charged: u64,
         actual: u64,
-    ) {
+    ) -> bool {
+        let Some(shared) = ctx.settled_now(now) else {
+            return false;
+        };
+        // Both on the one offset read: `taken_at` is a local time, as `now` is.
+        let taken_at = shared.saturating_sub(now.saturating_sub(taken_at));
         let (mut own, others) = w.split();
-        let (now, taken_at) = (ctx.shared_now(now), ctx.shared_now(taken_at));
-        self.settle(&mut own, now, taken_at, charged, actual);
+        self.settle(&mut own, shared, taken_at, charged, actual);
         *w = A::Entry::join(own, others);
+        true
     }
 
     fn entry_idle_at(&self, ctx: &FleetContext, w: &A::Entry) -> u64 {

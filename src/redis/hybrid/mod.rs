@@ -492,11 +492,18 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         }
         let now = self.inner.store.core.now(now);
         let guard = self.inner.store.map.guard();
-        let ((), cell) = self.on_entry(key, quota, None, &guard, |algo, _, _, w| {
-            algo.settle_entry(&fleet.ctx, w, now, taken_at, charged, actual);
-        })?;
-        self.queue(key, cell);
-        Ok(true)
+        loop {
+            let (settled, cell) = self.on_entry(key, quota, None, &guard, |algo, _, _, w| {
+                algo.settle_entry(&fleet.ctx, w, now, taken_at, charged, actual)
+            })?;
+            if settled {
+                self.queue(key, cell);
+                return Ok(true);
+            }
+            // The states are being re-stamped (Redis' time first heard): a settle loses no
+            // refund or debt, so it waits the microseconds that takes, outside the cell.
+            std::thread::yield_now();
+        }
     }
 
     /// The decision `cost` would get at `now` under `quota`, changing nothing.

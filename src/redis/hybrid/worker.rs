@@ -306,6 +306,8 @@ fn restamp<A: Engine, C: crate::Clock>(inner: &Inner<A, C>, guard: &impl papaya:
             cell.update(&ctx.cas, |w| algo.restamp(w, delta));
         }
     }
+    // Jumps that added up to none leave no state to move either.
+    ctx.restamped();
 }
 
 /// Sends one round's calls and `extra` commands, applies the calls' replies and returns the

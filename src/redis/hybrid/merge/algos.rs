@@ -499,7 +499,7 @@ mod tests {
     use super::Merge;
     use crate::algo::in_flight::unpack;
     use crate::algo::{Algorithm, Earrrl, Exponential, FixedWindow, InFlight, SlidingWindow};
-    use crate::redis::hybrid::entry::{Halves, Seen};
+    use crate::redis::hybrid::entry::{Halves, Pair, Seen};
     use crate::redis::hybrid::{Engine, FleetContext, Reason};
     use std::sync::atomic::Ordering;
     use std::time::Duration;
@@ -682,6 +682,57 @@ mod tests {
             earrrl.shift(f64::NEG_INFINITY.to_bits(), late),
             f64::NEG_INFINITY.to_bits()
         );
+    }
+
+    /// Between a jump of the timeline (Redis' time first heard, 2 s ahead of this instance's
+    /// clock) and the re-stamp of the states, a request waits and a settle is refused, the
+    /// state untouched: read at the new timeline's time, the own rate stamped on the old
+    /// one was decayed by the jump (here 40 to 5.4, then put 2 s ahead by the re-stamp: the
+    /// cold start's 1.19–1.26x). Re-stamped, it decides on the rate decayed by 1 ms.
+    // Pins G56.
+    #[test]
+    fn a_request_while_the_states_are_restamped_waits_and_changes_nothing() {
+        let exp = Exponential::new(100.0, Duration::from_secs(1)).unwrap();
+        let ctx = FleetContext::new(5_000_000, 0.25, 0, 0);
+        ctx.mirror_since.store(0, Ordering::Relaxed);
+        let (own, others) = (Exponential::pack(S, 40.0), Exponential::pack(S, 20.0));
+        let mut w = Pair::join(own, others);
+        // Redis says 2 s more than this clock, for a round trip at local S + 1 ms.
+        ctx.observe_time(3 * S + 1_000_000, S + 1_000_000, S + 1_000_000);
+        let v = exp.decide_entry(
+            &0.25,
+            &ctx,
+            &mut w,
+            Seen::default(),
+            S + 1_000_000,
+            1,
+            false,
+        );
+        assert_eq!(
+            (v.reason, v.decision.is_allowed(), v.sync),
+            (Reason::Waiting, false, false)
+        );
+        assert!(!exp.settle_entry(&ctx, &mut w, S + 1_000_000, S, 3, 1));
+        assert_eq!(w, Pair::join(own, others));
+        // The sync thread's re-stamp: the own state moves by the jump, the others' are Redis'.
+        let delta = ctx.restamp.swap(0, Ordering::Relaxed);
+        assert_eq!(delta, 2 * S as i64);
+        exp.restamp(&mut w, delta);
+        ctx.restamped();
+        let v = exp.decide_entry(
+            &0.25,
+            &ctx,
+            &mut w,
+            Seen::default(),
+            S + 1_000_000,
+            1,
+            false,
+        );
+        assert_eq!((v.reason, v.decision.is_allowed()), (Reason::Known, true));
+        let (t, r) = Exponential::unpack(w.split().0);
+        assert_eq!(t, 3 * S + 1_000_000);
+        assert!(r > 40.0 * (-0.001f64).exp(), "{r}");
+        assert!(exp.settle_entry(&ctx, &mut w, S + 2_000_000, S + 1_000_000, 1, 0));
     }
 
     /// A fleet take settled at 0 leaves this instance's part of an exponential average no
