@@ -27,8 +27,9 @@ pub struct FleetContext {
     pub(super) instance: String,
     pub(super) interval: u64,
     pub(super) share: f64,
-    /// Redis' time (ns since the Unix epoch) minus the local clock.
-    pub(super) offset: AtomicU64,
+    /// Redis' time (ns since the Unix epoch) minus the local clock. Read by every request
+    /// beside [`timeline`](Self::timeline): both model-checked (`loom_model` below).
+    offset: crate::sync::AtomicU64,
     /// Whether the last sync round found Redis unreachable.
     pub(super) down: AtomicBool,
     /// Local time the current (or last) outage began.
@@ -64,7 +65,7 @@ pub struct FleetContext {
     pub(super) restamp: std::sync::atomic::AtomicI64,
     /// Odd from a jump of the offset until every state is re-stamped on the new timeline
     /// (the sync thread's `restamp`), even otherwise: see [`settled_now`](Self::settled_now).
-    timeline: AtomicU64,
+    timeline: crate::sync::AtomicU64,
     /// Script calls that published (their reply came back): the subscription should hear
     /// each as a push of its own.
     pub(super) published: AtomicU64,
@@ -130,7 +131,7 @@ impl FleetContext {
             instance: instance_id(),
             interval,
             share,
-            offset: AtomicU64::new(unix.saturating_sub(now)),
+            offset: crate::sync::AtomicU64::new(unix.saturating_sub(now)),
             down: AtomicBool::new(false),
             down_since: AtomicU64::new(now),
             up_since: AtomicU64::new(0),
@@ -142,7 +143,7 @@ impl FleetContext {
             next_tick: AtomicU64::new(now.saturating_add(interval)),
             round_since: AtomicU64::new(0),
             restamp: std::sync::atomic::AtomicI64::new(0),
-            timeline: AtomicU64::new(0),
+            timeline: crate::sync::AtomicU64::new(0),
             alone: AtomicBool::new(false),
             published: AtomicU64::new(0),
             heard_own: AtomicU64::new(0),
@@ -483,5 +484,67 @@ mod tests {
         ctx.restamp.store(0, Ordering::Relaxed);
         ctx.observe_time(3_600 * MS + MS / 2, 1_100 * MS, 1_100 * MS);
         assert_eq!(ctx.restamp.load(Ordering::Relaxed), 0);
+    }
+}
+
+/// A loom model of the timeline's jump ([`FleetContext::settled_now`]): a request racing the
+/// sync thread, which hears Redis' time 2 s ahead of this instance's clock and re-stamps the
+/// key's state, on the real context, cell and exponential step. Whatever the interleaving,
+/// the request reads its state on the timeline the state is on: it waits, or it is decided
+/// on the old timeline before the re-stamp moves what it wrote, or on the new one after.
+/// The own part ends on the new timeline, no later than the request's time there, its rate
+/// not decayed by the jump (read across it, 40 became 5.4, then stamped 2 s ahead).
+///
+/// `RUSTFLAGS="--cfg hotlimit_loom" cargo test --release --lib --features redis loom`.
+#[cfg(all(test, hotlimit_loom))]
+mod loom_model {
+    use super::FleetContext;
+    use crate::algo::Exponential;
+    use crate::cell::StateCell;
+    use crate::redis::hybrid::entry::{Halves, HybridCell, Pair, Seen};
+    use crate::redis::hybrid::{Engine, Reason};
+    use crate::stats::Stats;
+    use loom::sync::Arc;
+    use loom::thread;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    const S: u64 = 1_000_000_000;
+    const MS: u64 = 1_000_000;
+
+    // Pins G56.
+    #[test]
+    fn loom_a_request_across_the_jump_of_the_timeline() {
+        loom::model(|| {
+            let exp = Exponential::new(100.0, Duration::from_secs(1)).unwrap();
+            let ctx = FleetContext::new(5 * MS, 0.25, 0, 0);
+            ctx.mirror_since.store(0, Ordering::Relaxed); // the key's fleet state is known
+            let (own, others) = (Exponential::pack(S, 40.0), Exponential::pack(S, 20.0));
+            let cell: Arc<HybridCell<Pair>> = Arc::new(StateCell::new(Pair::join(own, others)));
+            let (ctx, stats) = (Arc::new(ctx), Arc::new(Stats::default()));
+            let sync = {
+                let (ctx, cell, stats) = (ctx.clone(), cell.clone(), stats.clone());
+                thread::spawn(move || {
+                    // Redis says 2 s more than this clock (local S + 1 ms).
+                    ctx.observe_time(3 * S + MS, S + MS, S + MS);
+                    let delta = ctx.restamp.swap(0, Ordering::Relaxed);
+                    cell.update(&stats, |w| exp.restamp(w, delta));
+                    ctx.restamped();
+                })
+            };
+            let v = cell
+                .update(&stats, |w| {
+                    exp.decide_entry(&0.25, &ctx, w, Seen::default(), S + MS, 1, false)
+                })
+                .unwrap();
+            sync.join().unwrap();
+            let (t, r) = Exponential::unpack(cell.inspect(|w| w.split().0).unwrap());
+            if v.decision.is_allowed() {
+                assert_eq!((v.reason, t), (Reason::Known, 3 * S + MS));
+            } else {
+                assert_eq!((v.reason, t, r), (Reason::Waiting, 3 * S, 40.0));
+            }
+            assert!(r > 40.0 * (-0.001f64).exp(), "decayed by the jump: {r}");
+        });
     }
 }
