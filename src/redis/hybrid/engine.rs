@@ -124,8 +124,10 @@ mod private {
         /// Settles at local time `now` a request taken at local time `taken_at` for
         /// `charged`, with the `actual` cost (they differ), on `w`: this instance's part of
         /// the key, as a request changes it. The sync thread then publishes the change.
-        /// `false`, with `w` unchanged, while the states are being re-stamped on a new
-        /// timeline ([`FleetContext::settled_now`]): the caller tries again.
+        /// With `wait`, `false` and `w` unchanged while the states are being re-stamped on a
+        /// new timeline ([`FleetContext::settled_now`]): the caller tries again. Without, on
+        /// the current offset whatever the timeline.
+        #[allow(clippy::too_many_arguments)]
         fn settle_entry(
             &self,
             ctx: &FleetContext,
@@ -134,6 +136,7 @@ mod private {
             taken_at: u64,
             charged: u64,
             actual: u64,
+            wait: bool,
         ) -> bool;
         /// The local time from which `w` is equivalent to [`unknown`](Engine::unknown) in a
         /// subscribed limiter, holding nothing: it may be dropped.
@@ -439,12 +442,11 @@ impl<A: Engine> Algorithm for Fleet<A> {
             .decision
     }
 
-    /// Not the limiter's own settle (`HybridLimiter`'s, which tries again while the states
-    /// are being re-stamped): a settle refused then changes nothing here.
+    /// Not the limiter's own settle (`HybridLimiter`'s, which waits out a re-stamp of the
+    /// states): settled on the current offset, never refused.
     fn settle(&self, w: &mut A::Word, now: u64, taken_at: u64, charged: u64, actual: u64) {
-        let _ = self
-            .algo
-            .settle_entry(&self.ctx, w, now, taken_at, charged, actual);
+        self.algo
+            .settle_entry(&self.ctx, w, now, taken_at, charged, actual, false);
     }
 
     fn idle_at(&self, w: &A::Word) -> u64 {

@@ -274,6 +274,7 @@ impl Engine for Gcra {
         _taken_at: u64,
         charged: u64,
         actual: u64,
+        _wait: bool,
     ) -> bool {
         let mut l = Lease::unpack(*w);
         if actual < charged {

@@ -382,7 +382,8 @@ where
     }
 
     /// The instance's own state settles as in memory, on Redis' timeline; the next round
-    /// publishes it. Not while the states are being re-stamped (see `decide_entry`).
+    /// publishes it. With `wait`, not while the states are being re-stamped (see
+    /// `decide_entry`).
     fn settle_entry(
         &self,
         ctx: &FleetContext,
@@ -391,8 +392,10 @@ where
         taken_at: u64,
         charged: u64,
         actual: u64,
+        wait: bool,
     ) -> bool {
-        let Some(shared) = ctx.settled_now(now) else {
+        let settled = ctx.settled_now(now);
+        let Some(shared) = settled.or((!wait).then(|| ctx.shared_now(now))) else {
             return false;
         };
         // Both on the one offset read: `taken_at` is a local time, as `now` is.

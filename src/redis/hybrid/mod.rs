@@ -492,16 +492,19 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         }
         let now = self.inner.store.core.now(now);
         let guard = self.inner.store.map.guard();
+        // The states are being re-stamped while Redis' time is first heard (one walk of the
+        // keys): a settle loses no refund or debt, so it waits that out, outside the cell; a
+        // re-stamp not done within a second (a sync thread gone) no longer holds it.
+        let started = std::time::Instant::now();
         loop {
+            let wait = started.elapsed() < Duration::from_secs(1);
             let (settled, cell) = self.on_entry(key, quota, None, &guard, |algo, _, _, w| {
-                algo.settle_entry(&fleet.ctx, w, now, taken_at, charged, actual)
+                algo.settle_entry(&fleet.ctx, w, now, taken_at, charged, actual, wait)
             })?;
             if settled {
                 self.queue(key, cell);
                 return Ok(true);
             }
-            // The states are being re-stamped (Redis' time first heard): a settle loses no
-            // refund or debt, so it waits the microseconds that takes, outside the cell.
             std::thread::yield_now();
         }
     }

@@ -685,8 +685,8 @@ mod tests {
     }
 
     /// Between a jump of the timeline (Redis' time first heard, 2 s ahead of this instance's
-    /// clock) and the re-stamp of the states, a request waits and a settle is refused, the
-    /// state untouched: read at the new timeline's time, the own rate stamped on the old
+    /// clock) and the re-stamp of the states, a request waits and a settle is refused (or,
+    /// told not to wait, settles on the current offset), the state untouched: read at the new timeline's time, the own rate stamped on the old
     /// one was decayed by the jump (here 40 to 5.4, then put 2 s ahead by the re-stamp: the
     /// cold start's 1.19–1.26x). Re-stamped, it decides on the rate decayed by 1 ms.
     // Pins G56.
@@ -712,8 +712,12 @@ mod tests {
             (v.reason, v.decision.is_allowed(), v.sync),
             (Reason::Waiting, false, false)
         );
-        assert!(!exp.settle_entry(&ctx, &mut w, S + 1_000_000, S, 3, 1));
+        assert!(!exp.settle_entry(&ctx, &mut w, S + 1_000_000, S, 3, 1, true));
         assert_eq!(w, Pair::join(own, others));
+        // Not waiting (a re-stamp that never ends): on the current offset.
+        let mut forced = w;
+        assert!(exp.settle_entry(&ctx, &mut forced, S + 1_000_000, S, 3, 1, false));
+        assert_ne!(forced, w);
         // The sync thread's re-stamp: the own state moves by the jump, the others' are Redis'.
         let delta = ctx.restamp.swap(0, Ordering::Relaxed);
         assert_eq!(delta, 2 * S as i64);
@@ -732,7 +736,7 @@ mod tests {
         let (t, r) = Exponential::unpack(w.split().0);
         assert_eq!(t, 3 * S + 1_000_000);
         assert!(r > 40.0 * (-0.001f64).exp(), "{r}");
-        assert!(exp.settle_entry(&ctx, &mut w, S + 2_000_000, S + 1_000_000, 1, 0));
+        assert!(exp.settle_entry(&ctx, &mut w, S + 2_000_000, S + 1_000_000, 1, 0, true));
     }
 
     /// A fleet take settled at 0 leaves this instance's part of an exponential average no
