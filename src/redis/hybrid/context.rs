@@ -115,6 +115,15 @@ pub(crate) enum Mode {
 /// error once, when Redis is first heard.
 const RESTAMP_ABOVE: u128 = 1_000_000;
 
+/// A jump past which requests of merged algorithms wait for the re-stamp ([`settled_now`]):
+/// a clock's error (seconds, a cold start's), not the few milliseconds a slow round trip
+/// moves the offset by, which a state read across moves by no more than a sync lag does
+/// every round (a fleet test that checks in a tight loop on a loaded machine was refused
+/// where such a jump fell).
+///
+/// [`settled_now`]: FleetContext::settled_now
+const WAIT_ABOVE: u128 = 10_000_000;
+
 /// A new instance's id: [`random_seed`](super::super::client::random_seed)'s 64 bits. Never a
 /// time-seeded generator's: fastrand's seeds from the monotonic clock and the thread id, so
 /// two processes started within one tick of a coarse clock got one id, and each then took
@@ -375,7 +384,7 @@ impl FleetContext {
         let delta = offset as i128 - before as i128;
         if delta.unsigned_abs() > RESTAMP_ABOVE {
             let t = self.timeline.load(Ordering::Relaxed);
-            if t % 2 == 0 {
+            if t % 2 == 0 && delta.unsigned_abs() > WAIT_ABOVE {
                 self.timeline.store(t + 1, Ordering::Release);
             }
             let delta = delta.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
@@ -475,15 +484,24 @@ mod tests {
     }
 
     /// Redis' time first heard 1.5 s ahead of the local guess: the jump is left for the
-    /// sync thread to re-stamp the states by; a move of a fraction of a round trip is not.
+    /// sync thread to re-stamp the states by, and requests wait for it; a move of a fraction
+    /// of a round trip is not re-stamped, one of a few milliseconds is without a wait.
     #[test]
     fn a_jump_of_the_timeline_is_left_to_restamp_the_states() {
         let ctx = FleetContext::new(10 * MS, 0.25, 1_000 * MS, 2_000 * MS);
         ctx.observe_time(3_500 * MS, 1_000 * MS, 1_000 * MS);
         assert_eq!(ctx.restamp.load(Ordering::Relaxed), 1_500 * MS as i64);
+        // Requests wait until the states are re-stamped.
+        assert_eq!(ctx.settled_now(1_000 * MS), None);
         ctx.restamp.store(0, Ordering::Relaxed);
+        ctx.restamped();
+        assert_eq!(ctx.settled_now(1_000 * MS), Some(3_500 * MS));
         ctx.observe_time(3_600 * MS + MS / 2, 1_100 * MS, 1_100 * MS);
         assert_eq!(ctx.restamp.load(Ordering::Relaxed), 0);
+        // 9.5 ms, a slow round trip's worth: re-stamped, but no request waits for it.
+        ctx.observe_time(3_710 * MS, 1_200 * MS, 1_200 * MS);
+        assert_eq!(ctx.restamp.load(Ordering::Relaxed), 9_500_000);
+        assert_eq!(ctx.settled_now(1_200 * MS), Some(3_710 * MS));
     }
 }
 
