@@ -598,7 +598,7 @@ fn parse_seconds(s: &str) -> Result<u64, String> {
 /// `allow|deny retry_after=<s> [remaining=<n>] [rate=<r>]`.
 fn write_decision(out: &mut impl Write, d: &Decision) -> io::Result<()> {
     let verdict = if d.is_allowed() { "allow" } else { "deny" };
-    let retry = d.retry_after_nanos() as f64 / 1e9;
+    let retry = d.retry_after().as_secs_f64();
     write!(out, "{verdict} retry_after={retry}")?;
     if let Some(remaining) = d.remaining() {
         write!(out, " remaining={remaining}")?;

@@ -331,7 +331,7 @@ impl Decision {
 
     /// [`retry_after`](Decision::retry_after) in nanoseconds.
     #[inline]
-    pub fn retry_after_nanos(&self) -> u64 {
+    pub(crate) fn retry_after_nanos(&self) -> u64 {
         self.retry_after
     }
 

@@ -5,6 +5,7 @@ use crate::sweeper::SweepTotals;
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// Stripes: enough that a few dozen threads rarely share one.
 const STRIPES: usize = 32;
@@ -134,10 +135,22 @@ pub struct Metrics {
     ///
     /// [`Locked`]: crate::store::Locked
     pub cas_retries: u64,
-    /// Totals over every sweep so far, by hand or in the background: sweeps, keys evicted
-    /// as idle and to the capacity bound (the compact store's capacity evictions also count
-    /// keys evicted by inserts that found their probe window full), debts kept and restored.
-    pub sweep: SweepTotals,
+    /// Sweeps run so far, by hand or in the background.
+    pub sweeps: u64,
+    /// Keys dropped as idle (lossless: their state was a fresh key's).
+    pub evicted_idle: u64,
+    /// Keys dropped to enforce `max_keys` (the compact store's also count keys evicted by
+    /// inserts that found their probe window full).
+    pub evicted_capacity: u64,
+    /// Keys evicted for capacity while they still owed, whose debt was kept.
+    pub debts_kept: u64,
+    /// Keys inserted with a kept debt: they started from it, not fresh.
+    pub debts_restored: u64,
+    /// The most capacity passes ever running at once: 1 (or 0 before the first), since a
+    /// pass never starts while another runs.
+    pub most_passes_at_once: u64,
+    /// Time spent sweeping.
+    pub sweep_busy: Duration,
     /// Keys held now.
     pub keys: u64,
 }
@@ -149,7 +162,13 @@ impl Metrics {
             allowed,
             denied,
             cas_retries: stats.retries(),
-            sweep,
+            sweeps: sweep.sweeps,
+            evicted_idle: sweep.evicted_idle,
+            evicted_capacity: sweep.evicted_capacity,
+            debts_kept: sweep.debts_kept,
+            debts_restored: sweep.debts_restored,
+            most_passes_at_once: sweep.most_passes_at_once,
+            sweep_busy: sweep.busy,
             keys: keys as u64,
         }
     }
@@ -166,18 +185,18 @@ impl Metrics {
         counter!("hotlimit_allowed_total", "limiter" => name).absolute(self.allowed);
         counter!("hotlimit_denied_total", "limiter" => name).absolute(self.denied);
         counter!("hotlimit_cas_retries_total", "limiter" => name).absolute(self.cas_retries);
-        counter!("hotlimit_sweeps_total", "limiter" => name).absolute(self.sweep.sweeps);
+        counter!("hotlimit_sweeps_total", "limiter" => name).absolute(self.sweeps);
         counter!("hotlimit_evicted_total", "limiter" => name, "reason" => "idle")
-            .absolute(self.sweep.evicted_idle);
+            .absolute(self.evicted_idle);
         counter!("hotlimit_evicted_total", "limiter" => name, "reason" => "capacity")
-            .absolute(self.sweep.evicted_capacity);
+            .absolute(self.evicted_capacity);
         gauge!("hotlimit_keys", "limiter" => name).set(self.keys as f64);
     }
 }
 
 #[cfg(all(test, feature = "metrics"))]
 mod metrics_tests {
-    use super::{Metrics, SweepTotals};
+    use super::Metrics;
     use metrics::{
         Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder,
         SharedString, Unit,
@@ -242,13 +261,11 @@ mod metrics_tests {
             allowed: 7,
             denied: 3,
             cas_retries: 2,
-            sweep: SweepTotals {
-                sweeps: 1,
-                evicted_idle: 5,
-                evicted_capacity: 4,
-                ..SweepTotals::default()
-            },
+            sweeps: 1,
+            evicted_idle: 5,
+            evicted_capacity: 4,
             keys: 9,
+            ..Metrics::default()
         };
         let recorder = Last::default();
         metrics::with_local_recorder(&recorder, || m.publish("api"));

@@ -12,4 +12,4 @@ pub use crate::limiter::{Cas, LimiterError, Locked, Variant};
 pub use crate::ops::{Keys, Store};
 pub use crate::request::Ask;
 pub use crate::shared::{Builder, KeyedStore};
-pub use crate::sweeper::{SweepReport, SweepTotals};
+pub use crate::sweeper::SweepReport;

@@ -34,12 +34,12 @@ macro_rules! pass_on_insert {
             .unwrap();
         let mut key = 0u64;
         loop {
-            let before = limiter.metrics().sweep.evicted_capacity;
+            let before = limiter.metrics().evicted_capacity;
             let (blocks, bytes) = allocated(|| {
                 let _ = std::hint::black_box(limiter.check(&key));
             });
             key += 1;
-            let sweep = limiter.metrics().sweep;
+            let sweep = limiter.metrics();
             if sweep.most_passes_at_once > 0 {
                 break (blocks, bytes, sweep.evicted_capacity - before);
             }

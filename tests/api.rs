@@ -122,8 +122,8 @@ proptest! {
             s = got.state.unwrap_or(s);
             prop_assert_eq!(got.decision.is_allowed(), allowed);
             prop_assert_eq!(s, (sa as u128) << 64 | sb as u128);
-            let wait = |d: hotlimit::Decision| if d.is_allowed() { 0 } else { d.retry_after_nanos() };
-            prop_assert_eq!(got.decision.retry_after_nanos(), wait(da).max(wait(db)));
+            let wait = |d: hotlimit::Decision| if d.is_allowed() { 0 } else { d.retry_after().as_nanos() as u64 };
+            prop_assert_eq!(got.decision.retry_after().as_nanos() as u64, wait(da).max(wait(db)));
         }
     }
 
@@ -415,7 +415,7 @@ fn metrics_equal_decisions<V: Variant<Gcra>>() {
     let report = limiter.sweep();
     let m = limiter.metrics();
     assert_eq!(
-        (m.sweep.sweeps, m.sweep.evicted_idle, m.keys),
+        (m.sweeps, m.evicted_idle, m.keys),
         (1, report.evicted_idle, 0)
     );
     assert_eq!(report.evicted_idle, 500);
@@ -480,7 +480,7 @@ fn until_ready_on<V: Variant<Gcra>>() {
     let jitter = Duration::from_millis(40);
     for _ in 0..20 {
         let before = clock.now();
-        let honest = before + l.request("k").peek().unwrap().retry_after_nanos();
+        let honest = before + l.request("k").peek().unwrap().retry_after().as_nanos() as u64;
         let _ = l
             .request("k")
             .jitter(jitter)
@@ -524,7 +524,7 @@ fn until_ready_under_a_strict_policy_is_not_counted_while_waiting() {
     let clock = ManualClock::default();
     let l = MutexLimiter::<u64, _, _>::with_clock(e, clock.clone());
     while l.check(&1).is_allowed() {}
-    let waiting = l.request(&1).peek().unwrap().retry_after_nanos();
+    let waiting = l.request(&1).peek().unwrap().retry_after().as_nanos() as u64;
     let start = clock.now();
     assert!(l.request(&1).until_ready_blocking().unwrap().is_allowed());
     assert_eq!(clock.now() - start, waiting);

@@ -16,7 +16,8 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
     SubWindow,
 };
-use hotlimit::store::{Cas, Keys, Locked, SweepTotals};
+use hotlimit::store::{Cas, Keys, Locked};
+use hotlimit::Metrics;
 use hotlimit::{
     CasLimiter, CompactLimiter, Live, ManualClock, MutexLimiter, Policy, QuantaClock, Rate,
     RateLimiter,
@@ -142,7 +143,7 @@ impl ClockExt for ManualClock {
 }
 
 /// A bounded store under test, with its sweep totals.
-type Store = (&'static str, Limiter, Box<dyn Fn() -> SweepTotals>);
+type Store = (&'static str, Limiter, Box<dyn Fn() -> Metrics>);
 
 /// The four bounded stores for `algo` on `clock`; `forget` opts out of the debt table.
 fn stores<A>(algo: &A, clock: &ManualClock, forget: bool) -> Vec<Store>
@@ -160,7 +161,7 @@ where
             let totals = l.clone();
             (
                 l as Limiter,
-                Box::new(move || totals.metrics().sweep) as Box<dyn Fn() -> SweepTotals>,
+                Box::new(move || totals.metrics()) as Box<dyn Fn() -> Metrics>,
             )
         }};
     }
@@ -319,15 +320,15 @@ fn threaded_flood(runs: usize, spent: u64, new_keys: u64, max_keys: usize) {
         let cas = build!(CasLimiter::<u64, Gcra>::builder(algo));
         let mutex = build!(MutexLimiter::<u64, Gcra>::builder(algo));
         let compact = build!(CompactLimiter::<u64, Gcra, QuantaClock, Cas>::builder(algo));
-        let stores: [(&str, Limiter, SweepTotals); 3] = [
-            ("cas", cas.clone(), SweepTotals::default()),
-            ("mutex", mutex.clone(), SweepTotals::default()),
-            ("compact", compact.clone(), SweepTotals::default()),
+        let stores: [(&str, Limiter, Metrics); 3] = [
+            ("cas", cas.clone(), Metrics::default()),
+            ("mutex", mutex.clone(), Metrics::default()),
+            ("compact", compact.clone(), Metrics::default()),
         ];
         let totals = [
-            Box::new(move || cas.metrics().sweep) as Box<dyn Fn() -> SweepTotals>,
-            Box::new(move || mutex.metrics().sweep),
-            Box::new(move || compact.metrics().sweep),
+            Box::new(move || cas.metrics()) as Box<dyn Fn() -> Metrics>,
+            Box::new(move || mutex.metrics()),
+            Box::new(move || compact.metrics()),
         ];
         for ((store, limiter, _), totals) in stores.iter().zip(&totals) {
             for key in 0..spent {
@@ -478,7 +479,7 @@ where
             let denied = (keys..keys + 1_000)
                 .filter(|k| l.check(k).is_denied())
                 .count();
-            assert!(l.metrics().sweep.evicted_capacity > 0, "{name}: no flood");
+            assert!(l.metrics().evicted_capacity > 0, "{name}: no flood");
             out.push(denied as f64 / 10.0);
         }};
     }

@@ -165,21 +165,21 @@ fn flood<V: hotlimit::store::Variant<Gcra>>() {
         peak = peak.max(limiter.len());
     }
     assert_eq!(peak, 1250, "held up to max_keys + max_keys/4, never more");
-    let totals = limiter.metrics().sweep;
+    let totals = limiter.metrics();
     assert!(
         denied <= totals.debts_restored,
         "{denied} denied: {totals:?}"
     );
     assert!(totals.debts_kept > 0);
     let len = limiter.len();
-    let evicted = limiter.metrics().sweep.evicted_capacity;
+    let evicted = limiter.metrics().evicted_capacity;
     assert_eq!(
         evicted as usize,
         30_000 - len,
         "every key that left was counted"
     );
     let m = limiter.metrics();
-    assert_eq!((m.sweep.evicted_capacity, m.keys), (evicted, len as u64));
+    assert_eq!((m.evicted_capacity, m.keys), (evicted, len as u64));
     assert_eq!(
         (m.allowed, m.denied),
         (0, 0),
@@ -240,15 +240,12 @@ fn metrics_count_every_decision_once_and_the_sweeps() {
     assert_eq!(reserved, [true, true, false]);
     let m = limiter.metrics();
     assert_eq!((m.allowed, m.denied, m.keys), (5, 2, 3));
-    assert_eq!(
-        (m.sweep.sweeps, m.sweep.evicted_idle, m.cas_retries),
-        (0, 0, 0)
-    );
+    assert_eq!((m.sweeps, m.evicted_idle, m.cas_retries), (0, 0, 0));
 
     clock.advance(Duration::from_secs(1));
     assert_eq!(limiter.sweep().evicted_idle, 3);
     let m = limiter.metrics();
-    assert_eq!((m.sweep.sweeps, m.sweep.evicted_idle, m.keys), (1, 3, 0));
+    assert_eq!((m.sweeps, m.evicted_idle, m.keys), (1, 3, 0));
     assert_eq!((m.allowed, m.denied), (5, 2));
 }
 
@@ -275,12 +272,12 @@ fn background_sweeper_keeps_the_table_below_max_keys() {
     }
     // The sweeper was woken past 1000 keys; wait for it (bounded).
     for _ in 0..1000 {
-        if limiter.metrics().sweep.sweeps > 0 {
+        if limiter.metrics().sweeps > 0 {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(limiter.metrics().sweep.sweeps > 0, "sweeper never woke");
+    assert!(limiter.metrics().sweeps > 0, "sweeper never woke");
     let report = limiter.sweep();
     assert!(limiter.len() <= 1000, "{} keys, {report:?}", limiter.len());
 }
@@ -296,7 +293,7 @@ fn probes(keys: impl Iterator<Item = u64>, n: usize) -> hotlimit::store::ProbeSt
         assert!(limiter.check(&key).is_allowed());
     }
     let stats = limiter.probe_stats();
-    assert_eq!(limiter.metrics().sweep.evicted_capacity, 0, "{stats:?}");
+    assert_eq!(limiter.metrics().evicted_capacity, 0, "{stats:?}");
     assert_eq!(stats.keys as usize, n);
     stats
 }

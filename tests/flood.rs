@@ -130,7 +130,7 @@ fn one_thread_on_a_frozen_clock_passes_four_times_max_keys() {
     for k in 0..40_000u64 {
         assert!(l.check(&k).is_allowed());
     }
-    let evicted = l.metrics().sweep.evicted_capacity;
+    let evicted = l.metrics().evicted_capacity;
     assert_eq!(evicted + l.len() as u64, 40_000);
     assert!(l.len() <= 12_500);
 }

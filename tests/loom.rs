@@ -44,7 +44,7 @@ where
     let allowed = handles.into_iter().map(|h| h.join().unwrap()).sum();
     let after = limiter.check(&());
     assert!(after.is_denied());
-    (allowed, after.retry_after_nanos())
+    (allowed, after.retry_after().as_nanos() as u64)
 }
 
 fn gcra(burst: u64, policy: Policy) -> Gcra {
@@ -104,7 +104,7 @@ fn earrrl_strict_two_threads() {
         allowed += step.decision.is_allowed() as usize;
         s = step.state.unwrap_or(s);
     }
-    let retry = e.step(s, 0, 1).decision.retry_after_nanos();
+    let retry = e.step(s, 0, 1).decision.retry_after().as_nanos() as u64;
     assert_eq!(allowed, 2);
     loom::model(move || {
         // The retry-after of the probe pins the final word: bit-identical float arithmetic.
@@ -123,7 +123,7 @@ fn exponential_two_word_state() {
     for _ in 0..4 {
         allowed += x.update(&mut s, 0, 1).is_allowed() as usize;
     }
-    let retry = x.peek(&s, 0, 1).retry_after_nanos();
+    let retry = x.peek(&s, 0, 1).retry_after().as_nanos() as u64;
     assert_eq!(allowed, 3, "a burst at one instant: floor(L / cost)");
     loom::model(move || {
         assert_eq!(run::<_, hotlimit::store::Cas>(x, 2, 2), (allowed, retry));
@@ -245,7 +245,15 @@ fn overrun_racing_a_request_lands_both() {
         let allowed = request.join().unwrap();
         // Either order: tat = 3T + T = 4T, the request admitted within burst 4.
         assert!(allowed);
-        assert_eq!(limiter.request(&()).peek().unwrap().retry_after_nanos(), T);
+        assert_eq!(
+            limiter
+                .request(&())
+                .peek()
+                .unwrap()
+                .retry_after()
+                .as_nanos() as u64,
+            T
+        );
     });
 }
 

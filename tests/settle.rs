@@ -217,11 +217,11 @@ proptest! {
                         let debt = (need - credit) as u64;
                         match policy {
                             Policy::Leaky => {
-                                prop_assert_eq!(d.retry_after_nanos(), debt);
+                                prop_assert_eq!(d.retry_after().as_nanos() as u64, debt);
                                 prop_assert_eq!(d.remaining(), Some((credit.max(0) / T) as u64));
                             }
                             Policy::Strict => {
-                                prop_assert_eq!(d.retry_after_nanos(), debt + need as u64);
+                                prop_assert_eq!(d.retry_after().as_nanos() as u64, debt + need as u64);
                                 credit -= need;
                             }
                             _ => unreachable!("a policy this model does not know"),

@@ -264,8 +264,12 @@ fn check_and_peek_decide_alike_everywhere() {
         assert!(s.check(7).is_allowed(), "{name}");
         assert!(s.check_n(7, 1).unwrap().is_allowed(), "{name}");
         let denied = s.check(7);
-        assert_eq!(denied.retry_after_nanos(), 100 * MS, "{name}");
-        assert_eq!(s.peek(7).unwrap().retry_after_nanos(), 100 * MS, "{name}");
+        assert_eq!(denied.retry_after().as_nanos() as u64, 100 * MS, "{name}");
+        assert_eq!(
+            s.peek(7).unwrap().retry_after().as_nanos() as u64,
+            100 * MS,
+            "{name}"
+        );
         assert_eq!(s.check_n(7, 0), Err(CostError::Zero), "{name}");
         assert_eq!(
             s.peek_n(7, 3),
@@ -385,7 +389,11 @@ fn reconfigure_keeps_the_state_everywhere() {
         // Spent under the old quota, still spent under the new one: a second of debt, of
         // which the new burst covers 500 ms (a switch never hands budget back).
         assert!(s.check(9).is_denied(), "{name}");
-        assert_eq!(s.peek(9).retry_after_nanos(), 600 * MS, "{name}");
+        assert_eq!(
+            s.peek(9).retry_after().as_nanos() as u64,
+            600 * MS,
+            "{name}"
+        );
     }
 }
 

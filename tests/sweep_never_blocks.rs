@@ -290,7 +290,7 @@ where
     let limiter = u.limiter.clone();
     let (decisions, report) = race(&u, &heard, &go, &keys, || {
         // Parked inside the capacity pass, not the idle pass before it.
-        assert_eq!(limiter.metrics().sweep.most_passes_at_once, 1);
+        assert_eq!(limiter.metrics().most_passes_at_once, 1);
     });
     for (&(key, n), got) in keys.iter().zip(&decisions) {
         assert_eq!(got, &allowed_then_denied(n, n), "{}: key {key}", u.name);

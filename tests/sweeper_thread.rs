@@ -58,10 +58,10 @@ fn sweeper_runs_and_ends_with_its_limiter() {
     // Keys disappear while a sweep runs and its totals are recorded when it ends, so wait for
     // both. The interval is an hour: only a wake-up can have run it.
     assert!(
-        eventually(|| cas.len() <= 1_000 && cas.metrics().sweep.evicted_capacity >= 100),
+        eventually(|| cas.len() <= 1_000 && cas.metrics().evicted_capacity >= 100),
         "len {}, {:?}",
         cas.len(),
-        cas.metrics().sweep
+        cas.metrics()
     );
 
     // `shutdown` stops and joins its sweeper; `drop` only signals, and the thread ends by

@@ -25,7 +25,13 @@ fn run<A: Algorithm>(algo: &A, requests: &[(u64, u64)]) -> Vec<Decision> {
 /// (allowed, remaining, retry_after ns) of each decision.
 fn summary(ds: &[Decision]) -> Vec<(bool, Option<u64>, u64)> {
     ds.iter()
-        .map(|d| (d.is_allowed(), d.remaining(), d.retry_after_nanos()))
+        .map(|d| {
+            (
+                d.is_allowed(),
+                d.remaining(),
+                d.retry_after().as_nanos() as u64,
+            )
+        })
         .collect()
 }
 
@@ -148,7 +154,7 @@ fn earrrl_retry_after_is_honest_and_tight() {
             }
             now += 100 * MS;
         };
-        let w = denied.retry_after_nanos();
+        let w = denied.retry_after().as_nanos() as u64;
         assert!(w > 0);
         assert!(e.step(s, now + w, 1).decision.is_allowed(), "{policy}");
         assert!(e.step(s, now + w - 1, 1).decision.is_denied(), "{policy}");
@@ -184,7 +190,7 @@ fn exponential_retry_after_is_honest_and_beats_exims_estimate() {
             }
             now += 500 * MS;
         };
-        let w = denied.retry_after_nanos();
+        let w = denied.retry_after().as_nanos() as u64;
         assert!(e.step(s, now + w, 1).decision.is_allowed(), "{policy}");
         assert!(e.step(s, now + w - 1, 1).decision.is_denied(), "{policy}");
         // Exim's closed form P·ln(r_now / L) is early: a retry then is denied.

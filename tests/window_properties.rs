@@ -238,7 +238,7 @@ proptest! {
                 "request {} at {} ns, cost {}: {:?}, reference count {}", k, now, cost, d, count
             );
             prop_assert_eq!(
-                d.retry_after_nanos(), retry,
+                d.retry_after().as_nanos() as u64, retry,
                 "request {} at {} ns, cost {}: {:?}, reference count {}", k, now, cost, d, count
             );
             if allow || policy == Policy::Strict {
@@ -299,7 +299,7 @@ proptest! {
                 counted.push((now, cost));
             }
             if !allow {
-                let r = d.retry_after_nanos();
+                let r = d.retry_after().as_nanos() as u64;
                 prop_assert!(
                     r >= 1 && allows(&counted, now + r, cost) && !allows(&counted, now + r - 1, cost),
                     "request {} at {} ns, cost {}: {:?}: retry not honest and tight against the \
@@ -310,7 +310,7 @@ proptest! {
                     counted
                 );
             } else {
-                prop_assert_eq!(d.retry_after_nanos(), 0);
+                prop_assert_eq!(d.retry_after().as_nanos() as u64, 0);
             }
             check_idle(&algo, &st, k, limit, window)?;
         }
@@ -363,7 +363,7 @@ proptest! {
                 k, now, cost, d, counted
             );
             prop_assert_eq!(
-                d.retry_after_nanos(), retry,
+                d.retry_after().as_nanos() as u64, retry,
                 "request {} at {} ns, cost {}: {:?}, reference counted {:?}",
                 k, now, cost, d, counted
             );
@@ -435,7 +435,7 @@ proptest! {
             all.push((now, cost));
             if d.is_denied() {
                 denied_before = true;
-                let r = d.retry_after_nanos();
+                let r = d.retry_after().as_nanos() as u64;
                 prop_assert!(r >= 1, "request {} at {} ns: {:?}", k, now, d);
                 let (mut then, mut early) = (st.clone(), st.clone());
                 let (at_r, before_r) = (
@@ -455,7 +455,7 @@ proptest! {
                     k, now, cost, d, all
                 );
             } else {
-                prop_assert_eq!(d.retry_after_nanos(), 0);
+                prop_assert_eq!(d.retry_after().as_nanos() as u64, 0);
             }
             check_idle(&algo, &st, k, limit, window)?;
         }
@@ -522,7 +522,7 @@ proptest! {
                 counted.push((now, cost));
             }
             if !allow {
-                let r = d.retry_after_nanos();
+                let r = d.retry_after().as_nanos() as u64;
                 let ok_at = |at: u64| count(&counted, at) + cost <= limit;
                 prop_assert!(
                     r >= 1 && ok_at(now + r) && !ok_at(now + r - 1),
@@ -531,7 +531,7 @@ proptest! {
                     k, now, cost, d, ok_at(now + r), r >= 1 && ok_at(now + r - 1), counted
                 );
             } else {
-                prop_assert_eq!(d.retry_after_nanos(), 0);
+                prop_assert_eq!(d.retry_after().as_nanos() as u64, 0);
             }
             check_idle(&algo, &st, k, limit, window)?;
         }

@@ -102,7 +102,7 @@ where
             ));
         }
         if d.is_denied() {
-            let wait = d.retry_after_nanos();
+            let wait = d.retry_after().as_nanos() as u64;
             let mut then = state.clone();
             if !algo.update(&mut then, r.at + wait, r.cost).is_allowed() {
                 wrong.push(format!(

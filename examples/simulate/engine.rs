@@ -287,7 +287,7 @@ pub fn run<A: Algorithm>(
             client: e.client,
             allowed: d.is_allowed(),
             rate: d.rate(),
-            retry_after: d.retry_after_nanos(),
+            retry_after: d.retry_after().as_nanos() as u64,
         });
     }
     sample_until(scenario.end, &mut samples);

@@ -341,9 +341,9 @@ where
             );
         }
         if d.is_allowed() {
-            assert_eq!(d.retry_after_nanos(), 0, "{}", ctx());
+            assert_eq!(d.retry_after().as_nanos() as u64, 0, "{}", ctx());
         } else {
-            let wait = d.retry_after_nanos();
+            let wait = d.retry_after().as_nanos() as u64;
             assert!(wait > 0, "denied with no wait: {}", ctx());
             if let Some(later) = now.checked_add(wait).filter(|&t| t != u64::MAX) {
                 let mut retried = after.clone();

@@ -140,12 +140,6 @@ impl Earrrl {
         )
     }
 
-    /// The rate (cost units per second) a key in state `s` shows at `now`.
-    #[inline]
-    pub fn rate(&self, s: u64, now: u64) -> f64 {
-        self.rate_at(f64::from_bits(s), secs(now))
-    }
-
     #[inline]
     fn rate_at(&self, s: f64, now: f64) -> f64 {
         // S = −∞ (fresh) gives e^{−∞} = 0: no special case needed.

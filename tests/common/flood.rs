@@ -4,7 +4,8 @@
 
 #![allow(dead_code)]
 
-use hotlimit::store::{Map, SweepTotals, Variant};
+use hotlimit::store::{Map, Variant};
+use hotlimit::Metrics;
 use hotlimit::{
     algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, Limiter, ManualClock, MutexLimiter,
     QuantaClock,
@@ -84,7 +85,7 @@ pub struct Report {
     /// Peak resident set growth over the flood, sampled every 5 ms (0 off Linux).
     pub peak_rss_growth: u64,
     /// Sweeps and evictions, by hand, by the background sweeper, and by inserts.
-    pub totals: SweepTotals,
+    pub totals: Metrics,
     /// New keys denied their first request: each started from the debt the table holds for
     /// it (its cells shared with keys evicted while they owed), the price of never resetting
     /// a limit. On a frozen clock no debt is ever paid, so it grows with the flood.
@@ -101,7 +102,7 @@ impl Report {
 trait Target: Send + Sync {
     fn check(&self, key: u64) -> bool;
     fn len(&self) -> usize;
-    fn totals(&self) -> SweepTotals;
+    fn totals(&self) -> Metrics;
 }
 
 impl<V: Variant<Gcra>, C: Clock> Target for Limiter<Map<u64, Gcra, C, V>> {
@@ -111,8 +112,8 @@ impl<V: Variant<Gcra>, C: Clock> Target for Limiter<Map<u64, Gcra, C, V>> {
     fn len(&self) -> usize {
         Limiter::len(self)
     }
-    fn totals(&self) -> SweepTotals {
-        self.metrics().sweep
+    fn totals(&self) -> Metrics {
+        self.metrics()
     }
 }
 
@@ -123,8 +124,8 @@ impl<C: Clock> Target for CompactLimiter<u64, Gcra, C> {
     fn len(&self) -> usize {
         CompactLimiter::len(self)
     }
-    fn totals(&self) -> SweepTotals {
-        self.metrics().sweep
+    fn totals(&self) -> Metrics {
+        self.metrics()
     }
 }
 

@@ -386,7 +386,10 @@ pub fn close(i: usize, m: &Decision, r: &Decision) {
         (a - b).abs() <= 1e-12 * a.abs().max(1e-300),
         "request {i}: rate {a} vs {b}"
     );
-    let (a, b) = (m.retry_after_nanos(), r.retry_after_nanos());
+    let (a, b) = (
+        m.retry_after().as_nanos() as u64,
+        r.retry_after().as_nanos() as u64,
+    );
     assert!(
         a.abs_diff(b) <= 1 + a / 1_000_000_000_000,
         "request {i}: retry_after {a} vs {b}"
