@@ -27,7 +27,8 @@ pub(crate) mod sealed {
     use crate::decision::Decision;
     use crate::error::CostError;
     use crate::shared::{Core, KeyState, Options};
-    use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
+    use crate::stats::Metrics;
+    use crate::sweeper::{SweepReport, Sweeper};
 
     /// A store's table with its [`Core`].
     pub trait Table: Sized {
@@ -46,8 +47,8 @@ pub(crate) mod sealed {
         }
         /// Idle and capacity eviction.
         fn sweep(&self) -> SweepReport;
-        /// Totals over every sweep.
-        fn sweep_totals(&self) -> SweepTotals {
+        /// Totals over every sweep (the sweep fields of a [`Metrics`]).
+        fn sweep_totals(&self) -> Metrics {
             self.core().sweep_totals()
         }
     }

@@ -13,7 +13,7 @@ use crate::decision::{Decision, Ticket};
 use crate::error::{check_cost, BuildError, ConfigError, CostError, Field, QuotaError};
 use crate::live::Live;
 use crate::stats::{Metrics, Stats};
-use crate::sweeper::{Signal, SweepTotals, Sweeper, Totals};
+use crate::sweeper::{Signal, Sweeper, Totals};
 use crate::sync::Mutex;
 
 /// Whether a background sweeper may run every `interval`: not below 1 ms. A sweeper that
@@ -448,13 +448,13 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
     }
 
     /// Totals over every sweep, with the debt table's counts.
-    pub(crate) fn sweep_totals(&self) -> SweepTotals {
+    pub(crate) fn sweep_totals(&self) -> Metrics {
         let debts = self.debts.as_ref().map_or((0, 0), Debts::counts);
         self.totals.snapshot(debts)
     }
 
     /// The counters, with `totals` and `keys` from the store.
-    pub(crate) fn metrics(&self, totals: SweepTotals, keys: usize) -> Metrics {
+    pub(crate) fn metrics(&self, totals: Metrics, keys: usize) -> Metrics {
         Metrics::new(&self.stats, totals, keys)
     }
 

@@ -1,7 +1,6 @@
 //! CAS retry statistics, counted only where a retry happens so that counting never becomes
 //! the hot spot it measures.
 
-use crate::sweeper::SweepTotals;
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -156,20 +155,15 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new(stats: &Stats, sweep: SweepTotals, keys: usize) -> Self {
+    /// `sweep`'s sweep fields with the decisions and retries of `stats` and `keys`.
+    pub(crate) fn new(stats: &Stats, sweep: Metrics, keys: usize) -> Self {
         let (allowed, denied) = stats.decisions();
         Self {
             allowed,
             denied,
             cas_retries: stats.retries(),
-            sweeps: sweep.sweeps,
-            evicted_idle: sweep.evicted_idle,
-            evicted_capacity: sweep.evicted_capacity,
-            debts_kept: sweep.debts_kept,
-            debts_restored: sweep.debts_restored,
-            most_passes_at_once: sweep.most_passes_at_once,
-            sweep_busy: sweep.busy,
             keys: keys as u64,
+            ..sweep
         }
     }
 

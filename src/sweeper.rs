@@ -8,6 +8,7 @@
 //! [`CapacityCut`] is the one rule both keyed stores use to pick the keys a capacity pass
 //! evicts.
 
+use crate::stats::Metrics;
 use parking_lot::{Condvar, Mutex};
 use std::cell::Cell;
 use std::cmp::Ordering as Cmp;
@@ -51,26 +52,6 @@ pub struct SweepReport {
     pub elapsed: Duration,
 }
 
-/// Totals over every sweep a limiter has run (by hand or in the background).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SweepTotals {
-    /// Sweeps run.
-    pub sweeps: u64,
-    /// Keys dropped as idle.
-    pub evicted_idle: u64,
-    /// Keys dropped to enforce `max_keys`.
-    pub evicted_capacity: u64,
-    /// Keys evicted for capacity while they still owed, whose debt was kept.
-    pub debts_kept: u64,
-    /// Keys inserted with a kept debt: they started from it, not fresh.
-    pub debts_restored: u64,
-    /// The most capacity passes ever running at once: 1 (or 0 before the first), since a
-    /// pass never starts while another runs.
-    pub most_passes_at_once: u64,
-    /// Time spent sweeping.
-    pub busy: Duration,
-}
-
 /// Running totals, updated once per sweep.
 #[derive(Debug, Default)]
 pub(crate) struct Totals {
@@ -94,16 +75,18 @@ impl Totals {
         self.busy_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
-    /// The totals, with the debt table's counts (kept, restored).
-    pub(crate) fn snapshot(&self, debts: (u64, u64)) -> SweepTotals {
-        SweepTotals {
+    /// The totals, with the debt table's counts (kept, restored): a [`Metrics`] with its
+    /// sweep fields set, the rest 0.
+    pub(crate) fn snapshot(&self, debts: (u64, u64)) -> Metrics {
+        Metrics {
             sweeps: self.sweeps.load(Ordering::Relaxed),
             evicted_idle: self.evicted_idle.load(Ordering::Relaxed),
             evicted_capacity: self.evicted_capacity.load(Ordering::Relaxed),
             debts_kept: debts.0,
             debts_restored: debts.1,
             most_passes_at_once: self.most_passes.load(Ordering::Relaxed),
-            busy: Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed)),
+            sweep_busy: Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed)),
+            ..Metrics::default()
         }
     }
 

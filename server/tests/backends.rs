@@ -80,7 +80,7 @@ fn two_replicas_on_the_fleet_limiter_share_one_limit() {
         "10",
     ];
     let (a, b) = (server(&config, &args), server(&config, &args));
-    // A spends the token's 20 (GCRA shares by leases: never over the limit once leased).
+    // A spends the token's 20: alone on the key, its leases cover the whole burst (G47).
     let on_a: usize = (0..25)
         .filter(|_| check(a.http, "d", "token", "t1") == 200)
         .count();

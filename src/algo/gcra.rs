@@ -317,15 +317,15 @@ impl Algorithm for Gcra {
         store(state, self.decide(*state, now, cost))
     }
 
-    /// Refund: `tat` moves back by the unused units, never below `now` (a full bucket holds
-    /// no more). Overrun: `tat` moves forward from `max(tat, now)`, past `now + B·T` if need
-    /// be: the key is denied until its debt is paid. Saturates at [`CLOCK_MAX`].
-    #[inline]
     /// A debt of more than the clock's range in emission intervals could not be paid off.
+    #[inline]
     fn settle_limit(&self, charged: u64) -> u64 {
         charged.saturating_add(CLOCK_MAX / self.t)
     }
 
+    /// Refund: `tat` moves back by the unused units, never below `now` (a full bucket holds
+    /// no more). Overrun: `tat` moves forward from `max(tat, now)`, past `now + B·T` if need
+    /// be: the key is denied until its debt is paid. Saturates at [`CLOCK_MAX`].
     fn settle(&self, tat: &mut u64, now: u64, _taken_at: u64, charged: u64, actual: u64) {
         let now = clamp(now);
         if actual > charged {

@@ -18,7 +18,7 @@ use crate::limiter::Cas;
 use crate::ops::sealed::{Build, Lookup, Table as StoreTable};
 use crate::ops::Limiter;
 use crate::shared::{sealed, Core, KeyState, KeyedStore, Options};
-use crate::sweeper::{SweepReport, SweepTotals, Sweeper};
+use crate::sweeper::{SweepReport, Sweeper};
 use std::fmt;
 use std::sync::Arc;
 use table::{Table, SLOTS_PER_LINE};
@@ -146,7 +146,7 @@ where
         self.0.sweep()
     }
 
-    fn sweep_totals(&self) -> SweepTotals {
+    fn sweep_totals(&self) -> crate::Metrics {
         self.0.sweep_totals()
     }
 }

@@ -178,7 +178,7 @@ where
     }
 
     /// Totals over every sweep, with the window evictions under `evicted_capacity`.
-    pub(crate) fn sweep_totals(&self) -> crate::sweeper::SweepTotals {
+    pub(crate) fn sweep_totals(&self) -> crate::Metrics {
         let mut totals = self.core.sweep_totals();
         totals.evicted_capacity += self.window_evictions.load(Ordering::Relaxed);
         totals
