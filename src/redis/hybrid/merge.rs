@@ -8,7 +8,7 @@
 //! makes a retried publish idempotent: a failed or timed-out one is sent again with the newest
 //! state, never twice. A key's entry is `(own, others)`: one 128-bit word (fixed window,
 //! EARRRL) or a [`Pair`](super::entry::Pair) of them behind the core's per-key lock (sliding
-//! window, exponential). Each algorithm's [`Merge`]: `merge/algos.rs`.
+//! window, exponential). Each algorithm's [`Merge`]: `merge/algos.rs` (the counts), `merge/rates.rs` (the decaying rates).
 
 use super::entry::{Halves, HybridCell, Seen};
 use super::push::Reader;
@@ -25,6 +25,7 @@ use std::fmt::{Debug, Display};
 use std::str::FromStr;
 
 mod algos;
+mod rates;
 
 /// How one algorithm's states add up across instances. Sealed (private module), so its
 /// crate-private supertrait bounds nothing a user can implement.
