@@ -8,7 +8,8 @@
 //! makes a retried publish idempotent: a failed or timed-out one is sent again with the newest
 //! state, never twice. A key's entry is `(own, others)`: one 128-bit word (fixed window,
 //! EARRRL) or a [`Pair`](super::entry::Pair) of them behind the core's per-key lock (sliding
-//! window, exponential). Each algorithm's [`Merge`]: `merge/algos.rs` (the counts), `merge/rates.rs` (the decaying rates).
+//! window, exponential). Each algorithm's [`Merge`]: `merge/algos.rs` (the counts),
+//! `merge/rates.rs` (the decaying rates).
 
 use super::entry::{Halves, HybridCell, Seen};
 use super::push::Reader;
