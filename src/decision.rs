@@ -92,17 +92,18 @@ const NONE: u64 = u64::MAX;
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[must_use = "a decision is the limiter's answer: a request not checked for it is admitted unlimited"]
 pub struct Decision {
+    /// 0 when admitted, at least 1 when denied: the one word that says which (a denial always
+    /// asks for some wait), so an admission's test is a compare with zero and the admitted
+    /// path writes a constant.
     retry_after: u64,
     /// The remaining count times the divisor (or, with a divisor of 1, the count, NONE if
     /// unknown): GCRA's count is a division of times, left to
     /// [`remaining`](Decision::remaining) so that a request whose caller never reads it does
     /// not wait on the divider.
     remaining: u64,
-    /// The divisor of `remaining` (at least 1, below 2^63: GCRA's emission interval) in the
-    /// low bits, [`ALLOWED`] in the top bit. One word instead of a `bool` beside it: the
-    /// decision has no padding for a copy to move in pieces, and the word's zero (never
+    /// The divisor of `remaining` (at least 1: GCRA's emission interval). Its zero (never
     /// used) is the niche a `Result` keeps its tag in.
-    per_allowed: NonZeroU64,
+    per: NonZeroU64,
     reset_after: u64,
     /// NaN when unknown: written as none, so that formats without NaN (JSON) carry it.
     #[cfg_attr(feature = "serde", serde(with = "nan_as_none"))]
@@ -123,16 +124,12 @@ mod nan_as_none {
     }
 }
 
-/// The top bit of [`Decision`]'s `per_allowed`: the request was admitted.
-const ALLOWED: u64 = 1 << 63;
-
-/// `per` (at least 1, below 2^63) and `allowed` as one word.
+/// A divisor of `remaining`, at least 1.
 #[inline(always)]
-const fn per_allowed(per: u64, allowed: bool) -> NonZeroU64 {
-    debug_assert!(per >= 1 && per < ALLOWED);
-    let word = per | if allowed { ALLOWED } else { 0 };
-    match NonZeroU64::new(word) {
-        Some(word) => word,
+const fn divisor(per: u64) -> NonZeroU64 {
+    debug_assert!(per >= 1);
+    match NonZeroU64::new(per) {
+        Some(per) => per,
         // Unreachable: every divisor is at least 1.
         None => NonZeroU64::MIN,
     }
@@ -154,32 +151,54 @@ impl Decision {
     /// let no = Decision::denied(Duration::from_secs(2)).with_reset_after(Duration::from_secs(5));
     /// assert_eq!(no.retry_after(), Duration::from_secs(2));
     /// assert_eq!(no.reset_after(), Some(Duration::from_secs(5)));
+    /// // A denial always asks for some wait: zero is read as 1 ns.
+    /// let now = Decision::denied(Duration::ZERO);
+    /// assert!(now.is_denied());
+    /// assert_eq!(now.retry_after(), Duration::from_nanos(1));
     /// ```
     #[inline]
     pub const fn allowed() -> Self {
         Self {
             retry_after: 0,
             remaining: NONE,
-            per_allowed: per_allowed(1, true),
+            per: NonZeroU64::MIN,
             reset_after: NONE,
             rate: f64::NAN,
         }
     }
 
-    /// A denied decision: retry after `retry_after_ns`.
+    /// A denied decision: retry after `retry_after_ns` (at least 1 ns: see `retry_after`).
     #[inline]
     pub(crate) const fn denied_ns(retry_after_ns: u64) -> Self {
         Self {
+            retry_after: if retry_after_ns == 0 {
+                1
+            } else {
+                retry_after_ns
+            },
+            remaining: NONE,
+            per: NonZeroU64::MIN,
+            reset_after: NONE,
+            rate: f64::NAN,
+        }
+    }
+
+    /// A denied decision whose wait `retry_after_ns` is known to be at least 1 ns, built
+    /// without the check (GCRA's paths, whose waits are a debt or a cost above zero).
+    #[inline(always)]
+    pub(crate) const fn denied_after(retry_after_ns: u64) -> Self {
+        debug_assert!(retry_after_ns >= 1);
+        Self {
             retry_after: retry_after_ns,
             remaining: NONE,
-            per_allowed: per_allowed(1, false),
+            per: NonZeroU64::MIN,
             reset_after: NONE,
             rate: f64::NAN,
         }
     }
 
     /// A denied request, to be retried after `retry_after` (saturating at `u64::MAX`
-    /// nanoseconds, about 584 years).
+    /// nanoseconds, about 584 years; a zero wait is 1 ns, as a denial always asks for one).
     #[inline]
     pub fn denied(retry_after: Duration) -> Self {
         Self::denied_ns(duration_to_nanos(retry_after))
@@ -191,12 +210,6 @@ impl Decision {
         self.with_reset_after_ns(duration_to_nanos(reset_after))
     }
 
-    /// The divisor of `remaining`.
-    #[inline(always)]
-    const fn per(&self) -> u64 {
-        self.per_allowed.get() & !ALLOWED
-    }
-
     /// This decision with `remaining` requests (or units of cost) left.
     #[inline]
     pub const fn with_remaining(mut self, remaining: u64) -> Self {
@@ -206,32 +219,31 @@ impl Decision {
         } else {
             remaining
         };
-        self.per_allowed = per_allowed(1, self.is_allowed());
+        self.per = NonZeroU64::MIN;
         self
     }
 
-    /// Remaining `span / per` (a whole count, rounded down), divided only when read. `per`
-    /// must be below 2^63 (any GCRA emission interval is).
+    /// Remaining `span / per` (a whole count, rounded down), divided only when read.
     #[inline]
     pub(crate) const fn with_remaining_of(mut self, span: u64, per: u64) -> Self {
         if per <= 1 {
             return self.with_remaining(span);
         }
         self.remaining = span;
-        self.per_allowed = per_allowed(per, self.is_allowed());
+        self.per = divisor(per);
         self
     }
 
     /// An allowed decision with `span / per` remaining and `reset_after_ns` to fresh, built
-    /// with no sentinel checks: both must be below NONE and `per` at least 1 and below 2^63
-    /// (GCRA's fast path, where both are at most its tolerance and `per` its interval).
+    /// with no sentinel checks: both must be below NONE and `per` at least 1 (GCRA's fast
+    /// path, where both are at most its tolerance and `per` its interval).
     #[inline(always)]
     pub(crate) const fn allowed_within(span: u64, per: u64, reset_after_ns: u64) -> Self {
-        debug_assert!(span < NONE && reset_after_ns < NONE && per >= 1 && per < ALLOWED);
+        debug_assert!(span < NONE && reset_after_ns < NONE);
         Self {
             retry_after: 0,
             remaining: span,
-            per_allowed: per_allowed(per, true),
+            per: divisor(per),
             reset_after: reset_after_ns,
             rate: f64::NAN,
         }
@@ -240,7 +252,7 @@ impl Decision {
     /// The remaining count, NONE if unknown.
     #[inline]
     fn count(&self) -> u64 {
-        match self.per() {
+        match self.per.get() {
             1 => self.remaining,
             per => self.remaining / per,
         }
@@ -252,7 +264,7 @@ impl Decision {
         self
     }
 
-    /// This decision asking for a wait of at least `ns`.
+    /// This denial asking for a wait of at least `ns`.
     #[inline]
     pub(crate) const fn with_retry_at_least_ns(mut self, ns: u64) -> Self {
         if ns > self.retry_after {
@@ -298,7 +310,7 @@ impl Decision {
         Self {
             retry_after: wait(&a).max(wait(&b)),
             remaining,
-            per_allowed: per_allowed(1, allowed),
+            per: NonZeroU64::MIN,
             // Unknown (NONE) if either is unknown: fresh needs both fresh.
             reset_after: if a.reset_after == NONE || b.reset_after == NONE {
                 NONE
@@ -312,8 +324,7 @@ impl Decision {
     /// Whether the request is admitted.
     #[inline]
     pub const fn is_allowed(&self) -> bool {
-        // The top bit of `per_allowed`.
-        self.per_allowed.get() & ALLOWED != 0
+        self.retry_after == 0
     }
 
     /// Whether the request is denied.
@@ -322,8 +333,8 @@ impl Decision {
         !self.is_allowed()
     }
 
-    /// How long until the same request would be allowed, with no other traffic; zero when
-    /// allowed.
+    /// How long until the same request would be allowed, with no other traffic: zero when
+    /// allowed, at least 1 ns when denied.
     #[inline]
     pub fn retry_after(&self) -> Duration {
         Duration::from_nanos(self.retry_after)

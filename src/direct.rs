@@ -77,7 +77,9 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> Lookup<()> for Single<A, C, V> {
         self
     }
 
-    #[inline]
+    // Always: the unkeyed check is this one step, and inlined whole into the caller it
+    // drops what the caller never reads of the decision (issue #61's floor).
+    #[inline(always)]
     fn decide(&self, algo: &A, _: &(), cost: u64, now: u64) -> Decision {
         self.apply(|state| algo.update(state, now, cost))
     }

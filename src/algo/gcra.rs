@@ -263,7 +263,7 @@ impl Gcra {
                 let ahead_now = base - now;
                 let wait = if new_tat.is_some() { debt } else { u64::MAX };
                 Step {
-                    decision: Decision::denied_ns(wait)
+                    decision: Decision::denied_after(wait)
                         .with_remaining_of(self.tau.saturating_sub(ahead_now), self.t)
                         .with_reset_after_ns(ahead_now),
                     state: None,
@@ -276,7 +276,7 @@ impl Gcra {
                     _ => u64::MAX,
                 };
                 Step {
-                    decision: Decision::denied_ns(wait)
+                    decision: Decision::denied_after(wait)
                         .with_remaining(0)
                         .with_reset_after_ns(ahead),
                     state: Some(new_tat.unwrap_or(CLOCK_MAX)),
