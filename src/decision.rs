@@ -170,17 +170,11 @@ impl Decision {
     /// A denied decision: retry after `retry_after_ns` (at least 1 ns: see `retry_after`).
     #[inline]
     pub(crate) const fn denied_ns(retry_after_ns: u64) -> Self {
-        Self {
-            retry_after: if retry_after_ns == 0 {
-                1
-            } else {
-                retry_after_ns
-            },
-            remaining: NONE,
-            per: NonZeroU64::MIN,
-            reset_after: NONE,
-            rate: f64::NAN,
-        }
+        Self::denied_after(if retry_after_ns == 0 {
+            1
+        } else {
+            retry_after_ns
+        })
     }
 
     /// A denied decision whose wait `retry_after_ns` is known to be at least 1 ns, built
