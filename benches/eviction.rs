@@ -16,7 +16,8 @@ use common::flood::{self, ClockKind, Shape, Store};
 use common::rss_bytes;
 use hdrhistogram::Histogram;
 use hotlimit::algo::Gcra;
-use hotlimit::store::{Cas, Keys, Locked, Map, SweepReport, Variant};
+use hotlimit::store::{Cas, Keys, Locked, Map, Variant};
+use hotlimit::Metrics;
 use hotlimit::{Clock, CompactLimiter, Limiter, ManualClock, QuantaClock, RateLimiter};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,11 +27,11 @@ const KEYS: u64 = 1_000_000;
 
 /// A limiter of any store, as this bench meets it: its checks, and its sweeps.
 trait Swept: RateLimiter<u64> {
-    fn sweep(&self) -> SweepReport;
+    fn sweep(&self) -> Metrics;
 }
 
 impl<S: Keys<u64> + Send + Sync> Swept for Limiter<S> {
-    fn sweep(&self) -> SweepReport {
+    fn sweep(&self) -> Metrics {
         Limiter::sweep(self)
     }
 }
@@ -111,7 +112,7 @@ fn sweep_times(variant: &str) -> (Duration, Duration, Duration) {
     clock.advance(Duration::from_secs(1));
     let idle = limiter.sweep();
     assert_eq!(idle.evicted_idle, KEYS);
-    (first.elapsed, live.elapsed, idle.elapsed)
+    (first.sweep_busy, live.sweep_busy, idle.sweep_busy)
 }
 
 /// `check` latency over 1M live keys, with or without another thread sweeping in a loop.

@@ -1,4 +1,4 @@
-//! Keyed GCRA `check`: hotlimit CAS (pinned per request, and pinned per batch of 64), its mutex
+//! Keyed GCRA `check`: hotlimit CAS (and its `check_batch`, 64 keys a call), its mutex
 //! twin, the compact store (`CompactLimiter`, sized for the scenario's keys) and a sharded
 //! `Mutex<HashMap>`, each on the exact TSC clock (`QuantaClock`) and on a 1 ms `CoarseClock`;
 //! governor's keyed limiter on its default clock and on its quanta upkeep clock (1 ms); and
@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-/// Requests per pinned batch in the `*-pinned-batch` rows.
+/// Requests per call of a batch closure (`*-check_batch` and `*-pinned-batch` rows).
 const BATCH: u64 = 64;
 /// Pre-generated keys per thread, read in a cycle.
 const SEQ: usize = 1 << 20;
@@ -124,12 +124,6 @@ impl<C: Clock + Clone> Hot<C> {
         bench(&format!("cas{suffix}"), &|s, from, n| {
             keys(s, from, n).for_each(|k| {
                 let _ = black_box(self.cas.check(k));
-            })
-        });
-        bench(&format!("cas{suffix}-pinned-batch"), &|s, from, n| {
-            let pinned = self.cas.pin();
-            keys(s, from, n).for_each(|k| {
-                let _ = black_box(pinned.check(k));
             })
         });
         bench(&format!("mutex{suffix}"), &|s, from, n| {

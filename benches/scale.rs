@@ -483,15 +483,6 @@ fn steps(rounds: usize, ops: usize) {
                 })
             }),
         ),
-        (
-            "CasLimiter pinned check, coarse clock",
-            Box::new(|s| {
-                let pinned = cas_coarse.pin();
-                s.iter().for_each(|k| {
-                    let _ = black_box(pinned.check(k));
-                })
-            }),
-        ),
     ];
     let mut samples = vec![Vec::new(); rows.len()];
     for (_, run) in &rows {

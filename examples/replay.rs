@@ -11,15 +11,16 @@
 //! --algo earrrl          --half-life 10s --limit 0.5/s
 //! --algo exponential     --limit 10 --period 60s
 //! --algo fixed-window    --limit 3 --window 60s
-//! --algo sliding-window  --limit 3 --window 60s [--round exact|floor]
+//! --algo sliding-window  --limit 3 --window 60s [--bias strict|lenient]
 //! --algo sliding-log     --limit 3 --window 60s
-//! --algo sub-window      --limit 3 --window 60s [--buckets 60] [--err strict|lenient]
+//! --algo sub-window      --limit 3 --window 60s [--buckets 60] [--bias strict|lenient]
 //! ```
 //!
 //! For the window family `--limit` is a positive whole number (cost units per window) and
-//! `--window` a duration. `--round` is the sliding window counter's rounding of the weighted
-//! count (default `exact`); `--buckets` and `--err` are the sub-window's bucket count (default
-//! 60) and which way it errs (default `strict`: one extra bucket is summed).
+//! `--window` a duration. `--bias` is which way the sliding window counter and the sub-window
+//! err (default `strict`: the weighted count compared as is, one extra bucket summed;
+//! `lenient`: a fractional excess forgiven, one bucket fewer); `--buckets` is the sub-window's
+//! bucket count (default 60).
 //!
 //! `--policy` overrides the algorithm's default policy; `--variant` picks the lock-free
 //! `CasLimiter` (the default) or its `MutexLimiter` twin. `--store compact` keeps the keys in a
@@ -57,8 +58,8 @@
 //! status 2; the decisions for the lines before it are still printed. An I/O error exits with status 1.
 
 use hotlimit::algo::{
-    Algorithm, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow,
-    SubWindow, DEFAULT_BUCKETS,
+    Algorithm, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
+    DEFAULT_BUCKETS,
 };
 use hotlimit::store::{Cas, Hashed, Locked, DEFAULT_MAX_KEYS};
 use hotlimit::{
@@ -85,12 +86,12 @@ Algorithms:
                          e.g. --limit 10 --period 60s
   --algo fixed-window    --limit <N> --window <DURATION>
                          e.g. --limit 3 --window 60s
-  --algo sliding-window  --limit <N> --window <DURATION> [--round exact|floor]
-                         e.g. --limit 3 --window 60s --round floor   (default: exact)
+  --algo sliding-window  --limit <N> --window <DURATION> [--bias strict|lenient]
+                         e.g. --limit 3 --window 60s --bias lenient   (default: strict)
   --algo sliding-log     --limit <N> --window <DURATION>
                          e.g. --limit 3 --window 60s
-  --algo sub-window      --limit <N> --window <DURATION> [--buckets <K>] [--err strict|lenient]
-                         e.g. --limit 3 --window 60s --buckets 60 --err strict
+  --algo sub-window      --limit <N> --window <DURATION> [--buckets <K>] [--bias strict|lenient]
+                         e.g. --limit 3 --window 60s --buckets 60 --bias strict
                          (default: 60 buckets, strict: one extra bucket summed)
 
 Options:
@@ -247,14 +248,14 @@ fn fixed_window(opts: &mut Options) -> Result<FixedWindow, Fatal> {
     FixedWindow::new(limit, window).map_err(config_error)
 }
 
-/// `--algo sliding-window --limit <N> --window <DURATION> [--round exact|floor]`.
+/// `--algo sliding-window --limit <N> --window <DURATION> [--bias strict|lenient]`.
 fn sliding_window(opts: &mut Options) -> Result<SlidingWindow, Fatal> {
     let (limit, window) = limit_and_window(opts)?;
-    let rounding = opts
-        .parsed("--round", str::parse::<Rounding>)?
-        .unwrap_or(Rounding::Exact);
+    let bias = opts
+        .parsed("--bias", str::parse::<Bias>)?
+        .unwrap_or(Bias::Strict);
     SlidingWindow::new(limit, window)
-        .map(|w| w.with_rounding(rounding))
+        .map(|w| w.with_bias(bias))
         .map_err(config_error)
 }
 
@@ -264,7 +265,7 @@ fn sliding_log(opts: &mut Options) -> Result<SlidingLog, Fatal> {
     SlidingLog::new(limit, window).map_err(config_error)
 }
 
-/// `--algo sub-window --limit <N> --window <DURATION> [--buckets <K>] [--err strict|lenient]`.
+/// `--algo sub-window --limit <N> --window <DURATION> [--buckets <K>] [--bias strict|lenient]`.
 fn sub_window(opts: &mut Options) -> Result<SubWindow, Fatal> {
     let (limit, window) = limit_and_window(opts)?;
     let buckets = opts
@@ -274,7 +275,7 @@ fn sub_window(opts: &mut Options) -> Result<SubWindow, Fatal> {
         })?
         .unwrap_or(DEFAULT_BUCKETS);
     let bias = opts
-        .parsed("--err", str::parse::<Bias>)?
+        .parsed("--bias", str::parse::<Bias>)?
         .unwrap_or(Bias::Strict);
     SubWindow::new(limit, window, buckets)
         .map(|w| w.with_bias(bias))

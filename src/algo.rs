@@ -24,9 +24,10 @@ pub use gcra::{Gcra, Reservation};
 pub use in_flight::InFlight;
 pub(crate) use sliding_log::LogState;
 pub use sliding_log::SlidingLog;
-pub use sliding_window::{Rounding, SlidingWindow};
+pub use sliding_window::SlidingWindow;
 pub(crate) use sub_window::BucketState;
-pub use sub_window::{Bias, SubWindow, DEFAULT_BUCKETS};
+pub use sub_window::{SubWindow, DEFAULT_BUCKETS};
+pub use window::Bias;
 
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;

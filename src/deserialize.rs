@@ -9,7 +9,7 @@
 //! `"2 min"`); unknown fields are errors.
 
 use crate::algo::{
-    Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
+    Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
     DEFAULT_BUCKETS,
 };
 use crate::config::{parse_duration_nanos, Rate};
@@ -72,7 +72,7 @@ macro_rules! deserialize_from_str {
         }
     )*};
 }
-deserialize_from_str!(Policy, Bias, Rounding);
+deserialize_from_str!(Policy, Bias);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -122,7 +122,6 @@ struct WindowFields {
     limit: u64,
     window: String,
     policy: Option<Policy>,
-    rounding: Option<Rounding>,
     buckets: Option<u32>,
     bias: Option<Bias>,
 }
@@ -139,7 +138,6 @@ impl WindowFields {
     /// Rejects the fields that belong to another window algorithm.
     fn only<E: de::Error>(&self, algo: &str, allowed: &[&str]) -> Result<(), E> {
         let given = [
-            ("rounding", self.rounding.is_some()),
             ("buckets", self.buckets.is_some()),
             ("bias", self.bias.is_some()),
         ];
@@ -171,10 +169,10 @@ deserialize_window!(FixedWindow, "a fixed window", [], |f| built(
 deserialize_window!(SlidingLog, "a sliding log", [], |f| built(
     SlidingLog::new(f.limit, f.window()?)
 )?);
-deserialize_window!(SlidingWindow, "a sliding window", ["rounding"], |f| built(
+deserialize_window!(SlidingWindow, "a sliding window", ["bias"], |f| built(
     SlidingWindow::new(f.limit, f.window()?)
 )?
-.with_rounding(f.rounding.unwrap_or(Rounding::Exact)));
+.with_bias(f.bias.unwrap_or(Bias::Strict)));
 deserialize_window!(SubWindow, "a sub-window", ["buckets", "bias"], |f| built(
     SubWindow::new(f.limit, f.window()?, f.buckets.unwrap_or(DEFAULT_BUCKETS))
 )?

@@ -9,7 +9,8 @@ use crate::limiter::{Cas, Variant};
 use crate::ops::sealed::{Build, Lookup, Table};
 use crate::ops::Limiter;
 use crate::shared::{Core, KeyState, Options};
-use crate::sweeper::{SweepReport, Sweeper};
+use crate::stats::Metrics;
+use crate::sweeper::Sweeper;
 use crossbeam_utils::CachePadded;
 use std::fmt;
 
@@ -52,8 +53,8 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> Table for Single<A, C, V> {
     }
 
     /// The one cell is never swept.
-    fn sweep(&self) -> SweepReport {
-        SweepReport::default()
+    fn sweep(&self) -> Metrics {
+        Metrics::default()
     }
 }
 

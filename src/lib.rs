@@ -146,10 +146,10 @@
 //!
 //! For a key already present, [`CasLimiter::check`](Limiter::check) takes no lock and
 //! allocates nothing: one hash, one lock-free `papaya` lookup, one clock read, the pure step
-//! and one `compare_exchange_weak`. A leaky denial writes nothing. [`Limiter::pin`](crate::Limiter::pin) holds
-//! the map's epoch guard across a batch of requests, saving its cost per request;
-//! [`check_batch`](crate::Limiter::check_batch) also reads the clock once per batch and locates a
-//! chunk of keys before deciding any, which pays most at a million keys. The clock
+//! and one `compare_exchange_weak`. A leaky denial writes nothing.
+//! [`check_batch`](crate::Limiter::check_batch) holds the map's epoch guard across a batch of
+//! requests, reads the clock once per batch and locates a chunk of keys before deciding any,
+//! which pays most at a million keys. The clock
 //! read is the other fixed cost: [`CoarseClock`] replaces the clock read by one load of a word
 //! that a background thread refreshes (1 ms by default), for quotas whose burst covers that
 //! step (see its docs).

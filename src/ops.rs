@@ -10,7 +10,7 @@ use crate::live::Live;
 use crate::request::{Ask, Request, Requests};
 use crate::shared::{Builder, KeyedStore, Options};
 use crate::stats::Metrics;
-use crate::sweeper::{SweepReport, Sweeper};
+use crate::sweeper::Sweeper;
 use crate::wait;
 use std::future::Future;
 
@@ -28,7 +28,7 @@ pub(crate) mod sealed {
     use crate::error::CostError;
     use crate::shared::{Core, KeyState, Options};
     use crate::stats::Metrics;
-    use crate::sweeper::{SweepReport, Sweeper};
+    use crate::sweeper::Sweeper;
 
     /// A store's table with its [`Core`].
     pub trait Table: Sized {
@@ -46,14 +46,14 @@ pub(crate) mod sealed {
             self.core().max_keys
         }
         /// Idle and capacity eviction.
-        fn sweep(&self) -> SweepReport;
+        fn sweep(&self) -> Metrics;
         /// Totals over every sweep (the sweep fields of a [`Metrics`]).
         fn sweep_totals(&self) -> Metrics {
             self.core().sweep_totals()
         }
     }
 
-    /// A table a limiter owns, built from its options (every store but a pinned view).
+    /// A table a limiter owns, built from its options.
     pub trait Build: Table + Send + Sync + 'static {
         /// The same store on another clock (what a builder's `clock` makes).
         type WithClock<C: Clock>: Build<Algo = Self::Algo, Clock = C>;
@@ -240,14 +240,6 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    /// A limiter over `store`, with no sweeper of its own (a pinned view).
-    pub(crate) fn from_store(store: S) -> Self {
-        Limiter {
-            store,
-            _sweeper: None,
-        }
-    }
-
     /// Decides a request of cost 1 for `key`.
     // Always: behind the store's trait methods, `#[inline]` left the compact and mutex stores'
     // one-key check 1–2 ns slower than their own inherent `check`s had been (measured for
@@ -363,8 +355,32 @@ impl<S: Store> Limiter<S> {
     /// Drops every key whose state is equivalent to a fresh key's at `now − grace` (so no
     /// future decision changes), then, if a capacity bound is set and still exceeded, evicts
     /// down to 7/8 of it. Safe to run while other threads `check`: see the protocol in the
-    /// crate's Implementation notes. Returns what it did. (The single cell is never swept.)
-    pub fn sweep(&self) -> SweepReport {
+    /// crate's Implementation notes. (The single cell is never swept.)
+    ///
+    /// Returns what this sweep did, as a [`Metrics`] of its own (what
+    /// [`metrics`](Limiter::metrics) adds up over every sweep): `sweeps` 1, the keys it
+    /// `scanned`, `evicted_idle` and `evicted_capacity`, its time in `sweep_busy`, and the
+    /// `keys` held after it; the other counters 0.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::default();
+    /// let limiter = CasLimiter::<u64, Gcra, _>::builder("10/s".parse()?)
+    ///     .clock(clock.clone())
+    ///     .sweep_grace(Duration::ZERO)
+    ///     .build()?;
+    /// assert!(limiter.check(&1).is_allowed());
+    /// assert!(limiter.check(&2).is_allowed());
+    /// assert_eq!(limiter.sweep().evicted_idle, 0); // both still counting down
+    /// clock.advance(Duration::from_millis(100));
+    /// let report = limiter.sweep();
+    /// assert_eq!((report.scanned, report.evicted_idle, report.keys), (2, 2, 0));
+    /// assert_eq!((limiter.metrics().sweeps, limiter.metrics().scanned), (2, 4));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sweep(&self) -> Metrics {
         self.store.sweep()
     }
 

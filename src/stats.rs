@@ -134,8 +134,11 @@ pub struct Metrics {
     ///
     /// [`Locked`]: crate::store::Locked
     pub cas_retries: u64,
-    /// Sweeps run so far, by hand or in the background.
+    /// Sweeps run so far, by hand or in the background (and capacity passes run by
+    /// requests that outran the sweeper).
     pub sweeps: u64,
+    /// Keys looked at by the sweeps.
+    pub scanned: u64,
     /// Keys dropped as idle (lossless: their state was a fresh key's).
     pub evicted_idle: u64,
     /// Keys dropped to enforce `max_keys` (the compact store's also count keys evicted by

@@ -7,9 +7,8 @@
 pub use crate::compact::Compact;
 pub use crate::compact::{CompactKey, Hashed, ProbeStats, DEFAULT_MAX_KEYS};
 pub use crate::direct::Single;
-pub use crate::keyed::{Map, Pinned};
+pub use crate::keyed::Map;
 pub use crate::limiter::{Cas, LimiterError, Locked, Variant};
 pub use crate::ops::{Keys, Store};
 pub use crate::request::Ask;
 pub use crate::shared::{Builder, KeyedStore};
-pub use crate::sweeper::SweepReport;

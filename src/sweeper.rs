@@ -17,45 +17,19 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// What one sweep did.
-///
-/// # Examples
-///
-/// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
-/// use std::time::Duration;
-///
-/// let clock = ManualClock::default();
-/// let limiter = CasLimiter::<u64, Gcra, _>::builder("10/s".parse()?)
-///     .clock(clock.clone())
-///     .sweep_grace(Duration::ZERO)
-///     .build()?;
-/// assert!(limiter.check(&1).is_allowed());
-/// assert!(limiter.check(&2).is_allowed());
-/// assert_eq!(limiter.sweep().evicted_idle, 0); // both still counting down
-/// clock.advance(Duration::from_millis(100));
-/// let report = limiter.sweep();
-/// assert_eq!((report.scanned, report.evicted_idle), (2, 2));
-/// assert!(limiter.is_empty());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SweepReport {
-    /// Keys looked at.
-    pub scanned: u64,
-    /// Keys dropped because their state was equivalent to a fresh key's (lossless).
-    pub evicted_idle: u64,
-    /// Keys dropped to enforce `max_keys` (what they still owed is kept in the debt table,
-    /// unless the limiter [forgets](crate::store::Builder::forget_evicted_limits)).
-    pub evicted_capacity: u64,
-    /// How long the sweep took.
-    pub elapsed: Duration,
+/// What one sweep is about to report: a [`Metrics`] of its own (see `Limiter::sweep`).
+pub(crate) fn one_sweep() -> Metrics {
+    Metrics {
+        sweeps: 1,
+        ..Metrics::default()
+    }
 }
 
 /// Running totals, updated once per sweep.
 #[derive(Debug, Default)]
 pub(crate) struct Totals {
     sweeps: AtomicU64,
+    scanned: AtomicU64,
     evicted_idle: AtomicU64,
     evicted_capacity: AtomicU64,
     busy_ns: AtomicU64,
@@ -65,13 +39,14 @@ pub(crate) struct Totals {
 }
 
 impl Totals {
-    pub(crate) fn add(&self, r: &SweepReport) {
+    pub(crate) fn add(&self, r: &Metrics) {
         self.sweeps.fetch_add(1, Ordering::Relaxed);
+        self.scanned.fetch_add(r.scanned, Ordering::Relaxed);
         self.evicted_idle
             .fetch_add(r.evicted_idle, Ordering::Relaxed);
         self.evicted_capacity
             .fetch_add(r.evicted_capacity, Ordering::Relaxed);
-        let ns = u64::try_from(r.elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let ns = u64::try_from(r.sweep_busy.as_nanos()).unwrap_or(u64::MAX);
         self.busy_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
@@ -80,6 +55,7 @@ impl Totals {
     pub(crate) fn snapshot(&self, debts: (u64, u64)) -> Metrics {
         Metrics {
             sweeps: self.sweeps.load(Ordering::Relaxed),
+            scanned: self.scanned.load(Ordering::Relaxed),
             evicted_idle: self.evicted_idle.load(Ordering::Relaxed),
             evicted_capacity: self.evicted_capacity.load(Ordering::Relaxed),
             debts_kept: debts.0,
@@ -142,9 +118,9 @@ pub(crate) fn evict_before_insert(
         if let Some(_pass) = gate.try_lock() {
             // Past the bound still (not just after another pass ended): this request's pass.
             if len() >= bound {
-                totals.add(&SweepReport {
+                totals.add(&Metrics {
                     evicted_capacity: totals.run_pass(evict),
-                    ..SweepReport::default()
+                    ..Metrics::default()
                 });
             }
             return;

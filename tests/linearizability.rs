@@ -36,8 +36,8 @@
 //! left, and checks each round from all of them.
 
 use hotlimit::algo::{
-    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
-    SlidingWindow, SubWindow,
+    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
+    SubWindow,
 };
 use hotlimit::store::{Cas, Locked};
 use hotlimit::{
@@ -714,7 +714,7 @@ trait OnAlgorithm {
     fn run<A: Algorithm + Clone>(&mut self, name: &str, algo: A);
 }
 
-/// Every algorithm of the crate in `policy` (both roundings and biases), two `AllOf` pairs
+/// Every algorithm of the crate in `policy` (both biases of each window), two `AllOf` pairs
 /// and a `Live` GCRA: 12 configurations. Small limits, so a round's dozen operations meet
 /// denials, partial grants and refills.
 fn on_every_algorithm(policy: Policy, test: &mut impl OnAlgorithm) {
@@ -732,12 +732,12 @@ fn on_every_algorithm(policy: Policy, test: &mut impl OnAlgorithm) {
     test.run("exponential", exp);
     let fixed = FixedWindow::new(6, window).unwrap().with_policy(policy);
     test.run("fixed-window", fixed);
-    for rounding in [Rounding::Exact, Rounding::Floor] {
+    for bias in [Bias::Strict, Bias::Lenient] {
         let sliding = SlidingWindow::new(6, window)
             .unwrap()
             .with_policy(policy)
-            .with_rounding(rounding);
-        test.run(&format!("sliding-window/{rounding:?}"), sliding);
+            .with_bias(bias);
+        test.run(&format!("sliding-window/{bias:?}"), sliding);
     }
     let log = SlidingLog::new(6, window).unwrap().with_policy(policy);
     test.run("sliding-log", log);

@@ -3,8 +3,8 @@
 //! unless `HOTLIMIT_REQUIRE_REDIS=1` (set by `.ci/run`), which makes that a failure.
 
 use hotlimit::algo::{
-    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
-    SlidingWindow, SubWindow,
+    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
+    SubWindow,
 };
 use hotlimit::RateLimiter;
 use hotlimit::{
@@ -112,7 +112,7 @@ fn gcra_same_decisions_as_in_memory_field_for_field() {
 }
 
 /// The window algorithms are integer arithmetic in both: every field of every decision
-/// agrees, for both policies and every rounding and bias.
+/// agrees, for both policies and every bias.
 // Pins G38.
 #[test]
 fn windows_same_decisions_as_in_memory_field_for_field() {
@@ -146,10 +146,10 @@ fn windows_same_decisions_as_in_memory_field_for_field() {
                 ),
             ),
         ];
-        for rounding in [Rounding::Exact, Rounding::Floor] {
+        for bias in [Bias::Strict, Bias::Lenient] {
             let a = SlidingWindow::new(10, w)
                 .unwrap()
-                .with_rounding(rounding)
+                .with_bias(bias)
                 .with_policy(policy);
             runs.push(("sliding window", compare(&server, a, &t, exact)));
         }
@@ -240,15 +240,15 @@ fn sliding_window_beyond_2_pow_53_same_decisions() {
     };
     let w = Duration::from_secs(3 * 86_400) + Duration::from_nanos(13);
     for policy in [Policy::Leaky, Policy::Strict] {
-        for rounding in [Rounding::Exact, Rounding::Floor] {
+        for bias in [Bias::Strict, Bias::Lenient] {
             let a = SlidingWindow::new(1000, w)
                 .unwrap()
-                .with_rounding(rounding)
+                .with_bias(bias)
                 .with_policy(policy);
             // A mean gap of w / 2000 and costs up to 3: about twice the limit.
             let t = trace(5, 2000, 130_000_000_000, 3);
             let (allowed, denied) = compare(&server, a, &t, |i, m, r| {
-                assert_eq!(m, r, "request {i} ({policy}, {rounding:?})");
+                assert_eq!(m, r, "request {i} ({policy}, {bias:?})");
             });
             assert!(allowed > 300 && denied > 300, "{allowed} {denied}");
         }

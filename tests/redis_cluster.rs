@@ -4,8 +4,8 @@
 //! that a failure.
 
 use hotlimit::algo::{
-    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
-    SlidingWindow, SubWindow,
+    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
+    SubWindow,
 };
 use hotlimit::RateLimiter as _;
 use hotlimit::{
@@ -328,7 +328,7 @@ fn windows_same_decisions_as_in_memory_on_the_cluster() {
                     &cluster,
                     SlidingWindow::new(10, w)
                         .unwrap()
-                        .with_rounding(Rounding::Floor)
+                        .with_bias(Bias::Lenient)
                         .with_policy(policy),
                     6,
                     60_000_000,

@@ -188,8 +188,8 @@ fn fixed_window_trace_reproduces_the_spec_vector() {
 fn window_options_are_applied() {
     // Sliding window counter, 4 per 10 s: four at 8 s, then at 13 s (window [10, 20), e = 3 s)
     // the previous 4 weigh 4·(1 − 3/10) = 2.8: a first request makes 3.8 ≤ 4; a second 4.8,
-    // which exact rounding denies (until 4·(1 − e/10) + 2 ≤ 4, e ≥ 5 s: wait 2 s) and floor
-    // rounding allows (⌊4.8⌋ = 4).
+    // which the strict bias denies (until 4·(1 − e/10) + 2 ≤ 4, e ≥ 5 s: wait 2 s) and the
+    // lenient bias allows (⌊4.8⌋ = 4).
     let trace = "8 k 4\n13 k\n13 k\n";
     let sliding = [
         "--algo",
@@ -206,10 +206,10 @@ fn window_options_are_applied() {
     ];
     assert_eq!(replay_ok(&sliding, trace).lines(), exact);
     let mut args = sliding.to_vec();
-    args.extend(["--round", "exact"]);
+    args.extend(["--bias", "strict"]);
     assert_eq!(replay_ok(&args, trace).lines(), exact);
     let mut args = sliding.to_vec();
-    args.extend(["--round", "floor"]);
+    args.extend(["--bias", "lenient"]);
     assert_eq!(
         replay_ok(&args, trace).lines(),
         [
@@ -245,7 +245,7 @@ fn window_options_are_applied() {
     ] {
         let mut args = sub.to_vec();
         if let Some(err) = err {
-            args.extend(["--err", err]);
+            args.extend(["--bias", err]);
         }
         let run = replay_ok(&args, trace);
         assert_eq!(run.lines()[..3], first_three, "{err:?}");
@@ -294,8 +294,8 @@ fn cas_and_mutex_variants_print_the_same_decisions() {
             "10",
             "--window",
             "5s",
-            "--round",
-            "floor",
+            "--bias",
+            "lenient",
         ],
         &["--algo", "sliding-log", "--limit", "10", "--window", "5s"],
         &["--algo", "sub-window", "--limit", "10", "--window", "5s"],
@@ -308,7 +308,7 @@ fn cas_and_mutex_variants_print_the_same_decisions() {
             "5s",
             "--buckets",
             "10",
-            "--err",
+            "--bias",
             "lenient",
         ],
         &[
@@ -320,7 +320,7 @@ fn cas_and_mutex_variants_print_the_same_decisions() {
             "5s",
             "--buckets",
             "7",
-            "--err",
+            "--bias",
             "strict",
         ],
     ];
@@ -559,10 +559,10 @@ fn bad_options_exit_2_and_name_the_option() {
                 "3",
                 "--window",
                 "1s",
-                "--round",
+                "--bias",
                 "up",
             ],
-            "--round",
+            "--bias",
         ),
         (
             &[
@@ -598,10 +598,10 @@ fn bad_options_exit_2_and_name_the_option() {
                 "3",
                 "--window",
                 "60s",
-                "--err",
+                "--bias",
                 "lax",
             ],
-            "--err",
+            "--bias",
         ),
         (
             &[

@@ -5,7 +5,7 @@
 #![cfg(feature = "serde")]
 
 use hotlimit::algo::{
-    Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog, SlidingWindow, SubWindow,
+    Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::{CasLimiter, ConfigError, ManualClock, Policy, Rate};
 use serde::de::DeserializeOwned;
@@ -33,7 +33,6 @@ fn strings_and_fields_build_what_the_constructors_build() {
     );
     assert_eq!(from::<Policy>(r#""strict""#), Ok(Policy::Strict));
     assert_eq!(from::<Bias>(r#""lenient""#), Ok(Bias::Lenient));
-    assert_eq!(from::<Rounding>(r#""floor""#), Ok(Rounding::Floor));
     let gcra: Gcra = "10/min burst 20".parse().unwrap();
     assert_eq!(from::<Gcra>(r#""10/min burst 20""#), Ok(gcra));
     assert_eq!(from::<Gcra>(r#"{"rate": "10/min", "burst": 20}"#), Ok(gcra));
@@ -56,10 +55,10 @@ fn strings_and_fields_build_what_the_constructors_build() {
             .with_policy(Policy::Strict))
     );
     assert_eq!(
-        from::<SlidingWindow>(r#"{"limit": 5, "window": "1 min", "rounding": "floor"}"#),
+        from::<SlidingWindow>(r#"{"limit": 5, "window": "1 min", "bias": "lenient"}"#),
         Ok(SlidingWindow::new(5, minute)
             .unwrap()
-            .with_rounding(Rounding::Floor))
+            .with_bias(Bias::Lenient))
     );
     assert_eq!(
         from::<SubWindow>(r#"{"limit": 5, "window": "1min"}"#),

@@ -11,7 +11,7 @@ use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, Reservation, SlidingLog, SlidingWindow,
     SubWindow,
 };
-use hotlimit::store::{Cas, Keys, Locked, SweepReport};
+use hotlimit::store::{Cas, Keys, Locked};
 use hotlimit::QuotaError;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, Decision, DirectLimiter, Limiter,
@@ -152,7 +152,7 @@ where
 /// What the keyed stores add.
 trait Keyed {
     fn check(&self, key: u64) -> Decision;
-    fn sweep(&self) -> SweepReport;
+    fn sweep(&self) -> Metrics;
     fn len(&self) -> usize;
     fn max_keys(&self) -> Option<usize>;
 }
@@ -161,7 +161,7 @@ impl<S: Keys<u64> + hotlimit::store::Store + Send + Sync> Keyed for Limiter<S> {
     fn check(&self, key: u64) -> Decision {
         Limiter::check(self, &key)
     }
-    fn sweep(&self) -> SweepReport {
+    fn sweep(&self) -> Metrics {
         Limiter::sweep(self)
     }
     fn len(&self) -> usize {

@@ -7,7 +7,8 @@
 //! the exact one: nothing the checks counted beside the pass was lost.
 
 use hotlimit::algo::{Algorithm, Debt, Gcra};
-use hotlimit::store::{Cas, Locked, SweepReport};
+use hotlimit::store::{Cas, Locked};
+use hotlimit::Metrics;
 use hotlimit::{CasLimiter, CompactLimiter, ConfigError, Decision, ManualClock, Policy};
 use hotlimit::{Limiter, MutexLimiter};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +27,7 @@ const STUCK: Duration = Duration::from_secs(30);
 #[derive(Debug, PartialEq)]
 enum Sweep {
     Parked,
-    Done(SweepReport),
+    Done(Metrics),
 }
 
 /// GCRA whose `idle_at`, on the sweeping thread, parks at its `park_at`-th call until the
@@ -177,7 +178,7 @@ fn race<S>(
     go: &Sender<()>,
     keys: &[(u64, usize)],
     parked: impl FnOnce(),
-) -> (Vec<Vec<bool>>, SweepReport)
+) -> (Vec<Vec<bool>>, Metrics)
 where
     S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64> + Send + Sync + 'static,
 {

@@ -10,9 +10,7 @@
 //! The references prune entries that can never count again (times only move forward), so
 //! they stay small; everything else is summed from scratch.
 
-use hotlimit::algo::{
-    Algorithm, Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow,
-};
+use hotlimit::algo::{Algorithm, Bias, FixedWindow, SlidingLog, SlidingWindow, SubWindow};
 use hotlimit::Policy;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -36,10 +34,6 @@ const CASES: u32 = 96;
 
 fn policy() -> impl Strategy<Value = Policy> {
     prop_oneof![Just(Policy::Leaky), Just(Policy::Strict)]
-}
-
-fn rounding() -> impl Strategy<Value = Rounding> {
-    prop_oneof![Just(Rounding::Exact), Just(Rounding::Floor)]
 }
 
 fn bias() -> impl Strategy<Value = Bias> {
@@ -248,7 +242,7 @@ proptest! {
         }
     }
 
-    /// Sliding window counter (both roundings, both policies) against the counted list:
+    /// Sliding window counter (both biases, both policies) against the counted list:
     /// prev and cur = the cost counted in the previous and the current fixed window, allowed
     /// iff `prev·(w − elapsed) + (cur + cost)·w ≤ limit·w` (exact) or `< (limit + 1)·w`
     /// (floor), in u128. A denial's retry_after is honest and tight against the reference:
@@ -258,7 +252,7 @@ proptest! {
     fn sliding_window_matches_reference(
         limit in 1u64..50,
         window in window_ns(),
-        rounding in rounding(),
+        bias in bias(),
         policy in policy(),
         start in start(),
         load in load(),
@@ -266,7 +260,7 @@ proptest! {
     ) {
         let algo = SlidingWindow::new(limit, Duration::from_nanos(window))
             .unwrap()
-            .with_rounding(rounding)
+            .with_bias(bias)
             .with_policy(policy);
         let allows = |counted: &[(u64, u64)], now: u64, cost: u64| {
             let i = now / window;
@@ -275,9 +269,9 @@ proptest! {
             let cur = sum(counted, |t| t / window == i) as u128;
             let (l, w) = (limit as u128, window as u128);
             let taken = prev * (w - elapsed) + (cur + cost as u128) * w;
-            match rounding {
-                Rounding::Exact => taken <= l * w,
-                Rounding::Floor => taken < (l + 1) * w,
+            match bias {
+                Bias::Strict => taken <= l * w,
+                Bias::Lenient => taken < (l + 1) * w,
             }
         };
         let mut st = algo.fresh();

@@ -1,5 +1,5 @@
 //! Worked vectors for the window family (DESIGN §3.4): fixed window, sliding window counter
-//! (exact and floor rounding), sliding log and sub-window counters (strict and lenient bias),
+//! (strict and lenient bias: exact and floored weighted counts), sliding log and sub-window counters (strict and lenient bias),
 //! each under both policies.
 //!
 //! Every expected value is derived by hand from the documented definitions (the module docs
@@ -13,9 +13,7 @@
 //! * `retry_after`: the earliest wait after which the same request is allowed with no other
 //!   traffic; under the strict policy it accounts for the denied request having been counted.
 
-use hotlimit::algo::{
-    Algorithm, Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow,
-};
+use hotlimit::algo::{Algorithm, Bias, FixedWindow, SlidingLog, SlidingWindow, SubWindow};
 use hotlimit::{ConfigError, Field, Policy};
 use std::fmt::Debug;
 use std::time::Duration;
@@ -128,7 +126,7 @@ where
 /// Checks `idle_at(state) == idle` and that from `idle` on the state behaves exactly like a
 /// fresh one (the same decisions, `reset_after` included, for a few requests), while 1 ns
 /// before `idle` it is not yet equivalent: a request there leaves a different next state.
-/// (Different decisions are not required that early: under floor rounding a previous window's
+/// (Different decisions are not required that early: under the lenient bias a previous window's
 /// weight below one unit is invisible to decisions, yet it is still stored.)
 fn check_idle<A>(name: &str, algo: &A, state: &A::State, idle: u64, limit: u64)
 where
@@ -235,17 +233,17 @@ fn fixed_window_strict_counts_the_denied_cost() {
 // the current window [10·i, 10·i + 10). Exact denies iff weighted > 4, floor iff ⌊weighted⌋ > 4.
 // remaining = the largest c with prev·(1 − e/10) + cur + c ≤ 4 (exact) or < 5 (floor).
 
-fn sliding_4_per_10s(rounding: Rounding, policy: Policy) -> SlidingWindow {
+fn sliding_4_per_10s(bias: Bias, policy: Policy) -> SlidingWindow {
     SlidingWindow::new(4, Duration::from_secs(10))
         .unwrap()
-        .with_rounding(rounding)
+        .with_bias(bias)
         .with_policy(policy)
 }
 
 // Pins G10.
 #[test]
 fn sliding_window_exact_leaky() {
-    let w = sliding_4_per_10s(Rounding::Exact, Policy::Leaky);
+    let w = sliding_4_per_10s(Bias::Strict, Policy::Leaky);
     let state = play(
         "sliding exact leaky",
         &w,
@@ -279,7 +277,7 @@ fn sliding_window_exact_leaky() {
 // Pins G10.
 #[test]
 fn sliding_window_floor_leaky() {
-    let w = sliding_4_per_10s(Rounding::Floor, Policy::Leaky);
+    let w = sliding_4_per_10s(Bias::Lenient, Policy::Leaky);
     let state = play(
         "sliding floor leaky",
         &w,
@@ -318,22 +316,22 @@ fn sliding_window_floor_allows_what_exact_denies() {
         (9 * S, 1),
         (12_500 * MS, 1),
     ];
-    for (rounding, allowed) in [(Rounding::Exact, false), (Rounding::Floor, true)] {
-        let w = sliding_4_per_10s(rounding, Policy::Leaky);
+    for (bias, allowed) in [(Bias::Strict, false), (Bias::Lenient, true)] {
+        let w = sliding_4_per_10s(bias, Policy::Leaky);
         let mut state = w.fresh();
         for &(at, cost) in &prefix {
             let _ = w.update(&mut state, at, cost);
         }
         // Exact: 4.8 > 4 denies; floor: ⌊4.8⌋ = 4 ≤ 4 allows.
         let d = w.update(&mut state, 13 * S, 1);
-        assert_eq!(d.is_allowed(), allowed, "{rounding:?}");
+        assert_eq!(d.is_allowed(), allowed, "{bias:?}");
     }
 }
 
 // Pins G10.
 #[test]
 fn sliding_window_exact_strict() {
-    let w = sliding_4_per_10s(Rounding::Exact, Policy::Strict);
+    let w = sliding_4_per_10s(Bias::Strict, Policy::Strict);
     let state = play(
         "sliding exact strict",
         &w,
@@ -369,7 +367,7 @@ fn sliding_window_exact_strict() {
 // Pins G10.
 #[test]
 fn sliding_window_floor_strict() {
-    let w = sliding_4_per_10s(Rounding::Floor, Policy::Strict);
+    let w = sliding_4_per_10s(Bias::Lenient, Policy::Strict);
     play(
         "sliding floor strict",
         &w,

@@ -6,7 +6,7 @@
 
 use crossbeam_utils::CachePadded;
 use hotlimit::algo::{Algorithm, CLOCK_MAX};
-use hotlimit::store::SweepReport;
+use hotlimit::Metrics;
 use hotlimit::{Clock, CostError, Decision, QuantaClock, RateLimiter};
 use parking_lot::Mutex;
 use std::borrow::Borrow;
@@ -128,10 +128,10 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
     }
 
     /// Drops idle keys, shard by shard (each shard locked while it is swept).
-    pub fn sweep(&self) -> SweepReport {
+    pub fn sweep(&self) -> Metrics {
         let started = Instant::now();
         let now = self.clock.now().min(CLOCK_MAX);
-        let mut report = SweepReport::default();
+        let mut report = Metrics::default();
         for shard in self.shards.iter() {
             let mut map = shard.lock();
             let before = map.len();
@@ -139,7 +139,7 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
             report.scanned += before as u64;
             report.evicted_idle += (before - map.len()) as u64;
         }
-        report.elapsed = started.elapsed();
+        report.sweep_busy = started.elapsed();
         report
     }
 

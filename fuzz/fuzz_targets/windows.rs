@@ -17,7 +17,7 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{
-    Algorithm, Bias, FixedWindow, Rounding, SlidingLog, SlidingWindow, SubWindow,
+    Algorithm, Bias, FixedWindow, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::Decision;
 use hotlimit_fuzz::{drive, window_unit, RateKind, Req, Start, Timeline, WindowCfg};
@@ -123,12 +123,12 @@ fuzz_target!(|input: Input| {
 
     let (limit, window, policy) = input.sliding.parts();
     if let Ok(s) = SlidingWindow::new(limit, window) {
-        let rounding = if input.floor {
-            Rounding::Floor
+        let bias = if input.floor {
+            Bias::Lenient
         } else {
-            Rounding::Exact
+            Bias::Strict
         };
-        let s = s.with_policy(policy).with_rounding(rounding);
+        let s = s.with_policy(policy).with_bias(bias);
         let window_ns = s.window().as_nanos() as u64;
         run(
             &s,

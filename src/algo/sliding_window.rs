@@ -1,40 +1,17 @@
 //! Sliding window counter: the current window's count plus the previous one's, weighted by
 //! how much of it still overlaps the sliding window.
 
-use super::window::{check_u32_limit, same_window, validate, window_accessors, WindowConfig};
+use super::window::{check_u32_limit, same_window, validate, window_accessors, Bias, WindowConfig};
 use super::{clamp, count_from24, count_up24, honest_wait, Algorithm, Debt};
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
 use std::time::Duration;
 
-/// How the weighted count is compared with the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rounding {
-    /// Compared as is: denied iff `weighted > limit` (the default; errs strict).
-    Exact,
-    /// Floored first: denied iff `⌊weighted⌋ > limit` (a fractional excess is forgiven).
-    Floor,
-}
-
-impl std::str::FromStr for Rounding {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "exact" => Ok(Rounding::Exact),
-            "floor" => Ok(Rounding::Floor),
-            other => Err(format!(
-                "unknown rounding `{other}` (expected floor or exact)"
-            )),
-        }
-    }
-}
-
 /// Sliding window counter ("sliding tail"): at most `limit` per `window`, estimated as
 /// `weighted = prev·(1 − elapsed/window) + current + cost`, where `prev` and `current` are the
 /// counts of the previous and current fixed windows and `elapsed` the time into the current
-/// one. Denied iff `weighted > limit` ([`Rounding::Exact`], default) or
-/// `⌊weighted⌋ > limit` ([`Rounding::Floor`]). Default policy: leaky.
+/// one. Denied iff `weighted > limit` ([`Bias::Strict`], default) or
+/// `⌊weighted⌋ > limit` ([`Bias::Lenient`]). Default policy: leaky.
 ///
 /// The comparison is exact integer arithmetic: `weighted·window` is computed in `u128`.
 ///
@@ -69,7 +46,7 @@ impl std::str::FromStr for Rounding {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindow {
     config: WindowConfig,
-    rounding: Rounding,
+    bias: Bias,
 }
 
 /// A count's largest value (strict counts saturate there, one below the all-ones tombstone).
@@ -86,27 +63,28 @@ pub(crate) struct View {
 }
 
 impl SlidingWindow {
-    /// At most `limit` per sliding `window`; rounding exact, policy leaky.
+    /// At most `limit` per sliding `window`; bias strict, policy leaky.
     pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
         let config = validate(limit, window)?;
         check_u32_limit(limit)?;
         Ok(Self {
             config,
-            rounding: Rounding::Exact,
+            bias: Bias::Strict,
         })
     }
 
     window_accessors!("The window.");
 
-    /// Sets the rounding mode.
-    pub fn with_rounding(self, rounding: Rounding) -> Self {
-        Self { rounding, ..self }
+    /// Sets which way the weighted count errs: [`Bias::Lenient`] forgives a fractional
+    /// excess.
+    pub fn with_bias(self, bias: Bias) -> Self {
+        Self { bias, ..self }
     }
 
-    /// How the weighted count is compared with the limit.
+    /// Which way the weighted count errs.
     #[cfg(feature = "redis")]
-    pub(crate) fn rounding(&self) -> Rounding {
-        self.rounding
+    pub(crate) fn bias(&self) -> Bias {
+        self.bias
     }
 
     #[inline]
@@ -153,10 +131,10 @@ impl SlidingWindow {
     #[inline]
     fn bound(&self) -> u128 {
         let (limit, w) = (self.config.limit as u128, self.config.window_ns as u128);
-        match self.rounding {
-            Rounding::Exact => limit * w,
+        match self.bias {
+            Bias::Strict => limit * w,
             // ⌊x⌋ ≤ limit ⇔ x < limit + 1 ⇔ x·w ≤ (limit + 1)·w − 1.
-            Rounding::Floor => (limit + 1) * w - 1,
+            Bias::Lenient => (limit + 1) * w - 1,
         }
     }
 

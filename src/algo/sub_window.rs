@@ -1,6 +1,6 @@
 //! Sub-window counters: the window split into buckets, the last window's buckets summed.
 
-use super::window::{check_u32_limit, same_window, validate, window_accessors, WindowConfig};
+use super::window::{check_u32_limit, same_window, validate, window_accessors, Bias, WindowConfig};
 use super::{
     clamp, join_time_and_count, rank_time_and_count, unrank_time_and_count, Algorithm, Debt,
 };
@@ -13,31 +13,6 @@ pub const DEFAULT_BUCKETS: u32 = 60;
 
 /// A bucket's largest count (strict counts saturate there).
 const COUNT_MAX: u32 = u32::MAX - 1;
-
-/// Which way the bucketed approximation errs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Bias {
-    /// Sum the current bucket and the `k` before it: the counted span is at least the window,
-    /// so the limiter never admits more than `limit` in any window (the default).
-    Strict,
-    /// Sum the current bucket and the `k − 1` before it: the counted span is shorter than the
-    /// window by up to one bucket, so it can admit slightly more.
-    Lenient,
-}
-
-impl std::str::FromStr for Bias {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "strict" => Ok(Bias::Strict),
-            "lenient" => Ok(Bias::Lenient),
-            other => Err(format!(
-                "unknown err mode `{other}` (expected strict or lenient)"
-            )),
-        }
-    }
-}
 
 /// Sub-window counters (the hybrid of fixed windows and the log): `window` split into `k`
 /// buckets of `window / k` (default 60); a request is allowed iff the cost counted in the last

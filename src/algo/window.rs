@@ -4,6 +4,37 @@ use crate::decision::Policy;
 use crate::error::{ConfigError, Field};
 use std::time::Duration;
 
+/// Which way a window's approximation errs: the [`SlidingWindow`](super::SlidingWindow)
+/// counter's weighted count and the [`SubWindow`](super::SubWindow)'s buckets only
+/// approximate the sliding window, and this says on which side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Bias {
+    /// Never admits more than the limit the approximation counts (the default). The sliding
+    /// window counter denies iff `weighted > limit`; the sub-window sums the current bucket and
+    /// the `k` before it, a span of at least the window, so it never admits more than `limit`
+    /// in any window.
+    Strict,
+    /// Forgives what the approximation cannot tell apart. The sliding window counter denies
+    /// iff `⌊weighted⌋ > limit` (a fractional excess forgiven); the sub-window sums the current
+    /// bucket and the `k − 1` before it, a span shorter than the window by up to one bucket, so
+    /// it can admit slightly more.
+    Lenient,
+}
+
+impl std::str::FromStr for Bias {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "strict" => Ok(Bias::Strict),
+            "lenient" => Ok(Bias::Lenient),
+            other => Err(format!(
+                "unknown bias `{other}` (expected strict or lenient)"
+            )),
+        }
+    }
+}
+
 /// A validated limit and window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WindowConfig {

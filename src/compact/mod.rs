@@ -18,7 +18,8 @@ use crate::limiter::Cas;
 use crate::ops::sealed::{Build, Lookup, Table as StoreTable};
 use crate::ops::Limiter;
 use crate::shared::{sealed, Core, KeyState, KeyedStore, Options};
-use crate::sweeper::{SweepReport, Sweeper};
+use crate::stats::Metrics;
+use crate::sweeper::Sweeper;
 use std::fmt;
 use std::sync::Arc;
 use table::{Table, SLOTS_PER_LINE};
@@ -84,7 +85,7 @@ use table::{Table, SLOTS_PER_LINE};
 /// **Consistency.** As for the papaya store: decisions are linearizable per key, no update
 /// is lost to eviction, and at one fixed `now`, N threads firing at one key get exactly as
 /// many allowed as one thread would. Unlike it, the key count is bounded by
-/// [`capacity`](Limiter::capacity), fixed at build.
+/// the table's slots ([`probe_stats`](Limiter::probe_stats)`.slots`), fixed at build.
 ///
 /// # Examples
 ///
@@ -142,7 +143,7 @@ where
         Some(self.0.max_keys)
     }
 
-    fn sweep(&self) -> SweepReport {
+    fn sweep(&self) -> Metrics {
         self.0.sweep()
     }
 
@@ -243,13 +244,9 @@ where
     C: Clock,
     V: Variant<A>,
 {
-    /// The number of slots: the most keys the table can ever hold.
-    pub fn capacity(&self) -> usize {
-        self.store.0.lines() * SLOTS_PER_LINE
-    }
-
-    /// Walks the table and measures how far the keys held sit from their home lines. A
-    /// snapshot, not atomic with concurrent inserts; O(capacity).
+    /// Walks the table and measures how far the keys held sit from their home lines, and
+    /// says its size (its `slots`: the most keys it can ever hold). A snapshot, not atomic
+    /// with concurrent inserts; O(slots).
     ///
     /// ```
     /// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
@@ -264,6 +261,7 @@ where
     /// let stats = l.probe_stats();
     /// assert_eq!(stats.keys, 10_000);
     /// assert!(stats.mean_lines < 1.5);
+    /// assert!(stats.slots >= 10_000);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn probe_stats(&self) -> ProbeStats {

@@ -9,8 +9,9 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::limiter::Variant;
 use crate::shared::{Core, Options};
+use crate::stats::Metrics;
 use crate::sweeper::{
-    capacity_pass, evict_before_insert, evict_by, CapacityCut, SharedCut, SweepReport,
+    capacity_pass, evict_before_insert, evict_by, one_sweep, CapacityCut, SharedCut,
 };
 use crate::sync::Mutex;
 use crossbeam_utils::CachePadded;
@@ -96,6 +97,8 @@ pub struct ProbeStats {
     pub max_reach: u64,
     /// Lines in the table.
     pub lines: u64,
+    /// Slots in the table: the most keys it can ever hold.
+    pub slots: u64,
     /// The probe window: the most lines a key may sit past its home line, plus one. An
     /// insert that finds its window full evicts the window's key closest to fresh.
     pub window: u64,
@@ -414,10 +417,10 @@ where
         self.lines.iter().flat_map(|line| line.0.iter())
     }
 
-    pub(crate) fn sweep(&self) -> SweepReport {
+    pub(crate) fn sweep(&self) -> Metrics {
         let started = Instant::now();
         let now = self.core.sweep_now();
-        let mut report = SweepReport::default();
+        let mut report = one_sweep();
         for slot in self.slots() {
             if self.core.signal.stopping() {
                 break;
@@ -436,8 +439,9 @@ where
                 capacity_pass(&self.core.pass, &self.core.totals, || self.evict_capacity());
         }
         self.lower_reach();
-        report.elapsed = started.elapsed();
+        report.sweep_busy = started.elapsed();
         self.core.totals.add(&report);
+        report.keys = self.len() as u64;
         report
     }
 
@@ -558,6 +562,7 @@ where
         let lines = self.lines.len();
         let mut stats = ProbeStats {
             lines: lines as u64,
+            slots: (lines * SLOTS_PER_LINE) as u64,
             window: self.window as u64,
             ..ProbeStats::default()
         };

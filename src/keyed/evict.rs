@@ -6,7 +6,8 @@ use crate::algo::Algorithm;
 use crate::cell::StateCell;
 use crate::clock::Clock;
 use crate::limiter::Variant;
-use crate::sweeper::{capacity_pass, evict_by, CapacityCut, SweepReport};
+use crate::stats::Metrics;
+use crate::sweeper::{capacity_pass, evict_by, one_sweep, CapacityCut};
 use std::hash::Hash;
 use std::time::Instant;
 
@@ -17,11 +18,11 @@ where
     C: Clock,
     V: Variant<A>,
 {
-    pub(crate) fn sweep(&self) -> SweepReport {
+    pub(crate) fn sweep(&self) -> Metrics {
         let started = Instant::now();
         let now = self.core.sweep_now();
         let guard = self.map.guard();
-        let mut report = SweepReport::default();
+        let mut report = one_sweep();
         (report.scanned, report.evicted_idle) =
             self.kill_pass(&guard, false, || move |idle_at| idle_at <= now);
         if let Some(max) = self.core.max_keys {
@@ -31,8 +32,9 @@ where
                 });
             }
         }
-        report.elapsed = started.elapsed();
+        report.sweep_busy = started.elapsed();
         self.core.totals.add(&report);
+        report.keys = self.map.len() as u64;
         report
     }
 

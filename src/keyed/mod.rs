@@ -1,14 +1,10 @@
 //! [`CasLimiter`] and [`MutexLimiter`]: a `papaya` map from key to a cell of state, with idle and capacity
-//! eviction; [`Pinned`] in `pinned.rs`; partial grants, settle and per-request quotas in
-//! `costs.rs`.
+//! eviction; partial grants, settle and per-request quotas in `costs.rs`.
 
 mod costs;
 mod evict;
-mod pinned;
 
 use costs::At;
-
-pub use pinned::Pinned;
 
 use crate::algo::Algorithm;
 use crate::cell::StateCell;
@@ -19,7 +15,8 @@ use crate::limiter::{Cas, Locked, Variant};
 use crate::ops::sealed::{Build, Lookup, Table};
 use crate::ops::Limiter;
 use crate::shared::{sealed, Core, KeyedStore, Options};
-use crate::sweeper::{evict_before_insert, SweepReport, Sweeper};
+use crate::stats::Metrics;
+use crate::sweeper::{evict_before_insert, Sweeper};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
@@ -92,7 +89,7 @@ where
         self.0.map.len()
     }
 
-    fn sweep(&self) -> SweepReport {
+    fn sweep(&self) -> Metrics {
         self.0.sweep()
     }
 }
@@ -165,45 +162,6 @@ where
         Q: 'k,
     {
         self.0.decide_batch(requests, valid, emit);
-    }
-}
-
-impl<K, A, C, V> Limiter<Map<K, A, C, V>>
-where
-    K: Hash + Eq + Send + Sync + 'static,
-    A: Algorithm,
-    C: Clock,
-    V: Variant<A>,
-{
-    /// Pins the map for a batch of checks from this thread, saving the pin each
-    /// [`check`](Limiter::check) otherwise pays (an epoch-based reclamation guard,
-    /// dearer under contention; `BENCHMARKS.md` has its cost).
-    ///
-    /// While a [`Pinned`] lives, memory of entries removed meanwhile (evicted keys) is not
-    /// reclaimed, so pin per batch of requests (a read from a socket, a pipeline of requests),
-    /// not for a thread's lifetime. The handle has [`check`](Limiter::check),
-    /// [`check_n`](Limiter::check_n), [`check_batch`](Limiter::check_batch) and
-    /// [`check_n_batch`](Limiter::check_n_batch) (and `len`, `sweep`, `metrics`), deciding as
-    /// the limiter does; it is neither `Send` nor `Sync`, so it has no
-    /// [`request`](Limiter::request) (no peek, partial grant, take, settle, wait or reserve) and
-    /// is no [`RateLimiter`](crate::RateLimiter): call those on the limiter.
-    ///
-    /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
-    ///
-    /// let limiter = CasLimiter::<u64, Gcra, _>::with_clock("10/s burst 2".parse()?, ManualClock::default());
-    /// let batch = [7, 7, 9, 7];
-    /// let pinned = limiter.pin();
-    /// let allowed: Vec<bool> = batch.iter().map(|k| pinned.check(k).is_allowed()).collect();
-    /// assert_eq!(allowed, [true, true, true, false]);
-    /// # Ok::<(), hotlimit::ConfigError>(())
-    /// ```
-    pub fn pin(&self) -> Limiter<Pinned<'_, K, A, C, V>> {
-        let shared = &*self.store.0;
-        Limiter::from_store(Pinned {
-            shared,
-            guard: shared.map.guard(),
-        })
     }
 }
 

@@ -4,7 +4,7 @@
 use super::{lua, BackendError};
 use crate::algo::Algorithm;
 use crate::algo::{
-    AllOf, Earrrl, Exponential, FixedWindow, Gcra, InFlight, Rounding, SlidingLog, SlidingWindow,
+    AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, InFlight, SlidingLog, SlidingWindow,
     SubWindow,
 };
 use crate::decision::{Decision, Policy};
@@ -133,7 +133,7 @@ impl private::Sealed for SlidingWindow {
         // Whole units: the script compares products of integers exactly. A window that is
         // not a whole number of microseconds is rounded to one on the server clock.
         let w = units(self.window(), unit_ns).round().max(1.0);
-        let floor = if self.rounding() == Rounding::Floor {
+        let floor = if self.bias() == Bias::Lenient {
             "1"
         } else {
             "0"

@@ -154,7 +154,7 @@
 //!
 //! With an explicit `now`, GCRA, the four window algorithms and [`AllOf`]s of them give the
 //! same [`Decision`]s as the in-memory limiter, field for field, checks and peeks, both
-//! policies, every rounding and bias (`tests/redis.rs`, 3,000-request traces). Integers below 2^53 are exact in `f64`; the
+//! policies, both biases (`tests/redis.rs`, 3,000-request traces). Integers below 2^53 are exact in `f64`; the
 //! sliding window counter's weighted counts (a count times a window in ns) go beyond, so its
 //! script multiplies and compares them in base-2^18 limbs, exactly (a 3-day window in ns is
 //! tested). EARRRL and exponential use `exp` and

@@ -7,10 +7,11 @@ pub mod sharded;
 pub mod step;
 pub mod tick_bucket;
 use hotlimit::algo::{
-    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, Rounding, SlidingLog,
-    SlidingWindow, SubWindow,
+    Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
+    SubWindow,
 };
-use hotlimit::store::{Ask, Cas, Keys, Locked, SweepReport};
+use hotlimit::store::{Ask, Cas, Keys, Locked};
+use hotlimit::Metrics;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, Limiter, Live,
     ManualClock, MutexLimiter, Policy, QuantaClock, Rate, RateLimiter, Requests,
@@ -34,7 +35,7 @@ pub trait Limit: RateLimiter<u64> {
     fn len(&self) -> usize;
 
     /// A sweep by hand.
-    fn sweep(&self) -> SweepReport;
+    fn sweep(&self) -> Metrics;
 
     /// The decision `check_n` would return now, counting nothing.
     fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError>;
@@ -49,7 +50,7 @@ impl<S: Keys<u64> + Send + Sync> Limit for Limiter<S> {
     fn len(&self) -> usize {
         Limiter::len(self)
     }
-    fn sweep(&self) -> SweepReport {
+    fn sweep(&self) -> Metrics {
         Limiter::sweep(self)
     }
     fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
@@ -64,7 +65,7 @@ impl<A: Algorithm, C: Clock> Limit for ShardedLimiter<u64, A, C> {
     fn len(&self) -> usize {
         ShardedLimiter::len(self)
     }
-    fn sweep(&self) -> SweepReport {
+    fn sweep(&self) -> Metrics {
         ShardedLimiter::sweep(self)
     }
     fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
@@ -262,13 +263,13 @@ pub fn cases() -> Vec<Case> {
             name: format!("fixed-window/{policy}"),
             variants: variants(fixed),
         });
-        for rounding in [Rounding::Exact, Rounding::Floor] {
+        for bias in [Bias::Strict, Bias::Lenient] {
             let sliding = SlidingWindow::new(20, second)
                 .unwrap()
                 .with_policy(policy)
-                .with_rounding(rounding);
+                .with_bias(bias);
             out.push(Case {
-                name: format!("sliding-window/{rounding:?}/{policy}"),
+                name: format!("sliding-window/{bias:?}/{policy}"),
                 variants: variants(sliding),
             });
         }
@@ -333,7 +334,7 @@ pub trait OnAlgorithm {
         A: Algorithm + Clone;
 }
 
-/// Runs `test` on every algorithm in `policy` (both roundings and biases), two `AllOf` pairs and
+/// Runs `test` on every algorithm in `policy` (both biases of each window), two `AllOf` pairs and
 /// a `Live` GCRA: the model tests' (grants, settle) configurations.
 pub fn on_every_algorithm<T: OnAlgorithm>(policy: Policy, test: &mut T) -> Result<(), T::Error> {
     let second = Duration::from_secs(1);
@@ -350,11 +351,11 @@ pub fn on_every_algorithm<T: OnAlgorithm>(policy: Policy, test: &mut T) -> Resul
     test.run("exponential", exp)?;
     let fixed = FixedWindow::new(20, second).unwrap().with_policy(policy);
     test.run("fixed-window", fixed)?;
-    for rounding in [Rounding::Exact, Rounding::Floor] {
+    for bias in [Bias::Strict, Bias::Lenient] {
         let sliding = SlidingWindow::new(20, second)
             .unwrap()
             .with_policy(policy)
-            .with_rounding(rounding);
+            .with_bias(bias);
         test.run("sliding-window", sliding)?;
     }
     let log = SlidingLog::new(20, second).unwrap().with_policy(policy);

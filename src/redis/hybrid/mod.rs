@@ -36,7 +36,7 @@ use crate::keyed::Shared;
 use crate::request::Ask;
 use crate::shared::Options;
 use crate::stats::Metrics;
-use crate::sweeper::{SweepReport, Sweeper};
+use crate::sweeper::Sweeper;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -195,8 +195,9 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     }
 
     /// Drops idle keys now (the sweeper does every second), and evicts beyond
-    /// [`max_keys`](crate::store::Builder::max_keys).
-    pub fn sweep(&self) -> SweepReport {
+    /// [`max_keys`](crate::store::Builder::max_keys); returns what this sweep did, as
+    /// [`Limiter::sweep`](crate::Limiter::sweep) does.
+    pub fn sweep(&self) -> Metrics {
         self.inner.store.sweep()
     }
 

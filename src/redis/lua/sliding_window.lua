@@ -1,5 +1,5 @@
 -- Sliding window counter; ARGV 5..8: `limit`, the window (whole time units), `1` for
--- strict, `1` for floor rounding. The state is `"<window index> <previous> <current>"`.
+-- strict, `1` for the lenient bias (floored). The state is `"<window index> <previous> <current>"`.
 --
 -- The weighted count `prev·(w − elapsed) + cur·w` exceeds 2^53 for large windows, so its
 -- products are compared exactly in base-2^18 limbs rather than as doubles.
