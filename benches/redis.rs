@@ -12,7 +12,7 @@ use hotlimit::algo::{
     Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::redis::{RedisAlgorithm, RedisLimiter};
-use hotlimit::{Rate, RateLimiter};
+use hotlimit::Rate;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

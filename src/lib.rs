@@ -63,12 +63,12 @@
 //! (default clock), `with_clock`, or `builder` (one [`Builder`](store::Builder) shape: clock,
 //! metrics, and for keyed stores a capacity bound and a background sweeper).
 //!
-//! Code generic over limiters uses [`RateLimiter`] (object-safe: checks, batches, waits),
-//! [`Requests`] (every [`Request`], on every limiter: in memory, the hybrid one and the
-//! blocking Redis client), or [`AsyncRateLimiter`], which the tower layer takes: every
-//! [`NonBlocking`] `RateLimiter` (the in-memory limiters and the hybrid one) is one, its
-//! future ready at once, and so is the Redis backend's async client; the blocking one, a
-//! `RateLimiter` but not `NonBlocking`, is not, by construction.
+//! Code generic over limiters uses [`RateLimiter`] (object-safe: checks, batches, waits;
+//! every limiter that decides in the call, never waiting on I/O: the in-memory limiters and the
+//! hybrid one), [`Requests`] (every [`Request`], on every limiter: in memory, the hybrid one
+//! and the blocking Redis client), or [`AsyncRateLimiter`], which the tower layer takes: every
+//! `RateLimiter` is one, its future ready at once, and so is the Redis backend's async client;
+//! the blocking one, whose every call is a round trip, is neither, by construction.
 //!
 //! The [`Decision`] says whether the request is allowed, and when denied how long until the
 //! same request would pass (`retry_after`, honest: never rounded down). It also carries
@@ -250,7 +250,7 @@ pub use decision::{Decision, Policy, Ticket};
 pub use direct::DirectLimiter;
 pub use error::{BuildError, ConfigError, CostError, Field, QuotaError, TicketError};
 pub use keyed::{CasLimiter, MutexLimiter};
-pub use limiter::{AsyncRateLimiter, NonBlocking, RateLimiter};
+pub use limiter::{AsyncRateLimiter, RateLimiter};
 pub use live::Live;
 pub use ops::Limiter;
 pub use permit::Permit;

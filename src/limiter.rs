@@ -7,15 +7,18 @@ use crate::decision::Decision;
 use crate::error::CostError;
 use std::future::{ready, Future, Ready};
 
-/// A synchronous limiter of keys of type `Q`, decided in the call: the in-memory
-/// [`Limiter`](crate::Limiter) over every store, the hybrid limiter and the blocking Redis
-/// client (features `redis`). Object-safe, so a `dyn RateLimiter<Q>` can hold any of them;
-/// [`Requests`](crate::Requests) reaches every other operation, through one
-/// [`Request`](crate::Request).
+/// A limiter of keys of type `Q` that decides in the call, never waiting on I/O: the
+/// in-memory [`Limiter`](crate::Limiter) over every store and the hybrid limiter (feature
+/// `redis`). So every `RateLimiter` is an [`AsyncRateLimiter`] at no cost (its future ready at
+/// once), which the tower layer takes, and a `check` may run inside an async task. Object-safe:
+/// a `dyn RateLimiter<Q>` holds any of them. [`Requests`](crate::Requests) reaches every other
+/// operation, through one [`Request`](crate::Request).
 ///
-/// A call may block (the blocking Redis client's is a round trip). Those that never wait on
-/// I/O are also [`NonBlocking`], and so [`AsyncRateLimiter`]s at no cost, which the tower
-/// layer takes: the types keep a blocking client out of an async server.
+/// The blocking Redis client is not one: its `check` is a round trip that holds the thread,
+/// so the types keep it out of an async server. It has the same methods, inherent, and is a
+/// [`Requests`](crate::Requests). Implement `RateLimiter` for a limiter of your own only if
+/// its `check` never waits on I/O (the one blocking method, `until_ready_blocking`, says so in
+/// its name); a limiter that must wait implements [`AsyncRateLimiter`] instead.
 ///
 /// # Examples
 ///
@@ -64,25 +67,9 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     fn until_ready_blocking(&self, key: &Q) -> Decision;
 }
 
-/// A [`RateLimiter`] whose calls never wait on I/O, so it is an [`AsyncRateLimiter`] at no
-/// cost (its future is ready at once): every in-memory [`Limiter`](crate::Limiter) and the
-/// hybrid limiter. Implement it for a limiter of your own that never blocks, to hand it to the
-/// tower layer; never for one that does I/O in `check` (the blocking Redis client is not one).
-///
-/// ```
-/// use hotlimit::{algo::Gcra, AsyncRateLimiter, CasLimiter, NonBlocking};
-/// use std::sync::Arc;
-///
-/// fn serves<L: AsyncRateLimiter<str> + ?Sized>(_: &L) {}
-/// let l: Arc<dyn NonBlocking<str>> = Arc::new(CasLimiter::<String, Gcra>::new("10/s".parse()?));
-/// serves(&*l);
-/// # Ok::<(), hotlimit::ConfigError>(())
-/// ```
-pub trait NonBlocking<Q: ?Sized>: RateLimiter<Q> {}
-
-/// `RateLimiter` and `NonBlocking` through a reference: `&limiter` (of a `dyn RateLimiter`,
-/// the inside of a `Box` or an `Arc`, too) is one, and of a `NonBlocking` one an
-/// [`AsyncRateLimiter`]. Not for `Box` and `Arc` themselves: a method called on an
+/// `RateLimiter` through a reference: `&limiter` (of a `dyn RateLimiter`, the inside of a
+/// `Box` or an `Arc`, too) is one, and so an [`AsyncRateLimiter`]. Not for `Box` and `Arc`
+/// themselves: a method called on an
 /// `Arc<CasLimiter<..>>` would then find the trait's before the limiter's own, and `len()`,
 /// which names no key type, could no longer tell which `RateLimiter<Q>` is meant.
 impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for &L {
@@ -109,14 +96,23 @@ impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for &L {
     }
 }
 
-impl<Q: ?Sized, L: NonBlocking<Q> + ?Sized> NonBlocking<Q> for &L {}
-
 /// A limiter whose decision may need I/O (a round trip to a shared store), so it is a
 /// future: what `hotlimit_tower::RateLimitLayer` is generic over.
 ///
-/// Every [`NonBlocking`] limiter is one, at no cost: its future is [`std::future::Ready`],
-/// the decision taken synchronously in the call, nothing boxed or allocated. The Redis backend's
-/// `AsyncRedisLimiter` (feature `redis-async`) is the one that waits on the network.
+/// Every [`RateLimiter`] is one, at no cost: its future is [`std::future::Ready`], the
+/// decision taken synchronously in the call, nothing boxed or allocated (a
+/// `dyn RateLimiter<str>` too). The Redis backend's `AsyncRedisLimiter` (feature
+/// `redis-async`) is the one that waits on the network.
+///
+/// ```
+/// use hotlimit::{algo::Gcra, AsyncRateLimiter, CasLimiter, RateLimiter};
+/// use std::sync::Arc;
+///
+/// fn serves<L: AsyncRateLimiter<str> + ?Sized>(_: &L) {}
+/// let l: Arc<dyn RateLimiter<str>> = Arc::new(CasLimiter::<String, Gcra>::new("10/s".parse()?));
+/// serves(&*l);
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
 ///
 /// The future is an associated type, `Send + 'static` (it owns what it needs, so a caller can
 /// keep it across an await without borrowing the limiter) and `Unpin` (so a caller can keep it
@@ -181,8 +177,8 @@ impl LimiterError for crate::error::QuotaError {
     }
 }
 
-/// Every limiter that never blocks, decided in the call: the future is ready at once.
-impl<Q: ?Sized, L: NonBlocking<Q> + ?Sized> AsyncRateLimiter<Q> for L {
+/// Every [`RateLimiter`], decided in the call: the future is ready at once.
+impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> AsyncRateLimiter<Q> for L {
     type Error = CostError;
     type Future = Ready<Result<Decision, CostError>>;
 
@@ -305,7 +301,7 @@ mod tests {
             g,
             clock.clone(),
         ));
-        let dynamic: &dyn NonBlocking<str> = &cas;
+        let dynamic: &dyn RateLimiter<str> = &cas;
         ready_future::<str, _>(dynamic);
 
         // The same decisions as the sync calls, taken in the call.

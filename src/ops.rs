@@ -455,7 +455,8 @@ impl<A: Algorithm + Copy, S: Store<Algo = Live<A>>> Limiter<S> {
     }
 }
 
-/// Every in-memory limiter, through the one request path.
+/// Every in-memory limiter, through the one request path: decided in the call, never
+/// waiting on I/O.
 impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::RateLimiter<Q> for Limiter<S> {
     #[inline]
     fn check(&self, key: &Q) -> Decision {
@@ -481,9 +482,6 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::RateLimiter<Q> for Limiter<S> {
         waited.unwrap_or_else(|_| Decision::denied_ns(1))
     }
 }
-
-/// Every in-memory limiter decides in the call, never waiting on I/O.
-impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::NonBlocking<Q> for Limiter<S> {}
 
 impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
     type Algo = S::Algo;

@@ -593,11 +593,10 @@ fn a_wait_ends_when_a_reconfiguration_makes_its_cost_impossible() {
 }
 
 /// A reference to a limiter is a `RateLimiter` (to a `dyn` one, in a `Box` or an `Arc`,
-/// too), and to a non-blocking one an `AsyncRateLimiter`: each decides on the one limiter's
-/// state.
+/// too), and so an `AsyncRateLimiter`: each decides on the one limiter's state.
 #[test]
 fn a_reference_to_a_limiter_is_a_limiter() {
-    use hotlimit::{AsyncRateLimiter, NonBlocking, RateLimiter};
+    use hotlimit::{AsyncRateLimiter, RateLimiter};
     fn checks<L: RateLimiter<str>>(l: L) -> bool {
         l.check("k").is_allowed()
     }
@@ -614,7 +613,7 @@ fn a_reference_to_a_limiter_is_a_limiter() {
         gcra,
         ManualClock::default(),
     ));
-    let as_dyn: Arc<dyn NonBlocking<str>> = limiter.clone();
+    let as_dyn: Arc<dyn RateLimiter<str>> = limiter.clone();
     let boxed: Box<dyn RateLimiter<str>> = Box::new(CasLimiter::<String, Gcra>::new(gcra));
     assert!(checks(&*limiter));
     assert!(checks(&*as_dyn));
@@ -635,7 +634,7 @@ fn a_reference_to_a_limiter_is_a_limiter() {
 #[test]
 fn an_arc_or_a_box_checks_with_every_trait_in_scope() {
     #[allow(unused_imports)]
-    use hotlimit::{AsyncRateLimiter, NonBlocking, RateLimiter, Requests};
+    use hotlimit::{AsyncRateLimiter, RateLimiter, Requests};
     let gcra: Gcra = "1/s burst 2".parse().unwrap();
     let arc = Arc::new(CasLimiter::<String, _, _>::with_clock(
         gcra,

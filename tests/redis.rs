@@ -6,7 +6,6 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
     SubWindow,
 };
-use hotlimit::RateLimiter;
 use hotlimit::{
     redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter, BATCH_TRIP, MIN_EXPLICIT_TTL},
     CasLimiter, CostError, Decision, ManualClock, Policy, Rate,

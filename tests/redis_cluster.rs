@@ -7,7 +7,6 @@ use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
     SubWindow,
 };
-use hotlimit::RateLimiter as _;
 use hotlimit::{
     redis::{FailMode, RedisAlgorithm, RedisLimiter},
     CasLimiter, Decision, ManualClock, Policy, Rate,

@@ -7,7 +7,7 @@ use crate::algo::{
     SubWindow,
 };
 
-use crate::limiter::NonBlocking;
+use crate::limiter::RateLimiter;
 use crate::live::Live;
 use crate::ops::{Limiter, Store};
 use std::fmt;
@@ -311,7 +311,7 @@ impl<A: Algorithm + Copy + AdvertisedQuota> AdvertisedQuota for Live<A> {
 
 /// A `dyn` limiter advertises nothing; set the policy with the layer's `headers` or
 /// [`RateLimitHeaders::new`].
-impl AdvertisedQuota for dyn NonBlocking<str> {
+impl AdvertisedQuota for dyn RateLimiter<str> {
     fn advertised_quota(&self) -> Option<QuotaPolicy> {
         None
     }

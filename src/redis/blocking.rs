@@ -8,7 +8,6 @@ use super::{BackendError, RedisAlgorithm, RedisBuilder};
 use super::{FailMode, MAX_EXPLICIT_NOW};
 use crate::decision::Decision;
 use crate::error::CostError;
-use crate::limiter::RateLimiter;
 use ::redis::Value;
 use parking_lot::Mutex;
 use std::fmt;
@@ -152,7 +151,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             out.extend(
                 requests
                     .into_iter()
-                    .map(|(key, cost)| RateLimiter::check_n(self, key, cost)),
+                    .map(|(key, cost)| self.check_n(key, cost)),
             );
             return;
         }
@@ -302,31 +301,22 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 }
 
-/// The sync client as a [`RateLimiter`], so code generic over a blocking limiter takes it;
-/// not [`NonBlocking`](crate::NonBlocking), so never an async one (the tower layer takes the
-/// async client). An outage answers the [`FailMode`].
-impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
-    /// [`RedisLimiter::check`].
-    fn check(&self, key: &str) -> Decision {
-        RedisLimiter::check(self, key)
-    }
-
-    /// [`RedisLimiter::check_n`].
-    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        RedisLimiter::check_n(self, key, cost)
-    }
-
-    /// Decides a batch of requests of cost 1, in order, as one [`check`](RateLimiter::check)
+/// The batches and the blocking wait, named as [`RateLimiter`](crate::RateLimiter)'s. The
+/// sync client is not one: each call holds its thread for a round trip, and a `RateLimiter`
+/// never waits on I/O (so it is an async limiter at no cost, which this client must not be;
+/// the tower layer takes the async client). An outage answers the [`FailMode`].
+impl<A: RedisAlgorithm> RedisLimiter<A> {
+    /// Decides a batch of requests of cost 1, in order, as one [`check`](RedisLimiter::check)
     /// each: `out` is cleared, then holds one decision per key. Batched as
-    /// [`check_n_batch`](RateLimiter::check_n_batch) is.
-    fn check_batch(&self, keys: &[&str], out: &mut Vec<Decision>) {
+    /// [`check_n_batch`](RedisLimiter::check_n_batch) is.
+    pub fn check_batch(&self, keys: &[&str], out: &mut Vec<Decision>) {
         let mut answers = Vec::new();
         self.decide_batch(keys.iter().map(|&key| (key, 1)), &mut answers);
         self.core.batch_of_ones(answers, out);
     }
 
     /// Decides a batch of `(key, cost)` requests in order, as one
-    /// [`check_n`](RateLimiter::check_n) each (the [`FailMode`] answering an outage): `out` is
+    /// [`check_n`](RedisLimiter::check_n) each (the [`FailMode`] answering an outage): `out` is
     /// cleared, then holds one answer per request, a refused cost that request's error (it is
     /// not sent). The local fast path, if enabled, answers from what it knew before each round
     /// trip and learns from its replies; the rest goes to Redis in **one round trip per
@@ -337,7 +327,11 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
     /// [`failures`](super::ClientStats::failures) or [`errors`](super::ClientStats::errors)); which of them
     /// Redis counted is then unknown. On a Redis Cluster, one `check_n` after another (see
     /// `try_check_pipelined` for why).
-    fn check_n_batch(&self, requests: &[(&str, u64)], out: &mut Vec<Result<Decision, CostError>>) {
+    pub fn check_n_batch(
+        &self,
+        requests: &[(&str, u64)],
+        out: &mut Vec<Result<Decision, CostError>>,
+    ) {
         self.decide_batch(requests.iter().copied(), out);
     }
 
@@ -346,7 +340,7 @@ impl<A: RedisAlgorithm> RateLimiter<str> for RedisLimiter<A> {
     /// first, so it may wait more than once). An outage answers the [`FailMode`] (open: at
     /// once; closed: its `retry_after`, then again). An error that is not an outage returns its
     /// denial at once rather than wait on a misconfiguration forever.
-    fn until_ready_blocking(&self, key: &str) -> Decision {
+    pub fn until_ready_blocking(&self, key: &str) -> Decision {
         loop {
             let req = Req::new(key, 1, At::Server, Mode::Check);
             let d = match self.core.fail_over_outages(self.decide_req(req)) {

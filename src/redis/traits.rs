@@ -1,9 +1,9 @@
 //! The crate's traits for the Redis limiters: the error kind of [`BackendError`] and the tower
 //! layer's `AdvertisedQuota` for both clients. `AsyncRedisLimiter`'s `AsyncRateLimiter<str>`
-//! is in `aio.rs`. The sync `RedisLimiter` is a [`RateLimiter`](crate::RateLimiter) (its impl
-//! is in `blocking.rs`) but not [`NonBlocking`](crate::NonBlocking), so it is no
-//! `AsyncRateLimiter` (only `NonBlocking` limiters are one at no cost, and the tower layer
-//! takes those): each of its decisions is a blocking round trip. Only the limiters' public API
+//! is in `aio.rs`. The sync `RedisLimiter` is not a [`RateLimiter`](crate::RateLimiter) (a
+//! `RateLimiter` never waits on I/O, and so is an `AsyncRateLimiter` at no cost, which the tower
+//! layer takes): each of its decisions is a blocking round trip. It has the same methods,
+//! inherent (`blocking.rs`), and is a [`Requests`](crate::Requests). Only the limiters' public API
 //! is used here.
 
 use super::BackendError;

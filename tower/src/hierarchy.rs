@@ -9,7 +9,7 @@ use super::plan::NoPlans;
 use super::{AdvertisedQuota, KeyExtractor, LayerBuilder, RequestCost};
 use hotlimit::headers::{QuotaPolicy, Verdict};
 use hotlimit::store::LimiterError;
-use hotlimit::{NonBlocking, Requests};
+use hotlimit::{RateLimiter, Requests};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use std::fmt;
@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 
 impl<L, X, C> LayerBuilder<L, X, C, NoPlans>
 where
-    L: NonBlocking<str> + Requests<str> + AdvertisedQuota,
+    L: RateLimiter<str> + Requests<str> + AdvertisedQuota,
     <L as Requests<str>>::Error: LimiterError,
     X: KeyExtractor,
     C: RequestCost,
@@ -57,7 +57,7 @@ where
     /// [`HeaderKey`](crate::HeaderKey)) is one type. To mix extractors (an IP inside an API
     /// key's tenant), use your own enum implementing [`KeyExtractor`], or boxed closures
     /// (`Box<dyn Fn(&Parts) -> Option<String> + Send + Sync>` is one). For limiters that
-    /// decide in memory ([`NonBlocking`]): every level is decided in `call`. Each request
+    /// decide in the call ([`RateLimiter`]): every level is decided in `call`. Each request
     /// allocates two small vectors (the keys, the levels), one entry per level.
     ///
     /// ```
@@ -190,7 +190,7 @@ impl<S: fmt::Debug, L, X, C> fmt::Debug for Hierarchy<S, L, X, C> {
 
 impl<L, X, C> Levels<L, X, C>
 where
-    L: NonBlocking<str> + Requests<str>,
+    L: RateLimiter<str> + Requests<str>,
     <L as Requests<str>>::Error: LimiterError,
     X: KeyExtractor,
     C: RequestCost,
@@ -260,7 +260,7 @@ impl<S, L, X, C, ReqB, ResB> tower_service::Service<Request<ReqB>> for Hierarchy
 where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Default,
-    L: NonBlocking<str> + Requests<str>,
+    L: RateLimiter<str> + Requests<str>,
     <L as Requests<str>>::Error: LimiterError,
     X: KeyExtractor,
     C: RequestCost,

@@ -55,11 +55,11 @@ where
     /// the limiter's quota ([`AdvertisedQuota`]).
     ///
     /// `limiter` is any [`AsyncRateLimiter<str>`]: every in-memory limiter, every
-    /// [`NonBlocking`](hotlimit::NonBlocking) one (decided in `call`, as a synchronous layer
+    /// [`RateLimiter`](hotlimit::RateLimiter) (decided in `call`, as a synchronous layer
     /// would), or the Redis backend's
     /// `AsyncRedisLimiter` (one limit shared by every instance; the response future awaits
     /// the round trip). For a limiter without a quota to advertise (one of your own), pass it
-    /// as `Arc<dyn NonBlocking<str>>` and set the policy with
+    /// as `Arc<dyn RateLimiter<str>>` and set the policy with
     /// [`LayerBuilder::headers`] (`quota`).
     pub fn builder(limiter: Arc<L>, key: X) -> LayerBuilder<L, X, UnitCost, NoPlans> {
         let headers = RateLimitHeaders::for_limiter(&*limiter);

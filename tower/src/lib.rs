@@ -49,8 +49,8 @@
 //!    [`OversizedKey`], so a hostile header never becomes a huge key;
 //! 3. decides it with the limiter (under the request's own quota if a plan picks one:
 //!    [`LayerBuilder::plans`]), any [`AsyncRateLimiter<str>`](hotlimit::AsyncRateLimiter):
-//!    every [`NonBlocking`](hotlimit::NonBlocking) limiter (every algorithm and store of the
-//!    crate, a [`ManualClock`](hotlimit::ManualClock) one in tests, a `dyn NonBlocking<str>`), decided in
+//!    every [`RateLimiter`](hotlimit::RateLimiter) (every algorithm and store of the
+//!    crate, a [`ManualClock`](hotlimit::ManualClock) one in tests, a `dyn RateLimiter<str>`), decided in
 //!    `call` at no cost, or the Redis backend's `AsyncRedisLimiter` (see *Over Redis*), whose
 //!    round trip the response future awaits;
 //! 4. acts according to the [`Mode`]: enforce (deny with `429 Too Many Requests`), dry-run

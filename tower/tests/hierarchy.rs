@@ -11,7 +11,7 @@ use axum::Router;
 use hotlimit::algo::{FixedWindow, Gcra};
 use hotlimit::headers::Mode;
 use hotlimit::store::LimiterError;
-use hotlimit::{CasLimiter, Decision, ManualClock, NonBlocking, Requests};
+use hotlimit::{CasLimiter, Decision, ManualClock, RateLimiter, Requests};
 use hotlimit_tower::{
     HeaderKey, HierarchyLayer, MissingKey, OversizedKey, RateLimitLayer, RequestCost,
     ShadowDecision,
@@ -56,7 +56,7 @@ fn stated_cost(parts: &Parts) -> u64 {
 /// `layer` around a handler that answers 200 with the request's `ShadowDecision`, if any.
 fn service<L, C>(layer: HierarchyLayer<L, HeaderKey, C>) -> App
 where
-    L: NonBlocking<str> + Requests<str> + 'static,
+    L: RateLimiter<str> + Requests<str> + 'static,
     <L as Requests<str>>::Error: LimiterError,
     C: RequestCost,
 {

@@ -11,7 +11,7 @@ use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::headers::{AdvertisedQuota, Mode, QuotaPolicy};
 use hotlimit::{
     store::LimiterError, AsyncRateLimiter, CasLimiter, CostError, Decision, ManualClock,
-    MutexLimiter, NonBlocking, RateLimiter,
+    MutexLimiter, RateLimiter,
 };
 use hotlimit_tower::{
     ForwardedIp, HeaderKey, KeyExtractor, MissingKey, OversizedKey, PeerIp, RateLimitLayer,
@@ -592,7 +592,7 @@ async fn any_algorithm_and_variant_behind_the_layer() {
     // EARRRL as a `dyn` limiter: no quota, no remaining, so only Retry-After.
     let clock = ManualClock::default();
     let earrrl = Earrrl::new(Duration::from_secs(2), "3/s".parse().unwrap()).unwrap();
-    let limiter: Arc<dyn NonBlocking<str>> = Arc::new(CasLimiter::<String, _, _>::with_clock(
+    let limiter: Arc<dyn RateLimiter<str>> = Arc::new(CasLimiter::<String, _, _>::with_clock(
         earrrl,
         clock.clone(),
     ));
@@ -1069,7 +1069,7 @@ async fn paced_client(app: Router, clock: &ManualClock, n: u32) -> (u32, u32, f6
 #[tokio::test]
 async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
     async fn run(
-        limiter: Arc<dyn NonBlocking<str>>,
+        limiter: Arc<dyn RateLimiter<str>>,
         quota: Option<QuotaPolicy>,
         clock: ManualClock,
         rate: f64,
@@ -1092,7 +1092,7 @@ async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
     let clock = ManualClock::default;
     let gcra = |spec: &str, clock: &ManualClock| {
         let l = gcra_limiter(spec, clock);
-        (l.advertised_quota(), l as Arc<dyn NonBlocking<str>>)
+        (l.advertised_quota(), l as Arc<dyn RateLimiter<str>>)
     };
     // A burst of 10 ms × 10 = 0.1 s.
     let c = clock();
@@ -1119,7 +1119,7 @@ async fn a_client_pacing_by_the_headers_gets_the_rate_without_a_429() {
         FixedWindow::new(100, s(10)).unwrap(),
         c.clone(),
     ));
-    let (q, l) = (l.advertised_quota(), l as Arc<dyn NonBlocking<str>>);
+    let (q, l) = (l.advertised_quota(), l as Arc<dyn RateLimiter<str>>);
     run(l, q, c, 10.0, r#""default";q=100;w=10"#).await;
 }
 

@@ -631,8 +631,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     }
 }
 
-/// The hybrid limiter as a [`RateLimiter<str>`](crate::RateLimiter): every call is local, so
-/// it is [`NonBlocking`](crate::NonBlocking) and through it an
+/// The hybrid limiter as a [`RateLimiter<str>`](crate::RateLimiter): every decision is local
+/// (Redis is only reached by the background sync), so it is an
 /// [`AsyncRateLimiter`](crate::AsyncRateLimiter) that never blocks an async task (the tower
 /// layer takes it as it takes the in-memory limiters).
 impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, C> {
@@ -680,9 +680,6 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
         }
     }
 }
-
-/// Every decision is local: Redis is only reached by the background sync.
-impl<A: HybridAlgorithm, C: Clock> crate::NonBlocking<str> for HybridLimiter<A, C> {}
 
 /// Every other request, through [`request`](crate::Requests::request): a cost, an instant;
 /// then `check`, `peek`, `up_to` (a partial grant), `take` and `settle`. A request's quota
