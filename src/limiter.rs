@@ -68,10 +68,11 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 }
 
 /// `RateLimiter` through a reference: `&limiter` (of a `dyn RateLimiter`, the inside of a
-/// `Box` or an `Arc`, too) is one, and so an [`AsyncRateLimiter`]. Not for `Box` and `Arc`
-/// themselves: a method called on an
-/// `Arc<CasLimiter<..>>` would then find the trait's before the limiter's own, and `len()`,
-/// which names no key type, could no longer tell which `RateLimiter<Q>` is meant.
+/// `Box` or an `Arc`, too) is one, and so an [`AsyncRateLimiter`]; pass `&*arc`. Not for `Box`
+/// and `Arc` themselves: a method called on an `Arc<CasLimiter<..>>` would then find the
+/// trait's before the limiter's own, and the limiter's `check_batch`, which takes any iterator
+/// of keys (no `Vec<&Q>` to build from owned keys), would no longer compile there with the
+/// trait in scope (it takes slices, to stay object-safe).
 impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for &L {
     #[inline]
     fn check(&self, key: &Q) -> Decision {
