@@ -2,6 +2,7 @@
 //! can never be admitted.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The configuration field an error is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -299,8 +300,12 @@ impl fmt::Display for CostError {
 
 impl std::error::Error for CostError {}
 
-/// Why a request with its own quota ([`Request::quota`](crate::Request::quota))
-/// was refused before it was decided; nothing was counted.
+/// Why a limiter could not decide a request: its cost can never be admitted, the quota that
+/// comes with it cannot be used here ([`Request::quota`](crate::Request::quota)), a settle's
+/// ticket is another's, each refused before anything was counted; or the limiter's backend
+/// failed (over Redis). The error of every in-memory [`Request`](crate::Request) and of every
+/// [`AsyncRateLimiter`](crate::AsyncRateLimiter), which is how the tower layer tells a
+/// request it refuses (a cost: `413`) from a limiter that cannot decide (`503`).
 ///
 /// ```
 /// use hotlimit::{algo::FixedWindow, QuotaError, CasLimiter, CostError};
@@ -316,7 +321,7 @@ impl std::error::Error for CostError {}
 /// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum QuotaError {
     /// The cost is 0 or more than the quota can ever admit.
@@ -328,17 +333,39 @@ pub enum QuotaError {
     Quota(Box<ConfigError>),
     /// A settle's ticket was taken from another limiter or for another key.
     Ticket(TicketError),
+    /// The limiter could not decide: its backend failed (a Redis outage its fail mode does
+    /// not answer, an error reply). Not the request's fault. The backend's own error (the
+    /// Redis backend's `BackendError`), to log or to downcast; never an in-memory limiter's.
+    Backend(Arc<dyn std::error::Error + Send + Sync>),
 }
+
+/// Equal when the same failure: two backend errors are equal only if they are one
+/// (`Arc::ptr_eq`), since a backend's error need not compare.
+impl PartialEq for QuotaError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (QuotaError::Cost(a), QuotaError::Cost(b)) => a == b,
+            (QuotaError::Quota(a), QuotaError::Quota(b)) => a == b,
+            (QuotaError::Ticket(a), QuotaError::Ticket(b)) => a == b,
+            (QuotaError::Backend(a), QuotaError::Backend(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for QuotaError {}
 
 /// A cause is either printed or returned by `source`, never both (a report walking the
 /// chain would print it twice): the cost error is this error, word for word, so it prints and
-/// has no source; the quota's configuration error is the cause, returned by `source`.
+/// has no source; the quota's configuration error and the backend's error are the cause,
+/// returned by `source`.
 impl fmt::Display for QuotaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             QuotaError::Cost(e) => e.fmt(f),
             QuotaError::Quota(_) => f.write_str("this quota cannot be used on this limiter"),
             QuotaError::Ticket(e) => e.fmt(f),
+            QuotaError::Backend(_) => f.write_str("the limiter's backend could not decide"),
         }
     }
 }
@@ -348,6 +375,7 @@ impl std::error::Error for QuotaError {
         match self {
             QuotaError::Cost(_) | QuotaError::Ticket(_) => None,
             QuotaError::Quota(e) => Some(&**e),
+            QuotaError::Backend(e) => Some(&**e),
         }
     }
 }
@@ -471,5 +499,15 @@ mod tests {
             capacity: 5,
         };
         assert_eq!(report(&QuotaError::Cost(cost)), cost.to_string());
+        let down = Arc::new(std::io::Error::other("connection refused"));
+        let e = QuotaError::Backend(down.clone());
+        assert_eq!(
+            report(&e),
+            "the limiter's backend could not decide: connection refused"
+        );
+        // The same failure is equal to itself; another with the same text is not it.
+        assert_eq!(e, QuotaError::Backend(down));
+        let other = Arc::new(std::io::Error::other("connection refused"));
+        assert_ne!(e, QuotaError::Backend(other));
     }
 }

@@ -4,7 +4,7 @@
 use crate::algo::Algorithm;
 use crate::cell::{LockCell, StateCells};
 use crate::decision::Decision;
-use crate::error::CostError;
+use crate::error::{CostError, QuotaError};
 use std::future::{ready, Future, Ready};
 
 /// A limiter of keys of type `Q` that decides in the call, never waiting on I/O: the
@@ -137,13 +137,10 @@ impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for &L {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait AsyncRateLimiter<Q: ?Sized>: Send + Sync {
-    /// Why a decision could not be made: a cost that can never be admitted, or (for a limiter
-    /// with a backend) a failure of the backend; see [`LimiterError`]. [`CostError`] for every
-    /// in-memory limiter.
-    type Error: LimiterError;
-
-    /// The decision to come.
-    type Future: Future<Output = Result<Decision, Self::Error>> + Send + Unpin + 'static;
+    /// The decision to come, or why it could not be made: a cost that can never be admitted
+    /// ([`QuotaError::Cost`]), or (for a limiter with a backend) a failure of the backend
+    /// ([`QuotaError::Backend`]).
+    type Future: Future<Output = Result<Decision, QuotaError>> + Send + Unpin + 'static;
 
     /// Decides a request of `cost` for `key`.
     fn check_n_async(&self, key: &Q, cost: u64) -> Self::Future;
@@ -154,38 +151,13 @@ pub trait AsyncRateLimiter<Q: ?Sized>: Send + Sync {
     }
 }
 
-/// The error of an [`AsyncRateLimiter`]: says whether the request itself can never pass (a
-/// [`CostError`], the caller's) or the limiter could not decide (a backend failure).
-pub trait LimiterError: std::error::Error + Send + Sync + 'static {
-    /// The cost error, if this is one; `None` for a failure of the limiter's backend.
-    fn cost_error(&self) -> Option<CostError>;
-}
-
-impl LimiterError for CostError {
-    fn cost_error(&self) -> Option<CostError> {
-        Some(*self)
-    }
-}
-
-/// An in-memory limiter's [`Requests`](crate::Requests) error: only its cost error is the
-/// request's; a quota or ticket error is the caller's configuration.
-impl LimiterError for crate::error::QuotaError {
-    fn cost_error(&self) -> Option<CostError> {
-        match self {
-            crate::error::QuotaError::Cost(e) => Some(*e),
-            _ => None,
-        }
-    }
-}
-
 /// Every [`RateLimiter`], decided in the call: the future is ready at once.
 impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> AsyncRateLimiter<Q> for L {
-    type Error = CostError;
-    type Future = Ready<Result<Decision, CostError>>;
+    type Future = Ready<Result<Decision, QuotaError>>;
 
     #[inline]
     fn check_n_async(&self, key: &Q, cost: u64) -> Self::Future {
-        ready(self.check_n(key, cost))
+        ready(self.check_n(key, cost).map_err(QuotaError::Cost))
     }
 
     #[inline]
@@ -282,8 +254,7 @@ mod tests {
     /// Compiles only if `L`'s async decision is `std::future::Ready`: nothing boxed.
     fn ready_future<Q: ?Sized, L>(_: &L)
     where
-        L: AsyncRateLimiter<Q, Error = CostError, Future = Ready<Result<Decision, CostError>>>
-            + ?Sized,
+        L: AsyncRateLimiter<Q, Future = Ready<Result<Decision, QuotaError>>> + ?Sized,
     {
     }
 
@@ -312,11 +283,10 @@ mod tests {
         assert!(d(cas.check_async("k")).unwrap().is_denied());
         assert_eq!(
             d(cas.check_n_async("k", 3)),
-            Err(CostError::ExceedsCapacity {
+            Err(QuotaError::Cost(CostError::ExceedsCapacity {
                 cost: 3,
                 capacity: 2
-            })
+            }))
         );
-        assert_eq!(CostError::Zero.cost_error(), Some(CostError::Zero));
     }
 }

@@ -12,7 +12,7 @@ use ::redis::Value;
 use parking_lot::Mutex;
 use std::fmt;
 
-/// The most requests [`RateLimiter::check_n_batch`] of [`RedisLimiter`] (and the async client's) sends in one
+/// The most requests [`RedisLimiter::check_n_batch`] (and the async client's) sends in one
 /// round trip: past about 64
 /// the pipeline's rate no longer grows (`BENCHMARKS.md`, "Redis backend"), and a bound keeps a
 /// round trip well inside the I/O timeout whatever the batch.

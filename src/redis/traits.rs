@@ -1,5 +1,6 @@
-//! The crate's traits for the Redis limiters: the error kind of [`BackendError`] and the tower
-//! layer's `AdvertisedQuota` for both clients. `AsyncRedisLimiter`'s `AsyncRateLimiter<str>`
+//! The crate's traits for the Redis limiters: [`BackendError`] as the one error of an
+//! `AsyncRateLimiter` ([`QuotaError`]) and the tower layer's `AdvertisedQuota` for both
+//! clients. `AsyncRedisLimiter`'s `AsyncRateLimiter<str>`
 //! is in `aio.rs`. The sync `RedisLimiter` is not a [`RateLimiter`](crate::RateLimiter) (a
 //! `RateLimiter` never waits on I/O, and so is an `AsyncRateLimiter` at no cost, which the tower
 //! layer takes): each of its decisions is a blocking round trip. It has the same methods,
@@ -9,15 +10,18 @@
 use super::BackendError;
 #[cfg(feature = "http")]
 use super::{RedisAlgorithm, RedisLimiter};
-use crate::error::CostError;
-use crate::limiter::LimiterError;
+use crate::error::QuotaError;
+use std::sync::Arc;
 
-/// A backend failure is not the request's fault; a cost error is.
-impl LimiterError for BackendError {
-    fn cost_error(&self) -> Option<CostError> {
-        match self {
-            BackendError::Cost(e) => Some(*e),
-            _ => None,
+/// A cost error is the request's, and a ticket from elsewhere the caller's: each stays what
+/// it is in memory. Every other backend error is the limiter's failure to decide
+/// ([`QuotaError::Backend`], holding it).
+impl From<BackendError> for QuotaError {
+    fn from(e: BackendError) -> Self {
+        match e {
+            BackendError::Cost(c) => QuotaError::Cost(c),
+            BackendError::Ticket(t) => QuotaError::Ticket(t),
+            e => QuotaError::Backend(Arc::new(e)),
         }
     }
 }

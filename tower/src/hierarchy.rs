@@ -8,8 +8,7 @@ use super::options::{ConfigView, Shared};
 use super::plan::NoPlans;
 use super::{AdvertisedQuota, KeyExtractor, LayerBuilder, RequestCost};
 use hotlimit::headers::{QuotaPolicy, Verdict};
-use hotlimit::store::LimiterError;
-use hotlimit::{RateLimiter, Requests};
+use hotlimit::{QuotaError, RateLimiter, Requests};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use std::fmt;
@@ -20,8 +19,7 @@ use std::task::{Context, Poll};
 
 impl<L, X, C> LayerBuilder<L, X, C, NoPlans>
 where
-    L: RateLimiter<str> + Requests<str> + AdvertisedQuota,
-    <L as Requests<str>>::Error: LimiterError,
+    L: RateLimiter<str> + Requests<str, Error = QuotaError> + AdvertisedQuota,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -190,8 +188,7 @@ impl<S: fmt::Debug, L, X, C> fmt::Debug for Hierarchy<S, L, X, C> {
 
 impl<L, X, C> Levels<L, X, C>
 where
-    L: RateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: LimiterError,
+    L: RateLimiter<str> + Requests<str, Error = QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -245,13 +242,12 @@ where
 #[cold]
 fn too_large_at<L>(levels: &[(&L, &str, Option<&L::Algo>)], cost: u64) -> usize
 where
-    L: Requests<str>,
-    L::Error: LimiterError,
+    L: Requests<str, Error = QuotaError>,
 {
     levels
         .iter()
         .position(|&(l, key, _)| {
-            matches!(l.request(key).cost(cost).peek(), Err(e) if e.cost_error().is_some())
+            matches!(l.request(key).cost(cost).peek(), Err(QuotaError::Cost(_)))
         })
         .unwrap_or(0)
 }
@@ -260,8 +256,7 @@ impl<S, L, X, C, ReqB, ResB> tower_service::Service<Request<ReqB>> for Hierarchy
 where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Default,
-    L: RateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: LimiterError,
+    L: RateLimiter<str> + Requests<str, Error = QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {

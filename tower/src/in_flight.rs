@@ -5,8 +5,8 @@
 use super::options::Shared;
 use super::plan::NoPlans;
 use super::{KeyExtractor, LayerBuilder, RequestCost};
-use hotlimit::store::{Ask, LimiterError};
-use hotlimit::{AsyncRateLimiter, Requests, Ticket};
+use hotlimit::store::Ask;
+use hotlimit::{AsyncRateLimiter, QuotaError, Requests, Ticket};
 use http::header::{HeaderValue, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
@@ -19,8 +19,7 @@ use std::time::Duration;
 
 impl<L, X, C> LayerBuilder<L, X, C, NoPlans>
 where
-    L: AsyncRateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: LimiterError,
+    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -144,8 +143,7 @@ impl<S, L, X, C, ReqB, ResB> tower_service::Service<Request<ReqB>> for InFlightS
 where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Default,
-    L: AsyncRateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: LimiterError,
+    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {

@@ -12,7 +12,7 @@ use hotlimit::CostError;
 use hotlimit::Decision;
 #[cfg(doc)]
 use hotlimit::RateLimiter;
-use hotlimit::{store::LimiterError, AsyncRateLimiter};
+use hotlimit::{AsyncRateLimiter, QuotaError};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use std::fmt;
@@ -241,12 +241,12 @@ where
     /// inlined: its second caller (the cold wait) would otherwise keep it out of line, and
     /// `call` pays a call and a returned `Outcome` through memory.
     #[inline(always)]
-    pub(super) fn outcome<E: LimiterError>(
+    pub(super) fn outcome(
         &self,
         key: &str,
         cost: u64,
         policy: Option<Option<QuotaPolicy>>,
-        result: Result<Decision, E>,
+        result: Result<Decision, QuotaError>,
     ) -> Outcome {
         // The request's plan's policy, under the layer's policy's name (nested layers keep
         // theirs), if it has a plan; else the layer's.
@@ -261,13 +261,13 @@ where
         let decision = match result {
             Ok(d) => d,
             Err(e) => {
-                return match e.cost_error() {
-                    Some(CostError::Zero) => Outcome::Refuse(None), // not reached: cost > 0
+                return match e {
+                    QuotaError::Cost(CostError::Zero) => Outcome::Refuse(None), // not reached: cost > 0
                     // Above the capacity (or any cost the limiter can never admit): 413.
-                    Some(_) => Outcome::Verdict(headers.too_large()),
+                    QuotaError::Cost(_) => Outcome::Verdict(headers.too_large()),
                     // The limiter could not decide: no decision, so no rate-limit headers
                     // (they would be made up) and no report; never an allow in enforce mode.
-                    None => self.refuse(StatusCode::SERVICE_UNAVAILABLE),
+                    _ => self.refuse(StatusCode::SERVICE_UNAVAILABLE),
                 };
             }
         };
@@ -520,7 +520,7 @@ where
     /// poll stays as small as before the layer was async.
     #[cold]
     #[inline(never)]
-    fn resolve(self, result: Result<Decision, L::Error>) -> Kind<S::Future, Self> {
+    fn resolve(self, result: Result<Decision, QuotaError>) -> Kind<S::Future, Self> {
         let Pending {
             mut inner,
             mut parts,

@@ -82,7 +82,7 @@
 //! | `429 Too Many Requests` | the limiter denied the request |
 //! | `400 Bad Request` | no key ([`MissingKey::Reject`]) or a key over the length bound ([`OversizedKey::Reject`]) |
 //! | `413 Content Too Large` | the request's cost exceeds the limiter's capacity: it could never pass |
-//! | `503 Service Unavailable` | the limiter could not decide: its error is a backend failure ([`LimiterError::cost_error`](hotlimit::store::LimiterError::cost_error) is `None`); no rate-limit headers, since there is no decision, and no [`LayerBuilder::on_decision`] report |
+//! | `503 Service Unavailable` | the limiter could not decide: its error is not the request's cost (a backend failure: [`QuotaError::Backend`](hotlimit::QuotaError::Backend)); no rate-limit headers, since there is no decision, and no [`LayerBuilder::on_decision`] report |
 //!
 //! Their body is the response body type's `Default` (empty for axum's `Body`).
 //!

@@ -40,12 +40,10 @@ where
         key: &str,
         cost: u64,
         quota: &S::Algo,
-    ) -> Result<Ready<Result<hotlimit::Decision, hotlimit::CostError>>, ConfigError> {
+    ) -> Result<Ready<Result<hotlimit::Decision, QuotaError>>, ConfigError> {
         match self.request(key).quota(quota).cost(cost).check() {
-            Ok(decision) => Ok(ready(Ok(decision))),
-            Err(QuotaError::Cost(e)) => Ok(ready(Err(e))),
             Err(QuotaError::Quota(e)) => Err(*e),
-            Err(other) => unreachable!("a check takes no ticket: {other}"),
+            answer => Ok(ready(answer)),
         }
     }
 }
@@ -64,7 +62,7 @@ where
         let (limiter, key, quota) = (self.clone(), key.to_owned(), *quota);
         Ok(Box::pin(async move {
             let r = limiter.request(&key).cost(cost).quota(&quota).check().await;
-            limiter.fail_over(r)
+            Ok(limiter.fail_over(r)?)
         }))
     }
 }

@@ -8,9 +8,9 @@ use super::options::Shared;
 use super::plan::NoPlans;
 use super::{KeyExtractor, LayerBuilder, RequestCost};
 use hotlimit::headers::Verdict;
-use hotlimit::Requests;
+use hotlimit::AsyncRateLimiter;
 use hotlimit::Ticket;
-use hotlimit::{store::LimiterError, AsyncRateLimiter};
+use hotlimit::{QuotaError, Requests};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use std::fmt;
@@ -55,8 +55,7 @@ where
 
 impl<L, X, C> LayerBuilder<L, X, C, NoPlans>
 where
-    L: AsyncRateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: LimiterError,
+    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -146,8 +145,7 @@ impl<S: fmt::Debug, L: ?Sized, X, C, F> fmt::Debug for Settle<S, L, X, C, F> {
 
 impl<L, X, C> Shared<L, X, C, NoPlans>
 where
-    L: AsyncRateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: LimiterError,
+    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -188,8 +186,7 @@ impl<S, L, X, C, F, ReqB, ResB> tower_service::Service<Request<ReqB>> for Settle
 where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Default,
-    L: AsyncRateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: LimiterError,
+    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
     F: ResponseCost<ResB>,

@@ -10,8 +10,7 @@ use axum::routing::get;
 use axum::Router;
 use hotlimit::algo::{FixedWindow, Gcra};
 use hotlimit::headers::Mode;
-use hotlimit::store::LimiterError;
-use hotlimit::{CasLimiter, Decision, ManualClock, RateLimiter, Requests};
+use hotlimit::{CasLimiter, Decision, ManualClock, QuotaError, RateLimiter, Requests};
 use hotlimit_tower::{
     HeaderKey, HierarchyLayer, MissingKey, OversizedKey, RateLimitLayer, RequestCost,
     ShadowDecision,
@@ -56,8 +55,7 @@ fn stated_cost(parts: &Parts) -> u64 {
 /// `layer` around a handler that answers 200 with the request's `ShadowDecision`, if any.
 fn service<L, C>(layer: HierarchyLayer<L, HeaderKey, C>) -> App
 where
-    L: RateLimiter<str> + Requests<str> + 'static,
-    <L as Requests<str>>::Error: LimiterError,
+    L: RateLimiter<str> + Requests<str, Error = QuotaError> + 'static,
     C: RequestCost,
 {
     BoxCloneService::new(

@@ -14,8 +14,7 @@ mod budget;
 use budget::Budget;
 use hotlimit::algo::InFlight;
 use hotlimit::headers::{AdvertisedQuota, Mode, QuotaPolicy};
-use hotlimit::store::LimiterError;
-use hotlimit::{AsyncRateLimiter, CasLimiter, ManualClock, Requests};
+use hotlimit::{AsyncRateLimiter, CasLimiter, ManualClock, QuotaError, Requests};
 use hotlimit_tower::{HeaderKey, InFlightBody, RateLimitLayer};
 use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
@@ -141,8 +140,7 @@ type App<L = Limiter> =
 
 fn app<L>(running: &Arc<L>, mode: Mode, denied: StatusCode) -> App<L>
 where
-    L: AsyncRateLimiter<str> + Requests<str> + AdvertisedQuota + 'static,
-    <L as Requests<str>>::Error: LimiterError,
+    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError> + AdvertisedQuota + 'static,
 {
     let layer = RateLimitLayer::builder(running.clone(), HeaderKey::from_static("x-api-key"))
         .headers(|h| h.mode = mode)

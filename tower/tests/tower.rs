@@ -10,8 +10,8 @@ use axum::{Extension, Router};
 use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::headers::{AdvertisedQuota, Mode, QuotaPolicy};
 use hotlimit::{
-    store::LimiterError, AsyncRateLimiter, CasLimiter, CostError, Decision, ManualClock,
-    MutexLimiter, RateLimiter,
+    AsyncRateLimiter, CasLimiter, CostError, Decision, ManualClock, MutexLimiter, QuotaError,
+    RateLimiter,
 };
 use hotlimit_tower::{
     ForwardedIp, HeaderKey, KeyExtractor, MissingKey, OversizedKey, PeerIp, RateLimitLayer,
@@ -716,14 +716,13 @@ async fn dry_run_and_shadow_never_refuse_keyless_or_oversized_requests() {
 struct Deferred(Arc<CasLimiter<String, Gcra, ManualClock>>);
 
 impl AsyncRateLimiter<str> for Deferred {
-    type Error = CostError;
-    type Future = Pin<Box<dyn Future<Output = Result<Decision, CostError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, QuotaError>> + Send>>;
 
     fn check_n_async(&self, key: &str, cost: u64) -> Self::Future {
         let (limiter, key) = (self.0.clone(), key.to_owned());
         Box::pin(async move {
             tokio::task::yield_now().await;
-            RateLimiter::check_n(&*limiter, key.as_str(), cost)
+            Ok(RateLimiter::check_n(&*limiter, key.as_str(), cost)?)
         })
     }
 }
@@ -841,38 +840,26 @@ async fn a_pending_decision_in_shadow_mode_reaches_the_hook_and_the_handler() {
 /// A limiter whose backend is down, or that refuses a cost as too large.
 struct Broken;
 
+/// Its backend's failure.
 #[derive(Debug)]
-enum BrokenError {
-    Backend,
-    Cost(CostError),
-}
+struct Down;
 
-impl std::fmt::Display for BrokenError {
+impl std::fmt::Display for Down {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("broken")
+        f.write_str("down")
     }
 }
 
-impl std::error::Error for BrokenError {}
-
-impl LimiterError for BrokenError {
-    fn cost_error(&self) -> Option<CostError> {
-        match self {
-            BrokenError::Backend => None,
-            BrokenError::Cost(e) => Some(*e),
-        }
-    }
-}
+impl std::error::Error for Down {}
 
 impl AsyncRateLimiter<str> for Broken {
-    type Error = BrokenError;
-    type Future = std::future::Ready<Result<Decision, BrokenError>>;
+    type Future = std::future::Ready<Result<Decision, QuotaError>>;
 
     fn check_n_async(&self, _key: &str, cost: u64) -> Self::Future {
         std::future::ready(Err(if cost > 5 {
-            BrokenError::Cost(CostError::ExceedsCapacity { cost, capacity: 5 })
+            QuotaError::Cost(CostError::ExceedsCapacity { cost, capacity: 5 })
         } else {
-            BrokenError::Backend
+            QuotaError::Backend(Arc::new(Down))
         }))
     }
 }
