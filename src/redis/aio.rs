@@ -248,7 +248,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
     }
 
     /// Decides a batch of `(key, cost)` requests in order, as the sync client's
-    /// [`check_n_batch`](crate::RateLimiter::check_n_batch) does (an outage answered by the
+    /// [`check_n_batch`](super::RedisLimiter::check_n_batch) does (an outage answered by the
     /// [`FailMode`], another backend error by a denial, each counted): one round trip
     /// per [`BATCH_TRIP`](super::BATCH_TRIP) requests, the local fast path before and after it,
     /// the fail mode for a failed one. On a Redis Cluster a round trip's requests go

@@ -104,7 +104,7 @@
 //! ([`BackendError::Unavailable`]) instead of each waiting for a connect timeout.
 //!
 //! [`request`](crate::Requests::request)'s operations return every
-//! [`BackendError`]. [`check`](crate::RateLimiter::check) of [`RedisLimiter`] and [`check_n`](crate::RateLimiter::check_n) tell two
+//! [`BackendError`]. [`RedisLimiter::check`] and [`check_n`](RedisLimiter::check_n) tell two
 //! kinds apart ([`BackendError::is_outage`]):
 //!
 //! - an **outage** (a connection refused, reset or closed, an I/O timeout,
@@ -232,7 +232,7 @@ pub const MAX_EXPLICIT_NOW: u64 = (1 << 53) - 1;
 pub struct ClientStats {
     /// Requests sent to Redis so far (each a round trip; a pipelined batch counts once).
     pub round_trips: u64,
-    /// Outages ([`BackendError::is_outage`]) that [`check`](crate::RateLimiter::check) and
+    /// Outages ([`BackendError::is_outage`]) that [`check`](RedisLimiter::check) and
     /// the other fail-mode paths answered with the [`FailMode`].
     pub failures: u64,
     /// Errors that are not outages (a script error, a wrong type, a misrouted command, a bad
@@ -240,7 +240,7 @@ pub struct ClientStats {
     pub errors: u64,
 }
 
-/// What [`check`](crate::RateLimiter::check) of [`RedisLimiter`] answers when the backend fails.
+/// What [`RedisLimiter::check`] answers when the backend fails.
 ///
 /// ```
 /// use hotlimit::redis::FailMode;

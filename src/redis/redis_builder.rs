@@ -55,7 +55,7 @@ impl<A> RedisBuilder<A> {
         self
     }
 
-    /// What [`check`](crate::RateLimiter::check) of [`RedisLimiter`] answers when the backend fails (default
+    /// What [`RedisLimiter::check`] answers when the backend fails (default
     /// [`FailMode::Open`]).
     pub fn fail_mode(mut self, mode: FailMode) -> Self {
         self.fail_mode = mode;
