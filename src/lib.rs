@@ -63,7 +63,7 @@
 //! (default clock), `with_clock`, or `builder` (one [`Builder`](store::Builder) shape: clock,
 //! metrics, and for keyed stores a capacity bound and a background sweeper).
 //!
-//! Code generic over limiters uses [`RateLimiter`] (object-safe: checks, batches, waits;
+//! Code generic over limiters uses [`RateLimiter`] (object-safe: checks and batches;
 //! every limiter that decides in the call, never waiting on I/O: the in-memory limiters and the
 //! hybrid one), [`Requests`] (every [`Request`], on every limiter: in memory, the hybrid one
 //! and the blocking Redis client), or [`AsyncRateLimiter`], which the tower layer takes: every

@@ -17,8 +17,9 @@ use std::future::{ready, Future, Ready};
 /// The blocking Redis client is not one: its `check` is a round trip that holds the thread,
 /// so the types keep it out of an async server. It has the same methods, inherent, and is a
 /// [`Requests`](crate::Requests). Implement `RateLimiter` for a limiter of your own only if
-/// its `check` never waits on I/O (the one blocking method, `until_ready_blocking`, says so in
-/// its name); a limiter that must wait implements [`AsyncRateLimiter`] instead.
+/// its `check` never waits on I/O; a limiter that must wait implements [`AsyncRateLimiter`]
+/// instead. To wait until a request is admitted: [`Request::until_ready`](crate::Request::until_ready)
+/// (async) or [`until_ready_blocking`](crate::Request::until_ready_blocking).
 ///
 /// # Examples
 ///
@@ -60,11 +61,6 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
         out.clear();
         out.extend(requests.iter().map(|&(key, cost)| self.check_n(key, cost)));
     }
-
-    /// Waits on the calling thread until a request of cost 1 for `key` is allowed, and
-    /// returns that decision (or the denial, if the wait lies past the clock's range); see
-    /// [`Request::until_ready_blocking`](crate::Request::until_ready_blocking).
-    fn until_ready_blocking(&self, key: &Q) -> Decision;
 }
 
 /// `RateLimiter` through a reference: `&limiter` (of a `dyn RateLimiter`, the inside of a
@@ -90,10 +86,6 @@ impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for &L {
 
     fn check_n_batch(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<Decision, CostError>>) {
         (**self).check_n_batch(requests, out)
-    }
-
-    fn until_ready_blocking(&self, key: &Q) -> Decision {
-        (**self).until_ready_blocking(key)
     }
 }
 

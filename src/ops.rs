@@ -475,12 +475,6 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::RateLimiter<Q> for Limiter<S> {
     fn check_n_batch(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<Decision, CostError>>) {
         Limiter::check_n_batch(self, requests.iter().copied(), out)
     }
-
-    fn until_ready_blocking(&self, key: &Q) -> Decision {
-        // Cost 1, the limiter's own quota: no error can be returned.
-        let waited = self.request(key).until_ready_blocking();
-        waited.unwrap_or_else(|_| Decision::denied_ns(1))
-    }
 }
 
 impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {

@@ -102,9 +102,6 @@ impl<L: RateLimiter<u64>> RateLimiter<u64> for Plain<L> {
     fn check(&self, key: &u64) -> Decision {
         self.0.check(key)
     }
-    fn until_ready_blocking(&self, key: &u64) -> Decision {
-        self.0.until_ready_blocking(key)
-    }
 }
 
 impl<L: Store> Store for Plain<L> {

@@ -206,8 +206,4 @@ where
     fn check(&self, key: &Q) -> Decision {
         ShardedLimiter::check(self, key)
     }
-
-    fn until_ready_blocking(&self, key: &Q) -> Decision {
-        ShardedLimiter::until_ready_blocking(self, key)
-    }
 }

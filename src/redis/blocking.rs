@@ -301,7 +301,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 }
 
-/// The batches and the blocking wait, named as [`RateLimiter`](crate::RateLimiter)'s. The
+/// The batches, named as [`RateLimiter`](crate::RateLimiter)'s, and a blocking wait. The
 /// sync client is not one: each call holds its thread for a round trip, and a `RateLimiter`
 /// never waits on I/O (so it is an async limiter at no cost, which this client must not be;
 /// the tower layer takes the async client). An outage answers the [`FailMode`].

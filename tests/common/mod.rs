@@ -28,8 +28,8 @@ pub const COMPACT_KEYS: usize = 1024;
 pub type Make = Box<dyn Fn(ManualClock) -> Box<dyn Limit> + Sync>;
 
 /// What these tests ask of every store, whatever its algorithm: `RateLimiter`'s checks, a peek
-/// (a `Request`'s on the library's limiters, the baseline's own on the sharded one), and each
-/// store's own `len` and `sweep`.
+/// and a blocking wait (a `Request`'s on the library's limiters, the baseline's own on the
+/// sharded one), and each store's own `len` and `sweep`.
 pub trait Limit: RateLimiter<u64> {
     /// The keys held.
     fn len(&self) -> usize;
@@ -44,6 +44,10 @@ pub trait Limit: RateLimiter<u64> {
     fn peek(&self, key: &u64) -> Decision {
         self.peek_n(key, 1).expect("cost 1 is always valid")
     }
+
+    /// Waits on the clock until a request of cost 1 is allowed: that decision, or the denial
+    /// if the wait lies past the clock's range.
+    fn until_ready_blocking(&self, key: &u64) -> Decision;
 }
 
 impl<S: Keys<u64> + Send + Sync> Limit for Limiter<S> {
@@ -59,6 +63,10 @@ impl<S: Keys<u64> + Send + Sync> Limit for Limiter<S> {
             e => panic!("the limiter's own quota: {e}"),
         })
     }
+    fn until_ready_blocking(&self, key: &u64) -> Decision {
+        let waited = self.request(key).until_ready_blocking();
+        waited.expect("cost 1 under the limiter's own quota is always valid")
+    }
 }
 
 impl<A: Algorithm, C: Clock> Limit for ShardedLimiter<u64, A, C> {
@@ -70,6 +78,9 @@ impl<A: Algorithm, C: Clock> Limit for ShardedLimiter<u64, A, C> {
     }
     fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
         ShardedLimiter::peek_n(self, key, cost)
+    }
+    fn until_ready_blocking(&self, key: &u64) -> Decision {
+        ShardedLimiter::until_ready_blocking(self, key)
     }
 }
 

@@ -629,6 +629,22 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
         crate::Requests::request(self, key)
     }
+
+    /// Waits on the calling thread until a request of cost 1 for `key` is allowed: checks,
+    /// sleeping (on the limiter's clock) for each denial's `retry_after`, at least 1 ms.
+    pub fn until_ready_blocking(&self, key: &str) -> Decision {
+        // Not the in-memory limiters' loop (`wait::until_ready_blocking`): it peeks before
+        // it checks, and a peek asks Redis for nothing, so a waiter on an empty lease would
+        // wait for a lease nobody asks for. Each check here is the demand that brings it.
+        loop {
+            let d = self.decide(key, 1);
+            if d.is_allowed() {
+                return d;
+            }
+            let clock = &self.inner.store.core.clock;
+            clock.sleep(d.retry_after().max(Duration::from_millis(1)));
+        }
+    }
 }
 
 /// The hybrid limiter as a [`RateLimiter<str>`](crate::RateLimiter): every decision is local
@@ -662,22 +678,6 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
         let core = &self.inner.store.core;
         let requests = requests.iter().copied();
         self.decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
-    }
-
-    /// Checks until allowed, sleeping (on the limiter's clock) for each denial's
-    /// `retry_after`, at least 1 ms.
-    fn until_ready_blocking(&self, key: &str) -> Decision {
-        // Not the in-memory limiters' loop (`wait::until_ready_blocking`): it peeks before
-        // it checks, and a peek asks Redis for nothing, so a waiter on an empty lease would
-        // wait for a lease nobody asks for. Each check here is the demand that brings it.
-        loop {
-            let d = self.decide(key, 1);
-            if d.is_allowed() {
-                return d;
-            }
-            let clock = &self.inner.store.core.clock;
-            clock.sleep(d.retry_after().max(Duration::from_millis(1)));
-        }
     }
 }
 
