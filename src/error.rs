@@ -303,9 +303,10 @@ impl std::error::Error for CostError {}
 /// Why a limiter could not decide a request: its cost can never be admitted, the quota that
 /// comes with it cannot be used here ([`Request::quota`](crate::Request::quota)), a settle's
 /// ticket is another's, each refused before anything was counted; or the limiter's backend
-/// failed (over Redis). The error of every in-memory [`Request`](crate::Request) and of every
-/// [`AsyncRateLimiter`](crate::AsyncRateLimiter), which is how the tower layer tells a
-/// request it refuses (a cost: `413`) from a limiter that cannot decide (`503`).
+/// failed (over Redis). The error of every in-memory [`Request`](crate::Request), and the one
+/// every [`AsyncRateLimiter`](crate::AsyncRateLimiter)'s error converts into, which is how the
+/// tower layer tells a request it refuses (a cost: `413`) from a limiter that cannot decide
+/// (`503`).
 ///
 /// ```
 /// use hotlimit::{algo::FixedWindow, QuotaError, CasLimiter, CostError};
@@ -381,6 +382,7 @@ impl std::error::Error for QuotaError {
 }
 
 impl From<CostError> for QuotaError {
+    #[inline]
     fn from(e: CostError) -> Self {
         QuotaError::Cost(e)
     }

@@ -129,10 +129,15 @@ impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for &L {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait AsyncRateLimiter<Q: ?Sized>: Send + Sync {
-    /// The decision to come, or why it could not be made: a cost that can never be admitted
-    /// ([`QuotaError::Cost`]), or (for a limiter with a backend) a failure of the backend
-    /// ([`QuotaError::Backend`]).
-    type Future: Future<Output = Result<Decision, QuotaError>> + Send + Unpin + 'static;
+    /// Why a decision could not be made: [`CostError`] for every in-memory limiter, the
+    /// backend's own error for one with a backend. Each converts into the one [`QuotaError`],
+    /// which tells the request's fault ([`QuotaError::Cost`]) from the limiter's
+    /// ([`QuotaError::Backend`]): how the tower layer answers `413` or `503`. An error of
+    /// your own implements `From<YourError> for QuotaError`.
+    type Error: Into<QuotaError> + std::error::Error + Send + Sync + 'static;
+
+    /// The decision to come.
+    type Future: Future<Output = Result<Decision, Self::Error>> + Send + Unpin + 'static;
 
     /// Decides a request of `cost` for `key`.
     fn check_n_async(&self, key: &Q, cost: u64) -> Self::Future;
@@ -145,11 +150,14 @@ pub trait AsyncRateLimiter<Q: ?Sized>: Send + Sync {
 
 /// Every [`RateLimiter`], decided in the call: the future is ready at once.
 impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> AsyncRateLimiter<Q> for L {
-    type Future = Ready<Result<Decision, QuotaError>>;
+    // `CostError`, not `QuotaError`: the future owns nothing to drop, and a caller converts
+    // on its error path only.
+    type Error = CostError;
+    type Future = Ready<Result<Decision, CostError>>;
 
     #[inline]
     fn check_n_async(&self, key: &Q, cost: u64) -> Self::Future {
-        ready(self.check_n(key, cost).map_err(QuotaError::Cost))
+        ready(self.check_n(key, cost))
     }
 
     #[inline]
@@ -246,7 +254,8 @@ mod tests {
     /// Compiles only if `L`'s async decision is `std::future::Ready`: nothing boxed.
     fn ready_future<Q: ?Sized, L>(_: &L)
     where
-        L: AsyncRateLimiter<Q, Future = Ready<Result<Decision, QuotaError>>> + ?Sized,
+        L: AsyncRateLimiter<Q, Error = CostError, Future = Ready<Result<Decision, CostError>>>
+            + ?Sized,
     {
     }
 
@@ -275,10 +284,12 @@ mod tests {
         assert!(d(cas.check_async("k")).unwrap().is_denied());
         assert_eq!(
             d(cas.check_n_async("k", 3)),
-            Err(QuotaError::Cost(CostError::ExceedsCapacity {
+            Err(CostError::ExceedsCapacity {
                 cost: 3,
                 capacity: 2
-            }))
+            })
         );
+        let refused: QuotaError = d(cas.check_n_async("k", 0)).unwrap_err().into();
+        assert_eq!(refused, QuotaError::Cost(CostError::Zero));
     }
 }

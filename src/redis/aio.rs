@@ -423,15 +423,16 @@ fn single_config<A>(config: &RedisBuilder<A>) -> AsyncConnectionConfig {
 /// [`errors`](super::ClientStats::errors), so the layer answers 503 rather than pass or deny
 /// as if the limit said so. The future owns a clone of the limiter and the key.
 impl<A: RedisAlgorithm> crate::AsyncRateLimiter<str> for AsyncRedisLimiter<A> {
+    type Error = BackendError;
     // Boxed: an `async` block has no name, and next to a round trip the box costs nothing.
-    type Future = Pin<Box<dyn Future<Output = Result<Decision, crate::QuotaError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>>;
 
     fn check_n_async(&self, key: &str, cost: u64) -> Self::Future {
         let limiter = self.clone();
         let key = key.to_owned();
         Box::pin(async move {
             let r = limiter.request(&key).cost(cost).check().await;
-            Ok(limiter.core.fail_over_outages(r)?)
+            limiter.core.fail_over_outages(r)
         })
     }
 }

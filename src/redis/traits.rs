@@ -1,6 +1,6 @@
-//! The crate's traits for the Redis limiters: [`BackendError`] as the one error of an
-//! `AsyncRateLimiter` ([`QuotaError`]) and the tower layer's `AdvertisedQuota` for both
-//! clients. `AsyncRedisLimiter`'s `AsyncRateLimiter<str>`
+//! The crate's traits for the Redis limiters: [`BackendError`] into the one
+//! [`QuotaError`] (what an `AsyncRateLimiter`'s error converts to) and the tower layer's
+//! `AdvertisedQuota` for both clients. `AsyncRedisLimiter`'s `AsyncRateLimiter<str>`
 //! is in `aio.rs`. The sync `RedisLimiter` is not a [`RateLimiter`](crate::RateLimiter) (a
 //! `RateLimiter` never waits on I/O, and so is an `AsyncRateLimiter` at no cost, which the tower
 //! layer takes): each of its decisions is a blocking round trip. It has the same methods,

@@ -136,6 +136,7 @@ impl Requests<str> for Budget {
 
 /// A budget decides at once: its check is ready.
 impl AsyncRateLimiter<str> for Budget {
+    type Error = QuotaError;
     type Future = Ready<Result<Decision, QuotaError>>;
 
     fn check_n_async(&self, key: &str, cost: u64) -> Self::Future {

@@ -19,7 +19,8 @@ use std::task::{Context, Poll};
 
 impl<L, X, C> LayerBuilder<L, X, C, NoPlans>
 where
-    L: RateLimiter<str> + Requests<str, Error = QuotaError> + AdvertisedQuota,
+    L: RateLimiter<str> + Requests<str> + AdvertisedQuota,
+    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -188,7 +189,8 @@ impl<S: fmt::Debug, L, X, C> fmt::Debug for Hierarchy<S, L, X, C> {
 
 impl<L, X, C> Levels<L, X, C>
 where
-    L: RateLimiter<str> + Requests<str, Error = QuotaError>,
+    L: RateLimiter<str> + Requests<str>,
+    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -242,12 +244,14 @@ where
 #[cold]
 fn too_large_at<L>(levels: &[(&L, &str, Option<&L::Algo>)], cost: u64) -> usize
 where
-    L: Requests<str, Error = QuotaError>,
+    L: Requests<str>,
+    <L as Requests<str>>::Error: Into<QuotaError>,
 {
     levels
         .iter()
         .position(|&(l, key, _)| {
-            matches!(l.request(key).cost(cost).peek(), Err(QuotaError::Cost(_)))
+            let peeked = l.request(key).cost(cost).peek().map_err(Into::into);
+            matches!(peeked, Err(QuotaError::Cost(_)))
         })
         .unwrap_or(0)
 }
@@ -256,7 +260,8 @@ impl<S, L, X, C, ReqB, ResB> tower_service::Service<Request<ReqB>> for Hierarchy
 where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Default,
-    L: RateLimiter<str> + Requests<str, Error = QuotaError>,
+    L: RateLimiter<str> + Requests<str>,
+    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {

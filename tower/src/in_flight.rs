@@ -19,7 +19,8 @@ use std::time::Duration;
 
 impl<L, X, C> LayerBuilder<L, X, C, NoPlans>
 where
-    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError>,
+    L: AsyncRateLimiter<str> + Requests<str>,
+    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -143,7 +144,8 @@ impl<S, L, X, C, ReqB, ResB> tower_service::Service<Request<ReqB>> for InFlightS
 where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Default,
-    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError>,
+    L: AsyncRateLimiter<str> + Requests<str>,
+    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {

@@ -241,12 +241,12 @@ where
     /// inlined: its second caller (the cold wait) would otherwise keep it out of line, and
     /// `call` pays a call and a returned `Outcome` through memory.
     #[inline(always)]
-    pub(super) fn outcome(
+    pub(super) fn outcome<E: Into<QuotaError>>(
         &self,
         key: &str,
         cost: u64,
         policy: Option<Option<QuotaPolicy>>,
-        result: Result<Decision, QuotaError>,
+        result: Result<Decision, E>,
     ) -> Outcome {
         // The request's plan's policy, under the layer's policy's name (nested layers keep
         // theirs), if it has a plan; else the layer's.
@@ -261,13 +261,20 @@ where
         let decision = match result {
             Ok(d) => d,
             Err(e) => {
-                return match e {
-                    QuotaError::Cost(CostError::Zero) => Outcome::Refuse(None), // not reached: cost > 0
+                // The request's fault (its cost) or the limiter's (a backend's failure),
+                // classified before the answer: matched in one, the error's conversion and
+                // drop cost the decided path 33 instructions a request (callgrind).
+                let refused = match e.into() {
+                    QuotaError::Cost(c) => Some(c),
+                    _ => None,
+                };
+                return match refused {
+                    Some(CostError::Zero) => Outcome::Refuse(None), // not reached: cost > 0
                     // Above the capacity (or any cost the limiter can never admit): 413.
-                    QuotaError::Cost(_) => Outcome::Verdict(headers.too_large()),
+                    Some(_) => Outcome::Verdict(headers.too_large()),
                     // The limiter could not decide: no decision, so no rate-limit headers
                     // (they would be made up) and no report; never an allow in enforce mode.
-                    _ => self.refuse(StatusCode::SERVICE_UNAVAILABLE),
+                    None => self.refuse(StatusCode::SERVICE_UNAVAILABLE),
                 };
             }
         };
@@ -520,7 +527,7 @@ where
     /// poll stays as small as before the layer was async.
     #[cold]
     #[inline(never)]
-    fn resolve(self, result: Result<Decision, QuotaError>) -> Kind<S::Future, Self> {
+    fn resolve(self, result: Result<Decision, L::Error>) -> Kind<S::Future, Self> {
         let Pending {
             mut inner,
             mut parts,

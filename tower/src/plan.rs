@@ -40,10 +40,12 @@ where
         key: &str,
         cost: u64,
         quota: &S::Algo,
-    ) -> Result<Ready<Result<hotlimit::Decision, QuotaError>>, ConfigError> {
+    ) -> Result<Ready<Result<hotlimit::Decision, hotlimit::CostError>>, ConfigError> {
         match self.request(key).quota(quota).cost(cost).check() {
+            Ok(decision) => Ok(ready(Ok(decision))),
+            Err(QuotaError::Cost(e)) => Ok(ready(Err(e))),
             Err(QuotaError::Quota(e)) => Err(*e),
-            answer => Ok(ready(answer)),
+            Err(other) => unreachable!("a check takes no ticket and has no backend: {other}"),
         }
     }
 }
@@ -62,7 +64,7 @@ where
         let (limiter, key, quota) = (self.clone(), key.to_owned(), *quota);
         Ok(Box::pin(async move {
             let r = limiter.request(&key).cost(cost).quota(&quota).check().await;
-            Ok(limiter.fail_over(r)?)
+            limiter.fail_over(r)
         }))
     }
 }

@@ -55,7 +55,8 @@ where
 
 impl<L, X, C> LayerBuilder<L, X, C, NoPlans>
 where
-    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError>,
+    L: AsyncRateLimiter<str> + Requests<str>,
+    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -145,7 +146,8 @@ impl<S: fmt::Debug, L: ?Sized, X, C, F> fmt::Debug for Settle<S, L, X, C, F> {
 
 impl<L, X, C> Shared<L, X, C, NoPlans>
 where
-    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError>,
+    L: AsyncRateLimiter<str> + Requests<str>,
+    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -186,7 +188,8 @@ impl<S, L, X, C, F, ReqB, ResB> tower_service::Service<Request<ReqB>> for Settle
 where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Default,
-    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError>,
+    L: AsyncRateLimiter<str> + Requests<str>,
+    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
     F: ResponseCost<ResB>,

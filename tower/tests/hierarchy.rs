@@ -55,7 +55,8 @@ fn stated_cost(parts: &Parts) -> u64 {
 /// `layer` around a handler that answers 200 with the request's `ShadowDecision`, if any.
 fn service<L, C>(layer: HierarchyLayer<L, HeaderKey, C>) -> App
 where
-    L: RateLimiter<str> + Requests<str, Error = QuotaError> + 'static,
+    L: RateLimiter<str> + Requests<str> + 'static,
+    <L as Requests<str>>::Error: Into<QuotaError>,
     C: RequestCost,
 {
     BoxCloneService::new(

@@ -140,7 +140,8 @@ type App<L = Limiter> =
 
 fn app<L>(running: &Arc<L>, mode: Mode, denied: StatusCode) -> App<L>
 where
-    L: AsyncRateLimiter<str> + Requests<str, Error = QuotaError> + AdvertisedQuota + 'static,
+    L: AsyncRateLimiter<str> + Requests<str> + AdvertisedQuota + 'static,
+    <L as Requests<str>>::Error: Into<QuotaError>,
 {
     let layer = RateLimitLayer::builder(running.clone(), HeaderKey::from_static("x-api-key"))
         .headers(|h| h.mode = mode)

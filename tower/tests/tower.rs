@@ -716,13 +716,14 @@ async fn dry_run_and_shadow_never_refuse_keyless_or_oversized_requests() {
 struct Deferred(Arc<CasLimiter<String, Gcra, ManualClock>>);
 
 impl AsyncRateLimiter<str> for Deferred {
-    type Future = Pin<Box<dyn Future<Output = Result<Decision, QuotaError>> + Send>>;
+    type Error = CostError;
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, CostError>> + Send>>;
 
     fn check_n_async(&self, key: &str, cost: u64) -> Self::Future {
         let (limiter, key) = (self.0.clone(), key.to_owned());
         Box::pin(async move {
             tokio::task::yield_now().await;
-            Ok(RateLimiter::check_n(&*limiter, key.as_str(), cost)?)
+            RateLimiter::check_n(&*limiter, key.as_str(), cost)
         })
     }
 }
@@ -853,6 +854,7 @@ impl std::fmt::Display for Down {
 impl std::error::Error for Down {}
 
 impl AsyncRateLimiter<str> for Broken {
+    type Error = QuotaError;
     type Future = std::future::Ready<Result<Decision, QuotaError>>;
 
     fn check_n_async(&self, _key: &str, cost: u64) -> Self::Future {
