@@ -46,3 +46,32 @@ mod quota {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{CostError, TicketError};
+
+    /// What the tower layer reads off an async Redis limiter's error: the request's own
+    /// faults as in memory, anything else a backend failure that still holds the error.
+    #[test]
+    fn a_backend_error_converts_to_the_one_error() {
+        let cost = CostError::ExceedsCapacity {
+            cost: 9,
+            capacity: 5,
+        };
+        assert_eq!(
+            QuotaError::from(BackendError::Cost(cost)),
+            QuotaError::Cost(cost)
+        );
+        assert_eq!(
+            QuotaError::from(BackendError::Ticket(TicketError::OtherKey)),
+            QuotaError::Ticket(TicketError::OtherKey)
+        );
+        let QuotaError::Backend(e) = QuotaError::from(BackendError::Unavailable) else {
+            panic!("an outage is the backend's failure");
+        };
+        let inner = e.downcast_ref::<BackendError>().expect("the backend's own error");
+        assert!(matches!(inner, BackendError::Unavailable) && inner.is_outage());
+    }
+}
