@@ -245,8 +245,16 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
 
     /// Why a [`Request`] could not be decided: a cost that can never be admitted, a quota
     /// that cannot read the limiter's states, a ticket from elsewhere
-    /// ([`QuotaError`](crate::QuotaError) in memory), a backend's failure.
-    type Error: std::error::Error + From<CostError> + Send + Sync + 'static;
+    /// ([`QuotaError`](crate::QuotaError) in memory), a backend's failure (the Redis
+    /// client's `BackendError`). It converts into the one [`QuotaError`](crate::QuotaError),
+    /// as an [`AsyncRateLimiter`](crate::AsyncRateLimiter)'s does, so generic code tells the
+    /// request's fault from the limiter's whatever the limiter.
+    type Error: std::error::Error
+        + From<CostError>
+        + Into<crate::QuotaError>
+        + Send
+        + Sync
+        + 'static;
 
     /// [`Request::check`]: decides `ask` for `key`, counting it.
     fn decide(&self, key: &Q, ask: Ask<'_, Self::Algo>) -> Result<Decision, Self::Error>;

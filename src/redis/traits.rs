@@ -71,7 +71,9 @@ mod tests {
         let QuotaError::Backend(e) = QuotaError::from(BackendError::Unavailable) else {
             panic!("an outage is the backend's failure");
         };
-        let inner = e.downcast_ref::<BackendError>().expect("the backend's own error");
+        let inner = e
+            .downcast_ref::<BackendError>()
+            .expect("the backend's own error");
         assert!(matches!(inner, BackendError::Unavailable) && inner.is_outage());
     }
 }

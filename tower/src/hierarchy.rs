@@ -20,7 +20,6 @@ use std::task::{Context, Poll};
 impl<L, X, C> LayerBuilder<L, X, C, NoPlans>
 where
     L: RateLimiter<str> + Requests<str> + AdvertisedQuota,
-    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -190,7 +189,6 @@ impl<S: fmt::Debug, L, X, C> fmt::Debug for Hierarchy<S, L, X, C> {
 impl<L, X, C> Levels<L, X, C>
 where
     L: RateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -245,7 +243,6 @@ where
 fn too_large_at<L>(levels: &[(&L, &str, Option<&L::Algo>)], cost: u64) -> usize
 where
     L: Requests<str>,
-    <L as Requests<str>>::Error: Into<QuotaError>,
 {
     levels
         .iter()
@@ -261,7 +258,6 @@ where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Default,
     L: RateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {

@@ -6,7 +6,7 @@ use super::options::Shared;
 use super::plan::NoPlans;
 use super::{KeyExtractor, LayerBuilder, RequestCost};
 use hotlimit::store::Ask;
-use hotlimit::{AsyncRateLimiter, QuotaError, Requests, Ticket};
+use hotlimit::{AsyncRateLimiter, Requests, Ticket};
 use http::header::{HeaderValue, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
@@ -20,7 +20,6 @@ use std::time::Duration;
 impl<L, X, C> LayerBuilder<L, X, C, NoPlans>
 where
     L: AsyncRateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -145,7 +144,6 @@ where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Default,
     L: AsyncRateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {

@@ -9,8 +9,8 @@ use super::plan::NoPlans;
 use super::{KeyExtractor, LayerBuilder, RequestCost};
 use hotlimit::headers::Verdict;
 use hotlimit::AsyncRateLimiter;
+use hotlimit::Requests;
 use hotlimit::Ticket;
-use hotlimit::{QuotaError, Requests};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use std::fmt;
@@ -56,7 +56,6 @@ where
 impl<L, X, C> LayerBuilder<L, X, C, NoPlans>
 where
     L: AsyncRateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -147,7 +146,6 @@ impl<S: fmt::Debug, L: ?Sized, X, C, F> fmt::Debug for Settle<S, L, X, C, F> {
 impl<L, X, C> Shared<L, X, C, NoPlans>
 where
     L: AsyncRateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
 {
@@ -189,7 +187,6 @@ where
     S: tower_service::Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Default,
     L: AsyncRateLimiter<str> + Requests<str>,
-    <L as Requests<str>>::Error: Into<QuotaError>,
     X: KeyExtractor,
     C: RequestCost,
     F: ResponseCost<ResB>,

@@ -10,7 +10,7 @@ use axum::routing::get;
 use axum::Router;
 use hotlimit::algo::{FixedWindow, Gcra};
 use hotlimit::headers::Mode;
-use hotlimit::{CasLimiter, Decision, ManualClock, QuotaError, RateLimiter, Requests};
+use hotlimit::{CasLimiter, Decision, ManualClock, RateLimiter, Requests};
 use hotlimit_tower::{
     HeaderKey, HierarchyLayer, MissingKey, OversizedKey, RateLimitLayer, RequestCost,
     ShadowDecision,
@@ -56,7 +56,6 @@ fn stated_cost(parts: &Parts) -> u64 {
 fn service<L, C>(layer: HierarchyLayer<L, HeaderKey, C>) -> App
 where
     L: RateLimiter<str> + Requests<str> + 'static,
-    <L as Requests<str>>::Error: Into<QuotaError>,
     C: RequestCost,
 {
     BoxCloneService::new(

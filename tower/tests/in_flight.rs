@@ -14,7 +14,7 @@ mod budget;
 use budget::Budget;
 use hotlimit::algo::InFlight;
 use hotlimit::headers::{AdvertisedQuota, Mode, QuotaPolicy};
-use hotlimit::{AsyncRateLimiter, CasLimiter, ManualClock, QuotaError, Requests};
+use hotlimit::{AsyncRateLimiter, CasLimiter, ManualClock, Requests};
 use hotlimit_tower::{HeaderKey, InFlightBody, RateLimitLayer};
 use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
@@ -141,7 +141,6 @@ type App<L = Limiter> =
 fn app<L>(running: &Arc<L>, mode: Mode, denied: StatusCode) -> App<L>
 where
     L: AsyncRateLimiter<str> + Requests<str> + AdvertisedQuota + 'static,
-    <L as Requests<str>>::Error: Into<QuotaError>,
 {
     let layer = RateLimitLayer::builder(running.clone(), HeaderKey::from_static("x-api-key"))
         .headers(|h| h.mode = mode)
