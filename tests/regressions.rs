@@ -387,6 +387,39 @@ fn parsed_rates_are_checked_as_constructed_ones() {
     ));
 }
 
+/// 14. A strict sliding log restored from a joined debt admitted a request its own state
+///     denied (found by `tests/debts.rs`'s proptest, G25). A strict denial moves the newest
+///     entry's cost to its instant; restored beside another key's later, lighter entry, that
+///     one took the denials and the key's own 20 units left the window on time.
+// Pins G25.
+#[test]
+fn a_strict_log_restored_beside_a_lighter_newer_entry_is_never_more_lenient() {
+    use hotlimit::algo::Debt;
+    const MS: u64 = 1_000_000;
+    let log = SlidingLog::new(20, Duration::from_secs(1))
+        .unwrap()
+        .with_policy(Policy::Strict);
+    let at = |state: &mut _, t: u64, cost: u64| log.update(state, t, cost).is_allowed();
+    // The key: 1 at 8.296 s, then 6 + 7 at 9.290 s and a denied 7 (merged there: 20).
+    let mut mine = log.fresh();
+    assert!(at(&mut mine, 8_296 * MS, 1));
+    assert!(at(&mut mine, 9_290 * MS, 6));
+    assert!(at(&mut mine, 9_290 * MS, 7));
+    assert!(!at(&mut mine, 9_290 * MS, 7));
+    // Another key sharing the debt table's slot: 2 at 9.580 s, in another cell of time.
+    let mut other = log.fresh();
+    assert!(at(&mut other, 9_580 * MS, 2));
+    let joined = log.restore(&|p| log.debt_join(p, log.debt(&mine, p), log.debt(&other, p)));
+    // Hammered from 10.037 s: each denial moves the key's newest cost on, so it denies at
+    // 10.290 s, a window after 9.290 s; the restored state must deny there too.
+    let (mut state, mut back) = (mine.clone(), joined);
+    for t in [10_037, 10_042, 10_049, 10_290] {
+        let (want, got) = (at(&mut state, t * MS, 1), at(&mut back, t * MS, 1));
+        assert!(!want, "the state denies at {t} ms");
+        assert!(!got, "restored from the joined debt, admitted at {t} ms");
+    }
+}
+
 proptest::proptest! {
     /// `"<count>/<unit>"` parses exactly when `Rate::new(count, unit)` constructs, to the
     /// same rate, and fails with the same kind of error: over counts from 10^-330 to 10^310

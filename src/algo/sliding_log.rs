@@ -340,7 +340,14 @@ impl Debt<LogState> for SlidingLog {
         unrank_time_and_count(shared, rank)
     }
 
-    /// Each part's entry, oldest first (entries at one instant merged).
+    /// Each part's entry, oldest first (entries at one instant merged). Under the strict
+    /// policy the newest entry also carries at least the cost of every entry still in the
+    /// window at its time: a strict denial moves the newest entry's cost to its own instant,
+    /// and the newest entry restored from a joined debt may be another key's lighter one.
+    /// Moved, the evicted key's newest cost would then have stayed behind and left the window
+    /// sooner than in the state it came from (the debt proptest found one such: 20 units at
+    /// 9.29 s and another key's 2 at 9.58 s, denials merged into the 2, a request admitted at
+    /// 10.29 s that the state denied).
     fn restore(&self, debt: &dyn Fn(usize) -> u128) -> LogState {
         let mut entries: Vec<(u64, u64)> = (0..self.debt_parts())
             .map(debt)
@@ -356,6 +363,18 @@ impl Debt<LogState> for SlidingLog {
             })
             .collect();
         entries.sort_unstable();
+        if self.config.policy == Policy::Strict {
+            if let Some(&(newest, _)) = entries.last() {
+                let w = self.config.window_ns;
+                let in_window = entries
+                    .iter()
+                    .filter(|&&(t, _)| t.saturating_add(w) > newest);
+                let most = in_window.map(|&(_, c)| c).max().unwrap_or(0);
+                if let Some(last) = entries.last_mut() {
+                    last.1 = last.1.max(most);
+                }
+            }
+        }
         let mut log = LogState::default();
         for (t, cost) in entries {
             log.push(t, cost);
