@@ -75,7 +75,7 @@ where
 fn algorithms(c: &mut Criterion) {
     let second = Duration::from_secs(1);
     bench(c, "gcra", "100/s".parse::<Gcra>().unwrap());
-    let limit = Rate::per_second_of(100.0).unwrap();
+    let limit = Rate::new(100.0, Duration::from_secs(1)).unwrap();
     bench(
         c,
         "earrrl",

@@ -11,6 +11,8 @@ mod common;
 
 use common::gcra;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use hotlimit::{
     algo::{AllOf, Gcra},
     CasLimiter, Live,

@@ -12,6 +12,7 @@ mod common;
 use common::gcra;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use governor::{Quota, RateLimiter as Governor};
+use hotlimit::RateLimiter;
 use hotlimit::{algo::Gcra, store::Locked, CasLimiter, DirectLimiter, MutexLimiter, QuantaClock};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -15,6 +15,7 @@ mod redis_server;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hotlimit::algo::{Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::redis::{HybridAlgorithm, HybridLimiter};
+use hotlimit::RateLimiter;
 use hotlimit::{CasLimiter, Rate};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;
@@ -126,7 +127,11 @@ fn benches(c: &mut Criterion) {
     pair(c, &url, "fixed-window", fixed);
     // 10^8/s: above what one thread sends one key, low enough that the peer's 20/s per key
     // stays above the idle threshold (10^-9 of it), so its state is merged, not dropped.
-    let earrrl = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1e8).unwrap()).unwrap();
+    let earrrl = Earrrl::new(
+        Duration::from_secs(1),
+        Rate::new(1e8, Duration::from_secs(1)).unwrap(),
+    )
+    .unwrap();
     pair(c, &url, "earrrl", earrrl);
     // Two 128-bit words per key: behind the core's per-key lock in the hybrid.
     let sliding = SlidingWindow::new(u32::MAX as u64 - 2, Duration::from_secs(1)).unwrap();

@@ -33,6 +33,8 @@ use governor::{Quota, RateLimiter as Governor};
 use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, CompactLimiter, Decision, DirectLimiter, Limiter, Live, ManualClock, Rate,
 };
@@ -69,7 +71,7 @@ fn gcra() -> Gcra {
 fn earrrl() -> Earrrl {
     Earrrl::new(
         Duration::from_millis(100),
-        Rate::per_second_of(100.0).unwrap(),
+        Rate::new(100.0, Duration::from_secs(1)).unwrap(),
     )
     .unwrap()
 }
@@ -293,7 +295,7 @@ where
     for k in 0..MILLION {
         let _ = limiter.check(&k);
     }
-    assert_eq!(limiter.len(), MILLION as usize);
+    assert_eq!(limiter.metrics().keys, MILLION);
     clock.set(NOW);
     let sample: Vec<u64> = (0..MILLION_SAMPLE)
         .map(|i| i * (MILLION / MILLION_SAMPLE) + 7)

@@ -18,6 +18,7 @@
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter as Governor};
 use hotlimit::algo::Gcra;
+use hotlimit::RateLimiter;
 use hotlimit::{DirectLimiter, ManualClock};
 use iai_callgrind::{library_benchmark, library_benchmark_group, main};
 use std::hint::black_box;

@@ -16,6 +16,7 @@ use common::sharded::ShardedLimiter;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
+use hotlimit::RateLimiter;
 use hotlimit::{
     algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, MutexLimiter, QuantaClock,
 };

@@ -11,6 +11,7 @@
 
 use governor::{clock::FakeRelativeClock, Quota, RateLimiter as Governor};
 use hotlimit::algo::Gcra;
+use hotlimit::RateLimiter;
 use hotlimit::{CasLimiter, CompactLimiter, ManualClock};
 use std::hint::black_box;
 use std::num::NonZeroU32;

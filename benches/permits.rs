@@ -15,6 +15,8 @@ mod common;
 
 use common::{gcra, time};
 use hotlimit::algo::{Gcra, InFlight};
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use hotlimit::{check_all, CasLimiter, Permit};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;

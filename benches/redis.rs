@@ -114,11 +114,14 @@ fn run_async(url: &str, tasks: usize, secs: f64) -> f64 {
         .unwrap();
     rt.block_on(async {
         let limiter = Arc::new(
-            RedisLimiter::builder(url, Gcra::new(Rate::per_second_of(1e6).unwrap()).unwrap())
-                .key_prefix("gcra-async:")
-                .build_async()
-                .await
-                .expect("connect"),
+            RedisLimiter::builder(
+                url,
+                Gcra::new(Rate::new(1e6, Duration::from_secs(1)).unwrap()).unwrap(),
+            )
+            .key_prefix("gcra-async:")
+            .build_async()
+            .await
+            .expect("connect"),
         );
         let start = Instant::now();
         let handles: Vec<_> = (0..tasks)
@@ -150,7 +153,7 @@ fn run_async(url: &str, tasks: usize, secs: f64) -> f64 {
 /// through the core's `check_all`, in 10 interleaved rounds of `secs / 5` each; per row, calls
 /// per second (the rounds' median) and the median of the rounds' ratios to the check.
 fn hierarchy(url: &str, secs: f64) {
-    let gcra = |r: f64| Gcra::new(Rate::per_second_of(r).unwrap()).unwrap();
+    let gcra = |r: f64| Gcra::new(Rate::new(r, Duration::from_secs(1)).unwrap()).unwrap();
     let (user, org, global) = (gcra(1e6), gcra(1e7), gcra(1e8));
     let r = RedisLimiter::builder(url, user)
         .key_prefix("levels:{bench}:")
@@ -272,13 +275,17 @@ fn main() {
     table(
         "gcra",
         &url,
-        Gcra::new(Rate::per_second_of(1e6).unwrap()).unwrap(),
+        Gcra::new(Rate::new(1e6, Duration::from_secs(1)).unwrap()).unwrap(),
         secs,
     );
     table(
         "earrrl",
         &url,
-        Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1e6).unwrap()).unwrap(),
+        Earrrl::new(
+            Duration::from_secs(1),
+            Rate::new(1e6, Duration::from_secs(1)).unwrap(),
+        )
+        .unwrap(),
         secs,
     );
     table(

@@ -20,6 +20,7 @@ mod common;
 use common::{gcra, rss_bytes};
 use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
+use hotlimit::RateLimiter;
 use hotlimit::{algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, QuantaClock};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rand_distr::Zipf;

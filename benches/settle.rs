@@ -15,6 +15,8 @@
 mod common;
 
 use common::{gcra, time};
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use hotlimit::{algo::Gcra, CasLimiter};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::hint::black_box;

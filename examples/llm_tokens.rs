@@ -14,6 +14,7 @@
 //! ```
 
 use hotlimit::algo::Gcra;
+use hotlimit::Requests;
 use hotlimit::{CasLimiter, ManualClock};
 use std::collections::BTreeMap;
 use std::time::Duration;

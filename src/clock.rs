@@ -172,7 +172,7 @@ impl Clock for QuantaClock {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, CoarseClock};
+/// use hotlimit::{algo::Gcra, CasLimiter, CoarseClock, RateLimiter};
 /// use std::time::Duration;
 ///
 /// let clock = CoarseClock::new(Duration::from_millis(1))?;

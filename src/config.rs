@@ -76,11 +76,6 @@ impl Rate {
         Ok(rate)
     }
 
-    /// `count` events per second (other periods: [`Rate::new`], or parse `"10/min"`).
-    pub fn per_second_of(count: f64) -> Result<Self, ConfigError> {
-        Self::new(count, Duration::from_secs(1))
-    }
-
     /// The number of events per period.
     pub fn count(&self) -> f64 {
         self.count

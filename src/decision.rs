@@ -413,7 +413,7 @@ impl fmt::Debug for Decision {
 /// open ticket settles again.
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, Requests};
 ///
 /// // 100 tokens per minute, estimated at 30 per request up front.
 /// let l = CasLimiter::<String, Gcra, _>::with_clock("100/min".parse()?, ManualClock::default());

@@ -20,7 +20,7 @@ use std::fmt;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, DirectLimiter, ManualClock};
+/// use hotlimit::{algo::Gcra, DirectLimiter, ManualClock, RateLimiter};
 ///
 /// let global = DirectLimiter::<Gcra, _>::with_clock("100/s burst 2".parse()?, ManualClock::default());
 /// assert!(global.check(&()).is_allowed());

@@ -309,7 +309,7 @@ impl std::error::Error for CostError {}
 /// (`503`).
 ///
 /// ```
-/// use hotlimit::{algo::FixedWindow, QuotaError, CasLimiter, CostError};
+/// use hotlimit::{algo::FixedWindow, QuotaError, CasLimiter, CostError, Requests};
 /// use std::time::Duration;
 ///
 /// let l = CasLimiter::<String, _>::new(FixedWindow::new(100, Duration::from_secs(60))?);
@@ -393,7 +393,7 @@ impl From<CostError> for QuotaError {
 /// (settled where it was not taken, it would refund or charge another client).
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, QuotaError, CasLimiter, ManualClock, TicketError};
+/// use hotlimit::{algo::Gcra, QuotaError, CasLimiter, ManualClock, TicketError, Requests};
 ///
 /// let l = CasLimiter::<String, Gcra, _>::with_clock("100/min".parse()?, ManualClock::default());
 /// let mut ticket = l.request("alice").cost(30).take()?;

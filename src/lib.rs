@@ -2,7 +2,7 @@
 //! of proxies and API servers.
 //!
 //! ```
-//! use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+//! use hotlimit::{algo::Gcra, CasLimiter, ManualClock, RateLimiter};
 //! use std::time::Duration;
 //!
 //! // 10 requests per second per client, bursts of up to 5.
@@ -36,11 +36,12 @@
 //! | [`CompactLimiter`] | [`Compact`](store::Compact) | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`](store::Hashed) | inline in a fixed table (16 bytes a slot, lock-free, for 64-bit keys and one-word states; a per-slot lock otherwise), allocated at build | the default from about 100k keys: less than half the memory per key and the faster look-up at a million keys |
 //! | [`DirectLimiter`] | [`Single`](store::Single) | `()` (one global limit) | one cache-padded cell | a global cap |
 //!
-//! They are one type, [`Limiter`], so every operation is the same everywhere, written once:
-//! [`check`](Limiter::check) and [`check_n`](Limiter::check_n) decide a request (of cost 1, or
-//! of any cost: bytes, tokens; a cost that could never be admitted is a [`CostError`], not an
-//! endless denial). Everything else is one [`Request`], from
-//! [`request(key)`](Limiter::request): set its [`cost`](Request::cost), a
+//! They are one type, [`Limiter`], so every operation is the same everywhere, written once,
+//! and reached through the two traits every limiter shares (import them: `use
+//! hotlimit::{RateLimiter, Requests}`): [`check`](RateLimiter::check) and
+//! [`check_n`](RateLimiter::check_n) decide a request (of cost 1, or of any cost: bytes,
+//! tokens; a cost that could never be admitted is a [`CostError`], not an endless denial).
+//! Everything else is one [`Request`], from [`request(key)`](Requests::request): set its [`cost`](Request::cost), a
 //! [`quota`](Request::quota) that comes with it (a plan per client, one limiter for every
 //! plan; with the `serde` feature the quotas deserialize from configuration files) or an
 //! instant ([`at`](Request::at)), then [`check`](Request::check) it,
@@ -58,8 +59,8 @@
 //! every key's state; [`metrics`](Limiter::metrics) snapshots the counters (and [`Metrics`] can
 //! feed the `metrics` crate, feature `metrics`); [`check_batch`](Limiter::check_batch) and
 //! [`check_n_batch`](Limiter::check_n_batch) decide a slice of requests in order, the cache
-//! misses of their keys overlapped; [`sweep`](Limiter::sweep), [`len`](Limiter::len) and
-//! [`max_keys`](Limiter::max_keys) tell and keep the keys held. A limiter is made by `new`
+//! misses of their keys overlapped; [`sweep`](Limiter::sweep) and the metrics' `keys` keep
+//! and tell the keys held. A limiter is made by `new`
 //! (default clock), `with_clock`, or `builder` (one [`Builder`](store::Builder) shape: clock,
 //! metrics, and for keyed stores a capacity bound and a background sweeper).
 //!
@@ -144,7 +145,7 @@
 //!
 //! # Performance
 //!
-//! For a key already present, [`CasLimiter::check`](Limiter::check) takes no lock and
+//! For a key already present, [`CasLimiter::check`](RateLimiter::check) takes no lock and
 //! allocates nothing: one hash, one lock-free `papaya` lookup, one clock read, the pure step
 //! and one `compare_exchange_weak`. A leaky denial writes nothing.
 //! [`check_batch`](crate::Limiter::check_batch) holds the map's epoch guard across a batch of

@@ -193,7 +193,7 @@ pub(crate) mod sealed {
 /// storage bound:
 ///
 /// ```
-/// use hotlimit::{algo::Algorithm, CasLimiter, ManualClock};
+/// use hotlimit::{algo::Algorithm, CasLimiter, ManualClock, RateLimiter};
 ///
 /// fn first_two<A: Algorithm>(algo: A) -> [bool; 2] {
 ///     let l = CasLimiter::<u64, A, _>::with_clock(algo, ManualClock::default());

@@ -22,7 +22,7 @@ use std::fmt;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, Live, ManualClock};
+/// use hotlimit::{algo::Gcra, CasLimiter, Live, ManualClock, RateLimiter, Requests};
 ///
 /// let limiter = CasLimiter::<String, _, _>::with_clock(
 ///     Live::new("100/s burst 100".parse::<Gcra>()?),
@@ -170,6 +170,7 @@ mod tests {
     use crate::algo::{AllOf, Earrrl, Exponential, Gcra};
     use crate::error::Field;
     use crate::Rate;
+    use crate::{RateLimiter, Requests};
     use std::time::Duration;
 
     // Pins G27.
@@ -206,7 +207,7 @@ mod tests {
     // Pins G33.
     #[test]
     fn a_half_life_or_period_cannot_change() {
-        let r = Rate::per_second_of(1.0).unwrap();
+        let r = Rate::new(1.0, Duration::from_secs(1)).unwrap();
         let a = Earrrl::new(Duration::from_secs(1), r).unwrap();
         let b = Earrrl::new(Duration::from_secs(2), r).unwrap();
         let err = Live::new(a).switch(b).unwrap_err();
@@ -218,7 +219,10 @@ mod tests {
                 to: "2s".into()
             }
         );
-        let limit_only = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(5.0).unwrap());
+        let limit_only = Earrrl::new(
+            Duration::from_secs(1),
+            Rate::new(5.0, Duration::from_secs(1)).unwrap(),
+        );
         assert!(Live::new(a).switch(limit_only.unwrap()).is_ok());
         let e = Exponential::new(10.0, Duration::from_secs(1)).unwrap();
         let f = Exponential::new(10.0, Duration::from_secs(60)).unwrap();

@@ -145,7 +145,7 @@ impl<Q: ?Sized, T: sealed::Lookup<Q>> Keys<Q> for T {}
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, RateLimiter};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::default();
@@ -157,7 +157,7 @@ impl<Q: ?Sized, T: sealed::Lookup<Q>> Keys<Q> for T {}
 /// assert!(limiter.check("bob").is_allowed());
 /// clock.advance(Duration::from_millis(100));
 /// assert!(limiter.check("alice").is_allowed());
-/// assert_eq!(limiter.len(), 2);
+/// assert_eq!(limiter.metrics().keys, 2);
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 pub struct Limiter<S: Store> {
@@ -240,56 +240,8 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    /// Decides a request of cost 1 for `key`.
-    // Always: behind the store's trait methods, `#[inline]` left the compact and mutex stores'
-    // one-key check 1–2 ns slower than their own inherent `check`s had been (measured for
-    // issue #47; the sitting is in git history).
-    #[inline(always)]
-    pub fn check<Q: ?Sized>(&self, key: &Q) -> Decision
-    where
-        S: Keys<Q>,
-    {
-        // Cost 1 never exceeds a capacity (capacities are at least 1).
-        self.store.check(key, 1)
-    }
-
-    /// Decides a request of `cost` for `key`.
-    ///
-    /// Errors (and counts nothing) if `cost` is 0 or above the algorithm's capacity, since
-    /// such a request could never be allowed.
-    #[inline(always)]
-    pub fn check_n<Q: ?Sized>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
-    where
-        S: Keys<Q>,
-    {
-        self.store.core().cost(cost)?;
-        Ok(self.store.check(key, cost))
-    }
-
-    /// A request beyond a plain check, for `key`: its cost, a quota that comes with it, an
-    /// instant; then `check`, `peek`, `up_to` (a partial grant), `take` and `settle` (a cost
-    /// known afterwards), `until_ready` (waits) or `reserve` (pacing). See [`Request`].
-    ///
-    /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
-    ///
-    /// let limiter = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 1".parse()?, ManualClock::default());
-    /// assert!(limiter.request("k").peek()?.is_allowed());
-    /// assert_eq!(limiter.len(), 0); // a peek counts nothing, inserts nothing
-    /// assert!(limiter.check("k").is_allowed());
-    /// assert!(limiter.request("k").peek()?.is_denied());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline(always)]
-    pub fn request<'a, Q: ?Sized>(&'a self, key: &'a Q) -> Request<'a, Self, Q, S::Algo>
-    where
-        S: Keys<Q> + Send + Sync,
-    {
-        Request::new(self, key)
-    }
-
     /// Decides a batch of requests of cost 1, one per key, in order: `out` is cleared, then
-    /// holds one decision per key, each what [`check`](Limiter::check) would have
+    /// holds one decision per key, each what [`check`](crate::RateLimiter::check) would have
     /// returned for that key at that point of the sequence (a key twice in a batch is
     /// decided twice, the second time after the first). The batch is decided at one instant
     /// (one clock read).
@@ -324,7 +276,7 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Decides a batch of `(key, cost)` requests in order, as one
-    /// [`check_n`](Limiter::check_n) each: `out` is cleared, then holds one answer per
+    /// [`check_n`](crate::RateLimiter::check_n) each: `out` is cleared, then holds one answer per
     /// request. A refused cost (0, or above the capacity) is that request's error and counts
     /// nothing; the others are decided. See [`check_batch`](Limiter::check_batch).
     pub fn check_n_batch<'k, Q: ?Sized + 'k>(
@@ -340,18 +292,6 @@ impl<S: Store> Limiter<S> {
             .decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
     }
 
-    /// The number of keys held (1 for the single cell). The papaya map sums it from
-    /// per-thread counters one by one, so while other threads insert and evict it is a
-    /// snapshot that can be off by what they did during the read.
-    pub fn len(&self) -> usize {
-        self.store.keys()
-    }
-
-    /// Whether no key is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Drops every key whose state is equivalent to a fresh key's at `now − grace` (so no
     /// future decision changes), then, if a capacity bound is set and still exceeded, evicts
     /// down to 7/8 of it. Safe to run while other threads `check`: see the protocol in the
@@ -363,7 +303,7 @@ impl<S: Store> Limiter<S> {
     /// `keys` held after it; the other counters 0.
     ///
     /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, RateLimiter};
     /// use std::time::Duration;
     ///
     /// let clock = ManualClock::default();
@@ -384,27 +324,16 @@ impl<S: Store> Limiter<S> {
         self.store.sweep()
     }
 
-    /// The capacity bound ([`Builder::max_keys`]), if one is set (always for the compact
-    /// store, sized by it).
-    pub fn max_keys(&self) -> Option<usize> {
-        self.store.bound()
-    }
-
     /// The algorithm.
     pub fn algorithm(&self) -> &S::Algo {
         &self.store.core().algo
-    }
-
-    /// The clock.
-    pub fn clock(&self) -> &S::Clock {
-        &self.store.core().clock
     }
 
     /// A snapshot of the counters: decisions (if [counted](Builder::metrics)), CAS retries,
     /// sweeps, evictions, keys.
     ///
     /// ```
-    /// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
+    /// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock, RateLimiter};
     ///
     /// let limiter = CompactLimiter::<u64, Gcra>::builder("10/s burst 2".parse()?)
     ///     .clock(ManualClock::default())
@@ -458,14 +387,19 @@ impl<A: Algorithm + Copy, S: Store<Algo = Live<A>>> Limiter<S> {
 /// Every in-memory limiter, through the one request path: decided in the call, never
 /// waiting on I/O.
 impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::RateLimiter<Q> for Limiter<S> {
-    #[inline]
+    // Always: behind the store's trait methods, `#[inline]` left the compact and mutex stores'
+    // one-key check 1–2 ns slower than their own inherent `check`s had been (measured for
+    // issue #47; the sitting is in git history).
+    #[inline(always)]
     fn check(&self, key: &Q) -> Decision {
-        Limiter::check(self, key)
+        // Cost 1 never exceeds a capacity (capacities are at least 1).
+        self.store.check(key, 1)
     }
 
-    #[inline]
+    #[inline(always)]
     fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-        Limiter::check_n(self, key, cost)
+        self.store.core().cost(cost)?;
+        Ok(self.store.check(key, cost))
     }
 
     fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
@@ -547,7 +481,7 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
     /// a wait runs on the clock.
     ///
     /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
+    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock, RateLimiter, Requests};
     ///
     /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
     /// #     struct Noop;
@@ -578,7 +512,7 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
         Fut: Future<Output = ()>,
     {
         let (peek, check) = self.steps();
-        let clock = self.limiter.clock();
+        let clock = &self.limiter.store.core().clock;
         wait::until_ready(peek, check, || clock.now(), self.jitter, sleep).await
     }
 
@@ -587,7 +521,7 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
     /// [`ManualClock`](crate::ManualClock) moving itself forward).
     ///
     /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
+    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock, RateLimiter, Requests};
     ///
     /// let clock = ManualClock::default();
     /// let limiter = CasLimiter::<u32, Gcra, _>::with_clock("4/s burst 1".parse()?, clock.clone());
@@ -598,7 +532,7 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
     /// ```
     pub fn until_ready_blocking(self) -> Result<Decision, QuotaError> {
         let (peek, check) = self.steps();
-        let clock = self.limiter.clock();
+        let clock = &self.limiter.store.core().clock;
         let (now, sleep) = (|| clock.now(), |d| clock.sleep(d));
         wait::until_ready_blocking(peek, check, now, self.jitter, sleep)
     }
@@ -626,7 +560,7 @@ impl<'a, S: Keys<Q> + Store<Algo = Gcra> + Send + Sync, Q: ?Sized>
     /// is at most `max_wait`; otherwise counts nothing. See [`Gcra::reserve`].
     ///
     /// ```
-    /// use hotlimit::{algo::{Gcra, Reservation}, CasLimiter, ManualClock};
+    /// use hotlimit::{algo::{Gcra, Reservation}, CasLimiter, ManualClock, Requests};
     /// use std::time::Duration;
     ///
     /// let l = CasLimiter::<u32, Gcra, _>::with_clock("10/s burst 1".parse()?, ManualClock::default());

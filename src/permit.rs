@@ -24,7 +24,7 @@ use std::fmt;
 /// that instant, never admit one too many).
 ///
 /// ```
-/// use hotlimit::{algo::{Gcra, InFlight}, CasLimiter, ManualClock, Permit};
+/// use hotlimit::{algo::{Gcra, InFlight}, CasLimiter, ManualClock, Permit, RateLimiter, Requests};
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///

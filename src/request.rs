@@ -51,7 +51,7 @@ impl<A> Default for Ask<'_, A> {
 /// and (GCRA) [`reserve`](Request::reserve) in memory.
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, Requests};
 ///
 /// let free: Gcra = "10/min burst 10".parse()?;
 /// let pro: Gcra = "1000/min burst 100".parse()?;
@@ -121,7 +121,7 @@ impl<'a, L: ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// earlier than the limiter allows. None unless set.
     ///
     /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock};
+    /// use hotlimit::{algo::Gcra, CasLimiter, Clock, ManualClock, RateLimiter, Requests};
     /// use std::time::Duration;
     ///
     /// let clock = ManualClock::default();
@@ -163,7 +163,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// with its honest `retry_after` (counted as one denied unit under the strict policy).
     ///
     /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, Requests};
     ///
     /// let l = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 8".parse()?, ManualClock::default());
     /// assert_eq!(l.request("k").cost(5).up_to()?.0, 5);
@@ -183,7 +183,7 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
     /// once the actual cost is known (an LLM response's tokens, a body's bytes).
     ///
     /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, Requests};
     ///
     /// let l = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 10".parse()?, ManualClock::default());
     /// let mut ticket = l.request("k").cost(4).take()?;
@@ -310,7 +310,7 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
 /// list admits.
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, check_all, CasLimiter, ManualClock};
+/// use hotlimit::{algo::Gcra, check_all, CasLimiter, ManualClock, Requests};
 ///
 /// let l = CasLimiter::<String, Gcra, _>::with_clock("1000/s".parse()?, ManualClock::default());
 /// let (user, org): (Gcra, Gcra) = ("10/s burst 3".parse()?, "100/s burst 4".parse()?);

@@ -79,7 +79,7 @@ impl Default for Options {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CasLimiter};
+/// use hotlimit::{algo::Gcra, CasLimiter, RateLimiter};
 /// use std::time::Duration;
 ///
 /// let limiter = CasLimiter::<String, Gcra>::builder("100/s burst 20".parse()?)

@@ -103,7 +103,7 @@ impl Stats {
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
+/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, RateLimiter};
 ///
 /// let limiter = CasLimiter::<u64, Gcra, _>::builder("10/s burst 2".parse()?)
 ///     .clock(ManualClock::default())

@@ -7,6 +7,8 @@
 use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use hotlimit::{CasLimiter, CompactLimiter, DirectLimiter, ManualClock, MutexLimiter};
 use std::hint::black_box;
 use std::time::Duration;

@@ -5,6 +5,7 @@
 //! binary of its own (one test function: nothing else allocates while it counts).
 
 use hotlimit::algo::Gcra;
+use hotlimit::RateLimiter;
 use hotlimit::{CasLimiter, CompactLimiter, ManualClock, MutexLimiter};
 
 #[global_allocator]

@@ -6,6 +6,8 @@ mod common;
 use common::step::WordStep;
 use hotlimit::algo::{Algorithm, AllOf, Earrrl, Gcra, SlidingLog};
 use hotlimit::store::{Locked, Map, Variant};
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, Clock, DirectLimiter, Limiter, Live, ManualClock, MutexLimiter, Policy, Rate,
 };
@@ -100,7 +102,7 @@ proptest! {
     fn all_of_matches_the_all_or_nothing_model(trace in ops(), strict in any::<bool>()) {
         let policy = if strict { Policy::Strict } else { Policy::Leaky };
         let a = "20/s burst 5".parse::<Gcra>().unwrap().with_policy(policy);
-        let b = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(8.0).unwrap())
+        let b = Earrrl::new(Duration::from_secs(1), Rate::new(8.0, Duration::from_secs(1)).unwrap())
             .unwrap()
             .with_policy(policy);
         let both = AllOf::new(a, b);
@@ -174,7 +176,8 @@ fn multi_quota_under_threads<A, V>(
 {
     let clock = ManualClock::default();
     let limiter = make(clock.clone());
-    let sequential = make(ManualClock::default());
+    let sequential_clock = ManualClock::default();
+    let sequential = make(sequential_clock.clone());
     let allowed = AtomicU64::new(0);
     let (start, done) = (Barrier::new(THREADS + 1), Barrier::new(THREADS + 1));
     let phases = 200u64;
@@ -193,7 +196,7 @@ fn multi_quota_under_threads<A, V>(
         for p in 0..phases {
             let now = p * 25_000_000;
             clock.set(Duration::from_nanos(now));
-            sequential.clock().set(Duration::from_nanos(now));
+            sequential_clock.set(Duration::from_nanos(now));
             start.wait();
             want += (0..THREADS * 50)
                 .filter(|_| sequential.check(&7).is_allowed())
@@ -283,7 +286,7 @@ fn reconfiguration_under_load<V: Variant<Live<Gcra>>>() {
         assert_eq!(limiter.reconfigure(new).unwrap(), old);
     });
     assert_eq!(admitted, 0);
-    assert_eq!(limiter.len(), keys as usize);
+    assert_eq!(limiter.metrics().keys, keys);
     assert_eq!(limiter.algorithm().get(), new);
 
     // 300 ms later no key has a token: its debt (1 s under the old quota) is kept whole, not
@@ -304,7 +307,7 @@ fn reconfiguration_under_load<V: Variant<Live<Gcra>>>() {
         .map(|k| (0..100).filter(|_| limiter.check(&k).is_allowed()).count() as u64)
         .sum();
     assert_eq!(admitted + rest, 30 * keys);
-    assert_eq!(limiter.len(), keys as usize);
+    assert_eq!(limiter.metrics().keys, keys);
     let m = limiter.metrics();
     assert_eq!(m.allowed, 100 * keys + 30 * keys);
 
@@ -336,7 +339,7 @@ fn reconfiguration_under_load<V: Variant<Live<Gcra>>>() {
         let got = (0..10).filter(|_| limiter.check(&k).is_allowed()).count();
         assert_eq!(got, 5, "key {k}");
     }
-    assert_eq!(limiter.len(), 2 * keys as usize);
+    assert_eq!(limiter.metrics().keys, 2 * keys);
 }
 
 // Pins G27, G33.
@@ -349,7 +352,7 @@ fn reconfiguration_under_load_keeps_every_key_and_its_state() {
 // Pins G33.
 #[test]
 fn reconfiguration_refuses_a_change_of_meaning_and_changes_nothing() {
-    let r = |n| Rate::per_second_of(n).unwrap();
+    let r = |n| Rate::new(n, Duration::from_secs(1)).unwrap();
     let e = Earrrl::new(Duration::from_secs(1), r(2.0)).unwrap();
     let l = CasLimiter::<u64, _, _>::with_clock(Live::new(e), ManualClock::default());
     let _ = l.check(&1);
@@ -520,7 +523,11 @@ fn until_ready_waits_exactly_the_honest_time() {
 // Pins G15.
 #[test]
 fn until_ready_under_a_strict_policy_is_not_counted_while_waiting() {
-    let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(2.0).unwrap()).unwrap();
+    let e = Earrrl::new(
+        Duration::from_secs(1),
+        Rate::new(2.0, Duration::from_secs(1)).unwrap(),
+    )
+    .unwrap();
     let clock = ManualClock::default();
     let l = MutexLimiter::<u64, _, _>::with_clock(e, clock.clone());
     while l.check(&1).is_allowed() {}
@@ -625,7 +632,7 @@ fn a_reference_to_a_limiter_is_a_limiter() {
     // The sixth on the one state (the boxed limiter is another) is admitted, the seventh not.
     assert!(checks(&*limiter));
     assert!(!checks_async(&*as_dyn));
-    assert_eq!(limiter.len(), 1);
+    assert_eq!(limiter.metrics().keys, 1);
 }
 
 /// Behind an `Arc` or a `Box`, with every limiter trait in scope, a limiter's own `check(key)`

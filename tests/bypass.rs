@@ -189,7 +189,7 @@ macro_rules! every_algorithm {
         let minute = Duration::from_secs(60);
         let gcra = "10/s burst 20".parse::<Gcra>().unwrap().with_policy(policy);
         let slow = "1/min burst 5".parse::<Gcra>().unwrap().with_policy(policy);
-        let earrrl = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(10.0).unwrap())
+        let earrrl = Earrrl::new(Duration::from_secs(1), Rate::new(10.0, Duration::from_secs(1)).unwrap())
             .unwrap()
             .with_policy(policy);
         let exp = Exponential::new(20.0, minute).unwrap().with_policy(policy);

@@ -6,6 +6,7 @@
 
 use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::store::Locked;
+use hotlimit::RateLimiter;
 use hotlimit::{
     check_all, CasLimiter, CompactLimiter, Decision, DirectLimiter, ManualClock, MutexLimiter,
     Policy, QuotaError, Requests,

@@ -11,6 +11,7 @@ use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, InFlight
 use hotlimit::redis::{
     BackendError, Fallback, HybridAlgorithm, HybridBuilder, HybridLimiter, RedisLimiter, SyncError,
 };
+use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, ConfigError, CostError, Decision, Field, ManualClock, Permit, Rate, RateLimiter,
     TicketError,
@@ -309,7 +310,11 @@ fn sliding_window_and_earrrl_states_merge() {
 
     // EARRRL at most 1/s, half-life 1 s: a's 4 requests at once (2 allowed, 2 counted
     // denials under the strict policy) show a rate of 4·ln 2 ≈ 2.77/s.
-    let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+    let e = Earrrl::new(
+        Duration::from_secs(1),
+        Rate::new(1.0, Duration::from_secs(1)).unwrap(),
+    )
+    .unwrap();
     // Another key: limiters of different algorithms must not share a Redis key (a state of
     // the other's kind is an error: see the next test).
     let (a, b) = (
@@ -341,7 +346,11 @@ fn a_foreign_state_in_the_hash_is_an_error() {
         return;
     };
     let w = SlidingWindow::new(5, Duration::from_secs(3600)).unwrap();
-    let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+    let e = Earrrl::new(
+        Duration::from_secs(1),
+        Rate::new(1.0, Duration::from_secs(1)).unwrap(),
+    )
+    .unwrap();
     let sliding = hybrid(&server, w, Fallback::FULL);
     let _ = sliding.check("k");
     eventually("the sliding window's publish", || {
@@ -455,7 +464,11 @@ fn a_share_that_rounds_to_nothing_is_a_config_error() {
         "{e:?}"
     );
     // EARRRL's part is a rate: never rounded.
-    let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+    let e = Earrrl::new(
+        Duration::from_secs(1),
+        Rate::new(1.0, Duration::from_secs(1)).unwrap(),
+    )
+    .unwrap();
     assert!(HybridLimiter::builder(url, e)
         .fallback(quarter)
         .build()

@@ -723,7 +723,7 @@ fn on_every_algorithm(policy: Policy, test: &mut impl OnAlgorithm) {
     test.run("gcra", gcra);
     let earrrl = Earrrl::new(
         Duration::from_millis(200),
-        Rate::per_second_of(30.0).unwrap(),
+        Rate::new(30.0, Duration::from_secs(1)).unwrap(),
     )
     .unwrap()
     .with_policy(policy);

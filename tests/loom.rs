@@ -95,7 +95,11 @@ fn gcra_strict_counts_every_request_once() {
 // Pins G1.
 #[test]
 fn earrrl_strict_two_threads() {
-    let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+    let e = Earrrl::new(
+        Duration::from_secs(1),
+        Rate::new(1.0, Duration::from_secs(1)).unwrap(),
+    )
+    .unwrap();
     // Sequential reference (outside the model: plain arithmetic, no atomics).
     let mut s = e.fresh();
     let mut allowed = 0;

@@ -15,6 +15,8 @@ use hotlimit::algo::{
     Algorithm, AllOf, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::store::{Cas, Locked};
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, CompactLimiter, ConfigError, Decision, Live, ManualClock, MutexLimiter, Policy,
     Rate,
@@ -260,9 +262,12 @@ fn no_plan_or_switch_gives_budget_back() {
         let gcra = |q: &str| q.parse::<Gcra>().unwrap().with_policy(policy);
         check("gcra", gcra("20/s burst 20"), gcra("5/s burst 3"));
         let earrrl = |r: f64| {
-            Earrrl::new(Duration::from_secs(1), Rate::per_second_of(r).unwrap())
-                .unwrap()
-                .with_policy(policy)
+            Earrrl::new(
+                Duration::from_secs(1),
+                Rate::new(r, Duration::from_secs(1)).unwrap(),
+            )
+            .unwrap()
+            .with_policy(policy)
         };
         check("earrrl", earrrl(10.0), earrrl(3.0));
         let exp = |l: f64| Exponential::new(l, minute).unwrap().with_policy(policy);

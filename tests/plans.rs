@@ -11,6 +11,7 @@ use hotlimit::algo::{
     Algorithm, Bias, Earrrl, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::QuotaError;
+use hotlimit::RateLimiter;
 use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, ConfigError, CostError, DirectLimiter, Field, Live,
@@ -73,7 +74,7 @@ proptest! {
         same_as_model("sliding-log", &[log(20), log(5), log(200)], &trace)?;
         let sub = |l| SubWindow::new(l, second, 10).unwrap().with_bias(Bias::Lenient).with_policy(policy);
         same_as_model("sub-window", &[sub(20), sub(5), sub(200)], &trace)?;
-        let earrrl = |r| Earrrl::new(second, Rate::per_second_of(r).unwrap()).unwrap().with_policy(policy);
+        let earrrl = |r| Earrrl::new(second, Rate::new(r, Duration::from_secs(1)).unwrap()).unwrap().with_policy(policy);
         same_as_model("earrrl", &[earrrl(30.0), earrrl(3.0), earrrl(300.0)], &trace)?;
     }
 
@@ -204,7 +205,7 @@ fn incompatible_quotas_and_costs_are_errors() {
     );
     assert!(l.request("k").quota(&hour).take().is_err());
     assert_eq!(
-        l.len(),
+        l.metrics().keys,
         1,
         "only the request that was decided inserted its key"
     );
@@ -214,7 +215,7 @@ fn incompatible_quotas_and_costs_are_errors() {
             && fresh.request("k").quota(&hour).take().is_err()
     );
     assert!(fresh.request("k").cost(0).quota(&small).check().is_err());
-    assert_eq!(fresh.len(), 0, "an error inserts nothing");
+    assert_eq!(fresh.metrics().keys, 0, "an error inserts nothing");
     let sub = CasLimiter::<String, _>::new(SubWindow::new(20, minute, 6).unwrap());
     let other_buckets = SubWindow::new(20, minute, 12).unwrap();
     assert!(matches!(
@@ -222,10 +223,13 @@ fn incompatible_quotas_and_costs_are_errors() {
         Err(QuotaError::Quota(_))
     ));
     let earrrl = CasLimiter::<String, _>::new(
-        Earrrl::new(minute, Rate::per_second_of(1.0).unwrap()).unwrap(),
+        Earrrl::new(minute, Rate::new(1.0, Duration::from_secs(1)).unwrap()).unwrap(),
     );
-    let other_half_life =
-        Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+    let other_half_life = Earrrl::new(
+        Duration::from_secs(1),
+        Rate::new(1.0, Duration::from_secs(1)).unwrap(),
+    )
+    .unwrap();
     assert!(matches!(
         earrrl.request("k").quota(&other_half_life).check(),
         Err(QuotaError::Quota(_))

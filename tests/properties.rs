@@ -72,7 +72,7 @@ fn nanos(d: Duration) -> u64 {
 /// simultaneous requests that reach the limit) is `n_max`, so short traces do reach it.
 fn earrrl(half_life_ns: u64, n_max: f64, policy: Policy) -> Earrrl {
     let h = half_life_ns as f64 / NS_PER_SEC;
-    let limit = Rate::per_second_of(n_max * LN_2 / h).unwrap();
+    let limit = Rate::new(n_max * LN_2 / h, Duration::from_secs(1)).unwrap();
     Earrrl::new(Duration::from_nanos(half_life_ns), limit)
         .unwrap()
         .with_policy(policy)

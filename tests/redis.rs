@@ -15,6 +15,8 @@ use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
 
 mod redis_server;
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use redis_server::{close, Server};
 
 fn limiter<A: RedisAlgorithm>(server: &Server, algo: A) -> RedisLimiter<A> {
@@ -295,9 +297,12 @@ fn earrrl_same_decisions_as_in_memory() {
         return;
     };
     for policy in [Policy::Strict, Policy::Leaky] {
-        let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0).unwrap())
-            .unwrap()
-            .with_policy(policy);
+        let e = Earrrl::new(
+            Duration::from_secs(2),
+            Rate::new(3.0, Duration::from_secs(1)).unwrap(),
+        )
+        .unwrap()
+        .with_policy(policy);
         let t = trace(2, 3000, 250_000_000, 3);
         let exact = std::cell::Cell::new(0);
         let (allowed, denied) = compare(&server, e, &t, |i, m, r| {
@@ -319,7 +324,11 @@ fn earrrl_spec_vector() {
     let Some(server) = Server::start() else {
         return;
     };
-    let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0).unwrap()).unwrap();
+    let e = Earrrl::new(
+        Duration::from_secs(2),
+        Rate::new(3.0, Duration::from_secs(1)).unwrap(),
+    )
+    .unwrap();
     let r = limiter(&server, e);
     let rates: Vec<Decision> = (0..19)
         .map(|i| r.request("k").at(i * 250_000_000).check().unwrap())
@@ -788,7 +797,11 @@ fn keys_expire_when_the_state_is_fresh_again() {
         },
     );
 
-    let e = Earrrl::new(Duration::from_secs(60), Rate::per_second_of(0.1).unwrap()).unwrap();
+    let e = Earrrl::new(
+        Duration::from_secs(60),
+        Rate::new(0.1, Duration::from_secs(1)).unwrap(),
+    )
+    .unwrap();
     let r = limiter(&server, e);
     let mut s = e.fresh();
     let _ = e.update(&mut s, 7 * ms, 2);

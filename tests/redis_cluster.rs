@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 mod redis_server;
+use hotlimit::RateLimiter;
 use redis_server::{close, Cluster};
 
 fn keys(n: usize) -> Vec<String> {
@@ -269,9 +270,12 @@ fn same_decisions_as_in_memory_on_the_cluster() {
         eprintln!("GCRA {policy}: {a} allowed, {d} denied");
         assert!(a > 300 && d > 300, "GCRA {policy}: {a} {d}");
 
-        let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0).unwrap())
-            .unwrap()
-            .with_policy(policy);
+        let e = Earrrl::new(
+            Duration::from_secs(2),
+            Rate::new(3.0, Duration::from_secs(1)).unwrap(),
+        )
+        .unwrap()
+        .with_policy(policy);
         let (a, d) = compare(&cluster, e, 2, 130_000_000, 3, close);
         eprintln!("EARRRL {policy}: {a} allowed, {d} denied");
         assert!(a > 300 && d > 300, "EARRRL {policy}: {a} {d}");

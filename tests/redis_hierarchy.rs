@@ -18,6 +18,7 @@ use std::thread;
 use std::time::Duration;
 
 mod redis_server;
+use hotlimit::Requests;
 use redis_server::{close, Cluster, Server};
 
 /// A prefix no other run used (the servers outlive a run), holding a hash tag: on a cluster

@@ -18,6 +18,8 @@ use rand::{Rng, SeedableRng};
 use std::time::Duration;
 
 mod redis_server;
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use redis_server::{close, Cluster, Server};
 
 /// How two decisions must agree: exactly, or (EARRRL, exponential) to the last bits.

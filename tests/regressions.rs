@@ -9,6 +9,7 @@ use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, Reservation, SlidingLog, SlidingWindow,
     SubWindow, CLOCK_MAX,
 };
+use hotlimit::RateLimiter;
 use hotlimit::{CasLimiter, Clock, ConfigError, Field, ManualClock, Policy, Rate};
 use std::time::Duration;
 

@@ -7,6 +7,7 @@
 use hotlimit::algo::{
     Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
+use hotlimit::Requests;
 use hotlimit::{CasLimiter, ConfigError, ManualClock, Policy, Rate};
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
@@ -72,7 +73,11 @@ fn strings_and_fields_build_what_the_constructors_build() {
     );
     assert_eq!(
         from::<Earrrl>(r#"{"half_life": "2s", "rate": "3/s"}"#),
-        Ok(Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0).unwrap()).unwrap())
+        Ok(Earrrl::new(
+            Duration::from_secs(2),
+            Rate::new(3.0, Duration::from_secs(1)).unwrap()
+        )
+        .unwrap())
     );
     assert_eq!(
         from::<Exponential>(r#"{"limit": 10, "period": "1min", "policy": "strict"}"#),
@@ -113,9 +118,12 @@ fn bad_values_fail_with_the_constructors_errors() {
     let err = from::<Earrrl>(r#"{"half_life": "0s", "rate": "3/s"}"#).unwrap_err();
     assert!(
         err.starts_with(
-            &Earrrl::new(Duration::ZERO, Rate::per_second_of(3.0).unwrap())
-                .unwrap_err()
-                .to_string()
+            &Earrrl::new(
+                Duration::ZERO,
+                Rate::new(3.0, Duration::from_secs(1)).unwrap()
+            )
+            .unwrap_err()
+            .to_string()
         ),
         "{err}"
     );

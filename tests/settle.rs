@@ -9,6 +9,7 @@ mod common;
 use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
+use hotlimit::RateLimiter;
 use hotlimit::Requests;
 use hotlimit::{
     CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
@@ -350,7 +351,7 @@ fn windows_and_rates_settle_as_documented() {
     refund_in_window(SubWindow::new(10, second, 10).unwrap(), &clock);
 
     // EARRRL: a full refund of a lone request leaves the key as fresh as it was.
-    let earrrl = Earrrl::new(second, Rate::per_second_of(10.0).unwrap()).unwrap();
+    let earrrl = Earrrl::new(second, Rate::new(10.0, Duration::from_secs(1)).unwrap()).unwrap();
     let e = CasLimiter::<String, _, _>::with_clock(earrrl, clock.clone());
     let mut t = e.request("k").cost(5).take().unwrap();
     clock.advance(Duration::from_millis(500));

@@ -7,6 +7,8 @@
 mod common;
 
 use hotlimit::ManualClock;
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;

@@ -9,6 +9,7 @@
 use hotlimit::algo::{Algorithm, Debt, Gcra};
 use hotlimit::store::{Cas, Locked};
 use hotlimit::Metrics;
+use hotlimit::RateLimiter;
 use hotlimit::{CasLimiter, CompactLimiter, ConfigError, Decision, ManualClock, Policy};
 use hotlimit::{Limiter, MutexLimiter};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,7 +101,7 @@ struct Under<S: hotlimit::store::Store<Algo = Parking>> {
 /// fresh (each was used up before it).
 fn assert_none_reset<S>(u: &Under<S>, keys: impl IntoIterator<Item = u64>)
 where
-    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64>,
+    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64> + Send + Sync,
 {
     for key in keys {
         assert!(

@@ -104,7 +104,11 @@ fn rel(a: f64, b: f64) -> f64 {
 #[test]
 fn earrrl_spec_vector() {
     // h = 2 s, R = 3/s, one request every 0.25 s from t = 0; default policy strict.
-    let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0).unwrap()).unwrap();
+    let e = Earrrl::new(
+        Duration::from_secs(2),
+        Rate::new(3.0, Duration::from_secs(1)).unwrap(),
+    )
+    .unwrap();
     assert_eq!(e.policy(), Policy::Strict);
     let reqs: Vec<(u64, u64)> = (0..40).map(|k| (k * 250 * MS, 1)).collect();
     let ds = run(&e, &reqs);
@@ -140,9 +144,12 @@ fn earrrl_spec_vector() {
 #[test]
 fn earrrl_retry_after_is_honest_and_tight() {
     for policy in [Policy::Leaky, Policy::Strict] {
-        let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0).unwrap())
-            .unwrap()
-            .with_policy(policy);
+        let e = Earrrl::new(
+            Duration::from_secs(2),
+            Rate::new(3.0, Duration::from_secs(1)).unwrap(),
+        )
+        .unwrap()
+        .with_policy(policy);
         let mut s = e.fresh();
         let mut now = 0;
         // Hammer 10/s until denied.

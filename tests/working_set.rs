@@ -147,7 +147,11 @@ fn loss<A: Algorithm + Clone>(
 fn a_working_set_of_4x_max_keys_is_never_admitted_more() {
     let minute = Duration::from_secs(60);
     let gcra: Gcra = "10/s burst 20".parse().unwrap();
-    let earrrl = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(10.0).unwrap()).unwrap();
+    let earrrl = Earrrl::new(
+        Duration::from_secs(1),
+        Rate::new(10.0, Duration::from_secs(1)).unwrap(),
+    )
+    .unwrap();
     let exp = Exponential::new(600.0, minute).unwrap();
     // Three windows in the minute: keys evicted in one window come back in the next.
     let fixed = FixedWindow::new(200, Duration::from_secs(20)).unwrap();

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 // which loads this file by path too, finds it.
 #[path = "report.rs"]
 mod report;
+use hotlimit::RateLimiter;
 use report::Report;
 
 /// How many abusive keys share the `--abusive` part of the traffic (fewer if there are fewer
@@ -980,13 +981,15 @@ fn measure(args: &Args, stderr: &mut dyn Write) -> Result<String, String> {
             stderr,
         ),
         Algo::Gcra => {
-            let gcra = Gcra::new(Rate::per_second_of(GCRA_PER_SECOND.into()).map_err(config)?)
-                .and_then(|g| g.with_burst(GCRA_BURST.into()))
-                .map_err(config)?;
+            let gcra = Gcra::new(
+                Rate::new(GCRA_PER_SECOND.into(), Duration::from_secs(1)).map_err(config)?,
+            )
+            .and_then(|g| g.with_burst(GCRA_BURST.into()))
+            .map_err(config)?;
             run_all(gcra, args, &variants, &streams, latency_len, stderr)
         }
         Algo::Earrrl => {
-            let limit = Rate::per_second_of(1000.0).map_err(config)?;
+            let limit = Rate::new(1000.0, Duration::from_secs(1)).map_err(config)?;
             run_all(
                 Earrrl::new(second, limit).map_err(config)?,
                 args,

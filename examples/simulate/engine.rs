@@ -14,6 +14,8 @@ use hotlimit::algo::{
     DEFAULT_BUCKETS,
 };
 
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use hotlimit::{CasLimiter, ManualClock, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -369,7 +371,7 @@ fn fixed_window() -> FixedWindow {
 
 fn gcra() -> Gcra {
     // 1/s with a burst of 60: the same 60 at once that the windows allow at a window's start.
-    Gcra::new(Rate::per_second_of(LIMIT_PER_SEC as f64).expect("valid rate"))
+    Gcra::new(Rate::new(LIMIT_PER_SEC as f64, Duration::from_secs(1)).expect("valid rate"))
         .and_then(|g| g.with_burst(WINDOW_LIMIT))
         .expect("valid GCRA")
 }
@@ -382,7 +384,7 @@ fn sliding_window() -> SlidingWindow {
 fn earrrl(half_life: Duration, max_rate: f64) -> Earrrl {
     Earrrl::new(
         half_life,
-        Rate::per_second_of(max_rate).expect("valid rate"),
+        Rate::new(max_rate, Duration::from_secs(1)).expect("valid rate"),
     )
     .expect("valid EARRRL")
 }

@@ -18,6 +18,8 @@
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Algorithm, Gcra, SlidingLog, CLOCK_MAX};
 use hotlimit::store::{Cas, Locked, Variant};
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use hotlimit::{Clock, CompactLimiter, ManualClock};
 use hotlimit_fuzz::{
     earrrl_unit, expected, exponential_unit, gcra_unit, window_unit, EarrrlCfg, ExpCfg, GcraCfg,
@@ -122,13 +124,13 @@ impl<A: Algorithm + Clone> Twins<A> {
 
     fn check_len(&self) {
         assert_eq!(
-            self.cas.len(),
-            self.model.len(),
+            self.cas.metrics().keys,
+            self.model.len() as u64,
             "cas: wrong number of keys"
         );
         assert_eq!(
-            self.locked.len(),
-            self.model.len(),
+            self.locked.metrics().keys,
+            self.model.len() as u64,
             "locked: wrong number of keys"
         );
     }

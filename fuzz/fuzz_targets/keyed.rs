@@ -19,6 +19,8 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Algorithm, AllOf, Gcra, CLOCK_MAX};
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use hotlimit::{CasLimiter, Clock, ManualClock, MutexLimiter};
 use hotlimit_fuzz::{
     earrrl_unit, expected, exponential_unit, gcra_unit, EarrrlCfg, ExpCfg, GcraCfg, Span,
@@ -121,13 +123,13 @@ impl<A: Algorithm + Clone> Twins<A> {
 
     fn check_len(&self) {
         assert_eq!(
-            self.cas.len(),
-            self.model.len(),
+            self.cas.metrics().keys,
+            self.model.len() as u64,
             "cas holds a wrong number of keys"
         );
         assert_eq!(
-            self.mutex.len(),
-            self.model.len(),
+            self.mutex.metrics().keys,
+            self.model.len() as u64,
             "mutex holds a wrong number of keys"
         );
     }

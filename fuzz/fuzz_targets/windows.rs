@@ -16,9 +16,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use hotlimit::algo::{
-    Algorithm, Bias, FixedWindow, SlidingLog, SlidingWindow, SubWindow,
-};
+use hotlimit::algo::{Algorithm, Bias, FixedWindow, SlidingLog, SlidingWindow, SubWindow};
 use hotlimit::Decision;
 use hotlimit_fuzz::{drive, window_unit, RateKind, Req, Start, Timeline, WindowCfg};
 use libfuzzer_sys::fuzz_target;

@@ -27,7 +27,7 @@ use crate::error::ConfigError;
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::{AllOf, Gcra}, CasLimiter, ManualClock};
+/// use hotlimit::{algo::{AllOf, Gcra}, CasLimiter, ManualClock, RateLimiter};
 /// use std::time::Duration;
 ///
 /// // 2 per second, but no more than 3 per minute.
@@ -365,8 +365,11 @@ mod tests {
     #[test]
     fn strict_earrrl_counts_its_denial_while_gcra_keeps_its_budget() {
         let gcra: Gcra = "100/s burst 100".parse().unwrap();
-        let earrrl =
-            Earrrl::new(Duration::from_secs(1), Rate::per_second_of(1.0).unwrap()).unwrap();
+        let earrrl = Earrrl::new(
+            Duration::from_secs(1),
+            Rate::new(1.0, Duration::from_secs(1)).unwrap(),
+        )
+        .unwrap();
         let q = AllOf::new(gcra, earrrl);
         let mut s = q.fresh();
         let mut allowed = 0;

@@ -51,7 +51,7 @@ pub const IDLE_EPSILON: f64 = 1e-9;
 /// use hotlimit::{algo::{Algorithm, Earrrl}, Rate};
 /// use std::time::Duration;
 ///
-/// let e = Earrrl::new(Duration::from_secs(2), Rate::per_second_of(3.0)?)?;
+/// let e = Earrrl::new(Duration::from_secs(2), Rate::new(3.0, Duration::from_secs(1))?)?;
 /// let mut s = e.fresh();
 /// let _ = e.update(&mut s, 0, 1);
 /// let d = e.update(&mut s, 250_000_000, 1);
@@ -400,7 +400,11 @@ mod tests {
     // Pins G24.
     #[test]
     fn a_debt_ranks_by_time_and_comes_back_to_itself() {
-        let e = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(10.0).unwrap()).unwrap();
+        let e = Earrrl::new(
+            Duration::from_secs(1),
+            Rate::new(10.0, Duration::from_secs(1)).unwrap(),
+        )
+        .unwrap();
         let rank = |s: f64| e.debt_rank(0, u128::MAX, e.debt(&s.to_bits(), 0))[0];
         let step = |s: f64| rank(s + 1.0) - rank(s);
         assert_eq!(step(5.0), step(50.0));

@@ -32,7 +32,7 @@ use std::time::Duration;
 /// use hotlimit::{algo::{Algorithm, Gcra}, Policy, Rate};
 /// use std::time::Duration;
 ///
-/// let gcra = Gcra::new(Rate::per_second_of(10.0)?)?.with_burst(5)?;
+/// let gcra = Gcra::new(Rate::new(10.0, Duration::from_secs(1))?)?.with_burst(5)?;
 /// assert_eq!(gcra.emission_interval(), Duration::from_millis(100));
 /// assert_eq!(gcra, "10/s burst 5".parse()?);
 /// assert_eq!(gcra.policy(), Policy::Leaky);

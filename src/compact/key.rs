@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// # Examples
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock};
+/// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock, RateLimiter};
 ///
 /// let l = CompactLimiter::<u64, Gcra, _>::with_clock("1/s".parse()?, ManualClock::default());
 /// assert!(l.check(&42).is_allowed());
@@ -121,7 +121,7 @@ impl Inline for IpAddr {
 /// ([`CasLimiter`](crate::CasLimiter)) where even that is too much.
 ///
 /// ```
-/// use hotlimit::{algo::Gcra, store::Hashed, CompactLimiter, ManualClock};
+/// use hotlimit::{algo::Gcra, store::Hashed, CompactLimiter, ManualClock, RateLimiter};
 ///
 /// let l = CompactLimiter::<Hashed<str>, Gcra, _>::with_clock("10/s burst 1".parse()?, ManualClock::default());
 /// assert!(l.check("alice").is_allowed());

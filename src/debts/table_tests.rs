@@ -171,7 +171,7 @@ fn a_key_whose_debt_is_ranked_comes_back_owing_its_own() {
     // EARRRL: the same of its virtual time.
     let earrrl = Earrrl::new(
         Duration::from_secs(1),
-        crate::Rate::per_second_of(10.0).unwrap(),
+        crate::Rate::new(10.0, Duration::from_secs(1)).unwrap(),
     )
     .unwrap();
     let states: Vec<u64> = (0..20u64)
@@ -267,7 +267,7 @@ fn a_locked_key_beside_ordinary_ones_comes_back_locked() {
     // least its own, the locked one locked.
     let earrrl = Earrrl::new(
         Duration::from_secs(1),
-        crate::Rate::per_second_of(10.0).unwrap(),
+        crate::Rate::new(10.0, Duration::from_secs(1)).unwrap(),
     )
     .unwrap();
     let now = 10_000_000_000;

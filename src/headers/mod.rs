@@ -5,7 +5,7 @@
 //! Enabled by the `http` feature (which `tower` turns on).
 //!
 //! ```
-//! use hotlimit::{algo::Gcra, headers::{Action, RateLimitHeaders}, CasLimiter, ManualClock};
+//! use hotlimit::{algo::Gcra, headers::{Action, RateLimitHeaders}, CasLimiter, ManualClock, RateLimiter};
 //! use http::{HeaderMap, StatusCode};
 //!
 //! let limiter = CasLimiter::<String, Gcra, _>::with_clock("100/s burst 10".parse()?, ManualClock::default());

@@ -5,11 +5,11 @@
 #![allow(dead_code)]
 
 use hotlimit::store::{Map, Variant};
-use hotlimit::Metrics;
 use hotlimit::{
     algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, Limiter, ManualClock, MutexLimiter,
     QuantaClock,
 };
+use hotlimit::{Metrics, RateLimiter};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -107,10 +107,10 @@ trait Target: Send + Sync {
 
 impl<V: Variant<Gcra>, C: Clock> Target for Limiter<Map<u64, Gcra, C, V>> {
     fn check(&self, key: u64) -> bool {
-        Limiter::check(self, &key).is_allowed()
+        RateLimiter::check(self, &key).is_allowed()
     }
     fn len(&self) -> usize {
-        Limiter::len(self)
+        self.metrics().keys as usize
     }
     fn totals(&self) -> Metrics {
         self.metrics()
@@ -119,10 +119,10 @@ impl<V: Variant<Gcra>, C: Clock> Target for Limiter<Map<u64, Gcra, C, V>> {
 
 impl<C: Clock> Target for CompactLimiter<u64, Gcra, C> {
     fn check(&self, key: u64) -> bool {
-        CompactLimiter::check(self, &key).is_allowed()
+        RateLimiter::check(self, &key).is_allowed()
     }
     fn len(&self) -> usize {
-        CompactLimiter::len(self)
+        self.metrics().keys as usize
     }
     fn totals(&self) -> Metrics {
         self.metrics()

@@ -52,7 +52,7 @@ pub trait Limit: RateLimiter<u64> {
 
 impl<S: Keys<u64> + Send + Sync> Limit for Limiter<S> {
     fn len(&self) -> usize {
-        Limiter::len(self)
+        self.metrics().keys as usize
     }
     fn sweep(&self) -> Metrics {
         Limiter::sweep(self)
@@ -250,9 +250,12 @@ pub fn cases() -> Vec<Case> {
             .parse::<Gcra>()
             .unwrap()
             .with_policy(policy);
-        let earrrl = Earrrl::new(Duration::from_secs(1), Rate::per_second_of(5.0).unwrap())
-            .unwrap()
-            .with_policy(policy);
+        let earrrl = Earrrl::new(
+            Duration::from_secs(1),
+            Rate::new(5.0, Duration::from_secs(1)).unwrap(),
+        )
+        .unwrap()
+        .with_policy(policy);
         let exp = Exponential::new(25.0, Duration::from_secs(1))
             .unwrap()
             .with_policy(policy);
@@ -354,7 +357,7 @@ pub fn on_every_algorithm<T: OnAlgorithm>(policy: Policy, test: &mut T) -> Resul
         .unwrap()
         .with_policy(policy);
     test.run("gcra", gcra)?;
-    let earrrl = Earrrl::new(second, Rate::per_second_of(30.0).unwrap())
+    let earrrl = Earrrl::new(second, Rate::new(30.0, Duration::from_secs(1)).unwrap())
         .unwrap()
         .with_policy(policy);
     test.run("earrrl", earrrl)?;

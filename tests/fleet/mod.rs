@@ -16,6 +16,7 @@
 #![allow(dead_code)] // each user takes its own part
 
 use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
+use hotlimit::RateLimiter;
 use hotlimit::{
     redis::{Fallback, HybridAlgorithm, HybridLimiter, HybridStats},
     CasLimiter, ManualClock, Rate,
@@ -147,7 +148,7 @@ impl Shape {
 }
 
 pub fn gcra(s: Shape) -> Gcra {
-    Gcra::new(Rate::per_second_of(s.limit()).unwrap())
+    Gcra::new(Rate::new(s.limit(), Duration::from_secs(1)).unwrap())
         .unwrap()
         .with_burst(s.burst())
         .unwrap()
@@ -164,7 +165,7 @@ pub fn sliding(s: Shape) -> SlidingWindow {
 pub fn earrrl(s: Shape) -> Earrrl {
     Earrrl::new(
         Duration::from_secs(1),
-        Rate::per_second_of(s.limit()).unwrap(),
+        Rate::new(s.limit(), Duration::from_secs(1)).unwrap(),
     )
     .unwrap()
 }

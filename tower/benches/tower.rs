@@ -20,6 +20,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use hotlimit::algo::Gcra;
 use hotlimit::CasLimiter;
+use hotlimit::RateLimiter;
 use hotlimit_tower::{ForwardedIp, HeaderKey, KeyExtractor, PeerIp, RateLimitLayer};
 use http::{Request, Response};
 use std::cell::Cell;

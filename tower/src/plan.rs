@@ -3,6 +3,7 @@
 use super::AdvertisedQuota;
 use hotlimit::headers::QuotaPolicy;
 use hotlimit::store::Keys;
+use hotlimit::Requests;
 use hotlimit::{AsyncRateLimiter, ConfigError, Limiter, QuotaError};
 use http::request::Parts;
 use std::fmt;

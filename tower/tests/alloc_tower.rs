@@ -6,6 +6,7 @@
 //! (no runtime), so every allocation counted is the layer's.
 
 use hotlimit::algo::Gcra;
+use hotlimit::RateLimiter;
 use hotlimit::{CasLimiter, ManualClock};
 use hotlimit_tower::{HeaderKey, RateLimitLayer};
 use http::{Request, Response, StatusCode};

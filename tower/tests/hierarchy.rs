@@ -218,7 +218,7 @@ async fn each_level_denies_with_its_own_headers_and_a_denial_charges_no_level() 
     assert_eq!(left(&users, "carol"), None);
     assert_eq!(left(&orgs, "acme"), None); // 5 of 5
     assert_eq!(left(&orgs, "other"), Some(1)); // 3 of 5
-    assert_eq!((users.len(), orgs.len()), (3, 2));
+    assert_eq!((users.metrics().keys, orgs.metrics().keys), (3, 2));
 
     // on_decision: the deciding level's key and decision, once per request.
     let reports = reports.lock().unwrap();
@@ -261,7 +261,7 @@ async fn a_missing_org_is_refused_or_counted_under_the_fallback() {
         let res = send(&app, headers).await;
         assert_eq!(seen(&res), (StatusCode::BAD_REQUEST, None, None, None));
     }
-    assert_eq!((users.len(), orgs.len()), (0, 0));
+    assert_eq!((users.metrics().keys, orgs.metrics().keys), (0, 0));
     assert_eq!(from(&app, "alice", "acme").await.status(), StatusCode::OK);
 
     // Fallback: counted under the fallback key on the level that lacks one.
@@ -306,7 +306,7 @@ async fn oversized_keys_are_hashed_or_refused_on_every_level() {
     assert_eq!(seen(&res), (StatusCode::BAD_REQUEST, None, None, None));
     let res = from(&app, "a-very-long-user", "acme").await;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
-    assert_eq!((users.len(), orgs.len()), (0, 0));
+    assert_eq!((users.metrics().keys, orgs.metrics().keys), (0, 0));
 
     // Hash (the default): long keys stay distinct, and each stays one key.
     let (users, orgs) = users_in_orgs();
@@ -323,9 +323,9 @@ async fn oversized_keys_are_hashed_or_refused_on_every_level() {
         StatusCode::TOO_MANY_REQUESTS
     );
     assert_eq!(from(&app, "u4", long_b).await.status(), StatusCode::OK);
-    assert_eq!(orgs.len(), 2);
+    assert_eq!(orgs.metrics().keys, 2);
     assert_eq!(left(&orgs, long_a), Some(4)); // not stored under the long key itself
-    assert_eq!(users.len(), 4);
+    assert_eq!(users.metrics().keys, 4);
 }
 
 #[tokio::test]
@@ -366,7 +366,7 @@ async fn cost_free_and_over_a_levels_capacity() {
     let res = send(&app, &[("x-cost", "0")]).await;
     assert_eq!(res.status(), StatusCode::OK);
     // Nothing kept: the user's charge for the cost of 6 was given back.
-    assert_eq!((left(&users, "alice"), orgs.len()), (Some(9), 0));
+    assert_eq!((left(&users, "alice"), orgs.metrics().keys), (Some(9), 0));
     // A cost of 5 spends acme at once; the next unit is the organisation's to deny.
     assert_eq!(with_cost("5").await.status(), StatusCode::OK);
     let res = with_cost("1").await;
@@ -416,7 +416,7 @@ async fn dry_run_reports_and_shadow_tells_the_handler_charging_what_was_admitted
             (left(&users, "alice"), left(&orgs, "acme")),
             (None, Some(1))
         );
-        assert_eq!((users.len(), orgs.len()), (1, 1));
+        assert_eq!((users.metrics().keys, orgs.metrics().keys), (1, 1));
     }
 }
 

@@ -9,6 +9,7 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::headers::{AdvertisedQuota, Mode, QuotaPolicy};
+use hotlimit::Requests;
 use hotlimit::{
     AsyncRateLimiter, CasLimiter, CostError, Decision, ManualClock, MutexLimiter, QuotaError,
     RateLimiter,
@@ -166,7 +167,7 @@ async fn burst_passes_then_429_with_retry_after_then_passes_after_the_clock_move
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
 
     // One key (127.0.0.1), eight decisions.
-    assert_eq!(limiter.len(), 1);
+    assert_eq!(limiter.metrics().keys, 1);
     assert_eq!(decisions.lock().unwrap().len(), 8);
 }
 
@@ -264,7 +265,7 @@ async fn missing_key_is_rejected_with_400_by_default() {
 
     let (status, _, _) = get_plain(&client, addr).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(limiter.len(), 0, "nothing was counted");
+    assert_eq!(limiter.metrics().keys, 0, "nothing was counted");
     let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "k1")]).await;
     assert_eq!(status, StatusCode::OK);
     // A value that is not visible ASCII is no key either.
@@ -303,7 +304,7 @@ async fn an_empty_key_is_a_missing_key() {
     assert!(raw.starts_with("HTTP/1.1 400 "), "{raw}");
     let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "")]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(limiter.len(), 0);
+    assert_eq!(limiter.metrics().keys, 0);
 
     // With a fallback extractor the empty header falls through to it: keyed by the peer.
     let limiter = gcra_limiter("5/s burst 5", &clock);
@@ -315,7 +316,7 @@ async fn an_empty_key_is_a_missing_key() {
     assert!(raw_get_with_empty_key(addr)
         .await
         .starts_with("HTTP/1.1 200 "));
-    assert_eq!(limiter.len(), 1);
+    assert_eq!(limiter.metrics().keys, 1);
     assert!(limiter.request("127.0.0.1").peek().unwrap().is_allowed());
     assert!(limiter
         .request("127.0.0.1")
@@ -333,7 +334,7 @@ async fn an_empty_key_is_a_missing_key() {
     .build();
     let (addr, client) = serve(hello().layer(layer)).await;
     assert_eq!(get_plain(&client, addr).await.0, StatusCode::OK);
-    assert_eq!(limiter.len(), 1);
+    assert_eq!(limiter.metrics().keys, 1);
     assert!(limiter
         .request("anonymous")
         .cost(5)
@@ -366,7 +367,7 @@ async fn keyless_requests_share_the_fallback_key() {
     // Keyed clients have their own budget.
     let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "k1")]).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(limiter.len(), 2);
+    assert_eq!(limiter.metrics().keys, 2);
     assert!(limiter.check("anonymous").is_denied());
 }
 
@@ -402,7 +403,7 @@ async fn hostile_keys_are_bounded() {
         assert_eq!(keys[0], keys[1], "the same long key hashes the same");
         assert_ne!(keys[0], keys[2]);
     }
-    assert_eq!(limiter.len(), 2);
+    assert_eq!(limiter.metrics().keys, 2);
 
     // 1 MB: hyper refuses it before the layer runs (431, or a closed connection). Either
     // way nothing panics and the server keeps serving.
@@ -512,7 +513,7 @@ async fn forwarded_ip_keys_by_the_proxys_entry_not_the_clients() {
     );
     // No header: no key, 400 by default.
     assert_eq!(get_plain(&client, addr).await.0, StatusCode::BAD_REQUEST);
-    assert_eq!(limiter.len(), 2);
+    assert_eq!(limiter.metrics().keys, 2);
 }
 
 // Pins G17, G60.
@@ -542,7 +543,7 @@ async fn cost_function_free_and_impossible_requests() {
         !h.contains_key("ratelimit"),
         "free requests are not counted"
     );
-    assert_eq!(limiter.len(), 0);
+    assert_eq!(limiter.metrics().keys, 0);
     let (status, h, _) = get_with(&client, addr, "/big", &[]).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(header(&h, "ratelimit"), Some(r#""default";r=6;t=1"#));
@@ -696,7 +697,7 @@ async fn dry_run_and_shadow_never_refuse_keyless_or_oversized_requests() {
         );
         let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "123456789")]).await;
         assert_eq!(status, StatusCode::OK, "{mode}");
-        assert_eq!(limiter.len(), 0, "{mode}: nothing counted");
+        assert_eq!(limiter.metrics().keys, 0, "{mode}: nothing counted");
         for _ in 0..3 {
             let (status, _, body) = get_with(&client, addr, "/", &[("x-api-key", "k")]).await;
             assert_eq!(status, StatusCode::OK, "{mode}");
@@ -1230,7 +1231,7 @@ async fn plans_decide_and_advertise_each_requests_quota() {
     assert_eq!(header(&h, "retry-after"), Some("1"));
     assert_eq!(header(&h, "ratelimit-policy"), Some(pro_policy));
     // One limiter, both keys, each state read by its plan.
-    assert_eq!(limiter.len(), 2);
+    assert_eq!(limiter.metrics().keys, 2);
 
     // A plan of another window cannot read a fixed window's counts: 503.
     let w = Duration::from_secs(60);
@@ -1246,7 +1247,7 @@ async fn plans_decide_and_advertise_each_requests_quota() {
     let (status, h, _) = get_with(&client, addr, "/", &[("x-api-key", "odd")]).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(header(&h, "ratelimit"), None);
-    assert_eq!(windows.len(), 0, "nothing counted");
+    assert_eq!(windows.metrics().keys, 0, "nothing counted");
     let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "even")]).await;
     assert_eq!(status, StatusCode::OK);
 }

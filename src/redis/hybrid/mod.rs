@@ -604,32 +604,10 @@ impl<A: HybridAlgorithm, C: Clock> Drop for HybridLimiter<A, C> {
     }
 }
 
-/// The hybrid limiter's decisions, as on every limiter of the crate: `check`, `check_n` and
-/// `request` need no trait in scope. Every call is local.
+/// The hybrid limiter's waits. Its checks and requests are [`RateLimiter`](crate::RateLimiter)'s
+/// and [`Requests`](crate::Requests)' (import them), as on every in-memory limiter. Every call
+/// is local.
 impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
-    /// Decides a request of cost 1 for `key`, counting it.
-    #[inline]
-    pub fn check(&self, key: &str) -> Decision {
-        // Cost 1 is valid for every algorithm (capacity ≥ 1).
-        self.decide(key, 1)
-    }
-
-    /// Decides a request of `cost` for `key`, counting it; a cost that can never be
-    /// admitted is a [`CostError`].
-    #[inline]
-    pub fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        self.inner.store.core.cost(cost)?;
-        Ok(self.decide(key, cost))
-    }
-
-    /// A request beyond a plain check, for `key` ([`Requests`](crate::Requests)): a cost, a
-    /// quota that comes with it, an instant; then `check`, `peek`, `up_to`, `take` and
-    /// `settle`.
-    #[inline]
-    pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
-        crate::Requests::request(self, key)
-    }
-
     /// Waits on the calling thread until a request of cost 1 for `key` is allowed: checks,
     /// sleeping (on the limiter's clock) for each denial's `retry_after`, at least 1 ms.
     pub fn until_ready_blocking(&self, key: &str) -> Decision {
@@ -652,16 +630,19 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
 /// [`AsyncRateLimiter`](crate::AsyncRateLimiter) that never blocks an async task (the tower
 /// layer takes it as it takes the in-memory limiters).
 impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, C> {
-    /// [`HybridLimiter::check`].
+    /// Decides a request of cost 1 for `key`, counting it.
     #[inline]
     fn check(&self, key: &str) -> Decision {
-        HybridLimiter::check(self, key)
+        // Cost 1 is valid for every algorithm (capacity ≥ 1).
+        self.decide(key, 1)
     }
 
-    /// [`HybridLimiter::check_n`].
+    /// Decides a request of `cost` for `key`, counting it; a cost that can never be
+    /// admitted is a [`CostError`].
     #[inline]
     fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
-        HybridLimiter::check_n(self, key, cost)
+        self.inner.store.core.cost(cost)?;
+        Ok(self.decide(key, cost))
     }
 
     /// Locally, as every request, all at one instant; the entries of a chunk of keys are

@@ -353,8 +353,11 @@ mod tests {
     #[test]
     fn a_rate_admitted_unheard_is_held_to_a_share_of_what_is_left() {
         use crate::Rate;
-        let earrrl =
-            Earrrl::new(Duration::from_secs(1), Rate::per_second_of(100.0).unwrap()).unwrap();
+        let earrrl = Earrrl::new(
+            Duration::from_secs(1),
+            Rate::new(100.0, Duration::from_secs(1)).unwrap(),
+        )
+        .unwrap();
         let lambda = std::f64::consts::LN_2;
         let t = S as f64 / 1e9;
         // The word whose rate at `S` is `rate`.
