@@ -2,7 +2,7 @@
 //! ([`Policy`]).
 
 use crate::clock::duration_to_nanos;
-use crate::error::{ConfigError, Field, TicketError};
+use crate::error::{ConfigError, Field, QuotaError};
 use std::fmt;
 use std::num::NonZeroU64;
 use std::time::Duration;
@@ -402,7 +402,8 @@ impl fmt::Debug for Decision {
 /// `Clone`: two copies of one reservation could settle it twice.
 ///
 /// Settle with the limiter and key the ticket was taken from (anywhere else, a settle is a
-/// [`TicketError`] and changes nothing); what a settle means for each algorithm is
+/// [`QuotaError::TicketForOtherKey`] or [`QuotaError::TicketFromOtherLimiter`] and changes
+/// nothing); what a settle means for each algorithm is
 /// [`Algorithm::settle`](crate::algo::Algorithm::settle).
 ///
 /// With the `serde` feature a ticket serializes, for a service that hands it to a client and
@@ -452,10 +453,10 @@ impl Ticket {
     /// key serves as `key`, as long as the settle computes the same.
     ///
     /// ```
-    /// use hotlimit::{Decision, Ticket, TicketError};
+    /// use hotlimit::{Decision, QuotaError, Ticket};
     ///
     /// let mut t = Ticket::issue(Decision::allowed(), 3, 1_000, 0xfeed, 42);
-    /// assert_eq!(t.check_origin(0xfeed, 7), Err(TicketError::OtherKey));
+    /// assert_eq!(t.check_origin(0xfeed, 7), Err(QuotaError::TicketForOtherKey));
     /// assert_eq!(t.check_origin(0xfeed, 42), Ok(()));
     /// assert_eq!(t.close(), Some((1_000, 3))); // the settle's to make
     /// assert_eq!(t.close(), None); // settled once
@@ -472,13 +473,14 @@ impl Ticket {
     }
 
     /// Whether a settle on `limiter` for the key whose hash is `key` may settle this ticket
-    /// ([`issue`](Ticket::issue)): a ticket taken elsewhere is a [`TicketError`], and a
-    /// settle that gets one changes nothing.
-    pub fn check_origin(&self, limiter: u64, key: u64) -> Result<(), TicketError> {
+    /// ([`issue`](Ticket::issue)): a ticket taken elsewhere is
+    /// [`QuotaError::TicketFromOtherLimiter`] or [`QuotaError::TicketForOtherKey`], and a settle
+    /// that gets one changes nothing.
+    pub fn check_origin(&self, limiter: u64, key: u64) -> Result<(), QuotaError> {
         if self.origin.0 != limiter {
-            Err(TicketError::OtherLimiter)
+            Err(QuotaError::TicketFromOtherLimiter)
         } else if self.origin.1 != key {
-            Err(TicketError::OtherKey)
+            Err(QuotaError::TicketForOtherKey)
         } else {
             Ok(())
         }

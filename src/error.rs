@@ -322,6 +322,21 @@ impl std::error::Error for CostError {}
 /// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+/// A settle with a ticket from elsewhere is refused, and the ticket stays open:
+///
+/// ```
+/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, QuotaError, Requests};
+///
+/// let l = CasLimiter::<String, Gcra, _>::with_clock("100/min".parse()?, ManualClock::default());
+/// let mut ticket = l.request("alice").cost(30).take()?;
+/// let other_key = l.request("bob").settle(&mut ticket, 0);
+/// assert_eq!(other_key, Err(QuotaError::TicketForOtherKey));
+/// let other = CasLimiter::<String, Gcra, _>::with_clock("100/min".parse()?, ManualClock::default());
+/// let elsewhere = other.request("alice").settle(&mut ticket, 0);
+/// assert_eq!(elsewhere, Err(QuotaError::TicketFromOtherLimiter));
+/// assert_eq!(l.request("alice").settle(&mut ticket, 0), Ok(true)); // still open: refunded here
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum QuotaError {
@@ -332,8 +347,13 @@ pub enum QuotaError {
     /// Boxed: the error is rare, and a small one keeps `Result<Decision, QuotaError>` the
     /// size of a [`Decision`](crate::Decision) (its niche), which the hot path returns.
     Quota(Box<ConfigError>),
-    /// A settle's ticket was taken from another limiter or for another key.
-    Ticket(TicketError),
+    /// A settle's [`Ticket`](crate::Ticket) was taken from another limiter (or another kind
+    /// of store: in memory, the hybrid limiter, a Redis client of another key prefix).
+    /// Nothing changed and the ticket stays open, so the right settle can follow.
+    TicketFromOtherLimiter,
+    /// A settle's ticket was taken for another key. Nothing changed and the ticket stays
+    /// open.
+    TicketForOtherKey,
     /// The limiter could not decide: its backend failed (a Redis outage its fail mode does
     /// not answer, an error reply). Not the request's fault. The backend's own error (the
     /// Redis backend's `BackendError`), to log or to downcast; never an in-memory limiter's.
@@ -347,7 +367,8 @@ impl PartialEq for QuotaError {
         match (self, other) {
             (QuotaError::Cost(a), QuotaError::Cost(b)) => a == b,
             (QuotaError::Quota(a), QuotaError::Quota(b)) => a == b,
-            (QuotaError::Ticket(a), QuotaError::Ticket(b)) => a == b,
+            (QuotaError::TicketFromOtherLimiter, QuotaError::TicketFromOtherLimiter)
+            | (QuotaError::TicketForOtherKey, QuotaError::TicketForOtherKey) => true,
             (QuotaError::Backend(a), QuotaError::Backend(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
@@ -365,7 +386,10 @@ impl fmt::Display for QuotaError {
         match self {
             QuotaError::Cost(e) => e.fmt(f),
             QuotaError::Quota(_) => f.write_str("this quota cannot be used on this limiter"),
-            QuotaError::Ticket(e) => e.fmt(f),
+            QuotaError::TicketFromOtherLimiter => {
+                f.write_str("the ticket was taken from another limiter")
+            }
+            QuotaError::TicketForOtherKey => f.write_str("the ticket was taken for another key"),
             QuotaError::Backend(_) => f.write_str("the limiter's backend could not decide"),
         }
     }
@@ -374,7 +398,9 @@ impl fmt::Display for QuotaError {
 impl std::error::Error for QuotaError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            QuotaError::Cost(_) | QuotaError::Ticket(_) => None,
+            QuotaError::Cost(_)
+            | QuotaError::TicketFromOtherLimiter
+            | QuotaError::TicketForOtherKey => None,
             QuotaError::Quota(e) => Some(&**e),
             QuotaError::Backend(e) => Some(&**e),
         }
@@ -388,53 +414,9 @@ impl From<CostError> for QuotaError {
     }
 }
 
-/// Why a settle was refused: the [`Ticket`](crate::Ticket) was taken from another limiter or
-/// for another key. Nothing changed and the ticket stays open, so the right settle can follow
-/// (settled where it was not taken, it would refund or charge another client).
-///
-/// ```
-/// use hotlimit::{algo::Gcra, QuotaError, CasLimiter, ManualClock, TicketError, Requests};
-///
-/// let l = CasLimiter::<String, Gcra, _>::with_clock("100/min".parse()?, ManualClock::default());
-/// let mut ticket = l.request("alice").cost(30).take()?;
-/// let other_key = l.request("bob").settle(&mut ticket, 0);
-/// assert_eq!(other_key, Err(QuotaError::Ticket(TicketError::OtherKey)));
-/// let other = CasLimiter::<String, Gcra, _>::with_clock("100/min".parse()?, ManualClock::default());
-/// let elsewhere = other.request("alice").settle(&mut ticket, 0);
-/// assert_eq!(elsewhere, Err(QuotaError::Ticket(TicketError::OtherLimiter)));
-/// assert_eq!(l.request("alice").settle(&mut ticket, 0), Ok(true)); // still open: refunded here
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum TicketError {
-    /// The ticket was taken from another limiter (or another kind of store: in memory, the
-    /// hybrid limiter, a Redis client of another key prefix).
-    OtherLimiter,
-    /// The ticket was taken for another key.
-    OtherKey,
-}
-
-impl fmt::Display for TicketError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TicketError::OtherLimiter => "the ticket was taken from another limiter",
-            TicketError::OtherKey => "the ticket was taken for another key",
-        })
-    }
-}
-
-impl std::error::Error for TicketError {}
-
 impl From<ConfigError> for QuotaError {
     fn from(e: ConfigError) -> Self {
         QuotaError::Quota(Box::new(e))
-    }
-}
-
-impl From<TicketError> for QuotaError {
-    fn from(e: TicketError) -> Self {
-        QuotaError::Ticket(e)
     }
 }
 

@@ -249,7 +249,7 @@ pub use compact::CompactLimiter;
 pub use config::Rate;
 pub use decision::{Decision, Policy, Ticket};
 pub use direct::DirectLimiter;
-pub use error::{BuildError, ConfigError, CostError, Field, QuotaError, TicketError};
+pub use error::{BuildError, ConfigError, CostError, Field, QuotaError};
 pub use keyed::{CasLimiter, MutexLimiter};
 pub use limiter::{AsyncRateLimiter, RateLimiter};
 pub use live::Live;

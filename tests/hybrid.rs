@@ -13,8 +13,8 @@ use hotlimit::redis::{
 };
 use hotlimit::Requests;
 use hotlimit::{
-    CasLimiter, ConfigError, CostError, Decision, Field, ManualClock, Permit, Rate, RateLimiter,
-    TicketError,
+    CasLimiter, ConfigError, CostError, Decision, Field, ManualClock, Permit, QuotaError, Rate,
+    RateLimiter,
 };
 use redis_server::Server;
 use std::sync::atomic::Ordering;
@@ -899,7 +899,7 @@ fn settled_costs_reach_the_shared_state() {
         // Another key, or a ticket of another limiter: an error, and the ticket stays open.
         assert_eq!(
             h.request("j").settle(&mut ticket, actual),
-            Err(TicketError::OtherKey.into())
+            Err(QuotaError::TicketForOtherKey)
         );
         let mut foreign = CasLimiter::<String, Gcra>::new(gcra)
             .request("k")
@@ -908,7 +908,7 @@ fn settled_costs_reach_the_shared_state() {
             .unwrap();
         assert_eq!(
             h.request("k").settle(&mut foreign, actual),
-            Err(TicketError::OtherLimiter.into())
+            Err(QuotaError::TicketFromOtherLimiter)
         );
         assert!(h.request("k").settle(&mut ticket, actual).unwrap());
         assert!(

@@ -9,7 +9,7 @@
 mod budget;
 
 use budget::Budget;
-use hotlimit::{check_all, CostError, QuotaError, Requests, TicketError};
+use hotlimit::{check_all, CostError, QuotaError, Requests};
 
 #[test]
 fn a_take_is_settled_once_with_the_actual_cost() {
@@ -42,11 +42,11 @@ fn a_ticket_settles_only_where_it_was_taken() {
     let mut t = b.request("alice").cost(5).take().unwrap();
     assert_eq!(
         other.request("alice").settle(&mut t, 0),
-        Err(QuotaError::Ticket(TicketError::OtherLimiter))
+        Err(QuotaError::TicketFromOtherLimiter)
     );
     assert_eq!(
         b.request("bob").settle(&mut t, 0),
-        Err(QuotaError::Ticket(TicketError::OtherKey))
+        Err(QuotaError::TicketForOtherKey)
     );
     // Refused, it changed nothing: still open, still charged, and settles where it belongs.
     assert!(t.is_open());

@@ -10,9 +10,7 @@ use hotlimit::algo::{
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
 use hotlimit::Ticket;
-use hotlimit::{
-    CasLimiter, ConfigError, CostError, Decision, ManualClock, Policy, Rate, TicketError,
-};
+use hotlimit::{CasLimiter, ConfigError, CostError, Decision, ManualClock, Policy, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
@@ -335,7 +333,7 @@ fn settle_and_plan_edges() {
     // Another key, another prefix, an in-memory ticket: errors, nothing sent, still open.
     assert!(matches!(
         red.request("j").at(t).settle(&mut ticket, 0),
-        Err(BackendError::Ticket(TicketError::OtherKey))
+        Err(BackendError::TicketForOtherKey)
     ));
     let elsewhere = RedisLimiter::builder(server.url(), FixedWindow::new(3, w).unwrap())
         .key_prefix(prefix())
@@ -343,13 +341,13 @@ fn settle_and_plan_edges() {
         .unwrap();
     assert!(matches!(
         elsewhere.request("k").at(t).settle(&mut ticket, 0),
-        Err(BackendError::Ticket(TicketError::OtherKey))
+        Err(BackendError::TicketForOtherKey)
     ));
     let mem = CasLimiter::<String, _>::new(FixedWindow::new(3, w).unwrap());
     let mut foreign = mem.request("k").take().unwrap();
     assert!(matches!(
         red.request("k").at(t).settle(&mut foreign, 0),
-        Err(BackendError::Ticket(TicketError::OtherLimiter))
+        Err(BackendError::TicketFromOtherLimiter)
     ));
     assert!(ticket.is_open());
     assert!(red.request("k").at(t).settle(&mut ticket, 3).unwrap());

@@ -497,7 +497,6 @@ impl common::OnAlgorithm for Model<'_> {
 // Pins G29.
 #[test]
 fn a_ticket_settles_only_where_it_was_taken() {
-    use hotlimit::TicketError::{OtherKey, OtherLimiter};
     let gcra: Gcra = "10/s burst 10".parse().unwrap();
     let clock = ManualClock::default();
     let (a, b) = (Stores::new(&gcra, &clock), Stores::new(&gcra, &clock));
@@ -514,13 +513,13 @@ fn a_ticket_settles_only_where_it_was_taken() {
         if *keyed {
             // Another key of the same limiter.
             let other_key = store.request(&1).settle(ticket, 0);
-            assert_eq!(other_key, Err(QuotaError::Ticket(OtherKey)), "{name}");
+            assert_eq!(other_key, Err(QuotaError::TicketForOtherKey), "{name}");
         }
         // The same key on the twin limiter, and on the next store of the same algorithm.
         let twin = b.0[i].1.request(&0).settle(ticket, 0);
-        assert_eq!(twin, Err(QuotaError::Ticket(OtherLimiter)), "{name}");
+        assert_eq!(twin, Err(QuotaError::TicketFromOtherLimiter), "{name}");
         let next = a.0[(i + 1) % n].1.request(&0).settle(ticket, 0);
-        assert_eq!(next, Err(QuotaError::Ticket(OtherLimiter)), "{name}");
+        assert_eq!(next, Err(QuotaError::TicketFromOtherLimiter), "{name}");
     }
     // Nothing moved: 10 − 6 − the peeked unit; key 1 and the other limiter untouched.
     assert_eq!(remaining(&a, 0), [Some(3); 6]);

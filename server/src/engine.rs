@@ -16,9 +16,7 @@ use hotlimit::algo::Algorithm as Algo;
 use hotlimit::redis::{
     AsyncRedisLimiter, BackendError, HybridAlgorithm, HybridLimiter, RedisAlgorithm,
 };
-use hotlimit::{
-    CasLimiter, Clock, CostError, Decision, ManualClock, Requests, Ticket, TicketError,
-};
+use hotlimit::{CasLimiter, Clock, CostError, Decision, ManualClock, Requests, Ticket};
 
 use crate::config::Algorithm;
 
@@ -75,8 +73,9 @@ impl Backend {
 pub enum EngineError {
     /// The cost can never be admitted (more than the limit): over the limit.
     Cost(CostError),
-    /// A settle's ticket is not this rule's key's, or not this limiter's.
-    Ticket(TicketError),
+    /// A settle's ticket is not this rule's key's, or not this limiter's (one of
+    /// `QuotaError`'s two ticket cases).
+    Ticket(hotlimit::QuotaError),
     /// The rule's quota cannot run on its class's limiter (another window or layout).
     Quota(hotlimit::QuotaError),
     /// The rule's quota is of another algorithm than its class's limiter.
@@ -112,7 +111,8 @@ impl From<hotlimit::QuotaError> for EngineError {
     fn from(e: hotlimit::QuotaError) -> Self {
         match e {
             hotlimit::QuotaError::Cost(c) => EngineError::Cost(c),
-            hotlimit::QuotaError::Ticket(t) => EngineError::Ticket(t),
+            t @ (hotlimit::QuotaError::TicketForOtherKey
+            | hotlimit::QuotaError::TicketFromOtherLimiter) => EngineError::Ticket(t),
             other => EngineError::Quota(other),
         }
     }
@@ -122,7 +122,12 @@ impl From<BackendError> for EngineError {
     fn from(e: BackendError) -> Self {
         match e {
             BackendError::Cost(c) => EngineError::Cost(c),
-            BackendError::Ticket(t) => EngineError::Ticket(t),
+            BackendError::TicketForOtherKey => {
+                EngineError::Ticket(hotlimit::QuotaError::TicketForOtherKey)
+            }
+            BackendError::TicketFromOtherLimiter => {
+                EngineError::Ticket(hotlimit::QuotaError::TicketFromOtherLimiter)
+            }
             other => EngineError::Backend(other),
         }
     }

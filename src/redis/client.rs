@@ -5,7 +5,7 @@ use super::local_deny::LocalDeny;
 use super::lua;
 use super::{BackendError, FailMode, RedisAlgorithm, RedisBuilder, BATCH_TRIP, MAX_EXPLICIT_NOW};
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, CostError};
+use crate::error::{check_cost, CostError, QuotaError};
 use crate::request::Ask;
 use ::redis::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -324,7 +324,10 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     pub(super) fn check_ticket(&self, key: &str, ticket: &Ticket) -> Result<(), BackendError> {
         ticket
             .check_origin(0, self.key_print(key))
-            .map_err(BackendError::Ticket)
+            .map_err(|e| match e {
+                QuotaError::TicketForOtherKey => BackendError::TicketForOtherKey,
+                _ => BackendError::TicketFromOtherLimiter,
+            })
     }
 
     /// What binds a ticket to `key` under this prefix: the pair's hash (the Redis key, built

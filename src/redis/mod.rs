@@ -208,7 +208,7 @@ use crate::algo::{
 use crate::decision::Decision;
 #[cfg(doc)]
 use crate::decision::Policy;
-use crate::error::{ConfigError, CostError, TicketError};
+use crate::error::{ConfigError, CostError, QuotaError};
 use ::redis::{ErrorKind, RedisError};
 use std::fmt;
 use std::time::Duration;
@@ -311,9 +311,12 @@ pub enum BackendError {
     /// per-request quota that cannot read the limiter's states
     /// ([`request`](crate::Requests::request)).
     Config(ConfigError),
-    /// A settle's ticket was taken for another key, or from another limiter (in memory, or
-    /// a client of another key prefix); nothing was sent and the ticket stays open.
-    Ticket(TicketError),
+    /// A settle's ticket was taken from another limiter (in memory, or a client of another
+    /// key prefix); nothing was sent and the ticket stays open.
+    TicketFromOtherLimiter,
+    /// A settle's ticket was taken for another key; nothing was sent and the ticket stays
+    /// open.
+    TicketForOtherKey,
     /// A thread the limiter needs (the fleet limiter's sync and subscription threads, its
     /// sweeper) could not be started.
     Spawn(std::io::Error),
@@ -336,7 +339,8 @@ impl BackendError {
             | BackendError::Unavailable
             | BackendError::TimeOutOfRange(_)
             | BackendError::Config(_)
-            | BackendError::Ticket(_)
+            | BackendError::TicketFromOtherLimiter
+            | BackendError::TicketForOtherKey
             | BackendError::Spawn(_)
             | BackendError::OutOfMemory => false,
         }
@@ -394,7 +398,8 @@ impl fmt::Display for BackendError {
                 "explicit now {now} ns is above {MAX_EXPLICIT_NOW} (2^53 − 1), which Lua cannot count exactly"
             ),
             BackendError::Config(e) => e.fmt(f),
-            BackendError::Ticket(e) => e.fmt(f),
+            BackendError::TicketFromOtherLimiter => QuotaError::TicketFromOtherLimiter.fmt(f),
+            BackendError::TicketForOtherKey => QuotaError::TicketForOtherKey.fmt(f),
             BackendError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
             BackendError::OutOfMemory => {
                 f.write_str("cannot allocate a table sized for max_keys: out of memory")

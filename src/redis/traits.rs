@@ -20,7 +20,8 @@ impl From<BackendError> for QuotaError {
     fn from(e: BackendError) -> Self {
         match e {
             BackendError::Cost(c) => QuotaError::Cost(c),
-            BackendError::Ticket(t) => QuotaError::Ticket(t),
+            BackendError::TicketFromOtherLimiter => QuotaError::TicketFromOtherLimiter,
+            BackendError::TicketForOtherKey => QuotaError::TicketForOtherKey,
             e => QuotaError::Backend(Arc::new(e)),
         }
     }
@@ -50,7 +51,7 @@ mod quota {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{CostError, TicketError};
+    use crate::error::CostError;
 
     /// What the tower layer reads off an async Redis limiter's error: the request's own
     /// faults as in memory, anything else a backend failure that still holds the error.
@@ -65,8 +66,12 @@ mod tests {
             QuotaError::Cost(cost)
         );
         assert_eq!(
-            QuotaError::from(BackendError::Ticket(TicketError::OtherKey)),
-            QuotaError::Ticket(TicketError::OtherKey)
+            QuotaError::from(BackendError::TicketForOtherKey),
+            QuotaError::TicketForOtherKey
+        );
+        assert_eq!(
+            QuotaError::from(BackendError::TicketFromOtherLimiter),
+            QuotaError::TicketFromOtherLimiter
         );
         let QuotaError::Backend(e) = QuotaError::from(BackendError::Unavailable) else {
             panic!("an outage is the backend's failure");

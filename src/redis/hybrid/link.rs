@@ -299,7 +299,8 @@ fn copy(e: &BackendError) -> BackendError {
         BackendError::Cost(c) => BackendError::Cost(*c),
         BackendError::TimeOutOfRange(t) => BackendError::TimeOutOfRange(*t),
         BackendError::Config(c) => BackendError::Config(c.clone()),
-        BackendError::Ticket(t) => BackendError::Ticket(*t),
+        BackendError::TicketFromOtherLimiter => BackendError::TicketFromOtherLimiter,
+        BackendError::TicketForOtherKey => BackendError::TicketForOtherKey,
         BackendError::Spawn(e) => BackendError::Spawn(std::io::Error::new(e.kind(), e.to_string())),
         BackendError::OutOfMemory => BackendError::OutOfMemory,
     }
