@@ -223,6 +223,7 @@ mod compact {
     use crate::decision::Policy;
     use crate::store::Variant;
     use crate::store::{Cas, Locked};
+    use crate::RateLimiter;
     use loom::sync::Arc;
     use loom::thread;
     use std::time::Duration;
@@ -267,7 +268,7 @@ mod compact {
                 .collect();
             let allowed = hs.into_iter().map(|h| h.join().unwrap());
             assert_eq!(allowed.filter(|&a| a).count(), 1);
-            assert_eq!(l.len(), 1);
+            assert_eq!(l.metrics().keys, 1);
             assert_eq!(l.probe_stats().keys, 1);
             assert_eq!(leaky_wait(&l, 7), T);
         });
@@ -323,7 +324,7 @@ mod compact {
             assert!(a.join().unwrap());
             b.join().unwrap();
             assert!(c.join().unwrap());
-            assert_eq!(l.len(), 2);
+            assert_eq!(l.metrics().keys, 2);
             assert_eq!(l.probe_stats().keys, 2);
             // Each key: tat = NOW + T, so the probe waits exactly T (leaky) or 2T (strict:
             // the probe itself is counted).

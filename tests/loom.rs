@@ -12,6 +12,8 @@ mod step;
 
 use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog};
 use hotlimit::store::{Locked, Variant};
+use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use hotlimit::{DirectLimiter, ManualClock, Policy, Rate};
 use loom::sync::Arc;
 use loom::thread;
