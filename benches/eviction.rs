@@ -30,7 +30,7 @@ trait Swept: RateLimiter<u64> {
     fn sweep(&self) -> Metrics;
 }
 
-impl<S: Keys<u64> + Send + Sync> Swept for Limiter<S> {
+impl<S: Keys<u64>> Swept for Limiter<S> {
     fn sweep(&self) -> Metrics {
         Limiter::sweep(self)
     }

@@ -244,7 +244,7 @@ fn compact_gcra(limiter: &'static CompactLimiter<u64, Gcra, ManualClock>, key: u
 /// then foretell each key's measured step. The keys, leaked for the benchmark.
 fn bring<S>(limiter: &Limiter<S>, keys: &[u64], step: Step) -> &'static [u64]
 where
-    S: hotlimit::store::Store + hotlimit::store::Keys<u64> + Send + Sync,
+    S: hotlimit::store::Store + hotlimit::store::Keys<u64>,
 {
     for &k in keys {
         if step == Step::Deny {
@@ -289,7 +289,7 @@ fn cas_gcra_10k(setup: (&'static CasLimiter<u64, Gcra, ManualClock>, &'static [u
 /// [`MILLION_SAMPLE`] of them, spread over the range, brought to `step`.
 fn fill_million<S>(limiter: &Limiter<S>, clock: &ManualClock, step: Step) -> &'static [u64]
 where
-    S: hotlimit::store::Store + hotlimit::store::Keys<u64> + Send + Sync,
+    S: hotlimit::store::Store + hotlimit::store::Keys<u64>,
 {
     clock.set(NOW - Duration::from_millis(1));
     for k in 0..MILLION {

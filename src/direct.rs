@@ -6,7 +6,7 @@ use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::BuildError;
 use crate::limiter::{Cas, Variant};
-use crate::ops::sealed::{Build, Lookup, Table};
+use crate::ops::sealed::{Lookup, Table};
 use crate::ops::Limiter;
 use crate::shared::{Core, KeyState, Options};
 use crate::stats::Metrics;
@@ -41,6 +41,15 @@ pub struct Single<A: Algorithm, C = QuantaClock, V: Variant<A> = Cas> {
 impl<A: Algorithm, C: Clock, V: Variant<A>> Table for Single<A, C, V> {
     type Algo = A;
     type Clock = C;
+    type WithClock<C2: Clock> = Single<A, C2, V>;
+
+    fn build(algo: A, clock: C, options: &Options) -> Result<(Self, Option<Sweeper>), BuildError> {
+        let single = Self {
+            cell: CachePadded::new(V::Cell::new(algo.fresh())),
+            core: Core::new(algo, clock, options),
+        };
+        Ok((single, None))
+    }
 
     #[inline(always)]
     fn core(&self) -> &Core<A, C> {
@@ -55,18 +64,6 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> Table for Single<A, C, V> {
     /// The one cell is never swept.
     fn sweep(&self) -> Metrics {
         Metrics::default()
-    }
-}
-
-impl<A: Algorithm, C: Clock, V: Variant<A>> Build for Single<A, C, V> {
-    type WithClock<C2: Clock> = Single<A, C2, V>;
-
-    fn build(algo: A, clock: C, options: &Options) -> Result<(Self, Option<Sweeper>), BuildError> {
-        let single = Self {
-            cell: CachePadded::new(V::Cell::new(algo.fresh())),
-            core: Core::new(algo, clock, options),
-        };
-        Ok((single, None))
     }
 }
 

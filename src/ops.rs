@@ -12,9 +12,9 @@ use crate::shared::{Builder, KeyedStore, Options};
 use crate::stats::Metrics;
 use crate::sweeper::Sweeper;
 use crate::wait;
+use sealed::Table;
 use std::future::Future;
 
-use sealed::Build;
 use std::fmt;
 
 use std::time::Duration;
@@ -30,33 +30,14 @@ pub(crate) mod sealed {
     use crate::stats::Metrics;
     use crate::sweeper::Sweeper;
 
-    /// A store's table with its [`Core`].
-    pub trait Table: Sized {
+    /// A store's table with its [`Core`], owned by a limiter and built from its options.
+    pub trait Table: Sized + Send + Sync + 'static {
         /// The algorithm.
         type Algo: Algorithm;
         /// The clock.
         type Clock: Clock;
-
-        /// The core every store shares.
-        fn core(&self) -> &Core<Self::Algo, Self::Clock>;
-        /// The keys held.
-        fn keys(&self) -> usize;
-        /// The most keys held, if bounded.
-        fn bound(&self) -> Option<usize> {
-            self.core().max_keys
-        }
-        /// Idle and capacity eviction.
-        fn sweep(&self) -> Metrics;
-        /// Totals over every sweep (the sweep fields of a [`Metrics`]).
-        fn sweep_totals(&self) -> Metrics {
-            self.core().sweep_totals()
-        }
-    }
-
-    /// A table a limiter owns, built from its options.
-    pub trait Build: Table + Send + Sync + 'static {
         /// The same store on another clock (what a builder's `clock` makes).
-        type WithClock<C: Clock>: Build<Algo = Self::Algo, Clock = C>;
+        type WithClock<C: Clock>: Table<Algo = Self::Algo, Clock = C>;
 
         /// The store, and its background sweeper if the options ask for one.
         fn build(
@@ -64,6 +45,16 @@ pub(crate) mod sealed {
             clock: Self::Clock,
             options: &Options,
         ) -> Result<(Self, Option<Sweeper>), crate::error::BuildError>;
+        /// The core every store shares.
+        fn core(&self) -> &Core<Self::Algo, Self::Clock>;
+        /// The keys held.
+        fn keys(&self) -> usize;
+        /// Idle and capacity eviction.
+        fn sweep(&self) -> Metrics;
+        /// Totals over every sweep (the sweep fields of a [`Metrics`]).
+        fn sweep_totals(&self) -> Metrics {
+            self.core().sweep_totals()
+        }
     }
 
     /// A table whose keys are looked up by `&Q`.
@@ -166,7 +157,7 @@ pub struct Limiter<S: Store> {
     _sweeper: Option<Sweeper>,
 }
 
-impl<S: Store + Build<Clock = QuantaClock>> Limiter<S> {
+impl<S: Store<Clock = QuantaClock>> Limiter<S> {
     /// A limiter running `algo` on the default (`quanta`) clock, without background sweeps
     /// (the compact store sized for [`DEFAULT_MAX_KEYS`](crate::store::DEFAULT_MAX_KEYS)).
     ///
@@ -190,7 +181,7 @@ impl<S: Store + Build<Clock = QuantaClock>> Limiter<S> {
     }
 }
 
-impl<S: Store + Build> Limiter<S> {
+impl<S: Store> Limiter<S> {
     /// A limiter running `algo` on `clock`, without background sweeps: a limiter of this very
     /// type, whose clock is the aliases' `C` (`_` infers it from `clock`):
     /// `CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::default())`.
@@ -214,7 +205,7 @@ fn out_of_memory() -> ! {
     std::alloc::handle_alloc_error(std::alloc::Layout::new::<[u8; 64]>())
 }
 
-impl<S: Store + Build<Clock = QuantaClock>, C: Clock> Builder<Limiter<S>, S::Algo, C> {
+impl<S: Store<Clock = QuantaClock>, C: Clock> Builder<Limiter<S>, S::Algo, C> {
     /// Builds the limiter, starting the background sweeper if one was asked for.
     ///
     /// Fails with [`BuildError::Config`] for a sweep interval below its floor,
@@ -386,7 +377,7 @@ impl<A: Algorithm + Copy, S: Store<Algo = Live<A>>> Limiter<S> {
 
 /// Every in-memory limiter, through the one request path: decided in the call, never
 /// waiting on I/O.
-impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::RateLimiter<Q> for Limiter<S> {
+impl<Q: ?Sized, S: Keys<Q>> crate::RateLimiter<Q> for Limiter<S> {
     // Always: behind the store's trait methods, `#[inline]` left the compact and mutex stores'
     // one-key check 1–2 ns slower than their own inherent `check`s had been (measured for
     // issue #47; the sitting is in git history).
@@ -411,7 +402,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::RateLimiter<Q> for Limiter<S> {
     }
 }
 
-impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
+impl<Q: ?Sized, S: Keys<Q>> crate::Requests<Q> for Limiter<S> {
     type Algo = S::Algo;
     type Error = QuotaError;
 
@@ -464,7 +455,7 @@ impl<Q: ?Sized, S: Keys<Q> + Send + Sync> crate::Requests<Q> for Limiter<S> {
 }
 
 /// The waits and pacing of the in-memory limiter's [`Request`]: they run on its clock.
-impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo> {
+impl<'a, S: Keys<Q>, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo> {
     /// Waits until the request is allowed and returns that decision (the request is
     /// counted): client-side self-limiting. `sleep` is the runtime's timer, e.g.
     /// `tokio::time::sleep`, so this works on any runtime.
@@ -553,9 +544,7 @@ impl<'a, S: Keys<Q> + Send + Sync, Q: ?Sized> Request<'a, Limiter<S>, Q, S::Algo
     }
 }
 
-impl<'a, S: Keys<Q> + Store<Algo = Gcra> + Send + Sync, Q: ?Sized>
-    Request<'a, Limiter<S>, Q, Gcra>
-{
+impl<'a, S: Keys<Q> + Store<Algo = Gcra>, Q: ?Sized> Request<'a, Limiter<S>, Q, Gcra> {
     /// Pacing: admits the request now with the delay after which it conforms, if that delay
     /// is at most `max_wait`; otherwise counts nothing. See [`Gcra::reserve`].
     ///

@@ -52,7 +52,7 @@ trait Bounded: RateLimiter<u64> {
     fn sweep(&self);
 }
 
-impl<S: Keys<u64> + Send + Sync> Bounded for hotlimit::Limiter<S> {
+impl<S: Keys<u64>> Bounded for hotlimit::Limiter<S> {
     fn sweep(&self) {
         let _ = hotlimit::Limiter::sweep(self);
     }

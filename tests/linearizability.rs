@@ -293,7 +293,7 @@ struct On<L, Q>(L, PhantomData<fn() -> Q>);
 
 impl<Q: KeyOf, S> Target<S::Algo> for On<Limiter<S>, Q>
 where
-    S: hotlimit::store::Keys<Q> + Send + Sync,
+    S: hotlimit::store::Keys<Q>,
     Limiter<S>: Requests<Q, Algo = S::Algo, Error = QuotaError>,
 {
     fn check(&self, key: u64) -> Decision {
@@ -322,7 +322,7 @@ where
 fn on<Q, S>(limiter: Limiter<S>) -> Box<dyn Target<S::Algo>>
 where
     Q: KeyOf,
-    S: hotlimit::store::Keys<Q> + Send + Sync + 'static,
+    S: hotlimit::store::Keys<Q>,
     Limiter<S>: Requests<Q, Algo = S::Algo, Error = QuotaError>,
 {
     Box::new(On(limiter, PhantomData))

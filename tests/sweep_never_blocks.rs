@@ -101,7 +101,7 @@ struct Under<S: hotlimit::store::Store<Algo = Parking>> {
 /// fresh (each was used up before it).
 fn assert_none_reset<S>(u: &Under<S>, keys: impl IntoIterator<Item = u64>)
 where
-    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64> + Send + Sync,
+    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64>,
 {
     for key in keys {
         assert!(
@@ -181,7 +181,7 @@ fn race<S>(
     parked: impl FnOnce(),
 ) -> (Vec<Vec<bool>>, Metrics)
 where
-    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64> + Send + Sync + 'static,
+    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64>,
 {
     let limiter = u.limiter.clone();
     let told = limiter.algorithm().told.clone();
@@ -246,7 +246,7 @@ const KEYS: u64 = 72;
 /// every one), checked 3 times each while it is parked, and 8 new keys; then once more.
 fn idle_sweep<S>(u: Under<S>, clock: &ManualClock, heard: Receiver<Sweep>, go: Sender<()>)
 where
-    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64> + Send + Sync + 'static,
+    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64>,
 {
     for key in 0..KEYS {
         assert!(u.limiter.check(&key).is_allowed());
@@ -281,7 +281,7 @@ fn an_idle_sweep_parked_mid_pass_blocks_no_check() {
 /// once more, evicted or not: the pass kept what each evicted key owed.
 fn capacity_pass<S>(u: Under<S>, clock: &ManualClock, heard: Receiver<Sweep>, go: Sender<()>)
 where
-    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64> + Send + Sync + 'static,
+    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64>,
 {
     for key in 0..KEYS {
         assert!(u.limiter.check(&key).is_allowed());

@@ -15,7 +15,7 @@ use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{BuildError, CostError};
 use crate::limiter::Cas;
-use crate::ops::sealed::{Build, Lookup, Table as StoreTable};
+use crate::ops::sealed::{Lookup, Table as StoreTable};
 use crate::ops::Limiter;
 use crate::shared::{sealed, Core, KeyState, KeyedStore, Options};
 use crate::stats::Metrics;
@@ -128,37 +128,6 @@ where
 {
     type Algo = A;
     type Clock = C;
-
-    #[inline(always)]
-    fn core(&self) -> &Core<A, C> {
-        &self.0.core
-    }
-
-    fn keys(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Always set: the table is sized by it.
-    fn bound(&self) -> Option<usize> {
-        Some(self.0.max_keys)
-    }
-
-    fn sweep(&self) -> Metrics {
-        self.0.sweep()
-    }
-
-    fn sweep_totals(&self) -> crate::Metrics {
-        self.0.sweep_totals()
-    }
-}
-
-impl<K, A, C, V> Build for Compact<K, A, C, V>
-where
-    K: CompactKey,
-    A: Algorithm,
-    C: Clock,
-    V: Variant<A>,
-{
     type WithClock<C2: Clock> = Compact<K, A, C2, V>;
 
     /// Allocates the table ([`BuildError::OutOfMemory`] if it cannot be) and starts the
@@ -170,6 +139,23 @@ where
             t.sweep();
         })?;
         Ok((Compact(table), sweeper))
+    }
+
+    #[inline(always)]
+    fn core(&self) -> &Core<A, C> {
+        &self.0.core
+    }
+
+    fn keys(&self) -> usize {
+        self.0.len()
+    }
+
+    fn sweep(&self) -> Metrics {
+        self.0.sweep()
+    }
+
+    fn sweep_totals(&self) -> crate::Metrics {
+        self.0.sweep_totals()
     }
 }
 

@@ -12,7 +12,7 @@ use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
 use crate::error::{BuildError, CostError};
 use crate::limiter::{Cas, Locked, Variant};
-use crate::ops::sealed::{Build, Lookup, Table};
+use crate::ops::sealed::{Lookup, Table};
 use crate::ops::Limiter;
 use crate::shared::{sealed, Core, KeyedStore, Options};
 use crate::stats::Metrics;
@@ -79,6 +79,16 @@ where
 {
     type Algo = A;
     type Clock = C;
+    type WithClock<C2: Clock> = Map<K, A, C2, V>;
+
+    fn build(algo: A, clock: C, options: &Options) -> Result<(Self, Option<Sweeper>), BuildError> {
+        let shared = Shared::new(algo, clock, options).with_debts(options)?;
+        let shared = Arc::new(shared);
+        let sweeper = shared.core.spawn_sweeper(&shared, |s| {
+            s.sweep();
+        })?;
+        Ok((Map(shared), sweeper))
+    }
 
     #[inline(always)]
     fn core(&self) -> &Core<A, C> {
@@ -91,25 +101,6 @@ where
 
     fn sweep(&self) -> Metrics {
         self.0.sweep()
-    }
-}
-
-impl<K, A, C, V> Build for Map<K, A, C, V>
-where
-    K: Hash + Eq + Send + Sync + 'static,
-    A: Algorithm,
-    C: Clock,
-    V: Variant<A>,
-{
-    type WithClock<C2: Clock> = Map<K, A, C2, V>;
-
-    fn build(algo: A, clock: C, options: &Options) -> Result<(Self, Option<Sweeper>), BuildError> {
-        let shared = Shared::new(algo, clock, options).with_debts(options)?;
-        let shared = Arc::new(shared);
-        let sweeper = shared.core.spawn_sweeper(&shared, |s| {
-            s.sweep();
-        })?;
-        Ok((Map(shared), sweeper))
     }
 }
 

@@ -50,7 +50,7 @@ pub trait Limit: RateLimiter<u64> {
     fn until_ready_blocking(&self, key: &u64) -> Decision;
 }
 
-impl<S: Keys<u64> + Send + Sync> Limit for Limiter<S> {
+impl<S: Keys<u64>> Limit for Limiter<S> {
     fn len(&self) -> usize {
         self.metrics().keys as usize
     }

@@ -29,7 +29,7 @@ pub trait PlanLimiter: AsyncRateLimiter<str> {
     ) -> Result<Self::Future, ConfigError>;
 }
 
-impl<S: Keys<str> + Send + Sync> PlanLimiter for Limiter<S>
+impl<S: Keys<str>> PlanLimiter for Limiter<S>
 where
     S::Algo: AdvertisedQuota + Send + Sync,
 {
