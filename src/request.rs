@@ -277,7 +277,20 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
         ask: Ask<'_, Self::Algo>,
     ) -> Result<bool, Self::Error>;
 
-    /// A [`Request`] for `key`: its options (cost, quota, instant), then one operation.
+    /// A [`Request`] for `key`: its options (cost, quota, instant), then one operation:
+    /// `check`, `peek`, `up_to` (a partial grant), `take` and `settle` (a cost known
+    /// afterwards), and in memory `until_ready` (waits) or `reserve` (pacing).
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, RateLimiter, Requests};
+    ///
+    /// let limiter = CasLimiter::<String, Gcra, _>::with_clock("10/s burst 1".parse()?, ManualClock::default());
+    /// assert!(limiter.request("k").peek()?.is_allowed());
+    /// assert_eq!(limiter.metrics().keys, 0); // a peek counts nothing, inserts nothing
+    /// assert!(limiter.check("k").is_allowed());
+    /// assert!(limiter.request("k").peek()?.is_denied());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline(always)]
     fn request<'a>(&'a self, key: &'a Q) -> Request<'a, Self, Q, Self::Algo>
     where
