@@ -203,6 +203,10 @@ pub trait Debt<S> {
 /// Callers (the limiters) reject a cost of 0 or above [`capacity`](Algorithm::capacity)
 /// before calling it; it must still not panic on any input.
 ///
+/// A state that admits a cost admits any smaller one at the same instant: a partial grant
+/// ([`Request::up_to`](crate::Request::up_to)) finds the most units available by bisection
+/// on [`peek`](Algorithm::peek), on every algorithm.
+///
 /// An algorithm of your own keeps its state in a `u64` or `u128` word and answers with
 /// [`Decision::allowed`](crate::Decision::allowed) and
 /// [`Decision::denied`](crate::Decision::denied) (with what it knows: `with_remaining`,
@@ -338,20 +342,6 @@ pub trait Algorithm: Debt<<Self as Algorithm>::State> + Send + Sync + 'static {
         _actual: u64,
     ) {
     }
-
-    /// A partial grant: admits the most units in `1..=most` that `state` admits at `now` and
-    /// returns how many, with the decision of that cost. If not even one unit is admitted,
-    /// `(0, d)` where `d` is the decision of a request of cost 1 (which a strict policy
-    /// counts). `most` is at least 1 and at most [`capacity`](Algorithm::capacity), as the
-    /// limiters ensure.
-    ///
-    /// The default finds the count by bisection on [`peek`](Algorithm::peek), since every
-    /// algorithm of the crate that admits a cost admits any smaller one: at most
-    /// `log2(most) + 2` steps on copies of the state, then one `update`.
-    fn update_up_to(&self, state: &mut Self::State, now: u64, most: u64) -> (u64, Decision) {
-        let granted = most_admitted(most, |c| self.peek(state, now, c).is_allowed());
-        (granted, self.update(state, now, granted.max(1)))
-    }
 }
 
 /// [`Algorithm::update`] by value, for algorithms whose state is a [`Word`]: the pure
@@ -388,9 +378,26 @@ pub const DEBT_MAX: u128 = (1 << 96) - 1;
 /// `tat + cost·T`) never collide with `now` itself and the tombstone stays unreachable.
 pub const CLOCK_MAX: u64 = u64::MAX - 1;
 
+/// A partial grant: admits the most units in `1..=most` that `state` admits at `now` and
+/// returns how many, with the decision of that cost. If not even one unit is admitted,
+/// `(0, d)` where `d` is the decision of a request of cost 1 (which a strict policy counts).
+/// `most` is at least 1 and at most the capacity, as the limiters ensure. By bisection on
+/// [`peek`](Algorithm::peek), since every algorithm that admits a cost admits any smaller one
+/// (an algorithm's contract): at most `log2(most) + 2` steps on copies of the state, then one
+/// `update`. No algorithm of the crate had a closed form worth a trait method.
+pub(crate) fn update_up_to<A: Algorithm>(
+    algo: &A,
+    state: &mut A::State,
+    now: u64,
+    most: u64,
+) -> (u64, Decision) {
+    let granted = most_admitted(most, |c| algo.peek(state, now, c).is_allowed());
+    (granted, algo.update(state, now, granted.max(1)))
+}
+
 /// The most units in `1..=most` that `admits` (0 if not even one), for a cost whose admission
 /// implies any smaller one's: by bisection, at most `log2(most) + 2` probes. The partial
-/// grants' search, for [`Algorithm::update_up_to`] and the hybrid limiter's entries.
+/// grants' search, for [`update_up_to`] and the hybrid limiter's entries.
 pub(crate) fn most_admitted(most: u64, mut admits: impl FnMut(u64) -> bool) -> u64 {
     let most = most.max(1);
     if admits(most) {

@@ -507,7 +507,8 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
             return Err(CostError::Zero);
         }
         let most = n.min(algo.capacity());
-        let (granted, decision) = at.apply(|state| algo.update_up_to(state, now, most));
+        let (granted, decision) =
+            at.apply(|state| crate::algo::update_up_to(algo, state, now, most));
         Ok((granted, self.count(decision)))
     }
 

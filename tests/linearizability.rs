@@ -14,7 +14,7 @@
 //! that respects real time.
 //!
 //! The sequential model is the algorithm's own state machine (`Algorithm::update`,
-//! `update_up_to`, `peek`, `settle`), on a cloned state: what every store runs on the state it
+//! a partial grant, `peek`, `settle`), on a cloned state: what every store runs on the state it
 //! keeps (and what `tests/settle.rs` and `tests/grants.rs` compare every store with, one
 //! request at a time), so it covers every algorithm, and a state is cheap to clone where a
 //! limiter is not.
@@ -122,6 +122,32 @@ fn any_overlap<'a>(events: impl IntoIterator<Item = &'a Event>) -> bool {
 // ---------------------------------------------------------------------------------------
 // The sequential model and the checker
 
+/// A partial grant of at most `most` units as the specification has it: the most units a
+/// peek admits (a state that admits a cost admits any smaller one, the algorithms'
+/// contract, so found by bisection), then that update; 0 and the decision of one unit if
+/// none.
+fn up_to<A: Algorithm>(algo: &A, state: &mut A::State, now: u64, most: u64) -> (u64, Decision) {
+    let admits = |c: u64| algo.peek(state, now, c).is_allowed();
+    let granted = if admits(most) {
+        most
+    } else if !admits(1) {
+        0
+    } else {
+        // `lo` is admitted, `hi` is not.
+        let (mut lo, mut hi) = (1, most);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if admits(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    };
+    (granted, algo.update(state, now, granted.max(1)))
+}
+
 /// The sequential specification: `op` applied to `state` at `now` by the algorithm's own
 /// state machine, as a limiter running alone would (the stores add only where the state is
 /// kept, so this is what every store must be equivalent to).
@@ -133,7 +159,7 @@ fn apply<A: Algorithm>(algo: &A, state: &mut A::State, now: u64, op: &Op) -> Out
         Op::Peek(cost) => Out::Decided(algo.peek(state, now, cost)),
         // The limiters cap a grant at the capacity before the algorithm sees it.
         Op::UpTo(most) => {
-            let (granted, d) = algo.update_up_to(state, now, most.min(algo.capacity()));
+            let (granted, d) = up_to(algo, state, now, most.min(algo.capacity()));
             Out::Granted(granted, d)
         }
         Op::Settle {
@@ -916,9 +942,7 @@ impl<A: Algorithm> Target<A> for Racy<A> {
         self.algo.peek(&self.read(key), self.clock.now(), cost)
     }
     fn up_to(&self, key: u64, most: u64) -> (u64, Decision) {
-        self.update(key, |a, s, now| {
-            a.update_up_to(s, now, most.min(a.capacity()))
-        })
+        self.update(key, |a, s, now| up_to(a, s, now, most.min(a.capacity())))
     }
     fn take(&self, _: u64, _: u64) -> Ticket {
         unreachable!("the racy store takes no tickets")
@@ -1012,7 +1036,7 @@ fn the_checker_rejects_histories_no_order_explains() {
         Ok(())
     );
     // A partial grant of 1 with nothing left to grant, after a grant that took the burst.
-    let (took, _) = gcra.update_up_to(&mut gcra.fresh(), now, 1);
+    let (took, _) = up_to(&gcra, &mut gcra.fresh(), now, 1);
     assert_eq!(took, 1);
     let grant =
         |n, out: Decision, invoke, ret| event(Op::UpTo(1), Out::Granted(n, out), invoke, ret);
