@@ -123,28 +123,14 @@ fn any_overlap<'a>(events: impl IntoIterator<Item = &'a Event>) -> bool {
 // The sequential model and the checker
 
 /// A partial grant of at most `most` units as the specification has it: the most units a
-/// peek admits (a state that admits a cost admits any smaller one, the algorithms'
-/// contract, so found by bisection), then that update; 0 and the decision of one unit if
-/// none.
+/// peek admits, tried from the top (as `tests/grants.rs`'s model), then that update; 0 and
+/// the decision of one unit if none. Not the limiters' bisection: the spec does not call the
+/// code under test.
 fn up_to<A: Algorithm>(algo: &A, state: &mut A::State, now: u64, most: u64) -> (u64, Decision) {
-    let admits = |c: u64| algo.peek(state, now, c).is_allowed();
-    let granted = if admits(most) {
-        most
-    } else if !admits(1) {
-        0
-    } else {
-        // `lo` is admitted, `hi` is not.
-        let (mut lo, mut hi) = (1, most);
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if admits(mid) {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
-    };
+    let granted = (1..=most)
+        .rev()
+        .find(|&c| algo.peek(state, now, c).is_allowed())
+        .unwrap_or(0);
     (granted, algo.update(state, now, granted.max(1)))
 }
 
