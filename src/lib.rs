@@ -57,8 +57,8 @@
 //! each with its quota): all or nothing.
 //! [`reconfigure`](Limiter::reconfigure) changes a [`Live`] quota while traffic flows, keeping
 //! every key's state; [`metrics`](Limiter::metrics) snapshots the counters (and [`Metrics`] can
-//! feed the `metrics` crate, feature `metrics`); [`check_batch`](Limiter::check_batch) and
-//! [`check_n_batch`](Limiter::check_n_batch) decide a slice of requests in order, the cache
+//! feed the `metrics` crate, feature `metrics`); [`check_batch`](RateLimiter::check_batch) and
+//! [`check_n_batch`](RateLimiter::check_n_batch) decide a slice of requests in order, the cache
 //! misses of their keys overlapped; [`sweep`](Limiter::sweep) and the metrics' `keys` keep
 //! and tell the keys held. A limiter is made by `new`
 //! (default clock), `with_clock`, or `builder` (one [`Builder`](store::Builder) shape: clock,
@@ -148,7 +148,7 @@
 //! For a key already present, [`CasLimiter::check`](RateLimiter::check) takes no lock and
 //! allocates nothing: one hash, one lock-free `papaya` lookup, one clock read, the pure step
 //! and one `compare_exchange_weak`. A leaky denial writes nothing.
-//! [`check_batch`](crate::Limiter::check_batch) holds the map's epoch guard across a batch of
+//! [`check_batch`](crate::RateLimiter::check_batch) holds the map's epoch guard across a batch of
 //! requests, reads the clock once per batch and locates a chunk of keys before deciding any,
 //! which pays most at a million keys. The clock
 //! read is the other fixed cost: [`CoarseClock`] replaces the clock read by one load of a word

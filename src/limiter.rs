@@ -42,52 +42,134 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     /// or can never be admitted.
     fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError>;
 
-    /// Decides a batch of requests of cost 1, in order: `out` is cleared, then holds one
-    /// decision per key, each what [`check`](RateLimiter::check) would have returned at that
-    /// point of the sequence. The keyed in-memory stores and the hybrid limiter answer with
-    /// their batched form ([`Limiter::check_batch`](crate::Limiter::check_batch), one clock
-    /// read, the batch's cache misses overlapped), the sync Redis client in pipelined round
-    /// trips; by default, one `check` a key.
-    fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
+    /// Decides a batch of requests of cost 1, one per key, in order: `out` is cleared, then
+    /// holds one decision per key, each what [`check`](RateLimiter::check) would have returned
+    /// for that key at that point of the sequence (a key twice in a batch is decided twice,
+    /// the second time after the first). Takes any iterator of keys: a slice, an array, a
+    /// `map` over owned keys.
+    ///
+    /// The in-memory [`Limiter`](crate::Limiter) and the hybrid limiter decide a batch at one
+    /// instant (one clock read) and issue its look-ups back to back, so the CPU overlaps their
+    /// cache misses: faster than one `check` per key when the keys are many and spread (a
+    /// proxy or broker that receives requests in batches, a replay); for one hot key it gains
+    /// little. By default (and through a `&dyn RateLimiter`), one `check` a key.
+    ///
+    /// ```
+    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, RateLimiter};
+    ///
+    /// let l = CasLimiter::<u64, Gcra, _>::with_clock("10/s burst 2".parse()?, ManualClock::default());
+    /// let mut out = Vec::new();
+    /// l.check_batch(&[7, 8, 7, 7], &mut out);
+    /// let allowed: Vec<bool> = out.iter().map(|d| d.is_allowed()).collect();
+    /// assert_eq!(allowed, [true, true, true, false]); // key 7's burst is 2
+    /// # Ok::<(), hotlimit::ConfigError>(())
+    /// ```
+    fn check_batch<'k>(&self, keys: impl IntoIterator<Item = &'k Q>, out: &mut Vec<Decision>)
+    where
+        Self: Sized,
+        Q: 'k,
+    {
         out.clear();
-        out.extend(keys.iter().map(|key| self.check(key)));
+        out.extend(keys.into_iter().map(|key| self.check(key)));
     }
 
     /// Decides a batch of `(key, cost)` requests in order, as one
     /// [`check_n`](RateLimiter::check_n) each: `out` is cleared, then holds one answer per
-    /// request, a refused cost that request's error. Batched as
-    /// [`check_batch`](RateLimiter::check_batch) is.
-    fn check_n_batch(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<Decision, CostError>>) {
+    /// request. A refused cost (0, or above the capacity) is that request's error and counts
+    /// nothing; the others are decided. Batched as [`check_batch`](RateLimiter::check_batch)
+    /// is.
+    fn check_n_batch<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k Q, u64)>,
+        out: &mut Vec<Result<Decision, CostError>>,
+    ) where
+        Self: Sized,
+        Q: 'k,
+    {
         out.clear();
-        out.extend(requests.iter().map(|&(key, cost)| self.check_n(key, cost)));
+        out.extend(
+            requests
+                .into_iter()
+                .map(|(key, cost)| self.check_n(key, cost)),
+        );
     }
 }
 
-/// `RateLimiter` through a reference: `&limiter` (of a `dyn RateLimiter`, the inside of a
-/// `Box` or an `Arc`, too) is one, and so an [`AsyncRateLimiter`]; pass `&*arc`. Not for `Box`
-/// and `Arc` themselves: a method called on an `Arc<CasLimiter<..>>` would then find the
-/// trait's before the limiter's own, and the limiter's `check_batch`, which takes any iterator
-/// of keys (no `Vec<&Q>` to build from owned keys), would no longer compile there with the
-/// trait in scope (it takes slices, to stay object-safe).
-impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> RateLimiter<Q> for &L {
-    #[inline]
-    fn check(&self, key: &Q) -> Decision {
-        (**self).check(key)
-    }
+/// `RateLimiter` through a pointer: `&limiter`, `Box<limiter>` and `Arc<limiter>` are each
+/// one (and so an [`AsyncRateLimiter`]), batches included; and so are `&dyn`, `Box<dyn>` and
+/// `Arc<dyn RateLimiter<Q>>`, whose batches are one `check` a request (a trait object cannot
+/// take the generic iterator).
+///
+/// ```
+/// use hotlimit::{algo::Gcra, CasLimiter, ManualClock, RateLimiter};
+/// use std::sync::Arc;
+///
+/// fn admitted(l: impl RateLimiter<str>, n: usize) -> usize {
+///     (0..n).filter(|_| l.check("k").is_allowed()).count()
+/// }
+/// let g: Gcra = "10/s burst 3".parse()?;
+/// let l = Arc::new(CasLimiter::<String, _, _>::with_clock(g, ManualClock::default()));
+/// assert_eq!(admitted(&l, 2), 2);
+/// assert_eq!(admitted(l.clone(), 2), 1);
+/// let dyn_l: Arc<dyn RateLimiter<str>> = l;
+/// let mut out = Vec::new();
+/// dyn_l.check_batch(["k", "j"], &mut out);
+/// assert!(out[0].is_denied() && out[1].is_allowed());
+/// # Ok::<(), hotlimit::ConfigError>(())
+/// ```
+macro_rules! forward_rate_limiter {
+    ($($ptr:ty, $dyn_ptr:ty);*) => {$(
+        impl<Q: ?Sized, L: RateLimiter<Q>> RateLimiter<Q> for $ptr {
+            #[inline]
+            fn check(&self, key: &Q) -> Decision {
+                (**self).check(key)
+            }
 
-    #[inline]
-    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-        (**self).check_n(key, cost)
-    }
+            #[inline]
+            fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+                (**self).check_n(key, cost)
+            }
 
-    fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
-        (**self).check_batch(keys, out)
-    }
+            fn check_batch<'k>(
+                &self,
+                keys: impl IntoIterator<Item = &'k Q>,
+                out: &mut Vec<Decision>,
+            ) where
+                Q: 'k,
+            {
+                (**self).check_batch(keys, out)
+            }
 
-    fn check_n_batch(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<Decision, CostError>>) {
-        (**self).check_n_batch(requests, out)
-    }
+            fn check_n_batch<'k>(
+                &self,
+                requests: impl IntoIterator<Item = (&'k Q, u64)>,
+                out: &mut Vec<Result<Decision, CostError>>,
+            ) where
+                Q: 'k,
+            {
+                (**self).check_n_batch(requests, out)
+            }
+        }
+
+        impl<Q: ?Sized> RateLimiter<Q> for $dyn_ptr {
+            #[inline]
+            fn check(&self, key: &Q) -> Decision {
+                (**self).check(key)
+            }
+
+            #[inline]
+            fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+                (**self).check_n(key, cost)
+            }
+        }
+    )*};
 }
+
+forward_rate_limiter!(
+    &L, &dyn RateLimiter<Q>;
+    Box<L>, Box<dyn RateLimiter<Q>>;
+    std::sync::Arc<L>, std::sync::Arc<dyn RateLimiter<Q>>
+);
 
 /// A limiter whose decision may need I/O (a round trip to a shared store), so it is a
 /// future: what `hotlimit_tower::RateLimitLayer` is generic over.

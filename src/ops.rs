@@ -231,58 +231,6 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    /// Decides a batch of requests of cost 1, one per key, in order: `out` is cleared, then
-    /// holds one decision per key, each what [`check`](crate::RateLimiter::check) would have
-    /// returned for that key at that point of the sequence (a key twice in a batch is
-    /// decided twice, the second time after the first). The batch is decided at one instant
-    /// (one clock read).
-    ///
-    /// Faster than one `check` per key when the keys are many and spread (a proxy or broker
-    /// that receives requests in batches, a replay): the keyed stores issue the batch's
-    /// look-ups back to back, so the CPU overlaps their cache misses. For one hot key it gains
-    /// little.
-    ///
-    /// ```
-    /// use hotlimit::{algo::Gcra, CasLimiter, ManualClock};
-    ///
-    /// let l = CasLimiter::<u64, Gcra, _>::with_clock("10/s burst 2".parse()?, ManualClock::default());
-    /// let mut out = Vec::new();
-    /// l.check_batch(&[7, 8, 7, 7], &mut out);
-    /// let allowed: Vec<bool> = out.iter().map(|d| d.is_allowed()).collect();
-    /// assert_eq!(allowed, [true, true, true, false]); // key 7's burst is 2
-    /// # Ok::<(), hotlimit::ConfigError>(())
-    /// ```
-    pub fn check_batch<'k, Q: ?Sized + 'k>(
-        &self,
-        keys: impl IntoIterator<Item = &'k Q>,
-        out: &mut Vec<Decision>,
-    ) where
-        S: Keys<Q>,
-    {
-        out.clear();
-        let requests = keys.into_iter().map(|key| (key, 1));
-        // Cost 1 is never refused (capacities are at least 1): every answer is a decision.
-        self.store
-            .decide_batch(requests, |_| Ok(()), |answer| out.extend(answer.ok()));
-    }
-
-    /// Decides a batch of `(key, cost)` requests in order, as one
-    /// [`check_n`](crate::RateLimiter::check_n) each: `out` is cleared, then holds one answer per
-    /// request. A refused cost (0, or above the capacity) is that request's error and counts
-    /// nothing; the others are decided. See [`check_batch`](Limiter::check_batch).
-    pub fn check_n_batch<'k, Q: ?Sized + 'k>(
-        &self,
-        requests: impl IntoIterator<Item = (&'k Q, u64)>,
-        out: &mut Vec<Result<Decision, CostError>>,
-    ) where
-        S: Keys<Q>,
-    {
-        out.clear();
-        let core = self.store.core();
-        self.store
-            .decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
-    }
-
     /// Drops every key whose state is equivalent to a fresh key's at `now − grace` (so no
     /// future decision changes), then, if a capacity bound is set and still exceeded, evicts
     /// down to 7/8 of it. Safe to run while other threads `check`: see the protocol in the
@@ -393,12 +341,28 @@ impl<Q: ?Sized, S: Keys<Q>> crate::RateLimiter<Q> for Limiter<S> {
         Ok(self.store.check(key, cost))
     }
 
-    fn check_batch(&self, keys: &[&Q], out: &mut Vec<Decision>) {
-        Limiter::check_batch(self, keys.iter().copied(), out)
+    fn check_batch<'k>(&self, keys: impl IntoIterator<Item = &'k Q>, out: &mut Vec<Decision>)
+    where
+        Q: 'k,
+    {
+        out.clear();
+        let requests = keys.into_iter().map(|key| (key, 1));
+        // Cost 1 is never refused (capacities are at least 1): every answer is a decision.
+        self.store
+            .decide_batch(requests, |_| Ok(()), |answer| out.extend(answer.ok()));
     }
 
-    fn check_n_batch(&self, requests: &[(&Q, u64)], out: &mut Vec<Result<Decision, CostError>>) {
-        Limiter::check_n_batch(self, requests.iter().copied(), out)
+    fn check_n_batch<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k Q, u64)>,
+        out: &mut Vec<Result<Decision, CostError>>,
+    ) where
+        Q: 'k,
+    {
+        out.clear();
+        let core = self.store.core();
+        self.store
+            .decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
     }
 }
 

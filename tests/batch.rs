@@ -42,20 +42,19 @@ trait Store: RateLimiter<u64> {
     fn keys(&self) -> usize;
 }
 
-/// A batch through the `RateLimiter` trait, as a `dyn` caller makes it.
+/// A batch through the `RateLimiter` trait, as a `dyn` caller makes it (one `check_n` a
+/// request: a trait object cannot take the generic iterator).
 fn trait_batch(
     l: &dyn RateLimiter<u64>,
     requests: &[(u64, u64)],
     out: &mut Vec<Result<Decision, CostError>>,
 ) {
-    let requests: Vec<(&u64, u64)> = requests.iter().map(|(k, c)| (k, *c)).collect();
-    l.check_n_batch(&requests, out);
+    RateLimiter::check_n_batch(&l, requests.iter().map(|(k, c)| (k, *c)), out);
 }
 
 /// [`trait_batch`] for `check_batch`.
 fn trait_batch_of_ones(l: &dyn RateLimiter<u64>, keys: &[u64], out: &mut Vec<Decision>) {
-    let keys: Vec<&u64> = keys.iter().collect();
-    l.check_batch(&keys, out);
+    RateLimiter::check_batch(&l, keys, out);
 }
 
 /// The same calls on both keyed store types (their methods are inherent).

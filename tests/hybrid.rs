@@ -619,10 +619,11 @@ fn batches_decide_as_one_check_each() {
             .chain([("x", 0), ("y", 100)])
             .collect();
         if round % 2 == 0 {
-            batched.check_n_batch(&requests, &mut out);
+            batched.check_n_batch(requests.iter().copied(), &mut out);
         } else {
+            // Through a trait object: one `check_n` a request.
             let l: &dyn RateLimiter<str> = &batched;
-            l.check_n_batch(&requests, &mut out);
+            RateLimiter::check_n_batch(&l, requests.iter().copied(), &mut out);
         }
         let want: Vec<_> = requests
             .iter()
@@ -632,7 +633,7 @@ fn batches_decide_as_one_check_each() {
         assert_eq!(got, want, "round {round}");
         allowed += got.iter().filter(|a| matches!(a, Ok((true, ..)))).count();
         denied += got.iter().filter(|a| matches!(a, Ok((false, ..)))).count();
-        batched.check_batch(&keys, &mut ones);
+        batched.check_batch(keys, &mut ones);
         let want: Vec<_> = keys.iter().map(|&k| seen(&Ok(single.check(k)))).collect();
         let got: Vec<_> = ones.iter().map(|&d| seen(&Ok(d))).collect();
         assert_eq!(got, want, "round {round}, cost 1");

@@ -646,19 +646,26 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
     }
 
     /// Locally, as every request, all at one instant; the entries of a chunk of keys are
-    /// looked up back to back first, as in [`Limiter::check_batch`](crate::Limiter::check_batch).
-    fn check_batch(&self, keys: &[&str], out: &mut Vec<Decision>) {
+    /// looked up back to back first, as in the in-memory limiters' [`check_batch`](crate::RateLimiter::check_batch).
+    fn check_batch<'k>(&self, keys: impl IntoIterator<Item = &'k str>, out: &mut Vec<Decision>) {
         out.clear();
-        let requests = keys.iter().map(|&key| (key, 1));
+        let requests = keys.into_iter().map(|key| (key, 1));
         // Cost 1 is never refused (capacities are at least 1): every answer is a decision.
         self.decide_batch(requests, |_| Ok(()), |answer| out.extend(answer.ok()));
     }
 
-    fn check_n_batch(&self, requests: &[(&str, u64)], out: &mut Vec<Result<Decision, CostError>>) {
+    fn check_n_batch<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k str, u64)>,
+        out: &mut Vec<Result<Decision, CostError>>,
+    ) {
         out.clear();
         let core = &self.inner.store.core;
-        let requests = requests.iter().copied();
-        self.decide_batch(requests, |cost| core.cost(cost), |answer| out.push(answer));
+        self.decide_batch(
+            requests.into_iter(),
+            |cost| core.cost(cost),
+            |answer| out.push(answer),
+        );
     }
 }
 
