@@ -55,7 +55,8 @@ pub trait Clock: Send + Sync + 'static {
 /// current_clocksource`); so [`new`](QuantaClock::new) does the same, and on any other
 /// clocksource, or off Linux, reads the OS monotonic clock (`std::time::Instant`) instead.
 /// What each costs on the one-key path is in `BENCHMARKS.md` ("The default clock").
-/// [`os`](QuantaClock::os) picks the OS clock outright; nothing overrules the kernel the other way.
+/// Nothing here overrules the kernel; a clock of your own (a [`Clock`] over `Instant` is a few
+/// lines) reads whatever you choose.
 ///
 /// Clones share the origin, so every clone of one limiter's clock agrees.
 ///
@@ -67,9 +68,6 @@ pub trait Clock: Send + Sync + 'static {
 /// let clock = QuantaClock::new();
 /// let a = clock.now();
 /// assert!(clock.now() >= a);
-/// // The OS monotonic clock, whatever the kernel trusts.
-/// let os = QuantaClock::os();
-/// assert!(os.now() < 1_000_000_000);
 /// ```
 #[derive(Debug, Clone)]
 pub struct QuantaClock {
@@ -106,7 +104,7 @@ impl QuantaClock {
 
     /// The OS monotonic clock (`std::time::Instant`: `clock_gettime(CLOCK_MONOTONIC)` on
     /// Linux), whatever the kernel trusts.
-    pub fn os() -> Self {
+    fn os() -> Self {
         Self {
             source: Source::Os(std::time::Instant::now()),
         }
