@@ -59,9 +59,8 @@ fn run<A: RedisAlgorithm>(base: &RedisLimiter<A>, threads: usize, send: Sending,
                                 done += batch as u64;
                             }
                             Sending::Batch(batch) => {
-                                let reqs: Vec<&str> =
-                                    (0..batch).map(|j| keys[(i + j) % KEYS].as_str()).collect();
-                                r.check_batch(&reqs, &mut out);
+                                let reqs = (0..batch).map(|j| keys[(i + j) % KEYS].as_str());
+                                r.check_batch(reqs, &mut out);
                                 assert_eq!(out.len(), batch);
                                 i += batch;
                                 done += batch as u64;

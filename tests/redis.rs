@@ -476,7 +476,7 @@ fn batches_take_one_round_trip_and_decide_as_check_n() {
     requests.insert(20, ("b", 51));
     let mut out = Vec::new();
     let before = r.stats().round_trips;
-    r.check_n_batch(&requests, &mut out);
+    r.check_n_batch(requests.iter().copied(), &mut out);
     assert_eq!(r.stats().round_trips - before, 1);
     let want: Vec<_> = requests
         .iter()
@@ -490,7 +490,7 @@ fn batches_take_one_round_trip_and_decide_as_check_n() {
     // spent ones.
     let keys = ["d", "a", "d", "b", "d"];
     let mut ones = vec![twin.check("z")];
-    r.check_batch(&keys, &mut ones);
+    r.check_batch(keys, &mut ones);
     assert_eq!(r.stats().round_trips - before, 2);
     let want: Vec<_> = keys.iter().map(|&k| seen(&Ok(twin.check(k)))).collect();
     let got: Vec<_> = ones.iter().map(|&d| seen(&Ok(d))).collect();
@@ -498,7 +498,7 @@ fn batches_take_one_round_trip_and_decide_as_check_n() {
     // A batch longer than a round trip carries goes in several, in order.
     let long: Vec<(&str, u64)> = (0..2 * BATCH_TRIP + 10).map(|_| ("e", 1)).collect();
     let before = r.stats().round_trips;
-    r.check_n_batch(&long, &mut out);
+    r.check_n_batch(long.iter().copied(), &mut out);
     assert_eq!(r.stats().round_trips - before, 3);
     let allowed: Vec<bool> = out.iter().map(|a| a.unwrap().is_allowed()).collect();
     assert_eq!(allowed.len(), long.len());
@@ -523,7 +523,7 @@ fn a_batch_in_an_outage_answers_the_fail_mode_for_each_request() {
     drop(server); // kills and reaps the child
     let mut out = Vec::new();
     for round in 1..=2 {
-        r.check_n_batch(&[("k", 1), ("k", 0), ("j", 2), ("k", 9)], &mut out);
+        r.check_n_batch([("k", 1), ("k", 0), ("j", 2), ("k", 9)], &mut out);
         let got: Vec<_> = out
             .iter()
             .map(|a| a.map(|d| (d.is_allowed(), d.retry_after())))
@@ -560,17 +560,17 @@ fn a_batch_uses_and_feeds_the_local_fast_path() {
         .unwrap();
     let mut out = Vec::new();
     let before = r.stats().round_trips;
-    r.check_batch(&["k"; 5], &mut out);
+    r.check_batch(["k"; 5], &mut out);
     assert_eq!(r.stats().round_trips - before, 1);
     let allowed: Vec<bool> = out.iter().map(Decision::is_allowed).collect();
     assert_eq!(allowed, [true, true, true, false, false]);
     // Learned from the replies: "k" is denied for about an hour, so a batch of it alone
     // takes no round trip, and one with a new key sends only the new key.
-    r.check_batch(&["k"; 3], &mut out);
+    r.check_batch(["k"; 3], &mut out);
     assert_eq!(r.stats().round_trips - before, 1);
     assert!(out.iter().all(Decision::is_denied));
     assert!(out[0].retry_after() > Duration::from_secs(3000));
-    r.check_batch(&["k", "m", "k"], &mut out);
+    r.check_batch(["k", "m", "k"], &mut out);
     assert_eq!(r.stats().round_trips - before, 2);
     let allowed: Vec<bool> = out.iter().map(Decision::is_allowed).collect();
     assert_eq!(allowed, [false, true, false]);
@@ -720,7 +720,7 @@ fn a_non_outage_error_is_a_denial_not_the_fail_mode() {
         // are decided, and it counts once.
         let mut out = Vec::new();
         let before = r.stats().round_trips;
-        r.check_batch(&["a", "k", "a"], &mut out);
+        r.check_batch(["a", "k", "a"], &mut out);
         assert_eq!(r.stats().round_trips - before, 1);
         let got: Vec<_> = out
             .iter()

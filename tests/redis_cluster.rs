@@ -197,9 +197,9 @@ fn pipelined_batches_across_nodes_count_exactly() {
         .build()
         .unwrap();
     let mut out = Vec::new();
-    t.check_n_batch(&batch, &mut out);
+    t.check_n_batch(batch.iter().copied(), &mut out);
     assert!(out.iter().all(|a| a.is_ok_and(|d| d.is_allowed())));
-    t.check_n_batch(&batch, &mut out);
+    t.check_n_batch(batch.iter().copied(), &mut out);
     assert!(out[..60].iter().all(|a| a.is_ok_and(|d| d.is_allowed())));
     assert!(out[60..].iter().all(|a| a.is_ok_and(|d| d.is_denied())));
     assert_eq!((t.stats().errors, t.stats().failures), (0, 0));

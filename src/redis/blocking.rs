@@ -301,7 +301,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 }
 
-/// The batches, named as [`RateLimiter`](crate::RateLimiter)'s, and a blocking wait. The
+/// The batches, named and typed as [`RateLimiter`](crate::RateLimiter)'s (any iterator of
+/// requests), and a blocking wait. The
 /// sync client is not one: each call holds its thread for a round trip, and a `RateLimiter`
 /// never waits on I/O (so it is an async limiter at no cost, which this client must not be;
 /// the tower layer takes the async client). An outage answers the [`FailMode`].
@@ -309,9 +310,13 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// Decides a batch of requests of cost 1, in order, as one [`check`](RedisLimiter::check)
     /// each: `out` is cleared, then holds one decision per key. Batched as
     /// [`check_n_batch`](RedisLimiter::check_n_batch) is.
-    pub fn check_batch(&self, keys: &[&str], out: &mut Vec<Decision>) {
+    pub fn check_batch<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k str>,
+        out: &mut Vec<Decision>,
+    ) {
         let mut answers = Vec::new();
-        self.decide_batch(keys.iter().map(|&key| (key, 1)), &mut answers);
+        self.decide_batch(keys.into_iter().map(|key| (key, 1)), &mut answers);
         self.core.batch_of_ones(answers, out);
     }
 
@@ -327,12 +332,12 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// [`failures`](super::ClientStats::failures) or [`errors`](super::ClientStats::errors)); which of them
     /// Redis counted is then unknown. On a Redis Cluster, one `check_n` after another (see
     /// `try_check_pipelined` for why).
-    pub fn check_n_batch(
+    pub fn check_n_batch<'k>(
         &self,
-        requests: &[(&str, u64)],
+        requests: impl IntoIterator<Item = (&'k str, u64)>,
         out: &mut Vec<Result<Decision, CostError>>,
     ) {
-        self.decide_batch(requests.iter().copied(), out);
+        self.decide_batch(requests, out);
     }
 
     /// Waits on the calling thread until a request of cost 1 for `key` is allowed: sleeps for
