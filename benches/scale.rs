@@ -375,9 +375,12 @@ fn scale(rounds: usize, ops: usize, rt: &tokio::runtime::Runtime) {
                 }
             }
             for ((name, _), s) in rows.iter().zip(samples) {
+                let m = median(s);
+                // Each cell as it is measured (stderr), so a run cut short keeps what it measured.
+                eprintln!("{} | {name} | {m:.1}", header.last().unwrap());
                 match table.iter_mut().find(|(n, _)| n == name) {
-                    Some((_, cells)) => cells.push(median(s)),
-                    None => table.push((name.clone(), vec![median(s)])),
+                    Some((_, cells)) => cells.push(m),
+                    None => table.push((name.clone(), vec![m])),
                 }
             }
         }
