@@ -185,7 +185,8 @@ forward_rate_limiter!(
 ///
 /// fn serves<L: AsyncRateLimiter<str> + ?Sized>(_: &L) {}
 /// let l: Arc<dyn RateLimiter<str>> = Arc::new(CasLimiter::<String, Gcra>::new("10/s".parse()?));
-/// serves(&*l);
+/// serves(&l); // the `Arc` is one
+/// serves(&*l); // and so is what it holds
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 ///
