@@ -502,7 +502,7 @@ fn a_key_never_seen_here_is_decided_on_the_pushed_state() {
         // a spends the key's whole burst (its first requests: the fallback's, then leases).
         assert_eq!(drain(&a, key, 3), 4, "{:?}", a.stats());
         // b hears of it without a request of its own...
-        eventually("the push", || b.len() == 1);
+        eventually("the push", || b.metrics().keys == 1);
         // ...and decides on it: the limit, not a fallback's fresh burst.
         let before = b.stats();
         assert!(b.check(key).is_denied());
@@ -669,7 +669,7 @@ fn a_key_flood_against_max_keys_keeps_admitting_new_keys() {
         }
         // Two threads insert: this one and the subscription's (a pushed state of a key
         // evicted meanwhile makes it again).
-        let held = l.len();
+        let held = l.metrics().keys;
         assert!(
             held <= 1_000 + 1_000 / 4 + 2,
             "{held} keys at {i}: {:?}",
@@ -706,7 +706,7 @@ fn pushes_of_keys_not_held_never_push_the_instances_own_out() {
     // Every key of the other's heard here (its own 56, the other's 500).
     eventually("the other's keys heard", || here.stats().pushes >= 556);
     assert_eq!(here.metrics().evicted_capacity, 0, "{:?}", here.metrics());
-    assert_eq!(here.len(), 56);
+    assert_eq!(here.metrics().keys, 56);
     for i in 0..56 {
         let d = here.request(&format!("own-{i}")).peek().unwrap();
         assert_eq!(d.remaining(), Some(1), "own-{i}");
@@ -1025,7 +1025,7 @@ fn a_flood_never_resets_a_merged_limit<A: HybridAlgorithm>(server: &Server, name
                 "{name}: the forgetting limiter did not reset (k not evicted?): {totals:?} {:?} \
                  len {} k {:?}",
                 a.stats(),
-                a.len(),
+                a.metrics().keys,
                 a.request("k").peek(),
             );
         } else {

@@ -560,10 +560,13 @@ fn a_batch_uses_and_feeds_the_local_fast_path() {
         .unwrap();
     let mut out = Vec::new();
     let before = r.stats().round_trips;
+    assert_eq!(r.stats().local_keys, 0);
     r.check_batch(["k"; 5], &mut out);
     assert_eq!(r.stats().round_trips - before, 1);
     let allowed: Vec<bool> = out.iter().map(Decision::is_allowed).collect();
     assert_eq!(allowed, [true, true, true, false, false]);
+    // The denied key is what the local fast path now holds.
+    assert_eq!(r.stats().local_keys, 1);
     // Learned from the replies: "k" is denied for about an hour, so a batch of it alone
     // takes no round trip, and one with a new key sends only the new key.
     r.check_batch(["k"; 3], &mut out);

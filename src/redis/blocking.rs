@@ -43,17 +43,6 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         RedisBuilder::new(url.into(), algo)
     }
 
-    /// The keys the local fast path holds (every other key's state is in Redis, which expires
-    /// them; the local fast path is bounded, so there is nothing to sweep here).
-    pub fn len(&self) -> usize {
-        self.core.local.as_ref().map_or(0, |l| l.len())
-    }
-
-    /// Whether the local fast path holds no key.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Another limiter with the same configuration and its own connection (and its own local
     /// fast path), for another thread.
     pub fn try_clone(&self) -> Result<Self, BackendError> {

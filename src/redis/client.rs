@@ -650,6 +650,7 @@ macro_rules! client_accessors {
                 round_trips: self.core.round_trips(),
                 failures: self.core.failures(),
                 errors: self.core.errors(),
+                local_keys: self.core.local.as_ref().map_or(0, |l| l.len() as u64),
             }
         }
     };

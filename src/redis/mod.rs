@@ -238,6 +238,10 @@ pub struct ClientStats {
     /// Errors that are not outages (a script error, a wrong type, a misrouted command, a bad
     /// reply) that `check` and the other fail-mode paths answered with a denial.
     pub errors: u64,
+    /// The keys the local fast path holds ([`RedisBuilder::local_fast_path`]; 0 without
+    /// it). Every other key's state is in Redis, which expires it; the local fast path is
+    /// bounded, so there is nothing to sweep here.
+    pub local_keys: u64,
 }
 
 /// What [`RedisLimiter::check`] answers when the backend fails.

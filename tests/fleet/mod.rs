@@ -511,7 +511,7 @@ fn drive<A: HybridAlgorithm>(limiter: &HybridLimiter<A>, spec: &Value, name: &st
             "failed_calls": s.failed_calls, "errors": s.errors, "degraded": s.degraded,
             "denied_limit": s.denied_limit, "denied_waiting": s.denied_waiting,
             "leased": s.leased, "returned": s.returned, "charged": s.charged,
-            "pushes": s.pushes, "keys": limiter.len() as u64,
+            "pushes": s.pushes, "keys": limiter.metrics().keys,
             "subscribed": s.subscribed, "deaf": s.deaf,
             "evicted_capacity": limiter.metrics().evicted_capacity,
             "debts_kept": limiter.metrics().debts_kept,

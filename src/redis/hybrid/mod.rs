@@ -184,16 +184,6 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         crate::batch::in_chunks(requests, place, find, decide, emit);
     }
 
-    /// The keys held: this instance's and every other key the fleet is using.
-    pub fn len(&self) -> usize {
-        self.inner.store.map.len()
-    }
-
-    /// Whether no key is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Drops idle keys now (the sweeper does every second), and evicts beyond
     /// [`max_keys`](crate::store::Builder::max_keys); returns what this sweep did, as
     /// [`Limiter::sweep`](crate::Limiter::sweep) does.
@@ -204,11 +194,6 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     /// The algorithm.
     pub fn algorithm(&self) -> &A {
         &self.inner.fleet().algo
-    }
-
-    /// The capacity bound ([`max_keys`](crate::store::Builder::max_keys)).
-    pub fn max_keys(&self) -> Option<usize> {
-        self.inner.store.core.max_keys
     }
 
     /// The last error the sync met: what [`HybridStats::failed_calls`] and
@@ -251,7 +236,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     }
 
     /// The store's counters: decisions (if [counted](crate::store::Builder::metrics)), CAS retries,
-    /// sweeps, evictions, keys.
+    /// sweeps, evictions, and `keys`: the keys held, this instance's and every other key the
+    /// fleet is using.
     pub fn metrics(&self) -> Metrics {
         let store = &self.inner.store;
         store
