@@ -13,6 +13,7 @@ use hotlimit::algo::{
 };
 use hotlimit::redis::{RedisAlgorithm, RedisLimiter};
 use hotlimit::Rate;
+use hotlimit::Requests;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 mod redis_server;
 use hotlimit::RateLimiter;
+use hotlimit::Requests;
 use redis_server::{close, Cluster};
 
 fn keys(n: usize) -> Vec<String> {

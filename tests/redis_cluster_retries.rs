@@ -12,6 +12,7 @@
 
 use hotlimit::algo::Gcra;
 use hotlimit::redis::{BackendError, FailMode, RedisLimiter};
+use hotlimit::Requests;
 use redis::ErrorKind;
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};

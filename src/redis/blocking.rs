@@ -257,8 +257,9 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 }
 
-/// The sync client's decisions, each a round trip (or the local fast path's answer), as on
-/// every limiter of the crate: `check`, `check_n` and `request` need no trait in scope.
+/// The sync client's decisions, each a round trip (or the local fast path's answer): `check`
+/// and `check_n` need no trait in scope (the client is no `RateLimiter`); every other request
+/// is [`Requests::request`](crate::Requests::request)'s, as on every limiter of the crate.
 impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// Decides a request of cost 1; on an outage, answers the [`FailMode`]; on any other
     /// backend error, a denial (see [`check_n`](RedisLimiter::check_n)).
@@ -275,18 +276,10 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// backend error answers a denial (with the `retry_after` of [`FailMode::Closed`] if that
     /// is the mode, else 1 s) and counts it in [`errors`](super::ClientStats::errors): a
     /// misconfiguration is never let through. Only a cost error is returned; a
-    /// [`request`](RedisLimiter::request)'s `check` returns the backend's failure instead.
+    /// [`request`](crate::Requests::request)'s `check` returns the backend's failure instead.
     pub fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
         let req = Req::new(key, cost, At::Server, Mode::Check);
         self.core.fail_over(self.decide_req(req))
-    }
-
-    /// A request beyond a plain check, for `key`: a cost, a quota that comes with it, an
-    /// explicit instant; then `check`, `peek`, `up_to`, `take` and `settle`, each a round trip
-    /// returning the backend's failure rather than the [`FailMode`]'s answer
-    /// ([`Requests`](crate::Requests)).
-    pub fn request<'a>(&'a self, key: &'a str) -> crate::Request<'a, Self, str, A> {
-        crate::Requests::request(self, key)
     }
 }
 
