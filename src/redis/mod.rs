@@ -3,7 +3,7 @@
 //! crate, sync client only), against one server or a Redis Cluster (see *Redis Cluster*).
 //!
 //! ```no_run
-//! use hotlimit::{algo::Gcra, redis::{FailMode, RedisLimiter}};
+//! use hotlimit::{algo::Gcra, redis::{FailMode, RedisLimiter}, Requests};
 //! use std::time::Duration;
 //!
 //! let limiter = RedisLimiter::builder("redis://127.0.0.1:6379/", "10/s burst 5".parse::<Gcra>()?)
