@@ -118,17 +118,20 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 /// # Ok::<(), hotlimit::ConfigError>(())
 /// ```
 macro_rules! forward_rate_limiter {
+    (@decide) => {
+        #[inline]
+        fn check(&self, key: &Q) -> Decision {
+            (**self).check(key)
+        }
+
+        #[inline]
+        fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+            (**self).check_n(key, cost)
+        }
+    };
     ($($ptr:ty, $dyn_ptr:ty);*) => {$(
         impl<Q: ?Sized, L: RateLimiter<Q>> RateLimiter<Q> for $ptr {
-            #[inline]
-            fn check(&self, key: &Q) -> Decision {
-                (**self).check(key)
-            }
-
-            #[inline]
-            fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-                (**self).check_n(key, cost)
-            }
+            forward_rate_limiter!(@decide);
 
             fn check_batch<'k>(
                 &self,
@@ -151,16 +154,9 @@ macro_rules! forward_rate_limiter {
             }
         }
 
+        // Its batches are the trait's defaults: a trait object takes no generic iterator.
         impl<Q: ?Sized> RateLimiter<Q> for $dyn_ptr {
-            #[inline]
-            fn check(&self, key: &Q) -> Decision {
-                (**self).check(key)
-            }
-
-            #[inline]
-            fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
-                (**self).check_n(key, cost)
-            }
+            forward_rate_limiter!(@decide);
         }
     )*};
 }
