@@ -62,8 +62,10 @@ impl private::Sealed for Gcra {
         leaf(out, next, lua::GCRA)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
-        let t = self.emission_interval().as_nanos() as f64;
-        let tau = self.tolerance() as f64;
+        let t = self.emission_interval().as_nanos();
+        // The burst tolerance B·T, exact (the builder bounded it below 2^63 ns).
+        let tau = u128::from(self.capacity()) * t;
+        let (t, tau) = (t as f64, tau as f64);
         vec![num(t / unit_ns), num(tau / unit_ns), strict(self.policy())]
     }
 }
@@ -118,8 +120,10 @@ impl private::Sealed for InFlight {
         leaf(out, next, lua::IN_FLIGHT)
     }
     fn params(&self, unit_ns: f64) -> Vec<String> {
-        // Whole units: the script's epochs are integer divisions.
-        let w = (self.epoch_ns() as f64 / unit_ns).round().max(1.0);
+        // Whole units: the script's epochs are integer divisions. An epoch is half the lease.
+        let w = ((self.lease().as_nanos() / 2) as f64 / unit_ns)
+            .round()
+            .max(1.0);
         vec![num(self.capacity() as f64), num(w)]
     }
 }

@@ -9,6 +9,7 @@ use crate::error::{check_cost, CostError, QuotaError};
 use crate::request::Ask;
 use ::redis::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Each request's answer in a pipelined batch.
 pub(super) type Answers = Vec<Result<Decision, BackendError>>;
@@ -519,7 +520,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     pub(super) fn error_decision(&self) -> Decision {
         match self.config.fail_mode {
             FailMode::Closed { .. } => self.config.fail_mode.decision(),
-            FailMode::Open => Decision::denied_ns(1_000_000_000),
+            FailMode::Open => Decision::denied(Duration::from_secs(1)),
         }
     }
 
@@ -572,7 +573,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         l.remember(
             key,
             cost,
-            now.saturating_add(d.retry_after_nanos()),
+            now.saturating_add(u64::try_from(d.retry_after().as_nanos()).unwrap_or(u64::MAX)),
             explicit,
         );
     }

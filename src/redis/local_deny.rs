@@ -4,7 +4,7 @@
 use crate::decision::Decision;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Recently denied keys: `key → (deny until, cost, explicit timeline)`.
 pub(super) struct LocalDeny {
@@ -36,7 +36,8 @@ impl LocalDeny {
     ) -> Option<Decision> {
         let map = self.map.lock();
         let &(until, c, e) = map.get(key)?;
-        (c == cost && e == explicit && until > now).then(|| Decision::denied_ns(until - now))
+        (c == cost && e == explicit && until > now)
+            .then(|| Decision::denied(Duration::from_nanos(until - now)))
     }
 
     /// The keys it holds.

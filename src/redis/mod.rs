@@ -271,9 +271,7 @@ impl FailMode {
     pub fn decision(&self) -> Decision {
         match self {
             FailMode::Open => Decision::allowed(),
-            FailMode::Closed { retry_after } => {
-                Decision::denied_ns(u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX))
-            }
+            FailMode::Closed { retry_after } => Decision::denied(*retry_after),
         }
     }
 }

@@ -3,6 +3,7 @@
 use super::BackendError;
 use crate::decision::Decision;
 use ::redis::Value;
+use std::time::Duration;
 
 /// `NOSCRIPT` (after a `SCRIPT FLUSH` or a failover) in a pipeline's replies: the script must
 /// be loaded again. (A single call's is redis-rs' `ScriptInvocation`'s to handle.)
@@ -46,13 +47,13 @@ pub(super) fn decision(v: Value, unit_ns: f64) -> Result<Decision, BackendError>
     let mut d = if allowed {
         Decision::allowed()
     } else {
-        Decision::denied_ns(field(retry)?.map_or(0, ns))
+        Decision::denied(Duration::from_nanos(field(retry)?.map_or(0, ns)))
     };
     if let Some(r) = field(remaining)? {
         d = d.with_remaining(r as u64);
     }
     if let Some(r) = field(reset)? {
-        d = d.with_reset_after_ns(ns(r));
+        d = d.with_reset_after(Duration::from_nanos(ns(r)));
     }
     if let Some(r) = field(rate)? {
         d = d.with_rate(r);
