@@ -1,10 +1,13 @@
 //! Cache misses per check at 1M keys (issue #61), counted by valgrind's cachegrind, not timed:
 //! the driver `.ci/misses` runs; this binary only fills one store and checks it.
 //!
-//! `misses STORE CHECKS`: fills STORE (`cas`, `compact` or `governor`) with 1M keys, every
+//! `misses STORE CHECKS`: fills STORE (`cas`, `compact` or `governor` keyed by `u64`;
+//! `cas-str`, `compact-str` (`Hashed<str>`) or `governor-str` keyed by `String`) with 1M keys, every
 //! quota admitting everything on a frozen clock, then runs CHECKS checks of scattered keys
 //! (the same sequence for every store, computed on the fly: no sequence in memory to miss
-//! on). `.ci/misses` runs it with CHECKS and with 0 and divides the difference by CHECKS: the
+//! on; a `String` key is written into one reused buffer, in cache, as a server parses it from
+//! the request it just read). `.ci/misses` runs it with CHECKS and with 0 and divides the
+//! difference by CHECKS: the
 //! fill and the process drop out. The
 //! store is never dropped (leaked): a drop walks every entry, and how many of those loads hit
 //! depends on what the checks left in the cache (±0.25 misses a check for governor's map).
@@ -12,7 +15,8 @@
 use governor::{clock::FakeRelativeClock, Quota, RateLimiter as Governor};
 use hotlimit::algo::Gcra;
 use hotlimit::RateLimiter;
-use hotlimit::{CasLimiter, CompactLimiter, ManualClock};
+use hotlimit::{store::Hashed, CasLimiter, CompactLimiter, ManualClock};
+use std::fmt::Write;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 
@@ -24,6 +28,13 @@ fn key(i: u64) -> u64 {
     (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) % KEYS
 }
 
+/// Key `k` as a `String` key (`user:0000012345`), written into `buf`.
+fn user(buf: &mut String, k: u64) -> &str {
+    buf.clear();
+    write!(buf, "user:{k:010}").unwrap();
+    buf
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--list" || a == "--bench") {
@@ -31,7 +42,7 @@ fn main() {
     }
     let (store, checks) = match &args[1..] {
         [store, checks] => (store.as_str(), checks.parse::<usize>().expect("CHECKS")),
-        _ => panic!("usage: misses cas|compact|governor CHECKS"),
+        _ => panic!("usage: misses cas|compact|governor|cas-str|compact-str|governor-str CHECKS"),
     };
     let gcra: Gcra = "1000000000/s burst 1099511627776".parse().unwrap();
     let seq = (0..checks as u64).map(key);
@@ -63,6 +74,44 @@ fn main() {
             (0..KEYS).for_each(|k| assert!(l.check_key(&k).is_ok()));
             seq.for_each(|k| {
                 let _ = black_box(l.check_key(&k).is_ok());
+            });
+            std::mem::forget(l);
+        }
+        "cas-str" => {
+            let l = CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::default());
+            let mut buf = String::new();
+            (0..KEYS).for_each(|k| assert!(l.check(user(&mut buf, k)).is_allowed()));
+            seq.for_each(|k| {
+                let _ = black_box(l.check(user(&mut buf, k)));
+            });
+            std::mem::forget(l);
+        }
+        "compact-str" => {
+            let l = CompactLimiter::<Hashed<str>, Gcra>::builder(gcra)
+                .max_keys(KEYS as usize)
+                .clock(ManualClock::default())
+                .build()
+                .unwrap();
+            let mut buf = String::new();
+            (0..KEYS).for_each(|k| assert!(l.check(user(&mut buf, k)).is_allowed()));
+            seq.for_each(|k| {
+                let _ = black_box(l.check(user(&mut buf, k)));
+            });
+            std::mem::forget(l);
+        }
+        "governor-str" => {
+            let max = NonZeroU32::MAX;
+            let quota = Quota::per_second(max).allow_burst(max);
+            let l = Governor::dashmap_with_clock(quota, FakeRelativeClock::default());
+            // governor's keyed check takes `&String`: the buffer itself, no allocation.
+            let mut buf = String::new();
+            (0..KEYS).for_each(|k| {
+                user(&mut buf, k);
+                assert!(l.check_key(&buf).is_ok())
+            });
+            seq.for_each(|k| {
+                user(&mut buf, k);
+                let _ = black_box(l.check_key(&buf).is_ok());
             });
             std::mem::forget(l);
         }

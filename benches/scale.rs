@@ -12,7 +12,8 @@
 //! coarse clock, every other row with governor's default.
 //!
 //! `cargo bench --bench scale` (7 rounds); `-- --quick` (3 rounds, fewer requests);
-//! `-- --steps` the step table only.
+//! `-- --steps` the step table only; `-- --strings` the `String`-keyed table only (10k and 1M
+//! keys: `CasLimiter<String>`, `CompactLimiter<Hashed<str>>` and governor keyed by `String`).
 //! `HOTLIMIT_BENCH_THREADS=1,2,4,8,16` runs the many-key scenarios on those thread counts.
 
 mod common;
@@ -21,7 +22,9 @@ use common::{gcra, rss_bytes};
 use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
 use hotlimit::RateLimiter;
-use hotlimit::{algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, QuantaClock};
+use hotlimit::{
+    algo::Gcra, store::Hashed, CasLimiter, Clock, CoarseClock, CompactLimiter, QuantaClock,
+};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rand_distr::Zipf;
 use std::hint::black_box;
@@ -37,25 +40,77 @@ const MILLION: u64 = 1_000_000;
 /// is compiled with its check inlined, as a caller's would be.
 type Run<'a> = Box<dyn Fn(&[u64], &[&str]) + Sync + 'a>;
 
-/// ns per check per thread: each thread runs its whole sequence, released together.
-fn time(threads: usize, seqs: &[(Vec<u64>, Vec<&str>)], run: &Run) -> f64 {
+/// ns per check per thread: thread `i` runs `run(i)`, its whole sequence of `ops` checks,
+/// the threads released together.
+fn time(threads: usize, ops: usize, run: &(dyn Fn(usize) + Sync)) -> f64 {
     let barrier = Barrier::new(threads);
     let wall = std::thread::scope(|s| {
-        let hs: Vec<_> = seqs[..threads]
-            .iter()
-            .map(|(keys, names)| {
+        let hs: Vec<_> = (0..threads)
+            .map(|i| {
                 let barrier = &barrier;
                 s.spawn(move || {
                     barrier.wait();
                     let t0 = Instant::now();
-                    run(keys, names);
+                    run(i);
                     t0.elapsed()
                 })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).max().unwrap()
     });
-    wall.as_nanos() as f64 / seqs[0].0.len() as f64
+    wall.as_nanos() as f64 / ops as f64
+}
+
+/// One column of a table: after a warm-up round, `rounds` rounds interleaving the rows
+/// (`time_row(r)` times row `r`), each row's median printed to stderr as it is measured (a
+/// run cut short keeps what it measured) and appended to its row of `table`.
+fn column(
+    rounds: usize,
+    label: &str,
+    names: &[&str],
+    table: &mut Vec<(String, Vec<f64>)>,
+    time_row: impl Fn(usize) -> f64,
+) {
+    let mut samples = vec![Vec::new(); names.len()];
+    for r in 0..names.len() {
+        time_row(r); // warm-up, not recorded
+    }
+    for _ in 0..rounds {
+        for (r, s) in samples.iter_mut().enumerate() {
+            s.push(time_row(r));
+        }
+    }
+    for (name, s) in names.iter().zip(samples) {
+        let m = median(s);
+        eprintln!("{label} | {name} | {m:.1}");
+        match table.iter_mut().find(|(n, _)| n == name) {
+            Some((_, cells)) => cells.push(m),
+            None => table.push((name.to_string(), vec![m])),
+        }
+    }
+}
+
+/// Prints `table` under `header`, each cell with governor's time over its own: a coarse-clock
+/// row against the row `coarse`, every other against `exact`.
+fn print_table(header: &[String], table: &[(String, Vec<f64>)], exact: &str, coarse: &str) {
+    println!("| variant | {} |", header.join(" | "));
+    println!("|---|{}", "---|".repeat(header.len()));
+    let row = |want: &str| &table.iter().find(|(n, _)| n == want).unwrap().1;
+    let (governor, governor_coarse) = (row(exact), row(coarse));
+    for (name, cells) in table {
+        let base = if name.contains("coarse") {
+            governor_coarse
+        } else {
+            governor
+        };
+        let cells: Vec<String> = cells
+            .iter()
+            .zip(base)
+            .map(|(c, g)| format!("{c:.1} ({:.2}×)", g / c))
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+    println!("(in parentheses: governor's time ÷ the row's, > 1 is faster than governor; a coarse-clock row against governor's coarse clock)");
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -365,44 +420,121 @@ fn scale(rounds: usize, ops: usize, rt: &tokio::runtime::Runtime) {
                 },
                 if zipf { " zipf" } else { "" }
             ));
-            let mut samples = vec![Vec::new(); rows.len()];
-            for (_, run) in &rows {
-                time(threads, &seqs, run); // warm-up, not recorded
-            }
-            for _ in 0..rounds {
-                for (s, (_, run)) in samples.iter_mut().zip(&rows) {
-                    s.push(time(threads, &seqs, run));
-                }
-            }
-            for ((name, _), s) in rows.iter().zip(samples) {
-                let m = median(s);
-                // Each cell as it is measured (stderr), so a run cut short keeps what it measured.
-                eprintln!("{} | {name} | {m:.1}", header.last().unwrap());
-                match table.iter_mut().find(|(n, _)| n == name) {
-                    Some((_, cells)) => cells.push(m),
-                    None => table.push((name.clone(), vec![m])),
-                }
-            }
+            let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
+            let label = header.last().unwrap();
+            column(rounds, label, &names, &mut table, |r| {
+                time(threads, ops, &|i| (rows[r].1)(&seqs[i].0, &seqs[i].1))
+            });
         }
     }
-    println!("| variant | {} |", header.join(" | "));
-    println!("|---|{}", "---|".repeat(header.len()));
-    let row = |want: &str| table.iter().find(|(n, _)| n == want).unwrap().1.clone();
-    let (governor, governor_coarse) = (row("governor"), row("governor, coarse clock"));
-    for (name, cells) in &table {
-        let base = if name.contains("coarse") {
-            &governor_coarse
-        } else {
-            &governor
-        };
-        let cells: Vec<String> = cells
-            .iter()
-            .zip(base)
-            .map(|(c, g)| format!("{c:.1} ({:.2}×)", g / c))
+    print_table(&header, &table, "governor", "governor, coarse clock");
+}
+
+/// A `String` key as a client's request brings it: 15 bytes (`user:0000012345`).
+fn user(k: u64) -> String {
+    format!("user:{k:010}")
+}
+
+/// The `String`-keyed table (issue #61's "a user keyed by `String`"): each thread's
+/// sequence is its own `String`s, allocated in sequence order, so a check reads its key from
+/// memory the way a server reads it from the request it just parsed (in cache), and the
+/// stores' own misses are what differs. governor's keyed limiter takes `&String` (no borrowed
+/// look-up); ours take `&str`.
+fn strings(rounds: usize, ops: usize) {
+    let coarse = Coarse::new();
+    let max = NonZeroU32::MAX;
+    let quota = Quota::per_second(max).allow_burst(max);
+    let mut table: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut header = Vec::new();
+    for keys in [10_000, MILLION] {
+        let cas = CasLimiter::<String, Gcra>::new(gcra());
+        let cas_coarse = CasLimiter::<String, Gcra, _>::with_clock(gcra(), coarse.ours.clone());
+        let compact = CompactLimiter::<Hashed<str>, Gcra>::builder(gcra())
+            .max_keys(keys as usize)
+            .build()
+            .unwrap();
+        let gov: Governor<String, _, _> = Governor::keyed(quota);
+        let gov_coarse: Governor<String, _, _> =
+            Governor::dashmap_with_clock(quota, coarse.governor.clone());
+        for k in 0..keys {
+            let name = user(k);
+            assert!(cas.check(name.as_str()).is_allowed());
+            assert!(cas_coarse.check(name.as_str()).is_allowed());
+            assert!(compact.check(name.as_str()).is_allowed());
+            assert!(gov.check_key(&name).is_ok());
+            assert!(gov_coarse.check_key(&name).is_ok());
+        }
+        type StrRun<'a> = (&'static str, Box<dyn Fn(&[String]) + Sync + 'a>);
+        let rows: Vec<StrRun<'_>> = vec![
+            (
+                "CasLimiter<String>",
+                Box::new(|seq| {
+                    for k in seq {
+                        let _ = black_box(cas.check(k.as_str()));
+                    }
+                }),
+            ),
+            (
+                "CompactLimiter<Hashed<str>>",
+                Box::new(|seq| {
+                    for k in seq {
+                        let _ = black_box(compact.check(k.as_str()));
+                    }
+                }),
+            ),
+            (
+                "CasLimiter<String>, coarse clock",
+                Box::new(|seq| {
+                    for k in seq {
+                        let _ = black_box(cas_coarse.check(k.as_str()));
+                    }
+                }),
+            ),
+            (
+                "governor<String>",
+                Box::new(|seq| {
+                    for k in seq {
+                        let _ = black_box(gov.check_key(k));
+                    }
+                }),
+            ),
+            (
+                "governor<String>, coarse clock",
+                Box::new(|seq| {
+                    for k in seq {
+                        let _ = black_box(gov_coarse.check_key(k));
+                    }
+                }),
+            ),
+        ];
+        let seqs: Vec<Vec<String>> = (0..2u64)
+            .map(|t| {
+                let mut rng = SmallRng::seed_from_u64(7 + t);
+                (0..ops).map(|_| user(rng.random_range(0..keys))).collect()
+            })
             .collect();
-        println!("| {name} | {} |", cells.join(" | "));
+        for threads in [1, 2] {
+            header.push(format!(
+                "{}, {threads} t",
+                if keys >= MILLION {
+                    format!("{}M", keys / MILLION)
+                } else {
+                    format!("{}k", keys / 1000)
+                }
+            ));
+            let names: Vec<&str> = rows.iter().map(|(n, _)| *n).collect();
+            let label = header.last().unwrap();
+            column(rounds, label, &names, &mut table, |r| {
+                time(threads, ops, &|i| (rows[r].1)(&seqs[i]))
+            });
+        }
     }
-    println!("(in parentheses: governor's time ÷ the row's, > 1 is faster than governor; a coarse-clock row against governor's coarse clock)");
+    print_table(
+        &header,
+        &table,
+        "governor<String>",
+        "governor<String>, coarse clock",
+    );
 }
 
 /// The check at one key and one thread taken apart: each row adds one step, on the exact
@@ -627,6 +759,10 @@ fn main() {
         .unwrap();
     if args.iter().any(|a| a == "--steps") {
         steps(rounds, ops * 5); // the step table only
+        return;
+    }
+    if args.iter().any(|a| a == "--strings") {
+        strings(rounds, ops); // the String-keyed table only
         return;
     }
     println!("GCRA check, uniform keys (all present); median ns per check per thread of {rounds} interleaved rounds of {ops} checks per thread");
