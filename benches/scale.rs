@@ -13,7 +13,8 @@
 //!
 //! `cargo bench --bench scale` (7 rounds); `-- --quick` (3 rounds, fewer requests);
 //! `-- --steps` the step table only; `-- --strings` the `String`-keyed table only (10k and 1M
-//! keys: `CasLimiter<String>`, `CompactLimiter<Hashed<str>>` and governor keyed by `String`).
+//! keys: `CasLimiter<String>`, `CompactLimiter<Hashed<str>>` and governor keyed by `String`)
+//! and their bytes per key.
 //! `HOTLIMIT_BENCH_THREADS=1,2,4,8,16` runs the many-key scenarios on those thread counts.
 
 mod common;
@@ -432,7 +433,35 @@ fn scale(rounds: usize, ops: usize, rt: &tokio::runtime::Runtime) {
 
 /// A `String` key as a client's request brings it: 15 bytes (`user:0000012345`).
 fn user(k: u64) -> String {
-    format!("user:{k:010}")
+    let mut key = String::new();
+    user_into(&mut key, k);
+    key
+}
+
+/// [`user`] written into `buf`.
+fn user_into(buf: &mut String, k: u64) -> &str {
+    use std::fmt::Write;
+    buf.clear();
+    write!(buf, "user:{k:010}").unwrap();
+    buf
+}
+
+/// Bytes per key at 1M keys of each variant in `variants`, each in a child process
+/// (`--rss VARIANT`), as a table.
+fn bytes_table(variants: &[&str]) {
+    println!("| store | bytes per key at {MILLION} keys (RSS growth, child process) |");
+    println!("|---|---|");
+    let me = std::env::current_exe().unwrap();
+    for variant in variants {
+        let out = std::process::Command::new(&me)
+            .args(["--rss", variant])
+            .output()
+            .unwrap();
+        println!(
+            "| {variant} | {} |",
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
+    }
 }
 
 /// The `String`-keyed table (issue #61's "a user keyed by `String`"): each thread's
@@ -716,6 +745,41 @@ fn bytes_per_key(variant: &str, keys: u64) -> f64 {
             black_box(&l);
             rss_bytes()
         }
+        // The `String` keys: each written into one reused buffer, so what grows is the
+        // limiter's own copy of every key, not the caller's.
+        "CasLimiter<String>" => {
+            let l = CasLimiter::<String, Gcra>::new(gcra());
+            let mut buf = String::new();
+            (0..keys).for_each(|k| {
+                let _ = l.check(user_into(&mut buf, k));
+            });
+            black_box(&l);
+            rss_bytes()
+        }
+        "CompactLimiter<Hashed<str>>" => {
+            let l = CompactLimiter::<Hashed<str>, Gcra>::builder(gcra())
+                .max_keys(keys as usize)
+                .build()
+                .unwrap();
+            let mut buf = String::new();
+            (0..keys).for_each(|k| {
+                let _ = l.check(user_into(&mut buf, k));
+            });
+            black_box(&l);
+            rss_bytes()
+        }
+        "governor<String>" => {
+            let max = NonZeroU32::MAX;
+            let l: Governor<String, _, _> =
+                Governor::keyed(Quota::per_second(max).allow_burst(max));
+            let mut buf = String::new();
+            (0..keys).for_each(|k| {
+                user_into(&mut buf, k);
+                let _ = l.check_key(&buf);
+            });
+            black_box(&l);
+            rss_bytes()
+        }
         "rate-net" => {
             let l = rate_net(keys);
             (0..keys).for_each(|k| {
@@ -763,6 +827,12 @@ fn main() {
     }
     if args.iter().any(|a| a == "--strings") {
         strings(rounds, ops); // the String-keyed table only
+        println!();
+        bytes_table(&[
+            "CasLimiter<String>",
+            "CompactLimiter<Hashed<str>>",
+            "governor<String>",
+        ]);
         return;
     }
     println!("GCRA check, uniform keys (all present); median ns per check per thread of {rounds} interleaved rounds of {ops} checks per thread");
@@ -771,23 +841,11 @@ fn main() {
     println!();
     steps(rounds, ops * 5);
     println!();
-    println!("| store | bytes per key at {MILLION} keys (RSS growth, child process) |");
-    println!("|---|---|");
-    let me = std::env::current_exe().unwrap();
-    for variant in [
+    bytes_table(&[
         "CasLimiter",
         "CompactLimiter",
         "governor",
         "rate-net",
         "rateguard",
-    ] {
-        let out = std::process::Command::new(&me)
-            .args(["--rss", variant])
-            .output()
-            .unwrap();
-        println!(
-            "| {variant} | {} |",
-            String::from_utf8_lossy(&out.stdout).trim()
-        );
-    }
+    ]);
 }
