@@ -1,8 +1,9 @@
 //! Cache misses per check at 1M keys (issue #61), counted by valgrind's cachegrind, not timed:
 //! the driver `.ci/misses` runs; this binary only fills one store and checks it.
 //!
-//! `misses STORE CHECKS`: fills STORE (`cas`, `compact` or `governor` keyed by `u64`;
-//! `cas-str`, `compact-str` (`Hashed<str>`) or `governor-str` keyed by `String`) with 1M keys, every
+//! `misses STORE CHECKS [KEYS]`: fills STORE (`cas`, `compact` or `governor` keyed by `u64`;
+//! `cas-str`, `compact-str` (`Hashed<str>`) or `governor-str` keyed by `String`) with KEYS keys
+//! (1M unless given; the compact table sized for them), every
 //! quota admitting everything on a frozen clock, then runs CHECKS checks of scattered keys
 //! (the same sequence for every store, computed on the fly: no sequence in memory to miss
 //! on; a `String` key is written into one reused buffer, in cache, as a server parses it from
@@ -20,12 +21,10 @@ use std::fmt::Write;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 
-const KEYS: u64 = 1_000_000;
-
-/// The `i`th key of the sequence: `i` scattered by a multiplicative hash (Fibonacci hashing),
-/// a few instructions, the same for every store.
-fn key(i: u64) -> u64 {
-    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) % KEYS
+/// The `i`th key of the sequence over `keys` keys: `i` scattered by a multiplicative hash
+/// (Fibonacci hashing), a few instructions, the same for every store.
+fn key(i: u64, keys: u64) -> u64 {
+    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) % keys
 }
 
 /// Key `k` as a `String` key (`user:0000012345`), written into `buf`.
@@ -40,16 +39,21 @@ fn main() {
     if args.iter().any(|a| a == "--list" || a == "--bench") {
         return; // `cargo bench`: counted by .ci/misses, not run here.
     }
-    let (store, checks) = match &args[1..] {
-        [store, checks] => (store.as_str(), checks.parse::<usize>().expect("CHECKS")),
-        _ => panic!("usage: misses cas|compact|governor|cas-str|compact-str|governor-str CHECKS"),
+    let (store, checks, keys) = match &args[1..] {
+        [store, checks] => (store.as_str(), checks, "1000000"),
+        [store, checks, keys] => (store.as_str(), checks, keys.as_str()),
+        _ => panic!(
+            "usage: misses cas|compact|governor|cas-str|compact-str|governor-str CHECKS [KEYS]"
+        ),
     };
+    let checks = checks.parse::<u64>().expect("CHECKS");
+    let keys = keys.parse::<u64>().expect("KEYS");
     let gcra: Gcra = "1000000000/s burst 1099511627776".parse().unwrap();
-    let seq = (0..checks as u64).map(key);
+    let seq = (0..checks).map(|i| key(i, keys));
     match store {
         "cas" => {
             let l = CasLimiter::<u64, Gcra, _>::with_clock(gcra, ManualClock::default());
-            (0..KEYS).for_each(|k| assert!(l.check(&k).is_allowed()));
+            (0..keys).for_each(|k| assert!(l.check(&k).is_allowed()));
             seq.for_each(|k| {
                 let _ = black_box(l.check(&k));
             });
@@ -57,11 +61,11 @@ fn main() {
         }
         "compact" => {
             let l = CompactLimiter::<u64, Gcra>::builder(gcra)
-                .max_keys(KEYS as usize)
+                .max_keys(keys as usize)
                 .clock(ManualClock::default())
                 .build()
                 .unwrap();
-            (0..KEYS).for_each(|k| assert!(l.check(&k).is_allowed()));
+            (0..keys).for_each(|k| assert!(l.check(&k).is_allowed()));
             seq.for_each(|k| {
                 let _ = black_box(l.check(&k));
             });
@@ -71,7 +75,7 @@ fn main() {
             let max = NonZeroU32::MAX;
             let quota = Quota::per_second(max).allow_burst(max);
             let l = Governor::dashmap_with_clock(quota, FakeRelativeClock::default());
-            (0..KEYS).for_each(|k| assert!(l.check_key(&k).is_ok()));
+            (0..keys).for_each(|k| assert!(l.check_key(&k).is_ok()));
             seq.for_each(|k| {
                 let _ = black_box(l.check_key(&k).is_ok());
             });
@@ -80,7 +84,7 @@ fn main() {
         "cas-str" => {
             let l = CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::default());
             let mut buf = String::new();
-            (0..KEYS).for_each(|k| assert!(l.check(user(&mut buf, k)).is_allowed()));
+            (0..keys).for_each(|k| assert!(l.check(user(&mut buf, k)).is_allowed()));
             seq.for_each(|k| {
                 let _ = black_box(l.check(user(&mut buf, k)));
             });
@@ -88,12 +92,12 @@ fn main() {
         }
         "compact-str" => {
             let l = CompactLimiter::<Hashed<str>, Gcra>::builder(gcra)
-                .max_keys(KEYS as usize)
+                .max_keys(keys as usize)
                 .clock(ManualClock::default())
                 .build()
                 .unwrap();
             let mut buf = String::new();
-            (0..KEYS).for_each(|k| assert!(l.check(user(&mut buf, k)).is_allowed()));
+            (0..keys).for_each(|k| assert!(l.check(user(&mut buf, k)).is_allowed()));
             seq.for_each(|k| {
                 let _ = black_box(l.check(user(&mut buf, k)));
             });
@@ -105,7 +109,7 @@ fn main() {
             let l = Governor::dashmap_with_clock(quota, FakeRelativeClock::default());
             // governor's keyed check takes `&String`: the buffer itself, no allocation.
             let mut buf = String::new();
-            (0..KEYS).for_each(|k| {
+            (0..keys).for_each(|k| {
                 user(&mut buf, k);
                 assert!(l.check_key(&buf).is_ok())
             });
