@@ -9,8 +9,6 @@
 //!
 //! `cargo bench --bench compact` (a table on stdout, no criterion: the ratios must come from
 //! one run). `cargo bench --bench compact -- --quick` runs fewer rounds and skips 10M.
-//! `cargo bench --bench compact -- --fill`: the table's fill instead, 10k keys held by tables
-//! built for 10k to 40k (`fill`).
 
 mod common;
 
@@ -276,10 +274,6 @@ fn main() {
     if args.iter().any(|a| a == "--list") {
         return; // `cargo bench -- --list`: nothing to list.
     }
-    if args.iter().any(|a| a == "--fill") {
-        fill();
-        return;
-    }
     let quick = args.iter().any(|a| a == "--quick");
     let rounds = if quick { 3 } else { 7 };
     let ops = 4_000_000;
@@ -491,74 +485,6 @@ fn main() {
             child_rss("compact", keys),
             child_rss("papaya", keys),
             child_rss("governor", keys)
-        );
-    }
-}
-
-/// The table's fill: 10k `u64` keys (all present, the table in L2 in every row) held by tables
-/// built with `max_keys` from 10k (the design fill, 3/4) to 40k; each row's probe lengths
-/// (`probe_stats`) and `check`'s and a batch of 16's ns per key, on uniform keys, the best of
-/// 5 rounds of 4M each, the rows interleaved. On a manual clock: the look-up's cost, not the
-/// clock read's (a TSC read on this VM is 20–30 ns, and its noise hides the probe's).
-fn fill() {
-    const HELD: u64 = 10_000;
-    const BATCH: usize = 16;
-    let sizes = [10_000usize, 13_333, 15_000, 20_000, 40_000];
-    let tables: Vec<_> = sizes
-        .iter()
-        .map(|&max| {
-            let t = CompactLimiter::<u64, Gcra>::builder(gcra())
-                .max_keys(max)
-                .clock(hotlimit::ManualClock::default())
-                .build()
-                .unwrap();
-            for k in 0..HELD {
-                let _ = t.check(&k);
-            }
-            t
-        })
-        .collect();
-    let mut rng = SmallRng::seed_from_u64(1);
-    let seqs = [(0..SEQ)
-        .map(|_| rng.random_range(0..HELD))
-        .collect::<Vec<_>>()];
-    let ops = 4_000_000;
-    let batched = |t: &CompactLimiter<u64, Gcra, hotlimit::ManualClock>| {
-        let mut out = Vec::with_capacity(BATCH);
-        let t0 = Instant::now();
-        for chunk in seqs[0].chunks(BATCH).cycle().take(ops / BATCH) {
-            t.check_batch(chunk, &mut out);
-            black_box(&out);
-        }
-        t0.elapsed().as_nanos() as f64 / ops as f64
-    };
-    let (mut check, mut batch) = (vec![f64::MAX; sizes.len()], vec![f64::MAX; sizes.len()]);
-    for _ in 0..5 {
-        for (i, t) in tables.iter().enumerate() {
-            let one = |k: u64| {
-                let _ = black_box(t.check(&k));
-            };
-            check[i] = check[i].min(time(1, ops, &seqs, &one));
-            batch[i] = batch[i].min(batched(t));
-        }
-    }
-    println!(
-        "the table's fill: {HELD} uniform u64 keys held, ns per key, best of 5 rounds of {ops}"
-    );
-    println!();
-    println!("| `max_keys` | fill | keys in their home line | mean lines a look-up scans | longest | batch of {BATCH}, ns | `check`, ns |");
-    println!("|---|---|---|---|---|---|---|");
-    for (i, t) in tables.iter().enumerate() {
-        let p = t.probe_stats();
-        println!(
-            "| {} | {:.2} | {:.1}% | {:.2} | {} | {:.1} | {:.1} |",
-            sizes[i],
-            p.keys as f64 / (4 * p.lines) as f64,
-            100.0 * p.in_home_line,
-            p.mean_lines,
-            p.max_lines,
-            batch[i],
-            check[i],
         );
     }
 }

@@ -2,8 +2,7 @@
 //! uniform and zipf(1.0) keys, 1M and 10M uniform keys (all present), 1 and 2 threads, for
 //! hotlimit's stores (one check at a time and batched) on the exact and on a 1 ms coarse
 //! clock, governor on its default clock and on its quanta upkeep clock (1 ms: its coarse
-//! one), rate-net and rateguard (single node), a bare papaya get + CAS, the growable one-line
-//! table issue #61 asks for as a reference (`common/grow.rs`) and a flat array CAS;
+//! one), rate-net and rateguard (single node), a bare papaya get + CAS and a flat array CAS;
 //! then, at one key and one thread, the check taken apart step by step on the exact and the
 //! coarse clock; then bytes per key at 1M keys, each store in a child process.
 //!
@@ -20,7 +19,6 @@
 
 mod common;
 
-use common::grow::GrowTable;
 use common::{gcra, rss_bytes};
 use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter as Governor};
@@ -215,7 +213,6 @@ struct Stores {
     rateguard: rateguard::Guard,
     papaya: papaya::HashMap<u64, AtomicU64, ahash::RandomState>,
     flat: Vec<AtomicU64>,
-    grow: GrowTable,
 }
 
 impl Stores {
@@ -242,9 +239,7 @@ impl Stores {
                 .hasher(ahash::RandomState::new())
                 .build(),
             flat: (0..keys).map(|_| AtomicU64::new(0)).collect(),
-            grow: GrowTable::default(),
         };
-        let algo = gcra();
         let papaya = s.papaya.pin();
         for k in 0..keys {
             assert!(s.cas.check(&k).is_allowed());
@@ -256,10 +251,6 @@ impl Stores {
             assert!(s.rate_net.check(k).is_allow());
             assert!(s.rateguard.check(&names[k as usize]).is_allowed());
             papaya.insert(k, AtomicU64::new(0));
-            assert!(s
-                .grow
-                .update(k, algo.fresh(), |tat| algo.update(tat, 0, 1))
-                .is_allowed());
         }
         drop(papaya);
         s
@@ -365,20 +356,6 @@ impl Stores {
                     if let Some(cell) = self.papaya.get(k, &guard) {
                         bare_cas(cell, now);
                     }
-                }
-            }),
-        ));
-        // The layout issue #61 asks of the default store, grown from 64 lines as the keys
-        // came: GCRA's step on one line's slot, no metrics, no eviction, no debts.
-        rows.push((
-            "growable one-line table (reference), exact clock".into(),
-            Box::new(move |keys, _| {
-                let clock = QuantaClock::new();
-                let algo = gcra();
-                let fresh = algo.fresh();
-                for &k in keys {
-                    let now = clock.now();
-                    let _ = black_box(self.grow.update(k, fresh, |tat| algo.update(tat, now, 1)));
                 }
             }),
         ));
@@ -804,15 +781,6 @@ fn bytes_per_key(variant: &str, keys: u64) -> f64 {
             black_box(&l);
             rss_bytes()
         }
-        "growable one-line table (reference)" => {
-            let l = GrowTable::default();
-            let algo = gcra();
-            (0..keys).for_each(|k| {
-                let _ = l.update(k, algo.fresh(), |tat| algo.update(tat, 0, 1));
-            });
-            black_box(&l);
-            rss_bytes()
-        }
         "rate-net" => {
             let l = rate_net(keys);
             (0..keys).for_each(|k| {
@@ -877,7 +845,6 @@ fn main() {
     bytes_table(&[
         "CasLimiter",
         "CompactLimiter",
-        "growable one-line table (reference)",
         "governor",
         "rate-net",
         "rateguard",

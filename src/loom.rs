@@ -224,6 +224,7 @@ mod compact {
     use crate::store::Variant;
     use crate::store::{Cas, Locked};
     use crate::RateLimiter;
+    use crate::Requests;
     use loom::sync::Arc;
     use loom::thread;
     use std::time::Duration;
@@ -356,6 +357,64 @@ mod compact {
     #[test]
     fn loom_compact_evict_fresh_vs_check_strict() {
         evict_vs_check::<Cas>(Policy::Strict, false);
+    }
+
+    /// A request for key `moving` races the split that moves it: four keys in a table of
+    /// one home line (`max_keys(6)`: two home lines at most, 3/4 full), the fourth's insert
+    /// splits the line, and `moving` is one whose home becomes the new line. Whatever the
+    /// interleaving, the request is counted exactly once (or, with `peek`, sees the key's
+    /// state, never a fresh one) and every key is held once.
+    fn split_vs_request(peek: bool) {
+        loom::model(move || {
+            let l: Limiter<Cas> = CompactLimiter::builder("100/s burst 1".parse::<Gcra>().unwrap())
+                .max_keys(6)
+                .clock(ManualClock::default())
+                .build()
+                .unwrap();
+            let moves = |k: u64| (l.store.0.locate(&k).1 >> 1) & 1 == 1;
+            let stays = |k: u64| !moves(k);
+            let moving = (1..).find(|&k| moves(k)).unwrap();
+            let others: Vec<u64> = (1..).filter(|&k| stays(k)).take(2).collect();
+            for k in [moving, others[0], others[1]] {
+                assert!(l.check(&k).is_allowed()); // tat = T
+            }
+            assert_eq!(l.probe_stats().lines, 2, "one home line and its window");
+            let fourth = (moving + 1..).find(|&k| !others.contains(&k)).unwrap();
+            let l = Arc::new(l);
+            let a = {
+                let l = l.clone();
+                thread::spawn(move || {
+                    if peek {
+                        l.request(&moving).peek().unwrap().is_allowed()
+                    } else {
+                        l.check(&moving).is_allowed()
+                    }
+                })
+            };
+            let b = {
+                let l = l.clone();
+                thread::spawn(move || l.check(&fourth).is_allowed())
+            };
+            assert!(!a.join().unwrap(), "key {moving} seen fresh while it moved");
+            assert!(b.join().unwrap());
+            let stats = l.probe_stats();
+            assert_eq!((stats.keys, stats.lines), (4, 3), "{stats:?}");
+            assert_eq!(l.metrics().keys, 4);
+            // Burst 1, tat = T: a leaky denial writes nothing, so the probe waits T.
+            assert_eq!(leaky_wait(&l, moving), T);
+        });
+    }
+
+    // Pins G3.
+    #[test]
+    fn loom_compact_split_vs_check() {
+        split_vs_request(false);
+    }
+
+    // Pins G3.
+    #[test]
+    fn loom_compact_split_vs_peek() {
+        split_vs_request(true);
     }
 
     /// A request for a spent key races the capacity pass that evicts it (it spent first: the

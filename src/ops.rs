@@ -159,11 +159,11 @@ pub struct Limiter<S: Store> {
 
 impl<S: Store<Clock = QuantaClock>> Limiter<S> {
     /// A limiter running `algo` on the default (`quanta`) clock, without background sweeps
-    /// (the compact store sized for [`DEFAULT_MAX_KEYS`](crate::store::DEFAULT_MAX_KEYS)).
+    /// (the compact store bound by [`DEFAULT_MAX_KEYS`](crate::store::DEFAULT_MAX_KEYS)).
     ///
-    /// Like `Vec::with_capacity`, it aborts if that table (a few MB, the compact store's
-    /// only) cannot be allocated; [`builder`](Self::builder)'s `build` returns
-    /// [`BuildError::OutOfMemory`] instead.
+    /// Like `Vec::with_capacity`, it aborts if what the compact store allocates at build
+    /// cannot be (its first lines and its debt table: about 2 MB);
+    /// [`builder`](Self::builder)'s `build` returns [`BuildError::OutOfMemory`] instead.
     pub fn new(algo: S::Algo) -> Self {
         match S::build(algo, QuantaClock::new(), &Options::default()) {
             Ok((store, sweeper)) => Limiter {
@@ -198,8 +198,8 @@ impl<S: Store> Limiter<S> {
     }
 }
 
-/// Without a sweeper to spawn, only a default compact table (a few MB) can fail to build: out
-/// of memory, abort as any allocation would.
+/// Without a sweeper to spawn, only a default compact table (about 2 MB at build) can fail to
+/// build: out of memory, abort as any allocation would.
 #[cold]
 fn out_of_memory() -> ! {
     std::alloc::handle_alloc_error(std::alloc::Layout::new::<[u8; 64]>())

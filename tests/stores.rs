@@ -438,14 +438,23 @@ fn keyed_stores_sweep_and_report_alike() {
     }
 }
 
-/// The compact store is sized for `DEFAULT_MAX_KEYS` unless told otherwise: its table holds
-/// at least that many keys.
+/// The compact store is bound by `DEFAULT_MAX_KEYS` unless told otherwise: its table grows to
+/// hold that many keys, each one found again, none evicted.
 #[test]
 fn the_default_compact_table_holds_the_default_bound() {
-    let slots = CompactLimiter::<u64, Gcra>::new(gcra("10/s"))
-        .probe_stats()
-        .slots;
-    assert!(slots >= hotlimit::store::DEFAULT_MAX_KEYS as u64, "{slots}");
+    let limiter = CompactLimiter::<u64, Gcra>::builder(gcra("1/s"))
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    let keys = hotlimit::store::DEFAULT_MAX_KEYS as u64;
+    for key in 0..keys {
+        assert!(RateLimiter::check(&limiter, &key).is_allowed());
+    }
+    let stats = limiter.probe_stats();
+    assert_eq!(stats.keys, keys, "{stats:?}");
+    assert!(stats.slots >= keys, "{stats:?}");
+    assert_eq!(limiter.metrics().evicted_capacity, 0);
+    assert!((0..keys).all(|key| RateLimiter::check(&limiter, &key).is_denied()));
 }
 
 /// Both policies, every algorithm (docs/GUARANTEES.md, "Each algorithm's bound"): a leaky

@@ -19,9 +19,6 @@ pub mod flood;
 /// The sharded `Mutex<HashMap>` baseline.
 pub mod sharded;
 
-/// The growable one-line table issue #61 asks for, as a reference (`u64` keys only).
-pub mod grow;
-
 #[allow(unused_imports)] // not every bench measures memory
 pub use flood::rss_bytes;
 

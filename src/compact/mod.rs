@@ -1,5 +1,5 @@
-//! [`CompactLimiter`]: a fixed-capacity, open-addressing table for keys of a fixed small size,
-//! with each key's state inline next to it: the key types ([`key`]), the table ([`table`])
+//! [`CompactLimiter`]: an open-addressing table for keys of a fixed small size, with each
+//! key's state inline next to it, growing up to `max_keys`: the key types ([`key`]), the table ([`table`])
 //! and its slots ([`slot`]). The table's design is in `docs/DESIGN.md`, section 7.
 
 mod key;
@@ -24,8 +24,7 @@ use std::fmt;
 use std::sync::Arc;
 use table::{Table, SLOTS_PER_LINE};
 
-/// A keyed rate limiter over a fixed-capacity, open-addressing table for keys of a fixed
-/// small size (`u32`, `u64`, `u128`, IP addresses, or a 64-bit keyed hash of any key with
+/// A keyed rate limiter over an open-addressing table for keys of a fixed small size (`u32`, `u64`, `u128`, IP addresses, or a 64-bit keyed hash of any key with
 /// [`Hashed`]), with each key's state inline next to it.
 ///
 /// ```
@@ -60,32 +59,36 @@ use table::{Table, SLOTS_PER_LINE};
 /// a lock.
 ///
 /// **When to pick it.** The papaya store ([`CasLimiter`](crate::CasLimiter)) takes any
-/// key and grows; this one takes fixed-size keys, reserves its memory at build (about
-/// `4/3 · max_keys` slots of 16 bytes for the lock-free slot) and never grows, and keeps key
-/// and state in one slot, four to a cache line, so a check of a present key touches one line
-/// in the common case. It is the store to pick from about 100k keys (a proxy keyed by client
-/// IP; any key through [`Hashed`]): at a million keys it takes less than half the papaya
-/// store's memory per key and its look-up misses the cache once, not twice.
+/// key; this one takes fixed-size keys, grows with them up to `max_keys` (never shrinking),
+/// and keeps key and state in one slot, four to a cache line, so a check of a present key touches one line
+/// in the common case. It is the store to pick for fixed-size keys (a proxy keyed by client
+/// IP; any key through [`Hashed`]) at every scale: its check is the faster from one key to
+/// ten million, and at a million keys it takes less memory per key than the papaya store and
+/// its look-up misses the cache once, not twice.
 /// The table's design, its costs and the crates evaluated before writing it are in
 /// `docs/DESIGN.md` (section 7); measurements in `BENCHMARKS.md`.
 ///
-/// **Sizing.** `max_keys` is both the capacity bound and the table's size: full, the table
-/// holds keys in 3/4 of its slots, and about one key in seven sits past its home line, where
-/// a look-up scans further. A `max_keys` above the keys you expect to hold buys speed with
-/// memory: the look-ups get shorter, and while the table fits the CPU's cache every check
-/// gets faster; past the cache a larger table also misses more, so only batches gain there
-/// (`BENCHMARKS.md`, "the table's fill").
+/// **Sizing.** `max_keys` is the capacity bound, and the table grows toward it as keys
+/// arrive, a chunk of 4096 lines (256 KiB of lock-free slots) at a time: while its lines fit
+/// 1 MiB (up to 16,384 home lines) it keeps keys in at most 1/4 of its slots, so almost every
+/// key sits in the slot its look-up tries first; beyond, 3/4, where about one key in seven
+/// sits past its home line and a look-up scans further. It grows by doubling its lines a line
+/// at a time (linear hashing), up to the lines `max_keys` needs at that fill (rounded up by
+/// at most 1/32); past them it evicts. `docs/DESIGN.md` (section 7) has the growth protocol.
 ///
 /// **The hot path.** With the [`Cas`] variant and a 64-bit key form ([`u64`], [`u32`], [`Ipv4Addr`](std::net::Ipv4Addr),
 /// [`Hashed`]) and a one-word state ([`Gcra`](crate::algo::Gcra), [`Earrrl`](crate::algo::Earrrl),
 /// [`FixedWindow`](crate::algo::FixedWindow)), the hot path for a present key is: clock read
-/// → hash → load the home line's slots → pure algorithm step → one 128-bit
-/// `compare_exchange_weak`. No lock, no allocation, one cache line in the common case.
+/// → hash → the home line from the table's growth word → load the home line's slots → pure
+/// algorithm step → one 128-bit `compare_exchange_weak`. No lock, no allocation, one cache
+/// line of keys in the common case (and the growth word and chunk pointer, shared by every
+/// key and cached).
 ///
 /// **Consistency.** As for the papaya store: decisions are linearizable per key, no update
 /// is lost to eviction, and at one fixed `now`, N threads firing at one key get exactly as
-/// many allowed as one thread would. Unlike it, the key count is bounded by
-/// the table's slots ([`probe_stats`](Limiter::probe_stats)`.slots`), fixed at build.
+/// many allowed as one thread would, and growth loses no update (a key moved by a split takes
+/// its state by the same CAS a request's update races). Unlike it, the key count is bounded
+/// by `max_keys` (the capacity pass) and by the table's slots at their most.
 ///
 /// # Examples
 ///
@@ -109,8 +112,8 @@ use table::{Table, SLOTS_PER_LINE};
 /// ```
 pub type CompactLimiter<K, A, C = QuantaClock, V = Cas> = Limiter<Compact<K, A, C, V>>;
 
-/// The [`Store`](crate::store::Store) of fixed-size keys: a fixed-capacity, open-addressing
-/// table with each key's state inline next to it, the slot chosen by `V`; see
+/// The [`Store`](crate::store::Store) of fixed-size keys: an open-addressing table growing up
+/// to `max_keys`, with each key's state inline next to it, the slot chosen by `V`; see
 /// [`CompactLimiter`].
 pub struct Compact<K: CompactKey, A: Algorithm, C = QuantaClock, V: Variant<A> = Cas>(
     pub(crate) Arc<Table<K, A, C, V>>,
@@ -231,8 +234,8 @@ where
     V: Variant<A>,
 {
     /// Walks the table and measures how far the keys held sit from their home lines, and
-    /// says its size (its `slots`: the most keys it can ever hold). A snapshot, not atomic
-    /// with concurrent inserts; O(slots).
+    /// says its size now (its `slots`: the most keys it can hold before it grows again). A
+    /// snapshot, not atomic with concurrent inserts; O(slots).
     ///
     /// ```
     /// use hotlimit::{algo::Gcra, CompactLimiter, ManualClock, RateLimiter};

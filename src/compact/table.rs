@@ -1,12 +1,13 @@
 //! The compact table: lines of slots, probing by line within a window, striped inserts,
-//! sweeps and capacity eviction. The design is in `docs/DESIGN.md` (section "The compact
-//! table").
+//! growth by linear hashing, sweeps and capacity eviction. The design is in `docs/DESIGN.md`
+//! (section "The compact table").
 
 use super::key::CompactKey;
 use super::slot::{AtomicU8, TableSlot, VariantSlot};
 use crate::algo::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
+use crate::error::BuildError;
 use crate::limiter::Variant;
 use crate::shared::{Core, Options};
 use crate::stats::Metrics;
@@ -15,9 +16,10 @@ use crate::sweeper::{
 };
 use crate::sync::Mutex;
 use crossbeam_utils::CachePadded;
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// Slots per line: four 16-byte pair slots fill one 64-byte cache line.
@@ -40,6 +42,34 @@ const SAMPLE: usize = 4096;
 /// Home-line lock stripes for inserts (cache-padded: 64 KiB).
 const STRIPES: usize = 1024;
 
+/// The most home lines at level 0: the table's most lines are `base · 2^L`, `base` in
+/// 33..=64 (or fewer lines when `max_keys` needs fewer), so they exceed what `max_keys` needs
+/// by at most 1/32 (a power of two would waste up to half). Under loom, one: the models grow a
+/// table of a few keys through its levels.
+#[cfg(not(hotlimit_loom))]
+const BASE_LINES: usize = 64;
+#[cfg(hotlimit_loom)]
+const BASE_LINES: usize = 1;
+
+/// Lines per chunk, as a power of two: 4096 lines, 256 KiB of pair slots (a table smaller
+/// than that takes one chunk of its own size). A constant, so the look-up's arithmetic is
+/// immediate.
+const CHUNK_BITS: u32 = 12;
+const CHUNK_LINES: usize = 1 << CHUNK_BITS;
+
+/// Home lines below which the table grows at 1/4 full rather than 3/4: 1 MiB of pair slots,
+/// a core's L2. At that size a check is worth more than the bytes: at 1/4 full almost every
+/// key sits in the slot its look-up tries first (`BENCHMARKS.md`, "On the development VM":
+/// the 10k-key cells). Under loom, 0: the models' tables are the size they name.
+#[cfg(not(hotlimit_loom))]
+const SMALL_LINES: usize = 1 << 14;
+#[cfg(hotlimit_loom)]
+const SMALL_LINES: usize = 0;
+
+/// Lines an insert splits while a level is under way: one a time lets the lines not yet split
+/// (twice the mean load) overflow their windows (`docs/DESIGN.md`).
+const SPLITS: usize = 4;
+
 /// A capacity pass shared out in chunks of slots (`Table::work_on`).
 struct SharedPass {
     cut: SharedCut,
@@ -50,6 +80,9 @@ struct SharedPass {
     /// Threads working on a chunk.
     busy: AtomicUsize,
     evicted: AtomicU64,
+    /// Slots the pass covers: those of the table when it started (a helper that joins late
+    /// never walks lines a split has filled since).
+    slots: usize,
 }
 
 /// One cache line of slots.
@@ -59,15 +92,70 @@ struct Line<T>([T; SLOTS_PER_LINE]);
 pub(crate) type SlotOf<K, A, V> =
     <V as VariantSlot<A>>::Slot<<K as crate::compact::key::sealed::Inline>::Repr>;
 
-/// Everything the requests and the sweeper thread share: the table and the store core.
-pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: Variant<A>> {
-    lines: Box<[Line<SlotOf<K, A, V>>]>,
+/// A run of lines, allocated as the table grows and never freed (so no reclamation), with
+/// their home lines' reaches.
+struct Chunk<T> {
+    lines: Box<[Line<T>]>,
     /// Per home line: how many lines past it any of its keys may sit. Raised under the line's
     /// stripe lock before a key is placed there; lowered by sweeps and capacity passes
     /// (`lower_reach`), also under it; bounded by `window - 1`.
     reach: Box<[AtomicU8]>,
+}
+
+type ChunkOf<K, A, V> = Chunk<SlotOf<K, A, V>>;
+
+/// The home line of the key of fingerprint `fp` under the growth word `t`, in a table of
+/// `base` lines at level 0: linear hashing. `t` holds the level `L` (high byte) and the split
+/// pointer: of the `base · 2^L` lines of the level, the first `split` have been split in two.
+/// A home is `a + base · b`: `a` in `0..base` from the fingerprint's top bits (a
+/// multiply-shift, so `base` need not be a power of two), `b` its bits 1..=L; a split line's
+/// keys are told apart by bit `L + 1`, which adds `base · 2^L` (the line's image) or nothing.
+#[inline(always)]
+fn home_of(fp: u64, t: u64, base: usize) -> usize {
+    let (level, split) = (t >> 56, (t << 8) >> 8);
+    let a = ((fp >> 32) * base as u64) >> 32;
+    let bits = fp >> 1;
+    let home = a + base as u64 * (bits & ((1 << level) - 1));
+    if home < split {
+        // Only while a level is under way (a few inserts in each level's), so a branch.
+        return split_home(home, bits, level, base);
+    }
+    home as usize
+}
+
+/// `home_of` for a home line already split in this level: its image for half its keys.
+#[cold]
+#[inline(never)]
+fn split_home(home: u64, bits: u64, level: u64, base: usize) -> usize {
+    (home + ((bits >> level) & 1) * ((base as u64) << level)) as usize
+}
+
+/// Home lines under the growth word `t`.
+#[inline(always)]
+fn homes_of(t: u64, base: usize) -> usize {
+    (base << (t >> 56)) + ((t << 8) >> 8) as usize
+}
+
+/// Everything the requests and the sweeper thread share: the table and the store core.
+///
+/// Lines are never wrapped: a key sits at most `window - 1` lines past its home, and the
+/// lines past the last home are allocated with it. The table starts at `base` home lines and
+/// grows by splitting one line at a time (linear hashing) up to `max_homes`; see `split`.
+pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: Variant<A>> {
+    /// The level and split pointer (see `home_of`). Stored only under `grow` and the stripes
+    /// of the line split and its image.
+    t: crate::sync::AtomicU64,
+    /// Home lines at level 0.
+    base: usize,
+    chunks: Box<[OnceLock<ChunkOf<K, A, V>>]>,
+    /// The most home lines: `base · 2^L`, enough for `max_keys` at the design fill. Past
+    /// them, inserts evict instead.
+    max_homes: usize,
+    /// Held by a split, a sweep's walk, a capacity pass and a window eviction: a split never
+    /// runs beside a walk or a kill of another home's key. Taken before a stripe, never after.
+    grow: Mutex<()>,
     stripes: Box<[CachePadded<Mutex<()>>]>,
-    /// Lines a key may be placed in, from its home line: `min(WINDOW_LINES, lines)`.
+    /// Lines a key may be placed in, from its home line: `min(WINDOW_LINES, max_homes)`.
     window: usize,
     hasher: ahash::RandomState,
     pub(crate) core: Core<A, C>,
@@ -95,9 +183,9 @@ pub struct ProbeStats {
     pub in_home_line: f64,
     /// The largest reach of any home line (lines a miss scans past the home line).
     pub max_reach: u64,
-    /// Lines in the table.
+    /// Lines in the table now: its home lines and the window past the last.
     pub lines: u64,
-    /// Slots in the table: the most keys it can ever hold.
+    /// Slots in the table now: the most keys it can hold before it grows again.
     pub slots: u64,
     /// The probe window: the most lines a key may sit past its home line, plus one. An
     /// insert that finds its window full evicts the window's key closest to fresh.
@@ -128,16 +216,11 @@ fn filled<T>(
     Ok(v.into_boxed_slice())
 }
 
-/// `hash` scaled onto `0..n` by a multiply-shift (uses the hash's high bits).
-#[inline(always)]
-fn scale(hash: u64, n: usize) -> usize {
-    ((u128::from(hash) * n as u128) >> 64) as usize
-}
-
-/// The slot of its home line a key tries first (bits of the hash `scale` barely uses).
+/// The slot of its home line a key tries first: bits 44 and 45 of its fingerprint, which
+/// its home does not read (the top bits and bits 1..=41; see `home_of`).
 #[inline(always)]
 pub(crate) fn preferred_slot(fp: u64) -> usize {
-    (fp >> 1) as usize % SLOTS_PER_LINE
+    (fp >> 44) as usize % SLOTS_PER_LINE
 }
 
 impl<K, A, C, V> Table<K, A, C, V>
@@ -147,24 +230,43 @@ where
     C: Clock,
     V: Variant<A>,
 {
-    /// Allocates the table (fallibly: a `max_keys` beyond memory is an error, not an abort).
-    pub(crate) fn new(
-        algo: A,
-        clock: C,
-        options: &Options,
-    ) -> Result<Self, std::collections::TryReserveError> {
+    /// Allocates the table's first lines (fallibly: memory refused, or a `max_keys` whose
+    /// table would not fit the address space, is [`BuildError::OutOfMemory`], not an abort).
+    pub(crate) fn new(algo: A, clock: C, options: &Options) -> Result<Self, BuildError> {
         let max_keys = options.max_keys.unwrap_or(DEFAULT_MAX_KEYS).max(1);
-        let slots = max_keys.saturating_mul(4).div_ceil(3);
-        let lines = slots.div_ceil(SLOTS_PER_LINE).max(1);
+        // The fewest home lines holding `max_keys` at the design fill, as `base · 2^levels`.
+        let needed = if max_keys <= SMALL_LINES {
+            max_keys
+        } else {
+            max_keys.div_ceil(3).max(SMALL_LINES)
+        };
+        let levels = needed
+            .div_ceil(BASE_LINES)
+            .next_power_of_two()
+            .trailing_zeros();
+        let base = needed.div_ceil(1 << levels);
+        let max_homes = base << levels;
+        // Past 2^40 lines at level 0's scale the fingerprint's bits run short; far past any
+        // memory anyway.
+        let fits = max_homes.checked_mul(size_of::<Line<SlotOf<K, A, V>>>())
+            <= Some(isize::MAX as usize / 2);
+        if levels > 40 || !fits {
+            return Err(BuildError::OutOfMemory);
+        }
+        let window = WINDOW_LINES.min(max_homes);
+        let chunks = (max_homes + window).div_ceil(CHUNK_LINES);
         let options = Options {
             max_keys: Some(max_keys),
             ..*options
         };
-        Ok(Self {
-            lines: filled(lines, || Line(std::array::from_fn(|_| TableSlot::empty())))?,
-            reach: filled(lines, || AtomicU8::new(0))?,
-            stripes: filled(STRIPES.min(lines), || CachePadded::new(Mutex::new(())))?,
-            window: WINDOW_LINES.min(lines),
+        let table = Self {
+            t: crate::sync::AtomicU64::new(0),
+            base,
+            chunks: filled(chunks, OnceLock::new)?,
+            max_homes,
+            grow: Mutex::new(()),
+            stripes: filled(STRIPES.min(max_homes), || CachePadded::new(Mutex::new(())))?,
+            window,
             hasher: hasher(),
             core: Core::new(algo, clock, &options).with_debts(&options)?,
             len: CachePadded::new(AtomicI64::new(0)),
@@ -172,12 +274,71 @@ where
             window_evictions: AtomicU64::new(0),
             pass_in_flight: Mutex::new(None),
             _key: PhantomData,
-        })
+        };
+        table.allocate(base + window)?;
+        Ok(table)
     }
 
-    /// Lines in the table.
+    /// Allocates every chunk below line `lines`.
+    fn allocate(&self, lines: usize) -> Result<(), std::collections::TryReserveError> {
+        let all = self.max_homes + self.window;
+        for (c, chunk) in self.chunks[..lines.div_ceil(CHUNK_LINES).min(self.chunks.len())]
+            .iter()
+            .enumerate()
+        {
+            if chunk.get().is_none() {
+                // The last chunk only as long as the table's most lines need.
+                let size = CHUNK_LINES.min(all - c * CHUNK_LINES);
+                let made = Chunk {
+                    lines: filled(size, || Line(std::array::from_fn(|_| TableSlot::empty())))?,
+                    reach: filled(size, || AtomicU8::new(0))?,
+                };
+                // Only under `grow` (or in `new`): no other thread sets it.
+                let _ = chunk.set(made);
+            }
+        }
+        Ok(())
+    }
+
+    /// The growth word.
+    #[inline(always)]
+    fn t(&self) -> u64 {
+        self.t.load(Ordering::Acquire)
+    }
+
+    /// Home lines now.
+    fn homes(&self) -> usize {
+        homes_of(self.t(), self.base)
+    }
+
+    /// Lines that may hold keys now: the homes and the window past the last.
     pub(crate) fn lines(&self) -> usize {
-        self.lines.len()
+        self.homes() + self.window - 1
+    }
+
+    /// The chunk holding line `i` (allocated before any home or window reaches it: a split
+    /// allocates before it moves `t`).
+    #[inline(always)]
+    fn chunk(&self, i: usize) -> &Chunk<SlotOf<K, A, V>> {
+        match self.chunks[i >> CHUNK_BITS].get() {
+            Some(chunk) => chunk,
+            None => unreachable!("line {i} used before its chunk was allocated"),
+        }
+    }
+
+    #[inline(always)]
+    fn at(&self, i: usize) -> &Line<SlotOf<K, A, V>> {
+        &self.chunk(i).lines[i & (CHUNK_LINES - 1)]
+    }
+
+    #[inline(always)]
+    fn reach(&self, home: usize) -> &AtomicU8 {
+        &self.chunk(home).reach[home & (CHUNK_LINES - 1)]
+    }
+
+    /// The slot of index `i` (line `i / 4`).
+    fn slot(&self, i: usize) -> &SlotOf<K, A, V> {
+        &self.at(i / SLOTS_PER_LINE).0[i % SLOTS_PER_LINE]
     }
 
     /// Totals over every sweep, with the window evictions under `evicted_capacity`.
@@ -190,18 +351,14 @@ where
     pub(crate) fn len(&self) -> usize {
         // The count may run ahead of the slots for a moment (a slot killed and re-claimed
         // before its killer counts it down), never the slots themselves.
-        let slots = self.lines.len() * SLOTS_PER_LINE;
+        let slots = self.lines() * SLOTS_PER_LINE;
         (self.len.load(Ordering::Relaxed).max(0) as usize).min(slots)
     }
 
-    /// The line `d` lines past `home`, wrapping.
+    /// The line `d` lines past `home`.
     #[inline(always)]
     fn line(&self, home: usize, d: usize) -> &Line<SlotOf<K, A, V>> {
-        let mut i = home + d;
-        if i >= self.lines.len() {
-            i -= self.lines.len();
-        }
-        &self.lines[i]
+        self.at(home + d)
     }
 
     /// `key`'s inline form, fingerprint and home line.
@@ -217,7 +374,29 @@ where
     fn place(&self, repr: K::Repr) -> (u64, usize) {
         let hash = K::place(repr, &self.hasher);
         // Odd, so never the lock slot's "free" hint (0).
-        (hash | 1, scale(hash, self.lines.len()))
+        let fp = hash | 1;
+        (fp, self.home(fp))
+    }
+
+    /// The home line of the key of fingerprint `fp` now (see `home_of`).
+    #[inline(always)]
+    fn home(&self, fp: u64) -> usize {
+        home_of(fp, self.t(), self.base)
+    }
+
+    /// Locks the stripe of the home line of the key of fingerprint `fp`: held, no split moves
+    /// the key (a split holds the stripes of the line it splits and of its image), so the home
+    /// returned stays the key's home until the guard is dropped.
+    fn lock_home(&self, fp: u64) -> (usize, impl Sized + '_) {
+        let mut home = self.home(fp);
+        loop {
+            let guard = self.stripes[home % self.stripes.len()].lock();
+            let now = self.home(fp);
+            if now == home {
+                return (home, guard);
+            }
+            home = now;
+        }
     }
 
     /// Runs `f` on `key`'s state, inserting the key fresh on first sight and retrying if its
@@ -243,7 +422,7 @@ where
             let out = match self.find_apply(repr, fp, home, &mut f) {
                 Some(out) => Some(out),
                 None => self
-                    .insert(repr, fp, home)
+                    .insert(repr, fp)
                     .try_update(repr, fp, &self.core.stats, &mut f),
             };
             if let Some(out) = out {
@@ -258,14 +437,18 @@ where
     /// misses of a batch's keys overlap. The answer is only a hint.
     #[inline(always)]
     pub(crate) fn touch(&self, fp: u64, home: usize) -> bool {
-        self.lines[home].0[preferred_slot(fp)].looks_free()
+        self.at(home).0[preferred_slot(fp)].looks_free()
     }
 
-    /// A step on a copy of `key`'s state, or of a fresh one if the key is absent: the
-    /// look-up of `find_apply` without the write, and no insert.
-    pub(crate) fn peek(&self, algo: &A, key: &K::Lookup, cost: u64, now: u64) -> Decision {
-        let (repr, fp, home) = self.locate(key);
-        let reach = self.reach[home].load(Ordering::Acquire) as usize;
+    /// `f` on the state of the first slot of `home`'s reach holding `repr` live.
+    fn inspect_key<T>(
+        &self,
+        repr: K::Repr,
+        fp: u64,
+        home: usize,
+        mut f: impl FnMut(&A::State) -> T,
+    ) -> Option<T> {
+        let reach = self.reach(home).load(Ordering::Acquire) as usize;
         for d in 0..=reach {
             for slot in &self.line(home, d).0 {
                 // `holds` is the cheap filter; `inspect` re-checks the key on the state it
@@ -273,12 +456,27 @@ where
                 if !slot.holds(repr, fp) {
                     continue;
                 }
-                let peeked =
-                    slot.inspect(|k, state| (k == repr).then(|| algo.peek(state, now, cost)));
-                if let Some(Some(decision)) = peeked {
-                    return decision;
+                if let Some(Some(out)) = slot.inspect(|k, state| (k == repr).then(|| f(state))) {
+                    return Some(out);
                 }
             }
+        }
+        None
+    }
+
+    /// A step on a copy of `key`'s state, or of a fresh one if the key is absent: the
+    /// look-up of `find_apply` without the write, and no insert.
+    pub(crate) fn peek(&self, algo: &A, key: &K::Lookup, cost: u64, now: u64) -> Decision {
+        let (repr, fp, home) = self.locate(key);
+        let step = |state: &A::State| algo.peek(state, now, cost);
+        if let Some(decision) = self.inspect_key(repr, fp, home, step) {
+            return decision;
+        }
+        // Missed: a split may have been moving the key. Under its home's stripe no split
+        // does, so the look-up there is the truth.
+        let (home, _stripe) = self.lock_home(fp);
+        if let Some(decision) = self.inspect_key(repr, fp, home, step) {
+            return decision;
         }
         self.core.peek_absent(algo, || fp, now, cost)
     }
@@ -295,7 +493,8 @@ where
     ) -> Option<T> {
         // The home line from the key's preferred slot: most keys sit in it (see `insert`), so
         // the first probe usually matches and the branch predicts well.
-        let line = &self.lines[home].0;
+        let (chunk, at) = (self.chunk(home), home & (CHUNK_LINES - 1));
+        let line = &chunk.lines[at].0;
         let first = preferred_slot(fp);
         for i in 0..SLOTS_PER_LINE {
             let slot = &line[(first + i) % SLOTS_PER_LINE];
@@ -303,7 +502,7 @@ where
                 return Some(out);
             }
         }
-        let reach = self.reach[home].load(Ordering::Acquire) as usize;
+        let reach = chunk.reach[at].load(Ordering::Acquire) as usize;
         for d in 1..=reach {
             for slot in &self.line(home, d).0 {
                 if let Some(out) = slot.try_update(repr, fp, &self.core.stats, f) {
@@ -314,12 +513,41 @@ where
         None
     }
 
+    /// The slot of `home`'s window holding `repr` live, if any (the home's stripe held).
+    fn held(&self, repr: K::Repr, fp: u64, home: usize) -> Option<&SlotOf<K, A, V>> {
+        let reach = self.reach(home).load(Ordering::Acquire) as usize;
+        (0..=reach)
+            .flat_map(|d| self.line(home, d).0.iter())
+            .find(|slot| slot.holds(repr, fp))
+    }
+
+    /// Claims a free slot of `home`'s window for `repr` with `state`, the home's stripe
+    /// held; `None` if the window is full.
+    fn place_in(
+        &self,
+        repr: K::Repr,
+        fp: u64,
+        home: usize,
+        state: impl Fn() -> A::State,
+    ) -> Option<&SlotOf<K, A, V>> {
+        loop {
+            let (d, slot) = self.first_free(home, fp)?;
+            // Raised before the claim, so the reach covers the key from the moment it is
+            // visible; a look-up that read the old reach misses, comes to the stripe and waits.
+            self.reach(home).fetch_max(d as u8, Ordering::AcqRel);
+            if slot.claim(repr, fp, state()) {
+                return Some(slot);
+            }
+            // Another home line's insert took that slot first: look again.
+        }
+    }
+
     /// The slot holding `repr`, inserted fresh if absent. Serialized per home line: every
     /// insert of one key takes the same stripe lock, so under it the key is either found
     /// within the home line's reach or absent from the table.
     #[cold]
     #[inline(never)]
-    fn insert(&self, repr: K::Repr, fp: u64, home: usize) -> &SlotOf<K, A, V> {
+    fn insert(&self, repr: K::Repr, fp: u64) -> &SlotOf<K, A, V> {
         // Rather than let a flood fill the table, so that every new key scans a full window
         // and evicts one key from it. Before the stripe lock: a pass is long.
         evict_before_insert(
@@ -328,6 +556,7 @@ where
             &self.core.pass,
             &self.core.totals,
             || {
+                let _grow = self.grow.lock();
                 let evicted = self.evict_capacity();
                 // The keys left sit nearer their homes than the flood's fullest moment did:
                 // misses (every new key's look-up) scan only as far as they must. (A sweep
@@ -337,36 +566,32 @@ where
             },
             Some(&|| self.help_pass()),
         );
-        let _stripe = self.stripes[home % self.stripes.len()].lock();
         loop {
-            // Only this stripe's holders raise this reach, so it is stable while we hold it.
-            let reach = self.reach[home].load(Ordering::Acquire) as usize;
-            for d in 0..=reach {
-                for slot in &self.line(home, d).0 {
-                    if slot.holds(repr, fp) {
-                        return slot;
+            {
+                let (home, _stripe) = self.lock_home(fp);
+                if let Some(slot) = self.held(repr, fp, home) {
+                    return slot;
+                }
+                let placed = self.place_in(repr, fp, home, || self.core.start_state(|| fp));
+                if let Some(slot) = placed {
+                    let len = self.len.fetch_add(1, Ordering::Relaxed) + 1;
+                    // Woken after the insert, so the sweep it triggers sees this key.
+                    if len > self.max_keys as i64 {
+                        self.core.signal.wake();
                     }
+                    drop(_stripe);
+                    self.maybe_grow();
+                    return slot;
                 }
             }
-            match self.first_free(home, fp) {
-                Some((d, slot)) => {
-                    if d > reach {
-                        // Raised before the claim, so the reach covers the key from the moment
-                        // it is visible; a look-up that read the old reach misses, comes here
-                        // and waits for us.
-                        self.reach[home].fetch_max(d as u8, Ordering::AcqRel);
-                    }
-                    if slot.claim(repr, fp, self.core.start_state(|| fp)) {
-                        let len = self.len.fetch_add(1, Ordering::Relaxed) + 1;
-                        // Woken after the insert, so the sweep it triggers sees this key.
-                        if len > self.max_keys as i64 {
-                            self.core.signal.wake();
-                        }
-                        return slot;
-                    }
-                    // Another home line's insert took that slot first: look again.
+            // A full window, the stripe released (a split or an eviction takes `grow` first):
+            // the table grows if it may, or else the window's key closest to fresh goes.
+            let _grow = self.grow.lock();
+            if !self.split_some() {
+                let (home, _stripe) = self.lock_home(fp);
+                if self.first_free(home, fp).is_none() {
+                    self.evict_in_window(home);
                 }
-                None => self.evict_in_window(home),
             }
         }
     }
@@ -374,7 +599,7 @@ where
     /// The first free slot of `home`'s window (in the home line, from the key's preferred
     /// slot) and its distance in lines.
     fn first_free(&self, home: usize, fp: u64) -> Option<(usize, &SlotOf<K, A, V>)> {
-        let line = &self.lines[home].0;
+        let line = &self.at(home).0;
         let first = preferred_slot(fp);
         if let Some(slot) = (0..SLOTS_PER_LINE)
             .map(|i| &line[(first + i) % SLOTS_PER_LINE])
@@ -391,7 +616,8 @@ where
         })
     }
 
-    /// The window is full: evicts its key closest to fresh (earliest `idle_at`).
+    /// The window is full: evicts its key closest to fresh (earliest `idle_at`). Under `grow`
+    /// (no split moves a key meanwhile) and `home`'s stripe.
     #[cold]
     fn evict_in_window(&self, home: usize) {
         let victim = (0..self.window)
@@ -413,32 +639,131 @@ where
         }
     }
 
+    /// After an insert: splits lines while a level is under way, or starts one once the
+    /// table is past its fill (1/4 while it is small, 3/4 after), unless another thread is
+    /// growing it already (inserts never wait for growth).
+    fn maybe_grow(&self) {
+        let t = self.t();
+        let homes = homes_of(t, self.base);
+        let under_way = (t << 8) >> 8 != 0;
+        let quarters = if homes < SMALL_LINES { 1 } else { 3 };
+        let full = self.len() > homes * quarters;
+        if !(under_way || full) || homes >= self.max_homes {
+            return;
+        }
+        if let Some(_grow) = self.grow.try_lock() {
+            self.split_some();
+        }
+    }
+
+    /// Splits up to `SPLITS` lines, `grow` held; `false` if the table may not grow (at
+    /// `max_homes`, or memory for its next chunk refused).
+    fn split_some(&self) -> bool {
+        for i in 0..SPLITS {
+            if !self.split() {
+                return i > 0;
+            }
+        }
+        true
+    }
+
+    /// Splits the home line the split pointer names, `grow` held: linear hashing. Its keys
+    /// whose home becomes its image line `p + n` (one more bit of their hash) move there, each
+    /// killed in its old slot (its state taken by the kill's CAS, so no update is lost) and
+    /// claimed in the image's window; then `t` moves on. All under the stripes of both
+    /// lines: a request that misses the key meanwhile goes to the insert path, waits on the
+    /// stripe, and finds the key where `t` then says it is. `grow` keeps sweeps, capacity
+    /// passes and window evictions (whose kills would race the move) out. `false` if the
+    /// table may not grow.
+    fn split(&self) -> bool {
+        let t = self.t();
+        let (level, p) = (t >> 56, ((t << 8) >> 8) as usize);
+        let n = self.base << level;
+        let q = p + n;
+        if q >= self.max_homes || self.allocate(q + self.window).is_err() {
+            return false;
+        }
+        let (sp, sq) = (p % self.stripes.len(), q % self.stripes.len());
+        let _p = self.stripes[sp].lock();
+        let _q = (sq != sp).then(|| self.stripes[sq].lock());
+        let reach = self.reach(p).load(Ordering::Acquire) as usize;
+        for d in 0..=reach {
+            for slot in &self.line(p, d).0 {
+                let Some(repr) = slot.inspect(|repr, _| repr) else {
+                    continue;
+                };
+                let (fp, home) = self.place(repr);
+                if home != p || ((fp >> 1) >> level) & 1 == 0 {
+                    continue; // another home's key, or one of `p`'s that stays
+                }
+                let taken = Cell::new(None);
+                let killed = slot.kill_if(|k, state| {
+                    let ours = k == repr;
+                    if ours {
+                        taken.set(Some(state.clone()));
+                    }
+                    ours
+                });
+                let Some(state) = taken.into_inner().filter(|_| killed) else {
+                    continue; // freed meanwhile: nothing to move
+                };
+                self.move_to(repr, fp, q, state);
+            }
+        }
+        let next = if p + 1 == n { (level + 1) << 56 } else { t + 1 };
+        self.t.store(next, Ordering::Release);
+        true
+    }
+
+    /// Claims a slot of `q`'s window for a key a split moves there with `state`; a full
+    /// window (rare: a new line's window holds only the overflow of the last homes) first
+    /// gives up its key closest to fresh, as an insert's would.
+    #[cold]
+    fn move_to(&self, repr: K::Repr, fp: u64, q: usize, state: A::State) {
+        loop {
+            if self.place_in(repr, fp, q, || state.clone()).is_some() {
+                return;
+            }
+            self.evict_in_window(q);
+        }
+    }
+
+    /// Every slot that may hold a key now, `grow` held.
     fn slots(&self) -> impl Iterator<Item = &SlotOf<K, A, V>> {
-        self.lines.iter().flat_map(|line| line.0.iter())
+        (0..self.lines()).flat_map(|i| self.at(i).0.iter())
     }
 
     pub(crate) fn sweep(&self) -> Metrics {
         let started = Instant::now();
         let now = self.core.sweep_now();
         let mut report = one_sweep();
-        for slot in self.slots() {
-            if self.core.signal.stopping() {
-                break;
-            }
-            if slot.inspect(|_, _| ()).is_none() {
-                continue;
-            }
-            report.scanned += 1;
-            if slot.kill_if(|_, state| self.core.algo.idle_at(state) <= now) {
-                report.evicted_idle += 1;
-                self.len.fetch_sub(1, Ordering::Relaxed);
+        {
+            let _grow = self.grow.lock();
+            for slot in self.slots() {
+                if self.core.signal.stopping() {
+                    break;
+                }
+                if slot.inspect(|_, _| ()).is_none() {
+                    continue;
+                }
+                report.scanned += 1;
+                if slot.kill_if(|_, state| self.core.algo.idle_at(state) <= now) {
+                    report.evicted_idle += 1;
+                    self.len.fetch_sub(1, Ordering::Relaxed);
+                }
             }
         }
+        // `grow` released: the pass gate is taken before it, never after.
         if self.len() > self.max_keys {
-            report.evicted_capacity =
-                capacity_pass(&self.core.pass, &self.core.totals, || self.evict_capacity());
+            report.evicted_capacity = capacity_pass(&self.core.pass, &self.core.totals, || {
+                let _grow = self.grow.lock();
+                self.evict_capacity()
+            });
         }
-        self.lower_reach();
+        {
+            let _grow = self.grow.lock();
+            self.lower_reach();
+        }
         report.sweep_busy = started.elapsed();
         self.core.totals.add(&report);
         report.keys = self.len() as u64;
@@ -450,20 +775,20 @@ where
     /// evenly over the table (keys sit in hash order, so it is a uniform sample), then one
     /// pass kills the keys it dooms, ties spread over the table. Keys updated meanwhile are
     /// judged on their new state; a pass they leave far short is re-cut ([`evict_by`]). The
-    /// sample is the only allocation, whatever the table's size.
+    /// sample is the only allocation, whatever the table's size. `grow` held.
     fn evict_capacity(&self) -> u64 {
         let target = self.max_keys - self.max_keys / 8;
         let excess = self.len().saturating_sub(target) as u64;
         let now = self.core.sweep_now();
+        let slots = self.lines() * SLOTS_PER_LINE;
         evict_by(
             excess,
             |n| {
-                let slots = self.lines.len() * SLOTS_PER_LINE;
                 let step = (slots / SAMPLE).max(1);
                 // Its full size at once: one allocation, not a doubling series.
                 let mut sample = Vec::with_capacity(slots.div_ceil(step));
                 sample.extend((0..slots).step_by(step).filter_map(|i| {
-                    self.lines[i / SLOTS_PER_LINE].0[i % SLOTS_PER_LINE]
+                    self.slot(i)
                         .inspect(|_, state| self.core.algo.idle_at(state))
                 }));
                 CapacityCut::new(&mut sample, n, self.len() as u64)
@@ -476,6 +801,7 @@ where
                     cursor: AtomicUsize::new(0),
                     busy: AtomicUsize::new(0),
                     evicted: AtomicU64::new(0),
+                    slots,
                 });
                 *self.pass_in_flight.lock() = Some(pass.clone());
                 self.work_on(&pass);
@@ -500,20 +826,20 @@ where
     }
 
     /// Kills the keys `pass` dooms, a chunk of slots at a time, until every chunk is taken.
+    /// Its owner holds `grow` until every chunk taken is done, so no split runs beside.
     fn work_on(&self, pass: &SharedPass) {
         const CHUNK: usize = 4096;
-        let slots = self.lines.len() * SLOTS_PER_LINE;
         // Counted busy before taking a chunk, so the pass waits for every chunk taken.
         pass.busy.fetch_add(1, Ordering::SeqCst);
         loop {
             let start = pass.cursor.fetch_add(CHUNK, Ordering::SeqCst);
-            if start >= slots || self.core.signal.stopping() {
+            if start >= pass.slots || self.core.signal.stopping() {
                 break;
             }
             let mut evicted = 0;
             let run = pass.cut.run((start / CHUNK) as u64);
-            for i in start..(start + CHUNK).min(slots) {
-                let slot = &self.lines[i / SLOTS_PER_LINE].0[i % SLOTS_PER_LINE];
+            for i in start..(start + CHUNK).min(pass.slots) {
+                let slot = self.slot(i);
                 let judge = run.judge();
                 if slot.kill_if(|repr, state| {
                     let doomed = judge(self.core.algo.idle_at(state));
@@ -533,16 +859,17 @@ where
 
     /// Lowers each home line's reach to the farthest line one of its keys still sits in, so
     /// that look-ups that miss (new keys) scan no further than they must once a flood has
-    /// passed. Under the line's stripe lock, the one every insert of its keys takes: no key
-    /// of it moves meanwhile, and a look-up that read the old reach and misses goes on to that
-    /// lock and looks again. A walk of the reaches, no allocation.
+    /// passed, or a split has moved keys away. Under the line's stripe lock, the one every
+    /// insert of its keys takes: no key of it moves meanwhile, and a look-up that read the old
+    /// reach and misses goes on to that lock and looks again. `grow` held. A walk of the
+    /// reaches, no allocation.
     fn lower_reach(&self) {
-        for home in 0..self.lines.len() {
-            if self.reach[home].load(Ordering::Acquire) == 0 || self.core.signal.stopping() {
+        for home in 0..self.homes() {
+            if self.reach(home).load(Ordering::Acquire) == 0 || self.core.signal.stopping() {
                 continue;
             }
             let _stripe = self.stripes[home % self.stripes.len()].lock();
-            let reach = self.reach[home].load(Ordering::Acquire) as usize;
+            let reach = self.reach(home).load(Ordering::Acquire) as usize;
             let farthest = (1..=reach)
                 .rev()
                 .find(|&d| {
@@ -553,13 +880,14 @@ where
                 })
                 .unwrap_or(0);
             if farthest < reach {
-                self.reach[home].store(farthest as u8, Ordering::Release);
+                self.reach(home).store(farthest as u8, Ordering::Release);
             }
         }
     }
 
     pub(crate) fn probe_stats(&self) -> ProbeStats {
-        let lines = self.lines.len();
+        let _grow = self.grow.lock();
+        let lines = self.lines();
         let mut stats = ProbeStats {
             lines: lines as u64,
             slots: (lines * SLOTS_PER_LINE) as u64,
@@ -567,13 +895,12 @@ where
             ..ProbeStats::default()
         };
         let (mut total, mut home_hits) = (0u64, 0u64);
-        for (i, line) in self.lines.iter().enumerate() {
-            for slot in &line.0 {
+        for i in 0..lines {
+            for slot in &self.at(i).0 {
                 let Some(repr) = slot.inspect(|repr, _| repr) else {
                     continue;
                 };
-                let home = self.place(repr).1;
-                let d = (i + lines - home) % lines;
+                let d = i - self.place(repr).1;
                 let scanned = d as u64 + 1;
                 stats.keys += 1;
                 total += scanned;
@@ -585,10 +912,8 @@ where
             stats.mean_lines = total as f64 / stats.keys as f64;
             stats.in_home_line = home_hits as f64 / stats.keys as f64;
         }
-        stats.max_reach = self
-            .reach
-            .iter()
-            .map(|r| u64::from(r.load(Ordering::Relaxed)))
+        stats.max_reach = (0..self.homes())
+            .map(|home| u64::from(self.reach(home).load(Ordering::Relaxed)))
             .max()
             .unwrap_or(0);
         stats
