@@ -572,3 +572,74 @@ fn growth_loses_no_update() {
     run::<hotlimit::store::Cas>();
     run::<Locked>();
 }
+
+/// Growth beside everything that kills keys: two threads check 1,000 hot keys while a third
+/// floods 300,000 new ones into a table bound to 49,000 (so it grows to its most lines, runs
+/// capacity passes and, 94% full at the pass's bound, evicts from full windows) and a fourth
+/// sweeps in a loop. The splits, the passes, the sweeps and the window evictions take the
+/// table's locks in one order (a deadlock hangs this test); the hot keys, the most limited,
+/// are never the ones evicted, and every one of their counts comes out exact.
+// Pins G1, G3, G19.
+#[test]
+fn growth_beside_sweeps_passes_and_window_evictions() {
+    const HOT: u64 = 1000;
+    const NEW: u64 = 300_000;
+    const ROUNDS: u64 = 20;
+    const BURST: u64 = 100_000;
+    const MAX: usize = 49_000;
+    let limiter =
+        CompactLimiter::<u64, Gcra>::builder(format!("1/s burst {BURST}").parse().unwrap())
+            .max_keys(MAX)
+            .clock(ManualClock::default())
+            .build()
+            .unwrap();
+    let flooding = std::sync::atomic::AtomicBool::new(true);
+    let peak = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..ROUNDS {
+                    for key in 0..HOT {
+                        assert!(limiter.check(&key).is_allowed(), "hot key {key} denied");
+                    }
+                }
+            });
+        }
+        s.spawn(|| {
+            for key in HOT..HOT + NEW {
+                let _ = limiter.check(&key);
+                if key % 1000 == 0 {
+                    peak.fetch_max(limiter.metrics().keys, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+        });
+        s.spawn(|| {
+            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+                limiter.sweep();
+            }
+        });
+    });
+    let m = limiter.metrics();
+    assert!(m.evicted_capacity > 0, "{m:?}");
+    let bound = (MAX + MAX / 4 + 4) as u64;
+    assert!(
+        peak.load(std::sync::atomic::Ordering::Relaxed) <= bound,
+        "{} > {bound}",
+        peak.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let stats = limiter.probe_stats();
+    assert_eq!(stats.lines, 16_384 + 127, "grown to its most: {stats:?}");
+    assert_eq!(stats.keys, m.keys);
+    for key in 0..HOT {
+        let left = BURST - 2 * ROUNDS;
+        assert!(
+            limiter.check_n(&key, left).unwrap().is_allowed(),
+            "key {key}"
+        );
+        assert!(
+            limiter.check(&key).is_denied(),
+            "key {key} admitted past its burst"
+        );
+    }
+}
