@@ -322,7 +322,7 @@ where
     fn chunk(&self, i: usize) -> &Chunk<SlotOf<K, A, V>> {
         match self.chunks[i >> CHUNK_BITS].get() {
             Some(chunk) => chunk,
-            None => unreachable!("line {i} used before its chunk was allocated"),
+            None => unreachable!("a line used before its chunk was allocated"),
         }
     }
 
