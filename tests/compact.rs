@@ -511,8 +511,8 @@ fn the_capacity_bound_holds_at_the_smallest_max_keys() {
 }
 
 /// The table grows by splitting lines while requests update the keys it moves: three threads
-/// check 1,000 hot keys while a fourth inserts 150,000 new ones (the table grows from 64 home
-/// lines to 65,536 meanwhile), and every hot key's count comes out exact and every key is
+/// check 1,000 hot keys while a fourth inserts 150,000 new ones (the table grows from 33 home
+/// lines to 67,584 meanwhile: `max_keys` 200,000 needs 66,667 at 3/4 full, 33 · 2^11), and every hot key's count comes out exact and every key is
 /// held once. On both variants: the lock-free pair slot and the lock slot.
 // Pins G1, G3.
 #[test]
