@@ -510,10 +510,35 @@ fn the_capacity_bound_holds_at_the_smallest_max_keys() {
     }
 }
 
+/// Checks keys `0..hot`, `rounds` times each, every check admitted.
+fn check_hot_keys(limiter: &impl RateLimiter<u64>, rounds: u64, hot: u64) {
+    for _ in 0..rounds {
+        for key in 0..hot {
+            assert!(limiter.check(&key).is_allowed(), "hot key {key} denied");
+        }
+    }
+}
+
+/// Each of keys `0..hot` has exactly `left` of its burst left: that much admitted at once,
+/// then nothing.
+fn assert_taken(limiter: &impl RateLimiter<u64>, hot: u64, left: u64) {
+    for key in 0..hot {
+        assert!(
+            limiter.check_n(&key, left).unwrap().is_allowed(),
+            "key {key}"
+        );
+        assert!(
+            limiter.check(&key).is_denied(),
+            "key {key} admitted past its burst"
+        );
+    }
+}
+
 /// The table grows by splitting lines while requests update the keys it moves: three threads
 /// check 1,000 hot keys while a fourth inserts 150,000 new ones (the table grows from 33 home
-/// lines to 67,584 meanwhile: `max_keys` 200,000 needs 66,667 at 3/4 full, 33 · 2^11), and every hot key's count comes out exact and every key is
-/// held once. On both variants: the lock-free pair slot and the lock slot.
+/// lines to 67,584 meanwhile: `max_keys` 200,000 needs 66,667 at 3/4 full, 33 · 2^11), and
+/// every hot key's count comes out exact and every key is held once. On both variants: the
+/// lock-free pair slot and the lock slot.
 // Pins G1, G3.
 #[test]
 fn growth_loses_no_update() {
@@ -532,13 +557,7 @@ fn growth_loses_no_update() {
         let at_build = limiter.probe_stats().lines;
         std::thread::scope(|s| {
             for _ in 0..3 {
-                s.spawn(|| {
-                    for _ in 0..ROUNDS {
-                        for key in 0..HOT {
-                            assert!(limiter.check(&key).is_allowed(), "hot key {key} denied");
-                        }
-                    }
-                });
+                s.spawn(|| check_hot_keys(&limiter, ROUNDS, HOT));
             }
             s.spawn(|| {
                 for key in HOT..HOT + NEW {
@@ -550,18 +569,8 @@ fn growth_loses_no_update() {
         assert!(stats.lines > 100 * at_build, "{at_build} then {stats:?}");
         assert_eq!(stats.keys, HOT + NEW);
         assert_eq!(limiter.metrics().keys, HOT + NEW);
-        for key in 0..HOT {
-            // Exactly 3 · ROUNDS taken: the rest of the burst, then nothing.
-            let left = BURST - 3 * ROUNDS;
-            assert!(
-                limiter.check_n(&key, left).unwrap().is_allowed(),
-                "key {key}"
-            );
-            assert!(
-                limiter.check(&key).is_denied(),
-                "key {key} admitted past its burst"
-            );
-        }
+        // Exactly 3 · ROUNDS taken: the rest of the burst, then nothing.
+        assert_taken(&limiter, HOT, BURST - 3 * ROUNDS);
         for key in HOT..HOT + NEW {
             assert!(
                 limiter.check_n(&key, BURST - 1).unwrap().is_allowed(),
@@ -597,13 +606,7 @@ fn growth_beside_sweeps_passes_and_window_evictions() {
     let peak = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|s| {
         for _ in 0..2 {
-            s.spawn(|| {
-                for _ in 0..ROUNDS {
-                    for key in 0..HOT {
-                        assert!(limiter.check(&key).is_allowed(), "hot key {key} denied");
-                    }
-                }
-            });
+            s.spawn(|| check_hot_keys(&limiter, ROUNDS, HOT));
         }
         s.spawn(|| {
             for key in HOT..HOT + NEW {
@@ -631,15 +634,5 @@ fn growth_beside_sweeps_passes_and_window_evictions() {
     let stats = limiter.probe_stats();
     assert_eq!(stats.lines, 16_384 + 127, "grown to its most: {stats:?}");
     assert_eq!(stats.keys, m.keys);
-    for key in 0..HOT {
-        let left = BURST - 2 * ROUNDS;
-        assert!(
-            limiter.check_n(&key, left).unwrap().is_allowed(),
-            "key {key}"
-        );
-        assert!(
-            limiter.check(&key).is_denied(),
-            "key {key} admitted past its burst"
-        );
-    }
+    assert_taken(&limiter, HOT, BURST - 2 * ROUNDS);
 }
