@@ -204,6 +204,8 @@ type GovernorCoarse =
 
 struct Stores {
     cas: CasLimiter<u64, Gcra>,
+    /// Bounded: the compact table, behind `CasLimiter`'s own type.
+    cas_bounded: CasLimiter<u64, Gcra>,
     cas_coarse: CasLimiter<u64, Gcra, CoarseClock>,
     compact: CompactLimiter<u64, Gcra>,
     compact_coarse: CompactLimiter<u64, Gcra, CoarseClock>,
@@ -221,6 +223,10 @@ impl Stores {
         let quota = Quota::per_second(max).allow_burst(max);
         let s = Self {
             cas: CasLimiter::new(gcra()),
+            cas_bounded: CasLimiter::builder(gcra())
+                .max_keys(keys as usize)
+                .build()
+                .unwrap(),
             cas_coarse: CasLimiter::with_clock(gcra(), coarse.ours.clone()),
             compact: CompactLimiter::builder(gcra())
                 .max_keys(keys as usize)
@@ -243,6 +249,7 @@ impl Stores {
         let papaya = s.papaya.pin();
         for k in 0..keys {
             assert!(s.cas.check(&k).is_allowed());
+            assert!(s.cas_bounded.check(&k).is_allowed());
             assert!(s.cas_coarse.check(&k).is_allowed());
             assert!(s.compact.check(&k).is_allowed());
             assert!(s.compact_coarse.check(&k).is_allowed());
@@ -264,6 +271,14 @@ impl Stores {
                 Box::new(|keys, _| {
                     keys.iter().for_each(|k| {
                         let _ = black_box(self.cas.check(k));
+                    })
+                }),
+            ),
+            (
+                "CasLimiter, max_keys".into(),
+                Box::new(|keys, _| {
+                    keys.iter().for_each(|k| {
+                        let _ = black_box(self.cas_bounded.check(k));
                     })
                 }),
             ),
@@ -738,6 +753,17 @@ fn bytes_per_key(variant: &str, keys: u64) -> f64 {
             black_box(&l);
             rss_bytes()
         }
+        "CasLimiter, max_keys" => {
+            let l = CasLimiter::<u64, Gcra>::builder(gcra())
+                .max_keys(keys as usize)
+                .build()
+                .unwrap();
+            (0..keys).for_each(|k| {
+                let _ = l.check(&k);
+            });
+            black_box(&l);
+            rss_bytes()
+        }
         "governor" => {
             let l = governor();
             (0..keys).for_each(|k| {
@@ -844,6 +870,7 @@ fn main() {
     println!();
     bytes_table(&[
         "CasLimiter",
+        "CasLimiter, max_keys",
         "CompactLimiter",
         "governor",
         "rate-net",

@@ -31,6 +31,7 @@ pub use window::Bias;
 
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
+use crate::keyed::Narrow;
 use crate::storage::{StateCells, StateSlot};
 use std::fmt::Debug;
 
@@ -46,7 +47,7 @@ pub(crate) mod sealed {
 ///
 /// `Clone` so that [`peek`](crate::Request::peek) can run a step on a copy.
 pub trait State:
-    sealed::Sealed + StateCells + StateSlot + Clone + Send + Sync + Debug + 'static
+    sealed::Sealed + StateCells + StateSlot + Narrow + Clone + Send + Sync + Debug + 'static
 {
 }
 

@@ -57,6 +57,10 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> Table for Single<A, C, V> {
     }
 
     /// The one cell.
+    fn table(&self) -> &'static str {
+        "one cell"
+    }
+
     fn keys(&self) -> usize {
         1
     }

@@ -49,6 +49,8 @@ pub(crate) mod sealed {
         fn core(&self) -> &Core<Self::Algo, Self::Clock>;
         /// The keys held.
         fn keys(&self) -> usize;
+        /// Where the keys are held, in words (what a limiter's `Debug` shows).
+        fn table(&self) -> &'static str;
         /// Idle and capacity eviction.
         fn sweep(&self) -> Metrics;
         /// Totals over every sweep (the sweep fields of a [`Metrics`]).
@@ -538,6 +540,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
             .field("core", self.store.core())
+            .field("table", &self.store.table())
             .field("keys", &self.store.keys())
             .finish()
     }

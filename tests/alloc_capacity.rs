@@ -7,6 +7,9 @@
 use hotlimit::algo::Gcra;
 use hotlimit::RateLimiter;
 use hotlimit::{CasLimiter, CompactLimiter, ManualClock, MutexLimiter};
+#[path = "common/id.rs"]
+mod id;
+use id::Id;
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
@@ -24,9 +27,9 @@ fn allocated(f: impl FnOnce()) -> (u64, u64) {
 
 /// What the insert that runs a capacity pass allocates, in a `$ty` with `max_keys($max)`,
 /// filled with new keys on a frozen clock until one insert runs a pass: (blocks, bytes, keys
-/// the pass evicted).
+/// the pass evicted). `$key` makes a key of the store's type from a `u64`.
 macro_rules! pass_on_insert {
-    ($ty:ty, $max:expr) => {{
+    ($ty:ty, $max:expr, $key:expr) => {{
         let limiter = <$ty>::builder("1/m burst 3".parse::<Gcra>().unwrap())
             .clock(ManualClock::default())
             .max_keys($max)
@@ -37,7 +40,7 @@ macro_rules! pass_on_insert {
         loop {
             let before = limiter.metrics().evicted_capacity;
             let (blocks, bytes) = allocated(|| {
-                let _ = std::hint::black_box(limiter.check(&key));
+                let _ = std::hint::black_box(limiter.check(&$key(key)));
             });
             key += 1;
             let sweep = limiter.metrics();
@@ -54,9 +57,9 @@ macro_rules! pass_on_insert {
 fn a_capacity_pass_on_a_request_allocates_nothing_that_grows_with_the_table() {
     let _profiler = dhat::Profiler::builder().testing().build();
     for max in [1_000usize, 10_000, 100_000] {
-        let cas = pass_on_insert!(CasLimiter::<u64, Gcra>, max);
-        let mutex = pass_on_insert!(MutexLimiter::<u64, Gcra>, max);
-        let compact = pass_on_insert!(CompactLimiter::<u64, Gcra>, max);
+        let cas = pass_on_insert!(CasLimiter::<Id, Gcra>, max, Id);
+        let mutex = pass_on_insert!(MutexLimiter::<Id, Gcra>, max, Id);
+        let compact = pass_on_insert!(CompactLimiter::<u64, Gcra>, max, u64::from);
         let base = papaya_retain(max + max / 4, cas.2);
         eprintln!("max {max}: cas {cas:?} mutex {mutex:?} compact {compact:?} papaya {base:?}");
         for (store, (blocks, bytes, evicted)) in [("cas", cas), ("mutex", mutex)] {

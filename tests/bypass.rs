@@ -12,6 +12,9 @@
 //! The default run floods 4x and 100x `max_keys` (100); `.ci/run` runs the whole matrix
 //! (2x, 4x, 10x, 100x; both clocks; 1 and 8 threads) in release (`--ignored`).
 
+mod common;
+
+use common::{id::Id, ById};
 use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
     SubWindow,
@@ -22,6 +25,7 @@ use hotlimit::{
     CasLimiter, CompactLimiter, Live, ManualClock, MutexLimiter, Policy, QuantaClock, Rate,
     RateLimiter,
 };
+use std::convert::identity;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,6 +59,13 @@ trait Bounded: RateLimiter<u64> {
 impl<S: Keys<u64>> Bounded for hotlimit::Limiter<S> {
     fn sweep(&self) {
         let _ = hotlimit::Limiter::sweep(self);
+    }
+}
+
+/// The papaya map, keyed by `Id`: bounded, a map of `u64` keys is the compact table.
+impl<S: Keys<Id>> Bounded for ById<S> {
+    fn sweep(&self) {
+        let _ = self.0.sweep();
     }
 }
 
@@ -151,13 +162,13 @@ where
     A: Algorithm + Clone,
 {
     macro_rules! build {
-        ($builder:expr) => {{
+        ($builder:expr, $wrap:expr) => {{
             let b = $builder
                 .max_keys(MAX_KEYS)
                 .clock(clock.clone())
                 .sweep_grace(Duration::ZERO);
             let b = if forget { b.forget_evicted_limits() } else { b };
-            let l = Arc::new(b.build().unwrap());
+            let l = Arc::new($wrap(b.build().unwrap()));
             let totals = l.clone();
             (
                 l as Limiter,
@@ -165,14 +176,16 @@ where
             )
         }};
     }
-    let cas = build!(CasLimiter::<u64, A>::builder(algo.clone()));
-    let mutex = build!(MutexLimiter::<u64, A>::builder(algo.clone()));
-    let compact = build!(CompactLimiter::<u64, A, QuantaClock, Cas>::builder(
-        algo.clone()
-    ));
-    let compact_mutex = build!(CompactLimiter::<u64, A, QuantaClock, Locked>::builder(
-        algo.clone()
-    ));
+    let cas = build!(CasLimiter::<Id, A>::builder(algo.clone()), ById);
+    let mutex = build!(MutexLimiter::<Id, A>::builder(algo.clone()), ById);
+    let compact = build!(
+        CompactLimiter::<u64, A, QuantaClock, Cas>::builder(algo.clone()),
+        identity
+    );
+    let compact_mutex = build!(
+        CompactLimiter::<u64, A, QuantaClock, Locked>::builder(algo.clone()),
+        identity
+    );
     vec![
         ("cas", cas.0, cas.1),
         ("mutex", mutex.0, mutex.1),
@@ -306,20 +319,23 @@ fn threaded_flood(runs: usize, spent: u64, new_keys: u64, max_keys: usize) {
     for run in 0..runs {
         let clock = ManualClock::default();
         macro_rules! build {
-            ($builder:expr) => {
-                Arc::new(
+            ($builder:expr, $wrap:expr) => {
+                Arc::new($wrap(
                     $builder
                         .max_keys(max_keys)
                         .clock(clock.clone())
                         .sweep_grace(Duration::ZERO)
                         .build()
                         .unwrap(),
-                )
+                ))
             };
         }
-        let cas = build!(CasLimiter::<u64, Gcra>::builder(algo));
-        let mutex = build!(MutexLimiter::<u64, Gcra>::builder(algo));
-        let compact = build!(CompactLimiter::<u64, Gcra, QuantaClock, Cas>::builder(algo));
+        let cas = build!(CasLimiter::<Id, Gcra>::builder(algo), ById);
+        let mutex = build!(MutexLimiter::<Id, Gcra>::builder(algo), ById);
+        let compact = build!(
+            CompactLimiter::<u64, Gcra, QuantaClock, Cas>::builder(algo),
+            identity
+        );
         let stores: [(&str, Limiter, Metrics); 3] = [
             ("cas", cas.clone(), Metrics::default()),
             ("mutex", mutex.clone(), Metrics::default()),
@@ -403,13 +419,15 @@ where
     let clock = ManualClock::default();
     let mut out = Vec::new();
     macro_rules! run {
-        ($name:expr, $builder:expr) => {{
-            let l = $builder
-                .max_keys(max_keys)
-                .clock(clock.clone())
-                .sweep_grace(Duration::ZERO)
-                .build()
-                .unwrap();
+        ($name:expr, $builder:expr, $wrap:expr) => {{
+            let l = $wrap(
+                $builder
+                    .max_keys(max_keys)
+                    .clock(clock.clone())
+                    .sweep_grace(Duration::ZERO)
+                    .build()
+                    .unwrap(),
+            );
             let keys = (flood * max_keys) as u64;
             for key in 0..keys {
                 for _ in 0..spend {
@@ -423,10 +441,11 @@ where
             out.push(($name, 100.0 * denied as f64 / newcomers as f64));
         }};
     }
-    run!("cas", CasLimiter::<u64, A>::builder(algo.clone()));
+    run!("cas", CasLimiter::<Id, A>::builder(algo.clone()), ById);
     run!(
         "compact",
-        CompactLimiter::<u64, A, QuantaClock, Cas>::builder(algo.clone())
+        CompactLimiter::<u64, A, QuantaClock, Cas>::builder(algo.clone()),
+        identity
     );
     out
 }
@@ -452,14 +471,16 @@ where
     let clock = ManualClock::default();
     let mut out = Vec::new();
     macro_rules! run {
-        ($builder:expr) => {{
+        ($builder:expr, $wrap:expr) => {{
             clock.set(Duration::ZERO);
-            let l = $builder
-                .max_keys(flood.max_keys)
-                .clock(clock.clone())
-                .sweep_grace(Duration::ZERO)
-                .build()
-                .unwrap();
+            let l = $wrap(
+                $builder
+                    .max_keys(flood.max_keys)
+                    .clock(clock.clone())
+                    .sweep_grace(Duration::ZERO)
+                    .build()
+                    .unwrap(),
+            );
             let keys = (flood.times * flood.max_keys) as u64;
             std::thread::scope(|s| {
                 for t in 0..flood.threads {
@@ -483,14 +504,16 @@ where
             out.push(denied as f64 / 10.0);
         }};
     }
-    run!(CasLimiter::<u64, A>::builder(algo.clone()));
-    run!(MutexLimiter::<u64, A>::builder(algo.clone()));
-    run!(CompactLimiter::<u64, A, QuantaClock, Cas>::builder(
-        algo.clone()
-    ));
-    run!(CompactLimiter::<u64, A, QuantaClock, Locked>::builder(
-        algo.clone()
-    ));
+    run!(CasLimiter::<Id, A>::builder(algo.clone()), ById);
+    run!(MutexLimiter::<Id, A>::builder(algo.clone()), ById);
+    run!(
+        CompactLimiter::<u64, A, QuantaClock, Cas>::builder(algo.clone()),
+        identity
+    );
+    run!(
+        CompactLimiter::<u64, A, QuantaClock, Locked>::builder(algo.clone()),
+        identity
+    );
     out
 }
 

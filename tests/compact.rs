@@ -494,13 +494,14 @@ fn the_capacity_bound_holds_at_the_smallest_max_keys() {
                 m,
             );
             let clock = ManualClock::default();
-            let map = hotlimit::CasLimiter::<u64, Gcra>::builder(gcra)
+            // The papaya map: keyed by `Id` (bounded, a map of `u64` is the compact table).
+            let map = hotlimit::CasLimiter::<common::id::Id, Gcra>::builder(gcra)
                 .max_keys(m)
                 .clock(clock.clone())
                 .build()
                 .unwrap();
             run(
-                |k| map.check(&k).is_allowed(),
+                |k| map.check(&common::id::Id(k)).is_allowed(),
                 || map.metrics().keys as usize,
                 &clock,
                 moving,

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::{id::Id, ById};
 use hotlimit::algo::Gcra;
 use hotlimit::{CasLimiter, Decision, ManualClock, MutexLimiter};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -192,23 +193,24 @@ const BOUND: usize = MAX_KEYS + MAX_KEYS / 4 + 1;
 fn capacity_bound_holds_under_a_flood() {
     let gcra: Gcra = "10/s burst 5".parse().unwrap();
     let clock = ManualClock::default();
-    let cas = CasLimiter::<u64, Gcra>::builder(gcra)
+    let cas = CasLimiter::<Id, Gcra>::builder(gcra)
         .clock(clock.clone())
         .max_keys(MAX_KEYS)
         .sweep_every(Duration::from_secs(3600))
         .build()
         .unwrap();
+    let cas = ById(cas);
     let peak = flood(&cas, &clock);
     assert!(peak <= BOUND, "cas peak {peak}");
-    assert!(cas.metrics().evicted_capacity >= 18 * MAX_KEYS as u64);
+    assert!(cas.0.metrics().evicted_capacity >= 18 * MAX_KEYS as u64);
 
     let clock = ManualClock::default();
-    let mutex = MutexLimiter::<u64, Gcra>::builder(gcra)
+    let mutex = MutexLimiter::<Id, Gcra>::builder(gcra)
         .clock(clock.clone())
         .max_keys(MAX_KEYS)
         .sweep_every(Duration::from_secs(3600))
         .build()
         .unwrap();
-    let peak = flood(&mutex, &clock);
+    let peak = flood(&ById(mutex), &clock);
     assert!(peak <= BOUND, "mutex peak {peak}");
 }

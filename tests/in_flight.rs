@@ -3,12 +3,16 @@
 //! hold their permits), a sequential model of permits and leases, or the debt table's rule
 //! (an evicted key's permits are kept, never handed back).
 
+#[path = "common/id.rs"]
+mod id;
+
 use hotlimit::algo::InFlight;
 use hotlimit::store::Locked;
 use hotlimit::{
     CasLimiter, CompactLimiter, Decision, DirectLimiter, Live, ManualClock, MutexLimiter, Permit,
     QuotaError, Requests,
 };
+use id::Id;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::Duration;
@@ -273,11 +277,11 @@ fn each_decision_is_the_models_on_every_store() {
 /// most 1% of the flood's keys are denied so. Once every permit is released, a key that
 /// shared a debt slot with one holding more may still owe it (never less than its own) until
 /// the leases end; after two leases every key admits its whole limit again.
-fn flood_keeps_held_permits<L>(limiter: &L, clock: &ManualClock)
+fn flood_keeps_held_permits<L, K: From<u64> + Clone>(limiter: &L, clock: &ManualClock)
 where
-    L: Requests<u64, Algo = InFlight, Error = QuotaError>,
+    L: Requests<K, Algo = InFlight, Error = QuotaError>,
 {
-    let take = |key| Permit::acquire(limiter, &key, 1).unwrap();
+    let take = |key: u64| Permit::acquire(limiter, &K::from(key), 1).unwrap();
     let mut mine = vec![take(0), take(0)];
     assert!(mine.iter().all(|p| p.decision().is_allowed()));
     let flood: Vec<_> = (1..=2_000).map(take).collect();
@@ -297,7 +301,7 @@ where
     drop((again, mine, flood));
     clock.advance(2 * LEASE);
     for key in [0, 1, 777, 2_000] {
-        let all = Permit::acquire(limiter, &key, 2).unwrap();
+        let all = Permit::acquire(limiter, &K::from(key), 2).unwrap();
         assert!(
             all.decision().is_allowed(),
             "key {key} still owes after its leases"
@@ -308,8 +312,9 @@ where
 // Pins G76.
 #[test]
 fn a_flood_of_keys_holding_permits_hands_no_permit_back() {
+    // The papaya map, keyed by `Id` (bounded, a map of `u64` keys is the compact table).
     let build = |clock: &ManualClock| {
-        CasLimiter::<u64, _>::builder(in_flight(2))
+        CasLimiter::<Id, _>::builder(in_flight(2))
             .max_keys(256)
             .clock(clock.clone())
             .build()
@@ -320,7 +325,7 @@ fn a_flood_of_keys_holding_permits_hands_no_permit_back() {
     flood_keeps_held_permits(&l, &clock);
     assert!(l.metrics().debts_kept > 0);
     let clock = ManualClock::default();
-    let l = MutexLimiter::<u64, _>::builder(in_flight(2))
+    let l = MutexLimiter::<Id, _>::builder(in_flight(2))
         .max_keys(256)
         .clock(clock.clone())
         .build()

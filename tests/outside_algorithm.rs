@@ -82,7 +82,7 @@ fn an_outside_algorithm_decides_alike_on_every_store() {
 #[test]
 fn an_outside_algorithm_keeps_its_debts_through_a_flood() {
     macro_rules! flood {
-        ($name:expr, $builder:expr) => {{
+        ($name:expr, $builder:expr, $wrap:expr) => {{
             for forget in [false, true] {
                 let clock = ManualClock::default();
                 let builder = $builder.max_keys(64).clock(clock.clone());
@@ -91,7 +91,7 @@ fn an_outside_algorithm_keeps_its_debts_through_a_flood() {
                 } else {
                     builder
                 };
-                let limiter = builder.build().unwrap();
+                let limiter = $wrap(builder.build().unwrap());
                 // Key 0 spends one token: it owes the least, so eviction takes it first.
                 assert!(limiter.check(&0).is_allowed(), "{}", $name);
                 // Each spends its tokens (a newcomer may be denied by a tag collision in the
@@ -118,10 +118,16 @@ fn an_outside_algorithm_keeps_its_debts_through_a_flood() {
             }
         }};
     }
-    flood!("cas", CasLimiter::<u64, TickBucket>::builder(bucket()));
+    // The papaya map keyed by `Id` (bounded, a map of `u64` keys is the compact table).
+    flood!(
+        "cas",
+        CasLimiter::<common::id::Id, TickBucket>::builder(bucket()),
+        common::ById
+    );
     flood!(
         "compact",
-        CompactLimiter::<u64, TickBucket>::builder(bucket())
+        CompactLimiter::<u64, TickBucket>::builder(bucket()),
+        std::convert::identity
     );
 }
 

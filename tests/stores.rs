@@ -7,6 +7,9 @@
 //! generic impl over every store. The tests then assert that every store gives the same
 //! exact answers.
 
+mod common;
+
+use common::id::Id;
 use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, Reservation, SlidingLog, SlidingWindow,
     SubWindow,
@@ -21,6 +24,7 @@ use hotlimit::{
 };
 use std::future::Future;
 use std::marker::PhantomData;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 const MS: u64 = 1_000_000;
@@ -55,6 +59,12 @@ impl Key for u64 {
 
 impl Key for () {
     fn of(_: u64) -> Self {}
+}
+
+impl Key for Id {
+    fn of(k: u64) -> Self {
+        Id(k)
+    }
 }
 
 /// A limiter over store `S`, asked for keys of type `Q`.
@@ -158,15 +168,15 @@ trait Keyed {
     fn len(&self) -> usize;
 }
 
-impl<S: Keys<u64> + hotlimit::store::Store + Send + Sync> Keyed for Limiter<S> {
+impl<S: Keys<Q> + hotlimit::store::Store + Send + Sync, Q: Key> Keyed for On<S, Q> {
     fn check(&self, key: u64) -> Decision {
-        RateLimiter::check(self, &key)
+        RateLimiter::check(&self.0, &Q::of(key))
     }
     fn sweep(&self) -> Metrics {
-        Limiter::sweep(self)
+        Limiter::sweep(&self.0)
     }
     fn len(&self) -> usize {
-        self.metrics().keys as usize
+        self.0.metrics().keys as usize
     }
 }
 
@@ -178,6 +188,19 @@ macro_rules! every_store {
         let stores: Vec<(&str, Box<$as>)> = vec![
             (
                 "cas",
+                Box::new(on::<_, Id>(keyed_build!(CasLimiter::<Id, _>, algo, clock))),
+            ),
+            (
+                "mutex",
+                Box::new(on::<_, Id>(keyed_build!(
+                    MutexLimiter::<Id, _>,
+                    algo,
+                    clock
+                ))),
+            ),
+            // Bounded maps of `u64` keys: compact tables behind `Map` (GCRA's one word).
+            (
+                "cas-u64",
                 Box::new(on::<_, u64>(keyed_build!(
                     CasLimiter::<u64, _>,
                     algo,
@@ -185,7 +208,7 @@ macro_rules! every_store {
                 ))),
             ),
             (
-                "mutex",
+                "mutex-u64",
                 Box::new(on::<_, u64>(keyed_build!(
                     MutexLimiter::<u64, _>,
                     algo,
@@ -291,7 +314,8 @@ fn check_and_peek_decide_alike_everywhere() {
 #[test]
 fn the_waits_end_at_the_honest_time_everywhere() {
     // One clock per store: each wait moves its own clock.
-    for i in 0..6 {
+    let stores = every_store!(gcra("10/s burst 1"), ManualClock::default(), dyn Store).len();
+    for i in 0..stores {
         let clock = ManualClock::default();
         let (name, s) = every_store!(gcra("10/s burst 1"), clock.clone(), dyn Store).swap_remove(i);
         assert!(s.check(1).is_allowed(), "{name}");
@@ -399,30 +423,35 @@ fn reconfigure_keeps_the_state_everywhere() {
 #[test]
 fn keyed_stores_sweep_and_report_alike() {
     let clock = ManualClock::default();
+    let g = gcra("10/s");
     let stores: Vec<(&str, Box<dyn Keyed>)> = vec![
         (
             "cas",
-            Box::new(keyed_build!(CasLimiter::<u64, _>, gcra("10/s"), clock)),
+            Box::new(on::<_, Id>(keyed_build!(CasLimiter::<Id, _>, g, clock))),
         ),
         (
             "mutex",
-            Box::new(keyed_build!(MutexLimiter::<u64, _>, gcra("10/s"), clock)),
+            Box::new(on::<_, Id>(keyed_build!(MutexLimiter::<Id, _>, g, clock))),
+        ),
+        (
+            "cas-u64",
+            Box::new(on::<_, u64>(keyed_build!(CasLimiter::<u64, _>, g, clock))),
         ),
         (
             "compact",
-            Box::new(keyed_build!(
+            Box::new(on::<_, u64>(keyed_build!(
                 CompactLimiter::<u64, _, _, Cas>,
-                gcra("10/s"),
+                g,
                 clock
-            )),
+            ))),
         ),
         (
             "compact-mutex",
-            Box::new(keyed_build!(
+            Box::new(on::<_, u64>(keyed_build!(
                 CompactLimiter::<u64, _, _, Locked>,
-                gcra("10/s"),
+                g,
                 clock
-            )),
+            ))),
         ),
     ];
     for (name, s) in &stores {
@@ -436,6 +465,62 @@ fn keyed_stores_sweep_and_report_alike() {
         assert_eq!(s.sweep().evicted_idle, 10, "{name}");
         assert_eq!(s.len(), 0, "{name}");
     }
+}
+
+/// Bounded, a map of 64-bit keys (`u64`, `u32`, `Ipv4Addr`) under a one-word state is the
+/// compact table, where key and state share one lock-free slot; any other key type or state
+/// (a 128-bit one would take a per-slot lock in the table), or no bound, the papaya map. A
+/// limiter shows which.
+// Pins G2.
+#[test]
+fn a_bounded_map_of_64_bit_keys_is_the_compact_table() {
+    fn table<K, A>(algo: A, bound: Option<usize>) -> String
+    where
+        K: std::hash::Hash + Eq + Send + Sync + 'static,
+        A: Algorithm + std::fmt::Debug,
+    {
+        let b = CasLimiter::<K, A>::builder(algo).clock(ManualClock::default());
+        let b = match bound {
+            Some(m) => b.max_keys(m),
+            None => b,
+        };
+        let shown = format!("{:?}", b.build().unwrap());
+        let at = shown
+            .find("table: \"")
+            .expect("the limiter shows its table")
+            + 8;
+        shown[at..].split('"').next().unwrap().to_string()
+    }
+    let (g, m) = (gcra("1/s"), Some(100));
+    let window = SlidingWindow::new(10, Duration::from_secs(1)).unwrap();
+    for (name, bounded, unbounded) in [
+        ("u64", table::<u64, _>(g, m), table::<u64, _>(g, None)),
+        ("u32", table::<u32, _>(g, m), table::<u32, _>(g, None)),
+        (
+            "Ipv4Addr",
+            table::<Ipv4Addr, _>(g, m),
+            table::<Ipv4Addr, _>(g, None),
+        ),
+    ] {
+        assert_eq!(bounded, "compact table", "{name}");
+        assert_eq!(unbounded, "papaya map", "{name}");
+    }
+    for (name, bounded) in [
+        ("u128", table::<u128, _>(g, m)),
+        ("Ipv6Addr", table::<Ipv6Addr, _>(g, m)),
+        ("IpAddr", table::<IpAddr, _>(g, m)),
+        ("String", table::<String, _>(g, m)),
+        ("i64", table::<i64, _>(g, m)),
+        ("Id", table::<Id, _>(g, m)),
+        ("u64, a 128-bit state", table::<u64, _>(window, m)),
+    ] {
+        assert_eq!(bounded, "papaya map", "{name}");
+    }
+    let mutex = MutexLimiter::<u64, Gcra>::builder(g)
+        .max_keys(100)
+        .build()
+        .unwrap();
+    assert!(format!("{mutex:?}").contains("table: \"compact table\""));
 }
 
 /// The compact store is bound by `DEFAULT_MAX_KEYS` unless told otherwise: its table grows to

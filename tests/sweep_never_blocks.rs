@@ -6,12 +6,17 @@
 //! on the sweep would never finish until it is released. Then every key's next decision is
 //! the exact one: nothing the checks counted beside the pass was lost.
 
+#[path = "common/id.rs"]
+mod id;
+
 use hotlimit::algo::{Algorithm, Debt, Gcra};
 use hotlimit::store::{Cas, Locked};
 use hotlimit::Metrics;
 use hotlimit::RateLimiter;
 use hotlimit::{CasLimiter, CompactLimiter, ConfigError, Decision, ManualClock, Policy};
 use hotlimit::{Limiter, MutexLimiter};
+use id::Id;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -91,21 +96,39 @@ impl Debt<u64> for Parking {
 }
 
 /// One store under test: its limiter, and whether a sweep reading a key holds its lock.
-struct Under<S: hotlimit::store::Store<Algo = Parking>> {
+struct Under<S: hotlimit::store::Store<Algo = Parking>, K> {
     name: &'static str,
     limiter: Arc<Limiter<S>>,
     locked: bool,
+    key: PhantomData<fn(u64) -> K>,
+}
+
+/// A store's key type, made from the tests' `u64`s.
+trait Key: Send + Sync + 'static {
+    fn of(k: u64) -> Self;
+}
+
+impl Key for u64 {
+    fn of(k: u64) -> Self {
+        k
+    }
+}
+
+impl Key for Id {
+    fn of(k: u64) -> Self {
+        Id(k)
+    }
 }
 
 /// Every key of `keys` denied once more after the sweep, evicted or not: none came back
 /// fresh (each was used up before it).
-fn assert_none_reset<S>(u: &Under<S>, keys: impl IntoIterator<Item = u64>)
+fn assert_none_reset<S, K: Key>(u: &Under<S, K>, keys: impl IntoIterator<Item = u64>)
 where
-    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64>,
+    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<K>,
 {
     for key in keys {
         assert!(
-            u.limiter.check(&key).is_denied(),
+            u.limiter.check(&K::of(key)).is_denied(),
             "{}: key {key} came back fresh after the sweep",
             u.name
         );
@@ -147,23 +170,31 @@ macro_rules! every_store {
     ($park_at:expr, $max:expr, $f:ident) => {{
         let clock = ManualClock::default();
         macro_rules! on {
-            ($name:expr, $ty:ty, $locked:expr) => {{
+            ($name:expr, $ty:ty, $key:ty, $locked:expr) => {{
                 let (algo, heard, go) = parking($park_at);
                 let limiter = build!($ty, algo, clock, $max);
-                let under = Under {
+                let under = Under::<_, $key> {
                     name: $name,
                     limiter,
                     locked: $locked,
+                    key: PhantomData,
                 };
                 $f(under, &clock, heard, go);
             }};
         }
-        on!("cas", CasLimiter::<u64, Parking>, false);
-        on!("mutex", MutexLimiter::<u64, Parking>, true);
-        on!("compact", CompactLimiter::<u64, Parking, _, Cas>, false);
+        // The papaya map keyed by `Id` (bounded, a map of `u64` keys is the compact table).
+        on!("cas", CasLimiter::<Id, Parking>, Id, false);
+        on!("mutex", MutexLimiter::<Id, Parking>, Id, true);
+        on!(
+            "compact",
+            CompactLimiter::<u64, Parking, _, Cas>,
+            u64,
+            false
+        );
         on!(
             "compact-mutex",
             CompactLimiter::<u64, Parking, _, Locked>,
+            u64,
             true
         );
     }};
@@ -173,15 +204,15 @@ macro_rules! every_store {
 /// key, its `n`) on a thread of its own. Every check must finish while the sweep stays parked
 /// but, in a locked store, the one key whose lock the sweep holds, which waits for the
 /// release. `parked` runs once the sweep has parked. The decisions by key, and the report.
-fn race<S>(
-    u: &Under<S>,
+fn race<S, K: Key>(
+    u: &Under<S, K>,
     heard: &Receiver<Sweep>,
     go: &Sender<()>,
     keys: &[(u64, usize)],
     parked: impl FnOnce(),
 ) -> (Vec<Vec<bool>>, Metrics)
 where
-    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64>,
+    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<K>,
 {
     let limiter = u.limiter.clone();
     let told = limiter.algorithm().told.clone();
@@ -202,7 +233,9 @@ where
         for (i, &(key, n)) in keys.iter().enumerate() {
             let (limiter, done) = (&u.limiter, done.clone());
             s.spawn(move || {
-                let got: Vec<bool> = (0..n).map(|_| limiter.check(&key).is_allowed()).collect();
+                let got: Vec<bool> = (0..n)
+                    .map(|_| limiter.check(&K::of(key)).is_allowed())
+                    .collect();
                 done.send((i, got)).unwrap();
             });
         }
@@ -244,12 +277,16 @@ const KEYS: u64 = 72;
 
 /// An idle sweep parked at its first key: 72 keys idle for an hour (the sweep would evict
 /// every one), checked 3 times each while it is parked, and 8 new keys; then once more.
-fn idle_sweep<S>(u: Under<S>, clock: &ManualClock, heard: Receiver<Sweep>, go: Sender<()>)
-where
-    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64>,
+fn idle_sweep<S, K: Key>(
+    u: Under<S, K>,
+    clock: &ManualClock,
+    heard: Receiver<Sweep>,
+    go: Sender<()>,
+) where
+    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<K>,
 {
     for key in 0..KEYS {
-        assert!(u.limiter.check(&key).is_allowed());
+        assert!(u.limiter.check(&K::of(key)).is_allowed());
     }
     clock.advance(Duration::from_secs(3600));
     let keys: Vec<(u64, usize)> = (0..KEYS + 8).map(|k| (k, 3)).collect();
@@ -279,12 +316,16 @@ fn an_idle_sweep_parked_mid_pass_blocks_no_check() {
 /// each (none idle), its capacity pass parks on the first it reads. Meanwhile each key is
 /// checked twice (both allowed: burst 3), and 4 new keys 3 times; then every key is denied
 /// once more, evicted or not: the pass kept what each evicted key owed.
-fn capacity_pass<S>(u: Under<S>, clock: &ManualClock, heard: Receiver<Sweep>, go: Sender<()>)
-where
-    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<u64>,
+fn capacity_pass<S, K: Key>(
+    u: Under<S, K>,
+    clock: &ManualClock,
+    heard: Receiver<Sweep>,
+    go: Sender<()>,
+) where
+    S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<K>,
 {
     for key in 0..KEYS {
-        assert!(u.limiter.check(&key).is_allowed());
+        assert!(u.limiter.check(&K::of(key)).is_allowed());
         clock.advance(Duration::from_millis(1));
     }
     let mut keys: Vec<(u64, usize)> = (0..KEYS).map(|k| (k, 2)).collect();

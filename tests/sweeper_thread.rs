@@ -4,6 +4,9 @@
 
 use hotlimit::RateLimiter;
 use hotlimit::{algo::Gcra, CasLimiter, ManualClock, MutexLimiter};
+#[path = "common/id.rs"]
+mod id;
+use id::Id;
 use std::time::{Duration, Instant};
 
 /// Threads of this process named like the sweeper (Linux: `/proc/self/task/*/comm`, names
@@ -36,7 +39,8 @@ fn sweeper_runs_and_ends_with_its_limiter() {
     let clock = ManualClock::default();
     // An interval of an hour: the sweeps below can only come from wake-ups, and dropping
     // must not wait for the interval either.
-    let cas = CasLimiter::<u64, Gcra>::builder(gcra)
+    // Keyed by `Id`: the papaya map (bounded, a map of `u64` keys is the compact table).
+    let cas = CasLimiter::<Id, Gcra>::builder(gcra)
         .clock(clock.clone())
         .sweep_every(Duration::from_secs(3600))
         .max_keys(1_000)
@@ -54,7 +58,7 @@ fn sweeper_runs_and_ends_with_its_limiter() {
     // 1,100 keys: past max_keys the inserting requests wake the sweeper, which brings the
     // map down to 7/8 of the bound (875) without any request paying for it.
     for key in 0..1_100u64 {
-        let _ = cas.check(&key);
+        let _ = cas.check(&Id(key));
     }
     // Keys disappear while a sweep runs and its totals are recorded when it ends, so wait for
     // both. The interval is an hour: only a wake-up can have run it.

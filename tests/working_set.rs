@@ -10,6 +10,9 @@
 //! the sub-window too, since they keep their debt by cell of time (one time and one total for
 //! the whole log lost 31–34%). Printed and kept in BENCHMARKS.md.
 
+mod common;
+
+use common::{id::Id, ById};
 use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
@@ -116,7 +119,7 @@ fn loss<A: Algorithm + Clone>(
     let exact = admitted(&twin, &clock, trace, 1);
     let mut out = Vec::new();
     macro_rules! run {
-        ($name:expr, $builder:expr) => {{
+        ($name:expr, $builder:expr, $wrap:expr) => {{
             let clock = ManualClock::default();
             let l = $builder
                 .max_keys(max_keys)
@@ -124,6 +127,7 @@ fn loss<A: Algorithm + Clone>(
                 .sweep_grace(Duration::ZERO)
                 .build()
                 .unwrap();
+            let l = $wrap(l);
             let got = admitted(&l, &clock, trace, threads);
             // Never more than the twin, key by key: no eviction hands anyone budget.
             for (k, (g, e)) in got.iter().zip(&exact).enumerate() {
@@ -133,10 +137,12 @@ fn loss<A: Algorithm + Clone>(
             out.push(($name, 1.0 - g as f64 / e as f64));
         }};
     }
-    run!("cas", CasLimiter::<u64, A>::builder(algo.clone()));
+    // The papaya map (keyed by `Id`: bounded, a map of `u64` keys is the compact table).
+    run!("cas", CasLimiter::<Id, A>::builder(algo.clone()), ById);
     run!(
         "compact",
-        CompactLimiter::<u64, A, QuantaClock, Cas>::builder(algo.clone())
+        CompactLimiter::<u64, A, QuantaClock, Cas>::builder(algo.clone()),
+        std::convert::identity
     );
     out
 }

@@ -58,13 +58,14 @@ use table::{Table, SLOTS_PER_LINE};
 /// 16-byte CAS (`portable-atomic` falls back to a lock there), every 128-bit word is behind
 /// a lock.
 ///
-/// **When to pick it.** The papaya store ([`CasLimiter`](crate::CasLimiter)) takes any
-/// key; this one takes fixed-size keys, grows with them up to `max_keys` (never shrinking),
-/// and keeps key and state in one slot, four to a cache line, so a check of a present key touches one line
-/// in the common case. It is the store to pick for fixed-size keys (a proxy keyed by client
-/// IP; any key through [`Hashed`]) at every scale: its check is the faster from one key to
-/// ten million, and at a million keys it takes less memory per key than the papaya store and
-/// its look-up misses the cache once, not twice.
+/// **When to pick it.** This table takes fixed-size keys, grows with them up to `max_keys`
+/// (never shrinking), and keeps key and state in one slot, four to a cache line, so a check of
+/// a present key touches one line in the common case: its check is the faster from one key to
+/// ten million, and at a million keys it takes less memory per key than the papaya map and its
+/// look-up misses the cache once, not twice. A [`CasLimiter`](crate::CasLimiter) built with
+/// `max_keys` over `u64`, `u32` or `Ipv4Addr` keys with a one-word state is this table
+/// already; name it for any key as a 64-bit keyed hash ([`Hashed`]: IPv6 clients lock-free),
+/// for 128-bit keys, or without choosing a bound ([`DEFAULT_MAX_KEYS`]).
 /// The table's design, its costs and the crates evaluated before writing it are in
 /// `docs/DESIGN.md` (section 7); measurements in `BENCHMARKS.md`.
 ///
@@ -149,6 +150,10 @@ where
         &self.0.core
     }
 
+    fn table(&self) -> &'static str {
+        "compact table"
+    }
+
     fn keys(&self) -> usize {
         self.0.len()
     }
@@ -210,16 +215,37 @@ where
     ) where
         K::Lookup: 'k,
     {
+        self.decide_batch_by(requests, |key| self.0.locate(key), valid, emit);
+    }
+}
+
+impl<K, A, C, V> Compact<K, A, C, V>
+where
+    K: CompactKey,
+    A: Algorithm,
+    C: Clock,
+    V: Variant<A>,
+{
+    /// A batch whose keys `locate` places in the table (by their look-up form here, by their
+    /// inline form from a [`Map`](crate::store::Map) of fixed-size keys).
+    #[inline(always)]
+    pub(crate) fn decide_batch_by<'k, Q: ?Sized + 'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k Q, u64)>,
+        locate: impl Fn(&Q) -> (K::Repr, u64, usize),
+        valid: impl Fn(u64) -> Result<(), CostError>,
+        emit: impl FnMut(Result<Decision, CostError>),
+    ) {
         let (table, core) = (&*self.0, &self.0.core);
         let now = core.clock.now();
-        let place = |key: &K::Lookup, cost| {
+        let place = |key: &Q, cost| {
             valid(cost)?;
-            Ok(table.locate(key))
+            Ok(locate(key))
         };
-        let find = |_: &K::Lookup, &mut (_, fp, home): &mut _| {
+        let find = |_: &Q, &mut (_, fp, home): &mut _| {
             table.touch(fp, home);
         };
-        let decide = |_: &K::Lookup, cost, (repr, fp, home)| {
+        let decide = |_: &Q, cost, (repr, fp, home)| {
             core.count(table.apply_at(repr, fp, home, |state| core.algo.update(state, now, cost)))
         };
         crate::batch::in_chunks(requests, place, find, decide, emit);
@@ -272,7 +298,7 @@ pub struct At<'a, K: CompactKey, A: Algorithm, C, V: Variant<A>> {
 
 impl<'a, K: CompactKey, A: Algorithm, C: Clock, V: Variant<A>> At<'a, K, A, C, V> {
     #[inline(always)]
-    fn new(table: &'a Table<K, A, C, V>, key: &K::Lookup) -> Self {
+    pub(crate) fn new(table: &'a Table<K, A, C, V>, key: &K::Lookup) -> Self {
         let (repr, fp, home) = table.locate(key);
         At {
             table,

@@ -2,7 +2,8 @@
 //! batch first locates its keys, then takes on each the step every request takes
 //! ([`Shared::apply_found`]).
 
-use super::Shared;
+use super::inline::Table64;
+use super::{Narrowed, Shared};
 use crate::algo::Algorithm;
 use crate::batch;
 use crate::clock::Clock;
@@ -13,13 +14,19 @@ use crate::shared::KeyState;
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-/// `key`'s state in `sh`: what the request paths of [`Core`](crate::shared::Core) run their
-/// step on.
+/// `key`'s state in a [`Map`](super::Map): what the request paths of
+/// [`Core`](crate::shared::Core) run their step on. In the papaya map, the key itself (looked
+/// up at each step); in a compact table, its slot located once.
 // Not `Debug`: a handle that lives inside one request, never shown.
 #[allow(missing_debug_implementations)]
-pub struct At<'a, S, Q: ?Sized>(pub(super) &'a S, pub(super) &'a Q);
+pub enum At<'a, K, A: Algorithm, C: Clock, V: Variant<A>, Q: ?Sized> {
+    /// The papaya map and the key.
+    Papaya(&'a Shared<K, A, C, V>, &'a Q),
+    /// A key's 64-bit form in its compact table.
+    Compact(<Narrowed<A, C, V> as Table64<A, C, V>>::At<'a>),
+}
 
-impl<K, A, C, V, Q> KeyState<A::State> for At<'_, Shared<K, A, C, V>, Q>
+impl<K, A, C, V, Q> KeyState<A::State> for At<'_, K, A, C, V, Q>
 where
     K: Hash + Eq + Send + Sync + Borrow<Q>,
     A: Algorithm,
@@ -29,11 +36,17 @@ where
 {
     #[inline(always)]
     fn apply<T>(&self, f: impl FnMut(&mut A::State) -> T) -> T {
-        self.0.apply(self.1, &self.0.map.guard(), f)
+        match self {
+            At::Papaya(sh, key) => sh.apply(*key, &sh.map.guard(), f),
+            At::Compact(at) => at.apply(f),
+        }
     }
 
     fn key_print(&self) -> u64 {
-        crate::shared::key_print(self.1)
+        match self {
+            At::Papaya(_, key) => crate::shared::key_print(*key),
+            At::Compact(at) => at.key_print(),
+        }
     }
 }
 

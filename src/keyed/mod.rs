@@ -3,6 +3,12 @@
 
 mod costs;
 mod evict;
+mod inline;
+
+pub(crate) use inline::Narrow;
+#[cfg(feature = "redis")]
+pub(crate) use inline::Never;
+use inline::Table64;
 
 use costs::At;
 
@@ -25,10 +31,25 @@ use std::sync::Arc;
 /// Keys sampled to pick the capacity-eviction threshold.
 const CAPACITY_SAMPLE: usize = 1024;
 
-/// The lock-free keyed limiter over a [`Map`]: a `papaya` concurrent map (hashed with `ahash`)
-/// from key to a cell of state.
+/// The lock-free keyed limiter over a [`Map`], the default for any key: a `papaya` concurrent
+/// map (hashed with `ahash`) from key to a cell of state; bounded, for 64-bit keys, the
+/// compact table.
 ///
-/// With [`Cas`] the hot path for a known key is: clock read → hash →
+/// **Which table.** Built with [`max_keys`](crate::store::Builder::max_keys) (as a limiter
+/// facing clients should be: it bounds the memory a flood of new keys can take), a limiter of
+/// `u64`, `u32` or [`Ipv4Addr`](std::net::Ipv4Addr) keys whose algorithm keeps one 64-bit
+/// word a key ([`Gcra`](crate::algo::Gcra), [`Earrrl`](crate::algo::Earrrl),
+/// [`FixedWindow`](crate::algo::FixedWindow), [`InFlight`](crate::algo::InFlight)) keeps them
+/// in the compact table ([`CompactLimiter`](crate::CompactLimiter)'s, chosen at build by
+/// `TypeId`): key and state in one 16-byte slot, one CAS, one cache miss a check at a million
+/// keys where the map takes two; 1.6× governor's speed there in 48 bytes a key, against the
+/// map's 0.8× in 54 (`BENCHMARKS.md`). The decisions are the same until a key is evicted for
+/// capacity, which each table does its own way (`docs/GUARANTEES.md`, G2). Any other key
+/// type or state (a 128-bit key or state would take a per-slot lock in the table, a CAS
+/// here), or no bound, is held in the map; so is a key type of your own wrapping a `u64`.
+/// `format!("{limiter:?}")` names the table.
+///
+/// With [`Cas`] the map's hot path for a known key is: clock read → hash →
 /// lock-free lookup → load the state word → pure algorithm step → `compare_exchange_weak`
 /// (retried with backoff on a lost race). It allocates nothing, and takes no lock for a word
 /// state (a `u128` one: where the CPU has a 16-byte CAS); the states that are no word (the
@@ -47,10 +68,24 @@ pub type MutexLimiter<K, A, C = QuantaClock> = Limiter<Map<K, A, C, Locked>>;
 
 /// The keyed [`Store`](crate::store::Store) of any key: a `papaya` concurrent map (hashed
 /// with `ahash`) from key to a cell of state, the cell chosen by `V` ([`Cas`] or [`Locked`]);
-/// see [`CasLimiter`].
-pub struct Map<K, A: Algorithm, C = QuantaClock, V: Variant<A> = Cas>(
-    pub(crate) Arc<Shared<K, A, C, V>>,
+/// see [`CasLimiter`]. Bounded ([`max_keys`](crate::store::Builder::max_keys)), a map of
+/// `u64`, `u32` or `Ipv4Addr` keys under a one-word state is the compact table ([`Compact`])
+/// instead, which holds each key and its state in one lock-free slot.
+pub struct Map<K, A: Algorithm, C: Clock = QuantaClock, V: Variant<A> = Cas>(
+    pub(crate) Route<K, A, C, V>,
 );
+
+/// Where a [`Map`] keeps its keys: chosen at build by the key type, the state and the bound.
+pub(crate) enum Route<K, A: Algorithm, C: Clock, V: Variant<A>> {
+    /// The papaya map.
+    Papaya(Arc<Shared<K, A, C, V>>),
+    /// A compact table of the keys' 64-bit forms (`u32`, `u64`, `Ipv4Addr`), for a one-word
+    /// state; for any other, [`Never`](inline::Never): this variant cannot exist.
+    Compact(Narrowed<A, C, V>),
+}
+
+/// The compact table a map of `A`'s states routes 64-bit keys to (see [`Narrow`]).
+pub(crate) type Narrowed<A, C, V> = <<A as Algorithm>::State as Narrow>::Table<A, C, V>;
 
 /// Everything the requests and the sweeper thread share: the keyed store itself, which the
 /// hybrid limiter (feature `redis`) also keeps its entries in.
@@ -82,25 +117,61 @@ where
     type WithClock<C2: Clock> = Map<K, A, C2, V>;
 
     fn build(algo: A, clock: C, options: &Options) -> Result<(Self, Option<Sweeper>), BuildError> {
+        // Unbounded, a key type the compact table holds stays in the map: the table grows up
+        // to a bound fixed at build.
+        let (algo, clock) = if inline::narrow::<K>() && options.max_keys.is_some() {
+            match Narrowed::<A, C, V>::build(algo, clock, options) {
+                Ok(built) => {
+                    let (table, sweeper) = built?;
+                    return Ok((Map(Route::Compact(table)), sweeper));
+                }
+                Err(back) => back,
+            }
+        } else {
+            (algo, clock)
+        };
         let shared = Shared::new(algo, clock, options).with_debts(options)?;
         let shared = Arc::new(shared);
         let sweeper = shared.core.spawn_sweeper(&shared, |s| {
             s.sweep();
         })?;
-        Ok((Map(shared), sweeper))
+        Ok((Map(Route::Papaya(shared)), sweeper))
     }
 
     #[inline(always)]
     fn core(&self) -> &Core<A, C> {
-        &self.0.core
+        match &self.0 {
+            Route::Papaya(sh) => &sh.core,
+            Route::Compact(t) => t.core(),
+        }
+    }
+
+    fn table(&self) -> &'static str {
+        match &self.0 {
+            Route::Papaya(_) => "papaya map",
+            Route::Compact(t) => t.table(),
+        }
     }
 
     fn keys(&self) -> usize {
-        self.0.map.len()
+        match &self.0 {
+            Route::Papaya(sh) => sh.map.len(),
+            Route::Compact(t) => t.keys(),
+        }
     }
 
     fn sweep(&self) -> Metrics {
-        self.0.sweep()
+        match &self.0 {
+            Route::Papaya(sh) => sh.sweep(),
+            Route::Compact(t) => t.sweep(),
+        }
+    }
+
+    fn sweep_totals(&self) -> Metrics {
+        match &self.0 {
+            Route::Papaya(sh) => sh.core.sweep_totals(),
+            Route::Compact(t) => t.sweep_totals(),
+        }
     }
 }
 
@@ -113,34 +184,48 @@ where
     V: Variant<A>,
 {
     type At<'a>
-        = At<'a, Shared<K, A, C, V>, Q>
+        = At<'a, K, A, C, V, Q>
     where
         Self: 'a,
         Q: 'a;
 
     #[inline(always)]
     fn at<'a>(&'a self, key: &'a Q) -> Self::At<'a> {
-        At(&self.0, key)
+        match &self.0 {
+            Route::Papaya(sh) => At::Papaya(&**sh, key),
+            Route::Compact(t) => At::Compact(t.at(inline::form(key))),
+        }
     }
 
     #[inline(always)]
     fn decide(&self, algo: &A, key: &Q, cost: u64, now: u64) -> Decision {
-        let sh = &*self.0;
-        sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost))
+        match &self.0 {
+            Route::Papaya(sh) => {
+                sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost))
+            }
+            Route::Compact(t) => t.decide(algo, inline::form(key), cost, now),
+        }
     }
 
     #[inline(always)]
     fn check(&self, key: &Q, cost: u64) -> Decision {
-        let sh = &*self.0;
-        let now = sh.core.clock.now();
-        let algo = &sh.core.algo;
-        sh.core
-            .count(sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost)))
+        match &self.0 {
+            Route::Papaya(sh) => {
+                let now = sh.core.clock.now();
+                let algo = &sh.core.algo;
+                sh.core
+                    .count(sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost)))
+            }
+            Route::Compact(t) => t.check(inline::form(key), cost),
+        }
     }
 
     #[inline]
     fn peek(&self, algo: &A, key: &Q, cost: u64, now: u64) -> Decision {
-        self.0.peek(algo, key, cost, now, &self.0.map.guard())
+        match &self.0 {
+            Route::Papaya(sh) => sh.peek(algo, key, cost, now, &sh.map.guard()),
+            Route::Compact(t) => t.peek(algo, inline::form(key), cost, now),
+        }
     }
 
     #[inline(always)]
@@ -152,15 +237,26 @@ where
     ) where
         Q: 'k,
     {
-        self.0.decide_batch(requests, valid, emit);
+        match &self.0 {
+            Route::Papaya(sh) => sh.decide_batch(requests, valid, emit),
+            Route::Compact(t) => t.decide_batch(requests, inline::form, valid, emit),
+        }
     }
 }
 
-impl<K: Hash + Eq, A: Algorithm + fmt::Debug, C: fmt::Debug, V: Variant<A>> fmt::Debug
+impl<K: Hash + Eq, A: Algorithm + fmt::Debug, C: Clock + fmt::Debug, V: Variant<A>> fmt::Debug
     for Map<K, A, C, V>
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+        match &self.0 {
+            Route::Papaya(sh) => sh.fmt(f),
+            Route::Compact(t) => f
+                .debug_struct("Map")
+                .field("core", t.core())
+                .field("table", &t.table())
+                .field("keys", &t.keys())
+                .finish(),
+        }
     }
 }
 

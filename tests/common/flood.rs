@@ -4,12 +4,16 @@
 
 #![allow(dead_code)]
 
+#[path = "id.rs"]
+pub mod id;
+
 use hotlimit::store::{Map, Variant};
 use hotlimit::{
     algo::Gcra, CasLimiter, Clock, CoarseClock, CompactLimiter, Limiter, ManualClock, MutexLimiter,
     QuantaClock,
 };
 use hotlimit::{Metrics, RateLimiter};
+use id::Id;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -105,9 +109,9 @@ trait Target: Send + Sync {
     fn totals(&self) -> Metrics;
 }
 
-impl<V: Variant<Gcra>, C: Clock> Target for Limiter<Map<u64, Gcra, C, V>> {
+impl<V: Variant<Gcra>, C: Clock> Target for Limiter<Map<Id, Gcra, C, V>> {
     fn check(&self, key: u64) -> bool {
-        RateLimiter::check(self, &key).is_allowed()
+        RateLimiter::check(self, &Id(key)).is_allowed()
     }
     fn len(&self) -> usize {
         self.metrics().keys as usize
@@ -146,8 +150,8 @@ fn build<C: Clock>(shape: &Shape, clock: C) -> Box<dyn Target> {
         }};
     }
     match shape.store {
-        Store::Cas => built!(CasLimiter<u64, Gcra>),
-        Store::Mutex => built!(MutexLimiter<u64, Gcra>),
+        Store::Cas => built!(CasLimiter<Id, Gcra>),
+        Store::Mutex => built!(MutexLimiter<Id, Gcra>),
         Store::Compact => built!(CompactLimiter<u64, Gcra>),
     }
 }

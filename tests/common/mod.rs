@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod id;
 #[path = "../../benches/common/sharded.rs"]
 pub mod sharded;
 pub mod step;
@@ -65,6 +66,51 @@ impl<S: Keys<u64>> Limit for Limiter<S> {
     }
     fn until_ready_blocking(&self, key: &u64) -> Decision {
         let waited = self.request(key).until_ready_blocking();
+        waited.expect("cost 1 under the limiter's own quota is always valid")
+    }
+}
+
+/// The papaya store at a bound in this harness: keyed by [`id::Id`] (a bounded map of `u64`
+/// keys is the compact table), checked by `u64`.
+pub struct ById<S: hotlimit::store::Store>(pub Limiter<S>);
+
+impl<S: Keys<id::Id>> ById<S> {
+    /// The limiter's metrics.
+    pub fn metrics(&self) -> Metrics {
+        self.0.metrics()
+    }
+
+    /// A sweep by hand.
+    pub fn sweep(&self) -> Metrics {
+        self.0.sweep()
+    }
+}
+
+impl<S: Keys<id::Id>> RateLimiter<u64> for ById<S> {
+    fn check(&self, key: &u64) -> Decision {
+        self.0.check(&id::Id(*key))
+    }
+    fn check_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
+        self.0.check_n(&id::Id(*key), cost)
+    }
+}
+
+impl<S: Keys<id::Id>> Limit for ById<S> {
+    fn len(&self) -> usize {
+        self.0.metrics().keys as usize
+    }
+    fn sweep(&self) -> Metrics {
+        self.0.sweep()
+    }
+    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
+        let peeked = self.0.request(&id::Id(*key)).cost(cost).peek();
+        peeked.map_err(|e| match e {
+            QuotaError::Cost(e) => e,
+            e => panic!("the limiter's own quota: {e}"),
+        })
+    }
+    fn until_ready_blocking(&self, key: &u64) -> Decision {
+        let waited = self.0.request(&id::Id(*key)).until_ready_blocking();
         waited.expect("cost 1 under the limiter's own quota is always valid")
     }
 }
