@@ -31,14 +31,16 @@ pub use window::Bias;
 
 use crate::decision::{Decision, Policy};
 use crate::error::ConfigError;
-use crate::keyed::Narrow;
 use crate::storage::{StateCells, StateSlot};
 use std::fmt::Debug;
 
 pub(crate) mod sealed {
     /// Seals [`State`](super::State): the stores implement their storage traits for exactly
     /// these types.
-    pub trait Sealed {}
+    pub trait Sealed {
+        /// One 64-bit word: a state a compact slot holds beside a 64-bit key under one CAS.
+        const WORD64: bool = false;
+    }
 }
 
 /// A per-key state the stores can hold: a word (`u64`, `u128`) or, for the window algorithms
@@ -47,7 +49,7 @@ pub(crate) mod sealed {
 ///
 /// `Clone` so that [`peek`](crate::Request::peek) can run a step on a copy.
 pub trait State:
-    sealed::Sealed + StateCells + StateSlot + Narrow + Clone + Send + Sync + Debug + 'static
+    sealed::Sealed + StateCells + StateSlot + Clone + Send + Sync + Debug + 'static
 {
 }
 
@@ -58,10 +60,14 @@ pub trait State:
 /// words, a time of 584 years in GCRA's, which saturates one below). Sealed.
 pub(crate) trait Word: State + Copy + Eq {}
 
+impl sealed::Sealed for u64 {
+    const WORD64: bool = true;
+}
+impl sealed::Sealed for u128 {}
+
 macro_rules! states {
     (words: $($w:ty),*; others: $($t:ty $(, <$($g:ident),*>)?);*) => {
-        $(impl sealed::Sealed for $w {}
-        impl State for $w {}
+        $(impl State for $w {}
         impl Word for $w {})*
         $(impl$(<$($g: State),*>)? sealed::Sealed for $t {}
         impl$(<$($g: State),*>)? State for $t {})*

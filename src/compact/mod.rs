@@ -297,6 +297,11 @@ pub struct At<'a, K: CompactKey, A: Algorithm, C, V: Variant<A>> {
 }
 
 impl<'a, K: CompactKey, A: Algorithm, C: Clock, V: Variant<A>> At<'a, K, A, C, V> {
+    /// The table's algorithm.
+    pub(crate) fn algo(&self) -> &'a A {
+        &self.table.core.algo
+    }
+
     #[inline(always)]
     pub(crate) fn new(table: &'a Table<K, A, C, V>, key: &K::Lookup) -> Self {
         let (repr, fp, home) = table.locate(key);

@@ -2,11 +2,12 @@
 //! batch first locates its keys, then takes on each the step every request takes
 //! ([`Shared::apply_found`]).
 
-use super::inline::Table64;
-use super::{Narrowed, Shared};
+use super::inline::may_route;
+use super::Shared;
 use crate::algo::Algorithm;
 use crate::batch;
 use crate::clock::Clock;
+use crate::compact::At as CompactAt;
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::limiter::Variant;
@@ -23,7 +24,7 @@ pub enum At<'a, K, A: Algorithm, C: Clock, V: Variant<A>, Q: ?Sized> {
     /// The papaya map and the key.
     Papaya(&'a Shared<K, A, C, V>, &'a Q),
     /// A key's 64-bit form in its compact table.
-    Compact(<Narrowed<A, C, V> as Table64<A, C, V>>::At<'a>),
+    Compact(CompactAt<'a, u64, A, C, V>),
 }
 
 impl<K, A, C, V, Q> KeyState<A::State> for At<'_, K, A, C, V, Q>
@@ -35,10 +36,12 @@ where
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
     #[inline(always)]
-    fn apply<T>(&self, f: impl FnMut(&mut A::State) -> T) -> T {
+    fn apply<T>(&self, mut f: impl FnMut(&mut A::State) -> T) -> T {
         match self {
             At::Papaya(sh, key) => sh.apply(*key, &sh.map.guard(), f),
-            At::Compact(at) => at.apply(f),
+            At::Compact(at) if const { may_route::<K, A::State>() } => at.apply(f),
+            // Never run (see `Route`): a fresh state, in no table.
+            At::Compact(at) => f(&mut at.algo().fresh()),
         }
     }
 

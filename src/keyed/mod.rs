@@ -5,16 +5,14 @@ mod costs;
 mod evict;
 mod inline;
 
-pub(crate) use inline::Narrow;
-#[cfg(feature = "redis")]
-pub(crate) use inline::Never;
-use inline::Table64;
+use inline::may_route;
 
 use costs::At;
 
 use crate::algo::Algorithm;
 use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
+use crate::compact::{At as CompactAt, Compact};
 use crate::decision::Decision;
 use crate::error::{BuildError, CostError};
 use crate::limiter::{Cas, Locked, Variant};
@@ -80,12 +78,18 @@ pub(crate) enum Route<K, A: Algorithm, C: Clock, V: Variant<A>> {
     /// The papaya map.
     Papaya(Arc<Shared<K, A, C, V>>),
     /// A compact table of the keys' 64-bit forms (`u32`, `u64`, `Ipv4Addr`), for a one-word
-    /// state; for any other, [`Never`](inline::Never): this variant cannot exist.
-    Compact(Narrowed<A, C, V>),
+    /// state only: every use is under `if const { may_route::<K, A::State>() }`, so that a map
+    /// of any other compiles none of the table's code; the `else` of each, never run, answers
+    /// as no admission would.
+    Compact(Compact<u64, A, C, V>),
 }
 
-/// The compact table a map of `A`'s states routes 64-bit keys to (see [`Narrow`]).
-pub(crate) type Narrowed<A, C, V> = <<A as Algorithm>::State as Narrow>::Table<A, C, V>;
+/// What a branch for a route that cannot exist answers (a map whose states the table cannot
+/// hold never builds one): a denial, never an admission.
+#[cold]
+fn no_route() -> Decision {
+    Decision::denied(std::time::Duration::from_secs(1))
+}
 
 /// Everything the requests and the sweeper thread share: the keyed store itself, which the
 /// hybrid limiter (feature `redis`) also keeps its entries in.
@@ -119,17 +123,13 @@ where
     fn build(algo: A, clock: C, options: &Options) -> Result<(Self, Option<Sweeper>), BuildError> {
         // Unbounded, a key type the compact table holds stays in the map: the table grows up
         // to a bound fixed at build.
-        let (algo, clock) = if inline::narrow::<K>() && options.max_keys.is_some() {
-            match Narrowed::<A, C, V>::build(algo, clock, options) {
-                Ok(built) => {
-                    let (table, sweeper) = built?;
-                    return Ok((Map(Route::Compact(table)), sweeper));
-                }
-                Err(back) => back,
-            }
-        } else {
-            (algo, clock)
-        };
+        if const { may_route::<K, A::State>() }
+            && inline::narrow::<K>()
+            && options.max_keys.is_some()
+        {
+            let (table, sweeper) = Compact::build(algo, clock, options)?;
+            return Ok((Map(Route::Compact(table)), sweeper));
+        }
         let shared = Shared::new(algo, clock, options).with_debts(options)?;
         let shared = Arc::new(shared);
         let sweeper = shared.core.spawn_sweeper(&shared, |s| {
@@ -163,7 +163,8 @@ where
     fn sweep(&self) -> Metrics {
         match &self.0 {
             Route::Papaya(sh) => sh.sweep(),
-            Route::Compact(t) => t.sweep(),
+            Route::Compact(t) if const { may_route::<K, A::State>() } => t.sweep(),
+            Route::Compact(_) => Metrics::default(),
         }
     }
 
@@ -193,7 +194,7 @@ where
     fn at<'a>(&'a self, key: &'a Q) -> Self::At<'a> {
         match &self.0 {
             Route::Papaya(sh) => At::Papaya(&**sh, key),
-            Route::Compact(t) => At::Compact(t.at(inline::form(key))),
+            Route::Compact(t) => At::Compact(CompactAt::new(&t.0, &inline::form(key))),
         }
     }
 
@@ -203,7 +204,10 @@ where
             Route::Papaya(sh) => {
                 sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost))
             }
-            Route::Compact(t) => t.decide(algo, inline::form(key), cost, now),
+            Route::Compact(t) if const { may_route::<K, A::State>() } => {
+                t.decide(algo, &inline::form(key), cost, now)
+            }
+            Route::Compact(_) => no_route(),
         }
     }
 
@@ -216,7 +220,10 @@ where
                 sh.core
                     .count(sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost)))
             }
-            Route::Compact(t) => t.check(inline::form(key), cost),
+            Route::Compact(t) if const { may_route::<K, A::State>() } => {
+                t.check(&inline::form(key), cost)
+            }
+            Route::Compact(_) => no_route(),
         }
     }
 
@@ -224,7 +231,10 @@ where
     fn peek(&self, algo: &A, key: &Q, cost: u64, now: u64) -> Decision {
         match &self.0 {
             Route::Papaya(sh) => sh.peek(algo, key, cost, now, &sh.map.guard()),
-            Route::Compact(t) => t.peek(algo, inline::form(key), cost, now),
+            Route::Compact(t) if const { may_route::<K, A::State>() } => {
+                t.peek(algo, &inline::form(key), cost, now)
+            }
+            Route::Compact(_) => no_route(),
         }
     }
 
@@ -239,7 +249,11 @@ where
     {
         match &self.0 {
             Route::Papaya(sh) => sh.decide_batch(requests, valid, emit),
-            Route::Compact(t) => t.decide_batch(requests, inline::form, valid, emit),
+            Route::Compact(t) if const { may_route::<K, A::State>() } => {
+                let locate = |key: &Q| t.0.locate(&inline::form(key));
+                t.decide_batch_by(requests, locate, valid, emit);
+            }
+            Route::Compact(_) => {}
         }
     }
 }

@@ -207,12 +207,6 @@ pub struct Pair {
 impl Sealed for Pair {}
 impl State for Pair {}
 
-/// Two 128-bit words: never in a bounded map's compact table.
-impl crate::keyed::Narrow for Pair {
-    type Table<A: crate::algo::Algorithm<State = Self>, C: crate::Clock, V: Variant<A>> =
-        crate::keyed::Never;
-}
-
 /// Two 128-bit words: a lock slot, were the hybrid's entries ever kept in a compact table.
 impl crate::storage::StateSlot for Pair {
     type CasSlot<R: crate::storage::KeyRepr> = crate::compact::slot::LockSlot<R, Pair>;
