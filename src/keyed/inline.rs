@@ -77,7 +77,7 @@ impl Hasher for Capture {
     }
 }
 
-/// The 64-bit form of a key of a type [`compact`] takes: the integer its `Hash` writes.
+/// The 64-bit form of a key of a type [`narrow`] accepts: the integer its `Hash` writes.
 #[inline(always)]
 pub(crate) fn form<Q: Hash + ?Sized>(key: &Q) -> u64 {
     let mut c = Capture::default();
