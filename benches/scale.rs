@@ -720,6 +720,15 @@ fn steps(rounds: usize, ops: usize) {
 /// Rounds of the paired bound measurement (odd: a median).
 const PAIRED: usize = 101;
 
+/// The RSS once `limiter` holds keys `0..keys` (one check each), the limiter still alive.
+fn filled<S: hotlimit::store::Keys<u64>>(limiter: hotlimit::Limiter<S>, keys: u64) -> u64 {
+    (0..keys).for_each(|k| {
+        let _ = limiter.check(&k);
+    });
+    black_box(&limiter);
+    rss_bytes()
+}
+
 /// Child process: RSS growth per key after inserting `keys` keys into one store.
 fn bytes_per_key(variant: &str, keys: u64) -> f64 {
     let names = if variant == "rateguard" {
@@ -734,36 +743,21 @@ fn bytes_per_key(variant: &str, keys: u64) -> f64 {
         .unwrap();
     let before = rss_bytes();
     let after = match variant {
-        "CasLimiter" => {
-            let l = CasLimiter::<u64, Gcra>::new(gcra());
-            (0..keys).for_each(|k| {
-                let _ = l.check(&k);
-            });
-            black_box(&l);
-            rss_bytes()
-        }
-        "CompactLimiter" => {
-            let l = CompactLimiter::<u64, Gcra>::builder(gcra())
+        "CasLimiter" => filled(CasLimiter::<u64, Gcra>::new(gcra()), keys),
+        "CompactLimiter" => filled(
+            CompactLimiter::<u64, Gcra>::builder(gcra())
                 .max_keys(keys as usize)
                 .build()
-                .unwrap();
-            (0..keys).for_each(|k| {
-                let _ = l.check(&k);
-            });
-            black_box(&l);
-            rss_bytes()
-        }
-        "CasLimiter, max_keys" => {
-            let l = CasLimiter::<u64, Gcra>::builder(gcra())
+                .unwrap(),
+            keys,
+        ),
+        "CasLimiter, max_keys" => filled(
+            CasLimiter::<u64, Gcra>::builder(gcra())
                 .max_keys(keys as usize)
                 .build()
-                .unwrap();
-            (0..keys).for_each(|k| {
-                let _ = l.check(&k);
-            });
-            black_box(&l);
-            rss_bytes()
-        }
+                .unwrap(),
+            keys,
+        ),
         "governor" => {
             let l = governor();
             (0..keys).for_each(|k| {

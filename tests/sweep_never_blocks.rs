@@ -103,22 +103,10 @@ struct Under<S: hotlimit::store::Store<Algo = Parking>, K> {
     key: PhantomData<fn(u64) -> K>,
 }
 
-/// A store's key type, made from the tests' `u64`s.
-trait Key: Send + Sync + 'static {
-    fn of(k: u64) -> Self;
-}
+/// A store's key type, made from the tests' `u64`s (`u64` itself, or `Id`).
+trait Key: From<u64> + Send + Sync + 'static {}
 
-impl Key for u64 {
-    fn of(k: u64) -> Self {
-        k
-    }
-}
-
-impl Key for Id {
-    fn of(k: u64) -> Self {
-        Id(k)
-    }
-}
+impl<K: From<u64> + Send + Sync + 'static> Key for K {}
 
 /// Every key of `keys` denied once more after the sweep, evicted or not: none came back
 /// fresh (each was used up before it).
@@ -128,7 +116,7 @@ where
 {
     for key in keys {
         assert!(
-            u.limiter.check(&K::of(key)).is_denied(),
+            u.limiter.check(&K::from(key)).is_denied(),
             "{}: key {key} came back fresh after the sweep",
             u.name
         );
@@ -234,7 +222,7 @@ where
             let (limiter, done) = (&u.limiter, done.clone());
             s.spawn(move || {
                 let got: Vec<bool> = (0..n)
-                    .map(|_| limiter.check(&K::of(key)).is_allowed())
+                    .map(|_| limiter.check(&K::from(key)).is_allowed())
                     .collect();
                 done.send((i, got)).unwrap();
             });
@@ -286,7 +274,7 @@ fn idle_sweep<S, K: Key>(
     S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<K>,
 {
     for key in 0..KEYS {
-        assert!(u.limiter.check(&K::of(key)).is_allowed());
+        assert!(u.limiter.check(&K::from(key)).is_allowed());
     }
     clock.advance(Duration::from_secs(3600));
     let keys: Vec<(u64, usize)> = (0..KEYS + 8).map(|k| (k, 3)).collect();
@@ -325,7 +313,7 @@ fn capacity_pass<S, K: Key>(
     S: hotlimit::store::Store<Algo = Parking> + hotlimit::store::Keys<K>,
 {
     for key in 0..KEYS {
-        assert!(u.limiter.check(&K::of(key)).is_allowed());
+        assert!(u.limiter.check(&K::from(key)).is_allowed());
         clock.advance(Duration::from_millis(1));
     }
     let mut keys: Vec<(u64, usize)> = (0..KEYS).map(|k| (k, 2)).collect();
