@@ -195,6 +195,21 @@ impl common::OnAlgorithm for SameAsOneByOne<'_> {
             single: &b,
         }
         .run(&clock, self.0, &format!("{name} compact"))?;
+        // Bounded, a map of `u64` keys under a one-word state is the compact table: its
+        // batches through the map's type.
+        let bounded = || {
+            CasLimiter::<u64, A, _>::builder(algo.clone())
+                .clock(clock.clone())
+                .max_keys(common::COMPACT_KEYS)
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (bounded(), bounded());
+        Twin {
+            batched: &a,
+            single: &b,
+        }
+        .run(&clock, self.0, &format!("{name} cas bounded"))?;
         let locked = || {
             CompactLimiter::<u64, A, _, Locked>::builder(algo.clone())
                 .clock(clock.clone())
@@ -287,9 +302,21 @@ fn threads_batching_shared_keys_get_each_burst_exactly() {
         gcra,
         clock.clone(),
     ));
+    // Bounded: the compact table, behind the map's type.
+    let bounded = Arc::new(
+        CasLimiter::<u64, Gcra>::builder(gcra)
+            .clock(clock.clone())
+            .max_keys(1_000)
+            .build()
+            .unwrap(),
+    );
     type Batcher = Arc<dyn Fn(&[u64], &mut Vec<Decision>) + Send + Sync>;
-    let stores: [(&str, Batcher); 3] = [
+    let stores: [(&str, Batcher); 4] = [
         ("cas", Arc::new(move |k, out| cas.check_batch(k, out))),
+        (
+            "cas bounded",
+            Arc::new(move |k, out| bounded.check_batch(k, out)),
+        ),
         ("mutex", Arc::new(move |k, out| mutex.check_batch(k, out))),
         (
             "compact",
