@@ -56,11 +56,11 @@ impl<A: Algorithm, C: Clock, V: Variant<A>> Table for Single<A, C, V> {
         &self.core
     }
 
-    /// The one cell.
     fn table(&self) -> &'static str {
         "one cell"
     }
 
+    /// The one cell.
     fn keys(&self) -> usize {
         1
     }
