@@ -31,7 +31,7 @@
 //!
 //! | limiter | store | keys | state per key | pick it when |
 //! |---|---|---|---|---|
-//! | [`CasLimiter`] | [`Map`](store::Map) | any `Hash + Eq` (looked up by borrow: `&str` for `String`) | bounded by [`max_keys`](store::Builder::max_keys), `u64`, `u32` and `Ipv4Addr` keys under a one-word state inline in the compact table; any other key, or no bound, a lock-free cell in a `papaya` map (the sliding log and sub-window: a per-key mutex) | **the default**, for any key from one to millions: set `max_keys` |
+//! | [`CasLimiter`] | [`Map`](store::Map) | any `Hash + Eq` (looked up by borrow: `&str` for `String`) | `u64`, `u32` and `Ipv4Addr` keys under a one-word state inline in the compact table; any other key a lock-free cell in a `papaya` map (the sliding log and sub-window: a per-key mutex); both grow, bounded by [`max_keys`](store::Builder::max_keys) if set | **the default**, for any key from one to millions; set `max_keys` where clients choose the keys |
 //! | [`MutexLimiter`] | [`Map`](store::Map) with [`Locked`](store::Locked) | the same | the same tables, each state behind a lock | to compare pessimistic locking on your workload |
 //! | [`CompactLimiter`] | [`Compact`](store::Compact) | fixed-size: `u64`, `u32`, `u128`, IP addresses, [`Hashed`](store::Hashed) | inline in a table growing up to [`max_keys`](store::Builder::max_keys) (16 bytes a slot, lock-free, for 64-bit keys and one-word states; a per-slot lock otherwise) | the compact table by name: any key as a 64-bit keyed hash ([`Hashed`](store::Hashed)) |
 //! | [`DirectLimiter`] | [`Single`](store::Single) | `()` (one global limit) | one cache-padded cell | a global cap |

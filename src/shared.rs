@@ -175,10 +175,11 @@ impl<L: KeyedStore, A, C, X> Builder<L, A, C, X> {
     /// does: on a frozen or coarse clock, where a flood's keys all tie in `idle_at`, the tied
     /// keys are evicted evenly over the table.
     ///
-    /// The papaya map is unbounded unless this is set. The compact table is sized by it, at a
-    /// load of 3/4, allocated at build and never grown (default
+    /// The papaya map, and the compact table behind a `CasLimiter` of `u64` keys, are
+    /// unbounded unless this is set. The compact table grows toward it, at a load of 3/4
+    /// (a [`CompactLimiter`](crate::CompactLimiter)'s default:
     /// [`DEFAULT_MAX_KEYS`](crate::compact::DEFAULT_MAX_KEYS)); an insert that finds its probe
-    /// window full there evicts the window's key closest to fresh.
+    /// window full there, the table at its bound, evicts the window's key closest to fresh.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.options.max_keys = Some(max_keys.max(1));
         self
@@ -301,11 +302,24 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
 
     /// Adds the debt table a store bounded by `max_keys` keeps, unless the options opt out.
     pub(crate) fn with_debts(
-        mut self,
+        self,
         options: &Options,
     ) -> Result<Self, std::collections::TryReserveError> {
-        if let (Some(max), false) = (self.max_keys, options.forget) {
-            self.debts = Debts::new(&self.algo, max)?;
+        match self.max_keys {
+            Some(max) => self.with_debt_table(max, options),
+            None => Ok(self),
+        }
+    }
+
+    /// Adds a debt table for `keys` keys' debts, unless the options opt out: for a store
+    /// without a bound that may still evict (the compact table's full windows).
+    pub(crate) fn with_debt_table(
+        mut self,
+        keys: usize,
+        options: &Options,
+    ) -> Result<Self, std::collections::TryReserveError> {
+        if !options.forget {
+            self.debts = Debts::new(&self.algo, keys)?;
         }
         Ok(self)
     }

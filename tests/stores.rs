@@ -467,13 +467,13 @@ fn keyed_stores_sweep_and_report_alike() {
     }
 }
 
-/// Bounded, a map of 64-bit keys (`u64`, `u32`, `Ipv4Addr`) under a one-word state is the
-/// compact table, where key and state share one lock-free slot; any other key type or state
-/// (a 128-bit one would take a per-slot lock in the table), or no bound, the papaya map. A
-/// limiter shows which.
+/// A map of 64-bit keys (`u64`, `u32`, `Ipv4Addr`) under a one-word state is the compact
+/// table, bounded or not, where key and state share one lock-free slot; any other key type or
+/// state (a 128-bit one would take a per-slot lock in the table), the papaya map. A limiter
+/// shows which.
 // Pins G2.
 #[test]
-fn a_bounded_map_of_64_bit_keys_is_the_compact_table() {
+fn a_map_of_64_bit_keys_is_the_compact_table() {
     fn table<K, A>(algo: A, bound: Option<usize>) -> String
     where
         K: std::hash::Hash + Eq + Send + Sync + 'static,
@@ -503,7 +503,7 @@ fn a_bounded_map_of_64_bit_keys_is_the_compact_table() {
         ),
     ] {
         assert_eq!(bounded, "compact table", "{name}");
-        assert_eq!(unbounded, "papaya map", "{name}");
+        assert_eq!(unbounded, "compact table", "{name}");
     }
     for (name, bounded) in [
         ("u128", table::<u128, _>(g, m)),
@@ -513,6 +513,8 @@ fn a_bounded_map_of_64_bit_keys_is_the_compact_table() {
         ("i64", table::<i64, _>(g, m)),
         ("Id", table::<Id, _>(g, m)),
         ("u64, a 128-bit state", table::<u64, _>(window, m)),
+        ("String, unbounded", table::<String, _>(g, None)),
+        ("u128, unbounded", table::<u128, _>(g, None)),
     ] {
         assert_eq!(bounded, "papaya map", "{name}");
     }
@@ -540,6 +542,27 @@ fn the_default_compact_table_holds_the_default_bound() {
     assert!(stats.slots >= keys, "{stats:?}");
     assert_eq!(limiter.metrics().evicted_capacity, 0);
     assert!((0..keys).all(|key| RateLimiter::check(&limiter, &key).is_denied()));
+}
+
+/// A `CasLimiter` of `u64` keys built without a bound is the compact table without one: it
+/// grows past the compact limiter's own default bound (and through many chunks), keeps every
+/// key, evicts none, and each key stays limited.
+// Pins G2.
+#[test]
+fn an_unbounded_map_of_u64_keys_grows_and_keeps_every_key() {
+    let limiter = CasLimiter::<u64, Gcra>::builder(gcra("1/s"))
+        .clock(ManualClock::default())
+        .build()
+        .unwrap();
+    let keys = 3 * hotlimit::store::DEFAULT_MAX_KEYS as u64;
+    for key in 0..keys {
+        assert!(limiter.check(&key).is_allowed(), "{key}");
+    }
+    let m = limiter.metrics();
+    assert_eq!((m.keys, m.evicted_capacity, m.evicted_idle), (keys, 0, 0));
+    assert!((0..keys).all(|key| limiter.check(&key).is_denied()));
+    assert!(limiter.check(&keys).is_allowed());
+    assert!(format!("{limiter:?}").contains("table: \"compact table\""));
 }
 
 /// Both policies, every algorithm (docs/GUARANTEES.md, "Each algorithm's bound"): a leaky

@@ -62,10 +62,11 @@ use table::{Table, SLOTS_PER_LINE};
 /// (never shrinking), and keeps key and state in one slot, four to a cache line, so a check of
 /// a present key touches one line in the common case: its check is the faster from one key to
 /// ten million, and at a million keys it takes less memory per key than the papaya map and its
-/// look-up misses the cache once, not twice. A [`CasLimiter`](crate::CasLimiter) built with
-/// `max_keys` over `u64`, `u32` or `Ipv4Addr` keys with a one-word state is this table
-/// already; name it for any key as a 64-bit keyed hash ([`Hashed`]: IPv6 clients lock-free),
-/// for 128-bit keys, or without choosing a bound ([`DEFAULT_MAX_KEYS`]).
+/// look-up misses the cache once, not twice. A [`CasLimiter`](crate::CasLimiter) over
+/// `u64`, `u32` or `Ipv4Addr` keys with a one-word state is this table already (without a
+/// bound if built without `max_keys`); name it for any key as a 64-bit keyed hash
+/// ([`Hashed`]: IPv6 clients lock-free), for 128-bit keys, or for the default bound
+/// ([`DEFAULT_MAX_KEYS`]) without choosing one.
 /// The table's design, its costs and the crates evaluated before writing it are in
 /// `docs/DESIGN.md` (section 7); measurements in `BENCHMARKS.md`.
 ///
@@ -123,6 +124,28 @@ pub struct Compact<K: CompactKey, A: Algorithm, C = QuantaClock, V: Variant<A> =
 impl<K: CompactKey, A: Algorithm, V: Variant<A>> sealed::Keyed for Compact<K, A, QuantaClock, V> {}
 impl<K: CompactKey, A: Algorithm, V: Variant<A>> KeyedStore for Compact<K, A, QuantaClock, V> {}
 
+impl<K, A, C, V> Compact<K, A, C, V>
+where
+    K: CompactKey,
+    A: Algorithm,
+    C: Clock,
+    V: Variant<A>,
+{
+    /// The table as `options` say, without a bound if they set none (a `CasLimiter` of
+    /// `u64` keys), and its background sweeper if one was asked for.
+    pub(crate) fn build_table(
+        algo: A,
+        clock: C,
+        options: &Options,
+    ) -> Result<(Self, Option<Sweeper>), BuildError> {
+        let table = Arc::new(Table::new(algo, clock, options)?);
+        let sweeper = table.core.spawn_sweeper(&table, |t| {
+            t.sweep();
+        })?;
+        Ok((Compact(table), sweeper))
+    }
+}
+
 impl<K, A, C, V> StoreTable for Compact<K, A, C, V>
 where
     K: CompactKey,
@@ -137,12 +160,11 @@ where
     /// Allocates the table ([`BuildError::OutOfMemory`] if it cannot be) and starts the
     /// background sweeper if one was asked for.
     fn build(algo: A, clock: C, options: &Options) -> Result<(Self, Option<Sweeper>), BuildError> {
-        let table = Table::new(algo, clock, options)?;
-        let table = Arc::new(table);
-        let sweeper = table.core.spawn_sweeper(&table, |t| {
-            t.sweep();
-        })?;
-        Ok((Compact(table), sweeper))
+        let bounded = Options {
+            max_keys: Some(options.max_keys.unwrap_or(DEFAULT_MAX_KEYS)),
+            ..*options
+        };
+        Self::build_table(algo, clock, &bounded)
     }
 
     #[inline(always)]

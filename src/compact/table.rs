@@ -49,11 +49,46 @@ const BASE_LINES: usize = 64;
 #[cfg(hotlimit_loom)]
 const BASE_LINES: usize = 1;
 
-/// Lines per chunk, as a power of two: 4096 lines, 256 KiB of pair slots (a table smaller
-/// than that takes one chunk of its own size). A constant, so the look-up's arithmetic is
-/// immediate.
-const CHUNK_BITS: u32 = 12;
-const CHUNK_LINES: usize = 1 << CHUNK_BITS;
+/// Chunk sizes, as a power of two: chunk `c >= 1` holds lines `2^(c-1) · 128 + 128 ..
+/// 2^c · 128 + 128`, and chunk 0 the 256 before (16 KiB of pair slots). So each chunk is
+/// about as large as all before it: a table of any size takes a few dozen chunks at most, the
+/// directory is a fixed few hundred bytes whether the table is bounded or not, and a line's
+/// chunk is found from its index's bit length, without a load. The `+ 128` is the probe
+/// window past the last home line (`WINDOW_LINES`): a table of `64 · 2^L` home lines (an
+/// unbounded one after each level) ends exactly at a chunk's end, not 128 lines into a chunk
+/// as large as the whole table. A constant, so the look-up's arithmetic is immediate.
+const CHUNK_BITS: u32 = 7;
+
+/// Home lines at level 0 and levels of a table built without a bound: 64 · 2^40 lines at
+/// most, past any memory, so in practice it grows until memory is refused.
+const UNBOUNDED_LEVELS: u32 = 40;
+
+/// Keys' worth of debt table for a table built without a bound. It evicts for capacity only
+/// when memory for its next chunk is refused or a split's image line finds its window full
+/// (neither seen in the tests), so a small table suffices to keep those keys' limits.
+const UNBOUNDED_DEBT_KEYS: usize = 1024;
+
+/// The chunk holding line `i`. `| 1`: a base-2 log of a number never 0 (one `bsr`, no
+/// branch or zero case).
+#[inline(always)]
+fn chunk_index(i: usize) -> usize {
+    ((i.saturating_sub(WINDOW_LINES) >> (CHUNK_BITS - 1)) | 1).ilog2() as usize
+}
+
+/// The chunk holding line `i`, and `i`'s place in it.
+#[cfg(test)]
+fn chunk_of(i: usize) -> (usize, usize) {
+    let c = chunk_index(i);
+    (c, i - chunk_start(c))
+}
+
+/// The first line of chunk `c`: 0, then `2^(c-1) · 128 + 128`.
+fn chunk_start(c: usize) -> usize {
+    match c {
+        0 => 0,
+        _ => (1usize << (c - 1 + CHUNK_BITS as usize)) + WINDOW_LINES,
+    }
+}
 
 /// Home lines below which the table grows at 1/4 full rather than 3/4: 1 MiB of pair slots,
 /// a core's L2. At that size a check is worth more than the bytes: at 1/4 full almost every
@@ -91,8 +126,11 @@ pub(crate) type SlotOf<K, A, V> =
     <V as VariantSlot<A>>::Slot<<K as crate::compact::key::sealed::Inline>::Repr>;
 
 /// A run of lines, allocated as the table grows and never freed (so no reclamation), with
-/// their home lines' reaches.
+/// their home lines' reaches. See `CHUNK_BITS` for their sizes.
 struct Chunk<T> {
+    /// The table's index of `lines[0]`: kept here, beside the pointer, so that a look-up
+    /// subtracts it instead of computing it.
+    start: usize,
     lines: Box<[Line<T>]>,
     /// Per home line: how many lines past it any of its keys may sit. Raised under the line's
     /// stripe lock before a key is placed there; lowered by sweeps and capacity passes
@@ -230,43 +268,54 @@ where
 {
     /// Allocates the table's first lines (fallibly: memory refused, or a `max_keys` whose
     /// table would not fit the address space, is [`BuildError::OutOfMemory`], not an abort).
+    /// Without [`max_keys`](crate::store::Builder::max_keys) the table has no bound: it grows as keys come,
+    /// never evicts for capacity, and keeps a small debt table for what it evicts otherwise
+    /// (`UNBOUNDED_DEBT_KEYS`). The compact limiter's own default bound
+    /// ([`DEFAULT_MAX_KEYS`]) is set by its builder, not here.
     pub(crate) fn new(algo: A, clock: C, options: &Options) -> Result<Self, BuildError> {
-        let max_keys = options.max_keys.unwrap_or(DEFAULT_MAX_KEYS).max(1);
-        // The fewest home lines holding `max_keys` at the design fill, as `base · 2^levels`.
-        let needed = if max_keys <= SMALL_LINES {
-            max_keys
-        } else {
-            max_keys.div_ceil(3).max(SMALL_LINES)
+        let (base, levels, max_keys) = match options.max_keys {
+            Some(max_keys) => {
+                let max_keys = max_keys.max(1);
+                // The fewest home lines holding `max_keys` at the design fill, as
+                // `base · 2^levels`.
+                let needed = if max_keys <= SMALL_LINES {
+                    max_keys
+                } else {
+                    max_keys.div_ceil(3).max(SMALL_LINES)
+                };
+                let levels = needed
+                    .div_ceil(BASE_LINES)
+                    .next_power_of_two()
+                    .trailing_zeros();
+                (needed.div_ceil(1 << levels), levels, max_keys)
+            }
+            // A bound no count of keys reaches (`isize::MAX`: it is compared as an `i64`).
+            None => (BASE_LINES, UNBOUNDED_LEVELS, isize::MAX as usize),
         };
-        let levels = needed
-            .div_ceil(BASE_LINES)
-            .next_power_of_two()
-            .trailing_zeros();
-        let base = needed.div_ceil(1 << levels);
         let max_homes = base << levels;
         // Past 2^40 lines at level 0's scale the fingerprint's bits run short; far past any
         // memory anyway.
         let fits = max_homes.checked_mul(size_of::<Line<SlotOf<K, A, V>>>())
             <= Some(isize::MAX as usize / 2);
-        if levels > 40 || !fits {
+        if levels > UNBOUNDED_LEVELS || !fits {
             return Err(BuildError::OutOfMemory);
         }
         let window = WINDOW_LINES.min(max_homes);
-        let chunks = (max_homes + window).div_ceil(CHUNK_LINES);
-        let options = Options {
-            max_keys: Some(max_keys),
-            ..*options
+        let core = Core::new(algo, clock, options);
+        let core = match options.max_keys {
+            Some(_) => core.with_debts(options)?,
+            None => core.with_debt_table(UNBOUNDED_DEBT_KEYS, options)?,
         };
         let table = Self {
             t: crate::sync::AtomicU64::new(0),
             base,
-            chunks: filled(chunks, OnceLock::new)?,
+            chunks: filled(chunk_index(max_homes + window - 1) + 1, OnceLock::new)?,
             max_homes,
             grow: Mutex::new(()),
             stripes: filled(STRIPES.min(max_homes), || CachePadded::new(Mutex::new(())))?,
             window,
             hasher: hasher(),
-            core: Core::new(algo, clock, &options).with_debts(&options)?,
+            core,
             len: CachePadded::new(AtomicI64::new(0)),
             max_keys,
             window_evictions: AtomicU64::new(0),
@@ -280,14 +329,13 @@ where
     /// Allocates every chunk below line `lines`.
     fn allocate(&self, lines: usize) -> Result<(), std::collections::TryReserveError> {
         let all = self.max_homes + self.window;
-        for (c, chunk) in self.chunks[..lines.div_ceil(CHUNK_LINES).min(self.chunks.len())]
-            .iter()
-            .enumerate()
-        {
+        let last = chunk_index(lines.min(all) - 1);
+        for (c, chunk) in self.chunks[..=last].iter().enumerate() {
             if chunk.get().is_none() {
                 // The last chunk only as long as the table's most lines need.
-                let size = CHUNK_LINES.min(all - c * CHUNK_LINES);
+                let size = (chunk_start(c + 1) - chunk_start(c)).min(all - chunk_start(c));
                 let made = Chunk {
+                    start: chunk_start(c),
                     lines: filled(size, || Line(std::array::from_fn(|_| TableSlot::empty())))?,
                     reach: filled(size, || AtomicU8::new(0))?,
                 };
@@ -314,11 +362,11 @@ where
         self.homes() + self.window - 1
     }
 
-    /// The chunk holding line `i` (allocated before any home or window reaches it: a split
-    /// allocates before it moves `t`).
+    /// The chunk holding line `i` (allocated before any home or window reaches its lines: a
+    /// split allocates before it moves `t`).
     #[inline(always)]
     fn chunk(&self, i: usize) -> &Chunk<SlotOf<K, A, V>> {
-        match self.chunks[i >> CHUNK_BITS].get() {
+        match self.chunks[chunk_index(i)].get() {
             Some(chunk) => chunk,
             None => unreachable!("a line used before its chunk was allocated"),
         }
@@ -326,12 +374,14 @@ where
 
     #[inline(always)]
     fn at(&self, i: usize) -> &Line<SlotOf<K, A, V>> {
-        &self.chunk(i).lines[i & (CHUNK_LINES - 1)]
+        let chunk = self.chunk(i);
+        &chunk.lines[i - chunk.start]
     }
 
     #[inline(always)]
     fn reach(&self, home: usize) -> &AtomicU8 {
-        &self.chunk(home).reach[home & (CHUNK_LINES - 1)]
+        let chunk = self.chunk(home);
+        &chunk.reach[home - chunk.start]
     }
 
     /// The slot of index `i` (line `i / 4`).
@@ -491,7 +541,8 @@ where
     ) -> Option<T> {
         // The home line from the key's preferred slot: most keys sit in it (see `insert`), so
         // the first probe usually matches and the branch predicts well.
-        let (chunk, at) = (self.chunk(home), home & (CHUNK_LINES - 1));
+        let chunk = self.chunk(home);
+        let at = home - chunk.start;
         let line = &chunk.lines[at].0;
         let first = preferred_slot(fp);
         for i in 0..SLOTS_PER_LINE {
@@ -723,6 +774,48 @@ where
                 return;
             }
             self.evict_in_window(q);
+        }
+    }
+}
+
+#[cfg(all(test, not(hotlimit_loom)))]
+mod tests {
+    use super::{chunk_index, chunk_of, chunk_start, BASE_LINES, CHUNK_BITS, WINDOW_LINES};
+
+    /// Chunks tile the lines without gap or overlap, each after the first two as large as
+    /// all before it less the window, a line's place being its distance from its chunk's
+    /// start; and an unbounded table's lines after each level (`64 · 2^L` homes and the
+    /// window) end at a chunk's end.
+    #[test]
+    fn chunks_tile_the_lines() {
+        let first = 1usize << CHUNK_BITS;
+        assert_eq!((chunk_start(0), chunk_start(1)), (0, first + WINDOW_LINES));
+        for c in 2..50 {
+            assert_eq!(
+                chunk_start(c + 1) - chunk_start(c),
+                chunk_start(c) - WINDOW_LINES
+            );
+        }
+        let mut expected = (0, 0);
+        for i in 0..(1 << 20) {
+            assert_eq!(chunk_of(i), expected, "line {i}");
+            expected.1 += 1;
+            if i + 1 == chunk_start(expected.0 + 1) {
+                expected = (expected.0 + 1, 0);
+            }
+        }
+        for c in 1..50 {
+            let start = chunk_start(c);
+            assert_eq!(chunk_of(start), (c, 0));
+            assert_eq!(chunk_of(start - 1), (c - 1, start - 1 - chunk_start(c - 1)));
+        }
+        for level in 1..40 {
+            let lines = (BASE_LINES << level) + WINDOW_LINES;
+            assert_eq!(
+                chunk_start(chunk_index(lines - 1) + 1),
+                lines,
+                "level {level}"
+            );
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Which keys a bounded [`Map`](super::Map) holds in the compact table: those whose slot there
+//! Which keys a [`Map`](super::Map) holds in the compact table: those whose slot there
 //! is lock-free, as the map's cell is. A key type the compact store holds exactly in 64 bits
 //! (`u64`, `u32`, `Ipv4Addr`), told apart by `TypeId`, under an algorithm whose state is one
 //! 64-bit word (GCRA, EARRRL, the fixed window, in-flight): key and state share one 128-bit
@@ -16,7 +16,7 @@ use std::any::TypeId;
 use std::hash::{Hash, Hasher};
 use std::net::Ipv4Addr;
 
-/// Whether a bounded map of `K` keys and `S` states may be the compact table, as far as the
+/// Whether a map of `K` keys and `S` states may be the compact table, as far as the
 /// compiler can tell from sizes: a one-word state, a key of at most 8 bytes. A constant when
 /// the code is generated, so a map of any other compiles no table code (`if const`: its
 /// branches are never generated), which would otherwise stand beside the algorithm's step

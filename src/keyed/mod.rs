@@ -30,21 +30,22 @@ use std::sync::Arc;
 const CAPACITY_SAMPLE: usize = 1024;
 
 /// The lock-free keyed limiter over a [`Map`], the default for any key: a `papaya` concurrent
-/// map (hashed with `ahash`) from key to a cell of state; bounded, for 64-bit keys, the
-/// compact table.
+/// map (hashed with `ahash`) from key to a cell of state; for 64-bit keys, the compact table.
 ///
-/// **Which table.** Built with [`max_keys`](crate::store::Builder::max_keys) (as a limiter
-/// facing clients should be: it bounds the memory a flood of new keys can take), a limiter of
-/// `u64`, `u32` or [`Ipv4Addr`](std::net::Ipv4Addr) keys whose algorithm keeps one 64-bit
-/// word a key ([`Gcra`](crate::algo::Gcra), [`Earrrl`](crate::algo::Earrrl),
-/// [`FixedWindow`](crate::algo::FixedWindow), [`InFlight`](crate::algo::InFlight)) keeps them
-/// in the compact table ([`CompactLimiter`](crate::CompactLimiter)'s, chosen at build by
-/// `TypeId`): key and state in one 16-byte slot, one CAS, one cache miss a check at a million
-/// keys where the map takes two; 1.6× governor's speed there in 48 bytes a key, against the
-/// map's 0.8× in 54 (`BENCHMARKS.md`). The decisions are the same until a key is evicted for
-/// capacity, which each table does its own way (`docs/GUARANTEES.md`, G2). Any other key
+/// **Which table.** A limiter of `u64`, `u32` or [`Ipv4Addr`](std::net::Ipv4Addr) keys whose
+/// algorithm keeps one 64-bit word a key ([`Gcra`](crate::algo::Gcra),
+/// [`Earrrl`](crate::algo::Earrrl), [`FixedWindow`](crate::algo::FixedWindow),
+/// [`InFlight`](crate::algo::InFlight)) keeps them in the compact table
+/// ([`CompactLimiter`](crate::CompactLimiter)'s, chosen at build by `TypeId`), bounded by
+/// [`max_keys`](crate::store::Builder::max_keys) or not: key and state in one 16-byte slot,
+/// one CAS, one cache miss a check at a million keys where the map takes two; 1.5–1.6×
+/// governor's speed there, in 34 bytes a key without a bound and 48 with one (its debt table),
+/// where the map took 0.8–0.9× in 54 (`BENCHMARKS.md`). Without a bound it grows as keys come
+/// and never evicts for capacity, as the map; set one where clients choose the keys, to bound
+/// the memory a flood of new keys can take. The decisions are the same until a key is evicted
+/// for capacity, which each table does its own way (`docs/GUARANTEES.md`, G2). Any other key
 /// type or state (a 128-bit key or state would take a per-slot lock in the table, a CAS
-/// here), or no bound, is held in the map; so is a key type of your own wrapping a `u64`.
+/// here) is held in the map; so is a key type of your own wrapping a `u64`.
 /// `format!("{limiter:?}")` names the table.
 ///
 /// With [`Cas`] the map's hot path for a known key is: clock read → hash →
@@ -66,9 +67,10 @@ pub type MutexLimiter<K, A, C = QuantaClock> = Limiter<Map<K, A, C, Locked>>;
 
 /// The keyed [`Store`](crate::store::Store) of any key: a `papaya` concurrent map (hashed
 /// with `ahash`) from key to a cell of state, the cell chosen by `V` ([`Cas`] or [`Locked`]);
-/// see [`CasLimiter`]. Bounded ([`max_keys`](crate::store::Builder::max_keys)), a map of
-/// `u64`, `u32` or `Ipv4Addr` keys under a one-word state is the compact table ([`Compact`])
-/// instead, which holds each key and its state in one lock-free slot.
+/// see [`CasLimiter`]. A map of `u64`, `u32` or `Ipv4Addr` keys under a one-word state is the
+/// compact table ([`Compact`]) instead, bounded by
+/// [`max_keys`](crate::store::Builder::max_keys) or not, which holds each key and its state
+/// in one lock-free slot.
 pub struct Map<K, A: Algorithm, C: Clock = QuantaClock, V: Variant<A> = Cas>(
     pub(crate) Route<K, A, C, V>,
 );
@@ -121,13 +123,9 @@ where
     type WithClock<C2: Clock> = Map<K, A, C2, V>;
 
     fn build(algo: A, clock: C, options: &Options) -> Result<(Self, Option<Sweeper>), BuildError> {
-        // Unbounded, a key type the compact table holds stays in the map: the table grows up
-        // to a bound fixed at build.
-        if const { may_route::<K, A::State>() }
-            && inline::narrow::<K>()
-            && options.max_keys.is_some()
-        {
-            let (table, sweeper) = Compact::build(algo, clock, options)?;
+        // Bounded or not: the table grows as keys come, up to `max_keys` if set.
+        if const { may_route::<K, A::State>() } && inline::narrow::<K>() {
+            let (table, sweeper) = Compact::build_table(algo, clock, options)?;
             return Ok((Map(Route::Compact(table)), sweeper));
         }
         let shared = Shared::new(algo, clock, options).with_debts(options)?;

@@ -70,8 +70,8 @@ impl<S: Keys<u64>> Limit for Limiter<S> {
     }
 }
 
-/// The papaya store at a bound in this harness: keyed by [`id::Id`] (a bounded map of `u64`
-/// keys is the compact table), checked by `u64`.
+/// The papaya store in this harness: keyed by [`id::Id`] (a map of `u64` keys is the compact
+/// table), checked by `u64`.
 pub struct ById<S: hotlimit::store::Store>(pub Limiter<S>);
 
 impl<S: Keys<id::Id>> ById<S> {
