@@ -583,6 +583,52 @@ fn growth_loses_no_update() {
     run::<Locked>();
 }
 
+/// Without a bound (a `CasLimiter` or `MutexLimiter` of `u64` keys, no `max_keys`), the table
+/// grows through its levels and chunks while requests update the keys it moves: three threads
+/// check 1,000 hot keys while a fourth inserts 300,000 new ones (64 home lines at build,
+/// 131,072 after: 12 chunks), and every hot key's count comes out exact, every key is held
+/// once, none is evicted. On both variants: the lock-free pair slot and the lock slot.
+// Pins G1, G2, G3.
+#[test]
+fn unbounded_growth_loses_no_update() {
+    const HOT: u64 = 1000;
+    const NEW: u64 = 300_000;
+    const ROUNDS: u64 = 20;
+    const BURST: u64 = 100_000;
+    fn run(limiter: &(impl RateLimiter<u64> + Sync), metrics: impl Fn() -> hotlimit::Metrics) {
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| check_hot_keys(limiter, ROUNDS, HOT));
+            }
+            s.spawn(|| {
+                for key in HOT..HOT + NEW {
+                    assert!(limiter.check(&key).is_allowed(), "new key {key}");
+                }
+            });
+        });
+        let m = metrics();
+        assert_eq!(
+            (m.keys, m.evicted_capacity, m.evicted_idle),
+            (HOT + NEW, 0, 0)
+        );
+        // Exactly 3 · ROUNDS taken: the rest of the burst, then nothing.
+        assert_taken(limiter, HOT, BURST - 3 * ROUNDS);
+        for key in HOT..HOT + NEW {
+            assert!(
+                limiter.check_n(&key, BURST - 1).unwrap().is_allowed(),
+                "key {key}"
+            );
+        }
+    }
+    let g: Gcra = format!("1/s burst {BURST}").parse().unwrap();
+    let cas = CasLimiter::<u64, Gcra, _>::with_clock(g, ManualClock::default());
+    run(&cas, || cas.metrics());
+    assert!(format!("{cas:?}").contains("table: \"compact table\""));
+    let mutex = hotlimit::MutexLimiter::<u64, Gcra, _>::with_clock(g, ManualClock::default());
+    run(&mutex, || mutex.metrics());
+    assert!(format!("{mutex:?}").contains("table: \"compact table\""));
+}
+
 /// Growth beside everything that kills keys: two threads check 1,000 hot keys while a third
 /// floods 300,000 new ones into a table bound to 49,000 (so it grows to its most lines, runs
 /// capacity passes and, 94% full at the pass's bound, evicts from full windows) and a fourth

@@ -215,6 +215,16 @@ macro_rules! every_store {
                     clock
                 ))),
             ),
+            // And without a bound: the compact table grown as keys come.
+            (
+                "cas-u64-unbounded",
+                Box::new(on::<_, u64>(keyed_build!(
+                    CasLimiter::<u64, _>,
+                    algo,
+                    clock,
+                    unbounded
+                ))),
+            ),
             (
                 "compact",
                 Box::new(on::<_, u64>(keyed_build!(
@@ -262,6 +272,15 @@ macro_rules! keyed_build {
             .clock($clock.clone())
             .metrics(true)
             .max_keys(100)
+            .sweep_grace(Duration::ZERO)
+            .build()
+            .unwrap()
+    };
+    // Without a bound.
+    ($ty:ty, $algo:expr, $clock:expr, unbounded) => {
+        <$ty>::builder($algo.clone())
+            .clock($clock.clone())
+            .metrics(true)
             .sweep_grace(Duration::ZERO)
             .build()
             .unwrap()
@@ -436,6 +455,15 @@ fn keyed_stores_sweep_and_report_alike() {
         (
             "cas-u64",
             Box::new(on::<_, u64>(keyed_build!(CasLimiter::<u64, _>, g, clock))),
+        ),
+        (
+            "cas-u64-unbounded",
+            Box::new(on::<_, u64>(keyed_build!(
+                CasLimiter::<u64, _>,
+                g,
+                clock,
+                unbounded
+            ))),
         ),
         (
             "compact",
