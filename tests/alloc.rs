@@ -106,6 +106,9 @@ fn every_store<A: Algorithm + Clone + Send + Sync + 'static>(name: &str, algo: A
     gate!(format!("MutexLimiter<{name}>"), mutex, clock, "client-1");
     let compact = CompactLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
     gate!(format!("CompactLimiter<{name}>"), compact, clock, &7);
+    // `u64` keys: the compact table without a bound under a one-word state, else the map.
+    let cas_u64 = CasLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());
+    gate!(format!("CasLimiter<u64, {name}>"), cas_u64, clock, &7);
     let direct = DirectLimiter::<A, _>::with_clock(algo, clock.clone());
     gate!(format!("DirectLimiter<{name}>"), direct, clock, &());
 }
@@ -142,4 +145,31 @@ fn no_operation_on_a_known_key_allocates_on_any_store() {
     }
     // Its peek reads the log in place, as the sub-window's does its buckets.
     gate!("CasLimiter<SlidingLog>", log, clock, "k");
+
+    // What an empty limiter holds: a `CasLimiter` of `u64` keys is the compact table without a
+    // bound, which allocates its first chunk (256 lines), its insert stripes and a small debt
+    // table at build: at most 20 KiB more than an empty limiter on the map, whose counters
+    // are most of what either holds (`docs/limiters.md`).
+    let held = |build: &dyn Fn() -> Box<dyn std::any::Any>| {
+        let before = dhat::HeapStats::get().curr_bytes;
+        let limiter = build();
+        let held = dhat::HeapStats::get().curr_bytes - before;
+        drop(limiter);
+        held
+    };
+    let g = "10/s".parse::<Gcra>().unwrap();
+    let table = held(&|| {
+        Box::new(CasLimiter::<u64, Gcra, _>::with_clock(
+            g,
+            ManualClock::default(),
+        ))
+    });
+    let map = held(&|| {
+        Box::new(CasLimiter::<String, Gcra, _>::with_clock(
+            g,
+            ManualClock::default(),
+        ))
+    });
+    eprintln!("an empty CasLimiter holds {table} bytes of u64 keys, {map} of String keys");
+    assert!(table <= map + (20 << 10), "{table} against {map}");
 }

@@ -124,28 +124,6 @@ pub struct Compact<K: CompactKey, A: Algorithm, C = QuantaClock, V: Variant<A> =
 impl<K: CompactKey, A: Algorithm, V: Variant<A>> sealed::Keyed for Compact<K, A, QuantaClock, V> {}
 impl<K: CompactKey, A: Algorithm, V: Variant<A>> KeyedStore for Compact<K, A, QuantaClock, V> {}
 
-impl<K, A, C, V> Compact<K, A, C, V>
-where
-    K: CompactKey,
-    A: Algorithm,
-    C: Clock,
-    V: Variant<A>,
-{
-    /// The table as `options` say, without a bound if they set none (a `CasLimiter` of
-    /// `u64` keys), and its background sweeper if one was asked for.
-    pub(crate) fn build_table(
-        algo: A,
-        clock: C,
-        options: &Options,
-    ) -> Result<(Self, Option<Sweeper>), BuildError> {
-        let table = Arc::new(Table::new(algo, clock, options)?);
-        let sweeper = table.core.spawn_sweeper(&table, |t| {
-            t.sweep();
-        })?;
-        Ok((Compact(table), sweeper))
-    }
-}
-
 impl<K, A, C, V> StoreTable for Compact<K, A, C, V>
 where
     K: CompactKey,
@@ -248,6 +226,20 @@ where
     C: Clock,
     V: Variant<A>,
 {
+    /// The table as `options` say, without a bound if they set none (a `CasLimiter` of
+    /// `u64` keys), and its background sweeper if one was asked for.
+    pub(crate) fn build_table(
+        algo: A,
+        clock: C,
+        options: &Options,
+    ) -> Result<(Self, Option<Sweeper>), BuildError> {
+        let table = Arc::new(Table::new(algo, clock, options)?);
+        let sweeper = table.core.spawn_sweeper(&table, |t| {
+            t.sweep();
+        })?;
+        Ok((Compact(table), sweeper))
+    }
+
     /// A batch whose keys `locate` places in the table (by their look-up form here, by their
     /// inline form from a [`Map`](crate::store::Map) of fixed-size keys).
     #[inline(always)]

@@ -37,7 +37,7 @@ pub const DEFAULT_MAX_KEYS: usize = 65_536;
 /// Slots a capacity pass samples to draw its cut.
 const SAMPLE: usize = 4096;
 
-/// Home-line lock stripes for inserts (cache-padded: 64 KiB).
+/// Home-line lock stripes for inserts (cache-padded: 128 KiB).
 const STRIPES: usize = 1024;
 
 /// The most home lines at level 0: the table's most lines are `base · 2^L`, `base` in
@@ -66,7 +66,13 @@ const UNBOUNDED_LEVELS: u32 = 40;
 /// Keys' worth of debt table for a table built without a bound. It evicts for capacity only
 /// when memory for its next chunk is refused or a split's image line finds its window full
 /// (neither seen in the tests), so a small table suffices to keep those keys' limits.
-const UNBOUNDED_DEBT_KEYS: usize = 1024;
+const UNBOUNDED_DEBT_KEYS: usize = 256;
+
+/// Insert stripes of a table built without a bound: it starts with 64 home lines, like a
+/// small bounded table, and may stay that small (a `CasLimiter` of `u64` keys made per
+/// route or per tenant), so it does not take `STRIPES`' 128 KiB up front; 64 stripes keep
+/// inserts of 16 threads apart all the same (a stripe is held for one insert or one split).
+const UNBOUNDED_STRIPES: usize = 64;
 
 /// The chunk holding line `i`. `| 1`: a base-2 log of a number never 0 (one `bsr`, no
 /// branch or zero case).
@@ -312,7 +318,13 @@ where
             chunks: filled(chunk_index(max_homes + window - 1) + 1, OnceLock::new)?,
             max_homes,
             grow: Mutex::new(()),
-            stripes: filled(STRIPES.min(max_homes), || CachePadded::new(Mutex::new(())))?,
+            stripes: filled(
+                match options.max_keys {
+                    Some(_) => STRIPES.min(max_homes),
+                    None => UNBOUNDED_STRIPES,
+                },
+                || CachePadded::new(Mutex::new(())),
+            )?,
             window,
             hasher: hasher(),
             core,
