@@ -595,7 +595,7 @@ fn unbounded_growth_loses_no_update() {
     const NEW: u64 = 300_000;
     const ROUNDS: u64 = 20;
     const BURST: u64 = 100_000;
-    fn run(limiter: &(impl RateLimiter<u64> + Sync), metrics: impl Fn() -> hotlimit::Metrics) {
+    fn run(limiter: &impl RateLimiter<u64>, metrics: impl Fn() -> hotlimit::Metrics) {
         std::thread::scope(|s| {
             for _ in 0..3 {
                 s.spawn(|| check_hot_keys(limiter, ROUNDS, HOT));
