@@ -257,14 +257,42 @@ pub fn worker_main() {
     println!("FLEET-RESULT {}", worker(&spec));
 }
 
+/// The traffic's start (Unix ns), once the parent has sent it: see [`Setup::lead`].
+static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+/// Every limiter of this worker built and current (and the main thread, which then says so).
+static READY: std::sync::OnceLock<std::sync::Barrier> = std::sync::OnceLock::new();
+/// The line a worker prints once its limiters are current, and waits for the start after.
+const READY_LINE: &str = "FLEET-READY";
+
+/// The traffic's start: the spec's, or (a run whose workers report ready first) the one the
+/// parent sends once they all have.
+fn start_of(spec: &Value) -> u64 {
+    if spec["start"].as_u64().is_some_and(|s| s > 0) {
+        return spec["start"].as_u64().unwrap();
+    }
+    loop {
+        if let Some(&start) = START.get() {
+            return start;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// The worker's side: runs every algorithm of `spec` and returns the results (JSON).
 pub fn worker(spec: &Value) -> Value {
     let offset = spec["clock_offset_ns"].as_i64().unwrap_or(0);
     CLOCK_OFFSET.store(offset, std::sync::atomic::Ordering::Relaxed);
     let shape = Shape::from_json(&spec["shape"]);
-    let threads: Vec<_> = spec["algos"]
-        .as_array()
-        .unwrap()
+    let algos = spec["algos"].as_array().unwrap();
+    // Without a start in the spec: each limiter (a late joiner's excepted, built after the
+    // start) waits to be current, then this thread says so and reads the start.
+    let wait_ready = spec["start"].as_u64() == Some(0);
+    let late = spec["join_after_ns"].as_u64().is_some();
+    if wait_ready {
+        let parties = if late { 1 } else { algos.len() + 1 };
+        let _ = READY.set(std::sync::Barrier::new(parties));
+    }
+    let threads: Vec<_> = algos
         .iter()
         .map(|name| {
             let name = name.as_str().unwrap().to_owned();
@@ -281,6 +309,15 @@ pub fn worker(spec: &Value) -> Value {
             })
         })
         .collect();
+    if wait_ready {
+        READY.get().unwrap().wait();
+        println!("{READY_LINE}");
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .expect("the start, from the parent");
+        let _ = START.set(line.trim().parse().expect("the start, in Unix ns"));
+    }
     let mut out = serde_json::Map::new();
     for t in threads {
         let (name, v) = t.join().unwrap();
@@ -291,10 +328,17 @@ pub fn worker(spec: &Value) -> Value {
 
 fn with_limiter<A: HybridAlgorithm>(spec: &Value, name: &str, algo: A) -> Value {
     let shape = Shape::from_json(&spec["shape"]);
+    let mut spec = spec.clone();
     // A late joiner builds its limiter (and takes requests) only from its time.
-    if let Some(join) = spec["join_at"].as_u64() {
-        std::thread::sleep(Duration::from_nanos(join.saturating_sub(unix_ns())));
+    if let Some(after) = spec["join_after_ns"].as_u64() {
+        let start = start_of(&spec);
+        spec["start"] = json!(start);
+        spec["join_at"] = json!(start + after);
+        std::thread::sleep(Duration::from_nanos(
+            (start + after).saturating_sub(unix_ns()),
+        ));
     }
+    let spec = &mut spec;
     let seeds: Vec<String> = spec["seeds"]
         .as_array()
         .unwrap()
@@ -319,6 +363,19 @@ fn with_limiter<A: HybridAlgorithm>(spec: &Value, name: &str, algo: A) -> Value 
     }
     .build()
     .unwrap();
+    if spec["start"].as_u64() == Some(0) {
+        // Current (subscribed, and every key's state known), then the start: a limiter
+        // taking traffic before it is current denies what it cannot know of yet (an
+        // EARRRL flood's whole admission, its first 150 ms, went on that on a loaded
+        // machine whose workers took over the old fixed 2 s lead to build).
+        let by = unix_ns() + 30_000_000_000;
+        while !limiter.stats().current && unix_ns() < by {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        READY.get().unwrap().wait();
+        spec["start"] = json!(start_of(spec));
+    }
+    let spec = &*spec;
     // From halfway through the run (the states of a window's requests idle when it ends,
     // and a hash with them: at the end no fixed window's state may be left), the most ids
     // the merged states were seen under: read again while Redis is away, or until every
@@ -568,8 +625,10 @@ pub struct Setup<'a> {
     pub window: Option<(Duration, Duration)>,
     /// Each worker's clock offset, seconds (empty: none), through [`FAKETIME`].
     pub clock_offsets: Vec<f64>,
-    /// Workers started this long before the traffic (default 2 s: every worker is up,
-    /// connected and subscribed by then).
+    /// Workers started this long before the traffic. By default the traffic starts 100 ms
+    /// after every worker's limiters are current (connected, subscribed, every key's state
+    /// known), each worker saying so on its stdout: a fixed lead of 2 s was not always
+    /// enough for four processes to build five limiters each on two loaded cores.
     pub lead: Option<Duration>,
     /// Where a worker reads the instance ids in the hashes from, if not the fleet's URL (a
     /// proxy's faults are the fleet's, not the observer's).
@@ -592,21 +651,23 @@ pub fn run_with(
     setup: Setup<'_>,
 ) -> Run {
     let exe = std::env::current_exe().unwrap();
-    let lead = setup.lead.unwrap_or(Duration::from_secs(2));
-    let start = unix_ns() + lead.as_nanos() as u64;
-    let children: Vec<_> = (0..WORKERS)
+    // 0: the workers report ready, then get the start (see `Setup::lead`).
+    let fixed = setup.lead.map(|lead| unix_ns() + lead.as_nanos() as u64);
+    let mut children: Vec<_> = (0..WORKERS)
         .map(|w| {
             let offset = setup.clock_offsets.get(w).copied().unwrap_or(0.0);
             let spec = json!({
-                "url": target.url, "seeds": target.seeds, "worker": w, "start": start,
+                "url": target.url, "seeds": target.seeds, "worker": w,
+                "start": fixed.unwrap_or(0),
                 "duration_ms": duration.as_millis() as u64, "shape": shape.to_json(),
                 "algos": algos, "clock_offset_ns": (offset * 1e9) as i64,
                 "observer_url": setup.observer_url, "skip_ids": setup.skip_ids,
-                "join_at": setup.late.filter(|l| l.0 == w).map(|l| start + l.1.as_nanos() as u64),
+                "join_after_ns": setup.late.filter(|l| l.0 == w).map(|l| l.1.as_nanos() as u64),
             });
             let mut cmd = Command::new(&exe);
             cmd.args(args)
                 .env(WORKER_ENV, spec.to_string())
+                .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit());
             if offset != 0.0 {
@@ -618,6 +679,33 @@ pub fn run_with(
             cmd.spawn().expect("spawn a worker")
         })
         .collect();
+    // Each worker's stdout, read line by line: its ready line now, its result at the end.
+    let mut outputs: Vec<_> = children
+        .iter_mut()
+        .map(|c| std::io::BufReader::new(c.stdout.take().unwrap()))
+        .collect();
+    let start = match fixed {
+        Some(start) => start,
+        None => {
+            use std::io::{BufRead, Write};
+            for out in &mut outputs {
+                // libtest's "test fleet_worker ... " may open the line.
+                let mut line = String::new();
+                while !line.trim_end().ends_with(READY_LINE) {
+                    line.clear();
+                    let read = out.read_line(&mut line).unwrap();
+                    assert!(read > 0, "a worker ended before it was ready");
+                }
+            }
+            let start = unix_ns() + 100_000_000;
+            for child in &mut children {
+                let stdin = child.stdin.as_mut().unwrap();
+                writeln!(stdin, "{start}").unwrap();
+                stdin.flush().unwrap();
+            }
+            start
+        }
+    };
     let wait_until = |t: u64| {
         let now = unix_ns();
         if t > now {
@@ -634,10 +722,11 @@ pub fn run_with(
         .map(|(from, to)| (start + from.as_nanos() as u64, start + to.as_nanos() as u64));
     let mut per_algo: Vec<(Trace, Vec<Value>)> =
         algos.iter().map(|_| (Vec::new(), Vec::new())).collect();
-    for child in children {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "a worker failed: {:?}", out.status);
-        let text = String::from_utf8_lossy(&out.stdout);
+    for (mut child, mut out) in children.into_iter().zip(outputs) {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut out, &mut text).unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "a worker failed: {status:?}");
         let line = text
             .lines()
             .find_map(|l| l.split_once("FLEET-RESULT ").map(|(_, json)| json))
