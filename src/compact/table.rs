@@ -59,9 +59,10 @@ const BASE_LINES: usize = 1;
 /// as large as the whole table. A constant, so the look-up's arithmetic is immediate.
 const CHUNK_BITS: u32 = 7;
 
-/// Home lines at level 0 and levels of a table built without a bound: 64 · 2^40 lines at
-/// most, past any memory, so in practice it grows until memory is refused.
-const UNBOUNDED_LEVELS: u32 = 40;
+/// Levels of a table built without a bound, from `BASE_LINES` home lines: 64 · 2^40 lines at
+/// most, past any memory, so in practice it grows until memory is refused (on a 32-bit
+/// target, 64 · 2^17 lines: half its address space in lines).
+const UNBOUNDED_LEVELS: u32 = if usize::BITS >= 64 { 40 } else { 17 };
 
 /// Keys' worth of debt table for a table built without a bound. It evicts for capacity only
 /// when memory for its next chunk is refused or a split's image line finds its window full
