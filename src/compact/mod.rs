@@ -71,7 +71,7 @@ use table::{Table, SLOTS_PER_LINE};
 /// `docs/DESIGN.md` (section 7); measurements in `BENCHMARKS.md`.
 ///
 /// **Sizing.** `max_keys` is the capacity bound, and the table grows toward it as keys
-/// arrive, a chunk of 4096 lines (256 KiB of lock-free slots) at a time: while its lines fit
+/// arrive, a chunk at a time (each as large as the lines before it): while its lines fit
 /// 1 MiB (up to 16,384 home lines) it keeps keys in at most 1/4 of its slots, so almost every
 /// key sits in the slot its look-up tries first; beyond, 3/4, where about one key in seven
 /// sits past its home line and a look-up scans further. It grows by doubling its lines a line
