@@ -162,19 +162,25 @@ where
                 continue;
             }
             let _stripe = self.stripes[home % self.stripes.len()].lock();
-            let reach = self.reach(home).load(Ordering::Acquire) as usize;
-            let farthest = (1..=reach)
-                .rev()
-                .find(|&d| {
-                    self.line(home, d).0.iter().any(|slot| {
-                        slot.inspect(|repr, _| self.place(repr).1 == home)
-                            .unwrap_or(false)
-                    })
+            self.lower_reach_of(home);
+        }
+    }
+
+    /// Lowers `home`'s reach to the farthest line one of its keys sits in, `home`'s stripe
+    /// held (see `lower_reach`).
+    pub(super) fn lower_reach_of(&self, home: usize) {
+        let reach = self.reach(home).load(Ordering::Acquire) as usize;
+        let farthest = (1..=reach)
+            .rev()
+            .find(|&d| {
+                self.line(home, d).0.iter().any(|slot| {
+                    slot.inspect(|repr, _| self.place(repr).1 == home)
+                        .unwrap_or(false)
                 })
-                .unwrap_or(0);
-            if farthest < reach {
-                self.reach(home).store(farthest as u8, Ordering::Release);
-            }
+            })
+            .unwrap_or(0);
+        if farthest < reach {
+            self.reach(home).store(farthest as u8, Ordering::Release);
         }
     }
 
