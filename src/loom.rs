@@ -417,6 +417,72 @@ mod compact {
         split_vs_request(true);
     }
 
+    /// A check of key `back` races the split that brings it home: a table of two home lines
+    /// (`max_keys(12)`: four at most, 3/4 full), line 0 full of its own keys and `back`, a
+    /// fifth of line 0's, overflowed into line 1. A seventh key's insert splits line 0: a key
+    /// bound for the image leaves, and `back`, which stays, is killed in line 1 and claimed
+    /// in line 0. Whatever the interleaving, the check is counted exactly once, every key is
+    /// held once, and every key ends in its home line.
+    // Pins G3.
+    #[test]
+    fn loom_compact_split_brings_a_key_home_vs_check() {
+        // Seven keys' inserts and a split of two lines take more than loom's default 1,000
+        // branches in one execution.
+        let mut model = loom::model::Builder::new();
+        model.max_branches = 10_000;
+        model.check(|| {
+            let l: Limiter<Cas> = CompactLimiter::builder("100/s burst 1".parse::<Gcra>().unwrap())
+                .max_keys(12)
+                .clock(ManualClock::default())
+                .build()
+                .unwrap();
+            // Level 1's home line is hash bit 1; its split's image takes bit 2.
+            let fp = |k: u64| l.store.0.locate(&k).1;
+            let line = |k: u64| (fp(k) >> 1) & 1;
+            let leaves = |k: u64| (fp(k) >> 2) & 1 == 1;
+            let zeros: Vec<u64> = (1..).filter(|&k| line(k) == 0).take(64).collect();
+            let ones: Vec<u64> = (1..).filter(|&k| line(k) == 1).take(2).collect();
+            // Four for line 0, one of them leaving at the split; `back`, the fifth, stays.
+            let gone = *zeros.iter().find(|&&k| leaves(k)).unwrap();
+            let mut four: Vec<u64> = zeros
+                .iter()
+                .copied()
+                .filter(|&k| !leaves(k))
+                .take(4)
+                .collect();
+            let back = four.pop().unwrap();
+            four.push(gone);
+            // Three keys fill the one home line; the fourth (line 1's) starts level 1.
+            for k in [four[0], four[1], four[2], ones[0], four[3], back] {
+                assert!(l.check(&k).is_allowed()); // tat = T
+            }
+            let before = l.probe_stats();
+            // `back` alone sits past its home line.
+            assert_eq!(before.keys, 6, "{before:?}");
+            assert_eq!(before.in_home_line, 5.0 / 6.0, "{before:?}");
+            let l = Arc::new(l);
+            let a = {
+                let l = l.clone();
+                thread::spawn(move || l.check(&back).is_allowed())
+            };
+            let b = {
+                let l = l.clone();
+                thread::spawn(move || l.check(&ones[1]).is_allowed())
+            };
+            assert!(
+                !a.join().unwrap(),
+                "key {back} seen fresh while it came home"
+            );
+            assert!(b.join().unwrap());
+            let stats = l.probe_stats();
+            assert_eq!(stats.keys, 7, "{stats:?}");
+            assert_eq!(stats.in_home_line, 1.0, "{stats:?}");
+            assert_eq!(l.metrics().keys, 7);
+            // Burst 1, tat = T: a leaky denial writes nothing, so the probe waits T.
+            assert_eq!(leaky_wait(&l, back), T);
+        });
+    }
+
     /// A request for a spent key races the capacity pass that evicts it (it spent first: the
     /// closest to fresh of four keys held against `max_keys(3)`). Whatever the interleaving,
     /// the request is denied and the key keeps its exact state: the pass keeps the key's debt

@@ -212,6 +212,42 @@ fn capacity_bound_holds_under_a_flood() {
     flood::<Locked>();
 }
 
+/// A bounded table grows with the keys it holds: a level starts only once the keys are past
+/// the fill (one a home line while the table is under 16,384 home lines, three beyond), so
+/// its home lines stay within twice what its keys need (or its first level's size). A level
+/// whose lines are not a multiple of the four an insert splits (a table bounded to 1M keys
+/// has 41 · 2^L home lines) once ran on into the next, and every later level with it: 40,004
+/// lines at 10,000 keys, 200,004 at 50,000, where these bounds allow 20,127 and 33,461.
+// Pins G19.
+#[test]
+fn a_bounded_table_grows_with_its_keys() {
+    for max_keys in [1_000_000, 100_000, 65_536, 10_000, 999] {
+        let limiter =
+            CompactLimiter::<u64, Gcra, _>::builder("1000000000/s burst 1000000".parse().unwrap())
+                .max_keys(max_keys)
+                .clock(ManualClock::default())
+                .build()
+                .unwrap();
+        let first = limiter.probe_stats().lines - 127;
+        let mut held = 0;
+        for keys in [50, 100, 1000, 5000, 10_000, 50_000] {
+            let keys = keys.min(max_keys);
+            for key in held..keys as u64 {
+                assert!(limiter.check(&key).is_allowed());
+            }
+            held = keys as u64;
+            let homes = limiter.probe_stats().lines - 127;
+            // A level doubles the lines it starts from, and starts past the fill of those.
+            let per_line = if homes / 2 >= 16_384 { 3 } else { 1 };
+            let most = (2 * keys as u64).div_ceil(per_line).max(2 * first);
+            assert!(
+                homes <= most,
+                "max_keys {max_keys}: {homes} home lines at {keys} keys (at most {most})"
+            );
+        }
+    }
+}
+
 // Pins G34.
 #[test]
 fn metrics_count_every_decision_once_and_the_sweeps() {
