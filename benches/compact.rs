@@ -278,7 +278,7 @@ fn main() {
     let rounds = if quick { 3 } else { 7 };
     let ops = 4_000_000;
 
-    let clock = QuantaClock::new();
+    let clock = QuantaClock::default();
     let algo = gcra();
     let compact = CompactLimiter::<u64, Gcra>::builder(algo)
         .max_keys(KEYS as usize)

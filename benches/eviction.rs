@@ -118,7 +118,12 @@ fn sweep_times(variant: &str) -> (Duration, Duration, Duration) {
 /// `check` latency over 1M live keys, with or without another thread sweeping in a loop.
 fn latency(variant: &str, with_sweeps: bool) -> Histogram<u64> {
     let quota = "1000000000/s".parse().unwrap();
-    let limiter = filled(variant, quota, QuantaClock::new(), Duration::from_secs(1));
+    let limiter = filled(
+        variant,
+        quota,
+        QuantaClock::default(),
+        Duration::from_secs(1),
+    );
     timed_checks(
         with_sweeps,
         &|k| {

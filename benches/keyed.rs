@@ -175,7 +175,7 @@ struct Clocks {
 }
 
 fn scenario(c: &mut Criterion, keys_n: u64, dist: Dist, dist_name: &str, clocks: &Clocks) {
-    let exact = Hot::new(keys_n, QuantaClock::new());
+    let exact = Hot::new(keys_n, QuantaClock::default());
     let cached = Hot::new(keys_n, clocks.coarse.clone());
     // The OS monotonic clock, which the default clock reads where the kernel does not keep
     // time by the TSC: what that choice costs, on one key and among 1M keys, where its fence

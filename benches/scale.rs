@@ -364,7 +364,7 @@ impl Stores {
         rows.push((
             "bare papaya get+CAS, exact clock".into(),
             Box::new(move |keys, _| {
-                let clock = QuantaClock::new();
+                let clock = QuantaClock::default();
                 for k in keys {
                     let now = clock.now();
                     let guard = self.papaya.guard();
@@ -377,7 +377,7 @@ impl Stores {
         rows.push((
             "flat array CAS, exact clock".into(),
             Box::new(move |keys, _| {
-                let clock = QuantaClock::new();
+                let clock = QuantaClock::default();
                 for &k in keys {
                     bare_cas(&self.flat[k as usize], clock.now());
                 }
@@ -586,7 +586,7 @@ fn strings(rounds: usize, ops: usize) {
 /// (TSC) clock and on a 1 ms coarse clock.
 fn steps(rounds: usize, ops: usize) {
     let coarse = CoarseClock::new(Duration::from_millis(1)).unwrap();
-    let exact = QuantaClock::new();
+    let exact = QuantaClock::default();
     let papaya = papaya::HashMap::<u64, AtomicU64, _>::with_hasher(ahash::RandomState::new());
     papaya.pin().insert(0, AtomicU64::new(0));
     // A key type of its own keeps the limiter on the papaya map (a `u64` key is the compact

@@ -52,7 +52,7 @@ pub trait Clock: Send + Sync + 'static {
 /// a request on a lagging core is denied wrongly and one on a leading core admitted early.
 /// The kernel checks its TSC at boot and under way, and keeps its own time by it only if it
 /// passes (Linux: the `tsc` clocksource, `/sys/devices/system/clocksource/clocksource0/
-/// current_clocksource`); so [`new`](QuantaClock::new) does the same, and on any other
+/// current_clocksource`); so [`default`](QuantaClock::default) does the same, and on any other
 /// clocksource, or off Linux, reads the OS monotonic clock (`std::time::Instant`) instead.
 /// What each costs on the one-key path is in `BENCHMARKS.md` ("The default clock").
 /// Nothing here overrules the kernel; a clock of your own (a [`Clock`] over `Instant` is a few
@@ -65,7 +65,7 @@ pub trait Clock: Send + Sync + 'static {
 /// ```
 /// use hotlimit::{Clock, QuantaClock};
 ///
-/// let clock = QuantaClock::new();
+/// let clock = QuantaClock::default();
 /// let a = clock.now();
 /// assert!(clock.now() >= a);
 /// ```
@@ -81,16 +81,6 @@ enum Source {
 }
 
 impl QuantaClock {
-    /// A clock whose origin is now: the TSC if the kernel keeps its time by it, else the OS
-    /// monotonic clock (see the type's docs).
-    pub fn new() -> Self {
-        if kernel_trusts_tsc() {
-            Self::tsc()
-        } else {
-            Self::os()
-        }
-    }
-
     /// `quanta`'s clock: the TSC where quanta finds an invariant one (quanta falls back to
     /// the OS clock itself where there is none). Only where the kernel keeps its time by it: a
     /// TSC the kernel does not trust may drift between cores, and no caller should overrule it.
@@ -130,8 +120,14 @@ fn kernel_trusts_tsc() -> bool {
 }
 
 impl Default for QuantaClock {
+    /// A clock whose origin is now: the TSC if the kernel keeps its time by it, else the OS
+    /// monotonic clock (see the type's docs).
     fn default() -> Self {
-        Self::new()
+        if kernel_trusts_tsc() {
+            Self::tsc()
+        } else {
+            Self::os()
+        }
     }
 }
 
@@ -206,7 +202,7 @@ impl CoarseClock {
     /// [`BuildError::Spawn`] if the thread cannot be started.
     pub fn new(resolution: Duration) -> Result<Self, BuildError> {
         let resolution = resolution.max(Duration::from_micros(1));
-        let source = QuantaClock::new();
+        let source = QuantaClock::default();
         // Padded: every request on every core reads it, so it must not share a line with
         // anything written.
         let word = Arc::new(CachePadded::new(AtomicU64::new(source.now())));
@@ -408,7 +404,7 @@ mod tests {
             "/sys/devices/system/clocksource/clocksource0/current_clocksource",
         );
         let kernel_tsc = cfg!(target_os = "linux") && source.is_ok_and(|s| s.trim() == "tsc");
-        assert_eq!(QuantaClock::new().uses_tsc(), kernel_tsc);
+        assert_eq!(QuantaClock::default().uses_tsc(), kernel_tsc);
         assert!(QuantaClock::tsc().uses_tsc());
         let os = QuantaClock::os();
         assert!(!os.uses_tsc());
@@ -421,7 +417,7 @@ mod tests {
     // Pins G5.
     #[test]
     fn quanta_clock_clones_share_origin() {
-        let a = QuantaClock::new();
+        let a = QuantaClock::default();
         let b = a.clone();
         let (x, y) = (a.now(), b.now());
         // b was read after a on this thread; same origin means same timeline.

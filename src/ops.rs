@@ -167,7 +167,7 @@ impl<S: Store<Clock = QuantaClock>> Limiter<S> {
     /// cannot be (its first lines and its debt table: about 2 MB);
     /// [`builder`](Self::builder)'s `build` returns [`BuildError::OutOfMemory`] instead.
     pub fn new(algo: S::Algo) -> Self {
-        match S::build(algo, QuantaClock::new(), &Options::default()) {
+        match S::build(algo, QuantaClock::default(), &Options::default()) {
             Ok((store, sweeper)) => Limiter {
                 store,
                 _sweeper: sweeper,

@@ -111,7 +111,7 @@ impl<L, A, X> Builder<L, A, QuantaClock, X> {
     pub(crate) fn with(algo: A, options: Options, extra: X) -> Self {
         Self {
             algo,
-            clock: QuantaClock::new(),
+            clock: QuantaClock::default(),
             options,
             extra,
             _limiter: PhantomData,

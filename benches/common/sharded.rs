@@ -29,7 +29,7 @@ type Shard<K, S> = CachePadded<Mutex<HashMap<K, S, ahash::RandomState>>>;
 impl<K: Hash + Eq + Send, A: Algorithm> ShardedLimiter<K, A, QuantaClock> {
     /// A sharded baseline running `algo` on the default clock.
     pub fn new(algo: A) -> Self {
-        Self::with_clock(algo, QuantaClock::new())
+        Self::with_clock(algo, QuantaClock::default())
     }
 }
 

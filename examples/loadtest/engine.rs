@@ -758,7 +758,7 @@ fn run_all<A: Algorithm + Copy>(
     match args.clock {
         ClockKind::Exact => {
             let clocks = Clocks {
-                hotlimit: QuantaClock::new(),
+                hotlimit: QuantaClock::default(),
                 governor_upkeep: None,
             };
             let setup = Setup {

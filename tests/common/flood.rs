@@ -170,7 +170,7 @@ pub fn run(shape: Shape, deadline: Duration) -> Result<Report, String> {
         let target = match shape.clock {
             ClockKind::Frozen => build(&shape, ManualClock::default()),
             ClockKind::Coarse => build(&shape, CoarseClock::new(Duration::from_millis(1)).unwrap()),
-            ClockKind::Exact => build(&shape, QuantaClock::new()),
+            ClockKind::Exact => build(&shape, QuantaClock::default()),
         };
         let _ = tx.send(flood(&shape, &*target));
     });
