@@ -1,7 +1,9 @@
 //! The compact table: lines of slots, probing by line within a window, striped inserts,
-//! growth by linear hashing, and window eviction; the sweeps and capacity passes are in
-//! [`sweeps`]. The design is in `docs/DESIGN.md` (section "The compact table").
+//! placement by linear hashing, and window eviction; growth (the splits) is in [`grow`], the
+//! sweeps and capacity passes in [`sweeps`]. The design is in `docs/DESIGN.md` (section "The
+//! compact table").
 
+mod grow;
 mod sweeps;
 
 use super::key::CompactKey;
@@ -15,7 +17,6 @@ use crate::shared::{Core, Options};
 use crate::sweeper::{evict_before_insert, SharedCut};
 use crate::sync::Mutex;
 use crossbeam_utils::CachePadded;
-use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -155,7 +156,7 @@ type ChunkOf<K, A, V> = Chunk<SlotOf<K, A, V>>;
 /// keys are told apart by bit `L + 1`, which adds `base · 2^L` (the line's image) or nothing.
 #[inline(always)]
 fn home_of(fp: u64, t: u64, base: usize) -> usize {
-    let (level, split) = (t >> 56, (t << 8) >> 8);
+    let (level, split) = level_and_split(t);
     let a = ((fp >> 32) * base as u64) >> 32;
     let bits = fp >> 1;
     let home = a + base as u64 * (bits & ((1 << level) - 1));
@@ -173,10 +174,17 @@ fn split_home(home: u64, bits: u64, level: u64, base: usize) -> usize {
     (home + ((bits >> level) & 1) * ((base as u64) << level)) as usize
 }
 
+/// The level (high byte) and the split pointer (the rest) of the growth word `t`.
+#[inline(always)]
+fn level_and_split(t: u64) -> (u64, u64) {
+    (t >> 56, (t << 8) >> 8)
+}
+
 /// Home lines under the growth word `t`.
 #[inline(always)]
 fn homes_of(t: u64, base: usize) -> usize {
-    (base << (t >> 56)) + ((t << 8) >> 8) as usize
+    let (level, split) = level_and_split(t);
+    (base << level) + split as usize
 }
 
 /// Everything the requests and the sweeper thread share: the table and the store core.
@@ -698,112 +706,6 @@ where
                 self.len.fetch_sub(1, Ordering::Relaxed);
                 self.window_evictions.fetch_add(1, Ordering::Relaxed);
             }
-        }
-    }
-
-    /// After an insert: splits lines while a level is under way, or starts one once the
-    /// table is past its fill (1/4 while it is small, 3/4 after), unless another thread is
-    /// growing it already (inserts never wait for growth).
-    fn maybe_grow(&self) {
-        let t = self.t();
-        let homes = homes_of(t, self.base);
-        let under_way = (t << 8) >> 8 != 0;
-        let quarters = if homes < SMALL_LINES { 1 } else { 3 };
-        let full = self.len() > homes * quarters;
-        if !(under_way || full) || homes >= self.max_homes {
-            return;
-        }
-        if let Some(_grow) = self.grow.try_lock() {
-            self.split_some();
-        }
-    }
-
-    /// Splits up to `SPLITS` lines, `grow` held, stopping where a level ends; `false` if the
-    /// table may not grow (at `max_homes`, or memory for its next chunk refused).
-    fn split_some(&self) -> bool {
-        for i in 0..SPLITS {
-            if !self.split() {
-                return i > 0;
-            }
-            // The next level starts only once the table is past its fill again. Run on into
-            // it, a level whose lines are not a multiple of `SPLITS` (a bounded table's odd
-            // `base`) would leave the next under way, every insert splitting, level after
-            // level: a table bounded to 1M keys held 40,004 lines at 10,000 keys.
-            if (self.t() << 8) >> 8 == 0 {
-                break;
-            }
-        }
-        true
-    }
-
-    /// Splits the home line the split pointer names, `grow` held: linear hashing. Its keys
-    /// whose home becomes its image line `p + n` (one more bit of their hash) move there, each
-    /// killed in its old slot (its state taken by the kill's CAS, so no update is lost) and
-    /// claimed in the image's window; its keys that stay but sit past it come back into the
-    /// room that leaves, and its reach falls to the farthest left; then `t` moves on. All
-    /// under the stripes of both lines: a request that misses the key meanwhile goes to the
-    /// insert path, waits on the stripe, and finds the key where `t` then says it is. `grow` keeps sweeps, capacity
-    /// passes and window evictions (whose kills would race the move) out. `false` if the
-    /// table may not grow.
-    fn split(&self) -> bool {
-        let t = self.t();
-        let (level, p) = (t >> 56, ((t << 8) >> 8) as usize);
-        let n = self.base << level;
-        let q = p + n;
-        if q >= self.max_homes || self.allocate(q + self.window).is_err() {
-            return false;
-        }
-        let (sp, sq) = (p % self.stripes.len(), q % self.stripes.len());
-        let _p = self.stripes[sp].lock();
-        let _q = (sq != sp).then(|| self.stripes[sq].lock());
-        let reach = self.reach(p).load(Ordering::Acquire) as usize;
-        for d in 0..=reach {
-            for slot in &self.line(p, d).0 {
-                let Some(repr) = slot.inspect(|repr, _| repr) else {
-                    continue;
-                };
-                let (fp, home) = self.place(repr);
-                if home != p {
-                    continue; // another home's key
-                }
-                let to_image = ((fp >> 1) >> level) & 1 == 1;
-                // A key that stays moves only to come home: one that overflowed while its
-                // line held twice the mean load (a line not yet split, late in a level),
-                // into the room its image keys just left. Left where it was, it would cost
-                // every look-up of it a second line for good (at 1M keys, 10% of keys).
-                if !to_image && (d == 0 || !self.at(p).0.iter().any(|s| s.looks_free())) {
-                    continue;
-                }
-                let taken = Cell::new(None);
-                let killed = slot.kill_if(|k, state| {
-                    let ours = k == repr;
-                    if ours {
-                        taken.set(Some(state.clone()));
-                    }
-                    ours
-                });
-                let Some(state) = taken.into_inner().filter(|_| killed) else {
-                    continue; // freed meanwhile: nothing to move
-                };
-                self.move_to(repr, fp, if to_image { q } else { p }, state);
-            }
-        }
-        self.lower_reach_of(p);
-        let next = if p + 1 == n { (level + 1) << 56 } else { t + 1 };
-        self.t.store(next, Ordering::Release);
-        true
-    }
-
-    /// Claims a slot of `q`'s window for a key a split moves there with `state`; a full
-    /// window (rare: a new line's window holds only the overflow of the last homes) first
-    /// gives up its key closest to fresh, as an insert's would.
-    #[cold]
-    fn move_to(&self, repr: K::Repr, fp: u64, q: usize, state: A::State) {
-        loop {
-            if self.place_in(repr, fp, q, || state.clone()).is_some() {
-                return;
-            }
-            self.evict_in_window(q);
         }
     }
 }
