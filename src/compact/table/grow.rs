@@ -105,9 +105,11 @@ where
                 self.move_to(repr, fp, if to_image { q } else { p }, state);
             }
         }
-        self.lower_reach_of(p);
         let next = if p + 1 == n { (level + 1) << 56 } else { t + 1 };
         self.t.store(next, Ordering::Release);
+        // After `t` moves on, so that the keys moved to the image no longer count as `p`'s
+        // (its window may reach the image in a small table); both stripes are still held.
+        self.lower_reach_of(p);
         true
     }
 
