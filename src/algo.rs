@@ -253,7 +253,7 @@ pub trait Algorithm: Debt<<Self as Algorithm>::State> + Send + Sync + 'static {
 
     /// The largest actual cost a settle of a request charged `charged` accepts: above it the
     /// debt could not be held before the end of the clock ([`CLOCK_MAX`]), so the settle is a
-    /// [`CostError::ExceedsCapacity`](crate::CostError::ExceedsCapacity) that changes nothing
+    /// [`QuotaError::ExceedsCapacity`](crate::QuotaError::ExceedsCapacity) that changes nothing
     /// and leaves the ticket open (a debt that large is a caller's bug or a hostile count, not
     /// a response's size). GCRA: `charged + CLOCK_MAX / T`; by default, and for the
     /// algorithms whose debt stops at a window's end or decays, any.

@@ -10,14 +10,14 @@
 //! loads issued early.
 
 use crate::decision::Decision;
-use crate::error::CostError;
+use crate::error::QuotaError;
 
 /// Requests located per pass: enough independent look-ups in flight to cover a miss to
 /// memory, few enough that the first key's line is still in L1 when its decision runs.
 const CHUNK: usize = 32;
 
 /// A request of a chunk: its key, its cost, and what `place` and `find` made of it.
-type Located<'k, Q, F> = (&'k Q, u64, Result<F, CostError>);
+type Located<'k, Q, F> = (&'k Q, u64, Result<F, QuotaError>);
 
 /// Runs `requests` through a store a chunk at a time: `place` refuses a request's cost or
 /// computes where its key lives without touching the table, `find` loads that place (and may
@@ -28,13 +28,13 @@ type Located<'k, Q, F> = (&'k Q, u64, Result<F, CostError>);
 #[inline(always)]
 pub(crate) fn in_chunks<'k, Q: ?Sized + 'k, F: Copy>(
     requests: impl IntoIterator<Item = (&'k Q, u64)>,
-    mut place: impl FnMut(&'k Q, u64) -> Result<F, CostError>,
+    mut place: impl FnMut(&'k Q, u64) -> Result<F, QuotaError>,
     mut find: impl FnMut(&'k Q, &mut F),
     mut decide: impl FnMut(&'k Q, u64, F) -> Decision,
-    mut emit: impl FnMut(Result<Decision, CostError>),
+    mut emit: impl FnMut(Result<Decision, QuotaError>),
 ) {
     let mut requests = requests.into_iter();
-    let mut chunk: [Option<Located<'k, Q, F>>; CHUNK] = [None; CHUNK];
+    let mut chunk: [Option<Located<'k, Q, F>>; CHUNK] = [const { None }; CHUNK];
     loop {
         let mut len = 0;
         for (slot, (key, cost)) in chunk.iter_mut().zip(requests.by_ref()) {
@@ -46,8 +46,8 @@ pub(crate) fn in_chunks<'k, Q: ?Sized + 'k, F: Copy>(
                 find(key, f);
             }
         }
-        for (key, cost, found) in chunk[..len].iter().flatten() {
-            emit(found.map(|f| decide(key, *cost, f)));
+        for (key, cost, found) in chunk[..len].iter_mut().flat_map(Option::take) {
+            emit(found.map(|f| decide(key, cost, f)));
         }
         if len < CHUNK {
             return;

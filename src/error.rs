@@ -1,5 +1,5 @@
-//! Typed errors: [`ConfigError`] for bad configuration, [`CostError`] for a request cost that
-//! can never be admitted.
+//! Typed errors: [`ConfigError`] for bad configuration, [`BuildError`] for a limiter that
+//! cannot be built, [`QuotaError`] for a request that cannot be decided.
 
 use std::fmt;
 use std::sync::Arc;
@@ -260,47 +260,8 @@ impl From<ConfigError> for BuildError {
     }
 }
 
-/// A request cost that can never be admitted.
-///
-/// Returned by `check_n` instead of a denial that would never end.
-///
-/// # Examples
-///
-/// ```
-/// use hotlimit::CostError;
-///
-/// let err = CostError::ExceedsCapacity { cost: 7, capacity: 5 };
-/// assert_eq!(err.to_string(), "cost 7 exceeds the capacity 5: it can never be allowed");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CostError {
-    /// A cost of zero: every request costs at least 1.
-    Zero,
-    /// More than the algorithm can ever admit at once (the burst, limit or window limit).
-    ExceedsCapacity {
-        /// The cost asked for.
-        cost: u64,
-        /// The largest cost the limiter can ever admit.
-        capacity: u64,
-    },
-}
-
-impl fmt::Display for CostError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CostError::Zero => f.write_str("a request cost must be at least 1, got 0"),
-            CostError::ExceedsCapacity { cost, capacity } => write!(
-                f,
-                "cost {cost} exceeds the capacity {capacity}: it can never be allowed"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for CostError {}
-
-/// Why a limiter could not decide a request: its cost can never be admitted, the quota that
+/// Why a limiter could not decide a request: its cost can never be admitted (0, or more than
+/// the algorithm's capacity: an error, not a denial that would never end), the quota that
 /// comes with it cannot be used here ([`Request::quota`](crate::Request::quota)), a settle's
 /// ticket is another's, each refused before anything was counted; or the limiter's backend
 /// failed (over Redis). The error of every in-memory [`Request`](crate::Request), and the one
@@ -309,7 +270,7 @@ impl std::error::Error for CostError {}
 /// (`503`).
 ///
 /// ```
-/// use hotlimit::{algo::FixedWindow, QuotaError, CasLimiter, CostError, Requests};
+/// use hotlimit::{algo::FixedWindow, QuotaError, CasLimiter, RateLimiter, Requests};
 /// use std::time::Duration;
 ///
 /// let l = CasLimiter::<String, _>::new(FixedWindow::new(100, Duration::from_secs(60))?);
@@ -318,7 +279,12 @@ impl std::error::Error for CostError {}
 /// let small = FixedWindow::new(10, Duration::from_secs(60))?;
 /// assert_eq!(
 ///     l.request("k").cost(11).quota(&small).check(),
-///     Err(QuotaError::Cost(CostError::ExceedsCapacity { cost: 11, capacity: 10 })),
+///     Err(QuotaError::ExceedsCapacity { cost: 11, capacity: 10 }),
+/// );
+/// assert_eq!(l.check_n("k", 0), Err(QuotaError::ZeroCost));
+/// assert_eq!(
+///     l.check_n("k", 101).unwrap_err().to_string(),
+///     "cost 101 exceeds the capacity 100: it can never be allowed",
 /// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -340,8 +306,16 @@ impl std::error::Error for CostError {}
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum QuotaError {
-    /// The cost is 0 or more than the quota can ever admit.
-    Cost(CostError),
+    /// A cost of zero: every request costs at least 1.
+    ZeroCost,
+    /// A cost above what the algorithm (or the request's quota) can ever admit at once: its
+    /// burst, limit or window limit.
+    ExceedsCapacity {
+        /// The cost asked for.
+        cost: u64,
+        /// The largest cost the limiter can ever admit.
+        capacity: u64,
+    },
     /// The quota cannot read the states this limiter keeps (another window, bucket layout or
     /// count width: [`Algorithm::check_quota`](crate::algo::Algorithm::check_quota)).
     /// Boxed: the error is rare, and a small one keeps `Result<Decision, QuotaError>` the
@@ -365,7 +339,14 @@ pub enum QuotaError {
 impl PartialEq for QuotaError {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (QuotaError::Cost(a), QuotaError::Cost(b)) => a == b,
+            (QuotaError::ZeroCost, QuotaError::ZeroCost) => true,
+            (
+                QuotaError::ExceedsCapacity { cost, capacity },
+                QuotaError::ExceedsCapacity {
+                    cost: c,
+                    capacity: k,
+                },
+            ) => cost == c && capacity == k,
             (QuotaError::Quota(a), QuotaError::Quota(b)) => a == b,
             (QuotaError::TicketFromOtherLimiter, QuotaError::TicketFromOtherLimiter)
             | (QuotaError::TicketForOtherKey, QuotaError::TicketForOtherKey) => true,
@@ -378,13 +359,17 @@ impl PartialEq for QuotaError {
 impl Eq for QuotaError {}
 
 /// A cause is either printed or returned by `source`, never both (a report walking the
-/// chain would print it twice): the cost error is this error, word for word, so it prints and
-/// has no source; the quota's configuration error and the backend's error are the cause,
+/// chain would print it twice): a refused cost is this error, so it prints and has no
+/// source; the quota's configuration error and the backend's error are the cause,
 /// returned by `source`.
 impl fmt::Display for QuotaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            QuotaError::Cost(e) => e.fmt(f),
+            QuotaError::ZeroCost => f.write_str("a request cost must be at least 1, got 0"),
+            QuotaError::ExceedsCapacity { cost, capacity } => write!(
+                f,
+                "cost {cost} exceeds the capacity {capacity}: it can never be allowed"
+            ),
             QuotaError::Quota(_) => f.write_str("this quota cannot be used on this limiter"),
             QuotaError::TicketFromOtherLimiter => {
                 f.write_str("the ticket was taken from another limiter")
@@ -398,19 +383,13 @@ impl fmt::Display for QuotaError {
 impl std::error::Error for QuotaError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            QuotaError::Cost(_)
+            QuotaError::ZeroCost
+            | QuotaError::ExceedsCapacity { .. }
             | QuotaError::TicketFromOtherLimiter
             | QuotaError::TicketForOtherKey => None,
             QuotaError::Quota(e) => Some(&**e),
             QuotaError::Backend(e) => Some(&**e),
         }
-    }
-}
-
-impl From<CostError> for QuotaError {
-    #[inline]
-    fn from(e: CostError) -> Self {
-        QuotaError::Cost(e)
     }
 }
 
@@ -422,11 +401,11 @@ impl From<ConfigError> for QuotaError {
 
 /// Checks `cost` against the largest admissible cost.
 #[inline]
-pub(crate) fn check_cost(cost: u64, capacity: u64) -> Result<(), CostError> {
+pub(crate) fn check_cost(cost: u64, capacity: u64) -> Result<(), QuotaError> {
     if cost == 0 {
-        Err(CostError::Zero)
+        Err(QuotaError::ZeroCost)
     } else if cost > capacity {
-        Err(CostError::ExceedsCapacity { cost, capacity })
+        Err(QuotaError::ExceedsCapacity { cost, capacity })
     } else {
         Ok(())
     }
@@ -456,10 +435,6 @@ mod tests {
     #[test]
     fn results_are_the_size_of_a_decision() {
         assert_eq!(
-            size_of::<Result<Decision, CostError>>(),
-            size_of::<Decision>()
-        );
-        assert_eq!(
             size_of::<Result<Decision, QuotaError>>(),
             size_of::<Decision>()
         );
@@ -478,11 +453,14 @@ mod tests {
             report(&e),
             format!("this quota cannot be used on this limiter: {config}")
         );
-        let cost = CostError::ExceedsCapacity {
+        let cost = QuotaError::ExceedsCapacity {
             cost: 7,
             capacity: 5,
         };
-        assert_eq!(report(&QuotaError::Cost(cost)), cost.to_string());
+        assert_eq!(
+            report(&cost),
+            "cost 7 exceeds the capacity 5: it can never be allowed"
+        );
         let down = Arc::new(std::io::Error::other("connection refused"));
         let e = QuotaError::Backend(down.clone());
         assert_eq!(

@@ -40,7 +40,7 @@
 //! and reached through the two traits every limiter shares (import them: `use
 //! hotlimit::{RateLimiter, Requests}`): [`check`](RateLimiter::check) and
 //! [`check_n`](RateLimiter::check_n) decide a request (of cost 1, or of any cost: bytes,
-//! tokens; a cost that could never be admitted is a [`CostError`], not an endless denial).
+//! tokens; a cost that could never be admitted is a [`QuotaError`], not an endless denial).
 //! Everything else is one [`Request`], from [`request(key)`](Requests::request): set its [`cost`](Request::cost), a
 //! [`quota`](Request::quota) that comes with it (a plan per client, one limiter for every
 //! plan; with the `serde` feature the quotas deserialize from configuration files) or an
@@ -249,7 +249,7 @@ pub use compact::CompactLimiter;
 pub use config::Rate;
 pub use decision::{Decision, Policy, Ticket};
 pub use direct::DirectLimiter;
-pub use error::{BuildError, ConfigError, CostError, Field, QuotaError};
+pub use error::{BuildError, ConfigError, Field, QuotaError};
 pub use keyed::{CasLimiter, MutexLimiter};
 pub use limiter::{AsyncRateLimiter, RateLimiter};
 pub use live::Live;

@@ -4,7 +4,7 @@
 use crate::algo::Algorithm;
 use crate::cell::{LockCell, StateCells};
 use crate::decision::Decision;
-use crate::error::{CostError, QuotaError};
+use crate::error::QuotaError;
 use std::future::{ready, Future, Ready};
 
 /// A limiter of keys of type `Q` that decides in the call, never waiting on I/O: the
@@ -40,7 +40,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
 
     /// Decides a request of `cost` for `key`. Errors (and counts nothing) if the cost is 0
     /// or can never be admitted.
-    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError>;
+    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, QuotaError>;
 
     /// Decides a batch of requests of cost 1, one per key, in order: `out` is cleared, then
     /// holds one decision per key, each what [`check`](RateLimiter::check) would have returned
@@ -81,7 +81,7 @@ pub trait RateLimiter<Q: ?Sized>: Send + Sync {
     fn check_n_batch<'k>(
         &self,
         requests: impl IntoIterator<Item = (&'k Q, u64)>,
-        out: &mut Vec<Result<Decision, CostError>>,
+        out: &mut Vec<Result<Decision, QuotaError>>,
     ) where
         Self: Sized,
         Q: 'k,
@@ -125,7 +125,7 @@ macro_rules! forward_rate_limiter {
         }
 
         #[inline]
-        fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+        fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, QuotaError> {
             (**self).check_n(key, cost)
         }
     };
@@ -146,7 +146,7 @@ macro_rules! forward_rate_limiter {
             fn check_n_batch<'k>(
                 &self,
                 requests: impl IntoIterator<Item = (&'k Q, u64)>,
-                out: &mut Vec<Result<Decision, CostError>>,
+                out: &mut Vec<Result<Decision, QuotaError>>,
             ) where
                 Q: 'k,
             {
@@ -208,9 +208,9 @@ forward_rate_limiter!(
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait AsyncRateLimiter<Q: ?Sized>: Send + Sync {
-    /// Why a decision could not be made: [`CostError`] for every in-memory limiter, the
+    /// Why a decision could not be made: [`QuotaError`] for every in-memory limiter, the
     /// backend's own error for one with a backend. Each converts into the one [`QuotaError`],
-    /// which tells the request's fault ([`QuotaError::Cost`]) from the limiter's
+    /// which tells the request's fault ([`QuotaError::ZeroCost`], [`QuotaError::ExceedsCapacity`]) from the limiter's
     /// ([`QuotaError::Backend`]): how the tower layer answers `413` or `503`. An error of
     /// your own implements `From<YourError> for QuotaError`.
     type Error: Into<QuotaError> + std::error::Error + Send + Sync + 'static;
@@ -229,10 +229,10 @@ pub trait AsyncRateLimiter<Q: ?Sized>: Send + Sync {
 
 /// Every [`RateLimiter`], decided in the call: the future is ready at once.
 impl<Q: ?Sized, L: RateLimiter<Q> + ?Sized> AsyncRateLimiter<Q> for L {
-    // `CostError`, not `QuotaError`: the future owns nothing to drop, and a caller converts
+    // `QuotaError`, not `QuotaError`: the future owns nothing to drop, and a caller converts
     // on its error path only.
-    type Error = CostError;
-    type Future = Ready<Result<Decision, CostError>>;
+    type Error = QuotaError;
+    type Future = Ready<Result<Decision, QuotaError>>;
 
     #[inline]
     fn check_n_async(&self, key: &Q, cost: u64) -> Self::Future {
@@ -333,7 +333,7 @@ mod tests {
     /// Compiles only if `L`'s async decision is `std::future::Ready`: nothing boxed.
     fn ready_future<Q: ?Sized, L>(_: &L)
     where
-        L: AsyncRateLimiter<Q, Error = CostError, Future = Ready<Result<Decision, CostError>>>
+        L: AsyncRateLimiter<Q, Error = QuotaError, Future = Ready<Result<Decision, QuotaError>>>
             + ?Sized,
     {
     }
@@ -363,12 +363,12 @@ mod tests {
         assert!(d(cas.check_async("k")).unwrap().is_denied());
         assert_eq!(
             d(cas.check_n_async("k", 3)),
-            Err(CostError::ExceedsCapacity {
+            Err(QuotaError::ExceedsCapacity {
                 cost: 3,
                 capacity: 2
             })
         );
-        let refused: QuotaError = d(cas.check_n_async("k", 0)).unwrap_err().into();
-        assert_eq!(refused, QuotaError::Cost(CostError::Zero));
+        let refused = d(cas.check_n_async("k", 0)).unwrap_err();
+        assert_eq!(refused, QuotaError::ZeroCost);
     }
 }

@@ -5,7 +5,7 @@
 use crate::algo::{Algorithm, Gcra, Reservation};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, BuildError, ConfigError, CostError, QuotaError};
+use crate::error::{check_cost, BuildError, ConfigError, QuotaError};
 use crate::live::Live;
 use crate::request::{Ask, Request, Requests};
 use crate::shared::{Builder, KeyedStore, Options};
@@ -25,7 +25,7 @@ pub(crate) mod sealed {
     use crate::algo::Algorithm;
     use crate::clock::Clock;
     use crate::decision::Decision;
-    use crate::error::CostError;
+    use crate::error::QuotaError;
     use crate::shared::{Core, KeyState, Options};
     use crate::stats::Metrics;
     use crate::sweeper::Sweeper;
@@ -95,8 +95,8 @@ pub(crate) mod sealed {
         fn decide_batch<'k>(
             &self,
             requests: impl IntoIterator<Item = (&'k Q, u64)>,
-            valid: impl Fn(u64) -> Result<(), CostError>,
-            mut emit: impl FnMut(Result<Decision, CostError>),
+            valid: impl Fn(u64) -> Result<(), QuotaError>,
+            mut emit: impl FnMut(Result<Decision, QuotaError>),
         ) where
             Q: 'k,
         {
@@ -310,7 +310,7 @@ impl<S: Store<Algo = Gcra>> Limiter<S> {
             core.pick(ask.quota)?;
         }
         let now = core.now(ask.at);
-        Ok(core.reserve(ask.cost, max_wait, now, self.store.at(key))?)
+        core.reserve(ask.cost, max_wait, now, self.store.at(key))
     }
 }
 
@@ -338,7 +338,7 @@ impl<Q: ?Sized, S: Keys<Q>> crate::RateLimiter<Q> for Limiter<S> {
     }
 
     #[inline(always)]
-    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, QuotaError> {
         self.store.core().cost(cost)?;
         Ok(self.store.check(key, cost))
     }
@@ -357,7 +357,7 @@ impl<Q: ?Sized, S: Keys<Q>> crate::RateLimiter<Q> for Limiter<S> {
     fn check_n_batch<'k>(
         &self,
         requests: impl IntoIterator<Item = (&'k Q, u64)>,
-        out: &mut Vec<Result<Decision, CostError>>,
+        out: &mut Vec<Result<Decision, QuotaError>>,
     ) where
         Q: 'k,
     {
@@ -395,7 +395,7 @@ impl<Q: ?Sized, S: Keys<Q>> crate::Requests<Q> for Limiter<S> {
         let core = self.store.core();
         let algo = core.pick(ask.quota)?;
         let now = core.now(ask.at);
-        Ok(core.grant_up_to(algo, ask.cost, now, self.store.at(key))?)
+        core.grant_up_to(algo, ask.cost, now, self.store.at(key))
     }
 
     #[inline(always)]
@@ -403,7 +403,7 @@ impl<Q: ?Sized, S: Keys<Q>> crate::Requests<Q> for Limiter<S> {
         let core = self.store.core();
         let algo = core.pick(ask.quota)?;
         let now = core.now(ask.at);
-        Ok(core.take(algo, ask.cost, now, self.store.at(key))?)
+        core.take(algo, ask.cost, now, self.store.at(key))
     }
 
     #[inline(always)]

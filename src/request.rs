@@ -4,7 +4,7 @@
 //! grant), on every limiter, through the one [`Requests`] trait.
 
 use crate::decision::{Decision, Ticket};
-use crate::error::CostError;
+use crate::error::QuotaError;
 use std::fmt;
 use std::time::Duration;
 
@@ -245,12 +245,12 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
 
     /// Why a [`Request`] could not be decided: a cost that can never be admitted, a quota
     /// that cannot read the limiter's states, a ticket from elsewhere
-    /// ([`QuotaError`](crate::QuotaError) in memory), a backend's failure (the Redis
-    /// client's `BackendError`). It converts into the one [`QuotaError`](crate::QuotaError),
+    /// ([`QuotaError`] in memory), a backend's failure (the Redis
+    /// client's `BackendError`). It converts into the one [`QuotaError`],
     /// as an [`AsyncRateLimiter`](crate::AsyncRateLimiter)'s does, so generic code tells the
     /// request's fault from the limiter's whatever the limiter.
     type Error: std::error::Error
-        + From<CostError>
+        + From<QuotaError>
         + Into<crate::QuotaError>
         + Send
         + Sync

@@ -10,7 +10,7 @@ use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::debts::Debts;
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, BuildError, ConfigError, CostError, Field, QuotaError};
+use crate::error::{check_cost, BuildError, ConfigError, Field, QuotaError};
 use crate::live::Live;
 use crate::stats::{Metrics, Stats};
 use crate::sweeper::{Signal, Sweeper, Totals};
@@ -420,7 +420,7 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
 
     /// Rejects a cost the algorithm could never admit.
     #[inline(always)]
-    pub(crate) fn cost(&self, cost: u64) -> Result<(), CostError> {
+    pub(crate) fn cost(&self, cost: u64) -> Result<(), QuotaError> {
         check_cost(cost, self.algo.capacity())
     }
 
@@ -516,9 +516,9 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         n: u64,
         now: u64,
         at: impl KeyState<A::State>,
-    ) -> Result<(u64, Decision), CostError> {
+    ) -> Result<(u64, Decision), QuotaError> {
         if n == 0 {
-            return Err(CostError::Zero);
+            return Err(QuotaError::ZeroCost);
         }
         let most = n.min(algo.capacity());
         let (granted, decision) =
@@ -534,7 +534,7 @@ impl<A: Algorithm, C: Clock> Core<A, C> {
         cost: u64,
         now: u64,
         at: impl KeyState<A::State>,
-    ) -> Result<Ticket, CostError> {
+    ) -> Result<Ticket, QuotaError> {
         let key = at.key_print();
         check_cost(cost, algo.capacity())?;
         // The algorithm's take: a charge its settle can hand back exactly.
@@ -573,10 +573,10 @@ pub(crate) fn settle_limit<A: Algorithm>(
     algo: &A,
     ticket: &Ticket,
     actual: u64,
-) -> Result<(), CostError> {
+) -> Result<(), QuotaError> {
     let limit = algo.settle_limit(ticket.charged());
     if ticket.is_open() && actual > limit {
-        return Err(CostError::ExceedsCapacity {
+        return Err(QuotaError::ExceedsCapacity {
             cost: actual,
             capacity: limit,
         });
@@ -592,7 +592,7 @@ impl<C: Clock> Core<Gcra, C> {
         max_wait: Duration,
         now: u64,
         at: impl KeyState<u64>,
-    ) -> Result<Reservation, CostError> {
+    ) -> Result<Reservation, QuotaError> {
         self.cost(cost)?;
         let max_wait = duration_to_nanos(max_wait);
         let reservation = at.apply(|tat| {

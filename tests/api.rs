@@ -472,11 +472,10 @@ fn until_ready_on<V: Variant<Gcra>>() {
     let err = block_on(l.request("k").cost(3).until_ready(sleep)).unwrap_err();
     assert_eq!(
         err,
-        hotlimit::CostError::ExceedsCapacity {
+        hotlimit::QuotaError::ExceedsCapacity {
             cost: 3,
             capacity: 2
         }
-        .into()
     );
     assert_eq!(clock.now(), 1_250_000_000);
     // Jitter only ever delays, by at most its maximum.
@@ -590,11 +589,10 @@ fn a_wait_ends_when_a_reconfiguration_makes_its_cost_impossible() {
     let got = block_on(l.request(&1).cost(4).until_ready(sleep));
     assert_eq!(
         got,
-        Err(hotlimit::CostError::ExceedsCapacity {
+        Err(hotlimit::QuotaError::ExceedsCapacity {
             cost: 4,
             capacity: 2
-        }
-        .into())
+        })
     );
     assert_eq!(sleeps.get(), 1);
 }

@@ -11,7 +11,7 @@ mod common;
 use hotlimit::algo::{Algorithm, Gcra};
 use hotlimit::store::{Locked, Variant};
 use hotlimit::{
-    CasLimiter, Clock, CompactLimiter, CostError, Decision, ManualClock, MutexLimiter, RateLimiter,
+    CasLimiter, Clock, CompactLimiter, Decision, ManualClock, MutexLimiter, QuotaError, RateLimiter,
 };
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -32,11 +32,11 @@ trait Store: RateLimiter<u64> {
     fn batch(
         &self,
         requests: &[(u64, u64)],
-        out: &mut Vec<Result<Decision, CostError>>,
+        out: &mut Vec<Result<Decision, QuotaError>>,
         trait_: bool,
     );
     fn batch_of_ones(&self, keys: &[u64], out: &mut Vec<Decision>, trait_: bool);
-    fn one(&self, key: u64, cost: u64) -> Result<Decision, CostError> {
+    fn one(&self, key: u64, cost: u64) -> Result<Decision, QuotaError> {
         self.check_n(&key, cost)
     }
     fn keys(&self) -> usize;
@@ -47,7 +47,7 @@ trait Store: RateLimiter<u64> {
 fn trait_batch(
     l: &dyn RateLimiter<u64>,
     requests: &[(u64, u64)],
-    out: &mut Vec<Result<Decision, CostError>>,
+    out: &mut Vec<Result<Decision, QuotaError>>,
 ) {
     RateLimiter::check_n_batch(&l, requests.iter().map(|(k, c)| (k, *c)), out);
 }
@@ -64,7 +64,7 @@ macro_rules! store {
             fn batch(
                 &self,
                 requests: &[(u64, u64)],
-                out: &mut Vec<Result<Decision, CostError>>,
+                out: &mut Vec<Result<Decision, QuotaError>>,
                 trait_: bool,
             ) {
                 if trait_ {
@@ -95,7 +95,7 @@ store!(impl<A: Algorithm, V: Variant<A>> Store for CompactLimiter<u64, A, Manual
 struct Plain<L>(L);
 
 impl<L: RateLimiter<u64>> RateLimiter<u64> for Plain<L> {
-    fn check_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
+    fn check_n(&self, key: &u64, cost: u64) -> Result<Decision, QuotaError> {
         self.0.check_n(key, cost)
     }
     fn check(&self, key: &u64) -> Decision {
@@ -107,7 +107,7 @@ impl<L: Store> Store for Plain<L> {
     fn keys(&self) -> usize {
         self.0.keys()
     }
-    fn batch(&self, requests: &[(u64, u64)], out: &mut Vec<Result<Decision, CostError>>, _: bool) {
+    fn batch(&self, requests: &[(u64, u64)], out: &mut Vec<Result<Decision, QuotaError>>, _: bool) {
         trait_batch(self, requests, out);
     }
     fn batch_of_ones(&self, keys: &[u64], out: &mut Vec<Decision>, _: bool) {
@@ -257,13 +257,16 @@ fn a_refused_cost_is_its_own_answer() {
     );
     let mut out = Vec::new();
     l.check_n_batch([("a", 2), ("b", 0), ("c", 4), ("a", 1), ("a", 1)], &mut out);
-    let allowed: Vec<_> = out.iter().map(|r| r.map(|d| d.is_allowed())).collect();
+    let allowed: Vec<_> = out
+        .iter()
+        .map(|r| r.clone().map(|d| d.is_allowed()))
+        .collect();
     assert_eq!(
         allowed,
         [
             Ok(true),
-            Err(CostError::Zero),
-            Err(CostError::ExceedsCapacity {
+            Err(QuotaError::ZeroCost),
+            Err(QuotaError::ExceedsCapacity {
                 cost: 4,
                 capacity: 3
             }),

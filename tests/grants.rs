@@ -9,8 +9,8 @@ use hotlimit::algo::{Algorithm, Earrrl, Gcra};
 use hotlimit::RateLimiter;
 use hotlimit::Requests;
 use hotlimit::{
-    CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
-    MutexLimiter, Policy,
+    CasLimiter, Clock, CompactLimiter, Decision, DirectLimiter, ManualClock, MutexLimiter, Policy,
+    QuotaError,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -138,7 +138,7 @@ fn threads_share_one_burst_exactly() {
 fn zero_is_an_error_and_more_than_the_capacity_is_capped() {
     let clock = ManualClock::default();
     let l = CasLimiter::<u64, Gcra, _>::with_clock("1/s burst 5".parse().unwrap(), clock.clone());
-    assert_eq!(l.request(&1).cost(0).up_to(), Err(CostError::Zero.into()));
+    assert_eq!(l.request(&1).cost(0).up_to(), Err(QuotaError::ZeroCost));
     assert_eq!(l.metrics().keys, 0, "an error inserts nothing");
     let (granted, decision) = l.request(&1).cost(u64::MAX).up_to().unwrap();
     assert_eq!((granted, decision.remaining()), (5, Some(0)));
@@ -165,7 +165,7 @@ fn earrrl_grants_at_most_the_cost_that_takes_a_fresh_key_to_its_rate() {
     assert!(decision.rate().unwrap() <= 10.0);
     assert_eq!(
         l.check_n(&2, 15),
-        Err(CostError::ExceedsCapacity {
+        Err(QuotaError::ExceedsCapacity {
             cost: 15,
             capacity: 14
         })

@@ -13,8 +13,7 @@ use hotlimit::redis::{
 };
 use hotlimit::Requests;
 use hotlimit::{
-    CasLimiter, ConfigError, CostError, Decision, Field, ManualClock, Permit, QuotaError, Rate,
-    RateLimiter,
+    CasLimiter, ConfigError, Decision, Field, ManualClock, Permit, QuotaError, Rate, RateLimiter,
 };
 use redis_server::Server;
 use std::sync::atomic::Ordering;
@@ -570,8 +569,9 @@ fn a_limiter_built_while_redis_is_down_follows_the_fallback_then_converges() {
 }
 
 /// What two answers compare: the verdict, the wait and the headroom.
-fn seen(a: &Result<Decision, CostError>) -> Result<(bool, Duration, Option<u64>), CostError> {
-    a.map(|d| (d.is_allowed(), d.retry_after(), d.remaining()))
+fn seen(a: &Result<Decision, QuotaError>) -> Result<(bool, Duration, Option<u64>), QuotaError> {
+    a.clone()
+        .map(|d| (d.is_allowed(), d.retry_after(), d.remaining()))
 }
 
 /// Batches decide locally, as one check each: two limiters on a Redis that is down (nothing
@@ -949,7 +949,7 @@ fn partial_grants_take_what_is_in_hand() {
     assert!(granted == 0 && d.is_denied());
     assert!(matches!(
         w.request("k").cost(0).up_to(),
-        Err(hotlimit::QuotaError::Cost(hotlimit::CostError::Zero))
+        Err(hotlimit::QuotaError::ZeroCost)
     ));
 }
 

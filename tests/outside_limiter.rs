@@ -9,7 +9,7 @@
 mod budget;
 
 use budget::Budget;
-use hotlimit::{check_all, CostError, QuotaError, Requests};
+use hotlimit::{check_all, QuotaError, Requests};
 
 #[test]
 fn a_take_is_settled_once_with_the_actual_cost() {
@@ -64,10 +64,10 @@ fn a_denied_take_holds_nothing_to_settle() {
     // A cost its quota can never admit takes nothing and issues no ticket.
     assert_eq!(
         b.request("alice").cost(3).quota(&2).take(),
-        Err(QuotaError::Cost(CostError::ExceedsCapacity {
+        Err(QuotaError::ExceedsCapacity {
             cost: 3,
             capacity: 2
-        }))
+        })
     );
     assert!(b.request("alice").cost(3).check().unwrap().is_allowed());
     let mut denied = b.request("alice").take().unwrap();

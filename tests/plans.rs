@@ -14,8 +14,7 @@ use hotlimit::QuotaError;
 use hotlimit::RateLimiter;
 use hotlimit::Requests;
 use hotlimit::{
-    CasLimiter, Clock, CompactLimiter, ConfigError, CostError, DirectLimiter, Field, Live,
-    ManualClock, Rate,
+    CasLimiter, Clock, CompactLimiter, ConfigError, DirectLimiter, Field, Live, ManualClock, Rate,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -194,14 +193,14 @@ fn incompatible_quotas_and_costs_are_errors() {
     let small = FixedWindow::new(10, minute).unwrap();
     assert_eq!(
         l.request("k").cost(11).quota(&small).check(),
-        Err(QuotaError::Cost(CostError::ExceedsCapacity {
+        Err(QuotaError::ExceedsCapacity {
             cost: 11,
             capacity: 10
-        }))
+        })
     );
     assert_eq!(
         l.request("k").cost(0).quota(&small).check(),
-        Err(QuotaError::Cost(CostError::Zero))
+        Err(QuotaError::ZeroCost)
     );
     assert!(l.request("k").quota(&hour).take().is_err());
     assert_eq!(

@@ -8,7 +8,7 @@ use hotlimit::algo::{
 };
 use hotlimit::{
     redis::{BackendError, FailMode, RedisAlgorithm, RedisLimiter, BATCH_TRIP, MIN_EXPLICIT_TTL},
-    CasLimiter, CostError, Decision, ManualClock, Policy, Rate,
+    CasLimiter, Decision, ManualClock, Policy, QuotaError, Rate,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -447,14 +447,14 @@ fn pipelined_batches_count_exactly() {
     assert_eq!(allowed, 50);
     assert!(matches!(
         r.try_check_pipelined(&[("p", 1), ("p", 51)]),
-        Err(BackendError::Cost(CostError::ExceedsCapacity { .. }))
+        Err(BackendError::Cost(QuotaError::ExceedsCapacity { .. }))
     ));
 }
 
 /// What a `(allowed, remaining)` pair of answers compares: at 1/h nothing refills while a
 /// test runs, so Redis on its clock and an in-memory twin at one instant agree on both.
-fn seen(a: &Result<Decision, CostError>) -> Result<(bool, Option<u64>), CostError> {
-    a.map(|d| (d.is_allowed(), d.remaining()))
+fn seen(a: &Result<Decision, QuotaError>) -> Result<(bool, Option<u64>), QuotaError> {
+    a.clone().map(|d| (d.is_allowed(), d.remaining()))
 }
 
 /// A batch: one round trip for the whole batch (up to `BATCH_TRIP` requests), each answer what one `check_n` gives (an
@@ -484,7 +484,7 @@ fn batches_take_one_round_trip_and_decide_as_check_n() {
         .collect();
     let got: Vec<_> = out.iter().map(seen).collect();
     assert_eq!(got, want);
-    assert_eq!(got[7], Err(CostError::Zero));
+    assert_eq!(got[7], Err(QuotaError::ZeroCost));
     assert!(got.iter().any(|a| matches!(a, Ok((false, _)))));
     // `check_batch`, cost 1 each (into a vector it clears first): a fresh key and the
     // spent ones.
@@ -500,7 +500,10 @@ fn batches_take_one_round_trip_and_decide_as_check_n() {
     let before = r.stats().round_trips;
     r.check_n_batch(long.iter().copied(), &mut out);
     assert_eq!(r.stats().round_trips - before, 3);
-    let allowed: Vec<bool> = out.iter().map(|a| a.unwrap().is_allowed()).collect();
+    let allowed: Vec<bool> = out
+        .iter()
+        .map(|a| a.as_ref().unwrap().is_allowed())
+        .collect();
     assert_eq!(allowed.len(), long.len());
     assert!(allowed[..30].iter().all(|&a| a) && !allowed[30..].iter().any(|&a| a));
     assert_eq!((r.stats().errors, r.stats().failures), (0, 0));
@@ -526,15 +529,15 @@ fn a_batch_in_an_outage_answers_the_fail_mode_for_each_request() {
         r.check_n_batch([("k", 1), ("k", 0), ("j", 2), ("k", 9)], &mut out);
         let got: Vec<_> = out
             .iter()
-            .map(|a| a.map(|d| (d.is_allowed(), d.retry_after())))
+            .map(|a| a.clone().map(|d| (d.is_allowed(), d.retry_after())))
             .collect();
         assert_eq!(
             got,
             [
                 Ok((false, retry_after)),
-                Err(CostError::Zero),
+                Err(QuotaError::ZeroCost),
                 Ok((false, retry_after)),
-                Err(CostError::ExceedsCapacity {
+                Err(QuotaError::ExceedsCapacity {
                     cost: 9,
                     capacity: 5
                 }),
@@ -662,7 +665,7 @@ fn killed_server_gives_the_fail_mode_quickly() {
         Err(BackendError::Connection(_))
     ));
     // A cost error is the caller's, not the backend's: no fail mode.
-    assert_eq!(open.check_n("k", 0), Err(CostError::Zero));
+    assert_eq!(open.check_n("k", 0), Err(QuotaError::ZeroCost));
 
     // The server returns (empty: no persistence) on the same port: once reconnect_after has
     // passed, both limiters decide from Redis again, counting no more failures.
@@ -1034,12 +1037,12 @@ fn peek_counts_nothing_and_costs_are_checked_before_the_round_trip() {
     let before = r.stats().round_trips;
     assert!(matches!(
         r.request("k").cost(3).check(),
-        Err(BackendError::Cost(CostError::ExceedsCapacity {
+        Err(BackendError::Cost(QuotaError::ExceedsCapacity {
             cost: 3,
             capacity: 2
         }))
     ));
-    assert_eq!(r.check_n("k", 0), Err(CostError::Zero));
+    assert_eq!(r.check_n("k", 0), Err(QuotaError::ZeroCost));
     assert_eq!(r.stats().round_trips, before);
     assert!(matches!(
         r.request("k").at(1 << 53).check(),
@@ -1204,13 +1207,13 @@ mod async_client {
                 .await;
             let got: Vec<_> = out
                 .iter()
-                .map(|r| r.map(|d| (d.is_allowed(), d.retry_after())))
+                .map(|r| r.clone().map(|d| (d.is_allowed(), d.retry_after())))
                 .collect();
             assert_eq!(
                 got,
                 [
                     Ok((false, retry_after)),
-                    Err(CostError::Zero),
+                    Err(QuotaError::ZeroCost),
                     Ok((false, retry_after))
                 ]
             );

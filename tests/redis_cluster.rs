@@ -199,10 +199,14 @@ fn pipelined_batches_across_nodes_count_exactly() {
         .unwrap();
     let mut out = Vec::new();
     t.check_n_batch(batch.iter().copied(), &mut out);
-    assert!(out.iter().all(|a| a.is_ok_and(|d| d.is_allowed())));
+    assert!(out.iter().all(|a| a.as_ref().is_ok_and(|d| d.is_allowed())));
     t.check_n_batch(batch.iter().copied(), &mut out);
-    assert!(out[..60].iter().all(|a| a.is_ok_and(|d| d.is_allowed())));
-    assert!(out[60..].iter().all(|a| a.is_ok_and(|d| d.is_denied())));
+    assert!(out[..60]
+        .iter()
+        .all(|a| a.as_ref().is_ok_and(|d| d.is_allowed())));
+    assert!(out[60..]
+        .iter()
+        .all(|a| a.as_ref().is_ok_and(|d| d.is_denied())));
     assert_eq!((t.stats().errors, t.stats().failures), (0, 0));
 }
 

@@ -10,7 +10,7 @@ use hotlimit::algo::{
     Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow, SubWindow,
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
-use hotlimit::{CasLimiter, ConfigError, CostError, Decision, Field, ManualClock, Policy, Rate};
+use hotlimit::{CasLimiter, ConfigError, Decision, Field, ManualClock, Policy, QuotaError, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -452,7 +452,7 @@ fn bad_levels_get_typed_errors_and_charge_nothing() {
     assert!(
         matches!(
             big,
-            Err(BackendError::Cost(CostError::ExceedsCapacity { .. }))
+            Err(BackendError::Cost(QuotaError::ExceedsCapacity { .. }))
         ),
         "{big:?}"
     );

@@ -10,7 +10,7 @@ use hotlimit::algo::{
 };
 use hotlimit::redis::{BackendError, RedisAlgorithm, RedisLimiter};
 use hotlimit::Ticket;
-use hotlimit::{CasLimiter, ConfigError, CostError, Decision, ManualClock, Policy, Rate};
+use hotlimit::{CasLimiter, ConfigError, Decision, ManualClock, Policy, QuotaError, Rate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
@@ -363,7 +363,7 @@ fn settle_and_plan_edges() {
     ));
     assert!(matches!(
         red.request("k").cost(0).at(t).up_to(),
-        Err(BackendError::Cost(hotlimit::CostError::Zero))
+        Err(BackendError::Cost(hotlimit::QuotaError::ZeroCost))
     ));
     assert_eq!(
         red.stats().round_trips,
@@ -424,7 +424,7 @@ fn a_debt_past_the_clock_is_an_error_and_changes_nothing() {
     let trips = red.stats().round_trips;
     let limit = 2 + hotlimit::algo::CLOCK_MAX / 100_000_000;
     match red.request("k").at(t).settle(&mut ticket, u64::MAX) {
-        Err(BackendError::Cost(CostError::ExceedsCapacity { cost, capacity })) => {
+        Err(BackendError::Cost(QuotaError::ExceedsCapacity { cost, capacity })) => {
             assert_eq!((cost, capacity), (u64::MAX, limit));
         }
         other => panic!("{other:?}"),

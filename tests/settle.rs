@@ -11,11 +11,11 @@ use hotlimit::algo::{
 };
 use hotlimit::RateLimiter;
 use hotlimit::Requests;
+use hotlimit::Ticket;
 use hotlimit::{
-    CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, ManualClock,
-    MutexLimiter, Policy, Rate,
+    CasLimiter, Clock, CompactLimiter, Decision, DirectLimiter, ManualClock, MutexLimiter, Policy,
+    QuotaError, Rate,
 };
-use hotlimit::{QuotaError, Ticket};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -295,7 +295,7 @@ fn refunds_repeats_denials_and_dropped_tickets() {
     assert!(l.check("k").is_denied());
     assert_eq!(
         l.request("k").cost(0).take().unwrap_err(),
-        QuotaError::Cost(CostError::Zero)
+        QuotaError::ZeroCost
     );
     assert_eq!(
         l.request("k").cost(11).take().unwrap_err().to_string(),
@@ -541,10 +541,10 @@ fn a_debt_past_the_clock_is_an_error_and_changes_nothing() {
     let gcra: Gcra = "10/s burst 5".parse().unwrap();
     let clock = ManualClock::default();
     let limit = 2 + hotlimit::algo::CLOCK_MAX / 100_000_000;
-    let refused = QuotaError::Cost(CostError::ExceedsCapacity {
+    let refused = QuotaError::ExceedsCapacity {
         cost: u64::MAX,
         capacity: limit,
-    });
+    };
     for (name, s, _) in common::stores(&gcra, &clock) {
         let mut t = s.request(&0).cost(2).take().unwrap();
         assert_eq!(

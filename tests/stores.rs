@@ -19,8 +19,8 @@ use hotlimit::QuotaError;
 use hotlimit::RateLimiter;
 use hotlimit::Requests;
 use hotlimit::{
-    CasLimiter, Clock, CompactLimiter, ConfigError, CostError, Decision, DirectLimiter, Limiter,
-    Live, ManualClock, Metrics, MutexLimiter, Policy,
+    CasLimiter, Clock, CompactLimiter, ConfigError, Decision, DirectLimiter, Limiter, Live,
+    ManualClock, Metrics, MutexLimiter, Policy,
 };
 use std::future::Future;
 use std::marker::PhantomData;
@@ -77,7 +77,7 @@ fn on<S: hotlimit::store::Store, Q>(limiter: Limiter<S>) -> On<S, Q> {
 /// The operations of every store over GCRA (the direct limiter ignores the key).
 trait Store {
     fn check(&self, key: u64) -> Decision;
-    fn check_n(&self, key: u64, cost: u64) -> Result<Decision, CostError>;
+    fn check_n(&self, key: u64, cost: u64) -> Result<Decision, QuotaError>;
     fn peek(&self, key: u64) -> Result<Decision, QuotaError>;
     fn peek_n(&self, key: u64, cost: u64) -> Result<Decision, QuotaError>;
     /// `until_ready` with a sleep that advances `clock`, of `cost` (and jitter none).
@@ -96,7 +96,7 @@ where
     fn check(&self, key: u64) -> Decision {
         self.0.check(&Q::of(key))
     }
-    fn check_n(&self, key: u64, cost: u64) -> Result<Decision, CostError> {
+    fn check_n(&self, key: u64, cost: u64) -> Result<Decision, QuotaError> {
         self.0.check_n(&Q::of(key), cost)
     }
     fn peek(&self, key: u64) -> Result<Decision, QuotaError> {
@@ -310,14 +310,13 @@ fn check_and_peek_decide_alike_everywhere() {
             100 * MS,
             "{name}"
         );
-        assert_eq!(s.check_n(7, 0), Err(CostError::Zero), "{name}");
+        assert_eq!(s.check_n(7, 0), Err(QuotaError::ZeroCost), "{name}");
         assert_eq!(
             s.peek_n(7, 3),
-            Err(CostError::ExceedsCapacity {
+            Err(QuotaError::ExceedsCapacity {
                 cost: 3,
                 capacity: 2
-            }
-            .into()),
+            }),
             "{name}"
         );
         let m = s.metrics();
@@ -348,16 +347,15 @@ fn the_waits_end_at_the_honest_time_everywhere() {
         assert_eq!(clock.now(), 400 * MS, "{name}");
         assert_eq!(
             s.until_ready(1, 2, &clock),
-            Err(CostError::ExceedsCapacity {
+            Err(QuotaError::ExceedsCapacity {
                 cost: 2,
                 capacity: 1
-            }
-            .into()),
+            }),
             "{name}"
         );
         assert_eq!(
             s.until_ready_blocking(1, 0),
-            Err(CostError::Zero.into()),
+            Err(QuotaError::ZeroCost),
             "{name}"
         );
         assert_eq!(
@@ -408,7 +406,7 @@ fn reserve_paces_alike_everywhere() {
             matches!(delays[2], Ok(Reservation::Denied { .. })),
             "{name}"
         );
-        assert_eq!(s.reserve(3, 0, wait), Err(CostError::Zero.into()), "{name}");
+        assert_eq!(s.reserve(3, 0, wait), Err(QuotaError::ZeroCost), "{name}");
         let m = s.metrics();
         assert_eq!((m.allowed, m.denied), (2, 1), "{name}");
     }

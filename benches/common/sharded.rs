@@ -7,7 +7,7 @@
 use crossbeam_utils::CachePadded;
 use hotlimit::algo::{Algorithm, CLOCK_MAX};
 use hotlimit::Metrics;
-use hotlimit::{Clock, CostError, Decision, QuantaClock, RateLimiter};
+use hotlimit::{Clock, Decision, QuantaClock, QuotaError, RateLimiter};
 use parking_lot::Mutex;
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -59,7 +59,7 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
     }
 
     /// Decides a request of `cost` for `key`.
-    pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, QuotaError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -69,7 +69,7 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
     }
 
     /// The decision [`check_n`](Self::check_n) would return now, without counting it.
-    pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, QuotaError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -143,11 +143,11 @@ impl<K: Hash + Eq + Send, A: Algorithm, C: Clock> ShardedLimiter<K, A, C> {
         report
     }
 
-    fn admissible(&self, cost: u64) -> Result<(), CostError> {
+    fn admissible(&self, cost: u64) -> Result<(), QuotaError> {
         let capacity = self.algo.capacity();
         match cost {
-            0 => Err(CostError::Zero),
-            c if c > capacity => Err(CostError::ExceedsCapacity { cost, capacity }),
+            0 => Err(QuotaError::ZeroCost),
+            c if c > capacity => Err(QuotaError::ExceedsCapacity { cost, capacity }),
             _ => Ok(()),
         }
     }
@@ -199,7 +199,7 @@ where
     A: Algorithm,
     C: Clock,
 {
-    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, CostError> {
+    fn check_n(&self, key: &Q, cost: u64) -> Result<Decision, QuotaError> {
         ShardedLimiter::check_n(self, key, cost)
     }
 

@@ -5,7 +5,7 @@
 //! steps forward (saturating) and backwards, (GCRA) `reserve`, `peek`, and idle sweeps (no
 //! grace). `AllOf(GCRA, EARRRL)` runs as a fourth configuration.
 //!
-//! Asserts: both give identical `check_n` results (`Decision` compared with `==`, `CostError`
+//! Asserts: both give identical `check_n` results (`Decision` compared with `==`, `QuotaError`
 //! too) and identical `reserve` results; both equal a reference model, a `HashMap` of states
 //! updated with the pure `Algorithm::update`; and both hold as many keys as the model.
 //! A sweep must evict from both limiters exactly the keys whose model state is idle

@@ -7,7 +7,7 @@
 
 use arbitrary::Arbitrary;
 use hotlimit::algo::{Algorithm, Earrrl, Exponential, Gcra, CLOCK_MAX};
-use hotlimit::{CostError, Decision, Policy, Rate};
+use hotlimit::{Decision, Policy, QuotaError, Rate};
 use std::time::Duration;
 
 /// A float: a ratio `n / (d + 1)` or raw bits.
@@ -409,11 +409,11 @@ pub fn env_flag(name: &'static str) -> bool {
 
 /// What a limiter must answer for a request of `cost`: the cost errors first (nothing
 /// counted), else what the model decides (`keyed` and `compact` compare stores with it).
-pub fn expected<T>(capacity: u64, cost: u64, decide: impl FnOnce() -> T) -> Result<T, CostError> {
+pub fn expected<T>(capacity: u64, cost: u64, decide: impl FnOnce() -> T) -> Result<T, QuotaError> {
     if cost == 0 {
-        Err(CostError::Zero)
+        Err(QuotaError::ZeroCost)
     } else if cost > capacity {
-        Err(CostError::ExceedsCapacity { cost, capacity })
+        Err(QuotaError::ExceedsCapacity { cost, capacity })
     } else {
         Ok(decide())
     }

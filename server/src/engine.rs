@@ -16,7 +16,7 @@ use hotlimit::algo::Algorithm as Algo;
 use hotlimit::redis::{
     AsyncRedisLimiter, BackendError, HybridAlgorithm, HybridLimiter, RedisAlgorithm,
 };
-use hotlimit::{CasLimiter, Clock, CostError, Decision, ManualClock, Requests, Ticket};
+use hotlimit::{CasLimiter, Clock, Decision, ManualClock, QuotaError, Requests, Ticket};
 
 use crate::config::Algorithm;
 
@@ -72,7 +72,7 @@ impl Backend {
 #[derive(Debug)]
 pub enum EngineError {
     /// The cost can never be admitted (more than the limit): over the limit.
-    Cost(CostError),
+    Cost(QuotaError),
     /// A settle's ticket is not this rule's key's, or not this limiter's (one of
     /// `QuotaError`'s two ticket cases).
     Ticket(hotlimit::QuotaError),
@@ -110,7 +110,9 @@ impl std::error::Error for EngineError {
 impl From<hotlimit::QuotaError> for EngineError {
     fn from(e: hotlimit::QuotaError) -> Self {
         match e {
-            hotlimit::QuotaError::Cost(c) => EngineError::Cost(c),
+            c @ (hotlimit::QuotaError::ZeroCost | hotlimit::QuotaError::ExceedsCapacity { .. }) => {
+                EngineError::Cost(c)
+            }
             t @ (hotlimit::QuotaError::TicketForOtherKey
             | hotlimit::QuotaError::TicketFromOtherLimiter) => EngineError::Ticket(t),
             other => EngineError::Quota(other),

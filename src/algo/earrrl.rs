@@ -39,7 +39,7 @@ pub const IDLE_EPSILON: f64 = 1e-9;
 /// is exactly lossless.
 ///
 /// The largest cost of one request ([`capacity`](Algorithm::capacity)) is `⌊R/λ⌋`, the cost
-/// that takes a fresh key's rate to `R`; a larger one is a [`CostError`](crate::CostError).
+/// that takes a fresh key's rate to `R`; a larger one is a [`QuotaError`](crate::QuotaError).
 ///
 /// A clock read earlier than the last update cannot be seen in the one-word form (it stores
 /// `S`, not `T`); it is evaluated as is, which makes the rate slightly higher (errs strict) and

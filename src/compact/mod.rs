@@ -13,7 +13,7 @@ pub use table::{ProbeStats, DEFAULT_MAX_KEYS};
 use crate::algo::Algorithm;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::Decision;
-use crate::error::{BuildError, CostError};
+use crate::error::{BuildError, QuotaError};
 use crate::limiter::Cas;
 use crate::ops::sealed::{Lookup, Table as StoreTable};
 use crate::ops::Limiter;
@@ -210,8 +210,8 @@ where
     fn decide_batch<'k>(
         &self,
         requests: impl IntoIterator<Item = (&'k K::Lookup, u64)>,
-        valid: impl Fn(u64) -> Result<(), CostError>,
-        emit: impl FnMut(Result<Decision, CostError>),
+        valid: impl Fn(u64) -> Result<(), QuotaError>,
+        emit: impl FnMut(Result<Decision, QuotaError>),
     ) where
         K::Lookup: 'k,
     {
@@ -247,8 +247,8 @@ where
         &self,
         requests: impl IntoIterator<Item = (&'k Q, u64)>,
         locate: impl Fn(&Q) -> (K::Repr, u64, usize),
-        valid: impl Fn(u64) -> Result<(), CostError>,
-        emit: impl FnMut(Result<Decision, CostError>),
+        valid: impl Fn(u64) -> Result<(), QuotaError>,
+        emit: impl FnMut(Result<Decision, QuotaError>),
     ) {
         let (table, core) = (&*self.0, &self.0.core);
         let now = core.clock.now();

@@ -9,7 +9,7 @@ use crate::batch;
 use crate::clock::Clock;
 use crate::compact::At as CompactAt;
 use crate::decision::Decision;
-use crate::error::CostError;
+use crate::error::QuotaError;
 use crate::limiter::Variant;
 use crate::shared::KeyState;
 use std::borrow::Borrow;
@@ -68,8 +68,8 @@ where
     pub(super) fn decide_batch<'k, Q>(
         &self,
         requests: impl IntoIterator<Item = (&'k Q, u64)>,
-        valid: impl Fn(u64) -> Result<(), CostError>,
-        emit: impl FnMut(Result<Decision, CostError>),
+        valid: impl Fn(u64) -> Result<(), QuotaError>,
+        emit: impl FnMut(Result<Decision, QuotaError>),
     ) where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,

@@ -14,7 +14,7 @@ use crate::cell::StateCell;
 use crate::clock::{Clock, QuantaClock};
 use crate::compact::{At as CompactAt, Compact};
 use crate::decision::Decision;
-use crate::error::{BuildError, CostError};
+use crate::error::{BuildError, QuotaError};
 use crate::limiter::{Cas, Locked, Variant};
 use crate::ops::sealed::{Lookup, Table};
 use crate::ops::Limiter;
@@ -240,8 +240,8 @@ where
     fn decide_batch<'k>(
         &self,
         requests: impl IntoIterator<Item = (&'k Q, u64)>,
-        valid: impl Fn(u64) -> Result<(), CostError>,
-        emit: impl FnMut(Result<Decision, CostError>),
+        valid: impl Fn(u64) -> Result<(), QuotaError>,
+        emit: impl FnMut(Result<Decision, QuotaError>),
     ) where
         Q: 'k,
     {

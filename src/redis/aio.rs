@@ -7,7 +7,7 @@ use super::replies::noscript_indices;
 use super::FailMode;
 use super::{BackendError, RedisAlgorithm, RedisBuilder};
 use crate::decision::Decision;
-use crate::error::CostError;
+use crate::error::QuotaError;
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{AsyncConnectionConfig, Client, Value};
@@ -256,7 +256,7 @@ impl<A: RedisAlgorithm> AsyncRedisLimiter<A> {
     pub async fn check_n_batch<'k>(
         &self,
         requests: impl IntoIterator<Item = (&'k str, u64)>,
-        out: &mut Vec<Result<Decision, CostError>>,
+        out: &mut Vec<Result<Decision, QuotaError>>,
     ) {
         out.clear();
         let mut trip = Trip::default();

@@ -7,7 +7,7 @@ use super::{BackendError, RedisAlgorithm, RedisBuilder};
 #[cfg(doc)]
 use super::{FailMode, MAX_EXPLICIT_NOW};
 use crate::decision::Decision;
-use crate::error::CostError;
+use crate::error::QuotaError;
 use ::redis::Value;
 use parking_lot::Mutex;
 use std::fmt;
@@ -133,7 +133,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     fn decide_batch<'k>(
         &self,
         requests: impl IntoIterator<Item = (&'k str, u64)>,
-        out: &mut Vec<Result<Decision, CostError>>,
+        out: &mut Vec<Result<Decision, QuotaError>>,
     ) {
         out.clear();
         if self.target.is_cluster() {
@@ -277,7 +277,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// is the mode, else 1 s) and counts it in [`errors`](super::ClientStats::errors): a
     /// misconfiguration is never let through. Only a cost error is returned; a
     /// [`request`](crate::Requests::request)'s `check` returns the backend's failure instead.
-    pub fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+    pub fn check_n(&self, key: &str, cost: u64) -> Result<Decision, QuotaError> {
         let req = Req::new(key, cost, At::Server, Mode::Check);
         self.core.fail_over(self.decide_req(req))
     }
@@ -317,7 +317,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     pub fn check_n_batch<'k>(
         &self,
         requests: impl IntoIterator<Item = (&'k str, u64)>,
-        out: &mut Vec<Result<Decision, CostError>>,
+        out: &mut Vec<Result<Decision, QuotaError>>,
     ) {
         self.decide_batch(requests, out);
     }

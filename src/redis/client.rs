@@ -5,7 +5,7 @@ use super::local_deny::LocalDeny;
 use super::lua;
 use super::{BackendError, FailMode, RedisAlgorithm, RedisBuilder, BATCH_TRIP, MAX_EXPLICIT_NOW};
 use crate::decision::{Decision, Ticket};
-use crate::error::{check_cost, CostError, QuotaError};
+use crate::error::{check_cost, QuotaError};
 use crate::request::Ask;
 use ::redis::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -275,7 +275,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         let mut cost = ask.cost;
         if matches!(mode, Mode::UpTo) {
             if cost == 0 {
-                return Err(CostError::Zero.into());
+                return Err(QuotaError::ZeroCost.into());
             }
             cost = cost.min(algo.capacity());
         }
@@ -466,7 +466,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     pub(super) fn fail_over(
         &self,
         r: Result<Decision, BackendError>,
-    ) -> Result<Decision, CostError> {
+    ) -> Result<Decision, QuotaError> {
         self.fail_over_n(r, 1)
     }
 
@@ -476,7 +476,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         &self,
         r: Result<Decision, BackendError>,
         n: u64,
-    ) -> Result<Decision, CostError> {
+    ) -> Result<Decision, QuotaError> {
         match self.fail_over_outages_n(r, n) {
             Ok(d) => Ok(d),
             Err(BackendError::Cost(e)) => Err(e),
@@ -582,7 +582,7 @@ impl<A: RedisAlgorithm> ClientCore<A> {
     /// (none comes) would be the fail mode's decision.
     pub(super) fn batch_of_ones(
         &self,
-        answers: Vec<Result<Decision, CostError>>,
+        answers: Vec<Result<Decision, QuotaError>>,
         out: &mut Vec<Decision>,
     ) {
         out.clear();
@@ -675,7 +675,7 @@ impl<'k> Trip<'k> {
         core: &ClientCore<A>,
         key: &'k str,
         cost: u64,
-        out: &mut Vec<Result<Decision, CostError>>,
+        out: &mut Vec<Result<Decision, QuotaError>>,
     ) -> bool {
         match core.before(&Req::new(key, cost, At::Server, Mode::Check)) {
             Ok(Some(d)) => out.push(Ok(d)),
@@ -702,7 +702,7 @@ impl<'k> Trip<'k> {
         &mut self,
         core: &ClientCore<A>,
         result: Result<Answers, BackendError>,
-        out: &mut [Result<Decision, CostError>],
+        out: &mut [Result<Decision, QuotaError>],
     ) {
         match result {
             Ok(answers) => {
@@ -720,7 +720,7 @@ impl<'k> Trip<'k> {
             Err(e) => {
                 let answer = core.fail_over_n(Err(e), self.requests.len() as u64);
                 for &i in &self.places {
-                    out[i] = answer;
+                    out[i] = answer.clone();
                 }
             }
         }

@@ -208,7 +208,7 @@ use crate::algo::{
 use crate::decision::Decision;
 #[cfg(doc)]
 use crate::decision::Policy;
-use crate::error::{ConfigError, CostError, QuotaError};
+use crate::error::{ConfigError, QuotaError};
 use ::redis::{ErrorKind, RedisError};
 use std::fmt;
 use std::time::Duration;
@@ -283,17 +283,18 @@ impl FailMode {
 /// docs, *Failures*).
 ///
 /// ```
-/// use hotlimit::{redis::BackendError, CostError};
+/// use hotlimit::{redis::BackendError, QuotaError};
 ///
-/// let e = BackendError::from(CostError::Zero);
+/// let e = BackendError::Cost(QuotaError::ZeroCost);
 /// assert!(!e.is_outage());
 /// assert!(BackendError::Unavailable.is_outage());
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum BackendError {
-    /// The request's cost can never be admitted (checked before any round trip).
-    Cost(CostError),
+    /// The request's cost can never be admitted (checked before any round trip):
+    /// [`QuotaError::ZeroCost`] or [`QuotaError::ExceedsCapacity`], as in memory.
+    Cost(QuotaError),
     /// The server could not be reached or stopped answering (refused, reset, timed out), or
     /// the cluster said it cannot serve the key now (`CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`,
     /// no connection to the slot's node): an outage.
@@ -328,6 +329,34 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// The same error again: for every batch of a failed round trip, and for a backend's
+    /// error held in a [`QuotaError`] (`RedisError` is not `Clone`).
+    pub(crate) fn copied(&self) -> BackendError {
+        match self {
+            BackendError::Connection(r) => BackendError::Connection(RedisError::from((
+                ErrorKind::IoError,
+                "connection failed",
+                r.to_string(),
+            ))),
+            BackendError::Script(r) => BackendError::Script(RedisError::from((
+                r.kind(),
+                "request failed",
+                r.to_string(),
+            ))),
+            BackendError::Reply(s) => BackendError::Reply(s.clone()),
+            BackendError::Unavailable => BackendError::Unavailable,
+            BackendError::Cost(c) => BackendError::Cost(c.clone()),
+            BackendError::TimeOutOfRange(t) => BackendError::TimeOutOfRange(*t),
+            BackendError::Config(c) => BackendError::Config(c.clone()),
+            BackendError::TicketFromOtherLimiter => BackendError::TicketFromOtherLimiter,
+            BackendError::TicketForOtherKey => BackendError::TicketForOtherKey,
+            BackendError::Spawn(e) => {
+                BackendError::Spawn(std::io::Error::new(e.kind(), e.to_string()))
+            }
+            BackendError::OutOfMemory => BackendError::OutOfMemory,
+        }
+    }
+
     /// Whether the connection that returned this error must be dropped (the next request
     /// opens a new one): after an outage or a bad reply, since a timed-out or broken
     /// connection may still deliver a stale reply; and after a redirection that surfaced,
@@ -437,9 +466,20 @@ impl From<ConfigError> for BackendError {
     }
 }
 
-impl From<CostError> for BackendError {
-    fn from(e: CostError) -> Self {
-        BackendError::Cost(e)
+/// The request's faults stay what they are; a quota this limiter cannot use is its
+/// configuration error; a backend's error held in a [`QuotaError`] is that error again.
+impl From<QuotaError> for BackendError {
+    fn from(e: QuotaError) -> Self {
+        match e {
+            QuotaError::Quota(c) => BackendError::Config(*c),
+            QuotaError::TicketFromOtherLimiter => BackendError::TicketFromOtherLimiter,
+            QuotaError::TicketForOtherKey => BackendError::TicketForOtherKey,
+            QuotaError::Backend(e) => match e.downcast_ref::<BackendError>() {
+                Some(b) => b.copied(),
+                None => BackendError::Reply(e.to_string()),
+            },
+            cost => BackendError::Cost(cost),
+        }
     }
 }
 
@@ -461,7 +501,7 @@ mod tests {
             report(&sync),
             format!("Redis unreachable: redis connection failed: {cause}")
         );
-        let cost = BackendError::Cost(CostError::Zero);
-        assert_eq!(report(&cost), CostError::Zero.to_string());
+        let cost = BackendError::Cost(QuotaError::ZeroCost);
+        assert_eq!(report(&cost), QuotaError::ZeroCost.to_string());
     }
 }

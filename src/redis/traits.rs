@@ -19,7 +19,7 @@ use std::sync::Arc;
 impl From<BackendError> for QuotaError {
     fn from(e: BackendError) -> Self {
         match e {
-            BackendError::Cost(c) => QuotaError::Cost(c),
+            BackendError::Cost(c) => c,
             BackendError::TicketFromOtherLimiter => QuotaError::TicketFromOtherLimiter,
             BackendError::TicketForOtherKey => QuotaError::TicketForOtherKey,
             e => QuotaError::Backend(Arc::new(e)),
@@ -51,20 +51,17 @@ mod quota {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::CostError;
+    use crate::error::QuotaError;
 
     /// What the tower layer reads off an async Redis limiter's error: the request's own
     /// faults as in memory, anything else a backend failure that still holds the error.
     #[test]
     fn a_backend_error_converts_to_the_one_error() {
-        let cost = CostError::ExceedsCapacity {
+        let cost = QuotaError::ExceedsCapacity {
             cost: 9,
             capacity: 5,
         };
-        assert_eq!(
-            QuotaError::from(BackendError::Cost(cost)),
-            QuotaError::Cost(cost)
-        );
+        assert_eq!(QuotaError::from(BackendError::Cost(cost.clone())), cost);
         assert_eq!(
             QuotaError::from(BackendError::TicketForOtherKey),
             QuotaError::TicketForOtherKey

@@ -6,7 +6,7 @@
 //! `hotlimit-tower`'s `tower/tests/in_flight.rs`.
 
 use hotlimit::store::Ask;
-use hotlimit::{AsyncRateLimiter, CostError, Decision, QuotaError, Requests, Ticket};
+use hotlimit::{AsyncRateLimiter, Decision, QuotaError, Requests, Ticket};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::future::{ready, Ready};
@@ -47,11 +47,11 @@ impl Budget {
         ask.quota.copied().unwrap_or(self.limit)
     }
 
-    fn checked(&self, ask: &Ask<'_, u64>) -> Result<u64, CostError> {
+    fn checked(&self, ask: &Ask<'_, u64>) -> Result<u64, QuotaError> {
         let limit = self.limit(ask);
         match ask.cost {
-            0 => Err(CostError::Zero),
-            c if c > limit => Err(CostError::ExceedsCapacity {
+            0 => Err(QuotaError::ZeroCost),
+            c if c > limit => Err(QuotaError::ExceedsCapacity {
                 cost: c,
                 capacity: limit,
             }),

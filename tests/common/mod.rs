@@ -13,11 +13,11 @@ use hotlimit::algo::{
 };
 use hotlimit::store::{Ask, Cas, Keys, Locked};
 use hotlimit::Metrics;
+use hotlimit::Ticket;
 use hotlimit::{
-    CasLimiter, Clock, CompactLimiter, CostError, Decision, DirectLimiter, Limiter, Live,
-    ManualClock, MutexLimiter, Policy, QuantaClock, Rate, RateLimiter, Requests,
+    CasLimiter, Clock, CompactLimiter, Decision, DirectLimiter, Limiter, Live, ManualClock,
+    MutexLimiter, Policy, QuantaClock, QuotaError, Rate, RateLimiter, Requests,
 };
-use hotlimit::{QuotaError, Ticket};
 use sharded::ShardedLimiter;
 use std::time::Duration;
 
@@ -39,7 +39,7 @@ pub trait Limit: RateLimiter<u64> {
     fn sweep(&self) -> Metrics;
 
     /// The decision `check_n` would return now, counting nothing.
-    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError>;
+    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, QuotaError>;
 
     /// `peek_n` of cost 1.
     fn peek(&self, key: &u64) -> Decision {
@@ -58,10 +58,12 @@ impl<S: Keys<u64>> Limit for Limiter<S> {
     fn sweep(&self) -> Metrics {
         Limiter::sweep(self)
     }
-    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
-        self.request(key).cost(cost).peek().map_err(|e| match e {
-            QuotaError::Cost(e) => e,
-            e => panic!("the limiter's own quota: {e}"),
+    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, QuotaError> {
+        self.request(key).cost(cost).peek().inspect_err(|e| {
+            assert!(
+                matches!(e, QuotaError::ZeroCost | QuotaError::ExceedsCapacity { .. }),
+                "the limiter's own quota: {e}"
+            )
         })
     }
     fn until_ready_blocking(&self, key: &u64) -> Decision {
@@ -90,7 +92,7 @@ impl<S: Keys<id::Id>> RateLimiter<u64> for ById<S> {
     fn check(&self, key: &u64) -> Decision {
         self.0.check(&id::Id(*key))
     }
-    fn check_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
+    fn check_n(&self, key: &u64, cost: u64) -> Result<Decision, QuotaError> {
         self.0.check_n(&id::Id(*key), cost)
     }
 }
@@ -102,11 +104,13 @@ impl<S: Keys<id::Id>> Limit for ById<S> {
     fn sweep(&self) -> Metrics {
         self.0.sweep()
     }
-    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
+    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, QuotaError> {
         let peeked = self.0.request(&id::Id(*key)).cost(cost).peek();
-        peeked.map_err(|e| match e {
-            QuotaError::Cost(e) => e,
-            e => panic!("the limiter's own quota: {e}"),
+        peeked.inspect_err(|e| {
+            assert!(
+                matches!(e, QuotaError::ZeroCost | QuotaError::ExceedsCapacity { .. }),
+                "the limiter's own quota: {e}"
+            )
         })
     }
     fn until_ready_blocking(&self, key: &u64) -> Decision {
@@ -122,7 +126,7 @@ impl<A: Algorithm, C: Clock> Limit for ShardedLimiter<u64, A, C> {
     fn sweep(&self) -> Metrics {
         ShardedLimiter::sweep(self)
     }
-    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, CostError> {
+    fn peek_n(&self, key: &u64, cost: u64) -> Result<Decision, QuotaError> {
         ShardedLimiter::peek_n(self, key, cost)
     }
     fn until_ready_blocking(&self, key: &u64) -> Decision {

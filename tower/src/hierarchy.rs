@@ -248,7 +248,10 @@ where
         .iter()
         .position(|&(l, key, _)| {
             let peeked = l.request(key).cost(cost).peek().map_err(Into::into);
-            matches!(peeked, Err(QuotaError::Cost(_)))
+            matches!(
+                peeked,
+                Err(QuotaError::ZeroCost | QuotaError::ExceedsCapacity { .. })
+            )
         })
         .unwrap_or(0)
 }

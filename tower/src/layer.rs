@@ -8,7 +8,6 @@ use super::{
     RequestCost, ShadowDecision, UnitCost, DEFAULT_MAX_KEY_LEN,
 };
 use hotlimit::headers::{Action, QuotaPolicy, RateLimitHeaders, Verdict};
-use hotlimit::CostError;
 use hotlimit::Decision;
 #[cfg(doc)]
 use hotlimit::RateLimiter;
@@ -264,17 +263,13 @@ where
                 // The request's fault (its cost) or the limiter's (a backend's failure),
                 // classified before the answer: matched in one arm with the conversion, the
                 // decided path measured 33 instructions a request more (callgrind).
-                let refused = match e.into() {
-                    QuotaError::Cost(c) => Some(c),
-                    _ => None,
-                };
-                return match refused {
-                    Some(CostError::Zero) => Outcome::Refuse(None), // not reached: cost > 0
+                return match e.into() {
+                    QuotaError::ZeroCost => Outcome::Refuse(None), // not reached: cost > 0
                     // Above the capacity (or any cost the limiter can never admit): 413.
-                    Some(_) => Outcome::Verdict(headers.too_large()),
+                    QuotaError::ExceedsCapacity { .. } => Outcome::Verdict(headers.too_large()),
                     // The limiter could not decide: no decision, so no rate-limit headers
                     // (they would be made up) and no report; never an allow in enforce mode.
-                    None => self.refuse(StatusCode::SERVICE_UNAVAILABLE),
+                    _ => self.refuse(StatusCode::SERVICE_UNAVAILABLE),
                 };
             }
         };

@@ -41,10 +41,12 @@ where
         key: &str,
         cost: u64,
         quota: &S::Algo,
-    ) -> Result<Ready<Result<hotlimit::Decision, hotlimit::CostError>>, ConfigError> {
+    ) -> Result<Ready<Result<hotlimit::Decision, hotlimit::QuotaError>>, ConfigError> {
         match self.request(key).quota(quota).cost(cost).check() {
             Ok(decision) => Ok(ready(Ok(decision))),
-            Err(QuotaError::Cost(e)) => Ok(ready(Err(e))),
+            Err(e @ (QuotaError::ZeroCost | QuotaError::ExceedsCapacity { .. })) => {
+                Ok(ready(Err(e)))
+            }
             Err(QuotaError::Quota(e)) => Err(*e),
             Err(other) => unreachable!("a check takes no ticket and has no backend: {other}"),
         }

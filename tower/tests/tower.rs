@@ -11,8 +11,7 @@ use hotlimit::algo::{Earrrl, FixedWindow, Gcra, SlidingWindow};
 use hotlimit::headers::{AdvertisedQuota, Mode, QuotaPolicy};
 use hotlimit::Requests;
 use hotlimit::{
-    AsyncRateLimiter, CasLimiter, CostError, Decision, ManualClock, MutexLimiter, QuotaError,
-    RateLimiter,
+    AsyncRateLimiter, CasLimiter, Decision, ManualClock, MutexLimiter, QuotaError, RateLimiter,
 };
 use hotlimit_tower::{
     ForwardedIp, HeaderKey, KeyExtractor, MissingKey, OversizedKey, PeerIp, RateLimitLayer,
@@ -717,8 +716,8 @@ async fn dry_run_and_shadow_never_refuse_keyless_or_oversized_requests() {
 struct Deferred(Arc<CasLimiter<String, Gcra, ManualClock>>);
 
 impl AsyncRateLimiter<str> for Deferred {
-    type Error = CostError;
-    type Future = Pin<Box<dyn Future<Output = Result<Decision, CostError>> + Send>>;
+    type Error = QuotaError;
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, QuotaError>> + Send>>;
 
     fn check_n_async(&self, key: &str, cost: u64) -> Self::Future {
         let (limiter, key) = (self.0.clone(), key.to_owned());
@@ -860,7 +859,7 @@ impl AsyncRateLimiter<str> for Broken {
 
     fn check_n_async(&self, _key: &str, cost: u64) -> Self::Future {
         std::future::ready(Err(if cost > 5 {
-            QuotaError::Cost(CostError::ExceedsCapacity { cost, capacity: 5 })
+            QuotaError::ExceedsCapacity { cost, capacity: 5 }
         } else {
             QuotaError::Backend(Arc::new(Down))
         }))

@@ -5,7 +5,7 @@
 
 use super::super::connection::{Con, ConnSlot, Target};
 use super::super::{BackendError, RedisBuilder};
-use ::redis::{Cmd, ConnectionLike, ErrorKind, RedisError, Value};
+use ::redis::{Cmd, ConnectionLike, Value};
 use std::time::Instant;
 
 /// A cluster's primaries by slot, from `CLUSTER SLOTS`: which keys one call may hold.
@@ -236,7 +236,7 @@ impl<A> Link<A> {
         }
         let con = match self.connection() {
             Ok(c) => c,
-            Err(e) => return (0..n).map(|_| Err(copy(&e))).collect(),
+            Err(e) => return (0..n).map(|_| Err(e.copied())).collect(),
         };
         let values = match con {
             Con::Cluster(c) => {
@@ -258,7 +258,7 @@ impl<A> Link<A> {
             Ok(values) => values.into_iter().map(reply).collect(),
             Err(e) => {
                 let e = BackendError::from_redis(e);
-                (0..n).map(|_| Err(copy(&e))).collect()
+                (0..n).map(|_| Err(e.copied())).collect()
             }
         };
         self.round_trips += 1;
@@ -279,31 +279,6 @@ impl<A> Link<A> {
 /// A reply, or the server's error in it.
 fn reply(v: Value) -> Result<Value, BackendError> {
     v.extract_error().map_err(BackendError::from_redis)
-}
-
-/// The same error for every batch of a failed round trip (`RedisError` is not `Clone`).
-fn copy(e: &BackendError) -> BackendError {
-    match e {
-        BackendError::Connection(r) => BackendError::Connection(RedisError::from((
-            ErrorKind::IoError,
-            "connection failed",
-            r.to_string(),
-        ))),
-        BackendError::Script(r) => BackendError::Script(RedisError::from((
-            r.kind(),
-            "request failed",
-            r.to_string(),
-        ))),
-        BackendError::Reply(s) => BackendError::Reply(s.clone()),
-        BackendError::Unavailable => BackendError::Unavailable,
-        BackendError::Cost(c) => BackendError::Cost(*c),
-        BackendError::TimeOutOfRange(t) => BackendError::TimeOutOfRange(*t),
-        BackendError::Config(c) => BackendError::Config(c.clone()),
-        BackendError::TicketFromOtherLimiter => BackendError::TicketFromOtherLimiter,
-        BackendError::TicketForOtherKey => BackendError::TicketForOtherKey,
-        BackendError::Spawn(e) => BackendError::Spawn(std::io::Error::new(e.kind(), e.to_string())),
-        BackendError::OutOfMemory => BackendError::OutOfMemory,
-    }
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ use super::{BackendError, RedisBuilder};
 use crate::cell::StateCell;
 use crate::clock::{duration_to_nanos, Clock, QuantaClock};
 use crate::decision::{Decision, Ticket};
-use crate::error::{ConfigError, CostError, QuotaError};
+use crate::error::{ConfigError, QuotaError};
 use crate::keyed::Shared;
 use crate::request::Ask;
 use crate::shared::Options;
@@ -172,8 +172,8 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
     fn decide_batch<'k>(
         &self,
         requests: impl Iterator<Item = (&'k str, u64)>,
-        valid: impl Fn(u64) -> Result<(), CostError>,
-        emit: impl FnMut(Result<Decision, CostError>),
+        valid: impl Fn(u64) -> Result<(), QuotaError>,
+        emit: impl FnMut(Result<Decision, QuotaError>),
     ) {
         let store = &self.inner.store;
         let guard = store.map.guard();
@@ -402,7 +402,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
         now: u64,
     ) -> Result<(u64, Decision), QuotaError> {
         if n == 0 {
-            return Err(CostError::Zero.into());
+            return Err(QuotaError::ZeroCost);
         }
         Ok(self.step(key, 1, quota, |algo, plan, ctx, seen, w| {
             let most = n.min(algo.capacity());
@@ -624,9 +624,9 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
     }
 
     /// Decides a request of `cost` for `key`, counting it; a cost that can never be
-    /// admitted is a [`CostError`].
+    /// admitted is a [`QuotaError`].
     #[inline]
-    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, CostError> {
+    fn check_n(&self, key: &str, cost: u64) -> Result<Decision, QuotaError> {
         self.inner.store.core.cost(cost)?;
         Ok(self.decide(key, cost))
     }
@@ -643,7 +643,7 @@ impl<A: HybridAlgorithm, C: Clock> crate::RateLimiter<str> for HybridLimiter<A, 
     fn check_n_batch<'k>(
         &self,
         requests: impl IntoIterator<Item = (&'k str, u64)>,
-        out: &mut Vec<Result<Decision, CostError>>,
+        out: &mut Vec<Result<Decision, QuotaError>>,
     ) {
         out.clear();
         let core = &self.inner.store.core;
