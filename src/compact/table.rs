@@ -287,6 +287,11 @@ where
     /// never evicts for capacity, and keeps a small debt table for what it evicts otherwise
     /// (`UNBOUNDED_DEBT_KEYS`). The compact limiter's own default bound
     /// ([`DEFAULT_MAX_KEYS`]) is set by its builder, not here.
+    // Under loom `SMALL_LINES` is 0, so its comparisons are constant there.
+    #[cfg_attr(
+        hotlimit_loom,
+        allow(clippy::absurd_extreme_comparisons, clippy::unnecessary_min_or_max)
+    )]
     pub(crate) fn new(algo: A, clock: C, options: &Options) -> Result<Self, BuildError> {
         let (base, levels, max_keys) = match options.max_keys {
             Some(max_keys) => {
