@@ -16,8 +16,9 @@ use crate::error::QuotaError;
 /// memory, few enough that the first key's line is still in L1 when its decision runs.
 const CHUNK: usize = 32;
 
-/// A request of a chunk: its key, its cost, and what `place` and `find` made of it.
-type Located<'k, Q, F> = (&'k Q, u64, Result<F, QuotaError>);
+/// A request of a chunk: its key (a reference, or a handle as small), its cost, and what
+/// `place` and `find` made of it.
+type Located<Q, F> = (Q, u64, Result<F, QuotaError>);
 
 /// Runs `requests` through a store a chunk at a time: `place` refuses a request's cost or
 /// computes where its key lives without touching the table, `find` loads that place (and may
@@ -26,15 +27,15 @@ type Located<'k, Q, F> = (&'k Q, u64, Result<F, QuotaError>);
 /// before either is decided; `decide` must therefore treat `F` as a hint (a key absent at
 /// `find` may be present by its turn, a cell found may be dead).
 #[inline(always)]
-pub(crate) fn in_chunks<'k, Q: ?Sized + 'k, F: Copy>(
-    requests: impl IntoIterator<Item = (&'k Q, u64)>,
-    mut place: impl FnMut(&'k Q, u64) -> Result<F, QuotaError>,
-    mut find: impl FnMut(&'k Q, &mut F),
-    mut decide: impl FnMut(&'k Q, u64, F) -> Decision,
+pub(crate) fn in_chunks<Q: Copy, F: Copy>(
+    requests: impl IntoIterator<Item = (Q, u64)>,
+    mut place: impl FnMut(Q, u64) -> Result<F, QuotaError>,
+    mut find: impl FnMut(Q, &mut F),
+    mut decide: impl FnMut(Q, u64, F) -> Decision,
     mut emit: impl FnMut(Result<Decision, QuotaError>),
 ) {
     let mut requests = requests.into_iter();
-    let mut chunk: [Option<Located<'k, Q, F>>; CHUNK] = [const { None }; CHUNK];
+    let mut chunk: [Option<Located<Q, F>>; CHUNK] = [const { None }; CHUNK];
     loop {
         let mut len = 0;
         for (slot, (key, cost)) in chunk.iter_mut().zip(requests.by_ref()) {
@@ -43,7 +44,7 @@ pub(crate) fn in_chunks<'k, Q: ?Sized + 'k, F: Copy>(
         }
         for (key, _, placed) in chunk[..len].iter_mut().flatten() {
             if let Ok(f) = placed {
-                find(key, f);
+                find(*key, f);
             }
         }
         for (key, cost, found) in chunk[..len].iter_mut().flat_map(Option::take) {

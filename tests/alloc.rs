@@ -102,6 +102,11 @@ fn every_store<A: Algorithm + Clone + Send + Sync + 'static>(name: &str, algo: A
     let clock = ManualClock::default();
     let cas = CasLimiter::<String, A, _>::with_clock(algo.clone(), clock.clone());
     gate!(format!("CasLimiter<{name}>"), cas, clock, "client-1");
+    // A `String` key is held inline up to 22 bytes, in an allocation of its own past that:
+    // neither allocates to be found.
+    let long = "client-with-a-key-longer-than-22-bytes";
+    let _ = cas.check(long);
+    gate!(format!("CasLimiter<{name}>, a long key"), cas, clock, long);
     let mutex = MutexLimiter::<String, A, _>::with_clock(algo.clone(), clock.clone());
     gate!(format!("MutexLimiter<{name}>"), mutex, clock, "client-1");
     let compact = CompactLimiter::<u64, A, _>::with_clock(algo.clone(), clock.clone());

@@ -2,6 +2,7 @@
 //! batch first locates its keys, then takes on each the step every request takes
 //! ([`Shared::apply_found`]).
 
+use super::bytes::{KeyBytes, KeyView, ToKey};
 use super::inline::may_route;
 use super::Shared;
 use crate::algo::Algorithm;
@@ -25,6 +26,8 @@ pub enum At<'a, K, A: Algorithm, C: Clock, V: Variant<A>, Q: ?Sized> {
     Papaya(&'a Shared<K, A, C, V>, &'a Q),
     /// A key's 64-bit form in its compact table.
     Compact(CompactAt<'a, u64, A, C, V>),
+    /// The papaya map of `String` keys held as their bytes, and the key.
+    Bytes(&'a Shared<KeyBytes, A, C, V>, KeyView<'a, Q>),
 }
 
 impl<K, A, C, V, Q> KeyState<A::State> for At<'_, K, A, C, V, Q>
@@ -39,6 +42,7 @@ where
     fn apply<T>(&self, mut f: impl FnMut(&mut A::State) -> T) -> T {
         match self {
             At::Papaya(sh, key) => sh.apply(*key, &sh.map.guard(), f),
+            At::Bytes(sh, key) => sh.apply(key, &sh.map.guard(), f),
             At::Compact(at) if const { may_route::<K, A::State>() } => at.apply(f),
             // Never run (see `Route`): a fresh state, in no table.
             At::Compact(at) => f(&mut at.algo().fresh()),
@@ -48,8 +52,34 @@ where
     fn key_print(&self) -> u64 {
         match self {
             At::Papaya(_, key) => crate::shared::key_print(*key),
+            At::Bytes(_, key) => crate::shared::key_print(key),
             At::Compact(at) => at.key_print(),
         }
+    }
+}
+
+/// A batch's key as [`Shared::decide_batch`] takes it: a reference to a key of the map
+/// (`&Q`), or a [`KeyView`] of a `String` key.
+pub(super) trait KeyRef<K>: Copy {
+    /// What the map's look-ups and inserts take.
+    type Key: ToKey<K> + ?Sized;
+    /// The key.
+    fn key(&self) -> &Self::Key;
+}
+
+impl<K, Q: ToKey<K> + ?Sized> KeyRef<K> for &Q {
+    type Key = Q;
+    #[inline(always)]
+    fn key(&self) -> &Q {
+        self
+    }
+}
+
+impl<Q: Hash + ?Sized> KeyRef<KeyBytes> for KeyView<'_, Q> {
+    type Key = Self;
+    #[inline(always)]
+    fn key(&self) -> &Self {
+        self
     }
 }
 
@@ -65,23 +95,20 @@ where
     /// [`apply_found`](Shared::apply_found), which looks again for a key absent at the
     /// look-up or a cell since killed.
     #[inline(always)]
-    pub(super) fn decide_batch<'k, Q>(
+    pub(super) fn decide_batch<R: KeyRef<K>>(
         &self,
-        requests: impl IntoIterator<Item = (&'k Q, u64)>,
+        requests: impl IntoIterator<Item = (R, u64)>,
         valid: impl Fn(u64) -> Result<(), QuotaError>,
         emit: impl FnMut(Result<Decision, QuotaError>),
-    ) where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'k,
-    {
+    ) {
         let (core, guard) = (&self.core, self.map.guard());
         let now = core.clock.now();
         // papaya hashes inside its look-up: nothing to place ahead of it.
-        let place = |_: &Q, cost| valid(cost).map(|()| None);
-        let find = |key: &Q, found: &mut Option<_>| *found = self.map.get(key, &guard);
-        let decide = |key: &Q, cost, found| {
+        let place = |_: R, cost| valid(cost).map(|()| None);
+        let find = |key: R, found: &mut Option<_>| *found = self.map.get(key.key(), &guard);
+        let decide = |key: R, cost, found| {
             let step = |state: &mut A::State| core.algo.update(state, now, cost);
-            core.count(self.apply_found(key, found, &guard, step))
+            core.count(self.apply_found(key.key(), found, &guard, step))
         };
         batch::in_chunks(requests, place, find, decide, emit);
     }
