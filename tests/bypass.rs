@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{id::Id, ById};
+use common::{id::Id, ById, ByName};
 use hotlimit::algo::{
     Algorithm, AllOf, Bias, Earrrl, Exponential, FixedWindow, Gcra, SlidingLog, SlidingWindow,
     SubWindow,
@@ -64,6 +64,13 @@ impl<S: Keys<u64>> Bounded for hotlimit::Limiter<S> {
 
 /// The papaya map, keyed by `Id`: bounded, a map of `u64` keys is the compact table.
 impl<S: Keys<Id>> Bounded for ById<S> {
+    fn sweep(&self) {
+        let _ = self.0.sweep();
+    }
+}
+
+/// The papaya map of `String` keys (their bytes in its nodes).
+impl<S: Keys<String>> Bounded for ByName<S> {
     fn sweep(&self) {
         let _ = self.0.sweep();
     }
@@ -178,6 +185,7 @@ where
     }
     let cas = build!(CasLimiter::<Id, A>::builder(algo.clone()), ById);
     let mutex = build!(MutexLimiter::<Id, A>::builder(algo.clone()), ById);
+    let named = build!(CasLimiter::<String, A>::builder(algo.clone()), ByName);
     let compact = build!(
         CompactLimiter::<u64, A, QuantaClock, Cas>::builder(algo.clone()),
         identity
@@ -189,6 +197,7 @@ where
     vec![
         ("cas", cas.0, cas.1),
         ("mutex", mutex.0, mutex.1),
+        ("cas-string", named.0, named.1),
         ("compact", compact.0, compact.1),
         ("compact-mutex", compact_mutex.0, compact_mutex.1),
     ]

@@ -72,6 +72,43 @@ impl<S: Keys<u64>> Limit for Limiter<S> {
     }
 }
 
+/// `String` keys in this harness, checked by `u64`: every other key a name past the 22 bytes
+/// a map keeps inline, so both ways a `CasLimiter<String>` holds a key are under test.
+#[allow(dead_code)]
+pub struct ByName<S: hotlimit::store::Store>(pub Limiter<S>);
+
+/// The name `ByName` checks for `key`.
+#[allow(dead_code)]
+pub fn name(key: u64) -> String {
+    if key % 2 == 0 {
+        format!("{key}")
+    } else {
+        format!("client-{key:024}")
+    }
+}
+
+#[allow(dead_code)]
+impl<S: Keys<String>> ByName<S> {
+    /// The limiter's metrics.
+    pub fn metrics(&self) -> Metrics {
+        self.0.metrics()
+    }
+
+    /// A sweep by hand.
+    pub fn sweep(&self) -> Metrics {
+        self.0.sweep()
+    }
+}
+
+impl<S: Keys<String>> RateLimiter<u64> for ByName<S> {
+    fn check(&self, key: &u64) -> Decision {
+        self.0.check(&name(*key))
+    }
+    fn check_n(&self, key: &u64, cost: u64) -> Result<Decision, QuotaError> {
+        self.0.check_n(&name(*key), cost)
+    }
+}
+
 /// The papaya store in this harness: keyed by [`id::Id`] (a map of `u64` keys is the compact
 /// table), checked by `u64`.
 pub struct ById<S: hotlimit::store::Store>(pub Limiter<S>);
