@@ -47,6 +47,8 @@ use std::time::Duration;
 const NOW: Duration = Duration::from_secs(10);
 /// The one key of the one-key benchmarks.
 const KEY: u64 = 7;
+/// The one key of the one-key `String` benchmark: a client's name, 15 bytes.
+const NAME: &str = "user:0000012345";
 /// How many keys a many-keys benchmark checks (one `check` each).
 const SAMPLE: u64 = 10_000;
 /// Keys present in the million-key benchmarks (the compact table at `max_keys` = the keys).
@@ -141,6 +143,17 @@ fn cas<A: Algorithm>(algo: A, step: Step) -> &'static CasLimiter<u64, A, ManualC
     )
 }
 
+/// A `CasLimiter<String>` (the papaya map holding the keys' bytes) on a manual clock,
+/// [`NAME`] brought to `step`.
+fn cas_str(step: Step) -> &'static CasLimiter<String, Gcra, ManualClock> {
+    warmed(
+        |clock| CasLimiter::with_clock(gcra(), clock),
+        |l| l.check(NAME),
+        |l| l.request(NAME).peek().unwrap(),
+        step,
+    )
+}
+
 /// A direct (one-cell) limiter on a manual clock, brought to `step`.
 fn direct<A: Algorithm>(algo: A, step: Step) -> &'static DirectLimiter<A, ManualClock> {
     warmed(
@@ -199,6 +212,18 @@ macro_rules! one_key {
 }
 
 one_key!(Gcra, gcra, cas_gcra, direct_gcra);
+
+// `CasLimiter<String>::check` by `&str` (the papaya map, each key's bytes in its entry):
+// GCRA, its one key present, one allowed step and one denied step.
+#[library_benchmark]
+#[bench::allow(cas_str(Step::Allow), NAME)]
+#[bench::deny(cas_str(Step::Deny), NAME)]
+fn cas_gcra_string(
+    limiter: &'static CasLimiter<String, Gcra, ManualClock>,
+    key: &'static str,
+) -> Decision {
+    black_box(limiter.check(key))
+}
 
 // `DirectLimiter::check` running `Live<Gcra>` (a quota that can be switched while traffic
 // flows): what reading the configuration in force costs beside `direct_gcra`.
@@ -482,7 +507,7 @@ library_benchmark_group!(
     name = one_key;
     benchmarks =
         overhead,
-        cas_gcra, direct_gcra, direct_live_gcra, compact_gcra,
+        cas_gcra, cas_gcra_string, direct_gcra, direct_live_gcra, compact_gcra,
         cas_earrrl, direct_earrrl,
         cas_exponential, direct_exponential,
         cas_fixed_window, direct_fixed_window,

@@ -2,7 +2,7 @@
 //! batch first locates its keys, then takes on each the step every request takes
 //! ([`Shared::apply_found`]).
 
-use super::bytes::{KeyBytes, KeyView, ToKey};
+use super::bytes::{may_hold, KeyBytes, KeyView, ToKey};
 use super::inline::may_route;
 use super::Shared;
 use crate::algo::Algorithm;
@@ -42,7 +42,9 @@ where
     fn apply<T>(&self, mut f: impl FnMut(&mut A::State) -> T) -> T {
         match self {
             At::Papaya(sh, key) => sh.apply(*key, &sh.map.guard(), f),
-            At::Bytes(sh, key) => sh.apply(key, &sh.map.guard(), f),
+            At::Bytes(sh, key) if const { may_hold::<K>() } => sh.apply(key, &sh.map.guard(), f),
+            // Never run either: a map of keys unlike `String`'s holds no `Bytes`.
+            At::Bytes(sh, _) => f(&mut sh.core.algo.fresh()),
             At::Compact(at) if const { may_route::<K, A::State>() } => at.apply(f),
             // Never run (see `Route`): a fresh state, in no table.
             At::Compact(at) => f(&mut at.algo().fresh()),

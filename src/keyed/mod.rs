@@ -90,7 +90,9 @@ pub(crate) enum Route<K, A: Algorithm, C: Clock, V: Variant<A>> {
     /// The papaya map.
     Papaya(Arc<Shared<K, A, C, V>>),
     /// The papaya map of `String` keys, holding each key's bytes in its node (inline up to
-    /// 22 bytes): a look-up compares them without another dependent load.
+    /// 22 bytes): a look-up compares them without another dependent load. As for `Compact`,
+    /// every use is under `if const { bytes::may_hold::<K>() }` (keys the size of a
+    /// `String`), so a map of other keys compiles none of its code.
     Bytes(Arc<Shared<KeyBytes, A, C, V>>),
     /// A compact table of the keys' 64-bit forms (`u32`, `u64`, `Ipv4Addr`), for a one-word
     /// state only: every use is under `if const { may_route::<K, A::State>() }`, so that a map
@@ -141,7 +143,7 @@ where
             let (table, sweeper) = Compact::build_table(algo, clock, options)?;
             return Ok((Map(Route::Compact(table)), sweeper));
         }
-        if TypeId::of::<K>() == TypeId::of::<String>() {
+        if const { bytes::may_hold::<K>() } && TypeId::of::<K>() == TypeId::of::<String>() {
             let shared = Arc::new(Shared::new(algo, clock, options).with_debts(options)?);
             let sweeper = shared.core.spawn_sweeper(&shared, |s| {
                 s.sweep();
@@ -183,7 +185,8 @@ where
     fn sweep(&self) -> Metrics {
         match &self.0 {
             Route::Papaya(sh) => sh.sweep(),
-            Route::Bytes(sh) => sh.sweep(),
+            Route::Bytes(sh) if const { bytes::may_hold::<K>() } => sh.sweep(),
+            Route::Bytes(_) => Metrics::default(),
             Route::Compact(t) if const { may_route::<K, A::State>() } => t.sweep(),
             Route::Compact(_) => Metrics::default(),
         }
@@ -227,13 +230,15 @@ where
             Route::Papaya(sh) => {
                 sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost))
             }
-            Route::Bytes(sh) => sh.apply(&KeyView(key), &sh.map.guard(), |state| {
-                algo.update(state, now, cost)
-            }),
+            Route::Bytes(sh) if const { bytes::may_hold::<K>() } => {
+                sh.apply(&KeyView(key), &sh.map.guard(), |state| {
+                    algo.update(state, now, cost)
+                })
+            }
             Route::Compact(t) if const { may_route::<K, A::State>() } => {
                 t.decide(algo, &inline::form(key), cost, now)
             }
-            Route::Compact(_) => no_route(),
+            Route::Compact(_) | Route::Bytes(_) => no_route(),
         }
     }
 
@@ -246,7 +251,7 @@ where
                 sh.core
                     .count(sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost)))
             }
-            Route::Bytes(sh) => {
+            Route::Bytes(sh) if const { bytes::may_hold::<K>() } => {
                 let now = sh.core.clock.now();
                 let algo = &sh.core.algo;
                 let step = |state: &mut A::State| algo.update(state, now, cost);
@@ -256,7 +261,7 @@ where
             Route::Compact(t) if const { may_route::<K, A::State>() } => {
                 t.check(&inline::form(key), cost)
             }
-            Route::Compact(_) => no_route(),
+            Route::Compact(_) | Route::Bytes(_) => no_route(),
         }
     }
 
@@ -264,11 +269,13 @@ where
     fn peek(&self, algo: &A, key: &Q, cost: u64, now: u64) -> Decision {
         match &self.0 {
             Route::Papaya(sh) => sh.peek(algo, key, cost, now, &sh.map.guard()),
-            Route::Bytes(sh) => sh.peek(algo, &KeyView(key), cost, now, &sh.map.guard()),
+            Route::Bytes(sh) if const { bytes::may_hold::<K>() } => {
+                sh.peek(algo, &KeyView(key), cost, now, &sh.map.guard())
+            }
             Route::Compact(t) if const { may_route::<K, A::State>() } => {
                 t.peek(algo, &inline::form(key), cost, now)
             }
-            Route::Compact(_) => no_route(),
+            Route::Compact(_) | Route::Bytes(_) => no_route(),
         }
     }
 
@@ -283,7 +290,7 @@ where
     {
         match &self.0 {
             Route::Papaya(sh) => sh.decide_batch(requests, valid, emit),
-            Route::Bytes(sh) => {
+            Route::Bytes(sh) if const { bytes::may_hold::<K>() } => {
                 let requests = requests.into_iter().map(|(key, cost)| (KeyView(key), cost));
                 sh.decide_batch(requests, valid, emit)
             }
@@ -291,7 +298,7 @@ where
                 let locate = |key: &Q| t.0.locate(&inline::form(key));
                 t.decide_batch_by(requests, locate, valid, emit);
             }
-            Route::Compact(_) => {}
+            Route::Compact(_) | Route::Bytes(_) => {}
         }
     }
 }
