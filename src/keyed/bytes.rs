@@ -49,6 +49,7 @@ impl KeyBytes {
         }
     }
 
+    #[inline]
     fn as_bytes(&self) -> &[u8] {
         match self {
             KeyBytes::Inline(len, bytes) => &bytes[..usize::from(*len)],
@@ -66,6 +67,7 @@ impl std::fmt::Debug for KeyBytes {
 /// As the key's `str` hashes (its stream, call by call), so that a [`KeyView`] of the same
 /// key finds it.
 impl Hash for KeyBytes {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         state.write(self.as_bytes());
         state.write_u8(END);
@@ -89,6 +91,7 @@ impl<Q: ?Sized> Copy for KeyView<'_, Q> {}
 /// The key's own stream, passed on call by call: the same calls as [`KeyBytes`]' hash makes
 /// for the same key, whatever the hasher does with a whole `str`.
 impl<Q: Hash + ?Sized> Hash for KeyView<'_, Q> {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.0.hash(&mut Forward(state));
     }
