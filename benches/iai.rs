@@ -12,8 +12,8 @@
 //! the setup with a `peek`, and no clock read varies.
 //!
 //! - One key: ONE `check`, an allowed step and a denied step, for every algorithm on the
-//!   papaya store (`CasLimiter`) and on the direct limiter; GCRA on the compact table, and
-//!   `Live<Gcra>` on the direct limiter.
+//!   papaya store (`CasLimiter`) and on the direct limiter; GCRA on the compact table, on a
+//!   `CasLimiter<String>` (a 15-byte key, by `&str`), and `Live<Gcra>` on the direct limiter.
 //! - Many keys: GCRA, one `check` of each of 10,000 keys present in the papaya store, or of
 //!   100,000 of the 1,000,000 keys present in the compact table; the row counts them all (ids
 //!   `…_each_of_N`; the gate's table divides by N). One key among many would not do: the hash
