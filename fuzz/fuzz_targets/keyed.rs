@@ -3,7 +3,10 @@
 //! through the 128-bit CAS cell) on one shared manual clock, driven by the same arbitrary
 //! operations: requests for byte-string keys (up to 64 bytes; often a key seen before), clock
 //! steps forward (saturating) and backwards, (GCRA) `reserve`, `peek`, and idle sweeps (no
-//! grace). `AllOf(GCRA, EARRRL)` runs as a fourth configuration.
+//! grace). `AllOf(GCRA, EARRRL)` runs as a fourth configuration. A third limiter, a
+//! `CasLimiter<String>`, gets each key as its bytes in hex (a map of `String` keys holds their
+//! bytes in its entries: inline up to 22, so keys of up to 11 bytes here; boxed past that)
+//! and must answer as the `CasLimiter<Vec<u8>>` does.
 //!
 //! Asserts: both give identical `check_n` results (`Decision` compared with `==`, `QuotaError`
 //! too) and identical `reserve` results; both equal a reference model, a `HashMap` of states
@@ -61,6 +64,7 @@ struct Twins<A: Algorithm> {
     clock: ManualClock,
     cas: CasLimiter<Vec<u8>, A, ManualClock>,
     mutex: MutexLimiter<Vec<u8>, A, ManualClock>,
+    named: CasLimiter<String, A, ManualClock>,
     model: HashMap<Vec<u8>, A::State>,
     keys: Vec<Vec<u8>>,
 }
@@ -75,6 +79,11 @@ impl<A: Algorithm + Clone> Twins<A> {
                 .build()
                 .expect("no sweeper thread to spawn"),
             mutex: MutexLimiter::<Vec<u8>, A>::builder(algo.clone())
+                .clock(clock.clone())
+                .sweep_grace(Duration::ZERO)
+                .build()
+                .expect("no sweeper thread to spawn"),
+            named: CasLimiter::<String, A>::builder(algo.clone())
                 .clock(clock.clone())
                 .sweep_grace(Duration::ZERO)
                 .build()
@@ -109,6 +118,11 @@ impl<A: Algorithm + Clone> Twins<A> {
             cas, mutex,
             "key {key:?} cost {cost} at {now} ns: cas vs mutex"
         );
+        let named = self.named.check_n(name(key).as_str(), cost);
+        assert_eq!(
+            cas, named,
+            "key {key:?} cost {cost} at {now} ns: cas vs named"
+        );
         let (algo, model) = (&self.algo, &mut self.model);
         let expected = expected(algo.capacity(), cost, || {
             let state = model.entry(key.to_vec()).or_insert_with(|| algo.fresh());
@@ -132,6 +146,11 @@ impl<A: Algorithm + Clone> Twins<A> {
             self.model.len() as u64,
             "mutex holds a wrong number of keys"
         );
+        assert_eq!(
+            self.named.metrics().keys,
+            self.model.len() as u64,
+            "named holds a wrong number of keys"
+        );
     }
 
     /// Runs `ops`; `reserve` handles `Op::Reserve` (its arguments: the twins, the key, cost
@@ -152,6 +171,8 @@ impl<A: Algorithm + Clone> Twins<A> {
                     let now = self.clock.now();
                     let (cas, mutex) = (self.cas.check(&key[..]), self.mutex.check(&key[..]));
                     assert_eq!(cas, mutex, "check({key:?}) at {now} ns: cas vs mutex");
+                    let named = self.named.check(&name(&key));
+                    assert_eq!(cas, named, "check({key:?}) at {now} ns: cas vs named");
                     let algo = &self.algo;
                     let state = self
                         .model
@@ -190,6 +211,11 @@ impl<A: Algorithm + Clone> Twins<A> {
                         cas, mutex,
                         "peek({key:?}, {cost}) at {now} ns: cas vs mutex"
                     );
+                    let named = self.named.request(name(&key).as_str()).cost(cost).peek();
+                    assert_eq!(
+                        cas, named,
+                        "peek({key:?}, {cost}) at {now} ns: cas vs named"
+                    );
                     let expected = expected(self.algo.capacity(), cost, || {
                         let fresh = self.algo.fresh();
                         let state = self.model.get(&key).unwrap_or(&fresh);
@@ -211,6 +237,11 @@ impl<A: Algorithm + Clone> Twins<A> {
                     self.model.retain(|_, state| algo.idle_at(state) > now);
                     let idle = (before - self.model.len()) as u64;
                     let (cas, mutex) = (self.cas.sweep(), self.mutex.sweep());
+                    let named = self.named.sweep();
+                    assert_eq!(
+                        named.evicted_idle, idle,
+                        "named swept {named:?} at {now} ns"
+                    );
                     assert_eq!(cas.evicted_idle, idle, "cas swept {cas:?} at {now} ns");
                     assert_eq!(
                         mutex.evicted_idle, idle,
@@ -263,6 +294,15 @@ fn reserve_gcra(t: &mut Twins<Gcra>, key: &[u8], cost: u64, max_wait: Span) {
         cas, mutex,
         "reserve({key:?}, {cost}, {max_wait:?}) at {now} ns: cas vs mutex"
     );
+    let named = t
+        .named
+        .request(name(key).as_str())
+        .cost(cost)
+        .reserve(max_wait);
+    assert_eq!(
+        cas, named,
+        "reserve({key:?}, {cost}, {max_wait:?}) at {now} ns: cas vs named"
+    );
     let expected = expected(t.algo.capacity(), cost, || {
         let state = t.model.entry(key.to_vec()).or_insert(0);
         let wait_ns = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
@@ -276,4 +316,9 @@ fn reserve_gcra(t: &mut Twins<Gcra>, key: &[u8], cost: u64, max_wait: Span) {
         "reserve({key:?}, {cost}, {max_wait:?}) at {now} ns: cas vs model"
     );
     t.check_len();
+}
+
+/// The `String` key of the byte-string key `key`: its bytes in hex, one to one.
+fn name(key: &[u8]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
 }
