@@ -37,18 +37,6 @@ pub enum KeyBytes {
 }
 
 impl KeyBytes {
-    #[cfg(test)]
-    fn new(bytes: &[u8]) -> Self {
-        match u8::try_from(bytes.len()) {
-            Ok(len) if bytes.len() <= INLINE => {
-                let mut inline = [0; INLINE];
-                inline[..bytes.len()].copy_from_slice(bytes);
-                KeyBytes::Inline(len, inline)
-            }
-            _ => KeyBytes::Boxed(bytes.into()),
-        }
-    }
-
     #[inline]
     fn as_bytes(&self) -> &[u8] {
         match self {
@@ -260,8 +248,8 @@ mod tests {
         assert_eq!(record("ab"), expected);
         assert_eq!(record(&String::from("ab")), expected);
         assert_eq!(record(&KeyView("ab")), expected);
-        assert_eq!(record(&KeyBytes::new(b"ab")), expected);
-        assert_eq!(record(&KeyView("")), record(&KeyBytes::new(b"")));
+        assert_eq!(record(&KeyView("ab").to_key()), expected);
+        assert_eq!(record(&KeyView("")), record(&KeyView("").to_key()));
     }
 
     /// Equal keys are equivalent and hash alike, inline or boxed; a prefix, an extension or

@@ -144,17 +144,10 @@ where
             return Ok((Map(Route::Compact(table)), sweeper));
         }
         if const { bytes::may_hold::<K>() } && TypeId::of::<K>() == TypeId::of::<String>() {
-            let shared = Arc::new(Shared::new(algo, clock, options).with_debts(options)?);
-            let sweeper = shared.core.spawn_sweeper(&shared, |s| {
-                s.sweep();
-            })?;
+            let (shared, sweeper) = Shared::build(algo, clock, options)?;
             return Ok((Map(Route::Bytes(shared)), sweeper));
         }
-        let shared = Shared::new(algo, clock, options).with_debts(options)?;
-        let shared = Arc::new(shared);
-        let sweeper = shared.core.spawn_sweeper(&shared, |s| {
-            s.sweep();
-        })?;
+        let (shared, sweeper) = Shared::build(algo, clock, options)?;
         Ok((Map(Route::Papaya(shared)), sweeper))
     }
 
@@ -227,13 +220,9 @@ where
     #[inline(always)]
     fn decide(&self, algo: &A, key: &Q, cost: u64, now: u64) -> Decision {
         match &self.0 {
-            Route::Papaya(sh) => {
-                sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost))
-            }
+            Route::Papaya(sh) => sh.decide(algo, key, cost, now),
             Route::Bytes(sh) if const { bytes::may_hold::<K>() } => {
-                sh.apply(&KeyView(key), &sh.map.guard(), |state| {
-                    algo.update(state, now, cost)
-                })
+                sh.decide(algo, &KeyView(key), cost, now)
             }
             Route::Compact(t) if const { may_route::<K, A::State>() } => {
                 t.decide(algo, &inline::form(key), cost, now)
@@ -245,19 +234,8 @@ where
     #[inline(always)]
     fn check(&self, key: &Q, cost: u64) -> Decision {
         match &self.0 {
-            Route::Papaya(sh) => {
-                let now = sh.core.clock.now();
-                let algo = &sh.core.algo;
-                sh.core
-                    .count(sh.apply(key, &sh.map.guard(), |state| algo.update(state, now, cost)))
-            }
-            Route::Bytes(sh) if const { bytes::may_hold::<K>() } => {
-                let now = sh.core.clock.now();
-                let algo = &sh.core.algo;
-                let step = |state: &mut A::State| algo.update(state, now, cost);
-                sh.core
-                    .count(sh.apply(&KeyView(key), &sh.map.guard(), step))
-            }
+            Route::Papaya(sh) => sh.check(key, cost),
+            Route::Bytes(sh) if const { bytes::may_hold::<K>() } => sh.check(&KeyView(key), cost),
             Route::Compact(t) if const { may_route::<K, A::State>() } => {
                 t.check(&inline::form(key), cost)
             }
@@ -347,6 +325,48 @@ where
             evicted: None,
             hasher: ahash::RandomState::new(),
         }
+    }
+
+    /// The store behind a [`Map`]: with its debt table if the options ask for one, shared
+    /// with its sweeper thread if they ask for one.
+    fn build(
+        algo: A,
+        clock: C,
+        options: &Options,
+    ) -> Result<(Arc<Self>, Option<Sweeper>), BuildError>
+    where
+        K: 'static,
+    {
+        let shared = Arc::new(Self::new(algo, clock, options).with_debts(options)?);
+        let sweeper = shared.core.spawn_sweeper(&shared, |s| {
+            s.sweep();
+        })?;
+        Ok((shared, sweeper))
+    }
+
+    /// A step of `algo` on `key`'s state at `now`, counted nowhere: what a request with a
+    /// quota or an instant of its own runs.
+    #[inline(always)]
+    fn decide<Q>(&self, algo: &A, key: &Q, cost: u64, now: u64) -> Decision
+    where
+        Q: ToKey<K> + ?Sized,
+    {
+        self.apply(key, &self.map.guard(), |state| {
+            algo.update(state, now, cost)
+        })
+    }
+
+    /// A plain check of `key`: the clock read, the limiter's own algorithm, counted.
+    #[inline(always)]
+    fn check<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        Q: ToKey<K> + ?Sized,
+    {
+        let now = self.core.clock.now();
+        let algo = &self.core.algo;
+        self.core.count(self.apply(key, &self.map.guard(), |state| {
+            algo.update(state, now, cost)
+        }))
     }
 
     /// Adds the debt table, if the options ask for a bounded store that remembers.
