@@ -2,7 +2,8 @@
 //! the driver `.ci/misses` runs; this binary only fills one store and checks it.
 //!
 //! `misses STORE CHECKS [KEYS]`: fills STORE (`cas`, `compact` or `governor` keyed by `u64`;
-//! `cas-str`, `compact-str` (`Hashed<str>`) or `governor-str` keyed by `String`) with KEYS keys
+//! `cas-str`, `compact-str` (`Hashed<str>`) or `governor-str` keyed by 15-byte `String`s;
+//! `cas-long` or `governor-long` keyed by 40-byte ones) with KEYS keys
 //! (1M unless given; the compact table sized for them), every
 //! quota admitting everything on a frozen clock, then runs CHECKS checks of scattered keys
 //! (the same sequence for every store, computed on the fly: no sequence in memory to miss
@@ -27,10 +28,15 @@ fn key(i: u64, keys: u64) -> u64 {
     (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) % keys
 }
 
-/// Key `k` as a `String` key (`user:0000012345`), written into `buf`.
-fn user(buf: &mut String, k: u64) -> &str {
+/// Key `k` as a `String` key, written into `buf`: `user:0000012345` (15 bytes), or with
+/// `long` an API key's 40 (`sk_live_` and 32 hex digits), longer than a key held inline.
+fn user(buf: &mut String, k: u64, long: bool) -> &str {
     buf.clear();
-    write!(buf, "user:{k:010}").unwrap();
+    if long {
+        write!(buf, "sk_live_{k:032x}").unwrap();
+    } else {
+        write!(buf, "user:{k:010}").unwrap();
+    }
     buf
 }
 
@@ -43,13 +49,20 @@ fn main() {
         [store, checks] => (store.as_str(), checks, "1000000"),
         [store, checks, keys] => (store.as_str(), checks, keys.as_str()),
         _ => panic!(
-            "usage: misses cas|compact|governor|cas-str|compact-str|governor-str CHECKS [KEYS]"
+            "usage: misses cas|compact|governor|cas-str|compact-str|governor-str|cas-long|governor-long CHECKS [KEYS]"
         ),
     };
     let checks = checks.parse::<u64>().expect("CHECKS");
     let keys = keys.parse::<u64>().expect("KEYS");
     let gcra: Gcra = "1000000000/s burst 1099511627776".parse().unwrap();
     let seq = (0..checks).map(|i| key(i, keys));
+    // `-long`: the `-str` store keyed by 40-byte keys.
+    let long = store.ends_with("-long");
+    let store = match store {
+        "cas-long" => "cas-str",
+        "governor-long" => "governor-str",
+        other => other,
+    };
     match store {
         "cas" => {
             let l = CasLimiter::<u64, Gcra, _>::with_clock(gcra, ManualClock::default());
@@ -84,9 +97,9 @@ fn main() {
         "cas-str" => {
             let l = CasLimiter::<String, Gcra, _>::with_clock(gcra, ManualClock::default());
             let mut buf = String::new();
-            (0..keys).for_each(|k| assert!(l.check(user(&mut buf, k)).is_allowed()));
+            (0..keys).for_each(|k| assert!(l.check(user(&mut buf, k, long)).is_allowed()));
             seq.for_each(|k| {
-                let _ = black_box(l.check(user(&mut buf, k)));
+                let _ = black_box(l.check(user(&mut buf, k, long)));
             });
             std::mem::forget(l);
         }
@@ -97,9 +110,9 @@ fn main() {
                 .build()
                 .unwrap();
             let mut buf = String::new();
-            (0..keys).for_each(|k| assert!(l.check(user(&mut buf, k)).is_allowed()));
+            (0..keys).for_each(|k| assert!(l.check(user(&mut buf, k, long)).is_allowed()));
             seq.for_each(|k| {
-                let _ = black_box(l.check(user(&mut buf, k)));
+                let _ = black_box(l.check(user(&mut buf, k, long)));
             });
             std::mem::forget(l);
         }
@@ -110,11 +123,11 @@ fn main() {
             // governor's keyed check takes `&String`: the buffer itself, no allocation.
             let mut buf = String::new();
             (0..keys).for_each(|k| {
-                user(&mut buf, k);
+                user(&mut buf, k, long);
                 assert!(l.check_key(&buf).is_ok())
             });
             seq.for_each(|k| {
-                user(&mut buf, k);
+                user(&mut buf, k, long);
                 let _ = black_box(l.check_key(&buf).is_ok());
             });
             std::mem::forget(l);
