@@ -12,11 +12,13 @@
 //! the setup with a `peek`, and no clock read varies.
 //!
 //! - One key: ONE `check`, an allowed step and a denied step, for every algorithm on the
-//!   papaya store (`CasLimiter`) and on the direct limiter; GCRA on the compact table, on a
-//!   `CasLimiter<String>` (a 15-byte key, by `&str`), and `Live<Gcra>` on the direct limiter.
-//! - Many keys: GCRA, one `check` of each of 10,000 keys present in the papaya store, or of
-//!   100,000 of the 1,000,000 keys present in the compact table; the row counts them all (ids
-//!   `…_each_of_N`; the gate's table divides by N). One key among many would not do: the hash
+//!   default store (`CasLimiter<u64>`: its unbounded compact table for a one-word state, the
+//!   papaya map for a two-word one) and on the direct limiter; GCRA on the bounded compact
+//!   table (`CompactLimiter`), on a `CasLimiter<String>` (the papaya map of the keys' bytes; a
+//!   15-byte key, by `&str`), and `Live<Gcra>` on the direct limiter.
+//! - Many keys: GCRA, one `check` of each of 10,000 keys present in the default store, or of
+//!   100,000 of the 1,000,000 keys present in it or in the bounded table; the row counts them
+//!   all (ids `…_each_of_N`; the gate's table divides by N). One key among many would not do: the hash
 //!   seeds are random per process (ahash's, std's), so whether a given key sits where its
 //!   look-up probes first changes from run to run, and its count with it (measured, one key
 //!   among 10,000 in the papaya map: 180 or 191 instructions allowed, 193 to 226 denied, 11 a
@@ -55,7 +57,7 @@ const SAMPLE: u64 = 10_000;
 const MILLION: u64 = 1_000_000;
 /// How many of them the million-key benchmarks check: more than [`SAMPLE`], since at a load
 /// of 3/4 a compact key's look-up cost has a long tail (keys that spill past their home line),
-/// and papaya's probes vary too.
+/// and the unbounded table's vary too.
 const MILLION_SAMPLE: u64 = 100_000;
 
 /// Which outcome the measured call must have.
@@ -133,7 +135,7 @@ fn warmed<L>(
     limiter
 }
 
-/// A papaya-store limiter on a manual clock, [`KEY`] brought to `step`.
+/// A default-store limiter (`CasLimiter<u64>`) on a manual clock, [`KEY`] brought to `step`.
 fn cas<A: Algorithm>(algo: A, step: Step) -> &'static CasLimiter<u64, A, ManualClock> {
     warmed(
         |clock| CasLimiter::with_clock(algo, clock),
@@ -187,11 +189,11 @@ fn overhead(limiter: &'static CasLimiter<u64, Gcra, ManualClock>, key: u64) -> u
     black_box(key)
 }
 
-/// One `check` per algorithm on one key, on the papaya store and on the direct limiter, each
+/// One `check` per algorithm on one key, on the default store and on the direct limiter, each
 /// an allowed step and a denied step.
 macro_rules! one_key {
     ($algo:ty, $make:ident, $cas:ident, $direct:ident) => {
-        // `CasLimiter::check` (papaya store) running `$algo`, its one key present: one
+        // `CasLimiter::check` (the default store) running `$algo`, its one key present: one
         // allowed step, one denied step.
         #[library_benchmark]
         #[bench::allow(cas($make(), Step::Allow), KEY)]
@@ -281,7 +283,7 @@ where
     Box::leak(keys.into())
 }
 
-/// A papaya-store GCRA limiter holding keys `0..SAMPLE`, each brought to `step`.
+/// A default-store GCRA limiter holding keys `0..SAMPLE`, each brought to `step`.
 fn cas_10k(step: Step) -> (&'static CasLimiter<u64, Gcra, ManualClock>, &'static [u64]) {
     let clock = ManualClock::default();
     let limiter = Box::leak(Box::new(CasLimiter::<u64, Gcra, _>::with_clock(
@@ -347,7 +349,7 @@ fn compact_1m(
     (limiter, fill_million(limiter, &clock, step))
 }
 
-/// The default papaya-store GCRA limiter holding [`MILLION`] keys ([`fill_million`]): where
+/// The default-store GCRA limiter holding [`MILLION`] keys ([`fill_million`]): where
 /// its look-up's dependent loads cost most (issue #61).
 fn cas_1m(step: Step) -> (&'static CasLimiter<u64, Gcra, ManualClock>, &'static [u64]) {
     let clock = ManualClock::default();

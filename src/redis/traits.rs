@@ -78,4 +78,36 @@ mod tests {
             .expect("the backend's own error");
         assert!(matches!(inner, BackendError::Unavailable) && inner.is_outage());
     }
+
+    /// And back: a backend error that went through the one error comes out as itself (the
+    /// same case, the same message), whatever the case; another backend's error, held in a
+    /// `QuotaError`, as a reply this client cannot use, its message kept.
+    #[test]
+    fn the_one_error_converts_back_to_the_backend_error_it_holds() {
+        use redis::{ErrorKind, RedisError};
+        let cases = [
+            BackendError::Unavailable,
+            BackendError::OutOfMemory,
+            BackendError::TicketForOtherKey,
+            BackendError::TicketFromOtherLimiter,
+            BackendError::Cost(QuotaError::ZeroCost),
+            BackendError::Reply("an unexpected reply".into()),
+            BackendError::Connection(RedisError::from((ErrorKind::IoError, "refused"))),
+            BackendError::Script(RedisError::from((ErrorKind::NoScriptError, "gone"))),
+            BackendError::Spawn(std::io::Error::other("no threads")),
+        ];
+        for case in cases {
+            let text = case.to_string();
+            let kind = std::mem::discriminant(&case);
+            let back = BackendError::from(QuotaError::from(case));
+            assert_eq!(std::mem::discriminant(&back), kind, "{text}");
+            assert_eq!(back.to_string(), text);
+        }
+        let other = std::io::Error::other("another backend's failure");
+        let held = QuotaError::Backend(Arc::new(other));
+        assert!(matches!(
+            BackendError::from(held),
+            BackendError::Reply(m) if m == "another backend's failure"
+        ));
+    }
 }
