@@ -27,6 +27,31 @@ pub(crate) const fn may_hold<K>() -> bool {
 /// The byte that ends a `str`'s hash stream.
 const END: u8 = 0xff;
 
+/// Whether a `str` hashes as this module reads it, asked of the running build once per
+/// limiter: one `write` of its bytes, then `write_u8(0xff)` (std's `Hasher::write_str`
+/// default). A toolchain whose `str` streamed otherwise would find no key it holds, and so
+/// reset every limit; on one, a map of `String` keys keeps them as `String`s instead.
+pub(crate) fn str_streams_its_bytes() -> bool {
+    /// The calls a hasher gets, as bytes: a `write`'s own, `[0, n]` for a `write_u8(n)`;
+    /// any other call (a length prefix) comes as a `write` of its bytes, by its default.
+    #[derive(Default)]
+    struct Calls(Vec<u8>);
+    impl Hasher for Calls {
+        fn finish(&self) -> u64 {
+            0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.extend_from_slice(bytes);
+        }
+        fn write_u8(&mut self, n: u8) {
+            self.0.extend_from_slice(&[0, n]);
+        }
+    }
+    let mut calls = Calls::default();
+    "ab".hash(&mut calls);
+    calls.0 == [b'a', b'b', 0, END]
+}
+
 /// A key's bytes as the map holds them.
 #[derive(Clone, PartialEq, Eq)]
 pub enum KeyBytes {
@@ -250,6 +275,7 @@ mod tests {
         assert_eq!(record(&KeyView("ab")), expected);
         assert_eq!(record(&KeyView("ab").to_key()), expected);
         assert_eq!(record(&KeyView("")), record(&KeyView("").to_key()));
+        assert!(str_streams_its_bytes());
     }
 
     /// Equal keys are equivalent and hash alike, inline or boxed; a prefix, an extension or

@@ -143,7 +143,10 @@ where
             let (table, sweeper) = Compact::build_table(algo, clock, options)?;
             return Ok((Map(Route::Compact(table)), sweeper));
         }
-        if const { bytes::may_hold::<K>() } && TypeId::of::<K>() == TypeId::of::<String>() {
+        if const { bytes::may_hold::<K>() }
+            && TypeId::of::<K>() == TypeId::of::<String>()
+            && bytes::str_streams_its_bytes()
+        {
             let (shared, sweeper) = Shared::build(algo, clock, options)?;
             return Ok((Map(Route::Bytes(shared)), sweeper));
         }
