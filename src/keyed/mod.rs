@@ -44,8 +44,8 @@ const CAPACITY_SAMPLE: usize = 1024;
 /// [`InFlight`](crate::algo::InFlight)) keeps them in the compact table
 /// ([`CompactLimiter`](crate::CompactLimiter)'s, chosen at build by `TypeId`), bounded by
 /// [`max_keys`](crate::store::Builder::max_keys) or not: key and state in one 16-byte slot,
-/// one CAS, one cache miss a check at a million keys where the map takes two; 1.1–1.6×
-/// governor's speed there (four runs), in 34 bytes a key without a bound and 48 with one
+/// one CAS, one cache miss a check at a million keys where the map takes two; 1.3–2.7×
+/// governor's speed there (two sittings), in 34 bytes a key without a bound and 48 with one
 /// (its debt table), where the map took 0.7–0.9× in 54 (`BENCHMARKS.md`). Without a bound it grows as keys come
 /// and never evicts for capacity, as the map; set one where clients choose the keys, to bound
 /// the memory a flood of new keys can take. The decisions are the same until a key is evicted
