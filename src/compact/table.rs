@@ -26,7 +26,7 @@ pub(crate) const SLOTS_PER_LINE: usize = 4;
 
 /// The probe window: a key lives at most `WINDOW_LINES - 1` lines past its home line. At the
 /// design load (3/4) most keys sit in their home line, but linear probing has a long thin
-/// tail (the longest probes measured at 10^6 and 10^7 keys are in `BENCHMARKS.md`, from
+/// tail (the longest probes measured at 10^6 keys are in `BENCHMARKS.md`, from
 /// [`Limiter::probe_stats`](crate::Limiter::probe_stats)); the window is about
 /// twice the longest, which leaves room to grow, so it fills only when the table itself is
 /// nearly full.

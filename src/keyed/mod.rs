@@ -46,9 +46,9 @@ const CAPACITY_SAMPLE: usize = 1024;
 /// [`max_keys`](crate::store::Builder::max_keys) or not: key and state in one 16-byte slot,
 /// one CAS, one cache miss a check at a million keys where the map takes two; 1.3–2.7×
 /// governor's speed there (two sittings), in 34 bytes a key without a bound and 48 with one
-/// (its debt table), where the map took 0.7–0.9× in 54 (`BENCHMARKS.md`). Without a bound it grows as keys come
-/// and never evicts for capacity, as the map; set one where clients choose the keys, to bound
-/// the memory a flood of new keys can take. The decisions are the same until a key is evicted
+/// (its debt table: `BENCHMARKS.md`). Without a bound it grows as keys come and never
+/// evicts for capacity, as the map; set one where clients choose the keys, to bound the
+/// memory a flood of new keys can take. The decisions are the same until a key is evicted
 /// for capacity, which each table does its own way (`docs/GUARANTEES.md`, G2). Any other key
 /// type or state (a 128-bit key or state would take a per-slot lock in the table, a CAS
 /// here) is held in the map; so is a key type of your own wrapping a `u64`.
