@@ -94,8 +94,9 @@ struct Args {
     /// A request not answered within this many ms is answered 503 / DEADLINE_EXCEEDED.
     #[arg(long, env = "HOTLIMIT_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     request_timeout_ms: u64,
-    /// The secret a take's ticket is signed with: replicas given the same one settle each
-    /// other's tickets. Default: random, this process's alone.
+    /// The secret a take's ticket is signed with: on the redis backend, replicas given the
+    /// same one settle each other's tickets (on memory and hybrid, only the issuer settles
+    /// its own). Default: random, this process's alone.
     #[arg(long, env = "HOTLIMIT_TICKET_SECRET", hide_env_values = true)]
     ticket_secret: Option<String>,
     /// How many settled tickets are remembered until they expire (40 bytes each); past it

@@ -324,6 +324,7 @@ impl Service {
             settings.ticket_secret.as_deref(),
             settings.ticket_ttl,
             settings.max_settled_tickets,
+            settings.backend.shared_tickets(),
         )
         .map_err(StartError::Tickets)?;
         let loaded = build(config, &settings, &metrics, &engines)

@@ -5,7 +5,9 @@
 //! was not given (the bits cannot be guessed) or change what one charged (the MAC); a ticket
 //! settles once: a settled one's nonce is remembered until it expires (and Redis marks each
 //! part's settle, across replicas). Replicas given one `--ticket-secret` settle each other's
-//! tickets on a shared backend.
+//! tickets on the Redis backend, whose marks make a settle once across them; on the others a
+//! ticket names the process that issued it (128 random bits of its own), and only that one
+//! settles it, since its settle-once memory is that process's alone.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
@@ -36,6 +38,9 @@ pub struct Part {
 pub struct Claims {
     /// 128 random bits, hex: the ticket's identity for settle-once.
     pub nonce: String,
+    /// The issuing process's 128 random bits: where settles are remembered per process, only
+    /// the issuer settles the ticket.
+    pub issuer: u128,
     /// Issued, ms since the Unix epoch.
     pub issued: u64,
     /// Expires, ms since the Unix epoch.
@@ -60,6 +65,11 @@ pub struct Tickets {
     key: [u8; 32],
     ttl: Duration,
     settled: Mutex<Settled>,
+    /// This process's 128 random bits, in every ticket it issues.
+    issuer: u128,
+    /// Whether another replica's tickets settle here (a backend that settles each part once
+    /// across replicas): otherwise only this process's do.
+    shared: bool,
 }
 
 /// The nonces of settled tickets until they expire, oldest first. Bounded: when full, the
@@ -91,9 +101,17 @@ pub fn unix_ms() -> u64 {
 }
 
 impl Tickets {
-    /// Tickets signed with a key derived from `secret` (replicas given the same one accept
-    /// each other's), or with 256 random bits when there is none (this process's alone).
-    pub fn new(secret: Option<&str>, ttl: Duration, max_settled: usize) -> std::io::Result<Self> {
+    /// Tickets signed with a key derived from `secret`, or with 256 random bits when there
+    /// is none (this process's alone). Replicas given the same secret accept each other's
+    /// only where `shared` (the backend settles each part once across replicas, as Redis
+    /// does): otherwise a ticket settles on the process that issued it, the one that
+    /// remembers whether it was settled.
+    pub fn new(
+        secret: Option<&str>,
+        ttl: Duration,
+        max_settled: usize,
+        shared: bool,
+    ) -> std::io::Result<Self> {
         let key = match secret {
             Some(s) => Sha256::digest(s.as_bytes()).into(),
             None => {
@@ -102,8 +120,12 @@ impl Tickets {
                 k
             }
         };
+        let mut issuer = [0u8; 16];
+        getrandom::fill(&mut issuer).map_err(std::io::Error::other)?;
         Ok(Tickets {
             key,
+            issuer: u128::from_be_bytes(issuer),
+            shared,
             ttl,
             settled: Mutex::new(Settled {
                 order: VecDeque::new(),
@@ -142,6 +164,7 @@ impl Tickets {
         getrandom::fill(&mut nonce).map_err(std::io::Error::other)?;
         let claims = Claims {
             nonce: format!("{:032x}", u128::from_be_bytes(nonce)),
+            issuer: self.issuer,
             issued: now,
             expires: now.saturating_add(ttl),
             parts,
@@ -154,8 +177,9 @@ impl Tickets {
         Ok(format!("{body}.{tag}"))
     }
 
-    /// The claims of `token` if this server signed it and it has not expired at `now`
-    /// (settled or not: [`claim`](Self::claim) says).
+    /// The claims of `token` if this server signed it, it has not expired at `now` and it may
+    /// settle here (this process issued it, or the backend's settles are shared), settled or
+    /// not: [`claim`](Self::claim) says.
     pub fn open(&self, token: &str, now: u64) -> Result<Claims, Refused> {
         let (body, tag) = token.split_once('.').ok_or(Refused::Unknown)?;
         let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| Refused::Unknown)?;
@@ -165,7 +189,7 @@ impl Tickets {
         mac.verify_slice(&tag).map_err(|_| Refused::Unknown)?;
         let json = URL_SAFE_NO_PAD.decode(body).map_err(|_| Refused::Unknown)?;
         let claims: Claims = postcard::from_bytes(&json).map_err(|_| Refused::Unknown)?;
-        if now >= claims.expires {
+        if now >= claims.expires || !(self.shared || claims.issuer == self.issuer) {
             return Err(Refused::Unknown);
         }
         Ok(claims)
@@ -216,5 +240,43 @@ impl Tickets {
             .unwrap_or_else(|e| e.into_inner())
             .order
             .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(60);
+
+    fn token(t: &Tickets) -> String {
+        t.issue(Vec::new(), 1_000, Duration::ZERO).unwrap()
+    }
+
+    /// Two processes given one secret, on a backend whose settles each process remembers
+    /// alone (memory, the fleet): each refuses the other's tickets, so no ticket is settled
+    /// once per replica.
+    #[test]
+    fn a_ticket_settles_only_on_its_issuer_unless_the_backend_shares_settles() {
+        let (a, b) = (
+            Tickets::new(Some("s3cret"), TTL, 8, false).unwrap(),
+            Tickets::new(Some("s3cret"), TTL, 8, false).unwrap(),
+        );
+        let t = token(&a);
+        assert_eq!(b.open(&t, 2_000).unwrap_err(), Refused::Unknown);
+        let claims = a.open(&t, 2_000).unwrap();
+        assert_eq!(a.claim(&claims, 2_000), Ok(()));
+        assert_eq!(a.claim(&claims, 2_000), Err(Refused::Unknown));
+
+        // Where the backend marks each settle across replicas (Redis), either opens it.
+        let (c, d) = (
+            Tickets::new(Some("s3cret"), TTL, 8, true).unwrap(),
+            Tickets::new(Some("s3cret"), TTL, 8, true).unwrap(),
+        );
+        let t = token(&c);
+        assert_eq!(d.open(&t, 2_000).map(|c| c.parts.len()), Ok(0));
+        // Another secret opens nothing, shared or not.
+        let e = Tickets::new(Some("another"), TTL, 8, true).unwrap();
+        assert_eq!(e.open(&t, 2_000).unwrap_err(), Refused::Unknown);
     }
 }

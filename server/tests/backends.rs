@@ -102,6 +102,42 @@ fn two_replicas_on_the_fleet_limiter_share_one_limit() {
     assert_eq!(check(b.http, "d", "token", "t3"), 200);
 }
 
+// Two replicas on the fleet limiter, given one ticket secret: each process remembers its own
+// settles, so a ticket settles only on the replica that issued it; on the other it is unknown
+// (404) and changes nothing, so no refund is applied once per replica.
+// Pins G75.
+#[test]
+fn on_the_fleet_limiter_a_ticket_settles_only_on_its_issuer() {
+    let Some(redis) = common::redis() else {
+        return;
+    };
+    let dir = Scratch::new("backends-hybrid-settle");
+    let config = dir.write("d.yaml", RULES);
+    let url = redis.url();
+    let args = [
+        "--backend",
+        "hybrid",
+        "--redis-url",
+        &url,
+        "--sync-ms",
+        "10",
+        "--ticket-secret",
+        "s3cret",
+    ];
+    let (a, b) = (server(&config, &args), server(&config, &args));
+    let ticket = take(a.http, "alice", 3);
+    let gone = serde_json::json!({"error": "no such open ticket"});
+    assert_eq!(settle(b.http, &ticket, 0), (404, gone.clone()));
+    assert_eq!(settle(a.http, &ticket, 0).0, 200);
+    assert_eq!(settle(a.http, &ticket, 0), (404, gone.clone()));
+    assert_eq!(settle(b.http, &ticket, 0), (404, gone));
+    // The 3 came back once: A admits the day's 4, then denies.
+    let codes: Vec<u16> = (0..5)
+        .map(|_| check(a.http, "d", "user", "alice"))
+        .collect();
+    assert_eq!(codes, [200, 200, 200, 200, 429]);
+}
+
 // Pins G66.
 #[test]
 fn a_running_server_reloads_a_changed_file_and_keeps_unchanged_rules_state() {
