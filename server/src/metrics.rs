@@ -128,8 +128,8 @@ impl Metrics {
             .inc();
     }
 
-    /// Adds `hits` to `counter`, saturating: a client's `hits_addend` (up to 2^64 − 1 on a
-    /// descriptor) never wraps a counter back to a small number.
+    /// Adds `hits` to `counter`, saturating, so that no count ever wraps back to a small
+    /// number (the service bounds what one descriptor adds: its rule's limit plus one).
     pub(crate) fn count(&self, counter: &Counter, hits: u64) {
         let _ = counter
             .inner()

@@ -544,7 +544,10 @@ impl Service {
             };
             let (requests_per_unit, unit) = match &rule.limit {
                 Limit::Unlimited => {
-                    self.metrics.count(&slot.counters.allowed, hits);
+                    // At most a request's own bound per descriptor: no client's
+                    // `hits_addend` of 2^64 − 1 pins the counter at its ceiling.
+                    let counted = hits.min(u64::from(u32::MAX));
+                    self.metrics.count(&slot.counters.allowed, counted);
                     statuses.push(ok_without_limit(u32::MAX));
                     decisions.push(None);
                     continue;
@@ -628,7 +631,12 @@ impl Service {
                     (true, false) => &slot.counters.over_limit,
                     (true, true) => &slot.counters.shadow,
                 };
-                self.metrics.count(counter, hits);
+                // At most one more than the rule admits at once: a cost above it is
+                // over the limit whatever its size, and counted whole, one request's
+                // `hits_addend` of 2^64 − 1 would pin the counter at its ceiling, silencing
+                // every rate and alert drawn from it.
+                let counted = hits.min(slot.quota_capacity().saturating_add(1));
+                self.metrics.count(counter, counted);
             }
             let remaining = decision
                 .and_then(|d| d.remaining())
