@@ -12,8 +12,12 @@
 //!   not answer). `GET /metrics`: Prometheus' text format.
 //!
 //! Every error is JSON `{"error": "..."}`, a body past `--max-body-bytes` a 413; the server
-//! handles at most `--max-concurrent` requests at once (503 beyond, never a queue) and
-//! answers 503 to one that takes longer than `--request-timeout-ms`.
+//! handles at most `--max-concurrent` API requests at once (503 beyond, never a queue) and
+//! answers 503 to one that takes longer than `--request-timeout-ms`. It keeps at most
+//! `--max-connections` connections open (one more is closed as it is accepted), and closes
+//! one whose next request's headers have not all come within `--header-timeout-ms` (idle
+//! ones too): a slow client holds no connection, and no request slot, for long. Health and
+//! metrics are outside the request limit, so API requests held open cannot fail a probe.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -339,13 +343,19 @@ async fn metrics(State(s): State<Arc<Service>>) -> HttpResponse {
         .into_response()
 }
 
-/// How the HTTP server bounds its work: requests at once, and how long each may take.
+/// How the HTTP server bounds its work: requests at once, how long each may take, and the
+/// connections it keeps.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
-    /// Requests handled at once; more are answered 503 at once, never queued.
+    /// API requests handled at once; more are answered 503 at once, never queued.
     pub max_concurrent: usize,
     /// A request not answered within this is answered 503.
     pub timeout: Duration,
+    /// Connections open at once; one more is closed as it is accepted.
+    pub max_connections: usize,
+    /// A connection whose next request's headers have not all come within this is closed
+    /// (an idle one too).
+    pub header_timeout: Duration,
 }
 
 impl Default for Bounds {
@@ -353,8 +363,62 @@ impl Default for Bounds {
         Bounds {
             max_concurrent: 1024,
             timeout: Duration::from_secs(10),
+            max_connections: 4096,
+            header_timeout: Duration::from_secs(10),
         }
     }
+}
+
+/// Serves `router` on `listener` within `bounds` until `shutdown` completes, then lets the
+/// requests under way finish. As `axum::serve` does, but with hyper's header read timer
+/// (`axum::serve` sets no timer, so hyper's header timeout never runs: a client that sends
+/// its headers a byte at a time, or never, held its connection forever) and a cap on open
+/// connections.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    bounds: Bounds,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let open = Arc::new(tokio::sync::Semaphore::new(bounds.max_connections.max(1)));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                // Out of descriptors, or a connection reset before it was accepted: the
+                // listener stays; a pause keeps a lasting error from spinning.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Over the cap: closed at once (dropped), before anything is read from it.
+        let Ok(slot) = open.clone().try_acquire_owned() else {
+            continue;
+        };
+        // As `axum::serve` does: a small answer is sent at once, not after Nagle's delay.
+        let _ = tcp.set_nodelay(true);
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(bounds.header_timeout)
+            .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(router.clone()));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            // A connection's end, a client's or a timeout's, is no server error.
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    // No connection taken from here: the port closes, and the requests under way finish.
+    drop(listener);
+    graceful.shutdown().await;
 }
 
 /// The HTTP routes over a [`Service`], bounded by `bounds`.
@@ -370,22 +434,30 @@ pub fn router(service: Arc<Service>, bounds: Bounds) -> Router {
             Json(serde_json::json!({ "error": why })),
         )
     };
-    Router::new()
+    let api = Router::new()
         .route("/json", post(check))
         .route("/v1/check", post(check))
         .route("/v1/peek", post(peek))
         .route("/v1/take", post(take))
         .route("/v1/settle", post(settle))
-        .route("/healthcheck", get(health))
-        .route("/metrics", get(metrics))
         .layer(
             tower::ServiceBuilder::new()
                 .layer(axum::error_handling::HandleErrorLayer::new(overload))
                 .load_shed()
                 .concurrency_limit(bounds.max_concurrent)
                 .timeout(bounds.timeout),
-        )
-        .with_state(service)
+        );
+    // Outside the request limit (a probe must answer while API requests fill it), under the
+    // timeout (a backend health check may hang); the connection cap bounds them.
+    let probes = Router::new()
+        .route("/healthcheck", get(health))
+        .route("/metrics", get(metrics))
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(overload))
+                .timeout(bounds.timeout),
+        );
+    api.merge(probes).with_state(service)
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use clap::{Parser, ValueEnum};
 use hotlimit_server::engine::Backend;
 use hotlimit_server::http::Bounds;
@@ -94,6 +93,13 @@ struct Args {
     /// A request not answered within this many ms is answered 503 / DEADLINE_EXCEEDED.
     #[arg(long, env = "HOTLIMIT_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     request_timeout_ms: u64,
+    /// HTTP connections open at once; one more is closed as it is accepted.
+    #[arg(long, env = "HOTLIMIT_MAX_CONNECTIONS", default_value_t = Bounds::default().max_connections)]
+    max_connections: usize,
+    /// An HTTP connection whose next request's headers have not all come within this many ms
+    /// is closed (an idle one too).
+    #[arg(long, env = "HOTLIMIT_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    header_timeout_ms: u64,
     /// The secret a take's ticket is signed with: on the redis backend, replicas given the
     /// same one settle each other's tickets (on memory and hybrid, only the issuer settles
     /// its own). Default: random, this process's alone.
@@ -177,6 +183,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let bounds = Bounds {
         max_concurrent: args.max_concurrent.max(1),
         timeout: Duration::from_millis(args.request_timeout_ms.max(1)),
+        max_connections: args.max_connections.max(1),
+        header_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
     };
     let service = Arc::new(Service::from_path(&args.config, settings).await?);
     let grpc = TcpListener::bind(args.grpc).await?;
@@ -207,14 +215,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 stopped(stop_rx.clone()),
             ),
     );
-    let http_task = tokio::spawn({
-        let http = http.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let serve = axum::serve(http, hotlimit_server::http::router(service.clone(), bounds))
-            .with_graceful_shutdown(stopped(stop_rx.clone()));
-        async move { serve.await }
-    });
+    let http_task = tokio::spawn(hotlimit_server::http::serve(
+        http,
+        hotlimit_server::http::router(service.clone(), bounds),
+        bounds,
+        stopped(stop_rx.clone()),
+    ));
     tokio::spawn(reloads(service.clone(), args.reload_ms, hangup));
 
     tokio::select! {
@@ -224,7 +230,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("hotlimit-server: shutting down (in-flight requests finish)");
     let _ = stop_tx.send(true);
     grpc_task.await??;
-    http_task.await??;
+    http_task.await?;
     Ok(())
 }
 

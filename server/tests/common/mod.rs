@@ -428,13 +428,12 @@ impl InProcess {
         let thread = std::thread::spawn(move || {
             runtime().block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let app = hotlimit_server::http::router(service, Default::default());
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = stopped.await;
-                    })
-                    .await
-                    .unwrap();
+                let bounds = hotlimit_server::http::Bounds::default();
+                let app = hotlimit_server::http::router(service, bounds);
+                hotlimit_server::http::serve(listener, app, bounds, async {
+                    let _ = stopped.await;
+                })
+                .await;
             });
         });
         InProcess {

@@ -1,0 +1,183 @@
+//! Slow and idle clients against a real `hotlimit-server` on loopback: a connection whose
+//! headers never finish is closed after `--header-timeout-ms`, one past `--max-connections` is
+//! closed as it is accepted, and API requests holding every request slot (bodies sent a few
+//! bytes at a time) leave `/healthcheck` and `/metrics` answering.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{check, client, post, server, Scratch};
+
+const RULES: &str = r#"
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 100}
+"#;
+
+/// Connects to the HTTP port; reads give up after 5 s.
+fn connect(http: u16) -> TcpStream {
+    let tcp = TcpStream::connect(("127.0.0.1", http)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    tcp
+}
+
+/// A connection on which `/healthcheck` was answered whole, kept open (keep-alive); `None`
+/// if the server closed it instead.
+fn served(http: u16) -> Option<TcpStream> {
+    let mut tcp = connect(http);
+    tcp.write_all(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 512];
+    while !(reply.starts_with(b"HTTP/1.1 200") && reply.ends_with(b"\r\n\r\nOK")) {
+        match tcp.read(&mut buf) {
+            Ok(n) if n > 0 => reply.extend_from_slice(&buf[..n]),
+            _ => return None,
+        }
+    }
+    Some(tcp)
+}
+
+/// An API request whose headers are sent whole and whose body never comes: it holds a
+/// request slot until its timeout.
+fn hold(http: u16) -> TcpStream {
+    let mut tcp = connect(http);
+    tcp.write_all(
+        b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"dom",
+    )
+    .unwrap();
+    tcp
+}
+
+/// Whether anything came back on `tcp` yet (an answer, or its end), without waiting.
+fn answered(tcp: &mut TcpStream) -> bool {
+    tcp.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    let came = !matches!(tcp.read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    tcp.set_nonblocking(false).unwrap();
+    came
+}
+
+/// Whether the server closed `tcp` (end of stream, or a reset) within the read timeout,
+/// whatever it sent first; `false` if it kept it open.
+fn closed_by_server(tcp: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 1024];
+    loop {
+        match tcp.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+// Pins G75.
+#[test]
+fn a_client_that_never_finishes_its_headers_is_cut_off() {
+    let dir = Scratch::new("slow-headers");
+    let config = dir.write("d.yaml", RULES);
+    let srv = server(&config, &["--header-timeout-ms", "300"]);
+
+    // Half a request's headers, then nothing.
+    let mut half = connect(srv.http);
+    half.write_all(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Ty")
+        .unwrap();
+    // A connection that never sends a byte.
+    let mut silent = connect(srv.http);
+    let started = Instant::now();
+    assert!(
+        closed_by_server(&mut half),
+        "headers never finished, still open"
+    );
+    assert!(closed_by_server(&mut silent), "never a byte, still open");
+    assert!(started.elapsed() >= Duration::from_millis(250));
+
+    // A client that sends its request whole is served as ever.
+    assert_eq!(check(srv.http, "d", "user", "alice"), 200);
+}
+
+// Pins G75.
+#[test]
+fn api_requests_holding_every_slot_leave_the_probes_answering() {
+    let dir = Scratch::new("slow-bodies");
+    let config = dir.write("d.yaml", RULES);
+    let srv = server(
+        &config,
+        &["--max-concurrent", "2", "--request-timeout-ms", "30000"],
+    );
+
+    // Two API requests whose bodies come a few bytes at a time: each holds a request slot.
+    // (One that meets a check of this test's in flight is shed, answered 503 at once: it is
+    // sent again.)
+    let mut held = vec![hold(srv.http), hold(srv.http)];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let overloaded = loop {
+        for h in held.iter_mut() {
+            if answered(h) {
+                *h = hold(srv.http);
+            }
+        }
+        // Every slot taken: another API request is answered 503 at once.
+        let (status, body) = post(srv.http, "/v1/check", r#"{"domain":"d","descriptors":[]}"#);
+        if status == 503 || Instant::now() > deadline {
+            break (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        overloaded,
+        (
+            503,
+            serde_json::json!({"error": "overloaded: too many requests at once"})
+        )
+    );
+    // The probes answer all the same.
+    let health = client()
+        .get(format!("http://127.0.0.1:{}/healthcheck", srv.http))
+        .call()
+        .unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+    let metrics = client()
+        .get(format!("http://127.0.0.1:{}/metrics", srv.http))
+        .call()
+        .unwrap();
+    assert_eq!(metrics.status().as_u16(), 200);
+    drop(held);
+}
+
+// Pins G75.
+#[test]
+fn a_connection_past_the_cap_is_closed_and_a_freed_one_serves_again() {
+    let dir = Scratch::new("slow-connections");
+    let config = dir.write("d.yaml", RULES);
+    let srv = server(&config, &["--max-connections", "3"]);
+
+    // Three connections the server serves, kept open: the cap. (Each is served once
+    // before the next is opened: until the start's port probe is seen closed, it holds a
+    // place of its own, and a connection opened meanwhile is refused; it is opened again.)
+    let mut open = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while open.len() < 3 && Instant::now() < deadline {
+        if let Some(tcp) = served(srv.http) {
+            open.push(tcp);
+        }
+    }
+    assert_eq!(open.len(), 3);
+    // A fourth is closed as it is accepted, before anything is read from it.
+    let mut fourth = connect(srv.http);
+    let _ = fourth.write_all(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(closed_by_server(&mut fourth), "past the cap, still open");
+    // One closed by its client frees its place.
+    drop(open.pop());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut again = None;
+    while again.is_none() && Instant::now() < deadline {
+        again = served(srv.http);
+    }
+    assert!(again.is_some(), "a freed place served nothing");
+}
