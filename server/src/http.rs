@@ -434,30 +434,34 @@ pub fn router(service: Arc<Service>, bounds: Bounds) -> Router {
             Json(serde_json::json!({ "error": why })),
         )
     };
+    // One limit for every API route together: `Router::layer` would give each route a
+    // limiter of its own (`max_concurrent` a route, not in all), so the routes are wrapped
+    // whole, as one service.
     let api = Router::new()
         .route("/json", post(check))
         .route("/v1/check", post(check))
         .route("/v1/peek", post(peek))
         .route("/v1/take", post(take))
         .route("/v1/settle", post(settle))
-        .layer(
-            tower::ServiceBuilder::new()
-                .layer(axum::error_handling::HandleErrorLayer::new(overload))
-                .load_shed()
-                .concurrency_limit(bounds.max_concurrent)
-                .timeout(bounds.timeout),
-        );
+        .with_state(service.clone());
+    let api = tower::ServiceBuilder::new()
+        .layer(axum::error_handling::HandleErrorLayer::new(overload))
+        .load_shed()
+        .concurrency_limit(bounds.max_concurrent)
+        .timeout(bounds.timeout)
+        .service(api);
     // Outside the request limit (a probe must answer while API requests fill it), under the
     // timeout (a backend health check may hang); the connection cap bounds them.
-    let probes = Router::new()
+    Router::new()
         .route("/healthcheck", get(health))
         .route("/metrics", get(metrics))
         .layer(
             tower::ServiceBuilder::new()
                 .layer(axum::error_handling::HandleErrorLayer::new(overload))
                 .timeout(bounds.timeout),
-        );
-    api.merge(probes).with_state(service)
+        )
+        .with_state(service)
+        .fallback_service(api)
 }
 
 #[cfg(test)]

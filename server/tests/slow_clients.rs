@@ -1,7 +1,8 @@
 //! Slow and idle clients against a real `hotlimit-server` on loopback: a connection whose
 //! headers never finish is closed after `--header-timeout-ms`, one past `--max-connections` is
-//! closed as it is accepted, and API requests holding every request slot (bodies sent a few
-//! bytes at a time) leave `/healthcheck` and `/metrics` answering.
+//! closed as it is accepted, and API requests holding every request slot (bodies that never
+//! come), on different routes, fill the one limit of all routes and leave `/healthcheck` and
+//! `/metrics` answering.
 
 mod common;
 
@@ -44,12 +45,12 @@ fn served(http: u16) -> Option<TcpStream> {
 
 /// An API request whose headers are sent whole and whose body never comes: it holds a
 /// request slot until its timeout.
-fn hold(http: u16) -> TcpStream {
+fn hold(http: u16, path: &str) -> TcpStream {
     let mut tcp = connect(http);
-    tcp.write_all(
-        b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"dom",
-    )
-    .unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"dom"
+    );
+    tcp.write_all(head.as_bytes()).unwrap();
     tcp
 }
 
@@ -103,7 +104,7 @@ fn a_client_that_never_finishes_its_headers_is_cut_off() {
 
 // Pins G75.
 #[test]
-fn api_requests_holding_every_slot_leave_the_probes_answering() {
+fn api_requests_on_any_routes_share_one_limit_and_leave_the_probes_answering() {
     let dir = Scratch::new("slow-bodies");
     let config = dir.write("d.yaml", RULES);
     let srv = server(
@@ -111,19 +112,21 @@ fn api_requests_holding_every_slot_leave_the_probes_answering() {
         &["--max-concurrent", "2", "--request-timeout-ms", "30000"],
     );
 
-    // Two API requests whose bodies come a few bytes at a time: each holds a request slot.
-    // (One that meets a check of this test's in flight is shed, answered 503 at once: it is
-    // sent again.)
-    let mut held = vec![hold(srv.http), hold(srv.http)];
+    // Two API requests on two routes whose bodies never come: each holds a request slot.
+    // (One that meets a request of this test's in flight is shed, answered 503 at once: it
+    // is sent again.)
+    let paths = ["/v1/check", "/v1/peek"];
+    let mut held: Vec<TcpStream> = paths.iter().map(|p| hold(srv.http, p)).collect();
     let deadline = Instant::now() + Duration::from_secs(10);
     let overloaded = loop {
-        for h in held.iter_mut() {
+        for (h, path) in held.iter_mut().zip(paths) {
             if answered(h) {
-                *h = hold(srv.http);
+                *h = hold(srv.http, path);
             }
         }
-        // Every slot taken: another API request is answered 503 at once.
-        let (status, body) = post(srv.http, "/v1/check", r#"{"domain":"d","descriptors":[]}"#);
+        // Every slot taken, the limit one for all routes: a request on a third is answered
+        // 503 at once.
+        let (status, body) = post(srv.http, "/v1/take", r#"{"domain":"d","descriptors":[]}"#);
         if status == 503 || Instant::now() > deadline {
             break (status, body);
         }
