@@ -105,8 +105,8 @@ struct Args {
     /// its own). Default: random, this process's alone.
     #[arg(long, env = "HOTLIMIT_TICKET_SECRET", hide_env_values = true)]
     ticket_secret: Option<String>,
-    /// How many settled tickets are remembered until they expire (40 bytes each); past it
-    /// the oldest issued tickets expire early.
+    /// How many settled tickets are remembered until they expire (48 bytes each and their
+    /// tables' slack: 50 to 100 bytes); past it the oldest issued tickets expire early.
     #[arg(long, env = "HOTLIMIT_MAX_SETTLED_TICKETS", default_value_t = hotlimit_server::tickets::DEFAULT_MAX_SETTLED)]
     max_settled_tickets: usize,
     /// /healthcheck answers 503 while the backend does not answer.

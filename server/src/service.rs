@@ -95,7 +95,7 @@ pub struct Settings {
     /// The secret tickets are signed with: replicas given the same one settle each other's
     /// tickets. None: random, this process's alone.
     pub ticket_secret: Option<String>,
-    /// How many settled tickets are remembered until they expire (40 bytes each).
+    /// How many settled tickets are remembered until they expire (48 bytes each and their tables' slack: 50 to 100 bytes).
     pub max_settled_tickets: usize,
     /// Whether `/healthcheck` fails while the backend does not answer (opt-in: a load
     /// balancer that drops every replica when Redis is down sends the traffic nowhere).

@@ -9,7 +9,8 @@
 //! ticket names the process that issued it (128 random bits of its own), and only that one
 //! settles it, since its settle-once memory is that process's alone.
 
-use std::collections::{HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -57,7 +58,8 @@ pub enum Refused {
     Unknown,
 }
 
-/// How many settled tickets' nonces are remembered at once by default (40 bytes each: 40 MB).
+/// How many settled tickets' nonces are remembered at once by default: 48 bytes each (32 by expiry, 16 in the set) and their tables'
+/// slack, 50 to 100 MB in all.
 pub const DEFAULT_MAX_SETTLED: usize = 1_000_000;
 
 /// The server's tickets: its MAC key, their lifetime, the nonces of settled ones.
@@ -72,13 +74,17 @@ pub struct Tickets {
     shared: bool,
 }
 
-/// The nonces of settled tickets until they expire, oldest first. Bounded: when full, the
-/// oldest is forgotten and every ticket issued up to it is refused from then on (its
+/// The nonces of settled tickets until they expire. Bounded: when full, the one nearest its
+/// expiry is forgotten and every ticket issued up to it is refused from then on (its
 /// `floor`), so a flood of settles shortens how long tickets live, never lets one settle
-/// twice, and never refuses a take.
+/// twice, and never refuses a take. Kept by expiry, not by the order of settles, so that an
+/// expired one is dropped wherever it stands: a permit of a long lease, settled early, kept
+/// every ticket settled after it until its own expiry, and a full set raised the floor over
+/// tickets still open.
 struct Settled {
-    /// (expires, issued, nonce), in the order they were settled.
-    order: VecDeque<(u64, u64, u128)>,
+    /// (expires, issued, nonce), the nearest expiry first; an unclaimed one stays until it is
+    /// popped, and counts for nothing (no longer in `set`).
+    by_expiry: BinaryHeap<Reverse<(u64, u64, u128)>>,
     set: HashSet<u128>,
     max: usize,
     /// Tickets issued at or before this (ms) are refused.
@@ -128,7 +134,7 @@ impl Tickets {
             shared,
             ttl,
             settled: Mutex::new(Settled {
-                order: VecDeque::new(),
+                by_expiry: BinaryHeap::new(),
                 set: HashSet::new(),
                 max: max_settled.max(1),
                 floor: 0,
@@ -200,22 +206,29 @@ impl Tickets {
     pub fn claim(&self, claims: &Claims, now: u64) -> Result<(), Refused> {
         let nonce = u128::from_str_radix(&claims.nonce, 16).map_err(|_| Refused::Unknown)?;
         let mut s = self.settled.lock().unwrap_or_else(|e| e.into_inner());
-        while s.order.front().is_some_and(|&(exp, _, _)| exp <= now) {
-            if let Some((_, _, n)) = s.order.pop_front() {
+        while s
+            .by_expiry
+            .peek()
+            .is_some_and(|Reverse((exp, _, _))| *exp <= now)
+        {
+            if let Some(Reverse((_, _, n))) = s.by_expiry.pop() {
                 s.set.remove(&n);
             }
         }
         if claims.issued <= s.floor || s.set.contains(&nonce) {
             return Err(Refused::Unknown);
         }
-        if s.order.len() >= s.max {
-            if let Some((_, issued, oldest)) = s.order.pop_front() {
-                s.set.remove(&oldest);
+        while s.set.len() >= s.max {
+            let Some(Reverse((_, issued, nearest))) = s.by_expiry.pop() else {
+                break;
+            };
+            if s.set.remove(&nearest) {
                 // No ticket issued up to the forgotten one's issue settles from here.
                 s.floor = s.floor.max(issued);
             }
         }
-        s.order.push_back((claims.expires, claims.issued, nonce));
+        s.by_expiry
+            .push(Reverse((claims.expires, claims.issued, nonce)));
         s.set.insert(nonce);
         Ok(())
     }
@@ -228,9 +241,8 @@ impl Tickets {
             return;
         };
         let mut s = self.settled.lock().unwrap_or_else(|e| e.into_inner());
-        if s.set.remove(&nonce) {
-            s.order.retain(|&(_, _, n)| n != nonce);
-        }
+        // Its place by expiry stays until popped: at its expiry, or as the nearest when full.
+        s.set.remove(&nonce);
     }
 
     /// How many settled tickets are remembered now.
@@ -238,7 +250,7 @@ impl Tickets {
         self.settled
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .order
+            .set
             .len()
     }
 }
@@ -278,5 +290,51 @@ mod tests {
         // Another secret opens nothing, shared or not.
         let e = Tickets::new(Some("another"), TTL, 8, true).unwrap();
         assert_eq!(e.open(&t, 2_000).unwrap_err(), Refused::Unknown);
+    }
+
+    fn claims(nonce: u128, issued: u64, expires: u64) -> Claims {
+        Claims {
+            nonce: format!("{nonce:032x}"),
+            issuer: 0,
+            issued,
+            expires,
+            parts: Vec::new(),
+        }
+    }
+
+    /// A permit of a long lease settled first, then two tickets that expire: past their
+    /// expiry they are dropped though the permit stands before them, so a full set forgets no
+    /// live one and raises no floor over a ticket still open.
+    #[test]
+    fn an_expired_settle_is_dropped_wherever_it_stands() {
+        let t = Tickets::new(None, TTL, 3, false).unwrap();
+        let (hour, minute) = (3_600_000, 60_000);
+        assert_eq!(t.claim(&claims(1, 10, 10 + hour), 100), Ok(()));
+        assert_eq!(t.claim(&claims(2, 11, 11 + minute), 100), Ok(()));
+        assert_eq!(t.claim(&claims(3, 12, 12 + minute), 100), Ok(()));
+        assert_eq!(t.remembered(), 3);
+        // A minute on: the two have expired, the permit has not.
+        let now = 100_000;
+        assert_eq!(t.claim(&claims(4, 90_000, 90_000 + minute), now), Ok(()));
+        assert_eq!(t.remembered(), 2);
+        // Still remembered: the permit settles no second time.
+        assert_eq!(
+            t.claim(&claims(1, 10, 10 + hour), now),
+            Err(Refused::Unknown)
+        );
+        // No floor raised: a permit issued before it, still open, settles.
+        assert_eq!(t.claim(&claims(5, 5, 5 + hour), now), Ok(()));
+        // Full (3): the one nearest its expiry is forgotten, and tickets issued up to it
+        // are refused from then on.
+        assert_eq!(t.claim(&claims(6, 95_000, 95_000 + minute), now), Ok(()));
+        assert_eq!(t.remembered(), 3);
+        assert_eq!(
+            t.claim(&claims(7, 90_000, 90_000 + minute), now),
+            Err(Refused::Unknown)
+        );
+        assert_eq!(
+            t.claim(&claims(4, 90_000, 90_000 + minute), now),
+            Err(Refused::Unknown)
+        );
     }
 }
