@@ -818,7 +818,12 @@ impl Service {
                 Ok(settled) => applied += usize::from(settled),
                 Err(e) => {
                     // Redis marks each part it settles: the client's retry applies the rest.
-                    self.tickets.unclaim(&nonce);
+                    // Elsewhere nothing marks the parts already applied, and a retry would
+                    // refund them again: the ticket stays settled, the rest charged (a settle
+                    // that fails errs strict).
+                    if self.settings.backend.shared_tickets() {
+                        self.tickets.unclaim(&nonce);
+                    }
                     return Err(match e {
                         EngineError::Backend(e) => {
                             self.metrics.backend_error();

@@ -234,8 +234,8 @@ impl Tickets {
     }
 
     /// Undoes a [`claim`](Self::claim) whose parts could not all be applied (a backend
-    /// error): the client's retry settles what is left (a part settled in Redis is marked
-    /// there and applies once).
+    /// error) on a backend that marks each part's settle (Redis): the client's retry settles
+    /// what is left, a part settled already applying no second time.
     pub fn unclaim(&self, nonce: &str) {
         let Ok(nonce) = u128::from_str_radix(nonce, 16) else {
             return;
