@@ -95,7 +95,8 @@ pub struct Settings {
     /// The secret tickets are signed with: replicas given the same one settle each other's
     /// tickets. None: random, this process's alone.
     pub ticket_secret: Option<String>,
-    /// How many settled tickets are remembered until they expire (48 bytes each and their tables' slack: 50 to 100 bytes).
+    /// How many settled tickets are remembered until they expire (48 bytes each and their
+    /// tables' slack: 50 to 100 bytes).
     pub max_settled_tickets: usize,
     /// Whether `/healthcheck` fails while the backend does not answer (opt-in: a load
     /// balancer that drops every replica when Redis is down sends the traffic nowhere).
@@ -631,11 +632,14 @@ impl Service {
                     (true, false) => &slot.counters.over_limit,
                     (true, true) => &slot.counters.shadow,
                 };
-                // At most one more than the rule admits at once: a cost above it is
-                // over the limit whatever its size, and counted whole, one request's
-                // `hits_addend` of 2^64 − 1 would pin the counter at its ceiling, silencing
-                // every rate and alert drawn from it.
-                let counted = hits.min(slot.quota_capacity().saturating_add(1));
+                // A cost the limiter refused (no decision: above what the rule admits at
+                // once) counts one more than that, whatever its size: counted whole, one
+                // request's `hits_addend` of 2^64 − 1 would pin the counter at its ceiling,
+                // silencing every rate and alert drawn from it. (A decided cost is within.)
+                let counted = match decision {
+                    Some(_) => hits,
+                    None => hits.min(slot.quota_capacity().saturating_add(1)),
+                };
                 self.metrics.count(counter, counted);
             }
             let remaining = decision
@@ -817,13 +821,8 @@ impl Service {
             match engine.settle(key, quota, &mut part.ticket, actual).await {
                 Ok(settled) => applied += usize::from(settled),
                 Err(e) => {
-                    // Redis marks each part it settles: the client's retry applies the rest.
-                    // Elsewhere nothing marks the parts already applied, and a retry would
-                    // refund them again: the ticket stays settled, the rest charged (a settle
-                    // that fails errs strict).
-                    if self.settings.backend.shared_tickets() {
-                        self.tickets.unclaim(&nonce);
-                    }
+                    // Open to a retry only where the backend marks each part's settle.
+                    self.tickets.unclaim(&nonce);
                     return Err(match e {
                         EngineError::Backend(e) => {
                             self.metrics.backend_error();

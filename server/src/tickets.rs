@@ -58,8 +58,8 @@ pub enum Refused {
     Unknown,
 }
 
-/// How many settled tickets' nonces are remembered at once by default: 48 bytes each (32 by expiry, 16 in the set) and their tables'
-/// slack, 50 to 100 MB in all.
+/// How many settled tickets' nonces are remembered at once by default: 48 bytes each (32 by
+/// expiry, 16 in the set) and their tables' slack, 50 to 100 MB in all.
 pub const DEFAULT_MAX_SETTLED: usize = 1_000_000;
 
 /// The server's tickets: its MAC key, their lifetime, the nonces of settled ones.
@@ -234,12 +234,17 @@ impl Tickets {
     }
 
     /// Undoes a [`claim`](Self::claim) whose parts could not all be applied (a backend
-    /// error) on a backend that marks each part's settle (Redis): the client's retry settles
-    /// what is left, a part settled already applying no second time.
+    /// error) where the backend marks each part's settle (`shared`: Redis): the client's
+    /// retry settles what is left, a part settled already applying no second time. Elsewhere
+    /// nothing marks the parts already applied and a retry would refund them again, so the
+    /// ticket stays settled and the rest charged (a settle that fails errs strict).
     pub fn unclaim(&self, nonce: &str) {
         let Ok(nonce) = u128::from_str_radix(nonce, 16) else {
             return;
         };
+        if !self.shared {
+            return;
+        }
         let mut s = self.settled.lock().unwrap_or_else(|e| e.into_inner());
         // Its place by expiry stays until popped: at its expiry, or as the nearest when full.
         s.set.remove(&nonce);
