@@ -8,10 +8,11 @@ use crate::sync::{fence, AtomicU64, Ordering};
 /// holds an entry, or the code of the key's entry before it.
 pub(super) const ENTRIES: usize = 48;
 
-/// Tags from here to [`MARKER`] are code cells, never keys' tags: the cell after a key's
-/// entry may hold a code of 11 bits, or the two cells after it one of 22 where its slot's
-/// codes have two lanes ([`TWO_LANES`]; see the table's `Codes`).
-const CODE_TAG: u16 = 0x7800;
+/// Keys' tags are below this (and above 0); markers' from it up.
+const TAGS: u16 = MARKER;
+
+/// Bits of a key's hash beyond its tag that a coded entry keeps ([`Tag::ext`]).
+const EXT_BITS: u32 = 5;
 
 /// The largest code a cell holds.
 pub(super) const CODE_MAX: u16 = 0x7FF;
@@ -38,13 +39,6 @@ pub(super) fn code_min(slot: u128, a: u32, b: u32) -> u32 {
     }
     let lane = u32::from(CODE_MAX);
     (a & lane).min(b & lane) | (a >> 11).min(b >> 11) << 11
-}
-
-/// A code cell's value: `CODE_TAG`'s entry form and 11 bits.
-const CODE_CELL: u16 = CODE_TAG << 1;
-
-fn is_code_cell(cell: u16) -> bool {
-    (CODE_CELL..MARKER << 1).contains(&cell)
 }
 
 /// Tags from here up are overflow markers: `MARKER | g1 << 5 | g2` stands for every key of
@@ -84,27 +78,66 @@ pub(super) fn covers(entry_tag: u16, tag: u16) -> bool {
     }
 }
 
+/// A key as the table tells it apart: the tag every entry of it carries, and 5 more bits of
+/// its hash that its entry keeps while it has a code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Tag {
+    /// In `1..TAGS`.
+    pub(super) tag: u16,
+    /// Below `1 << EXT_BITS`.
+    pub(super) ext: u16,
+}
+
 /// A bucket as a reader copies it and a writer rewrites it: two debt slots, the entries (0:
-/// empty) and each entry's code ([`NO_CODE`]: none). A code takes the cell after its entry;
-/// a writer whose entries and codes do not fit drops the codes that say least.
+/// empty) and each entry's code ([`NO_CODE`]: none) with its key's [`Tag::ext`].
+///
+/// In cells, entries without a code (and markers) come first, from the front, and coded
+/// entries last, up to the end, each followed by its code's cells: the first holds the code's
+/// 11 bits and the key's 5 bits of [`Tag::ext`], the second (where its slot's codes have two
+/// lanes, [`TWO_LANES`]) the second lane's 11. How many cells the coded entries take is kept
+/// in the sequence word. So a coded entry tells keys apart by 20 bits, not 15: two keys of a
+/// working set that share a bucket and a tag share an entry, and the one owes the other's
+/// debt for as long as that is owed (a key near its limit behind a steady abuser's: locked
+/// out for good). A writer whose entries and codes do not fit drops the codes that say least
+/// (their entries then stand for every key of their tag).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Plain {
     pub(super) slots: [u128; 2],
     pub(super) entries: [u16; ENTRIES],
     pub(super) codes: [u32; ENTRIES],
+    pub(super) exts: [u16; ENTRIES],
 }
 
 impl Plain {
-    /// A live entry that stands for a key of tag `tag` (its own, or a marker of its class).
-    pub(super) fn find(&self, tag: u16) -> Option<u16> {
-        self.find_at(tag).map(|i| self.entries[i])
+    /// A live entry that stands for key `key` (its own, one of its tag without a code, or a
+    /// marker of its class).
+    pub(super) fn find(&self, key: Tag) -> Option<u16> {
+        self.find_at(key).map(|i| self.entries[i])
     }
 
     /// Where [`find`](Plain::find)'s entry is.
-    pub(super) fn find_at(&self, tag: u16) -> Option<usize> {
-        self.entries
-            .iter()
-            .position(|&e| e != 0 && covers(tag_of(e), tag))
+    pub(super) fn find_at(&self, key: Tag) -> Option<usize> {
+        (0..ENTRIES).find(|&i| self.stands_for(i, key))
+    }
+
+    /// Whether entry `i` stands for key `key`.
+    fn stands_for(&self, i: usize, key: Tag) -> bool {
+        let e = self.entries[i];
+        e != 0
+            && covers(tag_of(e), key.tag)
+            && (is_marker(tag_of(e)) || self.codes[i] == NO_CODE || self.exts[i] == key.ext)
+    }
+
+    /// Whether the key has an entry of its own here (not a marker's).
+    pub(super) fn has_own(&self, key: Tag) -> bool {
+        (0..ENTRIES).any(|i| self.stands_for(i, key) && !is_marker(tag_of(self.entries[i])))
+    }
+
+    /// Files a new entry of key `key` at `at`, on slot `slot` with code `code`.
+    pub(super) fn set(&mut self, at: usize, key: Tag, slot: usize, code: u32) {
+        self.entries[at] = entry(key.tag, slot);
+        self.codes[at] = code;
+        self.exts[at] = key.ext;
     }
 
     /// Entries free (codes dropped to make room as needed).
@@ -131,34 +164,29 @@ impl Plain {
         ENTRIES.saturating_sub(used)
     }
 
-    /// From the bucket's cells.
-    fn parse(slots: [u128; 2], cells: &[u16; ENTRIES]) -> Plain {
+    /// From the bucket's cells, the last `coded` of them coded entries.
+    fn parse(slots: [u128; 2], cells: &[u16; ENTRIES], coded: usize) -> Plain {
         let mut plain = Plain {
             slots,
             entries: [0; ENTRIES],
             codes: [NO_CODE; ENTRIES],
+            exts: [0; ENTRIES],
         };
-        let (mut i, mut n) = (0, 0);
-        while i < ENTRIES {
-            let cell = cells[i];
-            i += 1;
-            if cell == 0 || is_code_cell(cell) {
-                continue;
-            }
-            plain.entries[n] = cell;
-            let wide = code_cells(slots[slot_of(cell)]);
-            if let Some(code) = code_at(cells, i, wide) {
-                plain.codes[n] = code;
-                i += wide;
+        let mut n = 0;
+        for_entries(cells, slots, coded, |e, code| {
+            plain.entries[n] = e;
+            if let Some((code, ext)) = code {
+                (plain.codes[n], plain.exts[n]) = (code, ext);
             }
             n += 1;
-        }
+        });
         plain
     }
 
-    /// Into cells: each entry, then its code if it has one. Codes that do not fit are
-    /// dropped, those that say least (the smallest) first, and their entries owe their slots.
-    fn cells(&mut self) -> [u16; ENTRIES] {
+    /// Into cells, and how many of them, at the end, the coded entries take. Codes that do
+    /// not fit are dropped, those that say least (the smallest) first, and their entries owe
+    /// their slots.
+    fn cells(&mut self) -> ([u16; ENTRIES], usize) {
         // No allocation: a capacity pass on a request writes thousands of buckets.
         let mut need: usize = (0..ENTRIES)
             .filter(|&i| self.entries[i] != 0)
@@ -174,28 +202,61 @@ impl Plain {
             need -= self.cells_of(i) - 1;
             self.codes[i] = NO_CODE;
         }
+        let live = || (0..ENTRIES).filter(|&i| self.entries[i] != 0);
+        let coded: usize = live()
+            .filter(|&i| self.codes[i] != NO_CODE)
+            .map(|i| self.cells_of(i))
+            .sum();
         let mut cells = [0u16; ENTRIES];
-        let mut at = 0;
-        for i in (0..ENTRIES).filter(|&i| self.entries[i] != 0) {
-            cells[at] = self.entries[i];
-            at += 1;
-            if self.codes[i] != NO_CODE {
-                for lane in 0..code_cells(self.slots[slot_of(self.entries[i])]) {
-                    cells[at] = CODE_CELL | (self.codes[i] >> (11 * lane)) as u16 & CODE_MAX;
-                    at += 1;
-                }
+        let (mut front, mut back) = (0, ENTRIES - coded);
+        for i in live() {
+            let e = self.entries[i];
+            if self.codes[i] == NO_CODE {
+                cells[front] = e;
+                front += 1;
+                continue;
+            }
+            cells[back] = e;
+            back += 1;
+            for lane in 0..code_cells(self.slots[slot_of(e)]) {
+                let ext = if lane == 0 { self.exts[i] << 11 } else { 0 };
+                cells[back] = ext | (self.codes[i] >> (11 * lane)) as u16 & CODE_MAX;
+                back += 1;
             }
         }
-        cells
+        (cells, coded)
     }
 }
 
-/// The code in the `wide` cells from `i`, if they are all code cells.
-fn code_at(cells: &[u16; ENTRIES], i: usize, wide: usize) -> Option<u32> {
-    (0..wide).try_fold(0, |code, lane| {
-        let cell = *cells.get(i + lane)?;
-        is_code_cell(cell).then_some(code | u32::from(cell & CODE_MAX) << (11 * lane))
-    })
+/// Calls `f` on each entry of `cells`, the last `coded` of them coded entries, on slots
+/// `slots` (their words, or at least their [`TWO_LANES`] flags: how many cells a code takes):
+/// its value (a key's tag or a marker's, and its slot) and, for a coded one, its code and
+/// [`Tag::ext`].
+fn for_entries(
+    cells: &[u16; ENTRIES],
+    slots: [u128; 2],
+    coded: usize,
+    mut f: impl FnMut(u16, Option<(u32, u16)>),
+) {
+    let start = ENTRIES.saturating_sub(coded);
+    for &e in cells[..start].iter().filter(|&&e| e != 0) {
+        f(e, None);
+    }
+    let mut i = start;
+    while i < ENTRIES {
+        let e = cells[i];
+        let wide = code_cells(slots[slot_of(e)]);
+        // A writer never leaves a code short of its cells; if one were, its entry would stand
+        // for every key of its tag (no code), which is never less than it owes.
+        let code = cells.get(i + 1..i + 1 + wide).map(|lanes| {
+            let code = lanes.iter().enumerate().fold(0u32, |code, (lane, &c)| {
+                code | u32::from(c & CODE_MAX) << (11 * lane)
+            });
+            (code, lanes[0] >> 11)
+        });
+        f(e, code);
+        i += 1 + wide;
+    }
 }
 
 /// What a key's entries of one slot in a bucket say it owes: nothing (`None`), the slot's
@@ -215,18 +276,26 @@ fn claim_join(slot: u128, a: Claim, b: Claim) -> Claim {
 /// Entries per 64-bit word of a bucket.
 pub(super) const PER_WORD: usize = 4;
 
-/// The bits of a bucket's `seq` that count its writes; above them, its slots' units.
-const SEQ_BITS: u64 = (1 << 38) - 1;
+/// The bits of a bucket's `seq` that count its writes (wrapping: a reader or a stamp would
+/// have to span 2^31 writes of one bucket to mistake them); above them, its slots' units and
+/// how many cells its coded entries take.
+const SEQ_BITS: u64 = (1 << 32) - 1;
 
-/// A slot's units (13 bits, kept above `SEQ_BITS` in `seq`): bits 96 to 108 of its word in
+/// Where `seq` keeps its slots' units.
+const UNIT_SHIFT: u32 = 32;
+
+/// Where `seq` keeps how many cells the coded entries take (6 bits).
+const CODED_SHIFT: u32 = UNIT_SHIFT + 2 * UNIT_BITS;
+
+/// A slot's units (13 bits, kept in `seq` from `UNIT_SHIFT`): bits 96 to 108 of its word in
 /// [`Plain`].
 const UNIT_BITS: u32 = 13;
 
 /// One bucket in the table: a sequence lock over [`Plain`], in 64-bit words (16 loads copy
-/// it). `seq`'s low 38 bits are even while no writer is inside; a writer makes them odd,
-/// writes, and makes them even again. Its high 26 bits hold each slot's codes' units (see
-/// `codes`): written with the sequence that releases the write, read with the one that
-/// checks a read.
+/// it). `seq`'s low 32 bits are even while no writer is inside; a writer makes them odd,
+/// writes, and makes them even again. Its next 26 bits hold each slot's codes' units (see
+/// `codes`), its top 6 how many cells the coded entries take: written with the sequence that
+/// releases the write, read with the one that checks a read.
 #[repr(align(64))]
 pub(super) struct Bucket {
     seq: AtomicU64,
@@ -270,9 +339,10 @@ impl Bucket {
         std::array::from_fn(|i| (words[i / PER_WORD] >> (16 * (i % PER_WORD))) as u16)
     }
 
-    /// The slot words, each with its units in bits 96 and up.
-    fn slot_words(&self) -> [u128; 2] {
-        let units = self.seq.load(Ordering::Relaxed) >> 38;
+    /// The slot words, each with its units (from `seq`, the sequence word as read) in bits 96
+    /// and up.
+    fn slot_words(&self, seq: u64) -> [u128; 2] {
+        let units = seq >> UNIT_SHIFT;
         let [a, b] = slots_of(std::array::from_fn(|i| {
             self.slots[i].load(Ordering::Relaxed)
         }));
@@ -283,9 +353,11 @@ impl Bucket {
         ]
     }
 
-    /// The words, as they are (Relaxed: the sequence word orders them).
+    /// The words, as they are (Relaxed: the sequence word orders them; it is read once, for
+    /// the units and the coded cells it keeps).
     pub(super) fn load(&self) -> Plain {
-        Plain::parse(self.slot_words(), &self.cells())
+        let seq = self.seq.load(Ordering::Relaxed);
+        Plain::parse(self.slot_words(seq), &self.cells(), coded_of(seq))
     }
 
     /// What `load` reads of the bucket while no writer is inside (retried until so).
@@ -315,31 +387,35 @@ impl Bucket {
         self.consistent(|| self.load())
     }
 
-    /// What a key of `tag` owes in this bucket, per slot: the slot's debt and the claim on
-    /// it ([`Claim`]), from a consistent read (a key's read on insert, which needs neither
-    /// the entries' copy nor a slot no entry of it points to).
-    pub(super) fn claims(&self, tag: u16) -> [(u128, Claim); 2] {
+    /// What key `key` owes in this bucket, per slot: the slot's debt and the claim on it
+    /// ([`Claim`]), from a consistent read (a key's read on insert, which needs neither the
+    /// entries' copy nor a slot no entry of it points to).
+    pub(super) fn claims(&self, key: Tag) -> [(u128, Claim); 2] {
         self.consistent(|| {
             let cells = self.cells();
             // The slots' flags (in `seq`, as read): how many cells their codes take.
-            let units = self.seq.load(Ordering::Relaxed) >> 38;
+            let seq = self.seq.load(Ordering::Relaxed);
+            let units = seq >> UNIT_SHIFT;
             let flags = [units, units >> UNIT_BITS].map(|u| u128::from(u & (1 << 12)) << 96);
+            let coded = coded_of(seq);
             let mut claims: [Claim; 2] = [None; 2];
-            for (i, &e) in cells.iter().enumerate() {
-                if e != 0 && !is_code_cell(e) && covers(tag_of(e), tag) {
-                    let s = slot_of(e);
-                    let code = if is_marker(tag_of(e)) {
-                        None
-                    } else {
-                        code_at(&cells, i + 1, code_cells(flags[s]))
-                    };
-                    claims[s] = claim_join(flags[s], claims[s], Some(code));
+            for_entries(&cells, flags, coded, |e, code| {
+                if !covers(tag_of(e), key.tag) {
+                    return;
                 }
-            }
+                let s = slot_of(e);
+                let claim = match code {
+                    // Another key's, of the same tag.
+                    Some((_, ext)) if ext != key.ext => return,
+                    Some((code, _)) => Some(code),
+                    None => None,
+                };
+                claims[s] = claim_join(flags[s], claims[s], Some(claim));
+            });
             if claims == [None; 2] {
                 return [(0, None); 2];
             }
-            let [a, b] = self.slot_words();
+            let [a, b] = self.slot_words(seq);
             [(a, claims[0]), (b, claims[1])]
         })
     }
@@ -361,15 +437,16 @@ impl Bucket {
         };
         // The odd sequence is visible before any word changes.
         fence(Ordering::Release);
-        let (old_slots, old_cells) = (self.slot_words(), self.cells());
-        let mut new = Plain::parse(old_slots, &old_cells);
+        // `seq` as it was before this writer: what the last one left.
+        let (old_slots, old_cells) = (self.slot_words(seq), self.cells());
+        let mut new = Plain::parse(old_slots, &old_cells, coded_of(seq));
         let out = f(&mut new);
         if new.slots != old_slots {
             for (atomic, word) in self.slots.iter().zip(slot_words(new.slots)) {
                 atomic.store(word, Ordering::Relaxed);
             }
         }
-        let new_cells = new.cells();
+        let (new_cells, coded) = new.cells();
         for (i, (n, o)) in new_cells
             .chunks(PER_WORD)
             .zip(old_cells.chunks(PER_WORD))
@@ -386,10 +463,17 @@ impl Bucket {
         let units = new
             .slots
             .map(|slot| (slot >> 96) as u64 & ((1 << UNIT_BITS) - 1));
-        let next = (seq + 2) & SEQ_BITS | (units[0] | units[1] << UNIT_BITS) << 38;
+        let next = (seq + 2) & SEQ_BITS
+            | (units[0] | units[1] << UNIT_BITS) << UNIT_SHIFT
+            | (coded as u64) << CODED_SHIFT;
         self.seq.store(next, Ordering::Release);
         out
     }
+}
+
+/// How many cells, at the end, the coded entries take, by sequence word `seq`.
+fn coded_of(seq: u64) -> usize {
+    (seq >> CODED_SHIFT) as usize
 }
 
 pub(super) fn entry(tag: u16, slot: usize) -> u16 {
@@ -404,10 +488,13 @@ pub(super) fn slot_of(entry: u16) -> usize {
     usize::from(entry & 1)
 }
 
-/// The 15-bit tag of a key's hash: bits other than those that pick its buckets, in
-/// `1..CODE_TAG`.
-pub(super) fn tag(hash: u64) -> u16 {
-    ((hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) as u16 % (CODE_TAG - 1)) + 1
+/// A key's [`Tag`], from bits of its hash other than those that pick its buckets.
+pub(super) fn tag(hash: u64) -> Tag {
+    let h = hash.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    Tag {
+        tag: ((h >> 48) as u16 % (TAGS - 1)) + 1,
+        ext: (h >> 40) as u16 & ((1 << EXT_BITS) - 1),
+    }
 }
 
 #[cfg(all(test, not(hotlimit_loom)))]

@@ -7,7 +7,7 @@
 //! hashes to two of them (the first takes it while it has room to spare, else the emptier).
 //! A bucket holds two debt words (*slots*) and 48 cells of 16 bits, each an entry (a 15-bit
 //! tag of a key's hash and the slot holding, at least, its debt) or the code of the entry
-//! before it (below). A bucket is a sequence lock: readers (every
+//! before it (below), which also keeps 5 more bits of the key's hash. A bucket is a sequence lock: readers (every
 //! key inserted) read it without writing shared memory and retry if a writer (an eviction)
 //! was inside; writers take turns.
 //!
@@ -40,7 +40,9 @@
 //! What it costs, besides 25.6 bytes per key of `max_keys` (9.6 entries per key; at least
 //! 2 KiB a part): a new key
 //! whose tag matches a live entry of another key in one of its buckets (under 96 entries
-//! against a 15-bit tag: at most 0.3%, and only while they owe), or whose group is marked in
+//! against a 15-bit tag, 20 bits where the entry has a code: at most 0.3%, and only while
+//! they owe; between two keys of a working set, for as long as the other owes), or whose
+//! group is marked in
 //! one of its buckets, starts from their debt (a false denial if it is large); a returning key
 //! starts from its slot's debt, which joins its own with the debts of the keys sharing the slot
 //! (it waits as long as the slowest of them to pay), unless its entry carries a code.
@@ -65,7 +67,8 @@ mod bucket;
 mod codes;
 
 use bucket::{
-    covers, entry, group, is_marker, slot_of, tag, tag_of, Bucket, Plain, ENTRIES, MARKER, NO_CODE,
+    covers, entry, group, is_marker, slot_of, tag, tag_of, Bucket, Plain, Tag, ENTRIES, MARKER,
+    NO_CODE,
 };
 use codes::Codes;
 
@@ -263,8 +266,7 @@ impl Debts {
             if let Some(at) = b.entries.iter().position(|&e| e == 0) {
                 let slot = pick_slot(c, b, paid_at);
                 c.grow(b, slot, join(b.slots[slot]), Some(debt));
-                b.entries[at] = entry(tag, slot);
-                b.codes[at] = own(b, slot);
+                b.set(at, tag, slot, own(b, slot));
                 return Some(());
             }
             if overflow && overflow_into(c, b, tag, paid_at, debt, join, &own) {
@@ -280,7 +282,7 @@ impl Debts {
         // kept for nothing.)
         let elsewhere = c.coded && {
             let b = buckets[1].read();
-            b.entries.contains(&entry(tag, 0)) || b.entries.contains(&entry(tag, 1))
+            b.has_own(tag)
         };
         let first = buckets[0].write(|b| {
             let roomy = b.cells_free() > ROOMY && !elsewhere;
@@ -420,21 +422,20 @@ fn purge<A: Algorithm>(c: Codes<'_, A>, b: &mut Plain, now: u64) {
 fn overflow_into<A: Algorithm>(
     c: Codes<'_, A>,
     b: &mut Plain,
-    tag: u16,
+    tag: Tag,
     paid_at: u64,
     word: u128,
     join: impl Fn(u128) -> u128,
     own: &impl Fn(&Plain, usize) -> u32,
 ) -> bool {
-    let g = group(tag);
+    let g = group(tag.tag);
     let gap = |b: &Plain, e: u16| c.paid_at(b.slots[slot_of(e)]).abs_diff(paid_at);
     let marker = |g1: u16, g2: u16| MARKER | g1 << 5 | g2;
     // The key's own entry at `at`, in the slot paid closest to its debt.
     let take = |b: &mut Plain, at: usize| {
         let slot = pick_slot(c, b, paid_at);
         c.grow(b, slot, join(b.slots[slot]), Some(word));
-        b.entries[at] = entry(tag, slot);
-        b.codes[at] = own(b, slot);
+        b.set(at, tag, slot, own(b, slot));
         true
     };
     let is_marker_entry = |e: u16| e != 0 && is_marker(tag_of(e));
