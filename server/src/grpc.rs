@@ -1,6 +1,11 @@
 //! Envoy's rate limit service, v3: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -12,7 +17,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OwnedSemaphorePermit;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
 use crate::config::Unit;
+use crate::http::Bounds;
 use crate::service::{Code, Descriptor, Op, Request, Response, Service, ServiceError};
 
 /// The gRPC service over a [`Service`].
@@ -24,6 +35,140 @@ impl Rls {
     pub fn server(service: Arc<Service>) -> RateLimitServiceServer<Rls> {
         let max = service.settings().limits.max_body_bytes;
         RateLimitServiceServer::new(Rls(service)).max_decoding_message_size(max)
+    }
+}
+
+/// Serves the gRPC service over `service` on `listener` within `bounds` until `shutdown`
+/// completes, then lets the calls under way finish. As tonic's own `serve` does, bounded as
+/// the HTTP port is: at most `bounds.max_connections` connections (one more is closed as it
+/// is accepted), a connection whose HTTP/2 preface has not all come within
+/// `bounds.header_timeout` is closed (tonic sets no such deadline: a client that connects and
+/// never speaks held its connection forever), and one that stays silent that long is pinged
+/// and closed if the ping is not answered within as long (a peer gone without a word).
+/// `bounds.max_concurrent` calls at once per connection, each within `bounds.timeout`.
+pub async fn serve(
+    listener: TcpListener,
+    service: Arc<Service>,
+    bounds: Bounds,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let open = Arc::new(tokio::sync::Semaphore::new(bounds.max_connections.max(1)));
+    // Owned by the server's accept loop, and dropped (the port closed) when it stops.
+    let incoming = futures_util::stream::unfold(listener, move |listener| {
+        let open = open.clone();
+        async move {
+            loop {
+                let tcp = match listener.accept().await {
+                    Ok((tcp, _)) => tcp,
+                    // Out of descriptors, or a connection reset before it was accepted: the
+                    // listener stays; a pause keeps a lasting error from spinning.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                // Over the cap: closed at once (dropped), before anything is read from it.
+                let Ok(slot) = open.clone().try_acquire_owned() else {
+                    continue;
+                };
+                // As tonic's own `serve` does: a small answer is sent at once, not after
+                // Nagle's delay.
+                let _ = tcp.set_nodelay(true);
+                let held = Held {
+                    tcp,
+                    _slot: slot,
+                    preface: Some((PREFACE, Box::pin(tokio::time::sleep(bounds.header_timeout)))),
+                };
+                return Some((Ok::<_, io::Error>(held), listener));
+            }
+        }
+    });
+    tonic::transport::Server::builder()
+        .timeout(bounds.timeout)
+        .concurrency_limit_per_connection(bounds.max_concurrent)
+        .load_shed(true)
+        .http2_keepalive_interval(Some(bounds.header_timeout))
+        .http2_keepalive_timeout(Some(bounds.header_timeout))
+        .add_service(Rls::server(service))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
+
+/// The HTTP/2 client preface's length (`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`).
+const PREFACE: usize = 24;
+
+/// An accepted gRPC connection: its place under the cap, given back when it closes, and
+/// until its client's preface has come whole, the bytes still to come and their deadline.
+struct Held {
+    tcp: TcpStream,
+    _slot: OwnedSemaphorePermit,
+    preface: Option<(usize, Pin<Box<tokio::time::Sleep>>)>,
+}
+
+impl AsyncRead for Held {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let Some((left, deadline)) = &mut this.preface else {
+            return Pin::new(&mut this.tcp).poll_read(cx, buf);
+        };
+        // Polled on every read until the preface is in: its timer wakes the connection's
+        // task, whose next read fails, and the connection is closed.
+        if deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
+        }
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.tcp).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = read {
+            let n = buf.filled().len() - before;
+            *left = left.saturating_sub(n);
+            // In whole, or the end of the stream (hyper sees it next).
+            if *left == 0 || n == 0 {
+                this.preface = None;
+            }
+        }
+        read
+    }
+}
+
+impl AsyncWrite for Held {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+impl Connected for Held {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.tcp.connect_info()
     }
 }
 

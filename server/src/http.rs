@@ -343,18 +343,19 @@ async fn metrics(State(s): State<Arc<Service>>) -> HttpResponse {
         .into_response()
 }
 
-/// How the HTTP server bounds its work: requests at once, how long each may take, and the
-/// connections it keeps.
+/// How the HTTP and gRPC servers bound their work: requests at once, how long each may
+/// take, and the connections they keep (see [`serve`] and [`crate::grpc::serve`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
     /// API requests handled at once; more are answered 503 at once, never queued.
     pub max_concurrent: usize,
     /// A request not answered within this is answered 503.
     pub timeout: Duration,
-    /// Connections open at once; one more is closed as it is accepted.
+    /// Connections open at once, on each port; one more is closed as it is accepted.
     pub max_connections: usize,
-    /// A connection whose next request's headers have not all come within this is closed
-    /// (an idle one too).
+    /// An HTTP connection whose next request's headers have not all come within this is
+    /// closed (an idle one too); a gRPC one whose HTTP/2 preface has not, too, and one silent
+    /// this long is pinged, and closed if the ping goes unanswered as long.
     pub header_timeout: Duration,
 }
 

@@ -93,11 +93,12 @@ struct Args {
     /// A request not answered within this many ms is answered 503 / DEADLINE_EXCEEDED.
     #[arg(long, env = "HOTLIMIT_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     request_timeout_ms: u64,
-    /// HTTP connections open at once; one more is closed as it is accepted.
+    /// Connections open at once on each port; one more is closed as it is accepted.
     #[arg(long, env = "HOTLIMIT_MAX_CONNECTIONS", default_value_t = Bounds::default().max_connections)]
     max_connections: usize,
     /// An HTTP connection whose next request's headers have not all come within this many ms
-    /// is closed (an idle one too).
+    /// is closed (an idle one too); a gRPC one whose HTTP/2 preface has not, too, and one
+    /// silent this long is pinged and closed if the ping goes unanswered as long.
     #[arg(long, env = "HOTLIMIT_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     header_timeout_ms: u64,
     /// The secret a take's ticket is signed with: on the redis backend, replicas given the
@@ -202,19 +203,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let grpc_task = tokio::spawn(
-        tonic::transport::Server::builder()
-            .timeout(bounds.timeout)
-            .concurrency_limit_per_connection(bounds.max_concurrent)
-            .load_shed(true)
-            .add_service(hotlimit_server::grpc::Rls::server(service.clone()))
-            .serve_with_incoming_shutdown(
-                // As tonic's own `serve` does: a small answer is sent at once, not after
-                // Nagle's delay.
-                tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true)),
-                stopped(stop_rx.clone()),
-            ),
-    );
+    let grpc_task = tokio::spawn(hotlimit_server::grpc::serve(
+        grpc,
+        service.clone(),
+        bounds,
+        stopped(stop_rx.clone()),
+    ));
     let http_task = tokio::spawn(hotlimit_server::http::serve(
         http,
         hotlimit_server::http::router(service.clone(), bounds),

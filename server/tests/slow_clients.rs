@@ -2,7 +2,8 @@
 //! headers never finish is closed after `--header-timeout-ms`, one past `--max-connections` is
 //! closed as it is accepted, and API requests holding every request slot (bodies that never
 //! come), on different routes, fill the one limit of all routes and leave `/healthcheck` and
-//! `/metrics` answering.
+//! `/metrics` answering. The gRPC port the same: a connection whose HTTP/2 preface never
+//! finishes, or that answers no ping, is closed, and one past the cap too.
 
 mod common;
 
@@ -11,6 +12,12 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::{check, client, post, server, Scratch};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    rate_limit_descriptor::Entry, RateLimitDescriptor,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 const RULES: &str = r#"
 domain: d
@@ -181,6 +188,110 @@ fn a_connection_past_the_cap_is_closed_and_a_freed_one_serves_again() {
     let mut again = None;
     while again.is_none() && Instant::now() < deadline {
         again = served(srv.http);
+    }
+    assert!(again.is_some(), "a freed place served nothing");
+}
+
+/// The HTTP/2 client preface and an empty SETTINGS frame: what a gRPC client sends first.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// A gRPC connection whose preface the server answered with its SETTINGS frame, kept open
+/// (it answers nothing after); `None` if the server closed it instead.
+fn spoke_http2(grpc: u16) -> Option<TcpStream> {
+    let mut tcp = connect(grpc);
+    tcp.write_all(PREFACE).ok()?;
+    let mut head = [0u8; 9];
+    tcp.read_exact(&mut head).ok()?;
+    // A frame of type SETTINGS (4) on stream 0.
+    (head[3] == 4 && head[5..] == [0; 4]).then_some(tcp)
+}
+
+/// `ShouldRateLimit` on `user=alice` over a channel of the runtime `rt`: its overall code.
+fn rls_call(
+    rt: &tokio::runtime::Runtime,
+    client: &mut RateLimitServiceClient<tonic::transport::Channel>,
+) -> i32 {
+    let request = RateLimitRequest {
+        domain: "d".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: "alice".into(),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let answer = rt
+        .block_on(client.should_rate_limit(request))
+        .expect("an answer");
+    answer.into_inner().overall_code
+}
+
+// Pins G75.
+#[test]
+fn a_grpc_client_that_never_finishes_its_preface_or_answers_no_ping_is_cut_off() {
+    let dir = Scratch::new("slow-grpc");
+    let config = dir.write("d.yaml", RULES);
+    let srv = server(&config, &["--header-timeout-ms", "300"]);
+
+    // Half the preface, then nothing; a connection that never sends a byte.
+    let mut half = connect(srv.grpc);
+    half.write_all(b"PRI * HTTP/2.0\r\n").unwrap();
+    let mut silent = connect(srv.grpc);
+    let started = Instant::now();
+    assert!(
+        closed_by_server(&mut half),
+        "preface never finished, still open"
+    );
+    assert!(closed_by_server(&mut silent), "never a byte, still open");
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    // A whole preface, then silence: pinged after 300 ms, closed 300 ms after that.
+    let mut mute = spoke_http2(srv.grpc).expect("a whole preface is answered");
+    assert!(closed_by_server(&mut mute), "answered no ping, still open");
+
+    // A client that answers its pings keeps its connection, and is served across them.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{}", srv.grpc);
+    let mut client = rt
+        .block_on(RateLimitServiceClient::connect(url))
+        .expect("connect over gRPC");
+    assert_eq!(rls_call(&rt, &mut client), Code::Ok as i32);
+    // Its runtime driven meanwhile, so that its connection answers the server's pings.
+    rt.block_on(async { tokio::time::sleep(Duration::from_millis(1_500)).await });
+    assert_eq!(rls_call(&rt, &mut client), Code::Ok as i32);
+}
+
+// Pins G75.
+#[test]
+fn a_grpc_connection_past_the_cap_is_closed_and_a_freed_one_serves_again() {
+    let dir = Scratch::new("slow-grpc-connections");
+    let config = dir.write("d.yaml", RULES);
+    let srv = server(&config, &["--max-connections", "2"]);
+
+    // Two connections the server speaks HTTP/2 on, kept open: the cap. (As on the HTTP port:
+    // the start's port probe holds a place until it is seen closed.)
+    let mut open = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while open.len() < 2 && Instant::now() < deadline {
+        if let Some(tcp) = spoke_http2(srv.grpc) {
+            open.push(tcp);
+        }
+    }
+    assert_eq!(open.len(), 2);
+    // A third is closed as it is accepted, its preface unanswered.
+    let mut third = connect(srv.grpc);
+    let _ = third.write_all(PREFACE);
+    assert!(closed_by_server(&mut third), "past the cap, still open");
+    // One closed by its client frees its place.
+    drop(open.pop());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut again = None;
+    while again.is_none() && Instant::now() < deadline {
+        again = spoke_http2(srv.grpc);
     }
     assert!(again.is_some(), "a freed place served nothing");
 }
