@@ -703,7 +703,7 @@ impl Service {
             // Admitted: a take's ticket settles every descriptor it charged.
             parts.extend(held.into_iter().map(|(_, _, _, part)| part));
         }
-        let headers = self.headers(&statuses, &decisions);
+        let headers = self.headers(&statuses, &decisions, overall);
         let ticket = match parts.is_empty() {
             true => None,
             false => Some(
@@ -725,11 +725,14 @@ impl Service {
     }
 
     /// The headers of the descriptor closest to its limit (the first over it), as
-    /// envoyproxy/ratelimit picks it.
+    /// envoyproxy/ratelimit picks it. `Retry-After` only where the answer is `overall` over
+    /// the limit: a shadow rule's breach is answered OK, and as envoyproxy/ratelimit's its
+    /// fields say the limit is spent (remaining 0), but no client is told to wait.
     fn headers(
         &self,
         statuses: &[Status],
         decisions: &[Option<Decision>],
+        overall: Code,
     ) -> Vec<(String, String)> {
         if self.settings.headers == HeaderStyle::Off {
             return Vec::new();
@@ -770,6 +773,7 @@ impl Service {
         h.verdict(decision)
             .fields()
             .filter(|f| draft || f.name.as_str().starts_with("x-ratelimit"))
+            .filter(|f| overall == Code::OverLimit || f.name.as_str() != "retry-after")
             .filter_map(|f| Some((f.name.to_string(), f.value.to_str().ok()?.to_owned())))
             .collect()
     }

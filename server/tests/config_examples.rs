@@ -403,6 +403,12 @@ async fn example_6_shadow_mode() {
         assert_eq!(r.statuses[0].code, Code::Ok, "request {i}");
         assert_eq!(r.statuses[0].current_limit, limit("", 10, Unit::Second));
         assert_eq!(r.statuses[0].limit_remaining, 9u32.saturating_sub(i));
+        // Past the limit, its fields say it is spent, but an OK answer asks no one to wait.
+        let field = |name: &str| r.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+        assert_eq!(field("retry-after"), None, "request {i}");
+        if i >= 10 {
+            assert!(field("ratelimit").unwrap().contains(";r=0;"), "request {i}");
+        }
     }
     let metrics = s.metrics.render();
     let series = r#"{domain="example6",rule="example6.service.user_user-a"}"#;
@@ -426,6 +432,12 @@ async fn example_6_shadow_mode() {
     assert_eq!(admitted(&s, &user_b, 21).await, 20);
     let r = check(&s, &user_b).await;
     assert_eq!(r.statuses[0].code, Code::OverLimit);
+    // A rule enforced: the over-limit answer says when to come back.
+    assert!(
+        r.headers.iter().any(|(n, _)| n == "retry-after"),
+        "{:?}",
+        r.headers
+    );
     assert_eq!(r.statuses[0].current_limit, limit("", 20, Unit::Second));
     let metrics = s.metrics.render();
     let series = r#"{domain="example6",rule="example6.service.user_user-b"}"#;
