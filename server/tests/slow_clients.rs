@@ -160,36 +160,56 @@ fn api_requests_on_any_routes_share_one_limit_and_leave_the_probes_answering() {
     drop(held);
 }
 
+/// Fills a port's cap of `cap` connections with connections `served` opens and the server
+/// serves, kept open; then one more, sending `hello`, is closed as it is accepted, and once
+/// one is closed by its client a new one is served again. Returns the `cap` open.
+fn capped(
+    port: u16,
+    cap: usize,
+    served: fn(u16) -> Option<TcpStream>,
+    hello: &[u8],
+) -> Vec<TcpStream> {
+    // Each is served once before the next is opened: until the start's port probe is seen
+    // closed, it holds a place of its own, and a connection opened meanwhile is refused; it
+    // is opened again.
+    let mut open = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while open.len() < cap && Instant::now() < deadline {
+        if let Some(tcp) = served(port) {
+            open.push(tcp);
+        }
+    }
+    assert_eq!(open.len(), cap);
+    // One more is closed as it is accepted, before anything is read from it.
+    let mut past = connect(port);
+    let _ = past.write_all(hello);
+    assert!(closed_by_server(&mut past), "past the cap, still open");
+    // One closed by its client frees its place.
+    drop(open.pop());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut again = None;
+    while again.is_none() && Instant::now() < deadline {
+        again = served(port);
+    }
+    open.push(again.expect("a freed place served nothing"));
+    open
+}
+
 // Pins G75.
 #[test]
 fn a_connection_past_the_cap_is_closed_and_a_freed_one_serves_again() {
     let dir = Scratch::new("slow-connections");
     let config = dir.write("d.yaml", RULES);
     let srv = server(&config, &["--max-connections", "3"]);
-
-    // Three connections the server serves, kept open: the cap. (Each is served once
-    // before the next is opened: until the start's port probe is seen closed, it holds a
-    // place of its own, and a connection opened meanwhile is refused; it is opened again.)
-    let mut open = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while open.len() < 3 && Instant::now() < deadline {
-        if let Some(tcp) = served(srv.http) {
-            open.push(tcp);
-        }
-    }
-    assert_eq!(open.len(), 3);
-    // A fourth is closed as it is accepted, before anything is read from it.
-    let mut fourth = connect(srv.http);
-    let _ = fourth.write_all(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert!(closed_by_server(&mut fourth), "past the cap, still open");
-    // One closed by its client frees its place.
-    drop(open.pop());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut again = None;
-    while again.is_none() && Instant::now() < deadline {
-        again = served(srv.http);
-    }
-    assert!(again.is_some(), "a freed place served nothing");
+    let http = capped(
+        srv.http,
+        3,
+        served,
+        b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
+    // The gRPC port's cap is its own: its three are served while the HTTP port's are taken.
+    capped(srv.grpc, 3, spoke_http2, PREFACE);
+    drop(http);
 }
 
 /// The HTTP/2 client preface and an empty SETTINGS frame: what a gRPC client sends first.
@@ -263,35 +283,4 @@ fn a_grpc_client_that_never_finishes_its_preface_or_answers_no_ping_is_cut_off()
     // Its runtime driven meanwhile, so that its connection answers the server's pings.
     rt.block_on(async { tokio::time::sleep(Duration::from_millis(1_500)).await });
     assert_eq!(rls_call(&rt, &mut client), Code::Ok as i32);
-}
-
-// Pins G75.
-#[test]
-fn a_grpc_connection_past_the_cap_is_closed_and_a_freed_one_serves_again() {
-    let dir = Scratch::new("slow-grpc-connections");
-    let config = dir.write("d.yaml", RULES);
-    let srv = server(&config, &["--max-connections", "2"]);
-
-    // Two connections the server speaks HTTP/2 on, kept open: the cap. (As on the HTTP port:
-    // the start's port probe holds a place until it is seen closed.)
-    let mut open = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while open.len() < 2 && Instant::now() < deadline {
-        if let Some(tcp) = spoke_http2(srv.grpc) {
-            open.push(tcp);
-        }
-    }
-    assert_eq!(open.len(), 2);
-    // A third is closed as it is accepted, its preface unanswered.
-    let mut third = connect(srv.grpc);
-    let _ = third.write_all(PREFACE);
-    assert!(closed_by_server(&mut third), "past the cap, still open");
-    // One closed by its client frees its place.
-    drop(open.pop());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut again = None;
-    while again.is_none() && Instant::now() < deadline {
-        again = spoke_http2(srv.grpc);
-    }
-    assert!(again.is_some(), "a freed place served nothing");
 }
