@@ -84,26 +84,29 @@ fn closed_by_server(tcp: &mut TcpStream) -> bool {
     }
 }
 
+/// On a server started with `--header-timeout-ms 300`: a connection to `port` that sends
+/// `half` of what it must, then nothing, and one that never sends a byte, are both closed,
+/// not before the timeout.
+fn cut_off(port: u16, half: &[u8]) {
+    let mut halfway = connect(port);
+    halfway.write_all(half).unwrap();
+    let mut silent = connect(port);
+    let started = Instant::now();
+    assert!(closed_by_server(&mut halfway), "never finished, still open");
+    assert!(closed_by_server(&mut silent), "never a byte, still open");
+    assert!(started.elapsed() >= Duration::from_millis(250));
+}
+
 // Pins G75.
 #[test]
 fn a_client_that_never_finishes_its_headers_is_cut_off() {
     let dir = Scratch::new("slow-headers");
     let config = dir.write("d.yaml", RULES);
     let srv = server(&config, &["--header-timeout-ms", "300"]);
-
-    // Half a request's headers, then nothing.
-    let mut half = connect(srv.http);
-    half.write_all(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Ty")
-        .unwrap();
-    // A connection that never sends a byte.
-    let mut silent = connect(srv.http);
-    let started = Instant::now();
-    assert!(
-        closed_by_server(&mut half),
-        "headers never finished, still open"
+    cut_off(
+        srv.http,
+        b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Ty",
     );
-    assert!(closed_by_server(&mut silent), "never a byte, still open");
-    assert!(started.elapsed() >= Duration::from_millis(250));
 
     // A client that sends its request whole is served as ever.
     assert_eq!(check(srv.http, "d", "user", "alice"), 200);
@@ -254,18 +257,7 @@ fn a_grpc_client_that_never_finishes_its_preface_or_answers_no_ping_is_cut_off()
     let dir = Scratch::new("slow-grpc");
     let config = dir.write("d.yaml", RULES);
     let srv = server(&config, &["--header-timeout-ms", "300"]);
-
-    // Half the preface, then nothing; a connection that never sends a byte.
-    let mut half = connect(srv.grpc);
-    half.write_all(b"PRI * HTTP/2.0\r\n").unwrap();
-    let mut silent = connect(srv.grpc);
-    let started = Instant::now();
-    assert!(
-        closed_by_server(&mut half),
-        "preface never finished, still open"
-    );
-    assert!(closed_by_server(&mut silent), "never a byte, still open");
-    assert!(started.elapsed() >= Duration::from_millis(250));
+    cut_off(srv.grpc, b"PRI * HTTP/2.0\r\n");
     // A whole preface, then silence: pinged after 300 ms, closed 300 ms after that.
     let mut mute = spoke_http2(srv.grpc).expect("a whole preface is answered");
     assert!(closed_by_server(&mut mute), "answered no ping, still open");
