@@ -180,10 +180,12 @@ fn to_json(r: Response) -> (StatusCode, Json<JsonResponse>) {
 }
 
 /// Every error as JSON, its status in one place: 400 for a bad request, 413 for a body
-/// over the bound, 404 for a ticket that settles nothing, 503 when the backend failed.
+/// over the bound (or a take whose ticket would be), 404 for a ticket that settles nothing, 503 when the backend failed.
 fn error(e: ServiceError) -> HttpResponse {
     let status = match e {
-        ServiceError::Invalid(Rejection::BodyTooLarge, _) => StatusCode::PAYLOAD_TOO_LARGE,
+        ServiceError::Invalid(Rejection::BodyTooLarge | Rejection::TicketTooLarge, _) => {
+            StatusCode::PAYLOAD_TOO_LARGE
+        }
         ServiceError::Invalid(..) => StatusCode::BAD_REQUEST,
         ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         ServiceError::Ticket(_) => StatusCode::NOT_FOUND,

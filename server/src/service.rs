@@ -16,7 +16,7 @@ use hotlimit::{Decision, Policy};
 use crate::config::{Algorithm, Config, ConfigError, Limit, Unit};
 use crate::engine::{Backend, Engine, EngineError, Engines, Key};
 use crate::metrics::{Metrics, RuleCounters};
-use crate::tickets::{Part, Tickets};
+use crate::tickets::{NotIssued, Part, Tickets};
 
 /// Which rate limit headers a response carries (`response_headers_to_add` over gRPC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +212,9 @@ pub enum Rejection {
     /// A request `hits_addend` above 2^32 − 1 (the protocol's `uint32`), or a settle's
     /// `actual` above what its rule can ever owe.
     Cost,
+    /// A take whose ticket would be too long for its settle's body (`max_body_bytes`):
+    /// refused, what it charged given back.
+    TicketTooLarge,
 }
 
 impl Rejection {
@@ -224,6 +227,7 @@ impl Rejection {
             Rejection::TooManyDescriptors => "too_many_descriptors",
             Rejection::BodyTooLarge => "body_too_large",
             Rejection::Cost => "cost",
+            Rejection::TicketTooLarge => "ticket_too_large",
         }
     }
 }
@@ -512,6 +516,8 @@ impl Service {
         let mut statuses = Vec::with_capacity(matched.len());
         let mut decisions: Vec<Option<Decision>> = Vec::with_capacity(matched.len());
         let mut parts = Vec::new();
+        // Beside each of `parts`, where to give it back if no ticket can carry them.
+        let mut undo = Vec::new();
         // The longest lease of the in-flight permits taken: a ticket of permits alone lives
         // at least that long. One with a rate part keeps the ordinary life: that part's
         // Redis settle mark, which stops a replayed settle on another replica, lives no longer.
@@ -609,6 +615,7 @@ impl Service {
                         (None, _) => {}
                     }
                     if let Some(ticket) = ticket {
+                        undo.push((engine.clone(), (key.text.to_owned(), key.hash), quota));
                         parts.push(Part {
                             rule: rule.id.clone(),
                             version: slot.version,
@@ -701,20 +708,50 @@ impl Service {
             }
         } else if op == Op::Take {
             // Admitted: a take's ticket settles every descriptor it charged.
-            parts.extend(held.into_iter().map(|(_, _, _, part)| part));
+            for (engine, key, quota, part) in held {
+                undo.push((engine, key, quota));
+                parts.push(part);
+            }
         }
         let headers = self.headers(&statuses, &decisions, overall);
         let ticket = match parts.is_empty() {
             true => None,
-            false => Some(
-                self.tickets
-                    .issue(
-                        parts,
-                        crate::tickets::unix_ms(),
-                        if rate_part { Duration::ZERO } else { lease },
-                    )
-                    .map_err(|e| ServiceError::Unavailable(e.to_string()))?,
-            ),
+            false => {
+                // A settle's body is the token and a little JSON around it.
+                let max_len = self.settings.limits.max_body_bytes.saturating_sub(64);
+                let at_least = if rate_part { Duration::ZERO } else { lease };
+                match self
+                    .tickets
+                    .issue(parts, crate::tickets::unix_ms(), at_least, max_len)
+                {
+                    Ok(token) => Some(token),
+                    Err(NotIssued::Io(e)) => return Err(ServiceError::Unavailable(e.to_string())),
+                    Err(NotIssued::TooLarge { len, parts }) => {
+                        // A ticket that no settle could carry: the take is refused, and
+                        // every part it charged given back, as an all-or-nothing take over
+                        // the limit is.
+                        for ((engine, (text, hash), quota), mut part) in undo.into_iter().zip(parts)
+                        {
+                            let key = Key { text: &text, hash };
+                            if let Err(e) = engine.settle(key, quota, &mut part.ticket, 0).await {
+                                // The count stands: it errs strict.
+                                self.metrics.backend_error();
+                                return Err(ServiceError::Unavailable(e.to_string()));
+                            }
+                        }
+                        self.metrics.rejected(Rejection::TicketTooLarge);
+                        return Err(ServiceError::Invalid(
+                            Rejection::TicketTooLarge,
+                            format!(
+                                "the take's ticket would be {len} bytes, more than a settle's \
+                                 body may carry (max_body_bytes {}): take fewer or shorter \
+                                 descriptors",
+                                self.settings.limits.max_body_bytes
+                            ),
+                        ));
+                    }
+                }
+            }
         };
         Ok(Response {
             overall_code: overall,

@@ -50,6 +50,20 @@ pub struct Claims {
     pub parts: Vec<Part>,
 }
 
+/// Why no token was issued.
+#[derive(Debug)]
+pub enum NotIssued {
+    /// No randomness for its nonce, or it could not be written.
+    Io(std::io::Error),
+    /// It would be `len` bytes, over the bound: its parts, handed back to be given back.
+    TooLarge {
+        /// The token's length, in bytes.
+        len: usize,
+        /// The charges it would have carried.
+        parts: Vec<Part>,
+    },
+}
+
 /// Why a token settles nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
@@ -161,13 +175,21 @@ impl Tickets {
 
     /// The token for `parts`, issued at `now` (ms since the epoch), living the tickets'
     /// lifetime or `at_least`, whichever is longer (an in-flight permit's lease: its release
-    /// must still land when the request ends).
-    pub fn issue(&self, parts: Vec<Part>, now: u64, at_least: Duration) -> std::io::Result<String> {
+    /// must still land when the request ends), and at most `max_len` bytes long: a longer one
+    /// could not be settled (its settle's body would be over the bound), so none is issued
+    /// and the parts are handed back.
+    pub fn issue(
+        &self,
+        parts: Vec<Part>,
+        now: u64,
+        at_least: Duration,
+        max_len: usize,
+    ) -> Result<String, NotIssued> {
         let ttl = u64::try_from(at_least.as_millis())
             .unwrap_or(u64::MAX)
             .max(self.ttl_ms());
         let mut nonce = [0u8; 16];
-        getrandom::fill(&mut nonce).map_err(std::io::Error::other)?;
+        getrandom::fill(&mut nonce).map_err(|e| NotIssued::Io(std::io::Error::other(e)))?;
         let claims = Claims {
             nonce: format!("{:032x}", u128::from_be_bytes(nonce)),
             issuer: self.issuer,
@@ -175,7 +197,16 @@ impl Tickets {
             expires: now.saturating_add(ttl),
             parts,
         };
-        let bytes = postcard::to_allocvec(&claims).map_err(std::io::Error::other)?;
+        let bytes =
+            postcard::to_allocvec(&claims).map_err(|e| NotIssued::Io(std::io::Error::other(e)))?;
+        // The body in base64, a dot, and the tag's 32 bytes in base64 (43 characters).
+        let len = (bytes.len() * 4).div_ceil(3) + 1 + 43;
+        if len > max_len {
+            return Err(NotIssued::TooLarge {
+                len,
+                parts: claims.parts,
+            });
+        }
         let body = URL_SAFE_NO_PAD.encode(bytes);
         let mut mac = self.mac();
         mac.update(body.as_bytes());
@@ -267,7 +298,8 @@ mod tests {
     const TTL: Duration = Duration::from_secs(60);
 
     fn token(t: &Tickets) -> String {
-        t.issue(Vec::new(), 1_000, Duration::ZERO).unwrap()
+        t.issue(Vec::new(), 1_000, Duration::ZERO, usize::MAX)
+            .unwrap()
     }
 
     /// Two processes given one secret, on a backend whose settles each process remembers

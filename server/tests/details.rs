@@ -725,6 +725,55 @@ fn a_malformed_body_is_a_400_with_an_error_and_counts_nothing() {
     assert_eq!(counter(srv.http, "allowed", "plain"), 3);
 }
 
+// A take whose ticket would be too long for its settle's body (`--max-body-bytes`) is refused
+// with 413 and gives back what it charged; one whose ticket fits is settled as ever.
+// Pins G75.
+#[test]
+fn a_take_whose_ticket_no_settle_could_carry_is_refused_and_charges_nothing() {
+    let (_dir, config) = rules("details-ticket-size");
+    let srv = server(&config, &["--max-body-bytes", "4096"]);
+    // Descriptors of `plain` with values of 200 bytes: each part of a ticket names the rule,
+    // the descriptor's key and the charge, base64 on top.
+    let take = |n: usize| {
+        let descriptors: Vec<Value> = (0..n)
+            .map(|i| json!({"entries": [{"key": "plain", "value": format!("{i:0>200}")}]}))
+            .collect();
+        json!({"domain": "g74", "descriptors": descriptors}).to_string()
+    };
+    let big = take(14);
+    assert!(big.len() < 4096, "the take itself is within the bound");
+    let (status, answer) = post(srv.http, "/v1/take", &big);
+    assert_eq!(status, 413, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("ticket would be"),
+        "{answer}"
+    );
+    assert_eq!(
+        metric(
+            srv.http,
+            r#"hotlimit_rejected_total{reason="ticket_too_large"}"#
+        ),
+        1
+    );
+    // Nothing stays charged: each of those keys has its 3 whole (a check leaves 2).
+    let (status, answer) = post(srv.http, "/v1/check", &take(14));
+    assert_eq!(status, 200, "{answer}");
+    for s in answer["statuses"].as_array().unwrap() {
+        assert_eq!(s["limitRemaining"], json!(2), "{answer}");
+    }
+    // A take of a few: its ticket fits, and settles.
+    let (status, taken) = post(srv.http, "/v1/take", &take(3));
+    assert_eq!(status, 200, "{taken}");
+    let settle = json!({ "ticket": taken["ticket"], "actual": 0 }).to_string();
+    assert_eq!(
+        post(srv.http, "/v1/settle", &settle),
+        (200, json!({"settled": true}))
+    );
+}
+
 // ---- SIGTERM ----
 
 // SIGTERM with a gRPC call and a JSON API check in flight (their headers read by the server,
