@@ -45,7 +45,8 @@ impl Rls {
 /// `bounds.header_timeout` is closed (tonic sets no such deadline: a client that connects and
 /// never speaks held its connection forever), and one that stays silent that long is pinged
 /// and closed if the ping is not answered within as long (a peer gone without a word).
-/// `bounds.max_concurrent` calls at once per connection, each within `bounds.timeout`.
+/// `bounds.max_concurrent` calls at once in all, as on the HTTP port (beyond,
+/// `RESOURCE_EXHAUSTED` at once, never a queue), each within `bounds.timeout`.
 pub async fn serve(
     listener: TcpListener,
     service: Arc<Service>,
@@ -83,10 +84,27 @@ pub async fn serve(
             }
         }
     });
+    // One limit for every connection's calls (tonic's own is per connection: 1,024 a
+    // connection, times every connection, was no bound), shed at once, never queued.
+    let overloaded = |e: tower::BoxError| -> tower::BoxError {
+        if e.is::<tower::load_shed::error::Overloaded>() {
+            Box::new(tonic::Status::resource_exhausted(
+                "overloaded: too many requests at once",
+            ))
+        } else {
+            e
+        }
+    };
+    let limit = tower::ServiceBuilder::new()
+        .map_err(overloaded)
+        .load_shed()
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
+            bounds.max_concurrent.max(1),
+        ))
+        .into_inner();
     tonic::transport::Server::builder()
         .timeout(bounds.timeout)
-        .concurrency_limit_per_connection(bounds.max_concurrent)
-        .load_shed(true)
+        .layer(limit)
         .http2_keepalive_interval(Some(bounds.header_timeout))
         .http2_keepalive_timeout(Some(bounds.header_timeout))
         .add_service(Rls::server(service))

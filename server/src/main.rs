@@ -86,8 +86,9 @@ struct Args {
     /// The largest HTTP body or gRPC message, in bytes.
     #[arg(long, env = "HOTLIMIT_MAX_BODY_BYTES", default_value_t = Limits::default().max_body_bytes)]
     max_body_bytes: usize,
-    /// Requests handled at once: on HTTP the API routes all together (the probes apart), on
-    /// gRPC per connection; beyond, 503 or RESOURCE_EXHAUSTED at once, never a queue.
+    /// Requests handled at once, on each port: on HTTP the API routes all together (the probes
+    /// apart), on gRPC the calls of every connection together; beyond, 503 or
+    /// RESOURCE_EXHAUSTED at once, never a queue.
     #[arg(long, env = "HOTLIMIT_MAX_CONCURRENT", default_value_t = Bounds::default().max_concurrent)]
     max_concurrent: usize,
     /// A request not answered within this many ms is answered 503 / DEADLINE_EXCEEDED.

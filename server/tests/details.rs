@@ -1110,6 +1110,71 @@ fn healthcheck_fails_while_the_backend_is_gone_only_when_asked_to() {
     assert_eq!((health(plain.http), health(strict.http)), (200, 503));
 }
 
+// The gRPC port's calls share one limit, as the HTTP port's requests do: with
+// `--max-concurrent 1`, a call whose message is held on one connection holds the one place,
+// and a call on another connection is answered RESOURCE_EXHAUSTED at once (the limit was per
+// connection: every connection had places of its own). Released, both are served.
+// Pins G75.
+#[test]
+fn grpc_calls_on_every_connection_share_one_limit() {
+    let (_dir, config) = rules("details-grpc-overload");
+    let srv = server(
+        &config,
+        &["--max-concurrent", "1", "--request-timeout-ms", "30000"],
+    );
+    let rt = runtime();
+    let url = format!("http://127.0.0.1:{}", srv.grpc);
+    let connect = || {
+        rt.block_on(Endpoint::from_shared(url.clone()).unwrap().connect())
+            .expect("connect over gRPC")
+    };
+    let (held_conn, other_conn) = (connect(), connect());
+    // A call whose message is held, on the first connection; `release` sends it.
+    let hold = || {
+        let (asked, was_asked) = oneshot::channel();
+        let (release, released) = oneshot::channel();
+        let held = Held {
+            asked: Some(asked),
+            release: Some(released),
+        };
+        let call = rt.spawn(held_call(held_conn.clone(), held));
+        rt.block_on(was_asked).unwrap();
+        (call, release)
+    };
+    let call_on = |client: &mut RateLimitServiceClient<Channel>, value: &str| {
+        rt.block_on(client.should_rate_limit(req(vec![desc("ticket", value, None)], 0)))
+    };
+    // It holds the one place once a call on its own connection is shed. (A call that came
+    // first and took the place while the held one's headers arrived had it shed: it is
+    // held again.)
+    let (mut call, mut release) = hold();
+    let mut own = RateLimitServiceClient::new(held_conn.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while call_on(&mut own, "own").is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the held call never held the place"
+        );
+        if call.is_finished() {
+            (call, release) = hold();
+        }
+        rt.block_on(async { tokio::time::sleep(Duration::from_millis(20)).await });
+    }
+    // A call on the other connection is shed too, at once: one limit for all.
+    let mut other = RateLimitServiceClient::new(other_conn);
+    let shed = call_on(&mut other, "other").expect_err("served: the limit is per connection");
+    assert_eq!(shed.code(), tonic::Code::ResourceExhausted, "{shed:?}");
+    assert_eq!(shed.message(), "overloaded: too many requests at once");
+    // Released: the held call is answered, and the place is free again.
+    release
+        .send(req(vec![desc("plain", "held", None)], 0))
+        .unwrap();
+    let answered = rt.block_on(call).unwrap().expect("the held call answered");
+    assert_eq!(brief(&answered), (OK, vec![(OK, 2)]));
+    let again = rt.block_on(other.should_rate_limit(req(vec![desc("plain", "o", None)], 0)));
+    assert_eq!(brief(&again.unwrap().into_inner()), (OK, vec![(OK, 2)]));
+}
+
 // The HTTP server bounds its work: with `--max-concurrent 1`, a request whose body is still
 // coming holds the one slot, and another is answered 503 at once (never queued); with
 // `--request-timeout-ms 300`, the stalled one is answered 503 when its time is up. A body
