@@ -303,6 +303,26 @@ async fn held_call(channel: Channel, body: Held) -> Result<RateLimitResponse, to
     answer.await.map(tonic::Response::into_inner)
 }
 
+/// A call on `channel` whose headers are sent and whose message is held: its task on `rt`,
+/// and the sender that sends its message.
+fn hold(
+    rt: &tokio::runtime::Runtime,
+    channel: &Channel,
+) -> (
+    tokio::task::JoinHandle<Result<RateLimitResponse, tonic::Status>>,
+    oneshot::Sender<RateLimitRequest>,
+) {
+    let (asked, was_asked) = oneshot::channel();
+    let (release, released) = oneshot::channel();
+    let held = Held {
+        asked: Some(asked),
+        release: Some(released),
+    };
+    let call = rt.spawn(held_call(channel.clone(), held));
+    rt.block_on(was_asked).unwrap();
+    (call, release)
+}
+
 // ---- quota_mode ----
 
 // A quota-mode descriptor over its limit fails the request only once every quota-mode
@@ -790,14 +810,7 @@ fn sigterm_answers_the_requests_in_flight_then_exits_0() {
     let channel = rt.block_on(endpoint.connect()).expect("connect over gRPC");
 
     // gRPC: a call whose headers are sent and whose message is held.
-    let (asked, was_asked) = oneshot::channel();
-    let (release, released) = oneshot::channel();
-    let held = Held {
-        asked: Some(asked),
-        release: Some(released),
-    };
-    let call = rt.spawn(held_call(channel.clone(), held));
-    rt.block_on(was_asked).unwrap();
+    let (call, release) = hold(&rt, &channel);
     // A call after it on the same connection answered: the server has read the held one's
     // headers (HTTP/2 frames are read in order).
     let mut rls = RateLimitServiceClient::new(channel);
@@ -1129,25 +1142,14 @@ fn grpc_calls_on_every_connection_share_one_limit() {
             .expect("connect over gRPC")
     };
     let (held_conn, other_conn) = (connect(), connect());
-    // A call whose message is held, on the first connection; `release` sends it.
-    let hold = || {
-        let (asked, was_asked) = oneshot::channel();
-        let (release, released) = oneshot::channel();
-        let held = Held {
-            asked: Some(asked),
-            release: Some(released),
-        };
-        let call = rt.spawn(held_call(held_conn.clone(), held));
-        rt.block_on(was_asked).unwrap();
-        (call, release)
-    };
     let call_on = |client: &mut RateLimitServiceClient<Channel>, value: &str| {
         rt.block_on(client.should_rate_limit(req(vec![desc("ticket", value, None)], 0)))
     };
     // It holds the one place once a call on its own connection is shed. (A call that came
     // first and took the place while the held one's headers arrived had it shed: it is
     // held again.)
-    let (mut call, mut release) = hold();
+    // A call whose message is held, on the first connection; `release` sends it.
+    let (mut call, mut release) = hold(&rt, &held_conn);
     let mut own = RateLimitServiceClient::new(held_conn.clone());
     let deadline = Instant::now() + Duration::from_secs(10);
     while call_on(&mut own, "own").is_ok() {
@@ -1156,7 +1158,7 @@ fn grpc_calls_on_every_connection_share_one_limit() {
             "the held call never held the place"
         );
         if call.is_finished() {
-            (call, release) = hold();
+            (call, release) = hold(&rt, &held_conn);
         }
         rt.block_on(async { tokio::time::sleep(Duration::from_millis(20)).await });
     }
