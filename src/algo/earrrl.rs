@@ -321,7 +321,7 @@ impl Debt<u64> for Earrrl {
 
     /// `T = S + 2^32 s` (rounded up: `T − 2^32 ≥ S`), its float's bits in order: for every
     /// `S` from −68 to 136 years `T` lies in one or two binades, where its bits grow as time
-    /// does, so a code's unit (2^-11 of its slot's spread) is as fine at any `S`, and there
+    /// does, so a code's unit (2^-22 of its slot's spread, 2^-11 in one cell) is as fine at any `S`, and there
     /// `T − 2^32` is exact, so a rank read back and ranked again is the same rank. Ranked by
     /// the bits of `S` itself, the unit followed the exponents' stretch: a key came back up to
     /// ~80 ms later in `S` (5% more count), and a working set of 4× `max_keys` lost up to 7.4%

@@ -17,14 +17,19 @@ const EXT_BITS: u32 = 5;
 /// The largest code a cell holds.
 pub(super) const CODE_MAX: u16 = 0x7FF;
 
+/// Cells from here up, among the coded entries, carry the low 11 bits of the code before
+/// them: no entry there is a marker, so no entry's cell is this high.
+const LOW: u16 = MARKER << 1;
+
 /// No code: the entry's keys owe its slot's debt.
 pub(super) const NO_CODE: u32 = u32::MAX;
 
-/// A slot word's flag (above its debt's 96 bits) for codes of two lanes, two cells each.
+/// A slot word's flag (above its debt's 96 bits) for codes of two lanes, 11 bits each (else
+/// one lane of 22).
 pub(super) const TWO_LANES: u128 = 1 << 108;
 
-/// Code cells per coded entry of a slot.
-pub(super) fn code_cells(slot: u128) -> usize {
+/// Lanes of a slot's codes.
+pub(super) fn code_lanes(slot: u128) -> usize {
     if slot & TWO_LANES != 0 {
         2
     } else {
@@ -34,7 +39,7 @@ pub(super) fn code_cells(slot: u128) -> usize {
 
 /// Two codes of one slot joined, lane by lane the one that says more (the smaller).
 pub(super) fn code_min(slot: u128, a: u32, b: u32) -> u32 {
-    if code_cells(slot) == 1 {
+    if code_lanes(slot) == 1 {
         return a.min(b);
     }
     let lane = u32::from(CODE_MAX);
@@ -93,12 +98,13 @@ pub(super) struct Tag {
 ///
 /// In cells, entries without a code (and markers) come first, from the front, and coded
 /// entries last, up to the end, each followed by its code's cells: the first holds the code's
-/// 11 bits and the key's 5 bits of [`Tag::ext`], the second (where its slot's codes have two
-/// lanes, [`TWO_LANES`]) the second lane's 11. How many cells the coded entries take is kept
-/// in the sequence word. So a coded entry tells keys apart by 20 bits, not 15: two keys of a
-/// working set that share a bucket and a tag share an entry, and the one owes the other's
-/// debt for as long as that is owed (a key near its limit behind a steady abuser's: locked
-/// out for good). A writer whose entries and codes do not fit drops the codes that say least
+/// high 11 bits (of 22) and the key's 5 bits of [`Tag::ext`], the second, only where the low
+/// 11 are not all 0, those ([`LOW`] above them, which no entry's cell reaches). How many cells
+/// the coded entries take is kept in the sequence word. So a coded entry tells keys apart by
+/// 20 bits, not 15: two keys of a working set that share a bucket and a tag share an entry,
+/// and the one owes the other's debt for as long as that is owed (a key near its limit behind
+/// a steady abuser's: locked out for good). A writer whose entries and codes do not fit
+/// rounds codes of one lane down to their first cell, then drops the codes that say least
 /// (their entries then stand for every key of their tag).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Plain {
@@ -145,21 +151,26 @@ impl Plain {
         self.entries.iter().filter(|&&e| e == 0).count()
     }
 
-    /// Cells an entry and its code take.
+    /// Cells an entry and its code take: a code's second cell only where its low 11 bits are
+    /// not 0.
     fn cells_of(&self, i: usize) -> usize {
-        if self.codes[i] == NO_CODE {
-            1
-        } else {
-            1 + code_cells(self.slots[slot_of(self.entries[i])])
+        match self.codes[i] {
+            NO_CODE => 1,
+            code => 2 + usize::from(code & u32::from(CODE_MAX) != 0),
         }
     }
 
-    /// Cells free, codes kept: an entry filed here keeps its code while this is 2 or more (3
-    /// where its slot's codes take two cells).
+    /// Cells free, codes kept (those of one lane cut to their first cell): an entry filed here
+    /// keeps its code while this is 2 or more (3 where its slot's codes have two lanes). What
+    /// the writers judge room by, as before codes had a second cell of precision: that cell
+    /// takes room only where it is free.
     pub(super) fn cells_free(&self) -> usize {
         let used: usize = (0..ENTRIES)
             .filter(|&i| self.entries[i] != 0)
-            .map(|i| self.cells_of(i))
+            .map(|i| match self.codes[i] {
+                NO_CODE => 1,
+                _ => 1 + code_lanes(self.slots[slot_of(self.entries[i])]),
+            })
             .sum();
         ENTRIES.saturating_sub(used)
     }
@@ -173,7 +184,7 @@ impl Plain {
             exts: [0; ENTRIES],
         };
         let mut n = 0;
-        for_entries(cells, slots, coded, |e, code| {
+        for_entries(cells, coded, |e, code| {
             plain.entries[n] = e;
             if let Some((code, ext)) = code {
                 (plain.codes[n], plain.exts[n]) = (code, ext);
@@ -183,15 +194,39 @@ impl Plain {
         plain
     }
 
-    /// Into cells, and how many of them, at the end, the coded entries take. Codes that do
-    /// not fit are dropped, those that say least (the smallest) first, and their entries owe
-    /// their slots.
+    /// Into cells, and how many of them, at the end, the coded entries take. Where they do
+    /// not fit, codes of one lane lose their low 11 bits first (rounded down, they say no
+    /// less), those that say least (the smallest) first; then codes are dropped, those that
+    /// say least first, and their entries owe their slots.
     fn cells(&mut self) -> ([u16; ENTRIES], usize) {
         // No allocation: a capacity pass on a request writes thousands of buckets.
         let mut need: usize = (0..ENTRIES)
             .filter(|&i| self.entries[i] != 0)
             .map(|i| self.cells_of(i))
             .sum();
+        if need > ENTRIES {
+            // Sorted once: a slot that grows re-codes its entries whole, and a full bucket cuts
+            // them again on every write.
+            let low = u32::from(CODE_MAX);
+            let (mut cut, mut n) = ([0usize; ENTRIES], 0);
+            for i in 0..ENTRIES {
+                let (e, code) = (self.entries[i], self.codes[i]);
+                if e != 0
+                    && code != NO_CODE
+                    && code & low != 0
+                    && code_lanes(self.slots[slot_of(e)]) == 1
+                {
+                    cut[n] = i;
+                    n += 1;
+                }
+            }
+            let cut = &mut cut[..n];
+            cut.sort_unstable_by_key(|&i| self.codes[i]);
+            for &i in cut.iter().take(need - ENTRIES) {
+                self.codes[i] &= !low;
+                need -= 1;
+            }
+        }
         while need > ENTRIES {
             let Some(i) = (0..ENTRIES)
                 .filter(|&i| self.entries[i] != 0 && self.codes[i] != NO_CODE)
@@ -216,11 +251,12 @@ impl Plain {
                 front += 1;
                 continue;
             }
+            let code = self.codes[i];
             cells[back] = e;
-            back += 1;
-            for lane in 0..code_cells(self.slots[slot_of(e)]) {
-                let ext = if lane == 0 { self.exts[i] << 11 } else { 0 };
-                cells[back] = ext | (self.codes[i] >> (11 * lane)) as u16 & CODE_MAX;
+            cells[back + 1] = self.exts[i] << 11 | (code >> 11) as u16 & CODE_MAX;
+            back += 2;
+            if code as u16 & CODE_MAX != 0 {
+                cells[back] = LOW | code as u16 & CODE_MAX;
                 back += 1;
             }
         }
@@ -228,16 +264,9 @@ impl Plain {
     }
 }
 
-/// Calls `f` on each entry of `cells`, the last `coded` of them coded entries, on slots
-/// `slots` (their words, or at least their [`TWO_LANES`] flags: how many cells a code takes):
-/// its value (a key's tag or a marker's, and its slot) and, for a coded one, its code and
-/// [`Tag::ext`].
-fn for_entries(
-    cells: &[u16; ENTRIES],
-    slots: [u128; 2],
-    coded: usize,
-    mut f: impl FnMut(u16, Option<(u32, u16)>),
-) {
+/// Calls `f` on each entry of `cells`, the last `coded` of them coded entries: its value (a
+/// key's tag or a marker's, and its slot) and, for a coded one, its code and [`Tag::ext`].
+fn for_entries(cells: &[u16; ENTRIES], coded: usize, mut f: impl FnMut(u16, Option<(u32, u16)>)) {
     let start = ENTRIES.saturating_sub(coded);
     for &e in cells[..start].iter().filter(|&&e| e != 0) {
         f(e, None);
@@ -245,17 +274,16 @@ fn for_entries(
     let mut i = start;
     while i < ENTRIES {
         let e = cells[i];
-        let wide = code_cells(slots[slot_of(e)]);
-        // A writer never leaves a code short of its cells; if one were, its entry would stand
-        // for every key of its tag (no code), which is never less than it owes.
-        let code = cells.get(i + 1..i + 1 + wide).map(|lanes| {
-            let code = lanes.iter().enumerate().fold(0u32, |code, (lane, &c)| {
-                code | u32::from(c & CODE_MAX) << (11 * lane)
-            });
-            (code, lanes[0] >> 11)
-        });
-        f(e, code);
-        i += 1 + wide;
+        // A writer never leaves a code without its first cell; if one were, its entry would
+        // stand for every key of its tag (no code), which is never less than it owes.
+        let Some(&high) = cells.get(i + 1) else {
+            f(e, None);
+            break;
+        };
+        let low = cells.get(i + 2).filter(|&&c| c >= LOW);
+        let code = u32::from(high & CODE_MAX) << 11 | low.map_or(0, |&c| u32::from(c & CODE_MAX));
+        f(e, Some((code, high >> 11)));
+        i += 2 + usize::from(low.is_some());
     }
 }
 
@@ -399,7 +427,7 @@ impl Bucket {
             let flags = [units, units >> UNIT_BITS].map(|u| u128::from(u & (1 << 12)) << 96);
             let coded = coded_of(seq);
             let mut claims: [Claim; 2] = [None; 2];
-            for_entries(&cells, flags, coded, |e, code| {
+            for_entries(&cells, coded, |e, code| {
                 if !covers(tag_of(e), key.tag) {
                     return;
                 }
@@ -501,6 +529,46 @@ pub(super) fn tag(hash: u64) -> Tag {
 mod tests {
     use super::*;
     use crate::algo::DEBT_MAX;
+
+    /// A bucket of `n` keys' entries on slot 0, each with a one-lane code of 22 bits, written
+    /// into cells and read back.
+    fn written(n: usize) -> (Vec<u32>, Plain) {
+        let mut b = Plain::parse([7, 0], &[0; ENTRIES], 0);
+        let codes: Vec<u32> = (0..n as u32).map(|i| (i + 1) << 11 | (0x400 + i)).collect();
+        for (i, &code) in codes.iter().enumerate() {
+            let key = Tag {
+                tag: 100 + i as u16,
+                ext: i as u16 % 32,
+            };
+            b.set(i, key, 0, code);
+        }
+        let (cells, coded) = b.cells();
+        (codes, Plain::parse(b.slots, &cells, coded))
+    }
+
+    // Pins G24.
+    #[test]
+    fn codes_lose_their_low_cells_before_any_code_is_dropped() {
+        // 16 entries and their codes' two cells each fill the bucket: every code whole.
+        let (codes, back) = written(16);
+        assert_eq!(&back.codes[..16], &codes[..]);
+        // 20 need 60 cells: the 12 codes that say least (the smallest) keep their high cell
+        // only, rounded down (saying no less); none is dropped.
+        let (codes, back) = written(20);
+        for (i, &code) in codes.iter().enumerate() {
+            let kept = if i < 12 { code & !0x7FF } else { code };
+            assert_eq!(back.codes[i], kept, "entry {i}");
+            assert_eq!(back.exts[i], i as u16 % 32);
+        }
+        // 25 need 50 cells even so: two codes dropped (a cell each), the smallest, their
+        // entries kept.
+        let (codes, back) = written(25);
+        assert_eq!(back.entries.iter().filter(|&&e| e != 0).count(), 25);
+        assert_eq!(back.codes[..2], [NO_CODE; 2]);
+        for (i, &code) in codes.iter().enumerate().skip(2) {
+            assert_eq!(back.codes[i], code & !0x7FF, "entry {i}");
+        }
+    }
 
     // Pins G26.
     #[test]

@@ -1,7 +1,7 @@
 //! How a coded part's slot words and entries' codes read: the debt table's per-key debts
 //! beside the shared slots (see the module above).
 
-use super::bucket::{code_cells, code_min, slot_of, Plain, CODE_MAX, ENTRIES, NO_CODE, TWO_LANES};
+use super::bucket::{code_lanes, code_min, slot_of, Plain, CODE_MAX, ENTRIES, NO_CODE, TWO_LANES};
 use crate::algo::{Algorithm, DEBT_MAX};
 
 /// The low 96 bits of a slot word: its debt ([`DEBT_MAX`]); above them, a coded part's units.
@@ -10,8 +10,12 @@ const DEBT_BITS: u128 = DEBT_MAX;
 /// Where a slot word keeps its units' exponents (6 bits each; above them, [`TWO_LANES`]).
 const UNIT_SHIFT: u32 = 96;
 
-/// The most a code says in a lane: 11 bits (a cell's).
+/// The most a code says in each of two lanes: 11 bits (a cell's).
 const LANE_MAX: u64 = CODE_MAX as u64;
+
+/// The most a code of one lane says: 22 bits, the high 11 in its first cell and the low 11
+/// in a second one where the bucket has room (else 0s: a code rounded down says no less).
+const FINE_MAX: u64 = (1 << 22) - 1;
 
 /// How a part's slot words and codes read. Where the algorithm ranks its debt words
 /// ([`Debt::debt_rank`](crate::algo::Debt::debt_rank): one or two numbers, each ordered), the part is *coded*: a slot
@@ -19,12 +23,14 @@ const LANE_MAX: u64 = CODE_MAX as u64;
 /// its codes' unit in each lane; a key's entry may carry a code saying that the debts filed
 /// under it rank at most `R − c·2^k` in each lane, `R` the slot's debt's rank rounded up to a
 /// multiple of 2^k, so a key comes back owing [`Debt::debt_unrank`](crate::algo::Debt::debt_unrank) of that (its own
-/// debt, to a unit) rather than its slot's, which joins those of the keys beside it. A code
-/// takes one cell (11 bits) where the keys of a slot differ in one lane, two where they differ
-/// in both (a sliding window's two counts across windows, a sliding log's time and total). As
-/// a slot grows its keys are ranked again from their words (exactly, for the crate's
-/// algorithms); rounded so, the codes move by whole units (no error piles up). A lane's unit is
-/// the least that reaches every entry's rank: 2^-11 of their spread.
+/// debt, to a unit) rather than its slot's, which joins those of the keys beside it. Where the
+/// keys of a slot differ in one lane, `c` has 11 more bits below the point (22 in all, in 2^-11
+/// units: two cells, the second kept while the bucket has room); where they differ in both (a
+/// sliding window's two counts across windows, a sliding log's time and total), 11 bits in
+/// each. As a slot grows its keys are ranked again from their words (exactly, for the crate's
+/// algorithms); rounded so, the codes move by whole units (no error piles up), and a code cut to
+/// its first cell is one of whole units. A lane's unit is the least that reaches every entry's
+/// rank: 2^-11 of their spread (2^-22 where a code keeps both cells).
 pub(super) struct Codes<'a, A> {
     pub(super) algo: &'a A,
     pub(super) part: usize,
@@ -67,7 +73,7 @@ impl<'a, A: Algorithm> Codes<'a, A> {
     }
 
     fn two(self, slot: u128) -> bool {
-        code_cells(slot) == 2
+        code_lanes(slot) == 2
     }
 
     /// The rank of debt word `word` beneath slot word `slot`'s debt.
@@ -94,11 +100,12 @@ impl<'a, A: Algorithm> Codes<'a, A> {
         })
     }
 
-    /// Code `code`'s counts of units in each lane on slot `slot` (one lane: the second's 0).
+    /// Code `code`'s counts of units in each lane on slot `slot`, in 2^-11 units (one lane:
+    /// its 22 bits; two: each lane's 11, shifted; the second lane's 0 where there is one).
     fn split(self, slot: u128, code: u32) -> [u64; 2] {
         let code = u64::from(code);
         if self.two(slot) {
-            [code & LANE_MAX, code >> 11]
+            [code >> 11 << 11, (code & LANE_MAX) << 11]
         } else {
             [code, 0]
         }
@@ -109,7 +116,8 @@ impl<'a, A: Algorithm> Codes<'a, A> {
     fn decoded(self, slot: u128, code: u32, top: Rank) -> Rank {
         let (units, r) = (self.split(slot, code), self.reference_of(slot, top));
         [0, 1].map(|lane| {
-            let down = u64::try_from(u128::from(units[lane]) << self.unit(slot, lane));
+            // Rounded down: it says no less.
+            let down = u64::try_from(u128::from(units[lane]) << self.unit(slot, lane) >> 11);
             r[lane]
                 .saturating_sub(down.unwrap_or(u64::MAX))
                 .min(top[lane])
@@ -132,13 +140,16 @@ impl<'a, A: Algorithm> Codes<'a, A> {
     /// The code of rank `rank` on slot `slot`, rounded down so that it says no less.
     fn code_of(self, slot: u128, rank: Rank) -> u32 {
         let r = self.reference(slot);
-        let units = |lane: usize| {
-            (r[lane].saturating_sub(rank[lane]) >> self.unit(slot, lane)).min(LANE_MAX)
+        // In 2^-11 units, rounded down.
+        let fine = |lane: usize| {
+            let units =
+                u128::from(r[lane].saturating_sub(rank[lane])) << 11 >> self.unit(slot, lane);
+            u64::try_from(units).unwrap_or(u64::MAX)
         };
         let code = if self.two(slot) {
-            units(0) | units(1) << 11
+            (fine(0) >> 11).min(LANE_MAX) << 11 | (fine(1) >> 11).min(LANE_MAX)
         } else {
-            units(0)
+            fine(0).min(FINE_MAX)
         };
         code as u32
     }

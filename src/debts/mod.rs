@@ -49,15 +49,15 @@
 //!
 //! - **Codes.** Where the algorithm ranks its debt words ([`Debt::debt_rank`](crate::algo::Debt::debt_rank): every
 //!   algorithm of the crate but the in-flight limit), a key's entry carries, in the cell
-//!   after it (two cells where a slot's keys differ in both of two numbers),
+//!   after it (and the next, for 11 more bits of precision or a second number),
 //!   how far below its slot's debt the debts filed under it rank ([`Codes`]); the key comes
 //!   back owing that, not its slot-mates' debts, and the entry dies once that is paid. A code
 //!   is only ever made with its entry (an entry without one may stand for keys whose own debts
 //!   are not known), joined as its keys' debts are, and moved by whole units as its slot
-//!   grows. When a bucket's entries and codes do not fit its cells, the codes that say least
-//!   are dropped (their keys owe the slot): entries come first, so a flood is told apart as
-//!   before. Where codes take two cells, the table has 4 keys of `max_keys` per bucket (32
-//!   bytes per key), not 5.
+//!   grows. When a bucket's entries and codes do not fit its cells, codes lose their second
+//!   cell of precision first, then the codes that say least are dropped (their keys owe the
+//!   slot): entries come first, so a flood is told apart as before. Where codes may have two
+//!   lanes, the table has 4 keys of `max_keys` per bucket (32 bytes per key), not 5.
 
 use crate::algo::{Algorithm, DEBT_MAX};
 use crate::sync::{AtomicU64, Ordering};
@@ -79,8 +79,9 @@ const ROOMY: usize = ENTRIES / 4;
 /// that a flood of 10× `max_keys` keys that each owe (9× evicted) fits with room to spare.
 const KEYS_PER_BUCKET: usize = 5;
 
-/// The same where a part's codes take two cells ([`Debt::debt_lanes`](crate::algo::Debt::debt_lanes) 2): 32 bytes per
-/// key, so that a working set of 4× `max_keys` keeps its codes (at 5, 94% of the cells).
+/// The same where a part's codes may have two lanes
+/// ([`Debt::debt_lanes`](crate::algo::Debt::debt_lanes) 2): 32 bytes per key, so that a
+/// working set of 4× `max_keys` keeps its codes (at 5, 94% of the cells).
 const KEYS_PER_BUCKET_TWO_LANES: usize = 4;
 
 /// The debt table of one keyed store. See the module docs.
