@@ -46,7 +46,9 @@ impl Rls {
 /// never speaks held its connection forever), and one that stays silent that long is pinged
 /// and closed if the ping is not answered within as long (a peer gone without a word).
 /// `bounds.max_concurrent` calls at once in all, as on the HTTP port (beyond,
-/// `RESOURCE_EXHAUSTED` at once, never a queue), each within `bounds.timeout`.
+/// `RESOURCE_EXHAUSTED` at once, never a queue), each within `bounds.timeout`. A connection
+/// `bounds.max_connection_age` old is sent GOAWAY (its client connects again), and closed
+/// `bounds.max_connection_age_grace` later whatever it is doing.
 pub async fn serve(
     listener: TcpListener,
     service: Arc<Service>,
@@ -79,6 +81,11 @@ pub async fn serve(
                     tcp,
                     _slot: slot,
                     preface: Some((PREFACE, Box::pin(tokio::time::sleep(bounds.header_timeout)))),
+                    end: bounds.max_connection_age.map(|age| {
+                        Box::pin(tokio::time::sleep(
+                            age.saturating_add(bounds.max_connection_age_grace),
+                        ))
+                    }),
                 };
                 return Some((Ok::<_, io::Error>(held), listener));
             }
@@ -102,11 +109,18 @@ pub async fn serve(
             bounds.max_concurrent.max(1),
         ))
         .into_inner();
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder()
         .timeout(bounds.timeout)
-        .layer(limit)
         .http2_keepalive_interval(Some(bounds.header_timeout))
-        .http2_keepalive_timeout(Some(bounds.header_timeout))
+        .http2_keepalive_timeout(Some(bounds.header_timeout));
+    if let Some(age) = bounds.max_connection_age {
+        // GOAWAY at its age, then the connection's calls finish. Not tonic's grace as well:
+        // with one, tonic 0.14 sends no GOAWAY at all and drops the connection at the age
+        // plus the grace, calls and all; `Held` ends it then instead, the GOAWAY long sent.
+        server = server.max_connection_age(age);
+    }
+    server
+        .layer(limit)
         .add_service(Rls::server(service))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
@@ -115,12 +129,32 @@ pub async fn serve(
 /// The HTTP/2 client preface's length (`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`).
 const PREFACE: usize = 24;
 
-/// An accepted gRPC connection: its place under the cap, given back when it closes, and
-/// until its client's preface has come whole, the bytes still to come and their deadline.
+/// An accepted gRPC connection: its place under the cap, given back when it closes; until its
+/// client's preface has come whole, the bytes still to come and their deadline; and the end
+/// of its age and grace, from which every read and write fails (so hyper drops it).
 struct Held {
     tcp: TcpStream,
     _slot: OwnedSemaphorePermit,
     preface: Option<(usize, Pin<Box<tokio::time::Sleep>>)>,
+    end: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Held {
+    /// Whether the connection's end has come (its timer polled, so that it wakes the
+    /// connection's task when it does).
+    fn ended(&mut self, cx: &mut Context<'_>) -> bool {
+        self.end
+            .as_mut()
+            .is_some_and(|end| end.as_mut().poll(cx).is_ready())
+    }
+}
+
+/// What a read or write of a connection past its end gets.
+fn past_its_age<T>() -> Poll<io::Result<T>> {
+    Poll::Ready(Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        "past its max connection age and grace",
+    )))
 }
 
 impl AsyncRead for Held {
@@ -130,6 +164,9 @@ impl AsyncRead for Held {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if this.ended(cx) {
+            return past_its_age();
+        }
         let Some((left, deadline)) = &mut this.preface else {
             return Pin::new(&mut this.tcp).poll_read(cx, buf);
         };
@@ -158,6 +195,9 @@ impl AsyncWrite for Held {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if self.ended(cx) {
+            return past_its_age();
+        }
         Pin::new(&mut self.tcp).poll_write(cx, buf)
     }
 
@@ -166,6 +206,9 @@ impl AsyncWrite for Held {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if self.ended(cx) {
+            return past_its_age();
+        }
         Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
     }
 
@@ -174,6 +217,9 @@ impl AsyncWrite for Held {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.ended(cx) {
+            return past_its_age();
+        }
         Pin::new(&mut self.tcp).poll_flush(cx)
     }
 

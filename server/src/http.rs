@@ -359,6 +359,12 @@ pub struct Bounds {
     /// closed (an idle one too); a gRPC one whose HTTP/2 preface has not, too, and one silent
     /// this long is pinged, and closed if the ping goes unanswered as long.
     pub header_timeout: Duration,
+    /// A gRPC connection this old is sent GOAWAY, and closed once its calls are done (its
+    /// client connects again): envoyproxy/ratelimit's `GRPC_MAX_CONNECTION_AGE`. `None`: never.
+    pub max_connection_age: Option<Duration>,
+    /// How long a gRPC connection past its age has to finish its calls before it is closed
+    /// whatever they are doing (`GRPC_MAX_CONNECTION_AGE_GRACE`).
+    pub max_connection_age_grace: Duration,
 }
 
 impl Default for Bounds {
@@ -368,6 +374,9 @@ impl Default for Bounds {
             timeout: Duration::from_secs(10),
             max_connections: 4096,
             header_timeout: Duration::from_secs(10),
+            // envoyproxy/ratelimit's defaults.
+            max_connection_age: Some(Duration::from_secs(24 * 3600)),
+            max_connection_age_grace: Duration::from_secs(3600),
         }
     }
 }

@@ -102,6 +102,16 @@ struct Args {
     /// silent this long is pinged and closed if the ping goes unanswered as long.
     #[arg(long, env = "HOTLIMIT_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     header_timeout_ms: u64,
+    /// A gRPC connection this old is sent GOAWAY and closed once its calls are done; its client
+    /// connects again (so Envoy's connections spread again over replicas behind a balancer,
+    /// and no connection is held for good). envoyproxy/ratelimit's setting and default; 0:
+    /// never.
+    #[arg(long, env = "GRPC_MAX_CONNECTION_AGE", default_value = "24h", value_parser = humantime::parse_duration)]
+    grpc_max_connection_age: Duration,
+    /// How long a gRPC connection past its age has to finish its calls before it is closed
+    /// (envoyproxy/ratelimit's setting and default).
+    #[arg(long, env = "GRPC_MAX_CONNECTION_AGE_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
+    grpc_max_connection_age_grace: Duration,
     /// The secret a take's ticket is signed with: on the redis backend, replicas given the
     /// same one settle each other's tickets (on memory and hybrid, only the issuer settles
     /// its own). Default: random, this process's alone.
@@ -187,6 +197,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         timeout: Duration::from_millis(args.request_timeout_ms.max(1)),
         max_connections: args.max_connections.max(1),
         header_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
+        max_connection_age: Some(args.grpc_max_connection_age).filter(|age| !age.is_zero()),
+        max_connection_age_grace: args.grpc_max_connection_age_grace,
     };
     let service = Arc::new(Service::from_path(&args.config, settings).await?);
     let grpc = TcpListener::bind(args.grpc).await?;

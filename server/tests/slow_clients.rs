@@ -3,7 +3,8 @@
 //! closed as it is accepted, and API requests holding every request slot (bodies that never
 //! come), on different routes, fill the one limit of all routes and leave `/healthcheck` and
 //! `/metrics` answering. The gRPC port the same: a connection whose HTTP/2 preface never
-//! finishes, or that answers no ping, is closed, and one past the cap too.
+//! finishes, or that answers no ping, is closed, and one past the cap too; and one past its
+//! max age is sent GOAWAY, then closed after its grace.
 
 mod common;
 
@@ -274,5 +275,79 @@ fn a_grpc_client_that_never_finishes_its_preface_or_answers_no_ping_is_cut_off()
     assert_eq!(rls_call(&rt, &mut client), Code::Ok as i32);
     // Its runtime driven meanwhile, so that its connection answers the server's pings.
     rt.block_on(async { tokio::time::sleep(Duration::from_millis(1_500)).await });
+    assert_eq!(rls_call(&rt, &mut client), Code::Ok as i32);
+}
+
+/// The frame types read on `tcp` until the server closes it (or the read timeout, 5 s):
+/// `None` if it kept it open.
+fn frames_until_closed(tcp: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut types = Vec::new();
+    loop {
+        let mut head = [0u8; 9];
+        match tcp.read_exact(&mut head) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Some(types),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Some(types),
+            Err(_) => return None,
+        }
+        types.push(head[3]);
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut body = vec![0u8; len];
+        if tcp.read_exact(&mut body).is_err() {
+            return Some(types);
+        }
+    }
+}
+
+// Pins G75.
+#[test]
+fn a_grpc_connection_past_its_max_age_is_sent_goaway_then_closed_after_its_grace() {
+    let dir = Scratch::new("grpc-age");
+    let config = dir.write("d.yaml", RULES);
+    // Pings only after 20 s of silence: the age, not the keepalive, ends it.
+    let srv = server(
+        &config,
+        &[
+            "--header-timeout-ms",
+            "20000",
+            "--grpc-max-connection-age",
+            "500ms",
+            "--grpc-max-connection-age-grace",
+            "500ms",
+        ],
+    );
+    // A connection that answers nothing (not the GOAWAY's ping either), so it is never done:
+    // GOAWAY at its age, closed at its age and grace (envoyproxy/ratelimit's
+    // GRPC_MAX_CONNECTION_AGE and _GRACE: no client holds a connection for good, however it
+    // answers).
+    let mut idle = connect(srv.grpc);
+    idle.write_all(PREFACE).unwrap();
+    // The client's SETTINGS frame (empty), completing its side of the handshake.
+    idle.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).unwrap();
+    let started = Instant::now();
+    let frames = frames_until_closed(&mut idle).expect("past its age and grace, still open");
+    let took = started.elapsed();
+    // SETTINGS (4) first, GOAWAY (7) before the end.
+    assert_eq!(frames.first(), Some(&4), "frames {frames:?}");
+    assert!(
+        frames.contains(&7),
+        "closed without GOAWAY after {took:?}: frames {frames:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "closed after {took:?}"
+    );
+
+    // A client's calls go on across its connection's age: it connects again.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{}", srv.grpc);
+    let mut client = rt
+        .block_on(RateLimitServiceClient::connect(url))
+        .expect("connect over gRPC");
+    assert_eq!(rls_call(&rt, &mut client), Code::Ok as i32);
+    rt.block_on(async { tokio::time::sleep(Duration::from_millis(1_200)).await });
     assert_eq!(rls_call(&rt, &mut client), Code::Ok as i32);
 }
