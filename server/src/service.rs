@@ -17,6 +17,23 @@ use crate::config::{Algorithm, Config, ConfigError, Limit, Unit};
 use crate::engine::{Backend, Engine, EngineError, Engines, Key};
 use crate::metrics::{Metrics, RuleCounters};
 use crate::tickets::{NotIssued, Part, Tickets};
+use prometheus_client::metrics::counter::Counter;
+
+/// A request's descriptors' counts, added to their rules' counters when the request is done
+/// (answered, or failed with what it charged standing), unless cleared first: a take refused
+/// whole, everything it charged given back, counts nothing.
+struct Tally<'a> {
+    metrics: &'a Metrics,
+    counts: Vec<(&'a Counter, u64)>,
+}
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        for (counter, hits) in self.counts.drain(..) {
+            self.metrics.count(counter, hits);
+        }
+    }
+}
 
 /// Which rate limit headers a response carries (`response_headers_to_add` over gRPC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -526,6 +543,10 @@ impl Service {
         // can be given back if another is over (`held`: the takes to give back then).
         let all_or_nothing = op != Op::Peek && loaded.config.all_or_nothing(&request.domain);
         let mut held = Vec::new();
+        let mut tally = Tally {
+            metrics: &self.metrics,
+            counts: Vec::with_capacity(matched.len()),
+        };
         for (d, m) in request.descriptors.iter().zip(&matched) {
             // A descriptor's own count as it is (0: check without counting), else the
             // request's with 0 meaning 1: envoyproxy/ratelimit's reading.
@@ -647,7 +668,7 @@ impl Service {
                     Some(_) => hits,
                     None => hits.min(slot.quota_capacity().saturating_add(1)),
                 };
-                self.metrics.count(counter, counted);
+                tally.counts.push((counter, counted));
             }
             let remaining = decision
                 .and_then(|d| d.remaining())
@@ -739,6 +760,8 @@ impl Service {
                                 return Err(ServiceError::Unavailable(e.to_string()));
                             }
                         }
+                        // Refused whole, its charges given back: nothing of it is counted.
+                        tally.counts.clear();
                         self.metrics.rejected(Rejection::TicketTooLarge);
                         return Err(ServiceError::Invalid(
                             Rejection::TicketTooLarge,

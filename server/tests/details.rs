@@ -778,12 +778,15 @@ fn a_take_whose_ticket_no_settle_could_carry_is_refused_and_charges_nothing() {
         ),
         1
     );
+    // Nor counted: what it charged was given back.
+    assert_eq!(counter(srv.http, "allowed", "plain"), 0);
     // Nothing stays charged: each of those keys has its 3 whole (a check leaves 2).
     let (status, answer) = post(srv.http, "/v1/check", &take(14));
     assert_eq!(status, 200, "{answer}");
     for s in answer["statuses"].as_array().unwrap() {
         assert_eq!(s["limitRemaining"], json!(2), "{answer}");
     }
+    assert_eq!(counter(srv.http, "allowed", "plain"), 14);
     // A take of a few: its ticket fits, and settles.
     let (status, taken) = post(srv.http, "/v1/take", &take(3));
     assert_eq!(status, 200, "{taken}");
