@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit as PbUnit, Code as PbCode, DescriptorStatus, RateLimit as PbRateLimit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
+    RateLimitService, SERVICE_NAME,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
@@ -30,11 +30,124 @@ use crate::service::{Code, Descriptor, Op, Request, Response, Service, ServiceEr
 pub struct Rls(pub Arc<Service>);
 
 impl Rls {
-    /// The tonic server for it: a message larger than the service's `max_body_bytes` is
-    /// refused (`RESOURCE_EXHAUSTED`) before it is decoded.
-    pub fn server(service: Arc<Service>) -> RateLimitServiceServer<Rls> {
-        let max = service.settings().limits.max_body_bytes;
-        RateLimitServiceServer::new(Rls(service)).max_decoding_message_size(max)
+    /// The tonic service for it: a message larger than the service's `max_body_bytes` is
+    /// refused (`RESOURCE_EXHAUSTED`) before it is read whole, and one past its other limits
+    /// (descriptors, entries) before it is decoded ([`RlsServer`]).
+    pub fn server(service: Arc<Service>) -> RlsServer {
+        let max_message = service.settings().limits.max_body_bytes;
+        RlsServer {
+            rls: Arc::new(Rls(service)),
+            max_message,
+        }
+    }
+}
+
+/// `ShouldRateLimit` served as envoy-types' generated `RateLimitServiceServer` serves it,
+/// with one difference: each request's protobuf wire form is read first, and one whose
+/// descriptors or entries are past the limits is refused then, as the service refuses it
+/// decoded (`INVALID_ARGUMENT`, the same message), without being decoded. Decoded, an empty
+/// descriptor or entry takes 50-odd bytes for its 2 on the wire: a message of
+/// `--max-body-bytes` of them took 14 MB, on every thread at once. (The generated server's
+/// codec is fixed; tonic's `Grpc` takes any.)
+#[derive(Clone)]
+pub struct RlsServer {
+    rls: Arc<Rls>,
+    max_message: usize,
+}
+
+impl tonic::server::NamedService for RlsServer {
+    const NAME: &'static str = SERVICE_NAME;
+}
+
+impl<B> tonic::codegen::Service<tonic::codegen::http::Request<B>> for RlsServer
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = tonic::codegen::http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
+        if request.uri().path() != "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" {
+            return Box::pin(async { Ok(tonic::Status::unimplemented("").into_http()) });
+        }
+        let (rls, max) = (self.rls.clone(), self.max_message);
+        Box::pin(async move {
+            let codec = Bounded(rls.0.clone());
+            let mut grpc =
+                tonic::server::Grpc::new(codec).apply_max_message_size_config(Some(max), None);
+            Ok(grpc.unary(Call(rls), request).await)
+        })
+    }
+}
+
+/// One `ShouldRateLimit` call.
+struct Call(Arc<Rls>);
+
+impl tonic::server::UnaryService<RateLimitRequest> for Call {
+    type Response = RateLimitResponse;
+    type Future = tonic::codegen::BoxFuture<tonic::Response<RateLimitResponse>, tonic::Status>;
+
+    fn call(&mut self, request: tonic::Request<RateLimitRequest>) -> Self::Future {
+        let rls = self.0.clone();
+        Box::pin(async move { rls.should_rate_limit(request).await })
+    }
+}
+
+/// prost's codec, each request's wire form read first ([`Service::admit_wire`]).
+struct Bounded(Arc<Service>);
+
+type Prost = tonic_prost::ProstCodec<RateLimitResponse, RateLimitRequest>;
+
+impl tonic::codec::Codec for Bounded {
+    type Encode = RateLimitResponse;
+    type Decode = RateLimitRequest;
+    type Encoder = tonic_prost::ProstEncoder<RateLimitResponse>;
+    type Decoder = BoundedDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        Prost::default().encoder()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        BoundedDecoder(self.0.clone(), Prost::default().decoder())
+    }
+}
+
+struct BoundedDecoder(Arc<Service>, tonic_prost::ProstDecoder<RateLimitRequest>);
+
+impl tonic::codec::Decoder for BoundedDecoder {
+    type Item = RateLimitRequest;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<RateLimitRequest>, tonic::Status> {
+        use tonic_prost::prost::bytes::Buf as _;
+        // The message whole, in one buffer (tonic reads it whole before decoding).
+        let message = src.chunk();
+        if message.len() == src.remaining() {
+            self.0.admit_wire(message).map_err(status_of)?;
+        }
+        self.1.decode(src)
+    }
+
+    fn buffer_settings(&self) -> tonic::codec::BufferSettings {
+        self.1.buffer_settings()
+    }
+}
+
+/// A service error as the gRPC port answers it.
+fn status_of(e: ServiceError) -> tonic::Status {
+    match e {
+        ServiceError::Invalid(..) => tonic::Status::invalid_argument(e.to_string()),
+        e => tonic::Status::unavailable(e.to_string()),
     }
 }
 
@@ -319,10 +432,7 @@ impl RateLimitService for Rls {
         let request = request_from_pb(request.into_inner());
         match self.0.decide(&request, Op::Check).await {
             Ok(response) => Ok(tonic::Response::new(response_to_pb(response))),
-            Err(e @ ServiceError::Invalid(..)) => {
-                Err(tonic::Status::invalid_argument(e.to_string()))
-            }
-            Err(e) => Err(tonic::Status::unavailable(e.to_string())),
+            Err(e) => Err(status_of(e)),
         }
     }
 }

@@ -18,3 +18,4 @@ pub mod metrics;
 pub mod outside;
 pub mod service;
 pub mod tickets;
+mod wire;

@@ -3,6 +3,7 @@
 //! `shadow_mode`, `quota_mode`, `unlimited`; the response headers; take and settle; reloads
 //! that keep the state of every unchanged rule.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -18,6 +19,13 @@ use crate::engine::{Backend, Engine, EngineError, Engines, Key};
 use crate::metrics::{Metrics, RuleCounters};
 use crate::tickets::{NotIssued, Part, Tickets};
 use prometheus_client::metrics::counter::Counter;
+
+/// What [`Service::admit`] reads of a descriptor: how many entries it has, and the key of
+/// the first whose key or value is longer than `max_value_bytes`.
+pub(crate) struct Shape<'a> {
+    pub(crate) entries: usize,
+    pub(crate) too_long: Option<Cow<'a, str>>,
+}
 
 /// A request's descriptors' counts, added to their rules' counters when the request is done
 /// (answered, or failed with what it charged standing), unless cleared first: a take refused
@@ -448,58 +456,87 @@ impl Service {
     /// Refuses `request` if it breaks a bound (counted in metrics), before anything is read
     /// further: the bounds keep what one request costs in memory and work fixed.
     fn admit(&self, request: &Request) -> Result<(), ServiceError> {
+        let max = self.settings.limits.max_value_bytes;
+        self.admit_shape(
+            &request.domain,
+            request.descriptors.len(),
+            request.descriptors.iter().map(|d| Shape {
+                entries: d.entries.len(),
+                too_long: d
+                    .entries
+                    .iter()
+                    .find(|(k, v)| k.len() > max || v.len() > max)
+                    .map(|(k, _)| Cow::Borrowed(k.as_str())),
+            }),
+        )
+    }
+
+    /// Refuses a gRPC message whose decoding would take more than the limits allow, from
+    /// its wire form, as [`admit`](Self::admit) refuses it decoded (`crate::wire`).
+    pub(crate) fn admit_wire(&self, message: &[u8]) -> Result<(), ServiceError> {
+        let l = &self.settings.limits;
+        match crate::wire::oversized(message, l.max_descriptors, l.max_entries, l.max_value_bytes) {
+            Some((domain, descriptors, shapes)) => self.admit_shape(&domain, descriptors, shapes),
+            None => Ok(()),
+        }
+    }
+
+    /// [`admit`](Self::admit) on a request's shape: its domain, how many descriptors it has
+    /// and each one's [`Shape`], walked in order until one is refused. The gRPC port refuses
+    /// a message too large to decode from its wire form with it (`crate::wire`): the same
+    /// checks, the same answers.
+    pub(crate) fn admit_shape<'a>(
+        &self,
+        domain: &str,
+        descriptors: usize,
+        shapes: impl Iterator<Item = Shape<'a>>,
+    ) -> Result<(), ServiceError> {
         let l = &self.settings.limits;
         let refuse = |why: Rejection, e: String| {
             self.metrics.rejected(why);
             Err(ServiceError::Invalid(why, e))
         };
-        if request.domain.is_empty() {
+        if domain.is_empty() {
             return refuse(
                 Rejection::Malformed,
                 "rate limit domain must not be empty".into(),
             );
         }
-        if request.descriptors.is_empty() {
+        if descriptors == 0 {
             return refuse(
                 Rejection::Malformed,
                 "rate limit descriptor list must not be empty".into(),
             );
         }
-        if request.descriptors.len() > l.max_descriptors {
+        if descriptors > l.max_descriptors {
             return refuse(
                 Rejection::TooManyDescriptors,
                 format!(
-                    "{} descriptors: at most {} a request",
-                    request.descriptors.len(),
+                    "{descriptors} descriptors: at most {} a request",
                     l.max_descriptors
                 ),
             );
         }
-        if request.domain.len() > l.max_value_bytes {
+        if domain.len() > l.max_value_bytes {
             return refuse(
                 Rejection::ValueTooLong,
                 format!("the domain is longer than {} bytes", l.max_value_bytes),
             );
         }
-        for d in &request.descriptors {
-            if d.entries.is_empty() {
+        for d in shapes {
+            if d.entries == 0 {
                 return refuse(Rejection::Malformed, "a descriptor has no entries".into());
             }
-            if d.entries.len() > l.max_entries {
+            if d.entries > l.max_entries {
                 return refuse(
                     Rejection::TooManyEntries,
                     format!(
                         "a descriptor of {} entries: at most {}",
-                        d.entries.len(),
-                        l.max_entries
+                        d.entries, l.max_entries
                     ),
                 );
             }
-            if let Some((k, _)) = d
-                .entries
-                .iter()
-                .find(|(k, v)| k.len() > l.max_value_bytes || v.len() > l.max_value_bytes)
-            {
+            if let Some(k) = d.too_long {
                 let shown: String = k.chars().take(64).collect();
                 return refuse(
                     Rejection::ValueTooLong,

@@ -285,3 +285,156 @@ fn a_hostile_client_cannot_turn_the_server_against_another() {
     assert_eq!(health, 200);
     assert!(srv.proc.terminate());
 }
+
+/// A request's descriptors, each a list of entries (key, value).
+type Descriptors = Vec<Vec<(String, String)>>;
+
+/// A gRPC `ShouldRateLimit` of `descriptors` in domain `domain`:
+/// the error's code and message, or `None` if it was answered.
+fn grpc_refusal(
+    rt: &tokio::runtime::Runtime,
+    grpc: u16,
+    domain: &str,
+    descriptors: Descriptors,
+) -> Option<(tonic::Code, String)> {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+        rate_limit_descriptor::Entry, RateLimitDescriptor,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    let request = RateLimitRequest {
+        domain: domain.into(),
+        descriptors: descriptors
+            .into_iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .into_iter()
+                    .map(|(key, value)| Entry { key, value })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    rt.block_on(async {
+        let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc}"))
+            .await
+            .expect("connect over gRPC");
+        client
+            .should_rate_limit(request)
+            .await
+            .err()
+            .map(|e| (e.code(), e.message().to_owned()))
+    })
+}
+
+/// The JSON API's answer to the same request: its status and error message.
+fn json_refusal(http: u16, domain: &str, descriptors: &Descriptors) -> (u16, String) {
+    let descriptors: Vec<Value> = descriptors
+        .iter()
+        .map(|entries| {
+            let entries: Vec<Value> = entries
+                .iter()
+                .map(|(k, v)| json!({"key": k, "value": v}))
+                .collect();
+            json!({ "entries": entries })
+        })
+        .collect();
+    let (status, answer) = post(
+        http,
+        "/v1/check",
+        &json!({"domain": domain, "descriptors": descriptors}).to_string(),
+    );
+    (
+        status,
+        answer["error"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Peak resident memory of process `pid`, in KiB (Linux).
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+// Pins G75.
+#[test]
+fn a_grpc_message_of_empty_descriptors_is_refused_before_it_is_decoded() {
+    let dir = Scratch::new("hostile-grpc");
+    let config = dir.write("h.yaml", RULES);
+    let srv = server(&config, &[]);
+    let pid = srv.proc.0.id();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let entry = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+    let user = || vec![entry("user", "u")];
+
+    // Past a limit, refused from the wire as the decoded request is refused: the JSON API's
+    // answer to the same request, word for word, whichever check comes first.
+    let long = "v".repeat(1_100);
+    let cases: Vec<(&str, Descriptors)> = vec![
+        ("h", vec![user(); 100]),
+        ("", vec![user(); 100]),
+        ("h", vec![user(), vec![entry("k", "v"); 20]]),
+        (
+            "h",
+            vec![vec![entry("user", &long)], vec![entry("k", "v"); 20]],
+        ),
+        ("h", vec![vec![], vec![entry("k", "v"); 20]]),
+    ];
+    for (domain, descriptors) in cases {
+        let (status, message) = json_refusal(srv.http, domain, &descriptors);
+        assert_eq!(status, 400, "{message}");
+        let refused = grpc_refusal(&rt, srv.grpc, domain, descriptors);
+        assert_eq!(refused, Some((tonic::Code::InvalidArgument, message)));
+    }
+
+    // 240 KB of empty descriptors (120,000: 2 bytes each on the wire, 50-odd decoded), 256
+    // calls at once: refused from the wire, never decoded. Decoded, they took 40 to 50 MB at
+    // the peak on 2 threads (14 MB each at once on every thread).
+    let before = peak_kib(pid);
+    let refusals = rt.block_on(async {
+        use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+        use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+        let client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", srv.grpc))
+            .await
+            .expect("connect over gRPC");
+        let request = RateLimitRequest {
+            domain: "h".into(),
+            descriptors: vec![RateLimitDescriptor::default(); 120_000],
+            ..Default::default()
+        };
+        let calls: Vec<_> = (0..256)
+            .map(|_| {
+                let (mut client, request) = (client.clone(), request.clone());
+                tokio::spawn(async move { client.should_rate_limit(request).await.err() })
+            })
+            .collect();
+        let mut refusals = Vec::new();
+        for call in calls {
+            refusals.push(call.await.unwrap().map(|e| (e.code(), e.message().to_owned())));
+        }
+        refusals
+    });
+    let refused = Some((
+        tonic::Code::InvalidArgument,
+        "120000 descriptors: at most 64 a request".to_owned(),
+    ));
+    assert!(refusals.iter().all(|r| *r == refused), "{:?}", refusals[0]);
+    let grown = peak_kib(pid).saturating_sub(before);
+    eprintln!("peak RSS grew {grown} KiB over 256 calls of 120,000 empty descriptors");
+    assert!(grown < 16 * 1024, "peak RSS grew {grown} KiB");
+    // Counted as refused, as the JSON API's are.
+    assert_eq!(
+        sample(
+            srv.http,
+            r#"hotlimit_rejected_total{reason="too_many_descriptors"}"#
+        ),
+        Some(256 + 2)
+    );
+}
