@@ -264,17 +264,22 @@ fn a_grpc_client_that_never_finishes_its_preface_or_answers_no_ping_is_cut_off()
     assert!(closed_by_server(&mut mute), "answered no ping, still open");
 
     // A client that answers its pings keeps its connection, and is served across them.
+    served_across(srv.grpc, Duration::from_millis(1_500));
+}
+
+/// A tonic client's call on `grpc`, `pause` of its runtime driven (its connection answering
+/// the server's pings, connecting again after a GOAWAY), then another: both answered OK.
+fn served_across(grpc: u16, pause: Duration) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let url = format!("http://127.0.0.1:{}", srv.grpc);
+    let url = format!("http://127.0.0.1:{grpc}");
     let mut client = rt
         .block_on(RateLimitServiceClient::connect(url))
         .expect("connect over gRPC");
     assert_eq!(rls_call(&rt, &mut client), Code::Ok as i32);
-    // Its runtime driven meanwhile, so that its connection answers the server's pings.
-    rt.block_on(async { tokio::time::sleep(Duration::from_millis(1_500)).await });
+    rt.block_on(async { tokio::time::sleep(pause).await });
     assert_eq!(rls_call(&rt, &mut client), Code::Ok as i32);
 }
 
@@ -339,15 +344,5 @@ fn a_grpc_connection_past_its_max_age_is_sent_goaway_then_closed_after_its_grace
     );
 
     // A client's calls go on across its connection's age: it connects again.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{}", srv.grpc);
-    let mut client = rt
-        .block_on(RateLimitServiceClient::connect(url))
-        .expect("connect over gRPC");
-    assert_eq!(rls_call(&rt, &mut client), Code::Ok as i32);
-    rt.block_on(async { tokio::time::sleep(Duration::from_millis(1_200)).await });
-    assert_eq!(rls_call(&rt, &mut client), Code::Ok as i32);
+    served_across(srv.grpc, Duration::from_millis(1_200));
 }
