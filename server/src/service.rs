@@ -13,12 +13,12 @@ use std::time::Duration;
 use hotlimit::algo::{Algorithm as _, FixedWindow};
 use hotlimit::headers::{Draft, QuotaPolicy, RateLimitHeaders};
 use hotlimit::{Decision, Policy};
+use prometheus_client::metrics::counter::Counter;
 
 use crate::config::{Algorithm, Config, ConfigError, Limit, Unit};
 use crate::engine::{Backend, Engine, EngineError, Engines, Key};
 use crate::metrics::{Metrics, RuleCounters};
 use crate::tickets::{NotIssued, Part, Tickets};
-use prometheus_client::metrics::counter::Counter;
 
 /// What [`Service::admit`] reads of a descriptor: how many entries it has, and the key of
 /// the first whose key or value is longer than `max_value_bytes`.
