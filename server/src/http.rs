@@ -32,14 +32,18 @@ use serde::{Deserialize, Serialize};
 
 use futures_util::StreamExt;
 
-use crate::service::{Code, Descriptor, Op, Rejection, Request, Response, Service, ServiceError};
+use std::borrow::Cow;
+
+use crate::service::{
+    Code, Descriptor, Op, Rejection, Request, Response, Service, ServiceError, Shape,
+};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JsonRequest {
     domain: String,
     #[serde(default)]
-    descriptors: Vec<JsonDescriptor>,
+    descriptors: Kept<JsonDescriptor>,
     /// A `uint32` in Envoy's protocol: a number or, as protobuf's JSON writers may send it, a
     /// string; above 2^32 − 1 refused.
     #[serde(default, alias = "hits_addend")]
@@ -51,11 +55,79 @@ struct JsonRequest {
 #[serde(deny_unknown_fields)]
 struct JsonDescriptor {
     #[serde(default)]
-    entries: Vec<JsonEntry>,
+    entries: Kept<JsonEntry>,
     /// A `UInt64Value`: a number or a string (protobuf's JSON form of 64-bit integers).
     #[serde(default, alias = "hits_addend")]
     #[serde(rename = "hitsAddend")]
     hits_addend: Option<Number>,
+}
+
+/// The most descriptors of a JSON request, and entries of a descriptor, that are decoded; the
+/// rest are counted, not kept. An empty descriptor (`{}`) is 3 bytes of a body and 50-odd
+/// decoded: a body of `--max-body-bytes` of them decoded to about 20 times its size before its
+/// limits were checked. Past this the request is refused, as the service refuses it whole
+/// (the limits are lower: 64 and 16 by default).
+pub const KEPT: usize = 4096;
+
+/// A JSON array's first [`KEPT`] items, and how many it has in all.
+struct Kept<T> {
+    items: Vec<T>,
+    total: usize,
+}
+
+impl<T> Default for Kept<T> {
+    fn default() -> Self {
+        Kept {
+            items: Vec::new(),
+            total: 0,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Kept<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Items<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Items<T> {
+            type Value = Kept<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array")
+            }
+            fn visit_seq<S: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: S,
+            ) -> Result<Kept<T>, S::Error> {
+                let mut kept = Kept::default();
+                while kept.items.len() < KEPT {
+                    match seq.next_element()? {
+                        Some(item) => kept.items.push(item),
+                        None => break,
+                    }
+                }
+                kept.total = kept.items.len();
+                if kept.total == KEPT {
+                    // Read (their JSON is still checked), counted, not kept.
+                    while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                        kept.total += 1;
+                    }
+                }
+                Ok(kept)
+            }
+        }
+        d.deserialize_seq(Items(std::marker::PhantomData))
+    }
+}
+
+impl JsonRequest {
+    /// Whether more descriptors, or entries of one, came than were kept.
+    fn cut(&self) -> bool {
+        let cut = |total: usize, kept: usize| total > kept;
+        cut(self.descriptors.total, self.descriptors.items.len())
+            || self
+                .descriptors
+                .items
+                .iter()
+                .any(|d| cut(d.entries.total, d.entries.items.len()))
+    }
 }
 
 /// An unsigned integer as protobuf's JSON mapping writes one: a number or a decimal string.
@@ -206,10 +278,16 @@ fn request(body: JsonRequest) -> Result<Request, ServiceError> {
     })?;
     let descriptors = body
         .descriptors
+        .items
         .into_iter()
         .map(|d| {
             Ok(Descriptor {
-                entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+                entries: d
+                    .entries
+                    .items
+                    .into_iter()
+                    .map(|e| (e.key, e.value))
+                    .collect(),
                 hits: d
                     .hits_addend
                     .as_ref()
@@ -228,21 +306,60 @@ fn request(body: JsonRequest) -> Result<Request, ServiceError> {
 
 /// A `RateLimitRequest` in protobuf's JSON form, as `/json` and `/v1/check` take it: the
 /// request, or why it is none (a [`ServiceError::Invalid`]). The service's bounds are checked
-/// when it is decided.
+/// when it is decided; more than [`KEPT`] descriptors, or entries in one, are refused as they
+/// are read.
 pub fn decode(body: &[u8]) -> Result<Request, ServiceError> {
-    let json: JsonRequest = serde_json::from_slice(body)
-        .map_err(|e| ServiceError::Invalid(Rejection::Malformed, e.to_string()))?;
+    let json = from_json(body)?;
+    if json.cut() {
+        return Err(past_kept());
+    }
     request(json)
 }
 
+fn from_json(body: &[u8]) -> Result<JsonRequest, ServiceError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ServiceError::Invalid(Rejection::Malformed, e.to_string()))
+}
+
+/// What a request past [`KEPT`] gets where no lower limit refuses it first.
+fn past_kept() -> ServiceError {
+    ServiceError::Invalid(
+        Rejection::TooManyDescriptors,
+        format!("more than {KEPT} descriptors, or entries in one: not read"),
+    )
+}
+
+/// [`decode`] for `service`: a request cut at [`KEPT`] gets the answer the service gives it
+/// whole (its limits are lower: its count is refused, in the order the service checks).
+fn parse(service: &Service, body: &[u8]) -> Result<Request, ServiceError> {
+    let counted = |e: ServiceError| {
+        if let ServiceError::Invalid(why, _) = &e {
+            service.metrics.rejected(*why);
+        }
+        e
+    };
+    let json = from_json(body).map_err(counted)?;
+    if json.cut() {
+        let max = service.settings().limits.max_value_bytes;
+        let shapes = json.descriptors.items.iter().map(|d| Shape {
+            entries: d.entries.total,
+            too_long: d
+                .entries
+                .items
+                .iter()
+                .find(|e| e.key.len() > max || e.value.len() > max)
+                .map(|e| Cow::Borrowed(e.key.as_str())),
+        });
+        service.admit_shape(&json.domain, json.descriptors.total, shapes)?;
+        return Err(counted(past_kept()));
+    }
+    request(json).map_err(counted)
+}
+
 async fn decide(service: &Service, body: Body, op: Op) -> HttpResponse {
-    let parsed = read_bytes(service, body).await.and_then(|b| {
-        decode(&b).inspect_err(|e| {
-            if let ServiceError::Invalid(why, _) = e {
-                service.metrics.rejected(*why);
-            }
-        })
-    });
+    let parsed = read_bytes(service, body)
+        .await
+        .and_then(|b| parse(service, &b));
     let answer = match parsed {
         Ok(request) => service.decide(&request, op).await,
         Err(e) => Err(e),
