@@ -77,11 +77,11 @@ struct Args {
     /// The longest descriptor key or value a request may carry, in bytes.
     #[arg(long, env = "HOTLIMIT_MAX_VALUE_BYTES", default_value_t = Limits::default().max_value_bytes)]
     max_value_bytes: usize,
-    /// The most entries one descriptor may have.
-    #[arg(long, env = "HOTLIMIT_MAX_ENTRIES", default_value_t = Limits::default().max_entries)]
+    /// The most entries one descriptor may have (at most 4,096: what the JSON API reads).
+    #[arg(long, env = "HOTLIMIT_MAX_ENTRIES", default_value_t = Limits::default().max_entries, value_parser = up_to_kept())]
     max_entries: usize,
-    /// The most descriptors one request may have.
-    #[arg(long, env = "HOTLIMIT_MAX_DESCRIPTORS", default_value_t = Limits::default().max_descriptors)]
+    /// The most descriptors one request may have (at most 4,096: what the JSON API reads).
+    #[arg(long, env = "HOTLIMIT_MAX_DESCRIPTORS", default_value_t = Limits::default().max_descriptors, value_parser = up_to_kept())]
     max_descriptors: usize,
     /// The largest HTTP body or gRPC message, in bytes.
     #[arg(long, env = "HOTLIMIT_MAX_BODY_BYTES", default_value_t = Limits::default().max_body_bytes)]
@@ -124,6 +124,12 @@ struct Args {
     /// /healthcheck answers 503 while the backend does not answer.
     #[arg(long, env = "HOTLIMIT_HEALTH_CHECKS_BACKEND")]
     health_checks_backend: bool,
+}
+
+/// 1 to [`KEPT`](hotlimit_server::http::KEPT): past it the JSON API counts descriptors and
+/// entries without reading them, so it could not serve a request the limit admits.
+fn up_to_kept() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..=hotlimit_server::http::KEPT as u64)
 }
 
 fn main() -> std::process::ExitCode {

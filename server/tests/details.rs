@@ -797,6 +797,34 @@ fn a_take_whose_ticket_no_settle_could_carry_is_refused_and_charges_nothing() {
     );
 }
 
+// Pins G75.
+#[test]
+fn descriptor_and_entry_limits_above_what_the_json_api_reads_are_refused_at_the_start() {
+    // The JSON API reads at most 4,096 descriptors of a request, and entries of one: a limit
+    // above that could admit a request it does not read whole.
+    let (_dir, config) = rules("details-kept");
+    for option in ["--max-descriptors", "--max-entries"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_hotlimit-server"))
+            .arg("--config")
+            .arg(&config)
+            .args(["--grpc", &format!("127.0.0.1:{}", free_port())])
+            .args(["--http", &format!("127.0.0.1:{}", free_port())])
+            .args([option, "4097"])
+            .output()
+            .expect("run hotlimit-server");
+        assert_eq!(out.status.code(), Some(2), "{option}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("4097 is not in 1..=4096"), "{option}: {err}");
+    }
+    // At it: served.
+    let srv = server(
+        &config,
+        &["--max-descriptors", "4096", "--max-entries", "4096"],
+    );
+    let (status, answer) = post(srv.http, "/v1/check", &body("plain", "p", None, None));
+    assert_eq!(status, 200, "{answer}");
+}
+
 // ---- SIGTERM ----
 
 // SIGTERM with a gRPC call and a JSON API check in flight (their headers read by the server,
