@@ -76,6 +76,18 @@ impl<'a> Key<'a> {
         }
     }
 
+    /// `prefix` and this key: on the stack when both fit, else owned.
+    fn prefixed(self, prefix: &str) -> Key<'a> {
+        let mut inline = Inline::new();
+        match (
+            inline.try_push_str(prefix),
+            inline.try_push_str(self.as_str()),
+        ) {
+            (Ok(()), Ok(())) => Key::inline(inline),
+            _ => Key::from(format!("{prefix}{}", self.as_str())),
+        }
+    }
+
     /// An IP address, masked to `ipv6_prefix` bits when it is IPv6 and the prefix is below 128
     /// (then written `addr/prefix`, so it never equals a single address's key).
     fn ip(ip: IpAddr, ipv6_prefix: u8) -> Key<'static> {
@@ -150,7 +162,9 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// The key of the request whose head is `parts`, or `None` if it has none.
     fn extract<'a>(&self, parts: &'a Parts) -> Option<Key<'a>>;
 
-    /// This extractor's key, or else `other`'s.
+    /// This extractor's key, or else `other`'s, the two kept apart: `other`'s keys are
+    /// written `~:` and the key, and this one's that begin with `~` get one more `~` (see
+    /// [`Or`]).
     fn or<B: KeyExtractor>(self, other: B) -> Or<Self, B>
     where
         Self: Sized,
@@ -169,12 +183,36 @@ where
 }
 
 /// The first extractor's key, or else the second's; see [`KeyExtractor::or`].
+///
+/// The two never share a key: with `HeaderKey::from_static("x-api-key").or(PeerIp::default())`
+/// a client sending another client's address as its API key would otherwise spend that
+/// client's budget. So the second's keys are written `~:` and the key (`~:203.0.113.7`), and
+/// the first's are kept as they are (no allocation for a borrowed one) unless they begin with
+/// `~`, which gets one more (`~~…`). Nested, each `or` keeps its two sides apart the same way.
+///
+/// ```
+/// use hotlimit_tower::{HeaderKey, KeyExtractor, PeerIp};
+/// use std::net::SocketAddr;
+///
+/// let key = HeaderKey::from_static("x-api-key").or(PeerIp::default());
+/// let mut req = http::Request::get("/").header("x-api-key", "203.0.113.7").body(())?;
+/// req.extensions_mut().insert("203.0.113.7:4711".parse::<SocketAddr>()?);
+/// let (mut parts, ()) = req.into_parts();
+/// assert_eq!(key.extract(&parts).unwrap().as_str(), "203.0.113.7");
+/// parts.headers.clear();
+/// assert_eq!(key.extract(&parts).unwrap().as_str(), "~:203.0.113.7");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Or<A, B>(A, B);
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
     fn extract<'a>(&self, parts: &'a Parts) -> Option<Key<'a>> {
-        self.0.extract(parts).or_else(|| self.1.extract(parts))
+        match self.0.extract(parts) {
+            Some(key) if key.as_str().starts_with('~') => Some(key.prefixed("~")),
+            Some(key) => Some(key),
+            None => self.1.extract(parts).map(|key| key.prefixed("~:")),
+        }
     }
 }
 
@@ -422,6 +460,16 @@ impl KeyExtractor for ForwardedIp {
 /// visible ASCII, means no key (so `HeaderKey::from_static("x-api-key").or(PeerIp::default())`
 /// falls through to the peer for `x-api-key:` with nothing after it, rather than putting every
 /// such client in one bucket); the header sent several times keys by its first value.
+///
+/// # Spoofing
+///
+/// A header is what the client says. Where any value is accepted, a client picks its own key:
+/// a new value each request is a new budget each request. Key by a header that something in
+/// front vouches for (an authentication layer that sets it, an API key checked before the
+/// limiter), or limit by address as well (a [`HierarchyLayer`](crate::HierarchyLayer) level
+/// keyed by [`PeerIp`]). A credential as the key (`authorization`) is stored, and handed to
+/// [`on_decision`](crate::LayerBuilder::on_decision), as sent: set
+/// [`max_key_len`](crate::LayerBuilder::max_key_len) to 0 to key every value by its hash.
 ///
 /// # Examples
 ///

@@ -72,7 +72,6 @@ where
                 missing: MissingKey::Reject,
                 max_key_len: DEFAULT_MAX_KEY_LEN,
                 oversized: OversizedKey::Hash,
-                hashers: [ahash::RandomState::new(), ahash::RandomState::new()],
                 on_decision: None,
                 shadow_hook: None,
             },
@@ -313,14 +312,21 @@ where
         }
     }
 
-    /// `#` and 32 hex digits of a keyed 128-bit hash.
+    /// `#` and 32 hex digits: the first 128 bits of the key's SHA-256. The same on every
+    /// instance, platform and restart, so a shared backend (Redis, the fleet) counts a long
+    /// key as one key across the fleet (a per-process seed made it one key per instance, each
+    /// with its own budget); and no client can aim its key at another's hash.
     #[cold]
     fn hashed(&self, key: &str) -> Key<'static> {
         use fmt::Write;
-        let [a, b] = &self.hashers;
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(key.as_bytes());
         let mut inline = Inline::new();
         // 33 bytes: fits INLINE.
-        let _ = write!(inline, "#{:016x}{:016x}", a.hash_one(key), b.hash_one(key));
+        let _ = inline.try_push('#');
+        for byte in &digest[..16] {
+            let _ = write!(inline, "{byte:02x}");
+        }
         Key::inline(inline)
     }
 }

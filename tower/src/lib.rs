@@ -1,7 +1,8 @@
 // G61 (docs/GUARANTEES.md) is pinned by this module's compile_fail doc test.
 //! A [`tower`](https://docs.rs/tower) layer that rate-limits HTTP requests: for servers built
-//! on tower (axum, hyper, tonic). A crate of its own on hotlimit's public API; it depends only
-//! on hotlimit, `http`, `tower-layer` and `tower-service`, never on a runtime or a server.
+//! on tower (axum, hyper, tonic). A crate of its own on hotlimit's public API; it depends on
+//! hotlimit, `http`, `http-body`, `tower-layer` and `tower-service` and three small crates
+//! (`arrayvec`, `pin-project-lite`, `sha2`), never on a runtime or a server.
 //!
 //! ```
 //! use hotlimit::{algo::Gcra, CasLimiter, ManualClock};

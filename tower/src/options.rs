@@ -38,9 +38,10 @@ pub enum MissingKey {
 /// Either way the limiter never stores more than the bound per key, whatever the client sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OversizedKey {
-    /// Key the request by a 128-bit keyed hash of the key (written `#` and 32 hex digits):
-    /// distinct long keys (JWTs, say) stay distinct, with a per-layer random seed so clients
-    /// cannot aim for collisions. The default.
+    /// Key the request by the first 128 bits of the key's SHA-256 (written `#` and 32 hex
+    /// digits): distinct long keys (JWTs, say) stay distinct, no client can aim its key at
+    /// another's hash, and the hash is the same on every instance and after a restart, so a
+    /// shared backend counts a long key once for the whole fleet. The default.
     #[default]
     Hash,
     /// Answer `400 Bad Request` (in [`Mode::Enforce`]; the other modes let it through,
@@ -87,8 +88,6 @@ pub(super) struct Shared<L: ?Sized, X, C, P> {
     pub(super) missing: MissingKey,
     pub(super) max_key_len: usize,
     pub(super) oversized: OversizedKey,
-    /// Two seeds: 128 bits of keyed hash for oversized keys.
-    pub(super) hashers: [ahash::RandomState; 2],
     pub(super) on_decision: Option<OnDecision>,
     pub(super) shadow_hook: Option<ShadowHook>,
 }
@@ -169,7 +168,6 @@ where
                 missing: s.missing,
                 max_key_len: s.max_key_len,
                 oversized: s.oversized,
-                hashers: s.hashers,
                 on_decision: s.on_decision,
                 shadow_hook: s.shadow_hook,
             },
@@ -218,7 +216,9 @@ where
     /// # use hotlimit_tower::{HeaderKey, RateLimitLayer};
     /// # use std::sync::Arc;
     /// # let limiter = Arc::new(CasLimiter::<String, Gcra>::new("10/s".parse()?));
+    /// // A credential as the key: every value hashed (`max_key_len(0)`), never stored as sent.
     /// let layer = RateLimitLayer::builder(limiter, HeaderKey::new(http::header::AUTHORIZATION))
+    ///     .max_key_len(0)
     ///     .headers(|h| (h.mode, h.draft, h.on_allowed) = (Mode::DryRun, Draft::Ietf07, true))
     ///     .build();
     /// # let _ = layer;

@@ -9,6 +9,7 @@ use super::plan::NoPlans;
 use super::{KeyExtractor, LayerBuilder, RequestCost};
 use hotlimit::headers::Verdict;
 use hotlimit::AsyncRateLimiter;
+use hotlimit::QuotaError;
 use hotlimit::Requests;
 use hotlimit::Ticket;
 use http::request::Parts;
@@ -274,7 +275,17 @@ where
                     if let Some(cost) = actual.cost(&response) {
                         // The ticket is this limiter's, for this key: the settle cannot fail
                         // on its origin; a failure would leave the charge as taken.
-                        let _ = shared.limiter.request(&o.key).settle(&mut o.ticket, cost);
+                        if let Err(e) = shared.limiter.request(&o.key).settle(&mut o.ticket, cost) {
+                            // A count past the debt the algorithm can hold (a broken or
+                            // hostile upstream's) is charged that most, not dropped: a larger
+                            // count never costs less.
+                            if let QuotaError::ExceedsCapacity { capacity, .. } = e.into() {
+                                let _ = shared
+                                    .limiter
+                                    .request(&o.key)
+                                    .settle(&mut o.ticket, capacity);
+                            }
+                        }
                     }
                 }
                 if let Some(fields) = fields.take() {

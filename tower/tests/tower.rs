@@ -316,13 +316,33 @@ async fn an_empty_key_is_a_missing_key() {
         .await
         .starts_with("HTTP/1.1 200 "));
     assert_eq!(limiter.metrics().keys, 1);
-    assert!(limiter.request("127.0.0.1").peek().unwrap().is_allowed());
+    assert!(limiter.request("~:127.0.0.1").peek().unwrap().is_allowed());
     assert!(limiter
-        .request("127.0.0.1")
+        .request("~:127.0.0.1")
         .cost(4)
         .peek()
         .unwrap()
         .is_denied());
+    // An API key that is the peer's address is not the peer's key: it spends a budget of its
+    // own, and the peer's 3 units are left to it.
+    for _ in 0..5 {
+        let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "127.0.0.1")]).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "127.0.0.1")]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        limiter.request("~:127.0.0.1").peek().unwrap().remaining(),
+        Some(2)
+    );
+    assert_eq!(get_plain(&client, addr).await.0, StatusCode::OK);
+    // And an API key written as the peer's key is kept apart too (`~~:127.0.0.1`).
+    let (status, _, _) = get_with(&client, addr, "/", &[("x-api-key", "~:127.0.0.1")]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        limiter.request("~:127.0.0.1").peek().unwrap().remaining(),
+        Some(1)
+    );
 
     // A closure that yields an empty key is treated the same way, before the limiter.
     let limiter = gcra_limiter("5/s burst 5", &clock);
@@ -429,6 +449,51 @@ async fn hostile_keys_are_bounded() {
         .unwrap();
     assert_eq!(svc.oneshot(req).await.unwrap().status(), StatusCode::OK);
     assert_eq!(keys.lock().unwrap().last().unwrap().len(), 33);
+
+    // A layer built apart (another instance of the service, a restart) keys a long key by
+    // the same hash: its budget, already spent above, is not given anew.
+    let again = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
+        .on_decision({
+            let seen = keys.clone();
+            move |r| seen.lock().unwrap().push(r.key.to_owned())
+        })
+        .build();
+    let spent = layer.layer(tower::service_fn(|_: Request<Body>| async {
+        Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
+    }));
+    let fresh = again.layer(tower::service_fn(|_: Request<Body>| async {
+        Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
+    }));
+    let with_long = || {
+        Request::get("/")
+            .header("x-api-key", &long)
+            .body(Body::empty())
+            .unwrap()
+    };
+    // 5 in all: 2 above, 1 here, 2 through the other layer; then both deny.
+    assert_eq!(
+        spent.clone().oneshot(with_long()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            fresh.clone().oneshot(with_long()).await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        fresh.oneshot(with_long()).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        spent.oneshot(with_long()).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    {
+        let keys = keys.lock().unwrap();
+        let last = &keys[keys.len() - 5..];
+        assert!(last.iter().all(|k| *k == keys[0]), "{last:?}");
+    }
 
     // Or refused, when configured so.
     let strict = RateLimitLayer::builder(limiter.clone(), HeaderKey::from_static("x-api-key"))
@@ -1327,6 +1392,18 @@ async fn settle_refunds_what_the_response_did_not_use_and_charges_an_overrun_as_
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(limiter.request("v").peek().unwrap().remaining(), Some(5));
+    // A count past the debt the key can hold (a broken upstream's u64::MAX) is charged that
+    // most, not dropped for the provisional 1: the key stays denied, a year on too.
+    let (status, _, _) = get_with(
+        &client,
+        addr,
+        "/use/18446744073709551615",
+        &[("x-user", "w"), ("x-estimate", "1")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    clock.advance(Duration::from_secs(365 * 86_400));
+    assert!(limiter.request("w").peek().unwrap().is_denied());
 }
 
 /// A login endpoint that counts failed attempts only: every response but a 401 is refunded in

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use hotlimit::headers::{Action, HeaderField, Mode, RateLimitHeaders, Verdict};
-use hotlimit::Ticket;
+use hotlimit::{QuotaError, Ticket};
 use hotlimit::{RateLimiter, Requests};
 use hotlimit_tower::{ForwardedIp, Key, KeyExtractor};
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
@@ -251,8 +251,17 @@ impl<L: RateLimiter<str> + Requests<str> + 'static> ProxyHttp for RateLimitProxy
         if let Some((key, mut ticket)) = ctx.open.take() {
             if let Some(cost) = self.settle.actual(upstream_response, ticket.charged()) {
                 // Units not used come back; an overrun is a debt paid before the next
-                // admission. The ticket is this limiter's, for this key: it settles.
-                let _ = self.limiter.request(key.as_str()).settle(&mut ticket, cost);
+                // admission. The ticket is this limiter's, for this key: it settles. A count
+                // past the debt the algorithm can hold (a broken upstream's) is charged that
+                // most, not dropped: a larger count never costs less.
+                if let Err(e) = self.limiter.request(key.as_str()).settle(&mut ticket, cost) {
+                    if let QuotaError::ExceedsCapacity { capacity, .. } = e.into() {
+                        let _ = self
+                            .limiter
+                            .request(key.as_str())
+                            .settle(&mut ticket, capacity);
+                    }
+                }
             }
         }
         if let Some(verdict) = ctx.verdict {
