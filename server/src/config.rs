@@ -106,7 +106,7 @@ pub enum Algorithm {
     Exponential(Exponential),
     /// `in_flight`: at most `requests_per_unit` permits held at once per key, not per unit: a
     /// take holds them, a settle of its ticket with 0 gives them back, and one never given back
-    /// expires within its `lease` (default one `unit`, at least 10 s). Memory and Redis.
+    /// expires within its `lease` (default one `unit`, at least 10 s). Every backend.
     InFlight(InFlight),
     /// An algorithm of your own, registered by name ([`crate::outside`]).
     Outside(Outside),

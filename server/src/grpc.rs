@@ -31,7 +31,7 @@ pub struct Rls(pub Arc<Service>);
 
 impl Rls {
     /// The tonic service for it: a message larger than the service's `max_body_bytes` is
-    /// refused (`RESOURCE_EXHAUSTED`) before it is read whole, and one past its other limits
+    /// refused (`OUT_OF_RANGE`, tonic's code) before it is read whole, and one past its other limits
     /// (descriptors, entries) before it is decoded ([`RlsServer`]).
     pub fn server(service: Arc<Service>) -> RlsServer {
         let max_message = service.settings().limits.max_body_bytes;

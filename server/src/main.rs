@@ -91,7 +91,8 @@ struct Args {
     /// RESOURCE_EXHAUSTED at once, never a queue.
     #[arg(long, env = "HOTLIMIT_MAX_CONCURRENT", default_value_t = Bounds::default().max_concurrent)]
     max_concurrent: usize,
-    /// A request not answered within this many ms is answered 503 / DEADLINE_EXCEEDED.
+    /// A request not answered within this many ms is answered 503 (gRPC: CANCELLED, tonic's
+    /// code for its timeout).
     #[arg(long, env = "HOTLIMIT_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     request_timeout_ms: u64,
     /// Connections open at once on each port; one more is closed as it is accepted.

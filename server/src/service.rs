@@ -115,10 +115,12 @@ pub struct Settings {
     pub limits: Limits,
     /// How long a take's ticket can be settled. At most the backend's settle mark
     /// (`hotlimit::redis::SETTLE_MARK_TTL`, 60 s), so that a replica that never saw a
-    /// ticket's settle still refuses a second one.
+    /// ticket's settle still refuses a second one; a ticket of in-flight permits alone lives
+    /// as long as its longest lease instead (its release must land).
     pub ticket_ttl: Duration,
-    /// The secret tickets are signed with: replicas given the same one settle each other's
-    /// tickets. None: random, this process's alone.
+    /// The secret tickets are signed with: on the `redis` backend, replicas given the same one
+    /// settle each other's tickets (on memory and the fleet only the issuing process settles
+    /// one). None: random, this process's alone.
     pub ticket_secret: Option<String>,
     /// How many settled tickets are remembered until they expire (48 bytes each and their
     /// tables' slack: 50 to 100 bytes).

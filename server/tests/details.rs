@@ -1208,6 +1208,30 @@ fn grpc_calls_on_every_connection_share_one_limit() {
     assert_eq!(brief(&again.unwrap().into_inner()), (OK, vec![(OK, 2)]));
 }
 
+// A gRPC message over `--max-body-bytes` is refused by tonic before it is read whole, with
+// OUT_OF_RANGE (tonic's code for it; docs/server.md says so), and not counted; the
+// connection serves on.
+// Pins G75.
+#[test]
+fn a_grpc_message_over_the_body_limit_is_refused_out_of_range_uncounted() {
+    let (_dir, config) = rules("details-grpc-oversized");
+    let srv = server(&config, &["--max-body-bytes", "1024"]);
+    let rt = runtime();
+    let url = format!("http://127.0.0.1:{}", srv.grpc);
+    let channel = rt
+        .block_on(Endpoint::from_shared(url).unwrap().connect())
+        .expect("connect over gRPC");
+    let mut client = RateLimitServiceClient::new(channel);
+    let long = "v".repeat(2_000);
+    let refused = rt
+        .block_on(client.should_rate_limit(req(vec![desc("plain", &long, None)], 0)))
+        .expect_err("a message over the limit was served");
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+    let served = rt.block_on(client.should_rate_limit(req(vec![desc("plain", "p", None)], 0)));
+    assert_eq!(brief(&served.unwrap().into_inner()), (OK, vec![(OK, 2)]));
+    assert_eq!(counter(srv.http, "allowed", "plain"), 1);
+}
+
 // The HTTP server bounds its work: with `--max-concurrent 1`, a request whose body is still
 // coming holds the one slot, and another is answered 503 at once (never queued); with
 // `--request-timeout-ms 300`, the stalled one is answered 503 when its time is up. A body
