@@ -145,14 +145,16 @@
 //!
 //! # Performance
 //!
-//! For a key already present, [`CasLimiter::check`](RateLimiter::check) takes no lock and
-//! allocates nothing: one hash, one lock-free `papaya` lookup, one clock read, the pure step
-//! and one `compare_exchange_weak`. A leaky denial writes nothing.
+//! For a key already present, [`CasLimiter::check`](RateLimiter::check) allocates nothing and,
+//! for every algorithm but the sliding log and the sub-window (a per-key lock), takes no lock:
+//! one hash, one lock-free look-up (the compact table's slot for `u64`, `u32` and IPv4 keys
+//! of a one-word state, `papaya`'s entry otherwise), one clock read, the pure step and one
+//! `compare_exchange_weak`. A leaky denial writes nothing.
 //! [`check_batch`](crate::RateLimiter::check_batch) holds the map's epoch guard across a batch of
 //! requests, reads the clock once per batch and locates a chunk of keys before deciding any,
 //! which pays most at a million keys. The clock
 //! read is the other fixed cost: [`CoarseClock`] replaces the clock read by one load of a word
-//! that a background thread refreshes (1 ms by default), for quotas whose burst covers that
+//! that a background thread refreshes (at the resolution it is built with), for quotas whose burst covers that
 //! step (see its docs).
 //! `cargo bench --bench keyed` compares the CAS limiter with the mutex twin, a sharded
 //! `Mutex<HashMap>`, governor and a bare papaya `get` + CAS; `BENCHMARKS.md` keeps the numbers

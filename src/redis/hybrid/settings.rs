@@ -32,8 +32,9 @@ impl<A: HybridAlgorithm> HybridLimiter<A> {
     /// Its store defaults differ from the in-memory limiters': a background sweep every
     /// second and [`max_keys`](Builder::max_keys) 2^20. Beyond the bound the store evicts the
     /// keys closest to fresh, handing back a GCRA key's lease and debt first, and keeping what
-    /// a merged state (windows, EARRRL, exponential) still owes in a debt table of 25.6 bytes
-    /// per key of `max_keys` (27 MB at the default), so an entry inserted again starts at
+    /// a merged state (windows, EARRRL, exponential) still owes in two debt tables (its own
+    /// state and the others' as last heard) of 25.6 bytes per key of `max_keys` each: 51.2
+    /// bytes (54 MB at the default), so an entry inserted again starts at
     /// least as limited; every instance holds every key the fleet is using, so set it above
     /// that. [`forget_evicted_limits`](Builder::forget_evicted_limits) saves the table: an
     /// entry inserted again then starts as a key this instance has not heard of (its own
