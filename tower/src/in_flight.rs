@@ -48,7 +48,9 @@ where
     /// # Ok::<(), hotlimit::ConfigError>(())
     /// ```
     pub fn in_flight(self, denied: StatusCode, retry_after: Duration) -> InFlightLayer<L, X, C> {
-        let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        let secs = retry_after
+            .as_secs()
+            .saturating_add(u64::from(retry_after.subsec_nanos() > 0));
         InFlightLayer {
             shared: Arc::new(InFlightShared {
                 shared: self.shared,

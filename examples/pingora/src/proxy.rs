@@ -175,11 +175,16 @@ impl<L: RateLimiter<str> + Requests<str> + 'static> ProxyHttp for RateLimitProxy
                     }
                     decision
                 }
-                // A cost no burst can admit: 429, as a too-large request.
-                Err(_) => {
+                // A cost no burst can admit: 429, as a too-large request; in the modes that
+                // never deny, let through uncounted (and said).
+                Err(_) if self.headers.mode == Mode::Enforce => {
                     let fields = self.headers.too_large().fields().collect::<Vec<_>>();
                     answer(session, 429, fields.into_iter()).await?;
                     return Ok(true);
+                }
+                Err(e) => {
+                    eprintln!("{}: would refuse {}: {e}", self.headers.mode, key.as_str());
+                    return Ok(false);
                 }
             }
         } else {
@@ -215,28 +220,30 @@ impl<L: RateLimiter<str> + Requests<str> + 'static> ProxyHttp for RateLimitProxy
     ) -> pingora::Result<()> {
         // As proxies do, the upstream learns the client: this hop's peer is appended to
         // `X-Forwarded-For` (what `--key forwarded:<n>` reads one proxy further on).
+        // The lines are joined as bytes: one a client poisoned with a non-ASCII byte keeps
+        // what a proxy in front appended to it.
         if let Some(peer) = session.client_addr().and_then(|a| a.as_inet()) {
-            let mut chain: Vec<String> = upstream_request
-                .headers
-                .get_all(X_FORWARDED_FOR)
-                .iter()
-                .filter_map(|v| v.to_str().ok().map(str::to_owned))
-                .collect();
-            chain.push(peer.ip().to_string());
-            upstream_request.insert_header(X_FORWARDED_FOR, chain.join(", "))?;
+            let mut chain = Vec::new();
+            for line in upstream_request.headers.get_all(X_FORWARDED_FOR) {
+                chain.extend_from_slice(line.as_bytes());
+                chain.extend_from_slice(b", ");
+            }
+            chain.extend_from_slice(peer.ip().to_string().as_bytes());
+            // Header bytes and an address: always a valid value.
+            if let Ok(chain) = HeaderValue::from_bytes(&chain) {
+                upstream_request.insert_header(X_FORWARDED_FOR, chain)?;
+            }
         }
         // Shadow mode: the upstream decides what a denial means (answer as usual but skip the
-        // work, log it, ...). A client's own `hotlimit-shadow` is replaced, never trusted.
-        if self.headers.mode == Mode::Shadow {
-            match ctx.verdict.map(|v| v.action) {
-                Some(Action::Shadow(d)) => {
-                    let value = if d.is_denied() { "denied" } else { "allowed" };
-                    upstream_request.insert_header(SHADOW_HEADER, value)?;
-                }
-                // No key, so no decision.
-                _ => {
-                    upstream_request.remove_header(&SHADOW_HEADER);
-                }
+        // work, log it, ...). A client's own `hotlimit-shadow` is replaced, never trusted, and
+        // removed in every other mode (or where there is no decision).
+        match ctx.verdict.map(|v| v.action) {
+            Some(Action::Shadow(d)) if self.headers.mode == Mode::Shadow => {
+                let value = if d.is_denied() { "denied" } else { "allowed" };
+                upstream_request.insert_header(SHADOW_HEADER, value)?;
+            }
+            _ => {
+                upstream_request.remove_header(&SHADOW_HEADER);
             }
         }
         Ok(())

@@ -287,7 +287,9 @@ async fn dry_run_never_denies_and_reports_on_the_upstreams_responses() {
     let (up, seen) = upstream().await;
     let proxy = Proxy::start(up, &["--mode", "dry-run"]);
     let client = client();
-    let got = get_n(&client, &proxy, 8, &[]).await;
+    let mut got = get_n(&client, &proxy, 7, &[]).await;
+    // A client's own `hotlimit-shadow` never reaches the upstream outside shadow mode.
+    got.push(get(&client, &proxy, &[("hotlimit-shadow", "allowed")]).await);
 
     for (i, g) in got.iter().enumerate() {
         assert_eq!(g.status, StatusCode::OK, "request {}", i + 1);
@@ -304,6 +306,11 @@ async fn dry_run_never_denies_and_reports_on_the_upstreams_responses() {
         seen.lock().unwrap().len()
     );
     assert_eq!(seen.lock().unwrap().len(), 8);
+    assert!(seen
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|(shadow, _)| shadow.is_none()));
 }
 
 // Pins G59.
@@ -622,6 +629,15 @@ async fn settle_refunds_unused_units_and_charges_an_overrun_as_debt() {
     assert_eq!(g.status, StatusCode::TOO_MANY_REQUESTS);
     // The debt's wait: 6 units short (5 owed and this one) at 1/h.
     assert_eq!(g.header("retry-after"), Some("21600"));
+
+    // Used u64::MAX, past any debt the key can hold: charged that most, not dropped for the
+    // provisional 1 (which would leave 9 for the next request).
+    let g = send("/used/18446744073709551615", "10.0.0.3", "1").await;
+    assert_eq!(g.status, StatusCode::OK);
+    assert_eq!(
+        send("/used/1", "10.0.0.3", "1").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
 }
 
 /// A login endpoint behind the proxy counting only 401s (`--count-status 401`): good logins are
