@@ -37,6 +37,10 @@ enum Repr<'a> {
 /// Room for the longest IPv6 text form with a prefix length (45 + 4) and for a hashed key.
 const INLINE: usize = 56;
 
+/// The bits of an IPv6 address that key a client by default: a subscriber usually holds a
+/// whole /64, so keyed by whole addresses it could take a fresh budget with each of 2^64.
+const DEFAULT_IPV6_PREFIX: u8 = 64;
+
 /// A short key kept on the stack.
 pub(super) type Inline = ArrayString<INLINE>;
 
@@ -247,8 +251,8 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
 /// let mut req = http::Request::new(());
 /// req.extensions_mut().insert("[2001:db8::7]:4711".parse::<SocketAddr>()?);
 /// let (parts, ()) = req.into_parts();
-/// assert_eq!(PeerIp::default().extract(&parts).unwrap().as_str(), "2001:db8::7");
-/// assert_eq!(PeerIp::default().ipv6_prefix(64).extract(&parts).unwrap().as_str(), "2001:db8::/64");
+/// assert_eq!(PeerIp::default().extract(&parts).unwrap().as_str(), "2001:db8::/64");
+/// assert_eq!(PeerIp::default().ipv6_prefix(128).extract(&parts).unwrap().as_str(), "2001:db8::7");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy)]
@@ -271,13 +275,14 @@ impl PeerIp {
         }
         Self {
             lookup: lookup::<T>,
-            ipv6_prefix: 128,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
         }
     }
 
-    /// Keys IPv6 clients by their first `bits` bits (64 is common: one subscriber usually
-    /// holds a whole /64, so per-address keys let it multiply its quota). At most 128 (the
-    /// default: whole addresses); IPv4 addresses are always whole.
+    /// Keys IPv6 clients by their first `bits` bits: by default 64 (one subscriber usually
+    /// holds a whole /64, so per-address keys would let it multiply its quota by 2^64, and the
+    /// limit would stop no one); 128 keys whole addresses. At most 128; IPv4 addresses are
+    /// always whole.
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.ipv6_prefix = bits.min(128);
         self
@@ -289,7 +294,7 @@ impl Default for PeerIp {
     fn default() -> Self {
         Self {
             lookup: |ext| ext.get::<SocketAddr>().copied(),
-            ipv6_prefix: 128,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
         }
     }
 }
@@ -345,7 +350,7 @@ enum ForwardedHeader {
 ///
 /// let req = http::Request::get("/").header("forwarded", r#"for="[2001:db8::1]:4711";proto=https"#).body(())?;
 /// let (parts, ()) = req.into_parts();
-/// assert_eq!(ForwardedIp::forwarded(1).extract(&parts).unwrap().as_str(), "2001:db8::1");
+/// assert_eq!(ForwardedIp::forwarded(1).extract(&parts).unwrap().as_str(), "2001:db8::/64");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy)]
@@ -362,7 +367,7 @@ impl ForwardedIp {
         Self {
             header,
             trusted_proxies: trusted_proxies.max(1),
-            ipv6_prefix: 128,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
         }
     }
 
@@ -580,6 +585,44 @@ mod tests {
             k(longest, 127),
             format!("{}/127", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe")
         );
+    }
+
+    // Pins G60.
+    #[test]
+    fn ipv6_clients_are_keyed_by_their_64_unless_told_otherwise() {
+        let peer = |addr: &str, x: &dyn KeyExtractor| {
+            let mut req = http::Request::new(());
+            req.extensions_mut()
+                .insert(SocketAddr::new(addr.parse().unwrap(), 4711));
+            let xff = match addr.parse::<IpAddr>().unwrap() {
+                IpAddr::V6(v6) => format!("[{v6}]:4711"),
+                v4 => v4.to_string(),
+            };
+            req.headers_mut()
+                .insert(X_FORWARDED_FOR, xff.parse().unwrap());
+            let (parts, ()) = req.into_parts();
+            x.extract(&parts).unwrap().as_str().to_owned()
+        };
+        // Two addresses of one subscriber's /64, one of another's.
+        let (a, b, c) = ("2001:db8:0:1::7", "2001:db8:0:1:ffff::1", "2001:db8:0:2::7");
+        for x in [
+            &PeerIp::default() as &dyn KeyExtractor,
+            &ForwardedIp::x_forwarded_for(1),
+        ] {
+            assert_eq!(peer(a, x), "2001:db8:0:1::/64");
+            assert_eq!(peer(a, x), peer(b, x));
+            assert_ne!(peer(a, x), peer(c, x));
+            // IPv4, and IPv4 mapped into IPv6, whole.
+            assert_eq!(peer("203.0.113.7", x), "203.0.113.7");
+            assert_eq!(peer("::ffff:203.0.113.7", x), "203.0.113.7");
+        }
+        for x in [
+            &PeerIp::default().ipv6_prefix(128) as &dyn KeyExtractor,
+            &ForwardedIp::x_forwarded_for(1).ipv6_prefix(128),
+        ] {
+            assert_eq!(peer(a, x), "2001:db8:0:1::7");
+            assert_ne!(peer(a, x), peer(b, x));
+        }
     }
 
     // Pins G60.
