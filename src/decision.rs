@@ -449,7 +449,7 @@ impl Ticket {
     /// [`check_origin`](Ticket::check_origin) and closes it with [`close`](Ticket::close),
     /// as the crate's limiters do. `limiter` names your limiter among every limiter a ticket
     /// could be brought to: draw it at random when the limiter is built (the crate's
-    /// in-memory limiters number theirs from 1, the Redis clients use 0). Any function of the
+    /// in-memory limiters draw theirs so, the Redis clients use 0). Any function of the
     /// key serves as `key`, as long as the settle computes the same.
     ///
     /// ```

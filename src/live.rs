@@ -39,7 +39,9 @@ use std::fmt;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Live<A> {
-    current: AtomicCell<A>,
+    /// The configuration in force, and from when: the limiter's clock at the switch (0 before
+    /// any; `u64::MAX` while one is under way), read with it in one load (see `settle`).
+    current: AtomicCell<(A, u64)>,
     /// Serializes reconfigurations (rare), so each checks the change from the one it replaces.
     switching: Mutex<()>,
 }
@@ -48,7 +50,7 @@ impl<A: Algorithm + Copy> Live<A> {
     /// Starts with `algo`.
     pub fn new(algo: A) -> Self {
         Self {
-            current: AtomicCell::new(algo),
+            current: AtomicCell::new((algo, 0)),
             switching: Mutex::new(()),
         }
     }
@@ -56,16 +58,20 @@ impl<A: Algorithm + Copy> Live<A> {
     /// The configuration in force.
     #[inline]
     pub fn get(&self) -> A {
-        self.current.load()
+        self.current.load().0
     }
 
     /// Swaps in `new` if a state kept under the configuration in force means the same under
-    /// it. Returns the configuration replaced.
-    pub(crate) fn switch(&self, new: A) -> Result<A, ConfigError> {
+    /// it, `now` reading the limiter's clock. Returns the configuration replaced.
+    pub(crate) fn switch(&self, new: A, now: impl FnOnce() -> u64) -> Result<A, ConfigError> {
         let _one_at_a_time = self.switching.lock();
-        let old = self.current.load();
+        let (old, _) = self.current.load();
         old.check_quota(&new)?;
-        self.current.store(new);
+        // In force first, its instant read after: a request that read the old configuration
+        // read its clock before this store, so before that instant (on a clock that does not
+        // move backwards); until the instant is stored, no refund is made.
+        self.current.store((new, u64::MAX));
+        self.current.store((new, now()));
         Ok(old)
     }
 }
@@ -111,8 +117,16 @@ impl<A: Algorithm + Copy> Algorithm for Live<A> {
         self.get().settle_limit(charged)
     }
 
+    /// A refund of a ticket taken before the last switch is not made: priced under the new
+    /// configuration it could hand back more than the take charged (GCRA's unit is longer
+    /// under a slower rate), and a switch never hands budget back; the provisional charge
+    /// stands. An overrun is charged under the configuration in force.
     fn settle(&self, state: &mut A::State, now: u64, taken_at: u64, charged: u64, actual: u64) {
-        self.get().settle(state, now, taken_at, charged, actual);
+        let (algo, since) = self.current.load();
+        if actual < charged && taken_at < since {
+            return;
+        }
+        algo.settle(state, now, taken_at, charged, actual);
     }
 }
 
@@ -204,13 +218,46 @@ mod tests {
         assert!(l.check(&1).is_allowed());
     }
 
+    // A ticket taken before a switch to a slower rate, settled after it with nothing used:
+    // priced at the new interval (100 ms a unit, not 1 ms) its refund would have reset the
+    // key, handing back the 990 units checked since; not made, the charge stands. A ticket
+    // taken after the switch refunds as usual; an overrun across one is charged.
+    // Pins G27.
+    #[test]
+    fn a_refund_across_a_switch_is_not_made() {
+        use crate::{CasLimiter, ManualClock};
+        let clock = ManualClock::default();
+        let fast: Gcra = "1000/s burst 1000".parse().unwrap();
+        let l = CasLimiter::<u64, _, _>::with_clock(Live::new(fast), clock.clone());
+        clock.set(Duration::from_secs(10));
+        let mut before = l.request(&1).cost(10).take().unwrap();
+        assert!(l.request(&1).cost(990).check().unwrap().is_allowed());
+        clock.advance(Duration::from_millis(1));
+        l.reconfigure("10/s burst 10".parse().unwrap()).unwrap();
+        let spent = l.request(&1).peek().unwrap().retry_after();
+        assert!(!spent.is_zero());
+        assert!(l.request(&1).settle(&mut before, 0).unwrap());
+        assert_eq!(l.request(&1).peek().unwrap().retry_after(), spent);
+        // After the switch: 3 of a take of 5 come back, at the new 100 ms.
+        let mut after = l.request(&2).cost(5).take().unwrap();
+        assert_eq!(l.request(&2).peek().unwrap().remaining(), Some(4));
+        assert!(l.request(&2).settle(&mut after, 2).unwrap());
+        assert_eq!(l.request(&2).peek().unwrap().remaining(), Some(7));
+        // An overrun across a switch is charged: 20 more units, 2 s at the new rate.
+        let mut over = l.request(&3).cost(1).take().unwrap();
+        clock.advance(Duration::from_millis(1));
+        l.reconfigure("10/s burst 10".parse().unwrap()).unwrap();
+        assert!(l.request(&3).settle(&mut over, 21).unwrap());
+        assert!(l.request(&3).peek().unwrap().is_denied());
+    }
+
     // Pins G33.
     #[test]
     fn a_half_life_or_period_cannot_change() {
         let r = Rate::new(1.0, Duration::from_secs(1)).unwrap();
         let a = Earrrl::new(Duration::from_secs(1), r).unwrap();
         let b = Earrrl::new(Duration::from_secs(2), r).unwrap();
-        let err = Live::new(a).switch(b).unwrap_err();
+        let err = Live::new(a).switch(b, || 0).unwrap_err();
         assert_eq!(
             err,
             ConfigError::Unchangeable {
@@ -223,7 +270,7 @@ mod tests {
             Duration::from_secs(1),
             Rate::new(5.0, Duration::from_secs(1)).unwrap(),
         );
-        assert!(Live::new(a).switch(limit_only.unwrap()).is_ok());
+        assert!(Live::new(a).switch(limit_only.unwrap(), || 0).is_ok());
         let e = Exponential::new(10.0, Duration::from_secs(1)).unwrap();
         let f = Exponential::new(10.0, Duration::from_secs(60)).unwrap();
         assert_eq!(e.check_quota(&f).unwrap_err().field(), Field::Period);

@@ -305,12 +305,8 @@ impl<S: Store<Algo = Gcra>> Limiter<S> {
         S: Keys<Q>,
     {
         let core = self.store.core();
-        if ask.quota.is_some() {
-            // Pacing reserves by the limiter's own emission interval only.
-            core.pick(ask.quota)?;
-        }
         let now = core.now(ask.at);
-        core.reserve(ask.cost, max_wait, now, self.store.at(key))
+        core.reserve(ask.quota, ask.cost, max_wait, now, self.store.at(key))
     }
 }
 

@@ -196,8 +196,11 @@ impl<'a, L: Requests<Q, Algo = A> + ?Sized, Q: ?Sized, A> Request<'a, L, Q, A> {
         self.limiter.take(self.key, self.ask)
     }
 
-    /// Settles `ticket` (taken from this limiter for this key, under this request's quota)
-    /// with the `actual` cost: unused units are refunded, an overrun is charged now, past the
+    /// Settles `ticket` (taken from this limiter for this key, under this request's quota:
+    /// a refund is priced by the quota that settles, so settled under a slower GCRA quota
+    /// than it was taken under it would hand back more than the take charged; a
+    /// [`Live`](crate::Live) limiter makes no refund across a switch) with the `actual` cost:
+    /// unused units are refunded, an overrun is charged now, past the
     /// burst if need be (a debt the key pays before its next admission);
     /// [`Algorithm::settle`](crate::algo::Algorithm::settle) says what each algorithm makes
     /// of it. The request's cost is not used.

@@ -254,11 +254,22 @@ pub(crate) fn key_print<Q: std::hash::Hash + ?Sized>(key: &Q) -> u64 {
     PRINT.hash_one(key)
 }
 
-/// A new limiter's id, which binds its [`Ticket`]s to it (never 0: a Redis client's).
+/// A new limiter's id, which binds its [`Ticket`]s to it (never 0: a Redis client's): 63
+/// random bits per process (std's randomly keyed hasher) told apart by a count, so that a
+/// ticket carried to another process (serialized) finds no limiter of its id there, where
+/// every process's first limiter was number 1.
 pub(crate) fn new_limiter_id() -> u64 {
-    // std's, not loom's: a count, never part of a modelled race.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    use std::hash::{BuildHasher, Hasher};
+    // std's, not loom's: never part of a modelled race.
+    static BASE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let base = *BASE.get_or_init(|| {
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    });
+    // The top bit set: never 0; the count below it: two limiters of a process never alike.
+    (base | 1 << 63) ^ (NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & !(1 << 63))
 }
 
 /// What every store keeps beside its table, and the request paths that do not depend on how
@@ -585,18 +596,21 @@ pub(crate) fn settle_limit<A: Algorithm>(
 }
 
 impl<C: Clock> Core<Gcra, C> {
-    /// `reserve` of every store, on the key's state word `at`, at `now`.
+    /// `reserve` of every store under `quota` (the limiter's own if `None`), on the key's
+    /// state word `at`, at `now`.
     pub(crate) fn reserve(
         &self,
+        quota: Option<&Gcra>,
         cost: u64,
         max_wait: Duration,
         now: u64,
         at: impl KeyState<u64>,
     ) -> Result<Reservation, QuotaError> {
-        self.cost(cost)?;
+        let algo = self.pick(quota)?;
+        check_cost(cost, algo.capacity())?;
         let max_wait = duration_to_nanos(max_wait);
         let reservation = at.apply(|tat| {
-            let (reservation, new) = self.algo.reserve(*tat, now, cost, max_wait);
+            let (reservation, new) = algo.reserve(*tat, now, cost, max_wait);
             *tat = new.unwrap_or(*tat);
             reservation
         });
@@ -611,7 +625,7 @@ impl<C: Clock> Core<Gcra, C> {
 impl<A: Algorithm + Copy, C: Clock> Core<Live<A>, C> {
     /// `reconfigure` of every store: the switch alone, no key touched ([`Live`]).
     pub(crate) fn reconfigure(&self, new: A) -> Result<A, ConfigError> {
-        self.algo.switch(new)
+        self.algo.switch(new, || self.clock.now())
     }
 }
 

@@ -156,6 +156,47 @@ fn take_and_settle_under_a_plan() {
     );
 }
 
+/// Pacing under a plan: `reserve` paces by the request's quota, not the limiter's own (it
+/// paced a free client at the pro rate), and refuses a cost beyond that quota's burst.
+// Pins G31.
+#[test]
+fn reserve_paces_by_the_requests_quota() {
+    use hotlimit::algo::Reservation;
+    let pro: Gcra = "1000/s burst 1000".parse().unwrap();
+    let free: Gcra = "1/s burst 1".parse().unwrap();
+    let l = CasLimiter::<u64, Gcra, _>::with_clock(pro, ManualClock::default());
+    let wait = Duration::from_secs(2);
+    let admitted = |delay| Ok(Reservation::Admitted { delay });
+    assert_eq!(
+        l.request(&7).quota(&free).reserve(wait),
+        admitted(Duration::ZERO)
+    );
+    assert_eq!(
+        l.request(&7).quota(&free).reserve(wait),
+        admitted(Duration::from_secs(1))
+    );
+    assert!(matches!(
+        l.request(&7).quota(&free).reserve(Duration::ZERO),
+        Ok(Reservation::Denied { .. })
+    ));
+    assert!(matches!(
+        l.request(&8).quota(&free).cost(2).reserve(wait),
+        Err(QuotaError::ExceedsCapacity {
+            cost: 2,
+            capacity: 1
+        })
+    ));
+    // Its own quota, as before: 1 ms a unit.
+    assert_eq!(
+        l.request(&9).cost(1000).reserve(wait),
+        admitted(Duration::ZERO)
+    );
+    assert_eq!(
+        l.request(&9).reserve(wait),
+        admitted(Duration::from_millis(1))
+    );
+}
+
 /// A quota that cannot read the state and a cost beyond the quota are typed errors; nothing
 /// is counted or inserted.
 // Pins G17, G31.

@@ -1,4 +1,4 @@
-//! The `serde` feature: rates, policies and every algorithm's quota deserialize from the strings
+//! The `serde` feature: rates, policies and every rate algorithm's quota deserialize from the strings
 //! the parsers accept and from structured forms, to the same values the constructors build,
 //! and a bad value fails with the constructor's own `ConfigError` message.
 
@@ -184,4 +184,63 @@ fn a_ticket_round_trips_and_settles_as_the_original() {
     assert!(!l.request("k").settle(&mut back, 1).unwrap());
     assert_eq!(l.request("k").peek().unwrap().remaining(), Some(8));
     drop(ticket);
+}
+
+// A ticket carried to another process is refused there: each process's limiters draw their
+// ids at random (every process's first limiter was number 1, so a ticket from one process
+// settled on another's first limiter, refunding a charge that limiter never made). Two
+// fresh processes of this test binary: the first takes and prints a ticket from its first
+// limiter, the second settles it on its own first limiter.
+// Pins G29.
+#[test]
+fn a_ticket_from_another_process_is_refused() {
+    const ROLE: &str = "HOTLIMIT_TEST_TICKET_ROLE";
+    let limiter = || {
+        CasLimiter::<String, Gcra, _>::with_clock(
+            "10/min burst 10".parse().unwrap(),
+            ManualClock::default(),
+        )
+    };
+    match std::env::var(ROLE).as_deref() {
+        Ok("take") => {
+            let ticket = limiter().request("k").cost(6).take().unwrap();
+            println!("TICKET {}", serde_json::to_string(&ticket).unwrap());
+            return;
+        }
+        Ok("settle") => {
+            let l = limiter();
+            let mut ticket: hotlimit::Ticket =
+                serde_json::from_str(&std::env::var("HOTLIMIT_TEST_TICKET").unwrap()).unwrap();
+            let got = l.request("k").settle(&mut ticket, 0);
+            assert_eq!(got, Err(hotlimit::QuotaError::TicketFromOtherLimiter));
+            println!("REFUSED");
+            return;
+        }
+        _ => {}
+    }
+    let run = |role: &str, ticket: &str| {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_ticket_from_another_process_is_refused",
+                "--nocapture",
+            ])
+            .env(ROLE, role)
+            .env("HOTLIMIT_TEST_TICKET", ticket)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{role}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let taken = run("take", "");
+    let ticket = taken
+        .lines()
+        .find_map(|l| l.strip_prefix("TICKET "))
+        .unwrap_or_else(|| panic!("no ticket in {taken}"));
+    assert!(run("settle", ticket).contains("REFUSED"));
 }

@@ -643,6 +643,23 @@ fn zero_limit_window_and_buckets_are_refused() {
         ),
         "{err:?}"
     );
+    // More buckets than a key's counters should hold (16 GiB of them at u32::MAX, allocated
+    // at its first request): refused at build.
+    for buckets in [4097, u32::MAX] {
+        let err = SubWindow::new(3, Duration::from_secs(3600), buckets).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::TooLarge {
+                    field: Field::Buckets,
+                    max: "4096",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+    assert!(SubWindow::new(3, Duration::from_secs(3600), 4096).is_ok());
     // 11 buckets in a 10 ns window: a bucket would be 0 ns.
     let err = SubWindow::new(3, Duration::from_nanos(10), 11).unwrap_err();
     assert!(

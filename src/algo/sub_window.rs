@@ -11,6 +11,9 @@ use std::time::Duration;
 /// The default number of buckets per window.
 pub const DEFAULT_BUCKETS: u32 = 60;
 
+/// The most buckets a sub-window takes: 16 KiB of counters a key.
+const MAX_BUCKETS: u32 = 4096;
+
 /// A bucket's largest count (strict counts saturate there).
 const COUNT_MAX: u32 = u32::MAX - 1;
 
@@ -62,7 +65,8 @@ pub struct BucketState {
 }
 
 impl SubWindow {
-    /// At most `limit` per `window`, counted in `buckets` buckets; erring strict, policy leaky.
+    /// At most `limit` per `window`, counted in `buckets` buckets (1 to 4,096: each key keeps
+    /// a counter of 4 bytes per bucket); erring strict, policy leaky.
     pub fn new(limit: u64, window: Duration, buckets: u32) -> Result<Self, ConfigError> {
         let config = validate(limit, window)?;
         check_u32_limit(limit)?;
@@ -70,6 +74,15 @@ impl SubWindow {
             return Err(ConfigError::Zero {
                 field: Field::Buckets,
                 value: "0".into(),
+            });
+        }
+        if buckets > MAX_BUCKETS {
+            // A key's counters are allocated whole at its first request: 4 billion buckets
+            // would be 16 GiB for one key.
+            return Err(ConfigError::TooLarge {
+                field: Field::Buckets,
+                value: buckets.to_string(),
+                max: "4096",
             });
         }
         let bucket_ns = config.window_ns / buckets as u64;

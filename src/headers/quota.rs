@@ -52,7 +52,7 @@ pub struct QuotaPolicy {
 
 /// Whole seconds, rounded up.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// Whole-second windows tried by [`QuotaPolicy::rate`]: the round ones first, then (after
@@ -80,24 +80,30 @@ impl QuotaPolicy {
     /// more than the rate, so a client pacing itself by `q/w` is never ahead of the limiter.
     pub fn rate(count: u64, period: Duration) -> Self {
         let period_ns = period.as_nanos().max(1);
-        let wanted = |w: u64| u128::from(w) * 1_000_000_000 * u128::from(count);
+        // Saturating: a period of centuries and a count near u64::MAX overflow even u128
+        // (a saturated product only ever lowers the units, never above the rate).
+        let wanted = |w: u64| {
+            u128::from(w)
+                .saturating_mul(1_000_000_000)
+                .saturating_mul(u128::from(count))
+        };
         let units = |w: u64| u64::try_from(wanted(w) / period_ns).unwrap_or(u64::MAX);
         let own = ceil_secs(period).max(1);
         let mut windows = [own; WINDOWS.len() + 1];
         windows[..4].copy_from_slice(&WINDOWS[..4]);
         windows[5..].copy_from_slice(&WINDOWS[4..]);
-        let exact = windows
-            .iter()
-            .copied()
-            .find(|&w| units(w) > 0 && u128::from(units(w)) * period_ns == wanted(w));
+        let exact = windows.iter().copied().find(|&w| {
+            units(w) > 0 && wanted(w) < u128::MAX && u128::from(units(w)) * period_ns == wanted(w)
+        });
         let mut by_length = windows;
         by_length.sort_unstable();
         // q · period ≥ 0.99 · w · count · 1e9, without division.
         let close = || {
-            by_length
-                .iter()
-                .copied()
-                .find(|&w| units(w) > 0 && u128::from(units(w)) * period_ns * 100 >= 99 * wanted(w))
+            by_length.iter().copied().find(|&w| {
+                units(w) > 0
+                    && (u128::from(units(w)) * period_ns).saturating_mul(100)
+                        >= wanted(w).saturating_mul(99)
+            })
         };
         // The largest share q/w of the rate (`own` carries at least `count` per `own`).
         let closest = || {
@@ -369,6 +375,17 @@ mod tests {
                     <= u128::from(w) * 1_000_000_000 * u128::from(count)
             );
         }
+        // Extremes: no overflow (they panicked in debug builds, and wrapped to a window of
+        // 1 s: a quota per second for one per 584 years), never more than the rate.
+        assert_eq!(QuotaPolicy::new(1, Duration::MAX).window_secs, u64::MAX);
+        let (q, w) = policy(u64::MAX, Duration::from_nanos(u64::MAX - 1));
+        assert!(
+            w >= 1
+                && u128::from(q) * u128::from(u64::MAX - 1)
+                    <= u128::from(w) * 1_000_000_000 * u128::from(u64::MAX)
+        );
+        let (q, w) = policy(1, Duration::MAX);
+        assert!(u128::from(q) * Duration::MAX.as_nanos() <= u128::from(w) * 1_000_000_000);
     }
 
     // Pins G58.
@@ -383,7 +400,7 @@ mod tests {
         let want = Some(policy);
         let live = Live::new(g);
         assert_eq!(live.advertised_quota(), want);
-        live.switch("20/s burst 5".parse().unwrap()).unwrap();
+        live.switch("20/s burst 5".parse().unwrap(), || 0).unwrap();
         assert_eq!(
             live.advertised_quota().map(|p| p.to_string()),
             Some(r#""default";q=20;w=1;hotlimit-burst=5"#.to_owned())
