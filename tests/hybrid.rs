@@ -1509,6 +1509,37 @@ fn exact_under<A: hotlimit::algo::Algorithm + Clone>(algo: A, n: u64) -> u64 {
     (0..n).filter(|_| l.check("k").is_allowed()).count() as u64
 }
 
+/// An outage under a flood of new keys: each is admitted by the fallback (a debt to charge to
+/// Redis later) and evicted past `max_keys`; the keys waiting to be handed back are at most
+/// 65,536 (they grew with every request), the rest dropped and counted.
+// Pins G53.
+#[test]
+fn an_outage_under_a_key_flood_keeps_a_bounded_hand_back_list() {
+    // Nothing listens on port 1: decisions by the fallback; no Redis needed.
+    let l = HybridLimiter::builder("redis://127.0.0.1:1/", hourly(4))
+        .redis(|r| r.connect_timeout(Duration::from_millis(50)))
+        .fallback(Fallback::FULL)
+        .max_keys(64)
+        .build()
+        .unwrap();
+    // Once the outage is known, a new key's request is the fallback's (before, it waits).
+    let _ = l.check("first");
+    eventually("the outage", || l.stats().outage);
+    let flood = |from: u64| {
+        for i in from..from + 100_000 {
+            let _ = l.check(&format!("flood-{i}"));
+        }
+        l.stats().hand_backs_dropped
+    };
+    // Without the bound nothing is dropped: the list holds every evicted key. With it, once
+    // 65,536 wait, nearly every key evicted is dropped (all but those that left no debt).
+    let first = flood(0);
+    assert!(first >= 90_000 - 65_536, "{first} dropped");
+    let second = flood(100_000) - first;
+    assert!(second >= 90_000, "{second} dropped");
+    l.shutdown();
+}
+
 /// A limiter keeps every distinct quota it meets for its life (its keys' entries name it), so
 /// it takes at most 65,536 of them: the next is refused with a typed error and changes
 /// nothing; the ones it knows still decide.

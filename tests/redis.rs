@@ -1117,6 +1117,59 @@ fn local_fast_path_on_server_time() {
     assert_eq!(r.stats().round_trips, trips + 2);
 }
 
+// The local fast path remembers denials under the limiter's own quota: a request with its
+// own quota (a plan) is never answered by one, nor leaves one behind.
+// Pins G43.
+#[test]
+fn local_fast_path_never_answers_a_request_with_its_own_quota() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let (tight, loose): (Gcra, Gcra) = (
+        "1/s burst 1".parse().unwrap(),
+        "10/s burst 100".parse().unwrap(),
+    );
+    let r = RedisLimiter::builder(server.url(), tight)
+        .key_prefix("plans-fast:")
+        .local_fast_path(10)
+        .build()
+        .unwrap();
+    let now = 1_000_000_000_000;
+    // Spent under its own quota: the denial is remembered, the next one answered locally.
+    assert!(r.request("k").at(now).check().unwrap().is_allowed());
+    assert!(r.request("k").at(now).check().unwrap().is_denied());
+    let trips = r.stats().round_trips;
+    assert!(r.request("k").at(now).check().unwrap().is_denied());
+    assert_eq!(r.stats().round_trips, trips, "denied locally");
+    // The looser plan admits it: Redis is asked.
+    let d = r.request("k").quota(&loose).at(now).check().unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    assert_eq!(r.stats().round_trips, trips + 1);
+    // The other way: a denial under a tight plan says nothing of a loose limiter's own quota.
+    let l = RedisLimiter::builder(server.url(), loose)
+        .key_prefix("plans-fast-loose:")
+        .local_fast_path(10)
+        .build()
+        .unwrap();
+    assert!(l
+        .request("k")
+        .quota(&tight)
+        .at(now)
+        .check()
+        .unwrap()
+        .is_allowed());
+    assert!(l
+        .request("k")
+        .quota(&tight)
+        .at(now)
+        .check()
+        .unwrap()
+        .is_denied());
+    let trips = l.stats().round_trips;
+    assert!(l.request("k").at(now).check().unwrap().is_allowed());
+    assert_eq!(l.stats().round_trips, trips + 1);
+}
+
 #[cfg(feature = "redis-async")]
 mod async_client {
     use super::*;

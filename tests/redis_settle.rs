@@ -303,6 +303,48 @@ fn a_settle_retried_after_a_lost_reply_refunds_once() {
     assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
 }
 
+/// A settle whose script fails (the key's state overwritten by a value of another type:
+/// WRONGTYPE) is an error that leaves no settle mark: once the key is readable again, its
+/// retry refunds (the mark was set before the script ran, so the retry found it and the
+/// refund was lost).
+// Pins G44.
+#[test]
+fn a_settle_that_failed_in_its_script_can_be_retried() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let gcra: Gcra = "10/s burst 10".parse().unwrap();
+    let red = RedisLimiter::builder(server.url(), gcra)
+        .key_prefix(prefix())
+        .build()
+        .unwrap();
+    let t = 5_000_000_000;
+    let mut ticket = red.request("k").cost(8).at(t).take().unwrap();
+    let key = red.redis_key("k");
+    let mut raw = server.raw();
+    let state: Vec<u8> = redis::cmd("DUMP").arg(&key).query(&mut raw).unwrap();
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut raw).unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("f")
+        .arg("v")
+        .query(&mut raw)
+        .unwrap();
+    let failed = red.request("k").at(t).settle(&mut ticket, 2);
+    assert!(matches!(failed, Err(ref e) if !e.is_outage()), "{failed:?}");
+    assert!(ticket.is_open());
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut raw).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg(&key)
+        .arg(0)
+        .arg(state)
+        .query(&mut raw)
+        .unwrap();
+    assert!(red.request("k").at(t).settle(&mut ticket, 2).unwrap());
+    // 10 − 2 − the peeked unit.
+    assert_eq!(red.request("k").at(t).peek().unwrap().remaining(), Some(7));
+}
+
 /// The expiry (ms) of the one settle mark of the Redis key `key`.
 fn mark_ttl(server: &Server, key: &str) -> i64 {
     let mut raw = server.raw();

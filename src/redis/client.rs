@@ -240,7 +240,11 @@ impl<A: RedisAlgorithm> ClientCore<A> {
                 };
                 let d = self.config.algo.decode(r, unit)?;
                 match (req.mode, first) {
-                    (Mode::UpTo, Value::Int(n)) if n >= 0 => Reply::Granted(n as u64, d),
+                    // Never more than asked: a reply says what the script counted, and the
+                    // script counts at most the request's cost.
+                    (Mode::UpTo, Value::Int(n)) if n >= 0 && n as u64 <= req.cost => {
+                        Reply::Granted(n as u64, d)
+                    }
                     (Mode::Take, Value::BulkString(b)) => {
                         let now = std::str::from_utf8(&b)
                             .ok()
@@ -537,7 +541,13 @@ impl<A: RedisAlgorithm> ClientCore<A> {
                 return Err(BackendError::TimeOutOfRange(now));
             }
         }
-        let Some(l) = self.local.as_ref().filter(|_| req.mode.counts()) else {
+        // What it remembers are denials under the limiter's own quota: a request's own quota
+        // (a plan) may admit what that one denies, so it always asks Redis.
+        let Some(l) = self
+            .local
+            .as_ref()
+            .filter(|_| req.mode.counts() && req.quota.is_none())
+        else {
             return Ok(None);
         };
         let (key, cost) = (req.key, req.cost);
@@ -563,6 +573,10 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         if d.is_allowed() {
             // The key's state moved: a remembered deadline may now be early.
             l.forget(key);
+            return;
+        }
+        if req.quota.is_some() {
+            // A denial under a request's own quota says nothing of the limiter's.
             return;
         }
         let (now, explicit) = match at {

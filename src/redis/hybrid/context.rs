@@ -20,6 +20,11 @@ pub struct Evicted {
     pub(super) back: bool,
 }
 
+/// The most evicted keys waiting to be handed back: during an outage a flood of new keys,
+/// each admitted by the fallback and evicted, would otherwise grow the list (and each
+/// round's work) with every request. About 4 MB of entries.
+pub(super) const MAX_HAND_BACKS: usize = 1 << 16;
+
 /// What every decision, the sync thread and the subscription share.
 #[derive(Debug)]
 pub struct FleetContext {
@@ -94,7 +99,8 @@ pub struct FleetContext {
     /// Keys for the sync thread (each queued once until it takes them, and once more if a
     /// request makes it urgent), and whether it is urgent.
     pub(super) queue: Mutex<Vec<(String, bool)>>,
-    /// Keys evicted with units or a debt, to hand back.
+    /// Keys evicted with units or a debt, to hand back: at most [`MAX_HAND_BACKS`]
+    /// ([`FleetContext::hand_back_later`]).
     pub(super) evicted: Mutex<Vec<Evicted>>,
     pub(super) stop: AtomicBool,
     /// The CAS retries of the sync thread and the subscription (not the requests').
@@ -134,6 +140,21 @@ fn instance_id() -> String {
 }
 
 impl FleetContext {
+    /// Queues `e` for the next round's hand-back, unless [`MAX_HAND_BACKS`] wait already:
+    /// then it is dropped and counted (`hand_backs_dropped`). A GCRA key's units left with
+    /// Redis only err strict; its debt (what a fallback admitted past its lease) is not
+    /// charged to the fleet: at most a fallback's share of its burst per key dropped.
+    pub(super) fn hand_back_later(&self, e: Evicted) {
+        let mut list = self.evicted.lock();
+        if list.len() < MAX_HAND_BACKS {
+            list.push(e);
+        } else {
+            self.stats
+                .hand_backs_dropped
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// A context at local time `now`, Unix time `unix` (ns), not subscribed yet.
     pub(super) fn new(interval: u64, share: f64, now: u64, unix: u64) -> Self {
         FleetContext {

@@ -484,7 +484,7 @@ impl Engine for Gcra {
     fn evicted(&self, ctx: &FleetContext, key: &str, quota: u32, w: &u128) {
         let l = Lease::unpack(*w);
         if l.units > 0 || l.debt > 0 {
-            ctx.evicted.lock().push(Evicted {
+            ctx.hand_back_later(Evicted {
                 key: key.to_owned(),
                 quota,
                 units: l.units,

@@ -222,6 +222,7 @@ impl<A: HybridAlgorithm, C: Clock> HybridLimiter<A, C> {
             denied_waiting: s.denied_waiting.sum(),
             leased: r(&s.leased),
             returned: r(&s.returned),
+            hand_backs_dropped: r(&s.hand_backs_dropped),
             charged: r(&s.charged),
             pushes: r(&s.pushes),
             subscribed: r(&s.subscribed),

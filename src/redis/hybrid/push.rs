@@ -316,7 +316,12 @@ fn merge<A: Engine, C: Clock>(inner: &Inner<A, C>, payload: &[u8]) {
         return;
     };
     let now = store.core.clock.now();
-    let written = ctx.local(secs.saturating_mul(1_000_000_000) + micros * 1_000);
+    // Saturating: a malformed or hostile message must not overflow (a panic here would end
+    // the subscription thread).
+    let written = ctx.local(
+        secs.saturating_mul(1_000_000_000)
+            .saturating_add(micros.saturating_mul(1_000)),
+    );
     // Measured once Redis' time is known: before, `written` is this machine's guess, off by
     // its clock's offset (a cold start with clocks 2 s apart read pushes of 2 s).
     if ctx.time_known() {

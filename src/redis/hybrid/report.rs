@@ -98,6 +98,9 @@ pub struct HybridStats {
     pub leased: u64,
     /// GCRA units handed back unspent (quiet keys, evicted keys, the limiter dropped).
     pub returned: u64,
+    /// Evicted GCRA keys not handed back because 65,536 were waiting already (an outage
+    /// under a flood of new keys): their units stay with Redis, their debts uncharged.
+    pub hand_backs_dropped: u64,
     /// GCRA units admitted beyond a lease (or denied under a strict policy) and charged to
     /// Redis afterwards.
     pub charged: u64,
@@ -143,6 +146,7 @@ pub(super) struct Counters {
     pub(super) denied_waiting: Striped,
     pub(super) leased: AtomicU64,
     pub(super) returned: AtomicU64,
+    pub(super) hand_backs_dropped: AtomicU64,
     pub(super) charged: AtomicU64,
     pub(super) pushes: AtomicU64,
     pub(super) subscribed: AtomicU64,

@@ -482,7 +482,7 @@ fn run_round<A: Engine, C: crate::Clock>(
                             // Sent again next interval.
                             books.entry(call.key).or_insert_with(Watch::new).queued = true;
                         }
-                        What::HandBack(e) => ctx.evicted.lock().push(e),
+                        What::HandBack(e) => ctx.hand_back_later(e),
                     }
                 }
                 failure = Some(e);
@@ -521,7 +521,8 @@ fn split_reply(v: Value) -> Result<(u64, Vec<Value>), SyncError> {
     let secs = num(it.next())?;
     let micros = num(it.next())?;
     Ok((
-        secs.saturating_mul(1_000_000_000) + micros * 1_000,
+        secs.saturating_mul(1_000_000_000)
+            .saturating_add(micros.saturating_mul(1_000)),
         it.collect(),
     ))
 }

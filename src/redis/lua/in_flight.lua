@@ -31,11 +31,11 @@ end
 -- Settle: `CHARGED - ACTUAL` permits given back from the epoch they were taken in (what it
 -- lacks from the other live one), if they have not expired; an `ACTUAL` above the charge
 -- holds the difference too (up to `max`). A permit's ticket may live as long as its lease (a
--- release must land when a long request ends): its settle mark, set by the tail, is kept as
+-- release must land when a long request ends): its settle mark, set by the tail, lives as
 -- long, so no replay within it settles twice.
 if SETTLE then
   local lease_ms = math.ceil(2 * w / (ups / 1000))
-  if lease_ms > SETTLE_MARK_MS then redis.call('PEXPIRE', MARK, lease_ms) end
+  if lease_ms > MARK_MS then MARK_MS = lease_ms end
   if ACTUAL < CHARGED then
     -- What the ticket's epoch lacks comes from the other live one: a permit taken on a
     -- clock behind the state's epoch (a failover's) is counted an epoch after its ticket's.

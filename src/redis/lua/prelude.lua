@@ -20,6 +20,9 @@ local SETTLE = MODE == 's'
 -- levels too: levels.lua sets it before they store).
 local TAKE = MODE == 't'
 local TAKEN, CHARGED, ACTUAL, MARK
+-- How long a settle's mark lives: set by the tail once the settle has run (an in-flight
+-- permit's keeps it as long as its lease).
+local MARK_MS = SETTLE_MARK_MS
 if SETTLE then
   TAKEN = tonumber(ARGV[#ARGV - 1])
   ACTUAL = tonumber(ARGV[#ARGV])

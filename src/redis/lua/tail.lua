@@ -1,11 +1,13 @@
 -- Runs the request on the outermost function, `MAIN` (replaced). A settle applies once per
--- reservation: its mark (the last key) is set first, and a retried settle (a lost reply)
--- finds it and changes nothing. A partial grant finds the most units in 1..cost the state
+-- reservation: its mark (the last key) is checked first and set once `MAIN` has run, so a
+-- retried settle (a lost reply) finds it and changes nothing, and one whose `MAIN` failed
+-- (a script error: Redis keeps what ran before it) leaves no mark, its retry to make. A partial grant finds the most units in 1..cost the state
 -- admits now, by bisection on peeks as `Algorithm::update_up_to` does, then counts them (or
 -- one unit's denial when none fits).
 if SETTLE then
-  if not redis.call('SET', KEYS[#KEYS], '1', 'NX', 'PX', SETTLE_MARK_MS) then return 0 end
+  if redis.call('EXISTS', KEYS[#KEYS]) == 1 then return 0 end
   MAIN(KEYS, ARGV, true)
+  redis.call('SET', KEYS[#KEYS], '1', 'PX', MARK_MS)
   return 1
 end
 if MODE == 'u' then
