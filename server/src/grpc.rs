@@ -132,8 +132,12 @@ impl tonic::codec::Decoder for BoundedDecoder {
         use tonic_prost::prost::bytes::Buf as _;
         // The message whole, in one buffer (tonic reads it whole before decoding).
         let message = src.chunk();
-        if message.len() == src.remaining() {
-            self.0.admit_wire(message).map_err(status_of)?;
+        if message.len() == src.remaining() && !self.0.admit_wire(message).map_err(status_of)? {
+            // As tonic answers prost's own refusal of it, without decoding what came before
+            // the fault.
+            return Err(tonic::Status::internal(
+                "failed to decode Protobuf message: malformed",
+            ));
         }
         self.1.decode(src)
     }
@@ -223,6 +227,8 @@ pub async fn serve(
         ))
         .into_inner();
     let mut server = tonic::transport::Server::builder()
+        // tonic sets none (hyper's own is 100): a connection's streams, without bound.
+        .max_concurrent_streams(Some(bounds.grpc_max_streams))
         .timeout(bounds.timeout)
         .http2_keepalive_interval(Some(bounds.header_timeout))
         .http2_keepalive_timeout(Some(bounds.header_timeout));

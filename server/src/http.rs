@@ -131,11 +131,31 @@ impl JsonRequest {
 }
 
 /// An unsigned integer as protobuf's JSON mapping writes one: a number or a decimal string.
-#[derive(Deserialize)]
-#[serde(untagged)]
+/// Read by a visitor of its own, not serde's `untagged` (which buffers the whole value
+/// before trying each form: an array of 256 KiB of `0,` as a `hitsAddend` was 16 times its
+/// size in memory): any other value is refused at its first byte.
 enum Number {
     Int(u64),
     Text(String),
+}
+
+impl<'de> Deserialize<'de> for Number {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Number;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an unsigned integer, or one as a string")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Number, E> {
+                Ok(Number::Int(n))
+            }
+            fn visit_str<E: serde::de::Error>(self, t: &str) -> Result<Number, E> {
+                Ok(Number::Text(t.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl Number {
@@ -482,6 +502,11 @@ pub struct Bounds {
     /// How long a gRPC connection past its age has to finish its calls before it is closed
     /// whatever they are doing (`GRPC_MAX_CONNECTION_AGE_GRACE`).
     pub max_connection_age_grace: Duration,
+    /// Streams open at once on one gRPC connection (HTTP/2's `MAX_CONCURRENT_STREAMS`; a
+    /// client such as Envoy opens another connection past it). Without one a connection could
+    /// hold streams without bound: a client that never reads its answers keeps each one's
+    /// state and buffers until the connection's end.
+    pub grpc_max_streams: u32,
 }
 
 impl Default for Bounds {
@@ -494,6 +519,8 @@ impl Default for Bounds {
             // envoyproxy/ratelimit's defaults.
             max_connection_age: Some(Duration::from_secs(24 * 3600)),
             max_connection_age_grace: Duration::from_secs(3600),
+            // hyper's own default, which tonic replaces by none.
+            grpc_max_streams: 100,
         }
     }
 }

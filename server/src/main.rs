@@ -113,6 +113,10 @@ struct Args {
     /// (envoyproxy/ratelimit's setting and default).
     #[arg(long, env = "GRPC_MAX_CONNECTION_AGE_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
     grpc_max_connection_age_grace: Duration,
+    /// Streams open at once on one gRPC connection (HTTP/2's MAX_CONCURRENT_STREAMS; Envoy
+    /// opens another connection past it): what one connection can hold.
+    #[arg(long, env = "HOTLIMIT_GRPC_MAX_CONCURRENT_STREAMS", default_value_t = Bounds::default().grpc_max_streams, value_parser = clap::value_parser!(u32).range(1..))]
+    grpc_max_concurrent_streams: u32,
     /// The secret a take's ticket is signed with: on the redis backend, replicas given the
     /// same one settle each other's tickets (on memory and hybrid, only the issuer settles
     /// its own). Default: random, this process's alone.
@@ -206,6 +210,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         header_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
         max_connection_age: Some(args.grpc_max_connection_age).filter(|age| !age.is_zero()),
         max_connection_age_grace: args.grpc_max_connection_age_grace,
+        grpc_max_streams: args.grpc_max_concurrent_streams,
     };
     let service = Arc::new(Service::from_path(&args.config, settings).await?);
     let grpc = TcpListener::bind(args.grpc).await?;

@@ -474,12 +474,16 @@ impl Service {
     }
 
     /// Refuses a gRPC message whose decoding would take more than the limits allow, from
-    /// its wire form, as [`admit`](Self::admit) refuses it decoded (`crate::wire`).
-    pub(crate) fn admit_wire(&self, message: &[u8]) -> Result<(), ServiceError> {
+    /// its wire form, as [`admit`](Self::admit) refuses it decoded (`crate::wire`); `Ok(false)`
+    /// for one that cannot be read, refused undecoded (prost would refuse it too).
+    pub(crate) fn admit_wire(&self, message: &[u8]) -> Result<bool, ServiceError> {
         let l = &self.settings.limits;
         match crate::wire::oversized(message, l.max_descriptors, l.max_entries, l.max_value_bytes) {
-            Some((domain, descriptors, shapes)) => self.admit_shape(&domain, descriptors, shapes),
-            None => Ok(()),
+            Ok(Some((domain, descriptors, shapes))) => self
+                .admit_shape(&domain, descriptors, shapes)
+                .map(|()| true),
+            Ok(None) => Ok(true),
+            Err(crate::wire::Malformed) => Ok(false),
         }
     }
 

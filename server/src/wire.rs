@@ -5,7 +5,9 @@
 //! to 14 MB, on every thread at once. So the gRPC port reads how many descriptors a request
 //! has, and how many entries each, without allocating; a request past the limits is refused
 //! as [`Service::admit`](crate::service::Service) would refuse it decoded (the same checks,
-//! in the same order: one [`Shape`] walk), and never decoded.
+//! in the same order: one [`Shape`] walk), and never decoded. A message it cannot read is
+//! refused undecoded too ([`Malformed`]): prost would refuse it, but only after decoding all
+//! that comes before the fault (a tail cut short after 120,000 empty descriptors).
 
 use std::borrow::Cow;
 
@@ -18,8 +20,16 @@ enum Field<'a> {
     Other(u32),
 }
 
-/// The fields of the message `buf` in order; `None` at the first malformed byte (prost's
-/// decoder then says what is wrong with it).
+/// How deep groups may nest: more than prost allows (100), so that the scan reads every
+/// message prost reads.
+const MAX_DEPTH: u32 = 128;
+
+/// A message the scan cannot read: one prost refuses too (the scan reads every message prost
+/// reads, and more: it checks no UTF-8 and no nested message but the descriptors').
+#[derive(Debug, PartialEq)]
+pub(crate) struct Malformed;
+
+/// The fields of the message `buf` in order; `None` at the first malformed byte.
 fn fields(mut buf: &[u8]) -> impl Iterator<Item = Option<Field<'_>>> {
     std::iter::from_fn(move || {
         if buf.is_empty() {
@@ -36,7 +46,9 @@ fn fields(mut buf: &[u8]) -> impl Iterator<Item = Option<Field<'_>>> {
                     skip(&mut buf, len).map(|bytes| Field::Bytes(number, bytes))
                 }
                 5 => skip(&mut buf, 4).map(|_| Field::Other(number)),
-                // Groups: not in these messages.
+                // A group, unknown to these messages: skipped whole, as prost skips it.
+                3 => skip_group(&mut buf, number, MAX_DEPTH).map(|_| Field::Other(number)),
+                // An end of group with none open, or a wire type that does not exist.
                 _ => None,
             }
         })();
@@ -45,6 +57,28 @@ fn fields(mut buf: &[u8]) -> impl Iterator<Item = Option<Field<'_>>> {
         }
         Some(field)
     })
+}
+
+/// Skips the rest of the group `number` (its start read), nested groups too, `depth` deep
+/// at most.
+fn skip_group(buf: &mut &[u8], number: u32, depth: u32) -> Option<()> {
+    let depth = depth.checked_sub(1)?;
+    loop {
+        let key = varint(buf)?;
+        let inner = u32::try_from(key >> 3).ok()?;
+        match key & 7 {
+            0 => varint(buf).map(drop)?,
+            1 => skip(buf, 8).map(drop)?,
+            2 => {
+                let len = usize::try_from(varint(buf)?).ok()?;
+                skip(buf, len).map(drop)?
+            }
+            3 => skip_group(buf, inner, depth)?,
+            4 if inner == number => return Some(()),
+            5 => skip(buf, 4).map(drop)?,
+            _ => return None,
+        }
+    }
 }
 
 fn varint(buf: &mut &[u8]) -> Option<u64> {
@@ -93,23 +127,25 @@ fn last(message: &[u8], number: u32) -> &[u8] {
 
 /// A request's wire form, where decoding it would take more than its limits allow: its
 /// domain, how many descriptors it has, and each one's [`Shape`] (read as it is walked).
-/// `None` where it is within them (or malformed: prost's decoder says how), and is decoded.
-/// `RateLimitRequest`: domain 1, descriptors 2; a descriptor: entries 1; an entry: key 1,
-/// value 2.
+/// `Ok(None)` where it is within them, and is decoded; [`Malformed`] where the message, or
+/// one of its descriptors, cannot be read. `RateLimitRequest`: domain 1, descriptors 2; a
+/// descriptor: entries 1; an entry: key 1, value 2.
+#[allow(clippy::type_complexity)]
 pub(crate) fn oversized(
     message: &[u8],
     max_descriptors: usize,
     max_entries: usize,
     max_value_bytes: usize,
-) -> Option<(Cow<'_, str>, usize, impl Iterator<Item = Shape<'_>>)> {
-    let descriptors = count(message, 2)?;
-    let too_many_entries = || {
-        fields(message).any(|f| {
-            matches!(f, Some(Field::Bytes(2, d)) if count(d, 1).is_some_and(|n| n > max_entries))
-        })
-    };
-    if descriptors <= max_descriptors && !too_many_entries() {
-        return None;
+) -> Result<Option<(Cow<'_, str>, usize, impl Iterator<Item = Shape<'_>>)>, Malformed> {
+    let descriptors = count(message, 2).ok_or(Malformed)?;
+    let mut too_many_entries = false;
+    for field in fields(message) {
+        if let Field::Bytes(2, d) = field.ok_or(Malformed)? {
+            too_many_entries |= count(d, 1).ok_or(Malformed)? > max_entries;
+        }
+    }
+    if descriptors <= max_descriptors && !too_many_entries {
+        return Ok(None);
     }
     let domain = String::from_utf8_lossy(last(message, 1));
     let shapes = fields(message)
@@ -132,7 +168,7 @@ pub(crate) fn oversized(
             }
             _ => None,
         });
-    Some((domain, descriptors, shapes))
+    Ok(Some((domain, descriptors, shapes)))
 }
 
 #[cfg(test)]
@@ -168,9 +204,36 @@ mod tests {
     #[test]
     fn a_request_within_its_limits_is_left_to_the_decoder() {
         let w = wire(vec![vec![("user", "alice")]; 4]);
-        assert!(oversized(&w, 4, 16, 1024).is_none());
-        // Malformed: a length past the end. prost says so.
-        assert!(oversized(&[0x12, 0x05, 0x0A], 0, 0, 0).is_none());
+        assert!(matches!(oversized(&w, 4, 16, 1024), Ok(None)));
+        // Malformed: a length past the end, at the top or in a descriptor. prost refuses it
+        // too, after decoding what came before.
+        assert!(oversized(&[0x12, 0x05, 0x0A], 0, 0, 0).is_err());
+        assert!(oversized(&[0x12, 0x02, 0x0A, 0x05], 9, 9, 9).is_err());
+    }
+
+    // An unknown group (wire types 3 and 4) is skipped, as prost skips it: before the scan
+    // took it for a fault and left the message to prost, which decoded 120,000 empty
+    // descriptors after it before refusing them.
+    // Pins G75.
+    #[test]
+    fn an_unknown_group_is_skipped_as_prost_skips_it() {
+        // Field 15 as an empty group, a nested one in field 16's, the domain, 5 descriptors.
+        let mut w = vec![
+            0x7B, 0x7C, 0x83, 0x01, 0x7B, 0x7C, 0x84, 0x01, 0x0A, 0x01, b'd',
+        ];
+        w.extend([0x12, 0x00].repeat(5));
+        assert!(RateLimitRequest::decode(&w[..]).is_ok());
+        let (domain, n, _) = oversized(&w, 4, 16, 1024).unwrap().expect("5 over 4");
+        assert_eq!((domain.as_ref(), n), ("d", 5));
+        // An end of group with none open, or groups nested past the depth: malformed.
+        assert!(oversized(&[0x7C], 4, 16, 1024).is_err());
+        let deep: Vec<u8> = [0x7B]
+            .repeat(129)
+            .into_iter()
+            .chain([0x7C].repeat(129))
+            .collect();
+        assert!(oversized(&deep, 4, 16, 1024).is_err());
+        assert!(RateLimitRequest::decode(&deep[..]).is_err());
     }
 
     /// xorshift64*: the tests' own numbers, the same every run.
@@ -186,11 +249,18 @@ mod tests {
     #[test]
     fn any_bytes_are_read_without_a_panic_and_any_request_as_decoded() {
         let mut next = numbers(7);
-        // Bytes of every kind, and encodings cut short or with bytes changed.
+        // Bytes of every kind: never a panic, and what the scan cannot read prost refuses
+        // (refused undecoded, it refuses nothing prost would decode).
         for _ in 0..20_000 {
             let len = (next() % 64) as usize;
             let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-            let _ = oversized(&bytes, 2, 2, 4).map(|(_, _, shapes)| shapes.count());
+            match oversized(&bytes, 2, 2, 4) {
+                Ok(read) => drop(read.map(|(_, _, shapes)| shapes.count())),
+                Err(Malformed) => assert!(
+                    RateLimitRequest::decode(&bytes[..]).is_err(),
+                    "{bytes:02x?}"
+                ),
+            };
         }
         // Requests of 0 to 6 descriptors of 0 to 6 entries, keys and values of 0 to 6 bytes:
         // read off the wire exactly as decoded.
@@ -215,7 +285,7 @@ mod tests {
                 .map(|d| d.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
                 .collect();
             let w = wire(pairs);
-            let read = oversized(&w, max_descriptors, max_entries, max_value);
+            let read = oversized(&w, max_descriptors, max_entries, max_value).unwrap();
             assert_eq!(read.is_some(), over, "{descriptors:?}");
             if let Some((domain, n, shapes)) = read {
                 assert_eq!((domain.as_ref(), n), ("d", descriptors.len()));
@@ -233,17 +303,22 @@ mod tests {
                 assert_eq!(shapes, decoded);
             }
         }
-        // Truncated encodings: never a panic.
+        // Truncated encodings: never a panic, and refused undecoded only where prost refuses.
         let w = wire(vec![vec![("user", "alice")]; 5]);
         for cut in 0..w.len() {
-            let _ = oversized(&w[..cut], 2, 2, 4).map(|(_, _, shapes)| shapes.count());
+            match oversized(&w[..cut], 2, 2, 4) {
+                Ok(read) => drop(read.map(|(_, _, shapes)| shapes.count())),
+                Err(Malformed) => assert!(RateLimitRequest::decode(&w[..cut]).is_err()),
+            };
         }
     }
 
     #[test]
     fn descriptors_and_entries_are_counted_off_the_wire() {
         let w = wire(vec![vec![("user", "alice")]; 5]);
-        let (domain, n, shapes) = oversized(&w, 4, 16, 1024).expect("5 descriptors over 4");
+        let (domain, n, shapes) = oversized(&w, 4, 16, 1024)
+            .unwrap()
+            .expect("5 descriptors over 4");
         assert_eq!((domain.as_ref(), n), ("d", 5));
         let shapes: Vec<_> = shapes.map(|s| (s.entries, s.too_long)).collect();
         assert_eq!(shapes, vec![(1, None); 5]);
@@ -253,7 +328,7 @@ mod tests {
             vec![("a", "1")],
             vec![("a", "1"), ("b", long.as_str()), ("c", "3")],
         ]);
-        let (_, n, shapes) = oversized(&w, 4, 2, 10).expect("3 entries over 2");
+        let (_, n, shapes) = oversized(&w, 4, 2, 10).unwrap().expect("3 entries over 2");
         assert_eq!(n, 2);
         let shapes: Vec<_> = shapes.map(|s| (s.entries, s.too_long)).collect();
         assert_eq!(shapes, vec![(1, None), (3, Some("b".into()))]);

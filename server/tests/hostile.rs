@@ -465,4 +465,27 @@ fn a_message_of_empty_descriptors_is_refused_before_it_is_decoded_on_either_port
         ),
         Some(256 + 2 + 256)
     );
+
+    // A `hitsAddend` that is no number: 255 KB of `0,` (an array of 127,000), 256 requests
+    // from 8 threads, refused at its first byte. Read as serde's untagged enum, each was
+    // buffered whole first (32 bytes an element: 4 MB a request, 16 times its size): the
+    // peak grew by 19 MB; now by nothing.
+    let body = format!(
+        r#"{{"domain":"h","descriptors":[{{"entries":[{{"key":"user","value":"u"}}]}}],"hitsAddend":[{}]}}"#,
+        vec!["0"; 127_000].join(",")
+    );
+    let before = peak_kib(pid);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for _ in 0..32 {
+                    let (status, answer) = post(srv.http, "/v1/check", &body);
+                    assert_eq!(status, 400, "{answer}");
+                }
+            });
+        }
+    });
+    let grown = peak_kib(pid).saturating_sub(before);
+    eprintln!("peak RSS grew {grown} KiB over 256 JSON requests of a 127,000-element hitsAddend");
+    assert!(grown < 16 * 1024, "peak RSS grew {grown} KiB");
 }

@@ -230,6 +230,43 @@ fn spoke_http2(grpc: u16) -> Option<TcpStream> {
     (head[3] == 4 && head[5..] == [0; 4]).then_some(tcp)
 }
 
+/// The settings of the server's first SETTINGS frame on a fresh gRPC connection to `grpc`:
+/// (identifier, value) pairs.
+fn server_settings(grpc: u16) -> Vec<(u16, u32)> {
+    let mut tcp = connect(grpc);
+    tcp.write_all(PREFACE).unwrap();
+    let mut head = [0u8; 9];
+    tcp.read_exact(&mut head).unwrap();
+    assert_eq!((head[3], &head[5..]), (4, &[0u8; 4][..]), "SETTINGS first");
+    let mut body = vec![0; u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize];
+    tcp.read_exact(&mut body).unwrap();
+    body.chunks(6)
+        .map(|c| {
+            (
+                u16::from_be_bytes([c[0], c[1]]),
+                u32::from_be_bytes([c[2], c[3], c[4], c[5]]),
+            )
+        })
+        .collect()
+}
+
+// A gRPC connection holds at most `--grpc-max-concurrent-streams` streams (100 by default),
+// advertised as HTTP/2's MAX_CONCURRENT_STREAMS (3) and enforced by h2. tonic advertised none:
+// one connection could open streams without bound, each holding its state and buffers for as
+// long as its client did not read the answer (up to the connection's age).
+// Pins G75.
+#[test]
+fn a_grpc_connection_advertises_and_holds_a_bounded_number_of_streams() {
+    let dir = Scratch::new("grpc-streams");
+    let config = dir.write("d.yaml", RULES);
+    let default = server(&config, &[]);
+    let settings = server_settings(default.grpc);
+    assert!(settings.contains(&(3, 100)), "{settings:?}");
+    let set = server(&config, &["--grpc-max-concurrent-streams", "7"]);
+    let settings = server_settings(set.grpc);
+    assert!(settings.contains(&(3, 7)), "{settings:?}");
+}
+
 /// `ShouldRateLimit` on `user=alice` over a channel of the runtime `rt`: its overall code.
 fn rls_call(
     rt: &tokio::runtime::Runtime,
