@@ -132,9 +132,10 @@
 //!
 //! As the in-memory stores: [`request`](crate::Requests::request)'s `take` returns a [`Ticket`](crate::Ticket)
 //! (with Redis' time of the decision and a reservation id), its `settle` refunds or
-//! charges the difference in one script call, **idempotent per reservation**: the script sets a
-//! mark key (`SET NX`, kept [`SETTLE_MARK_TTL`]) before it applies anything, and a retried settle
-//! that finds the mark changes nothing; a failed settle leaves the ticket open to retry.
+//! charges the difference in one script call, **idempotent per reservation**: the script looks
+//! for a mark key first and sets it (kept [`SETTLE_MARK_TTL`]) once the settle has run, so a
+//! retried settle that finds the mark changes nothing, and a failed settle (a lost reply, or
+//! a script error, which leaves no mark) leaves the ticket open to retry.
 //! [`request`](crate::Requests::request)'s `up_to` grants the most units available, up to `n`, bisecting on the
 //! key's state inside the script; [`request`](crate::Requests::request) decides under a quota that
 //! comes with the request, on the same keys (the script with the quota's parameters).
