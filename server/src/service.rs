@@ -586,6 +586,8 @@ impl Service {
         // can be given back if another is over (`held`: the takes to give back then).
         let all_or_nothing = op != Op::Peek && loaded.config.all_or_nothing(&request.domain);
         let mut held = Vec::new();
+        // The tally entries of the descriptors held: not counted if the request is refused.
+        let mut given_back = Vec::new();
         let mut tally = Tally {
             metrics: &self.metrics,
             counts: Vec::with_capacity(matched.len()),
@@ -654,10 +656,12 @@ impl Service {
                 Op::Peek => engine.peek(key, quota, cost).await.map(|o| (o, None)),
                 Op::Take => engine.take(key, quota, cost).await,
             };
+            let mut held_here = false;
             let answer = match answer {
                 // All or nothing: an admitted take is kept, to give back if another is over.
                 Ok((decision, Some(ticket))) if all_or_nothing => {
                     if ticket.is_open() {
+                        held_here = true;
                         let part = Part {
                             rule: rule.id.clone(),
                             version: slot.version,
@@ -712,6 +716,9 @@ impl Service {
                     None => hits.min(slot.quota_capacity().saturating_add(1)),
                 };
                 tally.counts.push((counter, counted));
+                if held_here {
+                    given_back.push(tally.counts.len() - 1);
+                }
             }
             let remaining = decision
                 .and_then(|d| d.remaining())
@@ -769,6 +776,11 @@ impl Service {
                     self.metrics.backend_error();
                     return Err(ServiceError::Unavailable(e.to_string()));
                 }
+            }
+            // ...and is not counted allowed either: a client repeating such a request would
+            // raise `allowed` by as much each time, charging nothing.
+            for i in given_back {
+                tally.counts[i].1 = 0;
             }
         } else if op == Op::Take {
             // Admitted: a take's ticket settles every descriptor it charged.

@@ -91,6 +91,26 @@ fn an_all_or_nothing_domain_counts_every_descriptor_or_none_in_memory() {
         .unwrap();
     let api = InProcess::serve(Arc::new(service));
     hierarchy(api.port);
+    // A descriptor whose admission was given back is not counted allowed: repeated, such a
+    // request raised `allowed` each time while charging nothing. (acme's on alice's third,
+    // bob's on his second, carol's on her first take.)
+    let text = common::metrics(api.port);
+    let counted = |name: &str, rule: &str| {
+        let series = format!("hotlimit_{name}_total{{domain=\"api\",rule=\"api.{rule}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert_eq!(
+        (counted("allowed", "user"), counted("over_limit", "user")),
+        (6, 3)
+    );
+    assert_eq!(
+        (counted("allowed", "org"), counted("over_limit", "org")),
+        (3, 2)
+    );
 }
 
 // Pins G78.
