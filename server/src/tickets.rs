@@ -97,7 +97,7 @@ pub struct Tickets {
 /// tickets still open.
 struct Settled {
     /// (expires, issued, nonce), the nearest expiry first; an unclaimed one stays until it is
-    /// popped, and counts for nothing (no longer in `set`).
+    /// popped, or the heap passes twice `max`, and counts for nothing (no longer in `set`).
     by_expiry: BinaryHeap<Reverse<(u64, u64, u128)>>,
     set: HashSet<u128>,
     max: usize,
@@ -261,6 +261,12 @@ impl Tickets {
         s.by_expiry
             .push(Reverse((claims.expires, claims.issued, nonce)));
         s.set.insert(nonce);
+        if s.by_expiry.len() > 2 * s.max {
+            // Unclaimed places (settles retried through a backend's outage) kept until their
+            // expiry would grow it past the bound: dropped, at most once per `max` claims.
+            let Settled { by_expiry, set, .. } = &mut *s;
+            by_expiry.retain(|Reverse((_, _, n))| set.contains(n));
+        }
         Ok(())
     }
 
@@ -373,5 +379,25 @@ mod tests {
             t.claim(&claims(4, 90_000, 90_000 + minute), now),
             Err(Refused::Unknown)
         );
+    }
+
+    /// Settles retried through a backend's outage (claimed, unclaimed, claimed again, by the
+    /// thousand) leave places by expiry behind: dropped once they pass twice the bound, where
+    /// they grew until their tickets expired (a client retrying in a loop: without bound).
+    // Pins G75.
+    #[test]
+    fn settles_retried_through_an_outage_keep_the_memory_bounded() {
+        let t = Tickets::new(None, TTL, 8, true).unwrap();
+        for nonce in 0..10_000u128 {
+            let c = claims(nonce, 10, 10 + 60_000);
+            assert_eq!(t.claim(&c, 100), Ok(()));
+            t.unclaim(&c.nonce);
+            let s = t.settled.lock().unwrap();
+            assert!(s.by_expiry.len() <= 2 * 8, "{}", s.by_expiry.len());
+        }
+        // The last retry that succeeds is remembered: no second settle.
+        let last = claims(10_000, 10, 10 + 60_000);
+        assert_eq!(t.claim(&last, 100), Ok(()));
+        assert_eq!(t.claim(&last, 100), Err(Refused::Unknown));
     }
 }
