@@ -358,6 +358,24 @@ fn peak_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// `body` posted to `/v1/check` 256 times from 8 threads, each refused (400, its answer
+/// passed to `check`): by how much (KiB) the server `pid`'s peak memory grew meanwhile.
+fn posted_256(pid: u32, http: u16, body: &str, check: &(dyn Fn(serde_json::Value) + Sync)) -> u64 {
+    let before = peak_kib(pid);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for _ in 0..32 {
+                    let (status, answer) = post(http, "/v1/check", body);
+                    assert_eq!(status, 400, "{answer}");
+                    check(answer);
+                }
+            });
+        }
+    });
+    peak_kib(pid).saturating_sub(before)
+}
+
 // Pins G75.
 #[test]
 fn a_message_of_empty_descriptors_is_refused_before_it_is_decoded_on_either_port() {
@@ -439,22 +457,12 @@ fn a_message_of_empty_descriptors_is_refused_before_it_is_decoded_on_either_port
         r#"{{"domain":"h","descriptors":[{}]}}"#,
         vec!["{}"; 85_000].join(",")
     );
-    let before = peak_kib(pid);
-    std::thread::scope(|s| {
-        for _ in 0..8 {
-            s.spawn(|| {
-                for _ in 0..32 {
-                    let (status, answer) = post(srv.http, "/v1/check", &body);
-                    assert_eq!(status, 400, "{answer}");
-                    assert_eq!(
-                        answer,
-                        json!({"error": "85000 descriptors: at most 64 a request"})
-                    );
-                }
-            });
-        }
+    let grown = posted_256(pid, srv.http, &body, &|answer| {
+        assert_eq!(
+            answer,
+            json!({"error": "85000 descriptors: at most 64 a request"})
+        )
     });
-    let grown = peak_kib(pid).saturating_sub(before);
     eprintln!("peak RSS grew {grown} KiB over 256 JSON requests of 85,000 empty descriptors");
     assert!(grown < 16 * 1024, "peak RSS grew {grown} KiB");
     // Each refusal counted once, on either port.
@@ -474,18 +482,7 @@ fn a_message_of_empty_descriptors_is_refused_before_it_is_decoded_on_either_port
         r#"{{"domain":"h","descriptors":[{{"entries":[{{"key":"user","value":"u"}}]}}],"hitsAddend":[{}]}}"#,
         vec!["0"; 127_000].join(",")
     );
-    let before = peak_kib(pid);
-    std::thread::scope(|s| {
-        for _ in 0..8 {
-            s.spawn(|| {
-                for _ in 0..32 {
-                    let (status, answer) = post(srv.http, "/v1/check", &body);
-                    assert_eq!(status, 400, "{answer}");
-                }
-            });
-        }
-    });
-    let grown = peak_kib(pid).saturating_sub(before);
+    let grown = posted_256(pid, srv.http, &body, &|_| {});
     eprintln!("peak RSS grew {grown} KiB over 256 JSON requests of a 127,000-element hitsAddend");
     assert!(grown < 16 * 1024, "peak RSS grew {grown} KiB");
 }

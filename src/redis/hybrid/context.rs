@@ -20,10 +20,12 @@ pub struct Evicted {
     pub(super) back: bool,
 }
 
-/// The most evicted keys waiting to be handed back: during an outage a flood of new keys,
-/// each admitted by the fallback and evicted, would otherwise grow the list (and each
-/// round's work) with every request. About 4 MB of entries.
+/// The most evicted keys waiting to be handed back, and the fewest (below, the limiter's
+/// `max_keys`): during an outage a flood of new keys, each admitted by the fallback and
+/// evicted, would otherwise grow the list (and each round's work) with every request. At
+/// most about 6 MB of entries.
 pub(super) const MAX_HAND_BACKS: usize = 1 << 16;
+const MIN_HAND_BACKS: usize = 1 << 10;
 
 /// What every decision, the sync thread and the subscription share.
 #[derive(Debug)]
@@ -99,9 +101,11 @@ pub struct FleetContext {
     /// Keys for the sync thread (each queued once until it takes them, and once more if a
     /// request makes it urgent), and whether it is urgent.
     pub(super) queue: Mutex<Vec<(String, bool)>>,
-    /// Keys evicted with units or a debt, to hand back: at most [`MAX_HAND_BACKS`]
+    /// Keys evicted with units or a debt, to hand back: at most `max_hand_backs`
     /// ([`FleetContext::hand_back_later`]).
     pub(super) evicted: Mutex<Vec<Evicted>>,
+    /// The limiter's `max_keys`, within 1,024 and [`MAX_HAND_BACKS`].
+    max_hand_backs: usize,
     pub(super) stop: AtomicBool,
     /// The CAS retries of the sync thread and the subscription (not the requests').
     pub(super) cas: Stats,
@@ -140,13 +144,23 @@ fn instance_id() -> String {
 }
 
 impl FleetContext {
-    /// Queues `e` for the next round's hand-back, unless [`MAX_HAND_BACKS`] wait already:
+    /// At most `max_keys` evicted keys waiting to be handed back (within 1,024 and
+    /// [`MAX_HAND_BACKS`]).
+    pub(super) fn with_max_keys(self, max_keys: Option<usize>) -> Self {
+        Self {
+            max_hand_backs: max_keys
+                .map_or(MAX_HAND_BACKS, |m| m.clamp(MIN_HAND_BACKS, MAX_HAND_BACKS)),
+            ..self
+        }
+    }
+
+    /// Queues `e` for the next round's hand-back, unless `max_hand_backs` wait already:
     /// then it is dropped and counted (`hand_backs_dropped`). A GCRA key's units left with
     /// Redis only err strict; its debt (what a fallback admitted past its lease) is not
     /// charged to the fleet: at most a fallback's share of its burst per key dropped.
     pub(super) fn hand_back_later(&self, e: Evicted) {
         let mut list = self.evicted.lock();
-        if list.len() < MAX_HAND_BACKS {
+        if list.len() < self.max_hand_backs {
             list.push(e);
         } else {
             self.stats
@@ -188,6 +202,7 @@ impl FleetContext {
             last_error: Mutex::new(None),
             queue: Mutex::new(Vec::new()),
             evicted: Mutex::new(Vec::new()),
+            max_hand_backs: MAX_HAND_BACKS,
             stop: AtomicBool::new(false),
             cas: Stats::default(),
         }

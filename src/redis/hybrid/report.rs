@@ -98,8 +98,9 @@ pub struct HybridStats {
     pub leased: u64,
     /// GCRA units handed back unspent (quiet keys, evicted keys, the limiter dropped).
     pub returned: u64,
-    /// Evicted GCRA keys not handed back because 65,536 were waiting already (an outage
-    /// under a flood of new keys): their units stay with Redis, their debts uncharged.
+    /// Evicted GCRA keys not handed back because `max_keys` (within 1,024 and 65,536) were
+    /// waiting already (an outage under a flood of new keys): their units stay with Redis,
+    /// their debts uncharged.
     pub hand_backs_dropped: u64,
     /// GCRA units admitted beyond a lease (or denied under a strict policy) and charged to
     /// Redis afterwards.

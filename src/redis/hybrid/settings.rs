@@ -122,12 +122,15 @@ impl<A: HybridAlgorithm, C: Clock> HybridBuilder<A, C> {
         let unix = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, duration_to_nanos);
-        let ctx = Arc::new(FleetContext::new(
-            duration_to_nanos(interval),
-            fallback.local_share(),
-            now,
-            unix,
-        ));
+        let ctx = Arc::new(
+            FleetContext::new(
+                duration_to_nanos(interval),
+                fallback.local_share(),
+                now,
+                unix,
+            )
+            .with_max_keys(self.options.max_keys),
+        );
         // Instances reconnect and subscribe again up to `reconnect_after` apart, then publish
         // within a round.
         ctx.recover_for.store(

@@ -19,7 +19,7 @@ local SETTLE = MODE == 's'
 -- A take, whose settle may correct its cost, stores what `Algorithm::take` does (a hierarchy's
 -- levels too: levels.lua sets it before they store).
 local TAKE = MODE == 't'
-local TAKEN, CHARGED, ACTUAL, MARK
+local TAKEN, CHARGED, ACTUAL
 -- How long a settle's mark lives: set by the tail once the settle has run (an in-flight
 -- permit's keeps it as long as its lease).
 local MARK_MS = SETTLE_MARK_MS
@@ -27,7 +27,6 @@ if SETTLE then
   TAKEN = tonumber(ARGV[#ARGV - 1])
   ACTUAL = tonumber(ARGV[#ARGV])
   CHARGED = cost
-  MARK = KEYS[#KEYS]
 end
 -- 2^53: the largest time an f64 still counts in whole units; waits saturate there.
 local MAXW = 9007199254740992

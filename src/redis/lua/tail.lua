@@ -1,9 +1,9 @@
 -- Runs the request on the outermost function, `MAIN` (replaced). A settle applies once per
 -- reservation: its mark (the last key) is checked first and set once `MAIN` has run, so a
 -- retried settle (a lost reply) finds it and changes nothing, and one whose `MAIN` failed
--- (a script error: Redis keeps what ran before it) leaves no mark, its retry to make. A partial grant finds the most units in 1..cost the state
--- admits now, by bisection on peeks as `Algorithm::update_up_to` does, then counts them (or
--- one unit's denial when none fits).
+-- (a script error: Redis keeps what ran before it) leaves no mark, its retry to make. A
+-- partial grant finds the most units in 1..cost the state admits now, by bisection on peeks
+-- as `Algorithm::update_up_to` does, then counts them (or one unit's denial when none fits).
 if SETTLE then
   if redis.call('EXISTS', KEYS[#KEYS]) == 1 then return 0 end
   MAIN(KEYS, ARGV, true)
