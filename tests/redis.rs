@@ -1151,20 +1151,9 @@ fn local_fast_path_never_answers_a_request_with_its_own_quota() {
         .local_fast_path(10)
         .build()
         .unwrap();
-    assert!(l
-        .request("k")
-        .quota(&tight)
-        .at(now)
-        .check()
-        .unwrap()
-        .is_allowed());
-    assert!(l
-        .request("k")
-        .quota(&tight)
-        .at(now)
-        .check()
-        .unwrap()
-        .is_denied());
+    let under_tight = || l.request("k").quota(&tight).at(now).check().unwrap();
+    assert!(under_tight().is_allowed());
+    assert!(under_tight().is_denied());
     let trips = l.stats().round_trips;
     assert!(l.request("k").at(now).check().unwrap().is_allowed());
     assert_eq!(l.stats().round_trips, trips + 1);

@@ -35,23 +35,11 @@ fn fields(mut buf: &[u8]) -> impl Iterator<Item = Option<Field<'_>>> {
         if buf.is_empty() {
             return None;
         }
-        let field = (|| {
-            let key = varint(&mut buf)?;
-            let number = u32::try_from(key >> 3).ok()?;
-            match key & 7 {
-                0 => varint(&mut buf).map(|_| Field::Other(number)),
-                1 => skip(&mut buf, 8).map(|_| Field::Other(number)),
-                2 => {
-                    let len = usize::try_from(varint(&mut buf)?).ok()?;
-                    skip(&mut buf, len).map(|bytes| Field::Bytes(number, bytes))
-                }
-                5 => skip(&mut buf, 4).map(|_| Field::Other(number)),
-                // A group, unknown to these messages: skipped whole, as prost skips it.
-                3 => skip_group(&mut buf, number, MAX_DEPTH).map(|_| Field::Other(number)),
-                // An end of group with none open, or a wire type that does not exist.
-                _ => None,
-            }
-        })();
+        // An end of group with none open is malformed.
+        let field = match read(&mut buf, MAX_DEPTH) {
+            Some(Read::Field(f)) => Some(f),
+            _ => None,
+        };
         if field.is_none() {
             buf = &[];
         }
@@ -59,25 +47,39 @@ fn fields(mut buf: &[u8]) -> impl Iterator<Item = Option<Field<'_>>> {
     })
 }
 
-/// Skips the rest of the group `number` (its start read), nested groups too, `depth` deep
-/// at most.
-fn skip_group(buf: &mut &[u8], number: u32, depth: u32) -> Option<()> {
-    let depth = depth.checked_sub(1)?;
-    loop {
-        let key = varint(buf)?;
-        let inner = u32::try_from(key >> 3).ok()?;
-        match key & 7 {
-            0 => varint(buf).map(drop)?,
-            1 => skip(buf, 8).map(drop)?,
-            2 => {
-                let len = usize::try_from(varint(buf)?).ok()?;
-                skip(buf, len).map(drop)?
-            }
-            3 => skip_group(buf, inner, depth)?,
-            4 if inner == number => return Some(()),
-            5 => skip(buf, 4).map(drop)?,
-            _ => return None,
+/// What [`read`] found: a field, or the end of the group numbered so.
+enum Read<'a> {
+    Field(Field<'a>),
+    End(u32),
+}
+
+/// The next field of `buf`; `None` where malformed. A group, unknown to these messages, is
+/// skipped whole as prost skips it, nested groups too, `depth` deep at most.
+fn read<'a>(buf: &mut &'a [u8], depth: u32) -> Option<Read<'a>> {
+    let key = varint(buf)?;
+    let number = u32::try_from(key >> 3).ok()?;
+    let other = Read::Field(Field::Other(number));
+    match key & 7 {
+        0 => varint(buf).map(|_| other),
+        1 => skip(buf, 8).map(|_| other),
+        2 => {
+            let len = usize::try_from(varint(buf)?).ok()?;
+            skip(buf, len).map(|bytes| Read::Field(Field::Bytes(number, bytes)))
         }
+        5 => skip(buf, 4).map(|_| other),
+        3 => {
+            let depth = depth.checked_sub(1)?;
+            loop {
+                match read(buf, depth)? {
+                    Read::End(n) if n == number => return Some(other),
+                    Read::End(_) => return None,
+                    Read::Field(_) => {}
+                }
+            }
+        }
+        4 => Some(Read::End(number)),
+        // A wire type that does not exist.
+        _ => None,
     }
 }
 

@@ -24,7 +24,7 @@ pub struct Evicted {
 /// `max_keys`): during an outage a flood of new keys, each admitted by the fallback and
 /// evicted, would otherwise grow the list (and each round's work) with every request. At
 /// most about 6 MB of entries.
-pub(super) const MAX_HAND_BACKS: usize = 1 << 16;
+const MAX_HAND_BACKS: usize = 1 << 16;
 const MIN_HAND_BACKS: usize = 1 << 10;
 
 /// What every decision, the sync thread and the subscription share.
