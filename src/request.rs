@@ -323,7 +323,8 @@ pub trait Requests<Q: ?Sized>: Send + Sync {
 /// `RedisLimiter::check_all` runs a hierarchy of one limiter's keys in one script call,
 /// atomically. A level whose step fails refunds the levels before
 /// it and returns the error (a refund that fails leaves its charge: it errs strict). An empty
-/// list admits.
+/// list admits. Any depth is checked in bounded stack: up to 16 levels allocate nothing, a
+/// deeper hierarchy one buffer for its tickets.
 ///
 /// ```
 /// use hotlimit::{algo::Gcra, check_all, CasLimiter, ManualClock, Requests};
@@ -371,7 +372,7 @@ where
         limiter.settle(key, &mut ticket, 0, ask_with(1, quota))?;
         break;
     }
-    take_levels(levels, 0, cost)
+    take_levels(levels, cost)
 }
 
 /// The answer when level `i` of [`check_all`] denied: its decision, its retry waiting for
@@ -392,37 +393,73 @@ where
     (i, waiting_for_all(denied, later))
 }
 
-/// Levels `i..` of [`check_all`] (`i` in range): level `i` taken, the rest walked, level `i`
-/// refunded if a later one denied or failed. Recursive, so nothing is allocated: one frame a
-/// level.
+/// The tickets a hierarchy of at most this many levels holds on the stack; a deeper one takes
+/// one allocation. Never one frame a level: a caller's slice of a million levels must not
+/// overflow the stack.
+const LEVELS_ON_STACK: usize = 16;
+
+/// Every level of [`check_all`] taken in order; if one denies or fails, the levels before it
+/// are refunded, the latest first.
 fn take_levels<L, Q>(
     levels: &[(&L, &Q, Option<&L::Algo>)],
-    i: usize,
     cost: u64,
 ) -> Result<(usize, Decision), L::Error>
 where
     L: Requests<Q> + ?Sized,
     Q: ?Sized,
 {
-    let (limiter, key, quota) = levels[i];
-    let ask = |cost| ask_with(cost, quota);
-    let mut ticket = limiter.take(key, ask(cost))?;
-    let mine = ticket.decision();
-    if mine.is_denied() {
-        return Ok(denied_at(levels, i, cost, mine));
+    if levels.len() <= LEVELS_ON_STACK {
+        let mut tickets: [Option<Ticket>; LEVELS_ON_STACK] = Default::default();
+        take_levels_into(levels, cost, &mut tickets)
+    } else {
+        let mut tickets = Vec::new();
+        tickets.resize_with(levels.len(), || None);
+        take_levels_into(levels, cost, &mut tickets)
     }
-    if i + 1 == levels.len() {
-        return Ok((i, mine));
-    }
-    match take_levels(levels, i + 1, cost) {
-        Ok((j, theirs)) if theirs.is_allowed() => Ok(tighter((i, mine), (j, theirs))),
-        // Denied or failed further on: this level gives its charge back (if the refund
-        // fails too, the charge stands: it errs strict).
-        rest => {
-            limiter.settle(key, &mut ticket, 0, ask(1))?;
-            rest
+}
+
+/// [`take_levels`] with room for one ticket a level in `tickets`.
+fn take_levels_into<L, Q>(
+    levels: &[(&L, &Q, Option<&L::Algo>)],
+    cost: u64,
+    tickets: &mut [Option<Ticket>],
+) -> Result<(usize, Decision), L::Error>
+where
+    L: Requests<Q> + ?Sized,
+    Q: ?Sized,
+{
+    let mut tightest: Option<(usize, Decision)> = None;
+    for (i, &(limiter, key, quota)) in levels.iter().enumerate() {
+        let outcome = limiter.take(key, ask_with(cost, quota)).map(|ticket| {
+            let mine = ticket.decision();
+            tickets[i] = Some(ticket);
+            mine
+        });
+        let mut rest = match outcome {
+            Ok(mine) if mine.is_allowed() => {
+                tightest = Some(match tightest {
+                    Some(before) => tighter(before, (i, mine)),
+                    None => (i, mine),
+                });
+                continue;
+            }
+            Ok(mine) => Ok(denied_at(levels, i, cost, mine)),
+            Err(e) => Err(e),
+        };
+        // Denied or failed here: each level before gives its charge back, the latest first (a
+        // refund that fails leaves its own charge, errs strict, and is the error returned
+        // unless an earlier level's refund fails too).
+        for (&(limiter, key, quota), ticket) in levels[..i].iter().zip(&mut tickets[..i]).rev() {
+            if let Some(ticket) = ticket {
+                if let Err(e) = limiter.settle(key, ticket, 0, ask_with(1, quota)) {
+                    rest = Err(e);
+                }
+            }
         }
+        return rest;
     }
+    // `levels` is not empty (`check_all` answered an empty list): some level was the tightest.
+    Ok(tightest.unwrap_or((0, Decision::allowed())))
 }
 
 fn ask_with<A>(cost: u64, quota: Option<&A>) -> Ask<'_, A> {

@@ -5,11 +5,11 @@
 //! alone, every answer is that of a sequential model of the levels.
 
 use hotlimit::algo::{Algorithm, Earrrl, Exponential, FixedWindow, Gcra, SlidingWindow};
-use hotlimit::store::Locked;
+use hotlimit::store::{Ask, Locked};
 use hotlimit::RateLimiter;
 use hotlimit::{
     check_all, CasLimiter, CompactLimiter, Decision, DirectLimiter, ManualClock, MutexLimiter,
-    Policy, QuotaError, Requests,
+    Policy, QuotaError, Requests, Ticket,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
@@ -393,4 +393,77 @@ fn each_answer_is_the_sequential_models() {
             "{policy}: {admitted} {denied}"
         );
     }
+}
+
+/// A limiter whose read always admits: its take alone decides, so a level denies only after
+/// the levels before it were taken (the race `check_all` refunds for), made certain.
+struct ReadAdmits<'a>(&'a CasLimiter<u64, Gcra, ManualClock>);
+
+impl Requests<u64> for ReadAdmits<'_> {
+    type Algo = Gcra;
+    type Error = QuotaError;
+
+    fn decide(&self, key: &u64, ask: Ask<'_, Gcra>) -> Result<Decision, QuotaError> {
+        self.0.decide(key, ask)
+    }
+
+    fn peek(&self, _: &u64, _: Ask<'_, Gcra>) -> Result<Decision, QuotaError> {
+        Ok(Decision::allowed())
+    }
+
+    fn up_to(&self, key: &u64, ask: Ask<'_, Gcra>) -> Result<(u64, Decision), QuotaError> {
+        self.0.up_to(key, ask)
+    }
+
+    fn take(&self, key: &u64, ask: Ask<'_, Gcra>) -> Result<Ticket, QuotaError> {
+        self.0.take(key, ask)
+    }
+
+    fn settle(
+        &self,
+        key: &u64,
+        ticket: &mut Ticket,
+        actual: u64,
+        ask: Ask<'_, Gcra>,
+    ) -> Result<bool, QuotaError> {
+        self.0.settle(key, ticket, actual, ask)
+    }
+}
+
+/// A hierarchy as deep as a caller makes it: 200,000 levels, checked on a thread of 256 KiB
+/// of stack (a frame a level would overflow it and abort the process). Admitted, each level
+/// is charged once; when the last level's take denies, every level before it is given its
+/// charge back.
+// Pins G78.
+#[test]
+fn a_hierarchy_of_any_depth_is_checked_in_bounded_stack() {
+    const DEPTH: u64 = 200_000;
+    let run = || {
+        let clock = ManualClock::default();
+        let l = CasLimiter::<u64, Gcra, _>::with_clock("1/h burst 2".parse().unwrap(), clock);
+        let keys: Vec<u64> = (0..DEPTH).collect();
+        let read_admits = ReadAdmits(&l);
+        let levels: Vec<_> = keys.iter().map(|k| (&read_admits, k, None)).collect();
+        let (_, first) = check_all(&levels, 1).unwrap();
+        assert!(first.is_allowed());
+        // The last level spent by a request of its own: its take denies.
+        assert!(l.check(&(DEPTH - 1)).is_allowed());
+        let (level, denied) = check_all(&levels, 1).unwrap();
+        assert_eq!((level as u64, denied.is_allowed()), (DEPTH - 1, false));
+        // Every other level holds exactly the first request's charge: one of two left.
+        for key in [0, 1, DEPTH / 2, DEPTH - 2] {
+            assert_eq!(
+                l.request(&key).peek().unwrap().remaining(),
+                Some(0),
+                "{key}"
+            );
+            assert!(l.request(&key).peek().unwrap().is_allowed(), "{key}");
+        }
+    };
+    thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(run)
+        .unwrap()
+        .join()
+        .unwrap();
 }
