@@ -113,10 +113,12 @@ pub struct Settings {
     pub count_over_limit: bool,
     /// The bounds on a request.
     pub limits: Limits,
-    /// How long a take's ticket can be settled. At most the backend's settle mark
-    /// (`hotlimit::redis::SETTLE_MARK_TTL`, 60 s), so that a replica that never saw a
-    /// ticket's settle still refuses a second one; a ticket of in-flight permits alone lives
-    /// as long as its longest lease instead (its release must land).
+    /// How long a take's ticket can be settled. On the `redis` backend at most
+    /// `hotlimit::redis::SETTLE_MARK_TTL` (60 s; a longer one is cut to it), the life Redis'
+    /// settle marks cover, so that a replica that never saw a ticket's settle still refuses a
+    /// second one (the marks live 5 s more: replicas' clocks may differ that much); a ticket of
+    /// in-flight permits alone lives as long as its longest lease instead (its release must
+    /// land, and its mark lives as long and the 5 s).
     pub ticket_ttl: Duration,
     /// The secret tickets are signed with: on the `redis` backend, replicas given the same one
     /// settle each other's tickets (on memory and the fleet only the issuing process settles

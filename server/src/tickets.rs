@@ -146,7 +146,13 @@ impl Tickets {
             key,
             issuer: u128::from_be_bytes(issuer),
             shared,
-            ttl,
+            // On a shared backend a replica that never saw a settle refuses a second one by
+            // Redis' mark alone, which covers a ticket's first `SETTLE_MARK_TTL`: no longer.
+            ttl: if shared {
+                ttl.min(hotlimit::redis::SETTLE_MARK_TTL)
+            } else {
+                ttl
+            },
             settled: Mutex::new(Settled {
                 by_expiry: BinaryHeap::new(),
                 set: HashSet::new(),
@@ -306,6 +312,18 @@ mod tests {
     fn token(t: &Tickets) -> String {
         t.issue(Vec::new(), 1_000, Duration::ZERO, usize::MAX)
             .unwrap()
+    }
+
+    /// On Redis a ticket lives no longer than the settle marks cover (a replica that never
+    /// saw its settle would take it again once the mark expired); in memory it lives as set.
+    // Pins G74.
+    #[test]
+    fn a_shared_backends_tickets_live_no_longer_than_its_marks() {
+        let hour = Duration::from_secs(3_600);
+        let shared = Tickets::new(Some("s"), hour, 10, true).unwrap();
+        assert_eq!(shared.ttl(), hotlimit::redis::SETTLE_MARK_TTL);
+        let alone = Tickets::new(Some("s"), hour, 10, false).unwrap();
+        assert_eq!(alone.ttl(), hour);
     }
 
     /// Two processes given one secret, on a backend whose settles each process remembers

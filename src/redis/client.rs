@@ -191,10 +191,15 @@ impl<A: RedisAlgorithm> ClientCore<A> {
         // In the tail and in any algorithm's body (the in-flight permits keep a mark longer).
         let script = |tail: &str| {
             let script = functions.clone() + &tail.replace("MAIN", &main);
-            let script = script.replace(
-                "SETTLE_MARK_MS",
-                &super::SETTLE_MARK_TTL.as_millis().to_string(),
-            );
+            let script = script
+                .replace(
+                    "SETTLE_MARK_MS",
+                    &super::SETTLE_MARK_TTL.as_millis().to_string(),
+                )
+                .replace(
+                    "MARK_CLOCK_MARGIN_MS",
+                    &super::MARK_CLOCK_MARGIN.as_millis().to_string(),
+                );
             ::redis::Script::new(&script)
         };
         ClientCore {

@@ -218,11 +218,19 @@ use std::time::Duration;
 /// time: replays slower than real time keep their states (see the module docs).
 pub const MIN_EXPLICIT_TTL: Duration = Duration::from_secs(10);
 
-/// How long Redis remembers that a reservation was settled (its mark): a settle retried
-/// within it (after a lost reply) finds the mark and changes nothing. Retries come within the
-/// client's timeouts (milliseconds); a ticket settled again much later, from another
-/// process' copy of its id, is not a retry the mark covers.
+/// How long after its settle Redis remembers that a reservation was settled (its mark), less
+/// a margin: a settle retried within it (after a lost reply) finds the mark and changes
+/// nothing. Retries come within the client's timeouts (milliseconds); a ticket settled again
+/// much later, from another process' copy of its id, is not a retry the mark covers. The
+/// server's tickets live this long. Each mark lives [`MARK_CLOCK_MARGIN`] longer (an in-flight
+/// permit's, its lease and the margin), so a process whose clock runs behind the settler's
+/// by up to the margin, and takes the ticket for younger than it is, still finds the mark.
 pub const SETTLE_MARK_TTL: Duration = Duration::from_secs(60);
+
+/// How much longer a settle mark lives than the ticket life it covers ([`SETTLE_MARK_TTL`], or
+/// an in-flight permit's lease): the clock skew between processes settling one ticket that the
+/// marks absorb.
+pub const MARK_CLOCK_MARGIN: Duration = Duration::from_secs(5);
 
 /// The latest explicit `now` (ns) the scripts count exactly: 2^53 − 1 (about 104 days).
 pub const MAX_EXPLICIT_NOW: u64 = (1 << 53) - 1;

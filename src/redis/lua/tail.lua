@@ -1,5 +1,6 @@
 -- Runs the request on the outermost function, `MAIN` (replaced). A settle applies once per
--- reservation: its mark (the last key) is checked first and set once `MAIN` has run, so a
+-- reservation: its mark (the last key) is checked first and set once `MAIN` has run (living
+-- the ticket's life and a margin for the settlers' clock skew, `MARK_CLOCK_MARGIN`), so a
 -- retried settle (a lost reply) finds it and changes nothing, and one whose `MAIN` failed
 -- (a script error: Redis keeps what ran before it) leaves no mark, its retry to make. A
 -- partial grant finds the most units in 1..cost the state admits now, by bisection on peeks
@@ -7,7 +8,7 @@
 if SETTLE then
   if redis.call('EXISTS', KEYS[#KEYS]) == 1 then return 0 end
   MAIN(KEYS, ARGV, true)
-  redis.call('SET', KEYS[#KEYS], '1', 'PX', MARK_MS)
+  redis.call('SET', KEYS[#KEYS], '1', 'PX', MARK_MS + MARK_CLOCK_MARGIN_MS)
   return 1
 end
 if MODE == 'u' then
