@@ -162,7 +162,8 @@ where
         let (mut parts, body) = req.into_parts();
         let outer = &*self.shared;
         let shared = &outer.shared;
-        let (outcome, held) = shared.take(&parts);
+        // A cost of 0 holds no permit: not limited, as in `build`'s layer.
+        let (outcome, held) = shared.take(&parts, 0);
         let held = held.map(|(key, ticket)| Held {
             limiter: shared.limiter.clone(),
             key,

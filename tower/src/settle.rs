@@ -65,7 +65,11 @@ where
     /// ([`Request::take`](hotlimit::Request::take)) and settled with what `actual` reads off the
     /// response ([`Request::settle`](hotlimit::Request::settle)): units not used are refunded,
     /// an overrun is charged as a debt the key pays before its next admission. A denied
-    /// request is answered 429 as by [`build`](LayerBuilder::build), and charged nothing.
+    /// request is answered 429 as by [`build`](LayerBuilder::build), and charged nothing. A
+    /// request is never free before its response: a cost of 0 is taken as 1 (and settled to
+    /// 0 if `actual` says so), so a request whose cost is an estimate a client sends cannot
+    /// skip the check, nor the charge its response reports. Keep a route that must never be
+    /// limited (a health check) outside the layer.
     ///
     /// For a limiter that settles in memory (every in-memory limiter, the hybrid limiter).
     /// The key is copied once per admitted request, to settle with.
@@ -152,9 +156,11 @@ where
 {
     /// A request through a take (the settle and in-flight layers): the layer's own answer
     /// to the decision or the error (the report, the headers, a cost over capacity, a
-    /// limiter that could not decide), and the key and ticket of an admitted request.
-    pub(super) fn take(&self, parts: &Parts) -> (Outcome, Option<(String, Ticket)>) {
-        let cost = self.cost.cost(parts);
+    /// limiter that could not decide), and the key and ticket of an admitted request. A cost
+    /// below `least` is taken as `least`: the settle layer's 1, since the response, not the
+    /// request, says what a request cost.
+    pub(super) fn take(&self, parts: &Parts, least: u64) -> (Outcome, Option<(String, Ticket)>) {
+        let cost = self.cost.cost(parts).max(least);
         let mut extracted = None;
         let key = match cost {
             // Cost 0: not limited, as in `build`'s layer.
@@ -204,7 +210,9 @@ where
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let (mut parts, body) = req.into_parts();
         let shared = &self.shared.0;
-        let (outcome, open) = shared.take(&parts);
+        // Never free before the response: an estimate of 0 (a client's own, say) skipped the
+        // settle, and the response's real cost went uncharged.
+        let (outcome, open) = shared.take(&parts, 1);
         let open = open.map(|(key, ticket)| Open { key, ticket });
         let kind = match shared.admit(outcome, &mut parts) {
             Ok(fields) => SettleKind::Inner {

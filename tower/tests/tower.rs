@@ -1404,6 +1404,20 @@ async fn settle_refunds_what_the_response_did_not_use_and_charges_an_overrun_as_
     assert_eq!(status, StatusCode::OK);
     clock.advance(Duration::from_secs(365 * 86_400));
     assert!(limiter.request("w").peek().unwrap().is_denied());
+    // A client's estimate of 0 is no free pass: taken as 1, settled with what was used (8 of
+    // 10), and once the key is spent it is denied like any other request.
+    let zero = |path: &'static str| {
+        let client = client.clone();
+        async move {
+            get_with(&client, addr, path, &[("x-user", "z"), ("x-estimate", "0")])
+                .await
+                .0
+        }
+    };
+    assert_eq!(zero("/use/8").await, StatusCode::OK);
+    assert_eq!(limiter.request("z").peek().unwrap().remaining(), Some(1));
+    assert_eq!(zero("/use/2").await, StatusCode::OK);
+    assert_eq!(zero("/use/0").await, StatusCode::TOO_MANY_REQUESTS);
 }
 
 /// A login endpoint that counts failed attempts only: every response but a 401 is refunded in
