@@ -704,11 +704,15 @@ impl Config {
 
     /// The rule a descriptor's entries match, as envoyproxy/ratelimit matches it: level by
     /// level, `key_value` first, then a wildcard value, then the bare `key`; a rule applies
-    /// only at the depth of the descriptor's last entry.
+    /// only at the depth of the descriptor's last entry. Matching reads every entry whole; in
+    /// the state key a key or value longer than `long` bytes is its SHA-256 (its first 128
+    /// bits, `\#` and 32 hex digits: no escaped text has `\#`), so a client's long value is
+    /// counted, under a key of bounded size.
     pub fn matching<K: AsRef<str>, V: AsRef<str>>(
         &self,
         domain: &str,
         entries: &[(K, V)],
+        long: usize,
     ) -> Option<Match> {
         let mut node = self.domains.get(domain)?;
         let mut shared: Vec<Option<&str>> = Vec::new();
@@ -755,22 +759,34 @@ impl Config {
         }
         let rule = found?;
         let mut key = String::with_capacity(64);
-        push_escaped(&mut key, domain);
+        push_escaped(&mut key, domain, long);
         for (i, (k, v)) in entries.iter().enumerate() {
             key.push('|');
-            push_escaped(&mut key, k.as_ref());
+            push_escaped(&mut key, k.as_ref(), long);
             key.push('=');
             push_escaped(
                 &mut key,
                 shared.get(i).copied().flatten().unwrap_or(v.as_ref()),
+                long,
             );
         }
         Some(Match { rule, key })
     }
 }
 
-/// `|`, `=` and `\` escaped, so that no two descriptors share a key.
-fn push_escaped(out: &mut String, s: &str) {
+/// `|`, `=` and `\` escaped, so that no two descriptors share a key; a part longer than
+/// `long` bytes written as `\#` and the first 128 bits of its SHA-256 in hex (the same on
+/// every replica: Redis keys are shared).
+fn push_escaped(out: &mut String, s: &str, long: usize) {
+    if s.len() > long {
+        use sha2::{Digest, Sha256};
+        use std::fmt::Write;
+        out.push_str("\\#");
+        for b in &Sha256::digest(s.as_bytes())[..16] {
+            let _ = write!(out, "{b:02x}");
+        }
+        return;
+    }
     for c in s.chars() {
         if matches!(c, '|' | '=' | '\\') {
             out.push('\\');
@@ -971,11 +987,54 @@ mod tests {
             "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 1}\n",
         )])
         .unwrap();
-        let one = config.matching("d", &[("a", "x|b=y"), ("b", "z")]).unwrap();
-        let two = config.matching("d", &[("a", "x"), ("b", "y|b=z")]).unwrap();
+        let one = config
+            .matching("d", &[("a", "x|b=y"), ("b", "z")], 64)
+            .unwrap();
+        let two = config
+            .matching("d", &[("a", "x"), ("b", "y|b=z")], 64)
+            .unwrap();
         assert_ne!(one.key, two.key);
         assert_eq!(one.rule.id, "d.a.b");
     }
+    /// A key or value past the bound is matched whole and kept as its SHA-256 in the state key:
+    /// a key of bounded size, apart from every other value (one a byte apart, and a short value
+    /// spelling the digest out, which is escaped).
+    // Pins G75.
+    #[test]
+    fn a_long_value_is_matched_whole_and_keyed_by_its_hash() {
+        let config = Config::from_sources([(
+            Path::new("t.yaml"),
+            "domain: d\ndescriptors:\n  - key: path\n    value: \"/api/*\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        )])
+        .unwrap();
+        let long = format!("/api/{}", "x".repeat(100_000));
+        let one = config
+            .matching("d", &[("path", long.as_str())], 64)
+            .unwrap();
+        assert_eq!(one.rule.id, "d.path_/api/*");
+        assert_eq!(one.key.len(), "d|path=".len() + 2 + 32, "{}", one.key);
+        let near = format!("{}y", &long[..long.len() - 1]);
+        let two = config
+            .matching("d", &[("path", near.as_str())], 64)
+            .unwrap();
+        assert_ne!(one.key, two.key);
+        let spelled = one.key["d|path=".len()..].to_owned();
+        assert!(spelled.starts_with("\\#"), "{spelled}");
+        let forged = config.matching("d", &[("path", spelled.as_str())], 64);
+        assert!(forged.is_none_or(|m| m.key != one.key));
+        let forged = format!("/api/{spelled}");
+        let forged = config
+            .matching("d", &[("path", forged.as_str())], 64)
+            .unwrap();
+        assert_ne!(forged.key, one.key);
+        // At the bound, kept whole.
+        let whole = format!("/api/{}", "x".repeat(59));
+        let kept = config
+            .matching("d", &[("path", whole.as_str())], 64)
+            .unwrap();
+        assert_eq!(kept.key, format!("d|path={whole}"));
+    }
+
     #[test]
     fn an_earrrl_half_life_is_a_duration_and_a_bad_one_is_refused() {
         let rule = |half_life: &str| {
@@ -984,7 +1043,7 @@ mod tests {
                 &*format!("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: second, requests_per_unit: 5, algorithm: earrrl, half_life: \"{half_life}\"}}\n"),
             )])
         };
-        let class = |c: &Config| match &c.matching("d", &[("a", "x")]).unwrap().rule.limit {
+        let class = |c: &Config| match &c.matching("d", &[("a", "x")], 64).unwrap().rule.limit {
             Limit::Limited { class, .. } => class.clone(),
             Limit::Unlimited => unreachable!("a limited rule"),
         };

@@ -32,11 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use futures_util::StreamExt;
 
-use std::borrow::Cow;
-
-use crate::service::{
-    Code, Descriptor, Op, Rejection, Request, Response, Service, ServiceError, Shape,
-};
+use crate::service::{Code, Descriptor, Op, Rejection, Request, Response, Service, ServiceError};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -360,17 +356,8 @@ fn parse(service: &Service, body: &[u8]) -> Result<Request, ServiceError> {
     };
     let json = from_json(body).map_err(counted)?;
     if json.cut() {
-        let max = service.settings().limits.max_value_bytes;
-        let shapes = json.descriptors.items.iter().map(|d| Shape {
-            entries: d.entries.total,
-            too_long: d
-                .entries
-                .items
-                .iter()
-                .find(|e| e.key.len() > max || e.value.len() > max)
-                .map(|e| Cow::Borrowed(e.key.as_str())),
-        });
-        service.admit_shape(&json.domain, json.descriptors.total, shapes)?;
+        let entries = json.descriptors.items.iter().map(|d| d.entries.total);
+        service.admit_shape(&json.domain, json.descriptors.total, entries)?;
         return Err(counted(past_kept()));
     }
     request(json).map_err(counted)

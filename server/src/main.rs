@@ -74,7 +74,8 @@ struct Args {
     /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default hits over the limit count too.
     #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")]
     stop_cache_key_increment_when_overlimit: bool,
-    /// The longest descriptor key or value a request may carry, in bytes.
+    /// The longest domain a request may carry, in bytes, and the longest descriptor key or value
+    /// kept whole in a state key (a longer one is counted under its SHA-256).
     #[arg(long, env = "HOTLIMIT_MAX_VALUE_BYTES", default_value_t = Limits::default().max_value_bytes)]
     max_value_bytes: usize,
     /// The most entries one descriptor may have (at most 4,096: what the JSON API reads).

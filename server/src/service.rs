@@ -3,7 +3,6 @@
 //! `shadow_mode`, `quota_mode`, `unlimited`; the response headers; take and settle; reloads
 //! that keep the state of every unchanged rule.
 
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -19,13 +18,6 @@ use crate::config::{Algorithm, Config, ConfigError, Limit, Unit};
 use crate::engine::{Backend, Engine, EngineError, Engines, Key};
 use crate::metrics::{Metrics, RuleCounters};
 use crate::tickets::{NotIssued, Part, Tickets};
-
-/// What [`Service::admit`] reads of a descriptor: how many entries it has, and the key of
-/// the first whose key or value is longer than `max_value_bytes`.
-pub(crate) struct Shape<'a> {
-    pub(crate) entries: usize,
-    pub(crate) too_long: Option<Cow<'a, str>>,
-}
 
 /// A request's descriptors' counts, added to their rules' counters when the request is done
 /// (answered, or failed with what it charged standing), unless cleared first: a take refused
@@ -77,7 +69,9 @@ impl std::str::FromStr for HeaderStyle {
 /// `INVALID_ARGUMENT`, HTTP 400, or 413 for a body) before anything is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// The longest descriptor key or value, in bytes.
+    /// The longest domain, in bytes; and the longest descriptor key or value kept whole in a
+    /// state key (a longer one is counted under its SHA-256: never refused, which would let
+    /// the request through uncounted behind an Envoy that fails open).
     pub max_value_bytes: usize,
     /// The most entries in one descriptor.
     pub max_entries: usize,
@@ -230,7 +224,7 @@ pub struct Response {
 pub enum Rejection {
     /// Not a request: malformed JSON or protobuf, a missing domain or descriptor.
     Malformed,
-    /// A descriptor key or value longer than `max_value_bytes`.
+    /// A domain longer than `max_value_bytes`.
     ValueTooLong,
     /// A descriptor with more than `max_entries` entries.
     TooManyEntries,
@@ -460,18 +454,10 @@ impl Service {
     /// Refuses `request` if it breaks a bound (counted in metrics), before anything is read
     /// further: the bounds keep what one request costs in memory and work fixed.
     fn admit(&self, request: &Request) -> Result<(), ServiceError> {
-        let max = self.settings.limits.max_value_bytes;
         self.admit_shape(
             &request.domain,
             request.descriptors.len(),
-            request.descriptors.iter().map(|d| Shape {
-                entries: d.entries.len(),
-                too_long: d
-                    .entries
-                    .iter()
-                    .find(|(k, v)| k.len() > max || v.len() > max)
-                    .map(|(k, _)| Cow::Borrowed(k.as_str())),
-            }),
+            request.descriptors.iter().map(|d| d.entries.len()),
         )
     }
 
@@ -480,9 +466,9 @@ impl Service {
     /// for one that cannot be read, refused undecoded (prost would refuse it too).
     pub(crate) fn admit_wire(&self, message: &[u8]) -> Result<bool, ServiceError> {
         let l = &self.settings.limits;
-        match crate::wire::oversized(message, l.max_descriptors, l.max_entries, l.max_value_bytes) {
-            Ok(Some((domain, descriptors, shapes))) => self
-                .admit_shape(&domain, descriptors, shapes)
+        match crate::wire::oversized(message, l.max_descriptors, l.max_entries) {
+            Ok(Some((domain, descriptors, entries))) => self
+                .admit_shape(&domain, descriptors, entries)
                 .map(|()| true),
             Ok(None) => Ok(true),
             Err(crate::wire::Malformed) => Ok(false),
@@ -490,14 +476,17 @@ impl Service {
     }
 
     /// [`admit`](Self::admit) on a request's shape: its domain, how many descriptors it has
-    /// and each one's [`Shape`], walked in order until one is refused. The gRPC port refuses
-    /// a message too large to decode from its wire form with it (`crate::wire`): the same
-    /// checks, the same answers.
-    pub(crate) fn admit_shape<'a>(
+    /// and how many entries each has, walked in order until one is refused. The gRPC port
+    /// refuses a message too large to decode from its wire form with it (`crate::wire`): the
+    /// same checks, the same answers. An entry's key or value of any length passes (the body
+    /// bounds it): refused, a client's long value would fail the call, and Envoy, failing
+    /// open by default, would let the request through counted nowhere; it is counted under
+    /// its hash instead ([`Config::matching`]).
+    pub(crate) fn admit_shape(
         &self,
         domain: &str,
         descriptors: usize,
-        shapes: impl Iterator<Item = Shape<'a>>,
+        entries: impl Iterator<Item = usize>,
     ) -> Result<(), ServiceError> {
         let l = &self.settings.limits;
         let refuse = |why: Rejection, e: String| {
@@ -531,26 +520,16 @@ impl Service {
                 format!("the domain is longer than {} bytes", l.max_value_bytes),
             );
         }
-        for d in shapes {
-            if d.entries == 0 {
+        for entries in entries {
+            if entries == 0 {
                 return refuse(Rejection::Malformed, "a descriptor has no entries".into());
             }
-            if d.entries > l.max_entries {
+            if entries > l.max_entries {
                 return refuse(
                     Rejection::TooManyEntries,
                     format!(
-                        "a descriptor of {} entries: at most {}",
-                        d.entries, l.max_entries
-                    ),
-                );
-            }
-            if let Some(k) = d.too_long {
-                let shown: String = k.chars().take(64).collect();
-                return refuse(
-                    Rejection::ValueTooLong,
-                    format!(
-                        "the entry `{shown}` has a key or value longer than {} bytes",
-                        l.max_value_bytes
+                        "a descriptor of {entries} entries: at most {}",
+                        l.max_entries
                     ),
                 );
             }
@@ -567,7 +546,10 @@ impl Service {
         let matched: Vec<_> = request
             .descriptors
             .iter()
-            .map(|d| loaded.config.matching(&request.domain, &d.entries))
+            .map(|d| {
+                let long = self.settings.limits.max_value_bytes;
+                loaded.config.matching(&request.domain, &d.entries, long)
+            })
             .collect();
         let replaced: Vec<&str> = matched
             .iter()

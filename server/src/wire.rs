@@ -5,13 +5,11 @@
 //! to 14 MB, on every thread at once. So the gRPC port reads how many descriptors a request
 //! has, and how many entries each, without allocating; a request past the limits is refused
 //! as [`Service::admit`](crate::service::Service) would refuse it decoded (the same checks,
-//! in the same order: one [`Shape`] walk), and never decoded. A message it cannot read is
+//! in the same order: one walk of the descriptors' entry counts), and never decoded. A message it cannot read is
 //! refused undecoded too ([`Malformed`]): prost would refuse it, but only after decoding all
 //! that comes before the fault (a tail cut short after 120,000 empty descriptors).
 
 use std::borrow::Cow;
-
-use crate::service::Shape;
 
 /// A field of a message on the wire: its number and, for a length-delimited one, its bytes.
 #[derive(Debug, PartialEq)]
@@ -128,7 +126,7 @@ fn last(message: &[u8], number: u32) -> &[u8] {
 }
 
 /// A request's wire form, where decoding it would take more than its limits allow: its
-/// domain, how many descriptors it has, and each one's [`Shape`] (read as it is walked).
+/// domain, how many descriptors it has, and how many entries each has (read as it is walked).
 /// `Ok(None)` where it is within them, and is decoded; [`Malformed`] where the message, or
 /// one of its descriptors, cannot be read. `RateLimitRequest`: domain 1, descriptors 2; a
 /// descriptor: entries 1; an entry: key 1, value 2.
@@ -137,8 +135,7 @@ pub(crate) fn oversized(
     message: &[u8],
     max_descriptors: usize,
     max_entries: usize,
-    max_value_bytes: usize,
-) -> Result<Option<(Cow<'_, str>, usize, impl Iterator<Item = Shape<'_>>)>, Malformed> {
+) -> Result<Option<(Cow<'_, str>, usize, impl Iterator<Item = usize> + '_)>, Malformed> {
     let descriptors = count(message, 2).ok_or(Malformed)?;
     let mut too_many_entries = false;
     for field in fields(message) {
@@ -150,27 +147,11 @@ pub(crate) fn oversized(
         return Ok(None);
     }
     let domain = String::from_utf8_lossy(last(message, 1));
-    let shapes = fields(message)
-        .map_while(|f| f)
-        .filter_map(move |f| match f {
-            Field::Bytes(2, d) => {
-                let too_long = fields(d).map_while(|f| f).find_map(|f| match f {
-                    Field::Bytes(1, e)
-                        if last(e, 1).len() > max_value_bytes
-                            || last(e, 2).len() > max_value_bytes =>
-                    {
-                        Some(String::from_utf8_lossy(last(e, 1)))
-                    }
-                    _ => None,
-                });
-                Some(Shape {
-                    entries: count(d, 1).unwrap_or(0),
-                    too_long,
-                })
-            }
-            _ => None,
-        });
-    Ok(Some((domain, descriptors, shapes)))
+    let entries = fields(message).map_while(|f| f).filter_map(|f| match f {
+        Field::Bytes(2, d) => Some(count(d, 1).unwrap_or(0)),
+        _ => None,
+    });
+    Ok(Some((domain, descriptors, entries)))
 }
 
 #[cfg(test)]
@@ -206,11 +187,11 @@ mod tests {
     #[test]
     fn a_request_within_its_limits_is_left_to_the_decoder() {
         let w = wire(vec![vec![("user", "alice")]; 4]);
-        assert!(matches!(oversized(&w, 4, 16, 1024), Ok(None)));
+        assert!(matches!(oversized(&w, 4, 16), Ok(None)));
         // Malformed: a length past the end, at the top or in a descriptor. prost refuses it
         // too, after decoding what came before.
-        assert!(oversized(&[0x12, 0x05, 0x0A], 0, 0, 0).is_err());
-        assert!(oversized(&[0x12, 0x02, 0x0A, 0x05], 9, 9, 9).is_err());
+        assert!(oversized(&[0x12, 0x05, 0x0A], 0, 0).is_err());
+        assert!(oversized(&[0x12, 0x02, 0x0A, 0x05], 9, 9).is_err());
     }
 
     // An unknown group (wire types 3 and 4) is skipped, as prost skips it: before the scan
@@ -225,16 +206,16 @@ mod tests {
         ];
         w.extend([0x12, 0x00].repeat(5));
         assert!(RateLimitRequest::decode(&w[..]).is_ok());
-        let (domain, n, _) = oversized(&w, 4, 16, 1024).unwrap().expect("5 over 4");
+        let (domain, n, _) = oversized(&w, 4, 16).unwrap().expect("5 over 4");
         assert_eq!((domain.as_ref(), n), ("d", 5));
         // An end of group with none open, or groups nested past the depth: malformed.
-        assert!(oversized(&[0x7C], 4, 16, 1024).is_err());
+        assert!(oversized(&[0x7C], 4, 16).is_err());
         let deep: Vec<u8> = [0x7B]
             .repeat(129)
             .into_iter()
             .chain([0x7C].repeat(129))
             .collect();
-        assert!(oversized(&deep, 4, 16, 1024).is_err());
+        assert!(oversized(&deep, 4, 16).is_err());
         assert!(RateLimitRequest::decode(&deep[..]).is_err());
     }
 
@@ -256,7 +237,7 @@ mod tests {
         for _ in 0..20_000 {
             let len = (next() % 64) as usize;
             let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-            match oversized(&bytes, 2, 2, 4) {
+            match oversized(&bytes, 2, 2) {
                 Ok(read) => drop(read.map(|(_, _, shapes)| shapes.count())),
                 Err(Malformed) => assert!(
                     RateLimitRequest::decode(&bytes[..]).is_err(),
@@ -279,7 +260,7 @@ mod tests {
                         .collect()
                 })
                 .collect();
-            let (max_descriptors, max_entries, max_value) = (3, 3, 3);
+            let (max_descriptors, max_entries) = (3, 3);
             let over = descriptors.len() > max_descriptors
                 || descriptors.iter().any(|d| d.len() > max_entries);
             let pairs: Vec<Vec<(&str, &str)>> = descriptors
@@ -287,28 +268,19 @@ mod tests {
                 .map(|d| d.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
                 .collect();
             let w = wire(pairs);
-            let read = oversized(&w, max_descriptors, max_entries, max_value).unwrap();
+            let read = oversized(&w, max_descriptors, max_entries).unwrap();
             assert_eq!(read.is_some(), over, "{descriptors:?}");
             if let Some((domain, n, shapes)) = read {
                 assert_eq!((domain.as_ref(), n), ("d", descriptors.len()));
-                let shapes: Vec<_> = shapes.map(|s| (s.entries, s.too_long)).collect();
-                let decoded: Vec<_> = descriptors
-                    .iter()
-                    .map(|d| {
-                        let too_long = d
-                            .iter()
-                            .find(|(k, v)| k.len() > max_value || v.len() > max_value)
-                            .map(|(k, _)| Cow::Borrowed(k.as_str()));
-                        (d.len(), too_long)
-                    })
-                    .collect();
+                let shapes: Vec<usize> = shapes.collect();
+                let decoded: Vec<usize> = descriptors.iter().map(Vec::len).collect();
                 assert_eq!(shapes, decoded);
             }
         }
         // Truncated encodings: never a panic, and refused undecoded only where prost refuses.
         let w = wire(vec![vec![("user", "alice")]; 5]);
         for cut in 0..w.len() {
-            match oversized(&w[..cut], 2, 2, 4) {
+            match oversized(&w[..cut], 2, 2) {
                 Ok(read) => drop(read.map(|(_, _, shapes)| shapes.count())),
                 Err(Malformed) => assert!(RateLimitRequest::decode(&w[..cut]).is_err()),
             };
@@ -318,21 +290,17 @@ mod tests {
     #[test]
     fn descriptors_and_entries_are_counted_off_the_wire() {
         let w = wire(vec![vec![("user", "alice")]; 5]);
-        let (domain, n, shapes) = oversized(&w, 4, 16, 1024)
-            .unwrap()
-            .expect("5 descriptors over 4");
+        let (domain, n, shapes) = oversized(&w, 4, 16).unwrap().expect("5 descriptors over 4");
         assert_eq!((domain.as_ref(), n), ("d", 5));
-        let shapes: Vec<_> = shapes.map(|s| (s.entries, s.too_long)).collect();
-        assert_eq!(shapes, vec![(1, None); 5]);
+        assert_eq!(shapes.collect::<Vec<_>>(), vec![1; 5]);
 
         let long = "x".repeat(20);
         let w = wire(vec![
             vec![("a", "1")],
             vec![("a", "1"), ("b", long.as_str()), ("c", "3")],
         ]);
-        let (_, n, shapes) = oversized(&w, 4, 2, 10).unwrap().expect("3 entries over 2");
+        let (_, n, shapes) = oversized(&w, 4, 2).unwrap().expect("3 entries over 2");
         assert_eq!(n, 2);
-        let shapes: Vec<_> = shapes.map(|s| (s.entries, s.too_long)).collect();
-        assert_eq!(shapes, vec![(1, None), (3, Some("b".into()))]);
+        assert_eq!(shapes.collect::<Vec<_>>(), vec![1, 3]);
     }
 }

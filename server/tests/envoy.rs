@@ -248,6 +248,11 @@ fn denials_answer_429_with_headers_and_the_configured_count_per_descriptor() {
     // Bob is counted apart: his own 3.
     let bob = statuses(&e, "/user", &[("x-user", "bob")], 5);
     assert_eq!(bob, [200, 200, 200, 429, 429]);
+    // A user name of 2,000 bytes (past `--max-value-bytes`) is counted too, under its hash:
+    // refused, the call failed, and an Envoy failing open let every request through.
+    let long = "m".repeat(2_000);
+    let long = statuses(&e, "/user", &[("x-user", long.as_str())], 5);
+    assert_eq!(long, [200, 200, 200, 429, 429]);
     // No x-user header: no descriptor, no call, no limit.
     assert_eq!(count(&statuses(&e, "/user", &[], 6), 200), 6);
 
@@ -256,8 +261,8 @@ fn denials_answer_429_with_headers_and_the_configured_count_per_descriptor() {
     assert_eq!(ip, [200, 200, 200, 200, 429, 429, 429]);
 
     // The server counted exactly what Envoy asked.
-    assert_eq!(counter(srv.http, "allowed", "edge.user"), 6);
-    assert_eq!(counter(srv.http, "over_limit", "edge.user"), 4);
+    assert_eq!(counter(srv.http, "allowed", "edge.user"), 9);
+    assert_eq!(counter(srv.http, "over_limit", "edge.user"), 6);
     assert_eq!(counter(srv.http, "allowed", "edge.remote_address"), 4);
     assert_eq!(counter(srv.http, "over_limit", "edge.remote_address"), 3);
 }

@@ -147,7 +147,7 @@ fn a_hostile_client_cannot_turn_the_server_against_another() {
     assert_eq!(left(srv.http, "user", "alice"), 10);
     canary(srv.http, &mut canaries);
 
-    // ---- Memory: long values refused, unique values cost a fixed size each ----
+    // ---- Memory: huge bodies refused, long values counted, unique values a fixed size each ----
     let rss_before = rss_kib(pid);
     let huge = "x".repeat(1_900_000);
     for i in 0..30 {
@@ -159,23 +159,37 @@ fn a_hostile_client_cannot_turn_the_server_against_another() {
         assert_eq!(status, 413, "{answer}");
         assert!(answer["error"].is_string());
     }
-    let long = "y".repeat(1025);
-    let (status, answer) = post(srv.http, "/v1/check", &body("user", &long, None));
+    // A value past `--max-value-bytes` is counted (under its hash), never refused: a refusal
+    // failed the call, and Envoy, failing open by default, let the request through counted
+    // on no descriptor. Its 10 a day, then denied; a value one byte apart is a key of its own.
+    let long = "y".repeat(100_000);
+    let codes: Vec<u16> = (0..11)
+        .map(|_| post(srv.http, "/v1/check", &body("user", &long, None)).0)
+        .collect();
+    assert_eq!(codes, [[200; 10].as_slice(), &[429]].concat());
+    let near = format!("{}z", "y".repeat(99_999));
+    assert_eq!(
+        post(srv.http, "/v1/check", &body("user", &near, None)).0,
+        200
+    );
+    // The domain alone is refused past the bound: it names no configured domain.
+    let long_domain = json!({"domain": "h".repeat(1025), "descriptors": [{"entries": [{"key": "user", "value": "u"}]}]});
+    let (status, answer) = post(srv.http, "/v1/check", &long_domain.to_string());
     assert_eq!(
         (status, answer["error"].is_string()),
         (400, true),
         "{answer}"
     );
-    // 2,000 values of the longest accepted length, each a new key.
+    // 2,000 values past the bound, each a new key.
     for i in 0..2_000 {
-        let value = format!("{i:04}{}", "z".repeat(1020));
+        let value = format!("{i:04}{}", "z".repeat(4_000));
         assert_eq!(
             post(srv.http, "/v1/check", &body("user", &value, None)).0,
             200
         );
     }
     let grown = rss_kib(pid).saturating_sub(rss_before);
-    eprintln!("RSS grew {grown} KiB over 30 refused 1.9 MB bodies and 2,000 keys of 1 KiB values");
+    eprintln!("RSS grew {grown} KiB over 30 refused 1.9 MB bodies and 2,000 keys of 4 KiB values");
     assert!(grown < 16 * 1024, "RSS grew {grown} KiB");
     canary(srv.http, &mut canaries);
 
