@@ -70,8 +70,9 @@ struct Args {
     /// runtime: no work stealing to pay for on a single core.
     #[arg(long, env = "HOTLIMIT_THREADS")]
     threads: Option<usize>,
-    /// Count a fixed-window rule's hits only while under its limit (envoyproxy/ratelimit's
-    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default hits over the limit count too.
+    /// When a request is over the limit on one descriptor, count none of its others (every
+    /// domain `all_or_nothing`), as envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT;
+    /// the descriptor over the limit still counts the hit, as there.
     #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")]
     stop_cache_key_increment_when_overlimit: bool,
     /// The longest domain a request may carry, in bytes, and the longest descriptor key or value
@@ -191,7 +192,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         backend,
         headers: args.headers,
         global_shadow_mode: args.shadow_mode,
-        count_over_limit: !args.stop_cache_key_increment_when_overlimit,
+        stop_cache_key_increment_when_overlimit: args.stop_cache_key_increment_when_overlimit,
         limits: Limits {
             max_value_bytes: args.max_value_bytes,
             max_entries: args.max_entries,

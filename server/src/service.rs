@@ -101,10 +101,11 @@ pub struct Settings {
     pub headers: HeaderStyle,
     /// Every answer OK, whatever the rules decide (envoyproxy/ratelimit's `SHADOW_MODE`).
     pub global_shadow_mode: bool,
-    /// Whether a fixed-window rule without its own `policy` counts hits over the limit, as
-    /// envoyproxy/ratelimit does (the default: a client that keeps sending stays over until
-    /// the window ends); `false` is its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
-    pub count_over_limit: bool,
+    /// envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: when a request is
+    /// over the limit on one descriptor, its other descriptors are not counted (every domain
+    /// read as `all_or_nothing`). The descriptor over the limit counts the hit all the same,
+    /// as a fixed-window rule without its own `policy` always does there.
+    pub stop_cache_key_increment_when_overlimit: bool,
     /// The bounds on a request.
     pub limits: Limits,
     /// How long a take's ticket can be settled. On the `redis` backend at most
@@ -138,7 +139,7 @@ impl Settings {
             },
             headers: HeaderStyle::Draft10,
             global_shadow_mode: false,
-            count_over_limit: true,
+            stop_cache_key_increment_when_overlimit: false,
             limits: Limits::default(),
             ticket_ttl: hotlimit::redis::SETTLE_MARK_TTL,
             ticket_secret: None,
@@ -355,7 +356,7 @@ impl Service {
             settings.backend.shared_tickets(),
         )
         .map_err(StartError::Tickets)?;
-        let loaded = build(config, &settings, &metrics, &engines)
+        let loaded = build(config, &metrics, &engines)
             .await
             .map_err(StartError::Rule)?;
         metrics.config_loaded(true);
@@ -398,7 +399,7 @@ impl Service {
                 return Err(e);
             }
         };
-        match build(config, &self.settings, &self.metrics, &self.engines).await {
+        match build(config, &self.metrics, &self.engines).await {
             Ok(loaded) => {
                 // Remembered only once running: a backend that failed is tried again.
                 *lock(&self.last_text) = sources.to_vec();
@@ -568,7 +569,9 @@ impl Service {
         let (mut lease, mut rate_part) = (Duration::ZERO, false);
         // An all-or-nothing domain counts a request's descriptors by takes, so that each
         // can be given back if another is over (`held`: the takes to give back then).
-        let all_or_nothing = op != Op::Peek && loaded.config.all_or_nothing(&request.domain);
+        let all_or_nothing = op != Op::Peek
+            && (self.settings.stop_cache_key_increment_when_overlimit
+                || loaded.config.all_or_nothing(&request.domain));
         let mut held = Vec::new();
         // The tally entries of the descriptors held: not counted if the request is refused.
         let mut given_back = Vec::new();
@@ -1104,12 +1107,7 @@ fn in_use(loaded: &Loaded) -> HashSet<String> {
 
 /// The rules of `config`, each on its class's limiter (built on the class's first rule, kept
 /// across reloads while a rule uses it).
-async fn build(
-    config: Config,
-    settings: &Settings,
-    metrics: &Metrics,
-    engines: &Engines,
-) -> Result<Loaded, RuleError> {
+async fn build(config: Config, metrics: &Metrics, engines: &Engines) -> Result<Loaded, RuleError> {
     let mut rules = HashMap::new();
     for rule in config.rules() {
         let counters = metrics.rule(rule);
@@ -1141,10 +1139,13 @@ async fn build(
         };
         let (quota, at_limit) = match algorithm {
             Algorithm::FixedWindow(q) => {
-                let policy = match (*policy_set, settings.count_over_limit) {
-                    (true, _) => q.policy(),
-                    (false, true) => Policy::Strict,
-                    (false, false) => Policy::Leaky,
+                // Hits over the limit count, as envoyproxy/ratelimit counts them (with
+                // `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` too: the key going over is still
+                // incremented there, only the request's other keys are not).
+                let policy = if *policy_set {
+                    q.policy()
+                } else {
+                    Policy::Strict
                 };
                 let q = q.with_policy(policy);
                 let above = FixedWindow::new(u64::from(*requests_per_unit) + 1, unit.duration())

@@ -1101,22 +1101,40 @@ fn hits_addend_as_a_string_is_read_and_the_requests_is_a_uint32() {
 }
 
 // Over-limit hits count, as envoyproxy/ratelimit counts them (a fixed window without its own
-// policy): on 3 a day, 2 then 2 (over, counted) leaves nothing for a 1. With
-// `--stop-cache-key-increment-when-overlimit` the denied 2 counts nothing and the 1 fits.
+// policy): on 3 a day, 2 then 2 (over, counted) leaves nothing for a 1; with
+// `--stop-cache-key-increment-when-overlimit` too, as there (its `getHitsAddend`: the key going
+// over is incremented). What that flag changes is the request's other descriptors: a request
+// over on `plain` counts nothing on `fixed_window` (5 a day: 2 + 2 of 3 such requests counted
+// without it, 2 with it).
 // Pins G74.
 #[test]
-fn over_limit_hits_count_unless_stop_cache_key_increment_when_overlimit() {
+fn over_limit_hits_count_and_stop_cache_key_increment_spares_the_other_descriptors() {
     let (_dir, config) = rules("details-overlimit");
-    for (args, last) in [
-        (&[][..], 429),
-        (&["--stop-cache-key-increment-when-overlimit"][..], 200),
+    for (args, fixed_left) in [
+        (&[][..], 1),
+        (&["--stop-cache-key-increment-when-overlimit"][..], 3),
     ] {
         let srv = server(&config, args);
         let codes: Vec<u16> = [2, 2, 1]
             .iter()
             .map(|&h| post(srv.http, "/v1/check", &body("plain", "o", Some(h), None)).0)
             .collect();
-        assert_eq!(codes, [200, 429, last], "{args:?}");
+        assert_eq!(codes, [200, 429, 429], "{args:?}");
+        let both = json!({"domain": "g74", "hitsAddend": 2, "descriptors": [
+            {"entries": [{"key": "plain", "value": "p"}]},
+            {"entries": [{"key": "fixed_window", "value": "p"}]},
+        ]})
+        .to_string();
+        let codes: Vec<u16> = (0..2)
+            .map(|_| post(srv.http, "/v1/check", &both).0)
+            .collect();
+        assert_eq!(codes, [200, 429], "{args:?}");
+        let (_, peek) = post(srv.http, "/v1/peek", &body("fixed_window", "p", None, None));
+        assert_eq!(
+            peek["statuses"][0]["limitRemaining"],
+            fixed_left - 1,
+            "{args:?}: {peek}"
+        );
     }
 }
 
