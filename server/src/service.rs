@@ -732,10 +732,20 @@ impl Service {
             decisions.push(decision.filter(|_| !matches!(slot.quota, Algorithm::InFlight(_))));
         }
 
-        // Over the limit if any rate-limit descriptor is, or every quota-mode one is.
+        // Over the limit if any rate-limit descriptor is, or every quota-mode one is. As
+        // envoyproxy/ratelimit counts them, a quota-mode descriptor is one its rule decided:
+        // not an unlimited rule's, a replaced one's or a refund's, which cannot be over, and
+        // counted would keep "every quota-mode one" from ever holding.
         let (mut failed, mut quota, mut quota_failed) = (0, 0, 0);
-        for (s, m) in statuses.iter().zip(&matched) {
-            let quota_mode = m.as_ref().is_some_and(|m| m.rule.quota_mode);
+        for ((s, m), d) in statuses.iter().zip(&matched).zip(&request.descriptors) {
+            let quota_mode = m.as_ref().is_some_and(|m| {
+                let rule = &m.rule;
+                let replaced = !rule.name.is_empty() && replaced.contains(&rule.name.as_str());
+                rule.quota_mode
+                    && matches!(rule.limit, Limit::Limited { .. })
+                    && !replaced
+                    && !d.negative
+            });
             quota += usize::from(quota_mode);
             if s.code == Code::OverLimit {
                 if quota_mode {

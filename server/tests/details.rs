@@ -1302,3 +1302,46 @@ fn overload_and_slow_requests_are_answered_503_and_a_16_mib_body_413() {
         (413, Some("the body is larger than 262144 bytes"))
     );
 }
+
+// A quota-mode request is over when every quota-mode descriptor its rules decide is: as
+// envoyproxy/ratelimit counts them, a replaced rule's descriptor and an unlimited one's are not
+// among them (each can never be over: counted, they kept the request OK forever).
+// Pins G74.
+#[test]
+fn quota_mode_counts_only_the_descriptors_a_rule_decides() {
+    let dir = Scratch::new("details-quota-replaced");
+    let config = dir.write(
+        "q.yaml",
+        r#"
+domain: q
+descriptors:
+  - key: plan
+    value: premium
+    quota_mode: true
+    rate_limit: {unit: day, requests_per_unit: 3, name: premium, replaces: [{name: default}]}
+  - key: user
+    quota_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1, name: default}
+  - key: free
+    quota_mode: true
+    rate_limit: {unlimited: true}
+"#,
+    );
+    let srv = server(&config, &[]);
+    let check = |descriptors: &[(&str, &str)]| {
+        let descriptors: Vec<Value> = descriptors
+            .iter()
+            .map(|(k, v)| json!({"entries": [{"key": k, "value": v}]}))
+            .collect();
+        let body = json!({"domain": "q", "descriptors": descriptors}).to_string();
+        post(srv.http, "/v1/check", &body).0
+    };
+    // Premium replaces the user's default: its 3, then over.
+    let premium = [("plan", "premium"), ("user", "alice")];
+    let codes: Vec<u16> = (0..4).map(|_| check(&premium)).collect();
+    assert_eq!(codes, [200, 200, 200, 429]);
+    // An unlimited quota-mode descriptor beside the user's 1 a day.
+    let free = [("user", "bob"), ("free", "x")];
+    let codes: Vec<u16> = (0..2).map(|_| check(&free)).collect();
+    assert_eq!(codes, [200, 429]);
+}
