@@ -43,8 +43,8 @@ pub enum HeaderStyle {
     /// The IETF draft 10 pair, `RateLimit-Policy` and `RateLimit` (and `Retry-After` on a
     /// denial).
     Draft10,
-    /// envoyproxy/ratelimit's `X-RateLimit-Limit`, `X-RateLimit-Remaining`,
-    /// `X-RateLimit-Reset`.
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`: the names Envoy's
+    /// own rate limit filter sends (`enable_x_ratelimit_headers`).
     XRateLimit,
     /// Both sets.
     Both,
