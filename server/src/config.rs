@@ -815,7 +815,9 @@ fn load(
             }
         }
         if let Some((limit, name, replaces)) = d.limit {
-            let fingerprint = format!("{id} {limit:?} shadow={}", d.shadow_mode);
+            // Place and limit only: a rule taken out of shadow mode goes on counting, as
+            // envoyproxy/ratelimit's (and this server's Redis keys) do.
+            let fingerprint = format!("{id} {limit:?}");
             let rule = Arc::new(Rule {
                 domain: domain.to_owned(),
                 id: id.clone(),

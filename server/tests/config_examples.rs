@@ -1216,3 +1216,26 @@ async fn reload_keeps_unchanged_rules_and_survives_a_bad_file() {
     assert_eq!(admitted(&s, &other, 21).await, 20);
     assert_eq!(s.rule_ids(), vec!["reload.kept", "reload.changed"]);
 }
+
+// A rule taken out of shadow mode keeps its counts, as envoyproxy/ratelimit's (its cache key
+// has no shadow flag): what the shadow run counted is what enforcement starts from, in memory
+// as on Redis.
+// Pins G66.
+#[tokio::test(flavor = "current_thread")]
+async fn a_rule_taken_out_of_shadow_mode_keeps_its_counts() {
+    let shadow = "domain: reload\ndescriptors:\n  - key: soft\n    shadow_mode: true\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n";
+    let (s, _clock) = service(shadow).await;
+    let soft = req("reload", &[&[("soft", "x")]]);
+    // Shadow: all answered OK, 7 counted.
+    assert_eq!(admitted(&s, &soft, 7).await, 7);
+    let enforced = shadow.replace("    shadow_mode: true\n", "");
+    assert!(s
+        .reload_from(&[(PathBuf::from("example.yaml"), enforced)])
+        .await
+        .unwrap());
+    assert_eq!(
+        admitted(&s, &soft, 1).await,
+        0,
+        "the shadow run's 7 still count"
+    );
+}
