@@ -681,7 +681,21 @@ impl Service {
                     Some(decision)
                 }
                 // More than the limit can ever admit: over the limit, as a counter would say.
-                Err(EngineError::Cost(_)) => None,
+                // envoyproxy/ratelimit counts it whole (INCRBY), so the key stays over for the
+                // rest of its window; a fixed window that counts over-limit hits is pinned one
+                // past its limit the same way (never counted whole: no counter at its ceiling).
+                Err(EngineError::Cost(_)) => {
+                    if let (Some(pin), Algorithm::FixedWindow(q)) = (&slot.at_limit, &slot.quota) {
+                        if op != Op::Peek && q.policy() == Policy::Strict {
+                            let past = slot.quota_capacity().saturating_add(1);
+                            if let Err(e) = engine.check(key, pin, past).await {
+                                self.metrics.backend_error();
+                                return Err(ServiceError::Unavailable(format!("{}: {e}", rule.id)));
+                            }
+                        }
+                    }
+                    None
+                }
                 Err(e) => {
                     self.metrics.backend_error();
                     return Err(ServiceError::Unavailable(format!("{}: {e}", rule.id)));
