@@ -85,6 +85,35 @@ fn a_capacity_pass_on_a_request_allocates_nothing_that_grows_with_the_table() {
         assert_eq!(blocks, 2, "compact {max}: {bytes} bytes");
         assert!(bytes <= 2 * 4096 * 8 + 4096, "compact {max}: {bytes} bytes");
     }
+    overflowing_debts_allocate_nothing_more();
+}
+
+/// Past the debt table's room (about 9.3 × `max_keys` debts owed, here 30×, every key owing on
+/// a frozen clock) the table files a debt by merging entries: a pass still makes the same 2
+/// allocations.
+fn overflowing_debts_allocate_nothing_more() {
+    let max = 1_000u64;
+    let limiter = CompactLimiter::<u64, Gcra>::builder("1/m burst 3".parse::<Gcra>().unwrap())
+        .clock(ManualClock::default())
+        .max_keys(max as usize)
+        .metrics(true)
+        .build()
+        .unwrap();
+    for key in 0..30 * max {
+        let _ = limiter.check(&key);
+    }
+    let mut passes = 0;
+    for key in 30 * max..32 * max {
+        let before = limiter.metrics().evicted_capacity;
+        let (blocks, bytes) = allocated(|| {
+            let _ = std::hint::black_box(limiter.check(&key));
+        });
+        if limiter.metrics().evicted_capacity > before {
+            passes += 1;
+            assert_eq!(blocks, 2, "a pass over full debts: {bytes} bytes");
+        }
+    }
+    assert!(passes > 0, "no pass ran");
 }
 
 /// A bound on one of papaya's retire batches (measured: 528 bytes per 16 entries retired).

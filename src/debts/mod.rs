@@ -453,13 +453,18 @@ fn overflow_into<A: Algorithm>(
     }
     for second_level in [false, true] {
         let level = |g: u16| g != 0 && (g > 15) == second_level;
-        // Keys' entries of groups of this level.
-        let of_level: Vec<usize> = (0..ENTRIES)
-            .filter(|&i| {
-                let t = tag_of(b.entries[i]);
-                b.entries[i] != 0 && !is_marker(t) && level(group(t))
-            })
-            .collect();
+        // Keys' entries of groups of this level: an array, as a capacity pass allocates
+        // nothing (G69), the debt table full or not.
+        let mut at_level = [0usize; ENTRIES];
+        let mut n = 0;
+        for i in 0..ENTRIES {
+            let t = tag_of(b.entries[i]);
+            if b.entries[i] != 0 && !is_marker(t) && level(group(t)) {
+                at_level[n] = i;
+                n += 1;
+            }
+        }
+        let of_level = &at_level[..n];
         if level(g) {
             // The entry to displace: of this key's group if there is one (a marker of one
             // group), else in the slot paid closest to this debt.
