@@ -159,6 +159,8 @@ pub(crate) struct CapacityCut {
     take: u64,
     of: u64,
     acc: Cell<u64>,
+    /// Where this cut's count starts: its shared runs start there too.
+    start: u64,
 }
 
 impl CapacityCut {
@@ -181,11 +183,13 @@ impl CapacityCut {
         // with it (a spent key kept through five floods of 20x `max_keys`, 1 run in 10).
         static CUTS_DRAWN: AtomicU64 = AtomicU64::new(0);
         let drawn = CUTS_DRAWN.fetch_add(1, Ordering::Relaxed);
+        let start = weyl(drawn, at);
         Some(Self {
             threshold,
             take: (rank - below) as u64,
             of: at,
-            acc: Cell::new(weyl(drawn, at)),
+            acc: Cell::new(start),
+            start,
         })
     }
 
@@ -197,6 +201,7 @@ impl CapacityCut {
             threshold: self.threshold,
             take: self.take,
             of: self.of.max(1),
+            start: self.start,
         }
     }
 
@@ -233,6 +238,10 @@ pub(crate) struct SharedCut {
     threshold: u64,
     take: u64,
     of: u64,
+    /// The cut's own starting point (below `of`): every run's start is moved by it, so each
+    /// pass spares other ties (run 0 started at 0 in every pass: the first ties of the table,
+    /// slot order, were spared pass after pass).
+    start: u64,
 }
 
 impl SharedCut {
@@ -247,7 +256,7 @@ impl SharedCut {
     pub(crate) fn run(&self, chunk: u64) -> CutRun {
         CutRun {
             cut: *self,
-            acc: Cell::new(weyl(chunk, self.of)),
+            acc: Cell::new((weyl(chunk, self.of) + self.start) % self.of),
         }
     }
 }

@@ -214,3 +214,29 @@ fn capacity_bound_holds_under_a_flood() {
     let peak = flood(&ById(mutex), &clock);
     assert!(peak <= BOUND, "mutex peak {peak}");
 }
+
+/// On a frozen clock every key ties for eviction; each capacity pass of the compact store
+/// must spare other ties than the last. A flood of 40× `max_keys` one-request keys (each pass
+/// evicting about a third of the ties): none of the first 5× `max_keys` is still held, spent,
+/// at the end, 80-odd passes later (with `forget_evicted_limits`, an evicted key's next check
+/// is admitted). Every pass's first run counted its ties from 0: the keys in the table's first
+/// occupied slots were spared by every pass, and stayed spent through any flood.
+// Pins G20.
+#[test]
+fn no_tied_key_of_the_compact_store_outlives_a_flood() {
+    let max = 200u64;
+    let limiter = hotlimit::CompactLimiter::<u64, Gcra>::builder("1/h burst 1".parse().unwrap())
+        .clock(ManualClock::default())
+        .max_keys(max as usize)
+        .forget_evicted_limits()
+        .build()
+        .unwrap();
+    use hotlimit::RateLimiter;
+    for key in 0..40 * max {
+        assert!(limiter.check(&key).is_allowed());
+    }
+    let spared: Vec<u64> = (0..5 * max)
+        .filter(|key| limiter.check(key).is_denied())
+        .collect();
+    assert!(spared.is_empty(), "spent through the flood: {spared:?}");
+}
