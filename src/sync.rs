@@ -37,6 +37,43 @@ impl<T> Mutex<T> {
     }
 }
 
+/// The compact table's `grow` lock: shared by its walks and kills, exclusive for a split.
+#[cfg(not(hotlimit_loom))]
+pub(crate) use parking_lot::RwLock;
+
+/// loom's read-write lock, wrapped to parking_lot's signatures.
+#[cfg(hotlimit_loom)]
+#[derive(Debug, Default)]
+pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+
+#[cfg(hotlimit_loom)]
+impl<T> RwLock<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self(loom::sync::RwLock::new(value))
+    }
+
+    pub(crate) fn read(&self) -> loom::sync::RwLockReadGuard<'_, T> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// loom's readers never wait behind a writer that waits: `read` serves.
+    pub(crate) fn read_recursive(&self) -> loom::sync::RwLockReadGuard<'_, T> {
+        self.read()
+    }
+
+    pub(crate) fn try_write(&self) -> Option<loom::sync::RwLockWriteGuard<'_, T>> {
+        self.0.try_write().ok()
+    }
+
+    /// loom has no timed lock: one try, the timeout's outcome where the lock is held.
+    pub(crate) fn try_write_for(
+        &self,
+        _: std::time::Duration,
+    ) -> Option<loom::sync::RwLockWriteGuard<'_, T>> {
+        self.try_write()
+    }
+}
+
 /// A `Copy` value read by every request and replaced rarely: a live configuration. A
 /// sequence lock (`crossbeam`'s `AtomicCell`): reads never write shared memory.
 #[cfg(not(hotlimit_loom))]

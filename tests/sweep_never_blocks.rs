@@ -336,3 +336,48 @@ fn capacity_pass<S, K: Key>(
 fn a_capacity_pass_parked_mid_pass_blocks_no_check() {
     every_store!(KEYS + 1, 64, capacity_pass);
 }
+
+/// New keys whose probe windows are full, checked while an idle sweep is parked mid-walk: the
+/// lock-free compact table filled to 61,000 keys against `max_keys(49,000)` (below the 61,250
+/// where an insert runs a capacity pass; its slots about 94% full), then 300 new keys. Each
+/// finishes, evicting from its window beside the parked walk (the table cannot grow while the
+/// walk holds it): such an insert waited for the walk to end, and a stopped sweep never ends.
+// Pins G68.
+#[test]
+fn a_new_key_whose_window_is_full_never_waits_on_a_parked_sweep() {
+    let clock = ManualClock::default();
+    let (algo, heard, go) = parking(1);
+    let limiter = build!(CompactLimiter::<u64, Parking, _, Cas>, algo, clock, 49_000);
+    for key in 0..61_000u64 {
+        let _ = limiter.check(&key);
+    }
+    let before = limiter.metrics().evicted_capacity;
+    let sweeping = limiter.clone();
+    let told = limiter.algorithm().told.clone();
+    let sweep = std::thread::Builder::new()
+        .name(SWEEPER.into())
+        .spawn(move || told.send(Sweep::Done(sweeping.sweep())).unwrap())
+        .unwrap();
+    assert_eq!(heard.recv().unwrap(), Sweep::Parked);
+    let (done, finished) = channel();
+    let checking = limiter.clone();
+    let checks = std::thread::spawn(move || {
+        let allowed = (1_000_000..1_000_300u64)
+            .filter(|key| checking.check(key).is_allowed())
+            .count();
+        done.send(allowed).unwrap();
+    });
+    match finished.recv_timeout(STUCK) {
+        Ok(allowed) => assert_eq!(allowed, 300),
+        Err(_) => {
+            let _ = go.send(());
+            panic!("a new key waited on the parked sweep");
+        }
+    }
+    let beside = limiter.metrics().evicted_capacity - before;
+    go.send(()).unwrap();
+    assert!(matches!(heard.recv().unwrap(), Sweep::Done(_)));
+    sweep.join().unwrap();
+    checks.join().unwrap();
+    assert!(beside > 0, "no new key found its window full");
+}

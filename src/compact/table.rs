@@ -15,7 +15,7 @@ use crate::error::BuildError;
 use crate::limiter::Variant;
 use crate::shared::{Core, Options};
 use crate::sweeper::{evict_before_insert, SharedCut};
-use crate::sync::Mutex;
+use crate::sync::{Mutex, RwLock};
 use crossbeam_utils::CachePadded;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -202,9 +202,13 @@ pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: Variant<A>> {
     /// The most home lines: `base · 2^L`, enough for `max_keys` at the design fill. Past
     /// them, inserts evict instead.
     max_homes: usize,
-    /// Held by a split, a sweep's walk, a capacity pass and a window eviction: a split never
-    /// runs beside a walk or a kill of another home's key. Taken before a stripe, never after.
-    grow: Mutex<()>,
+    /// Written by a split, read by a sweep's walk, a capacity pass and a window eviction: a
+    /// split never runs beside a walk or a kill of another home's key, and those run beside
+    /// one another (each kill is one CAS on its slot). A new key whose window is full waits at
+    /// most [`SPLIT_WAIT`] for a walk to end, to grow the table, then evicts from its window
+    /// beside the walk: no check waits on a stopped sweep (G68). Taken before a stripe, never
+    /// after.
+    grow: RwLock<()>,
     stripes: Box<[CachePadded<Mutex<()>>]>,
     /// Lines a key may be placed in, from its home line: `min(WINDOW_LINES, max_homes)`.
     window: usize,
@@ -242,6 +246,11 @@ pub struct ProbeStats {
     /// insert that finds its window full evicts the window's key closest to fresh.
     pub window: u64,
 }
+
+/// How long a new key whose probe window is full waits for a sweep's walk or a capacity pass
+/// to end, so the table can grow, before it evicts from its window beside them instead: the
+/// walk of a large table takes milliseconds, and a stopped sweep never ends (G68).
+const SPLIT_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The limiter's hasher: seeded at random per process and per limiter (hash flooding).
 #[cfg(not(hotlimit_loom))]
@@ -331,7 +340,7 @@ where
             base,
             chunks: filled(chunk_index(max_homes + window - 1) + 1, OnceLock::new)?,
             max_homes,
-            grow: Mutex::new(()),
+            grow: RwLock::new(()),
             stripes: filled(
                 match options.max_keys {
                     Some(_) => STRIPES.min(max_homes),
@@ -631,7 +640,7 @@ where
             &self.core.pass,
             &self.core.totals,
             || {
-                let _grow = self.grow.lock();
+                let _grow = self.grow.read();
                 let evicted = self.evict_capacity();
                 // The keys left sit nearer their homes than the flood's fullest moment did:
                 // misses (every new key's look-up) scan only as far as they must. (A sweep
@@ -660,13 +669,19 @@ where
                 }
             }
             // A full window, the stripe released (a split or an eviction takes `grow` first):
-            // the table grows if it may, or else the window's key closest to fresh goes.
-            let _grow = self.grow.lock();
-            if !self.split_some() {
-                let (home, _stripe) = self.lock_home(fp);
-                if self.first_free(home, fp).is_none() {
-                    self.evict_in_window(home);
+            // the table grows if it may and nothing walks it now; else the window's key
+            // closest to fresh goes, beside a sweep's walk or a capacity pass, never waiting
+            // for one to end (only a split under way, a few lines, is waited for).
+            if let Some(_grow) = self.grow.try_write_for(SPLIT_WAIT) {
+                if self.split_some() {
+                    continue;
                 }
+            }
+            // Beside the walk that kept the split out, even with another split waiting.
+            let _grow = self.grow.read_recursive();
+            let (home, _stripe) = self.lock_home(fp);
+            if self.first_free(home, fp).is_none() {
+                self.evict_in_window(home);
             }
         }
     }
@@ -692,7 +707,7 @@ where
     }
 
     /// The window is full: evicts its key closest to fresh (earliest `idle_at`). Under `grow`
-    /// (no split moves a key meanwhile) and `home`'s stripe.
+    /// read (no split moves a key meanwhile) and `home`'s stripe.
     #[cold]
     fn evict_in_window(&self, home: usize) {
         let victim = (0..self.window)

@@ -31,7 +31,7 @@ where
         if !(under_way || full) || homes >= self.max_homes {
             return;
         }
-        if let Some(_grow) = self.grow.try_lock() {
+        if let Some(_grow) = self.grow.try_write() {
             self.split_some();
         }
     }

@@ -14,6 +14,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The slots an idle sweep walks between two moments it lets a waiting split in.
+const WALK_SLOTS: usize = 64 * SLOTS_PER_LINE;
+
 impl<K, A, C, V> Table<K, A, C, V>
 where
     K: CompactKey,
@@ -31,10 +34,18 @@ where
         let now = self.core.sweep_now();
         let mut report = one_sweep();
         {
-            let _grow = self.grow.lock();
-            for slot in self.slots() {
+            let mut grow = self.grow.read();
+            for (i, slot) in self.slots().enumerate() {
                 if self.core.signal.stopping() {
                     break;
+                }
+                // Let a split that waits in, every few lines: a new key whose window is full
+                // grows the table then, not after the whole walk (it waits `SPLIT_WAIT` at
+                // most, then evicts beside the walk). A key a split moves meanwhile may be
+                // passed over, or met twice: an idle key passed over goes at the next sweep.
+                if i % WALK_SLOTS == WALK_SLOTS - 1 {
+                    drop(grow);
+                    grow = self.grow.read();
                 }
                 if slot.inspect(|_, _| ()).is_none() {
                     continue;
@@ -49,12 +60,12 @@ where
         // `grow` released: the pass gate is taken before it, never after.
         if self.len() > self.max_keys {
             report.evicted_capacity = capacity_pass(&self.core.pass, &self.core.totals, || {
-                let _grow = self.grow.lock();
+                let _grow = self.grow.read();
                 self.evict_capacity()
             });
         }
         {
-            let _grow = self.grow.lock();
+            let _grow = self.grow.read();
             self.lower_reach();
         }
         report.sweep_busy = started.elapsed();
@@ -185,7 +196,7 @@ where
     }
 
     pub(crate) fn probe_stats(&self) -> ProbeStats {
-        let _grow = self.grow.lock();
+        let _grow = self.grow.read();
         let lines = self.lines();
         let mut stats = ProbeStats {
             lines: lines as u64,
