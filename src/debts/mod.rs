@@ -418,8 +418,14 @@ fn purge<A: Algorithm>(c: Codes<'_, A>, b: &mut Plain, now: u64) {
 ///   their groups (on the first's slot, joined with the second's) and the second's place is
 ///   the key's, so that the keys of class 0 keep entries of their own while they can.
 /// - Once no key of groups 1 to 15 has an entry in the bucket, the same with groups 16 to 30.
-/// - In a bucket of nothing but markers and keys of group 0, the key is not filed: the table
-///   forgets its debt (its overflow budget).
+/// - Else a marker of one group (of either level) takes the key's group as its second, on its
+///   slot, which takes the debt; else a key of group 0 gives its entry up for a marker of the
+///   key's group (that key of group 0 is forgotten, as G24 allows).
+/// - A key of group 0 with nothing of its level to fold is not filed: the table forgets its
+///   debt (its overflow budget). So is a key of another group in a bucket of nothing but
+///   markers of two groups, none of them its own: a state no flood reached (1,000× `max_keys`
+///   and seeded floods to 40,000× forgot keys of group 0 only), but one a chosen sequence of
+///   keys could, knowing the hasher's seeds.
 fn overflow_into<A: Algorithm>(
     c: Codes<'_, A>,
     b: &mut Plain,
@@ -518,7 +524,36 @@ fn overflow_into<A: Algorithm>(
         b.codes[first] = NO_CODE;
         return take(b, second);
     }
-    false
+    if g == 0 {
+        return false;
+    }
+    // Nothing of the key's level to fold: only keys of group 0 may be forgotten (G24). A
+    // marker of one group, of either level, takes this one too (it keeps covering its own);
+    // else a key of group 0 gives its entry up for a marker of this group.
+    let single = (0..ENTRIES).find(|&i| {
+        let t = tag_of(b.entries[i]);
+        b.entries[i] != 0 && is_marker(t) && t >> 5 & 0x1F == t & 0x1F
+    });
+    let zero = || {
+        (0..ENTRIES).find(|&i| {
+            let t = tag_of(b.entries[i]);
+            b.entries[i] != 0 && !is_marker(t) && group(t) == 0
+        })
+    };
+    let Some(at) = single.or_else(zero) else {
+        return false;
+    };
+    let e = b.entries[at];
+    let slot = slot_of(e);
+    c.grow(b, slot, join(b.slots[slot]), None);
+    let other = if is_marker(tag_of(e)) {
+        tag_of(e) & 0x1F
+    } else {
+        g
+    };
+    b.entries[at] = entry(marker(other, g), slot);
+    b.codes[at] = NO_CODE;
+    true
 }
 
 /// The slot a new entry whose debt is paid at `paid_at` joins: a free one, else the one whose

@@ -335,3 +335,33 @@ fn a_window_debt_comes_back_with_its_count() {
     assert_eq!(debts.restore(&w, 43), None);
     assert_eq!(debts.counts(), (1, 0));
 }
+
+// Pins G24.
+#[test]
+fn a_key_not_of_group_0_is_filed_beside_buckets_full_of_group_0_keys() {
+    // Both buckets of a key of group 1 full of keys of group 0 (no marker, no entry of
+    // groups 1 to 30): it must still be filed, as only keys of group 0 may be forgotten.
+    let gcra: Gcra = "10/s burst 20".parse().unwrap();
+    let debts = Debts::new(&gcra, 5).unwrap().unwrap();
+    let h = |k: u64| ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(k);
+    let tat = 2_000_000_000;
+    let key = (0..).map(h).find(|&x| group(tag(x).tag) == 1).unwrap();
+    let [x, y] = debts.pair(key, 0).map(|b| b as *const Bucket);
+    let same_pair = |o: u64| {
+        let [a, b] = debts.pair(o, 0).map(|b| b as *const Bucket);
+        (a, b) == (x, y) || (a, b) == (y, x)
+    };
+    let full = |d: &Debts| d.pair(key, 0).iter().all(|b| b.read().free() == 0);
+    let mut zeros = (1..)
+        .map(h)
+        .filter(|&o| group(tag(o).tag) == 0 && same_pair(o));
+    while !full(&debts) {
+        debts.keep(&gcra, zeros.next().unwrap(), &tat, 0);
+    }
+    assert_eq!(debts.restore(&gcra, key), None);
+    debts.keep(&gcra, key, &tat, 0);
+    assert!(
+        debts.restore(&gcra, key).is_some(),
+        "a key of group 1 forgotten"
+    );
+}
