@@ -421,11 +421,10 @@ fn purge<A: Algorithm>(c: Codes<'_, A>, b: &mut Plain, now: u64) {
 /// - Else a marker of one group (of either level) takes the key's group as its second, on its
 ///   slot, which takes the debt; else a key of group 0 gives its entry up for a marker of the
 ///   key's group (that key of group 0 is forgotten, as G24 allows).
+/// - Else, in a bucket of nothing but markers of two groups, two markers that share a group
+///   make room ([`share_a_group`]).
 /// - A key of group 0 with nothing of its level to fold is not filed: the table forgets its
-///   debt (its overflow budget). So is a key of another group in a bucket of nothing but
-///   markers of two groups, none of them its own: a state no flood reached (1,000× `max_keys`
-///   and seeded floods to 40,000× forgot keys of group 0 only), but one a chosen sequence of
-///   keys could, knowing the hasher's seeds.
+///   debt (its overflow budget). A key of any other group is always filed (G24).
 fn overflow_into<A: Algorithm>(
     c: Codes<'_, A>,
     b: &mut Plain,
@@ -541,7 +540,7 @@ fn overflow_into<A: Algorithm>(
         })
     };
     let Some(at) = single.or_else(zero) else {
-        return false;
+        return share_a_group(c, b, g, join);
     };
     let e = b.entries[at];
     let slot = slot_of(e);
@@ -553,6 +552,49 @@ fn overflow_into<A: Algorithm>(
     };
     b.entries[at] = entry(marker(other, g), slot);
     b.codes[at] = NO_CODE;
+    true
+}
+
+/// A bucket of nothing but markers of two groups, none of them `g`: two markers share a group
+/// (48 of them name 96 groups of 30), say `(a, x)` on slot `s` and `(a, y)` on slot `t`. The
+/// first keeps standing for `a`, its slot joined with `t`'s (the keys of `a` that owed `t`
+/// owe it), and the second becomes `(y, g)` on `t`, which takes the key's debt: every key stays
+/// covered by a slot at least as limiting as before. `false` only for a bucket with no such pair.
+fn share_a_group<A: Algorithm>(
+    c: Codes<'_, A>,
+    b: &mut Plain,
+    g: u16,
+    join: impl Fn(u128) -> u128,
+) -> bool {
+    let groups = |e: u16| {
+        let t = tag_of(e);
+        (e != 0 && is_marker(t)).then_some((t >> 5 & 0x1F, t & 0x1F))
+    };
+    let pair = (0..ENTRIES).find_map(|i| {
+        let (a1, b1) = groups(b.entries[i])?;
+        (0..ENTRIES).filter(|&j| j != i).find_map(|j| {
+            let (a2, b2) = groups(b.entries[j])?;
+            let other = if a2 == a1 || a2 == b1 {
+                b2
+            } else if b2 == a1 || b2 == b1 {
+                a2
+            } else {
+                return None;
+            };
+            Some((i, j, other))
+        })
+    });
+    let Some((keeps, turns, other)) = pair else {
+        return false;
+    };
+    let (s, t) = (slot_of(b.entries[keeps]), slot_of(b.entries[turns]));
+    if s != t {
+        let (ds, dt) = (c.debt(b.slots[s]), c.debt(b.slots[t]));
+        c.grow(b, s, c.algo.debt_join(c.part, ds, dt), None);
+    }
+    c.grow(b, t, join(b.slots[t]), None);
+    b.entries[turns] = entry(MARKER | other << 5 | g, t);
+    b.codes[turns] = NO_CODE;
     true
 }
 

@@ -365,3 +365,70 @@ fn a_key_not_of_group_0_is_filed_beside_buckets_full_of_group_0_keys() {
         "a key of group 1 forgotten"
     );
 }
+
+// A key of group 3 whose buckets hold nothing but markers of two groups, none of them 3
+// (reached by rewriting two full buckets' entries: no flood reaches it): two markers share a
+// group, one takes the key's, and the key comes back owing; every key of a marked group still
+// comes back at least as limited as before.
+// Pins G24.
+#[test]
+fn a_key_is_filed_in_a_bucket_of_nothing_but_two_group_markers() {
+    let gcra: Gcra = "10/s burst 20".parse().unwrap();
+    let debts = Debts::new(&gcra, 5).unwrap().unwrap();
+    let h = |k: u64| ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(k);
+    let tat = 2_000_000_000;
+    let key = (0..).map(h).find(|&x| group(tag(x).tag) == 3).unwrap();
+    let [x, y] = debts.pair(key, 0).map(|b| b as *const Bucket);
+    let same_pair = |o: u64| {
+        let [a, b] = debts.pair(o, 0).map(|b| b as *const Bucket);
+        (a, b) == (x, y) || (a, b) == (y, x)
+    };
+    let full = |d: &Debts| d.pair(key, 0).iter().all(|b| b.read().free() == 0);
+    let mut zeros = (1..)
+        .map(h)
+        .filter(|&o| group(tag(o).tag) == 0 && same_pair(o));
+    while !full(&debts) {
+        debts.keep(&gcra, zeros.next().unwrap(), &tat, 0);
+    }
+    // Every entry a marker of two of groups 1, 2, 4 .. 9 (pairs that share groups), on the
+    // slot its entry had.
+    let others = [1u16, 2, 4, 5, 6, 7, 8, 9];
+    for b in debts.pair(key, 0) {
+        b.write(|p| {
+            for i in 0..ENTRIES {
+                let (g1, g2) = (others[i % 8], others[(i / 8 + i + 1) % 8]);
+                let (g1, g2) = if g1 == g2 {
+                    (g1, others[(i + 3) % 8])
+                } else {
+                    (g1, g2)
+                };
+                p.entries[i] = entry(MARKER | g1 << 5 | g2, slot_of(p.entries[i]));
+                p.codes[i] = NO_CODE;
+            }
+        });
+    }
+    let of_group = |g: u16| {
+        (0..)
+            .map(h)
+            .find(|&o| group(tag(o).tag) == g && same_pair(o))
+            .unwrap()
+    };
+    let before: Vec<_> = others
+        .iter()
+        .map(|&g| debts.restore(&gcra, of_group(g)))
+        .collect();
+    assert!(
+        before.iter().all(|r| r.is_some_and(|t| t >= tat)),
+        "{before:?}"
+    );
+    assert_eq!(debts.restore(&gcra, key), None);
+    debts.keep(&gcra, key, &tat, 0);
+    assert!(
+        debts.restore(&gcra, key).is_some_and(|t| t >= tat),
+        "a key of group 3 forgotten"
+    );
+    for (&g, was) in others.iter().zip(&before) {
+        let now = debts.restore(&gcra, of_group(g));
+        assert!(now >= *was, "group {g}: {was:?} came back {now:?}");
+    }
+}
