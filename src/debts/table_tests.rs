@@ -336,6 +336,41 @@ fn a_window_debt_comes_back_with_its_count() {
     assert_eq!(debts.counts(), (1, 0));
 }
 
+/// A key hashed with the tests' fixed seeds.
+fn fixed_hash(k: u64) -> u64 {
+    ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(k)
+}
+
+/// Whether keys `a` and `b` have the same two buckets in `debts`.
+fn same_pair(debts: &Debts, a: u64, b: u64) -> bool {
+    let [x, y] = debts.pair(a, 0).map(|b| b as *const Bucket);
+    let [p, q] = debts.pair(b, 0).map(|b| b as *const Bucket);
+    (p, q) == (x, y) || (p, q) == (y, x)
+}
+
+/// A key of group `g` in the same two buckets as `key`.
+fn of_group(debts: &Debts, key: u64, g: u16) -> u64 {
+    (0..)
+        .map(fixed_hash)
+        .find(|&o| group(tag(o).tag) == g && same_pair(debts, key, o))
+        .unwrap()
+}
+
+/// A key of group `g`, both its buckets in `debts` filled with keys of group 0 owing `tat`.
+fn beside_group_0_keys(debts: &Debts, gcra: &Gcra, g: u16, tat: u64) -> u64 {
+    let key = (0..)
+        .map(fixed_hash)
+        .find(|&x| group(tag(x).tag) == g)
+        .unwrap();
+    let mut zeros = (1..)
+        .map(fixed_hash)
+        .filter(|&o| group(tag(o).tag) == 0 && same_pair(debts, key, o));
+    while debts.pair(key, 0).iter().any(|b| b.read().free() > 0) {
+        debts.keep(gcra, zeros.next().unwrap(), &tat, 0);
+    }
+    key
+}
+
 // Pins G24.
 #[test]
 fn a_key_not_of_group_0_is_filed_beside_buckets_full_of_group_0_keys() {
@@ -343,21 +378,8 @@ fn a_key_not_of_group_0_is_filed_beside_buckets_full_of_group_0_keys() {
     // groups 1 to 30): it must still be filed, as only keys of group 0 may be forgotten.
     let gcra: Gcra = "10/s burst 20".parse().unwrap();
     let debts = Debts::new(&gcra, 5).unwrap().unwrap();
-    let h = |k: u64| ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(k);
     let tat = 2_000_000_000;
-    let key = (0..).map(h).find(|&x| group(tag(x).tag) == 1).unwrap();
-    let [x, y] = debts.pair(key, 0).map(|b| b as *const Bucket);
-    let same_pair = |o: u64| {
-        let [a, b] = debts.pair(o, 0).map(|b| b as *const Bucket);
-        (a, b) == (x, y) || (a, b) == (y, x)
-    };
-    let full = |d: &Debts| d.pair(key, 0).iter().all(|b| b.read().free() == 0);
-    let mut zeros = (1..)
-        .map(h)
-        .filter(|&o| group(tag(o).tag) == 0 && same_pair(o));
-    while !full(&debts) {
-        debts.keep(&gcra, zeros.next().unwrap(), &tat, 0);
-    }
+    let key = beside_group_0_keys(&debts, &gcra, 1, tat);
     assert_eq!(debts.restore(&gcra, key), None);
     debts.keep(&gcra, key, &tat, 0);
     assert!(
@@ -375,21 +397,8 @@ fn a_key_not_of_group_0_is_filed_beside_buckets_full_of_group_0_keys() {
 fn a_key_is_filed_in_a_bucket_of_nothing_but_two_group_markers() {
     let gcra: Gcra = "10/s burst 20".parse().unwrap();
     let debts = Debts::new(&gcra, 5).unwrap().unwrap();
-    let h = |k: u64| ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(k);
     let tat = 2_000_000_000;
-    let key = (0..).map(h).find(|&x| group(tag(x).tag) == 3).unwrap();
-    let [x, y] = debts.pair(key, 0).map(|b| b as *const Bucket);
-    let same_pair = |o: u64| {
-        let [a, b] = debts.pair(o, 0).map(|b| b as *const Bucket);
-        (a, b) == (x, y) || (a, b) == (y, x)
-    };
-    let full = |d: &Debts| d.pair(key, 0).iter().all(|b| b.read().free() == 0);
-    let mut zeros = (1..)
-        .map(h)
-        .filter(|&o| group(tag(o).tag) == 0 && same_pair(o));
-    while !full(&debts) {
-        debts.keep(&gcra, zeros.next().unwrap(), &tat, 0);
-    }
+    let key = beside_group_0_keys(&debts, &gcra, 3, tat);
     // Every entry a marker of two of groups 1, 2, 4 .. 9 (pairs that share groups), on the
     // slot its entry had.
     let others = [1u16, 2, 4, 5, 6, 7, 8, 9];
@@ -407,16 +416,8 @@ fn a_key_is_filed_in_a_bucket_of_nothing_but_two_group_markers() {
             }
         });
     }
-    let of_group = |g: u16| {
-        (0..)
-            .map(h)
-            .find(|&o| group(tag(o).tag) == g && same_pair(o))
-            .unwrap()
-    };
-    let before: Vec<_> = others
-        .iter()
-        .map(|&g| debts.restore(&gcra, of_group(g)))
-        .collect();
+    let restore = |g: u16| debts.restore(&gcra, of_group(&debts, key, g));
+    let before: Vec<_> = others.iter().map(|&g| restore(g)).collect();
     assert!(
         before.iter().all(|r| r.is_some_and(|t| t >= tat)),
         "{before:?}"
@@ -428,7 +429,7 @@ fn a_key_is_filed_in_a_bucket_of_nothing_but_two_group_markers() {
         "a key of group 3 forgotten"
     );
     for (&g, was) in others.iter().zip(&before) {
-        let now = debts.restore(&gcra, of_group(g));
+        let now = restore(g);
         assert!(now >= *was, "group {g}: {was:?} came back {now:?}");
     }
 }
