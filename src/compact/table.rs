@@ -205,9 +205,9 @@ pub(crate) struct Table<K: CompactKey, A: Algorithm, C, V: Variant<A>> {
     /// Written by a split, read by a sweep's walk, a capacity pass and a window eviction: a
     /// split never runs beside a walk or a kill of another home's key, and those run beside
     /// one another (each kill is one CAS on its slot). A new key whose window is full waits at
-    /// most [`SPLIT_WAIT`] for a walk to end, to grow the table, then evicts from its window
-    /// beside the walk: no check waits on a stopped sweep (G68). Taken before a stripe, never
-    /// after.
+    /// most [`SPLIT_WAIT`] for a walk to let a split in, to grow the table, then evicts from its
+    /// window beside the walk: no check waits on a stopped sweep for longer (G68). Taken before
+    /// a stripe, never after.
     grow: RwLock<()>,
     stripes: Box<[CachePadded<Mutex<()>>]>,
     /// Lines a key may be placed in, from its home line: `min(WINDOW_LINES, max_homes)`.
@@ -247,10 +247,12 @@ pub struct ProbeStats {
     pub window: u64,
 }
 
-/// How long a new key whose probe window is full waits for a sweep's walk or a capacity pass
-/// to end, so the table can grow, before it evicts from its window beside them instead: the
-/// walk of a large table takes milliseconds, and a stopped sweep never ends (G68).
-const SPLIT_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+/// How long a new key whose probe window is full, in a table that may still grow, waits for a
+/// sweep's walk or a capacity pass to let a split in before it evicts from its window beside
+/// them instead. A running walk lets a split in every 64 lines (microseconds); the wait covers
+/// a walker the scheduler left off the CPU mid-stretch (1 ms was too short on a loaded 2-core
+/// machine: a key of a growing table evicted early); a stopped sweep never ends (G68).
+const SPLIT_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The limiter's hasher: seeded at random per process and per limiter (hash flooding).
 #[cfg(not(hotlimit_loom))]
@@ -672,9 +674,12 @@ where
             // the table grows if it may and nothing walks it now; else the window's key
             // closest to fresh goes, beside a sweep's walk or a capacity pass, never waiting
             // for one to end (only a split under way, a few lines, is waited for).
-            if let Some(_grow) = self.grow.try_write_for(SPLIT_WAIT) {
-                if self.split_some() {
-                    continue;
+            // (At its most homes, as under a flood at the bound, nothing to wait for.)
+            if self.homes() < self.max_homes {
+                if let Some(_grow) = self.grow.try_write_for(SPLIT_WAIT) {
+                    if self.split_some() {
+                        continue;
+                    }
                 }
             }
             // Beside the walk that kept the split out, even with another split waiting.
